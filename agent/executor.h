@@ -1,0 +1,103 @@
+// LocalExecutor: runs leased runs as child processes on N local slots.
+//
+// One thread drives it. Each pass of Step():
+//   1. reaps children that ended and reports each result to the store;
+//   2. kills runs past their timeout (SIGTERM to the group, SIGKILL after a grace);
+//   3. sends heartbeats; a run whose lease was lost (cancelled, expired and
+//      re-leased) is killed and forgotten, never reported;
+//   4. returns expired leases of other, silent executors to the queue;
+//   5. leases as many runs as there are free slots and starts them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/process.h"
+#include "core/result.h"
+#include "queue/store.h"
+
+namespace trainq {
+
+struct ExecutorOptions {
+  int slots = 1;
+  std::string data_dir;          // runs/<id>/ and worktrees/<sha>/ live here
+  std::string worker = "local";  // name recorded on each lease
+  TimeMs lease_ms = 60'000;
+  TimeMs heartbeat_ms = 10'000;
+  TimeMs kill_grace_ms = 10'000;  // SIGTERM -> SIGKILL
+  std::string bin_dir;            // prepended to PATH (where trainq-train lives)
+  std::vector<std::string> gpus;  // GPU ids handed out per run via CUDA_VISIBLE_DEVICES
+};
+
+// Where a run's files go.
+struct RunPaths {
+  std::string dir;           // <data>/runs/<id>
+  std::string log;           // <dir>/output.log (all attempts, appended)
+  std::string metrics;       // <dir>/metrics.jsonl (truncated per attempt)
+  std::string output_dir;    // <dir>/output
+  std::string workdir;       // checkout of the commit
+};
+
+// The process a run becomes: /bin/sh -c COMMAND with the run environment.
+ProcessSpec BuildRunProcess(const LeasedRun& run, const RunPaths& paths,
+                            const std::string& bin_dir, const std::string& cuda_devices);
+
+// The run's final metric: the last `name` point of the metrics file (one tagged
+// final wins over untagged ones), else the last match of `regex`'s first group
+// in `log_text`. Also returns every parsed point for the store.
+struct MetricReading {
+  std::optional<double> value;
+  std::vector<MetricPoint> points;
+  std::vector<std::string> warnings;  // malformed lines, with their line numbers
+};
+MetricReading ReadRunMetric(const std::string& metrics_text, const std::string& log_text,
+                            const std::string& name, const std::string& regex);
+
+class LocalExecutor {
+ public:
+  LocalExecutor(Store& store, ProcessRunner& runner, const Clock& clock, ExecutorOptions options);
+
+  // Registers this executor as a machine in the store.
+  Status Register(const std::string& provider_id);
+  Status Step();
+  int active() const { return static_cast<int>(active_.size()); }
+  // True when nothing is queued, leased, running or waiting for a retry.
+  Result<bool> QueueDrained();
+  // Stops every child (SIGTERM, then SIGKILL after the grace) and returns its
+  // run to the queue without using an attempt.
+  void Shutdown(const std::string& reason);
+
+ private:
+  struct Active {
+    LeasedRun run;
+    RunPaths paths;
+    int pid = 0;
+    TimeMs started_ms = 0;
+    TimeMs last_heartbeat_ms = 0;
+    std::uintmax_t log_offset = 0;  // where this attempt's output starts
+    std::optional<TimeMs> kill_sent_ms;
+    bool timed_out = false;
+    std::vector<std::string> gpus;
+  };
+
+  Status StartRun(const LeasedRun& run);
+  Result<std::string> Worktree(const LeasedRun& run);
+  void Finish(Active& a, const ExitStatus& status);
+  void Kill(Active& a, TimeMs now);
+
+  Store& store_;
+  ProcessRunner& runner_;
+  const Clock& clock_;
+  ExecutorOptions options_;
+  std::optional<std::int64_t> machine_id_;
+  TimeMs last_machine_touch_ = 0;
+  std::vector<std::string> free_gpus_;
+  std::map<std::int64_t, Active> active_;  // by run id
+};
+
+}  // namespace trainq

@@ -1,0 +1,153 @@
+#include "agent/git_repo.h"
+
+#include <git2.h>
+
+#include <filesystem>
+
+namespace trainq {
+
+namespace {
+
+struct GitInit {
+  GitInit() { git_libgit2_init(); }
+  ~GitInit() { git_libgit2_shutdown(); }
+};
+
+void EnsureInit() { static GitInit init; }
+
+std::string LastGitError() {
+  const git_error* e = git_error_last();
+  return e && e->message ? e->message : "unknown libgit2 error";
+}
+
+template <typename T, void (*Free)(T*)>
+struct GitPtr {
+  T* p = nullptr;
+  ~GitPtr() {
+    if (p) Free(p);
+  }
+};
+
+}  // namespace
+
+Result<GitRepo> GitRepo::Open(const std::string& dir) {
+  EnsureInit();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return Fail(ErrorKind::kNotFound, dir + ": no such directory");
+  }
+  git_repository* repo = nullptr;
+  if (git_repository_open_ext(&repo, dir.c_str(), GIT_REPOSITORY_OPEN_NO_SEARCH, nullptr) != 0) {
+    return Fail(ErrorKind::kInvalidArgument, dir + ": not a git repository (" + LastGitError() +
+                                                 ")");
+  }
+  const char* wd = git_repository_workdir(repo);
+  std::string loc = wd ? wd : git_repository_path(repo);
+  while (loc.size() > 1 && loc.back() == '/') loc.pop_back();
+  return GitRepo(repo, std::filesystem::weakly_canonical(loc).string());
+}
+
+GitRepo::GitRepo(GitRepo&& o) noexcept : repo_(o.repo_), location_(std::move(o.location_)) {
+  o.repo_ = nullptr;
+}
+
+GitRepo& GitRepo::operator=(GitRepo&& o) noexcept {
+  if (this != &o) {
+    if (repo_) git_repository_free(repo_);
+    repo_ = o.repo_;
+    location_ = std::move(o.location_);
+    o.repo_ = nullptr;
+  }
+  return *this;
+}
+
+GitRepo::~GitRepo() {
+  if (repo_) git_repository_free(repo_);
+}
+
+Result<CommitInfo> GitRepo::Resolve(const std::string& rev) {
+  GitPtr<git_object, git_object_free> obj;
+  if (git_revparse_single(&obj.p, repo_, rev.c_str()) != 0) {
+    return Fail(ErrorKind::kNotFound,
+                location_ + ": unknown revision '" + rev + "' (" + LastGitError() + ")");
+  }
+  GitPtr<git_object, git_object_free> peeled;
+  if (git_object_peel(&peeled.p, obj.p, GIT_OBJECT_COMMIT) != 0) {
+    return Fail(ErrorKind::kInvalidArgument,
+                location_ + ": revision '" + rev + "' does not name a commit");
+  }
+  auto* commit = reinterpret_cast<git_commit*>(peeled.p);
+  CommitInfo info;
+  char sha[GIT_OID_HEXSZ + 1];
+  git_oid_tostr(sha, sizeof sha, git_commit_id(commit));
+  info.sha = sha;
+  if (git_commit_parentcount(commit) > 0) {
+    git_oid_tostr(sha, sizeof sha, git_commit_parent_id(commit, 0));
+    info.parent_sha = sha;
+  }
+  const char* summary = git_commit_summary(commit);
+  info.message = summary ? summary : "";
+  const git_signature* author = git_commit_author(commit);
+  if (author) info.author = author->name ? author->name : "";
+  info.committed_ms = static_cast<TimeMs>(git_commit_time(commit)) * 1000;
+  return info;
+}
+
+Result<std::string> GitRepo::ReadFile(const std::string& sha, const std::string& path) {
+  git_oid oid;
+  if (git_oid_fromstr(&oid, sha.c_str()) != 0) {
+    return Fail(ErrorKind::kInvalidArgument, "invalid commit id '" + sha + "'");
+  }
+  GitPtr<git_commit, git_commit_free> commit;
+  if (git_commit_lookup(&commit.p, repo_, &oid) != 0) {
+    return Fail(ErrorKind::kNotFound, location_ + ": no commit " + sha);
+  }
+  GitPtr<git_tree, git_tree_free> tree;
+  if (git_commit_tree(&tree.p, commit.p) != 0) {
+    return Fail(ErrorKind::kCorruption, location_ + ": cannot read tree of " + sha);
+  }
+  GitPtr<git_tree_entry, git_tree_entry_free> entry;
+  if (git_tree_entry_bypath(&entry.p, tree.p, path.c_str()) != 0) {
+    return Fail(ErrorKind::kNotFound,
+                path + " not found at commit " + sha.substr(0, 12) + " in " + location_);
+  }
+  if (git_tree_entry_type(entry.p) != GIT_OBJECT_BLOB) {
+    return Fail(ErrorKind::kInvalidArgument, path + " is not a file at commit " + sha.substr(0, 12));
+  }
+  GitPtr<git_blob, git_blob_free> blob;
+  if (git_blob_lookup(&blob.p, repo_, git_tree_entry_id(entry.p)) != 0) {
+    return Fail(ErrorKind::kCorruption, location_ + ": cannot read " + path);
+  }
+  return std::string(static_cast<const char*>(git_blob_rawcontent(blob.p)),
+                     static_cast<size_t>(git_blob_rawsize(blob.p)));
+}
+
+Status GitRepo::CheckoutTo(const std::string& sha, const std::string& target) {
+  git_oid oid;
+  if (git_oid_fromstr(&oid, sha.c_str()) != 0) {
+    return Fail(ErrorKind::kInvalidArgument, "invalid commit id '" + sha + "'");
+  }
+  GitPtr<git_commit, git_commit_free> commit;
+  if (git_commit_lookup(&commit.p, repo_, &oid) != 0) {
+    return Fail(ErrorKind::kNotFound, location_ + ": no commit " + sha);
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(target, ec);
+  if (ec) return Fail(ErrorKind::kIo, target + ": " + ec.message());
+  git_checkout_options opts = GIT_CHECKOUT_OPTIONS_INIT;
+  opts.checkout_strategy = GIT_CHECKOUT_FORCE | GIT_CHECKOUT_DONT_UPDATE_INDEX |
+                           GIT_CHECKOUT_RECREATE_MISSING;
+  opts.target_directory = target.c_str();
+  // A private, empty index: the checkout must not consult or change the
+  // repository's own index (the user's staged work).
+  GitPtr<git_index, git_index_free> index;
+  if (git_index_new(&index.p) != 0) return Fail(ErrorKind::kInternal, LastGitError());
+  opts.baseline_index = index.p;
+  if (git_checkout_tree(repo_, reinterpret_cast<git_object*>(commit.p), &opts) != 0) {
+    return Fail(ErrorKind::kIo, "checking out " + sha.substr(0, 12) + " into " + target + ": " +
+                                    LastGitError());
+  }
+  return {};
+}
+
+}  // namespace trainq

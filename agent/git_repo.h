@@ -1,0 +1,40 @@
+// Reading repositories with libgit2: resolve a revision, read a file at a
+// commit, check a commit out into a directory. Never shells out to git.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/result.h"
+#include "queue/store.h"
+
+struct git_repository;
+
+namespace trainq {
+
+class GitRepo {
+ public:
+  // Opens the repository at exactly `dir` (a work tree or a bare repository).
+  static Result<GitRepo> Open(const std::string& dir);
+  GitRepo(GitRepo&&) noexcept;
+  GitRepo& operator=(GitRepo&&) noexcept;
+  ~GitRepo();
+
+  // The canonical location: the work tree's absolute path, or the git dir when bare.
+  const std::string& location() const { return location_; }
+
+  // "HEAD", a branch, a tag, a (short) sha, "HEAD~2" ... -> the commit.
+  Result<CommitInfo> Resolve(const std::string& rev);
+  // The contents of `path` in the tree of commit `sha`; kNotFound when absent.
+  Result<std::string> ReadFile(const std::string& sha, const std::string& path);
+  // Writes the tree of `sha` into `target` (created; existing files overwritten).
+  // Touches neither HEAD nor the index of the repository.
+  Status CheckoutTo(const std::string& sha, const std::string& target);
+
+ private:
+  GitRepo(git_repository* repo, std::string location) : repo_(repo), location_(std::move(location)) {}
+  git_repository* repo_ = nullptr;
+  std::string location_;
+};
+
+}  // namespace trainq

@@ -1,0 +1,135 @@
+// trainq: the daemon, the worker and the user commands in one binary.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <iostream>
+
+#include "agent/commands.h"
+#include "core/log.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop.store(true); }
+
+void InstallSignalHandlers() {
+  struct sigaction sa{};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a sleep ends early so the loop sees the flag
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+int Report(const trainq::Status& st) {
+  if (st) return 0;
+  std::cerr << "trainq: error: " << st.error().message << "\n";
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"trainq: repeat each training config N times and tell a real change from seed noise"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "trainq 0.1.0");
+  std::string db = trainq::DefaultDbPath();
+  int verbosity = 0;
+  bool quiet = false;
+  app.add_option("--db", db, "SQLite database file (default: $TRAINQ_DB or ./trainq.db)")
+      ->capture_default_str();
+  app.add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
+  app.add_flag("-q,--quiet", quiet, "Only warnings and errors in the log");
+  int exit_code = 0;
+  const auto& clock = trainq::SystemClock::Get();
+
+  // submit
+  trainq::SubmitOptions submit;
+  auto* c_submit = app.add_subcommand("submit", "Queue N repeated runs of experiments at a commit");
+  c_submit->add_option("--repo", submit.repo, "Git repository holding trainq.yaml")
+      ->capture_default_str();
+  c_submit->add_option("--commit", submit.commit, "Revision to run (sha, branch, tag, HEAD~1)")
+      ->capture_default_str();
+  c_submit->add_option("--experiment,-e", submit.experiments,
+                       "Experiment to run (repeatable; default: all)");
+  c_submit->add_option("--repeats,-n", submit.repeats, "Runs per experiment (overrides trainq.yaml)");
+  c_submit->add_flag("--json", submit.json, "Print the result as JSON");
+  c_submit->callback([&] {
+    submit.db = db;
+    exit_code = Report(trainq::CmdSubmit(submit, clock, std::cout));
+  });
+
+  // serve
+  trainq::ServeOptions serve;
+  auto* c_serve = app.add_subcommand("serve", "Lease queued runs and execute them on local slots");
+  c_serve->add_option("--slots", serve.slots, "Runs executed at once")->capture_default_str();
+  c_serve->add_flag("--until-idle", serve.until_idle, "Exit once the queue is empty");
+  c_serve->add_option("--data-dir", serve.data_dir,
+                      "Run logs, metrics and checkouts (default: trainq-data next to the db)");
+  c_serve->add_option("--gpus", serve.gpus, "GPU ids to hand out, e.g. 0,1 (CUDA_VISIBLE_DEVICES)");
+  c_serve->add_option("--lease", serve.lease_s, "Lease length in seconds")->capture_default_str();
+  c_serve->add_option("--heartbeat", serve.heartbeat_s, "Heartbeat interval in seconds")
+      ->capture_default_str();
+  c_serve->add_option("--poll-ms", serve.poll_ms, "Queue poll interval in milliseconds")
+      ->capture_default_str();
+  c_serve->add_option("--kill-grace", serve.kill_grace_s,
+                      "Seconds between SIGTERM and SIGKILL when a run is stopped")
+      ->capture_default_str();
+  c_serve->callback([&] {
+    serve.db = db;
+    InstallSignalHandlers();
+    exit_code = Report(trainq::CmdServe(serve, clock, g_stop));
+  });
+
+  // status
+  trainq::StatusOptions status;
+  auto* c_status = app.add_subcommand("status", "Queue depth, running runs, slots and batch progress");
+  c_status->add_flag("--json", status.json, "Print as JSON");
+  c_status->callback([&] {
+    status.db = db;
+    exit_code = Report(trainq::CmdStatus(status, clock, std::cout));
+  });
+
+  // runs
+  trainq::RunsOptions runs;
+  auto* c_runs = app.add_subcommand("runs", "List runs with their state, metric and last error");
+  c_runs->add_option("--batch,-b", runs.batch, "Only this batch");
+  c_runs->add_option("--state", runs.state, "Only runs in this state");
+  c_runs->add_option("--limit", runs.limit, "At most this many (0: all)");
+  c_runs->add_flag("--json", runs.json, "Print as JSON");
+  c_runs->callback([&] {
+    runs.db = db;
+    exit_code = Report(trainq::CmdRuns(runs, std::cout));
+  });
+
+  // cancel
+  trainq::CancelOptions cancel;
+  auto* c_cancel = app.add_subcommand("cancel", "Cancel a batch (or one run with --run)");
+  c_cancel->add_option("ID", cancel.id, "Batch id (run id with --run)")->required();
+  c_cancel->add_flag("--run", cancel.run, "ID names a run");
+  c_cancel->callback([&] {
+    cancel.db = db;
+    exit_code = Report(trainq::CmdCancel(cancel, clock, std::cout));
+  });
+
+  // report
+  trainq::ReportOptions report;
+  auto* c_report = app.add_subcommand("report", "Per batch: n, mean, sd, min and max of the metric");
+  c_report->add_flag("--json", report.json, "Print as JSON");
+  c_report->callback([&] {
+    report.db = db;
+    exit_code = Report(trainq::CmdReport(report, std::cout));
+  });
+
+  trainq::AddStatsCommands(app, &exit_code);
+
+  app.parse_complete_callback([&] { trainq::InitLogging(verbosity, quiet); });
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return exit_code;
+}

@@ -1,0 +1,294 @@
+#include "agent/manifest.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+#include "core/strings.h"
+
+namespace trainq {
+
+namespace {
+
+// Collects context for error messages: file name and the key path so far.
+class Parser {
+ public:
+  explicit Parser(std::string_view file) : file_(file) {}
+
+  std::unexpected<Error> Err(const YAML::Node& node, const std::string& path,
+                             const std::string& msg) const {
+    std::string where = file_;
+    if (node.IsDefined() && node.Mark().line >= 0) {
+      where += ":" + std::to_string(node.Mark().line + 1);
+    }
+    return Fail(ErrorKind::kInvalidArgument,
+                where + ": " + (path.empty() ? "" : path + ": ") + msg);
+  }
+
+  static std::string Show(const YAML::Node& n) {
+    if (n.IsScalar()) return "\"" + n.Scalar() + "\"";
+    if (n.IsSequence()) return "a list";
+    if (n.IsMap()) return "a mapping";
+    return "nothing";
+  }
+
+  Status CheckKeys(const YAML::Node& map, const std::string& path,
+                   const std::set<std::string>& allowed) const {
+    for (const auto& kv : map) {
+      auto key = kv.first.Scalar();
+      if (!allowed.count(key)) {
+        std::string list;
+        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+        return Err(kv.first, path.empty() ? key : path + "." + key,
+                   "unknown key (expected one of: " + list + ")");
+      }
+    }
+    return {};
+  }
+
+  Result<std::int64_t> Int(const YAML::Node& n, const std::string& path, std::int64_t min,
+                           const char* what) const {
+    if (!n.IsScalar()) return Err(n, path, std::string("expected ") + what + ", got " + Show(n));
+    const std::string& s = n.Scalar();
+    std::int64_t v = 0;
+    size_t i = 0;
+    bool neg = !s.empty() && s[0] == '-';
+    if (neg) i = 1;
+    if (i >= s.size()) return Err(n, path, std::string("expected ") + what + ", got " + Show(n));
+    for (; i < s.size(); ++i) {
+      if (s[i] < '0' || s[i] > '9' || v > 1'000'000'000'000LL) {
+        return Err(n, path, std::string("expected ") + what + ", got " + Show(n));
+      }
+      v = v * 10 + (s[i] - '0');
+    }
+    if (neg) v = -v;
+    if (v < min) return Err(n, path, std::string("expected ") + what + ", got " + Show(n));
+    return v;
+  }
+
+  Result<std::string> Str(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsScalar()) return Err(n, path, "expected a string, got " + Show(n));
+    return n.Scalar();
+  }
+
+  Result<std::int64_t> Duration(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsScalar()) return Err(n, path, "expected a duration such as 90s, 15m or 2h, got " +
+                                               Show(n));
+    auto d = ParseDurationSeconds(n.Scalar());
+    if (!d) return Err(n, path, d.error().message);
+    if (*d <= 0) return Err(n, path, "expected a positive duration, got " + Show(n));
+    return *d;
+  }
+
+  // Applies the keys shared by `defaults` and experiments onto `e`.
+  Status ApplyCommon(const YAML::Node& map, const std::string& path, Experiment& e) const {
+    if (auto n = map["repeats"]) {
+      if (n.IsMap()) {
+        return Err(n, path + ".repeats",
+                   "adaptive repeats ({min, max, until}) are not supported yet; give a number");
+      }
+      ASSIGN_OR_RETURN(auto v, Int(n, path + ".repeats", 1, "a positive integer"));
+      if (v > 100000) return Err(n, path + ".repeats", "at most 100000 repeats, got " + Show(n));
+      e.repeats = static_cast<int>(v);
+    }
+    if (auto n = map["seed"]) {
+      ASSIGN_OR_RETURN(e.seed, Int(n, path + ".seed", 0, "a non-negative integer"));
+    }
+    if (auto n = map["timeout"]) {
+      ASSIGN_OR_RETURN(e.timeout_s, Duration(n, path + ".timeout"));
+    }
+    if (auto n = map["max_attempts"]) {
+      ASSIGN_OR_RETURN(auto v, Int(n, path + ".max_attempts", 1, "a positive integer"));
+      e.max_attempts = static_cast<int>(v);
+    }
+    if (auto n = map["metric"]) {
+      std::string mp = path + ".metric";
+      if (n.IsScalar()) {
+        e.metric.name = n.Scalar();
+      } else if (n.IsMap()) {
+        TRY(CheckKeys(n, mp, {"name", "goal", "regex"}));
+        if (auto m = n["name"]) { ASSIGN_OR_RETURN(e.metric.name, Str(m, mp + ".name")); }
+        if (auto m = n["goal"]) {
+          ASSIGN_OR_RETURN(e.metric.goal, Str(m, mp + ".goal"));
+          if (e.metric.goal != "max" && e.metric.goal != "min") {
+            return Err(m, mp + ".goal", "expected max or min, got " + Show(m));
+          }
+        }
+        if (auto m = n["regex"]) {
+          ASSIGN_OR_RETURN(e.metric.regex, Str(m, mp + ".regex"));
+          try {
+            std::regex re(e.metric.regex);
+            if (re.mark_count() < 1) {
+              return Err(m, mp + ".regex",
+                         "needs one capture group around the number, e.g. 'acc=([0-9.]+)'");
+            }
+          } catch (const std::regex_error& ex) {
+            return Err(m, mp + ".regex", std::string("invalid regular expression: ") + ex.what());
+          }
+        }
+      } else {
+        return Err(n, mp, "expected a name or {name, goal, regex}, got " + Show(n));
+      }
+      if (e.metric.name.empty()) return Err(n, mp + ".name", "must not be empty");
+    }
+    if (auto n = map["resources"]) {
+      std::string rp = path + ".resources";
+      if (!n.IsMap()) return Err(n, rp, "expected a mapping such as {gpus: 1}, got " + Show(n));
+      TRY(CheckKeys(n, rp, {"gpus"}));
+      if (auto g = n["gpus"]) {
+        ASSIGN_OR_RETURN(auto v, Int(g, rp + ".gpus", 0, "a non-negative integer"));
+        e.gpus = static_cast<int>(v);
+      }
+    }
+    return {};
+  }
+
+ private:
+  std::string file_;
+};
+
+std::string Normalise(const YAML::Node& n) {
+  YAML::Emitter out;
+  out.SetMapFormat(YAML::Flow);
+  out.SetSeqFormat(YAML::Flow);
+  out << n;
+  return out.c_str();
+}
+
+bool ValidName(const std::string& s) {
+  static const std::regex re("[A-Za-z0-9][A-Za-z0-9_.-]*");
+  return std::regex_match(s, re);
+}
+
+}  // namespace
+
+std::string Experiment::ResolvedCommand() const {
+  if (!command.empty()) return command;
+  return "trainq-train " + ShellQuote(trainer);
+}
+
+BatchSpec Experiment::ToBatchSpec(std::string reason) const {
+  BatchSpec b;
+  b.experiment = name;
+  b.command = ResolvedCommand();
+  b.metric_name = metric.name;
+  b.metric_goal = metric.goal;
+  b.metric_regex = metric.regex;
+  b.repeats = repeats;
+  b.seed_start = seed;
+  b.gpus = gpus;
+  b.timeout_s = timeout_s;
+  b.max_attempts = max_attempts;
+  b.reason = std::move(reason);
+  nlohmann::json j = {{"command", command},           {"trainer", trainer},
+                      {"watch", watch},               {"repeats", repeats},
+                      {"seed", seed},                 {"metric", {{"name", metric.name},
+                                                                  {"goal", metric.goal},
+                                                                  {"regex", metric.regex}}},
+                      {"resources", {{"gpus", gpus}}}, {"timeout_s", timeout_s},
+                      {"max_attempts", max_attempts}};
+  b.spec_json = j.dump();
+  return b;
+}
+
+const Experiment* Manifest::Find(std::string_view name) const {
+  for (const auto& e : experiments) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> Manifest::Names() const {
+  std::vector<std::string> out;
+  for (const auto& e : experiments) out.push_back(e.name);
+  return out;
+}
+
+Result<Manifest> ParseManifest(std::string_view text, std::string_view filename) {
+  Parser p(filename);
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::ParserException& ex) {
+    return Fail(ErrorKind::kInvalidArgument, std::string(filename) + ":" +
+                                                 std::to_string(ex.mark.line + 1) +
+                                                 ": invalid YAML: " + ex.msg);
+  }
+  if (!root.IsMap()) {
+    return Fail(ErrorKind::kInvalidArgument,
+                std::string(filename) + ":1: expected a mapping with `version` and `experiments`");
+  }
+  TRY(p.CheckKeys(root, "", {"version", "defaults", "experiments"}));
+  Manifest m;
+  auto version = root["version"];
+  if (!version) {
+    return Fail(ErrorKind::kInvalidArgument,
+                std::string(filename) + ":1: version: missing (write `version: 1`)");
+  }
+  ASSIGN_OR_RETURN(auto v, p.Int(version, "version", 1, "1"));
+  if (v != 1) return p.Err(version, "version", "unsupported version " + version.Scalar() +
+                                                   " (this trainq reads version 1)");
+
+  Experiment defaults;
+  if (auto d = root["defaults"]) {
+    if (!d.IsMap()) return p.Err(d, "defaults", "expected a mapping, got " + Parser::Show(d));
+    TRY(p.CheckKeys(d, "defaults",
+                    {"repeats", "seed", "metric", "resources", "timeout", "max_attempts"}));
+    TRY(p.ApplyCommon(d, "defaults", defaults));
+    m.defaults_definition = Normalise(d);
+  }
+
+  auto exps = root["experiments"];
+  if (!exps) {
+    return Fail(ErrorKind::kInvalidArgument,
+                std::string(filename) + ":1: experiments: missing (at least one experiment)");
+  }
+  if (!exps.IsMap() || exps.size() == 0) {
+    return p.Err(exps, "experiments", "expected a mapping of experiment names to definitions");
+  }
+  for (const auto& kv : exps) {
+    std::string name = kv.first.Scalar();
+    std::string path = "experiments." + name;
+    if (!ValidName(name)) {
+      return p.Err(kv.first, path,
+                   "experiment names use letters, digits, '_', '.' and '-', starting with a letter "
+                   "or digit");
+    }
+    const YAML::Node& def = kv.second;
+    if (!def.IsMap()) return p.Err(def, path, "expected a mapping, got " + Parser::Show(def));
+    TRY(p.CheckKeys(def, path,
+                    {"command", "trainer", "watch", "repeats", "seed", "metric", "resources",
+                     "timeout", "max_attempts"}));
+    Experiment e = defaults;
+    e.name = name;
+    e.line = kv.first.Mark().line + 1;
+    if (auto c = def["command"]) { ASSIGN_OR_RETURN(e.command, p.Str(c, path + ".command")); }
+    if (auto t = def["trainer"]) { ASSIGN_OR_RETURN(e.trainer, p.Str(t, path + ".trainer")); }
+    if (e.command.empty() == e.trainer.empty()) {
+      return p.Err(kv.first, path,
+                   e.command.empty() ? "needs `command` (a shell command) or `trainer` (a spec)"
+                                     : "has both `command` and `trainer`; keep one");
+    }
+    if (auto w = def["watch"]) {
+      if (w.IsScalar()) {
+        e.watch.push_back(w.Scalar());
+      } else if (w.IsSequence()) {
+        for (const auto& g : w) {
+          ASSIGN_OR_RETURN(auto s, p.Str(g, path + ".watch"));
+          e.watch.push_back(s);
+        }
+      } else {
+        return p.Err(w, path + ".watch", "expected a list of globs, got " + Parser::Show(w));
+      }
+    }
+    TRY(p.ApplyCommon(def, path, e));
+    e.definition = Normalise(def);
+    if (m.Find(name)) return p.Err(kv.first, path, "defined twice");
+    m.experiments.push_back(std::move(e));
+  }
+  return m;
+}
+
+}  // namespace trainq

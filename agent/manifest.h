@@ -1,0 +1,56 @@
+// trainq.yaml, version 1: which experiments a repository has and how to run them.
+//
+// Every error names the file, the line and the key path, e.g.
+//   trainq.yaml:12: experiments.lstm.repeats: expected a positive integer, got "ten"
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+#include "queue/store.h"
+
+namespace trainq {
+
+struct MetricSpec {
+  std::string name = "accuracy";
+  std::string goal = "max";  // max | min
+  std::string regex;         // applied to the run's output when the metrics file lacks the metric
+};
+
+struct Experiment {
+  std::string name;
+  std::string command;  // shell command; {seed}, {repeat}, {output_dir}, {run_id} are substituted
+  std::string trainer;  // path of a trainq-train spec, relative to the repository root
+  std::vector<std::string> watch;
+  int repeats = 10;
+  std::int64_t seed = 1;
+  MetricSpec metric;
+  int gpus = 0;
+  std::int64_t timeout_s = 7200;
+  int max_attempts = 3;
+  int line = 0;              // where the experiment is defined
+  std::string definition;    // its YAML, normalised: compared across commits
+
+  // The shell command a run executes (a trainer experiment runs trainq-train).
+  std::string ResolvedCommand() const;
+  // The batch this experiment becomes at a commit.
+  BatchSpec ToBatchSpec(std::string reason) const;
+};
+
+struct Manifest {
+  int version = 1;
+  std::string defaults_definition;  // normalised YAML of `defaults`
+  std::vector<Experiment> experiments;  // in file order
+
+  const Experiment* Find(std::string_view name) const;
+  std::vector<std::string> Names() const;
+};
+
+// Parses the text of a trainq.yaml; `filename` is used in error messages.
+Result<Manifest> ParseManifest(std::string_view text, std::string_view filename);
+
+}  // namespace trainq

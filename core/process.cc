@@ -1,0 +1,117 @@
+#include "core/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+extern char** environ;
+
+namespace trainq {
+
+namespace {
+
+ExitStatus FromWaitStatus(int status) {
+  ExitStatus s;
+  if (WIFEXITED(status)) {
+    s.code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    s.signal = WTERMSIG(status);
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string ExitStatus::Describe() const {
+  if (signal != 0) {
+    return "killed by signal " + std::to_string(signal) + " (" + strsignal(signal) + ")";
+  }
+  return "exit code " + std::to_string(code);
+}
+
+Result<int> PosixProcessRunner::Spawn(const ProcessSpec& spec) {
+  if (spec.argv.empty()) return Fail(ErrorKind::kInvalidArgument, "empty command");
+
+  // Environment: the parent's, with spec.env added or replacing.
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    merged[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const auto& [k, v] : spec.env) merged[k] = v;
+  std::vector<std::string> env_strings;
+  env_strings.reserve(merged.size());
+  for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+
+  std::vector<std::string> argv_copy = spec.argv;
+  std::vector<char*> argv;
+  for (auto& a : argv_copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setpgroup(&attr, 0);
+  // Children start with default signal dispositions and an empty mask, even
+  // when the daemon blocks or ignores signals.
+  sigset_t all, none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
+                                      POSIX_SPAWN_SETSIGMASK);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  if (!spec.output_path.empty()) {
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, spec.output_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  }
+  if (!spec.cwd.empty()) {
+    posix_spawn_file_actions_addchdir_np(&actions, spec.cwd.c_str());
+  }
+
+  pid_t pid = 0;
+  int rc = posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    return Fail(ErrorKind::kIo, "cannot start '" + spec.argv[0] + "': " + std::strerror(rc));
+  }
+  return static_cast<int>(pid);
+}
+
+std::optional<ExitStatus> PosixProcessRunner::Poll(int pid) {
+  int status = 0;
+  pid_t r = waitpid(pid, &status, WNOHANG);
+  if (r == 0) return std::nullopt;
+  if (r < 0) return ExitStatus{.code = -1, .signal = 0};
+  return FromWaitStatus(status);
+}
+
+ExitStatus PosixProcessRunner::Wait(int pid) {
+  int status = 0;
+  pid_t r;
+  do {
+    r = waitpid(pid, &status, 0);
+  } while (r < 0 && errno == EINTR);
+  if (r < 0) return ExitStatus{.code = -1, .signal = 0};
+  return FromWaitStatus(status);
+}
+
+void PosixProcessRunner::KillGroup(int pid, int signal) {
+  if (pid > 0) ::kill(-pid, signal);
+}
+
+}  // namespace trainq

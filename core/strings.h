@@ -1,0 +1,37 @@
+// Small string, time and file helpers shared by every folder.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+
+namespace trainq {
+
+std::string_view Trim(std::string_view s);
+std::vector<std::string> Split(std::string_view s, char sep);
+bool StartsWith(std::string_view s, std::string_view prefix);
+
+// "90" or "90s", "15m", "2h", "1d", "1h30m" -> seconds.
+Result<std::int64_t> ParseDurationSeconds(std::string_view text);
+// 3725000 ms -> "1h02m05s"; under a minute -> "42s"; under a second -> "0s".
+std::string FormatDuration(std::int64_t ms);
+// Milliseconds since the epoch -> "2026-11-22 10:04:05" in UTC.
+std::string FormatTimestamp(std::int64_t ms);
+
+// Replaces each "{key}" in `text` with vars[key]; unknown keys are left alone.
+std::string Substitute(std::string_view text, const std::map<std::string, std::string>& vars);
+
+// Quotes `s` for /bin/sh.
+std::string ShellQuote(std::string_view s);
+
+// Fixed-precision formatting without locale surprises: FormatDouble(0.66421, 4) == "0.6642".
+std::string FormatDouble(double v, int precision);
+
+Result<std::string> ReadFile(const std::string& path);
+Status WriteFile(const std::string& path, std::string_view contents);
+
+}  // namespace trainq

@@ -1,0 +1,163 @@
+#include "queue/sqlite.h"
+
+namespace trainq::sql {
+
+namespace {
+
+ErrorKind KindFor(int code) {
+  switch (code & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: return ErrorKind::kUnavailable;
+    case SQLITE_CONSTRAINT: return ErrorKind::kConflict;
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB: return ErrorKind::kCorruption;
+    case SQLITE_CANTOPEN:
+    case SQLITE_IOERR:
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+    case SQLITE_FULL: return ErrorKind::kIo;
+    default: return ErrorKind::kInternal;
+  }
+}
+
+}  // namespace
+
+Stmt& Stmt::operator=(Stmt&& o) noexcept {
+  if (this != &o) {
+    if (stmt_) sqlite3_finalize(stmt_);
+    db_ = o.db_;
+    stmt_ = o.stmt_;
+    o.stmt_ = nullptr;
+  }
+  return *this;
+}
+
+Stmt::~Stmt() {
+  if (stmt_) sqlite3_finalize(stmt_);
+}
+
+Stmt& Stmt::Bind(int i, std::int64_t v) {
+  sqlite3_bind_int64(stmt_, i, v);
+  return *this;
+}
+Stmt& Stmt::Bind(int i, double v) {
+  sqlite3_bind_double(stmt_, i, v);
+  return *this;
+}
+Stmt& Stmt::Bind(int i, std::string_view v) {
+  sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  return *this;
+}
+Stmt& Stmt::BindNull(int i) {
+  sqlite3_bind_null(stmt_, i);
+  return *this;
+}
+
+Result<bool> Stmt::Step() {
+  int rc = sqlite3_step(stmt_);
+  if (rc == SQLITE_ROW) return true;
+  if (rc == SQLITE_DONE) return false;
+  int code = sqlite3_extended_errcode(db_);
+  std::string msg = sqlite3_errmsg(db_);
+  std::string file = sqlite3_db_filename(db_, "main") ? sqlite3_db_filename(db_, "main") : "";
+  sqlite3_reset(stmt_);
+  if ((code & 0xff) == SQLITE_BUSY) {
+    msg += " (another trainq process held the write lock past the busy timeout)";
+  }
+  return Fail(KindFor(code), file + ": " + msg);
+}
+
+Status Stmt::Run() {
+  while (true) {
+    auto r = Step();
+    if (!r) return std::unexpected(r.error());
+    if (!*r) break;
+  }
+  Reset();
+  return {};
+}
+
+void Stmt::Reset() {
+  sqlite3_reset(stmt_);
+  sqlite3_clear_bindings(stmt_);
+}
+
+std::string Stmt::Text(int col) const {
+  auto p = sqlite3_column_text(stmt_, col);
+  if (!p) return {};
+  return std::string(reinterpret_cast<const char*>(p),
+                     static_cast<size_t>(sqlite3_column_bytes(stmt_, col)));
+}
+
+std::optional<std::int64_t> Stmt::OptInt(int col) const {
+  if (IsNull(col)) return std::nullopt;
+  return Int(col);
+}
+
+std::optional<double> Stmt::OptDouble(int col) const {
+  if (IsNull(col)) return std::nullopt;
+  return Double(col);
+}
+
+Db& Db::operator=(Db&& o) noexcept {
+  if (this != &o) {
+    if (db_) sqlite3_close_v2(db_);
+    db_ = o.db_;
+    path_ = std::move(o.path_);
+    o.db_ = nullptr;
+  }
+  return *this;
+}
+
+Db::~Db() {
+  if (db_) sqlite3_close_v2(db_);
+}
+
+Result<Db> Db::Open(const std::string& path, bool create, int busy_timeout_ms) {
+  Db db;
+  db.path_ = path;
+  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
+  if (create) flags |= SQLITE_OPEN_CREATE;
+  int rc = sqlite3_open_v2(path.c_str(), &db.db_, flags, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db.db_ ? sqlite3_errmsg(db.db_) : sqlite3_errstr(rc);
+    if (!create && (rc & 0xff) == SQLITE_CANTOPEN) {
+      return Fail(ErrorKind::kNotFound,
+                  path + ": no such database (run `trainq submit` or `trainq serve` first, or "
+                         "pass --db)");
+    }
+    return Fail(KindFor(rc), path + ": cannot open database: " + msg);
+  }
+  sqlite3_busy_timeout(db.db_, busy_timeout_ms);
+  sqlite3_extended_result_codes(db.db_, 1);
+  return db;
+}
+
+Result<Stmt> Db::Prepare(std::string_view sql) {
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr);
+  if (rc != SQLITE_OK) return std::unexpected(LastError("prepare"));
+  return Stmt(db_, stmt);
+}
+
+Status Db::Exec(std::string_view sql) {
+  std::string s(sql);
+  char* err = nullptr;
+  int rc = sqlite3_exec(db_, s.c_str(), nullptr, nullptr, &err);
+  if (rc != SQLITE_OK) {
+    std::string msg = err ? err : sqlite3_errstr(rc);
+    sqlite3_free(err);
+    if ((rc & 0xff) == SQLITE_BUSY) {
+      msg += " (another trainq process held the write lock past the busy timeout)";
+    }
+    return Fail(KindFor(sqlite3_extended_errcode(db_)), path_ + ": " + msg);
+  }
+  return {};
+}
+
+Error Db::LastError(std::string_view what) const {
+  int code = sqlite3_extended_errcode(db_);
+  return Error{KindFor(code), path_ + ": " + std::string(what) + ": " + sqlite3_errmsg(db_)};
+}
+
+}  // namespace trainq::sql

@@ -1,0 +1,100 @@
+// A thin RAII layer over the SQLite C API: a connection and prepared statements.
+// Not thread-safe: one Db per thread (SQLite's own locking covers processes).
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/result.h"
+
+namespace trainq::sql {
+
+class Stmt {
+ public:
+  Stmt() = default;
+  Stmt(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
+  Stmt(Stmt&& o) noexcept : db_(o.db_), stmt_(o.stmt_) { o.stmt_ = nullptr; }
+  Stmt& operator=(Stmt&& o) noexcept;
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  ~Stmt();
+
+  // Binds by 1-based index.
+  Stmt& Bind(int i, std::int64_t v);
+  Stmt& Bind(int i, int v) { return Bind(i, static_cast<std::int64_t>(v)); }
+  Stmt& Bind(int i, double v);
+  Stmt& Bind(int i, std::string_view v);
+  Stmt& Bind(int i, const char* v) { return Bind(i, std::string_view(v)); }
+  Stmt& Bind(int i, const std::string& v) { return Bind(i, std::string_view(v)); }
+  Stmt& BindNull(int i);
+  template <typename T>
+  Stmt& Bind(int i, const std::optional<T>& v) {
+    return v ? Bind(i, *v) : BindNull(i);
+  }
+
+  // Returns true while a row is available, false when done.
+  Result<bool> Step();
+  // Steps to completion, for statements that return no rows.
+  Status Run();
+  void Reset();
+
+  std::int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
+  double Double(int col) const { return sqlite3_column_double(stmt_, col); }
+  std::string Text(int col) const;
+  bool IsNull(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+  std::optional<std::int64_t> OptInt(int col) const;
+  std::optional<double> OptDouble(int col) const;
+
+ private:
+  sqlite3* db_ = nullptr;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+class Db {
+ public:
+  Db() = default;
+  Db(Db&& o) noexcept : db_(o.db_), path_(std::move(o.path_)) { o.db_ = nullptr; }
+  Db& operator=(Db&& o) noexcept;
+  Db(const Db&) = delete;
+  Db& operator=(const Db&) = delete;
+  ~Db();
+
+  // Opens (creating when `create`) the database file and sets the busy timeout.
+  static Result<Db> Open(const std::string& path, bool create, int busy_timeout_ms);
+
+  Result<Stmt> Prepare(std::string_view sql);
+  Status Exec(std::string_view sql);  // one or more statements, no results
+  std::int64_t LastInsertId() const { return sqlite3_last_insert_rowid(db_); }
+  int Changes() const { return sqlite3_changes(db_); }
+  const std::string& path() const { return path_; }
+  sqlite3* raw() { return db_; }
+
+  // Turns the connection's last error into an Error naming the database file.
+  Error LastError(std::string_view what) const;
+
+ private:
+  sqlite3* db_ = nullptr;
+  std::string path_;
+};
+
+// Runs `fn` inside BEGIN IMMEDIATE ... COMMIT; rolls back when fn fails.
+template <typename Fn>
+auto WithWriteTransaction(Db& db, Fn&& fn) -> decltype(fn()) {
+  if (auto st = db.Exec("BEGIN IMMEDIATE"); !st) return std::unexpected(st.error());
+  auto result = fn();
+  if (!result) {
+    (void)db.Exec("ROLLBACK");
+    return result;
+  }
+  if (auto st = db.Exec("COMMIT"); !st) {
+    (void)db.Exec("ROLLBACK");
+    return std::unexpected(st.error());
+  }
+  return result;
+}
+
+}  // namespace trainq::sql

@@ -1,0 +1,792 @@
+#include "queue/store.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+namespace trainq {
+
+namespace {
+
+constexpr std::array<std::string_view, kRunStateCount> kStateNames = {
+    "queued", "leased", "running", "succeeded", "failed", "dead", "cancelled"};
+
+// Schema migrations; index i upgrades user_version i to i+1. Never edit one
+// that has shipped: add a new one.
+const char* const kMigrations[] = {
+    // 0 -> 1: the first schema.
+    R"sql(
+CREATE TABLE repos (
+  id INTEGER PRIMARY KEY,
+  url TEXT NOT NULL UNIQUE,
+  name TEXT NOT NULL,
+  created_ms INTEGER NOT NULL
+);
+CREATE TABLE commits (
+  id INTEGER PRIMARY KEY,
+  repo_id INTEGER NOT NULL REFERENCES repos(id),
+  sha TEXT NOT NULL,
+  parent_sha TEXT NOT NULL DEFAULT '',
+  subject TEXT NOT NULL DEFAULT '',
+  author TEXT NOT NULL DEFAULT '',
+  committed_ms INTEGER NOT NULL DEFAULT 0,
+  created_ms INTEGER NOT NULL,
+  UNIQUE (repo_id, sha)
+);
+CREATE TABLE batches (
+  id INTEGER PRIMARY KEY,
+  commit_id INTEGER NOT NULL REFERENCES commits(id),
+  experiment TEXT NOT NULL,
+  command TEXT NOT NULL,
+  metric_name TEXT NOT NULL,
+  metric_goal TEXT NOT NULL CHECK (metric_goal IN ('max', 'min')),
+  metric_regex TEXT NOT NULL DEFAULT '',
+  repeats INTEGER NOT NULL CHECK (repeats > 0),
+  seed_start INTEGER NOT NULL,
+  gpus INTEGER NOT NULL DEFAULT 0,
+  timeout_s INTEGER NOT NULL,
+  max_attempts INTEGER NOT NULL CHECK (max_attempts > 0),
+  spec_json TEXT NOT NULL DEFAULT '{}',
+  created_ms INTEGER NOT NULL,
+  UNIQUE (commit_id, experiment)
+);
+CREATE TABLE runs (
+  id INTEGER PRIMARY KEY,
+  batch_id INTEGER NOT NULL REFERENCES batches(id),
+  seed INTEGER NOT NULL,
+  repeat INTEGER NOT NULL,
+  state TEXT NOT NULL CHECK (state IN
+    ('queued','leased','running','succeeded','failed','dead','cancelled')),
+  attempts INTEGER NOT NULL DEFAULT 0,
+  not_before_ms INTEGER NOT NULL DEFAULT 0,
+  lease_token INTEGER NOT NULL DEFAULT 0,
+  lease_expires_ms INTEGER,
+  worker TEXT NOT NULL DEFAULT '',
+  started_ms INTEGER,
+  finished_ms INTEGER,
+  exit_code INTEGER,
+  metric_value REAL,
+  last_error TEXT NOT NULL DEFAULT '',
+  log_path TEXT NOT NULL DEFAULT '',
+  created_ms INTEGER NOT NULL,
+  updated_ms INTEGER NOT NULL,
+  UNIQUE (batch_id, seed)
+);
+CREATE INDEX runs_by_state ON runs (state, id);
+CREATE TABLE metrics (
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  name TEXT NOT NULL,
+  step INTEGER,
+  value REAL NOT NULL,
+  final INTEGER NOT NULL DEFAULT 0,
+  recorded_ms INTEGER NOT NULL
+);
+CREATE INDEX metrics_by_run ON metrics (run_id, name);
+CREATE TABLE machines (
+  id INTEGER PRIMARY KEY,
+  pool TEXT NOT NULL,
+  provider TEXT NOT NULL,
+  provider_id TEXT NOT NULL,
+  state TEXT NOT NULL,
+  slots INTEGER NOT NULL DEFAULT 0,
+  gpus INTEGER NOT NULL DEFAULT 0,
+  created_ms INTEGER NOT NULL,
+  last_seen_ms INTEGER NOT NULL,
+  last_error TEXT NOT NULL DEFAULT '',
+  UNIQUE (pool, provider_id)
+);
+CREATE TABLE deliveries (
+  id INTEGER PRIMARY KEY,
+  forge TEXT NOT NULL,
+  delivery_id TEXT NOT NULL,
+  event TEXT NOT NULL,
+  repo_url TEXT NOT NULL DEFAULT '',
+  ref TEXT NOT NULL DEFAULT '',
+  before_sha TEXT NOT NULL DEFAULT '',
+  after_sha TEXT NOT NULL DEFAULT '',
+  received_ms INTEGER NOT NULL,
+  UNIQUE (forge, delivery_id)
+);
+)sql",
+    // 1 -> 2: record why a batch runs, and count interruptions (preemptions)
+    // separately from attempts; index batches for the parent-commit lookups.
+    R"sql(
+ALTER TABLE batches ADD COLUMN reason TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN interruptions INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX runs_by_batch ON runs (batch_id, repeat);
+CREATE INDEX commits_by_sha ON commits (sha);
+)sql",
+};
+static_assert(std::size(kMigrations) == Store::kSchemaVersion);
+
+std::string RepoName(const std::string& url) {
+  std::string u = url;
+  while (!u.empty() && u.back() == '/') u.pop_back();
+  auto slash = u.find_last_of("/:");
+  std::string name = slash == std::string::npos ? u : u.substr(slash + 1);
+  if (name.size() > 4 && name.ends_with(".git")) name.resize(name.size() - 4);
+  return name.empty() ? url : name;
+}
+
+RunState StateOf(const std::string& s) { return ParseRunState(s).value_or(RunState::kQueued); }
+
+const char* kRunColumns =
+    "r.id, r.batch_id, b.experiment, c.sha, r.seed, r.repeat, r.state, r.attempts, "
+    "b.max_attempts, r.worker, r.started_ms, r.finished_ms, r.not_before_ms, r.exit_code, "
+    "r.metric_value, r.last_error, r.log_path";
+
+RunRow ReadRunRow(const sql::Stmt& s) {
+  RunRow r;
+  r.id = s.Int(0);
+  r.batch_id = s.Int(1);
+  r.experiment = s.Text(2);
+  r.sha = s.Text(3);
+  r.seed = s.Int(4);
+  r.repeat = static_cast<int>(s.Int(5));
+  r.state = StateOf(s.Text(6));
+  r.attempts = static_cast<int>(s.Int(7));
+  r.max_attempts = static_cast<int>(s.Int(8));
+  r.worker = s.Text(9);
+  r.started_ms = s.OptInt(10);
+  r.finished_ms = s.OptInt(11);
+  if (auto nb = s.OptInt(12); nb && *nb > 0) r.not_before_ms = nb;
+  if (auto ec = s.OptInt(13)) r.exit_code = static_cast<int>(*ec);
+  r.metric_value = s.OptDouble(14);
+  r.last_error = s.Text(15);
+  r.log_path = s.Text(16);
+  return r;
+}
+
+}  // namespace
+
+std::string_view RunStateName(RunState s) { return kStateNames[static_cast<int>(s)]; }
+
+std::optional<RunState> ParseRunState(std::string_view name) {
+  for (int i = 0; i < kRunStateCount; ++i) {
+    if (kStateNames[i] == name) return static_cast<RunState>(i);
+  }
+  return std::nullopt;
+}
+
+bool IsTerminal(RunState s) {
+  return s == RunState::kSucceeded || s == RunState::kDead || s == RunState::kCancelled;
+}
+
+bool BatchProgress::active() const {
+  return count(RunState::kQueued) + count(RunState::kLeased) + count(RunState::kRunning) +
+             count(RunState::kFailed) >
+         0;
+}
+
+Status ApplyMigrations(sql::Db& db, int from, int to) {
+  for (int v = from; v < to; ++v) {
+    auto st = sql::WithWriteTransaction(db, [&]() -> Status {
+      TRY(db.Exec(kMigrations[v]));
+      return db.Exec("PRAGMA user_version = " + std::to_string(v + 1));
+    });
+    if (!st) return std::unexpected(st.error().Wrap("migrating schema to version " +
+                                                    std::to_string(v + 1)));
+  }
+  return {};
+}
+
+Result<Store> Store::Open(const std::string& path, StoreOptions options) {
+  if (options.create) {
+    auto parent = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  }
+  ASSIGN_OR_RETURN(auto db, sql::Db::Open(path, options.create, options.busy_timeout_ms));
+  // WAL lets readers (trainq status) work while the daemon writes.
+  // synchronous=FULL makes every acknowledged commit durable.
+  auto wal = db.Prepare("PRAGMA journal_mode=WAL");
+  if (!wal) return std::unexpected(wal.error());
+  if (auto r = wal->Step(); !r) {
+    Error e = r.error();
+    if (e.kind == ErrorKind::kInternal || e.kind == ErrorKind::kCorruption) {
+      e.message += " (is this a trainq database?)";
+    }
+    return std::unexpected(e);
+  }
+  TRY(db.Exec("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"));
+  Store store(std::move(db), options);
+  TRY(store.Migrate());
+  return store;
+}
+
+int Store::schema_version() {
+  auto s = db_.Prepare("PRAGMA user_version");
+  if (!s || !s->Step().value_or(false)) return -1;
+  return static_cast<int>(s->Int(0));
+}
+
+Status Store::Migrate() {
+  int version = schema_version();
+  if (version < 0) return std::unexpected(db_.LastError("reading schema version"));
+  if (version > kSchemaVersion) {
+    return Fail(ErrorKind::kInvalidArgument,
+                db_.path() + ": written by a newer trainq (schema version " +
+                    std::to_string(version) + "; this build knows up to " +
+                    std::to_string(kSchemaVersion) + "); upgrade trainq");
+  }
+  if (version == kSchemaVersion) return {};
+  return ApplyMigrations(db_, version, kSchemaVersion);
+}
+
+TimeMs Store::BackoffMs(int attempt) const {
+  TimeMs d = options_.backoff_base_ms;
+  for (int i = 1; i < attempt && d < options_.backoff_cap_ms; ++i) d *= 2;
+  return std::min(d, options_.backoff_cap_ms);
+}
+
+Result<std::vector<SubmitResult>> Store::Submit(const std::string& repo_url,
+                                                const CommitInfo& commit,
+                                                const std::vector<BatchSpec>& batches,
+                                                TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<std::vector<SubmitResult>> {
+    ASSIGN_OR_RETURN(auto repo_ins,
+                     db_.Prepare("INSERT INTO repos (url, name, created_ms) VALUES (?, ?, ?) "
+                                 "ON CONFLICT (url) DO NOTHING"));
+    TRY(repo_ins.Bind(1, repo_url).Bind(2, RepoName(repo_url)).Bind(3, now).Run());
+    ASSIGN_OR_RETURN(auto repo_sel, db_.Prepare("SELECT id FROM repos WHERE url = ?"));
+    repo_sel.Bind(1, repo_url);
+    ASSIGN_OR_RETURN(bool has_repo, repo_sel.Step());
+    if (!has_repo) return Fail(ErrorKind::kInternal, "repository row vanished");
+    std::int64_t repo_id = repo_sel.Int(0);
+
+    ASSIGN_OR_RETURN(auto commit_ins,
+                     db_.Prepare("INSERT INTO commits (repo_id, sha, parent_sha, subject, author, "
+                                 "committed_ms, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                                 "ON CONFLICT (repo_id, sha) DO NOTHING"));
+    TRY(commit_ins.Bind(1, repo_id)
+            .Bind(2, commit.sha)
+            .Bind(3, commit.parent_sha)
+            .Bind(4, commit.message)
+            .Bind(5, commit.author)
+            .Bind(6, commit.committed_ms)
+            .Bind(7, now)
+            .Run());
+    ASSIGN_OR_RETURN(auto commit_sel,
+                     db_.Prepare("SELECT id FROM commits WHERE repo_id = ? AND sha = ?"));
+    commit_sel.Bind(1, repo_id).Bind(2, commit.sha);
+    ASSIGN_OR_RETURN(bool has_commit, commit_sel.Step());
+    if (!has_commit) return Fail(ErrorKind::kInternal, "commit row vanished");
+    std::int64_t commit_id = commit_sel.Int(0);
+
+    ASSIGN_OR_RETURN(
+        auto batch_ins,
+        db_.Prepare("INSERT INTO batches (commit_id, experiment, command, metric_name, "
+                    "metric_goal, metric_regex, repeats, seed_start, gpus, timeout_s, "
+                    "max_attempts, spec_json, reason, created_ms) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (commit_id, experiment) DO NOTHING"));
+    ASSIGN_OR_RETURN(auto batch_sel,
+                     db_.Prepare("SELECT id, seed_start, repeats FROM batches "
+                                 "WHERE commit_id = ? AND experiment = ?"));
+    ASSIGN_OR_RETURN(auto batch_grow,
+                     db_.Prepare("UPDATE batches SET repeats = ? WHERE id = ? AND repeats < ?"));
+    ASSIGN_OR_RETURN(auto run_ins,
+                     db_.Prepare("INSERT INTO runs (batch_id, seed, repeat, state, created_ms, "
+                                 "updated_ms) VALUES (?, ?, ?, 'queued', ?, ?) "
+                                 "ON CONFLICT (batch_id, seed) DO NOTHING"));
+
+    std::vector<SubmitResult> out;
+    for (const auto& spec : batches) {
+      if (spec.repeats <= 0) {
+        return Fail(ErrorKind::kInvalidArgument,
+                    spec.experiment + ": repeats must be positive, got " +
+                        std::to_string(spec.repeats));
+      }
+      SubmitResult res;
+      res.experiment = spec.experiment;
+      TRY(batch_ins.Bind(1, commit_id)
+              .Bind(2, spec.experiment)
+              .Bind(3, spec.command)
+              .Bind(4, spec.metric_name)
+              .Bind(5, spec.metric_goal)
+              .Bind(6, spec.metric_regex)
+              .Bind(7, spec.repeats)
+              .Bind(8, spec.seed_start)
+              .Bind(9, spec.gpus)
+              .Bind(10, spec.timeout_s)
+              .Bind(11, spec.max_attempts)
+              .Bind(12, spec.spec_json)
+              .Bind(13, spec.reason)
+              .Bind(14, now)
+              .Run());
+      res.created = db_.Changes() > 0;
+      batch_sel.Bind(1, commit_id).Bind(2, spec.experiment);
+      ASSIGN_OR_RETURN(bool found, batch_sel.Step());
+      if (!found) return Fail(ErrorKind::kInternal, "batch row vanished");
+      res.batch_id = batch_sel.Int(0);
+      // Seeds follow the batch's recorded start, so a top-up never shifts them.
+      std::int64_t seed_start = batch_sel.Int(1);
+      batch_sel.Reset();
+      TRY(batch_grow.Bind(1, spec.repeats).Bind(2, res.batch_id).Bind(3, spec.repeats).Run());
+      for (int i = 0; i < spec.repeats; ++i) {
+        TRY(run_ins.Bind(1, res.batch_id)
+                .Bind(2, seed_start + i)
+                .Bind(3, i)
+                .Bind(4, now)
+                .Bind(5, now)
+                .Run());
+        res.runs_added += db_.Changes();
+      }
+      out.push_back(res);
+    }
+    return out;
+  });
+}
+
+Result<std::vector<LeasedRun>> Store::Lease(const std::string& worker, TimeMs now,
+                                            TimeMs lease_ms, int max_runs) {
+  if (max_runs <= 0) return std::vector<LeasedRun>{};
+  return sql::WithWriteTransaction(db_, [&]() -> Result<std::vector<LeasedRun>> {
+    // Oldest first: queued runs, then failed ones whose backoff has passed.
+    ASSIGN_OR_RETURN(auto pick,
+                     db_.Prepare("SELECT id FROM ("
+                                 " SELECT id FROM runs WHERE state = 'queued' ORDER BY id LIMIT ?1)"
+                                 " UNION ALL SELECT id FROM ("
+                                 " SELECT id FROM runs WHERE state = 'failed' AND not_before_ms <= ?2"
+                                 " ORDER BY id LIMIT ?1) ORDER BY id LIMIT ?1"));
+    pick.Bind(1, max_runs).Bind(2, now);
+    std::vector<std::int64_t> ids;
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, pick.Step());
+      if (!row) break;
+      ids.push_back(pick.Int(0));
+    }
+    ASSIGN_OR_RETURN(auto upd,
+                     db_.Prepare("UPDATE runs SET state = 'leased', lease_token = lease_token + 1, "
+                                 "lease_expires_ms = ?, worker = ?, attempts = attempts + 1, "
+                                 "started_ms = NULL, finished_ms = NULL, updated_ms = ? "
+                                 "WHERE id = ?"));
+    ASSIGN_OR_RETURN(
+        auto info,
+        db_.Prepare("SELECT r.batch_id, r.lease_token, r.seed, r.repeat, r.attempts, b.experiment, "
+                    "b.command, b.metric_name, b.metric_regex, repos.url, c.sha, b.timeout_s, "
+                    "b.gpus FROM runs r JOIN batches b ON b.id = r.batch_id "
+                    "JOIN commits c ON c.id = b.commit_id JOIN repos ON repos.id = c.repo_id "
+                    "WHERE r.id = ?"));
+    std::vector<LeasedRun> out;
+    for (auto id : ids) {
+      TRY(upd.Bind(1, now + lease_ms).Bind(2, worker).Bind(3, now).Bind(4, id).Run());
+      info.Bind(1, id);
+      ASSIGN_OR_RETURN(bool row, info.Step());
+      if (!row) return Fail(ErrorKind::kInternal, "leased run vanished");
+      LeasedRun l;
+      l.run_id = id;
+      l.batch_id = info.Int(0);
+      l.token = info.Int(1);
+      l.seed = info.Int(2);
+      l.repeat = static_cast<int>(info.Int(3));
+      l.attempt = static_cast<int>(info.Int(4));
+      l.expires_ms = now + lease_ms;
+      l.experiment = info.Text(5);
+      l.command = info.Text(6);
+      l.metric_name = info.Text(7);
+      l.metric_regex = info.Text(8);
+      l.repo_url = info.Text(9);
+      l.sha = info.Text(10);
+      l.timeout_s = info.Int(11);
+      l.gpus = static_cast<int>(info.Int(12));
+      info.Reset();
+      out.push_back(std::move(l));
+    }
+    return out;
+  });
+}
+
+Status Store::CheckLease(std::int64_t run_id, std::int64_t token, std::string_view action) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT state, lease_token FROM runs WHERE id = ?"));
+  s.Bind(1, run_id);
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  if (!row) {
+    return Fail(ErrorKind::kNotFound, "run " + std::to_string(run_id) + " does not exist");
+  }
+  auto state = StateOf(s.Text(0));
+  std::int64_t current = s.Int(1);
+  if (current != token) {
+    return Fail(ErrorKind::kConflict,
+                std::string(action) + " run " + std::to_string(run_id) + ": stale lease token " +
+                    std::to_string(token) + " (current " + std::to_string(current) +
+                    "); the run was leased again");
+  }
+  if (state != RunState::kLeased && state != RunState::kRunning) {
+    return Fail(ErrorKind::kConflict, std::string(action) + " run " + std::to_string(run_id) +
+                                          ": the run is " + std::string(RunStateName(state)) +
+                                          ", not leased");
+  }
+  return {};
+}
+
+Status Store::MarkRunning(std::int64_t run_id, std::int64_t token, TimeMs now,
+                          const std::string& log_path) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    TRY(CheckLease(run_id, token, "start"));
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE runs SET state = 'running', started_ms = ?, "
+                                         "log_path = ?, updated_ms = ? WHERE id = ?"));
+    return u.Bind(1, now).Bind(2, log_path).Bind(3, now).Bind(4, run_id).Run();
+  });
+}
+
+Result<TimeMs> Store::Heartbeat(std::int64_t run_id, std::int64_t token, TimeMs now,
+                                TimeMs lease_ms) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<TimeMs> {
+    TRY(CheckLease(run_id, token, "heartbeat"));
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE runs SET lease_expires_ms = ?, updated_ms = ? "
+                                         "WHERE id = ?"));
+    TRY(u.Bind(1, now + lease_ms).Bind(2, now).Bind(3, run_id).Run());
+    return now + lease_ms;
+  });
+}
+
+Status Store::AddMetrics(std::int64_t run_id, std::int64_t token,
+                         const std::vector<MetricPoint>& points, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    TRY(CheckLease(run_id, token, "metrics for"));
+    ASSIGN_OR_RETURN(auto ins, db_.Prepare("INSERT INTO metrics (run_id, name, step, value, final, "
+                                           "recorded_ms) VALUES (?, ?, ?, ?, ?, ?)"));
+    for (const auto& p : points) {
+      TRY(ins.Bind(1, run_id)
+              .Bind(2, p.name)
+              .Bind(3, p.step)
+              .Bind(4, p.value)
+              .Bind(5, p.final ? 1 : 0)
+              .Bind(6, now)
+              .Run());
+    }
+    return {};
+  });
+}
+
+Status Store::Complete(std::int64_t run_id, std::int64_t token, TimeMs now, double metric_value,
+                       int exit_code) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    TRY(CheckLease(run_id, token, "complete"));
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE runs SET state = 'succeeded', finished_ms = ?, "
+                                         "metric_value = ?, exit_code = ?, last_error = '', "
+                                         "lease_expires_ms = NULL, updated_ms = ? WHERE id = ?"));
+    return u.Bind(1, now).Bind(2, metric_value).Bind(3, exit_code).Bind(4, now).Bind(5, run_id).Run();
+  });
+}
+
+Result<RunState> Store::FailRun(std::int64_t run_id, std::int64_t token, TimeMs now,
+                                const std::string& error, std::optional<int> exit_code) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<RunState> {
+    TRY(CheckLease(run_id, token, "fail"));
+    ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT r.attempts, b.max_attempts FROM runs r "
+                                         "JOIN batches b ON b.id = r.batch_id WHERE r.id = ?"));
+    s.Bind(1, run_id);
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) return Fail(ErrorKind::kNotFound, "run vanished");
+    int attempts = static_cast<int>(s.Int(0));
+    int max_attempts = static_cast<int>(s.Int(1));
+    RunState next = attempts >= max_attempts ? RunState::kDead : RunState::kFailed;
+    TimeMs not_before = next == RunState::kFailed ? now + BackoffMs(attempts) : 0;
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE runs SET state = ?, finished_ms = ?, "
+                                         "not_before_ms = ?, last_error = ?, exit_code = ?, "
+                                         "lease_expires_ms = NULL, updated_ms = ? WHERE id = ?"));
+    TRY(u.Bind(1, RunStateName(next))
+            .Bind(2, now)
+            .Bind(3, not_before)
+            .Bind(4, error)
+            .Bind(5, exit_code)
+            .Bind(6, now)
+            .Bind(7, run_id)
+            .Run());
+    return next;
+  });
+}
+
+Status Store::Interrupt(std::int64_t run_id, std::int64_t token, TimeMs now,
+                        const std::string& reason) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    TRY(CheckLease(run_id, token, "interrupt"));
+    ASSIGN_OR_RETURN(auto u,
+                     db_.Prepare("UPDATE runs SET state = 'queued', attempts = attempts - 1, "
+                                 "interruptions = interruptions + 1, not_before_ms = 0, "
+                                 "last_error = ?, lease_expires_ms = NULL, started_ms = NULL, "
+                                 "worker = '', updated_ms = ? WHERE id = ?"));
+    return u.Bind(1, "interrupted: " + reason).Bind(2, now).Bind(3, run_id).Run();
+  });
+}
+
+Result<int> Store::ExpireLeases(TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<int> {
+    ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT r.id, r.attempts, b.max_attempts, r.worker "
+                                         "FROM runs r JOIN batches b ON b.id = r.batch_id "
+                                         "WHERE r.state IN ('leased', 'running') "
+                                         "AND r.lease_expires_ms < ?"));
+    s.Bind(1, now);
+    struct Expired {
+      std::int64_t id;
+      int attempts, max_attempts;
+      std::string worker;
+    };
+    std::vector<Expired> expired;
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, s.Step());
+      if (!row) break;
+      expired.push_back({s.Int(0), static_cast<int>(s.Int(1)), static_cast<int>(s.Int(2)),
+                         s.Text(3)});
+    }
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE runs SET state = ?, not_before_ms = ?, "
+                                         "last_error = ?, lease_expires_ms = NULL, "
+                                         "finished_ms = ?, updated_ms = ? WHERE id = ?"));
+    for (const auto& e : expired) {
+      bool dead = e.attempts >= e.max_attempts;
+      TRY(u.Bind(1, dead ? "dead" : "failed")
+              .Bind(2, dead ? 0 : now + BackoffMs(e.attempts))
+              .Bind(3, "lease expired: worker '" + e.worker + "' stopped sending heartbeats")
+              .Bind(4, now)
+              .Bind(5, now)
+              .Bind(6, e.id)
+              .Run());
+    }
+    return static_cast<int>(expired.size());
+  });
+}
+
+Result<int> Store::CancelBatch(std::int64_t batch_id, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<int> {
+    ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT 1 FROM batches WHERE id = ?"));
+    s.Bind(1, batch_id);
+    ASSIGN_OR_RETURN(bool exists, s.Step());
+    if (!exists) {
+      return Fail(ErrorKind::kNotFound, "batch " + std::to_string(batch_id) + " does not exist");
+    }
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE runs SET state = 'cancelled', finished_ms = ?, "
+                                         "lease_expires_ms = NULL, updated_ms = ? WHERE "
+                                         "batch_id = ? AND state IN ('queued', 'leased', "
+                                         "'running', 'failed')"));
+    TRY(u.Bind(1, now).Bind(2, now).Bind(3, batch_id).Run());
+    return db_.Changes();
+  });
+}
+
+Result<int> Store::CancelRun(std::int64_t run_id, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<int> {
+    ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT state FROM runs WHERE id = ?"));
+    s.Bind(1, run_id);
+    ASSIGN_OR_RETURN(bool exists, s.Step());
+    if (!exists) {
+      return Fail(ErrorKind::kNotFound, "run " + std::to_string(run_id) + " does not exist");
+    }
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE runs SET state = 'cancelled', finished_ms = ?, "
+                                         "lease_expires_ms = NULL, updated_ms = ? WHERE id = ? "
+                                         "AND state IN ('queued', 'leased', 'running', 'failed')"));
+    TRY(u.Bind(1, now).Bind(2, now).Bind(3, run_id).Run());
+    return db_.Changes();
+  });
+}
+
+Result<std::array<std::int64_t, kRunStateCount>> Store::CountByState() {
+  std::array<std::int64_t, kRunStateCount> counts{};
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT state, count(*) FROM runs GROUP BY state"));
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    if (auto st = ParseRunState(s.Text(0))) counts[static_cast<int>(*st)] = s.Int(1);
+  }
+  return counts;
+}
+
+namespace {
+
+const char* kBatchSelect =
+    "SELECT b.id, repos.name, c.sha, c.parent_sha, c.subject, b.experiment, b.metric_name, "
+    "b.metric_goal, b.reason, b.repeats, b.created_ms FROM batches b "
+    "JOIN commits c ON c.id = b.commit_id JOIN repos ON repos.id = c.repo_id ";
+
+}  // namespace
+
+Result<std::vector<BatchProgress>> Store::Batches(bool only_active, int limit) {
+  std::string q = kBatchSelect;
+  if (only_active) {
+    q += "WHERE EXISTS (SELECT 1 FROM runs r WHERE r.batch_id = b.id AND r.state IN "
+         "('queued', 'leased', 'running', 'failed')) ";
+  }
+  q += "ORDER BY b.id DESC";
+  if (limit > 0) q += " LIMIT " + std::to_string(limit);
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(q));
+  std::vector<BatchProgress> out;
+  std::map<std::int64_t, size_t> index;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    BatchProgress b;
+    b.id = s.Int(0);
+    b.repo = s.Text(1);
+    b.sha = s.Text(2);
+    b.parent_sha = s.Text(3);
+    b.subject = s.Text(4);
+    b.experiment = s.Text(5);
+    b.metric_name = s.Text(6);
+    b.metric_goal = s.Text(7);
+    b.reason = s.Text(8);
+    b.repeats = static_cast<int>(s.Int(9));
+    b.created_ms = s.Int(10);
+    index[b.id] = out.size();
+    out.push_back(std::move(b));
+  }
+  if (out.empty()) return out;
+  ASSIGN_OR_RETURN(auto counts, db_.Prepare("SELECT state, count(*) FROM runs WHERE batch_id = ? "
+                                            "GROUP BY state"));
+  ASSIGN_OR_RETURN(auto values, db_.Prepare("SELECT metric_value, seed FROM runs WHERE "
+                                            "batch_id = ? AND state = 'succeeded' AND "
+                                            "metric_value IS NOT NULL ORDER BY repeat"));
+  for (auto& b : out) {
+    counts.Bind(1, b.id);
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, counts.Step());
+      if (!row) break;
+      if (auto st = ParseRunState(counts.Text(0))) b.counts[static_cast<int>(*st)] = counts.Int(1);
+    }
+    counts.Reset();
+    values.Bind(1, b.id);
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, values.Step());
+      if (!row) break;
+      b.values.push_back(values.Double(0));
+      b.seeds.push_back(values.Int(1));
+    }
+    values.Reset();
+  }
+  return out;
+}
+
+Result<std::optional<BatchProgress>> Store::Batch(std::int64_t batch_id) {
+  ASSIGN_OR_RETURN(auto all, Batches(false, 0));
+  for (auto& b : all) {
+    if (b.id == batch_id) return std::optional<BatchProgress>(std::move(b));
+  }
+  return std::optional<BatchProgress>();
+}
+
+Result<std::vector<RunRow>> Store::Runs(std::optional<std::int64_t> batch_id,
+                                        std::optional<RunState> state, int limit) {
+  std::string q = std::string("SELECT ") + kRunColumns +
+                  " FROM runs r JOIN batches b ON b.id = r.batch_id "
+                  "JOIN commits c ON c.id = b.commit_id WHERE 1 = 1";
+  if (batch_id) q += " AND r.batch_id = ?1";
+  if (state) q += " AND r.state = ?2";
+  q += " ORDER BY r.id";
+  if (limit > 0) q += " LIMIT " + std::to_string(limit);
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(q));
+  if (batch_id) s.Bind(1, *batch_id);
+  if (state) s.Bind(2, RunStateName(*state));
+  std::vector<RunRow> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back(ReadRunRow(s));
+  }
+  return out;
+}
+
+Result<std::optional<RunRow>> Store::Run(std::int64_t run_id) {
+  std::string q = std::string("SELECT ") + kRunColumns +
+                  " FROM runs r JOIN batches b ON b.id = r.batch_id "
+                  "JOIN commits c ON c.id = b.commit_id WHERE r.id = ?";
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(q));
+  s.Bind(1, run_id);
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  if (!row) return std::optional<RunRow>();
+  return std::optional<RunRow>(ReadRunRow(s));
+}
+
+Result<std::vector<MetricPoint>> Store::Metrics(std::int64_t run_id) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT name, value, step, final FROM metrics "
+                                       "WHERE run_id = ? ORDER BY rowid"));
+  s.Bind(1, run_id);
+  std::vector<MetricPoint> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back(MetricPoint{s.Text(0), s.Double(1), s.OptInt(2), s.Int(3) != 0});
+  }
+  return out;
+}
+
+Result<std::int64_t> Store::UpsertMachine(const MachineRow& m, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<std::int64_t> {
+    ASSIGN_OR_RETURN(auto u,
+                     db_.Prepare("INSERT INTO machines (pool, provider, provider_id, state, slots, "
+                                 "gpus, created_ms, last_seen_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                                 "ON CONFLICT (pool, provider_id) DO UPDATE SET state = "
+                                 "excluded.state, slots = excluded.slots, gpus = excluded.gpus, "
+                                 "last_seen_ms = excluded.last_seen_ms"));
+    TRY(u.Bind(1, m.pool)
+            .Bind(2, m.provider)
+            .Bind(3, m.provider_id)
+            .Bind(4, m.state)
+            .Bind(5, m.slots)
+            .Bind(6, m.gpus)
+            .Bind(7, now)
+            .Bind(8, now)
+            .Run());
+    ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT id FROM machines WHERE pool = ? AND "
+                                         "provider_id = ?"));
+    s.Bind(1, m.pool).Bind(2, m.provider_id);
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) return Fail(ErrorKind::kInternal, "machine row vanished");
+    return s.Int(0);
+  });
+}
+
+Status Store::TouchMachine(std::int64_t id, TimeMs now, const std::string& state) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE machines SET last_seen_ms = ?, state = ? "
+                                         "WHERE id = ?"));
+    return u.Bind(1, now).Bind(2, state).Bind(3, id).Run();
+  });
+}
+
+Result<std::vector<MachineRow>> Store::Machines(bool include_stopped) {
+  std::string q =
+      "SELECT id, pool, provider, provider_id, state, slots, gpus, created_ms, last_seen_ms, "
+      "last_error FROM machines";
+  if (!include_stopped) q += " WHERE state NOT IN ('stopped', 'failed')";
+  q += " ORDER BY id";
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(q));
+  std::vector<MachineRow> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    MachineRow m;
+    m.id = s.Int(0);
+    m.pool = s.Text(1);
+    m.provider = s.Text(2);
+    m.provider_id = s.Text(3);
+    m.state = s.Text(4);
+    m.slots = static_cast<int>(s.Int(5));
+    m.gpus = static_cast<int>(s.Int(6));
+    m.created_ms = s.Int(7);
+    m.last_seen_ms = s.Int(8);
+    m.last_error = s.Text(9);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+Result<bool> Store::RecordDelivery(const DeliveryRow& d, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<bool> {
+    ASSIGN_OR_RETURN(auto u,
+                     db_.Prepare("INSERT INTO deliveries (forge, delivery_id, event, repo_url, ref, "
+                                 "before_sha, after_sha, received_ms) VALUES (?, ?, ?, ?, ?, ?, ?, "
+                                 "?) ON CONFLICT (forge, delivery_id) DO NOTHING"));
+    TRY(u.Bind(1, d.forge)
+            .Bind(2, d.delivery_id)
+            .Bind(3, d.event)
+            .Bind(4, d.repo_url)
+            .Bind(5, d.ref)
+            .Bind(6, d.before_sha)
+            .Bind(7, d.after_sha)
+            .Bind(8, now)
+            .Run());
+    return db_.Changes() > 0;
+  });
+}
+
+}  // namespace trainq

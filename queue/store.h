@@ -1,0 +1,240 @@
+// Store: trainq's durable state in one SQLite file.
+//
+// Holds repositories, commits, batches (one per commit x experiment), runs (one
+// per batch x seed), metrics, machines and webhook deliveries, and implements
+// the lease protocol:
+//
+//   queued -> leased -> running -> succeeded | failed | cancelled
+//   failed -> (after backoff) leased again ... -> dead after max_attempts
+//
+// A lease carries an expiry and a fencing token (incremented on every lease of
+// the run). Heartbeats extend the expiry; a write that carries a stale token is
+// refused with ErrorKind::kConflict. ExpireLeases() puts runs whose holder went
+// silent back in the queue (that counts as an attempt).
+//
+// Every write runs in BEGIN IMMEDIATE with a busy timeout; the file uses WAL
+// and synchronous=FULL, so an acknowledged write survives a power cut.
+// Threading: a Store is one connection; use one per thread. Several processes
+// may open the same file (the daemon writes, `trainq status` reads).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/result.h"
+#include "queue/sqlite.h"
+
+namespace trainq {
+
+enum class RunState { kQueued, kLeased, kRunning, kSucceeded, kFailed, kDead, kCancelled };
+inline constexpr int kRunStateCount = 7;
+std::string_view RunStateName(RunState s);
+std::optional<RunState> ParseRunState(std::string_view name);
+bool IsTerminal(RunState s);
+
+struct CommitInfo {
+  std::string sha;
+  std::string parent_sha;  // empty for a root commit
+  std::string message;     // first line
+  std::string author;
+  TimeMs committed_ms = 0;
+};
+
+// What one batch will run; resolved from trainq.yaml at submit time, so that a
+// run never depends on reading the manifest again.
+struct BatchSpec {
+  std::string experiment;
+  std::string command;       // shell command, {seed}/{repeat}/{output_dir} substituted at run time
+  std::string metric_name = "accuracy";
+  std::string metric_goal = "max";  // max | min
+  std::string metric_regex;  // empty: read the metrics file only
+  int repeats = 10;
+  std::int64_t seed_start = 1;
+  int gpus = 0;
+  std::int64_t timeout_s = 7200;
+  int max_attempts = 3;
+  std::string reason;        // why it runs (submitted by hand, which path matched ...)
+  std::string spec_json = "{}";  // the experiment's resolved definition, for the record
+};
+
+struct SubmitResult {
+  std::int64_t batch_id = 0;
+  std::string experiment;
+  bool created = false;  // false: the batch existed already
+  int runs_added = 0;
+};
+
+struct LeasedRun {
+  std::int64_t run_id = 0;
+  std::int64_t batch_id = 0;
+  std::int64_t token = 0;
+  std::int64_t seed = 0;
+  int repeat = 0;
+  int attempt = 0;  // 1 for the first try
+  TimeMs expires_ms = 0;
+  std::string experiment;
+  std::string command;
+  std::string metric_name;
+  std::string metric_regex;
+  std::string repo_url;
+  std::string sha;
+  std::int64_t timeout_s = 0;
+  int gpus = 0;
+};
+
+struct MetricPoint {
+  std::string name;
+  double value = 0;
+  std::optional<std::int64_t> step;
+  bool final = false;
+};
+
+struct RunRow {
+  std::int64_t id = 0;
+  std::int64_t batch_id = 0;
+  std::string experiment;
+  std::string sha;
+  std::int64_t seed = 0;
+  int repeat = 0;
+  RunState state = RunState::kQueued;
+  int attempts = 0;
+  int max_attempts = 0;
+  std::string worker;
+  std::optional<TimeMs> started_ms;
+  std::optional<TimeMs> finished_ms;
+  std::optional<TimeMs> not_before_ms;
+  std::optional<int> exit_code;
+  std::optional<double> metric_value;
+  std::string last_error;
+  std::string log_path;
+};
+
+struct BatchProgress {
+  std::int64_t id = 0;
+  std::string repo;
+  std::string sha;
+  std::string parent_sha;
+  std::string subject;
+  std::string experiment;
+  std::string metric_name;
+  std::string metric_goal;
+  std::string reason;
+  int repeats = 0;
+  TimeMs created_ms = 0;
+  std::array<std::int64_t, kRunStateCount> counts{};
+  std::vector<double> values;  // metric of succeeded runs, by repeat
+  std::vector<std::int64_t> seeds;  // seed of each value
+
+  std::int64_t count(RunState s) const { return counts[static_cast<int>(s)]; }
+  bool active() const;  // anything left to run
+};
+
+struct MachineRow {
+  std::int64_t id = 0;
+  std::string pool;
+  std::string provider;
+  std::string provider_id;
+  std::string state;  // requested | booting | ready | draining | stopping | stopped | failed
+  int slots = 0;
+  int gpus = 0;
+  TimeMs created_ms = 0;
+  TimeMs last_seen_ms = 0;
+  std::string last_error;
+};
+
+struct DeliveryRow {
+  std::string forge;
+  std::string delivery_id;
+  std::string event;
+  std::string repo_url;
+  std::string ref;
+  std::string before_sha;
+  std::string after_sha;
+};
+
+struct StoreOptions {
+  int busy_timeout_ms = 5000;
+  TimeMs backoff_base_ms = 10'000;    // first retry after 10 s, then 20 s, 40 s ...
+  TimeMs backoff_cap_ms = 15 * 60'000;
+  bool create = true;                 // create the file when missing
+  bool read_only_ok = false;          // reserved
+};
+
+class Store {
+ public:
+  static inline constexpr int kSchemaVersion = 2;
+
+  static Result<Store> Open(const std::string& path, StoreOptions options = {});
+  Store(Store&&) = default;
+  Store& operator=(Store&&) = default;
+
+  const std::string& path() const { return db_.path(); }
+  int schema_version();
+
+  // Submission: all batches of one submission are written in one transaction.
+  // Idempotent: an existing (commit, experiment) batch is kept, and only seeds
+  // it lacks are added (a larger `repeats` tops a batch up).
+  Result<std::vector<SubmitResult>> Submit(const std::string& repo_url, const CommitInfo& commit,
+                                           const std::vector<BatchSpec>& batches, TimeMs now);
+
+  // The lease protocol.
+  Result<std::vector<LeasedRun>> Lease(const std::string& worker, TimeMs now, TimeMs lease_ms,
+                                       int max_runs);
+  Status MarkRunning(std::int64_t run_id, std::int64_t token, TimeMs now,
+                     const std::string& log_path);
+  Result<TimeMs> Heartbeat(std::int64_t run_id, std::int64_t token, TimeMs now, TimeMs lease_ms);
+  Status AddMetrics(std::int64_t run_id, std::int64_t token, const std::vector<MetricPoint>& points,
+                    TimeMs now);
+  Status Complete(std::int64_t run_id, std::int64_t token, TimeMs now, double metric_value,
+                  int exit_code = 0);
+  // Records a failed attempt: back to the queue after a backoff, or dead when
+  // the attempts are used up. Returns the new state.
+  Result<RunState> FailRun(std::int64_t run_id, std::int64_t token, TimeMs now,
+                           const std::string& error, std::optional<int> exit_code);
+  // The run was stopped from outside (preemption, daemon shutdown): back to the
+  // queue at once, without using up an attempt.
+  Status Interrupt(std::int64_t run_id, std::int64_t token, TimeMs now, const std::string& reason);
+  // Runs whose lease expired go back to the queue (or die). Returns how many.
+  Result<int> ExpireLeases(TimeMs now);
+  Result<int> CancelBatch(std::int64_t batch_id, TimeMs now);
+  Result<int> CancelRun(std::int64_t run_id, TimeMs now);
+
+  // Reads.
+  Result<std::array<std::int64_t, kRunStateCount>> CountByState();
+  // Batches, newest first. only_active: those with runs left; limit 0 = all.
+  Result<std::vector<BatchProgress>> Batches(bool only_active, int limit);
+  Result<std::optional<BatchProgress>> Batch(std::int64_t batch_id);
+  Result<std::vector<RunRow>> Runs(std::optional<std::int64_t> batch_id,
+                                   std::optional<RunState> state, int limit);
+  Result<std::optional<RunRow>> Run(std::int64_t run_id);
+  Result<std::vector<MetricPoint>> Metrics(std::int64_t run_id);
+
+  // Machines (the local executor registers itself as one).
+  Result<std::int64_t> UpsertMachine(const MachineRow& m, TimeMs now);
+  Status TouchMachine(std::int64_t id, TimeMs now, const std::string& state);
+  Result<std::vector<MachineRow>> Machines(bool include_stopped);
+
+  // Webhook deliveries. Returns false when (forge, delivery_id) was seen before.
+  Result<bool> RecordDelivery(const DeliveryRow& d, TimeMs now);
+
+  TimeMs BackoffMs(int attempt) const;
+
+ private:
+  Store(sql::Db db, StoreOptions options) : db_(std::move(db)), options_(options) {}
+  Status Migrate();
+  // Checks that run_id is held under `token` in one of the live states.
+  Status CheckLease(std::int64_t run_id, std::int64_t token, std::string_view action);
+
+  sql::Db db_;
+  StoreOptions options_;
+};
+
+// Applies migrations [from, to) to a raw connection. Exposed for the migration test.
+Status ApplyMigrations(sql::Db& db, int from, int to);
+
+}  // namespace trainq
