@@ -334,7 +334,7 @@ Status CmdStatus(const StatusOptions& o, const Clock& clock, std::ostream& out) 
   }
   out << "\n";
   out << "slots:    " << running.size() << " busy / " << slots << " available";
-  if (machines.empty()) out << " (no `trainq serve` has run against this database)";
+  if (slots == 0) out << " (no `trainq serve` is running against this database)";
   out << "\n";
   for (const auto& m : machines) {
     bool silent = now - m.last_seen_ms >= kMachineSilentMs;

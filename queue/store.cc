@@ -199,15 +199,17 @@ Result<Store> Store::Open(const std::string& path, StoreOptions options) {
   ASSIGN_OR_RETURN(auto db, sql::Db::Open(path, options.create, options.busy_timeout_ms));
   // WAL lets readers (trainq status) work while the daemon writes.
   // synchronous=FULL makes every acknowledged commit durable.
-  auto wal = db.Prepare("PRAGMA journal_mode=WAL");
-  if (!wal) return std::unexpected(wal.error());
-  if (auto r = wal->Step(); !r) {
-    Error e = r.error();
-    if (e.kind == ErrorKind::kInternal || e.kind == ErrorKind::kCorruption) {
-      e.message += " (is this a trainq database?)";
+  {
+    auto wal = db.Prepare("PRAGMA journal_mode=WAL");
+    if (!wal) return std::unexpected(wal.error());
+    if (auto r = wal->Step(); !r) {
+      Error e = r.error();
+      if (e.kind == ErrorKind::kInternal || e.kind == ErrorKind::kCorruption) {
+        e.message += " (is this a trainq database?)";
+      }
+      return std::unexpected(e);
     }
-    return std::unexpected(e);
-  }
+  }  // the statement must be finished before any transaction commits
   TRY(db.Exec("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"));
   Store store(std::move(db), options);
   TRY(store.Migrate());
