@@ -1,1 +1,396 @@
+#include "queue/store.h"
+
 #include <catch2/catch.hpp>
+
+#include "core/strings.h"
+#include "tests/support/temp_dir.h"
+
+using namespace trainq;
+
+namespace {
+
+constexpr TimeMs kT0 = 1'700'000'000'000;
+constexpr TimeMs kLease = 60'000;
+
+CommitInfo MakeCommit(const std::string& sha = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa") {
+  CommitInfo c;
+  c.sha = sha;
+  c.parent_sha = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+  c.message = "tweak lr";
+  c.author = "Ada";
+  c.committed_ms = kT0;
+  return c;
+}
+
+BatchSpec MakeSpec(const std::string& name = "mlp", int repeats = 3, int max_attempts = 3) {
+  BatchSpec b;
+  b.experiment = name;
+  b.command = "python train.py --seed {seed}";
+  b.repeats = repeats;
+  b.seed_start = 1;
+  b.max_attempts = max_attempts;
+  b.timeout_s = 60;
+  return b;
+}
+
+struct Fixture {
+  testing::TempDir dir;
+  std::string path = dir / "trainq.db";
+  Store store = Store::Open(path, Options()).value();
+
+  static StoreOptions Options() {
+    StoreOptions o;
+    o.backoff_base_ms = 1000;
+    o.backoff_cap_ms = 8000;
+    return o;
+  }
+  std::int64_t Submit(int repeats = 3, int max_attempts = 3, const std::string& name = "mlp") {
+    auto r = store.Submit("/repos/demo", MakeCommit(), {MakeSpec(name, repeats, max_attempts)}, kT0);
+    REQUIRE(r);
+    return r->front().batch_id;
+  }
+  RunRow Get(std::int64_t id) { return store.Run(id).value().value(); }
+};
+
+}  // namespace
+
+TEST_CASE("A new store is at the current schema version", "[store]") {
+  Fixture f;
+  CHECK(f.store.schema_version() == Store::kSchemaVersion);
+}
+
+TEST_CASE("Submit creates one batch per experiment and one run per seed", "[store]") {
+  Fixture f;
+  auto r = f.store.Submit("/repos/demo", MakeCommit(), {MakeSpec("a", 3), MakeSpec("b", 2)}, kT0);
+  REQUIRE(r);
+  REQUIRE(r->size() == 2);
+  CHECK(r->at(0).created);
+  CHECK(r->at(0).runs_added == 3);
+  CHECK(r->at(1).runs_added == 2);
+  auto runs = f.store.Runs(r->at(0).batch_id, std::nullopt, 0).value();
+  REQUIRE(runs.size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(runs[i].seed == 1 + i);
+    CHECK(runs[i].repeat == i);
+    CHECK(runs[i].state == RunState::kQueued);
+  }
+}
+
+TEST_CASE("Submitting the same commit twice creates nothing; more repeats top up", "[store]") {
+  Fixture f;
+  auto first = f.Submit(3);
+  auto again = f.store.Submit("/repos/demo", MakeCommit(), {MakeSpec("mlp", 3)}, kT0 + 5);
+  REQUIRE(again);
+  CHECK_FALSE(again->front().created);
+  CHECK(again->front().batch_id == first);
+  CHECK(again->front().runs_added == 0);
+  auto more = f.store.Submit("/repos/demo", MakeCommit(), {MakeSpec("mlp", 5)}, kT0 + 6);
+  REQUIRE(more);
+  CHECK(more->front().runs_added == 2);
+  auto runs = f.store.Runs(first, std::nullopt, 0).value();
+  REQUIRE(runs.size() == 5);
+  CHECK(runs.back().seed == 5);  // seeds continue, never shift
+  CHECK(f.store.Batch(first).value()->repeats == 5);
+}
+
+TEST_CASE("A failed submission writes nothing (no half-written batch)", "[store]") {
+  Fixture f;
+  auto bad = MakeSpec("bad", 0);
+  auto r = f.store.Submit("/repos/demo", MakeCommit(), {MakeSpec("good", 3), bad}, kT0);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().kind == ErrorKind::kInvalidArgument);
+  CHECK(f.store.Batches(false, 0).value().empty());
+  auto counts = f.store.CountByState().value();
+  for (auto c : counts) CHECK(c == 0);
+}
+
+TEST_CASE("Lease hands out each run once, oldest first, with a token", "[store]") {
+  Fixture f;
+  f.Submit(3);
+  auto a = f.store.Lease("w1", kT0, kLease, 2).value();
+  REQUIRE(a.size() == 2);
+  CHECK(a[0].seed == 1);
+  CHECK(a[1].seed == 2);
+  CHECK(a[0].token == 1);
+  CHECK(a[0].attempt == 1);
+  CHECK(a[0].expires_ms == kT0 + kLease);
+  CHECK(a[0].command == "python train.py --seed {seed}");
+  CHECK(a[0].repo_url == "/repos/demo");
+  auto b = f.store.Lease("w2", kT0, kLease, 5).value();
+  REQUIRE(b.size() == 1);
+  CHECK(b[0].seed == 3);
+  CHECK(f.store.Lease("w3", kT0, kLease, 5).value().empty());
+  CHECK(f.Get(a[0].run_id).state == RunState::kLeased);
+  CHECK(f.Get(a[0].run_id).worker == "w1");
+}
+
+TEST_CASE("Complete stores the metric; a stale token is refused", "[store]") {
+  Fixture f;
+  f.Submit(1);
+  auto l = f.store.Lease("w1", kT0, kLease, 1).value().at(0);
+  REQUIRE(f.store.MarkRunning(l.run_id, l.token, kT0 + 1, "/tmp/log"));
+  CHECK(f.Get(l.run_id).state == RunState::kRunning);
+  auto stale = f.store.Complete(l.run_id, l.token + 1, kT0 + 2, 0.5);
+  REQUIRE_FALSE(stale);
+  CHECK(stale.error().kind == ErrorKind::kConflict);
+  CHECK(stale.error().message.find("stale lease token") != std::string::npos);
+  REQUIRE(f.store.Complete(l.run_id, l.token, kT0 + 3, 0.66));
+  auto row = f.Get(l.run_id);
+  CHECK(row.state == RunState::kSucceeded);
+  CHECK(row.metric_value.value() == Approx(0.66));
+  CHECK(row.finished_ms.value() == kT0 + 3);
+  // A second completion (a retried request) is refused: the run is no longer leased.
+  auto twice = f.store.Complete(l.run_id, l.token, kT0 + 4, 0.1);
+  REQUIRE_FALSE(twice);
+  CHECK(twice.error().kind == ErrorKind::kConflict);
+  CHECK(f.Get(l.run_id).metric_value.value() == Approx(0.66));
+}
+
+TEST_CASE("An expired lease puts the run back; the old holder is fenced off", "[store]") {
+  Fixture f;
+  f.Submit(1);
+  auto old = f.store.Lease("w1", kT0, kLease, 1).value().at(0);
+  // Heartbeats extend the lease.
+  auto hb = f.store.Heartbeat(old.run_id, old.token, kT0 + 50'000, kLease);
+  REQUIRE(hb);
+  CHECK(*hb == kT0 + 50'000 + kLease);
+  CHECK(f.store.ExpireLeases(kT0 + kLease + 1).value() == 0);  // extended: not expired
+  CHECK(f.store.ExpireLeases(kT0 + 50'000 + kLease + 1).value() == 1);
+  auto row = f.Get(old.run_id);
+  CHECK(row.state == RunState::kFailed);
+  CHECK(row.last_error.find("lease expired") != std::string::npos);
+  // Leasable again once the backoff has passed.
+  TimeMs later = kT0 + 50'000 + kLease + 1 + f.store.BackoffMs(1);
+  auto fresh = f.store.Lease("w2", later, kLease, 1).value();
+  REQUIRE(fresh.size() == 1);
+  CHECK(fresh[0].token == old.token + 1);
+  CHECK(fresh[0].attempt == 2);
+  // The first worker wakes up and tries to report: refused.
+  auto late = f.store.Complete(old.run_id, old.token, later + 1, 0.9);
+  REQUIRE_FALSE(late);
+  CHECK(late.error().kind == ErrorKind::kConflict);
+  REQUIRE(f.store.Complete(fresh[0].run_id, fresh[0].token, later + 2, 0.7));
+  CHECK(f.Get(old.run_id).metric_value.value() == Approx(0.7));
+}
+
+TEST_CASE("Failures back off exponentially, then the run is dead", "[store]") {
+  Fixture f;
+  f.Submit(1, 3);
+  CHECK(f.store.BackoffMs(1) == 1000);
+  CHECK(f.store.BackoffMs(2) == 2000);
+  CHECK(f.store.BackoffMs(3) == 4000);
+  CHECK(f.store.BackoffMs(10) == 8000);  // capped
+
+  TimeMs now = kT0;
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    auto l = f.store.Lease("w", now, kLease, 1).value();
+    REQUIRE(l.size() == 1);
+    CHECK(l[0].attempt == attempt);
+    auto next = f.store.FailRun(l[0].run_id, l[0].token, now, "exit code 1", 1);
+    REQUIRE(next);
+    if (attempt < 3) {
+      CHECK(*next == RunState::kFailed);
+      auto row = f.Get(l[0].run_id);
+      CHECK(row.not_before_ms.value() == now + f.store.BackoffMs(attempt));
+      // Not leasable before the backoff has passed.
+      CHECK(f.store.Lease("w", now + f.store.BackoffMs(attempt) - 1, kLease, 1).value().empty());
+      now += f.store.BackoffMs(attempt);
+    } else {
+      CHECK(*next == RunState::kDead);
+    }
+  }
+  auto row = f.store.Runs(std::nullopt, std::nullopt, 0).value().at(0);
+  CHECK(row.state == RunState::kDead);
+  CHECK(row.attempts == 3);
+  CHECK(row.last_error == "exit code 1");
+  CHECK(row.exit_code.value() == 1);
+  CHECK(f.store.Lease("w", now + 10'000'000, kLease, 1).value().empty());
+}
+
+TEST_CASE("An expired lease on the last attempt makes the run dead", "[store]") {
+  Fixture f;
+  f.Submit(1, 1);
+  auto l = f.store.Lease("w", kT0, kLease, 1).value().at(0);
+  CHECK(f.store.ExpireLeases(kT0 + kLease + 1).value() == 1);
+  CHECK(f.Get(l.run_id).state == RunState::kDead);
+}
+
+TEST_CASE("Interrupt returns the run without using an attempt", "[store]") {
+  Fixture f;
+  f.Submit(1, 1);
+  auto l = f.store.Lease("w", kT0, kLease, 1).value().at(0);
+  REQUIRE(f.store.Interrupt(l.run_id, l.token, kT0 + 1, "preempted"));
+  auto row = f.Get(l.run_id);
+  CHECK(row.state == RunState::kQueued);
+  CHECK(row.attempts == 0);
+  auto again = f.store.Lease("w", kT0 + 2, kLease, 1).value();
+  REQUIRE(again.size() == 1);
+  CHECK(again[0].attempt == 1);  // max_attempts = 1 still allows this try
+}
+
+TEST_CASE("Cancel stops queued and leased runs and fences their holders", "[store]") {
+  Fixture f;
+  auto batch = f.Submit(3);
+  auto l = f.store.Lease("w", kT0, kLease, 1).value().at(0);
+  REQUIRE(f.store.Complete(l.run_id, l.token, kT0 + 1, 0.5));
+  auto l2 = f.store.Lease("w", kT0, kLease, 1).value().at(0);
+  CHECK(f.store.CancelBatch(batch, kT0 + 2).value() == 2);
+  auto hb = f.store.Heartbeat(l2.run_id, l2.token, kT0 + 3, kLease);
+  REQUIRE_FALSE(hb);
+  CHECK(hb.error().kind == ErrorKind::kConflict);
+  CHECK(hb.error().message.find("cancelled") != std::string::npos);
+  CHECK(f.Get(l.run_id).state == RunState::kSucceeded);  // finished runs keep their result
+  CHECK(f.store.Lease("w", kT0 + 4, kLease, 5).value().empty());
+  auto missing = f.store.CancelBatch(999, kT0);
+  REQUIRE_FALSE(missing);
+  CHECK(missing.error().kind == ErrorKind::kNotFound);
+  // Cancelling one run.
+  auto other = f.store.Submit("/repos/demo", MakeCommit(), {MakeSpec("other", 2)}, kT0).value();
+  auto runs = f.store.Runs(other.front().batch_id, std::nullopt, 0).value();
+  CHECK(f.store.CancelRun(runs[0].id, kT0).value() == 1);
+  CHECK(f.store.CancelRun(runs[0].id, kT0).value() == 0);
+  CHECK(f.Get(runs[1].id).state == RunState::kQueued);
+}
+
+TEST_CASE("Metrics are stored per run in order", "[store]") {
+  Fixture f;
+  f.Submit(1);
+  auto l = f.store.Lease("w", kT0, kLease, 1).value().at(0);
+  std::vector<MetricPoint> pts = {{"loss", 1.5, 10, false}, {"accuracy", 0.7, 10, true}};
+  REQUIRE(f.store.AddMetrics(l.run_id, l.token, pts, kT0));
+  auto got = f.store.Metrics(l.run_id).value();
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].name == "loss");
+  CHECK(got[0].step.value() == 10);
+  CHECK(got[1].final);
+  auto stale = f.store.AddMetrics(l.run_id, l.token + 7, pts, kT0);
+  REQUIRE_FALSE(stale);
+  CHECK(f.store.Metrics(l.run_id).value().size() == 2);
+}
+
+TEST_CASE("Batches report progress and the values of succeeded runs", "[store]") {
+  Fixture f;
+  auto batch = f.Submit(3);
+  auto ls = f.store.Lease("w", kT0, kLease, 3).value();
+  REQUIRE(f.store.Complete(ls[0].run_id, ls[0].token, kT0, 0.6));
+  REQUIRE(f.store.Complete(ls[2].run_id, ls[2].token, kT0, 0.8));
+  auto b = f.store.Batch(batch).value().value();
+  CHECK(b.count(RunState::kSucceeded) == 2);
+  CHECK(b.count(RunState::kLeased) == 1);
+  CHECK(b.values == std::vector<double>{0.6, 0.8});
+  CHECK(b.seeds == std::vector<std::int64_t>{1, 3});
+  CHECK(b.active());
+  CHECK(b.subject == "tweak lr");
+  CHECK(f.store.Batches(true, 0).value().size() == 1);
+  REQUIRE(f.store.Complete(ls[1].run_id, ls[1].token, kT0, 0.7));
+  CHECK(f.store.Batches(true, 0).value().empty());
+  CHECK(f.store.Batches(false, 0).value().size() == 1);
+}
+
+TEST_CASE("Deliveries are recorded once", "[store]") {
+  Fixture f;
+  DeliveryRow d{"github", "abc-123", "push", "https://x/y.git", "refs/heads/main", "0", "1"};
+  CHECK(f.store.RecordDelivery(d, kT0).value());
+  CHECK_FALSE(f.store.RecordDelivery(d, kT0 + 1).value());
+  d.forge = "gitea";
+  CHECK(f.store.RecordDelivery(d, kT0 + 2).value());
+}
+
+TEST_CASE("Machines are upserted by pool and provider id", "[store]") {
+  Fixture f;
+  MachineRow m;
+  m.pool = "local";
+  m.provider = "local";
+  m.provider_id = "host:1";
+  m.state = "ready";
+  m.slots = 2;
+  auto id = f.store.UpsertMachine(m, kT0).value();
+  m.slots = 4;
+  CHECK(f.store.UpsertMachine(m, kT0 + 1).value() == id);
+  REQUIRE(f.store.TouchMachine(id, kT0 + 5, "stopped"));
+  CHECK(f.store.Machines(false).value().empty());
+  auto all = f.store.Machines(true).value();
+  REQUIRE(all.size() == 1);
+  CHECK(all[0].slots == 4);
+  CHECK(all[0].last_seen_ms == kT0 + 5);
+}
+
+TEST_CASE("A store at schema version 1 is migrated and keeps its rows", "[store][migration]") {
+  testing::TempDir dir;
+  std::string path = dir / "old.db";
+  {
+    auto db = sql::Db::Open(path, true, 1000).value();
+    REQUIRE(ApplyMigrations(db, 0, 1));
+    REQUIRE(db.Exec(
+        "INSERT INTO repos (url, name, created_ms) VALUES ('/r', 'r', 1);"
+        "INSERT INTO commits (repo_id, sha, created_ms) VALUES (1, 'abc', 1);"
+        "INSERT INTO batches (commit_id, experiment, command, metric_name, metric_goal, repeats,"
+        " seed_start, timeout_s, max_attempts, created_ms) VALUES (1, 'e', 'true', 'accuracy',"
+        " 'max', 1, 1, 60, 3, 1);"
+        "INSERT INTO runs (batch_id, seed, repeat, state, metric_value, created_ms, updated_ms)"
+        " VALUES (1, 1, 0, 'succeeded', 0.5, 1, 1);"));
+    auto v = db.Prepare("PRAGMA user_version").value();
+    REQUIRE(v.Step().value());
+    CHECK(v.Int(0) == 1);
+  }
+  auto store = Store::Open(path);
+  REQUIRE(store);
+  CHECK(store->schema_version() == Store::kSchemaVersion);
+  auto b = store->Batches(false, 0).value();
+  REQUIRE(b.size() == 1);
+  CHECK(b[0].reason.empty());  // the column added by version 2
+  CHECK(b[0].values == std::vector<double>{0.5});
+}
+
+TEST_CASE("A store written by a newer trainq is refused, untouched", "[store][migration]") {
+  testing::TempDir dir;
+  std::string path = dir / "new.db";
+  {
+    auto db = sql::Db::Open(path, true, 1000).value();
+    REQUIRE(db.Exec("CREATE TABLE future (x); PRAGMA user_version = 99;"));
+  }
+  auto store = Store::Open(path);
+  REQUIRE_FALSE(store);
+  CHECK(store.error().message.find("newer trainq") != std::string::npos);
+  CHECK(store.error().message.find("new.db") != std::string::npos);
+}
+
+TEST_CASE("A file that is not a database gives a clear error", "[store]") {
+  testing::TempDir dir;
+  REQUIRE(WriteFile(dir / "notes.db", std::string(4096, 'x')));
+  auto store = Store::Open(dir / "notes.db");
+  REQUIRE_FALSE(store);
+  CHECK(store.error().message.find("notes.db") != std::string::npos);
+  CHECK(ReadFile(dir / "notes.db").value() == std::string(4096, 'x'));
+}
+
+TEST_CASE("A missing database is not created when asked not to", "[store]") {
+  testing::TempDir dir;
+  StoreOptions o;
+  o.create = false;
+  auto store = Store::Open(dir / "missing.db", o);
+  REQUIRE_FALSE(store);
+  CHECK(store.error().kind == ErrorKind::kNotFound);
+  CHECK(store.error().message.find("missing.db") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "missing.db"));
+}
+
+TEST_CASE("A locked database makes writes fail cleanly after the busy timeout", "[store]") {
+  Fixture f;
+  f.Submit(2);
+  StoreOptions o;
+  o.busy_timeout_ms = 50;
+  auto second = Store::Open(f.path, o).value();
+  // The first connection holds the write lock.
+  auto locker = sql::Db::Open(f.path, false, 50).value();
+  REQUIRE(locker.Exec("BEGIN IMMEDIATE"));
+  auto r = second.Lease("w", kT0, kLease, 1);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().kind == ErrorKind::kUnavailable);
+  CHECK(r.error().retryable());
+  CHECK(r.error().message.find("lock") != std::string::npos);
+  // Readers still work under WAL.
+  CHECK(second.CountByState().value()[static_cast<int>(RunState::kQueued)] == 2);
+  REQUIRE(locker.Exec("ROLLBACK"));
+  CHECK(second.Lease("w", kT0, kLease, 1).value().size() == 1);
+}
