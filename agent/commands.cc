@@ -358,11 +358,18 @@ Status CmdStatus(const StatusOptions& o, const Clock& clock, std::ostream& out) 
   }
   out << "batches:\n";
   Table t({"BATCH", "COMMIT", "EXPERIMENT", "PROGRESS", "METRIC (mean ± sd)"});
+  // A terminal shows the newest batches; --json and `trainq report` have them all.
+  constexpr size_t kShown = 20;
+  size_t hidden = batches.size() > kShown ? batches.size() - kShown : 0;
+  if (hidden) batches.resize(kShown);
   for (const auto& b : batches) {
     t.Add({std::to_string(b.id), b.sha.substr(0, 7), b.experiment, ProgressText(b),
            b.metric_name + " " + SummaryText(b)});
   }
   out << t.Render("  ");
+  if (hidden) {
+    out << "  ... and " << hidden << " more (trainq status --json, trainq report)\n";
+  }
   return {};
 }
 
