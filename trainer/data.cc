@@ -1,0 +1,395 @@
+#include "trainer/data.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sys/stat.h>
+
+#include "core/strings.h"
+#include "trainer/rng.h"
+
+namespace trainq::trainer {
+namespace {
+
+std::unexpected<Error> DataError(const std::string& msg) {
+  return Fail(ErrorKind::kCorruption, msg);
+}
+
+Result<std::string> ReadGzip(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (f == nullptr) return Fail(ErrorKind::kNotFound, path + ": cannot open: " + std::strerror(errno));
+  std::string out;
+  char buf[1 << 16];
+  int n;
+  while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  int err = 0;
+  const char* msg = gzerror(f, &err);
+  std::string error = n < 0 ? std::string(msg) : "";
+  gzclose(f);
+  if (n < 0) return DataError(path + ": not a readable gzip file: " + error);
+  return out;
+}
+
+// Resolves possibly negative column indices against `columns`.
+Result<std::vector<std::int64_t>> ResolveColumns(const std::vector<std::int64_t>& cols, std::int64_t columns,
+                                                 const std::string& file, const char* what) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t c : cols) {
+    std::int64_t r = c < 0 ? columns + c : c;
+    if (r < 0 || r >= columns) {
+      return DataError(file + ": data." + what + " names column " + std::to_string(c) + " but rows have " +
+                       std::to_string(columns) + " columns");
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+struct ColumnMap {
+  std::vector<std::int64_t> features, labels;
+};
+
+Result<ColumnMap> MapColumns(const DataSpec& spec, std::int64_t columns) {
+  ColumnMap m;
+  ASSIGN_OR_RETURN(m.labels, ResolveColumns(spec.labels, columns, spec.path, "labels"));
+  if (spec.features.empty()) {
+    for (std::int64_t c = 0; c < columns; ++c) {
+      if (std::find(m.labels.begin(), m.labels.end(), c) == m.labels.end()) m.features.push_back(c);
+    }
+  } else {
+    ASSIGN_OR_RETURN(m.features, ResolveColumns(spec.features, columns, spec.path, "features"));
+  }
+  if (m.features.empty()) return DataError(spec.path + ": no feature columns left");
+  return m;
+}
+
+Status CheckLabel(float v, const DataCheck& check, const std::string& where) {
+  if (check.integer_labels && (v < 0 || v != std::floor(v))) {
+    return DataError(where + ": class label " + FormatDouble(v, 4) + " is not a non-negative integer");
+  }
+  return {};
+}
+
+class MemorySource : public RowSource {
+ public:
+  MemorySource(std::int64_t f, std::int64_t l) : f_(f), l_(l) {}
+  std::int64_t rows() const override { return rows_; }
+  std::int64_t feature_count() const override { return f_; }
+  std::int64_t label_count() const override { return l_; }
+  bool in_memory() const override { return true; }
+  Status Read(const std::vector<std::int64_t>& indices, float* x, float* y) const override {
+    for (std::size_t i = 0; i < indices.size(); ++i) {
+      std::int64_t r = indices[i];
+      if (r < 0 || r >= rows_) return Fail(ErrorKind::kInternal, "row index out of range");
+      std::memcpy(x + i * f_, x_.data() + r * f_, sizeof(float) * static_cast<std::size_t>(f_));
+      std::memcpy(y + i * l_, y_.data() + r * l_, sizeof(float) * static_cast<std::size_t>(l_));
+    }
+    return {};
+  }
+  void Add(const std::vector<float>& row, const ColumnMap& m) {
+    for (std::int64_t c : m.features) x_.push_back(row[static_cast<std::size_t>(c)]);
+    for (std::int64_t c : m.labels) y_.push_back(row[static_cast<std::size_t>(c)]);
+    ++rows_;
+  }
+
+ private:
+  std::int64_t f_, l_, rows_ = 0;
+  std::vector<float> x_, y_;
+};
+
+bool LooksNumeric(std::string_view field) {
+  field = Trim(field);
+  float v;
+  auto [p, ec] = std::from_chars(field.data(), field.data() + field.size(), v);
+  return ec == std::errc() && p == field.data() + field.size();
+}
+
+Result<std::unique_ptr<RowSource>> ParseCsv(const std::string& text, const DataSpec& spec,
+                                            const DataCheck& check) {
+  std::unique_ptr<MemorySource> source;
+  ColumnMap map;
+  std::int64_t columns = -1;
+  std::vector<float> row;
+  std::size_t pos = 0;
+  std::int64_t line_no = 0;
+  std::int64_t skip = spec.header.value_or(-1);
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string_view line(text.data() + pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line_no <= skip) continue;
+    if (Trim(line).empty()) continue;
+    const std::string where = spec.path + ": row " + std::to_string(line_no);
+    if (skip < 0 && line_no == 1) {
+      // Auto header: a first line with a non-numeric field is a header (the
+      // sklearn files start "150,4,setosa,...").
+      bool numeric = true;
+      for (const std::string& f : trainq::Split(line, ',')) numeric = numeric && LooksNumeric(f);
+      if (!numeric) continue;
+    }
+    row.clear();
+    std::size_t start = 0;
+    while (true) {
+      std::size_t comma = line.find(',', start);
+      std::string_view field = Trim(line.substr(start, comma == std::string_view::npos ? line.size() - start
+                                                                                       : comma - start));
+      float v = 0;
+      auto [p, ec] = std::from_chars(field.data(), field.data() + field.size(), v);
+      if (ec != std::errc() || p != field.data() + field.size() || field.empty()) {
+        return DataError(where + ", column " + std::to_string(row.size() + 1) + ": '" + std::string(field) +
+                         "' is not a number");
+      }
+      if (!std::isfinite(v)) {
+        return DataError(where + ", column " + std::to_string(row.size() + 1) + ": value is not finite");
+      }
+      row.push_back(v);
+      if (comma == std::string_view::npos) break;
+      start = comma + 1;
+    }
+    if (columns < 0) {
+      columns = static_cast<std::int64_t>(row.size());
+      ASSIGN_OR_RETURN(map, MapColumns(spec, columns));
+      source = std::make_unique<MemorySource>(static_cast<std::int64_t>(map.features.size()),
+                                              static_cast<std::int64_t>(map.labels.size()));
+    } else if (static_cast<std::int64_t>(row.size()) != columns) {
+      return DataError(where + ": has " + std::to_string(row.size()) + " columns, the first row has " +
+                       std::to_string(columns));
+    }
+    for (std::int64_t c : map.labels) TRY(CheckLabel(row[static_cast<std::size_t>(c)], check, where));
+    source->Add(row, map);
+  }
+  if (source == nullptr || source->rows() == 0) return DataError(spec.path + ": no data rows");
+  return std::unique_ptr<RowSource>(std::move(source));
+}
+
+// Raw float32 rows on disk, read with pread; nothing is kept in memory.
+class F32Source : public RowSource {
+ public:
+  F32Source(int fd, std::int64_t rows, std::int64_t columns, ColumnMap map, std::string path)
+      : fd_(fd), rows_(rows), columns_(columns), map_(std::move(map)), path_(std::move(path)) {}
+  ~F32Source() override { ::close(fd_); }
+  std::int64_t rows() const override { return rows_; }
+  std::int64_t feature_count() const override { return static_cast<std::int64_t>(map_.features.size()); }
+  std::int64_t label_count() const override { return static_cast<std::int64_t>(map_.labels.size()); }
+  bool in_memory() const override { return false; }
+
+  Status Read(const std::vector<std::int64_t>& indices, float* x, float* y) const override {
+    // Consecutive row indices are read with one pread per run of rows.
+    const std::int64_t f = feature_count(), l = label_count();
+    std::vector<float> buf;
+    std::size_t i = 0;
+    while (i < indices.size()) {
+      std::size_t j = i + 1;
+      while (j < indices.size() && indices[j] == indices[j - 1] + 1 && j - i < 4096) ++j;
+      const std::int64_t first = indices[i], count = static_cast<std::int64_t>(j - i);
+      TRY(ReadRaw(first, count, buf));
+      for (std::int64_t r = 0; r < count; ++r) {
+        const float* row = buf.data() + r * columns_;
+        float* xo = x + (static_cast<std::int64_t>(i) + r) * f;
+        float* yo = y + (static_cast<std::int64_t>(i) + r) * l;
+        for (std::int64_t c = 0; c < f; ++c) xo[c] = row[map_.features[static_cast<std::size_t>(c)]];
+        for (std::int64_t c = 0; c < l; ++c) yo[c] = row[map_.labels[static_cast<std::size_t>(c)]];
+      }
+      i = j;
+    }
+    return {};
+  }
+
+  Status ReadRaw(std::int64_t first, std::int64_t count, std::vector<float>& buf) const {
+    if (first < 0 || first + count > rows_) return Fail(ErrorKind::kInternal, "row index out of range");
+    buf.resize(static_cast<std::size_t>(count * columns_));
+    const std::size_t bytes = buf.size() * sizeof(float);
+    std::size_t done = 0;
+    const off_t offset = static_cast<off_t>(first * columns_ * 4);
+    while (done < bytes) {
+      ssize_t n = ::pread(fd_, reinterpret_cast<char*>(buf.data()) + done, bytes - done,
+                          offset + static_cast<off_t>(done));
+      if (n <= 0) {
+        return Fail(ErrorKind::kIo, path_ + ": read failed at row " + std::to_string(first + 1) + ": " +
+                                        (n == 0 ? "unexpected end of file" : std::strerror(errno)));
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    return {};
+  }
+
+  Status Validate(const DataCheck& check) const {
+    std::vector<float> buf;
+    const std::int64_t chunk = std::max<std::int64_t>(1, (1 << 20) / columns_);
+    for (std::int64_t first = 0; first < rows_; first += chunk) {
+      const std::int64_t count = std::min(chunk, rows_ - first);
+      TRY(ReadRaw(first, count, buf));
+      for (std::int64_t r = 0; r < count; ++r) {
+        const std::string where = path_ + ": row " + std::to_string(first + r + 1);
+        const float* row = buf.data() + r * columns_;
+        for (std::int64_t c = 0; c < columns_; ++c) {
+          if (!std::isfinite(row[c])) {
+            return DataError(where + ", column " + std::to_string(c + 1) + ": value is not finite");
+          }
+        }
+        for (std::int64_t c : map_.labels) TRY(CheckLabel(row[c], check, where));
+      }
+    }
+    return {};
+  }
+
+ private:
+  int fd_;
+  std::int64_t rows_, columns_;
+  ColumnMap map_;
+  std::string path_;
+};
+
+Result<std::unique_ptr<RowSource>> OpenF32(const DataSpec& spec, const DataCheck& check) {
+  int fd = ::open(spec.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Fail(ErrorKind::kNotFound, spec.path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return Fail(ErrorKind::kIo, spec.path + ": cannot stat: " + std::strerror(errno));
+  }
+  const std::int64_t row_bytes = spec.columns * 4;
+  if (st.st_size == 0 || st.st_size % row_bytes != 0) {
+    ::close(fd);
+    return DataError(spec.path + ": size " + std::to_string(st.st_size) + " bytes is not a whole number of " +
+                     std::to_string(spec.columns) + "-value float32 rows");
+  }
+  auto map = MapColumns(spec, spec.columns);
+  if (!map) {
+    ::close(fd);
+    return std::unexpected(map.error());
+  }
+  auto source = std::make_unique<F32Source>(fd, st.st_size / row_bytes, spec.columns, *map, spec.path);
+  TRY(source->Validate(check));
+  return std::unique_ptr<RowSource>(std::move(source));
+}
+
+std::int64_t PartSize(double part, std::int64_t n) {
+  if (part >= 1) return static_cast<std::int64_t>(part);
+  return static_cast<std::int64_t>(std::llround(part * static_cast<double>(n)));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RowSource>> OpenRowSource(const DataSpec& spec, const DataCheck& check) {
+  if (spec.format == "f32") return OpenF32(spec, check);
+  std::string text;
+  if (spec.format == "csv.gz") {
+    ASSIGN_OR_RETURN(text, ReadGzip(spec.path));
+  } else {
+    auto t = ReadFile(spec.path);
+    if (!t) return Fail(ErrorKind::kNotFound, spec.path + ": cannot read: " + t.error().message);
+    text = std::move(*t);
+  }
+  return ParseCsv(text, spec, check);
+}
+
+Result<SplitRows> SplitDataset(std::int64_t n, const SplitSpec& split) {
+  const std::int64_t train = PartSize(split.train, n);
+  const std::int64_t validation = PartSize(split.validation, n);
+  const std::int64_t test = split.test ? PartSize(*split.test, n) : n - train - validation;
+  if (train <= 0 || test < 0 || train + validation + test > n) {
+    return DataError("data.split asks for " + std::to_string(train) + " train + " + std::to_string(validation) +
+                     " validation + " + std::to_string(std::max<std::int64_t>(test, 0)) + " test rows, the file has " +
+                     std::to_string(n));
+  }
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
+  if (split.shuffle) {
+    std::mt19937_64 gen(DeriveSeed(split.split_seed, kStreamShuffle));
+    Shuffle(order, gen);
+  }
+  SplitRows out;
+  auto take = [&](std::int64_t from, std::int64_t count) {
+    std::vector<std::int64_t> v(order.begin() + from, order.begin() + from + count);
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  out.train = take(0, train);
+  out.validation = take(train, validation);
+  out.test = take(train + validation, test);
+  return out;
+}
+
+void Normalizer::Apply(float* x, std::int64_t rows) const {
+  if (shift.empty()) return;
+  const std::size_t f = shift.size();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* row = x + static_cast<std::size_t>(r) * f;
+    for (std::size_t c = 0; c < f; ++c) row[c] = (row[c] - shift[c]) * scale[c];
+  }
+}
+
+Result<Normalizer> FitNormalizer(const RowSource& source, const std::vector<std::int64_t>& train_rows,
+                                 const std::string& kind) {
+  Normalizer norm;
+  if (kind == "none") return norm;
+  const std::size_t f = static_cast<std::size_t>(source.feature_count());
+  std::vector<double> sum(f, 0.0), sum_sq(f, 0.0), lo(f, INFINITY), hi(f, -INFINITY);
+  const std::size_t chunk = 8192;
+  std::vector<float> x, y;
+  for (std::size_t start = 0; start < train_rows.size(); start += chunk) {
+    std::vector<std::int64_t> idx(train_rows.begin() + static_cast<std::ptrdiff_t>(start),
+                                  train_rows.begin() + static_cast<std::ptrdiff_t>(std::min(train_rows.size(), start + chunk)));
+    x.resize(idx.size() * f);
+    y.resize(idx.size() * static_cast<std::size_t>(source.label_count()));
+    TRY(source.Read(idx, x.data(), y.data()));
+    for (std::size_t r = 0; r < idx.size(); ++r) {
+      for (std::size_t c = 0; c < f; ++c) {
+        const double v = x[r * f + c];
+        sum[c] += v;
+        sum_sq[c] += v * v;
+        lo[c] = std::min(lo[c], v);
+        hi[c] = std::max(hi[c], v);
+      }
+    }
+  }
+  const double n = static_cast<double>(train_rows.size());
+  norm.shift.resize(f);
+  norm.scale.resize(f);
+  for (std::size_t c = 0; c < f; ++c) {
+    if (kind == "standard") {
+      const double mean = sum[c] / n;
+      const double var = std::max(0.0, sum_sq[c] / n - mean * mean);
+      const double sd = std::sqrt(var);
+      norm.shift[c] = static_cast<float>(mean);
+      // A constant column is centred and left unscaled.
+      norm.scale[c] = static_cast<float>(sd > 1e-12 ? 1.0 / sd : 1.0);
+    } else {
+      const double range = hi[c] - lo[c];
+      norm.shift[c] = static_cast<float>(lo[c]);
+      norm.scale[c] = static_cast<float>(range > 1e-12 ? 1.0 / range : 1.0);
+    }
+  }
+  return norm;
+}
+
+Result<RowBlock> ReadRows(const RowSource& source, const std::vector<std::int64_t>& indices,
+                          const Normalizer& norm) {
+  RowBlock block;
+  block.rows = static_cast<std::int64_t>(indices.size());
+  block.x.resize(indices.size() * static_cast<std::size_t>(source.feature_count()));
+  block.y.resize(indices.size() * static_cast<std::size_t>(source.label_count()));
+  TRY(source.Read(indices, block.x.data(), block.y.data()));
+  norm.Apply(block.x.data(), block.rows);
+  return block;
+}
+
+Status WriteF32(const std::string& path, const std::vector<float>& values) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(float)));
+  if (!out) return Fail(ErrorKind::kIo, path + ": write failed");
+  return {};
+}
+
+}  // namespace trainq::trainer

@@ -1,0 +1,98 @@
+// trainq-train: trains the model a YAML spec describes, for one seed or K
+// seeds fused, and writes its metrics as JSON lines. Exit codes: 0 ok,
+// 1 training failure, 2 bad spec or usage, 3 data error.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "core/strings.h"
+#include "trainer/cli.h"
+#include "trainer/metrics_writer.h"
+#include "trainer/spec.h"
+#include "trainer/spec_tree.h"
+#include "trainer/system.h"
+#include "trainer/train.h"
+
+namespace {
+
+int Run(int argc, char** argv) {
+  using namespace trainq::trainer;
+  auto parsed = ParseCommandLine(argc, argv, [](const char* name) { return std::getenv(name); });
+  if (!parsed) {
+    std::fprintf(stderr, "trainq-train: error: %s\n", parsed.error().message.c_str());
+    return kExitBadSpec;
+  }
+  if (!*parsed) return kExitOk;  // --help
+  const Options& opt = **parsed;
+
+  auto tree = LoadSpecTree(opt.spec);
+  if (!tree) {
+    std::fprintf(stderr, "trainq-train: bad spec: %s\n", tree.error().message.c_str());
+    return kExitBadSpec;
+  }
+  for (const std::string& o : opt.sets) {
+    if (auto st = ApplyOverride(*tree, o); !st) {
+      std::fprintf(stderr, "trainq-train: bad spec: %s\n", st.error().message.c_str());
+      return kExitBadSpec;
+    }
+  }
+  auto spec = ParseSpec(*tree, opt.spec);
+  if (!spec) {
+    std::fprintf(stderr, "trainq-train: bad spec: %s\n", spec.error().message.c_str());
+    return kExitBadSpec;
+  }
+  if (opt.print_spec) {
+    std::fputs(ToYaml(*tree).c_str(), stdout);
+    return kExitOk;
+  }
+  if (auto warning = ReferenceBlasWarning(ReadProcMaps())) std::fprintf(stderr, "%s\n", warning->c_str());
+
+  TrainConfig config;
+  config.seeds.clear();
+  for (std::int64_t i = 0; i < opt.repeats; ++i) config.seeds.push_back(opt.seed + static_cast<std::uint64_t>(i));
+  config.device = opt.device;
+  config.threads = opt.threads;
+  config.fuse = opt.fuse == "auto";
+  config.metrics_file = opt.metrics_file;
+  config.output_dir = opt.output_dir;
+  config.progress = !opt.quiet;
+  config.progress_terminal = ::isatty(STDERR_FILENO) == 1;
+
+  // The merged spec goes next to the checkpoints, so a run can be repeated exactly.
+  if (!opt.output_dir.empty()) {
+    for (std::size_t i = 0; i < config.seeds.size(); ++i) {
+      const std::string dir = ReplicaPath(opt.output_dir, config.seeds[i], static_cast<std::int64_t>(i));
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      if (auto st = trainq::WriteFile((std::filesystem::path(dir) / "spec.yaml").string(), ToYaml(*tree)); !st) {
+        std::fprintf(stderr, "trainq-train: error: %s\n", st.error().message.c_str());
+        return kExitTrainingFailed;
+      }
+    }
+  }
+
+  auto report = Train(*spec, config);
+  if (!report) {
+    std::fprintf(stderr, "trainq-train: %s\n", report.error().message.c_str());
+    return report.error().exit_code;
+  }
+  if (!opt.quiet) {
+    std::fprintf(stderr, "trainq-train: %zu seed%s%s on %s in %.2fs (training %.2fs)\n", report->replicas.size(),
+                 report->replicas.size() == 1 ? "" : "s", report->fused ? " fused" : "", report->device.c_str(),
+                 report->total_seconds, report->train_seconds);
+  }
+  // The final metric on stdout, one line per seed, for people and for regexes.
+  for (const auto& r : report->replicas) {
+    std::string line = "seed " + std::to_string(r.seed);
+    for (const auto& [name, v] : r.final_metrics) line += " " + r.final_split + "_" + name + " " + trainq::FormatDouble(v, 4);
+    std::printf("%s\n", line.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return Run(argc, argv); }

@@ -1,0 +1,640 @@
+#include "trainer/train.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+
+#include "core/strings.h"
+#include "trainer/cli.h"
+#include "trainer/data.h"
+#include "trainer/macrobatch.h"
+#include "trainer/metrics_writer.h"
+#include "trainer/model.h"
+#include "trainer/progress.h"
+#include "trainer/rng.h"
+
+namespace trainq::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::unexpected<TrainFailure> Failure(int code, std::string message) {
+  return std::unexpected(TrainFailure{code, std::move(message)});
+}
+
+// Element-wise optimizers over stacked parameters: every operation acts on
+// each replica's slice alone, with a per-replica learning rate (0 for a
+// replica that stopped early).
+class Optimizer {
+ public:
+  Optimizer(const OptimizerSpec& spec, std::vector<torch::Tensor> params) : spec_(spec), params_(std::move(params)) {
+    for (const auto& p : params_) {
+      state1_.push_back(torch::zeros_like(p));
+      if (spec_.type != "sgd") state2_.push_back(torch::zeros_like(p));
+    }
+  }
+
+  // lr: [K] on the parameters' device.
+  void Step(const torch::Tensor& lr) {
+    torch::NoGradGuard no_grad;
+    ++step_;
+    const double b1 = spec_.beta1, b2 = spec_.beta2, wd = spec_.weight_decay;
+    const double bc1 = 1.0 - std::pow(b1, static_cast<double>(step_));
+    const double bc2 = 1.0 - std::pow(b2, static_cast<double>(step_));
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      torch::Tensor& p = params_[i];
+      if (!p.grad().defined()) continue;
+      torch::Tensor g = p.grad();
+      std::vector<std::int64_t> view(static_cast<std::size_t>(p.dim()), 1);
+      view[0] = p.size(0);
+      torch::Tensor lr_v = lr.view(view);
+      if (spec_.type == "sgd") {
+        if (wd != 0) g = g + wd * p;
+        if (spec_.momentum > 0) {
+          torch::Tensor& buf = state1_[i];
+          if (step_ == 1) {
+            buf.copy_(g);
+          } else {
+            buf.mul_(spec_.momentum).add_(g);
+          }
+          g = spec_.nesterov ? g + spec_.momentum * buf : buf;
+        }
+        p.sub_(lr_v * g);
+      } else {
+        if (spec_.type == "adam" && wd != 0) g = g + wd * p;
+        if (spec_.type == "adamw" && wd != 0) p.sub_(lr_v * wd * p);
+        torch::Tensor& m = state1_[i];
+        torch::Tensor& v = state2_[i];
+        m.mul_(b1).add_(g, 1.0 - b1);
+        v.mul_(b2).addcmul_(g, g, 1.0 - b2);
+        torch::Tensor denom = (v.sqrt() / std::sqrt(bc2)).add_(spec_.eps);
+        p.sub_((lr_v / bc1) * m / denom);
+      }
+      p.mutable_grad().reset();
+    }
+  }
+
+ private:
+  OptimizerSpec spec_;
+  std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> state1_, state2_;
+  std::int64_t step_ = 0;
+};
+
+double LearningRate(const OptimizerSpec& o, std::int64_t epoch /*0-based*/, std::int64_t epochs) {
+  const ScheduleSpec& s = o.schedule;
+  if (s.warmup_epochs > 0 && epoch < s.warmup_epochs) {
+    return o.lr * static_cast<double>(epoch + 1) / static_cast<double>(s.warmup_epochs);
+  }
+  if (s.type == "step") {
+    return o.lr * std::pow(s.gamma, static_cast<double>((epoch - s.warmup_epochs) / s.step_size));
+  }
+  if (s.type == "cosine") {
+    const double span = static_cast<double>(std::max<std::int64_t>(1, epochs - s.warmup_epochs));
+    const double t = static_cast<double>(epoch - s.warmup_epochs) / span;
+    return s.min_lr + 0.5 * (o.lr - s.min_lr) * (1.0 + std::cos(M_PI * t));
+  }
+  return o.lr;
+}
+
+// out: [K, B, C]; y: [K, B] (class ids) or [K, B, L]. Returns [K] mean losses.
+torch::Tensor PerReplicaLoss(const std::string& type, const torch::Tensor& out, const torch::Tensor& y) {
+  const std::int64_t k = out.size(0), b = out.size(1);
+  if (type == "cross_entropy") {
+    namespace F = torch::nn::functional;
+    return F::cross_entropy(out.reshape({k * b, out.size(2)}), y.reshape({k * b}),
+                            F::CrossEntropyFuncOptions().reduction(torch::kNone))
+        .view({k, b})
+        .mean(1);
+  }
+  if (type == "mse") return (out - y).pow(2).mean({1, 2});
+  if (type == "l1") return (out - y).abs().mean({1, 2});
+  return torch::binary_cross_entropy_with_logits(out, y, {}, {}, at::Reduction::None).mean({1, 2});
+}
+
+struct TensorSet {
+  torch::Tensor x;  // [N, features...]
+  torch::Tensor y;  // [N] long or [N, L] float
+  std::int64_t rows = 0;
+};
+
+TensorSet ToTensors(RowBlock& block, std::int64_t features, std::int64_t labels, bool class_ids,
+                    torch::Device device) {
+  TensorSet t;
+  t.rows = block.rows;
+  t.x = torch::from_blob(block.x.data(), {block.rows, features}, torch::kFloat32).to(device, false, true);
+  torch::Tensor y = torch::from_blob(block.y.data(), {block.rows, labels}, torch::kFloat32);
+  t.y = class_ids ? y.select(1, 0).to(torch::kLong).to(device) : y.to(device, false, true);
+  return t;
+}
+
+double MacroF1(const torch::Tensor& pred, const torch::Tensor& truth, std::int64_t classes) {
+  auto p = pred.accessor<std::int64_t, 1>();
+  auto t = truth.accessor<std::int64_t, 1>();
+  std::vector<double> tp(static_cast<std::size_t>(classes)), fp(tp.size()), fn(tp.size());
+  for (std::int64_t i = 0; i < pred.size(0); ++i) {
+    if (p[i] == t[i]) {
+      tp[static_cast<std::size_t>(p[i])] += 1;
+    } else {
+      fp[static_cast<std::size_t>(p[i])] += 1;
+      if (t[i] >= 0 && t[i] < classes) fn[static_cast<std::size_t>(t[i])] += 1;
+    }
+  }
+  double sum = 0;
+  int present = 0;
+  for (std::size_t c = 0; c < tp.size(); ++c) {
+    if (tp[c] + fp[c] + fn[c] == 0) continue;
+    sum += 2 * tp[c] / (2 * tp[c] + fp[c] + fn[c]);
+    ++present;
+  }
+  return present ? sum / present : 0.0;
+}
+
+// Evaluates every replica on `set`; returns per-replica metrics named by `prefix`.
+std::vector<std::map<std::string, double>> Evaluate(FusedModel& model, const TensorSet& set, const Spec& spec,
+                                                    ForwardContext& ctx, const std::string& prefix) {
+  torch::NoGradGuard no_grad;
+  ForwardContext eval = ctx;
+  eval.training = false;
+  const std::int64_t k = model.replicas();
+  std::vector<torch::Tensor> outs;
+  torch::Tensor loss_sum = torch::zeros({k}, set.x.options());
+  for (std::int64_t start = 0; start < set.rows; start += spec.trainer.eval_batch_size) {
+    const std::int64_t n = std::min(spec.trainer.eval_batch_size, set.rows - start);
+    torch::Tensor xb = set.x.narrow(0, start, n);
+    std::vector<std::int64_t> shape = xb.sizes().vec();
+    shape.insert(shape.begin(), k);
+    torch::Tensor out = model.Forward(xb.unsqueeze(0).expand(shape), eval);
+    torch::Tensor yb = set.y.narrow(0, start, n);
+    std::vector<std::int64_t> yshape = yb.sizes().vec();
+    yshape.insert(yshape.begin(), k);
+    loss_sum += PerReplicaLoss(spec.loss.type, out, yb.unsqueeze(0).expand(yshape)) * static_cast<double>(n);
+    outs.push_back(out.to(torch::kCPU));
+  }
+  torch::Tensor out = torch::cat(outs, 1);  // [K, N, C]
+  torch::Tensor losses = (loss_sum / static_cast<double>(set.rows)).to(torch::kCPU);
+  torch::Tensor y = set.y.to(torch::kCPU);
+  std::vector<std::map<std::string, double>> result(static_cast<std::size_t>(k));
+  for (std::int64_t r = 0; r < k; ++r) {
+    auto& m = result[static_cast<std::size_t>(r)];
+    torch::Tensor o = out[r];
+    for (const std::string& name : spec.metrics) {
+      double v = 0;
+      if (name == "loss") {
+        v = losses[r].item<double>();
+      } else if (name == "accuracy") {
+        if (spec.loss.type == "cross_entropy") {
+          v = o.argmax(1).eq(y).to(torch::kFloat64).mean().item<double>();
+        } else {
+          v = (o > 0).to(torch::kFloat32).eq(y).to(torch::kFloat64).mean().item<double>();
+        }
+      } else if (name == "f1") {
+        if (spec.loss.type == "cross_entropy") {
+          v = MacroF1(o.argmax(1).contiguous(), y.contiguous(), o.size(1));
+        } else {
+          torch::Tensor pred = (o > 0).to(torch::kFloat64), truth = y.to(torch::kFloat64);
+          const double tp = (pred * truth).sum().item<double>();
+          const double denom = pred.sum().item<double>() + truth.sum().item<double>();
+          v = denom > 0 ? 2 * tp / denom : 0.0;
+        }
+      } else if (name == "mse") {
+        v = (o - y).pow(2).to(torch::kFloat64).mean().item<double>();
+      } else if (name == "mae") {
+        v = (o - y).abs().to(torch::kFloat64).mean().item<double>();
+      }
+      m[prefix + name] = v;
+    }
+  }
+  return result;
+}
+
+std::string FormatSummary(const std::vector<std::map<std::string, double>>& per_replica,
+                          const std::vector<bool>& active) {
+  std::map<std::string, std::pair<double, int>> sums;
+  for (std::size_t r = 0; r < per_replica.size(); ++r) {
+    if (!active[r]) continue;
+    for (const auto& [name, v] : per_replica[r]) {
+      sums[name].first += v;
+      sums[name].second += 1;
+    }
+  }
+  std::string out;
+  // train_loss first, then the rest alphabetically.
+  if (auto it = sums.find("train_loss"); it != sums.end()) {
+    out = "train_loss " + FormatDouble(it->second.first / it->second.second, 4);
+  }
+  for (const auto& [name, s] : sums) {
+    if (name == "train_loss") continue;
+    out += (out.empty() ? "" : "  ") + name + " " + FormatDouble(s.first / s.second, 4);
+  }
+  return out;
+}
+
+struct Shared {
+  const Spec& spec;
+  const TrainConfig& config;
+  torch::Device device;
+  const RowSource& source;
+  const Normalizer& norm;
+  const SplitRows& split;
+  std::optional<TensorSet> resident_train;  // when the training set is placed on the device once
+  std::optional<TensorSet> validation, test;
+  MetricsWriter& metrics;
+  bool class_ids;
+  std::vector<std::int64_t> input_shape;
+};
+
+// Checks that the model's output fits the loss and the labels.
+std::optional<std::string> CheckOutput(const FusedModel& model, const Shared& s) {
+  const auto& shape = model.output_shape();
+  std::string where = model.last_layer_where();
+  if (shape.size() != 1) {
+    return where + ": the model must end in a flat output per sample (add flatten and linear layers)";
+  }
+  const std::int64_t outputs = shape[0];
+  if (s.class_ids) {
+    double max_label = -1;
+    for (const auto* t : {&s.resident_train, &s.validation, &s.test}) {
+      if (t->has_value() && (*t)->rows > 0) max_label = std::max(max_label, (*t)->y.max().item<double>());
+    }
+    if (outputs < 2) return where + ": cross_entropy needs at least 2 outputs (one per class)";
+    if (max_label >= static_cast<double>(outputs)) {
+      return where + ": the labels go up to " + FormatDouble(max_label, 0) + " but the model has " +
+             std::to_string(outputs) + " outputs (one per class)";
+    }
+  } else if (outputs != s.source.label_count()) {
+    return where + ": the model has " + std::to_string(outputs) + " outputs but the data has " +
+           std::to_string(s.source.label_count()) + " label columns";
+  }
+  return std::nullopt;
+}
+
+// Trains the replicas for `seeds` together; appends their reports.
+std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::uint64_t>& seeds,
+                                             std::int64_t first_repeat, Progress* progress, TrainReport& report) {
+  const Spec& spec = s.spec;
+  const std::int64_t k = static_cast<std::int64_t>(seeds.size());
+  auto built = FusedModel::Build(spec.model, s.input_shape, seeds, s.device);
+  if (!built) return Failure(kExitBadSpec, built.error().message);
+  FusedModel& model = **built;
+  if (auto problem = CheckOutput(model, s)) return Failure(kExitBadSpec, *problem);
+
+  std::vector<ReplicaReport> reps(static_cast<std::size_t>(k));
+  for (std::int64_t r = 0; r < k; ++r) reps[static_cast<std::size_t>(r)].seed = seeds[static_cast<std::size_t>(r)];
+  if (s.config.record_details) {
+    for (const auto& p : model.Parameters()) {
+      for (std::int64_t r = 0; r < k; ++r) {
+        torch::Tensor flat = p[r].detach().to(torch::kCPU).contiguous().view(-1);
+        auto& dst = reps[static_cast<std::size_t>(r)].initial_parameters;
+        dst.insert(dst.end(), flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel());
+      }
+    }
+  }
+
+  std::vector<at::Generator> dropout_gens;
+  std::vector<std::mt19937_64> shuffle_gens;
+  for (std::uint64_t seed : seeds) {
+    dropout_gens.push_back(at::make_generator<at::CPUGeneratorImpl>(DeriveSeed(seed, kStreamDropout)));
+    shuffle_gens.emplace_back(DeriveSeed(seed, kStreamShuffle));
+  }
+  Optimizer optimizer(spec.optimizer, model.Parameters());
+  std::vector<bool> active(static_cast<std::size_t>(k), true);
+  std::vector<std::int64_t> steps(static_cast<std::size_t>(k), 0);
+  ForwardContext ctx;
+  ctx.dropout_generators = &dropout_gens;
+  ctx.active = torch::ones({k}, torch::TensorOptions().device(s.device));
+
+  // Callback state, per replica.
+  std::vector<double> es_best(static_cast<std::size_t>(k), NAN), ck_best(static_cast<std::size_t>(k), NAN);
+  std::vector<std::int64_t> es_bad(static_cast<std::size_t>(k), 0);
+  auto improved = [](double v, double best, const std::string& mode, double min_delta) {
+    if (std::isnan(best)) return true;
+    return mode == "max" ? v > best + min_delta : v < best - min_delta;
+  };
+  auto replica_dir = [&](std::int64_t r) {
+    std::string dir = ReplicaPath(s.config.output_dir, seeds[static_cast<std::size_t>(r)], first_repeat + r);
+    if (seeds.size() > 1 && s.config.output_dir.find("{seed}") == std::string::npos &&
+        s.config.output_dir.find("{repeat}") == std::string::npos) {
+      dir = (fs::path(dir) / ("seed-" + std::to_string(seeds[static_cast<std::size_t>(r)]))).string();
+    }
+    return dir;
+  };
+  auto save_checkpoint = [&](std::int64_t r, const std::string& name) -> std::expected<void, TrainFailure> {
+    fs::path dir = fs::path(replica_dir(r)) / spec.trainer.checkpointing->path;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    std::vector<torch::Tensor> slices;
+    for (const auto& p : model.Parameters()) slices.push_back(p[r].detach().to(torch::kCPU).clone());
+    for (const auto& b : model.Buffers()) slices.push_back(b[r].detach().to(torch::kCPU).clone());
+    try {
+      torch::save(slices, (dir / name).string());
+    } catch (const std::exception& e) {
+      return Failure(kExitTrainingFailed, "cannot write checkpoint " + (dir / name).string() + ": " + e.what());
+    }
+    return {};
+  };
+
+  const std::int64_t epochs = spec.trainer.epochs;
+  const std::int64_t bs = spec.trainer.batch_size;
+  auto write = [&](std::int64_t r, const std::string& name, double value, std::int64_t epoch, const std::string& split,
+                   bool final) -> std::expected<void, TrainFailure> {
+    MetricLine line{name, value, steps[static_cast<std::size_t>(r)], epoch, seeds[static_cast<std::size_t>(r)], split,
+                    final};
+    if (auto st = s.metrics.Write(line, first_repeat + r); !st) {
+      return Failure(kExitTrainingFailed, st.error().message);
+    }
+    return {};
+  };
+
+  for (std::int64_t epoch = 1; epoch <= epochs; ++epoch) {
+    const double lr = LearningRate(spec.optimizer, epoch - 1, epochs);
+    torch::Tensor lr_k = ctx.active * lr;
+    torch::Tensor loss_sum = torch::zeros({k}, torch::TensorOptions().device(s.device).dtype(torch::kFloat64));
+    std::int64_t rows_done = 0, batch_in_epoch = 0;
+    if (s.config.record_details) report.rows_seen.emplace_back();
+
+    std::optional<MacroBatchReader> reader;
+    if (!s.resident_train) {
+      reader.emplace(s.source, s.norm,
+                     PlanMacroBatches(s.split.train, spec.trainer.macro_batch_size, spec.data.split.split_seed,
+                                      epoch, spec.trainer.shuffle));
+    }
+    MacroBatch mb;
+    bool first = true;
+    while (true) {
+      TensorSet macro;
+      const std::vector<std::int64_t>* macro_rows = &s.split.train;
+      if (reader) {
+        auto more = reader->Next(&mb);
+        if (!more) return Failure(kExitDataError, more.error().message);
+        if (!*more) break;
+        macro = ToTensors(mb.block, s.source.feature_count(), s.source.label_count(), s.class_ids, s.device);
+        macro_rows = &mb.rows;
+      } else {
+        if (!first) break;
+        macro = *s.resident_train;
+      }
+      first = false;
+      const std::int64_t m = macro.rows;
+      // Per-replica order of this macrobatch's rows.
+      std::vector<std::int64_t> order(static_cast<std::size_t>(k * m));
+      for (std::int64_t r = 0; r < k; ++r) {
+        std::vector<std::int64_t> perm(static_cast<std::size_t>(m));
+        for (std::int64_t i = 0; i < m; ++i) perm[static_cast<std::size_t>(i)] = i;
+        if (spec.trainer.shuffle) Shuffle(perm, shuffle_gens[static_cast<std::size_t>(r)]);
+        std::copy(perm.begin(), perm.end(), order.begin() + r * m);
+      }
+      if (s.config.record_details) {
+        for (std::int64_t i = 0; i < m; ++i) {
+          report.rows_seen.back().push_back((*macro_rows)[static_cast<std::size_t>(order[static_cast<std::size_t>(i)])]);
+        }
+      }
+      torch::Tensor order_t = torch::from_blob(order.data(), {k, m}, torch::kLong).to(s.device);
+      for (std::int64_t start = 0; start < m; start += bs) {
+        const std::int64_t b = std::min(bs, m - start);
+        torch::Tensor idx = order_t.narrow(1, start, b).reshape({-1});
+        std::vector<std::int64_t> xshape{k, b};
+        xshape.insert(xshape.end(), s.input_shape.begin(), s.input_shape.end());
+        torch::Tensor xb = macro.x.index_select(0, idx).view(xshape);
+        torch::Tensor yb = macro.y.index_select(0, idx);
+        yb = s.class_ids ? yb.view({k, b}) : yb.view({k, b, -1});
+        ctx.training = true;
+        torch::Tensor out = model.Forward(xb, ctx);
+        torch::Tensor losses = PerReplicaLoss(spec.loss.type, out, yb);
+        losses.sum().backward();
+        optimizer.Step(lr_k);
+        loss_sum += losses.detach().to(torch::kFloat64) * static_cast<double>(b);
+        rows_done += b;
+        ++batch_in_epoch;
+        for (std::int64_t r = 0; r < k; ++r) {
+          if (active[static_cast<std::size_t>(r)]) ++steps[static_cast<std::size_t>(r)];
+        }
+        if (progress) progress->Batch(epoch, batch_in_epoch);
+      }
+      // Per-macrobatch check: a NaN or infinite loss stops the run.
+      torch::Tensor finite = torch::isfinite(loss_sum).to(torch::kCPU);
+      for (std::int64_t r = 0; r < k; ++r) {
+        if (active[static_cast<std::size_t>(r)] && !finite[r].item<bool>()) {
+          return Failure(kExitTrainingFailed,
+                         "training failed: the loss of seed " + std::to_string(seeds[static_cast<std::size_t>(r)]) +
+                             " became " + (std::isnan(loss_sum[r].item<double>()) ? "NaN" : "infinite") +
+                             " in epoch " + std::to_string(epoch) + " (step " +
+                             std::to_string(steps[static_cast<std::size_t>(r)]) +
+                             "); lower optimizer.lr or check the data");
+        }
+      }
+    }
+    if (reader) report.max_macrobatches_alive = std::max(report.max_macrobatches_alive, reader->max_alive());
+    reader.reset();
+
+    // End of epoch: metrics and callbacks.
+    torch::Tensor train_loss = (loss_sum / static_cast<double>(std::max<std::int64_t>(1, rows_done))).to(torch::kCPU);
+    std::vector<std::map<std::string, double>> epoch_metrics(static_cast<std::size_t>(k));
+    if (s.validation) {
+      epoch_metrics = Evaluate(model, *s.validation, spec, ctx, "val_");
+    }
+    std::vector<bool> was_active = active;
+    for (std::int64_t r = 0; r < k; ++r) {
+      const std::size_t ri = static_cast<std::size_t>(r);
+      if (!was_active[ri]) continue;
+      auto& em = epoch_metrics[ri];
+      em["train_loss"] = train_loss[r].item<double>();
+      ReplicaReport& rep = reps[ri];
+      rep.train_loss.push_back(em["train_loss"]);
+      std::map<std::string, double> val;
+      for (const auto& [name, v] : em) {
+        if (name != "train_loss") val[name] = v;
+      }
+      rep.validation.push_back(val);
+      rep.epochs_run = epoch;
+      if (auto w = write(r, "train_loss", em["train_loss"], epoch, "train", false); !w) return w;
+      for (const auto& [name, v] : val) {
+        if (auto w = write(r, name, v, epoch, "validation", false); !w) return w;
+      }
+      if (const auto& ck = spec.trainer.checkpointing) {
+        if (ck->every > 0 && epoch % ck->every == 0) {
+          if (auto c = save_checkpoint(r, "epoch-" + std::to_string(epoch) + ".pt"); !c) return c;
+        }
+        if (ck->keep_best && !ck->monitor.empty() && em.count(ck->monitor) &&
+            improved(em[ck->monitor], ck_best[ri], ck->mode, 0.0)) {
+          ck_best[ri] = em[ck->monitor];
+          if (auto c = save_checkpoint(r, "best.pt"); !c) return c;
+          std::ofstream meta(fs::path(replica_dir(r)) / ck->path / "best.json");
+          meta << "{\"metric\":\"" << ck->monitor << "\",\"value\":" << FormatDouble(ck_best[ri], 6)
+               << ",\"epoch\":" << epoch << "}\n";
+        }
+      }
+      if (const auto& es = spec.trainer.early_stopping) {
+        if (em.count(es->monitor)) {
+          if (improved(em[es->monitor], es_best[ri], es->mode, es->min_delta)) {
+            es_best[ri] = em[es->monitor];
+            es_bad[ri] = 0;
+          } else if (++es_bad[ri] >= es->patience && epoch < epochs) {
+            active[ri] = false;
+            const std::string notice = "seed " + std::to_string(seeds[ri]) + ": early stopping after epoch " +
+                                       std::to_string(epoch) + " (" + es->monitor + " did not improve for " +
+                                       std::to_string(es->patience) + " epochs)";
+            report.notices.push_back(notice);
+            if (progress) progress->Message(notice);
+          }
+        }
+      }
+    }
+    if (progress) {
+      std::string summary = FormatSummary(epoch_metrics, was_active);
+      if (k > 1) summary = "mean of " + std::to_string(std::count(was_active.begin(), was_active.end(), true)) +
+                           " seeds: " + summary;
+      progress->EpochEnd(epoch, summary);
+    }
+    if (std::none_of(active.begin(), active.end(), [](bool a) { return a; })) break;
+    if (active != was_active) {
+      std::vector<float> mask;
+      for (bool a : active) mask.push_back(a ? 1.0f : 0.0f);
+      ctx.active = torch::tensor(mask).to(s.device);
+    }
+  }
+
+  // Final metrics, tagged final: on the test split, else validation, else train.
+  const TensorSet* final_set = nullptr;
+  std::string final_split;
+  if (s.test && s.test->rows > 0) {
+    final_set = &*s.test;
+    final_split = "test";
+  } else if (s.validation && s.validation->rows > 0) {
+    final_set = &*s.validation;
+    final_split = "validation";
+  } else {
+    final_split = "train";
+  }
+  std::optional<TensorSet> train_eval;
+  if (final_set == nullptr) {
+    if (s.resident_train) {
+      final_set = &*s.resident_train;
+    } else {
+      auto block = ReadRows(s.source, s.split.train, s.norm);
+      if (!block) return Failure(kExitDataError, block.error().message);
+      train_eval = ToTensors(*block, s.source.feature_count(), s.source.label_count(), s.class_ids, s.device);
+      final_set = &*train_eval;
+    }
+  }
+  auto finals = Evaluate(model, *final_set, spec, ctx, "");
+  for (std::int64_t r = 0; r < k; ++r) {
+    const std::size_t ri = static_cast<std::size_t>(r);
+    reps[ri].final_metrics = finals[ri];
+    reps[ri].final_split = final_split;
+    reps[ri].steps = steps[ri];
+    for (const auto& [name, v] : finals[ri]) {
+      if (!std::isfinite(v)) {
+        return Failure(kExitTrainingFailed, "training failed: the final " + name + " of seed " +
+                                                std::to_string(seeds[ri]) + " is not finite");
+      }
+      if (auto w = write(r, name, v, reps[ri].epochs_run, final_split, true); !w) return w;
+    }
+    if (progress) {
+      std::string line = "seed " + std::to_string(seeds[ri]) + ": " + final_split;
+      for (const auto& [name, v] : finals[ri]) line += " " + name + " " + FormatDouble(v, 4);
+      progress->Message(line);
+    }
+  }
+  report.replicas.insert(report.replicas.end(), reps.begin(), reps.end());
+  return {};
+}
+
+}  // namespace
+
+std::expected<TrainReport, TrainFailure> Train(const Spec& spec, const TrainConfig& config) {
+  const auto t0 = Clock::now();
+  TrainReport report;
+  try {
+    torch::set_num_threads(config.threads);
+    torch::Device device(torch::kCPU);
+    if (config.device == "cuda" || (config.device == "auto" && torch::cuda::is_available())) {
+      if (!torch::cuda::is_available()) {
+        return Failure(kExitBadSpec, "--device cuda: this libtorch has no CUDA or no GPU is visible "
+                                     "(build against a CUDA libtorch with -DTorch_DIR=...)");
+      }
+      device = torch::Device(torch::kCUDA);
+    }
+    report.device = device.str();
+
+    const bool class_ids = spec.loss.type == "cross_entropy";
+    DataCheck check;
+    check.integer_labels = class_ids || spec.loss.type == "bce_with_logits";
+    auto source = OpenRowSource(spec.data, check);
+    if (!source) return Failure(kExitDataError, "data error: " + source.error().message);
+    auto split = SplitDataset((*source)->rows(), spec.data.split);
+    if (!split) return Failure(kExitDataError, "data error: " + spec.data.path + ": " + split.error().message);
+    auto norm = FitNormalizer(**source, split->train, spec.data.normalize);
+    if (!norm) return Failure(kExitDataError, "data error: " + norm.error().message);
+    auto metrics = MetricsWriter::Open(config.metrics_file);
+    if (!metrics) return Failure(kExitTrainingFailed, metrics.error().message);
+
+    Shared s{spec, config, device, **source, *norm, *split, std::nullopt, std::nullopt, std::nullopt, **metrics,
+             class_ids, {(*source)->feature_count()}};
+    auto load = [&](const std::vector<std::int64_t>& rows) -> Result<TensorSet> {
+      ASSIGN_OR_RETURN(RowBlock block, ReadRows(**source, rows, *norm));
+      return ToTensors(block, (*source)->feature_count(), (*source)->label_count(), class_ids, device);
+    };
+    const std::int64_t n_train = static_cast<std::int64_t>(split->train.size());
+    report.streamed = spec.trainer.macro_batch_size > 0 && spec.trainer.macro_batch_size < n_train;
+    if (!report.streamed) {
+      auto t = load(split->train);
+      if (!t) return Failure(kExitDataError, "data error: " + t.error().message);
+      s.resident_train = std::move(*t);
+    }
+    if (!split->validation.empty()) {
+      auto t = load(split->validation);
+      if (!t) return Failure(kExitDataError, "data error: " + t.error().message);
+      s.validation = std::move(*t);
+    }
+    if (!split->test.empty()) {
+      auto t = load(split->test);
+      if (!t) return Failure(kExitDataError, "data error: " + t.error().message);
+      s.test = std::move(*t);
+    }
+    if (spec.trainer.checkpointing && config.output_dir.empty()) {
+      return Failure(kExitBadSpec, "trainer.callbacks: checkpointing needs an output dir "
+                                   "(--output-dir or TRAINQ_OUTPUT_DIR)");
+    }
+
+    const auto t1 = Clock::now();
+    const std::int64_t batches = (n_train + spec.trainer.batch_size - 1) / spec.trainer.batch_size;
+    std::optional<Progress> progress;
+    std::function<double()> now = config.now ? config.now : SteadySeconds();
+    const bool fuse = config.fuse && config.seeds.size() > 1;
+    report.fused = fuse;
+    if (fuse) {
+      if (config.progress) progress.emplace(stderr, config.progress_terminal, now, spec.trainer.epochs, batches);
+      if (auto r = TrainGroup(s, config.seeds, 0, progress ? &*progress : nullptr, report); !r) {
+        return std::unexpected(r.error());
+      }
+    } else {
+      for (std::size_t i = 0; i < config.seeds.size(); ++i) {
+        if (config.progress) {
+          progress.emplace(stderr, config.progress_terminal, now, spec.trainer.epochs, batches);
+          if (config.seeds.size() > 1) progress->Message("seed " + std::to_string(config.seeds[i]) + ":");
+        }
+        if (auto r = TrainGroup(s, {config.seeds[i]}, static_cast<std::int64_t>(i), progress ? &*progress : nullptr,
+                                report);
+            !r) {
+          return std::unexpected(r.error());
+        }
+      }
+    }
+    report.train_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+  } catch (const c10::Error& e) {
+    return Failure(kExitTrainingFailed, std::string("training failed (libtorch): ") + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return Failure(kExitTrainingFailed, std::string("training failed: ") + e.what());
+  }
+  report.total_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return report;
+}
+
+}  // namespace trainq::trainer

@@ -1,0 +1,62 @@
+// Training: the epoch loop over macrobatches, the optimizer, evaluation,
+// callbacks and metric output, for K replicas at once. This header is
+// torch-free so that main and tests of the command need no torch.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "trainer/spec.h"
+
+namespace trainq::trainer {
+
+struct TrainConfig {
+  std::vector<std::uint64_t> seeds{1};  // one replica per seed
+  std::string device = "cpu";           // auto | cpu | cuda
+  int threads = 1;
+  bool fuse = true;                     // false: the seeds run one after another
+  std::string metrics_file;             // pattern, may hold {seed} and {repeat}; empty: none
+  std::string output_dir;               // pattern, may hold {seed} and {repeat}; empty: none
+  bool progress = false;
+  bool progress_terminal = false;
+  std::function<double()> now;          // monotonic seconds; empty: steady clock
+  // For tests: keep each replica's initial parameters and the order in which
+  // replica 0 saw the training rows.
+  bool record_details = false;
+};
+
+struct ReplicaReport {
+  std::uint64_t seed = 0;
+  std::vector<double> train_loss;                            // per epoch run
+  std::vector<std::map<std::string, double>> validation;     // per epoch run, "val_*"
+  std::map<std::string, double> final_metrics;               // on the test split (see docs)
+  std::string final_split;                                   // test | validation | train
+  std::int64_t epochs_run = 0;
+  std::int64_t steps = 0;
+  std::vector<float> initial_parameters;                     // record_details only
+};
+
+struct TrainReport {
+  std::vector<ReplicaReport> replicas;
+  bool fused = false;
+  std::string device;
+  double train_seconds = 0;   // model building, training and evaluation; no data loading
+  double total_seconds = 0;
+  bool streamed = false;       // macrobatches were read from the source each epoch
+  int max_macrobatches_alive = 0;
+  std::vector<std::vector<std::int64_t>> rows_seen;  // record_details: per epoch, replica 0's row order
+  std::vector<std::string> notices;                  // one-line notices also printed on stderr
+};
+
+struct TrainFailure {
+  int exit_code = 1;  // 2 bad spec, 3 data error, 1 training failure
+  std::string message;
+};
+
+std::expected<TrainReport, TrainFailure> Train(const Spec& spec, const TrainConfig& config);
+
+}  // namespace trainq::trainer
