@@ -1,0 +1,228 @@
+// Training behaviour on small real data (iris, 150 rows): exact seeds, fused
+// replicas against single runs, macrobatch streaming, callbacks, failures.
+#include "trainer/train.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "core/strings.h"
+#include "tests/support/temp_dir.h"
+#include "trainer/cli.h"
+#include "trainer/data.h"
+#include "trainer/spec.h"
+
+namespace trainq::trainer {
+namespace {
+
+const std::string kIris = std::string(TRAINQ_SOURCE_DIR) + "/examples/data/iris.csv";
+
+Spec MakeSpec(const std::string& body, const std::vector<std::string>& sets = {}) {
+  testing::TempDir dir;
+  const std::string text = "data:\n  path: " + kIris +
+                           "\n  split: {train: 0.6, validation: 0.2, test: 0.2, split_seed: 3}\n"
+                           "  normalize: standard\n" +
+                           body;
+  REQUIRE(WriteFile(dir / "spec.yaml", text));
+  auto spec = LoadSpec(dir / "spec.yaml", sets);
+  if (!spec) FAIL(spec.error().message);
+  return *spec;
+}
+
+const char* kMlp =
+    "model:\n  layers:\n"
+    "    - {type: linear, out: 16}\n"
+    "    - {type: batchnorm}\n"
+    "    - relu\n"
+    "    - {type: dropout, p: 0.2}\n"
+    "    - {type: linear, out: 3}\n"
+    "loss: cross_entropy\n"
+    "optimizer: {type: adamw, lr: 0.01, schedule: {type: cosine}}\n"
+    "trainer: {epochs: 6, batch_size: 16}\n"
+    "metrics: [accuracy, loss, f1]\n";
+
+TrainReport MustTrain(const Spec& spec, TrainConfig config) {
+  config.record_details = true;
+  auto r = Train(spec, config);
+  if (!r) FAIL(r.error().message);
+  return *r;
+}
+
+TEST_CASE("the same seed gives bit-identical metrics; another seed does not") {
+  Spec spec = MakeSpec(kMlp);
+  TrainConfig config;
+  config.seeds = {7};
+  TrainReport a = MustTrain(spec, config);
+  TrainReport b = MustTrain(spec, config);
+  REQUIRE(a.replicas.size() == 1);
+  CHECK(a.replicas[0].train_loss == b.replicas[0].train_loss);
+  CHECK(a.replicas[0].validation == b.replicas[0].validation);
+  CHECK(a.replicas[0].final_metrics == b.replicas[0].final_metrics);
+  CHECK(a.replicas[0].final_split == "test");
+  CHECK(a.replicas[0].train_loss.size() == 6);
+
+  config.seeds = {8};
+  TrainReport c = MustTrain(spec, config);
+  CHECK(c.replicas[0].initial_parameters != a.replicas[0].initial_parameters);
+  CHECK(c.replicas[0].train_loss != a.replicas[0].train_loss);
+  CHECK(c.rows_seen[0] != a.rows_seen[0]);
+}
+
+void CheckClose(const std::vector<double>& a, const std::vector<double>& b, double tol) {
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).epsilon(tol).margin(tol));
+}
+
+void CheckFusedMatchesSingle(const Spec& spec) {
+  TrainConfig fused;
+  fused.seeds = {5, 6, 7};
+  TrainReport f = MustTrain(spec, fused);
+  REQUIRE(f.fused);
+  REQUIRE(f.replicas.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    TrainConfig single;
+    single.seeds = {5 + i};
+    TrainReport s = MustTrain(spec, single);
+    INFO("replica " << i);
+    CHECK(f.replicas[i].seed == 5 + i);
+    // Same initial weights, exactly.
+    CHECK(f.replicas[i].initial_parameters == s.replicas[0].initial_parameters);
+    // Same trajectory within float tolerance.
+    CheckClose(f.replicas[i].train_loss, s.replicas[0].train_loss, 1e-4);
+    CHECK(f.replicas[i].epochs_run == s.replicas[0].epochs_run);
+    CHECK(f.replicas[i].steps == s.replicas[0].steps);
+    for (const auto& [name, v] : s.replicas[0].final_metrics) {
+      CHECK(f.replicas[i].final_metrics.at(name) == Approx(v).margin(1e-4));
+    }
+  }
+}
+
+TEST_CASE("replica i of a fused run reproduces the single run with seed S+i") {
+  CheckFusedMatchesSingle(MakeSpec(kMlp));
+}
+
+TEST_CASE("fused replicas match single runs with conv2d, maxpool2d, layernorm and sgd nesterov") {
+  // Iris's 4 features as a 1x2x2 image.
+  CheckFusedMatchesSingle(MakeSpec(
+      "model:\n  layers:\n"
+      "    - {type: reshape, shape: [1, 2, 2]}\n"
+      "    - {type: conv2d, out: 4, kernel: 2, padding: 1}\n"
+      "    - {type: batchnorm}\n"
+      "    - {type: maxpool2d, kernel: 2, stride: 1}\n"
+      "    - flatten\n"
+      "    - {type: layernorm}\n"
+      "    - gelu\n"
+      "    - {type: linear, out: 3}\n"
+      "optimizer: {type: sgd, lr: 0.05, momentum: 0.9, nesterov: true, schedule: {type: step, step_size: 2}}\n"
+      "trainer: {epochs: 4, batch_size: 16}\n"));
+}
+
+TEST_CASE("fused replicas match single runs with lstm and gru, and with early stopping") {
+  // Iris's 4 features as a sequence of 4 steps of 1 value.
+  CheckFusedMatchesSingle(MakeSpec(
+      "model:\n  layers:\n"
+      "    - {type: reshape, shape: [4, 1]}\n"
+      "    - {type: gru, hidden: 6, return: sequence}\n"
+      "    - {type: lstm, hidden: 5}\n"
+      "    - tanh\n"
+      "    - {type: linear, out: 3}\n"
+      "optimizer: {type: adam, lr: 0.05}\n"
+      "trainer:\n  epochs: 12\n  batch_size: 32\n"
+      "  callbacks: [{type: early_stopping, params: {monitor: val_accuracy, patience: 2}}]\n"));
+}
+
+TEST_CASE("streamed macrobatches show every training row once per epoch, two in memory at most") {
+  testing::TempDir dir;
+  // Iris as raw float32 rows on disk: 4 features then the class.
+  DataSpec csv;
+  csv.path = kIris;
+  csv.format = "csv";
+  auto source = OpenRowSource(csv, {});
+  REQUIRE(source.has_value());
+  std::vector<std::int64_t> all;
+  for (std::int64_t i = 0; i < (*source)->rows(); ++i) all.push_back(i);
+  auto block = ReadRows(**source, all, Normalizer{});
+  REQUIRE(block.has_value());
+  std::vector<float> values;
+  for (std::int64_t r = 0; r < block->rows; ++r) {
+    for (int c = 0; c < 4; ++c) values.push_back(block->x[static_cast<std::size_t>(r * 4 + c)]);
+    values.push_back(block->y[static_cast<std::size_t>(r)]);
+  }
+  REQUIRE(WriteF32(dir / "iris.f32", values));
+  REQUIRE(WriteFile(dir / "spec.yaml",
+                    "data: {path: iris.f32, columns: 5, split: {train: 100, test: 50}, normalize: standard}\n"
+                    "model: {layers: [{type: linear, out: 8}, relu, {type: dropout, p: 0.1}, {type: linear, out: 3}]}\n"
+                    "optimizer: {type: adam, lr: 0.05}\n"
+                    "trainer: {epochs: 3, batch_size: 8, macro_batch_size: 24}\n"));
+  auto spec = LoadSpec(dir / "spec.yaml", {});
+  REQUIRE(spec.has_value());
+  TrainConfig config;
+  config.seeds = {3};
+  TrainReport r = MustTrain(*spec, config);
+  CHECK(r.streamed);
+  CHECK(r.max_macrobatches_alive == 2);
+  auto split = SplitDataset(150, spec->data.split);
+  REQUIRE(split.has_value());
+  std::multiset<std::int64_t> expected(split->train.begin(), split->train.end());
+  REQUIRE(r.rows_seen.size() == 3);
+  for (const auto& epoch : r.rows_seen) {
+    CHECK(std::multiset<std::int64_t>(epoch.begin(), epoch.end()) == expected);
+  }
+  CHECK(r.rows_seen[0] != r.rows_seen[1]);  // shuffled across epochs
+  CHECK(r.replicas[0].final_metrics.at("accuracy") > 0.6);
+
+  // Streaming, fused: replica i still reproduces the single run.
+  CheckFusedMatchesSingle(*spec);
+}
+
+TEST_CASE("a NaN loss stops the run with exit code 1 and names the seed") {
+  Spec spec = MakeSpec(
+      "model: {layers: [{type: linear, out: 3}]}\n"
+      "optimizer: {type: sgd, lr: 1.0e38}\n"
+      "trainer: {epochs: 3, batch_size: 16}\n");
+  TrainConfig config;
+  config.seeds = {4};
+  auto r = Train(spec, config);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().exit_code == kExitTrainingFailed);
+  CHECK_THAT(r.error().message, Catch::Contains("seed 4") && (Catch::Contains("NaN") || Catch::Contains("infinite")));
+}
+
+TEST_CASE("a model whose outputs do not fit the labels is a spec error naming the layer") {
+  Spec spec = MakeSpec("model: {layers: [{type: linear, out: 2}]}\n");
+  auto r = Train(spec, TrainConfig{});
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().exit_code == kExitBadSpec);
+  CHECK_THAT(r.error().message, Catch::Contains("model.layers[0]") && Catch::Contains("labels go up to 2"));
+}
+
+TEST_CASE("checkpointing keeps the best epoch and writes metrics lines per seed") {
+  testing::TempDir dir;
+  Spec spec = MakeSpec(std::string(kMlp) +
+                       "  \n", {"trainer.callbacks=[{type: checkpointing, params: {every: 3, monitor: val_accuracy}}]"});
+  TrainConfig config;
+  config.seeds = {1, 2};
+  config.output_dir = dir / "out";
+  config.metrics_file = dir / "metrics.jsonl";
+  TrainReport r = MustTrain(spec, config);
+  for (const char* seed : {"seed-1", "seed-2"}) {
+    INFO(seed);
+    CHECK(std::filesystem::exists(dir.path() / "out" / seed / "checkpoints" / "best.pt"));
+    CHECK(std::filesystem::exists(dir.path() / "out" / seed / "checkpoints" / "best.json"));
+    CHECK(std::filesystem::exists(dir.path() / "out" / seed / "checkpoints" / "epoch-3.pt"));
+    CHECK(std::filesystem::exists(dir.path() / "out" / seed / "checkpoints" / "epoch-6.pt"));
+  }
+  auto text = ReadFile(dir / "metrics.jsonl");
+  REQUIRE(text.has_value());
+  int finals = 0;
+  for (const std::string& line : trainq::Split(*text, '\n')) {
+    if (line.find("\"final\":true") != std::string::npos) ++finals;
+  }
+  CHECK(finals == 6);  // accuracy, loss, f1 for two seeds
+  CHECK_THAT(*text, Catch::Contains("\"seed\":2"));
+}
+
+}  // namespace
+}  // namespace trainq::trainer
