@@ -50,7 +50,7 @@ TrainReport MustTrain(const Spec& spec, TrainConfig config) {
   return *r;
 }
 
-TEST_CASE("the same seed gives bit-identical metrics; another seed does not") {
+TEST_CASE("the same seed gives bit-identical metrics, another seed does not") {
   Spec spec = MakeSpec(kMlp);
   TrainConfig config;
   config.seeds = {7};

@@ -1,0 +1,88 @@
+// Runs the real trainq-train binary: the example digits spec, the run
+// environment, exit codes and their messages.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+
+#include "core/strings.h"
+#include "tests/support/temp_dir.h"
+
+namespace trainq::trainer {
+namespace {
+
+const std::string kBinary = TRAINQ_TRAIN_BINARY;
+const std::string kSource = TRAINQ_SOURCE_DIR;
+
+struct Finals {
+  std::map<std::uint64_t, double> accuracy;  // seed -> final test accuracy
+};
+
+Finals ReadFinals(const std::string& path) {
+  Finals f;
+  auto text = ReadFile(path);
+  REQUIRE(text.has_value());
+  for (const std::string& line : trainq::Split(*text, '\n')) {
+    if (Trim(line).empty()) continue;
+    auto j = nlohmann::json::parse(line);
+    if (j.value("final", false) && j["name"] == "accuracy") f.accuracy[j["seed"].get<std::uint64_t>()] = j["value"];
+  }
+  return f;
+}
+
+TEST_CASE("the digits MLP over 5 fused seeds reaches a mean test accuracy of at least 0.90") {
+  testing::TempDir dir;
+  std::string out;
+  // The reference setup: the first 1437 rows train, the last 360 test.
+  const int rc = testing::RunShell(
+      "cd " + ShellQuote(kSource) + " && TRAINQ_SEED=1 TRAINQ_METRICS_FILE=" + ShellQuote(dir / "m.jsonl") + " " +
+          ShellQuote(kBinary) +
+          " examples/configs/digits_mlp.yaml --repeats 5 --set trainer.epochs=10"
+          " --set 'data.split={train: 1437, test: 360, shuffle: false}' 2>&1",
+      &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  Finals f = ReadFinals(dir / "m.jsonl");
+  REQUIRE(f.accuracy.size() == 5);
+  double mean = 0;
+  for (auto& [seed, acc] : f.accuracy) mean += acc / 5;
+  CHECK(f.accuracy.begin()->first == 1);
+  CHECK(f.accuracy.rbegin()->first == 5);
+  CHECK(mean >= 0.90);
+  CHECK_THAT(out, Catch::Contains("5 seeds fused"));
+}
+
+TEST_CASE("exit codes: 2 for a bad spec, 3 for bad data, each naming the place") {
+  testing::TempDir dir;
+  REQUIRE(WriteFile(dir / "bad.yaml",
+                    "data: {path: d.csv}\nmodel:\n  layers:\n    - {type: linear, out: many}\n"));
+  std::string out;
+  CHECK(testing::RunShell(ShellQuote(kBinary) + " " + ShellQuote(dir / "bad.yaml") + " 2>&1", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("bad.yaml:4: model.layers[0].out: expected an integer, got 'many'"));
+
+  REQUIRE(WriteFile(dir / "d.csv", "1,2,0\n3,4,1\n5,oops,1\n"));
+  REQUIRE(WriteFile(dir / "ok.yaml", "data: {path: d.csv}\nmodel: {layers: [{type: linear, out: 2}]}\n"));
+  CHECK(testing::RunShell(ShellQuote(kBinary) + " " + ShellQuote(dir / "ok.yaml") + " 2>&1", &out) == 3);
+  CHECK_THAT(out, Catch::Contains("d.csv: row 3, column 2: 'oops' is not a number"));
+
+  CHECK(testing::RunShell(ShellQuote(kBinary) + " " + ShellQuote(dir / "ok.yaml") + " --set trainer.epochs=x 2>&1",
+                          &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--set trainer.epochs: trainer.epochs: expected an integer"));
+}
+
+TEST_CASE("print-spec shows the template merged with the overrides") {
+  std::string out;
+  const int rc = testing::RunShell("cd " + ShellQuote(kSource) + " && " + ShellQuote(kBinary) +
+                                       " examples/configs/digits_mlp_small.yaml --print-spec --set trainer.epochs=7",
+                                   &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK_THAT(out, Catch::Contains("epochs: 7"));
+  CHECK_THAT(out, Catch::Contains("out: 64"));          // the override's layers
+  CHECK_THAT(out, Catch::Contains("digits.csv.gz"));    // from the template
+  CHECK_THAT(out, Catch::Contains("early_stopping"));   // the override's callback
+}
+
+}  // namespace
+}  // namespace trainq::trainer
