@@ -40,8 +40,9 @@ class Optimizer {
     }
   }
 
-  // lr: [K] on the parameters' device.
-  void Step(const torch::Tensor& lr) {
+  // lr: [K] on the parameters' device. When every replica has the same rate
+  // (`uniform_lr`, no replica stopped early) the scalar form saves passes.
+  void Step(const torch::Tensor& lr, std::optional<double> uniform_lr) {
     torch::NoGradGuard no_grad;
     ++step_;
     const double b1 = spec_.beta1, b2 = spec_.beta2, wd = spec_.weight_decay;
@@ -51,11 +52,14 @@ class Optimizer {
       torch::Tensor& p = params_[i];
       if (!p.grad().defined()) continue;
       torch::Tensor g = p.grad();
-      std::vector<std::int64_t> view(static_cast<std::size_t>(p.dim()), 1);
-      view[0] = p.size(0);
-      torch::Tensor lr_v = lr.view(view);
+      torch::Tensor lr_v;
+      if (!uniform_lr) {
+        std::vector<std::int64_t> view(static_cast<std::size_t>(p.dim()), 1);
+        view[0] = p.size(0);
+        lr_v = lr.view(view);
+      }
       if (spec_.type == "sgd") {
-        if (wd != 0) g = g + wd * p;
+        if (wd != 0) g = g.add(p, wd);
         if (spec_.momentum > 0) {
           torch::Tensor& buf = state1_[i];
           if (step_ == 1) {
@@ -63,18 +67,32 @@ class Optimizer {
           } else {
             buf.mul_(spec_.momentum).add_(g);
           }
-          g = spec_.nesterov ? g + spec_.momentum * buf : buf;
+          g = spec_.nesterov ? g.add(buf, spec_.momentum) : buf;
         }
-        p.sub_(lr_v * g);
+        if (uniform_lr) {
+          p.add_(g, -*uniform_lr);
+        } else {
+          p.sub_(lr_v * g);
+        }
       } else {
-        if (spec_.type == "adam" && wd != 0) g = g + wd * p;
-        if (spec_.type == "adamw" && wd != 0) p.sub_(lr_v * wd * p);
+        if (spec_.type == "adam" && wd != 0) g = g.add(p, wd);
+        if (spec_.type == "adamw" && wd != 0) {
+          if (uniform_lr) {
+            p.mul_(1.0 - *uniform_lr * wd);
+          } else {
+            p.sub_(lr_v * wd * p);
+          }
+        }
         torch::Tensor& m = state1_[i];
         torch::Tensor& v = state2_[i];
         m.mul_(b1).add_(g, 1.0 - b1);
         v.mul_(b2).addcmul_(g, g, 1.0 - b2);
-        torch::Tensor denom = (v.sqrt() / std::sqrt(bc2)).add_(spec_.eps);
-        p.sub_((lr_v / bc1) * m / denom);
+        torch::Tensor denom = v.sqrt().div_(std::sqrt(bc2)).add_(spec_.eps);
+        if (uniform_lr) {
+          p.addcdiv_(m, denom, -*uniform_lr / bc1);
+        } else {
+          p.sub_((lr_v / bc1) * m / denom);
+        }
       }
       p.mutable_grad().reset();
     }
@@ -355,6 +373,7 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
   for (std::int64_t epoch = 1; epoch <= epochs; ++epoch) {
     const double lr = LearningRate(spec.optimizer, epoch - 1, epochs);
     torch::Tensor lr_k = ctx.active * lr;
+    const bool all_active = std::all_of(active.begin(), active.end(), [](bool a) { return a; });
     torch::Tensor loss_sum = torch::zeros({k}, torch::TensorOptions().device(s.device).dtype(torch::kFloat64));
     std::int64_t rows_done = 0, batch_in_epoch = 0;
     if (s.config.record_details) report.rows_seen.emplace_back();
@@ -408,7 +427,7 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
         torch::Tensor out = model.Forward(xb, ctx);
         torch::Tensor losses = PerReplicaLoss(spec.loss.type, out, yb);
         losses.sum().backward();
-        optimizer.Step(lr_k);
+        optimizer.Step(lr_k, all_active ? std::optional<double>(lr) : std::nullopt);
         loss_sum += losses.detach().to(torch::kFloat64) * static_cast<double>(b);
         rows_done += b;
         ++batch_in_epoch;
