@@ -49,6 +49,8 @@ int Run(int argc, char** argv) {
     return kExitOk;
   }
   if (auto warning = ReferenceBlasWarning(ReadProcMaps())) std::fprintf(stderr, "%s\n", warning->c_str());
+  SetBlasThreads(opt.threads);
+  KeepFreedMemory();
 
   TrainConfig config;
   config.seeds.clear();

@@ -1,5 +1,8 @@
 #include "trainer/system.h"
 
+#include <dlfcn.h>
+#include <malloc.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -20,6 +23,19 @@ std::string ReadProcMaps() {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+bool SetBlasThreads(int threads) {
+  using SetThreads = void (*)(int);
+  auto fn = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (fn == nullptr) return false;
+  fn(threads);
+  return true;
+}
+
+void KeepFreedMemory() {
+  ::mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, 512 << 20);
 }
 
 }  // namespace trainq::trainer
