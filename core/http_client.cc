@@ -1,0 +1,177 @@
+#include "core/http_client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <memory>
+#include <mutex>
+
+namespace trainq {
+
+namespace {
+
+bool IEquals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// curl_global_init is not thread-safe; do it once, before any handle exists.
+void EnsureCurlInit() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+struct Exchange {
+  HttpResponse* response;
+  std::int64_t max_bytes;
+  bool too_large = false;
+};
+
+size_t OnBody(char* data, size_t size, size_t n, void* user) {
+  auto* ex = static_cast<Exchange*>(user);
+  size_t bytes = size * n;
+  if (static_cast<std::int64_t>(ex->response->body.size() + bytes) > ex->max_bytes) {
+    ex->too_large = true;
+    return 0;  // aborts the transfer
+  }
+  ex->response->body.append(data, bytes);
+  return bytes;
+}
+
+size_t OnHeader(char* data, size_t size, size_t n, void* user) {
+  auto* ex = static_cast<Exchange*>(user);
+  size_t bytes = size * n;
+  std::string_view line(data, bytes);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+  if (line.starts_with("HTTP/")) {
+    // A new status line (after a 100 Continue): start over.
+    ex->response->headers.clear();
+    return bytes;
+  }
+  auto colon = line.find(':');
+  if (colon == std::string_view::npos) return bytes;
+  std::string_view name = line.substr(0, colon);
+  std::string_view value = line.substr(colon + 1);
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  ex->response->headers.emplace_back(std::string(name), std::string(value));
+  return bytes;
+}
+
+ErrorKind KindOf(CURLcode code) {
+  switch (code) {
+    case CURLE_OPERATION_TIMEDOUT:
+      return ErrorKind::kTimeout;
+    case CURLE_URL_MALFORMAT:
+    case CURLE_UNSUPPORTED_PROTOCOL:
+      return ErrorKind::kInvalidArgument;
+    default:
+      return ErrorKind::kUnavailable;
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> FindHeader(const HttpHeaders& headers, std::string_view name) {
+  for (const auto& [k, v] : headers) {
+    if (IEquals(k, name)) return v;
+  }
+  return std::nullopt;
+}
+
+std::string UrlEncode(std::string_view s) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string UrlForLog(std::string_view url) {
+  auto cut = url.find_first_of("?#");
+  std::string out(url.substr(0, cut));
+  // user:password@ in the authority never reaches a log either.
+  auto scheme = out.find("://");
+  if (scheme != std::string::npos) {
+    auto host_start = scheme + 3;
+    auto slash = out.find('/', host_start);
+    auto at = out.rfind('@', slash == std::string::npos ? out.size() : slash);
+    if (at != std::string::npos && at >= host_start) out.erase(host_start, at + 1 - host_start);
+  }
+  return out;
+}
+
+CurlHttpClient::CurlHttpClient(std::int64_t max_response_bytes)
+    : max_response_bytes_(max_response_bytes) {
+  EnsureCurlInit();
+}
+
+Result<HttpResponse> CurlHttpClient::Send(const HttpRequest& request) {
+  std::string what = request.method + " " + UrlForLog(request.url);
+  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
+  if (!curl) return Fail(ErrorKind::kInternal, what + ": cannot create a curl handle");
+  CURL* h = curl.get();
+
+  struct curl_slist* list = nullptr;
+  for (const auto& [k, v] : request.headers) {
+    list = curl_slist_append(list, (k + ": " + v).c_str());
+  }
+  // No "Expect: 100-continue" round trip for larger bodies.
+  list = curl_slist_append(list, "Expect:");
+  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> headers(list, curl_slist_free_all);
+
+  HttpResponse response;
+  Exchange ex{&response, max_response_bytes_};
+  char error_buffer[CURL_ERROR_SIZE] = {0};
+  curl_easy_setopt(h, CURLOPT_URL, request.url.c_str());
+  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);  // no SIGALRM in a threaded daemon
+  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error_buffer);
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(request.timeout_ms));
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                   static_cast<long>(std::min<std::int64_t>(request.timeout_ms, 10'000)));
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.get());
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, OnBody);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &ex);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, OnHeader);
+  curl_easy_setopt(h, CURLOPT_HEADERDATA, &ex);
+  curl_easy_setopt(h, CURLOPT_USERAGENT, "trainq/0.1");
+  if (request.method == "GET") {
+    curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+  } else if (request.method == "HEAD") {
+    curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+  } else {
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+  }
+  if (!request.body.empty() || request.method == "POST" || request.method == "PUT" ||
+      request.method == "PATCH") {
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, request.body.data());
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+  }
+
+  CURLcode rc = curl_easy_perform(h);
+  if (ex.too_large) {
+    return Fail(ErrorKind::kUnavailable, what + ": response larger than " +
+                                             std::to_string(max_response_bytes_) + " bytes");
+  }
+  if (rc != CURLE_OK) {
+    std::string detail = error_buffer[0] ? error_buffer : curl_easy_strerror(rc);
+    return Fail(KindOf(rc), what + ": " + detail);
+  }
+  long status = 0;
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+  response.status = static_cast<int>(status);
+  return response;
+}
+
+}  // namespace trainq
