@@ -1,0 +1,51 @@
+#include "stats/verdict.h"
+
+#include <cmath>
+#include <string>
+
+namespace trainq::stats {
+
+Result<Goal> ParseGoal(std::string_view text) {
+  if (text == "max") return Goal::kMax;
+  if (text == "min") return Goal::kMin;
+  return Fail(ErrorKind::kInvalidArgument,
+              "goal must be \"max\" or \"min\", got \"" + std::string(text) + "\"");
+}
+
+std::string_view GoalName(Goal goal) { return goal == Goal::kMax ? "max" : "min"; }
+
+std::string_view VerdictName(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kBetter:
+      return "better";
+    case Verdict::kWorse:
+      return "worse";
+    case Verdict::kNoDetectableChange:
+      return "no detectable change";
+    case Verdict::kNotEnoughRuns:
+      return "not enough runs";
+  }
+  return "?";
+}
+
+Verdict Decide(const std::optional<TTest>& test, const VerdictOptions& options) {
+  if (!test) return Verdict::kNotEnoughRuns;
+  double min_effect = options.min_effect.value_or(0);
+  double diff = test->estimate;
+  if (test->p < options.alpha && std::fabs(diff) >= min_effect) {
+    bool a_larger = diff > 0;
+    return a_larger == (options.goal == Goal::kMax) ? Verdict::kBetter : Verdict::kWorse;
+  }
+  if (min_effect > 0) {
+    Interval ci = TInterval(*test, 1 - options.alpha);
+    if (-min_effect < ci.lo && ci.hi < min_effect) return Verdict::kNoDetectableChange;
+    return Verdict::kNotEnoughRuns;
+  }
+  return Verdict::kNoDetectableChange;
+}
+
+Verdict Decide(const Comparison& comparison, const VerdictOptions& options) {
+  return Decide(comparison.paired ? comparison.paired : comparison.welch, options);
+}
+
+}  // namespace trainq::stats

@@ -1,0 +1,43 @@
+// The one-word answer to "did this change help?", from a comparison of A
+// (the change) against B (what it is compared with). Pure functions.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+#include "core/result.h"
+#include "stats/compare.h"
+
+namespace trainq::stats {
+
+enum class Goal { kMax, kMin };                 // whether a larger metric is better
+Result<Goal> ParseGoal(std::string_view text);  // "max" or "min"
+std::string_view GoalName(Goal goal);
+
+enum class Verdict { kBetter, kWorse, kNoDetectableChange, kNotEnoughRuns };
+// "better", "worse", "no detectable change", "not enough runs".
+std::string_view VerdictName(Verdict verdict);
+
+struct VerdictOptions {
+  Goal goal = Goal::kMax;
+  double alpha = 0.05;  // two-sided significance level, 0 < alpha < 1
+  // The smallest difference worth acting on, in the metric's units (>= 0).
+  std::optional<double> min_effect{};
+};
+
+// Decides from a t-test of A - B (paired or Welch):
+//  - no test (fewer than 2 runs on a side): not enough runs;
+//  - p < alpha and |difference| >= min_effect: better or worse, by the goal;
+//  - otherwise, with a min_effect: if the (1 - alpha) interval of the
+//    difference lies inside (-min_effect, +min_effect), no change that large
+//    is plausible: no detectable change; if not, the runs cannot yet tell a
+//    change of min_effect from none: not enough runs;
+//  - otherwise (no min_effect): no detectable change. Without a size that
+//    matters, "no difference" and "too few runs" cannot be told apart.
+Verdict Decide(const std::optional<TTest>& test, const VerdictOptions& options);
+
+// Decide() on the paired test when the comparison has one (the same seeds
+// on both sides cancel seed noise), else on Welch's test.
+Verdict Decide(const Comparison& comparison, const VerdictOptions& options);
+
+}  // namespace trainq::stats
