@@ -247,7 +247,8 @@ Status StatsCompare(const StatsCompareOptions& o, std::ostream& out, std::ostrea
     }
   }
   if (c.bootstrap_ci95) {
-    out << "bootstrap 95% CI of A - B: " << IntervalText(*c.bootstrap_ci95) << "\n";
+    out << "bootstrap 95% CI of A - B: " << IntervalText(*c.bootstrap_ci95)
+        << (o.paired ? " (resampling pairs)\n" : "\n");
   }
   out << "P(A>B) " << Num(c.mann_whitney->p_a_gt_b) << " (Mann-Whitney U=" << Num(c.mann_whitney->u)
       << ")";

@@ -136,7 +136,13 @@ Result<Comparison> Compare(std::span<const double> a, std::span<const double> b,
   if (options.paired) c.paired = PairedTTest(a, b);
   c.hedges_g = HedgesG(a, b);
   c.mann_whitney = MannWhitneyU(a, b);
-  c.bootstrap_ci95 = BootstrapDiffInterval(a, b, options.bootstrap);
+  if (options.paired) {
+    std::vector<double> d(a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
+    c.bootstrap_ci95 = BootstrapMeanInterval(d, options.bootstrap);
+  } else {
+    c.bootstrap_ci95 = BootstrapDiffInterval(a, b, options.bootstrap);
+  }
   return c;
 }
 

@@ -70,7 +70,10 @@ struct Comparison {
   std::optional<TTest> paired;  // only with CompareOptions::paired
   std::optional<double> hedges_g;
   std::optional<MannWhitney> mann_whitney;
-  // Of the difference, unpaired resampling, at bootstrap.level (0.95 unless changed).
+  // Percentile bootstrap interval of the difference at bootstrap.level (0.95
+  // unless changed): resampling each side on its own, or, when paired,
+  // resampling the per-seed differences, so that it matches the test the
+  // verdict uses.
   std::optional<Interval> bootstrap_ci95;
 };
 

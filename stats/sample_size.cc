@@ -5,6 +5,7 @@
 #include <boost/math/distributions/normal.hpp>
 #include <boost/math/distributions/students_t.hpp>
 #include <cmath>
+#include <exception>
 #include <functional>
 #include <string>
 
@@ -73,12 +74,18 @@ Result<int> RunsPerSideForDifference(double sd, double difference, double power,
                 "runs per side need difference != 0, sd >= 0, 0 < power < 1 and 0 < alpha < 1");
   }
   if (sd == 0) return 2;
-  boost::math::normal std_normal;
-  double z =
-      boost::math::quantile(std_normal, 1 - alpha / 2) + boost::math::quantile(std_normal, power);
-  double guess = 2 * std::pow(z * sd / difference, 2);
-  return SmallestN(guess,
-                   [&](int n) { return TwoSampleTPower(n, sd, difference, alpha) >= power; });
+  // Boost reports a series or root search that fails to converge with an
+  // exception; nothing above this function expects one.
+  try {
+    boost::math::normal std_normal;
+    double z =
+        boost::math::quantile(std_normal, 1 - alpha / 2) + boost::math::quantile(std_normal, power);
+    double guess = 2 * std::pow(z * sd / difference, 2);
+    return SmallestN(guess,
+                     [&](int n) { return TwoSampleTPower(n, sd, difference, alpha) >= power; });
+  } catch (const std::exception& e) {
+    return Fail(ErrorKind::kInternal, std::string("power calculation failed: ") + e.what());
+  }
 }
 
 }  // namespace trainq::stats

@@ -220,9 +220,10 @@ TEST_CASE("stats compare --json: sleep data agree with R") {
   CHECK(j["hedges_g"].get<double>() == Approx(-0.7970185004474465).epsilon(1e-10));
   CHECK(j["u"] == 25.5);  // R's wilcox.test W
   CHECK(j["p_a_gt_b"].get<double>() == Approx(0.255));
-  REQUIRE(j["bootstrap_ci95"].is_array());
-  CHECK(j["bootstrap_ci95"][0].get<double>() < -1.58);
-  CHECK(j["bootstrap_ci95"][1].get<double>() > -1.58);
+  // With --paired the bootstrap resamples seeds: reference.py's bootstrap_mean
+  // of the differences, 10,000 resamples, seed 1.
+  CHECK(j["bootstrap_ci95"][0].get<double>() == Approx(-2.37).epsilon(1e-12));
+  CHECK(j["bootstrap_ci95"][1].get<double>() == Approx(-0.96).epsilon(1e-12));
   // The paired test decides: p = 0.0028 with goal max and A lower.
   CHECK(j["verdict"] == "worse");
 }
@@ -252,6 +253,7 @@ TEST_CASE("stats compare: text output with the verdict") {
   CHECK(Has(min.out, "verdict: worse"));
   auto paired = RunStats({"compare", a, b, "--paired"});
   CHECK(Has(paired.out, "paired: +0.009  95% CI [0.00663944, 0.0113606]  (t=8.62483, df=9, "));
+  CHECK(Has(paired.out, "bootstrap 95% CI of A - B: [0.0072, 0.011] (resampling pairs)\n"));
   CHECK(Has(paired.out, ", paired t-test)\n"));
 }
 

@@ -227,6 +227,27 @@ TEST_CASE("Compare: fills every field, and paired only when asked") {
   CHECK(p->paired->df == 9);
 }
 
+TEST_CASE("Compare: the bootstrap follows the pairing") {
+  // Golden intervals from reference.py's bootstrap_mean on the per-seed
+  // differences (10,000 resamples, seed 1): pairing resamples seeds.
+  auto paired = Compare(kAccA, kAccB, {.paired = true});
+  REQUIRE(paired);
+  REQUIRE(paired->bootstrap_ci95);
+  CHECK(paired->bootstrap_ci95->lo == Approx(0.0072).epsilon(1e-12));
+  CHECK(paired->bootstrap_ci95->hi == Approx(0.011).epsilon(1e-12));
+  auto sleep = Compare(kSleep1, kSleep2, {.paired = true});
+  REQUIRE(sleep);
+  REQUIRE(sleep->bootstrap_ci95);
+  CHECK(sleep->bootstrap_ci95->lo == Approx(-2.37).epsilon(1e-12));
+  CHECK(sleep->bootstrap_ci95->hi == Approx(-0.96).epsilon(1e-12));
+  // Unpaired: reference.py's bootstrap_diff, [0.0040, 0.0139].
+  auto unpaired = Compare(kAccA, kAccB);
+  REQUIRE(unpaired);
+  REQUIRE(unpaired->bootstrap_ci95);
+  CHECK(unpaired->bootstrap_ci95->lo == Approx(0.004).epsilon(1e-12));
+  CHECK(unpaired->bootstrap_ci95->hi == Approx(0.0139).epsilon(1e-12));
+}
+
 TEST_CASE("Compare: errors for an empty side and unequal paired sizes") {
   auto empty = Compare(std::span<const double>{}, kSleep2);
   REQUIRE_FALSE(empty);
