@@ -1,6 +1,7 @@
 #include "agent/commands.h"
 
 #include <signal.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -12,7 +13,13 @@
 #include "agent/executor.h"
 #include "agent/git_repo.h"
 #include "agent/manifest.h"
+#include "agent/server.h"
+#include "agent/server_config.h"
+#include "agent/server_http.h"
+#include "agent/server_worker.h"
+#include "agent/webhook.h"
 #include "agent/table.h"
+#include "core/http_client.h"
 #include "core/process.h"
 #include "core/strings.h"
 #include "queue/store.h"
@@ -37,30 +44,6 @@ Result<Store> OpenExisting(const std::string& db) {
 
 std::string Short(const std::string& sha) { return sha.substr(0, 10); }
 
-std::string SummaryText(const BatchProgress& b) {
-  if (b.values.empty()) return "-";
-  auto s = stats::Summarize(b.values);
-  if (s.n == 1) return FormatDouble(s.mean, 4) + " (n=1)";
-  return FormatDouble(s.mean, 4) + " ± " + FormatDouble(s.sd, 4) + " (n=" + std::to_string(s.n) +
-         ")";
-}
-
-std::string ProgressText(const BatchProgress& b) {
-  std::int64_t total = 0;
-  for (auto c : b.counts) total += c;
-  std::string text = std::to_string(b.count(RunState::kSucceeded)) + "/" + std::to_string(total) +
-                     " done";
-  std::int64_t failed = b.count(RunState::kDead) + b.count(RunState::kFailed);
-  text += ", " + std::to_string(failed) + " failed";
-  if (b.count(RunState::kRunning) + b.count(RunState::kLeased) > 0) {
-    text += ", " + std::to_string(b.count(RunState::kRunning) + b.count(RunState::kLeased)) +
-            " running";
-  }
-  if (b.count(RunState::kCancelled) > 0) {
-    text += ", " + std::to_string(b.count(RunState::kCancelled)) + " cancelled";
-  }
-  return text;
-}
 
 json SummaryJson(const std::vector<double>& values) {
   auto s = stats::Summarize(values);
@@ -74,30 +57,6 @@ json SummaryJson(const std::vector<double>& values) {
   return j;
 }
 
-json BatchJson(const BatchProgress& b) {
-  json counts = json::object();
-  std::int64_t total = 0;
-  for (int i = 0; i < kRunStateCount; ++i) {
-    counts[std::string(RunStateName(static_cast<RunState>(i)))] = b.counts[i];
-    total += b.counts[i];
-  }
-  return {{"id", b.id},
-          {"repo", b.repo},
-          {"commit", b.sha},
-          {"parent", b.parent_sha},
-          {"subject", b.subject},
-          {"experiment", b.experiment},
-          {"metric", b.metric_name},
-          {"goal", b.metric_goal},
-          {"reason", b.reason},
-          {"repeats", b.repeats},
-          {"runs", total},
-          {"counts", counts},
-          {"done", b.count(RunState::kSucceeded)},
-          {"failed", b.count(RunState::kDead) + b.count(RunState::kFailed)},
-          {"values", b.values},
-          {"summary", SummaryJson(b.values)}};
-}
 
 json RunJson(const RunRow& r) {
   json j = {{"id", r.id},
@@ -129,6 +88,48 @@ std::string Oneline(std::string s, size_t max) {
 }
 
 }  // namespace
+
+std::string ProgressText(const BatchProgress& b) {
+  std::int64_t total = 0;
+  for (auto c : b.counts) total += c;
+  std::string text = std::to_string(b.count(RunState::kSucceeded)) + "/" + std::to_string(total) +
+                     " done";
+  std::int64_t failed = b.count(RunState::kDead) + b.count(RunState::kFailed);
+  text += ", " + std::to_string(failed) + " failed";
+  if (b.count(RunState::kRunning) + b.count(RunState::kLeased) > 0) {
+    text += ", " + std::to_string(b.count(RunState::kRunning) + b.count(RunState::kLeased)) +
+            " running";
+  }
+  if (b.count(RunState::kCancelled) > 0) {
+    text += ", " + std::to_string(b.count(RunState::kCancelled)) + " cancelled";
+  }
+  return text;
+}
+
+json BatchJson(const BatchProgress& b) {
+  json counts = json::object();
+  std::int64_t total = 0;
+  for (int i = 0; i < kRunStateCount; ++i) {
+    counts[std::string(RunStateName(static_cast<RunState>(i)))] = b.counts[i];
+    total += b.counts[i];
+  }
+  return {{"id", b.id},
+          {"repo", b.repo},
+          {"commit", b.sha},
+          {"parent", b.parent_sha},
+          {"subject", b.subject},
+          {"experiment", b.experiment},
+          {"metric", b.metric_name},
+          {"goal", b.metric_goal},
+          {"reason", b.reason},
+          {"repeats", b.repeats},
+          {"runs", total},
+          {"counts", counts},
+          {"done", b.count(RunState::kSucceeded)},
+          {"failed", b.count(RunState::kDead) + b.count(RunState::kFailed)},
+          {"values", b.values},
+          {"summary", SummaryJson(b.values)}};
+}
 
 std::string DefaultDbPath() {
   const char* env = std::getenv("TRAINQ_DB");
@@ -218,6 +219,14 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
     return Fail(ErrorKind::kInvalidArgument,
                 "--slots: expected a positive integer, got " + std::to_string(o.slots));
   }
+  ServerConfig config;
+  if (!o.config.empty()) { ASSIGN_OR_RETURN(config, LoadServerConfig(o.config)); }
+  std::string listen = o.listen                ? *o.listen
+                       : !config.listen.empty() ? config.listen
+                       : o.until_idle && o.config.empty() ? "off"
+                                                          : "127.0.0.1:8080";
+  std::optional<ListenAddress> address;
+  if (listen != "off") { ASSIGN_OR_RETURN(address, ParseListenAddress(listen)); }
   ASSIGN_OR_RETURN(auto store, Store::Open(o.db));
   ExecutorOptions eo;
   eo.slots = o.slots;
@@ -247,6 +256,42 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
   TRY(exec.Register(id));
   spdlog::info("serving {} with {} local slot(s); run files in {}", o.db, o.slots, eo.data_dir);
 
+  // Commit triggers: the worker (pushes, polls, statuses) and the HTTP server.
+  CurlHttpClient http;
+  std::unique_ptr<ServerWorker> worker;
+  std::unique_ptr<Server> server;
+  std::unique_ptr<HttpListener> listener;
+  if (address || !config.repositories.empty()) {
+    signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the daemon
+    WorkerOptions wo;
+    wo.data_dir = eo.data_dir;
+    worker = std::make_unique<ServerWorker>(o.db, config, http, clock, wo);
+    TRY(worker->Start());
+    for (const auto& r : config.repositories) {
+      spdlog::info("watching {} ({}; branches {}; webhook secret {}; polling {}; statuses {})",
+                   UrlForLog(r.url), ForgeName(r.forge), fmt::join(r.branches, ", "),
+                   r.secret.empty() ? "none" : "from " + r.secret.source,
+                   r.poll_interval_s ? "every " + FormatDuration(r.poll_interval_s * 1000) : "off",
+                   r.status ? "on" : "off");
+    }
+  }
+  if (address) {
+    server = std::make_unique<Server>(config, o.db, clock);
+    TRY(server->Open());
+    server->set_on_push([w = worker.get()] { w->Wake(); });
+    ASSIGN_OR_RETURN(listener,
+                     HttpListener::Start(*address, kMaxWebhookBodyBytes,
+                                         [s = server.get()](const HttpServerRequest& r) {
+                                           return s->Handle(r);
+                                         }));
+    if (!address->loopback()) {
+      spdlog::warn("listening beyond loopback on {}: /api/v1/status and /metrics are readable by "
+                   "anyone who can reach it", listen);
+    }
+    spdlog::info("listening on http://{} (POST /hooks/github|gitlab|gitea, GET /api/v1/status, "
+                 "/healthz, /metrics)", listen);
+  }
+
   Status result;
   while (!stop.load()) {
     auto st = exec.Step();
@@ -259,7 +304,8 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
     }
     if (o.until_idle) {
       auto drained = exec.QueueDrained();
-      if (drained && *drained) {
+      auto pending_push = store.NextPushDue();
+      if (drained && *drained && (!worker || (pending_push && !*pending_push))) {
         spdlog::info("queue is empty; exiting (--until-idle)");
         break;
       }
@@ -268,13 +314,13 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
                        static_cast<long>((o.poll_ms % 1000) * 1'000'000)};
     nanosleep(&ts, nullptr);  // interrupted early by a signal
   }
+  if (listener) listener->Stop();
+  if (worker) worker->Stop();
   exec.Shutdown(stop.load() ? "trainq serve was stopped" : "trainq serve exited");
   return result;
 }
 
-Status CmdStatus(const StatusOptions& o, const Clock& clock, std::ostream& out) {
-  ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
-  TimeMs now = clock.Now();
+Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
   ASSIGN_OR_RETURN(auto counts, store.CountByState());
   ASSIGN_OR_RETURN(auto machines, store.Machines(false));
   ASSIGN_OR_RETURN(auto running, store.Runs(std::nullopt, RunState::kRunning, 0));
@@ -288,88 +334,198 @@ Status CmdStatus(const StatusOptions& o, const Clock& clock, std::ostream& out) 
   for (auto& b : recent) {
     if (!seen.count(b.id)) batches.push_back(std::move(b));
   }
+  ASSIGN_OR_RETURN(auto push_counts, store.CountPushesByState());
+  ASSIGN_OR_RETURN(auto pushes, store.RecentPushes(10));
 
   int slots = 0;
   for (const auto& m : machines) {
     if (m.state == "ready" && now - m.last_seen_ms < kMachineSilentMs) slots += m.slots;
   }
 
-  if (o.json) {
-    json j;
-    j["db"] = o.db;
-    j["now_ms"] = now;
-    json c = json::object();
-    for (int i = 0; i < kRunStateCount; ++i) {
-      c[std::string(RunStateName(static_cast<RunState>(i)))] = counts[i];
-    }
-    j["counts"] = c;
-    j["slots"] = {{"total", slots}, {"busy", running.size()}};
-    j["machines"] = json::array();
-    for (const auto& m : machines) {
-      j["machines"].push_back({{"id", m.id},
-                               {"pool", m.pool},
-                               {"provider", m.provider},
-                               {"provider_id", m.provider_id},
-                               {"state", m.state},
-                               {"slots", m.slots},
-                               {"gpus", m.gpus},
-                               {"last_seen_ms", m.last_seen_ms},
-                               {"silent", now - m.last_seen_ms >= kMachineSilentMs}});
-    }
-    j["running"] = json::array();
-    for (const auto& r : running) {
-      json rj = RunJson(r);
-      rj["elapsed_ms"] = r.started_ms ? now - *r.started_ms : 0;
-      j["running"].push_back(rj);
-    }
-    j["batches"] = json::array();
-    for (const auto& b : batches) j["batches"].push_back(BatchJson(b));
-    out << j.dump(2) << "\n";
-    return {};
+  json j;
+  j["db"] = db;
+  j["now_ms"] = now;
+  json c = json::object();
+  for (int i = 0; i < kRunStateCount; ++i) {
+    c[std::string(RunStateName(static_cast<RunState>(i)))] = counts[i];
   }
+  j["counts"] = c;
+  j["slots"] = {{"total", slots}, {"busy", running.size()}};
+  j["machines"] = json::array();
+  for (const auto& m : machines) {
+    j["machines"].push_back({{"id", m.id},
+                             {"pool", m.pool},
+                             {"provider", m.provider},
+                             {"provider_id", m.provider_id},
+                             {"state", m.state},
+                             {"slots", m.slots},
+                             {"gpus", m.gpus},
+                             {"last_seen_ms", m.last_seen_ms},
+                             {"silent", now - m.last_seen_ms >= kMachineSilentMs}});
+  }
+  j["running"] = json::array();
+  for (const auto& r : running) {
+    json rj = RunJson(r);
+    rj["elapsed_ms"] = r.started_ms ? now - *r.started_ms : 0;
+    j["running"].push_back(rj);
+  }
+  j["batches"] = json::array();
+  for (const auto& b : batches) j["batches"].push_back(BatchJson(b));
+  // Pushes received by webhook or seen by polling, newest first.
+  json pc = json::object();
+  for (const auto& [state, n] : push_counts) pc[state] = n;
+  j["pushes"] = {{"counts", pc}, {"recent", json::array()}};
+  for (const auto& p : pushes) {
+    j["pushes"]["recent"].push_back({{"id", p.id},
+                                     {"source", p.source},
+                                     {"repo", p.repo_url},
+                                     {"ref", p.ref},
+                                     {"before", p.before_sha},
+                                     {"after", p.after_sha},
+                                     {"state", p.state},
+                                     {"attempts", p.attempts},
+                                     {"result", p.result},
+                                     {"error", p.error},
+                                     {"received_ms", p.received_ms}});
+  }
+  return j;
+}
 
+namespace {
+
+std::string ProgressTextJson(const json& b) {
+  BatchProgress p;
+  for (int i = 0; i < kRunStateCount; ++i) {
+    p.counts[i] = b["counts"].value(std::string(RunStateName(static_cast<RunState>(i))), 0);
+  }
+  return ProgressText(p);
+}
+
+std::string SummaryTextJson(const json& b) {
+  const json& s = b["summary"];
+  int n = s.value("n", 0);
+  if (n == 0) return "-";
+  double mean = s.value("mean", 0.0);
+  if (n == 1) return FormatDouble(mean, 4) + " (n=1)";
+  double sd = s["sd"].is_number() ? s["sd"].get<double>() : 0.0;
+  return FormatDouble(mean, 4) + " ± " + FormatDouble(sd, 4) + " (n=" + std::to_string(n) + ")";
+}
+
+// The terminal view of StatusJson's document (the same whether it came from
+// the store or from a server's /api/v1/status).
+void RenderStatusText(const json& j, std::ostream& out) {
+  TimeMs now = j.value("now_ms", TimeMs{0});
   out << "queue:   ";
   for (int i = 0; i < kRunStateCount; ++i) {
-    out << (i ? " · " : " ") << RunStateName(static_cast<RunState>(i)) << " " << counts[i];
+    std::string name(RunStateName(static_cast<RunState>(i)));
+    out << (i ? " · " : " ") << name << " " << j["counts"].value(name, std::int64_t{0});
   }
   out << "\n";
-  out << "slots:    " << running.size() << " busy / " << slots << " available";
+  std::int64_t slots = j["slots"].value("total", std::int64_t{0});
+  out << "slots:    " << j["slots"].value("busy", std::int64_t{0}) << " busy / " << slots
+      << " available";
   if (slots == 0) out << " (no `trainq serve` is running against this database)";
   out << "\n";
-  for (const auto& m : machines) {
-    bool silent = now - m.last_seen_ms >= kMachineSilentMs;
-    out << "          " << m.provider << " " << m.provider_id << ": " << m.slots << " slot(s), "
-        << (silent ? "silent for " + FormatDuration(now - m.last_seen_ms) : m.state) << "\n";
+  for (const auto& m : j["machines"]) {
+    TimeMs last_seen = m.value("last_seen_ms", TimeMs{0});
+    out << "          " << m.value("provider", "") << " " << m.value("provider_id", "") << ": "
+        << m.value("slots", 0) << " slot(s), "
+        << (m.value("silent", false) ? "silent for " + FormatDuration(now - last_seen)
+                                     : m.value("state", ""))
+        << "\n";
   }
-  if (!running.empty()) {
+  if (!j["running"].empty()) {
     out << "running:\n";
     Table t({"RUN", "BATCH", "EXPERIMENT", "SEED", "ATTEMPT", "ELAPSED", "WORKER"});
-    for (const auto& r : running) {
-      t.Add({std::to_string(r.id), std::to_string(r.batch_id), r.experiment,
-             std::to_string(r.seed), std::to_string(r.attempts) + "/" +
-                                         std::to_string(r.max_attempts),
-             r.started_ms ? FormatDuration(now - *r.started_ms) : "starting", r.worker});
+    for (const auto& r : j["running"]) {
+      t.Add({std::to_string(r.value("id", std::int64_t{0})),
+             std::to_string(r.value("batch", std::int64_t{0})), r.value("experiment", ""),
+             std::to_string(r.value("seed", std::int64_t{0})),
+             std::to_string(r.value("attempts", 0)) + "/" + std::to_string(r.value("max_attempts", 0)),
+             r["started_ms"].is_number() ? FormatDuration(r.value("elapsed_ms", TimeMs{0}))
+                                         : "starting",
+             r.value("worker", "")});
     }
     out << t.Render("  ");
   }
+  const json& pushes = j.contains("pushes") ? j["pushes"]["recent"] : json::array();
+  if (!pushes.empty()) {
+    out << "pushes:\n";
+    Table t({"PUSH", "SOURCE", "REF", "COMMIT", "STATE", "NOTE"});
+    size_t shown = 0;
+    for (const auto& p : pushes) {
+      if (++shown > 5) break;
+      std::string ref = p.value("ref", "");
+      for (std::string_view prefix : {"refs/heads/", "refs/tags/"}) {
+        if (ref.starts_with(prefix)) ref = ref.substr(prefix.size());
+      }
+      std::string state = p.value("state", "");
+      std::string note = p.value("error", "");
+      if (state == "pending" && !note.empty()) {
+        note = "retrying (attempt " + std::to_string(p.value("attempts", 0)) + "): " + note;
+      } else if (note.empty()) {
+        note = p.value("result", "");
+      }
+      t.Add({std::to_string(p.value("id", std::int64_t{0})), p.value("source", ""), ref,
+             p.value("after", "").substr(0, 7), state, Oneline(note, 80)});
+    }
+    out << t.Render("  ");
+  }
+  auto batches = j["batches"];
   if (batches.empty()) {
     out << "batches:  none yet (queue some with `trainq submit --repo DIR`)\n";
-    return {};
+    return;
   }
   out << "batches:\n";
   Table t({"BATCH", "COMMIT", "EXPERIMENT", "PROGRESS", "METRIC (mean ± sd)"});
   // A terminal shows the newest batches; --json and `trainq report` have them all.
   constexpr size_t kShown = 20;
   size_t hidden = batches.size() > kShown ? batches.size() - kShown : 0;
-  if (hidden) batches.resize(kShown);
+  size_t i = 0;
   for (const auto& b : batches) {
-    t.Add({std::to_string(b.id), b.sha.substr(0, 7), b.experiment, ProgressText(b),
-           b.metric_name + " " + SummaryText(b)});
+    if (i++ >= kShown) break;
+    t.Add({std::to_string(b.value("id", std::int64_t{0})), b.value("commit", "").substr(0, 7),
+           b.value("experiment", ""), ProgressTextJson(b),
+           b.value("metric", "") + " " + SummaryTextJson(b)});
   }
   out << t.Render("  ");
   if (hidden) {
     out << "  ... and " << hidden << " more (trainq status --json, trainq report)\n";
   }
+}
+
+Result<json> FetchServerStatus(const std::string& server) {
+  std::string base = server;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  CurlHttpClient http;
+  ASSIGN_OR_RETURN(auto resp, http.Send({"GET", base + "/api/v1/status", {}, "", 10'000}));
+  if (!resp.ok()) {
+    return Fail(ErrorKind::kUnavailable, "--server " + UrlForLog(base) + ": HTTP " +
+                                             std::to_string(resp.status) + " from /api/v1/status");
+  }
+  json j = json::parse(resp.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("counts")) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "--server " + UrlForLog(base) + ": /api/v1/status did not answer a status document");
+  }
+  return j;
+}
+
+}  // namespace
+
+Status CmdStatus(const StatusOptions& o, const Clock& clock, std::ostream& out) {
+  json j;
+  if (!o.server.empty()) {
+    ASSIGN_OR_RETURN(j, FetchServerStatus(o.server));
+  } else {
+    ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
+    ASSIGN_OR_RETURN(j, StatusJson(store, o.db, clock.Now()));
+  }
+  if (o.json) {
+    out << j.dump(2) << "\n";
+    return {};
+  }
+  RenderStatusText(j, out);
   return {};
 }
 
@@ -425,32 +581,6 @@ Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out) 
   }
   ASSIGN_OR_RETURN(int n, store.CancelBatch(o.id, clock.Now()));
   out << "batch " << o.id << ": " << n << " run(s) cancelled\n";
-  return {};
-}
-
-Status CmdReport(const ReportOptions& o, std::ostream& out) {
-  ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
-  ASSIGN_OR_RETURN(auto batches, store.Batches(false, 0));
-  if (o.json) {
-    json j = json::array();
-    for (const auto& b : batches) j.push_back(BatchJson(b));
-    out << j.dump(2) << "\n";
-    return {};
-  }
-  if (batches.empty()) {
-    out << "no batches yet\n";
-    return {};
-  }
-  Table t({"BATCH", "COMMIT", "EXPERIMENT", "METRIC", "N", "MEAN", "SD", "MIN", "MAX", "RUNS"});
-  for (const auto& b : batches) {
-    auto s = stats::Summarize(b.values);
-    auto num = [&](double v) { return s.n ? FormatDouble(v, 4) : std::string("-"); };
-    t.Add({std::to_string(b.id), b.sha.substr(0, 7), b.experiment,
-           b.metric_name + (b.metric_goal == "max" ? " ↑" : " ↓"), std::to_string(s.n),
-           num(s.mean), s.n > 1 ? FormatDouble(s.sd, 4) : "-", num(s.min), num(s.max),
-           ProgressText(b)});
-  }
-  out << t.Render();
   return {};
 }
 

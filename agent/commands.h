@@ -3,7 +3,9 @@
 #pragma once
 
 #include <atomic>
+#include <nlohmann/json_fwd.hpp>
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -17,6 +19,8 @@ class App;
 }
 
 namespace trainq {
+
+class Store;
 
 struct SubmitOptions {
   std::string db;
@@ -38,6 +42,11 @@ struct ServeOptions {
   std::int64_t heartbeat_s = 10;
   std::int64_t poll_ms = 200;
   std::int64_t kill_grace_s = 10;
+  // The HTTP server (webhooks, /api/v1/status, /healthz, /metrics). nullopt:
+  // the config file's `listen`, else 127.0.0.1:8080, except with --until-idle
+  // and no --config (a one-off batch run needs no server). "off": none.
+  std::optional<std::string> listen;
+  std::string config;  // --config FILE: watched repositories (agent/server_config.h)
 };
 // Runs until *stop becomes true (a signal) or, with until_idle, the queue is empty.
 Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<bool>& stop);
@@ -45,8 +54,21 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
 struct StatusOptions {
   std::string db;
   bool json = false;
+  std::string server;  // base URL of a `trainq serve`: read its /api/v1/status instead
 };
 Status CmdStatus(const StatusOptions& o, const Clock& clock, std::ostream& out);
+// The status document: counts, slots, machines, running runs, batches, pushes.
+// `trainq status --json` prints it; GET /api/v1/status answers it.
+Result<nlohmann::json> StatusJson(Store& store, const std::string& db, TimeMs now);
+
+// `trainq show COMMIT` (agent/cmd_show.cc): the commit's batches, why each
+// runs, their progress, and the pushes that brought the commit.
+struct ShowOptions {
+  std::string db;
+  std::string commit;  // a sha or a prefix of at least 4 hex digits
+  bool json = false;
+};
+Status CmdShow(const ShowOptions& o, std::ostream& out);
 
 struct RunsOptions {
   std::string db;
@@ -67,8 +89,39 @@ Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out);
 struct ReportOptions {
   std::string db;
   bool json = false;
+  std::string since;                     // "7d", "24h"; empty: everything
+  std::vector<std::string> experiments;  // empty: all
+  std::string out_dir;                   // write report files here instead of printing
+  std::string formats = "md,html,json,csv";
 };
-Status CmdReport(const ReportOptions& o, std::ostream& out);
+Status CmdReport(const ReportOptions& o, const Clock& clock, std::ostream& out);
+
+struct CompareCommandOptions {
+  std::string db;
+  std::string rev_a;
+  std::string rev_b;
+  std::string repo = ".";  // resolves branch names; commit ids work without it
+  std::vector<std::string> experiments;
+  bool json = false;
+};
+Status CmdCompare(const CompareCommandOptions& o, std::ostream& out);
+
+struct GateOptions {
+  std::string db;
+  std::string rev = "HEAD";
+  std::string baseline = "main";
+  std::string repo = ".";
+  std::vector<std::string> experiments;
+  bool strict = false;  // exit 2 when some experiment cannot be decided
+};
+// Returns the exit code: 0 no significant regression, 1 a regression, 2 undecided (--strict).
+Result<int> CmdGate(const GateOptions& o, std::ostream& out);
+
+struct BatchProgress;
+// "7/10 done, 1 failed, 2 running".
+std::string ProgressText(const BatchProgress& b);
+// A batch as `trainq status --json` and `trainq report --json` print it.
+nlohmann::json BatchJson(const BatchProgress& b);
 
 // Where the database is: --db, else $TRAINQ_DB, else ./trainq.db.
 std::string DefaultDbPath();

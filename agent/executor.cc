@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "agent/analysis.h"
 #include "agent/git_repo.h"
 #include "core/strings.h"
 
@@ -284,6 +285,13 @@ void LocalExecutor::Finish(Active& a, const ExitStatus& status) {
     }
   }
   free_gpus_.insert(free_gpus_.end(), a.gpus.begin(), a.gpus.end());
+  // An adaptive batch whose round just ended may need more runs.
+  if (auto added = ExtendIfNeeded(store_, run.batch_id, clock_.Now()); !added) {
+    spdlog::warn("batch {}: adaptive repeats not evaluated: {}", run.batch_id,
+                 added.error().message);
+  } else if (*added > 0) {
+    spdlog::info("batch {}: rule not met yet, {} more run(s) queued", run.batch_id, *added);
+  }
 }
 
 void LocalExecutor::Kill(Active& a, TimeMs now) {

@@ -34,6 +34,8 @@ int Report(const trainq::Status& st) {
 int main(int argc, char** argv) {
   CLI::App app{"trainq: repeat each training config N times and tell a real change from seed noise"};
   app.require_subcommand(1);
+  // Global options (--db, -v, -q) may also follow the subcommand.
+  app.fallthrough();
   app.set_version_flag("--version", "trainq 0.1.0");
   std::string db = trainq::DefaultDbPath();
   int verbosity = 0;
@@ -77,6 +79,12 @@ int main(int argc, char** argv) {
   c_serve->add_option("--kill-grace", serve.kill_grace_s,
                       "Seconds between SIGTERM and SIGKILL when a run is stopped")
       ->capture_default_str();
+  c_serve->add_option("--listen", serve.listen,
+                      "HTTP server address HOST:PORT, or off (default: the config's, else "
+                      "127.0.0.1:8080; off with --until-idle and no --config)");
+  c_serve->add_option("--config", serve.config,
+                      "Server config (YAML): watched repositories, webhook secrets, polling, "
+                      "commit statuses");
   c_serve->callback([&] {
     serve.db = db;
     InstallSignalHandlers();
@@ -87,9 +95,22 @@ int main(int argc, char** argv) {
   trainq::StatusOptions status;
   auto* c_status = app.add_subcommand("status", "Queue depth, running runs, slots and batch progress");
   c_status->add_flag("--json", status.json, "Print as JSON");
+  c_status->add_option("--server", status.server,
+                       "Ask a running `trainq serve` (its base URL) instead of the database")
+      ->envname("TRAINQ_SERVER");
   c_status->callback([&] {
     status.db = db;
     exit_code = Report(trainq::CmdStatus(status, clock, std::cout));
+  });
+
+  // show
+  trainq::ShowOptions show;
+  auto* c_show = app.add_subcommand("show", "A commit's batches: why each runs, progress, spread");
+  c_show->add_option("COMMIT", show.commit, "Commit id (at least 4 hex digits)")->required();
+  c_show->add_flag("--json", show.json, "Print as JSON");
+  c_show->callback([&] {
+    show.db = db;
+    exit_code = Report(trainq::CmdShow(show, std::cout));
   });
 
   // runs
@@ -116,11 +137,51 @@ int main(int argc, char** argv) {
 
   // report
   trainq::ReportOptions report;
-  auto* c_report = app.add_subcommand("report", "Per batch: n, mean, sd, min and max of the metric");
-  c_report->add_flag("--json", report.json, "Print as JSON");
+  auto* c_report = app.add_subcommand(
+      "report", "Per batch n, mean, sd, min, max; with --out, the spread report as files");
+  c_report->add_option("--since", report.since, "Only batches queued in this window, e.g. 7d");
+  c_report->add_option("--experiment,-e", report.experiments, "Only this experiment (repeatable)");
+  c_report->add_option("--out", report.out_dir,
+                       "Write report.md, report.html, report.json and runs.csv here");
+  c_report->add_option("--format", report.formats, "Files to write with --out")
+      ->capture_default_str();
+  c_report->add_flag("--json", report.json, "Print as JSON (without --out)");
   c_report->callback([&] {
     report.db = db;
-    exit_code = Report(trainq::CmdReport(report, std::cout));
+    exit_code = Report(trainq::CmdReport(report, clock, std::cout));
+  });
+
+  // compare
+  trainq::CompareCommandOptions compare;
+  auto* c_compare = app.add_subcommand(
+      "compare", "Compare the experiments of two commits: difference, test, verdict");
+  c_compare->add_option("REV_A", compare.rev_a, "The change (commit id, or a name with --repo)")
+      ->required();
+  c_compare->add_option("REV_B", compare.rev_b, "What it is compared with")->required();
+  c_compare->add_option("--repo", compare.repo, "Git repository to resolve names in")
+      ->capture_default_str();
+  c_compare->add_option("--experiment,-e", compare.experiments, "Only this experiment");
+  c_compare->add_flag("--json", compare.json, "Print as JSON");
+  c_compare->callback([&] {
+    compare.db = db;
+    exit_code = Report(trainq::CmdCompare(compare, std::cout));
+  });
+
+  // gate
+  trainq::GateOptions gate;
+  auto* c_gate = app.add_subcommand(
+      "gate", "Exit 1 when an experiment at REV is significantly worse than the baseline");
+  c_gate->add_option("REV", gate.rev, "Revision to check")->capture_default_str();
+  c_gate->add_option("--baseline", gate.baseline, "Branch or commit to compare with")
+      ->capture_default_str();
+  c_gate->add_option("--repo", gate.repo, "Git repository to resolve names in")
+      ->capture_default_str();
+  c_gate->add_option("--experiment,-e", gate.experiments, "Only this experiment (repeatable)");
+  c_gate->add_flag("--strict", gate.strict, "Exit 2 when an experiment cannot be decided");
+  c_gate->callback([&] {
+    gate.db = db;
+    auto r = trainq::CmdGate(gate, std::cout);
+    exit_code = r ? *r : Report(std::unexpected(r.error())) + 1;
   });
 
   trainq::AddStatsCommands(app, &exit_code);

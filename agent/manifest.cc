@@ -3,6 +3,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <nlohmann/json.hpp>
+#include <cmath>
+#include <cstdlib>
 #include <regex>
 #include <set>
 
@@ -85,14 +87,62 @@ class Parser {
   // Applies the keys shared by `defaults` and experiments onto `e`.
   Status ApplyCommon(const YAML::Node& map, const std::string& path, Experiment& e) const {
     if (auto n = map["repeats"]) {
+      std::string rp = path + ".repeats";
       if (n.IsMap()) {
-        return Err(n, path + ".repeats",
-                   "adaptive repeats ({min, max, until}) are not supported yet; give a number");
+        TRY(CheckKeys(n, rp, {"min", "max", "step", "until"}));
+        AdaptiveRepeats a;
+        if (!n["min"]) return Err(n, rp + ".min", "missing (the runs queued at first)");
+        if (!n["max"]) return Err(n, rp + ".max", "missing (the most runs ever queued)");
+        if (!n["until"]) {
+          return Err(n, rp + ".until", "missing (`decided` or {ci_halfwidth: 0.005})");
+        }
+        ASSIGN_OR_RETURN(auto lo, Int(n["min"], rp + ".min", 2, "an integer of at least 2"));
+        ASSIGN_OR_RETURN(auto hi, Int(n["max"], rp + ".max", 2, "an integer of at least 2"));
+        if (hi < lo) return Err(n["max"], rp + ".max", "must be at least min (" +
+                                                           std::to_string(lo) + ")");
+        if (hi > 100000) return Err(n["max"], rp + ".max", "at most 100000 repeats");
+        a.max = static_cast<int>(hi);
+        a.step = static_cast<int>(lo);
+        if (auto st = n["step"]) {
+          ASSIGN_OR_RETURN(auto v, Int(st, rp + ".step", 1, "a positive integer"));
+          a.step = static_cast<int>(v);
+        }
+        auto until = n["until"];
+        if (until.IsScalar() && until.Scalar() == "decided") {
+          a.decided = true;
+        } else if (until.IsMap()) {
+          TRY(CheckKeys(until, rp + ".until", {"ci_halfwidth"}));
+          auto hw = until["ci_halfwidth"];
+          if (!hw) return Err(until, rp + ".until.ci_halfwidth", "missing");
+          ASSIGN_OR_RETURN(auto v, Positive(hw, rp + ".until.ci_halfwidth"));
+          a.ci_halfwidth = v;
+        } else {
+          return Err(until, rp + ".until",
+                     "expected `decided` or {ci_halfwidth: NUMBER}, got " + Show(until));
+        }
+        e.repeats = static_cast<int>(lo);
+        e.adaptive = a;
+        return ApplyRest(map, path, e);
       }
-      ASSIGN_OR_RETURN(auto v, Int(n, path + ".repeats", 1, "a positive integer"));
-      if (v > 100000) return Err(n, path + ".repeats", "at most 100000 repeats, got " + Show(n));
+      ASSIGN_OR_RETURN(auto v, Int(n, rp, 1, "a positive integer"));
+      if (v > 100000) return Err(n, rp, "at most 100000 repeats, got " + Show(n));
       e.repeats = static_cast<int>(v);
+      e.adaptive.reset();
     }
+    return ApplyRest(map, path, e);
+  }
+
+  Result<double> Positive(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsScalar()) return Err(n, path, "expected a positive number, got " + Show(n));
+    char* end = nullptr;
+    double v = std::strtod(n.Scalar().c_str(), &end);
+    if (!end || *end != '\0' || n.Scalar().empty() || !(v > 0) || !std::isfinite(v)) {
+      return Err(n, path, "expected a positive number, got " + Show(n));
+    }
+    return v;
+  }
+
+  Status ApplyRest(const YAML::Node& map, const std::string& path, Experiment& e) const {
     if (auto n = map["seed"]) {
       ASSIGN_OR_RETURN(e.seed, Int(n, path + ".seed", 0, "a non-negative integer"));
     }
@@ -108,7 +158,11 @@ class Parser {
       if (n.IsScalar()) {
         e.metric.name = n.Scalar();
       } else if (n.IsMap()) {
-        TRY(CheckKeys(n, mp, {"name", "goal", "regex"}));
+        TRY(CheckKeys(n, mp, {"name", "goal", "regex", "min_effect"}));
+        if (auto m = n["min_effect"]) {
+          ASSIGN_OR_RETURN(auto v, Positive(m, mp + ".min_effect"));
+          e.metric.min_effect = v;
+        }
         if (auto m = n["name"]) { ASSIGN_OR_RETURN(e.metric.name, Str(m, mp + ".name")); }
         if (auto m = n["goal"]) {
           ASSIGN_OR_RETURN(e.metric.goal, Str(m, mp + ".goal"));
@@ -189,6 +243,13 @@ BatchSpec Experiment::ToBatchSpec(std::string reason) const {
                                                                   {"regex", metric.regex}}},
                       {"resources", {{"gpus", gpus}}}, {"timeout_s", timeout_s},
                       {"max_attempts", max_attempts}};
+  if (metric.min_effect) j["metric"]["min_effect"] = *metric.min_effect;
+  if (adaptive) {
+    nlohmann::json a = {{"min", repeats}, {"max", adaptive->max}, {"step", adaptive->step}};
+    if (adaptive->decided) a["until"] = "decided";
+    if (adaptive->ci_halfwidth) a["until"] = {{"ci_halfwidth", *adaptive->ci_halfwidth}};
+    j["adaptive"] = a;
+  }
   b.spec_json = j.dump();
   return b;
 }

@@ -19,6 +19,17 @@ struct MetricSpec {
   std::string name = "accuracy";
   std::string goal = "max";  // max | min
   std::string regex;         // applied to the run's output when the metrics file lacks the metric
+  std::optional<double> min_effect;  // smallest difference worth calling better/worse
+};
+
+// `repeats: {min: 5, max: 30, step: 5, until: {ci_halfwidth: 0.005}}` or
+// `until: decided`: start with `min` runs, add `step` more while the rule is
+// not met, never beyond `max`. See docs/STATISTICS.md for why this is sound.
+struct AdaptiveRepeats {
+  int max = 0;
+  int step = 0;
+  std::optional<double> ci_halfwidth;  // stop once the 95 % interval is this narrow
+  bool decided = false;                // stop once the verdict against the parent is decided
 };
 
 struct Experiment {
@@ -26,7 +37,8 @@ struct Experiment {
   std::string command;  // shell command; {seed}, {repeat}, {output_dir}, {run_id} are substituted
   std::string trainer;  // path of a trainq-train spec, relative to the repository root
   std::vector<std::string> watch;
-  int repeats = 10;
+  int repeats = 10;  // with `adaptive`, the first round (`min`)
+  std::optional<AdaptiveRepeats> adaptive;
   std::int64_t seed = 1;
   MetricSpec metric;
   int gpus = 0;

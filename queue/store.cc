@@ -1,6 +1,7 @@
 #include "queue/store.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <map>
 
@@ -115,6 +116,53 @@ ALTER TABLE batches ADD COLUMN reason TEXT NOT NULL DEFAULT '';
 ALTER TABLE runs ADD COLUMN interruptions INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX runs_by_batch ON runs (batch_id, repeat);
 CREATE INDEX commits_by_sha ON commits (sha);
+)sql",
+    // 2 -> 3: commit triggers. Pushes received by webhook or seen by polling
+    // (processed later by a background worker), the last head seen per ref,
+    // and the commit status each batch wants on its forge (queue/push_store.cc).
+    R"sql(
+CREATE TABLE pushes (
+  id INTEGER PRIMARY KEY,
+  source TEXT NOT NULL,
+  delivery_id TEXT NOT NULL,
+  repo_url TEXT NOT NULL,
+  ref TEXT NOT NULL,
+  before_sha TEXT NOT NULL,
+  after_sha TEXT NOT NULL,
+  default_branch TEXT NOT NULL DEFAULT '',
+  state TEXT NOT NULL CHECK (state IN ('pending', 'done', 'skipped', 'failed')),
+  attempts INTEGER NOT NULL DEFAULT 0,
+  not_before_ms INTEGER NOT NULL DEFAULT 0,
+  result TEXT NOT NULL DEFAULT '',
+  error TEXT NOT NULL DEFAULT '',
+  received_ms INTEGER NOT NULL,
+  updated_ms INTEGER NOT NULL,
+  UNIQUE (source, delivery_id)
+);
+CREATE INDEX pushes_by_state ON pushes (state, not_before_ms, id);
+CREATE INDEX pushes_by_after ON pushes (after_sha);
+CREATE TABLE ref_heads (
+  repo_url TEXT NOT NULL,
+  ref TEXT NOT NULL,
+  sha TEXT NOT NULL,
+  updated_ms INTEGER NOT NULL,
+  PRIMARY KEY (repo_url, ref)
+);
+CREATE TABLE commit_statuses (
+  batch_id INTEGER PRIMARY KEY REFERENCES batches(id),
+  repo_url TEXT NOT NULL,
+  sha TEXT NOT NULL,
+  context TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('pending', 'success', 'failure', 'error')),
+  description TEXT NOT NULL DEFAULT '',
+  posted_state TEXT NOT NULL DEFAULT '',
+  attempts INTEGER NOT NULL DEFAULT 0,
+  not_before_ms INTEGER NOT NULL DEFAULT 0,
+  gave_up INTEGER NOT NULL DEFAULT 0,
+  last_error TEXT NOT NULL DEFAULT '',
+  updated_ms INTEGER NOT NULL
+);
+CREATE INDEX commit_statuses_due ON commit_statuses (gave_up, not_before_ms);
 )sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
@@ -337,6 +385,31 @@ Result<std::vector<SubmitResult>> Store::Submit(const std::string& repo_url,
       out.push_back(res);
     }
     return out;
+  });
+}
+
+Result<int> Store::ExtendBatch(std::int64_t batch_id, int repeats, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<int> {
+    ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT seed_start FROM batches WHERE id = ?"));
+    sel.Bind(1, batch_id);
+    ASSIGN_OR_RETURN(bool found, sel.Step());
+    if (!found) {
+      return Fail(ErrorKind::kNotFound, "batch " + std::to_string(batch_id) + " does not exist");
+    }
+    std::int64_t seed_start = sel.Int(0);
+    ASSIGN_OR_RETURN(auto grow,
+                     db_.Prepare("UPDATE batches SET repeats = ? WHERE id = ? AND repeats < ?"));
+    TRY(grow.Bind(1, repeats).Bind(2, batch_id).Bind(3, repeats).Run());
+    ASSIGN_OR_RETURN(auto ins,
+                     db_.Prepare("INSERT INTO runs (batch_id, seed, repeat, state, created_ms, "
+                                 "updated_ms) VALUES (?, ?, ?, 'queued', ?, ?) "
+                                 "ON CONFLICT (batch_id, seed) DO NOTHING"));
+    int added = 0;
+    for (int i = 0; i < repeats; ++i) {
+      TRY(ins.Bind(1, batch_id).Bind(2, seed_start + i).Bind(3, i).Bind(4, now).Bind(5, now).Run());
+      added += db_.Changes();
+    }
+    return added;
   });
 }
 
@@ -598,22 +671,52 @@ namespace {
 
 const char* kBatchSelect =
     "SELECT b.id, repos.name, c.sha, c.parent_sha, c.subject, b.experiment, b.metric_name, "
-    "b.metric_goal, b.reason, b.repeats, b.created_ms FROM batches b "
-    "JOIN commits c ON c.id = b.commit_id JOIN repos ON repos.id = c.repo_id ";
+    "b.metric_goal, b.reason, b.repeats, b.created_ms, b.spec_json, repos.url, c.committed_ms "
+    "FROM batches b JOIN commits c ON c.id = b.commit_id JOIN repos ON repos.id = c.repo_id ";
 
 }  // namespace
 
 Result<std::vector<BatchProgress>> Store::Batches(bool only_active, int limit) {
-  std::string q = kBatchSelect;
+  std::string where;
   if (only_active) {
-    q += "WHERE EXISTS (SELECT 1 FROM runs r WHERE r.batch_id = b.id AND r.state IN "
-         "('queued', 'leased', 'running', 'failed')) ";
+    where = "WHERE EXISTS (SELECT 1 FROM runs r WHERE r.batch_id = b.id AND r.state IN "
+            "('queued', 'leased', 'running', 'failed')) ";
   }
-  q += "ORDER BY b.id DESC";
+  return SelectBatches(where, {}, limit);
+}
+
+Result<std::optional<BatchProgress>> Store::Batch(std::int64_t batch_id) {
+  ASSIGN_OR_RETURN(auto found, SelectBatches("WHERE b.id = ?1 ", {std::to_string(batch_id)}, 0));
+  if (found.empty()) return std::optional<BatchProgress>();
+  return std::optional<BatchProgress>(std::move(found.front()));
+}
+
+Result<std::vector<BatchProgress>> Store::BatchesForCommit(const std::string& sha_prefix) {
+  // A prefix of hex digits only: it goes into a LIKE pattern.
+  for (char ch : sha_prefix) {
+    if (!std::isxdigit(static_cast<unsigned char>(ch))) {
+      return Fail(ErrorKind::kInvalidArgument, "'" + sha_prefix + "' is not a commit id");
+    }
+  }
+  if (sha_prefix.size() < 4) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "commit id '" + sha_prefix + "' is too short (give at least 4 hex digits)");
+  }
+  return SelectBatches("WHERE c.sha LIKE ?1 ", {sha_prefix + "%"}, 0);
+}
+
+Result<std::vector<BatchProgress>> Store::BatchesSince(TimeMs since) {
+  return SelectBatches("WHERE b.created_ms >= ?1 ", {std::to_string(since)}, 0);
+}
+
+Result<std::vector<BatchProgress>> Store::SelectBatches(const std::string& where,
+                                                        const std::vector<std::string>& args,
+                                                        int limit) {
+  std::string q = kBatchSelect + where + "ORDER BY b.id DESC";
   if (limit > 0) q += " LIMIT " + std::to_string(limit);
   ASSIGN_OR_RETURN(auto s, db_.Prepare(q));
+  for (size_t i = 0; i < args.size(); ++i) s.Bind(static_cast<int>(i + 1), args[i]);
   std::vector<BatchProgress> out;
-  std::map<std::int64_t, size_t> index;
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
@@ -629,7 +732,9 @@ Result<std::vector<BatchProgress>> Store::Batches(bool only_active, int limit) {
     b.reason = s.Text(8);
     b.repeats = static_cast<int>(s.Int(9));
     b.created_ms = s.Int(10);
-    index[b.id] = out.size();
+    b.spec_json = s.Text(11);
+    b.repo_url = s.Text(12);
+    b.committed_ms = s.Int(13);
     out.push_back(std::move(b));
   }
   if (out.empty()) return out;
@@ -656,14 +761,6 @@ Result<std::vector<BatchProgress>> Store::Batches(bool only_active, int limit) {
     values.Reset();
   }
   return out;
-}
-
-Result<std::optional<BatchProgress>> Store::Batch(std::int64_t batch_id) {
-  ASSIGN_OR_RETURN(auto all, Batches(false, 0));
-  for (auto& b : all) {
-    if (b.id == batch_id) return std::optional<BatchProgress>(std::move(b));
-  }
-  return std::optional<BatchProgress>();
 }
 
 Result<std::vector<RunRow>> Store::Runs(std::optional<std::int64_t> batch_id,

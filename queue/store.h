@@ -129,6 +129,9 @@ struct BatchProgress {
   std::array<std::int64_t, kRunStateCount> counts{};
   std::vector<double> values;  // metric of succeeded runs, by repeat
   std::vector<std::int64_t> seeds;  // seed of each value
+  std::string spec_json;   // the experiment's resolved definition
+  std::string repo_url;
+  TimeMs committed_ms = 0;
 
   std::int64_t count(RunState s) const { return counts[static_cast<int>(s)]; }
   bool active() const;  // anything left to run
@@ -167,7 +170,7 @@ struct StoreOptions {
 
 class Store {
  public:
-  static inline constexpr int kSchemaVersion = 2;
+  static inline constexpr int kSchemaVersion = 3;
 
   static Result<Store> Open(const std::string& path, StoreOptions options = {});
   Store(Store&&) = default;
@@ -181,6 +184,9 @@ class Store {
   // it lacks are added (a larger `repeats` tops a batch up).
   Result<std::vector<SubmitResult>> Submit(const std::string& repo_url, const CommitInfo& commit,
                                            const std::vector<BatchSpec>& batches, TimeMs now);
+
+  // Grows a batch to `repeats` runs, adding the next seeds. Returns runs added.
+  Result<int> ExtendBatch(std::int64_t batch_id, int repeats, TimeMs now);
 
   // The lease protocol.
   Result<std::vector<LeasedRun>> Lease(const std::string& worker, TimeMs now, TimeMs lease_ms,
@@ -209,6 +215,10 @@ class Store {
   // Batches, newest first. only_active: those with runs left; limit 0 = all.
   Result<std::vector<BatchProgress>> Batches(bool only_active, int limit);
   Result<std::optional<BatchProgress>> Batch(std::int64_t batch_id);
+  // Batches of the commits whose sha starts with `sha_prefix` (>= 4 hex digits).
+  Result<std::vector<BatchProgress>> BatchesForCommit(const std::string& sha_prefix);
+  // Batches created at or after `since`, newest first.
+  Result<std::vector<BatchProgress>> BatchesSince(TimeMs since);
   Result<std::vector<RunRow>> Runs(std::optional<std::int64_t> batch_id,
                                    std::optional<RunState> state, int limit);
   Result<std::optional<RunRow>> Run(std::int64_t run_id);
@@ -227,11 +237,87 @@ class Store {
  private:
   Store(sql::Db db, StoreOptions options) : db_(std::move(db)), options_(options) {}
   Status Migrate();
+  Result<std::vector<BatchProgress>> SelectBatches(const std::string& where,
+                                                   const std::vector<std::string>& args,
+                                                   int limit);
   // Checks that run_id is held under `token` in one of the live states.
   Status CheckLease(std::int64_t run_id, std::int64_t token, std::string_view action);
 
   sql::Db db_;
   StoreOptions options_;
+
+  // ==== Commit triggers: pushes, ref heads, commit statuses ==================
+  // Webhooks and polls record pushes here; a background worker turns them into
+  // batches and reports commit statuses back to the forge. Implemented in
+  // queue/push_store.cc; tables from schema version 3.
+ public:
+  struct Push {
+    std::int64_t id = 0;
+    std::string source;               // github | gitlab | gitea | poll
+    std::string delivery_id;          // unique per source
+    std::string repo_url;             // the repository as configured (not the mirror)
+    std::string ref;                  // refs/heads/main
+    std::string before_sha;           // all zeros: a new branch
+    std::string after_sha;            // all zeros: a deleted branch
+    std::string default_branch;       // as the payload named it; "" unknown
+    std::string state = "pending";    // pending | done | skipped | failed
+    int attempts = 0;                 // failed processing attempts so far
+    TimeMs not_before_ms = 0;         // next attempt not before
+    std::string result;               // what was queued, or why nothing
+    std::string error;                // the last error (fetch, trainq.yaml)
+    TimeMs received_ms = 0;
+    TimeMs updated_ms = 0;
+  };
+  // Writes the delivery (deliveries table) and its push in one transaction and
+  // moves the ref head of (repo_url, ref) to after_sha. nullopt: (source,
+  // delivery_id) was recorded before, and nothing was written.
+  Result<std::optional<std::int64_t>> RecordPush(const Push& push, TimeMs now);
+  // Pending pushes whose not_before_ms has passed, oldest first.
+  Result<std::vector<Push>> DuePushes(TimeMs now, int limit);
+  // The earliest not_before_ms among pending pushes.
+  Result<std::optional<TimeMs>> NextPushDue();
+  Status FinishPush(std::int64_t id, const std::string& state, const std::string& result,
+                    const std::string& error, TimeMs now);
+  // A failed attempt: attempts + 1, error kept, tried again at not_before.
+  Status RetryPush(std::int64_t id, const std::string& error, TimeMs not_before, TimeMs now);
+  Result<std::optional<Push>> GetPush(std::int64_t id);
+  Result<std::vector<Push>> RecentPushes(int limit);  // newest first
+  Result<std::vector<std::pair<std::string, std::int64_t>>> CountPushesByState();
+  // Pushes whose after_sha starts with `sha_prefix` (hex), newest first.
+  Result<std::vector<Push>> PushesForCommit(const std::string& sha_prefix);
+  // The last head recorded for (repo_url, ref) by a webhook or a poll.
+  Result<std::vector<std::pair<std::string, std::string>>> RefHeads(const std::string& repo_url);
+  // Sets a head without a push (a poller's first look at a repository).
+  Status SetRefHead(const std::string& repo_url, const std::string& ref, const std::string& sha,
+                    TimeMs now);
+
+  struct CommitStatus {
+    std::int64_t batch_id = 0;
+    std::string repo_url;          // the repository as configured
+    std::string sha;
+    std::string context;           // "trainq/<experiment>"
+    std::string state;             // wanted: pending | success | failure | error
+    std::string description;
+    std::string posted_state;      // what the forge last accepted; "" nothing yet
+    int attempts = 0;              // failed posts of the wanted state
+    TimeMs not_before_ms = 0;
+    bool gave_up = false;
+    std::string last_error;
+  };
+  // Wants the status for a batch (kept as is when the batch has one already).
+  Status AddCommitStatus(const CommitStatus& s, TimeMs now);
+  // Batches whose wanted status is still pending but whose runs have all ended.
+  Result<std::vector<std::int64_t>> FinishedPendingStatuses(int limit);
+  // Sets the wanted (final) state; attempts start over.
+  Status SetCommitStatusWanted(std::int64_t batch_id, const std::string& state,
+                               const std::string& description, TimeMs now);
+  // Wanted differs from posted, not given up, due; oldest first.
+  Result<std::vector<CommitStatus>> DueCommitStatuses(TimeMs now, int limit);
+  Status CommitStatusPosted(std::int64_t batch_id, const std::string& state, TimeMs now);
+  Status CommitStatusFailed(std::int64_t batch_id, const std::string& error, TimeMs not_before,
+                            bool give_up, TimeMs now);
+  Result<std::optional<CommitStatus>> GetCommitStatus(std::int64_t batch_id);
+  // ==== end of commit triggers ================================================
 };
 
 // Applies migrations [from, to) to a raw connection. Exposed for the migration test.

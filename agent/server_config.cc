@@ -1,0 +1,248 @@
+#include "agent/server_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdlib>
+#include <set>
+
+#include "agent/change_detect.h"
+#include "core/strings.h"
+
+namespace trainq {
+
+namespace {
+
+class ConfigParser {
+ public:
+  explicit ConfigParser(std::string_view file) : file_(file) {}
+
+  std::unexpected<Error> Err(const YAML::Node& node, const std::string& path,
+                             const std::string& msg) const {
+    std::string where = file_;
+    if (node.IsDefined() && node.Mark().line >= 0) {
+      where += ":" + std::to_string(node.Mark().line + 1);
+    }
+    return Fail(ErrorKind::kInvalidArgument,
+                where + ": " + (path.empty() ? "" : path + ": ") + msg);
+  }
+
+  // Never shows the value of a secret: callers pass only non-secret nodes.
+  static std::string Show(const YAML::Node& n) {
+    if (n.IsScalar()) return "\"" + n.Scalar() + "\"";
+    if (n.IsSequence()) return "a list";
+    if (n.IsMap()) return "a mapping";
+    return "nothing";
+  }
+
+  Status CheckKeys(const YAML::Node& map, const std::string& path,
+                   const std::set<std::string>& allowed) const {
+    for (const auto& kv : map) {
+      auto key = kv.first.Scalar();
+      if (!allowed.count(key)) {
+        std::string list;
+        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+        return Err(kv.first, path.empty() ? key : path + "." + key,
+                   "unknown key (expected one of: " + list + ")");
+      }
+    }
+    return {};
+  }
+
+  Result<std::string> Str(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsScalar() || n.Scalar().empty()) {
+      return Err(n, path, "expected a non-empty string, got " + Show(n));
+    }
+    return n.Scalar();
+  }
+
+  Result<bool> Bool(const YAML::Node& n, const std::string& path) const {
+    if (n.IsScalar()) {
+      const auto& s = n.Scalar();
+      if (s == "true" || s == "yes" || s == "on") return true;
+      if (s == "false" || s == "no" || s == "off") return false;
+    }
+    return Err(n, path, "expected true or false, got " + Show(n));
+  }
+
+  // {env: NAME} or {file: PATH}. A literal value is refused: secrets do not
+  // belong in a config file that is copied around and shown in reviews.
+  Result<SecretValue> Secret(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsMap()) {
+      return Err(n, path,
+                 "expected {env: VARIABLE} or {file: PATH} (the value itself does not belong in "
+                 "the config file)");
+    }
+    TRY(CheckKeys(n, path, {"env", "file"}));
+    if (n["env"] && n["file"]) return Err(n, path, "give either env or file, not both");
+    SecretValue s;
+    if (auto e = n["env"]) {
+      ASSIGN_OR_RETURN(auto name, Str(e, path + ".env"));
+      const char* v = std::getenv(name.c_str());
+      if (!v || !*v) {
+        return Err(e, path + ".env", "environment variable " + name + " is not set or empty");
+      }
+      s.value = v;
+      s.source = "env " + name;
+    } else if (auto f = n["file"]) {
+      ASSIGN_OR_RETURN(auto file, Str(f, path + ".file"));
+      auto text = ReadFile(file);
+      if (!text) return Err(f, path + ".file", "cannot read " + file + ": " + text.error().message);
+      s.value = std::string(Trim(*text));
+      if (s.value.empty()) return Err(f, path + ".file", file + " is empty");
+      s.source = "file " + file;
+    } else {
+      return Err(n, path, "expected {env: VARIABLE} or {file: PATH}");
+    }
+    return s;
+  }
+
+  Result<std::vector<std::string>> StrList(const YAML::Node& n, const std::string& path) const {
+    std::vector<std::string> out;
+    if (n.IsScalar()) {
+      ASSIGN_OR_RETURN(auto s, Str(n, path));
+      out.push_back(s);
+    } else if (n.IsSequence()) {
+      for (const auto& item : n) {
+        ASSIGN_OR_RETURN(auto s, Str(item, path));
+        out.push_back(s);
+      }
+    } else {
+      return Err(n, path, "expected a list of strings, got " + Show(n));
+    }
+    return out;
+  }
+
+  Result<RepoConfig> Repo(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsMap()) return Err(n, path, "expected a mapping, got " + Show(n));
+    TRY(CheckKeys(n, path,
+                  {"url", "forge", "project", "branches", "default_branch", "secret", "token",
+                   "username", "ssh_key", "api_url", "status", "status_context", "poll_interval",
+                   "per_commit", "tags"}));
+    RepoConfig r;
+    r.line = n.Mark().line + 1;
+    if (!n["url"]) return Err(n, path + ".url", "missing (the repository to fetch)");
+    ASSIGN_OR_RETURN(r.url, Str(n["url"], path + ".url"));
+    if (auto f = n["forge"]) {
+      ASSIGN_OR_RETURN(auto name, Str(f, path + ".forge"));
+      auto kind = ParseForgeKind(name);
+      if (!kind) return Err(f, path + ".forge", "expected github, gitlab, gitea or none, got " +
+                                                    Show(f));
+      r.forge = *kind;
+    }
+    if (auto p = n["project"]) { ASSIGN_OR_RETURN(r.project, Str(p, path + ".project")); }
+    if (r.project.empty()) r.project = ProjectFromUrl(r.url);
+    if (auto b = n["branches"]) { ASSIGN_OR_RETURN(r.branches, StrList(b, path + ".branches")); }
+    if (r.branches.empty()) r.branches = {"**"};
+    if (auto d = n["default_branch"]) {
+      ASSIGN_OR_RETURN(r.default_branch, Str(d, path + ".default_branch"));
+    }
+    if (auto s = n["secret"]) { ASSIGN_OR_RETURN(r.secret, Secret(s, path + ".secret")); }
+    if (auto t = n["token"]) { ASSIGN_OR_RETURN(r.token, Secret(t, path + ".token")); }
+    if (auto u = n["username"]) { ASSIGN_OR_RETURN(r.username, Str(u, path + ".username")); }
+    if (r.username.empty()) {
+      r.username = r.forge == ForgeKind::kGitlab ? "oauth2" : "x-access-token";
+    }
+    if (auto k = n["ssh_key"]) { ASSIGN_OR_RETURN(r.ssh_key, Str(k, path + ".ssh_key")); }
+    if (auto a = n["api_url"]) { ASSIGN_OR_RETURN(r.api_url, Str(a, path + ".api_url")); }
+    if (r.api_url.empty()) r.api_url = DefaultApiUrl(r.forge, r.url);
+    if (auto s = n["status"]) { ASSIGN_OR_RETURN(r.status, Bool(s, path + ".status")); }
+    if (auto c = n["status_context"]) {
+      ASSIGN_OR_RETURN(r.status_context, Str(c, path + ".status_context"));
+    }
+    if (auto p = n["poll_interval"]) {
+      if (!p.IsScalar()) return Err(p, path + ".poll_interval", "expected a duration such as "
+                                                                "30s or 5m, got " + Show(p));
+      if (p.Scalar() == "0" || p.Scalar() == "off") {
+        r.poll_interval_s = 0;
+      } else {
+        auto d = ParseDurationSeconds(p.Scalar());
+        if (!d) return Err(p, path + ".poll_interval", d.error().message);
+        r.poll_interval_s = *d;
+      }
+    }
+    if (auto c = n["per_commit"]) { ASSIGN_OR_RETURN(r.per_commit, Bool(c, path + ".per_commit")); }
+    if (auto t = n["tags"]) { ASSIGN_OR_RETURN(r.tags, Bool(t, path + ".tags")); }
+
+    if (r.status) {
+      const YAML::Node& at = n["status"];
+      if (r.forge == ForgeKind::kNone) {
+        return Err(at, path + ".status", "needs `forge` (github, gitlab or gitea)");
+      }
+      if (r.token.empty()) return Err(at, path + ".status", "needs `token` for the forge's API");
+      if (r.api_url.empty()) {
+        return Err(at, path + ".status", "needs `api_url` (cannot tell it from the url)");
+      }
+      if (r.project.empty()) {
+        return Err(at, path + ".status", "needs `project` (owner/name; cannot tell it from the url)");
+      }
+    }
+    if (!r.secret.empty() && r.forge == ForgeKind::kNone) {
+      return Err(n["secret"], path + ".secret",
+                 "webhooks need `forge` (github, gitlab or gitea) to know the signature format");
+    }
+    return r;
+  }
+
+ private:
+  std::string file_;
+};
+
+}  // namespace
+
+bool RepoConfig::Watches(std::string_view ref) const {
+  if (ref.starts_with("refs/tags/")) return tags;
+  if (!ref.starts_with("refs/heads/")) return false;
+  std::string_view branch = ref.substr(std::string_view("refs/heads/").size());
+  for (const auto& glob : branches) {
+    if (GlobMatch(glob, branch)) return true;
+  }
+  return false;
+}
+
+const RepoConfig* ServerConfig::FindRepo(std::string_view url) const {
+  std::string n = NormaliseRepoUrl(url);
+  for (const auto& r : repositories) {
+    if (NormaliseRepoUrl(r.url) == n) return &r;
+  }
+  return nullptr;
+}
+
+Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view filename) {
+  ConfigParser p(filename);
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return Fail(ErrorKind::kInvalidArgument, std::string(filename) + ":" +
+                                                 std::to_string(e.mark.line + 1) +
+                                                 ": not valid YAML: " + e.msg);
+  }
+  ServerConfig c;
+  c.path = std::string(filename);
+  if (!root || root.IsNull()) return c;
+  if (!root.IsMap()) return p.Err(root, "", "expected a mapping at the top level");
+  TRY(p.CheckKeys(root, "", {"listen", "repositories"}));
+  if (auto l = root["listen"]) { ASSIGN_OR_RETURN(c.listen, p.Str(l, "listen")); }
+  if (auto repos = root["repositories"]) {
+    if (!repos.IsSequence()) {
+      return p.Err(repos, "repositories", "expected a list, got " + ConfigParser::Show(repos));
+    }
+    for (size_t i = 0; i < repos.size(); ++i) {
+      std::string path = "repositories[" + std::to_string(i) + "]";
+      ASSIGN_OR_RETURN(auto r, p.Repo(repos[i], path));
+      if (c.FindRepo(r.url)) {
+        return p.Err(repos[i]["url"], path + ".url", "listed twice (" + r.url + ")");
+      }
+      c.repositories.push_back(std::move(r));
+    }
+  }
+  return c;
+}
+
+Result<ServerConfig> LoadServerConfig(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text) return std::unexpected(text.error().Wrap("--config"));
+  return ParseServerConfig(*text, path);
+}
+
+}  // namespace trainq

@@ -1,0 +1,75 @@
+// The `trainq serve --config FILE` file (YAML): which repositories are
+// watched, how their webhooks are authenticated, how often they are polled and
+// whether commit statuses go back to the forge.
+//
+//   listen: 127.0.0.1:8080          # optional; --listen wins
+//   repositories:
+//     - url: https://github.com/acme/model.git
+//       forge: github               # github | gitlab | gitea | none (poll only)
+//       branches: [main, "release/*"]
+//       secret: {env: TRAINQ_WEBHOOK_SECRET}   # or {file: /etc/trainq/secret}
+//       token: {file: /etc/trainq/github-token}
+//       status: true
+//       poll_interval: 5m
+//
+// Secrets and tokens are read from an environment variable or a file, never
+// written in the config itself, and never logged. Every error names the file,
+// the line and the key: `server.yaml:7: repositories[0].secret.env: ...`.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/forge.h"
+#include "core/result.h"
+
+namespace trainq {
+
+// A secret value with a printable description of where it came from
+// ("env TRAINQ_SECRET", "file /etc/x"). Only `source` may be logged.
+struct SecretValue {
+  std::string value;
+  std::string source;
+  bool empty() const { return value.empty(); }
+};
+
+struct RepoConfig {
+  std::string url;                    // what is fetched; also the webhook payload's identity
+  ForgeKind forge = ForgeKind::kNone;
+  std::string project;                // owner/name for the status API (default: from url)
+  std::vector<std::string> branches;  // globs over branch names; default: all ("**")
+  std::string default_branch;         // "" = the remote's HEAD
+  SecretValue secret;                 // webhook secret (GitLab: the token)
+  SecretValue token;                  // https fetch and the status API
+  std::string username;               // https user that goes with the token
+  std::string ssh_key;                // private key file for ssh urls ("" = ssh-agent)
+  std::string api_url;                // forge API base (default per forge)
+  bool status = false;                // report commit statuses
+  std::string status_context = "trainq";  // statuses are "<context>/<experiment>"
+  std::int64_t poll_interval_s = 0;   // 0: no polling
+  bool per_commit = false;            // every pushed commit gets batches, not only the head
+  bool tags = false;                  // tag pushes queue runs too
+  int line = 0;                       // where the entry starts in the file
+
+  // Whether a push to `ref` concerns this repository's watch list.
+  bool Watches(std::string_view ref) const;
+};
+
+struct ServerConfig {
+  std::string path;    // the file, for messages
+  std::string listen;  // "" = not set
+  std::vector<RepoConfig> repositories;
+
+  // The repository whose url matches `url` (normalised), if any.
+  const RepoConfig* FindRepo(std::string_view url) const;
+};
+
+// Parses `text`; `filename` is used in messages. Reads the secrets it names
+// from the environment and files.
+Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view filename);
+Result<ServerConfig> LoadServerConfig(const std::string& path);
+
+}  // namespace trainq

@@ -1,0 +1,150 @@
+// The only translation unit that includes cpprest (heavy headers).
+#include "agent/server_http.h"
+
+#include <cpprest/containerstream.h>
+#include <cpprest/http_listener.h>
+#include <pplx/threadpool.h>
+#include <spdlog/spdlog.h>
+
+#include <cctype>
+#include <mutex>
+
+namespace trainq {
+
+namespace http = web::http;
+using web::http::experimental::listener::http_listener;
+using web::http::experimental::listener::http_listener_config;
+
+namespace {
+
+// cpprest's pool defaults to 40 threads; a webhook receiver needs few.
+void SizeThreadPool() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    try {
+      crossplat::threadpool::initialize_with_threads(4);
+    } catch (const std::exception&) {
+      // Already initialised by an earlier use: keep it.
+    }
+  });
+}
+
+HttpServerRequest Convert(const http::http_request& req, std::size_t max_body) {
+  HttpServerRequest r;
+  r.method = req.method();
+  r.path = web::uri::decode(req.relative_uri().path());
+  for (const auto& [k, v] : req.headers()) r.headers.emplace_back(k, v);
+  std::size_t declared = 0;
+  if (req.headers().has(http::header_names::content_length)) {
+    declared = static_cast<std::size_t>(req.headers().content_length());
+  }
+  if (declared > max_body) {
+    r.body_too_large = true;
+    return r;
+  }
+  concurrency::streams::container_buffer<std::string> buf;
+  auto in = req.body();
+  std::size_t total = 0;
+  while (true) {
+    std::size_t n = in.read(buf, 64 * 1024).get();
+    if (n == 0) break;
+    total += n;
+    if (total > max_body) {
+      r.body_too_large = true;
+      return r;
+    }
+  }
+  r.body = std::move(buf.collection());
+  return r;
+}
+
+}  // namespace
+
+bool ListenAddress::loopback() const {
+  return host == "localhost" || host == "::1" || host.starts_with("127.");
+}
+
+Result<ListenAddress> ParseListenAddress(const std::string& text) {
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "--listen: expected HOST:PORT such as 127.0.0.1:8080, got \"" + text + "\"");
+  }
+  ListenAddress a;
+  a.host = text.substr(0, colon);
+  if (a.host.size() > 2 && a.host.front() == '[' && a.host.back() == ']') {
+    a.host = a.host.substr(1, a.host.size() - 2);
+  }
+  std::string port = text.substr(colon + 1);
+  for (char c : port) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) {
+      return Fail(ErrorKind::kInvalidArgument, "--listen: port must be a number, got \"" + port +
+                                                   "\"");
+    }
+  }
+  a.port = std::stoi(port.substr(0, 6));
+  if (a.port < 1 || a.port > 65535) {
+    return Fail(ErrorKind::kInvalidArgument, "--listen: port out of range: " + port);
+  }
+  return a;
+}
+
+struct HttpListener::Impl {
+  std::unique_ptr<http_listener> listener;
+  bool open = false;
+};
+
+HttpListener::HttpListener(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpListener::~HttpListener() { Stop(); }
+
+Result<std::unique_ptr<HttpListener>> HttpListener::Start(const ListenAddress& address,
+                                                          std::size_t max_body_bytes,
+                                                          Handler handler) {
+  SizeThreadPool();
+  std::string host = address.host.find(':') != std::string::npos ? "[" + address.host + "]"
+                                                                  : address.host;
+  std::string url = "http://" + host + ":" + std::to_string(address.port) + "/";
+  auto impl = std::make_unique<Impl>();
+  try {
+    http_listener_config cfg;
+    cfg.set_timeout(std::chrono::seconds(30));
+    impl->listener = std::make_unique<http_listener>(web::uri(url), cfg);
+    impl->listener->support([handler, max_body_bytes](http::http_request req) {
+      HttpServerReply reply;
+      try {
+        reply = handler(Convert(req, max_body_bytes));
+      } catch (const std::exception& e) {
+        spdlog::error("HTTP {} {}: {}", req.method(), req.relative_uri().path(), e.what());
+        reply = {500, "application/json", R"({"result":"error","reason":"internal error"})"};
+      }
+      http::http_response resp(static_cast<http::status_code>(reply.status));
+      resp.set_body(std::move(reply.body), reply.content_type);
+      req.reply(resp).then([](pplx::task<void> t) {
+        try {
+          t.get();
+        } catch (const std::exception&) {
+          // The client went away before the answer: nothing to do.
+        }
+      });
+    });
+    impl->listener->open().wait();
+    impl->open = true;
+  } catch (const std::exception& e) {
+    return Fail(ErrorKind::kUnavailable, "--listen " + address.host + ":" +
+                                             std::to_string(address.port) + ": " + e.what());
+  }
+  return std::unique_ptr<HttpListener>(new HttpListener(std::move(impl)));
+}
+
+void HttpListener::Stop() {
+  if (!impl_ || !impl_->open) return;
+  impl_->open = false;
+  try {
+    impl_->listener->close().wait();
+  } catch (const std::exception& e) {
+    spdlog::warn("closing the HTTP listener: {}", e.what());
+  }
+}
+
+}  // namespace trainq

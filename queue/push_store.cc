@@ -1,0 +1,297 @@
+// Store: the commit-trigger section (pushes, ref heads, commit statuses).
+// Declared at the end of class Store in queue/store.h.
+#include <algorithm>
+#include <cctype>
+
+#include "queue/store.h"
+
+namespace trainq {
+
+namespace {
+
+const char* kPushColumns =
+    "id, source, delivery_id, repo_url, ref, before_sha, after_sha, default_branch, state, "
+    "attempts, not_before_ms, result, error, received_ms, updated_ms";
+
+Store::Push ReadPush(const sql::Stmt& s) {
+  Store::Push p;
+  p.id = s.Int(0);
+  p.source = s.Text(1);
+  p.delivery_id = s.Text(2);
+  p.repo_url = s.Text(3);
+  p.ref = s.Text(4);
+  p.before_sha = s.Text(5);
+  p.after_sha = s.Text(6);
+  p.default_branch = s.Text(7);
+  p.state = s.Text(8);
+  p.attempts = static_cast<int>(s.Int(9));
+  p.not_before_ms = s.Int(10);
+  p.result = s.Text(11);
+  p.error = s.Text(12);
+  p.received_ms = s.Int(13);
+  p.updated_ms = s.Int(14);
+  return p;
+}
+
+const char* kStatusColumns =
+    "batch_id, repo_url, sha, context, state, description, posted_state, attempts, "
+    "not_before_ms, gave_up, last_error";
+
+Store::CommitStatus ReadStatus(const sql::Stmt& s) {
+  Store::CommitStatus c;
+  c.batch_id = s.Int(0);
+  c.repo_url = s.Text(1);
+  c.sha = s.Text(2);
+  c.context = s.Text(3);
+  c.state = s.Text(4);
+  c.description = s.Text(5);
+  c.posted_state = s.Text(6);
+  c.attempts = static_cast<int>(s.Int(7));
+  c.not_before_ms = s.Int(8);
+  c.gave_up = s.Int(9) != 0;
+  c.last_error = s.Text(10);
+  return c;
+}
+
+bool AllZero(const std::string& sha) {
+  return !sha.empty() && std::all_of(sha.begin(), sha.end(), [](char c) { return c == '0'; });
+}
+
+template <typename T, typename Read>
+Result<std::vector<T>> Collect(sql::Stmt& s, Read read) {
+  std::vector<T> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back(read(s));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::optional<std::int64_t>> Store::RecordPush(const Push& push, TimeMs now) {
+  using Out = std::optional<std::int64_t>;
+  return sql::WithWriteTransaction(db_, [&]() -> Result<Out> {
+    ASSIGN_OR_RETURN(auto d,
+                     db_.Prepare("INSERT INTO deliveries (forge, delivery_id, event, repo_url, ref, "
+                                 "before_sha, after_sha, received_ms) VALUES (?, ?, 'push', ?, ?, "
+                                 "?, ?, ?) ON CONFLICT (forge, delivery_id) DO NOTHING"));
+    TRY(d.Bind(1, push.source)
+            .Bind(2, push.delivery_id)
+            .Bind(3, push.repo_url)
+            .Bind(4, push.ref)
+            .Bind(5, push.before_sha)
+            .Bind(6, push.after_sha)
+            .Bind(7, now)
+            .Run());
+    if (db_.Changes() == 0) return Out();  // seen before
+    ASSIGN_OR_RETURN(
+        auto p, db_.Prepare("INSERT INTO pushes (source, delivery_id, repo_url, ref, before_sha, "
+                            "after_sha, default_branch, state, result, error, received_ms, "
+                            "updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                            "ON CONFLICT (source, delivery_id) DO NOTHING"));
+    TRY(p.Bind(1, push.source)
+            .Bind(2, push.delivery_id)
+            .Bind(3, push.repo_url)
+            .Bind(4, push.ref)
+            .Bind(5, push.before_sha)
+            .Bind(6, push.after_sha)
+            .Bind(7, push.default_branch)
+            .Bind(8, push.state)
+            .Bind(9, push.result)
+            .Bind(10, push.error)
+            .Bind(11, now)
+            .Bind(12, now)
+            .Run());
+    if (db_.Changes() == 0) return Out();
+    std::int64_t id = db_.LastInsertId();
+    if (AllZero(push.after_sha)) {
+      ASSIGN_OR_RETURN(auto del, db_.Prepare("DELETE FROM ref_heads WHERE repo_url = ? AND ref = ?"));
+      TRY(del.Bind(1, push.repo_url).Bind(2, push.ref).Run());
+    } else {
+      ASSIGN_OR_RETURN(auto head,
+                       db_.Prepare("INSERT INTO ref_heads (repo_url, ref, sha, updated_ms) "
+                                   "VALUES (?, ?, ?, ?) ON CONFLICT (repo_url, ref) DO UPDATE "
+                                   "SET sha = excluded.sha, updated_ms = excluded.updated_ms"));
+      TRY(head.Bind(1, push.repo_url).Bind(2, push.ref).Bind(3, push.after_sha).Bind(4, now).Run());
+    }
+    return Out(id);
+  });
+}
+
+Result<std::vector<Store::Push>> Store::DuePushes(TimeMs now, int limit) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kPushColumns +
+                                       " FROM pushes WHERE state = 'pending' AND "
+                                       "not_before_ms <= ? ORDER BY id LIMIT ?"));
+  s.Bind(1, now).Bind(2, limit);
+  return Collect<Push>(s, ReadPush);
+}
+
+Result<std::optional<TimeMs>> Store::NextPushDue() {
+  ASSIGN_OR_RETURN(auto s,
+                   db_.Prepare("SELECT min(not_before_ms) FROM pushes WHERE state = 'pending'"));
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  if (!row || s.IsNull(0)) return std::optional<TimeMs>();
+  return std::optional<TimeMs>(s.Int(0));
+}
+
+Status Store::FinishPush(std::int64_t id, const std::string& state, const std::string& result,
+                         const std::string& error, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE pushes SET state = ?, result = ?, error = ?, "
+                                         "updated_ms = ? WHERE id = ?"));
+    TRY(u.Bind(1, state).Bind(2, result).Bind(3, error).Bind(4, now).Bind(5, id).Run());
+    if (db_.Changes() == 0) {
+      return Fail(ErrorKind::kNotFound, "push " + std::to_string(id) + " does not exist");
+    }
+    return {};
+  });
+}
+
+Status Store::RetryPush(std::int64_t id, const std::string& error, TimeMs not_before, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE pushes SET attempts = attempts + 1, error = ?, "
+                                         "not_before_ms = ?, updated_ms = ? WHERE id = ? AND "
+                                         "state = 'pending'"));
+    return u.Bind(1, error).Bind(2, not_before).Bind(3, now).Bind(4, id).Run();
+  });
+}
+
+Result<std::optional<Store::Push>> Store::GetPush(std::int64_t id) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kPushColumns +
+                                       " FROM pushes WHERE id = ?"));
+  s.Bind(1, id);
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  if (!row) return std::optional<Push>();
+  return std::optional<Push>(ReadPush(s));
+}
+
+Result<std::vector<Store::Push>> Store::RecentPushes(int limit) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kPushColumns +
+                                       " FROM pushes ORDER BY id DESC LIMIT ?"));
+  s.Bind(1, limit);
+  return Collect<Push>(s, ReadPush);
+}
+
+Result<std::vector<std::pair<std::string, std::int64_t>>> Store::CountPushesByState() {
+  ASSIGN_OR_RETURN(auto s,
+                   db_.Prepare("SELECT state, count(*) FROM pushes GROUP BY state ORDER BY state"));
+  return Collect<std::pair<std::string, std::int64_t>>(
+      s, [](const sql::Stmt& st) { return std::make_pair(st.Text(0), st.Int(1)); });
+}
+
+Result<std::vector<Store::Push>> Store::PushesForCommit(const std::string& sha_prefix) {
+  if (sha_prefix.empty() || !std::all_of(sha_prefix.begin(), sha_prefix.end(), [](char c) {
+        return std::isxdigit(static_cast<unsigned char>(c));
+      })) {
+    return Fail(ErrorKind::kInvalidArgument, "'" + sha_prefix + "' is not a commit id");
+  }
+  std::string lower = sha_prefix;
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kPushColumns +
+                                       " FROM pushes WHERE after_sha LIKE ? ORDER BY id DESC"));
+  s.Bind(1, lower + "%");
+  return Collect<Push>(s, ReadPush);
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> Store::RefHeads(
+    const std::string& repo_url) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT ref, sha FROM ref_heads WHERE repo_url = ? "
+                                       "ORDER BY ref"));
+  s.Bind(1, repo_url);
+  return Collect<std::pair<std::string, std::string>>(
+      s, [](const sql::Stmt& st) { return std::make_pair(st.Text(0), st.Text(1)); });
+}
+
+Status Store::SetRefHead(const std::string& repo_url, const std::string& ref,
+                         const std::string& sha, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("INSERT INTO ref_heads (repo_url, ref, sha, updated_ms) "
+                                         "VALUES (?, ?, ?, ?) ON CONFLICT (repo_url, ref) DO "
+                                         "UPDATE SET sha = excluded.sha, updated_ms = "
+                                         "excluded.updated_ms"));
+    return u.Bind(1, repo_url).Bind(2, ref).Bind(3, sha).Bind(4, now).Run();
+  });
+}
+
+Status Store::AddCommitStatus(const CommitStatus& c, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u,
+                     db_.Prepare("INSERT INTO commit_statuses (batch_id, repo_url, sha, context, "
+                                 "state, description, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                                 "ON CONFLICT (batch_id) DO NOTHING"));
+    return u.Bind(1, c.batch_id)
+        .Bind(2, c.repo_url)
+        .Bind(3, c.sha)
+        .Bind(4, c.context)
+        .Bind(5, c.state)
+        .Bind(6, c.description)
+        .Bind(7, now)
+        .Run();
+  });
+}
+
+Result<std::vector<std::int64_t>> Store::FinishedPendingStatuses(int limit) {
+  ASSIGN_OR_RETURN(auto s,
+                   db_.Prepare("SELECT cs.batch_id FROM commit_statuses cs WHERE cs.state = "
+                               "'pending' AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.batch_id "
+                               "= cs.batch_id AND r.state IN ('queued', 'leased', 'running', "
+                               "'failed')) ORDER BY cs.batch_id LIMIT ?"));
+  s.Bind(1, limit);
+  return Collect<std::int64_t>(s, [](const sql::Stmt& st) { return st.Int(0); });
+}
+
+Status Store::SetCommitStatusWanted(std::int64_t batch_id, const std::string& state,
+                                    const std::string& description, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE commit_statuses SET state = ?, description = ?, "
+                                         "attempts = 0, not_before_ms = 0, gave_up = 0, "
+                                         "updated_ms = ? WHERE batch_id = ?"));
+    return u.Bind(1, state).Bind(2, description).Bind(3, now).Bind(4, batch_id).Run();
+  });
+}
+
+Result<std::vector<Store::CommitStatus>> Store::DueCommitStatuses(TimeMs now, int limit) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kStatusColumns +
+                                       " FROM commit_statuses WHERE gave_up = 0 AND "
+                                       "not_before_ms <= ? AND state != posted_state "
+                                       "ORDER BY not_before_ms, batch_id LIMIT ?"));
+  s.Bind(1, now).Bind(2, limit);
+  return Collect<CommitStatus>(s, ReadStatus);
+}
+
+Status Store::CommitStatusPosted(std::int64_t batch_id, const std::string& state, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE commit_statuses SET posted_state = ?, "
+                                         "attempts = 0, last_error = '', updated_ms = ? "
+                                         "WHERE batch_id = ?"));
+    return u.Bind(1, state).Bind(2, now).Bind(3, batch_id).Run();
+  });
+}
+
+Status Store::CommitStatusFailed(std::int64_t batch_id, const std::string& error,
+                                 TimeMs not_before, bool give_up, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE commit_statuses SET attempts = attempts + 1, "
+                                         "last_error = ?, not_before_ms = ?, gave_up = ?, "
+                                         "updated_ms = ? WHERE batch_id = ?"));
+    return u.Bind(1, error)
+        .Bind(2, not_before)
+        .Bind(3, give_up ? 1 : 0)
+        .Bind(4, now)
+        .Bind(5, batch_id)
+        .Run();
+  });
+}
+
+Result<std::optional<Store::CommitStatus>> Store::GetCommitStatus(std::int64_t batch_id) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kStatusColumns +
+                                       " FROM commit_statuses WHERE batch_id = ?"));
+  s.Bind(1, batch_id);
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  if (!row) return std::optional<CommitStatus>();
+  return std::optional<CommitStatus>(ReadStatus(s));
+}
+
+}  // namespace trainq
