@@ -1,0 +1,49 @@
+// Helpers shared by the agent tests: process liveness, small file helpers.
+#pragma once
+
+#include <signal.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+
+namespace trainq::testing {
+
+inline std::string Slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+inline void Spit(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
+}
+
+// The pid written to `path` by a script (`echo $! > file`), or 0 while the file is
+// missing or incomplete.
+inline int ReadPid(const std::filesystem::path& path) {
+  std::string s = Slurp(path);
+  if (s.empty() || s.back() != '\n') return 0;
+  try {
+    return std::stoi(s);
+  } catch (...) {
+    return 0;
+  }
+}
+
+// True when `pid` no longer runs. A zombie (ended, not yet reaped by whichever
+// process adopted it) counts as gone.
+inline bool ProcessGone(int pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  std::string stat = Slurp("/proc/" + std::to_string(pid) + "/stat");
+  auto rp = stat.rfind(')');
+  if (rp == std::string::npos || rp + 2 >= stat.size()) return true;  // vanished meanwhile
+  return stat[rp + 2] == 'Z' || stat[rp + 2] == 'X';
+}
+
+}  // namespace trainq::testing

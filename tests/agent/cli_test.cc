@@ -1,0 +1,673 @@
+// Integration tests through the real `trainq` binary: real git repositories,
+// real SQLite files, real child processes.
+#include <signal.h>
+#include <sqlite3.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/strings.h"
+#include "queue/store.h"
+#include "tests/agent/agent_test_util.h"
+#include "tests/support/git_fixture.h"
+#include "tests/support/temp_dir.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace trainq {
+namespace {
+
+using testing::ProcessGone;
+using testing::ReadPid;
+using testing::Slurp;
+using testing::Spit;
+
+struct Out {
+  int code = -1;
+  std::string text;
+};
+
+std::string Cmd(const std::string& db, const std::string& args) {
+  return ShellQuote(TRAINQ_BINARY) + " --db " + ShellQuote(db) + " " + args;
+}
+
+// stdout and stderr together.
+Out Trainq(const std::string& db, const std::string& args) {
+  Out o;
+  o.code = testing::RunShell(Cmd(db, args), &o.text);
+  return o;
+}
+
+// stdout only (for --json).
+json TrainqJson(const std::string& db, const std::string& args) {
+  Out o;
+  o.code = testing::RunShell("{ " + Cmd(db, args) + " 2>/dev/null; }", &o.text);
+  INFO("trainq " << args << " -> " << o.code << ":\n" << o.text);
+  REQUIRE(o.code == 0);
+  auto j = json::parse(o.text, nullptr, false);
+  REQUIRE_FALSE(j.is_discarded());
+  return j;
+}
+
+// Every row of every table, in order: equal snapshots mean nothing was written.
+std::string Snapshot(const std::string& path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "open failed";
+    sqlite3_close(db);
+    FAIL("snapshot of " << path << ": " << msg);
+  }
+  auto rows = [&](const std::string& sql) {
+    std::vector<std::vector<std::string>> out;
+    sqlite3_stmt* st = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      std::vector<std::string> row;
+      for (int i = 0; i < sqlite3_column_count(st); ++i) {
+        auto t = sqlite3_column_text(st, i);
+        row.push_back(t ? reinterpret_cast<const char*>(t) : "NULL");
+      }
+      out.push_back(std::move(row));
+    }
+    sqlite3_finalize(st);
+    return out;
+  };
+  std::string snap;
+  for (const auto& t : rows("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")) {
+    auto content = rows("SELECT * FROM \"" + t[0] + "\" ORDER BY rowid");
+    snap += "== " + t[0] + " (" + std::to_string(content.size()) + " rows)\n";
+    for (const auto& r : content) {
+      for (const auto& v : r) snap += v + "|";
+      snap += "\n";
+    }
+  }
+  snap += "user_version " + rows("PRAGMA user_version")[0][0] + "\n";
+  sqlite3_close(db);
+  return snap;
+}
+
+Store OpenStore(const std::string& db) {
+  StoreOptions so;
+  so.create = false;
+  auto s = Store::Open(db, so);
+  if (!s) FAIL("Store::Open(" << db << "): " << s.error().message);
+  return std::move(*s);
+}
+
+std::vector<RunRow> AllRuns(const std::string& db) {
+  auto store = OpenStore(db);
+  auto runs = store.Runs(std::nullopt, std::nullopt, 0);
+  REQUIRE(runs.has_value());
+  return *runs;
+}
+
+int Count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t p = text.find(needle); p != std::string::npos; p = text.find(needle, p + 1)) ++n;
+  return n;
+}
+
+// A seed-dependent "training" script: accuracy = 0.5 + seed / 100.
+const char* kTrainPy = R"(import json, os, sys
+seed = int(sys.argv[sys.argv.index("--seed") + 1])
+if int(os.environ["TRAINQ_SEED"]) != seed:
+    sys.exit("TRAINQ_SEED does not match --seed")
+acc = 0.5 + seed / 100
+print(f"seed {seed}: accuracy {acc}")
+with open(os.environ["TRAINQ_METRICS_FILE"], "a") as f:
+    f.write(json.dumps({"name": "accuracy", "value": acc, "final": True}) + "\n")
+)";
+
+const char* kTinyYaml = R"(version: 1
+defaults:
+  repeats: 10
+  max_attempts: 1
+experiments:
+  tiny:
+    command: python3 train.py --seed {seed}
+    watch: [train.py]
+  other:
+    command: python3 train.py --seed {seed}
+    repeats: 2
+)";
+
+double Expected(std::int64_t seed) { return 0.5 + static_cast<double>(seed) / 100; }
+
+struct Project {
+  testing::TempDir tmp;
+  testing::GitFixture git{tmp / "repo"};
+  std::string db = tmp / "t.db";
+};
+
+TEST_CASE("cli: submit then serve runs every seed and stores the results", "[cli]") {
+  Project p;
+  std::string sha = p.git.Commit({{"train.py", kTrainPy}, {"trainq.yaml", kTinyYaml}}, "tiny");
+
+  auto sub = Trainq(p.db, "submit --repo " + ShellQuote(p.git.dir()) + " --experiment tiny");
+  INFO(sub.text);
+  REQUIRE(sub.code == 0);
+  CHECK_THAT(sub.text, Catch::Contains("batch 1  tiny: 10 runs queued (seeds 1..10)"));
+  CHECK_THAT(sub.text, Catch::Contains(sha.substr(0, 10)));
+  {
+    auto runs = AllRuns(p.db);
+    REQUIRE(runs.size() == 10);
+    for (const auto& r : runs) CHECK(r.state == RunState::kQueued);
+  }
+
+  auto serve = Trainq(p.db, "serve --slots 2 --until-idle --poll-ms 20");
+  INFO(serve.text);
+  REQUIRE(serve.code == 0);
+
+  auto runs = AllRuns(p.db);
+  REQUIRE(runs.size() == 10);
+  std::set<std::int64_t> seeds;
+  for (const auto& r : runs) {
+    INFO("run " << r.id << " seed " << r.seed << ": " << r.last_error);
+    seeds.insert(r.seed);
+    CHECK(r.state == RunState::kSucceeded);
+    CHECK(r.attempts == 1);
+    CHECK(r.batch_id == 1);
+    CHECK(r.sha == sha);
+    REQUIRE(r.metric_value.has_value());
+    CHECK(*r.metric_value == Approx(Expected(r.seed)));
+    CHECK_THAT(Slurp(r.log_path), Catch::Contains("seed " + std::to_string(r.seed) + ": accuracy"));
+  }
+  CHECK(seeds == std::set<std::int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+
+  // status --json
+  auto status = TrainqJson(p.db, "status --json");
+  CHECK(status["counts"]["succeeded"] == 10);
+  CHECK(status["counts"]["queued"] == 0);
+  CHECK(status["counts"]["running"] == 0);
+  CHECK(status["running"].empty());
+  REQUIRE(status["batches"].size() == 1);
+  auto b = status["batches"][0];
+  CHECK(b["id"] == 1);
+  CHECK(b["experiment"] == "tiny");
+  CHECK(b["commit"] == sha);
+  CHECK(b["done"] == 10);
+  CHECK(b["failed"] == 0);
+  CHECK(b["runs"] == 10);
+  CHECK(b["summary"]["n"] == 10);
+  CHECK(b["summary"]["mean"].get<double>() == Approx(0.555));
+
+  auto text = Trainq(p.db, "status");
+  REQUIRE(text.code == 0);
+  CHECK_THAT(text.text, Catch::Contains("10/10 done, 0 failed"));
+
+  // report --json: n, mean, sd, min, max.
+  auto report = TrainqJson(p.db, "report --json");
+  REQUIRE(report.size() == 1);
+  auto s = report[0]["summary"];
+  CHECK(s["n"] == 10);
+  CHECK(s["mean"].get<double>() == Approx(0.555));
+  CHECK(s["sd"].get<double>() == Approx(0.0302765).epsilon(1e-4));  // sd of 1..10, / 100
+  CHECK(s["min"].get<double>() == Approx(0.51));
+  CHECK(s["max"].get<double>() == Approx(0.60));
+  auto report_text = Trainq(p.db, "report");
+  REQUIRE(report_text.code == 0);
+  CHECK_THAT(report_text.text, Catch::Contains("0.5550"));
+
+  // runs --batch 1
+  auto list = Trainq(p.db, "runs --batch 1");
+  INFO(list.text);
+  REQUIRE(list.code == 0);
+  CHECK(Count(list.text, "succeeded") == 10);
+  auto list_json = TrainqJson(p.db, "runs --batch 1 --json");
+  REQUIRE(list_json.size() == 10);
+  for (const auto& r : list_json) {
+    CHECK(r["state"] == "succeeded");
+    CHECK(r["metric"].get<double>() == Approx(Expected(r["seed"].get<std::int64_t>())));
+  }
+
+  // The same commit again: nothing new.
+  auto again = Trainq(p.db, "submit --repo " + ShellQuote(p.git.dir()) + " --experiment tiny");
+  INFO(again.text);
+  REQUIRE(again.code == 0);
+  CHECK_THAT(again.text, Catch::Contains("already submitted; nothing added"));
+  CHECK(AllRuns(p.db).size() == 10);
+
+  // More repeats top the batch up with the next seeds.
+  auto more = Trainq(p.db, "submit --repo " + ShellQuote(p.git.dir()) +
+                               " --experiment tiny --repeats 12");
+  INFO(more.text);
+  REQUIRE(more.code == 0);
+  CHECK_THAT(more.text, Catch::Contains("2 more runs queued"));
+  auto topped = AllRuns(p.db);
+  REQUIRE(topped.size() == 12);
+  CHECK(topped[10].seed == 11);
+  CHECK(topped[11].seed == 12);
+  CHECK(topped[10].state == RunState::kQueued);
+  CHECK(topped[11].state == RunState::kQueued);
+  CHECK(topped[10].batch_id == 1);
+  auto status2 = TrainqJson(p.db, "status --json");
+  CHECK(status2["counts"]["queued"] == 2);
+  CHECK(status2["counts"]["succeeded"] == 10);
+  REQUIRE(status2["batches"].size() == 1);
+  CHECK(status2["batches"][0]["repeats"] == 12);
+}
+
+TEST_CASE("cli: submit without --experiment queues every experiment; --json", "[cli]") {
+  Project p;
+  std::string sha = p.git.Commit({{"train.py", kTrainPy}, {"trainq.yaml", kTinyYaml}}, "tiny");
+  auto j = TrainqJson(p.db, "submit --json --repo " + ShellQuote(p.git.dir()));
+  CHECK(j["commit"] == sha);
+  REQUIRE(j["batches"].size() == 2);
+  CHECK(j["batches"][0]["experiment"] == "tiny");
+  CHECK(j["batches"][0]["runs_added"] == 10);
+  CHECK(j["batches"][1]["experiment"] == "other");
+  CHECK(j["batches"][1]["runs_added"] == 2);
+  CHECK(j["batches"][1]["seeds"] == json::array({1, 2}));
+  CHECK(AllRuns(p.db).size() == 12);
+}
+
+// ---------------------------------------------------------------------------
+// Bad input: a clear message, a non-zero exit, and the store unchanged.
+
+struct BadInput : Project {
+  std::string first = git.Commit({{"README", "no manifest here\n"}}, "readme only");
+  std::string good = git.Commit({{"train.py", kTrainPy}, {"trainq.yaml", kTinyYaml}}, "tiny");
+  std::string before;
+
+  BadInput() {
+    auto sub = Trainq(db, "submit --repo " + ShellQuote(git.dir()) + " --experiment other");
+    INFO(sub.text);
+    REQUIRE(sub.code == 0);
+    before = Snapshot(db);
+    REQUIRE_THAT(before, Catch::Contains("== runs (2 rows)"));
+  }
+
+  // Runs a command that must fail; returns its message.
+  std::string MustFail(const std::string& args) {
+    auto o = Trainq(db, args);
+    INFO("trainq " << args << "\n" << o.text);
+    CHECK(o.code != 0);
+    CHECK_THAT(o.text, Catch::Contains("trainq: error: "));
+    CHECK(Snapshot(db) == before);
+    CHECK(AllRuns(db).size() == 2);
+    return o.text;
+  }
+  std::string Repo() const { return ShellQuote(git.dir()); }
+};
+
+TEST_CASE("cli: submit from a directory that is not a git repository", "[cli][errors]") {
+  BadInput t;
+  fs::create_directories(t.tmp.path() / "plain");
+  Spit(t.tmp.path() / "plain" / "trainq.yaml", kTinyYaml);
+  auto msg = t.MustFail("submit --repo " + ShellQuote(t.tmp / "plain"));
+  CHECK_THAT(msg, Catch::Contains(t.tmp / "plain"));
+  CHECK_THAT(msg, Catch::Contains("not a git repository"));
+
+  auto missing = t.MustFail("submit --repo " + ShellQuote(t.tmp / "nowhere"));
+  CHECK_THAT(missing, Catch::Contains(t.tmp / "nowhere"));
+  CHECK_THAT(missing, Catch::Contains("no such directory"));
+}
+
+TEST_CASE("cli: submit an unknown revision", "[cli][errors]") {
+  BadInput t;
+  auto msg = t.MustFail("submit --repo " + t.Repo() + " --commit no-such-branch");
+  CHECK_THAT(msg, Catch::Contains("unknown revision 'no-such-branch'"));
+  CHECK_THAT(msg, Catch::Contains(fs::canonical(t.git.dir()).string()));
+}
+
+TEST_CASE("cli: submit a commit without trainq.yaml", "[cli][errors]") {
+  BadInput t;
+  auto msg = t.MustFail("submit --repo " + t.Repo() + " --commit HEAD~1");
+  CHECK_THAT(msg, Catch::Contains("trainq.yaml not found at commit " + t.first.substr(0, 10)));
+  CHECK_THAT(msg, Catch::Contains(fs::canonical(t.git.dir()).string()));
+}
+
+TEST_CASE("cli: submit an invalid trainq.yaml", "[cli][errors]") {
+  BadInput t;
+  std::string bad = t.git.Commit({{"trainq.yaml", "version: 1\n"
+                                                  "experiments:\n"
+                                                  "  tiny:\n"
+                                                  "    command: python3 train.py\n"
+                                                  "    repeats: ten\n"}},
+                                 "break the manifest");
+  auto msg = t.MustFail("submit --repo " + t.Repo());
+  CHECK_THAT(msg, Catch::Contains(
+                      "trainq.yaml:5: experiments.tiny.repeats: expected a positive integer, got "
+                      "\"ten\""));
+  CHECK_THAT(msg, Catch::Contains(bad.substr(0, 10)));
+
+  t.git.Commit({{"trainq.yaml", "version: 1\nexperiments:\n  tiny:\n    command: [unclosed\n"}},
+               "worse");
+  auto syntax = t.MustFail("submit --repo " + t.Repo());
+  CHECK_THAT(syntax, Catch::Matches("(.|\n)*trainq\\.yaml:[0-9]+: invalid YAML(.|\n)*"));
+
+  t.git.Commit({{"trainq.yaml", "version: 1\nexperiments:\n  tiny:\n    command: x\n    repeat: 3\n"}},
+               "typo");
+  auto typo = t.MustFail("submit --repo " + t.Repo());
+  CHECK_THAT(typo, Catch::Contains("trainq.yaml:5: experiments.tiny.repeat: unknown key"));
+}
+
+TEST_CASE("cli: submit an unknown experiment lists the known ones", "[cli][errors]") {
+  BadInput t;
+  // One good and one unknown name: nothing at all is queued.
+  auto msg = t.MustFail("submit --repo " + t.Repo() + " --experiment tiny --experiment lstm");
+  CHECK_THAT(msg, Catch::Contains("unknown experiment 'lstm'"));
+  CHECK_THAT(msg, Catch::Contains("known: tiny, other"));
+}
+
+TEST_CASE("cli: submit with --repeats 0", "[cli][errors]") {
+  BadInput t;
+  auto msg = t.MustFail("submit --repo " + t.Repo() + " --repeats 0");
+  CHECK_THAT(msg, Catch::Contains("--repeats"));
+}
+
+TEST_CASE("cli: a file that is not a SQLite database as --db", "[cli][errors]") {
+  Project p;
+  p.git.Commit({{"train.py", kTrainPy}, {"trainq.yaml", kTinyYaml}}, "tiny");
+  std::string notdb = p.tmp / "notes.txt";
+  std::string content;
+  for (int i = 0; i < 200; ++i) content += "these are my notes, not a database\n";
+  Spit(notdb, content);
+  for (const std::string& args : {"submit --repo " + ShellQuote(p.git.dir()), std::string("status"),
+                                 std::string("serve --until-idle"), std::string("report")}) {
+    auto o = Trainq(notdb, args);
+    INFO("trainq " << args << "\n" << o.text);
+    CHECK(o.code != 0);
+    CHECK_THAT(o.text, Catch::Contains("trainq: error: " + notdb));
+    CHECK_THAT(o.text, Catch::Contains("not a database"));
+    CHECK(Slurp(notdb) == content);
+  }
+  CHECK_FALSE(fs::exists(notdb + "-wal"));
+}
+
+TEST_CASE("cli: read commands leave another program's SQLite database alone",
+          "[cli][errors][!mayfail]") {
+  // BUG: Store::Open (queue/store.cc), used by `trainq status/runs/report/cancel`
+  // with create=false, accepts any SQLite file at user_version 0: it switches it to
+  // WAL and runs the migrations, adding trainq's tables to someone else's database.
+  // Expected: a file that is a SQLite database but not a trainq one (has tables,
+  // user_version 0) is refused with a clear error and left byte-for-byte unchanged.
+  testing::TempDir tmp;
+  std::string db = tmp / "notes.sqlite";
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open(db.c_str(), &raw) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(raw, "CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT);"
+                            "INSERT INTO notes (text) VALUES ('keep me');",
+                       nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(raw);
+  std::string bytes = Slurp(db);
+  auto o = Trainq(db, "status");
+  INFO(o.text);
+  CHECK(o.code != 0);
+  CHECK_THAT(o.text, Catch::Contains(db));
+  CHECK(Slurp(db) == bytes);
+  CHECK_THAT(Snapshot(db), !Catch::Contains("== runs"));
+}
+
+TEST_CASE("cli: read commands on a missing database say so and create nothing",
+          "[cli][errors]") {
+  testing::TempDir tmp;
+  std::string db = tmp / "missing.db";
+  for (const std::string args : {"status", "status --json", "runs", "report", "cancel 1"}) {
+    auto o = Trainq(db, args);
+    INFO("trainq " << args << "\n" << o.text);
+    CHECK(o.code != 0);
+    CHECK_THAT(o.text, Catch::Contains(db + ": no such database"));
+  }
+  CHECK_FALSE(fs::exists(db));
+}
+
+TEST_CASE("cli: cancel and runs with a bad id or state", "[cli][errors]") {
+  BadInput t;
+  auto cancel = t.MustFail("cancel 999");
+  CHECK_THAT(cancel, Catch::Contains("batch 999 does not exist"));
+  auto cancel_run = t.MustFail("cancel --run 999");
+  CHECK_THAT(cancel_run, Catch::Contains("run 999 does not exist"));
+  auto state = t.MustFail("runs --state bogus");
+  CHECK_THAT(state, Catch::Contains("unknown state 'bogus'"));
+  CHECK_THAT(state, Catch::Contains("succeeded"));
+  auto batch = t.MustFail("runs --batch 999");
+  CHECK_THAT(batch, Catch::Contains("batch 999 does not exist"));
+  CHECK(Trainq(t.db, "frobnicate").code != 0);
+  CHECK(Snapshot(t.db) == t.before);
+}
+
+TEST_CASE("cli: cancel a batch", "[cli]") {
+  BadInput t;
+  auto o = Trainq(t.db, "cancel 1");
+  INFO(o.text);
+  REQUIRE(o.code == 0);
+  CHECK_THAT(o.text, Catch::Contains("2 run(s) cancelled"));
+  for (const auto& r : AllRuns(t.db)) CHECK(r.state == RunState::kCancelled);
+  // Serving a cancelled batch runs nothing.
+  auto serve = Trainq(t.db, "serve --until-idle --poll-ms 20");
+  REQUIRE(serve.code == 0);
+  for (const auto& r : AllRuns(t.db)) CHECK(r.state == RunState::kCancelled);
+}
+
+TEST_CASE("cli: a locked database fails submit cleanly while reads still work",
+          "[cli][errors]") {
+  BadInput t;
+  sqlite3* lock = nullptr;
+  REQUIRE(sqlite3_open(t.db.c_str(), &lock) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(lock, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK);
+  // Reads work next to a writer (WAL).
+  auto status = TrainqJson(t.db, "status --json");
+  CHECK(status["counts"]["queued"] == 2);
+  // A write waits for the busy timeout, then gives up with a message.
+  auto o = Trainq(t.db, "submit --repo " + t.Repo() + " --experiment tiny");
+  sqlite3_exec(lock, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(lock);
+  INFO(o.text);
+  CHECK(o.code != 0);
+  CHECK_THAT(o.text, Catch::Contains("trainq: error: " + t.db));
+  CHECK_THAT(o.text, Catch::Contains("lock"));
+  CHECK(Snapshot(t.db) == t.before);
+}
+
+// ---------------------------------------------------------------------------
+// Runs that fail: serve finishes, the runs are dead with their error.
+
+TEST_CASE("cli: runs that exit non-zero, print no metric or time out end dead; serve exits 0",
+          "[cli]") {
+  Project p;
+  p.git.Commit({{"trainq.yaml", R"(version: 1
+defaults:
+  max_attempts: 1
+experiments:
+  crash:
+    command: echo "oops on stderr" >&2; exit 4
+    repeats: 2
+  silent:
+    command: echo "trained, forgot to report"
+    repeats: 1
+  slow:
+    command: sleep 30
+    timeout: 1s
+    repeats: 1
+)"}},
+               "failing experiments");
+  auto sub = Trainq(p.db, "submit --repo " + ShellQuote(p.git.dir()));
+  INFO(sub.text);
+  REQUIRE(sub.code == 0);
+  auto start = std::chrono::steady_clock::now();
+  auto serve = Trainq(p.db, "serve --slots 2 --until-idle --poll-ms 20 --kill-grace 1");
+  INFO(serve.text);
+  CHECK(serve.code == 0);
+  CHECK(std::chrono::steady_clock::now() - start < 20s);
+
+  auto runs = AllRuns(p.db);
+  REQUIRE(runs.size() == 4);
+  for (const auto& r : runs) {
+    INFO("run " << r.id << " " << r.experiment << ": " << r.last_error);
+    CHECK(r.state == RunState::kDead);
+    CHECK(r.attempts == 1);
+    CHECK_FALSE(r.metric_value.has_value());
+    if (r.experiment == "crash") {
+      CHECK(r.exit_code == 4);
+      CHECK_THAT(r.last_error, Catch::Contains("exit code 4"));
+      CHECK_THAT(r.last_error, Catch::Contains("oops on stderr"));
+    } else if (r.experiment == "silent") {
+      CHECK(r.exit_code == 0);
+      CHECK_THAT(r.last_error, Catch::Contains("reported no 'accuracy' metric"));
+    } else {
+      CHECK(r.experiment == "slow");
+      CHECK_THAT(r.last_error, Catch::Contains("timed out after 1s"));
+    }
+  }
+  auto dead = Trainq(p.db, "runs --state dead");
+  REQUIRE(dead.code == 0);
+  CHECK(Count(dead.text, " dead ") == 4);
+  CHECK_THAT(dead.text, Catch::Contains("exit code 4"));
+  auto report = TrainqJson(p.db, "report --json");
+  REQUIRE(report.size() == 3);
+  for (const auto& b : report) {
+    CHECK(b["done"] == 0);
+    CHECK(b["failed"] == b["runs"]);
+    CHECK(b["summary"]["n"] == 0);
+  }
+  auto status = Trainq(p.db, "status");
+  REQUIRE(status.code == 0);
+  CHECK_THAT(status.text, Catch::Contains("0/2 done, 2 failed"));
+}
+
+// ---------------------------------------------------------------------------
+// Read commands while `trainq serve` works; a stopped serve loses nothing.
+
+struct Background {
+  std::string pid_file, rc_file, log_file;
+  ~Background() {
+    if (int pid = ReadPid(pid_file); pid > 0 && !ProcessGone(pid)) ::kill(pid, SIGKILL);
+  }
+};
+
+TEST_CASE("cli: status while serving, and SIGTERM puts running runs back", "[cli][serve]") {
+  Project p;
+  std::string go = p.tmp / "go";
+  // Each run waits (bounded) for the go file.
+  std::string yaml =
+      "version: 1\n"
+      "experiments:\n"
+      "  wait:\n"
+      "    repeats: 3\n"
+      "    max_attempts: 1\n"
+      "    command: |\n"
+      "      i=0\n"
+      "      while [ ! -f " + go + " ]; do\n"
+      "        i=$((i+1)); [ $i -gt 3000 ] && exit 1; sleep 0.01\n"
+      "      done\n"
+      "      printf '{\"name\":\"accuracy\",\"value\":0.%s}\\n' \"$TRAINQ_SEED\" "
+      "> \"$TRAINQ_METRICS_FILE\"\n";
+  p.git.Commit({{"trainq.yaml", yaml}}, "waiting");
+  REQUIRE(Trainq(p.db, "submit --repo " + ShellQuote(p.git.dir())).code == 0);
+
+  Background bg{p.tmp / "serve.pid", p.tmp / "serve.rc", p.tmp / "serve.log"};
+  auto start_serve = [&] {
+    fs::remove(bg.pid_file);
+    fs::remove(bg.rc_file);
+    std::string inner = "echo $$ > " + ShellQuote(bg.pid_file) + "; exec " +
+                        Cmd(p.db, "serve --slots 2 --until-idle --poll-ms 20");
+    REQUIRE(testing::RunShell("( sh -c " + ShellQuote(inner) + "; echo $? > " +
+                              ShellQuote(bg.rc_file) + " ) > " + ShellQuote(bg.log_file) +
+                              " 2>&1 &") == 0);
+    REQUIRE(testing::WaitFor([&] { return ReadPid(bg.pid_file) > 0; }, 10s));
+  };
+  auto serve_rc = [&] {
+    REQUIRE(testing::WaitFor(
+        [&] {
+          auto rc = Slurp(bg.rc_file);
+          return !rc.empty() && rc.back() == '\n';
+        },
+        20s));
+    return Slurp(bg.rc_file);
+  };
+
+  start_serve();
+  json status;
+  REQUIRE(testing::WaitFor([&] {
+    status = TrainqJson(p.db, "status --json");
+    return status["counts"]["running"] == 2;
+  }));
+  CHECK(status["counts"]["queued"] == 1);
+  CHECK(status["slots"]["total"] == 2);
+  CHECK(status["slots"]["busy"] == 2);
+  REQUIRE(status["running"].size() == 2);
+  CHECK(status["running"][0]["elapsed_ms"].get<std::int64_t>() >= 0);
+  REQUIRE(status["machines"].size() == 1);
+  CHECK(status["machines"][0]["state"] == "ready");
+  auto text = Trainq(p.db, "status");
+  REQUIRE(text.code == 0);
+  CHECK_THAT(text.text, Catch::Contains("2 busy / 2 available"));
+  CHECK_THAT(text.text, Catch::Contains("0/3 done, 0 failed, 2 running"));
+  CHECK(Trainq(p.db, "runs --state running").code == 0);
+
+  // Stop it: the running runs go back to the queue without using their one attempt.
+  REQUIRE(::kill(ReadPid(bg.pid_file), SIGTERM) == 0);
+  CHECK(serve_rc() == "0\n");
+  INFO(Slurp(bg.log_file));
+  for (const auto& r : AllRuns(p.db)) {
+    INFO("run " << r.id << ": " << r.last_error);
+    CHECK(r.state == RunState::kQueued);
+    CHECK(r.attempts == 0);
+  }
+  auto stopped = TrainqJson(p.db, "status --json");
+  CHECK(stopped["slots"]["total"] == 0);
+
+  // Let them finish.
+  Spit(go, "");
+  start_serve();
+  CHECK(serve_rc() == "0\n");
+  auto runs = AllRuns(p.db);
+  REQUIRE(runs.size() == 3);
+  for (const auto& r : runs) {
+    INFO("run " << r.id << ": " << r.last_error);
+    CHECK(r.state == RunState::kSucceeded);
+    CHECK(r.attempts == 1);
+    CHECK(r.metric_value.value_or(-1) == Approx(static_cast<double>(r.seed) / 10));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The example repository.
+
+TEST_CASE("cli: the example trains for real and its accuracy depends on the seed",
+          "[cli][example]") {
+  Project p;
+  std::map<std::string, std::string> files;
+  fs::path examples = fs::path(TRAINQ_SOURCE_DIR) / "examples";
+  for (const auto& e : fs::recursive_directory_iterator(examples)) {
+    if (e.is_regular_file()) files[fs::relative(e.path(), examples).string()] = Slurp(e.path());
+  }
+  REQUIRE(files.count("trainq.yaml") == 1);
+  REQUIRE(files.count("train.py") == 1);
+  p.git.Commit(files, "the example");
+
+  auto sub = Trainq(p.db, "submit --repo " + ShellQuote(p.git.dir()) +
+                              " --experiment digits-softmax --repeats 3");
+  INFO(sub.text);
+  REQUIRE(sub.code == 0);
+  auto serve = Trainq(p.db, "serve --slots 2 --until-idle --poll-ms 20");
+  INFO(serve.text);
+  REQUIRE(serve.code == 0);
+
+  auto runs = AllRuns(p.db);
+  REQUIRE(runs.size() == 3);
+  std::set<double> values;
+  for (const auto& r : runs) {
+    INFO("run " << r.id << ": " << r.last_error);
+    CHECK(r.state == RunState::kSucceeded);
+    REQUIRE(r.metric_value.has_value());
+    CHECK(*r.metric_value >= 0.8);
+    CHECK(*r.metric_value <= 1.0);
+    values.insert(*r.metric_value);
+  }
+  CHECK(values.size() > 1);  // the seed matters
+  auto report = TrainqJson(p.db, "report --json");
+  REQUIRE(report.size() == 1);
+  CHECK(report[0]["experiment"] == "digits-softmax");
+  CHECK(report[0]["summary"]["n"] == 3);
+}
+
+}  // namespace
+}  // namespace trainq
