@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "core/strings.h"
 #include "trainer/cli.h"
@@ -15,6 +17,7 @@
 #include "trainer/macrobatch.h"
 #include "trainer/metrics_writer.h"
 #include "trainer/model.h"
+#include "trainer/optim_kernels.h"
 #include "trainer/progress.h"
 #include "trainer/rng.h"
 
@@ -42,16 +45,45 @@ class Optimizer {
 
   // lr: [K] on the parameters' device. When every replica has the same rate
   // (`uniform_lr`, no replica stopped early) the scalar form saves passes.
-  void Step(const torch::Tensor& lr, std::optional<double> uniform_lr) {
+  // lr_host: the same rates on the host, one per replica (the CPU path).
+  void Step(const torch::Tensor& lr, std::optional<double> uniform_lr, const std::vector<float>& lr_host) {
     torch::NoGradGuard no_grad;
     ++step_;
     const double b1 = spec_.beta1, b2 = spec_.beta2, wd = spec_.weight_decay;
     const double bc1 = 1.0 - std::pow(b1, static_cast<double>(step_));
     const double bc2 = 1.0 - std::pow(b2, static_cast<double>(step_));
+    AdamConstants adam;
+    adam.beta1 = static_cast<float>(b1);
+    adam.beta2 = static_cast<float>(b2);
+    adam.eps = static_cast<float>(spec_.eps);
+    adam.weight_decay = static_cast<float>(wd);
+    adam.decoupled = spec_.type == "adamw";
+    adam.bias_correction1 = static_cast<float>(bc1);
+    adam.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bc2));
     for (std::size_t i = 0; i < params_.size(); ++i) {
       torch::Tensor& p = params_[i];
       if (!p.grad().defined()) continue;
       torch::Tensor g = p.grad();
+      if (CpuFloatContiguous(p) && CpuFloatContiguous(g) && CpuFloatContiguous(state1_[i]) &&
+          (state2_.empty() || CpuFloatContiguous(state2_[i]))) {
+        // One pass per replica slice over p, g and the state (see optim_kernels.h).
+        const std::int64_t k = p.size(0), n = p.numel() / k;
+        float* pd = p.data_ptr<float>();
+        const float* gd = g.data_ptr<float>();
+        float* s1 = state1_[i].data_ptr<float>();
+        float* s2 = state2_.empty() ? nullptr : state2_[i].data_ptr<float>();
+        for (std::int64_t r = 0; r < k; ++r) {
+          const float rate = lr_host[static_cast<std::size_t>(r)];
+          if (spec_.type == "sgd") {
+            SgdUpdate(pd + r * n, gd + r * n, s1 + r * n, n, rate, static_cast<float>(wd),
+                      static_cast<float>(spec_.momentum), spec_.nesterov, step_ == 1);
+          } else {
+            AdamUpdate(pd + r * n, gd + r * n, s1 + r * n, s2 + r * n, n, rate, adam);
+          }
+        }
+        p.mutable_grad().reset();
+        continue;
+      }
       torch::Tensor lr_v;
       if (!uniform_lr) {
         std::vector<std::int64_t> view(static_cast<std::size_t>(p.dim()), 1);
@@ -99,6 +131,9 @@ class Optimizer {
   }
 
  private:
+  static bool CpuFloatContiguous(const torch::Tensor& t) {
+    return t.device().is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous();
+  }
   OptimizerSpec spec_;
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> state1_, state2_;
@@ -266,6 +301,10 @@ struct Shared {
   MetricsWriter& metrics;
   bool class_ids;
   std::vector<std::int64_t> input_shape;
+  // Replica groups on several threads share the metrics writer and the
+  // progress messages; this guards both.
+  std::mutex io_mutex{};
+  Progress* messages = nullptr;  // where notices and final lines go (may be null)
 };
 
 // Checks that the model's output fits the loss and the labels.
@@ -364,6 +403,7 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
                    bool final) -> std::expected<void, TrainFailure> {
     MetricLine line{name, value, steps[static_cast<std::size_t>(r)], epoch, seeds[static_cast<std::size_t>(r)], split,
                     final};
+    std::lock_guard<std::mutex> lock(s.io_mutex);
     if (auto st = s.metrics.Write(line, first_repeat + r); !st) {
       return Failure(kExitTrainingFailed, st.error().message);
     }
@@ -374,6 +414,8 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
     const double lr = LearningRate(spec.optimizer, epoch - 1, epochs);
     torch::Tensor lr_k = ctx.active * lr;
     const bool all_active = std::all_of(active.begin(), active.end(), [](bool a) { return a; });
+    std::vector<float> lr_host;
+    for (bool a : active) lr_host.push_back(a ? static_cast<float>(lr) : 0.0f);
     torch::Tensor loss_sum = torch::zeros({k}, torch::TensorOptions().device(s.device).dtype(torch::kFloat64));
     std::int64_t rows_done = 0, batch_in_epoch = 0;
     if (s.config.record_details) report.rows_seen.emplace_back();
@@ -427,14 +469,17 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
         torch::Tensor out = model.Forward(xb, ctx);
         torch::Tensor losses = PerReplicaLoss(spec.loss.type, out, yb);
         losses.sum().backward();
-        optimizer.Step(lr_k, all_active ? std::optional<double>(lr) : std::nullopt);
+        optimizer.Step(lr_k, all_active ? std::optional<double>(lr) : std::nullopt, lr_host);
         loss_sum += losses.detach().to(torch::kFloat64) * static_cast<double>(b);
         rows_done += b;
         ++batch_in_epoch;
         for (std::int64_t r = 0; r < k; ++r) {
           if (active[static_cast<std::size_t>(r)]) ++steps[static_cast<std::size_t>(r)];
         }
-        if (progress) progress->Batch(epoch, batch_in_epoch);
+        if (progress) {
+          std::lock_guard<std::mutex> lock(s.io_mutex);
+          progress->Batch(epoch, batch_in_epoch);
+        }
       }
       // Per-macrobatch check: a NaN or infinite loss stops the run.
       torch::Tensor finite = torch::isfinite(loss_sum).to(torch::kCPU);
@@ -500,12 +545,16 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
                                        std::to_string(epoch) + " (" + es->monitor + " did not improve for " +
                                        std::to_string(es->patience) + " epochs)";
             report.notices.push_back(notice);
-            if (progress) progress->Message(notice);
+            if (s.messages) {
+              std::lock_guard<std::mutex> lock(s.io_mutex);
+              s.messages->Message(notice);
+            }
           }
         }
       }
     }
     if (progress) {
+      std::lock_guard<std::mutex> lock(s.io_mutex);
       std::string summary = FormatSummary(epoch_metrics, was_active);
       if (k > 1) summary = "mean of " + std::to_string(std::count(was_active.begin(), was_active.end(), true)) +
                            " seeds: " + summary;
@@ -555,10 +604,11 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
       }
       if (auto w = write(r, name, v, reps[ri].epochs_run, final_split, true); !w) return w;
     }
-    if (progress) {
+    if (s.messages) {
       std::string line = "seed " + std::to_string(seeds[ri]) + ": " + final_split;
       for (const auto& [name, v] : finals[ri]) line += " " + name + " " + FormatDouble(v, 4);
-      progress->Message(line);
+      std::lock_guard<std::mutex> lock(s.io_mutex);
+      s.messages->Message(line);
     }
   }
   report.replicas.insert(report.replicas.end(), reps.begin(), reps.end());
@@ -571,7 +621,9 @@ std::expected<TrainReport, TrainFailure> Train(const Spec& spec, const TrainConf
   const auto t0 = Clock::now();
   TrainReport report;
   try {
-    torch::set_num_threads(config.threads);
+    // Fused repeats on several threads run single-threaded groups (below).
+    const bool replica_threads = config.fuse && config.seeds.size() > 1 && config.threads > 1;
+    torch::set_num_threads(replica_threads ? 1 : config.threads);
     torch::Device device(torch::kCPU);
     if (config.device == "cuda" || (config.device == "auto" && torch::cuda::is_available())) {
       if (!torch::cuda::is_available()) {
@@ -628,8 +680,58 @@ std::expected<TrainReport, TrainFailure> Train(const Spec& spec, const TrainConf
     std::function<double()> now = config.now ? config.now : SteadySeconds();
     const bool fuse = config.fuse && config.seeds.size() > 1;
     report.fused = fuse;
-    if (fuse) {
+    const std::size_t groups = fuse ? std::min<std::size_t>(static_cast<std::size_t>(std::max(1, config.threads)),
+                                                            config.seeds.size())
+                                    : 1;
+    if (fuse && groups > 1) {
+      // The replicas split into `groups` fused models, one per thread, each
+      // single-threaded: per-op overheads then run in parallel too. Replica i
+      // computes exactly what it computes in one fused model. The progress bar
+      // follows the first group; every seed's notices and final line show.
       if (config.progress) progress.emplace(stderr, config.progress_terminal, now, spec.trainer.epochs, batches);
+      s.messages = progress ? &*progress : nullptr;
+      std::vector<std::vector<std::uint64_t>> parts(groups);
+      std::vector<std::int64_t> first(groups);
+      for (std::size_t g = 0, next = 0; g < groups; ++g) {
+        const std::size_t n = config.seeds.size() / groups + (g < config.seeds.size() % groups ? 1 : 0);
+        first[g] = static_cast<std::int64_t>(next);
+        parts[g].assign(config.seeds.begin() + static_cast<std::ptrdiff_t>(next),
+                        config.seeds.begin() + static_cast<std::ptrdiff_t>(next + n));
+        next += n;
+      }
+      std::vector<TrainReport> partial(groups);
+      std::vector<std::optional<TrainFailure>> failed(groups);
+      std::vector<std::thread> pool;
+      for (std::size_t g = 0; g < groups; ++g) {
+        pool.emplace_back([&, g] {
+          try {
+            at::set_num_threads(1);  // OpenMP's thread count is per calling thread
+            if (auto r = TrainGroup(s, parts[g], first[g], g == 0 && progress ? &*progress : nullptr, partial[g]);
+                !r) {
+              failed[g] = r.error();
+            }
+          } catch (const c10::Error& e) {
+            failed[g] = TrainFailure{kExitTrainingFailed,
+                                     std::string("training failed (libtorch): ") + e.what_without_backtrace()};
+          } catch (const std::exception& e) {
+            failed[g] = TrainFailure{kExitTrainingFailed, std::string("training failed: ") + e.what()};
+          }
+        });
+      }
+      for (auto& t : pool) t.join();
+      for (auto& f : failed) {
+        if (f) return std::unexpected(*f);
+      }
+      for (std::size_t g = 0; g < groups; ++g) {
+        TrainReport& p = partial[g];
+        report.replicas.insert(report.replicas.end(), p.replicas.begin(), p.replicas.end());
+        report.notices.insert(report.notices.end(), p.notices.begin(), p.notices.end());
+        report.max_macrobatches_alive = std::max(report.max_macrobatches_alive, p.max_macrobatches_alive);
+        if (g == 0) report.rows_seen = std::move(p.rows_seen);
+      }
+    } else if (fuse) {
+      if (config.progress) progress.emplace(stderr, config.progress_terminal, now, spec.trainer.epochs, batches);
+      s.messages = progress ? &*progress : nullptr;
       if (auto r = TrainGroup(s, config.seeds, 0, progress ? &*progress : nullptr, report); !r) {
         return std::unexpected(r.error());
       }
@@ -639,6 +741,7 @@ std::expected<TrainReport, TrainFailure> Train(const Spec& spec, const TrainConf
           progress.emplace(stderr, config.progress_terminal, now, spec.trainer.epochs, batches);
           if (config.seeds.size() > 1) progress->Message("seed " + std::to_string(config.seeds[i]) + ":");
         }
+        s.messages = progress ? &*progress : nullptr;
         if (auto r = TrainGroup(s, {config.seeds[i]}, static_cast<std::int64_t>(i), progress ? &*progress : nullptr,
                                 report);
             !r) {
