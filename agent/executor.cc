@@ -112,7 +112,15 @@ MetricReading ReadRunMetric(const std::string& metrics_text, const std::string& 
     // JSON has no NaN: a null value stands for one.
     p.value = j["value"].is_null() ? std::nan("") : j["value"].get<double>();
     if (j.contains("step") && j["step"].is_number_integer()) p.step = j["step"].get<std::int64_t>();
-    p.final = j.value("final", false) == true;
+    // "final": true (or 1) marks the value that counts; anything else does not.
+    if (j.contains("final")) {
+      const auto& f = j["final"];
+      p.final = (f.is_boolean() && f.get<bool>()) || (f.is_number() && f.get<double>() != 0);
+      if (!f.is_boolean() && !f.is_number()) {
+        r.warnings.push_back("metrics file line " + std::to_string(line_no) +
+                             ": \"final\" should be true or false");
+      }
+    }
     if (p.name == name) {
       last = p.value;
       if (p.final) last_final = p.value;
@@ -242,6 +250,9 @@ void LocalExecutor::Finish(Active& a, const ExitStatus& status) {
   auto metrics_text = trainq::ReadFile(a.paths.metrics).value_or("");
   auto reading = ReadRunMetric(metrics_text, log_text, run.metric_name, run.metric_regex);
   for (const auto& w : reading.warnings) spdlog::warn("run {}: {}", run.run_id, w);
+  // SQLite has no NaN (it would store NULL): non-finite points are left out;
+  // a non-finite final metric fails the run below.
+  std::erase_if(reading.points, [](const MetricPoint& p) { return !std::isfinite(p.value); });
   if (!reading.points.empty()) {
     if (auto st = store_.AddMetrics(run.run_id, run.token, reading.points, now); !st) {
       spdlog::warn("run {}: metrics not stored: {}", run.run_id, st.error().message);
@@ -376,6 +387,16 @@ Result<bool> LocalExecutor::QueueDrained() {
 }
 
 void LocalExecutor::Shutdown(const std::string& reason) {
+  // Runs that ended before the stop keep their result: report them first.
+  for (auto it = active_.begin(); it != active_.end();) {
+    if (auto status = runner_.Poll(it->second.pid)) {
+      runner_.KillGroup(it->second.pid, SIGKILL);
+      Finish(it->second, *status);
+      it = active_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   for (auto& [id, a] : active_) runner_.KillGroup(a.pid, SIGTERM);
   TimeMs deadline = clock_.Now() + options_.kill_grace_ms;
   for (auto& [id, a] : active_) {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <regex>
 #include <set>
 
@@ -22,11 +23,29 @@ class Parser {
   std::unexpected<Error> Err(const YAML::Node& node, const std::string& path,
                              const std::string& msg) const {
     std::string where = file_;
-    if (node.IsDefined() && node.Mark().line >= 0) {
+    // yaml-cpp marks an empty value at the token after it; the key's line is
+    // the one the user has to fix.
+    auto key_line = null_key_lines_.find(path);
+    if (node.IsDefined() && node.IsNull() && key_line != null_key_lines_.end()) {
+      where += ":" + std::to_string(key_line->second);
+    } else if (node.IsDefined() && node.Mark().line >= 0) {
       where += ":" + std::to_string(node.Mark().line + 1);
     }
     return Fail(ErrorKind::kInvalidArgument,
                 where + ": " + (path.empty() ? "" : path + ": ") + msg);
+  }
+
+  // Records the line of every key whose value is empty, by key path.
+  void IndexEmptyValues(const YAML::Node& n, const std::string& path) {
+    if (n.IsMap()) {
+      for (const auto& kv : n) {
+        std::string p = path.empty() ? kv.first.Scalar() : path + "." + kv.first.Scalar();
+        if (kv.second.IsNull()) null_key_lines_[p] = kv.first.Mark().line + 1;
+        IndexEmptyValues(kv.second, p);
+      }
+    } else if (n.IsSequence()) {
+      for (const auto& item : n) IndexEmptyValues(item, path);
+    }
   }
 
   static std::string Show(const YAML::Node& n) {
@@ -201,6 +220,7 @@ class Parser {
 
  private:
   std::string file_;
+  std::map<std::string, int> null_key_lines_;
 };
 
 std::string Normalise(const YAML::Node& n) {
@@ -281,6 +301,7 @@ Result<Manifest> ParseManifest(std::string_view text, std::string_view filename)
     return Fail(ErrorKind::kInvalidArgument,
                 std::string(filename) + ":1: expected a mapping with `version` and `experiments`");
   }
+  p.IndexEmptyValues(root, "");
   TRY(p.CheckKeys(root, "", {"version", "defaults", "experiments"}));
   Manifest m;
   auto version = root["version"];

@@ -245,6 +245,31 @@ Result<Store> Store::Open(const std::string& path, StoreOptions options) {
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   }
   ASSIGN_OR_RETURN(auto db, sql::Db::Open(path, options.create, options.busy_timeout_ms));
+  // Another program's SQLite file (tables, but no trainq schema version) is
+  // refused before anything is written to it.
+  {
+    auto probe = db.Prepare(
+        "SELECT (SELECT user_version FROM pragma_user_version), "
+        "(SELECT count(*) FROM sqlite_master WHERE type = 'table')");
+    if (!probe) {
+      Error e = probe.error();
+      e.message += " (is this a trainq database?)";
+      return std::unexpected(e);
+    }
+    auto row = probe->Step();
+    if (!row) {
+      Error e = row.error();
+      if (e.kind == ErrorKind::kInternal || e.kind == ErrorKind::kCorruption) {
+        e.message += " (is this a trainq database?)";
+      }
+      return std::unexpected(e);
+    }
+    if (*row && probe->Int(0) == 0 && probe->Int(1) > 0) {
+      return Fail(ErrorKind::kInvalidArgument,
+                  path + ": not a trainq database (it holds other tables); pass --db with a "
+                         "new file or a trainq store");
+    }
+  }
   // WAL lets readers (trainq status) work while the daemon writes.
   // synchronous=FULL makes every acknowledged commit durable.
   {

@@ -382,8 +382,8 @@ TEST_CASE("cli: a file that is not a SQLite database as --db", "[cli][errors]") 
 }
 
 TEST_CASE("cli: read commands leave another program's SQLite database alone",
-          "[cli][errors][!mayfail]") {
-  // BUG: Store::Open (queue/store.cc), used by `trainq status/runs/report/cancel`
+          "[cli][errors]") {
+  // Regression (fixed): Store::Open (queue/store.cc), used by `trainq status/runs/report/cancel`
   // with create=false, accepts any SQLite file at user_version 0: it switches it to
   // WAL and runs the migrations, adding trainq's tables to someone else's database.
   // Expected: a file that is a SQLite database but not a trainq one (has tables,

@@ -323,8 +323,8 @@ TEST_CASE("manifest: experiments missing or empty", "[manifest][errors]") {
 }
 
 TEST_CASE("manifest: a key given no value is reported on its own line",
-          "[manifest][errors][!mayfail]") {
-  // BUG: Parser::Err (agent/manifest.cc) takes the line from the value node's
+          "[manifest][errors]") {
+  // Regression (fixed): Parser::Err (agent/manifest.cc) takes the line from the value node's
   // Mark(); for an empty value (`experiments:` or `repeats:` with nothing after
   // it) yaml-cpp marks the position of the *next* token, so the message names the
   // following line (or a line past the end of the file). Expected: the key's line.
