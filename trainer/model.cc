@@ -1,6 +1,9 @@
 #include "trainer/model.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <dlfcn.h>
+
+#include <cstring>
 
 #include <cmath>
 #include <numeric>
@@ -55,12 +58,98 @@ class Initializer {
   torch::Device device_;
 };
 
+// The BLAS's Fortran sgemm (libtorch's own BLAS, loaded with it), or null.
+using SgemmFn = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
+                         const int*, const float*, const int*, const float*, float*, const int*);
+SgemmFn FindSgemm() {
+  static const SgemmFn fn = reinterpret_cast<SgemmFn>(::dlsym(RTLD_DEFAULT, "sgemm_"));
+  return fn;
+}
+
+// Row-major C[m, n] = op(A)[m, k] op(B)[k, n] + beta C, where A is stored
+// [m, k] ([k, m] if ta) and B [k, n] ([n, k] if tb).
+void Gemm(SgemmFn sgemm, bool ta, bool tb, int m, int n, int k, const float* a, const float* b, float beta,
+          float* c) {
+  // Column-major, this is C^T = op(B)^T op(A)^T.
+  const char tra = tb ? 'T' : 'N', trb = ta ? 'T' : 'N';
+  const int lda = tb ? k : n, ldb = ta ? m : k;
+  const float alpha = 1.0f;
+  sgemm(&tra, &trb, &n, &m, &k, &alpha, b, &lda, a, &ldb, &beta, c, &n);
+}
+
+// y = x w + b for K replicas at once on the CPU: one BLAS call per replica and
+// product, without the per-replica dispatch of torch::baddbmm (which loops
+// over the batch through addmm_ when libtorch has no MKL). x [K, N, in],
+// w [K, in, out], b [K, 1, out], all float32 and contiguous.
+struct CpuBatchedLinear : public torch::autograd::Function<CpuBatchedLinear> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
+                               const torch::Tensor& b) {
+    ctx->save_for_backward({x, w});
+    const std::int64_t k = x.size(0), n = x.size(1), in = x.size(2), out = w.size(2);
+    torch::Tensor y = torch::empty({k, n, out}, x.options());
+    const float* xd = x.data_ptr<float>();
+    const float* wd = w.data_ptr<float>();
+    const float* bd = b.data_ptr<float>();
+    float* yd = y.data_ptr<float>();
+    const SgemmFn sgemm = FindSgemm();
+    for (std::int64_t r = 0; r < k; ++r) {
+      float* yr = yd + r * n * out;
+      for (std::int64_t i = 0; i < n; ++i) std::memcpy(yr + i * out, bd + r * out, sizeof(float) * out);
+      Gemm(sgemm, false, false, static_cast<int>(n), static_cast<int>(out), static_cast<int>(in), xd + r * n * in,
+           wd + r * in * out, 1.0f, yr);
+    }
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const torch::Tensor& x = saved[0];
+    const torch::Tensor& w = saved[1];
+    torch::Tensor g = grads[0].contiguous();
+    const std::int64_t k = x.size(0), n = x.size(1), in = x.size(2), out = w.size(2);
+    const SgemmFn sgemm = FindSgemm();
+    const float* xd = x.data_ptr<float>();
+    const float* wd = w.data_ptr<float>();
+    const float* gd = g.data_ptr<float>();
+    torch::Tensor gx, gw, gb;
+    if (ctx->needs_input_grad(0)) {
+      gx = torch::empty_like(x);
+      float* d = gx.data_ptr<float>();
+      for (std::int64_t r = 0; r < k; ++r) {  // gx = g w^T
+        Gemm(sgemm, false, true, static_cast<int>(n), static_cast<int>(in), static_cast<int>(out), gd + r * n * out,
+             wd + r * in * out, 0.0f, d + r * n * in);
+      }
+    }
+    if (ctx->needs_input_grad(1)) {
+      gw = torch::empty_like(w);
+      float* d = gw.data_ptr<float>();
+      for (std::int64_t r = 0; r < k; ++r) {  // gw = x^T g
+        Gemm(sgemm, true, false, static_cast<int>(in), static_cast<int>(out), static_cast<int>(n), xd + r * n * in,
+             gd + r * n * out, 0.0f, d + r * in * out);
+      }
+    }
+    if (ctx->needs_input_grad(2)) gb = g.sum(1, /*keepdim=*/true);
+    return {gx, gw, gb};
+  }
+};
+
+bool UseCpuBatchedLinear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  auto ok = [](const torch::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == torch::kFloat32; };
+  return b.defined() && ok(x) && ok(w) && ok(b) && w.is_contiguous() && b.is_contiguous() && FindSgemm() != nullptr &&
+         x.numel() < (std::int64_t{1} << 31) && w.numel() < (std::int64_t{1} << 31);
+}
+
 // Applies a stacked linear map to the last dimension: x [K, ..., in] -> [K, ..., out].
 torch::Tensor BatchedLinear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
   const std::int64_t k = x.size(0), in = x.size(-1), out = w.size(2);
   auto sizes = x.sizes().vec();
   torch::Tensor flat = x.reshape({k, -1, in});
-  torch::Tensor y = b.defined() ? torch::baddbmm(b, flat, w) : torch::bmm(flat, w);
+  torch::Tensor y;
+  if (UseCpuBatchedLinear(flat, w, b) && flat.size(1) > 0) {
+    y = CpuBatchedLinear::apply(flat.contiguous(), w, b);
+  } else {
+    y = b.defined() ? torch::baddbmm(b, flat, w) : torch::bmm(flat, w);
+  }
   sizes.back() = out;
   return y.view(sizes);
 }
