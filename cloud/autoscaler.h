@@ -1,0 +1,161 @@
+// The autoscaler: a pure function from (pools, demand, machines, provider
+// listing and health, now) to actions. It reads no clock and calls nothing;
+// the thin loop that runs it (later: inside `trainq serve`) gathers the input
+// from the store and the providers, and applies the actions.
+//
+// Rules, per pool:
+//   needed = ceil(demand_slots / slots), demand_slots = runnable queued runs +
+//   live leases; wanted = clamp(min, needed, max). Boot wanted - live machines
+//   (live = requested, booting, ready).
+//   A machine that has not become ready within boot_timeout of its boot is
+//   stopped; it stops counting as live, so the same pass boots its replacement.
+//   A ready machine is drained only when it holds no live lease, the pool has
+//   no runnable queued run, and it has been idle (since max(ready_at,
+//   last_busy_at)) longer than idle_grace; never below `min` live machines.
+//   A draining machine is stopped (also on a later pass, when its Stop failed
+//   or the loop crashed between drain and stop).
+//   Reconcile with the provider's List(): a tagged machine unknown to the store
+//   (a crash between Boot and recording it) is adopted while the pool wants
+//   more machines, else stopped; a known machine that the listing no longer
+//   has (preempted, killed) is forgotten: the caller marks it stopped and
+//   returns its leases to the queue.
+//   Provider errors: the caller records each provider call's outcome with
+//   RecordProviderCall(); while health.next_retry_at is in the future the pool
+//   gets no provider action (Boot, Stop), and after `report_after` consecutive
+//   failures the pool is reported as failing (`trainq status`), still retried
+//   only at the backed-off pace.
+//
+// THE DRAIN CONTRACT (the invariant users care most about: never stop a
+// machine that just took a job). A Drain action is a proposal computed from a
+// snapshot; between the snapshot and the write a lease may be granted. The
+// caller must apply it inside ONE store transaction (BEGIN IMMEDIATE) that
+//   1. reads the machine's state, live leases and last_busy_at, and the pool's
+//      runnable queued runs, fills a DrainCheck and calls DrainAllowed(); only
+//      when it returns true
+//   2. sets the machine's state to `draining`, and commits.
+// Lease() must refuse a machine whose state is not `ready` in its own
+// transaction; both write transactions are serialized by SQLite, so either the
+// lease comes first (the drain sees it and is rejected) or the drain does (the
+// lease sees `draining` and is refused). Only after the commit may the caller
+// call Provider::Stop.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/clock.h"
+
+namespace trainq::cloud {
+
+enum class MachineState { kRequested, kBooting, kReady, kDraining, kStopping, kStopped, kFailed };
+std::string_view MachineStateName(MachineState s);
+
+struct PoolConfig {
+  std::string name;
+  int min = 0;
+  int max = 1;
+  int slots = 1;  // runs per machine at once
+  TimeMs idle_grace_ms = 2 * 60'000;
+  TimeMs boot_timeout_ms = 10 * 60'000;
+  double hourly_cost = 0;  // per machine; for reports
+};
+
+struct Machine {
+  std::int64_t row = 0;  // the caller's own key (the store's machines.id); copied into actions
+  std::string id;        // the provider's id; empty while the Boot call has not answered
+  MachineState state = MachineState::kRequested;
+  TimeMs booted_at = 0;                // when Boot was called (or the machine adopted)
+  std::optional<TimeMs> ready_at;      // when its worker registered
+  std::optional<TimeMs> last_busy_at;  // when it last held a lease
+  int live_leases = 0;
+};
+
+struct ProviderHealth {
+  int consecutive_failures = 0;
+  TimeMs next_retry_at = 0;  // no provider call before this
+};
+
+struct PoolInput {
+  PoolConfig config;
+  int demand = 0;  // runnable queued runs this pool can serve (backoff passed)
+  std::vector<Machine> machines;
+  // The ids List() reported this pass; nullopt when List() was not called or
+  // failed (nothing is adopted or forgotten then).
+  std::optional<std::vector<std::string>> listing;
+  ProviderHealth health;
+};
+
+struct AutoscalerOptions {
+  TimeMs backoff_base_ms = 5'000;  // 5 s, 10 s, 20 s, ... after consecutive failures
+  TimeMs backoff_cap_ms = 5 * 60'000;
+  int report_after = 3;  // consecutive failures before the pool is reported failing
+  // A machine booted less than this long ago may be missing from an eventually
+  // consistent listing (EC2); it is not forgotten yet.
+  TimeMs listing_lag_ms = 60'000;
+};
+
+enum class ActionKind {
+  kBoot,    // call Provider::Boot `count` times, record each machine `booting`
+  kDrain,   // conditional: see the drain contract above; then Stop
+  kStop,    // call Provider::Stop(machine), record it `stopping`, `stopped` on success
+  kAdopt,   // record the listed machine as `booting` (booted_at = now)
+  kForget,  // mark `stopped`, return its leases to the queue (attempt refunded)
+};
+std::string_view ActionKindName(ActionKind k);
+
+// What the drain decision saw; the caller's transaction re-checks it.
+struct DrainGuard {
+  std::optional<TimeMs> last_busy_at;
+};
+
+struct Action {
+  ActionKind kind = ActionKind::kBoot;
+  std::string pool;
+  std::string machine;   // the provider's id; empty for kBoot (and a Boot that never answered)
+  std::int64_t row = 0;  // Machine::row of the machine acted on; 0 for kBoot and kAdopt
+  int count = 0;        // kBoot only
+  std::string reason;   // one line for the log
+  DrainGuard guard;     // kDrain only
+
+  friend bool operator==(const Action& a, const Action& b) {
+    return a.kind == b.kind && a.pool == b.pool && a.machine == b.machine && a.row == b.row &&
+           a.count == b.count;
+  }
+};
+
+struct PoolReport {
+  std::string pool;
+  int needed = 0;
+  int wanted = 0;
+  int live = 0;              // requested + booting + ready, after this pass's actions
+  bool backing_off = false;  // provider actions held back this pass
+  bool failing = false;      // consecutive failures >= report_after
+};
+
+struct Decision {
+  std::vector<Action> actions;
+  std::vector<PoolReport> pools;
+};
+
+Decision Autoscale(const std::vector<PoolInput>& pools, TimeMs now,
+                   const AutoscalerOptions& options = {});
+
+// What the drain transaction reads, at the moment it would write `draining`.
+struct DrainCheck {
+  MachineState state = MachineState::kReady;
+  int live_leases = 0;
+  std::optional<TimeMs> last_busy_at;
+  int runnable_queued = 0;  // in the machine's pool
+};
+// True when `drain` may still be applied: the machine is ready, holds no
+// lease, has had no lease since the decision, and the pool has nothing queued.
+bool DrainAllowed(const Action& drain, const DrainCheck& seen);
+
+// The health after one provider call that succeeded (ok) or failed at `now`.
+ProviderHealth RecordProviderCall(const ProviderHealth& h, bool ok, TimeMs now,
+                                  const AutoscalerOptions& options = {});
+
+}  // namespace trainq::cloud

@@ -1,0 +1,92 @@
+// Provider: the seam between trainq and whatever starts machines (local
+// processes, Slurm, EC2, a site's shell commands).
+//
+// Every machine a provider boots carries trainq's tag: the pool and the trainq
+// instance id, so that List() finds exactly the machines this trainq started,
+// including ones it booted but crashed before recording (the autoscaler adopts
+// or stops those). Errors are Result<>: `unavailable`/`timeout` are worth a
+// retry (with backoff, see cloud/autoscaler.h), anything else is not.
+// Implementations are called from one thread (the autoscaler loop).
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+
+namespace trainq::cloud {
+
+// trainq's tag on a machine.
+struct MachineTag {
+  std::string pool;
+  std::string instance;  // this trainq installation's id
+
+  friend bool operator==(const MachineTag&, const MachineTag&) = default;
+};
+
+struct BootSpec {
+  MachineTag tag;
+  int slots = 1;
+  int gpus = 0;
+  std::map<std::string, std::string> params;  // the pool's provider parameters
+};
+
+struct ListedMachine {
+  std::string id;  // the provider's id (instance id, Slurm job id, pid)
+  MachineTag tag;
+};
+
+class Provider {
+ public:
+  virtual ~Provider() = default;
+  // Starts one machine; returns its provider id. The machine is tagged before
+  // this returns, so a crash right after still leaves it findable by List().
+  virtual Result<std::string> Boot(const BootSpec& spec) = 0;
+  // The machines carrying `tag` that are not stopped.
+  virtual Result<std::vector<ListedMachine>> List(const MachineTag& tag) = 0;
+  // Stops (terminates) a machine. Stopping one that is already gone succeeds.
+  virtual Status Stop(const std::string& id) = 0;
+};
+
+// A provider in memory for tests. It records every call in order, can be told
+// to fail the next calls, and can "lose" a machine (a cloud preempting it, a
+// Slurm job killed by an admin), which then vanishes from List().
+class FakeProvider final : public Provider {
+ public:
+  struct Call {
+    enum class Kind { kBoot, kList, kStop } kind;
+    std::string arg;  // Boot: the pool; List: the pool; Stop: the id
+    bool ok = true;
+  };
+
+  Result<std::string> Boot(const BootSpec& spec) override;
+  Result<std::vector<ListedMachine>> List(const MachineTag& tag) override;
+  Status Stop(const std::string& id) override;
+
+  // The next `n` calls (of any kind) fail with `kind`.
+  void FailNext(int n, ErrorKind kind = ErrorKind::kUnavailable);
+  // The machine disappears without a Stop call.
+  void Lose(const std::string& id);
+  // A machine that exists with trainq's tag but was never returned by Boot
+  // (trainq crashed between the provider's answer and recording it).
+  std::string AddOrphan(const MachineTag& tag);
+
+  const std::vector<Call>& calls() const { return calls_; }
+  // Ids of machines currently running.
+  std::vector<std::string> running() const;
+  const std::vector<std::string>& stopped() const { return stopped_; }
+
+ private:
+  Status MaybeFail(Call::Kind kind, const std::string& arg);
+
+  int next_id_ = 1;
+  int fail_next_ = 0;
+  ErrorKind fail_kind_ = ErrorKind::kUnavailable;
+  std::map<std::string, MachineTag> machines_;  // running, by id
+  std::vector<std::string> stopped_;
+  std::vector<Call> calls_;
+};
+
+}  // namespace trainq::cloud
