@@ -1,7 +1,6 @@
 // The only translation unit that includes cpprest (heavy headers).
 #include "agent/server_http.h"
 
-#include <cpprest/containerstream.h>
 #include <cpprest/http_listener.h>
 #include <pplx/threadpool.h>
 #include <spdlog/spdlog.h>
@@ -22,40 +21,41 @@ void SizeThreadPool() {
   static std::once_flag once;
   std::call_once(once, [] {
     try {
-      crossplat::threadpool::initialize_with_threads(4);
+      crossplat::threadpool::initialize_with_threads(8);
     } catch (const std::exception&) {
       // Already initialised by an earlier use: keep it.
     }
   });
 }
 
-HttpServerRequest Convert(const http::http_request& req, std::size_t max_body) {
+// Method, path and headers; the body comes later (ReadBody).
+HttpServerRequest Head(const http::http_request& req) {
   HttpServerRequest r;
   r.method = req.method();
   r.path = web::uri::decode(req.relative_uri().path());
   for (const auto& [k, v] : req.headers()) r.headers.emplace_back(k, v);
-  std::size_t declared = 0;
-  if (req.headers().has(http::header_names::content_length)) {
-    declared = static_cast<std::size_t>(req.headers().content_length());
-  }
-  if (declared > max_body) {
-    r.body_too_large = true;
-    return r;
-  }
-  concurrency::streams::container_buffer<std::string> buf;
-  auto in = req.body();
-  std::size_t total = 0;
-  while (true) {
-    std::size_t n = in.read(buf, 64 * 1024).get();
-    if (n == 0) break;
-    total += n;
-    if (total > max_body) {
-      r.body_too_large = true;
-      return r;
-    }
-  }
-  r.body = std::move(buf.collection());
   return r;
+}
+
+void Respond(http::http_request req, HttpServerReply reply) {
+  http::http_response resp(static_cast<http::status_code>(reply.status));
+  resp.set_body(std::move(reply.body), reply.content_type);
+  req.reply(resp).then([](pplx::task<void> t) {
+    try {
+      t.get();
+    } catch (const std::exception&) {
+      // The client went away before the answer: nothing to do.
+    }
+  });
+}
+
+HttpServerReply SafeCall(const HttpListener::Handler& handler, const HttpServerRequest& r) {
+  try {
+    return handler(r);
+  } catch (const std::exception& e) {
+    spdlog::error("HTTP {} {}: {}", r.method, r.path, e.what());
+    return {500, "application/json", R"({"result":"error","reason":"internal error"})"};
+  }
 }
 
 }  // namespace
@@ -110,22 +110,35 @@ Result<std::unique_ptr<HttpListener>> HttpListener::Start(const ListenAddress& a
     http_listener_config cfg;
     cfg.set_timeout(std::chrono::seconds(30));
     impl->listener = std::make_unique<http_listener>(web::uri(url), cfg);
+    // Handlers never block on the body: the pool's threads also do the
+    // socket reads, so a handler waiting for its body could starve them all.
     impl->listener->support([handler, max_body_bytes](http::http_request req) {
-      HttpServerReply reply;
-      try {
-        reply = handler(Convert(req, max_body_bytes));
-      } catch (const std::exception& e) {
-        spdlog::error("HTTP {} {}: {}", req.method(), req.relative_uri().path(), e.what());
-        reply = {500, "application/json", R"({"result":"error","reason":"internal error"})"};
+      HttpServerRequest head = Head(req);
+      const auto& h = req.headers();
+      if (h.has(http::header_names::content_length) && h.content_length() > max_body_bytes) {
+        head.body_too_large = true;  // refused from the header; the body is never read
+        Respond(req, SafeCall(handler, head));
+        return;
       }
-      http::http_response resp(static_cast<http::status_code>(reply.status));
-      resp.set_body(std::move(reply.body), reply.content_type);
-      req.reply(resp).then([](pplx::task<void> t) {
+      if (!h.has(http::header_names::content_length) &&
+          h.has(http::header_names::transfer_encoding)) {
+        // Unbounded bodies are refused: forges send Content-Length.
+        Respond(req, {411, "application/json",
+                      R"({"result":"error","reason":"Content-Length required"})"});
+        return;
+      }
+      req.extract_vector().then([req, handler, head = std::move(head)](
+                                    pplx::task<std::vector<unsigned char>> body) mutable {
         try {
-          t.get();
-        } catch (const std::exception&) {
-          // The client went away before the answer: nothing to do.
+          auto bytes = body.get();
+          head.body.assign(bytes.begin(), bytes.end());
+        } catch (const std::exception& e) {
+          spdlog::warn("HTTP {} {}: reading the body: {}", head.method, head.path, e.what());
+          Respond(req, {400, "application/json",
+                        R"({"result":"error","reason":"could not read the body"})"});
+          return;
         }
+        Respond(req, SafeCall(handler, head));
       });
     });
     impl->listener->open().wait();

@@ -39,8 +39,10 @@ class HttpListener {
  public:
   using Handler = std::function<HttpServerReply(const HttpServerRequest&)>;
   // Binds and starts serving on cpprest's thread pool; `handler` is called
-  // from several threads at once. Bodies over max_body_bytes are not read:
-  // the handler sees body_too_large.
+  // from several threads at once, once the whole body has arrived. A
+  // Content-Length over max_body_bytes is answered by the handler with
+  // body_too_large set, without reading the body; a body without
+  // Content-Length (chunked) is refused with 411.
   static Result<std::unique_ptr<HttpListener>> Start(const ListenAddress& address,
                                                      std::size_t max_body_bytes, Handler handler);
   ~HttpListener();  // stops

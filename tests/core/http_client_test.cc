@@ -15,7 +15,7 @@ using testing::TestHttpRequest;
 using testing::TestHttpResponse;
 using testing::TestHttpServer;
 
-TEST_CASE("http client: sends method, headers and body; returns status, headers and body",
+TEST_CASE("http client: sends method, headers and body, returns status, headers and body",
           "[http]") {
   TestHttpServer server([](const TestHttpRequest& r) {
     TestHttpResponse resp;

@@ -115,7 +115,6 @@ void TestHttpServer::Serve() {
 void TestHttpServer::HandleConnection(int fd) {
   std::string data;
   char buf[8192];
-  size_t header_end = std::string::npos;
   auto read_more = [&]() {
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, 5000) <= 0) return false;
@@ -124,55 +123,71 @@ void TestHttpServer::HandleConnection(int fd) {
     data.append(buf, static_cast<size_t>(n));
     return true;
   };
-  while ((header_end = data.find("\r\n\r\n")) == std::string::npos) {
-    if (!read_more()) return;
-  }
-  TestHttpRequest req;
-  std::string head = data.substr(0, header_end);
-  size_t line_end = head.find("\r\n");
-  std::string request_line = head.substr(0, line_end);
-  auto sp1 = request_line.find(' ');
-  auto sp2 = request_line.find(' ', sp1 + 1);
-  req.method = request_line.substr(0, sp1);
-  req.target = request_line.substr(sp1 + 1, sp2 - sp1 - 1);
-  size_t pos = line_end == std::string::npos ? head.size() : line_end + 2;
-  size_t content_length = 0;
-  while (pos < head.size()) {
-    size_t e = head.find("\r\n", pos);
-    if (e == std::string::npos) e = head.size();
-    std::string line = head.substr(pos, e - pos);
-    auto colon = line.find(':');
-    if (colon != std::string::npos) {
-      std::string k = line.substr(0, colon);
-      std::string v = line.substr(colon + 1);
-      while (!v.empty() && v.front() == ' ') v.erase(0, 1);
-      if (Lower(k) == "content-length") content_length = std::stoul(v);
-      req.headers.emplace_back(k, v);
+  // Requests on one connection, one after the other (keep-alive), until the
+  // client closes it or asks to.
+  while (true) {
+    size_t header_end;
+    while ((header_end = data.find("\r\n\r\n")) == std::string::npos) {
+      if (!read_more()) return;
     }
-    pos = e + 2;
-  }
-  while (data.size() < header_end + 4 + content_length) {
-    if (!read_more()) return;
-  }
-  req.body = data.substr(header_end + 4, content_length);
+    TestHttpRequest req;
+    std::string head = data.substr(0, header_end);
+    size_t line_end = head.find("\r\n");
+    std::string request_line = head.substr(0, line_end);
+    auto sp1 = request_line.find(' ');
+    auto sp2 = request_line.find(' ', sp1 + 1);
+    req.method = request_line.substr(0, sp1);
+    req.target = request_line.substr(sp1 + 1, sp2 - sp1 - 1);
+    size_t pos = line_end == std::string::npos ? head.size() : line_end + 2;
+    size_t content_length = 0;
+    while (pos < head.size()) {
+      size_t e = head.find("\r\n", pos);
+      if (e == std::string::npos) e = head.size();
+      std::string line = head.substr(pos, e - pos);
+      auto colon = line.find(':');
+      if (colon != std::string::npos) {
+        std::string k = line.substr(0, colon);
+        std::string v = line.substr(colon + 1);
+        while (!v.empty() && v.front() == ' ') v.erase(0, 1);
+        if (Lower(k) == "content-length") content_length = std::stoul(v);
+        req.headers.emplace_back(k, v);
+      }
+      pos = e + 2;
+    }
+    while (data.size() < header_end + 4 + content_length) {
+      if (!read_more()) return;
+    }
+    req.body = data.substr(header_end + 4, content_length);
+    data.erase(0, header_end + 4 + content_length);
+    bool close = Lower(req.Header("Connection")) == "close";
 
-  Handler handler;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    requests_.push_back(req);
-    handler = handler_;
-  }
-  TestHttpResponse resp = handler ? handler(req) : TestHttpResponse{};
-  std::string out = "HTTP/1.1 " + std::to_string(resp.status) + " " + Reason(resp.status) +
-                    "\r\nContent-Length: " + std::to_string(resp.body.size()) +
-                    "\r\nConnection: close\r\n";
-  for (const auto& [k, v] : resp.headers) out += k + ": " + v + "\r\n";
-  out += "\r\n" + resp.body;
-  size_t sent = 0;
-  while (sent < out.size()) {
-    ssize_t n = ::write(fd, out.data() + sent, out.size() - sent);
-    if (n <= 0) return;
-    sent += static_cast<size_t>(n);
+    Handler handler;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      requests_.push_back(req);
+      handler = handler_;
+    }
+    TestHttpResponse resp = handler ? handler(req) : TestHttpResponse{};
+    std::string out = "HTTP/1.1 " + std::to_string(resp.status) + " " + Reason(resp.status) +
+                      "\r\nContent-Length: " + std::to_string(resp.body.size()) + "\r\n" +
+                      (close ? "Connection: close\r\n" : "");
+    for (const auto& [k, v] : resp.headers) out += k + ": " + v + "\r\n";
+    out += "\r\n" + resp.body;
+    size_t sent = 0;
+    while (sent < out.size()) {
+      ssize_t n = ::write(fd, out.data() + sent, out.size() - sent);
+      if (n <= 0) return;
+      sent += static_cast<size_t>(n);
+    }
+    if (close) {
+      // Close gracefully: closing with unread input would reset the
+      // connection, and the client could lose the response.
+      ::shutdown(fd, SHUT_WR);
+      pollfd p{fd, POLLIN, 0};
+      while (::poll(&p, 1, 1000) > 0 && ::read(fd, buf, sizeof buf) > 0) {
+      }
+      return;
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // A small real HTTP/1.1 server on 127.0.0.1 for tests: fake forges, fake APIs.
 // It answers each request with `handler` and records every request it got.
-// One connection at a time; every response closes its connection.
+// One connection at a time, kept alive until the client closes it (or sends
+// `Connection: close`); a client idle for 5 s is dropped.
 #pragma once
 
 #include <functional>

@@ -1,0 +1,173 @@
+// Commit statuses against a fake forge on loopback that speaks GitHub's API:
+// pending when queued, the spread when done; a down forge is retried, then
+// given up.
+#include "agent/forge_status.h"
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/strings.h"
+#include "tests/support/http_server.h"
+#include "tests/support/temp_dir.h"
+
+using nlohmann::json;
+
+namespace trainq {
+namespace {
+
+const std::string kSha = "4c4e1bd81f7a4a2e9d7c2b6c1f0e9a114c4e1bd8";
+
+struct World {
+  testing::TempDir tmp;
+  FakeClock clock;
+  Store store = Store::Open(tmp / "t.db").value();
+  ServerConfig config;
+  std::int64_t batch = 0;
+
+  explicit World(const std::string& api_url) {
+    REQUIRE(WriteFile(tmp / "token", "forge-token"));
+    auto c = ParseServerConfig("repositories:\n  - url: https://github.com/acme/model.git\n"
+                               "    forge: github\n    status: true\n    api_url: " +
+                                   api_url + "\n    token: {file: " + (tmp / "token") + "}\n",
+                               "server.yaml");
+    REQUIRE(c);
+    config = *c;
+    BatchSpec spec;
+    spec.experiment = "lstm";
+    spec.command = "true";
+    spec.repeats = 3;
+    auto r = store.Submit("/srv/mirror.git", {kSha, "", "s", "me", 0}, {spec}, clock.Now());
+    REQUIRE(r);
+    batch = r->front().batch_id;
+    Store::CommitStatus cs;
+    cs.batch_id = batch;
+    cs.repo_url = "https://github.com/acme/model.git";
+    cs.sha = kSha;
+    cs.context = "trainq/lstm";
+    cs.state = "pending";
+    cs.description = "queued: 3 runs";
+    REQUIRE(store.AddCommitStatus(cs, clock.Now()));
+  }
+
+  void FinishRuns(const std::vector<double>& values) {
+    auto leased = store.Lease("w", clock.Now(), 60'000, 10).value();
+    REQUIRE(leased.size() == values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      REQUIRE(store.Complete(leased[i].run_id, leased[i].token, clock.Now(), values[i]));
+    }
+  }
+};
+
+TEST_CASE("forge status: descriptions and final states", "[forge_status]") {
+  BatchProgress b;
+  b.metric_name = "accuracy";
+  b.values = {0.649, 0.664, 0.679};
+  b.counts[static_cast<int>(RunState::kSucceeded)] = 3;
+  CHECK(BatchStatusDescription(b) == "accuracy 0.664 ± 0.015 (n=3)");
+  CHECK(BatchFinalState(b) == CommitState::kSuccess);
+  b.counts[static_cast<int>(RunState::kDead)] = 1;
+  CHECK(BatchStatusDescription(b) == "accuracy 0.664 ± 0.015 (n=3), 1 failed");
+  CHECK(BatchFinalState(b) == CommitState::kFailure);
+
+  BatchProgress tiny;
+  tiny.metric_name = "loss";
+  tiny.values = {0.01231, 0.01234};
+  tiny.counts[static_cast<int>(RunState::kSucceeded)] = 2;
+  CHECK(BatchStatusDescription(tiny) == "loss 0.012325 ± 0.000021 (n=2)");
+
+  BatchProgress none;
+  none.metric_name = "accuracy";
+  none.counts[static_cast<int>(RunState::kDead)] = 2;
+  CHECK(BatchStatusDescription(none) == "accuracy - (no run succeeded), 2 failed");
+  CHECK(BatchFinalState(none) == CommitState::kFailure);
+
+  BatchProgress cancelled;
+  cancelled.counts[static_cast<int>(RunState::kCancelled)] = 3;
+  CHECK(BatchFinalState(cancelled) == CommitState::kError);
+}
+
+TEST_CASE("forge status: pending when queued, then the spread", "[forge_status]") {
+  testing::TestHttpServer forge([](const testing::TestHttpRequest&) {
+    return testing::TestHttpResponse{201, R"({"id": 1})", {}};
+  });
+  World w(forge.url());
+  CurlHttpClient http;
+  StatusReporter reporter(w.store, w.config, http, w.clock);
+  CHECK(reporter.Step().value() == 1);
+  CHECK(reporter.Step().value() == 0);  // posted once
+  auto seen = forge.requests();
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].method == "POST");
+  CHECK(seen[0].target == "/repos/acme/model/statuses/" + kSha);
+  CHECK(seen[0].Header("Authorization") == "Bearer forge-token");
+  auto pending = json::parse(seen[0].body);
+  CHECK(pending["state"] == "pending");
+  CHECK(pending["context"] == "trainq/lstm");
+  CHECK(pending["description"] == "queued: 3 runs");
+
+  w.FinishRuns({0.649, 0.664, 0.679});
+  CHECK(reporter.Step().value() == 1);
+  seen = forge.requests();
+  REQUIRE(seen.size() == 2);
+  auto done = json::parse(seen[1].body);
+  CHECK(done["state"] == "success");
+  CHECK(done["description"] == "accuracy 0.664 ± 0.015 (n=3)");
+  auto row = w.store.GetCommitStatus(w.batch).value();
+  REQUIRE(row);
+  CHECK(row->posted_state == "success");
+  CHECK(reporter.Step().value() == 0);
+}
+
+TEST_CASE("forge status: a down forge is retried with backoff, then given up", "[forge_status]") {
+  int port = testing::FreeLoopbackPort();  // nothing listens: connection refused
+  World w("http://127.0.0.1:" + std::to_string(port));
+  CurlHttpClient http;
+  StatusReporter reporter(w.store, w.config, http, w.clock, {1000, 3});
+  CHECK(reporter.Step().value() == 1);
+  auto row = w.store.GetCommitStatus(w.batch).value();
+  CHECK(row->attempts == 1);
+  CHECK(row->not_before_ms == w.clock.Now() + 1000);
+  CHECK_FALSE(row->gave_up);
+  CHECK(row->last_error.find("127.0.0.1") != std::string::npos);
+  CHECK(row->last_error.find("forge-token") == std::string::npos);
+  CHECK(reporter.Step().value() == 0);  // waiting for the backoff
+  w.clock.Advance(1000);
+  CHECK(reporter.Step().value() == 1);
+  CHECK(w.store.GetCommitStatus(w.batch).value()->not_before_ms == w.clock.Now() + 2000);
+  w.clock.Advance(2000);
+  CHECK(reporter.Step().value() == 1);
+  row = w.store.GetCommitStatus(w.batch).value();
+  CHECK(row->gave_up);
+  CHECK(row->attempts == 3);
+  w.clock.Advance(60'000);
+  CHECK(reporter.Step().value() == 0);
+
+  // The batch's final status gets its own tries even after pending was given up.
+  w.FinishRuns({0.5, 0.6, 0.7});
+  CHECK(reporter.Step().value() == 1);
+  row = w.store.GetCommitStatus(w.batch).value();
+  CHECK(row->state == "success");
+  CHECK(row->attempts == 1);
+  CHECK_FALSE(row->gave_up);
+}
+
+TEST_CASE("forge status: an HTTP error from the forge is retried too", "[forge_status]") {
+  std::atomic<int> calls{0};
+  testing::TestHttpServer forge([&](const testing::TestHttpRequest&) {
+    return ++calls == 1 ? testing::TestHttpResponse{502, "bad gateway", {}}
+                        : testing::TestHttpResponse{201, "{}", {}};
+  });
+  World w(forge.url());
+  CurlHttpClient http;
+  StatusReporter reporter(w.store, w.config, http, w.clock, {1000, 3});
+  reporter.Step().value();
+  auto row = w.store.GetCommitStatus(w.batch).value();
+  CHECK(row->last_error == "HTTP 502 from " + forge.url() + ": bad gateway");
+  w.clock.Advance(1000);
+  reporter.Step().value();
+  CHECK(w.store.GetCommitStatus(w.batch).value()->posted_state == "pending");
+}
+
+}  // namespace
+}  // namespace trainq

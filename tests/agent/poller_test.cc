@@ -1,0 +1,141 @@
+// Poller: moved heads of a real repository become pushes, deduplicated with
+// webhooks, and go through the same processing.
+#include "agent/poller.h"
+
+#include <catch2/catch.hpp>
+
+#include "agent/forge.h"
+#include "agent/server_worker.h"
+#include "tests/support/git_cli.h"
+#include "tests/support/temp_dir.h"
+
+namespace trainq {
+namespace {
+
+using testing::GitCli;
+
+struct World {
+  testing::TempDir tmp;
+  GitCli git{tmp / "origin"};
+  std::string url = "file://" + (tmp / "origin");
+  FakeClock clock;
+  Store store = Store::Open(tmp / "t.db").value();
+  ServerConfig config;
+  MirrorCache mirrors{tmp / "data"};
+
+  World() {
+    auto c = ParseServerConfig("repositories:\n  - url: " + url +
+                                   "\n    poll_interval: 30s\n    branches: [main, feature]\n",
+                               "server.yaml");
+    REQUIRE(c);
+    config = *c;
+  }
+  const RepoConfig& repo() const { return config.repositories[0]; }
+};
+
+TEST_CASE("poller: the first look records heads, a moved head is a push, once", "[poller]") {
+  World w;
+  std::string c1 = w.git.Commit({{"a", "1"}}, "one");
+  w.git.Run("branch old-branch");
+  Poller poller(w.store, w.config, w.mirrors, w.clock);
+  CHECK(poller.PollRepository(w.repo()).value() == 0);
+  auto heads = w.store.RefHeads(w.url).value();
+  CHECK(heads.size() == 2);
+  CHECK(w.store.RecentPushes(10).value().empty());
+
+  std::string c2 = w.git.Commit({{"a", "2"}}, "two");
+  CHECK(poller.PollRepository(w.repo()).value() == 1);
+  auto pushes = w.store.RecentPushes(10).value();
+  REQUIRE(pushes.size() == 1);
+  CHECK(pushes[0].source == "poll");
+  CHECK(pushes[0].ref == "refs/heads/main");
+  CHECK(pushes[0].before_sha == c1);
+  CHECK(pushes[0].after_sha == c2);
+  CHECK(pushes[0].state == "pending");
+  CHECK(pushes[0].delivery_id == "poll:refs/heads/main:" + c1 + ".." + c2);
+  CHECK(pushes[0].default_branch == "main");
+
+  // Nothing moved: nothing recorded.
+  CHECK(poller.PollRepository(w.repo()).value() == 0);
+  CHECK(w.store.RecentPushes(10).value().size() == 1);
+}
+
+TEST_CASE("poller: new, deleted and unwatched branches", "[poller]") {
+  World w;
+  w.git.Commit({{"a", "1"}}, "one");
+  Poller poller(w.store, w.config, w.mirrors, w.clock);
+  REQUIRE(poller.PollRepository(w.repo()));
+  w.git.Run("checkout -q -b feature");
+  std::string f = w.git.Commit({{"b", "1"}}, "feature");
+  w.git.Run("branch elsewhere");
+  CHECK(poller.PollRepository(w.repo()).value() == 2);
+  auto pushes = w.store.RecentPushes(10).value();
+  std::map<std::string, Store::Push> by_ref;
+  for (const auto& p : pushes) by_ref[p.ref] = p;
+  CHECK(by_ref["refs/heads/feature"].before_sha == std::string(kZeroSha));
+  CHECK(by_ref["refs/heads/feature"].after_sha == f);
+  CHECK(by_ref["refs/heads/feature"].state == "pending");
+  CHECK(by_ref["refs/heads/elsewhere"].state == "skipped");
+
+  w.git.Run("checkout -q main");
+  w.git.Run("branch -D feature");
+  CHECK(poller.PollRepository(w.repo()).value() == 1);
+  auto deleted = w.store.RecentPushes(1).value().front();
+  CHECK(deleted.ref == "refs/heads/feature");
+  CHECK(deleted.after_sha == std::string(kZeroSha));
+  CHECK(deleted.state == "skipped");
+  CHECK(deleted.result == "branch feature deleted: nothing runs");
+}
+
+TEST_CASE("poller: a head a webhook already recorded is not recorded again", "[poller]") {
+  World w;
+  std::string c1 = w.git.Commit({{"a", "1"}}, "one");
+  Poller poller(w.store, w.config, w.mirrors, w.clock);
+  REQUIRE(poller.PollRepository(w.repo()));
+  std::string c2 = w.git.Commit({{"a", "2"}}, "two");
+  Store::Push hook;
+  hook.source = "github";
+  hook.delivery_id = "gh-1";
+  hook.repo_url = w.url;
+  hook.ref = "refs/heads/main";
+  hook.before_sha = c1;
+  hook.after_sha = c2;
+  REQUIRE(w.store.RecordPush(hook, w.clock.Now()).value());
+  CHECK(poller.PollRepository(w.repo()).value() == 0);
+  CHECK(w.store.RecentPushes(10).value().size() == 1);
+}
+
+TEST_CASE("poller: Step keeps the interval, survives a failing fetch, and feeds processing",
+          "[poller]") {
+  World w;
+  const char* manifest =
+      "version: 1\nexperiments:\n  a:\n    command: echo {seed}\n    repeats: 2\n"
+      "    watch: [a]\n";
+  w.git.Commit({{"trainq.yaml", manifest}, {"a", "1"}}, "one");
+  Poller poller(w.store, w.config, w.mirrors, w.clock);
+  CHECK(poller.Step().value() == 0);  // first look
+  CHECK(poller.NextDue() == w.clock.Now() + 30'000);
+  std::string c2 = w.git.Commit({{"a", "2"}}, "two");
+  CHECK(poller.Step().value() == 0);  // not due yet
+  w.clock.Advance(30'000);
+  CHECK(poller.Step().value() == 1);
+
+  WorkerOptions o;
+  o.data_dir = w.tmp / "data";
+  PushProcessor proc(w.store, w.config, w.mirrors, w.clock, o);
+  CHECK(proc.ProcessDue(10).value() == 1);
+  auto batches = w.store.Batches(false, 0).value();
+  REQUIRE(batches.size() == 1);
+  CHECK(batches[0].sha == c2);
+  CHECK(batches[0].reason == "poll of main: a matches watch 'a'");
+
+  // The remote disappears: Step logs and goes on.
+  std::filesystem::rename(w.tmp / "origin", w.tmp / "moved");
+  w.clock.Advance(30'000);
+  auto n = poller.Step();
+  REQUIRE(n);
+  CHECK(*n == 0);
+}
+
+}  // namespace
+}  // namespace trainq

@@ -1,0 +1,234 @@
+// End to end, with the real binary and real git: a bare repository whose
+// post-receive hook sends a signed GitHub webhook with curl to a running
+// `trainq serve`; a `git push` of a commit that touches one experiment's
+// config queues exactly that experiment, its runs execute from the mirror,
+// and a fake forge on loopback receives `pending`, then the spread.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "agent/forge.h"
+#include "core/process.h"
+#include "core/strings.h"
+#include "queue/store.h"
+#include "tests/support/git_cli.h"
+#include "tests/support/http_server.h"
+#include "tests/support/temp_dir.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace trainq {
+namespace {
+
+using testing::GitCli;
+
+// GitHub's push webhook for each updated ref, HMAC-signed with $WEBHOOK_SECRET.
+const char* kHook = R"(#!/bin/sh
+while read old new ref; do
+  body=$(printf '{"ref":"%s","before":"%s","after":"%s","repository":{"clone_url":"%s","full_name":"test/origin","default_branch":"main"}}' "$ref" "$old" "$new" "$ORIGIN_URL")
+  sig=$(printf '%s' "$body" | python3 -c 'import hashlib, hmac, os, sys; print(hmac.new(os.environ["WEBHOOK_SECRET"].encode(), sys.stdin.buffer.read(), hashlib.sha256).hexdigest())')
+  delivery=$(python3 -c 'import uuid; print(uuid.uuid4())')
+  printf '%s\n' "$body" > "$GIT_DIR/last-body"
+  printf '%s\n' "$delivery" > "$GIT_DIR/last-delivery"
+  curl -sS -m 10 -o /dev/null -w 'webhook: %{http_code}\n' -X POST \
+    -H 'Content-Type: application/json' -H 'X-GitHub-Event: push' \
+    -H "X-GitHub-Delivery: $delivery" -H "X-Hub-Signature-256: sha256=$sig" \
+    --data-binary "$body" "$WEBHOOK_URL" || true
+done
+)";
+
+const char* kManifest = R"(version: 1
+defaults:
+  repeats: 3
+experiments:
+  a:
+    command: sh run.sh 0.5{seed}
+    watch: [configs/a.yaml, run.sh]
+  b:
+    command: sh run.sh 0.6{seed}
+    watch: [configs/b.yaml, run.sh]
+)";
+
+const char* kRun = R"(printf '{"name": "accuracy", "value": %s}\n' "$1" >> "$TRAINQ_METRICS_FILE"
+)";
+
+struct Daemon {
+  PosixProcessRunner runner;
+  int pid = 0;
+  ~Daemon() {
+    if (pid > 0) {
+      runner.KillGroup(pid, SIGKILL);
+      runner.Wait(pid);
+    }
+  }
+};
+
+TEST_CASE("e2e: git push -> signed webhook -> exactly the touched experiment runs -> forge "
+          "gets pending then the spread",
+          "[server][e2e]") {
+  testing::TempDir tmp;
+  const std::string secret = "e2e-webhook-secret";
+  REQUIRE(WriteFile(tmp / "secret", secret + "\n"));
+  REQUIRE(WriteFile(tmp / "token", "e2e-forge-token\n"));
+
+  // The forge's side: a bare repository with the hook, and a fake status API.
+  std::string origin = tmp / "origin.git";
+  GitCli::InitBare(origin);
+  REQUIRE(WriteFile(origin + "/hooks/post-receive", kHook));
+  fs::permissions(origin + "/hooks/post-receive", fs::perms::owner_all);
+  testing::TestHttpServer forge([](const testing::TestHttpRequest&) {
+    return testing::TestHttpResponse{201, "{}", {}};
+  });
+
+  // The first push happens before the daemon runs: the hook's curl fails, harmlessly.
+  GitCli work(tmp / "work");
+  work.Commit({{"trainq.yaml", kManifest},
+               {"run.sh", kRun},
+               {"configs/a.yaml", "lr: 1\n"},
+               {"configs/b.yaml", "lr: 1\n"}},
+              "base");
+  std::string origin_url = "file://" + origin;
+  work.Run("remote add origin " + ShellQuote(origin));
+  int port = testing::FreeLoopbackPort();
+  std::string base_url = "http://127.0.0.1:" + std::to_string(port);
+  std::string env = "WEBHOOK_SECRET=" + ShellQuote(secret) +
+                    " WEBHOOK_URL=" + ShellQuote(base_url + "/hooks/github") +
+                    " ORIGIN_URL=" + ShellQuote(origin_url) + " ";
+  std::string out;
+  REQUIRE(testing::RunShell(env + "git -C " + ShellQuote(work.dir()) + " push -q origin main",
+                            &out) == 0);
+
+  REQUIRE(WriteFile(tmp / "server.yaml",
+                    "repositories:\n"
+                    "  - url: " + origin_url + "\n"
+                    "    forge: github\n"
+                    "    project: test/origin\n"
+                    "    branches: [main]\n"
+                    "    secret: {file: " + (tmp / "secret") + "}\n"
+                    "    token: {file: " + (tmp / "token") + "}\n"
+                    "    api_url: " + forge.url() + "\n"
+                    "    status: true\n"));
+  std::string db = tmp / "trainq.db";
+  Daemon daemon;
+  auto pid = daemon.runner.Spawn({{TRAINQ_BINARY, "--db", db, "serve", "--slots", "2", "--poll-ms",
+                                   "20", "--config", tmp / "server.yaml", "--listen",
+                                   "127.0.0.1:" + std::to_string(port)},
+                                  {},
+                                  tmp.path().string(),
+                                  tmp / "serve.log"});
+  REQUIRE(pid);
+  daemon.pid = *pid;
+  CurlHttpClient http;
+  REQUIRE(testing::WaitFor(
+      [&] {
+        auto r = http.Send({"GET", base_url + "/healthz", {}, "", 1000});
+        return r && r->status == 200;
+      },
+      20s));
+
+  // The push that matters: only configs/b.yaml changes.
+  std::string sha = work.Commit({{"configs/b.yaml", "lr: 2\n"}}, "tune b");
+  auto pushed_at = std::chrono::steady_clock::now();
+  REQUIRE(testing::RunShell(env + "git -C " + ShellQuote(work.dir()) + " push origin main 2>&1",
+                            &out) == 0);
+  INFO("git push:\n" << out);
+  CHECK(out.find("webhook: 202") != std::string::npos);
+
+  auto store = Store::Open(db).value();
+  auto batches_of = [&](const std::string& commit) {
+    std::vector<BatchProgress> out;
+    auto all = store.Batches(false, 0).value();
+    for (auto& b : all) {
+      if (b.sha == commit) out.push_back(std::move(b));
+    }
+    return out;
+  };
+  REQUIRE(testing::WaitFor([&] { return !batches_of(sha).empty(); }, 20s));
+  auto queued_after = std::chrono::steady_clock::now() - pushed_at;
+  WARN("push to batch queued: "
+       << std::chrono::duration_cast<std::chrono::milliseconds>(queued_after).count()
+       << " ms (git push and its hook included)");
+  auto batches = batches_of(sha);
+  REQUIRE(batches.size() == 1);
+  CHECK(batches[0].experiment == "b");
+  CHECK(batches[0].reason == "github push to main: configs/b.yaml matches watch 'configs/b.yaml'");
+  CHECK(store.Batches(false, 0).value().size() == 1);  // nothing else was queued
+
+  // The runs execute from the mirror and finish; the forge sees pending, then the spread.
+  auto forge_states = [&] {
+    std::vector<std::string> states;
+    for (const auto& r : forge.requests()) {
+      if (r.target != "/repos/test/origin/statuses/" + sha) continue;
+      auto j = json::parse(r.body);
+      states.push_back(j["state"].get<std::string>() + " " + j["context"].get<std::string>() +
+                       ": " + j["description"].get<std::string>());
+    }
+    return states;
+  };
+  REQUIRE(testing::WaitFor([&] { return forge_states().size() >= 2; }, 30s));
+  INFO(ReadFile(tmp / "serve.log").value_or(""));
+  CHECK(forge_states() ==
+        std::vector<std::string>{"pending trainq/b: queued: 3 runs",
+                                 "success trainq/b: accuracy 0.620 ± 0.010 (n=3)"});
+  CHECK(forge.requests()[0].Header("Authorization") == "Bearer e2e-forge-token");
+  auto runs = store.Runs(batches[0].id, std::nullopt, 0).value();
+  REQUIRE(runs.size() == 3);
+  for (const auto& r : runs) CHECK(r.state == RunState::kSucceeded);
+  CHECK(fs::exists(tmp.path() / "trainq-data/worktrees" / sha / "configs/b.yaml"));
+
+  // The same delivery again (the forge's "redeliver"): 200 duplicate, nothing new.
+  std::string body = std::string(Trim(ReadFile(origin + "/last-body").value_or("")));
+  std::string delivery = std::string(Trim(ReadFile(origin + "/last-delivery").value_or("")));
+  auto again = http.Send({"POST",
+                          base_url + "/hooks/github",
+                          {{"X-GitHub-Event", "push"},
+                           {"X-GitHub-Delivery", delivery},
+                           {"X-Hub-Signature-256", "sha256=" + HmacSha256Hex(secret, body)}},
+                          body,
+                          5000});
+  REQUIRE(again);
+  CHECK(again->status == 200);
+  CHECK(json::parse(again->body)["result"] == "duplicate");
+  // A forged one: 401.
+  auto forged = http.Send({"POST", base_url + "/hooks/github",
+                           {{"X-GitHub-Event", "push"}, {"X-GitHub-Delivery", "forged"},
+                            {"X-Hub-Signature-256", "sha256=" + HmacSha256Hex("guess", body)}},
+                           body, 5000});
+  REQUIRE(forged);
+  CHECK(forged->status == 401);
+  CHECK(store.RecentPushes(10).value().size() == 1);
+
+  // `trainq status --server` reads the API; `trainq show` explains the batch.
+  std::string status;
+  REQUIRE(testing::RunShell(ShellQuote(TRAINQ_BINARY) + " status --server " + base_url, &status) ==
+          0);
+  INFO(status);
+  CHECK(status.find("3/3 done, 0 failed") != std::string::npos);
+  CHECK(status.find("pushes:") != std::string::npos);
+  std::string show;
+  REQUIRE(testing::RunShell(ShellQuote(TRAINQ_BINARY) + " --db " + ShellQuote(db) + " show " +
+                                sha.substr(0, 8),
+                            &show) == 0);
+  INFO(show);
+  CHECK(show.find("why:    github push to main: configs/b.yaml matches watch 'configs/b.yaml'") !=
+        std::string::npos);
+  CHECK(show.find("status: trainq/b success - accuracy 0.620 ± 0.010 (n=3)") != std::string::npos);
+
+  // The secret and the token never reach the log.
+  std::string log = ReadFile(tmp / "serve.log").value_or("");
+  CHECK(log.find(secret) == std::string::npos);
+  CHECK(log.find("e2e-forge-token") == std::string::npos);
+
+  daemon.runner.KillGroup(daemon.pid, SIGTERM);
+  auto exit = daemon.runner.Wait(daemon.pid);
+  daemon.pid = 0;
+  CHECK(exit.ok());
+}
+
+}  // namespace
+}  // namespace trainq

@@ -1,0 +1,211 @@
+// The HTTP server: routes without sockets, then the real cpprest listener on
+// loopback.
+#include "agent/server.h"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <mutex>
+#include <thread>
+
+#include "agent/commands.h"
+#include "agent/forge.h"
+#include "agent/server_http.h"
+#include "agent/webhook.h"
+#include "core/http_client.h"
+#include "core/strings.h"
+#include "tests/support/http_server.h"
+#include "tests/support/temp_dir.h"
+
+using nlohmann::json;
+
+namespace trainq {
+namespace {
+
+constexpr const char* kSecret = "loopback-secret";
+
+struct World {
+  testing::TempDir tmp;
+  std::string db = tmp / "t.db";
+  FakeClock clock;
+  ServerConfig config;
+  std::unique_ptr<Server> server;
+
+  World() {
+    REQUIRE(WriteFile(tmp / "secret", kSecret));
+    auto c = ParseServerConfig("repositories:\n  - url: https://github.com/acme/model.git\n"
+                               "    forge: github\n    secret: {file: " +
+                                   (tmp / "secret") + "}\n",
+                               "server.yaml");
+    REQUIRE(c);
+    config = *c;
+    {
+      auto store = Store::Open(db).value();
+      BatchSpec spec;
+      spec.experiment = "lstm";
+      spec.command = "true";
+      spec.repeats = 3;
+      REQUIRE(store.Submit("/srv/model", {std::string(40, 'c'), "", "subject", "me", 0}, {spec},
+                           clock.Now()));
+    }
+    server = std::make_unique<Server>(config, db, clock);
+    REQUIRE(server->Open());
+  }
+
+  static std::string PushBody(const std::string& after) {
+    return json{{"ref", "refs/heads/main"},
+                {"before", std::string(40, '1')},
+                {"after", after},
+                {"repository", {{"clone_url", "https://github.com/acme/model.git"}}}}
+        .dump();
+  }
+  static HttpHeaders Signed(const std::string& body, const std::string& delivery) {
+    return {{"X-GitHub-Event", "push"},
+            {"X-GitHub-Delivery", delivery},
+            {"X-Hub-Signature-256", "sha256=" + HmacSha256Hex(kSecret, body)},
+            {"Content-Type", "application/json"}};
+  }
+};
+
+TEST_CASE("server: routes without sockets", "[server]") {
+  World w;
+  auto health = w.server->Handle({"GET", "/healthz", {}, "", false});
+  CHECK(health.status == 200);
+  CHECK(health.body == "ok\n");
+
+  auto status = w.server->Handle({"GET", "/api/v1/status", {}, "", false});
+  REQUIRE(status.status == 200);
+  CHECK(status.content_type == "application/json");
+  auto store = Store::Open(w.db).value();
+  CHECK(json::parse(status.body) == StatusJson(store, w.db, w.clock.Now()).value());
+  CHECK(json::parse(status.body)["counts"]["queued"] == 3);
+
+  CHECK(w.server->Handle({"GET", "/hooks/github", {}, "", false}).status == 405);
+  CHECK(w.server->Handle({"POST", "/api/v1/status", {}, "", false}).status == 405);
+  CHECK(w.server->Handle({"GET", "/nope", {}, "", false}).status == 404);
+  CHECK(w.server->Handle({"POST", "/hooks/bitbucket", {}, "", false}).status == 405);
+
+  std::string body = World::PushBody(std::string(40, 'd'));
+  bool woken = false;
+  w.server->set_on_push([&] { woken = true; });
+  auto hook = w.server->Handle({"POST", "/hooks/github/", World::Signed(body, "x1"), body, false});
+  CHECK(hook.status == 202);
+  CHECK(woken);
+  CHECK(w.server->Handle({"POST", "/hooks/github", World::Signed(body, "x1"), body, false})
+            .status == 200);  // duplicate
+  CHECK(w.server->Handle({"POST", "/hooks/github", {}, body, false}).status == 401);
+  CHECK(w.server->Handle({"POST", "/hooks/github", {}, "", true}).status == 413);
+
+  auto metrics = w.server->Handle({"GET", "/metrics", {}, "", false});
+  CHECK(metrics.status == 200);
+  CHECK(metrics.content_type.starts_with("text/plain; version=0.0.4"));
+  const std::string& m = metrics.body;
+  INFO(m);
+  for (const char* line :
+       {"trainq_runs{state=\"queued\"} 3", "trainq_runs{state=\"running\"} 0",
+        "trainq_runs_finished_total{outcome=\"succeeded\"} 0", "trainq_pushes{state=\"pending\"} 1",
+        "trainq_webhook_deliveries_total{forge=\"github\",result=\"accepted\"} 1",
+        "trainq_webhook_deliveries_total{forge=\"github\",result=\"duplicate\"} 1",
+        "trainq_webhook_deliveries_total{forge=\"github\",result=\"unauthorized\"} 1",
+        "trainq_webhook_deliveries_total{forge=\"github\",result=\"too_large\"} 1",
+        "trainq_webhook_receive_to_stored_seconds_count 1",
+        "# TYPE trainq_webhook_receive_to_stored_seconds histogram"}) {
+    CHECK(m.find(line) != std::string::npos);
+  }
+}
+
+TEST_CASE("server: listen addresses", "[server]") {
+  auto a = ParseListenAddress("127.0.0.1:8080");
+  REQUIRE(a);
+  CHECK(a->host == "127.0.0.1");
+  CHECK(a->port == 8080);
+  CHECK(a->loopback());
+  CHECK(ParseListenAddress("[::1]:9000").value().host == "::1");
+  CHECK(ParseListenAddress("localhost:1").value().loopback());
+  CHECK_FALSE(ParseListenAddress("0.0.0.0:80").value().loopback());
+  for (const char* bad : {"8080", ":8080", "host:", "host:http", "host:70000", "host:0"}) {
+    INFO(bad);
+    auto r = ParseListenAddress(bad);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().message.starts_with("--listen: "));
+  }
+}
+
+TEST_CASE("server: real HTTP on loopback, several clients at once", "[server]") {
+  World w;
+  int port = testing::FreeLoopbackPort();
+  auto listener = HttpListener::Start({"127.0.0.1", port}, kMaxWebhookBodyBytes,
+                                      [&](const HttpServerRequest& r) { return w.server->Handle(r); });
+  REQUIRE(listener);
+  std::string base = "http://127.0.0.1:" + std::to_string(port);
+  CurlHttpClient http;
+
+  auto health = http.Send({"GET", base + "/healthz", {}, "", 5000});
+  REQUIRE(health);
+  CHECK(health->status == 200);
+  CHECK(health->body == "ok\n");
+
+  auto status = http.Send({"GET", base + "/api/v1/status", {}, "", 5000});
+  REQUIRE(status);
+  CHECK(json::parse(status->body)["counts"]["queued"] == 3);
+
+  std::atomic<int> accepted{0};
+  std::mutex errors_mu;
+  std::vector<std::string> errors;
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 4; ++t) {
+    clients.emplace_back([&, t] {
+      CurlHttpClient c;
+      for (int i = 0; i < 10; ++i) {
+        char after[41];
+        snprintf(after, sizeof after, "%020d%020d", t + 1, i);  // never all zeros
+        std::string body = World::PushBody(after);
+        auto r = c.Send({"POST", base + "/hooks/github",
+                         World::Signed(body, "c" + std::to_string(t) + "-" + std::to_string(i)),
+                         body, 5000});
+        if (r && r->status == 202) {
+          ++accepted;
+        } else {
+          std::lock_guard<std::mutex> lock(errors_mu);
+          errors.push_back(r ? std::to_string(r->status) + " " + r->body : r.error().message);
+        }
+      }
+    });
+  }
+  for (auto& c : clients) c.join();
+  for (const auto& e : errors) UNSCOPED_INFO(e);
+  CHECK(accepted == 40);
+  auto store = Store::Open(w.db).value();
+  CHECK(store.RecentPushes(100).value().size() == 40);
+
+  // Forged over the wire: 401 and nothing stored.
+  std::string body = World::PushBody(std::string(40, 'e'));
+  auto forged = http.Send({"POST", base + "/hooks/github",
+                           {{"X-GitHub-Event", "push"}, {"X-Hub-Signature-256", "sha256=00"}},
+                           body, 5000});
+  REQUIRE(forged);
+  CHECK(forged->status == 401);
+  CHECK(store.RecentPushes(100).value().size() == 40);
+
+  // A body over 25 MB is refused from its Content-Length.
+  std::string big(kMaxWebhookBodyBytes + 10, 'x');
+  auto too_big = http.Send({"POST", base + "/hooks/github", {{"X-GitHub-Event", "push"}}, big,
+                            20'000});
+  if (too_big) CHECK(too_big->status == 413);  // or the server closed while we sent: also fine
+
+  listener.value()->Stop();
+  auto after_stop = http.Send({"GET", base + "/healthz", {}, "", 2000});
+  CHECK_FALSE(after_stop);
+}
+
+TEST_CASE("server: a port in use is an error naming --listen", "[server]") {
+  testing::SilentListener taken;
+  auto listener =
+      HttpListener::Start({"127.0.0.1", taken.port()}, 1024,
+                          [](const HttpServerRequest&) { return HttpServerReply{}; });
+  REQUIRE_FALSE(listener);
+  CHECK(listener.error().message.starts_with("--listen 127.0.0.1:" +
+                                             std::to_string(taken.port())));
+}
+
+}  // namespace
+}  // namespace trainq

@@ -1,0 +1,268 @@
+// PushProcessor with real git: what each kind of push queues, and what a
+// failing fetch or a bad trainq.yaml leaves behind.
+#include "agent/server_worker.h"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "agent/commands.h"
+#include "agent/forge.h"
+#include "core/strings.h"
+#include "tests/support/git_cli.h"
+#include "tests/support/temp_dir.h"
+
+using nlohmann::json;
+
+namespace trainq {
+namespace {
+
+using testing::GitCli;
+
+const char* kManifest = R"(version: 1
+defaults:
+  repeats: 3
+experiments:
+  a:
+    command: echo a {seed}
+    watch: [configs/a.yaml, shared/**]
+  b:
+    command: echo b {seed}
+    watch: [configs/b.yaml, shared/**]
+)";
+
+struct World {
+  testing::TempDir tmp;
+  GitCli git{tmp / "origin"};
+  std::string url = "file://" + (tmp / "origin");
+  FakeClock clock;
+  Store store = Store::Open(tmp / "t.db").value();
+  ServerConfig config;
+  std::string base;
+  std::int64_t deliveries = 0;
+
+  explicit World(const std::string& extra = "") {
+    auto c = ParseServerConfig("repositories:\n  - url: " + url + "\n" + extra, "server.yaml");
+    REQUIRE(c);
+    config = *c;
+    base = git.Commit({{"trainq.yaml", kManifest},
+                       {"configs/a.yaml", "lr: 1\n"},
+                       {"configs/b.yaml", "lr: 2\n"},
+                       {"README", "hi\n"}},
+                      "base");
+  }
+
+  WorkerOptions Options() {
+    WorkerOptions o;
+    o.data_dir = tmp / "data";
+    o.fetch_retry_base_ms = 1000;
+    o.fetch_attempts = 3;
+    return o;
+  }
+
+  // Records a push as a webhook would and processes everything that is due.
+  Store::Push Push(const std::string& ref, const std::string& before, const std::string& after) {
+    Store::Push p;
+    p.source = "github";
+    p.delivery_id = "d" + std::to_string(++deliveries);
+    p.repo_url = url;
+    p.ref = ref;
+    p.before_sha = before;
+    p.after_sha = after;
+    auto id = store.RecordPush(p, clock.Now()).value();
+    REQUIRE(id);
+    MirrorCache mirrors(tmp / "data");
+    PushProcessor proc(store, config, mirrors, clock, Options());
+    REQUIRE(proc.ProcessDue(10));
+    return *store.GetPush(*id).value();
+  }
+
+  // experiment -> reason, for the batches of `sha`.
+  std::map<std::string, std::string> Batches(const std::string& sha) {
+    std::map<std::string, std::string> out;
+    auto all = store.Batches(false, 0).value();
+    for (const auto& b : all) {
+      if (b.sha == sha) out[b.experiment] = b.reason;
+    }
+    return out;
+  }
+};
+
+std::vector<std::string> Keys(const std::map<std::string, std::string>& m) {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : m) out.push_back(k);
+  return out;
+}
+
+TEST_CASE("push: a commit touching one experiment's config queues exactly that one",
+          "[server_worker]") {
+  World w;
+  std::string c = w.git.Commit({{"configs/b.yaml", "lr: 3\n"}}, "tune b");
+  auto p = w.Push("refs/heads/main", w.base, c);
+  INFO(p.error);
+  CHECK(p.state == "done");
+  CHECK(p.result == c.substr(0, 10) + ": queued b");
+  auto batches = w.Batches(c);
+  REQUIRE(Keys(batches) == std::vector<std::string>{"b"});
+  CHECK(batches["b"] == "github push to main: configs/b.yaml matches watch 'configs/b.yaml'");
+  // The batch runs from the mirror, with 3 seeds.
+  auto b = w.store.Batches(false, 0).value().front();
+  CHECK(b.repeats == 3);
+  auto leased = w.store.Lease("t", w.clock.Now(), 60'000, 10).value();
+  REQUIRE(leased.size() == 3);
+  CHECK(leased[0].repo_url.find("/data/mirrors/") != std::string::npos);
+  CHECK(leased[0].sha == c);
+
+  // A commit touching nothing watched queues nothing.
+  std::string readme = w.git.Commit({{"README", "changed\n"}}, "docs");
+  auto p2 = w.Push("refs/heads/main", c, readme);
+  CHECK(p2.state == "done");
+  CHECK(p2.result == readme.substr(0, 10) + ": no watched path or experiment changed");
+  CHECK(w.Batches(readme).empty());
+}
+
+TEST_CASE("push: several commits give the head the batches, per_commit gives each its own",
+          "[server_worker]") {
+  SECTION("head only") {
+    World w;
+    std::string c1 = w.git.Commit({{"configs/a.yaml", "lr: 5\n"}}, "a");
+    std::string c2 = w.git.Commit({{"configs/b.yaml", "lr: 5\n"}}, "b");
+    auto p = w.Push("refs/heads/main", w.base, c2);
+    CHECK(p.state == "done");
+    CHECK(w.Batches(c1).empty());
+    CHECK(Keys(w.Batches(c2)) == std::vector<std::string>{"a", "b"});
+  }
+  SECTION("per_commit: true") {
+    World w("    per_commit: true\n");
+    std::string c1 = w.git.Commit({{"configs/a.yaml", "lr: 5\n"}}, "a");
+    std::string c2 = w.git.Commit({{"configs/b.yaml", "lr: 5\n"}}, "b");
+    auto p = w.Push("refs/heads/main", w.base, c2);
+    CHECK(p.state == "done");
+    CHECK(p.result == c1.substr(0, 10) + ": queued a; " + c2.substr(0, 10) + ": queued b");
+    CHECK(Keys(w.Batches(c1)) == std::vector<std::string>{"a"});
+    CHECK(Keys(w.Batches(c2)) == std::vector<std::string>{"b"});
+  }
+}
+
+TEST_CASE("push: a new branch is compared with its merge-base with the default branch",
+          "[server_worker]") {
+  World w;
+  w.git.Run("checkout -q -b feature");
+  std::string f1 = w.git.Commit({{"configs/a.yaml", "lr: 9\n"}}, "feature a");
+  std::string f2 = w.git.Commit({{"README", "x\n"}}, "feature docs");
+  w.git.Run("checkout -q main");  // the remote's HEAD names its default branch
+  auto p = w.Push("refs/heads/feature", std::string(kZeroSha), f2);
+  INFO(p.error);
+  CHECK(p.state == "done");
+  auto batches = w.Batches(f2);
+  REQUIRE(Keys(batches) == std::vector<std::string>{"a"});
+  CHECK(batches["a"] == "github push to feature: new branch: compared with the merge-base " +
+                            w.base.substr(0, 10) +
+                            " with main; configs/a.yaml matches watch 'configs/a.yaml'");
+  (void)f1;
+
+  // A new branch at an existing commit changes nothing.
+  w.git.Run("branch other " + w.base);
+  auto p2 = w.Push("refs/heads/other", std::string(kZeroSha), w.base);
+  CHECK(p2.result == "no new commits: nothing runs");
+}
+
+TEST_CASE("push: a force push is compared with the merge-base of old and new head",
+          "[server_worker]") {
+  World w;
+  std::string old_head = w.git.Commit({{"configs/a.yaml", "lr: 7\n"}}, "a, to be rewritten");
+  w.git.Run("reset -q --hard " + w.base);
+  std::string rewritten = w.git.Commit({{"configs/b.yaml", "lr: 7\n"}}, "b instead");
+  // The mirror must know the old head, as it would from the earlier push.
+  MirrorCache mirrors(w.tmp / "data");
+  w.git.Run("branch keep " + old_head);
+  REQUIRE(mirrors.Get(w.url).value()->Fetch({}));
+  auto p = w.Push("refs/heads/main", old_head, rewritten);
+  INFO(p.error);
+  CHECK(p.state == "done");
+  auto batches = w.Batches(rewritten);
+  REQUIRE(Keys(batches) == std::vector<std::string>{"b"});
+  CHECK(batches["b"].find("force push: compared with the merge-base " + w.base.substr(0, 10)) !=
+        std::string::npos);
+}
+
+TEST_CASE("push: trainq.yaml edits run the experiments whose entry changed", "[server_worker]") {
+  World w;
+  std::string text = kManifest;
+  text.replace(text.find("echo a {seed}"), 13, "echo A {seed}");
+  std::string c = w.git.Commit({{"trainq.yaml", text}}, "change a's command");
+  w.Push("refs/heads/main", w.base, c);
+  auto batches = w.Batches(c);
+  REQUIRE(Keys(batches) == std::vector<std::string>{"a"});
+  CHECK(batches["a"] == "github push to main: its entry in trainq.yaml changed");
+
+  std::string shared = w.git.Commit({{"shared/util.py", "x = 1\n"}}, "shared code");
+  w.Push("refs/heads/main", c, shared);
+  CHECK(Keys(w.Batches(shared)) == std::vector<std::string>{"a", "b"});
+}
+
+TEST_CASE("push: a bad trainq.yaml fails the push at once with file:line", "[server_worker]") {
+  World w;
+  std::string c = w.git.Commit({{"trainq.yaml", std::string(kManifest) + "    repeats: ten\n"}},
+                               "oops");
+  auto p = w.Push("refs/heads/main", w.base, c);
+  CHECK(p.state == "failed");
+  CHECK(p.attempts == 0);
+  CHECK(p.error.find("trainq.yaml:11: experiments.b.repeats") != std::string::npos);
+  CHECK(w.Batches(c).empty());
+}
+
+TEST_CASE("push: a fetch that keeps failing is retried with backoff, then the push's error",
+          "[server_worker]") {
+  World w;
+  std::string c = w.git.Commit({{"configs/a.yaml", "lr: 8\n"}}, "a");
+  std::filesystem::rename(w.tmp / "origin", w.tmp / "moved");  // the remote is gone
+  auto p = w.Push("refs/heads/main", w.base, c);
+  CHECK(p.state == "pending");
+  CHECK(p.attempts == 1);
+  CHECK(p.not_before_ms == w.clock.Now() + 1000);
+  CHECK(p.error.find("fetching") != std::string::npos);
+
+  MirrorCache mirrors(w.tmp / "data");
+  PushProcessor proc(w.store, w.config, mirrors, w.clock, w.Options());
+  CHECK(proc.ProcessDue(10).value() == 0);  // not due yet
+  w.clock.Advance(1000);
+  CHECK(proc.ProcessDue(10).value() == 1);
+  auto p2 = *w.store.GetPush(p.id).value();
+  CHECK(p2.state == "pending");
+  CHECK(p2.attempts == 2);
+  CHECK(p2.not_before_ms == w.clock.Now() + 2000);  // doubled
+  w.clock.Advance(2000);
+  CHECK(proc.ProcessDue(10).value() == 1);
+  auto p3 = *w.store.GetPush(p.id).value();
+  CHECK(p3.state == "failed");
+  CHECK(p3.error.find("fetching file://") != std::string::npos);
+
+  // `trainq status` shows it.
+  auto j = StatusJson(w.store, "t.db", w.clock.Now()).value();
+  CHECK(j["pushes"]["counts"]["failed"] == 1);
+  CHECK(j["pushes"]["recent"][0]["state"] == "failed");
+  CHECK(j["pushes"]["recent"][0]["error"].get<std::string>().find("fetching") !=
+        std::string::npos);
+}
+
+TEST_CASE("push: a commit the remote does not have is retried like a failed fetch",
+          "[server_worker]") {
+  World w;
+  auto p = w.Push("refs/heads/main", w.base, std::string(40, 'a'));
+  CHECK(p.state == "pending");
+  CHECK(p.error == "commit aaaaaaaaaa not found in " + w.url + " after fetching");
+}
+
+TEST_CASE("push: tags run every experiment when tags are on", "[server_worker]") {
+  World w("    tags: true\n");
+  w.git.Run("tag v1");
+  auto p = w.Push("refs/tags/v1", std::string(kZeroSha), w.base);
+  INFO(p.error);
+  CHECK(p.state == "done");
+  auto batches = w.Batches(w.base);
+  CHECK(Keys(batches) == std::vector<std::string>{"a", "b"});
+  CHECK(batches["a"].starts_with("github push to v1: new tag: every experiment runs"));
+}
+
+}  // namespace
+}  // namespace trainq

@@ -1,0 +1,312 @@
+// Webhook receipt: signatures, limits, dedupe and what gets recorded, with the
+// forges' real payloads (tests/fixtures) and a real SQLite store.
+#include "agent/webhook.h"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "agent/forge.h"
+#include "agent/server_config.h"
+#include "core/strings.h"
+#include "queue/store.h"
+#include "tests/support/temp_dir.h"
+
+using nlohmann::json;
+
+namespace trainq {
+namespace {
+
+std::string Fixture(const std::string& path) {
+  auto text = ReadFile(std::string(TRAINQ_SOURCE_DIR) + "/tests/fixtures/" + path);
+  REQUIRE(text);
+  return *text;
+}
+
+ServerConfig Config(const std::string& yaml) {
+  auto c = ParseServerConfig(yaml, "server.yaml");
+  INFO((c ? "" : c.error().message));
+  REQUIRE(c);
+  return *c;
+}
+
+struct Env {
+  Env(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~Env() { unsetenv(name_); }
+  const char* name_;
+};
+
+// Repositories matching the fixtures' repositories.
+struct Fixture3 {
+  Env gh{"WH_TEST_GH", "It's a Secret to Everybody"};
+  Env gl{"WH_TEST_GL", "gitlab-token-123"};
+  Env ge{"WH_TEST_GE", "gitea-secret"};
+  Env other{"WH_TEST_OTHER", "another secret"};
+  testing::TempDir tmp;
+  ServerConfig config = Config(R"(
+repositories:
+  - url: https://github.com/Codertocat/Hello-World.git
+    forge: github
+    secret: {env: WH_TEST_GH}
+  - url: https://github.com/acme/other.git
+    forge: github
+    secret: {env: WH_TEST_OTHER}
+  - url: http://example.com/mike/diaspora.git
+    forge: gitlab
+    secret: {env: WH_TEST_GL}
+  - url: http://localhost:3000/gitea/webhooks.git
+    forge: gitea
+    branches: [master, "release/*"]
+    secret: {env: WH_TEST_GE}
+)");
+  Store store = Store::Open(tmp / "t.db").value();
+
+  size_t Pushes() { return store.RecentPushes(1000).value().size(); }
+};
+
+HttpHeaders GithubHeaders(const std::string& event, const std::string& body,
+                          const std::string& secret, const std::string& delivery) {
+  return {{"X-GitHub-Event", event},
+          {"X-GitHub-Delivery", delivery},
+          {"X-Hub-Signature-256", "sha256=" + HmacSha256Hex(secret, body)},
+          {"Content-Type", "application/json"}};
+}
+
+TEST_CASE("webhook: HMAC-SHA256 matches GitHub's documented test vector", "[webhook]") {
+  CHECK(HmacSha256Hex("It's a Secret to Everybody", "Hello, World!") ==
+        "757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17");
+  HttpHeaders h = {{"X-Hub-Signature-256",
+                    "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"}};
+  CHECK(VerifyWebhook(ForgeKind::kGithub, h, "Hello, World!", "It's a Secret to Everybody"));
+  CHECK_FALSE(VerifyWebhook(ForgeKind::kGithub, h, "Hello, World?", "It's a Secret to Everybody"));
+  CHECK_FALSE(VerifyWebhook(ForgeKind::kGithub, h, "Hello, World!", "another secret"));
+  CHECK_FALSE(VerifyWebhook(ForgeKind::kGithub, h, "Hello, World!", ""));
+  // Upper-case hex is the same signature.
+  HttpHeaders upper = {{"x-hub-signature-256",
+                        "sha256=757107EA0EB2509FC211221CCE984B8A37570B6D7586C22C46F4379C8B043E17"}};
+  CHECK(VerifyWebhook(ForgeKind::kGithub, upper, "Hello, World!", "It's a Secret to Everybody"));
+  // The old SHA-1 header alone is not accepted.
+  HttpHeaders sha1 = {{"X-Hub-Signature", "sha1=0000"}};
+  CHECK_FALSE(VerifyWebhook(ForgeKind::kGithub, sha1, "Hello, World!", "It's a Secret to Everybody"));
+}
+
+TEST_CASE("webhook: constant-time comparison compares contents and lengths", "[webhook]") {
+  CHECK(ConstantTimeEquals("abc", "abc"));
+  CHECK_FALSE(ConstantTimeEquals("abc", "abd"));
+  CHECK_FALSE(ConstantTimeEquals("abc", "abcd"));
+  CHECK_FALSE(ConstantTimeEquals("", "a"));
+}
+
+TEST_CASE("webhook: a signed GitHub push is recorded once, a redelivery is a duplicate",
+          "[webhook]") {
+  Fixture3 f;
+  std::string body = Fixture("github/push_new_branch.json");
+  auto headers = GithubHeaders("push", body, "It's a Secret to Everybody", "delivery-1");
+  auto r = HandleWebhook(f.config, f.store, ForgeKind::kGithub, headers, body, 1000);
+  INFO(r.body);
+  CHECK(r.status == 202);
+  CHECK(r.result == "accepted");
+  auto j = json::parse(r.body);
+  CHECK(j["result"] == "accepted");
+  REQUIRE(r.push_id > 0);
+  auto p = f.store.GetPush(r.push_id).value();
+  REQUIRE(p);
+  CHECK(p->source == "github");
+  CHECK(p->delivery_id == "delivery-1");
+  CHECK(p->repo_url == "https://github.com/Codertocat/Hello-World.git");
+  CHECK(p->ref == "refs/heads/master");
+  CHECK(p->before_sha == std::string(kZeroSha));
+  CHECK(p->after_sha == "6113728f27ae82c7b1a177c8d03f9e96e0adf246");
+  CHECK(p->default_branch == "master");
+  CHECK(p->state == "pending");
+  CHECK(p->received_ms == 1000);
+
+  auto again = HandleWebhook(f.config, f.store, ForgeKind::kGithub, headers, body, 2000);
+  CHECK(again.status == 200);
+  CHECK(again.result == "duplicate");
+  CHECK(json::parse(again.body)["result"] == "duplicate");
+  CHECK(f.Pushes() == 1);
+
+  // A new delivery id of the same push is a new delivery (GitHub's "redeliver"
+  // keeps the id; a second hook would not).
+  auto other = GithubHeaders("push", body, "It's a Secret to Everybody", "delivery-2");
+  CHECK(HandleWebhook(f.config, f.store, ForgeKind::kGithub, other, body, 3000).status == 202);
+  CHECK(f.Pushes() == 2);
+}
+
+TEST_CASE("webhook: forged, unsigned, oversized and malformed deliveries store nothing",
+          "[webhook]") {
+  Fixture3 f;
+  std::string body = Fixture("github/push_new_branch.json");
+  struct Case {
+    const char* what;
+    HttpHeaders headers;
+    std::string body;
+    int status;
+    const char* result;
+  };
+  std::string big(kMaxWebhookBodyBytes + 1, ' ');
+  std::string bad_json = "{\"ref\": ";
+  const std::vector<Case> cases = {
+      {"no signature", {{"X-GitHub-Event", "push"}, {"X-GitHub-Delivery", "d1"}}, body, 401,
+       "unauthorized"},
+      {"wrong secret", GithubHeaders("push", body, "guess", "d2"), body, 401, "unauthorized"},
+      {"signature of another body", GithubHeaders("push", body + " ", "It's a Secret to Everybody",
+                                                   "d3"),
+       body, 401, "unauthorized"},
+      {"sha1 signature only",
+       {{"X-GitHub-Event", "push"}, {"X-Hub-Signature", "sha1=" + std::string(40, 'a')}}, body,
+       401, "unauthorized"},
+      {"over 25 MB (checked before anything else)",
+       GithubHeaders("push", big, "It's a Secret to Everybody", "d4"), big, 413, "too_large"},
+      {"malformed JSON, correctly signed",
+       GithubHeaders("push", bad_json, "It's a Secret to Everybody", "d5"), bad_json, 400,
+       "malformed"},
+      {"JSON without ref",
+       GithubHeaders("push", "{}", "It's a Secret to Everybody", "d6"), "{}", 400, "malformed"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.what);
+    auto r = HandleWebhook(f.config, f.store, ForgeKind::kGithub, c.headers, c.body, 1000);
+    CHECK(r.status == c.status);
+    CHECK(r.result == c.result);
+    CHECK(r.push_id == 0);
+  }
+  CHECK(f.Pushes() == 0);
+  // The other repository's secret signs only its own repository.
+  auto r = HandleWebhook(f.config, f.store, ForgeKind::kGithub,
+                         GithubHeaders("push", body, "another secret", "d7"), body, 1000);
+  CHECK(r.status == 202);
+  CHECK(r.result == "ignored");
+  CHECK(json::parse(r.body)["reason"].get<std::string>().find("Codertocat/Hello-World") !=
+        std::string::npos);
+  CHECK(f.Pushes() == 0);
+}
+
+TEST_CASE("webhook: ping answers 200, other events 202 with the reason", "[webhook]") {
+  Fixture3 f;
+  std::string ping = Fixture("github/ping.json");
+  auto r = HandleWebhook(f.config, f.store, ForgeKind::kGithub,
+                         GithubHeaders("ping", ping, "It's a Secret to Everybody", "p1"), ping, 1);
+  CHECK(r.status == 200);
+  CHECK(r.result == "ping");
+  std::string issue = R"({"action":"opened","issue":{"number":1}})";
+  r = HandleWebhook(f.config, f.store, ForgeKind::kGithub,
+                    GithubHeaders("issues", issue, "It's a Secret to Everybody", "i1"), issue, 1);
+  CHECK(r.status == 202);
+  CHECK(r.result == "ignored");
+  CHECK(json::parse(r.body)["reason"] == "event 'issues' is not handled (only push)");
+  // A ping with a bad signature is still refused.
+  r = HandleWebhook(f.config, f.store, ForgeKind::kGithub, GithubHeaders("ping", ping, "x", "p2"),
+                    ping, 1);
+  CHECK(r.status == 401);
+  CHECK(f.Pushes() == 0);
+}
+
+TEST_CASE("webhook: tag pushes and deleted refs are recorded as skipped", "[webhook]") {
+  Fixture3 f;
+  for (const char* file : {"github/push_tag_created.json", "github/push_tag_deleted.json"}) {
+    INFO(file);
+    std::string body = Fixture(file);
+    auto r = HandleWebhook(f.config, f.store, ForgeKind::kGithub,
+                           GithubHeaders("push", body, "It's a Secret to Everybody", file), body, 1);
+    CHECK(r.status == 200);
+    CHECK(r.result == "ignored");
+    auto p = f.store.GetPush(r.push_id).value();
+    REQUIRE(p);
+    CHECK(p->state == "skipped");
+    CHECK(p->result.find("tag pushes are ignored") != std::string::npos);
+  }
+  // A deleted branch: the new-branch fixture with before and after swapped.
+  auto j = json::parse(Fixture("github/push_new_branch.json"));
+  j["before"] = j["after"];
+  j["after"] = std::string(kZeroSha);
+  j["deleted"] = true;
+  std::string body = j.dump();
+  auto r = HandleWebhook(f.config, f.store, ForgeKind::kGithub,
+                         GithubHeaders("push", body, "It's a Secret to Everybody", "del"), body, 1);
+  CHECK(r.status == 200);
+  auto p = f.store.GetPush(r.push_id).value();
+  REQUIRE(p);
+  CHECK(p->state == "skipped");
+  CHECK(p->result == "branch master deleted: nothing runs");
+  CHECK(f.store.DuePushes(10, 10).value().empty());
+}
+
+TEST_CASE("webhook: GitLab token and Idempotency-Key", "[webhook]") {
+  Fixture3 f;
+  std::string body = Fixture("gitlab/push.json");
+  HttpHeaders h = {{"X-Gitlab-Event", "Push Hook"},
+                   {"X-Gitlab-Token", "gitlab-token-123"},
+                   {"Idempotency-Key", "8f1a-key"},
+                   {"X-Gitlab-Event-UUID", "uuid-1"}};
+  auto r = HandleWebhook(f.config, f.store, ForgeKind::kGitlab, h, body, 1);
+  INFO(r.body);
+  CHECK(r.status == 202);
+  auto p = f.store.GetPush(r.push_id).value();
+  REQUIRE(p);
+  CHECK(p->delivery_id == "8f1a-key");
+  CHECK(p->repo_url == "http://example.com/mike/diaspora.git");
+  CHECK(p->before_sha == "95790bf891e76fee5e1747ab589903a6a1f80f22");
+  CHECK(p->after_sha == "da1560886d4f094c3e6c9ef40349f7d38b5d27d7");
+  CHECK(HandleWebhook(f.config, f.store, ForgeKind::kGitlab, h, body, 2).result == "duplicate");
+
+  HttpHeaders wrong = {{"X-Gitlab-Event", "Push Hook"}, {"X-Gitlab-Token", "gitlab-token-12"}};
+  CHECK(HandleWebhook(f.config, f.store, ForgeKind::kGitlab, wrong, body, 3).status == 401);
+  // The GitHub secret does not open the GitLab endpoint.
+  HttpHeaders cross = {{"X-Gitlab-Event", "Push Hook"},
+                       {"X-Gitlab-Token", "It's a Secret to Everybody"}};
+  CHECK(HandleWebhook(f.config, f.store, ForgeKind::kGitlab, cross, body, 3).status == 401);
+
+  // Without any id, the same body is recognised by its hash.
+  HttpHeaders no_id = {{"X-Gitlab-Event", "Push Hook"}, {"X-Gitlab-Token", "gitlab-token-123"}};
+  auto first = HandleWebhook(f.config, f.store, ForgeKind::kGitlab, no_id, body, 4);
+  CHECK(first.status == 202);
+  CHECK(f.store.GetPush(first.push_id).value()->delivery_id.starts_with("sha256:"));
+  CHECK(HandleWebhook(f.config, f.store, ForgeKind::kGitlab, no_id, body, 5).result ==
+        "duplicate");
+  CHECK(f.Pushes() == 2);
+}
+
+TEST_CASE("webhook: Gitea signature, and branches outside `branches`", "[webhook]") {
+  Fixture3 f;
+  std::string body = Fixture("gitea/push.json");  // refs/heads/develop
+  HttpHeaders h = {{"X-Gitea-Event", "push"},
+                   {"X-Gitea-Delivery", "gitea-1"},
+                   {"X-Gitea-Signature", HmacSha256Hex("gitea-secret", body)}};
+  auto r = HandleWebhook(f.config, f.store, ForgeKind::kGitea, h, body, 1);
+  INFO(r.body);
+  CHECK(r.status == 200);
+  CHECK(r.result == "ignored");
+  auto p = f.store.GetPush(r.push_id).value();
+  REQUIRE(p);
+  CHECK(p->state == "skipped");
+  CHECK(p->result ==
+        "branch develop is not in `branches` of http://localhost:3000/gitea/webhooks.git");
+
+  auto j = json::parse(body);
+  j["ref"] = "refs/heads/release/2.0";
+  std::string release = j.dump();
+  HttpHeaders h2 = {{"X-Gitea-Event", "push"},
+                    {"X-Gitea-Delivery", "gitea-2"},
+                    {"X-Gitea-Signature", HmacSha256Hex("gitea-secret", release)}};
+  r = HandleWebhook(f.config, f.store, ForgeKind::kGitea, h2, release, 2);
+  CHECK(r.status == 202);
+  CHECK(f.store.GetPush(r.push_id).value()->state == "pending");
+
+  HttpHeaders unsigned_h = {{"X-Gitea-Event", "push"}, {"X-Gitea-Delivery", "gitea-3"}};
+  CHECK(HandleWebhook(f.config, f.store, ForgeKind::kGitea, unsigned_h, release, 3).status == 401);
+}
+
+TEST_CASE("webhook: a repository without a secret refuses every webhook", "[webhook]") {
+  testing::TempDir tmp;
+  auto config = Config("repositories:\n  - url: https://github.com/Codertocat/Hello-World.git\n"
+                       "    forge: github\n");
+  auto store = Store::Open(tmp / "t.db").value();
+  std::string body = Fixture("github/push_new_branch.json");
+  auto r = HandleWebhook(config, store, ForgeKind::kGithub, GithubHeaders("push", body, "", "x"),
+                         body, 1);
+  CHECK(r.status == 401);
+}
+
+}  // namespace
+}  // namespace trainq
