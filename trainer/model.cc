@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "trainer/cpu_kernels.h"
 #include "trainer/rng.h"
 
 namespace trainq::trainer {
@@ -80,11 +81,11 @@ void Gemm(SgemmFn sgemm, bool ta, bool tb, int m, int n, int k, const float* a, 
 // y = x w + b for K replicas at once on the CPU: one BLAS call per replica and
 // product, without the per-replica dispatch of torch::baddbmm (which loops
 // over the batch through addmm_ when libtorch has no MKL). x [K, N, in],
-// w [K, in, out], b [K, 1, out], all float32 and contiguous.
+// w [K, in, out], b [K, 1, out], all float32 and contiguous. With `relu` the
+// ReLU that follows is applied in place (one op and one buffer fewer).
 struct CpuBatchedLinear : public torch::autograd::Function<CpuBatchedLinear> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
-                               const torch::Tensor& b) {
-    ctx->save_for_backward({x, w});
+                               const torch::Tensor& b, bool relu) {
     const std::int64_t k = x.size(0), n = x.size(1), in = x.size(2), out = w.size(2);
     torch::Tensor y = torch::empty({k, n, out}, x.options());
     const float* xd = x.data_ptr<float>();
@@ -98,6 +99,12 @@ struct CpuBatchedLinear : public torch::autograd::Function<CpuBatchedLinear> {
       Gemm(sgemm, false, false, static_cast<int>(n), static_cast<int>(out), static_cast<int>(in), xd + r * n * in,
            wd + r * in * out, 1.0f, yr);
     }
+    if (relu) {
+      ReluInPlace(yd, k * n * out);
+      ctx->save_for_backward({x, w, y});
+    } else {
+      ctx->save_for_backward({x, w});
+    }
     return y;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -107,6 +114,14 @@ struct CpuBatchedLinear : public torch::autograd::Function<CpuBatchedLinear> {
     const torch::Tensor& w = saved[1];
     torch::Tensor g = grads[0].contiguous();
     const std::int64_t k = x.size(0), n = x.size(1), in = x.size(2), out = w.size(2);
+    if (saved.size() == 3) {  // through the ReLU: zero where the output is not positive
+      const float* yd = saved[2].data_ptr<float>();
+      const float* src = g.data_ptr<float>();
+      torch::Tensor masked = torch::empty_like(g);
+      float* dst = masked.data_ptr<float>();
+      ReluBackward(yd, src, dst, k * n * out);
+      g = masked;
+    }
     const SgemmFn sgemm = FindSgemm();
     const float* xd = x.data_ptr<float>();
     const float* wd = w.data_ptr<float>();
@@ -129,7 +144,7 @@ struct CpuBatchedLinear : public torch::autograd::Function<CpuBatchedLinear> {
       }
     }
     if (ctx->needs_input_grad(2)) gb = g.sum(1, /*keepdim=*/true);
-    return {gx, gw, gb};
+    return {gx, gw, gb, torch::Tensor()};
   }
 };
 
@@ -139,16 +154,19 @@ bool UseCpuBatchedLinear(const torch::Tensor& x, const torch::Tensor& w, const t
          x.numel() < (std::int64_t{1} << 31) && w.numel() < (std::int64_t{1} << 31);
 }
 
-// Applies a stacked linear map to the last dimension: x [K, ..., in] -> [K, ..., out].
-torch::Tensor BatchedLinear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+// Applies a stacked linear map to the last dimension: x [K, ..., in] -> [K, ..., out],
+// then a ReLU if `relu`.
+torch::Tensor BatchedLinear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                            bool relu = false) {
   const std::int64_t k = x.size(0), in = x.size(-1), out = w.size(2);
   auto sizes = x.sizes().vec();
   torch::Tensor flat = x.reshape({k, -1, in});
   torch::Tensor y;
   if (UseCpuBatchedLinear(flat, w, b) && flat.size(1) > 0) {
-    y = CpuBatchedLinear::apply(flat.contiguous(), w, b);
+    y = CpuBatchedLinear::apply(flat.contiguous(), w, b, relu);
   } else {
     y = b.defined() ? torch::baddbmm(b, flat, w) : torch::bmm(flat, w);
+    if (relu) y = torch::relu(y);
   }
   sizes.back() = out;
   return y.view(sizes);
@@ -161,13 +179,18 @@ class Linear : public Layer {
     w_ = init.Uniform({in, out}, bound);
     if (bias) b_ = init.Uniform({1, out}, bound);
   }
-  torch::Tensor Forward(const torch::Tensor& x, ForwardContext&) override { return BatchedLinear(x, w_, b_); }
+  torch::Tensor Forward(const torch::Tensor& x, ForwardContext&) override {
+    return BatchedLinear(x, w_, b_, fused_relu_);
+  }
   std::vector<torch::Tensor> Parameters() override {
     return b_.defined() ? std::vector<torch::Tensor>{w_, b_} : std::vector<torch::Tensor>{w_};
   }
+  // The relu layer that follows is applied here instead.
+  void FuseRelu() { fused_relu_ = true; }
 
  private:
   torch::Tensor w_, b_;
+  bool fused_relu_ = false;
 };
 
 class Activation : public Layer {
@@ -416,11 +439,21 @@ Result<std::unique_ptr<FusedModel>> FusedModel::Build(const ModelSpec& spec, con
   model->replicas_ = static_cast<std::int64_t>(seeds.size());
   Initializer init(seeds, device);
   Shape shape = input_shape;
+  Linear* previous_linear = nullptr;  // the last layer built, if it is a linear layer
   for (const LayerSpec& l : spec.layers) {
     const std::string got = "got per-sample shape " + ShapeText(shape);
     std::unique_ptr<Layer> layer;
+    if (l.type == "relu" && previous_linear != nullptr) {
+      previous_linear->FuseRelu();
+      previous_linear = nullptr;
+      model->last_layer_where_ = l.where;
+      continue;
+    }
+    previous_linear = nullptr;
     if (l.type == "linear") {
-      layer = std::make_unique<Linear>(shape.back(), l.out, l.bias, init);
+      auto linear = std::make_unique<Linear>(shape.back(), l.out, l.bias, init);
+      previous_linear = linear.get();
+      layer = std::move(linear);
       shape.back() = l.out;
     } else if (l.type == "relu" || l.type == "tanh" || l.type == "gelu" || l.type == "sigmoid") {
       layer = std::make_unique<Activation>(l.type);

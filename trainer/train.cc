@@ -17,7 +17,7 @@
 #include "trainer/macrobatch.h"
 #include "trainer/metrics_writer.h"
 #include "trainer/model.h"
-#include "trainer/optim_kernels.h"
+#include "trainer/cpu_kernels.h"
 #include "trainer/progress.h"
 #include "trainer/rng.h"
 
@@ -66,7 +66,7 @@ class Optimizer {
       torch::Tensor g = p.grad();
       if (CpuFloatContiguous(p) && CpuFloatContiguous(g) && CpuFloatContiguous(state1_[i]) &&
           (state2_.empty() || CpuFloatContiguous(state2_[i]))) {
-        // One pass per replica slice over p, g and the state (see optim_kernels.h).
+        // One pass per replica slice over p, g and the state (see cpu_kernels.h).
         const std::int64_t k = p.size(0), n = p.numel() / k;
         float* pd = p.data_ptr<float>();
         const float* gd = g.data_ptr<float>();

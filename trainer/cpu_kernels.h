@@ -1,6 +1,9 @@
-// Single-pass element-wise optimizer updates on float arrays (CPU), for the
-// stacked parameters of K replicas: one read and one write of each array per
-// step, where the tensor formulation makes five to eight passes. Torch-free.
+// Element-wise loops on float arrays for the CPU paths of training, compiled
+// vectorised (see cpu_kernels.cc). Torch-free.
+//
+// Optimizer updates for the stacked parameters of K replicas: one read and one
+// write of each array per step, where the tensor formulation makes five to
+// eight passes.
 #pragma once
 
 #include <cstdint>
@@ -25,5 +28,11 @@ void AdamUpdate(float* p, const float* g, float* m, float* v, std::int64_t n, fl
 // buf is unused (may be null) when momentum is 0.
 void SgdUpdate(float* p, const float* g, float* buf, std::int64_t n, float lr, float weight_decay, float momentum,
                bool nesterov, bool first);
+
+// ReLU in place: x = max(x, 0).
+void ReluInPlace(float* x, std::int64_t n);
+
+// The gradient through a ReLU whose output is y: out = y > 0 ? g : 0.
+void ReluBackward(const float* y, const float* g, float* out, std::int64_t n);
 
 }  // namespace trainq::trainer

@@ -1,4 +1,4 @@
-#include "trainer/optim_kernels.h"
+#include "trainer/cpu_kernels.h"
 
 #include <cmath>
 
@@ -46,6 +46,16 @@ void SgdUpdate(float* __restrict p, const float* __restrict g, float* __restrict
     buf[i] = bi;
     p[i] -= lr * (nesterov ? gi + momentum * bi : bi);
   }
+}
+
+TRAINQ_CLONES
+void ReluInPlace(float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+TRAINQ_CLONES
+void ReluBackward(const float* __restrict y, const float* __restrict g, float* __restrict out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = y[i] > 0.0f ? g[i] : 0.0f;
 }
 
 }  // namespace trainq::trainer
