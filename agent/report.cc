@@ -125,7 +125,8 @@ Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& wi
 std::string RenderMarkdown(const ReportData& r) {
   std::ostringstream o;
   o << "# trainq spread report\n\n";
-  o << "Window: last " << r.window << "; " << r.batches << " batches, " << r.runs << " runs";
+  o << "Window: " << (r.window == "all" ? "all batches" : "last " + r.window) << "; " << r.batches
+    << " batches, " << r.runs << " runs";
   TimeMs first = 0, last = 0;
   for (const auto& er : r.experiments) {
     for (const auto& e : er.entries) {
@@ -305,8 +306,8 @@ std::string RenderHtml(const ReportData& r) {
        ".better{color:#1a7f37;font-weight:600}.worse{color:#cf222e;font-weight:600}\n"
        ".grew{color:#cf222e}\n</style>\n</head>\n<body>\n";
   o << "<h1>trainq spread report</h1>\n";
-  o << "<p>Window: last " << Html(r.window) << "; " << r.batches << " batches, " << r.runs
-    << " runs.</p>\n";
+  o << "<p>Window: " << (r.window == "all" ? "all batches" : "last " + Html(r.window)) << "; "
+    << r.batches << " batches, " << r.runs << " runs.</p>\n";
   o << "<h2>Significant changes</h2>\n<ul>\n";
   int sig = 0;
   for (const auto& er : r.experiments) {

@@ -162,7 +162,10 @@ TEST_CASE("streamed macrobatches show every training row once per epoch, two in 
   config.seeds = {3};
   TrainReport r = MustTrain(*spec, config);
   CHECK(r.streamed);
-  CHECK(r.max_macrobatches_alive == 2);
+  // At most two in memory; whether the reader is one ahead at a given moment
+  // depends on the scheduler (it was not, once, on a loaded machine).
+  CHECK(r.max_macrobatches_alive >= 1);
+  CHECK(r.max_macrobatches_alive <= 2);
   auto split = SplitDataset(150, spec->data.split);
   REQUIRE(split.has_value());
   std::multiset<std::int64_t> expected(split->train.begin(), split->train.end());
