@@ -128,5 +128,7 @@ std::string DefaultDbPath();
 
 // `trainq stats ...`: registered by agent/cmd_stats.cc.
 void AddStatsCommands(CLI::App& app, int* exit_code);
+// `trainq simulate TRACE`: registered by agent/cmd_simulate.cc.
+void AddSimulateCommand(CLI::App& app, int* exit_code);
 
 }  // namespace trainq

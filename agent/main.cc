@@ -185,6 +185,7 @@ int main(int argc, char** argv) {
   });
 
   trainq::AddStatsCommands(app, &exit_code);
+  trainq::AddSimulateCommand(app, &exit_code);
 
   app.parse_complete_callback([&] { trainq::InitLogging(verbosity, quiet); });
   try {

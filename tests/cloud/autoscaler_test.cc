@@ -216,6 +216,8 @@ TEST_CASE("DrainAllowed: the drain transaction rejects a decision that a lease o
       {"nothing happened since the decision", unchanged, true},
       {"race: a lease arrived while the drain was decided",
        {MachineState::kReady, 1, kNow, 0}, false},
+      {"a lease arrived; last_busy_at is written only when it ends",
+       {MachineState::kReady, 1, kNow - 5 * kMin, 0}, false},
       {"a lease came and went (its run failed fast)", {MachineState::kReady, 0, kNow, 0}, false},
       {"a run was queued", {MachineState::kReady, 0, kNow - 5 * kMin, 1}, false},
       {"another pass drained it already", {MachineState::kDraining, 0, kNow - 5 * kMin, 0}, false},
