@@ -25,9 +25,12 @@ struct SimulateOptions {
   std::string tick = "10s";
   std::string idle_timeout = "10m";
   bool json = false;
+  bool batches = false;
 };
 
-std::string Hours(TimeMs ms) { return FormatDouble(static_cast<double>(ms) / 3600'000.0, 1) + " h"; }
+std::string Hours(TimeMs ms) {
+  return FormatDouble(static_cast<double>(ms) / 3600'000.0, 1) + " h";
+}
 
 json ResultJson(const cloud::SimResult& r) {
   TimeMs lat = 0, ideal = 0;
@@ -101,7 +104,8 @@ Status CmdSimulate(const SimulateOptions& o, std::ostream& out) {
   row("", "autoscaler", fixed_name);
   row("billed machine time", Hours(a.billed_ms), Hours(b.billed_ms));
   row("busy machine time", Hours(a.busy_ms), Hours(b.busy_ms));
-  row("billed / busy", FormatDouble(a.billed_over_busy(), 3), FormatDouble(b.billed_over_busy(), 3));
+  row("billed / busy", FormatDouble(a.billed_over_busy(), 3),
+      FormatDouble(b.billed_over_busy(), 3));
   row("cost", "$" + FormatDouble(a.cost, 2), "$" + FormatDouble(b.cost, 2));
   row("latency, mean", FormatDuration(mean_ms(a, false)), FormatDuration(mean_ms(b, false)));
   row("ideal latency, mean", FormatDuration(mean_ms(a, true)), FormatDuration(mean_ms(b, true)));
@@ -113,6 +117,21 @@ Status CmdSimulate(const SimulateOptions& o, std::ostream& out) {
       FormatDouble(b.worst_latency_ratio(), 3));
   row("peak machines", std::to_string(a.peak_machines), std::to_string(b.peak_machines));
   row("boots", std::to_string(a.boots), std::to_string(b.boots));
+  if (o.batches) {
+    out << "\npushed    experiment             autoscaler idle-timeout   ideal  ratio\n";
+    for (size_t i = 0; i < a.batches.size() && i < b.batches.size(); ++i) {
+      const auto& x = a.batches[i];
+      const long long sec = x.pushed_ms / 1000;
+      char buf[256];
+      std::snprintf(
+          buf, sizeof buf, "%02lld:%02lld:%02lld  %-20s %10s %10s %10s  %s\n", sec / 3600,
+          sec / 60 % 60, sec % 60, x.experiment.c_str(), FormatDuration(x.latency_ms).c_str(),
+          FormatDuration(b.batches[i].latency_ms).c_str(), FormatDuration(x.ideal_ms).c_str(),
+          FormatDouble(static_cast<double>(x.latency_ms) / static_cast<double>(x.ideal_ms), 3)
+              .c_str());
+      out << buf;
+    }
+  }
   return {};
 }
 
@@ -129,6 +148,7 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
   c->add_option("--idle-timeout", o->idle_timeout, "The baseline policy's idle timeout")
       ->capture_default_str();
   c->add_flag("--json", o->json, "Print as JSON");
+  c->add_flag("--batches", o->batches, "Also print each batch's latency");
   c->callback([o, exit_code] {
     Status st = CmdSimulate(*o, std::cout);
     if (!st) {

@@ -7,24 +7,36 @@ namespace trainq::cloud {
 
 std::string_view MachineStateName(MachineState s) {
   switch (s) {
-    case MachineState::kRequested: return "requested";
-    case MachineState::kBooting: return "booting";
-    case MachineState::kReady: return "ready";
-    case MachineState::kDraining: return "draining";
-    case MachineState::kStopping: return "stopping";
-    case MachineState::kStopped: return "stopped";
-    case MachineState::kFailed: return "failed";
+    case MachineState::kRequested:
+      return "requested";
+    case MachineState::kBooting:
+      return "booting";
+    case MachineState::kReady:
+      return "ready";
+    case MachineState::kDraining:
+      return "draining";
+    case MachineState::kStopping:
+      return "stopping";
+    case MachineState::kStopped:
+      return "stopped";
+    case MachineState::kFailed:
+      return "failed";
   }
   return "?";
 }
 
 std::string_view ActionKindName(ActionKind k) {
   switch (k) {
-    case ActionKind::kBoot: return "boot";
-    case ActionKind::kDrain: return "drain";
-    case ActionKind::kStop: return "stop";
-    case ActionKind::kAdopt: return "adopt";
-    case ActionKind::kForget: return "forget";
+    case ActionKind::kBoot:
+      return "boot";
+    case ActionKind::kDrain:
+      return "drain";
+    case ActionKind::kStop:
+      return "stop";
+    case ActionKind::kAdopt:
+      return "adopt";
+    case ActionKind::kForget:
+      return "forget";
   }
   return "?";
 }
@@ -80,7 +92,8 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
     bool vanished = in.listing && !m.id.empty() && !listed.contains(m.id) &&
                     !(m.state == MachineState::kBooting && now - m.booted_at < o.listing_lag_ms);
     if (vanished) {
-      forget.push_back({ActionKind::kForget, pool, m.id, m.row, 0, "no longer listed by the provider", {}});
+      forget.push_back(
+          {ActionKind::kForget, pool, m.id, m.row, 0, "no longer listed by the provider", {}});
       continue;
     }
     switch (m.state) {
@@ -90,7 +103,8 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
           if (m.id.empty()) {
             // Boot never answered: nothing to stop by id. If the machine
             // exists after all, reconcile finds it as an unknown one.
-            forget.push_back({ActionKind::kForget, pool, m.id, m.row, 0, "boot never answered", {}});
+            forget.push_back(
+                {ActionKind::kForget, pool, m.id, m.row, 0, "boot never answered", {}});
           } else if (provider_ok) {
             stop.push_back({ActionKind::kStop, pool, m.id, m.row, 0, "missed boot_timeout", {}});
           }
@@ -118,7 +132,8 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
     for (const std::string& id : *in.listing) {
       if (known.contains(id)) continue;
       if (live < report.wanted) {
-        adopt.push_back({ActionKind::kAdopt, pool, id, 0, 0, "tagged machine unknown to the store", {}});
+        adopt.push_back(
+            {ActionKind::kAdopt, pool, id, 0, 0, "tagged machine unknown to the store", {}});
         ++live;
       } else if (provider_ok) {
         stop.push_back({ActionKind::kStop, pool, id, 0, 0, "tagged machine not wanted", {}});
@@ -128,12 +143,13 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
 
   if (provider_ok) {
     // Longest idle first; keep `min` live machines.
-    std::stable_sort(idle.begin(), idle.end(),
-                     [](const Machine* a, const Machine* b) { return IdleSince(*a) < IdleSince(*b); });
+    std::stable_sort(idle.begin(), idle.end(), [](const Machine* a, const Machine* b) {
+      return IdleSince(*a) < IdleSince(*b);
+    });
     for (const Machine* m : idle) {
       if (live <= c.min) break;
-      drain.push_back({ActionKind::kDrain, pool, m->id, m->row, 0, "idle past idle_grace, queue empty",
-                       DrainGuard{m->last_busy_at}});
+      drain.push_back({ActionKind::kDrain, pool, m->id, m->row, 0,
+                       "idle past idle_grace, queue empty", DrainGuard{m->last_busy_at}});
       --live;
     }
   }

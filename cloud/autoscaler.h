@@ -116,9 +116,9 @@ struct Action {
   std::string pool;
   std::string machine;   // the provider's id; empty for kBoot (and a Boot that never answered)
   std::int64_t row = 0;  // Machine::row of the machine acted on; 0 for kBoot and kAdopt
-  int count = 0;        // kBoot only
-  std::string reason;   // one line for the log
-  DrainGuard guard;     // kDrain only
+  int count = 0;         // kBoot only
+  std::string reason;    // one line for the log
+  DrainGuard guard;      // kDrain only
 
   friend bool operator==(const Action& a, const Action& b) {
     return a.kind == b.kind && a.pool == b.pool && a.machine == b.machine && a.row == b.row &&

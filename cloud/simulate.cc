@@ -77,7 +77,8 @@ Result<Trace> ParseTrace(std::string_view text, std::string_view filename) {
       c.max = 8;
       for (size_t i = 2; i < w.size(); ++i) {
         size_t eq = w[i].find('=');
-        if (eq == std::string_view::npos) return fail("expected KEY=VALUE, got \"" + std::string(w[i]) + "\"");
+        if (eq == std::string_view::npos)
+          return fail("expected KEY=VALUE, got \"" + std::string(w[i]) + "\"");
         std::string_view key = w[i].substr(0, eq), value = w[i].substr(eq + 1);
         std::string bad = std::string(key) + ": invalid value \"" + std::string(value) + "\"";
         if (key == "min" || key == "max" || key == "slots") {
@@ -114,10 +115,12 @@ Result<Trace> ParseTrace(std::string_view text, std::string_view filename) {
     if (!pools.contains(b.pool)) return fail("pool \"" + b.pool + "\" is not declared above");
     b.experiment = std::string(w[2]);
     auto repeats = Number<int>(w[3]);
-    if (!repeats || *repeats < 1) return fail("REPEATS: expected a positive integer, got \"" + std::string(w[3]) + "\"");
+    if (!repeats || *repeats < 1)
+      return fail("REPEATS: expected a positive integer, got \"" + std::string(w[3]) + "\"");
     b.repeats = *repeats;
     auto dur = ParseDurationSeconds(w[4]);
-    if (!dur || *dur <= 0) return fail("DURATION: expected e.g. 45m, got \"" + std::string(w[4]) + "\"");
+    if (!dur || *dur <= 0)
+      return fail("DURATION: expected e.g. 45m, got \"" + std::string(w[4]) + "\"");
     b.duration_ms = *dur * 1000;
     trace.batches.push_back(std::move(b));
   }
@@ -139,7 +142,8 @@ double SimResult::billed_over_busy() const {
 double SimResult::mean_latency_ratio() const {
   if (batches.empty()) return 0;
   double sum = 0;
-  for (const auto& b : batches) sum += static_cast<double>(b.latency_ms) / static_cast<double>(b.ideal_ms);
+  for (const auto& b : batches)
+    sum += static_cast<double>(b.latency_ms) / static_cast<double>(b.ideal_ms);
   return sum / static_cast<double>(batches.size());
 }
 
@@ -192,7 +196,8 @@ class Simulation {
     TimeMs t = 0;
     for (;; t += kStep) {
       if (t > give_up) {
-        return Fail(ErrorKind::kInternal, "simulate: runs still unfinished a week after the last push");
+        return Fail(ErrorKind::kInternal,
+                    "simulate: runs still unfinished a week after the last push");
       }
       FinishRuns(t);
       Arrive(t);
@@ -328,9 +333,9 @@ class Simulation {
           break;
         case ActionKind::kAdopt:
         case ActionKind::kForget:
-          return Fail(ErrorKind::kInternal, "simulate: unexpected " +
-                                                std::string(ActionKindName(a.kind)) + " of " +
-                                                a.machine);
+          return Fail(
+              ErrorKind::kInternal,
+              "simulate: unexpected " + std::string(ActionKindName(a.kind)) + " of " + a.machine);
       }
     }
     return {};
@@ -342,7 +347,8 @@ class Simulation {
       int live = 0, free = 0;
       for (SimMachine& s : machines_) {
         if (s.pool != p || s.stopped()) continue;
-        TimeMs idle_since = std::max(s.m.ready_at.value_or(s.m.booted_at), s.m.last_busy_at.value_or(0));
+        TimeMs idle_since =
+            std::max(s.m.ready_at.value_or(s.m.booted_at), s.m.last_busy_at.value_or(0));
         if (s.m.state == MachineState::kReady && s.leases.empty() &&
             t - idle_since >= policy_.idle_timeout_ms && LiveCount(p) > c.min) {
           StopMachine(s, t);
@@ -398,7 +404,8 @@ Result<SimResult> Simulate(const Trace& trace, const SimPolicy& policy, const Si
     return Fail(ErrorKind::kInvalidArgument, "simulate: the trace has no pools or no pushes");
   }
   if (options.tick_ms < kStep || options.tick_ms % kStep != 0 || options.boot_delay_ms < 0) {
-    return Fail(ErrorKind::kInvalidArgument, "simulate: tick must be whole seconds, boot delay >= 0");
+    return Fail(ErrorKind::kInvalidArgument,
+                "simulate: tick must be whole seconds, boot delay >= 0");
   }
   Simulation sim(trace, policy, options);
   return sim.Run();

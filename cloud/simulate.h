@@ -61,7 +61,7 @@ struct SimPolicy {
 
 struct SimOptions {
   TimeMs boot_delay_ms = 90'000;
-  TimeMs tick_ms = 10'000;     // how often the policy runs
+  TimeMs tick_ms = 10'000;      // how often the policy runs
   TimeMs min_bill_ms = 60'000;  // the cloud's minimum charge per boot
 };
 

@@ -41,11 +41,14 @@ TEST_CASE("ParseTrace names the file and line of a mistake") {
   const std::vector<Row> rows = {
       {"pool gpu\n09:00 cpu x 1 1m\n", "t.trace:2: pool \"cpu\" is not declared above"},
       {"pool gpu\n9h gpu x 1 1m\n", "t.trace:2: TIME: expected HH:MM or HH:MM:SS, got \"9h\""},
-      {"pool gpu\n25:00 gpu x 1 1m\n", "t.trace:2: TIME: expected HH:MM or HH:MM:SS, got \"25:00\""},
-      {"pool gpu\n09:00 gpu x 0 1m\n", "t.trace:2: REPEATS: expected a positive integer, got \"0\""},
+      {"pool gpu\n25:00 gpu x 1 1m\n",
+       "t.trace:2: TIME: expected HH:MM or HH:MM:SS, got \"25:00\""},
+      {"pool gpu\n09:00 gpu x 0 1m\n",
+       "t.trace:2: REPEATS: expected a positive integer, got \"0\""},
       {"pool gpu\n09:00 gpu x 2 soon\n", "t.trace:2: DURATION: expected e.g. 45m, got \"soon\""},
-      {"pool gpu slot=2\n", "t.trace:1: unknown pool key \"slot\" (min, max, slots, idle_grace, "
-                            "boot_timeout, hourly_cost)"},
+      {"pool gpu slot=2\n",
+       "t.trace:1: unknown pool key \"slot\" (min, max, slots, idle_grace, "
+       "boot_timeout, hourly_cost)"},
       {"pool gpu min=3 max=2\n", "t.trace:1: pool gpu: needs slots >= 1, max >= 1, min <= max"},
       {"pool gpu\npool gpu\n", "t.trace:2: pool gpu declared twice"},
       {"pool gpu\n09:00 gpu x 2\n", "t.trace:2: expected TIME POOL EXPERIMENT REPEATS DURATION"},
