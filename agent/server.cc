@@ -42,6 +42,8 @@ Status Server::Open() {
   ASSIGN_OR_RETURN(auto r, Store::Open(db_path_));
   write_store_.emplace(std::move(w));
   read_store_.emplace(std::move(r));
+  write_store_->UseFineBusyWait();  // a webhook waits for the worker's writes in 1 ms steps
+  read_store_->UseFineBusyWait();
   return {};
 }
 

@@ -264,6 +264,7 @@ void ServerWorker::Wait(TimeMs ms, bool& woken) {
 }
 
 void ServerWorker::PushLoop(Store store) {
+  store.UseFineBusyWait();
   MirrorCache mirrors(options_.data_dir);
   PushProcessor processor(store, config_, mirrors, clock_, options_);
   Poller poller(store, config_, mirrors, clock_);

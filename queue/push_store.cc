@@ -1,7 +1,10 @@
 // Store: the commit-trigger section (pushes, ref heads, commit statuses).
 // Declared at the end of class Store in queue/store.h.
+#include <time.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 
 #include "queue/store.h"
 
@@ -68,7 +71,22 @@ Result<std::vector<T>> Collect(sql::Stmt& s, Read read) {
   return out;
 }
 
+int FineBusyWait(void* timeout_ms, int count) {
+  // ~0.1 ms for the first 10 tries, then 1 ms: `count` tries take at most
+  // about count - 9 ms after the first millisecond.
+  auto limit = reinterpret_cast<std::intptr_t>(timeout_ms);  // the value, not a pointer
+  if (count >= 10 && count - 9 > limit) return 0;
+  struct timespec ts{0, count < 10 ? 100'000L : 1'000'000L};
+  nanosleep(&ts, nullptr);
+  return 1;
+}
+
 }  // namespace
+
+void Store::UseFineBusyWait() {
+  sqlite3_busy_handler(db_.raw(), FineBusyWait,
+                       reinterpret_cast<void*>(static_cast<std::intptr_t>(options_.busy_timeout_ms)));
+}
 
 Result<std::optional<std::int64_t>> Store::RecordPush(const Push& push, TimeMs now) {
   using Out = std::optional<std::int64_t>;

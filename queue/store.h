@@ -317,6 +317,10 @@ class Store {
   Status CommitStatusFailed(std::int64_t batch_id, const std::string& error, TimeMs not_before,
                             bool give_up, TimeMs now);
   Result<std::optional<CommitStatus>> GetCommitStatus(std::int64_t batch_id);
+  // Waits for a busy write lock in steps of at most 1 ms (up to the store's
+  // busy timeout) instead of SQLite's default back-off, whose sleeps grow to
+  // 100 ms: for connections that answer webhooks while other threads write.
+  void UseFineBusyWait();
   // ==== end of commit triggers ================================================
 };
 
