@@ -5,7 +5,6 @@
 #include <atomic>
 #include <nlohmann/json_fwd.hpp>
 #include <cstdint>
-#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <ostream>
 #include <string>
