@@ -2,16 +2,17 @@
 // runs (the change that triggered it), their progress and spread, the commit
 // status sent to the forge, and the pushes that brought the commit.
 //
-// Built in two steps so more can be added (e.g. a comparison with the parent
-// commit): LoadCommitView() gathers everything into one JSON document (what
-// --json prints), RenderCommitView() writes the terminal view of it. Extend
-// both with a new key.
+// Each batch is compared with the same experiment at the parent commit.
+// Built in two steps so more can be added: LoadCommitView() gathers everything
+// into one JSON document (what --json prints), RenderCommitView() writes the
+// terminal view of it. Extend both with a new key.
 #include <algorithm>
 #include <cctype>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <set>
 
+#include "agent/analysis.h"
 #include "agent/commands.h"
 #include "agent/table.h"
 #include "core/strings.h"
@@ -120,6 +121,16 @@ Result<json> LoadCommitView(Store& store, const std::string& prefix_in) {
                {"reason", b.reason},
                {"created_ms", b.created_ms},
                {"progress", Progress(b)}};
+    // The same experiment at the parent commit: difference, test, verdict.
+    ASSIGN_OR_RETURN(auto parent, ParentBatch(store, b));
+    if (parent) {
+      auto c = CompareBatches(b, *parent);
+      json vp = ComparisonJson(c);
+      vp["parent_batch"] = parent->id;
+      vp["text"] = ComparisonText(c);
+      vp["parent_spread"] = SpreadText(*parent);
+      bj["vs_parent"] = vp;
+    }
     ASSIGN_OR_RETURN(auto status, store.GetCommitStatus(b.id));
     if (status) {
       bj["forge_status"] = {{"context", status->context},
@@ -167,6 +178,14 @@ void RenderCommitView(const json& j, std::ostream& out) {
     for (const auto& b : batches) {
       out << "  batch " << b.value("id", std::int64_t{0}) << " " << b.value("experiment", "")
           << "\n    why:    " << b.value("reason", "") << "\n";
+      if (b.contains("vs_parent")) {
+        const json& vp = b["vs_parent"];
+        out << "    parent: " << vp.value("parent_spread", "") << " (batch "
+            << vp.value("parent_batch", std::int64_t{0}) << ")\n"
+            << "    change: " << vp.value("text", "") << "\n";
+      } else {
+        out << "    change: no runs of this experiment at the parent commit\n";
+      }
       if (b.contains("forge_status")) {
         const json& s = b["forge_status"];
         std::string posted = s.value("posted", "");

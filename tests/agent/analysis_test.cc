@@ -168,3 +168,27 @@ TEST_CASE("ComparisonJson carries the tests and the verdict", "[analysis]") {
   CHECK(j["paired_test"].is_object());
   CHECK(j["welch"]["df"].get<double>() > 0);
 }
+
+TEST_CASE("trainq show compares each batch with the parent commit", "[analysis][show]") {
+  testing::TempDir dir;
+  {
+    auto store = Store::Open(dir / "t.db").value();
+    Run(store, kParent, "", {0.70, 0.60, 0.80, 0.65});
+    Run(store, kChild, kParent, {0.71, 0.61, 0.81, 0.66});
+  }
+  std::string out;
+  int code = testing::RunShell(std::string(TRAINQ_BINARY) + " --db " + (dir / "t.db") +
+                                   " show 2222",
+                               &out);
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(out.find("parent: accuracy 0.6875") != std::string::npos);
+  CHECK(out.find("paired t") != std::string::npos);
+  CHECK(out.find(": better") != std::string::npos);
+  code = testing::RunShell(std::string(TRAINQ_BINARY) + " --db " + (dir / "t.db") +
+                               " show 1111 --json",
+                           &out);
+  CHECK(code == 0);
+  auto j = nlohmann::json::parse(out);
+  CHECK_FALSE(j["batches"][0].contains("vs_parent"));
+}
