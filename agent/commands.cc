@@ -13,6 +13,7 @@
 #include "agent/executor.h"
 #include "agent/git_repo.h"
 #include "agent/manifest.h"
+#include "agent/mirror.h"
 #include "agent/server.h"
 #include "agent/server_config.h"
 #include "agent/server_http.h"
@@ -273,6 +274,12 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
                    r.secret.empty() ? "none" : "from " + r.secret.source,
                    r.poll_interval_s ? "every " + FormatDuration(r.poll_interval_s * 1000) : "off",
                    r.status ? "on" : "off");
+      bool ssh = r.url.starts_with("ssh://") ||
+                 (r.url.find("://") == std::string::npos && r.url.find('@') != std::string::npos);
+      if (ssh && !GitSupportsSsh()) {
+        spdlog::warn("{}: this libgit2 was built without ssh; fetches will fail (use https with "
+                     "a token)", UrlForLog(r.url));
+      }
     }
   }
   if (address) {

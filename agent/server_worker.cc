@@ -99,6 +99,10 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
   bool everything = false;  // every experiment runs, whatever changed
   bool is_tag = push.ref.starts_with("refs/tags/");
   bool before_known = !IsZeroSha(push.before_sha) && m->HasCommit(push.before_sha);
+  if (!IsZeroSha(push.before_sha) && !before_known && !fetched) {
+    TRY(fetch_once());
+    before_known = m->HasCommit(push.before_sha);
+  }
   if (is_tag) {
     // A tag marks a release: it runs every experiment at its commit.
     everything = true;
@@ -109,7 +113,15 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
                            ? std::string("new branch")
                            : "old head " + Short(push.before_sha) + " unknown";
     if (push.ref == "refs/heads/" + default_branch) {
-      how = what + " (the default branch): compared with nothing";
+      if (IsZeroSha(push.before_sha)) {
+        how = what + " (the default branch): compared with nothing";
+      } else {
+        // The old head of the default branch is gone (rewritten history that
+        // was never fetched): the pushed commit's own change is what is known.
+        ASSIGN_OR_RETURN(auto parent, m->FirstParent(push.after_sha));
+        base = parent.value_or("");
+        how = what + ": compared with the parent of " + Short(push.after_sha);
+      }
     } else {
       ASSIGN_OR_RETURN(auto head, default_head());
       std::optional<std::string> mb;

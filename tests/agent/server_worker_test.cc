@@ -185,6 +185,30 @@ TEST_CASE("push: a force push is compared with the merge-base of old and new hea
         std::string::npos);
 }
 
+TEST_CASE("push: an old head the remote no longer has falls back to a safe base",
+          "[server_worker]") {
+  World w;
+  std::string unknown(40, 'b');
+  std::string c = w.git.Commit({{"configs/a.yaml", "lr: 6\n"}}, "a");
+  auto p = w.Push("refs/heads/main", unknown, c);
+  INFO(p.error);
+  CHECK(p.state == "done");
+  auto batches = w.Batches(c);
+  REQUIRE(Keys(batches) == std::vector<std::string>{"a"});
+  CHECK(batches["a"] == "github push to main: old head bbbbbbbbbb unknown: compared with the "
+                        "parent of " + c.substr(0, 10) +
+                        "; configs/a.yaml matches watch 'configs/a.yaml'");
+
+  w.git.Run("checkout -q -b topic");
+  std::string t = w.git.Commit({{"configs/b.yaml", "lr: 6\n"}}, "b on topic");
+  w.git.Run("checkout -q main");
+  auto p2 = w.Push("refs/heads/topic", unknown, t);
+  CHECK(p2.state == "done");
+  CHECK(Keys(w.Batches(t)) == std::vector<std::string>{"b"});
+  CHECK(w.Batches(t)["b"].find("old head bbbbbbbbbb unknown: compared with the merge-base") !=
+        std::string::npos);
+}
+
 TEST_CASE("push: trainq.yaml edits run the experiments whose entry changed", "[server_worker]") {
   World w;
   std::string text = kManifest;
