@@ -4,29 +4,16 @@
 
 #include <filesystem>
 
+#include "agent/git_util.h"
+
 namespace trainq {
 
 namespace {
 
-struct GitInit {
-  GitInit() { git_libgit2_init(); }
-  ~GitInit() { git_libgit2_shutdown(); }
-};
-
-void EnsureInit() { static GitInit init; }
-
-std::string LastGitError() {
-  const git_error* e = git_error_last();
-  return e && e->message ? e->message : "unknown libgit2 error";
-}
-
+using git::EnsureInit;
+constexpr auto LastGitError = git::LastError;
 template <typename T, void (*Free)(T*)>
-struct GitPtr {
-  T* p = nullptr;
-  ~GitPtr() {
-    if (p) Free(p);
-  }
-};
+using GitPtr = git::Owned<T, Free>;
 
 }  // namespace
 

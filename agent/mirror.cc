@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "agent/forge.h"
+#include "agent/git_util.h"
 #include "core/http_client.h"
 
 namespace fs = std::filesystem;
@@ -14,28 +15,10 @@ namespace trainq {
 
 namespace {
 
-struct GitInit {
-  GitInit() { git_libgit2_init(); }
-  ~GitInit() { git_libgit2_shutdown(); }
-};
-
-void EnsureInit() { static GitInit init; }
-
-std::string LastGitError() {
-  const git_error* e = git_error_last();
-  return e && e->message ? e->message : "unknown libgit2 error";
-}
-
+using git::EnsureInit;
+constexpr auto LastGitError = git::LastError;
 template <typename T, void (*Free)(T*)>
-struct Owned {
-  T* p = nullptr;
-  Owned() = default;
-  Owned(const Owned&) = delete;
-  Owned& operator=(const Owned&) = delete;
-  ~Owned() {
-    if (p) Free(p);
-  }
-};
+using Owned = git::Owned<T, Free>;
 
 std::string OidHex(const git_oid* oid) {
   char buf[GIT_OID_HEXSZ + 1];
