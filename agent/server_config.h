@@ -18,12 +18,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "agent/forge.h"
+#include "cloud/autoscaler.h"
 #include "core/result.h"
 
 namespace trainq {
@@ -58,10 +60,48 @@ struct RepoConfig {
   bool Watches(std::string_view ref) const;
 };
 
+// A pool of machines that one provider boots (`pools:` in the server config).
+//   pools:
+//     - name: gpu
+//       provider: slurm            # local (default) | slurm | ec2 | command
+//       min: 0
+//       max: 4
+//       slots: 2                   # runs per machine at once
+//       gpus: 1                    # GPUs per machine
+//       runs_per_gpu: 1
+//       idle_grace: 2m
+//       boot_timeout: 10m
+//       orphan_timeout: 10m        # worker's dead-man switch
+//       self_stop: "sudo shutdown -h now"   # what a worker runs on its dead-man switch
+//       hourly_cost: 2.5
+//       token: {file: /etc/trainq/gpu.token}  # optional; default: generated under <data>/tokens/
+//       params: {partition: gpu, gres: "gpu:1", time: "4:00:00"}   # provider parameters
+// Without `pools:` there is one pool, "local": the local provider, max 1
+// machine with `--slots` slots.
+struct PoolSpec {
+  cloud::PoolConfig scaling;  // name, min, max, slots, idle_grace, boot_timeout, hourly_cost
+  std::string provider = "local";
+  int gpus = 0;
+  int runs_per_gpu = 1;
+  std::int64_t orphan_timeout_ms = 10 * 60'000;
+  std::string self_stop;
+  SecretValue token;  // empty: serve generates one (<data>/tokens/<pool>.token, mode 0600)
+  std::map<std::string, std::string> params;
+  int line = 0;
+  const std::string& name() const { return scaling.name; }
+};
+
 struct ServerConfig {
   std::string path;    // the file, for messages
   std::string listen;  // "" = not set
   std::vector<RepoConfig> repositories;
+  std::vector<PoolSpec> pools;  // empty: the default local pool
+
+  const PoolSpec* FindPool(std::string_view name) const {
+    for (const auto& p : pools)
+      if (p.name() == name) return &p;
+    return nullptr;
+  }
 
   // The repository whose url matches `url` (normalised), if any.
   const RepoConfig* FindRepo(std::string_view url) const;
