@@ -45,7 +45,13 @@ struct ServeOptions {
   // the config file's `listen`, else 127.0.0.1:8080, except with --until-idle
   // and no --config (a one-off batch run needs no server). "off": none.
   std::optional<std::string> listen;
-  std::string config;  // --config FILE: watched repositories (agent/server_config.h)
+  std::string config;  // --config FILE: watched repositories and pools (agent/server_config.h)
+  // Without `pools:` in the config: one local pool of up to `machines` worker
+  // processes with `slots` slots each.
+  int machines = 1;
+  std::int64_t idle_grace_s = 60;
+  std::int64_t scale_interval_ms = 1000;  // autoscaler passes
+  bool inproc = false;  // run on this process's own slots; no workers
 };
 // Runs until *stop becomes true (a signal) or, with until_idle, the queue is empty.
 Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<bool>& stop);

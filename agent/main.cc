@@ -65,8 +65,19 @@ int main(int argc, char** argv) {
 
   // serve
   trainq::ServeOptions serve;
-  auto* c_serve = app.add_subcommand("serve", "Lease queued runs and execute them on local slots");
-  c_serve->add_option("--slots", serve.slots, "Runs executed at once")->capture_default_str();
+  auto* c_serve = app.add_subcommand(
+      "serve", "The daemon: webhooks, the worker API, and machines that run the queue");
+  c_serve->add_option("--slots", serve.slots,
+                      "Runs at once per machine of the default local pool")
+      ->capture_default_str();
+  c_serve->add_option("--machines", serve.machines,
+                      "Most worker processes the default local pool starts")
+      ->capture_default_str();
+  c_serve->add_option("--idle-grace", serve.idle_grace_s,
+                      "Seconds a machine of the default local pool may idle before it is stopped")
+      ->capture_default_str();
+  c_serve->add_flag("--inproc", serve.inproc,
+                    "Run on this process's own slots: no workers, no machines");
   c_serve->add_flag("--until-idle", serve.until_idle, "Exit once the queue is empty");
   c_serve->add_option("--data-dir", serve.data_dir,
                       "Run logs, metrics and checkouts (default: trainq-data next to the db)");
@@ -80,8 +91,9 @@ int main(int argc, char** argv) {
                       "Seconds between SIGTERM and SIGKILL when a run is stopped")
       ->capture_default_str();
   c_serve->add_option("--listen", serve.listen,
-                      "HTTP server address HOST:PORT, or off (default: the config's, else "
-                      "127.0.0.1:8080; off with --until-idle and no --config)");
+                      "HTTP server address HOST:PORT, or off with --inproc (default: the config's, "
+                      "else 127.0.0.1:8080; a free loopback port with --until-idle and no "
+                      "--config)");
   c_serve->add_option("--config", serve.config,
                       "Server config (YAML): watched repositories, webhook secrets, polling, "
                       "commit statuses");
