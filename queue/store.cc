@@ -164,6 +164,73 @@ CREATE TABLE commit_statuses (
 );
 CREATE INDEX commit_statuses_due ON commit_statuses (gave_up, not_before_ms);
 )sql",
+    // 3 -> 4: machines. Workers over HTTP lease runs to machine rows; the
+    // machines table is rebuilt (provider ids and names unique only when set,
+    // boot/ready/busy/stop times, resources, cost); runs remember their
+    // machine; batches name a pool; machine_events records every machine state
+    // change with the leases it held; provider health and the hashed worker
+    // token of each pool.
+    R"sql(
+CREATE TABLE machines_v4 (
+  id INTEGER PRIMARY KEY,
+  pool TEXT NOT NULL,
+  provider TEXT NOT NULL,
+  provider_id TEXT NOT NULL DEFAULT '',
+  name TEXT NOT NULL DEFAULT '',
+  hostname TEXT NOT NULL DEFAULT '',
+  state TEXT NOT NULL CHECK (state IN
+    ('requested','booting','ready','draining','stopping','stopped','failed')),
+  slots INTEGER NOT NULL DEFAULT 0,
+  gpus INTEGER NOT NULL DEFAULT 0,
+  resources_json TEXT NOT NULL DEFAULT '{}',
+  hourly_cost REAL NOT NULL DEFAULT 0,
+  created_ms INTEGER NOT NULL,
+  booted_ms INTEGER NOT NULL,
+  ready_ms INTEGER,
+  last_busy_ms INTEGER,
+  stopped_ms INTEGER,
+  last_seen_ms INTEGER NOT NULL,
+  last_error TEXT NOT NULL DEFAULT ''
+);
+INSERT INTO machines_v4 (id, pool, provider, provider_id, state, slots, gpus, created_ms,
+  booted_ms, ready_ms, stopped_ms, last_seen_ms, last_error)
+SELECT id, pool, provider, provider_id,
+  CASE WHEN state IN ('requested','booting','ready','draining','stopping','stopped','failed')
+       THEN state ELSE 'ready' END,
+  slots, gpus, created_ms, created_ms,
+  CASE WHEN state = 'ready' THEN created_ms END,
+  CASE WHEN state IN ('stopped', 'failed') THEN last_seen_ms END,
+  last_seen_ms, last_error FROM machines;
+DROP TABLE machines;
+ALTER TABLE machines_v4 RENAME TO machines;
+CREATE UNIQUE INDEX machines_by_provider_id ON machines (pool, provider_id) WHERE provider_id != '';
+CREATE UNIQUE INDEX machines_by_name ON machines (name) WHERE name != '';
+CREATE INDEX machines_by_state ON machines (state, pool);
+ALTER TABLE runs ADD COLUMN machine_id INTEGER REFERENCES machines(id);
+CREATE INDEX runs_by_machine ON runs (machine_id, state);
+ALTER TABLE batches ADD COLUMN pool TEXT NOT NULL DEFAULT '';
+CREATE TABLE machine_events (
+  id INTEGER PRIMARY KEY,
+  machine_id INTEGER NOT NULL REFERENCES machines(id),
+  at_ms INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  live_leases INTEGER NOT NULL,
+  note TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX machine_events_by_machine ON machine_events (machine_id, id);
+CREATE TABLE pool_health (
+  pool TEXT PRIMARY KEY,
+  consecutive_failures INTEGER NOT NULL DEFAULT 0,
+  next_retry_ms INTEGER NOT NULL DEFAULT 0,
+  last_error TEXT NOT NULL DEFAULT '',
+  updated_ms INTEGER NOT NULL
+);
+CREATE TABLE pool_tokens (
+  pool TEXT PRIMARY KEY,
+  sha256 TEXT NOT NULL,
+  created_ms INTEGER NOT NULL
+);
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 
@@ -352,8 +419,8 @@ Result<std::vector<SubmitResult>> Store::Submit(const std::string& repo_url,
         auto batch_ins,
         db_.Prepare("INSERT INTO batches (commit_id, experiment, command, metric_name, "
                     "metric_goal, metric_regex, repeats, seed_start, gpus, timeout_s, "
-                    "max_attempts, spec_json, reason, created_ms) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "max_attempts, spec_json, reason, created_ms, pool) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT (commit_id, experiment) DO NOTHING"));
     ASSIGN_OR_RETURN(auto batch_sel,
                      db_.Prepare("SELECT id, seed_start, repeats FROM batches "
@@ -388,6 +455,7 @@ Result<std::vector<SubmitResult>> Store::Submit(const std::string& repo_url,
               .Bind(12, spec.spec_json)
               .Bind(13, spec.reason)
               .Bind(14, now)
+              .Bind(15, spec.pool)
               .Run());
       res.created = db_.Changes() > 0;
       batch_sel.Bind(1, commit_id).Bind(2, spec.experiment);
@@ -829,67 +897,6 @@ Result<std::vector<MetricPoint>> Store::Metrics(std::int64_t run_id) {
     ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
     out.push_back(MetricPoint{s.Text(0), s.Double(1), s.OptInt(2), s.Int(3) != 0});
-  }
-  return out;
-}
-
-Result<std::int64_t> Store::UpsertMachine(const MachineRow& m, TimeMs now) {
-  return sql::WithWriteTransaction(db_, [&]() -> Result<std::int64_t> {
-    ASSIGN_OR_RETURN(auto u,
-                     db_.Prepare("INSERT INTO machines (pool, provider, provider_id, state, slots, "
-                                 "gpus, created_ms, last_seen_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-                                 "ON CONFLICT (pool, provider_id) DO UPDATE SET state = "
-                                 "excluded.state, slots = excluded.slots, gpus = excluded.gpus, "
-                                 "last_seen_ms = excluded.last_seen_ms"));
-    TRY(u.Bind(1, m.pool)
-            .Bind(2, m.provider)
-            .Bind(3, m.provider_id)
-            .Bind(4, m.state)
-            .Bind(5, m.slots)
-            .Bind(6, m.gpus)
-            .Bind(7, now)
-            .Bind(8, now)
-            .Run());
-    ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT id FROM machines WHERE pool = ? AND "
-                                         "provider_id = ?"));
-    s.Bind(1, m.pool).Bind(2, m.provider_id);
-    ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) return Fail(ErrorKind::kInternal, "machine row vanished");
-    return s.Int(0);
-  });
-}
-
-Status Store::TouchMachine(std::int64_t id, TimeMs now, const std::string& state) {
-  return sql::WithWriteTransaction(db_, [&]() -> Status {
-    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE machines SET last_seen_ms = ?, state = ? "
-                                         "WHERE id = ?"));
-    return u.Bind(1, now).Bind(2, state).Bind(3, id).Run();
-  });
-}
-
-Result<std::vector<MachineRow>> Store::Machines(bool include_stopped) {
-  std::string q =
-      "SELECT id, pool, provider, provider_id, state, slots, gpus, created_ms, last_seen_ms, "
-      "last_error FROM machines";
-  if (!include_stopped) q += " WHERE state NOT IN ('stopped', 'failed')";
-  q += " ORDER BY id";
-  ASSIGN_OR_RETURN(auto s, db_.Prepare(q));
-  std::vector<MachineRow> out;
-  while (true) {
-    ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    MachineRow m;
-    m.id = s.Int(0);
-    m.pool = s.Text(1);
-    m.provider = s.Text(2);
-    m.provider_id = s.Text(3);
-    m.state = s.Text(4);
-    m.slots = static_cast<int>(s.Int(5));
-    m.gpus = static_cast<int>(s.Int(6));
-    m.created_ms = s.Int(7);
-    m.last_seen_ms = s.Int(8);
-    m.last_error = s.Text(9);
-    out.push_back(std::move(m));
   }
   return out;
 }

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "cloud/autoscaler.h"
 #include "core/result.h"
 #include "queue/sqlite.h"
 
@@ -60,6 +61,7 @@ struct BatchSpec {
   int max_attempts = 3;
   std::string reason;        // why it runs (submitted by hand, which path matched ...)
   std::string spec_json = "{}";  // the experiment's resolved definition, for the record
+  std::string pool;          // resources.pool: the pool whose machines run it; "" = any pool
 };
 
 struct SubmitResult {
@@ -85,6 +87,8 @@ struct LeasedRun {
   std::string sha;
   std::int64_t timeout_s = 0;
   int gpus = 0;
+  std::string trainer;     // the experiment's `trainer:` spec path, "" for a plain command
+  std::int64_t group = 0;  // runs leased fused (one process) share a group id > 0
 };
 
 struct MetricPoint {
@@ -145,9 +149,20 @@ struct MachineRow {
   std::string state;  // requested | booting | ready | draining | stopping | stopped | failed
   int slots = 0;
   int gpus = 0;
-  TimeMs created_ms = 0;
+  TimeMs created_ms = 0;  // = booted_ms
   TimeMs last_seen_ms = 0;
   std::string last_error;
+  std::string name;       // the provider's name for it (unique when not empty)
+  std::string hostname;
+  std::string resources_json = "{}";  // what its worker registered (gpus, cpus, memory)
+  double hourly_cost = 0;
+  std::optional<TimeMs> ready_ms;      // its worker registered
+  std::optional<TimeMs> last_busy_ms;  // it last took, ran or finished a run
+  std::optional<TimeMs> stopped_ms;
+  // Computed on read:
+  int live_leases = 0;     // leased/running runs on it
+  int runs_done = 0;       // succeeded runs on it
+  TimeMs busy_ms = 0;      // run time on it (running ones up to now / their last heartbeat)
 };
 
 struct DeliveryRow {
@@ -170,7 +185,7 @@ struct StoreOptions {
 
 class Store {
  public:
-  static inline constexpr int kSchemaVersion = 3;
+  static inline constexpr int kSchemaVersion = 4;
 
   static Result<Store> Open(const std::string& path, StoreOptions options = {});
   Store(Store&&) = default;
@@ -224,10 +239,14 @@ class Store {
   Result<std::optional<RunRow>> Run(std::int64_t run_id);
   Result<std::vector<MetricPoint>> Metrics(std::int64_t run_id);
 
-  // Machines (the local executor registers itself as one).
+  // Machines (the local executor registers itself as one). Implemented in
+  // queue/machine_store.cc with the rest of the machines section below.
   Result<std::int64_t> UpsertMachine(const MachineRow& m, TimeMs now);
   Status TouchMachine(std::int64_t id, TimeMs now, const std::string& state);
-  Result<std::vector<MachineRow>> Machines(bool include_stopped);
+  // `now` counts running runs into busy_ms up to now; without it, up to their
+  // last heartbeat.
+  Result<std::vector<MachineRow>> Machines(bool include_stopped,
+                                           std::optional<TimeMs> now = std::nullopt);
 
   // Webhook deliveries. Returns false when (forge, delivery_id) was seen before.
   Result<bool> RecordDelivery(const DeliveryRow& d, TimeMs now);
@@ -322,6 +341,125 @@ class Store {
   // 100 ms: for connections that answer webhooks while other threads write.
   void UseFineBusyWait();
   // ==== end of commit triggers ================================================
+
+  // ==== Machines: workers over HTTP, providers, the autoscaler ===============
+  // Implemented in queue/machine_store.cc; tables from schema version 4.
+  // Every machine state change writes a machine_events row holding the number
+  // of live leases (leased/running runs with that machine_id) counted in the
+  // same transaction: the recorded history that shows no machine was stopped
+  // while it held a lease.
+  //
+  // Machine states: requested | booting | ready | draining | stopping | stopped | failed.
+ public:
+  // state "requested" (no provider id yet) or "booting"; booted_ms = now.
+  Result<std::int64_t> AddMachine(const MachineRow& m, TimeMs now);
+  // The provider answered Boot: -> booting.
+  Status SetMachineProviderId(std::int64_t row, const std::string& provider_id, TimeMs now);
+  // "stopped" sets stopped_ms; "failed" stores `note` as last_error.
+  Status SetMachineState(std::int64_t row, std::string_view state, TimeMs now,
+                         const std::string& note = "");
+  // THE DRAIN TRANSACTION (cloud/autoscaler.h, drain contract): in one BEGIN
+  // IMMEDIATE reads the machine's state, live leases and last_busy_ms and the
+  // runnable runs it could serve, asks cloud::DrainAllowed(); true: the machine
+  // is `draining` (+event) and committed; false: nothing is written.
+  Result<bool> DrainMachine(const cloud::Action& drain, TimeMs now);
+  // The machine vanished (provider lost it) or was killed: `stopped`, and its
+  // live leases go back to the queue without using an attempt. Returns how many.
+  Result<int> ForgetMachine(std::int64_t row, TimeMs now, const std::string& reason);
+
+  struct WorkerRegistration {
+    std::string pool, name, hostname, resources_json = "{}";
+    int pid = 0;
+    int slots = 1;
+    int gpus = 0;
+  };
+  // A named machine of that pool in requested/booting/ready becomes ready
+  // (ready_ms = now; hostname, resources, slots, gpus updated). A named machine
+  // that is draining/stopping/stopped/failed: kConflict. A named machine of
+  // another pool: kInvalidArgument. An unknown name, or "": a new ready row,
+  // provider "manual", named "<hostname>-<pid>" when "".
+  Result<MachineRow> RegisterWorker(const WorkerRegistration& r, TimeMs now);
+
+  struct LeaseLimits {
+    int max_runs = 1;     // slots free on the worker
+    double free_gpus = 0;
+    int runs_per_gpu = 1;
+    int fuse_max = 1;
+  };
+  // Leases to a machine; kConflict "machine N is draining" (or its state)
+  // unless it is ready. Picks runnable runs (queued, or failed past their
+  // backoff) oldest first whose batch pool is "" or the machine's pool and
+  // whose GPU cost fits the free GPUs (a 1-GPU run costs 1/runs_per_gpu, a
+  // g-GPU run g, a 0-GPU run 0), skipping those that do not fit. fuse_max > 1:
+  // a picked run of a `trainer:` experiment brings up to fuse_max - 1 more runs
+  // of its batch (by seed) into the same slot; they share `group`. Sets
+  // runs.machine_id, machines.last_busy_ms (when anything was leased) and
+  // last_seen_ms.
+  Result<std::vector<LeasedRun>> LeaseForMachine(std::int64_t machine, const LeaseLimits& limits,
+                                                 TimeMs now, TimeMs lease_ms);
+
+  struct DemandRow {
+    std::string pool;  // the batch's pool, "" = any
+    int gpus = 0;
+    std::int64_t runnable = 0;
+  };
+  // Runnable runs (queued, or failed past backoff) by (batch pool, batch gpus).
+  Result<std::vector<DemandRow>> RunnableDemand(TimeMs now);
+
+  Result<std::optional<MachineRow>> Machine(std::int64_t row,
+                                            std::optional<TimeMs> now = std::nullopt);
+  Result<std::optional<MachineRow>> MachineByName(const std::string& name);
+  // The machine a run is (or was last) leased to.
+  Result<std::optional<std::int64_t>> RunMachine(std::int64_t run_id);
+  // Checks that run_id is held under `token` (leased or running); kConflict when stale.
+  Status CheckRunLease(std::int64_t run_id, std::int64_t token);
+  // A worker called: last_seen_ms = now, and last_busy_ms = now when `busy`
+  // (a heartbeat or a completion: the machine worked until now).
+  Status TouchWorker(std::int64_t machine, TimeMs now, bool busy);
+
+  struct MachineEvent {
+    std::int64_t machine_id = 0;
+    TimeMs at_ms = 0;
+    std::string state;
+    int live_leases = 0;
+    std::string note;
+  };
+  // Oldest first; one machine's, or all.
+  Result<std::vector<MachineEvent>> MachineHistory(std::optional<std::int64_t> machine);
+
+  struct PoolHealthRow {
+    std::string pool;
+    int consecutive_failures = 0;
+    TimeMs next_retry_ms = 0;
+    std::string last_error;
+  };
+  Status SetPoolHealth(const PoolHealthRow& h, TimeMs now);
+  Result<std::vector<PoolHealthRow>> PoolHealth();
+
+  // Only the SHA-256 hex of a pool's worker token is stored.
+  Status SetPoolTokenHash(const std::string& pool, const std::string& sha256_hex, TimeMs now);
+  // The pool whose token hash this is (compared in constant time).
+  Result<std::optional<std::string>> PoolForTokenHash(const std::string& sha256_hex);
+
+  struct CostRow {
+    std::string pool;          // per pool; "" in per-batch rows
+    std::int64_t batch_id = 0; // per batch; 0 in per-pool rows
+    TimeMs billed_ms = 0;      // pool: sum of (stopped or now) - booted; batch: run time / slots
+    TimeMs busy_ms = 0;        // run time on the machines
+    double cost = 0;           // pool: billed hours x hourly_cost; batch: run hours x cost / slots
+    int machines = 0;
+  };
+  Result<std::vector<CostRow>> Costs(TimeMs now, bool per_batch);
+
+ private:
+  // Inside a write transaction: one machine_events row with the live leases.
+  Status RecordMachineEvent(std::int64_t machine, std::string_view state, TimeMs now,
+                            const std::string& note);
+  Result<int> LiveLeases(std::int64_t machine);
+  Result<std::vector<MachineRow>> SelectMachines(const std::string& where,
+                                                 const std::vector<std::string>& args,
+                                                 std::optional<TimeMs> now);
+  // ==== end of machines ========================================================
 };
 
 // Applies migrations [from, to) to a raw connection. Exposed for the migration test.

@@ -1,0 +1,709 @@
+// The machines section of the Store (queue/store.h): machine rows and their
+// event history, leasing to a machine, the drain transaction, provider health,
+// pool tokens and cost.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+
+#include "queue/store.h"
+
+namespace trainq {
+
+namespace {
+
+constexpr std::array<std::string_view, 7> kMachineStates = {
+    "requested", "booting", "ready", "draining", "stopping", "stopped", "failed"};
+
+bool ValidMachineState(std::string_view s) {
+  return std::find(kMachineStates.begin(), kMachineStates.end(), s) != kMachineStates.end();
+}
+
+std::optional<cloud::MachineState> ParseMachineState(std::string_view s) {
+  for (size_t i = 0; i < kMachineStates.size(); ++i) {
+    if (kMachineStates[i] == s) return static_cast<cloud::MachineState>(i);
+  }
+  return std::nullopt;
+}
+
+// Runs that can be leased now: queued, or failed with the backoff passed.
+constexpr const char* kRunnable =
+    "(r.state = 'queued' OR (r.state = 'failed' AND r.not_before_ms <= ?))";
+
+// Run time of a run: started..finished, a running one up to `now` (when given)
+// or its last update (heartbeat). Parameter: now (nullable).
+constexpr const char* kRunTime =
+    "CASE WHEN r.started_ms IS NULL THEN 0 ELSE "
+    "max(0, COALESCE(r.finished_ms, CASE WHEN r.state = 'running' THEN ?1 END, r.updated_ms) "
+    "- r.started_ms) END";
+
+double GpuCost(int gpus, int runs_per_gpu) {
+  if (gpus <= 0) return 0;
+  if (gpus == 1) return 1.0 / std::max(1, runs_per_gpu);
+  return gpus;
+}
+
+std::string MachineColumns() {
+  return std::string(
+             "m.id, m.pool, m.provider, m.provider_id, m.state, m.slots, m.gpus, m.created_ms, "
+             "m.last_seen_ms, m.last_error, m.name, m.hostname, m.resources_json, m.hourly_cost, "
+             "m.ready_ms, m.last_busy_ms, m.stopped_ms, "
+             "(SELECT count(*) FROM runs r WHERE r.machine_id = m.id AND r.state IN "
+             "('leased', 'running')), "
+             "(SELECT count(*) FROM runs r WHERE r.machine_id = m.id AND r.state = 'succeeded'), "
+             "(SELECT COALESCE(sum(") +
+         kRunTime + "), 0) FROM runs r WHERE r.machine_id = m.id) ";
+}
+
+MachineRow ReadMachine(const sql::Stmt& s) {
+  MachineRow m;
+  m.id = s.Int(0);
+  m.pool = s.Text(1);
+  m.provider = s.Text(2);
+  m.provider_id = s.Text(3);
+  m.state = s.Text(4);
+  m.slots = static_cast<int>(s.Int(5));
+  m.gpus = static_cast<int>(s.Int(6));
+  m.created_ms = s.Int(7);
+  m.last_seen_ms = s.Int(8);
+  m.last_error = s.Text(9);
+  m.name = s.Text(10);
+  m.hostname = s.Text(11);
+  m.resources_json = s.Text(12);
+  m.hourly_cost = s.Double(13);
+  m.ready_ms = s.OptInt(14);
+  m.last_busy_ms = s.OptInt(15);
+  m.stopped_ms = s.OptInt(16);
+  m.live_leases = static_cast<int>(s.Int(17));
+  m.runs_done = static_cast<int>(s.Int(18));
+  m.busy_ms = s.Int(19);
+  return m;
+}
+
+std::string MachineLabel(std::int64_t id) { return "machine " + std::to_string(id); }
+
+}  // namespace
+
+// ---- rows -------------------------------------------------------------------
+
+Result<std::vector<MachineRow>> Store::SelectMachines(const std::string& where,
+                                                      const std::vector<std::string>& args,
+                                                      std::optional<TimeMs> now) {
+  // ?1 is `now` (kRunTime); the caller's arguments are ?2 ...
+  std::string q = "SELECT " + MachineColumns() + "FROM machines m " + where + " ORDER BY m.id";
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(q));
+  s.Bind(1, now);
+  for (size_t i = 0; i < args.size(); ++i) s.Bind(static_cast<int>(i + 2), args[i]);
+  std::vector<MachineRow> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back(ReadMachine(s));
+  }
+  return out;
+}
+
+Result<std::vector<MachineRow>> Store::Machines(bool include_stopped, std::optional<TimeMs> now) {
+  return SelectMachines(include_stopped ? "" : "WHERE m.state NOT IN ('stopped', 'failed')", {},
+                        now);
+}
+
+Result<std::optional<MachineRow>> Store::Machine(std::int64_t row, std::optional<TimeMs> now) {
+  ASSIGN_OR_RETURN(auto found, SelectMachines("WHERE m.id = ?2", {std::to_string(row)}, now));
+  if (found.empty()) return std::optional<MachineRow>();
+  return std::optional<MachineRow>(std::move(found.front()));
+}
+
+Result<std::optional<MachineRow>> Store::MachineByName(const std::string& name) {
+  if (name.empty()) return std::optional<MachineRow>();
+  ASSIGN_OR_RETURN(auto found, SelectMachines("WHERE m.name = ?2", {name}, std::nullopt));
+  if (found.empty()) return std::optional<MachineRow>();
+  return std::optional<MachineRow>(std::move(found.front()));
+}
+
+Result<int> Store::LiveLeases(std::int64_t machine) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT count(*) FROM runs WHERE machine_id = ? AND "
+                                       "state IN ('leased', 'running')"));
+  s.Bind(1, machine);
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  return row ? static_cast<int>(s.Int(0)) : 0;
+}
+
+Status Store::RecordMachineEvent(std::int64_t machine, std::string_view state, TimeMs now,
+                                 const std::string& note) {
+  ASSIGN_OR_RETURN(int live, LiveLeases(machine));
+  ASSIGN_OR_RETURN(auto ins, db_.Prepare("INSERT INTO machine_events (machine_id, at_ms, state, "
+                                         "live_leases, note) VALUES (?, ?, ?, ?, ?)"));
+  return ins.Bind(1, machine).Bind(2, now).Bind(3, state).Bind(4, live).Bind(5, note).Run();
+}
+
+Result<std::int64_t> Store::UpsertMachine(const MachineRow& m, TimeMs now) {
+  if (!ValidMachineState(m.state)) {
+    return Fail(ErrorKind::kInvalidArgument, "unknown machine state '" + m.state + "'");
+  }
+  return sql::WithWriteTransaction(db_, [&]() -> Result<std::int64_t> {
+    ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT id, state FROM machines WHERE pool = ? AND "
+                                           "provider_id = ? AND provider_id != ''"));
+    sel.Bind(1, m.pool).Bind(2, m.provider_id);
+    ASSIGN_OR_RETURN(bool found, sel.Step());
+    if (found) {
+      std::int64_t id = sel.Int(0);
+      std::string old = sel.Text(1);
+      sel.Reset();
+      ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE machines SET state = ?, slots = ?, gpus = ?, "
+                                           "last_seen_ms = ?, stopped_ms = CASE WHEN ? IN "
+                                           "('stopped', 'failed') THEN ? END, ready_ms = CASE "
+                                           "WHEN ? = 'ready' THEN COALESCE(ready_ms, ?) ELSE "
+                                           "ready_ms END WHERE id = ?"));
+      TRY(u.Bind(1, m.state)
+              .Bind(2, m.slots)
+              .Bind(3, m.gpus)
+              .Bind(4, now)
+              .Bind(5, m.state)
+              .Bind(6, now)
+              .Bind(7, m.state)
+              .Bind(8, now)
+              .Bind(9, id)
+              .Run());
+      if (old != m.state) TRY(RecordMachineEvent(id, m.state, now, "upsert"));
+      return id;
+    }
+    sel.Reset();
+    ASSIGN_OR_RETURN(auto ins,
+                     db_.Prepare("INSERT INTO machines (pool, provider, provider_id, name, "
+                                 "hostname, state, slots, gpus, resources_json, hourly_cost, "
+                                 "created_ms, booted_ms, ready_ms, last_seen_ms) VALUES (?, ?, ?, "
+                                 "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+    TRY(ins.Bind(1, m.pool)
+            .Bind(2, m.provider)
+            .Bind(3, m.provider_id)
+            .Bind(4, m.name)
+            .Bind(5, m.hostname)
+            .Bind(6, m.state)
+            .Bind(7, m.slots)
+            .Bind(8, m.gpus)
+            .Bind(9, m.resources_json)
+            .Bind(10, m.hourly_cost)
+            .Bind(11, now)
+            .Bind(12, now)
+            .Bind(13, m.state == "ready" ? std::optional<TimeMs>(now) : std::nullopt)
+            .Bind(14, now)
+            .Run());
+    std::int64_t id = db_.LastInsertId();
+    TRY(RecordMachineEvent(id, m.state, now, "upsert"));
+    return id;
+  });
+}
+
+Status Store::TouchMachine(std::int64_t id, TimeMs now, const std::string& state) {
+  if (!ValidMachineState(state)) {
+    return Fail(ErrorKind::kInvalidArgument, "unknown machine state '" + state + "'");
+  }
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT state FROM machines WHERE id = ?"));
+    sel.Bind(1, id);
+    ASSIGN_OR_RETURN(bool found, sel.Step());
+    if (!found) return {};
+    std::string old = sel.Text(0);
+    sel.Reset();
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE machines SET last_seen_ms = ?, state = ?, "
+                                         "stopped_ms = CASE WHEN ? IN ('stopped', 'failed') "
+                                         "THEN COALESCE(stopped_ms, ?) END WHERE id = ?"));
+    TRY(u.Bind(1, now).Bind(2, state).Bind(3, state).Bind(4, now).Bind(5, id).Run());
+    if (old != state) TRY(RecordMachineEvent(id, state, now, ""));
+    return {};
+  });
+}
+
+Result<std::int64_t> Store::AddMachine(const MachineRow& m, TimeMs now) {
+  std::string state = m.state.empty() ? "requested" : m.state;
+  if (state != "requested" && state != "booting") {
+    return Fail(ErrorKind::kInvalidArgument,
+                "a new machine is requested or booting, not '" + state + "'");
+  }
+  return sql::WithWriteTransaction(db_, [&]() -> Result<std::int64_t> {
+    ASSIGN_OR_RETURN(auto ins,
+                     db_.Prepare("INSERT INTO machines (pool, provider, provider_id, name, "
+                                 "hostname, state, slots, gpus, resources_json, hourly_cost, "
+                                 "created_ms, booted_ms, last_seen_ms) VALUES (?, ?, ?, ?, ?, ?, "
+                                 "?, ?, ?, ?, ?, ?, ?)"));
+    auto st = ins.Bind(1, m.pool)
+                  .Bind(2, m.provider)
+                  .Bind(3, m.provider_id)
+                  .Bind(4, m.name)
+                  .Bind(5, m.hostname)
+                  .Bind(6, state)
+                  .Bind(7, m.slots)
+                  .Bind(8, m.gpus)
+                  .Bind(9, m.resources_json.empty() ? std::string("{}") : m.resources_json)
+                  .Bind(10, m.hourly_cost)
+                  .Bind(11, now)
+                  .Bind(12, now)
+                  .Bind(13, now)
+                  .Run();
+    if (!st) {
+      Error e = st.error();
+      if (e.message.find("UNIQUE") != std::string::npos) {
+        return Fail(ErrorKind::kConflict, "machine '" + m.name + "' (" + m.provider_id +
+                                              ") of pool " + m.pool + " exists already");
+      }
+      return std::unexpected(e);
+    }
+    std::int64_t id = db_.LastInsertId();
+    TRY(RecordMachineEvent(id, state, now, m.provider_id.empty() ? "" : m.provider_id));
+    return id;
+  });
+}
+
+Status Store::SetMachineProviderId(std::int64_t row, const std::string& provider_id, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT state FROM machines WHERE id = ?"));
+    sel.Bind(1, row);
+    ASSIGN_OR_RETURN(bool found, sel.Step());
+    if (!found) return Fail(ErrorKind::kNotFound, MachineLabel(row) + " does not exist");
+    std::string old = sel.Text(0);
+    sel.Reset();
+    // A worker that registered before Boot answered keeps its machine ready.
+    std::string next = old == "requested" ? "booting" : old;
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE machines SET provider_id = ?, state = ? "
+                                         "WHERE id = ?"));
+    TRY(u.Bind(1, provider_id).Bind(2, next).Bind(3, row).Run());
+    return RecordMachineEvent(row, next, now, "provider id " + provider_id);
+  });
+}
+
+Status Store::SetMachineState(std::int64_t row, std::string_view state, TimeMs now,
+                              const std::string& note) {
+  if (!ValidMachineState(state)) {
+    return Fail(ErrorKind::kInvalidArgument, "unknown machine state '" + std::string(state) + "'");
+  }
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u,
+                     db_.Prepare("UPDATE machines SET state = ?1, "
+                                 "stopped_ms = CASE WHEN ?1 IN ('stopped', 'failed') THEN "
+                                 "COALESCE(stopped_ms, ?2) ELSE stopped_ms END, "
+                                 "last_error = CASE WHEN ?1 = 'failed' THEN ?3 ELSE last_error END "
+                                 "WHERE id = ?4"));
+    TRY(u.Bind(1, state).Bind(2, now).Bind(3, note).Bind(4, row).Run());
+    if (db_.Changes() == 0) return Fail(ErrorKind::kNotFound, MachineLabel(row) + " does not exist");
+    return RecordMachineEvent(row, state, now, note);
+  });
+}
+
+// ---- the drain transaction and forgetting -------------------------------------
+
+Result<bool> Store::DrainMachine(const cloud::Action& drain, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<bool> {
+    ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT state, last_busy_ms, pool, gpus FROM machines "
+                                           "WHERE id = ?"));
+    sel.Bind(1, drain.row);
+    ASSIGN_OR_RETURN(bool found, sel.Step());
+    if (!found) return false;
+    auto state = ParseMachineState(sel.Text(0));
+    cloud::DrainCheck check;
+    check.state = state.value_or(cloud::MachineState::kFailed);
+    check.last_busy_at = sel.OptInt(1);
+    std::string pool = sel.Text(2);
+    int gpus = static_cast<int>(sel.Int(3));
+    sel.Reset();
+    ASSIGN_OR_RETURN(check.live_leases, LiveLeases(drain.row));
+    // The runs this machine could take right now (LeaseForMachine's rule).
+    ASSIGN_OR_RETURN(auto q, db_.Prepare(std::string("SELECT count(*) FROM runs r JOIN batches b "
+                                                     "ON b.id = r.batch_id WHERE ") +
+                                         kRunnable + " AND (b.pool = '' OR b.pool = ?) AND "
+                                                     "b.gpus <= ?"));
+    q.Bind(1, now).Bind(2, pool).Bind(3, gpus);
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    check.runnable_queued = row ? static_cast<int>(q.Int(0)) : 0;
+    q.Reset();
+    if (!cloud::DrainAllowed(drain, check)) return false;
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE machines SET state = 'draining' WHERE id = ?"));
+    TRY(u.Bind(1, drain.row).Run());
+    TRY(RecordMachineEvent(drain.row, "draining", now, drain.reason));
+    return true;
+  });
+}
+
+Result<int> Store::ForgetMachine(std::int64_t row, TimeMs now, const std::string& reason) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<int> {
+    ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT 1 FROM machines WHERE id = ?"));
+    sel.Bind(1, row);
+    ASSIGN_OR_RETURN(bool found, sel.Step());
+    if (!found) return Fail(ErrorKind::kNotFound, MachineLabel(row) + " does not exist");
+    sel.Reset();
+    // Like Interrupt(): back to the queue at once, the attempt refunded.
+    ASSIGN_OR_RETURN(auto u,
+                     db_.Prepare("UPDATE runs SET state = 'queued', attempts = max(0, attempts - 1), "
+                                 "interruptions = interruptions + 1, not_before_ms = 0, "
+                                 "last_error = ?, lease_expires_ms = NULL, started_ms = NULL, "
+                                 "worker = '', updated_ms = ? WHERE machine_id = ? AND state IN "
+                                 "('leased', 'running')"));
+    TRY(u.Bind(1, "interrupted: machine lost: " + reason).Bind(2, now).Bind(3, row).Run());
+    int returned = db_.Changes();
+    ASSIGN_OR_RETURN(auto m, db_.Prepare("UPDATE machines SET state = 'stopped', stopped_ms = "
+                                         "COALESCE(stopped_ms, ?), last_error = ? WHERE id = ?"));
+    TRY(m.Bind(1, now).Bind(2, reason).Bind(3, row).Run());
+    TRY(RecordMachineEvent(row, "stopped", now,
+                           "forgotten (" + std::to_string(returned) + " runs back to the queue): " +
+                               reason));
+    return returned;
+  });
+}
+
+// ---- workers ------------------------------------------------------------------
+
+Result<MachineRow> Store::RegisterWorker(const WorkerRegistration& r, TimeMs now) {
+  ASSIGN_OR_RETURN(std::int64_t id, sql::WithWriteTransaction(db_, [&]() -> Result<std::int64_t> {
+    std::string resources = r.resources_json.empty() ? "{}" : r.resources_json;
+    if (!r.name.empty()) {
+      ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT id, pool, state FROM machines WHERE name = ?"));
+      sel.Bind(1, r.name);
+      ASSIGN_OR_RETURN(bool found, sel.Step());
+      if (found) {
+        std::int64_t id = sel.Int(0);
+        std::string pool = sel.Text(1);
+        std::string state = sel.Text(2);
+        sel.Reset();
+        if (pool != r.pool) {
+          return Fail(ErrorKind::kInvalidArgument,
+                      "machine '" + r.name + "' belongs to pool " + pool + ", not " + r.pool);
+        }
+        if (state != "requested" && state != "booting" && state != "ready") {
+          return Fail(ErrorKind::kConflict,
+                      "machine '" + r.name + "' is " + state + ": it takes no more runs");
+        }
+        ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE machines SET state = 'ready', ready_ms = ?, "
+                                             "hostname = ?, resources_json = ?, slots = ?, "
+                                             "gpus = ?, last_seen_ms = ? WHERE id = ?"));
+        TRY(u.Bind(1, now)
+                .Bind(2, r.hostname)
+                .Bind(3, resources)
+                .Bind(4, r.slots)
+                .Bind(5, r.gpus)
+                .Bind(6, now)
+                .Bind(7, id)
+                .Run());
+        TRY(RecordMachineEvent(id, "ready", now, "worker registered from " + r.hostname));
+        return id;
+      }
+    }
+    std::string name = r.name.empty() ? r.hostname + "-" + std::to_string(r.pid) : r.name;
+    // A second hand-started worker with the same host and pid (a restart
+    // after a reboot): the old row is taken over when it is not live.
+    ASSIGN_OR_RETURN(auto ins,
+                     db_.Prepare("INSERT INTO machines (pool, provider, name, hostname, state, "
+                                 "slots, gpus, resources_json, created_ms, booted_ms, ready_ms, "
+                                 "last_seen_ms) VALUES (?, 'manual', ?, ?, 'ready', ?, ?, ?, ?, ?, "
+                                 "?, ?)"));
+    auto st = ins.Bind(1, r.pool)
+                  .Bind(2, name)
+                  .Bind(3, r.hostname)
+                  .Bind(4, r.slots)
+                  .Bind(5, r.gpus)
+                  .Bind(6, resources)
+                  .Bind(7, now)
+                  .Bind(8, now)
+                  .Bind(9, now)
+                  .Bind(10, now)
+                  .Run();
+    if (!st) {
+      if (st.error().message.find("UNIQUE") != std::string::npos) {
+        return Fail(ErrorKind::kConflict, "a machine named '" + name + "' exists already");
+      }
+      return std::unexpected(st.error());
+    }
+    std::int64_t id = db_.LastInsertId();
+    TRY(RecordMachineEvent(id, "ready", now, "manual worker registered from " + r.hostname));
+    return id;
+  }));
+  ASSIGN_OR_RETURN(auto m, Machine(id, now));
+  if (!m) return Fail(ErrorKind::kInternal, "registered machine vanished");
+  return *m;
+}
+
+Result<std::vector<LeasedRun>> Store::LeaseForMachine(std::int64_t machine,
+                                                      const LeaseLimits& limits, TimeMs now,
+                                                      TimeMs lease_ms) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<std::vector<LeasedRun>> {
+    ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT state, pool, name FROM machines WHERE id = ?"));
+    sel.Bind(1, machine);
+    ASSIGN_OR_RETURN(bool found, sel.Step());
+    if (!found) return Fail(ErrorKind::kNotFound, MachineLabel(machine) + " does not exist");
+    std::string state = sel.Text(0);
+    std::string pool = sel.Text(1);
+    std::string worker = sel.Text(2).empty() ? MachineLabel(machine) : sel.Text(2);
+    sel.Reset();
+    if (state != "ready") {
+      return Fail(ErrorKind::kConflict, MachineLabel(machine) + " is " + state);
+    }
+    ASSIGN_OR_RETURN(auto touch, db_.Prepare("UPDATE machines SET last_seen_ms = ? WHERE id = ?"));
+    TRY(touch.Bind(1, now).Bind(2, machine).Run());
+    std::vector<LeasedRun> out;
+    if (limits.max_runs <= 0) return out;
+
+    // Candidates, oldest first. A slot's fused companions come from the same
+    // batch by seed.
+    struct Candidate {
+      std::int64_t id, batch_id, seed;
+      int gpus;
+      bool trainer;
+    };
+    ASSIGN_OR_RETURN(
+        auto pick,
+        db_.Prepare(std::string("SELECT r.id, r.batch_id, r.seed, b.gpus, "
+                                "COALESCE(json_extract(b.spec_json, '$.trainer'), '') != '' "
+                                "FROM runs r JOIN batches b ON b.id = r.batch_id WHERE ") +
+                    kRunnable + " AND (b.pool = '' OR b.pool = ?) ORDER BY r.id"));
+    pick.Bind(1, now).Bind(2, pool);
+    std::vector<Candidate> candidates;
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, pick.Step());
+      if (!row) break;
+      candidates.push_back({pick.Int(0), pick.Int(1), pick.Int(2), static_cast<int>(pick.Int(3)),
+                            pick.Int(4) != 0});
+    }
+    pick.Reset();
+
+    double free_gpus = limits.free_gpus;
+    int slots = limits.max_runs;
+    std::vector<std::pair<std::int64_t, std::int64_t>> chosen;  // (run, group)
+    std::map<std::int64_t, bool> taken;
+    for (size_t i = 0; i < candidates.size() && slots > 0; ++i) {
+      const auto& c = candidates[i];
+      if (taken.count(c.id)) continue;
+      double cost = GpuCost(c.gpus, limits.runs_per_gpu);
+      if (cost > free_gpus + 1e-9) continue;  // does not fit: a later, smaller run may
+      free_gpus -= cost;
+      --slots;
+      taken[c.id] = true;
+      if (limits.fuse_max > 1 && c.trainer) {
+        std::vector<const Candidate*> same;
+        for (const auto& o : candidates) {
+          if (o.batch_id == c.batch_id && !taken.count(o.id)) same.push_back(&o);
+        }
+        std::sort(same.begin(), same.end(),
+                  [](const Candidate* a, const Candidate* b) { return a->seed < b->seed; });
+        chosen.emplace_back(c.id, c.id);
+        for (size_t k = 0; k < same.size() && static_cast<int>(k) + 1 < limits.fuse_max; ++k) {
+          taken[same[k]->id] = true;
+          chosen.emplace_back(same[k]->id, c.id);
+        }
+      } else {
+        chosen.emplace_back(c.id, 0);
+      }
+    }
+    if (chosen.empty()) return out;
+
+    ASSIGN_OR_RETURN(auto upd,
+                     db_.Prepare("UPDATE runs SET state = 'leased', lease_token = lease_token + 1, "
+                                 "lease_expires_ms = ?, worker = ?, attempts = attempts + 1, "
+                                 "machine_id = ?, started_ms = NULL, finished_ms = NULL, "
+                                 "updated_ms = ? WHERE id = ?"));
+    ASSIGN_OR_RETURN(
+        auto info,
+        db_.Prepare("SELECT r.batch_id, r.lease_token, r.seed, r.repeat, r.attempts, b.experiment, "
+                    "b.command, b.metric_name, b.metric_regex, repos.url, c.sha, b.timeout_s, "
+                    "b.gpus, COALESCE(json_extract(b.spec_json, '$.trainer'), '') "
+                    "FROM runs r JOIN batches b ON b.id = r.batch_id "
+                    "JOIN commits c ON c.id = b.commit_id JOIN repos ON repos.id = c.repo_id "
+                    "WHERE r.id = ?"));
+    for (const auto& [id, group] : chosen) {
+      TRY(upd.Bind(1, now + lease_ms).Bind(2, worker).Bind(3, machine).Bind(4, now).Bind(5, id)
+              .Run());
+      info.Bind(1, id);
+      ASSIGN_OR_RETURN(bool row, info.Step());
+      if (!row) return Fail(ErrorKind::kInternal, "leased run vanished");
+      LeasedRun l;
+      l.run_id = id;
+      l.batch_id = info.Int(0);
+      l.token = info.Int(1);
+      l.seed = info.Int(2);
+      l.repeat = static_cast<int>(info.Int(3));
+      l.attempt = static_cast<int>(info.Int(4));
+      l.expires_ms = now + lease_ms;
+      l.experiment = info.Text(5);
+      l.command = info.Text(6);
+      l.metric_name = info.Text(7);
+      l.metric_regex = info.Text(8);
+      l.repo_url = info.Text(9);
+      l.sha = info.Text(10);
+      l.timeout_s = info.Int(11);
+      l.gpus = static_cast<int>(info.Int(12));
+      l.trainer = info.Text(13);
+      l.group = group;
+      info.Reset();
+      out.push_back(std::move(l));
+    }
+    ASSIGN_OR_RETURN(auto busy, db_.Prepare("UPDATE machines SET last_busy_ms = ? WHERE id = ?"));
+    TRY(busy.Bind(1, now).Bind(2, machine).Run());
+    return out;
+  });
+}
+
+Result<std::vector<Store::DemandRow>> Store::RunnableDemand(TimeMs now) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT b.pool, b.gpus, count(*) FROM runs r "
+                                                   "JOIN batches b ON b.id = r.batch_id WHERE ") +
+                                       kRunnable + " GROUP BY b.pool, b.gpus ORDER BY b.pool, "
+                                                   "b.gpus"));
+  s.Bind(1, now);
+  std::vector<DemandRow> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back({s.Text(0), static_cast<int>(s.Int(1)), s.Int(2)});
+  }
+  return out;
+}
+
+Result<std::optional<std::int64_t>> Store::RunMachine(std::int64_t run_id) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT machine_id FROM runs WHERE id = ?"));
+  s.Bind(1, run_id);
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  if (!row) return Fail(ErrorKind::kNotFound, "run " + std::to_string(run_id) + " does not exist");
+  return s.OptInt(0);
+}
+
+Status Store::CheckRunLease(std::int64_t run_id, std::int64_t token) {
+  return CheckLease(run_id, token, "write to");
+}
+
+Status Store::TouchWorker(std::int64_t machine, TimeMs now, bool busy) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE machines SET last_seen_ms = ?1, last_busy_ms = "
+                                         "CASE WHEN ?2 THEN ?1 ELSE last_busy_ms END WHERE id = ?3"));
+    return u.Bind(1, now).Bind(2, busy ? 1 : 0).Bind(3, machine).Run();
+  });
+}
+
+Result<std::vector<Store::MachineEvent>> Store::MachineHistory(
+    std::optional<std::int64_t> machine) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT machine_id, at_ms, state, live_leases, note FROM "
+                                       "machine_events WHERE ?1 IS NULL OR machine_id = ?1 "
+                                       "ORDER BY id"));
+  s.Bind(1, machine);
+  std::vector<MachineEvent> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back({s.Int(0), s.Int(1), s.Text(2), static_cast<int>(s.Int(3)), s.Text(4)});
+  }
+  return out;
+}
+
+// ---- pools ----------------------------------------------------------------------
+
+Status Store::SetPoolHealth(const PoolHealthRow& h, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u,
+                     db_.Prepare("INSERT INTO pool_health (pool, consecutive_failures, "
+                                 "next_retry_ms, last_error, updated_ms) VALUES (?, ?, ?, ?, ?) "
+                                 "ON CONFLICT (pool) DO UPDATE SET consecutive_failures = "
+                                 "excluded.consecutive_failures, next_retry_ms = "
+                                 "excluded.next_retry_ms, last_error = excluded.last_error, "
+                                 "updated_ms = excluded.updated_ms"));
+    return u.Bind(1, h.pool)
+        .Bind(2, h.consecutive_failures)
+        .Bind(3, h.next_retry_ms)
+        .Bind(4, h.last_error)
+        .Bind(5, now)
+        .Run();
+  });
+}
+
+Result<std::vector<Store::PoolHealthRow>> Store::PoolHealth() {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT pool, consecutive_failures, next_retry_ms, "
+                                       "last_error FROM pool_health ORDER BY pool"));
+  std::vector<PoolHealthRow> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back({s.Text(0), static_cast<int>(s.Int(1)), s.Int(2), s.Text(3)});
+  }
+  return out;
+}
+
+Status Store::SetPoolTokenHash(const std::string& pool, const std::string& sha256_hex,
+                               TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u,
+                     db_.Prepare("INSERT INTO pool_tokens (pool, sha256, created_ms) VALUES "
+                                 "(?, ?, ?) ON CONFLICT (pool) DO UPDATE SET sha256 = "
+                                 "excluded.sha256, created_ms = CASE WHEN sha256 = "
+                                 "excluded.sha256 THEN created_ms ELSE excluded.created_ms END"));
+    return u.Bind(1, pool).Bind(2, sha256_hex).Bind(3, now).Run();
+  });
+}
+
+Result<std::optional<std::string>> Store::PoolForTokenHash(const std::string& sha256_hex) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT pool, sha256 FROM pool_tokens ORDER BY pool"));
+  std::optional<std::string> match;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    std::string stored = s.Text(1);
+    // Constant time in the hash's content: every byte of every row is compared.
+    unsigned diff = stored.size() != sha256_hex.size() ? 1u : 0u;
+    for (size_t i = 0; i < stored.size(); ++i) {
+      unsigned char a = static_cast<unsigned char>(stored[i]);
+      unsigned char b = i < sha256_hex.size() ? static_cast<unsigned char>(sha256_hex[i]) : 0;
+      diff |= static_cast<unsigned>(a ^ b);
+    }
+    if (diff == 0 && !stored.empty() && !match) match = s.Text(0);
+  }
+  return match;
+}
+
+// ---- cost -----------------------------------------------------------------------
+
+Result<std::vector<Store::CostRow>> Store::Costs(TimeMs now, bool per_batch) {
+  std::vector<CostRow> out;
+  if (!per_batch) {
+    // Billed: boot to stop (or now); busy: run time on the pool's machines.
+    ASSIGN_OR_RETURN(
+        auto s,
+        db_.Prepare(std::string("SELECT m.pool, count(*), "
+                                "sum(max(0, COALESCE(m.stopped_ms, ?1) - m.booted_ms)), "
+                                "sum(max(0, COALESCE(m.stopped_ms, ?1) - m.booted_ms) * "
+                                "m.hourly_cost), "
+                                "sum((SELECT COALESCE(sum(") +
+                    kRunTime +
+                    "), 0) FROM runs r WHERE r.machine_id = m.id)) "
+                    "FROM machines m GROUP BY m.pool ORDER BY m.pool"));
+    s.Bind(1, now);
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, s.Step());
+      if (!row) break;
+      CostRow c;
+      c.pool = s.Text(0);
+      c.machines = static_cast<int>(s.Int(1));
+      c.billed_ms = s.Int(2);
+      c.cost = s.Double(3) / 3'600'000.0;
+      c.busy_ms = s.Int(4);
+      out.push_back(std::move(c));
+    }
+    return out;
+  }
+  // Per batch: the run time on machines, each run charged its machine's
+  // hourly cost divided by the machine's slots (runs share a machine).
+  ASSIGN_OR_RETURN(
+      auto s, db_.Prepare(std::string("SELECT r.batch_id, count(DISTINCT m.id), sum(") + kRunTime +
+                          "), sum((" + kRunTime +
+                          ") * 1.0 / max(1, m.slots)), sum((" + kRunTime +
+                          ") * m.hourly_cost / max(1, m.slots)) FROM runs r JOIN machines m ON "
+                          "m.id = r.machine_id GROUP BY r.batch_id ORDER BY r.batch_id"));
+  s.Bind(1, now);
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    CostRow c;
+    c.batch_id = s.Int(0);
+    c.machines = static_cast<int>(s.Int(1));
+    c.busy_ms = s.Int(2);
+    c.billed_ms = static_cast<TimeMs>(std::llround(s.Double(3)));
+    c.cost = s.Double(4) / 3'600'000.0;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace trainq
