@@ -16,6 +16,7 @@ Result<std::string> FakeProvider::Boot(const BootSpec& spec) {
   TRY(MaybeFail(Call::Kind::kBoot, spec.tag.pool));
   std::string id = "m-" + std::to_string(next_id_++);
   machines_[id] = spec.tag;
+  names_[id] = spec.name;
   return id;
 }
 
@@ -23,7 +24,7 @@ Result<std::vector<ListedMachine>> FakeProvider::List(const MachineTag& tag) {
   TRY(MaybeFail(Call::Kind::kList, tag.pool));
   std::vector<ListedMachine> out;
   for (const auto& [id, t] : machines_) {
-    if (t == tag) out.push_back(ListedMachine{id, t});
+    if (t == tag) out.push_back(ListedMachine{id, t, names_.count(id) ? names_.at(id) : ""});
   }
   return out;
 }

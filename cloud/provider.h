@@ -10,11 +10,18 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "core/result.h"
+
+namespace trainq {
+class ProcessRunner;
+class HttpClient;
+class Clock;
+}  // namespace trainq
 
 namespace trainq::cloud {
 
@@ -31,11 +38,20 @@ struct BootSpec {
   int slots = 1;
   int gpus = 0;
   std::map<std::string, std::string> params;  // the pool's provider parameters
+  // The machine's unique name, chosen by trainq ("tq-<instance>-<pool>-<row>");
+  // the worker registers under it and providers show it (job name, Name tag).
+  std::string name;
+  // The full argv that starts the worker on the machine.
+  std::vector<std::string> worker_argv;
+  // The pool's plaintext token, for providers that must carry it to another
+  // host (EC2 user-data, a command's $TRAINQ_TOKEN). Never logged.
+  std::string token;
 };
 
 struct ListedMachine {
   std::string id;  // the provider's id (instance id, Slurm job id, pid)
   MachineTag tag;
+  std::string name;  // BootSpec::name when the provider knows it, else ""
 };
 
 class Provider {
@@ -85,8 +101,27 @@ class FakeProvider final : public Provider {
   int fail_next_ = 0;
   ErrorKind fail_kind_ = ErrorKind::kUnavailable;
   std::map<std::string, MachineTag> machines_;  // running, by id
+  std::map<std::string, std::string> names_;    // BootSpec::name, by id
   std::vector<std::string> stopped_;
   std::vector<Call> calls_;
 };
+
+// What the real providers need from the outside; pointers are not owned and
+// must outlive the provider.
+struct ProviderDeps {
+  ProcessRunner* runner = nullptr;  // local, slurm, command
+  HttpClient* http = nullptr;       // ec2
+  const Clock* clock = nullptr;     // all
+  std::string state_dir;            // local: <state_dir>/local/; scratch files
+};
+
+// The provider `kind` (local | slurm | ec2 | command) with the pool's
+// parameters. Unknown kinds and unknown or missing parameters are refused with
+// a message naming them ("params.region: required by ec2"); callers prefix the
+// pool ("pool gpu: ..."). The parameters each kind takes are listed in
+// README.md, "Machine pools".
+Result<std::unique_ptr<Provider>> MakeProvider(const std::string& kind,
+                                               const std::map<std::string, std::string>& params,
+                                               ProviderDeps deps);
 
 }  // namespace trainq::cloud

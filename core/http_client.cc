@@ -125,6 +125,10 @@ Result<HttpResponse> CurlHttpClient::Send(const HttpRequest& request) {
   for (const auto& [k, v] : request.headers) {
     list = curl_slist_append(list, (k + ": " + v).c_str());
   }
+  if (request.aws_sigv4 && !request.aws_sigv4->session_token.empty()) {
+    list = curl_slist_append(
+        list, ("X-Amz-Security-Token: " + request.aws_sigv4->session_token).c_str());
+  }
   // No "Expect: 100-continue" round trip for larger bodies.
   list = curl_slist_append(list, "Expect:");
   std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> headers(list, curl_slist_free_all);
@@ -146,6 +150,12 @@ Result<HttpResponse> CurlHttpClient::Send(const HttpRequest& request) {
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, OnHeader);
   curl_easy_setopt(h, CURLOPT_HEADERDATA, &ex);
   curl_easy_setopt(h, CURLOPT_USERAGENT, "trainq/0.1");
+  if (request.aws_sigv4) {
+    const AwsSigV4& sig = *request.aws_sigv4;
+    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sig.provider.c_str());
+    curl_easy_setopt(h, CURLOPT_USERNAME, sig.access_key.c_str());
+    curl_easy_setopt(h, CURLOPT_PASSWORD, sig.secret_key.c_str());
+  }
   if (request.method == "GET") {
     curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
   } else if (request.method == "HEAD") {

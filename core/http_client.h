@@ -25,7 +25,17 @@ using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
 // The first value of header `name` (case-insensitive), if any.
 std::optional<std::string> FindHeader(const HttpHeaders& headers, std::string_view name);
 
+// AWS Signature Version 4, computed by libcurl (CURLOPT_AWS_SIGV4). The keys
+// never appear in messages or logs.
+struct AwsSigV4 {
+  std::string provider;       // "aws:amz:<region>:<service>", e.g. "aws:amz:us-east-1:ec2"
+  std::string access_key;
+  std::string secret_key;
+  std::string session_token;  // "" = none; else sent (and signed) as X-Amz-Security-Token
+};
+
 struct HttpRequest {
+  std::optional<AwsSigV4> aws_sigv4;  // sign the request
   std::string method = "GET";
   std::string url;
   HttpHeaders headers;
