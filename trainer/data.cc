@@ -2,17 +2,19 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <random>
 #include <sys/stat.h>
 
 #include "core/strings.h"
+#include "trainer/file_reader.h"
 #include "trainer/rng.h"
 
 namespace trainq::trainer {
@@ -20,21 +22,6 @@ namespace {
 
 std::unexpected<Error> DataError(const std::string& msg) {
   return Fail(ErrorKind::kCorruption, msg);
-}
-
-Result<std::string> ReadGzip(const std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) return Fail(ErrorKind::kNotFound, path + ": cannot open: " + std::strerror(errno));
-  std::string out;
-  char buf[1 << 16];
-  int n;
-  while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
-  int err = 0;
-  const char* msg = gzerror(f, &err);
-  std::string error = n < 0 ? std::string(msg) : "";
-  gzclose(f);
-  if (n < 0) return DataError(path + ": not a readable gzip file: " + error);
-  return out;
 }
 
 // Resolves possibly negative column indices against `columns`.
@@ -111,66 +98,305 @@ bool LooksNumeric(std::string_view field) {
   return ec == std::errc() && p == field.data() + field.size();
 }
 
-Result<std::unique_ptr<RowSource>> ParseCsv(const std::string& text, const DataSpec& spec,
-                                            const DataCheck& check) {
+// Lines of a (possibly gzip) text file, with the byte offset of each.
+class LineReader {
+ public:
+  explicit LineReader(FileReader& file) : file_(file), base_(file.position()) {}
+
+  // The next line without its '\n' (and '\r'); false at the end. The view
+  // stays valid until the next call.
+  Result<bool> Next(std::string_view* line, std::int64_t* offset) {
+    while (true) {
+      std::size_t nl = buf_.find('\n', scan_);
+      if (nl != std::string::npos || (eof_ && at_ < buf_.size())) {
+        if (nl == std::string::npos) nl = buf_.size();
+        *line = std::string_view(buf_.data() + at_, nl - at_);
+        *offset = base_ + static_cast<std::int64_t>(at_);
+        at_ = scan_ = std::min(nl + 1, buf_.size());
+        if (!line->empty() && line->back() == '\r') line->remove_suffix(1);
+        return true;
+      }
+      if (eof_) return false;
+      buf_.erase(0, at_);
+      base_ += static_cast<std::int64_t>(at_);
+      at_ = 0;
+      scan_ = buf_.size();
+      const std::size_t old = buf_.size();
+      buf_.resize(old + kChunk);
+      ASSIGN_OR_RETURN(std::size_t n, file_.Read(buf_.data() + old, kChunk));
+      buf_.resize(old + n);
+      if (n == 0) eof_ = true;
+    }
+  }
+
+  // Moves to the line starting at byte `offset`: inside the buffer when it is
+  // there, else through the file's Seek.
+  Status MoveTo(std::int64_t offset, const std::vector<GzipAccessPoint>& points) {
+    if (offset >= base_ + static_cast<std::int64_t>(at_) &&
+        offset <= base_ + static_cast<std::int64_t>(buf_.size())) {
+      at_ = scan_ = static_cast<std::size_t>(offset - base_);
+      return {};
+    }
+    TRY(file_.Seek(offset, points));
+    buf_.clear();
+    at_ = scan_ = 0;
+    base_ = offset;
+    eof_ = false;
+    return {};
+  }
+
+ private:
+  static constexpr std::size_t kChunk = 1 << 18;
+  FileReader& file_;
+  std::string buf_;
+  std::size_t at_ = 0, scan_ = 0;  // next line starts at at_; no '\n' in [at_, scan_)
+  std::int64_t base_ = 0;          // file offset of buf_[0]
+  bool eof_ = false;
+};
+
+// Whether line `line_no` (1-based) of a CSV file is a data row: not within the
+// header lines, not blank, and with an automatic header not a first line with
+// a non-numeric field.
+bool IsDataLine(std::string_view line, std::int64_t line_no, std::int64_t skip) {
+  if (line_no <= skip) return false;
+  if (Trim(line).empty()) return false;
+  if (skip < 0 && line_no == 1) {
+    // Auto header: a first line with a non-numeric field is a header (the
+    // sklearn files start "150,4,setosa,...").
+    for (const std::string& f : trainq::Split(line, ',')) {
+      if (!LooksNumeric(f)) return false;
+    }
+  }
+  return true;
+}
+
+Status ParseFields(std::string_view line, const std::string& where, std::vector<float>& row) {
+  row.clear();
+  std::size_t start = 0;
+  while (true) {
+    std::size_t comma = line.find(',', start);
+    std::string_view field =
+        Trim(line.substr(start, comma == std::string_view::npos ? line.size() - start : comma - start));
+    float v = 0;
+    auto [p, ec] = std::from_chars(field.data(), field.data() + field.size(), v);
+    if (ec != std::errc() || p != field.data() + field.size() || field.empty()) {
+      return DataError(where + ", column " + std::to_string(row.size() + 1) + ": '" + std::string(field) +
+                       "' is not a number");
+    }
+    if (!std::isfinite(v)) {
+      return DataError(where + ", column " + std::to_string(row.size() + 1) + ": value is not finite");
+    }
+    row.push_back(v);
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return {};
+}
+
+std::string RowWhere(const std::string& path, std::int64_t line_no) {
+  return path + ": row " + std::to_string(line_no);
+}
+
+// A reader error while reading line `line_no`: a data error naming file and row.
+std::unexpected<Error> ReadError(const std::string& path, std::int64_t line_no, const Error& e) {
+  return Fail(e.kind == ErrorKind::kIo ? ErrorKind::kIo : ErrorKind::kCorruption,
+              RowWhere(path, line_no) + ": " + e.message);
+}
+
+bool IsGzip(const DataSpec& spec) { return spec.format == "csv.gz"; }
+
+// One pass over a CSV file: checks every data row (numbers, finite values,
+// the same column count as the first row, integer labels) and calls
+// on_row(ordinal, line_no, line offset, values) for each.
+Status ScanCsv(FileReader& file, const DataSpec& spec, const DataCheck& check, ColumnMap* map,
+               std::int64_t* columns,
+               const std::function<void(std::int64_t, std::int64_t, std::int64_t, const std::vector<float>&)>& on_row) {
+  LineReader lines(file);
+  const std::int64_t skip = spec.header.value_or(-1);
+  std::vector<float> row;
+  std::int64_t line_no = 0, ordinal = 0;
+  *columns = -1;
+  while (true) {
+    std::string_view line;
+    std::int64_t offset = 0;
+    auto more = lines.Next(&line, &offset);
+    if (!more) return ReadError(spec.path, line_no + 1, more.error());
+    if (!*more) break;
+    ++line_no;
+    if (!IsDataLine(line, line_no, skip)) continue;
+    const std::string where = RowWhere(spec.path, line_no);
+    TRY(ParseFields(line, where, row));
+    if (*columns < 0) {
+      *columns = static_cast<std::int64_t>(row.size());
+      ASSIGN_OR_RETURN(*map, MapColumns(spec, *columns));
+    } else if (static_cast<std::int64_t>(row.size()) != *columns) {
+      return DataError(where + ": expected " + std::to_string(*columns) + " columns, found " +
+                       std::to_string(row.size()));
+    }
+    for (std::int64_t c : map->labels) TRY(CheckLabel(row[static_cast<std::size_t>(c)], check, where));
+    on_row(ordinal++, line_no, offset, row);
+  }
+  if (ordinal == 0) return DataError(spec.path + ": no data rows");
+  return {};
+}
+
+Result<std::unique_ptr<RowSource>> ParseCsv(const DataSpec& spec, const DataCheck& check) {
+  auto file = FileReader::Open(spec.path, IsGzip(spec));
+  if (!file) return Fail(file.error().kind, spec.path + ": " + file.error().message);
   std::unique_ptr<MemorySource> source;
   ColumnMap map;
   std::int64_t columns = -1;
-  std::vector<float> row;
-  std::size_t pos = 0;
-  std::int64_t line_no = 0;
-  std::int64_t skip = spec.header.value_or(-1);
-  while (pos < text.size()) {
-    std::size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string_view line(text.data() + pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line_no <= skip) continue;
-    if (Trim(line).empty()) continue;
-    const std::string where = spec.path + ": row " + std::to_string(line_no);
-    if (skip < 0 && line_no == 1) {
-      // Auto header: a first line with a non-numeric field is a header (the
-      // sklearn files start "150,4,setosa,...").
-      bool numeric = true;
-      for (const std::string& f : trainq::Split(line, ',')) numeric = numeric && LooksNumeric(f);
-      if (!numeric) continue;
-    }
-    row.clear();
-    std::size_t start = 0;
-    while (true) {
-      std::size_t comma = line.find(',', start);
-      std::string_view field = Trim(line.substr(start, comma == std::string_view::npos ? line.size() - start
-                                                                                       : comma - start));
-      float v = 0;
-      auto [p, ec] = std::from_chars(field.data(), field.data() + field.size(), v);
-      if (ec != std::errc() || p != field.data() + field.size() || field.empty()) {
-        return DataError(where + ", column " + std::to_string(row.size() + 1) + ": '" + std::string(field) +
-                         "' is not a number");
-      }
-      if (!std::isfinite(v)) {
-        return DataError(where + ", column " + std::to_string(row.size() + 1) + ": value is not finite");
-      }
-      row.push_back(v);
-      if (comma == std::string_view::npos) break;
-      start = comma + 1;
-    }
-    if (columns < 0) {
-      columns = static_cast<std::int64_t>(row.size());
-      ASSIGN_OR_RETURN(map, MapColumns(spec, columns));
-      source = std::make_unique<MemorySource>(static_cast<std::int64_t>(map.features.size()),
-                                              static_cast<std::int64_t>(map.labels.size()));
-    } else if (static_cast<std::int64_t>(row.size()) != columns) {
-      return DataError(where + ": has " + std::to_string(row.size()) + " columns, the first row has " +
-                       std::to_string(columns));
-    }
-    for (std::int64_t c : map.labels) TRY(CheckLabel(row[static_cast<std::size_t>(c)], check, where));
-    source->Add(row, map);
-  }
-  if (source == nullptr || source->rows() == 0) return DataError(spec.path + ": no data rows");
+  TRY(ScanCsv(**file, spec, check, &map, &columns,
+              [&](std::int64_t, std::int64_t, std::int64_t, const std::vector<float>& row) {
+                if (source == nullptr) {
+                  source = std::make_unique<MemorySource>(static_cast<std::int64_t>(map.features.size()),
+                                                          static_cast<std::int64_t>(map.labels.size()));
+                }
+                source->Add(row, map);
+              }));
   return std::unique_ptr<RowSource>(std::move(source));
 }
+
+struct FileIdentity {
+  std::int64_t size = 0, mtime_ns = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+
+Result<FileIdentity> Identify(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return Fail(ErrorKind::kNotFound, path + ": cannot stat: " + std::strerror(errno));
+  }
+  return FileIdentity{static_cast<std::int64_t>(st.st_size),
+                      static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+}
+
+// A CSV or gzip CSV file read from disk on every Read. Opening makes one pass
+// that checks every row and keeps the byte offset (and line number) of every
+// checkpoint_rows-th data row, plus gzip access points; a Read goes to the
+// checkpoint at or before its first row (or reads on from where the previous
+// Read stopped, when that is closer) and parses forward.
+class CsvStreamSource : public RowSource {
+ public:
+  std::int64_t rows() const override { return rows_; }
+  std::int64_t feature_count() const override { return static_cast<std::int64_t>(map_.features.size()); }
+  std::int64_t label_count() const override { return static_cast<std::int64_t>(map_.labels.size()); }
+  bool in_memory() const override { return false; }
+
+  static Result<std::unique_ptr<RowSource>> Open(const DataSpec& spec, const DataCheck& check,
+                                                 const StreamOptions& opt) {
+    std::unique_ptr<CsvStreamSource> s(new CsvStreamSource());
+    s->path_ = spec.path;
+    s->gzip_ = IsGzip(spec);
+    s->skip_ = spec.header.value_or(-1);
+    s->checkpoint_rows_ = std::max<std::int64_t>(1, opt.checkpoint_rows);
+    ASSIGN_OR_RETURN(s->identity_, Identify(spec.path));
+    auto file = FileReader::Open(spec.path, s->gzip_, s->gzip_ ? std::max<std::int64_t>(1, opt.gzip_span_bytes) : 0);
+    if (!file) return Fail(file.error().kind, spec.path + ": " + file.error().message);
+    TRY(ScanCsv(**file, spec, check, &s->map_, &s->columns_,
+                [&](std::int64_t ordinal, std::int64_t line_no, std::int64_t offset, const std::vector<float>&) {
+                  if (ordinal % s->checkpoint_rows_ == 0) s->checkpoints_.push_back({offset, line_no});
+                  s->rows_ = ordinal + 1;
+                }));
+    s->points_ = (*file)->TakeAccessPoints();
+    return std::unique_ptr<RowSource>(std::move(s));
+  }
+
+  Status Read(const std::vector<std::int64_t>& indices, float* x, float* y) const override {
+    // Rows are read in file order whatever the order of `indices`.
+    std::vector<std::size_t> order(indices.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return indices[a] < indices[b]; });
+    std::unique_ptr<Cursor> cursor;
+    {
+      std::lock_guard lock(mu_);
+      cursor = std::move(cached_);
+    }
+    const std::int64_t f = feature_count(), l = label_count();
+    std::vector<float> row;
+    std::int64_t parsed = -1;  // the data row whose values are in `row`
+    for (std::size_t pos : order) {
+      const std::int64_t r = indices[pos];
+      if (r < 0 || r >= rows_) return Fail(ErrorKind::kInternal, "row index out of range");
+      if (r != parsed) {
+        const std::int64_t cp = r / checkpoint_rows_;
+        if (cursor == nullptr || cursor->next_row > r || cp * checkpoint_rows_ > cursor->next_row) {
+          if (cursor == nullptr) {
+            ASSIGN_OR_RETURN(cursor, OpenCursor());
+          }
+          const Checkpoint& c = checkpoints_[static_cast<std::size_t>(cp)];
+          if (auto st = cursor->lines.MoveTo(c.offset, points_); !st) {
+            return ReadError(path_, c.line_no, st.error());
+          }
+          cursor->next_row = cp * checkpoint_rows_;
+          cursor->line_no = c.line_no - 1;
+        }
+        while (true) {
+          std::string_view line;
+          std::int64_t offset = 0;
+          auto more = cursor->lines.Next(&line, &offset);
+          if (!more) return ReadError(path_, cursor->line_no + 1, more.error());
+          if (!*more) {
+            return DataError(path_ + ": ends before data row " + std::to_string(r + 1) +
+                             " (the file changed since it was opened?)");
+          }
+          ++cursor->line_no;
+          if (!IsDataLine(line, cursor->line_no, skip_)) continue;
+          if (cursor->next_row++ < r) continue;
+          const std::string where = RowWhere(path_, cursor->line_no);
+          TRY(ParseFields(line, where, row));
+          if (static_cast<std::int64_t>(row.size()) != columns_) {
+            return DataError(where + ": expected " + std::to_string(columns_) + " columns, found " +
+                             std::to_string(row.size()));
+          }
+          parsed = r;
+          break;
+        }
+      }
+      float* xo = x + static_cast<std::int64_t>(pos) * f;
+      float* yo = y + static_cast<std::int64_t>(pos) * l;
+      for (std::int64_t c = 0; c < f; ++c) xo[c] = row[static_cast<std::size_t>(map_.features[static_cast<std::size_t>(c)])];
+      for (std::int64_t c = 0; c < l; ++c) yo[c] = row[static_cast<std::size_t>(map_.labels[static_cast<std::size_t>(c)])];
+    }
+    std::lock_guard lock(mu_);
+    if (cursor) cached_ = std::move(cursor);
+    return {};
+  }
+
+ private:
+  struct Checkpoint {
+    std::int64_t offset, line_no;
+  };
+  struct Cursor {
+    explicit Cursor(std::unique_ptr<FileReader> f) : file(std::move(f)), lines(*file) {}
+    std::unique_ptr<FileReader> file;
+    LineReader lines;
+    std::int64_t next_row = 0;  // data row ordinal of the next data line
+    std::int64_t line_no = 0;   // lines read so far
+  };
+
+  CsvStreamSource() = default;
+
+  Result<std::unique_ptr<Cursor>> OpenCursor() const {
+    ASSIGN_OR_RETURN(FileIdentity now, Identify(path_));
+    if (!(now == identity_)) {
+      return DataError(path_ + ": the file changed since it was opened; its rows cannot be streamed");
+    }
+    auto file = FileReader::Open(path_, gzip_);
+    if (!file) return Fail(file.error().kind, path_ + ": " + file.error().message);
+    return std::make_unique<Cursor>(std::move(*file));
+  }
+
+  std::string path_;
+  bool gzip_ = false;
+  std::int64_t skip_ = -1, columns_ = 0, rows_ = 0, checkpoint_rows_ = 256;
+  ColumnMap map_;
+  FileIdentity identity_;
+  std::vector<Checkpoint> checkpoints_;
+  std::vector<GzipAccessPoint> points_;
+  mutable std::mutex mu_;
+  mutable std::unique_ptr<Cursor> cached_;  // GUARDED_BY(mu_): where the last Read stopped
+};
 
 // Raw float32 rows on disk, read with pread; nothing is kept in memory.
 class F32Source : public RowSource {
@@ -281,17 +507,11 @@ std::int64_t PartSize(double part, std::int64_t n) {
 
 }  // namespace
 
-Result<std::unique_ptr<RowSource>> OpenRowSource(const DataSpec& spec, const DataCheck& check) {
+Result<std::unique_ptr<RowSource>> OpenRowSource(const DataSpec& spec, const DataCheck& check,
+                                                 const StreamOptions& stream) {
   if (spec.format == "f32") return OpenF32(spec, check);
-  std::string text;
-  if (spec.format == "csv.gz") {
-    ASSIGN_OR_RETURN(text, ReadGzip(spec.path));
-  } else {
-    auto t = ReadFile(spec.path);
-    if (!t) return Fail(ErrorKind::kNotFound, spec.path + ": cannot read: " + t.error().message);
-    text = std::move(*t);
-  }
-  return ParseCsv(text, spec, check);
+  if (stream.stream) return CsvStreamSource::Open(spec, check, stream);
+  return ParseCsv(spec, check);
 }
 
 Result<SplitRows> SplitDataset(std::int64_t n, const SplitSpec& split) {

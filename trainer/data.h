@@ -1,8 +1,12 @@
 // Data files: CSV, gzip CSV and raw little-endian float32 rows.
 //
 // A RowSource gives random access to the rows of one file as (features,
-// labels) float pairs. CSV and gzip CSV are parsed into memory; f32 files stay
-// on disk and are read with pread, so a training set larger than memory can be
+// labels) float pairs. f32 files stay on disk and are read with pread. CSV and
+// gzip CSV are parsed into memory, or with StreamOptions::stream stay on disk:
+// opening makes one pass that keeps the byte offset of every
+// checkpoint_rows-th row (and, for gzip, access points into the compressed
+// stream, see file_reader.h), and a Read parses the rows it needs from the
+// nearest checkpoint on. Either way a training set larger than memory can be
 // streamed in macrobatches. Opening a source checks every row once (column
 // count, numbers, finite values, integer class labels) so that a bad row fails
 // up front with its file and row, never in the middle of training.
@@ -36,9 +40,18 @@ struct DataCheck {
   bool integer_labels = false;
 };
 
+struct StreamOptions {
+  // CSV and gzip CSV: keep the rows on disk (read on every Read) instead of
+  // parsing them into memory. f32 files are always on disk.
+  bool stream = false;
+  std::int64_t checkpoint_rows = 256;      // a row offset is kept every this many data rows
+  std::int64_t gzip_span_bytes = 4 << 20;  // a gzip access point (32 KiB) about every this many bytes of text
+};
+
 // Opens the file named by `spec`. Errors are data errors (exit code 3): they
 // name the file and, for a bad row, the row (1-based line for CSV).
-Result<std::unique_ptr<RowSource>> OpenRowSource(const DataSpec& spec, const DataCheck& check);
+Result<std::unique_ptr<RowSource>> OpenRowSource(const DataSpec& spec, const DataCheck& check,
+                                                 const StreamOptions& stream = {});
 
 struct SplitRows {
   std::vector<std::int64_t> train, validation, test;  // each ascending

@@ -637,7 +637,10 @@ std::expected<TrainReport, TrainFailure> Train(const Spec& spec, const TrainConf
     const bool class_ids = spec.loss.type == "cross_entropy";
     DataCheck check;
     check.integer_labels = class_ids || spec.loss.type == "bce_with_logits";
-    auto source = OpenRowSource(spec.data, check);
+    // With macrobatches, CSV stays on disk too (data/macrobatch docs).
+    StreamOptions stream;
+    stream.stream = spec.trainer.macro_batch_size > 0;
+    auto source = OpenRowSource(spec.data, check, stream);
     if (!source) return Failure(kExitDataError, "data error: " + source.error().message);
     auto split = SplitDataset((*source)->rows(), spec.data.split);
     if (!split) return Failure(kExitDataError, "data error: " + spec.data.path + ": " + split.error().message);

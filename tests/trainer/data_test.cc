@@ -59,7 +59,7 @@ TEST_CASE("a bad CSV row is a data error naming file, row and column") {
   REQUIRE(WriteFile(dir / "e.csv", "1,2,0\n3,4,1\n5,6\n"));
   auto b = OpenRowSource(Csv(dir / "e.csv"), {});
   REQUIRE_FALSE(b.has_value());
-  CHECK_THAT(b.error().message, Catch::Contains("e.csv: row 3: has 2 columns, the first row has 3"));
+  CHECK_THAT(b.error().message, Catch::Contains("e.csv: row 3: expected 3 columns, found 2"));
 
   REQUIRE(WriteFile(dir / "f.csv", "1,2,0\n3,4,1.5\n"));
   auto c = OpenRowSource(Csv(dir / "f.csv"), {.integer_labels = true});

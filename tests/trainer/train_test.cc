@@ -180,6 +180,56 @@ TEST_CASE("streamed macrobatches show every training row once per epoch, two in 
   CheckFusedMatchesSingle(*spec);
 }
 
+TEST_CASE("streamed CSV and gzip CSV show every training row once per epoch") {
+  testing::TempDir dir;
+  // Iris (150 rows) as CSV with the row ordinal as an extra first column.
+  DataSpec iris;
+  iris.path = kIris;
+  iris.format = "csv";
+  auto source = OpenRowSource(iris, {});
+  REQUIRE(source.has_value());
+  std::vector<std::int64_t> all;
+  for (std::int64_t i = 0; i < (*source)->rows(); ++i) all.push_back(i);
+  auto block = ReadRows(**source, all, Normalizer{});
+  REQUIRE(block.has_value());
+  std::string text = "row,a,b,c,d,class\n";
+  for (std::int64_t r = 0; r < block->rows; ++r) {
+    text += std::to_string(r);
+    for (int c = 0; c < 4; ++c) text += "," + FormatDouble(block->x[static_cast<std::size_t>(r * 4 + c)], 2);
+    text += "," + FormatDouble(block->y[static_cast<std::size_t>(r)], 0) + "\n";
+  }
+  REQUIRE(WriteFile(dir / "iris.csv", text));
+  REQUIRE(testing::RunShell("gzip -k " + ShellQuote(dir / "iris.csv")) == 0);
+  for (const std::string name : {"iris.csv", "iris.csv.gz"}) {
+    SECTION(name) {
+      // 100 training rows in macrobatches of 32: 32, 32, 32 and 4.
+      REQUIRE(WriteFile(dir / "spec.yaml",
+                        "data: {path: " + name + ", features: '1:5', split: {train: 100, test: 50}, "
+                        "normalize: standard}\n"
+                        "model: {layers: [{type: linear, out: 8}, relu, {type: linear, out: 3}]}\n"
+                        "optimizer: {type: adam, lr: 0.05}\n"
+                        "trainer: {epochs: 3, batch_size: 8, macro_batch_size: 32}\n"));
+      auto spec = LoadSpec(dir / "spec.yaml", {});
+      REQUIRE(spec.has_value());
+      TrainConfig config;
+      config.seeds = {3};
+      TrainReport r = MustTrain(*spec, config);
+      CHECK(r.streamed);
+      CHECK(r.max_macrobatches_alive >= 1);
+      CHECK(r.max_macrobatches_alive <= 2);
+      auto split = SplitDataset(150, spec->data.split);
+      REQUIRE(split.has_value());
+      std::multiset<std::int64_t> expected(split->train.begin(), split->train.end());
+      REQUIRE(r.rows_seen.size() == 3);
+      for (const auto& epoch : r.rows_seen) {
+        CHECK(std::multiset<std::int64_t>(epoch.begin(), epoch.end()) == expected);
+      }
+      CHECK(r.rows_seen[0] != r.rows_seen[1]);
+      CHECK(r.replicas[0].final_metrics.at("accuracy") > 0.6);
+    }
+  }
+}
+
 TEST_CASE("a NaN loss stops the run with exit code 1 and names the seed") {
   Spec spec = MakeSpec(
       "model: {layers: [{type: linear, out: 3}]}\n"

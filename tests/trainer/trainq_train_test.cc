@@ -71,6 +71,29 @@ TEST_CASE("exit codes: 2 for a bad spec, 3 for bad data, each naming the place")
   CHECK_THAT(out, Catch::Contains("--set trainer.epochs: trainer.epochs: expected an integer"));
 }
 
+TEST_CASE("streamed CSV: a malformed row and a truncated gzip file exit 3 naming file and row") {
+  testing::TempDir dir;
+  std::string text;
+  for (int r = 0; r < 3000; ++r) text += std::to_string(r % 17) + "," + std::to_string(r * 7 % 101) + "," +
+                                         std::to_string(r % 2) + "\n";
+  std::string bad = text;
+  bad.insert(bad.rfind('\n', bad.size() - 2), ",9");  // row 2999 gets 4 columns
+  REQUIRE(WriteFile(dir / "x.csv", bad));
+  REQUIRE(testing::RunShell("gzip " + ShellQuote(dir / "x.csv")) == 0);
+  REQUIRE(WriteFile(dir / "t.csv", text));
+  REQUIRE(testing::RunShell("gzip " + ShellQuote(dir / "t.csv") + " && head -c 2000 " +
+                            ShellQuote(dir / "t.csv.gz") + " > " + ShellQuote(dir / "cut.csv.gz")) == 0);
+  const std::string rest = "model: {layers: [{type: linear, out: 2}]}\ntrainer: {epochs: 1, macro_batch_size: 100}\n";
+  REQUIRE(WriteFile(dir / "bad.yaml", "data: {path: x.csv.gz}\n" + rest));
+  REQUIRE(WriteFile(dir / "cut.yaml", "data: {path: cut.csv.gz}\n" + rest));
+  std::string out;
+  CHECK(testing::RunShell(ShellQuote(kBinary) + " " + ShellQuote(dir / "bad.yaml") + " 2>&1", &out) == 3);
+  CHECK_THAT(out, Catch::Contains("x.csv.gz: row 2999: expected 3 columns, found 4"));
+  CHECK(testing::RunShell(ShellQuote(kBinary) + " " + ShellQuote(dir / "cut.yaml") + " 2>&1", &out) == 3);
+  CHECK_THAT(out, Catch::Contains("cut.csv.gz: row ") &&
+                      Catch::Contains(": the gzip data ends early (the file is truncated)"));
+}
+
 TEST_CASE("print-spec shows the template merged with the overrides") {
   std::string out;
   const int rc = testing::RunShell("cd " + ShellQuote(kSource) + " && " + ShellQuote(kBinary) +
