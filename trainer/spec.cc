@@ -433,7 +433,7 @@ Status ParseCallbacks(const SpecNode& n, TrainerSpec* t) {
       t->checkpointing = c;
     } else {
       EarlyStoppingSpec e;
-      TRY(CheckKeys(*p, ppath, {"monitor", "mode", "patience", "min_delta"}));
+      TRY(CheckKeys(*p, ppath, {"monitor", "mode", "patience", "min_delta", "restore_best"}));
       if (const SpecNode* x = p->Find("monitor")) {
         if (!x->IsScalar()) return SpecError(*x, ppath + ".monitor", "expected a metric name");
         e.monitor = x->scalar;
@@ -442,6 +442,7 @@ Status ParseCallbacks(const SpecNode& n, TrainerSpec* t) {
       TRY(GetChoice(*p, "mode", ppath, &e.mode, {"max", "min"}));
       TRY(GetInt(*p, "patience", ppath, &e.patience, 1));
       TRY(GetDouble(*p, "min_delta", ppath, &e.min_delta, 0.0));
+      TRY(GetBool(*p, "restore_best", ppath, &e.restore_best));
       t->early_stopping = e;
     }
   }

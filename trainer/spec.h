@@ -94,6 +94,9 @@ struct EarlyStoppingSpec {
   std::string mode = "min";
   std::int64_t patience = 5;
   double min_delta = 0.0;
+  // When it stops: go back to the weights of the best epoch (by `monitor`)
+  // before the final evaluation.
+  bool restore_best = true;
 };
 
 struct TrainerSpec {

@@ -370,6 +370,22 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
   // Callback state, per replica.
   std::vector<double> es_best(static_cast<std::size_t>(k), NAN), ck_best(static_cast<std::size_t>(k), NAN);
   std::vector<std::int64_t> es_bad(static_cast<std::size_t>(k), 0);
+  // early_stopping.restore_best: each replica's weights (and batchnorm
+  // statistics) at its best epoch so far, and that epoch.
+  std::vector<std::vector<torch::Tensor>> es_best_state(static_cast<std::size_t>(k));
+  std::vector<std::int64_t> es_best_epoch(static_cast<std::size_t>(k), 0);
+  auto replica_state = [&](std::int64_t r) {
+    std::vector<torch::Tensor> state;
+    for (const auto& p : model.Parameters()) state.push_back(p[r].detach().clone());
+    for (const auto& b : model.Buffers()) state.push_back(b[r].detach().clone());
+    return state;
+  };
+  auto restore_state = [&](std::int64_t r, const std::vector<torch::Tensor>& state) {
+    torch::NoGradGuard no_grad;
+    std::size_t i = 0;
+    for (const auto& p : model.Parameters()) p[r].copy_(state[i++]);
+    for (const auto& b : model.Buffers()) b[r].copy_(state[i++]);
+  };
   auto improved = [](double v, double best, const std::string& mode, double min_delta) {
     if (std::isnan(best)) return true;
     return mode == "max" ? v > best + min_delta : v < best - min_delta;
@@ -539,11 +555,25 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
           if (improved(em[es->monitor], es_best[ri], es->mode, es->min_delta)) {
             es_best[ri] = em[es->monitor];
             es_bad[ri] = 0;
+            if (es->restore_best) {
+              es_best_state[ri] = replica_state(r);
+              es_best_epoch[ri] = epoch;
+            }
           } else if (++es_bad[ri] >= es->patience && epoch < epochs) {
             active[ri] = false;
+            rep.stopped_early = true;
+            // The replica is frozen from here on, so its weights stay the restored ones.
+            if (es->restore_best && !es_best_state[ri].empty()) {
+              restore_state(r, es_best_state[ri]);
+              rep.restored_epoch = es_best_epoch[ri];
+              es_best_state[ri].clear();
+            }
             const std::string notice = "seed " + std::to_string(seeds[ri]) + ": early stopping after epoch " +
                                        std::to_string(epoch) + " (" + es->monitor + " did not improve for " +
-                                       std::to_string(es->patience) + " epochs)";
+                                       std::to_string(es->patience) + " epochs)" +
+                                       (rep.restored_epoch > 0
+                                            ? "; restored the weights of epoch " + std::to_string(rep.restored_epoch)
+                                            : "");
             report.notices.push_back(notice);
             if (s.messages) {
               std::lock_guard<std::mutex> lock(s.io_mutex);

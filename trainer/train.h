@@ -36,6 +36,8 @@ struct ReplicaReport {
   std::map<std::string, double> final_metrics;               // on the test split (see docs)
   std::string final_split;                                   // test | validation | train
   std::int64_t epochs_run = 0;
+  bool stopped_early = false;
+  std::int64_t restored_epoch = 0;                           // early_stopping restored this epoch's weights; 0: none
   std::int64_t steps = 0;
   std::vector<float> initial_parameters;                     // record_details only
 };

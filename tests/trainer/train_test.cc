@@ -133,6 +133,59 @@ TEST_CASE("fused replicas match single runs with lstm and gru, and with early st
       "  callbacks: [{type: early_stopping, params: {monitor: val_accuracy, patience: 2}}]\n"));
 }
 
+TEST_CASE("early stopping restores the best epoch's weights before the final evaluation") {
+  // monitor train_loss with mode max: the loss falls, so the first epoch is
+  // the best and training stops after `patience` more. No test split: the
+  // final metrics are on the validation split, comparable with each epoch's.
+  const std::string body =
+      "model: {layers: [{type: linear, out: 16}, {type: batchnorm}, relu, {type: linear, out: 3}]}\n"
+      "optimizer: {type: adam, lr: 0.01}\n"
+      "trainer:\n  epochs: 8\n  batch_size: 16\n"
+      "  callbacks: [{type: early_stopping, params: {monitor: train_loss, mode: max, patience: 2}}]\n";
+  const std::string split = "data.split={train: 0.7, validation: 0.3, split_seed: 3}";
+  auto check = [](const ReplicaReport& rep, bool restore) {
+    INFO("seed " << rep.seed << " restore " << restore);
+    REQUIRE(rep.stopped_early);
+    REQUIRE(rep.final_split == "validation");
+    std::int64_t best_epoch = 0;
+    double best = -INFINITY;
+    for (std::size_t e = 0; e < rep.train_loss.size(); ++e) {
+      if (rep.train_loss[e] > best) {
+        best = rep.train_loss[e];
+        best_epoch = static_cast<std::int64_t>(e) + 1;
+      }
+    }
+    REQUIRE(best_epoch < rep.epochs_run);  // the last epoch is not the best one
+    const double best_val = rep.validation[static_cast<std::size_t>(best_epoch - 1)].at("val_loss");
+    const double last_val = rep.validation.back().at("val_loss");
+    REQUIRE(best_val != Approx(last_val).margin(1e-6));
+    if (restore) {
+      CHECK(rep.restored_epoch == best_epoch);
+      CHECK(rep.final_metrics.at("loss") == Approx(best_val).margin(1e-6));
+      CHECK(rep.final_metrics.at("accuracy") ==
+            Approx(rep.validation[static_cast<std::size_t>(best_epoch - 1)].at("val_accuracy")).margin(1e-9));
+    } else {
+      CHECK(rep.restored_epoch == 0);
+      CHECK(rep.final_metrics.at("loss") == Approx(last_val).margin(1e-6));
+    }
+  };
+  for (bool restore : {true, false}) {
+    std::vector<std::string> sets{split};
+    if (!restore) sets.push_back("trainer.callbacks.early_stopping.restore_best=false");
+    Spec spec = MakeSpec(body, sets);
+    REQUIRE(spec.trainer.early_stopping->restore_best == restore);
+    TrainConfig single;
+    single.seeds = {2};
+    check(MustTrain(spec, single).replicas.at(0), restore);
+    TrainConfig fused;  // each replica restores its own best weights
+    fused.seeds = {2, 3};
+    TrainReport f = MustTrain(spec, fused);
+    REQUIRE(f.fused);
+    for (const auto& rep : f.replicas) check(rep, restore);
+    if (restore) CHECK_THAT(f.notices.at(0), Catch::Contains("restored the weights of epoch"));
+  }
+}
+
 TEST_CASE("streamed macrobatches show every training row once per epoch, two in memory at most") {
   testing::TempDir dir;
   // Iris as raw float32 rows on disk: 4 features then the class.
