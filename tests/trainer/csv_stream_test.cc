@@ -180,7 +180,8 @@ TEST_CASE("macrobatches streamed from CSV and gzip CSV hold every training row o
         CHECK(sizes.size() == 4);
         CHECK(std::count(sizes.begin(), sizes.end(), 32u) == 3);
         CHECK(std::count(sizes.begin(), sizes.end(), 4u) == 1);  // the short one, anywhere in the order
-        MacroBatchReader reader(**source, Normalizer{}, plan);
+        const Normalizer identity;  // the reader keeps a reference
+        MacroBatchReader reader(**source, identity, plan);
         MacroBatch mb;
         std::vector<std::int64_t> seen;
         while (true) {

@@ -283,6 +283,44 @@ TEST_CASE("streamed CSV and gzip CSV show every training row once per epoch") {
   }
 }
 
+TEST_CASE("fused repeats on two threads (--threads 2) give the metrics of one thread") {
+  // Streamed too: each replica group reads its own macrobatches.
+  for (const std::string trainer : {"", "trainer.macro_batch_size=40"}) {
+    INFO(trainer);
+    std::vector<std::string> sets;
+    if (!trainer.empty()) sets.push_back(trainer);
+    Spec spec = MakeSpec(kMlp, sets);
+    TrainConfig one;
+    one.seeds = {11, 12, 13, 14, 15};
+    TrainConfig two = one;
+    two.threads = 2;
+    TrainReport a = MustTrain(spec, one);
+    TrainReport b = MustTrain(spec, two);
+    CHECK(a.streamed == !trainer.empty());
+    REQUIRE(a.fused);
+    REQUIRE(b.fused);
+    REQUIRE(a.replicas.size() == 5);
+    REQUIRE(b.replicas.size() == 5);
+    for (std::size_t i = 0; i < 5; ++i) {
+      INFO("replica " << i);
+      CHECK(b.replicas[i].seed == a.replicas[i].seed);
+      CHECK(b.replicas[i].initial_parameters == a.replicas[i].initial_parameters);
+      CheckClose(b.replicas[i].train_loss, a.replicas[i].train_loss, 1e-6);
+      REQUIRE(b.replicas[i].validation.size() == a.replicas[i].validation.size());
+      for (std::size_t e = 0; e < a.replicas[i].validation.size(); ++e) {
+        for (const auto& [name, v] : a.replicas[i].validation[e]) {
+          CHECK(b.replicas[i].validation[e].at(name) == Approx(v).margin(1e-6));
+        }
+      }
+      REQUIRE(b.replicas[i].final_metrics.size() == a.replicas[i].final_metrics.size());
+      for (const auto& [name, v] : a.replicas[i].final_metrics) {
+        CHECK(b.replicas[i].final_metrics.at(name) == Approx(v).margin(1e-6));
+      }
+      CHECK(b.replicas[i].steps == a.replicas[i].steps);
+    }
+  }
+}
+
 TEST_CASE("a NaN loss stops the run with exit code 1 and names the seed") {
   Spec spec = MakeSpec(
       "model: {layers: [{type: linear, out: 3}]}\n"
