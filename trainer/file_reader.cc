@@ -26,15 +26,18 @@ struct FileReader::Zstate {
   }
 };
 
-Result<std::unique_ptr<FileReader>> FileReader::Open(const std::string& path, bool gzip, std::int64_t record_span) {
+Result<std::unique_ptr<FileReader>> FileReader::Open(const std::string& path, bool gzip,
+                                                     std::int64_t record_span) {
   std::unique_ptr<FileReader> r(new FileReader());
   r->file_ = std::fopen(path.c_str(), "rb");
-  if (r->file_ == nullptr) return Fail(ErrorKind::kNotFound, "cannot open: " + std::string(std::strerror(errno)));
+  if (r->file_ == nullptr)
+    return Fail(ErrorKind::kNotFound, "cannot open: " + std::string(std::strerror(errno)));
   r->gzip_ = gzip;
   if (!gzip) return r;
   r->z_ = std::make_unique<Zstate>();
   z_stream& s = r->z_->strm;
-  if (inflateInit2(&s, 15 + 32) != Z_OK) return Fail(ErrorKind::kInternal, "zlib: inflateInit2 failed");
+  if (inflateInit2(&s, 15 + 32) != Z_OK)
+    return Fail(ErrorKind::kInternal, "zlib: inflateInit2 failed");
   r->z_->init = true;
   r->in_buf_.resize(kInChunk);
   r->window_.assign(kWindow, 0);
@@ -52,10 +55,13 @@ FileReader::~FileReader() {
 
 Result<bool> FileReader::Refill() {
   z_stream& s = z_->strm;
-  if (s.avail_in > 0 && s.next_in != in_buf_.data()) std::memmove(in_buf_.data(), s.next_in, s.avail_in);
+  if (s.avail_in > 0 && s.next_in != in_buf_.data())
+    std::memmove(in_buf_.data(), s.next_in, s.avail_in);
   s.next_in = in_buf_.data();
-  const std::size_t n = std::fread(in_buf_.data() + s.avail_in, 1, in_buf_.size() - s.avail_in, file_);
-  if (n == 0 && std::ferror(file_)) return Fail(ErrorKind::kIo, "read failed: " + std::string(std::strerror(errno)));
+  const std::size_t n =
+      std::fread(in_buf_.data() + s.avail_in, 1, in_buf_.size() - s.avail_in, file_);
+  if (n == 0 && std::ferror(file_))
+    return Fail(ErrorKind::kIo, "read failed: " + std::string(std::strerror(errno)));
   s.avail_in += static_cast<uInt>(n);
   return n > 0;
 }
@@ -102,7 +108,8 @@ Status FileReader::StartNextMember() {
     eof_ = true;
     return {};
   }
-  if (inflateReset2(&s, 15 + 32) != Z_OK) return Fail(ErrorKind::kInternal, "zlib: inflateReset2 failed");
+  if (inflateReset2(&s, 15 + 32) != Z_OK)
+    return Fail(ErrorKind::kInternal, "zlib: inflateReset2 failed");
   raw_ = false;
   return {};
 }
@@ -123,8 +130,8 @@ Status FileReader::Inflate() {
   in_total_ += in_before - s.avail_in;
   out_total_ += out_before - s.avail_out;
   if (ret == Z_NEED_DICT || ret == Z_DATA_ERROR) {
-    return Fail(ErrorKind::kCorruption,
-                std::string("corrupt gzip data (") + (s.msg != nullptr ? s.msg : "invalid stream") + ")");
+    return Fail(ErrorKind::kCorruption, std::string("corrupt gzip data (") +
+                                            (s.msg != nullptr ? s.msg : "invalid stream") + ")");
   }
   if (ret == Z_MEM_ERROR) return Fail(ErrorKind::kInternal, "zlib: out of memory");
   if (ret == Z_STREAM_END) return StartNextMember();
@@ -172,9 +179,11 @@ Status FileReader::Seek(std::int64_t offset, const std::vector<GzipAccessPoint>&
   const GzipAccessPoint* best = it == points.begin() ? nullptr : &*std::prev(it);
   const bool forward = offset >= pos_ && (best == nullptr || offset - pos_ <= offset - best->out);
   if (!forward) {
-    if (best == nullptr) return Fail(ErrorKind::kInternal, "no gzip access point before the offset");
+    if (best == nullptr)
+      return Fail(ErrorKind::kInternal, "no gzip access point before the offset");
     z_stream& s = z_->strm;
-    if (inflateReset2(&s, -15) != Z_OK) return Fail(ErrorKind::kInternal, "zlib: inflateReset2 failed");
+    if (inflateReset2(&s, -15) != Z_OK)
+      return Fail(ErrorKind::kInternal, "zlib: inflateReset2 failed");
     const std::int64_t start = best->in - (best->bits ? 1 : 0);
     if (fseeko(file_, static_cast<off_t>(start), SEEK_SET) != 0) {
       return Fail(ErrorKind::kIo, "seek failed: " + std::string(std::strerror(errno)));
@@ -199,10 +208,12 @@ Status FileReader::Seek(std::int64_t offset, const std::vector<GzipAccessPoint>&
   }
   std::vector<char> scratch(std::min<std::int64_t>(offset - pos_, 1 << 16));
   while (pos_ < offset) {
-    ASSIGN_OR_RETURN(std::size_t n,
-                     Read(scratch.data(), static_cast<std::size_t>(std::min<std::int64_t>(
-                                              offset - pos_, static_cast<std::int64_t>(scratch.size())))));
-    if (n == 0) return Fail(ErrorKind::kCorruption, "the data ends before offset " + std::to_string(offset));
+    ASSIGN_OR_RETURN(
+        std::size_t n,
+        Read(scratch.data(), static_cast<std::size_t>(std::min<std::int64_t>(
+                                 offset - pos_, static_cast<std::int64_t>(scratch.size())))));
+    if (n == 0)
+      return Fail(ErrorKind::kCorruption, "the data ends before offset " + std::to_string(offset));
   }
   return {};
 }

@@ -55,14 +55,14 @@ class FileReader {
 
  private:
   FileReader() = default;
-  Result<bool> Refill();   // more compressed input into in_buf_; false at the end of the file
-  Status Inflate();        // more output into window_
-  Status StartNextMember(); // after a member's end: next member or end of data
+  Result<bool> Refill();     // more compressed input into in_buf_; false at the end of the file
+  Status Inflate();          // more output into window_
+  Status StartNextMember();  // after a member's end: next member or end of data
   void MaybeRecordPoint();
 
   std::FILE* file_ = nullptr;
   bool gzip_ = false;
-  std::int64_t pos_ = 0;   // uncompressed bytes returned so far
+  std::int64_t pos_ = 0;  // uncompressed bytes returned so far
   bool eof_ = false;
   // gzip
   struct Zstate;

@@ -3,9 +3,8 @@
 // errors (malformed row, truncated gzip) naming file and row.
 #include <zlib.h>
 
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <random>
 #include <set>
@@ -35,13 +34,16 @@ std::string CsvText(std::int64_t rows, bool header) {
 // Writes `text` gzip-compressed: `members` concatenated gzip members, each
 // with a sync flush every `flush_every` bytes so that even a small file has
 // many deflate blocks (and so many access points).
-void WriteGzip(const std::string& path, const std::string& text, int members = 1, std::size_t flush_every = 0) {
+void WriteGzip(const std::string& path, const std::string& text, int members = 1,
+               std::size_t flush_every = 0) {
   std::filesystem::remove(path);
-  const std::size_t per = (text.size() + static_cast<std::size_t>(members) - 1) / static_cast<std::size_t>(members);
+  const std::size_t per =
+      (text.size() + static_cast<std::size_t>(members) - 1) / static_cast<std::size_t>(members);
   for (int m = 0; m < members; ++m) {
     gzFile f = gzopen(path.c_str(), "ab");
     REQUIRE(f != nullptr);
-    const std::size_t from = static_cast<std::size_t>(m) * per, to = std::min(text.size(), from + per);
+    const std::size_t from = static_cast<std::size_t>(m) * per,
+                      to = std::min(text.size(), from + per);
     for (std::size_t at = from; at < to;) {
       const std::size_t n = flush_every > 0 ? std::min(flush_every, to - at) : to - at;
       REQUIRE(gzwrite(f, text.data() + at, static_cast<unsigned>(n)) == static_cast<int>(n));
@@ -179,7 +181,8 @@ TEST_CASE("macrobatches streamed from CSV and gzip CSV hold every training row o
         for (const auto& m : plan) sizes.push_back(m.size());
         CHECK(sizes.size() == 4);
         CHECK(std::count(sizes.begin(), sizes.end(), 32u) == 3);
-        CHECK(std::count(sizes.begin(), sizes.end(), 4u) == 1);  // the short one, anywhere in the order
+        CHECK(std::count(sizes.begin(), sizes.end(), 4u) ==
+              1);                   // the short one, anywhere in the order
         const Normalizer identity;  // the reader keeps a reference
         MacroBatchReader reader(**source, identity, plan);
         MacroBatch mb;
@@ -222,7 +225,8 @@ TEST_CASE("a malformed row in a streamed file is a data error naming file and ro
       auto s = OpenRowSource(Spec(dir / name), {}, o);
       REQUIRE_FALSE(s.has_value());
       CHECK(s.error().kind == ErrorKind::kCorruption);
-      CHECK_THAT(s.error().message, Catch::Contains(name + ": row 1234: expected 4 columns, found 3"));
+      CHECK_THAT(s.error().message,
+                 Catch::Contains(name + ": row 1234: expected 4 columns, found 3"));
     }
   }
 }
@@ -239,8 +243,9 @@ TEST_CASE("a truncated gzip file is a data error naming file and row") {
     auto s = OpenRowSource(Spec(dir / "t.csv.gz"), {}, o);
     REQUIRE_FALSE(s.has_value());
     CHECK(s.error().kind == ErrorKind::kCorruption);
-    CHECK_THAT(s.error().message, Catch::Matches(".*t\\.csv\\.gz: row [0-9]+: the gzip data ends early "
-                                                 "\\(the file is truncated\\).*"));
+    CHECK_THAT(s.error().message,
+               Catch::Matches(".*t\\.csv\\.gz: row [0-9]+: the gzip data ends early "
+                              "\\(the file is truncated\\).*"));
   }
   // Not gzip at all.
   REQUIRE(WriteFile(dir / "p.csv.gz", "1,2,3\n"));
