@@ -35,12 +35,12 @@ struct AwsSigV4 {
 };
 
 struct HttpRequest {
-  std::optional<AwsSigV4> aws_sigv4;  // sign the request
   std::string method = "GET";
   std::string url;
   HttpHeaders headers;
   std::string body;
   std::int64_t timeout_ms = 10'000;  // the whole exchange, connection included
+  std::optional<AwsSigV4> aws_sigv4 = std::nullopt;  // sign the request (last: keeps {m, url, ...})
 };
 
 struct HttpResponse {
