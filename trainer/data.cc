@@ -57,9 +57,17 @@ Result<ColumnMap> MapColumns(const DataSpec& spec, std::int64_t columns) {
   return m;
 }
 
-Status CheckLabel(float v, const DataCheck& check, const std::string& where) {
+// A row of a file, for error messages ("d.csv: row 3"); the text is built
+// only when there is an error.
+struct RowPlace {
+  const std::string& path;
+  std::int64_t row;
+  std::string str() const { return path + ": row " + std::to_string(row); }
+};
+
+Status CheckLabel(float v, const DataCheck& check, const RowPlace& where) {
   if (check.integer_labels && (v < 0 || v != std::floor(v))) {
-    return DataError(where + ": class label " + FormatDouble(v, 4) + " is not a non-negative integer");
+    return DataError(where.str() + ": class label " + FormatDouble(v, 4) + " is not a non-negative integer");
   }
   return {};
 }
@@ -170,7 +178,7 @@ bool IsDataLine(std::string_view line, std::int64_t line_no, std::int64_t skip) 
   return true;
 }
 
-Status ParseFields(std::string_view line, const std::string& where, std::vector<float>& row) {
+Status ParseFields(std::string_view line, const RowPlace& where, std::vector<float>& row) {
   row.clear();
   std::size_t start = 0;
   while (true) {
@@ -180,11 +188,11 @@ Status ParseFields(std::string_view line, const std::string& where, std::vector<
     float v = 0;
     auto [p, ec] = std::from_chars(field.data(), field.data() + field.size(), v);
     if (ec != std::errc() || p != field.data() + field.size() || field.empty()) {
-      return DataError(where + ", column " + std::to_string(row.size() + 1) + ": '" + std::string(field) +
+      return DataError(where.str() + ", column " + std::to_string(row.size() + 1) + ": '" + std::string(field) +
                        "' is not a number");
     }
     if (!std::isfinite(v)) {
-      return DataError(where + ", column " + std::to_string(row.size() + 1) + ": value is not finite");
+      return DataError(where.str() + ", column " + std::to_string(row.size() + 1) + ": value is not finite");
     }
     row.push_back(v);
     if (comma == std::string_view::npos) break;
@@ -224,13 +232,13 @@ Status ScanCsv(FileReader& file, const DataSpec& spec, const DataCheck& check, C
     if (!*more) break;
     ++line_no;
     if (!IsDataLine(line, line_no, skip)) continue;
-    const std::string where = RowWhere(spec.path, line_no);
+    const RowPlace where{spec.path, line_no};
     TRY(ParseFields(line, where, row));
     if (*columns < 0) {
       *columns = static_cast<std::int64_t>(row.size());
       ASSIGN_OR_RETURN(*map, MapColumns(spec, *columns));
     } else if (static_cast<std::int64_t>(row.size()) != *columns) {
-      return DataError(where + ": expected " + std::to_string(*columns) + " columns, found " +
+      return DataError(where.str() + ": expected " + std::to_string(*columns) + " columns, found " +
                        std::to_string(row.size()));
     }
     for (std::int64_t c : map->labels) TRY(CheckLabel(row[static_cast<std::size_t>(c)], check, where));
@@ -343,10 +351,10 @@ class CsvStreamSource : public RowSource {
           ++cursor->line_no;
           if (!IsDataLine(line, cursor->line_no, skip_)) continue;
           if (cursor->next_row++ < r) continue;
-          const std::string where = RowWhere(path_, cursor->line_no);
+          const RowPlace where{path_, cursor->line_no};
           TRY(ParseFields(line, where, row));
           if (static_cast<std::int64_t>(row.size()) != columns_) {
-            return DataError(where + ": expected " + std::to_string(columns_) + " columns, found " +
+            return DataError(where.str() + ": expected " + std::to_string(columns_) + " columns, found " +
                              std::to_string(row.size()));
           }
           parsed = r;
@@ -456,11 +464,11 @@ class F32Source : public RowSource {
       const std::int64_t count = std::min(chunk, rows_ - first);
       TRY(ReadRaw(first, count, buf));
       for (std::int64_t r = 0; r < count; ++r) {
-        const std::string where = path_ + ": row " + std::to_string(first + r + 1);
+        const RowPlace where{path_, first + r + 1};
         const float* row = buf.data() + r * columns_;
         for (std::int64_t c = 0; c < columns_; ++c) {
           if (!std::isfinite(row[c])) {
-            return DataError(where + ", column " + std::to_string(c + 1) + ": value is not finite");
+            return DataError(where.str() + ", column " + std::to_string(c + 1) + ": value is not finite");
           }
         }
         for (std::int64_t c : map_.labels) TRY(CheckLabel(row[c], check, where));
@@ -550,48 +558,116 @@ void Normalizer::Apply(float* x, std::int64_t rows) const {
   }
 }
 
+namespace {
+
+// Sums for the normalisation statistics, in double precision, row by row.
+class NormStats {
+ public:
+  explicit NormStats(std::size_t f) : sum_(f, 0.0), sum_sq_(f, 0.0), lo_(f, INFINITY), hi_(f, -INFINITY) {}
+  void Add(const float* x) {
+    for (std::size_t c = 0; c < sum_.size(); ++c) {
+      const double v = x[c];
+      sum_[c] += v;
+      sum_sq_[c] += v * v;
+      lo_[c] = std::min(lo_[c], v);
+      hi_[c] = std::max(hi_[c], v);
+    }
+    ++n_;
+  }
+  Normalizer Finish(const std::string& kind) const {
+    Normalizer norm;
+    if (kind == "none") return norm;
+    const std::size_t f = sum_.size();
+    const double n = static_cast<double>(n_);
+    norm.shift.resize(f);
+    norm.scale.resize(f);
+    for (std::size_t c = 0; c < f; ++c) {
+      if (kind == "standard") {
+        const double mean = sum_[c] / n;
+        const double var = std::max(0.0, sum_sq_[c] / n - mean * mean);
+        const double sd = std::sqrt(var);
+        norm.shift[c] = static_cast<float>(mean);
+        // A constant column is centred and left unscaled.
+        norm.scale[c] = static_cast<float>(sd > 1e-12 ? 1.0 / sd : 1.0);
+      } else {
+        const double range = hi_[c] - lo_[c];
+        norm.shift[c] = static_cast<float>(lo_[c]);
+        norm.scale[c] = static_cast<float>(range > 1e-12 ? 1.0 / range : 1.0);
+      }
+    }
+    return norm;
+  }
+
+ private:
+  std::vector<double> sum_, sum_sq_, lo_, hi_;
+  std::int64_t n_ = 0;
+};
+
+constexpr std::size_t kReadChunkRows = 8192;
+
+}  // namespace
+
 Result<Normalizer> FitNormalizer(const RowSource& source, const std::vector<std::int64_t>& train_rows,
                                  const std::string& kind) {
-  Normalizer norm;
-  if (kind == "none") return norm;
+  if (kind == "none") return Normalizer{};
   const std::size_t f = static_cast<std::size_t>(source.feature_count());
-  std::vector<double> sum(f, 0.0), sum_sq(f, 0.0), lo(f, INFINITY), hi(f, -INFINITY);
-  const std::size_t chunk = 8192;
+  NormStats stats(f);
   std::vector<float> x, y;
-  for (std::size_t start = 0; start < train_rows.size(); start += chunk) {
-    std::vector<std::int64_t> idx(train_rows.begin() + static_cast<std::ptrdiff_t>(start),
-                                  train_rows.begin() + static_cast<std::ptrdiff_t>(std::min(train_rows.size(), start + chunk)));
+  for (std::size_t start = 0; start < train_rows.size(); start += kReadChunkRows) {
+    std::vector<std::int64_t> idx(
+        train_rows.begin() + static_cast<std::ptrdiff_t>(start),
+        train_rows.begin() + static_cast<std::ptrdiff_t>(std::min(train_rows.size(), start + kReadChunkRows)));
     x.resize(idx.size() * f);
     y.resize(idx.size() * static_cast<std::size_t>(source.label_count()));
     TRY(source.Read(idx, x.data(), y.data()));
-    for (std::size_t r = 0; r < idx.size(); ++r) {
-      for (std::size_t c = 0; c < f; ++c) {
-        const double v = x[r * f + c];
-        sum[c] += v;
-        sum_sq[c] += v * v;
-        lo[c] = std::min(lo[c], v);
-        hi[c] = std::max(hi[c], v);
-      }
+    for (std::size_t r = 0; r < idx.size(); ++r) stats.Add(x.data() + r * f);
+  }
+  return stats.Finish(kind);
+}
+
+Result<SplitBlocks> ReadSplits(const RowSource& source, const SplitRows& split, const std::string& normalize,
+                               bool keep_train) {
+  // The three splits merged in row order: (row, split 0/1/2).
+  std::vector<std::pair<std::int64_t, int>> rows;
+  rows.reserve(split.train.size() + split.validation.size() + split.test.size());
+  for (std::int64_t r : split.train) rows.emplace_back(r, 0);
+  for (std::int64_t r : split.validation) rows.emplace_back(r, 1);
+  for (std::int64_t r : split.test) rows.emplace_back(r, 2);
+  std::sort(rows.begin(), rows.end());
+  const std::size_t f = static_cast<std::size_t>(source.feature_count());
+  const std::size_t l = static_cast<std::size_t>(source.label_count());
+  NormStats stats(f);
+  SplitBlocks out;
+  RowBlock* blocks[3] = {&out.train, &out.validation, &out.test};
+  for (int b = 0; b < 3; ++b) {
+    const std::size_t n = b == 0 ? (keep_train ? split.train.size() : 0) : (b == 1 ? split.validation : split.test).size();
+    blocks[b]->x.reserve(n * f);
+    blocks[b]->y.reserve(n * l);
+  }
+  std::vector<std::int64_t> idx;
+  std::vector<float> x, y;
+  for (std::size_t start = 0; start < rows.size(); start += kReadChunkRows) {
+    const std::size_t end = std::min(rows.size(), start + kReadChunkRows);
+    idx.clear();
+    for (std::size_t i = start; i < end; ++i) idx.push_back(rows[i].first);
+    x.resize(idx.size() * f);
+    y.resize(idx.size() * l);
+    TRY(source.Read(idx, x.data(), y.data()));
+    for (std::size_t i = 0; i < idx.size(); ++i) {
+      const int which = rows[start + i].second;
+      const float* xr = x.data() + i * f;
+      const float* yr = y.data() + i * l;
+      if (which == 0) stats.Add(xr);
+      if (which == 0 && !keep_train) continue;
+      RowBlock& block = *blocks[which];
+      block.x.insert(block.x.end(), xr, xr + f);
+      block.y.insert(block.y.end(), yr, yr + l);
+      ++block.rows;
     }
   }
-  const double n = static_cast<double>(train_rows.size());
-  norm.shift.resize(f);
-  norm.scale.resize(f);
-  for (std::size_t c = 0; c < f; ++c) {
-    if (kind == "standard") {
-      const double mean = sum[c] / n;
-      const double var = std::max(0.0, sum_sq[c] / n - mean * mean);
-      const double sd = std::sqrt(var);
-      norm.shift[c] = static_cast<float>(mean);
-      // A constant column is centred and left unscaled.
-      norm.scale[c] = static_cast<float>(sd > 1e-12 ? 1.0 / sd : 1.0);
-    } else {
-      const double range = hi[c] - lo[c];
-      norm.shift[c] = static_cast<float>(lo[c]);
-      norm.scale[c] = static_cast<float>(range > 1e-12 ? 1.0 / range : 1.0);
-    }
-  }
-  return norm;
+  out.norm = stats.Finish(normalize);
+  for (RowBlock* block : blocks) out.norm.Apply(block->x.data(), block->rows);
+  return out;
 }
 
 Result<RowBlock> ReadRows(const RowSource& source, const std::vector<std::int64_t>& indices,

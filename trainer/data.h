@@ -77,6 +77,17 @@ struct RowBlock {
 Result<RowBlock> ReadRows(const RowSource& source, const std::vector<std::int64_t>& indices,
                           const Normalizer& norm);
 
+// What training needs before its first epoch, in one read of the source in
+// row order: the normaliser fitted on the training rows (exactly as
+// FitNormalizer) and the validation and test rows, normalised; with
+// keep_train the training rows too (else `train` is empty).
+struct SplitBlocks {
+  Normalizer norm;
+  RowBlock train, validation, test;
+};
+Result<SplitBlocks> ReadSplits(const RowSource& source, const SplitRows& split, const std::string& normalize,
+                               bool keep_train);
+
 // Writes rows as raw float32 (features then labels per row): the f32 format.
 Status WriteF32(const std::string& path, const std::vector<float>& values);
 

@@ -674,34 +674,26 @@ std::expected<TrainReport, TrainFailure> Train(const Spec& spec, const TrainConf
     if (!source) return Failure(kExitDataError, "data error: " + source.error().message);
     auto split = SplitDataset((*source)->rows(), spec.data.split);
     if (!split) return Failure(kExitDataError, "data error: " + spec.data.path + ": " + split.error().message);
-    auto norm = FitNormalizer(**source, split->train, spec.data.normalize);
-    if (!norm) return Failure(kExitDataError, "data error: " + norm.error().message);
+    const std::int64_t n_train = static_cast<std::int64_t>(split->train.size());
+    report.streamed = spec.trainer.macro_batch_size > 0 && spec.trainer.macro_batch_size < n_train;
+    // One read of the file: normalisation statistics, validation and test rows,
+    // and the training rows unless they are streamed.
+    auto blocks = ReadSplits(**source, *split, spec.data.normalize, !report.streamed);
+    if (!blocks) return Failure(kExitDataError, "data error: " + blocks.error().message);
     auto metrics = MetricsWriter::Open(config.metrics_file);
     if (!metrics) return Failure(kExitTrainingFailed, metrics.error().message);
 
-    Shared s{spec, config, device, **source, *norm, *split, std::nullopt, std::nullopt, std::nullopt, **metrics,
+    const Normalizer& norm = blocks->norm;
+    Shared s{spec, config, device, **source, norm, *split, std::nullopt, std::nullopt, std::nullopt, **metrics,
              class_ids, {(*source)->feature_count()}};
-    auto load = [&](const std::vector<std::int64_t>& rows) -> Result<TensorSet> {
-      ASSIGN_OR_RETURN(RowBlock block, ReadRows(**source, rows, *norm));
-      return ToTensors(block, (*source)->feature_count(), (*source)->label_count(), class_ids, device);
+    auto to_tensors = [&](RowBlock& block) {
+      TensorSet t = ToTensors(block, (*source)->feature_count(), (*source)->label_count(), class_ids, device);
+      block = RowBlock{};  // free the host copy
+      return t;
     };
-    const std::int64_t n_train = static_cast<std::int64_t>(split->train.size());
-    report.streamed = spec.trainer.macro_batch_size > 0 && spec.trainer.macro_batch_size < n_train;
-    if (!report.streamed) {
-      auto t = load(split->train);
-      if (!t) return Failure(kExitDataError, "data error: " + t.error().message);
-      s.resident_train = std::move(*t);
-    }
-    if (!split->validation.empty()) {
-      auto t = load(split->validation);
-      if (!t) return Failure(kExitDataError, "data error: " + t.error().message);
-      s.validation = std::move(*t);
-    }
-    if (!split->test.empty()) {
-      auto t = load(split->test);
-      if (!t) return Failure(kExitDataError, "data error: " + t.error().message);
-      s.test = std::move(*t);
-    }
+    if (!report.streamed) s.resident_train = to_tensors(blocks->train);
+    if (!split->validation.empty()) s.validation = to_tensors(blocks->validation);
+    if (!split->test.empty()) s.test = to_tensors(blocks->test);
     if (spec.trainer.checkpointing && config.output_dir.empty()) {
       return Failure(kExitBadSpec, "trainer.callbacks: checkpointing needs an output dir "
                                    "(--output-dir or TRAINQ_OUTPUT_DIR)");

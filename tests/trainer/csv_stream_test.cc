@@ -144,6 +144,17 @@ TEST_CASE("streamed CSV and gzip CSV give the same rows per split as the in-memo
         CHECK(x->x == y->x);
         CHECK(x->y == y->y);
       }
+      // ReadSplits: the same in one read of the file.
+      for (bool keep_train : {false, true}) {
+        auto one = ReadSplits(**stream, *b, "standard", keep_train);
+        REQUIRE(one.has_value());
+        CHECK(one->norm.shift == norm_a->shift);
+        CHECK(one->norm.scale == norm_a->scale);
+        CHECK(one->validation.x == ReadRows(**memory, a->validation, *norm_a)->x);
+        CHECK(one->test.y == ReadRows(**memory, a->test, *norm_a)->y);
+        CHECK(one->train.rows == (keep_train ? 600 : 0));
+        if (keep_train) CHECK(one->train.x == ReadRows(**memory, a->train, *norm_a)->x);
+      }
       // Any order, repeats, backwards: each row is the file's row.
       std::vector<std::int64_t> shuffled = a->train;
       shuffled.push_back(shuffled[3]);
