@@ -71,6 +71,23 @@ TEST_CASE("a bad CSV row is a data error naming file, row and column") {
   CHECK_THAT(missing.error().message, Catch::Contains("nope.csv"));
 }
 
+TEST_CASE("spaces around CSV numbers are allowed, a field of two numbers is not") {
+  testing::TempDir dir;
+  REQUIRE(WriteFile(dir / "d.csv", " 1.5 ,\t2 , 0\r\n-3e1,4,1\n"));
+  auto src = OpenRowSource(Csv(dir / "d.csv"), {});
+  REQUIRE(src.has_value());
+  auto block = ReadRows(**src, {0, 1}, Normalizer{});
+  CHECK(block->x == std::vector<float>{1.5f, 2, -30, 4});
+  REQUIRE(WriteFile(dir / "e.csv", "1,2,0\n3,4 5,1\n"));
+  auto e = OpenRowSource(Csv(dir / "e.csv"), {});
+  REQUIRE_FALSE(e.has_value());
+  CHECK_THAT(e.error().message, Catch::Contains("e.csv: row 2, column 2: '4 5' is not a number"));
+  REQUIRE(WriteFile(dir / "f.csv", "1,2,0\n3,4,\n"));
+  auto f = OpenRowSource(Csv(dir / "f.csv"), {});
+  REQUIRE_FALSE(f.has_value());
+  CHECK_THAT(f.error().message, Catch::Contains("f.csv: row 2, column 3: '' is not a number"));
+}
+
 TEST_CASE("gzip CSV is read") {
   testing::TempDir dir;
   const std::string path = dir / "d.csv.gz";
