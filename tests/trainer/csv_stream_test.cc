@@ -265,6 +265,26 @@ TEST_CASE("a truncated gzip file is a data error naming file and row") {
   CHECK_THAT(plain.error().message, Catch::Contains("p.csv.gz: row 1: corrupt gzip data"));
 }
 
+TEST_CASE("a streamed CSV with header lines and no final newline reads every row") {
+  testing::TempDir dir;
+  std::string text = "# made by a test\nid,a,b,class\n" + CsvText(40, false);
+  text.pop_back();  // no newline after the last row
+  REQUIRE(WriteFile(dir / "h.csv", text));
+  WriteGzip(dir / "h.csv.gz", text, 1, 64);
+  for (const std::string name : {"h.csv", "h.csv.gz"}) {
+    DataSpec d = Spec(dir / name);
+    d.header = 2;
+    auto s = OpenRowSource(d, {}, Streamed(3, 100));
+    REQUIRE(s.has_value());
+    REQUIRE((*s)->rows() == 40);
+    std::vector<std::int64_t> rows{39, 0, 38, 1, 20, 21, 3, 39};
+    auto block = ReadRows(**s, rows, Normalizer{});
+    REQUIRE(block.has_value());
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      CHECK(block->x[i * 3] == static_cast<float>(rows[i]));
+  }
+}
+
 TEST_CASE("a streamed file that changes after opening is a data error, not wrong rows") {
   testing::TempDir dir;
   REQUIRE(WriteFile(dir / "d.csv", CsvText(50, false)));
