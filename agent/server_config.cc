@@ -6,6 +6,7 @@
 #include <set>
 
 #include "agent/change_detect.h"
+#include "cloud/provider.h"
 #include "core/strings.h"
 
 namespace trainq {
@@ -183,6 +184,132 @@ class ConfigParser {
     return r;
   }
 
+  Result<std::int64_t> Int(const YAML::Node& n, const std::string& path, std::int64_t min) const {
+    if (n.IsScalar()) {
+      const auto& s = n.Scalar();
+      size_t used = 0;
+      try {
+        long long v = std::stoll(s, &used);
+        if (used == s.size() && v >= min) return v;
+      } catch (...) {
+      }
+    }
+    return Err(n, path, "expected a whole number >= " + std::to_string(min) + ", got " + Show(n));
+  }
+
+  Result<std::int64_t> DurationMs(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsScalar()) {
+      return Err(n, path, "expected a duration such as 30s or 5m, got " + Show(n));
+    }
+    auto d = ParseDurationSeconds(n.Scalar());
+    if (!d) return Err(n, path, d.error().message);
+    if (*d <= 0) return Err(n, path, "expected a duration above zero, got " + Show(n));
+    return *d * 1000;
+  }
+
+  Result<PoolSpec> Pool(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsMap()) return Err(n, path, "expected a mapping, got " + Show(n));
+    TRY(CheckKeys(n, path,
+                  {"name", "provider", "min", "max", "slots", "gpus", "runs_per_gpu",
+                   "idle_grace", "boot_timeout", "orphan_timeout", "self_stop", "hourly_cost",
+                   "token", "params"}));
+    PoolSpec p;
+    p.line = n.Mark().line + 1;
+    if (!n["name"]) return Err(n, path + ".name", "missing (the pool's name, such as gpu)");
+    ASSIGN_OR_RETURN(p.scaling.name, Str(n["name"], path + ".name"));
+    for (char c : p.scaling.name) {
+      if (!(c >= 'a' && c <= 'z') && !(c >= '0' && c <= '9') && c != '-') {
+        return Err(n["name"], path + ".name",
+                   "only lowercase letters, digits and - are allowed, got " + Show(n["name"]));
+      }
+    }
+    if (auto v = n["provider"]) {
+      ASSIGN_OR_RETURN(p.provider, Str(v, path + ".provider"));
+      if (p.provider != "local" && p.provider != "slurm" && p.provider != "ec2" &&
+          p.provider != "command") {
+        return Err(v, path + ".provider", "expected local, slurm, ec2 or command, got " + Show(v));
+      }
+    }
+    if (auto v = n["min"]) {
+      ASSIGN_OR_RETURN(auto x, Int(v, path + ".min", 0));
+      p.scaling.min = static_cast<int>(x);
+    }
+    if (auto v = n["max"]) {
+      ASSIGN_OR_RETURN(auto x, Int(v, path + ".max", 0));
+      p.scaling.max = static_cast<int>(x);
+    }
+    if (p.scaling.min > p.scaling.max) {
+      return Err(n["min"] ? n["min"] : n, path + ".min",
+                 "min (" + std::to_string(p.scaling.min) + ") is above max (" +
+                     std::to_string(p.scaling.max) + ")");
+    }
+    if (auto v = n["slots"]) {
+      ASSIGN_OR_RETURN(auto x, Int(v, path + ".slots", 1));
+      p.scaling.slots = static_cast<int>(x);
+    }
+    if (auto v = n["gpus"]) {
+      ASSIGN_OR_RETURN(auto x, Int(v, path + ".gpus", 0));
+      p.gpus = static_cast<int>(x);
+    }
+    if (auto v = n["runs_per_gpu"]) {
+      ASSIGN_OR_RETURN(auto x, Int(v, path + ".runs_per_gpu", 1));
+      p.runs_per_gpu = static_cast<int>(x);
+    }
+    if (auto v = n["idle_grace"]) {
+      ASSIGN_OR_RETURN(p.scaling.idle_grace_ms, DurationMs(v, path + ".idle_grace"));
+    }
+    if (auto v = n["boot_timeout"]) {
+      ASSIGN_OR_RETURN(p.scaling.boot_timeout_ms, DurationMs(v, path + ".boot_timeout"));
+    }
+    if (auto v = n["orphan_timeout"]) {
+      ASSIGN_OR_RETURN(p.orphan_timeout_ms, DurationMs(v, path + ".orphan_timeout"));
+    }
+    if (auto v = n["self_stop"]) { ASSIGN_OR_RETURN(p.self_stop, Str(v, path + ".self_stop")); }
+    if (auto v = n["hourly_cost"]) {
+      bool ok = false;
+      if (v.IsScalar()) {
+        try {
+          size_t used = 0;
+          double x = std::stod(v.Scalar(), &used);
+          ok = used == v.Scalar().size() && x >= 0 && x < 1e9;
+          p.scaling.hourly_cost = x;
+        } catch (...) {
+        }
+      }
+      if (!ok) return Err(v, path + ".hourly_cost", "expected a cost >= 0, got " + Show(v));
+    }
+    if (auto v = n["token"]) { ASSIGN_OR_RETURN(p.token, Secret(v, path + ".token")); }
+    if (auto v = n["params"]) {
+      if (!v.IsMap()) return Err(v, path + ".params", "expected a mapping, got " + Show(v));
+      for (const auto& kv : v) {
+        std::string key = kv.first.Scalar();
+        if (!kv.second.IsScalar()) {
+          return Err(kv.second, path + ".params." + key,
+                     "expected a string or number, got " + Show(kv.second));
+        }
+        p.params[key] = kv.second.Scalar();
+      }
+    }
+    if (auto st = cloud::CheckProviderParams(p.provider, p.params); !st) {
+      // The message starts with "params.<key>: ..."; point at that key, else
+      // at `params:` (reset() rebinds; yaml-cpp's operator= would overwrite).
+      const auto& m = st.error().message;
+      YAML::Node at;
+      at.reset(n);
+      for (const auto& kv : n) {
+        if (kv.first.Scalar() == "params") at.reset(kv.first);
+      }
+      if (m.starts_with("params.") && n["params"]) {
+        std::string key = m.substr(7, m.find(':') - 7);
+        for (const auto& kv : n["params"]) {
+          if (kv.first.Scalar() == key) at.reset(kv.first);
+        }
+      }
+      return Err(at, path + " (" + p.provider + " pool " + p.scaling.name + ")", m);
+    }
+    return p;
+  }
+
  private:
   std::string file_;
 };
@@ -221,7 +348,7 @@ Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view f
   c.path = std::string(filename);
   if (!root || root.IsNull()) return c;
   if (!root.IsMap()) return p.Err(root, "", "expected a mapping at the top level");
-  TRY(p.CheckKeys(root, "", {"listen", "repositories"}));
+  TRY(p.CheckKeys(root, "", {"listen", "repositories", "pools"}));
   if (auto l = root["listen"]) { ASSIGN_OR_RETURN(c.listen, p.Str(l, "listen")); }
   if (auto repos = root["repositories"]) {
     if (!repos.IsSequence()) {
@@ -234,6 +361,19 @@ Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view f
         return p.Err(repos[i]["url"], path + ".url", "listed twice (" + r.url + ")");
       }
       c.repositories.push_back(std::move(r));
+    }
+  }
+  if (auto pools = root["pools"]) {
+    if (!pools.IsSequence()) {
+      return p.Err(pools, "pools", "expected a list, got " + ConfigParser::Show(pools));
+    }
+    for (size_t i = 0; i < pools.size(); ++i) {
+      std::string path = "pools[" + std::to_string(i) + "]";
+      ASSIGN_OR_RETURN(auto pool, p.Pool(pools[i], path));
+      if (c.FindPool(pool.name())) {
+        return p.Err(pools[i]["name"], path + ".name", "pool " + pool.name() + " is listed twice");
+      }
+      c.pools.push_back(std::move(pool));
     }
   }
   return c;

@@ -47,17 +47,13 @@ Status Need(bool ok, const std::string& kind, const char* what) {
 
 }  // namespace
 
-Result<std::unique_ptr<Provider>> MakeProvider(const std::string& kind,
-                                               const std::map<std::string, std::string>& params,
-                                               ProviderDeps deps) {
-  std::string scratch = deps.state_dir.empty() ? "" : deps.state_dir + "/tmp";
+Status CheckProviderParams(const std::string& kind,
+                           const std::map<std::string, std::string>& params) {
   if (kind == "local") {
     TRY(CheckParams(kind, params, {"stop_grace", "stop_wait"}, {}));
-    ASSIGN_OR_RETURN(auto grace, DurationMs(params, "stop_grace", 30'000));
-    ASSIGN_OR_RETURN(auto wait, DurationMs(params, "stop_wait", 2'000));
-    TRY(Need(deps.runner && deps.clock && !deps.state_dir.empty(), kind,
-             "a process runner, a clock and a state directory"));
-    return std::make_unique<LocalProvider>(deps.runner, deps.clock, deps.state_dir, grace, wait);
+    TRY(DurationMs(params, "stop_grace", 0));
+    TRY(DurationMs(params, "stop_wait", 0));
+    return {};
   }
   if (kind == "slurm") {
     TRY(CheckParams(kind, params,
@@ -72,8 +68,7 @@ Result<std::unique_ptr<Provider>> MakeProvider(const std::string& kind,
                     "params.cpus: expected a number, got \"" + it->second + "\"");
       }
     }
-    TRY(Need(deps.runner != nullptr, kind, "a process runner"));
-    return std::make_unique<SlurmProvider>(deps.runner, params, scratch);
+    return {};
   }
   if (kind == "ec2") {
     TRY(CheckParams(kind, params,
@@ -91,17 +86,39 @@ Result<std::unique_ptr<Provider>> MakeProvider(const std::string& kind,
                                            !StartsWith(it->second, "http://")) {
       return Fail(ErrorKind::kInvalidArgument, "params.endpoint: expected an http(s) URL");
     }
-    TRY(Need(deps.http != nullptr, kind, "an HTTP client"));
-    return std::make_unique<Ec2Provider>(deps.http, params);
+    return {};
   }
   if (kind == "command") {
     TRY(CheckParams(kind, params, {"boot", "list", "stop", "timeout"}, {"boot", "list", "stop"}));
     TRY(DurationMs(params, "timeout", 0));
-    TRY(Need(deps.runner != nullptr, kind, "a process runner"));
-    return std::make_unique<CommandProvider>(deps.runner, params, scratch);
+    return {};
   }
   return Fail(ErrorKind::kInvalidArgument,
               "provider: unknown kind \"" + kind + "\" (expected local, slurm, ec2 or command)");
+}
+
+Result<std::unique_ptr<Provider>> MakeProvider(const std::string& kind,
+                                               const std::map<std::string, std::string>& params,
+                                               ProviderDeps deps) {
+  TRY(CheckProviderParams(kind, params));
+  std::string scratch = deps.state_dir.empty() ? "" : deps.state_dir + "/tmp";
+  if (kind == "local") {
+    ASSIGN_OR_RETURN(auto grace, DurationMs(params, "stop_grace", 30'000));
+    ASSIGN_OR_RETURN(auto wait, DurationMs(params, "stop_wait", 2'000));
+    TRY(Need(deps.runner && deps.clock && !deps.state_dir.empty(), kind,
+             "a process runner, a clock and a state directory"));
+    return std::make_unique<LocalProvider>(deps.runner, deps.clock, deps.state_dir, grace, wait);
+  }
+  if (kind == "slurm") {
+    TRY(Need(deps.runner != nullptr, kind, "a process runner"));
+    return std::make_unique<SlurmProvider>(deps.runner, params, scratch);
+  }
+  if (kind == "ec2") {
+    TRY(Need(deps.http != nullptr, kind, "an HTTP client"));
+    return std::make_unique<Ec2Provider>(deps.http, params);
+  }
+  TRY(Need(deps.runner != nullptr, kind, "a process runner"));
+  return std::make_unique<CommandProvider>(deps.runner, params, scratch);
 }
 
 }  // namespace trainq::cloud

@@ -124,4 +124,9 @@ Result<std::unique_ptr<Provider>> MakeProvider(const std::string& kind,
                                                const std::map<std::string, std::string>& params,
                                                ProviderDeps deps);
 
+// MakeProvider's checks of the kind and the parameters alone (for the config
+// parser): the same messages, nothing constructed.
+Status CheckProviderParams(const std::string& kind,
+                           const std::map<std::string, std::string>& params);
+
 }  // namespace trainq::cloud

@@ -115,6 +115,106 @@ TEST_CASE("server config: errors name file, line and key, never a secret", "[ser
   }
 }
 
+TEST_CASE("server config: pools with every key, and the defaults", "[server_config]") {
+  testing::TempDir tmp;
+  REQUIRE(WriteFile(tmp / "gpu.token", "pool-token-value\n"));
+  auto c = ParseServerConfig(R"(pools:
+  - name: gpu
+    provider: slurm
+    min: 1
+    max: 4
+    slots: 2
+    gpus: 1
+    runs_per_gpu: 2
+    idle_grace: 90s
+    boot_timeout: 15m
+    orphan_timeout: 20m
+    self_stop: "sudo shutdown -h now"
+    hourly_cost: 2.5
+    token: {file: )" + (tmp / "gpu.token") + R"(}
+    params: {partition: gpu, gres: "gpu:1", time: "4:00:00", cpus: 8}
+  - name: cpu-2
+)",
+                             "server.yaml");
+  INFO((c ? "" : c.error().message));
+  REQUIRE(c);
+  REQUIRE(c->pools.size() == 2);
+  const PoolSpec& g = c->pools[0];
+  CHECK(g.name() == "gpu");
+  CHECK(g.provider == "slurm");
+  CHECK(g.scaling.min == 1);
+  CHECK(g.scaling.max == 4);
+  CHECK(g.scaling.slots == 2);
+  CHECK(g.gpus == 1);
+  CHECK(g.runs_per_gpu == 2);
+  CHECK(g.scaling.idle_grace_ms == 90'000);
+  CHECK(g.scaling.boot_timeout_ms == 15 * 60'000);
+  CHECK(g.orphan_timeout_ms == 20 * 60'000);
+  CHECK(g.self_stop == "sudo shutdown -h now");
+  CHECK(g.scaling.hourly_cost == Approx(2.5));
+  CHECK(g.token.value == "pool-token-value");
+  CHECK(g.line == 2);
+  CHECK(g.params == std::map<std::string, std::string>{
+                        {"partition", "gpu"}, {"gres", "gpu:1"}, {"time", "4:00:00"}, {"cpus", "8"}});
+  const PoolSpec& d = c->pools[1];
+  CHECK(d.name() == "cpu-2");
+  CHECK(d.provider == "local");
+  CHECK(d.scaling.min == 0);
+  CHECK(d.scaling.max == 1);
+  CHECK(d.scaling.slots == 1);
+  CHECK(d.token.empty());
+  CHECK(c->FindPool("cpu-2") == &c->pools[1]);
+}
+
+TEST_CASE("server config: pool errors name file, line and key", "[server_config]") {
+  Env secret("SC_TEST_POOL_SECRET", "do-not-print-me");
+  struct Case {
+    std::string yaml;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"pools:\n  - max: 2\n", "server.yaml:2: pools[0].name: missing"},
+      {"pools:\n  - name: GPU\n", "server.yaml:2: pools[0].name: only lowercase letters"},
+      {"pools:\n  - name: a_b\n", "server.yaml:2: pools[0].name: only lowercase letters"},
+      {"pools:\n  - name: gpu\n  - name: gpu\n", "server.yaml:3: pools[1].name: pool gpu is listed twice"},
+      {"pools:\n  - name: gpu\n    provider: gce\n",
+       "server.yaml:3: pools[0].provider: expected local, slurm, ec2 or command, got \"gce\""},
+      {"pools:\n  - name: gpu\n    min: 3\n    max: 2\n",
+       "server.yaml:3: pools[0].min: min (3) is above max (2)"},
+      {"pools:\n  - name: gpu\n    slots: 0\n",
+       "server.yaml:3: pools[0].slots: expected a whole number >= 1, got \"0\""},
+      {"pools:\n  - name: gpu\n    max: lots\n",
+       "server.yaml:3: pools[0].max: expected a whole number >= 0"},
+      {"pools:\n  - name: gpu\n    idle_grace: soon\n", "server.yaml:3: pools[0].idle_grace:"},
+      {"pools:\n  - name: gpu\n    hourly_cost: -1\n",
+       "server.yaml:3: pools[0].hourly_cost: expected a cost >= 0"},
+      {"pools:\n  - name: gpu\n    sltos: 2\n", "server.yaml:3: pools[0].sltos: unknown key"},
+      {"pools:\n  - name: gpu\n    token: {env: SC_TEST_POOL_SECRET}\n    params: [1]\n",
+       "server.yaml:4: pools[0].params: expected a mapping"},
+      {"pools:\n  - name: gpu\n    token: literal\n",
+       "server.yaml:3: pools[0].token: expected {env: VARIABLE} or {file: PATH}"},
+      {"pools:\n  - name: gpu\n    provider: ec2\n    params:\n      image: ami-1\n"
+       "      instance_type: g5.xlarge\n",
+       "server.yaml:4: pools[0] (ec2 pool gpu): params.region: required by ec2"},
+      {"pools:\n  - name: gpu\n    provider: slurm\n    params:\n      partition: gpu\n"
+       "      partiton: gpu\n",
+       "server.yaml:6: pools[0] (slurm pool gpu): params.partiton: unknown to slurm"},
+      {"pools:\n  - name: gpu\n    provider: command\n    params: {boot: x, list: y}\n",
+       "server.yaml:4: pools[0] (command pool gpu): params.stop: required by command"},
+      {"pools:\n  - name: gpu\n    params: {tags: {a: b}}\n",
+       "server.yaml:3: pools[0].params.tags: expected a string or number"},
+      {"pools: {name: gpu}\n", "server.yaml:1: pools: expected a list"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.yaml);
+    auto r = ParseServerConfig(c.yaml, "server.yaml");
+    REQUIRE_FALSE(r);
+    CHECK(r.error().kind == ErrorKind::kInvalidArgument);
+    CHECK_THAT(r.error().message, Catch::StartsWith(c.message));
+    CHECK(r.error().message.find("do-not-print-me") == std::string::npos);
+  }
+}
+
 TEST_CASE("server config: LoadServerConfig reads the file, an empty file is an empty config",
           "[server_config]") {
   testing::TempDir tmp;
