@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -23,26 +24,45 @@ struct LocalProvider::Record {
   TimeMs kill_at = 0;  // > 0: SIGTERM sent, SIGKILL due then
 };
 
-std::int64_t ProcessStartTime(int pid) {
-  if (pid <= 0) return -1;
+namespace {
+
+struct ProcStat {
+  char state = '?';
+  std::int64_t start = -1;
+};
+
+std::optional<ProcStat> ReadProcStat(int pid) {
+  if (pid <= 0) return std::nullopt;
   auto text = ReadFile("/proc/" + std::to_string(pid) + "/stat");
-  if (!text) return -1;
+  if (!text) return std::nullopt;
   // "pid (comm) S ppid ...": comm may hold spaces and parentheses; fields
   // resume after the last ')'.
   auto close = text->rfind(')');
-  if (close == std::string::npos) return -1;
+  if (close == std::string::npos || close + 2 >= text->size()) return std::nullopt;
   std::vector<std::string> fields;
   for (auto& f : Split(std::string_view(*text).substr(close + 2), ' ')) {
     if (!f.empty()) fields.push_back(f);
   }
   // fields[0] is field 3 (state); field 22 (starttime) is fields[19].
-  if (fields.size() < 20) return -1;
-  if (fields[0] == "Z" || fields[0] == "X" || fields[0] == "x") return -1;
+  if (fields.size() < 20 || fields[0].empty()) return std::nullopt;
+  ProcStat st;
+  st.state = fields[0][0];
   try {
-    return std::stoll(fields[19]);
+    st.start = std::stoll(fields[19]);
   } catch (...) {
-    return -1;
+    return std::nullopt;
   }
+  return st;
+}
+
+bool Dead(char state) { return state == 'Z' || state == 'X' || state == 'x'; }
+
+}  // namespace
+
+std::int64_t ProcessStartTime(int pid) {
+  auto st = ReadProcStat(pid);
+  if (!st || Dead(st->state)) return -1;
+  return st->start;
 }
 
 LocalProvider::LocalProvider(ProcessRunner* runner, const Clock* clock, std::string state_dir,
@@ -72,7 +92,8 @@ Result<std::string> LocalProvider::Boot(const BootSpec& spec) {
   ps.output_path = (fs::path(dir_) / (spec.name + ".log")).string();
   auto pid = runner_->Spawn(ps);
   if (!pid) return std::unexpected(pid.error().Wrap("local: boot " + spec.name));
-  std::int64_t start = ProcessStartTime(*pid);
+  auto stat = ReadProcStat(*pid);  // a worker that ended at once is a zombie: still readable
+  std::int64_t start = stat ? stat->start : -1;
   nlohmann::json j = {{"pid", *pid},          {"start", start},
                       {"pool", spec.tag.pool}, {"instance", spec.tag.instance},
                       {"name", spec.name},     {"started", clock_->Now()}};
@@ -120,10 +141,16 @@ Result<std::vector<LocalProvider::Record>> LocalProvider::Load() {
 }
 
 bool LocalProvider::Alive(const Record& r) {
-  // Reaps it when it is our child and has ended (a zombie counts as dead).
-  runner_->Poll(r.pid);
-  std::int64_t start = ProcessStartTime(r.pid);
-  return start >= 0 && (r.start < 0 || start == r.start);
+  // Only the process recorded at boot (same pid and start time) is the
+  // machine: a reused pid belongs to someone else and is neither signalled
+  // nor reaped here (it could be another of this server's children).
+  auto st = ReadProcStat(r.pid);
+  if (!st || r.start < 0 || st->start != r.start) return false;
+  if (Dead(st->state)) {
+    runner_->Poll(r.pid);  // reaps it when it is our child
+    return false;
+  }
+  return true;
 }
 
 void LocalProvider::Sweep(std::vector<Record>& records) {
@@ -136,7 +163,11 @@ void LocalProvider::Sweep(std::vector<Record>& records) {
     }
     if (now >= r.kill_at) {
       runner_->KillGroup(r.pid, SIGKILL);
-      runner_->Poll(r.pid);
+      // Dies at once; reap it so that no zombie is left behind (bounded).
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (Alive(r) && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
       fs::remove(r.file);
       return true;
     }

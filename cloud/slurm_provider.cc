@@ -109,7 +109,7 @@ Result<std::string> SlurmProvider::Boot(const BootSpec& spec) {
 }
 
 Result<std::vector<ListedMachine>> SlurmProvider::List(const MachineTag& tag) {
-  ASSIGN_OR_RETURN(auto out, Run("list", {"squeue", "--noheader", "--format=%i|%j|%k|%T"}));
+  ASSIGN_OR_RETURN(auto out, Run("list", {"squeue", "--me", "--noheader", "--format=%i|%j|%k|%T"}));
   std::string comment = Comment(tag);
   std::vector<ListedMachine> machines;
   for (const auto& line : Split(out, '\n')) {

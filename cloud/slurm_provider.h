@@ -3,7 +3,7 @@
 //   Boot: sbatch --parsable --job-name=<name> --comment=trainq:<instance>:<pool>
 //         [--partition P] [--account A] [--gres G] [--cpus-per-task C]
 //         [--time T] [--output F] [extra_args...] --wrap 'exec <worker argv>'
-//   List: squeue --noheader --format=%i|%j|%k|%T, the jobs whose comment is
+//   List: squeue --me --noheader --format=%i|%j|%k|%T, the jobs whose comment is
 //         the tag and whose state is not final (PENDING, RUNNING, CONFIGURING,
 //         COMPLETING, SUSPENDED, ... count as alive).
 //   Stop: scancel ID (a job Slurm no longer knows is stopped already).

@@ -41,12 +41,14 @@ TEST_CASE("Slurm provider boots, lists and cancels jobs on a real single-node Sl
   REQUIRE(made);
   Provider& p = **made;
 
-  const MachineTag tag{"gpu", "tq1"};
+  // Long ids and names: squeue must not truncate them.
+  const std::string inst = "tq1-0123456789abcdef0123456789abcdef";
+  const MachineTag tag{"gpu", inst};
   const MachineTag other{"gpu", "tq2"};
   std::string marker = work + "/ran";
   BootSpec spec;
   spec.tag = tag;
-  spec.name = "tq-tq1-gpu-1";
+  spec.name = "tq-" + inst + "-gpu-1";
   // A stand-in worker, with an argument that needs quoting.
   spec.worker_argv = {"/bin/sh", "-c", "echo \"it's $SLURM_JOB_ID\" > '" + marker + "'; sleep 300"};
   auto id = p.Boot(spec);
@@ -64,7 +66,7 @@ TEST_CASE("Slurm provider boots, lists and cancels jobs on a real single-node Sl
   REQUIRE(listed);
   REQUIRE(listed->size() == 1);  // not the other trainq instance's job
   CHECK((*listed)[0].id == *id);
-  CHECK((*listed)[0].name == "tq-tq1-gpu-1");
+  CHECK((*listed)[0].name == "tq-" + inst + "-gpu-1");
   CHECK((*listed)[0].tag == tag);
 
   // It really ran, with the argv intact.
