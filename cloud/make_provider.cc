@@ -12,10 +12,18 @@ namespace trainq::cloud {
 
 namespace {
 
+// Parameters of the worker command line that trainq builds (see the README),
+// accepted by every kind and not used by the providers themselves.
+const std::set<std::string>& WorkerParams() {
+  static const std::set<std::string> k = {"server_url", "token_file", "trainq", "worker_gpus",
+                                          "worker_data_dir"};
+  return k;
+}
+
 Status CheckParams(const std::string& kind, const std::map<std::string, std::string>& params,
                    const std::set<std::string>& allowed, const std::set<std::string>& required) {
   for (const auto& [k, v] : params) {
-    if (!allowed.count(k)) {
+    if (!allowed.count(k) && !WorkerParams().count(k)) {
       std::string list;
       for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
       return Fail(ErrorKind::kInvalidArgument,

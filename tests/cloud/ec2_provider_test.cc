@@ -629,6 +629,18 @@ TEST_CASE("MakeProvider refuses unknown kinds and names missing or unknown param
   auto e = MakeProvider("command", {{"boot", "x"}, {"list", "y"}}, deps);
   REQUIRE_FALSE(e);
   CHECK(e.error().message == "params.stop: required by command");
+  // The worker command's parameters are accepted by every kind.
+  for (auto kind : {"local", "slurm", "ec2", "command"}) {
+    std::map<std::string, std::string> params = {
+        {"server_url", "http://10.0.0.1:8080"}, {"token_file", "/t"}, {"trainq", "/usr/bin/trainq"},
+        {"worker_gpus", "0,1"}, {"worker_data_dir", "/var/lib/trainq"}};
+    if (std::string(kind) == "ec2") {
+      params.insert({{"region", "r"}, {"image", "i"}, {"instance_type", "t"}});
+    }
+    if (std::string(kind) == "command") params.insert({{"boot", "b"}, {"list", "l"}, {"stop", "s"}});
+    INFO(kind);
+    CHECK(CheckProviderParams(kind, params));
+  }
   auto g = MakeProvider("local", {{"stop_grace", "soon"}}, deps);
   REQUIRE_FALSE(g);
   CHECK(g.error().message.find("params.stop_grace") == 0);
