@@ -1,5 +1,6 @@
 #include "cloud/ec2_provider.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -148,6 +149,21 @@ std::string Ec2Provider::UserData(const BootSpec& spec, const std::string& prefi
   return s;
 }
 
+// A warm pool's instances boot again from stopped: their user data must run
+// at every boot, not only the first (AWS's documented cloud-init recipe: a
+// MIME multipart whose cloud-config runs scripts-user "always").
+std::string Ec2Provider::WarmUserData(const std::string& script) {
+  return "Content-Type: multipart/mixed; boundary=\"//\"\nMIME-Version: 1.0\n\n"
+         "--//\nContent-Type: text/cloud-config; charset=\"us-ascii\"\nMIME-Version: 1.0\n"
+         "Content-Transfer-Encoding: 7bit\n"
+         "Content-Disposition: attachment; filename=\"cloud-config.txt\"\n\n"
+         "#cloud-config\ncloud_final_modules:\n- [scripts-user, always]\n\n"
+         "--//\nContent-Type: text/x-shellscript; charset=\"us-ascii\"\nMIME-Version: 1.0\n"
+         "Content-Transfer-Encoding: 7bit\n"
+         "Content-Disposition: attachment; filename=\"userdata.txt\"\n\n" +
+         script + "--//--\n";
+}
+
 Result<std::string> Ec2Provider::Call(const std::string& action, Form form) {
   ASSIGN_OR_RETURN(auto creds, LoadCredentials(params_));
   form.insert(form.begin(), {{"Action", action}, {"Version", kVersion}});
@@ -196,12 +212,18 @@ Result<std::string> Ec2Provider::Boot(const BootSpec& spec) {
   if (spec.worker_argv.empty()) {
     return Fail(ErrorKind::kInvalidArgument, "ec2: boot: no worker command");
   }
+  std::string user_data = UserData(spec, Param("user_data_prefix"));
+  if (Param("on_stop") == "stop") {
+    user_data = WarmUserData(user_data);
+    ASSIGN_OR_RETURN(auto warm, StartStopped(spec, user_data));
+    if (!warm.empty()) return warm;
+  }
   Form f = {{"ImageId", Param("image")},
             {"InstanceType", Param("instance_type")},
             {"MinCount", "1"},
             {"MaxCount", "1"},
             {"ClientToken", spec.name.substr(0, 64)},
-            {"UserData", Base64Encode(UserData(spec, Param("user_data_prefix")))},
+            {"UserData", Base64Encode(user_data)},
             {"TagSpecification.1.ResourceType", "instance"},
             {"TagSpecification.1.Tag.1.Key", "trainq:pool"},
             {"TagSpecification.1.Tag.1.Value", spec.tag.pool},
@@ -237,14 +259,35 @@ Result<std::string> Ec2Provider::Boot(const BootSpec& spec) {
   return id;
 }
 
+Result<std::string> Ec2Provider::StartStopped(const BootSpec& spec,
+                                              const std::string& user_data) {
+  ASSIGN_OR_RETURN(auto stopped, Describe(spec.tag, {"stopped"}));
+  if (stopped.empty()) return std::string();
+  const std::string id = stopped.front().id;
+  // Renamed and given the new worker command line before it starts; a crash
+  // in between leaves a stopped instance that the next Boot takes again.
+  TRY(Call("CreateTags", {{"ResourceId.1", id}, {"Tag.1.Key", "Name"}, {"Tag.1.Value", spec.name}}));
+  TRY(Call("ModifyInstanceAttribute",
+           {{"InstanceId", id}, {"UserData.Value", Base64Encode(user_data)}}));
+  TRY(Call("StartInstances", {{"InstanceId.1", id}}));
+  return id;
+}
+
 Result<std::vector<ListedMachine>> Ec2Provider::List(const MachineTag& tag) {
+  return Describe(tag, {"pending", "running"});
+}
+
+Result<std::vector<ListedMachine>> Ec2Provider::Describe(const MachineTag& tag,
+                                                        const std::vector<std::string>& states) {
   std::vector<ListedMachine> out;
   std::string next;
   for (int page = 0; page < 100; ++page) {
     Form f = {{"Filter.1.Name", "tag:trainq:pool"},     {"Filter.1.Value.1", tag.pool},
               {"Filter.2.Name", "tag:trainq:instance"}, {"Filter.2.Value.1", tag.instance},
-              {"Filter.3.Name", "instance-state-name"},  {"Filter.3.Value.1", "pending"},
-              {"Filter.3.Value.2", "running"}};
+              {"Filter.3.Name", "instance-state-name"}};
+    for (size_t i = 0; i < states.size(); ++i) {
+      f.emplace_back("Filter.3.Value." + std::to_string(i + 1), states[i]);
+    }
     if (!next.empty()) f.emplace_back("NextToken", next);
     ASSIGN_OR_RETURN(auto body, Call("DescribeInstances", std::move(f)));
     auto xml = ParseXml(body);
@@ -257,7 +300,7 @@ Result<std::vector<ListedMachine>> Ec2Provider::List(const MachineTag& tag) {
       for (const XmlNode* inst : instances->Children("item")) {
         std::string id = inst->Text("instanceId");
         std::string state = inst->Text("instanceState/name");
-        if (id.empty() || (state != "pending" && state != "running")) continue;
+        if (id.empty() || std::find(states.begin(), states.end(), state) == states.end()) continue;
         MachineTag t;
         std::string name;
         if (const XmlNode* tags = inst->Child("tagSet")) {
@@ -280,7 +323,8 @@ Result<std::vector<ListedMachine>> Ec2Provider::List(const MachineTag& tag) {
 
 Status Ec2Provider::Stop(const std::string& id) {
   if (id.empty()) return Fail(ErrorKind::kInvalidArgument, "ec2: stop: empty instance id");
-  auto body = Call("TerminateInstances", {{"InstanceId.1", id}});
+  auto body = Call(Param("on_stop") == "stop" ? "StopInstances" : "TerminateInstances",
+                   {{"InstanceId.1", id}});
   if (!body) {
     const auto& m = body.error().message;
     if (m.find("InvalidInstanceID.NotFound") != std::string::npos) return {};

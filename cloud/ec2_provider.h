@@ -11,11 +11,19 @@
 //         (paginated with NextToken).
 //   Stop: TerminateInstances (an instance id EC2 does not know is gone).
 //
+// A warm pool (on_stop: stop) stops instances instead (StopInstances: only
+// their disks are billed), and Boot first restarts a stopped one of the pool:
+// CreateTags Name=<new name>, ModifyInstanceAttribute UserData (the new
+// worker command line), StartInstances; the id is then the old instance's.
+// Its user data is a MIME multipart that makes cloud-init run the script at
+// every boot.
+//
 // Parameters: region (required), image (AMI id, required), instance_type
 // (required), subnet, security_groups (comma-separated ids), key_name,
 // iam_instance_profile (name), market (on-demand | spot), max_price (spot),
 // user_data_prefix (shell lines run before the token is written), endpoint
-// (default https://ec2.<region>.amazonaws.com/), credentials_file (ini, as
+// (default https://ec2.<region>.amazonaws.com/), on_stop (terminate | stop),
+// credentials_file (ini, as
 // ~/.aws/credentials) with profile (default "default"); without it the
 // environment's AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN.
 // Errors: throttling, capacity and 5xx answers are kUnavailable (retryable);
@@ -42,10 +50,16 @@ class Ec2Provider final : public Provider {
 
   // The user-data script Boot sends (before base64).
   static std::string UserData(const BootSpec& spec, const std::string& prefix);
+  // `script` wrapped so that cloud-init runs it at every boot (warm pools).
+  static std::string WarmUserData(const std::string& script);
 
  private:
   using Form = std::vector<std::pair<std::string, std::string>>;
   Result<std::string> Call(const std::string& action, Form form);
+  Result<std::vector<ListedMachine>> Describe(const MachineTag& tag,
+                                              const std::vector<std::string>& states);
+  // Warm pools: starts a stopped tagged instance as `spec`; "" when none.
+  Result<std::string> StartStopped(const BootSpec& spec, const std::string& user_data);
   std::string Param(const std::string& key) const;
 
   HttpClient* http_;

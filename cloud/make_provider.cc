@@ -82,12 +82,17 @@ Status CheckProviderParams(const std::string& kind,
     TRY(CheckParams(kind, params,
                     {"region", "image", "instance_type", "subnet", "security_groups", "key_name",
                      "iam_instance_profile", "market", "max_price", "user_data_prefix",
-                     "endpoint", "credentials_file", "profile"},
+                     "endpoint", "credentials_file", "profile", "on_stop"},
                     {"region", "image", "instance_type"}));
     if (auto it = params.find("market");
         it != params.end() && it->second != "spot" && it->second != "on-demand") {
       return Fail(ErrorKind::kInvalidArgument,
                   "params.market: expected spot or on-demand, got \"" + it->second + "\"");
+    }
+    if (auto it = params.find("on_stop");
+        it != params.end() && it->second != "terminate" && it->second != "stop") {
+      return Fail(ErrorKind::kInvalidArgument,
+                  "params.on_stop: expected terminate or stop, got \"" + it->second + "\"");
     }
     if (auto it = params.find("endpoint"); it != params.end() &&
                                            !StartsWith(it->second, "https://") &&

@@ -265,6 +265,29 @@ class FakeEc2 {
     if (action == "RunInstances") return Run(form);
     if (action == "DescribeInstances") return Describe(form);
     if (action == "TerminateInstances") return Terminate(form);
+    if (action == "StopInstances") return StopOrStart(form, "stopping", "stopped");
+    if (action == "StartInstances") return StopOrStart(form, "pending", "stopped");
+    if (action == "CreateTags") {
+      for (auto& i : instances_) {
+        if (i.id != form["ResourceId.1"]) continue;
+        if (form["Tag.1.Key"] == "Name") i.name = form["Tag.1.Value"];
+        return Ok("<CreateTagsResponse><requestId>r</requestId><return>true</return>"
+                  "</CreateTagsResponse>");
+      }
+      return Error(400, "InvalidInstanceID.NotFound", "no such instance");
+    }
+    if (action == "ModifyInstanceAttribute") {
+      for (auto& i : instances_) {
+        if (i.id != form["InstanceId"]) continue;
+        if (i.state != "stopped") {
+          return Error(400, "IncorrectInstanceState", "The instance is not in the 'stopped' state.");
+        }
+        i.user_data = Base64Decode(form["UserData.Value"]);
+        return Ok("<ModifyInstanceAttributeResponse><requestId>r</requestId><return>true</return>"
+                  "</ModifyInstanceAttributeResponse>");
+      }
+      return Error(400, "InvalidInstanceID.NotFound", "no such instance");
+    }
     return Error(400, "InvalidAction", "The action " + action + " is not valid for this web service.");
   }
 
@@ -323,6 +346,7 @@ class FakeEc2 {
     std::vector<const FakeInstance*> hits;
     for (auto& i : instances_) {
       if (i.state == "pending") i.state = "running";  // boots between calls
+      if (i.state == "stopping") i.state = "stopped";
       if (match("tag:trainq:pool", i.pool) && match("tag:trainq:instance", i.instance) &&
           match("instance-state-name", i.state)) {
         hits.push_back(&i);
@@ -342,6 +366,23 @@ class FakeEc2 {
     if (end < hits.size()) body += "<nextToken>" + std::to_string(end) + "</nextToken>";
     body += "</DescribeInstancesResponse>";
     return Ok(body);
+  }
+
+  // StopInstances: running -> stopping (-> stopped at the next describe);
+  // StartInstances: stopped -> pending. `from` is the state required to start.
+  TestHttpResponse StopOrStart(std::map<std::string, std::string>& f, const std::string& to,
+                               const std::string& from) {
+    std::string id = f["InstanceId.1"];
+    for (auto& i : instances_) {
+      if (i.id != id) continue;
+      if (to == "pending" && i.state != from) {
+        return Error(400, "IncorrectInstanceState", "not stopped");
+      }
+      i.state = to;
+      return Ok("<Response><requestId>r</requestId><instancesSet><item><instanceId>" + id +
+                "</instanceId></item></instancesSet></Response>");
+    }
+    return Error(400, "InvalidInstanceID.NotFound", "The instance ID '" + id + "' does not exist");
   }
 
   TestHttpResponse Terminate(std::map<std::string, std::string>& f) {
@@ -487,6 +528,38 @@ TEST_CASE("EC2 provider: a crash between boot and record leaves the machine find
   CHECK((*listed)[0].id == f.ec2.instances().at(0).id);
   REQUIRE(restarted->Stop((*listed)[0].id));  // the autoscaler may stop it
   CHECK(restarted->List(kTag)->empty());
+}
+
+TEST_CASE("EC2 provider: a warm pool stops instances and boots a stopped one again, renamed") {
+  Ec2Fixture f;
+  auto p = f.Make({{"on_stop", "stop"}});
+  auto id = p->Boot(Spec("tq-tq1-gpu-1", kTag));
+  REQUIRE(id);
+  CHECK(f.ec2.instances().at(0).user_data.find("[scripts-user, always]") != std::string::npos);
+  REQUIRE(p->Stop(*id));
+  CHECK(p->List(kTag)->empty());  // stopped: not a live machine
+  CHECK(f.ec2.instances().at(0).state == "stopped");
+
+  auto again = p->Boot(Spec("tq-tq1-gpu-2", kTag));
+  INFO(f.ec2.last_rejection());
+  REQUIRE(again);
+  CHECK(*again == *id);
+  REQUIRE(f.ec2.instances().size() == 1);  // no new launch
+  auto inst = f.ec2.instances().at(0);
+  CHECK(inst.name == "tq-tq1-gpu-2");
+  CHECK(inst.user_data.find("'--machine' 'tq-tq1-gpu-2'") != std::string::npos);
+  auto listed = p->List(kTag);
+  REQUIRE(listed);
+  REQUIRE(listed->size() == 1);
+  CHECK((*listed)[0].name == "tq-tq1-gpu-2");
+  // None stopped left: the next boot launches a new one.
+  auto third = p->Boot(Spec("tq-tq1-gpu-3", kTag));
+  REQUIRE(third);
+  CHECK(*third != *id);
+  std::vector<std::string> actions = f.ec2.actions();
+  CHECK(std::count(actions.begin(), actions.end(), "RunInstances") == 2);
+  CHECK(std::count(actions.begin(), actions.end(), "StartInstances") == 1);
+  CHECK(std::count(actions.begin(), actions.end(), "TerminateInstances") == 0);
 }
 
 TEST_CASE("EC2 provider: spot market options") {
