@@ -209,10 +209,16 @@ class Parser {
     if (auto n = map["resources"]) {
       std::string rp = path + ".resources";
       if (!n.IsMap()) return Err(n, rp, "expected a mapping such as {gpus: 1}, got " + Show(n));
-      TRY(CheckKeys(n, rp, {"gpus"}));
+      TRY(CheckKeys(n, rp, {"gpus", "pool"}));
       if (auto g = n["gpus"]) {
         ASSIGN_OR_RETURN(auto v, Int(g, rp + ".gpus", 0, "a non-negative integer"));
         e.gpus = static_cast<int>(v);
+      }
+      if (auto p = n["pool"]) {
+        if (!p.IsScalar() || p.Scalar().empty()) {
+          return Err(p, rp + ".pool", "expected a pool name such as gpu, got " + Show(p));
+        }
+        e.pool = p.Scalar();
       }
     }
     return {};
@@ -255,6 +261,7 @@ BatchSpec Experiment::ToBatchSpec(std::string reason) const {
   b.gpus = gpus;
   b.timeout_s = timeout_s;
   b.max_attempts = max_attempts;
+  b.pool = pool;
   b.reason = std::move(reason);
   nlohmann::json j = {{"command", command},           {"trainer", trainer},
                       {"watch", watch},               {"repeats", repeats},
@@ -263,6 +270,7 @@ BatchSpec Experiment::ToBatchSpec(std::string reason) const {
                                                                   {"regex", metric.regex}}},
                       {"resources", {{"gpus", gpus}}}, {"timeout_s", timeout_s},
                       {"max_attempts", max_attempts}};
+  if (!pool.empty()) j["resources"]["pool"] = pool;
   if (metric.min_effect) j["metric"]["min_effect"] = *metric.min_effect;
   if (adaptive) {
     nlohmann::json a = {{"min", repeats}, {"max", adaptive->max}, {"step", adaptive->step}};

@@ -42,6 +42,7 @@ struct Experiment {
   std::int64_t seed = 1;
   MetricSpec metric;
   int gpus = 0;
+  std::string pool;  // resources.pool: the machine pool that runs it; "" = any
   std::int64_t timeout_s = 7200;
   int max_attempts = 3;
   int line = 0;              // where the experiment is defined

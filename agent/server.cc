@@ -34,8 +34,11 @@ std::string Label(const std::string& s) {
 
 }  // namespace
 
-Server::Server(const ServerConfig& config, std::string db_path, const Clock& clock)
-    : config_(config), db_path_(std::move(db_path)), clock_(clock) {}
+Server::Server(const ServerConfig& config, std::string db_path, const Clock& clock,
+               ServerOptions options)
+    : config_(config), db_path_(std::move(db_path)), clock_(clock), options_(std::move(options)) {}
+
+Server::~Server() { StopWaiting(); }
 
 Status Server::Open() {
   ASSIGN_OR_RETURN(auto w, Store::Open(db_path_));
@@ -58,6 +61,9 @@ HttpServerReply Server::Handle(const HttpServerRequest& req) {
       return Json(405, {{"result", "error"}, {"reason", "webhooks are POSTed"}});
     }
     return Webhook(it->second, req);
+  }
+  if (path.starts_with("/api/v1/workers/") || path.starts_with("/api/v1/runs/")) {
+    return WorkerRoute(req, path);
   }
   if (req.method != "GET" && req.method != "HEAD") {
     return Json(405, {{"result", "error"}, {"reason", req.method + " is not allowed here"}});
@@ -149,6 +155,12 @@ std::string Server::MetricsText() {
   for (const auto& [key, n] : deliveries_) {
     out << "trainq_webhook_deliveries_total{forge=\"" << Label(key.first) << "\",result=\""
         << Label(key.second) << "\"} " << n << "\n";
+  }
+  out << "# HELP trainq_worker_requests_total Worker protocol requests since start, by route "
+         "and HTTP status.\n# TYPE trainq_worker_requests_total counter\n";
+  for (const auto& [key, n] : worker_requests_) {
+    out << "trainq_worker_requests_total{route=\"" << Label(key.first) << "\",status=\""
+        << key.second << "\"} " << n << "\n";
   }
   out << "# HELP trainq_webhook_receive_to_stored_seconds From a push webhook's arrival to its "
          "durable record.\n# TYPE trainq_webhook_receive_to_stored_seconds histogram\n";

@@ -3,15 +3,23 @@
 //   GET  /api/v1/status                               what `trainq status --json` prints
 //   GET  /healthz                                     200 while the store answers
 //   GET  /metrics                                     Prometheus text format
+//   POST /api/v1/workers/*, /api/v1/runs/*            the worker protocol
+//                                                     (agent/worker_api.h)
 // Every state-changing route is authenticated (webhooks by signature or
 // token); the read routes are open, which is why the default listen address
 // is loopback only.
 // Threading: Handle() is called from the listener's threads at once; the
 // server keeps one Store for writes and one for reads, each behind a mutex.
+// A lease long poll holds a listener thread while it waits (server_http.cc
+// sizes cpprest's pool at 48 threads); at most `max_long_polls` wait at once,
+// further lease calls answer at once, so the pool always has threads left for
+// sockets and the other routes.
 #pragma once
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -25,9 +33,21 @@
 
 namespace trainq {
 
+struct ServerOptions {
+  std::string data_dir;             // runs/<id>/output.log; "" = the database's directory
+  TimeMs lease_ms = 60'000;         // a worker's lease, extended by each heartbeat
+  TimeMs heartbeat_ms = 10'000;     // told to workers at registration
+  TimeMs max_wait_ms = 20'000;      // a lease long poll waits at most this long
+  TimeMs recheck_ms = 250;          // ... and re-reads the store this often (submits from
+                                    // other processes do not call NotifyWork)
+  int max_long_polls = 32;          // lease calls waiting at once; more answer at once
+};
+
 class Server {
  public:
-  Server(const ServerConfig& config, std::string db_path, const Clock& clock);
+  Server(const ServerConfig& config, std::string db_path, const Clock& clock,
+         ServerOptions options = {});
+  ~Server();  // wakes waiting lease calls
   // Opens the server's own store connections.
   Status Open();
   HttpServerReply Handle(const HttpServerRequest& request);
@@ -36,12 +56,44 @@ class Server {
 
   std::string MetricsText();
 
+  // Work may be leasable (a submit, a push, a completion, a run back in the
+  // queue): waiting lease calls look at the store again now.
+  void NotifyWork();
+  // Waiting lease calls answer now and new ones do not wait (shutdown).
+  void StopWaiting();
+  // Lease calls waiting right now.
+  int WaitingPolls();
+  const ServerOptions& options() const { return options_; }
+
  private:
   HttpServerReply Webhook(ForgeKind forge, const HttpServerRequest& request);
+
+  // The worker protocol (agent/worker_api.cc).
+  HttpServerReply WorkerRoute(const HttpServerRequest& request, const std::string& path);
+  HttpServerReply WorkerRouteInner(const HttpServerRequest& request, const std::string& path,
+                                   std::string& route);
+  HttpServerReply Register(const std::string& pool, const HttpServerRequest& request);
+  HttpServerReply LeaseRoute(const std::string& pool, std::int64_t machine,
+                             const HttpServerRequest& request);
+  HttpServerReply RunRoute(const std::string& pool, std::int64_t run_id, const std::string& what,
+                           const HttpServerRequest& request);
+  HttpServerReply AppendLog(std::int64_t run_id, std::int64_t token,
+                            const HttpServerRequest& request);
+  std::string DataDir() const;
+
+  // Lease long polls wait here; work_generation_ counts NotifyWork() calls.
+  std::mutex work_mu_;
+  std::condition_variable work_cv_;
+  std::uint64_t work_generation_ = 0;
+  int waiting_polls_ = 0;
+  bool stop_waiting_ = false;
+  std::mutex log_mu_;  // appends to run logs
+  std::map<std::pair<std::string, int>, std::int64_t> worker_requests_;  // (route, status)
 
   const ServerConfig& config_;
   std::string db_path_;
   const Clock& clock_;
+  ServerOptions options_;
   std::function<void()> on_push_;
   std::mutex write_mu_;
   std::optional<Store> write_store_;

@@ -16,12 +16,16 @@ using web::http::experimental::listener::http_listener_config;
 
 namespace {
 
-// cpprest's pool defaults to 40 threads; a webhook receiver needs few.
+// cpprest's pool (crossplat::threadpool, 40 threads unless initialised
+// first) runs both the socket reads and the handlers. A worker's lease long
+// poll holds a thread for up to 20 s, so the pool is 48 threads and the Server
+// lets at most 32 polls wait at once (ServerOptions::max_long_polls): 16
+// threads always remain for sockets, webhooks and the other routes.
 void SizeThreadPool() {
   static std::once_flag once;
   std::call_once(once, [] {
     try {
-      crossplat::threadpool::initialize_with_threads(8);
+      crossplat::threadpool::initialize_with_threads(48);
     } catch (const std::exception&) {
       // Already initialised by an earlier use: keep it.
     }

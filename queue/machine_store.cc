@@ -540,6 +540,17 @@ Result<std::vector<LeasedRun>> Store::LeaseForMachine(std::int64_t machine,
   });
 }
 
+Result<bool> Store::MayLease(std::int64_t machine, TimeMs now) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT m.state != 'ready' OR EXISTS (SELECT 1 "
+                                                   "FROM runs r JOIN batches b ON b.id = "
+                                                   "r.batch_id WHERE ") +
+                                       kRunnable + " AND (b.pool = '' OR b.pool = m.pool)) "
+                                                   "FROM machines m WHERE m.id = ?"));
+  s.Bind(1, now).Bind(2, machine);
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  return !row || s.Int(0) != 0;  // an unknown machine: LeaseForMachine says so
+}
+
 Result<std::vector<Store::DemandRow>> Store::RunnableDemand(TimeMs now) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT b.pool, b.gpus, count(*) FROM runs r "
                                                    "JOIN batches b ON b.id = r.batch_id WHERE ") +

@@ -398,6 +398,11 @@ class Store {
   Result<std::vector<LeasedRun>> LeaseForMachine(std::int64_t machine, const LeaseLimits& limits,
                                                  TimeMs now, TimeMs lease_ms);
 
+  // A read, no write: whether LeaseForMachine could answer something now (the
+  // machine is not ready, or a runnable run of its pool exists, fitting or
+  // not). Lets a waiting lease poll re-check without a write transaction.
+  Result<bool> MayLease(std::int64_t machine, TimeMs now);
+
   struct DemandRow {
     std::string pool;  // the batch's pool, "" = any
     int gpus = 0;

@@ -1,0 +1,429 @@
+// The worker protocol on the server: real HTTP on loopback through the
+// cpprest listener and libcurl, a real SQLite file.
+#include "agent/worker_api.h"
+
+#include <sys/stat.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "agent/server.h"
+#include "agent/server_http.h"
+#include "core/http_client.h"
+#include "core/strings.h"
+#include "tests/support/http_server.h"
+#include "tests/support/temp_dir.h"
+
+using nlohmann::json;
+
+namespace trainq {
+namespace {
+
+constexpr TimeMs kT0 = 1'700'000'000'000;
+const std::string kGpuToken = "gpu-token-0123456789abcdef";
+const std::string kCpuToken = "cpu-token-0123456789abcdef";
+
+PoolSpec Pool(const std::string& name, const std::string& token) {
+  PoolSpec p;
+  p.scaling.name = name;
+  p.token = {token, "test"};
+  p.orphan_timeout_ms = 123'000;
+  p.self_stop = name == "gpu" ? "sudo shutdown -h now" : "";
+  return p;
+}
+
+struct World {
+  testing::TempDir tmp;
+  std::string db = tmp / "trainq.db";
+  std::string data = tmp / "data";
+  FakeClock clock{kT0};
+  ServerConfig config;
+  std::unique_ptr<Server> server;
+  std::unique_ptr<HttpListener> listener;
+  std::string base;
+  CurlHttpClient http;
+  Store store = Store::Open(db).value();  // the test's own connection ("another process")
+
+  World() {
+    config.pools = {Pool("gpu", kGpuToken), Pool("cpu", kCpuToken)};
+    REQUIRE(EnsurePoolTokens(store, config, data, clock.Now()));
+    ServerOptions o;
+    o.data_dir = data;
+    o.lease_ms = 60'000;
+    server = std::make_unique<Server>(config, db, clock, o);
+    REQUIRE(server->Open());
+    int port = testing::FreeLoopbackPort();
+    auto l = HttpListener::Start({"127.0.0.1", port}, 1 << 20,
+                                 [this](const HttpServerRequest& r) { return server->Handle(r); });
+    REQUIRE(l);
+    listener = std::move(*l);
+    base = "http://127.0.0.1:" + std::to_string(port);
+  }
+  ~World() {
+    server->StopWaiting();
+    listener->Stop();
+  }
+
+  HttpResponse Post(const std::string& path, const std::string& body,
+                    const std::optional<std::string>& token, HttpHeaders extra = {},
+                    std::int64_t timeout_ms = 30'000) {
+    HttpRequest r;
+    r.method = "POST";
+    r.url = base + path;
+    r.body = body;
+    r.timeout_ms = timeout_ms;
+    r.headers = std::move(extra);
+    r.headers.emplace_back("Content-Type", "application/json");
+    if (token) r.headers.emplace_back("Authorization", "Bearer " + *token);
+    auto resp = http.Send(r);
+    REQUIRE(resp);
+    return *resp;
+  }
+  json PostJson(const std::string& path, const json& body, const std::string& token,
+                int want = 200) {
+    auto r = Post(path, body.dump(), token);
+    INFO(path << " -> " << r.status << " " << r.body);
+    REQUIRE(r.status == want);
+    return json::parse(r.body);
+  }
+  std::int64_t Register(const std::string& token, const std::string& name = "", int slots = 2) {
+    json req = {{"name", name},     {"hostname", "node1"}, {"pid", 1234},
+                {"slots", slots},   {"cpus", 16},          {"memory_mb", 128000},
+                {"gpus", json::array({{{"index", 0}, {"name", "H100"}, {"memory_mb", 81559}}})},
+                {"version", "0.x"}};
+    return PostJson("/api/v1/workers/register", req, token)["worker_id"].get<std::int64_t>();
+  }
+  json Lease(std::int64_t worker, const std::string& token, int wait_ms = 0, int max_runs = 2) {
+    return PostJson("/api/v1/workers/" + std::to_string(worker) + "/lease",
+                    {{"max_runs", max_runs}, {"free_gpus", 1.0}, {"runs_per_gpu", 1},
+                     {"fuse_max", 1}, {"wait_ms", wait_ms}},
+                    token);
+  }
+  std::int64_t Submit(int repeats, const std::string& pool = "", int gpus = 0,
+                      const std::string& sha = std::string(40, 'c')) {
+    BatchSpec spec;
+    spec.experiment = "mlp";
+    spec.command = "python train.py --seed {seed}";
+    spec.repeats = repeats;
+    spec.pool = pool;
+    spec.gpus = gpus;
+    auto r = store.Submit("/srv/model", {sha, "", "subject", "me", 0}, {spec}, clock.Now());
+    REQUIRE(r);
+    return r->front().batch_id;
+  }
+  std::string RunPath(std::int64_t run, const std::string& what) {
+    return "/api/v1/runs/" + std::to_string(run) + "/" + what;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("worker API: pool tokens are generated once, stored hashed, mode 0600",
+          "[worker_api]") {
+  testing::TempDir tmp;
+  auto store = Store::Open(tmp / "t.db").value();
+  ServerConfig config;  // no pools: the default local pool
+  REQUIRE(EnsurePoolTokens(store, config, tmp / "data", kT0));
+  std::string path = TokenFilePath(tmp / "data", "local");
+  CHECK(path == tmp / "data/tokens/local.token");
+  auto token = ReadFile(path);
+  REQUIRE(token);
+  std::string t = *token;
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  CHECK(t.size() == 64);
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  CHECK(store.PoolForTokenHash(Sha256Hex(t)).value() == "local");
+  CHECK(store.PoolForTokenHash(t).value() == std::nullopt);  // never the token itself
+  // A restart keeps the token.
+  REQUIRE(EnsurePoolTokens(store, config, tmp / "data", kT0 + 1));
+  CHECK(ReadFile(path).value() == *token);
+  CHECK(Sha256Hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST_CASE("worker API: 401 without a token or with a wrong one", "[worker_api]") {
+  World w;
+  json req = {{"name", ""}, {"hostname", "node1"}, {"pid", 1}};
+  auto none = w.Post("/api/v1/workers/register", req.dump(), std::nullopt);
+  CHECK(none.status == 401);
+  CHECK(json::parse(none.body).contains("error"));
+  auto wrong = w.Post("/api/v1/workers/register", req.dump(), std::string("not-a-pool-token"));
+  CHECK(wrong.status == 401);
+  auto lease = w.Post("/api/v1/workers/1/lease", "{}", std::string("nope"));
+  CHECK(lease.status == 401);
+  auto hb = w.Post("/api/v1/runs/1/heartbeat", R"({"token": 1})", std::nullopt);
+  CHECK(hb.status == 401);
+  CHECK(w.store.Machines(true).value().empty());
+}
+
+TEST_CASE("worker API: register, lease, heartbeat, metrics, log, complete", "[worker_api]") {
+  World w;
+  w.Submit(1, "gpu", 1);
+  // A machine the provider booted registers under its name.
+  MachineRow boot;
+  boot.pool = "gpu";
+  boot.provider = "slurm";
+  boot.name = "tq-gpu-1";
+  auto row = w.store.AddMachine(boot, w.clock.Now()).value();
+  w.clock.Advance(5000);
+  auto reg = w.PostJson("/api/v1/workers/register",
+                        {{"name", "tq-gpu-1"}, {"hostname", "node7"}, {"pid", 99}, {"slots", 2},
+                         {"gpus", json::array({{{"index", 0}}})}},
+                        kGpuToken);
+  CHECK(reg["worker_id"] == row);
+  CHECK(reg["pool"] == "gpu");
+  CHECK(reg["lease_ms"] == 60'000);
+  CHECK(reg["heartbeat_ms"] == 10'000);
+  CHECK(reg["orphan_timeout_ms"] == 123'000);
+  CHECK(reg["self_stop"] == "sudo shutdown -h now");
+  auto m = w.store.Machine(row).value().value();
+  CHECK(m.state == "ready");
+  CHECK(m.ready_ms == kT0 + 5000);
+  CHECK(m.gpus == 1);
+  CHECK(m.hostname == "node7");
+
+  auto lease = w.Lease(row, kGpuToken);
+  CHECK(lease["state"] == "ready");
+  REQUIRE(lease["runs"].size() == 1);
+  auto run = lease["runs"][0];
+  std::int64_t id = run["run_id"];
+  std::int64_t token = run["token"];
+  CHECK(run["command"] == "python train.py --seed {seed}");
+  CHECK(run["gpus"] == 1);
+  CHECK(run["trainer"] == "");
+  CHECK(run["group"] == 0);
+  CHECK(run["attempt"] == 1);
+  CHECK(run["sha"] == std::string(40, 'c'));
+  CHECK(run["expires_ms"] == w.clock.Now() + 60'000);
+
+  SECTION("another pool's worker gets 403, the right pool but another machine too") {
+    std::int64_t cpu = w.Register(kCpuToken, "cpu-box");
+    auto other = w.Post(w.RunPath(id, "heartbeat"), json{{"token", token}}.dump(), kCpuToken);
+    CHECK(other.status == 403);
+    auto lease_other = w.Post("/api/v1/workers/" + std::to_string(row) + "/lease", "{}",
+                              kCpuToken);
+    CHECK(lease_other.status == 403);
+    std::int64_t gpu2 = w.Register(kGpuToken, "gpu-box-2");
+    auto wrong_machine = w.Post(w.RunPath(id, "heartbeat"),
+                                json{{"token", token}, {"worker_id", gpu2}}.dump(), kGpuToken);
+    CHECK(wrong_machine.status == 403);
+    (void)cpu;
+    auto missing = w.Post(w.RunPath(9999, "heartbeat"), json{{"token", 1}}.dump(), kGpuToken);
+    CHECK(missing.status == 404);
+  }
+
+  w.clock.Advance(1000);
+  auto hb = w.PostJson(w.RunPath(id, "heartbeat"),
+                       {{"token", token}, {"started", true}, {"worker_id", row}}, kGpuToken);
+  CHECK(hb["expires_ms"] == w.clock.Now() + 60'000);
+  auto r = w.store.Run(id).value().value();
+  CHECK(r.state == RunState::kRunning);
+  CHECK(r.started_ms == w.clock.Now());
+  CHECK(r.log_path == RunLogPath(w.data, id));
+
+  w.PostJson(w.RunPath(id, "metrics"),
+             {{"token", token},
+              {"points", json::array({{{"name", "accuracy"}, {"value", 0.5}, {"step", 1}},
+                                      {{"name", "loss"}, {"value", 1.5}, {"final", false}}})}},
+             kGpuToken);
+  auto points = w.store.Metrics(id).value();
+  REQUIRE(points.size() == 2);
+  CHECK(points[0].name == "accuracy");
+  CHECK(points[0].step == 1);
+  CHECK(points[1].value == 1.5);
+
+  // The log: appends from an offset; a retry of bytes already stored is idempotent.
+  auto log_headers = [&](std::int64_t offset) {
+    return HttpHeaders{{"X-Trainq-Token", std::to_string(token)},
+                       {"X-Trainq-Offset", std::to_string(offset)}};
+  };
+  auto l1 = w.Post(w.RunPath(id, "log"), "hello ", kGpuToken, log_headers(0));
+  REQUIRE(l1.status == 200);
+  CHECK(json::parse(l1.body)["size"] == 6);
+  auto l2 = w.Post(w.RunPath(id, "log"), "hello world\n", kGpuToken, log_headers(0));
+  REQUIRE(l2.status == 200);
+  CHECK(json::parse(l2.body)["size"] == 12);
+  auto l3 = w.Post(w.RunPath(id, "log"), "world\n", kGpuToken, log_headers(6));  // a retry
+  REQUIRE(l3.status == 200);
+  CHECK(json::parse(l3.body)["size"] == 12);
+  auto gap = w.Post(w.RunPath(id, "log"), "x", kGpuToken, log_headers(50));
+  CHECK(gap.status == 400);
+  CHECK(json::parse(gap.body)["size"] == 12);
+  auto no_token = w.Post(w.RunPath(id, "log"), "x", kGpuToken, {});
+  CHECK(no_token.status == 400);
+  CHECK(ReadFile(RunLogPath(w.data, id)).value() == "hello world\n");
+
+  w.clock.Advance(60'000);
+  auto done = w.PostJson(w.RunPath(id, "complete"),
+                         {{"token", token}, {"outcome", "succeeded"}, {"metric_value", 0.93},
+                          {"exit_code", 0}},
+                         kGpuToken);
+  CHECK(done["state"] == "succeeded");
+  r = w.store.Run(id).value().value();
+  CHECK(r.state == RunState::kSucceeded);
+  CHECK(r.metric_value == 0.93);
+  auto after = w.store.Machine(row).value().value();
+  CHECK(after.last_busy_ms == w.clock.Now());
+  CHECK(after.runs_done == 1);
+  CHECK(after.busy_ms == 60'000);
+  // A second completion is refused: the lease is gone.
+  auto twice = w.Post(w.RunPath(id, "complete"),
+                      json{{"token", token}, {"outcome", "succeeded"}, {"metric_value", 1}}.dump(),
+                      kGpuToken);
+  CHECK(twice.status == 409);
+
+  auto metrics = w.server->MetricsText();
+  CHECK(metrics.find("trainq_worker_requests_total{route=\"register\",status=\"200\"} ") !=
+        std::string::npos);
+  CHECK(metrics.find("trainq_worker_requests_total{route=\"complete\",status=\"409\"} 1") !=
+        std::string::npos);
+  CHECK(metrics.find("trainq_worker_requests_total{route=\"log\",status=\"200\"} 3") !=
+        std::string::npos);
+}
+
+TEST_CASE("worker API: failed and interrupted outcomes", "[worker_api]") {
+  World w;
+  w.Submit(2);
+  auto worker = w.Register(kCpuToken, "box");
+  auto runs = w.Lease(worker, kCpuToken)["runs"];
+  REQUIRE(runs.size() == 2);
+  auto failed = w.PostJson(w.RunPath(runs[0]["run_id"], "complete"),
+                           {{"token", runs[0]["token"]}, {"outcome", "failed"}, {"exit_code", 3},
+                            {"error", "exit status 3"}},
+                           kCpuToken);
+  CHECK(failed["state"] == "failed");
+  auto r0 = w.store.Run(runs[0]["run_id"]).value().value();
+  CHECK(r0.exit_code == 3);
+  CHECK(r0.attempts == 1);
+  auto interrupted = w.PostJson(w.RunPath(runs[1]["run_id"], "complete"),
+                                {{"token", runs[1]["token"]}, {"outcome", "interrupted"},
+                                 {"error", "SIGTERM"}},
+                                kCpuToken);
+  CHECK(interrupted["state"] == "queued");
+  auto r1 = w.store.Run(runs[1]["run_id"]).value().value();
+  CHECK(r1.state == RunState::kQueued);
+  CHECK(r1.attempts == 0);
+  auto bad = w.Post(w.RunPath(runs[1]["run_id"], "complete"),
+                    json{{"token", runs[1]["token"]}, {"outcome", "meh"}}.dump(), kCpuToken);
+  CHECK(bad.status == 409);  // the lease is gone before the outcome is even read
+}
+
+TEST_CASE("worker API: a stale token gets 409 after the lease expired and was re-leased",
+          "[worker_api]") {
+  World w;
+  w.Submit(1);
+  auto a = w.Register(kCpuToken, "a");
+  auto first = w.Lease(a, kCpuToken)["runs"];
+  REQUIRE(first.size() == 1);
+  std::int64_t id = first[0]["run_id"];
+  std::int64_t old_token = first[0]["token"];
+  // Worker a goes silent; the lease expires and, after the backoff, b takes the run.
+  w.clock.Advance(61'000);
+  REQUIRE(w.store.ExpireLeases(w.clock.Now()).value() == 1);
+  w.clock.Advance(60'000);
+  auto b = w.Register(kCpuToken, "b");
+  auto second = w.Lease(b, kCpuToken)["runs"];
+  REQUIRE(second.size() == 1);
+  CHECK(second[0]["run_id"] == id);
+  CHECK(second[0]["token"].get<std::int64_t>() > old_token);
+
+  auto stale = w.Post(w.RunPath(id, "complete"),
+                      json{{"token", old_token}, {"outcome", "succeeded"}, {"metric_value", 0.1}}
+                          .dump(),
+                      kCpuToken);
+  CHECK(stale.status == 409);
+  CHECK(json::parse(stale.body)["error"].get<std::string>().find("stale") != std::string::npos);
+  CHECK(w.Post(w.RunPath(id, "heartbeat"), json{{"token", old_token}}.dump(), kCpuToken).status ==
+        409);
+  CHECK(w.Post(w.RunPath(id, "log"), "late", kCpuToken,
+               {{"X-Trainq-Token", std::to_string(old_token)}, {"X-Trainq-Offset", "0"}})
+            .status == 409);
+  // The new holder completes; the run is stored once.
+  w.PostJson(w.RunPath(id, "complete"),
+             {{"token", second[0]["token"]}, {"outcome", "succeeded"}, {"metric_value", 0.7}},
+             kCpuToken);
+  auto r = w.store.Run(id).value().value();
+  CHECK(r.state == RunState::kSucceeded);
+  CHECK(r.metric_value == 0.7);
+  CHECK(w.store.RunMachine(id).value() == b);
+}
+
+TEST_CASE("worker API: a long poll answers with a run submitted while it waits",
+          "[worker_api][long_poll]") {
+  World w;
+  auto worker = w.Register(kCpuToken, "waiter");
+  bool notify = GENERATE(true, false);  // false: a submit from another process, no wake-up
+  INFO("NotifyWork: " << notify);
+  constexpr int kWaitMs = 15'000;
+  auto start = std::chrono::steady_clock::now();
+  auto poll = std::async(std::launch::async, [&] { return w.Lease(worker, kCpuToken, kWaitMs); });
+  REQUIRE(testing::WaitFor([&] { return w.server->WaitingPolls() == 1; },
+                           std::chrono::seconds(10)));
+  w.Submit(1);
+  if (notify) w.server->NotifyWork();
+  auto answer = poll.get();
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  CHECK(answer["state"] == "ready");
+  REQUIRE(answer["runs"].size() == 1);
+  CHECK(elapsed < std::chrono::milliseconds(kWaitMs));
+  CHECK(w.server->WaitingPolls() == 0);
+}
+
+TEST_CASE("worker API: a long poll with nothing to do answers empty after wait_ms",
+          "[worker_api][long_poll]") {
+  World w;
+  w.Submit(1, "gpu");  // another pool's work does not wake it with a run
+  auto worker = w.Register(kCpuToken, "idle");
+  auto start = std::chrono::steady_clock::now();
+  auto answer = w.Lease(worker, kCpuToken, 600);
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  CHECK(answer["state"] == "ready");
+  CHECK(answer["runs"].empty());
+  CHECK(elapsed >= std::chrono::milliseconds(600));
+  CHECK(elapsed < std::chrono::seconds(10));
+}
+
+TEST_CASE("worker API: a draining machine is told so, and cannot register again",
+          "[worker_api]") {
+  World w;
+  auto worker = w.Register(kCpuToken, "drainee");
+  REQUIRE(w.store.SetMachineState(worker, "draining", w.clock.Now()));
+  w.Submit(1);
+  auto answer = w.Lease(worker, kCpuToken, 5'000);
+  CHECK(answer["state"] == "draining");
+  CHECK(answer["runs"].empty());
+  CHECK(w.store.Runs(std::nullopt, RunState::kQueued, 0).value().size() == 1);
+  auto again = w.Post("/api/v1/workers/register",
+                      json{{"name", "drainee"}, {"hostname", "node1"}, {"pid", 1}}.dump(),
+                      kCpuToken);
+  CHECK(again.status == 409);
+  // The same name under another pool's token is not that pool's machine.
+  auto other = w.Post("/api/v1/workers/register",
+                      json{{"name", "drainee"}, {"hostname", "node1"}, {"pid", 1}}.dump(),
+                      kGpuToken);
+  CHECK(other.status == 403);
+}
+
+TEST_CASE("worker API: a hand-started worker gets its own machine row", "[worker_api]") {
+  World w;
+  auto id = w.Register(kCpuToken, "");
+  auto m = w.store.Machine(id).value().value();
+  CHECK(m.name == "node1-1234");
+  CHECK(m.provider == "manual");
+  CHECK(m.pool == "cpu");
+  CHECK(m.slots == 2);
+  auto res = json::parse(m.resources_json);
+  CHECK(res["cpus"] == 16);
+  CHECK(res["gpus"].size() == 1);
+  auto bad = w.Post("/api/v1/workers/register", "not json", kCpuToken);
+  CHECK(bad.status == 400);
+  CHECK(w.Post("/api/v1/workers/nope/lease", "{}", kCpuToken).status == 404);
+  CHECK(w.Post("/api/v1/workers/" + std::to_string(id) + "/lease", "{}", std::nullopt).status ==
+        401);
+}
+
+}  // namespace trainq
