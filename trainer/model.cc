@@ -1,14 +1,13 @@
 #include "trainer/model.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <dlfcn.h>
-
 #include <cstring>
 
 #include <cmath>
 #include <numeric>
 
 #include "trainer/cpu_kernels.h"
+#include "trainer/fast_mlp.h"
 #include "trainer/rng.h"
 
 namespace trainq::trainer {
@@ -59,25 +58,6 @@ class Initializer {
   torch::Device device_;
 };
 
-// The BLAS's Fortran sgemm (libtorch's own BLAS, loaded with it), or null.
-using SgemmFn = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
-                         const int*, const float*, const int*, const float*, float*, const int*);
-SgemmFn FindSgemm() {
-  static const SgemmFn fn = reinterpret_cast<SgemmFn>(::dlsym(RTLD_DEFAULT, "sgemm_"));
-  return fn;
-}
-
-// Row-major C[m, n] = op(A)[m, k] op(B)[k, n] + beta C, where A is stored
-// [m, k] ([k, m] if ta) and B [k, n] ([n, k] if tb).
-void Gemm(SgemmFn sgemm, bool ta, bool tb, int m, int n, int k, const float* a, const float* b, float beta,
-          float* c) {
-  // Column-major, this is C^T = op(B)^T op(A)^T.
-  const char tra = tb ? 'T' : 'N', trb = ta ? 'T' : 'N';
-  const int lda = tb ? k : n, ldb = ta ? m : k;
-  const float alpha = 1.0f;
-  sgemm(&tra, &trb, &n, &m, &k, &alpha, b, &lda, a, &ldb, &beta, c, &n);
-}
-
 // y = x w + b for K replicas at once on the CPU: one BLAS call per replica and
 // product, without the per-replica dispatch of torch::baddbmm (which loops
 // over the batch through addmm_ when libtorch has no MKL). x [K, N, in],
@@ -92,12 +72,12 @@ struct CpuBatchedLinear : public torch::autograd::Function<CpuBatchedLinear> {
     const float* wd = w.data_ptr<float>();
     const float* bd = b.data_ptr<float>();
     float* yd = y.data_ptr<float>();
-    const SgemmFn sgemm = FindSgemm();
+    const SgemmFn sgemm = LoadedSgemm();
     for (std::int64_t r = 0; r < k; ++r) {
       float* yr = yd + r * n * out;
       for (std::int64_t i = 0; i < n; ++i) std::memcpy(yr + i * out, bd + r * out, sizeof(float) * out);
-      Gemm(sgemm, false, false, static_cast<int>(n), static_cast<int>(out), static_cast<int>(in), xd + r * n * in,
-           wd + r * in * out, 1.0f, yr);
+      RowMajorGemm(sgemm, false, false, static_cast<int>(n), static_cast<int>(out), static_cast<int>(in),
+                   xd + r * n * in, wd + r * in * out, 1.0f, yr);
     }
     if (relu) {
       ReluInPlace(yd, k * n * out);
@@ -122,7 +102,7 @@ struct CpuBatchedLinear : public torch::autograd::Function<CpuBatchedLinear> {
       ReluBackward(yd, src, dst, k * n * out);
       g = masked;
     }
-    const SgemmFn sgemm = FindSgemm();
+    const SgemmFn sgemm = LoadedSgemm();
     const float* xd = x.data_ptr<float>();
     const float* wd = w.data_ptr<float>();
     const float* gd = g.data_ptr<float>();
@@ -131,16 +111,16 @@ struct CpuBatchedLinear : public torch::autograd::Function<CpuBatchedLinear> {
       gx = torch::empty_like(x);
       float* d = gx.data_ptr<float>();
       for (std::int64_t r = 0; r < k; ++r) {  // gx = g w^T
-        Gemm(sgemm, false, true, static_cast<int>(n), static_cast<int>(in), static_cast<int>(out), gd + r * n * out,
-             wd + r * in * out, 0.0f, d + r * n * in);
+        RowMajorGemm(sgemm, false, true, static_cast<int>(n), static_cast<int>(in), static_cast<int>(out),
+                     gd + r * n * out, wd + r * in * out, 0.0f, d + r * n * in);
       }
     }
     if (ctx->needs_input_grad(1)) {
       gw = torch::empty_like(w);
       float* d = gw.data_ptr<float>();
       for (std::int64_t r = 0; r < k; ++r) {  // gw = x^T g
-        Gemm(sgemm, true, false, static_cast<int>(in), static_cast<int>(out), static_cast<int>(n), xd + r * n * in,
-             gd + r * n * out, 0.0f, d + r * in * out);
+        RowMajorGemm(sgemm, true, false, static_cast<int>(in), static_cast<int>(out), static_cast<int>(n),
+                     xd + r * n * in, gd + r * n * out, 0.0f, d + r * in * out);
       }
     }
     if (ctx->needs_input_grad(2)) gb = g.sum(1, /*keepdim=*/true);
@@ -150,7 +130,7 @@ struct CpuBatchedLinear : public torch::autograd::Function<CpuBatchedLinear> {
 
 bool UseCpuBatchedLinear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
   auto ok = [](const torch::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == torch::kFloat32; };
-  return b.defined() && ok(x) && ok(w) && ok(b) && w.is_contiguous() && b.is_contiguous() && FindSgemm() != nullptr &&
+  return b.defined() && ok(x) && ok(w) && ok(b) && w.is_contiguous() && b.is_contiguous() && LoadedSgemm() != nullptr &&
          x.numel() < (std::int64_t{1} << 31) && w.numel() < (std::int64_t{1} << 31);
 }
 
@@ -187,6 +167,7 @@ class Linear : public Layer {
   }
   // The relu layer that follows is applied here instead.
   void FuseRelu() { fused_relu_ = true; }
+  DenseLayer Dense() const { return DenseLayer{w_, b_, fused_relu_}; }
 
  private:
   torch::Tensor w_, b_;
@@ -528,6 +509,17 @@ std::vector<torch::Tensor> FusedModel::Parameters() const {
     auto p = l->Parameters();
     out.insert(out.end(), p.begin(), p.end());
   }
+  return out;
+}
+
+std::optional<std::vector<DenseLayer>> FusedModel::DenseStack() const {
+  std::vector<DenseLayer> out;
+  for (const auto& l : layers_) {
+    const auto* linear = dynamic_cast<const Linear*>(l.get());
+    if (linear == nullptr) return std::nullopt;
+    out.push_back(linear->Dense());
+  }
+  if (out.empty()) return std::nullopt;
   return out;
 }
 

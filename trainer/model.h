@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,13 @@ class Layer {
   virtual std::vector<torch::Tensor> Buffers() { return {}; }
 };
 
+// A linear layer's stacked parameters: w [K, in, out], b [K, 1, out]
+// (undefined without bias), and whether a ReLU follows it.
+struct DenseLayer {
+  torch::Tensor w, b;
+  bool relu = false;
+};
+
 class FusedModel {
  public:
   // Builds the layers for `input_shape` (per sample) and initialises replica k
@@ -50,6 +58,9 @@ class FusedModel {
   torch::Tensor Forward(const torch::Tensor& x, ForwardContext& ctx);
   std::vector<torch::Tensor> Parameters() const;
   std::vector<torch::Tensor> Buffers() const;
+  // The layers, when the model is a stack of linear layers each optionally
+  // followed by a ReLU (and nothing else): the CPU fast path (fast_mlp.h).
+  std::optional<std::vector<DenseLayer>> DenseStack() const;
   std::int64_t replicas() const { return replicas_; }
   // Per-sample output shape.
   const std::vector<std::int64_t>& output_shape() const { return output_shape_; }

@@ -18,6 +18,7 @@
 #include "trainer/metrics_writer.h"
 #include "trainer/model.h"
 #include "trainer/cpu_kernels.h"
+#include "trainer/fast_mlp.h"
 #include "trainer/progress.h"
 #include "trainer/rng.h"
 
@@ -46,20 +47,55 @@ class Optimizer {
   // lr: [K] on the parameters' device. When every replica has the same rate
   // (`uniform_lr`, no replica stopped early) the scalar form saves passes.
   // lr_host: the same rates on the host, one per replica (the CPU path).
-  void Step(const torch::Tensor& lr, std::optional<double> uniform_lr, const std::vector<float>& lr_host) {
-    torch::NoGradGuard no_grad;
+  // Counts a step and prepares its constants; Step does this itself, the
+  // fast path calls it once per batch before UpdateSlice.
+  void BeginStep() {
     ++step_;
     const double b1 = spec_.beta1, b2 = spec_.beta2, wd = spec_.weight_decay;
-    const double bc1 = 1.0 - std::pow(b1, static_cast<double>(step_));
-    const double bc2 = 1.0 - std::pow(b2, static_cast<double>(step_));
-    AdamConstants adam;
-    adam.beta1 = static_cast<float>(b1);
-    adam.beta2 = static_cast<float>(b2);
-    adam.eps = static_cast<float>(spec_.eps);
-    adam.weight_decay = static_cast<float>(wd);
-    adam.decoupled = spec_.type == "adamw";
-    adam.bias_correction1 = static_cast<float>(bc1);
-    adam.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bc2));
+    bc1_ = 1.0 - std::pow(b1, static_cast<double>(step_));
+    bc2_ = 1.0 - std::pow(b2, static_cast<double>(step_));
+    adam_.beta1 = static_cast<float>(b1);
+    adam_.beta2 = static_cast<float>(b2);
+    adam_.eps = static_cast<float>(spec_.eps);
+    adam_.weight_decay = static_cast<float>(wd);
+    adam_.decoupled = spec_.type == "adamw";
+    adam_.bias_correction1 = static_cast<float>(bc1_);
+    adam_.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bc2_));
+  }
+
+  // Whether UpdateSlice may be used: every parameter and its state are
+  // contiguous float32 on the CPU.
+  bool CpuSlices() const {
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (!CpuFloatContiguous(params_[i]) || !CpuFloatContiguous(state1_[i]) ||
+          (!state2_.empty() && !CpuFloatContiguous(state2_[i]))) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Updates replica r's slice of parameter i from its gradient g (the slice's
+  // size), with the constants of the step BeginStep began.
+  void UpdateSlice(std::size_t i, std::int64_t r, const float* g, float lr) {
+    torch::Tensor& p = params_[i];
+    const std::int64_t n = p.numel() / p.size(0);
+    float* pd = p.data_ptr<float>() + r * n;
+    float* s1 = state1_[i].data_ptr<float>() + r * n;
+    if (spec_.type == "sgd") {
+      SgdUpdate(pd, g, s1, n, lr, static_cast<float>(spec_.weight_decay), static_cast<float>(spec_.momentum),
+                spec_.nesterov, step_ == 1);
+    } else {
+      AdamUpdate(pd, g, s1, state2_[i].data_ptr<float>() + r * n, n, lr, adam_);
+    }
+  }
+
+  void Step(const torch::Tensor& lr, std::optional<double> uniform_lr, const std::vector<float>& lr_host) {
+    torch::NoGradGuard no_grad;
+    BeginStep();
+    const double b1 = spec_.beta1, b2 = spec_.beta2, wd = spec_.weight_decay;
+    const double bc1 = bc1_, bc2 = bc2_;
+    const AdamConstants& adam = adam_;
     for (std::size_t i = 0; i < params_.size(); ++i) {
       torch::Tensor& p = params_[i];
       if (!p.grad().defined()) continue;
@@ -138,6 +174,8 @@ class Optimizer {
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> state1_, state2_;
   std::int64_t step_ = 0;
+  double bc1_ = 1, bc2_ = 1;
+  AdamConstants adam_;
 };
 
 double LearningRate(const OptimizerSpec& o, std::int64_t epoch /*0-based*/, std::int64_t epochs) {
@@ -361,6 +399,47 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
     shuffle_gens.emplace_back(DeriveSeed(seed, kStreamShuffle));
   }
   Optimizer optimizer(spec.optimizer, model.Parameters());
+  // The CPU fast path (fast_mlp.h) for linear/ReLU stacks trained with
+  // cross_entropy: each replica's step on raw buffers, the optimizer applied
+  // per layer as its gradient is ready. Other models take the libtorch path.
+  std::optional<DenseStackStep> fast;
+  std::vector<std::size_t> fast_param;                 // per layer: its weight's index in Parameters(); bias next
+  std::vector<std::vector<DenseWeights>> fast_weights;  // per replica, per layer
+  if (s.config.fast_path && s.device.is_cpu() && s.class_ids && spec.loss.type == "cross_entropy" &&
+      s.input_shape.size() == 1 && LoadedSgemm() != nullptr && optimizer.CpuSlices() &&
+      spec.trainer.batch_size < (1 << 20)) {
+    if (auto stack = model.DenseStack()) {
+      auto ok = [](const torch::Tensor& t) {
+        return t.device().is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous() &&
+               t.numel() < (std::int64_t{1} << 31);
+      };
+      std::vector<DenseShape> shapes;
+      bool usable = true;
+      std::size_t index = 0;
+      std::int64_t widest = 1;
+      for (const DenseLayer& l : *stack) {
+        usable = usable && ok(l.w) && (!l.b.defined() || ok(l.b));
+        shapes.push_back(
+            DenseShape{static_cast<int>(l.w.size(1)), static_cast<int>(l.w.size(2)), l.b.defined(), l.relu});
+        widest = std::max({widest, l.w.size(1), l.w.size(2)});
+        fast_param.push_back(index);
+        index += l.b.defined() ? 2 : 1;
+      }
+      if (usable && widest * spec.trainer.batch_size < (std::int64_t{1} << 31)) {
+        fast.emplace(shapes, static_cast<int>(spec.trainer.batch_size), LoadedSgemm());
+        for (std::int64_t r = 0; r < k; ++r) {
+          std::vector<DenseWeights> w;
+          for (const DenseLayer& l : *stack) {
+            const std::int64_t in = l.w.size(1), out = l.w.size(2);
+            w.push_back(DenseWeights{l.w.data_ptr<float>() + r * in * out,
+                                     l.b.defined() ? l.b.data_ptr<float>() + r * out : nullptr});
+          }
+          fast_weights.push_back(std::move(w));
+        }
+      }
+    }
+  }
+  report.fast_path = fast.has_value();
   std::vector<bool> active(static_cast<std::size_t>(k), true);
   std::vector<std::int64_t> steps(static_cast<std::size_t>(k), 0);
   ForwardContext ctx;
@@ -472,29 +551,60 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
           report.rows_seen.back().push_back((*macro_rows)[static_cast<std::size_t>(order[static_cast<std::size_t>(i)])]);
         }
       }
-      torch::Tensor order_t = torch::from_blob(order.data(), {k, m}, torch::kLong).to(s.device);
-      for (std::int64_t start = 0; start < m; start += bs) {
-        const std::int64_t b = std::min(bs, m - start);
-        torch::Tensor idx = order_t.narrow(1, start, b).reshape({-1});
-        std::vector<std::int64_t> xshape{k, b};
-        xshape.insert(xshape.end(), s.input_shape.begin(), s.input_shape.end());
-        torch::Tensor xb = macro.x.index_select(0, idx).view(xshape);
-        torch::Tensor yb = macro.y.index_select(0, idx);
-        yb = s.class_ids ? yb.view({k, b}) : yb.view({k, b, -1});
-        ctx.training = true;
-        torch::Tensor out = model.Forward(xb, ctx);
-        torch::Tensor losses = PerReplicaLoss(spec.loss.type, out, yb);
-        losses.sum().backward();
-        optimizer.Step(lr_k, all_active ? std::optional<double>(lr) : std::nullopt, lr_host);
-        loss_sum += losses.detach().to(torch::kFloat64) * static_cast<double>(b);
-        rows_done += b;
-        ++batch_in_epoch;
-        for (std::int64_t r = 0; r < k; ++r) {
-          if (active[static_cast<std::size_t>(r)]) ++steps[static_cast<std::size_t>(r)];
+      if (fast) {
+        const torch::Tensor xs = macro.x.contiguous(), ys = macro.y.contiguous();
+        const float* xd = xs.data_ptr<float>();
+        const std::int64_t* yd = ys.data_ptr<std::int64_t>();
+        std::vector<double> sums(static_cast<std::size_t>(k), 0.0);
+        for (std::int64_t start = 0; start < m; start += bs) {
+          const std::int64_t b = std::min(bs, m - start);
+          optimizer.BeginStep();
+          for (std::int64_t r = 0; r < k; ++r) {
+            const std::size_t ri = static_cast<std::size_t>(r);
+            if (!active[ri]) continue;  // frozen: its weights stay as they are
+            const float rate = lr_host[ri];
+            const float loss = fast->Step(fast_weights[ri], xd, yd, order.data() + r * m + start, static_cast<int>(b),
+                                          [&](int layer, const float* gw, const float* gb) {
+                                            const std::size_t i = fast_param[static_cast<std::size_t>(layer)];
+                                            optimizer.UpdateSlice(i, r, gw, rate);
+                                            if (gb != nullptr) optimizer.UpdateSlice(i + 1, r, gb, rate);
+                                          });
+            sums[ri] += static_cast<double>(loss) * static_cast<double>(b);
+            ++steps[ri];
+          }
+          rows_done += b;
+          ++batch_in_epoch;
+          if (progress) {
+            std::lock_guard<std::mutex> lock(s.io_mutex);
+            progress->Batch(epoch, batch_in_epoch);
+          }
         }
-        if (progress) {
-          std::lock_guard<std::mutex> lock(s.io_mutex);
-          progress->Batch(epoch, batch_in_epoch);
+        loss_sum += torch::tensor(sums, torch::TensorOptions().dtype(torch::kFloat64)).to(s.device);
+      } else {
+        torch::Tensor order_t = torch::from_blob(order.data(), {k, m}, torch::kLong).to(s.device);
+        for (std::int64_t start = 0; start < m; start += bs) {
+          const std::int64_t b = std::min(bs, m - start);
+          torch::Tensor idx = order_t.narrow(1, start, b).reshape({-1});
+          std::vector<std::int64_t> xshape{k, b};
+          xshape.insert(xshape.end(), s.input_shape.begin(), s.input_shape.end());
+          torch::Tensor xb = macro.x.index_select(0, idx).view(xshape);
+          torch::Tensor yb = macro.y.index_select(0, idx);
+          yb = s.class_ids ? yb.view({k, b}) : yb.view({k, b, -1});
+          ctx.training = true;
+          torch::Tensor out = model.Forward(xb, ctx);
+          torch::Tensor losses = PerReplicaLoss(spec.loss.type, out, yb);
+          losses.sum().backward();
+          optimizer.Step(lr_k, all_active ? std::optional<double>(lr) : std::nullopt, lr_host);
+          loss_sum += losses.detach().to(torch::kFloat64) * static_cast<double>(b);
+          rows_done += b;
+          ++batch_in_epoch;
+          for (std::int64_t r = 0; r < k; ++r) {
+            if (active[static_cast<std::size_t>(r)]) ++steps[static_cast<std::size_t>(r)];
+          }
+          if (progress) {
+            std::lock_guard<std::mutex> lock(s.io_mutex);
+            progress->Batch(epoch, batch_in_epoch);
+          }
         }
       }
       // Per-macrobatch check: a NaN or infinite loss stops the run.
@@ -753,6 +863,7 @@ std::expected<TrainReport, TrainFailure> Train(const Spec& spec, const TrainConf
         report.notices.insert(report.notices.end(), p.notices.begin(), p.notices.end());
         report.max_macrobatches_alive = std::max(report.max_macrobatches_alive, p.max_macrobatches_alive);
         if (g == 0) report.rows_seen = std::move(p.rows_seen);
+        report.fast_path = report.fast_path || p.fast_path;
       }
     } else if (fuse) {
       if (config.progress) progress.emplace(stderr, config.progress_terminal, now, spec.trainer.epochs, batches);

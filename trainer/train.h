@@ -27,6 +27,10 @@ struct TrainConfig {
   // For tests: keep each replica's initial parameters and the order in which
   // replica 0 saw the training rows.
   bool record_details = false;
+  // On the CPU, a model of linear layers and ReLUs trained with cross_entropy
+  // takes the fast path (trainer/fast_mlp.h); false forces the libtorch path
+  // (for tests and comparisons: same trajectories within float tolerance).
+  bool fast_path = true;
 };
 
 struct ReplicaReport {
@@ -45,6 +49,7 @@ struct ReplicaReport {
 struct TrainReport {
   std::vector<ReplicaReport> replicas;
   bool fused = false;
+  bool fast_path = false;      // the CPU fast path (trainer/fast_mlp.h) trained the replicas
   std::string device;
   double train_seconds = 0;   // model building, training and evaluation; no data loading
   double total_seconds = 0;

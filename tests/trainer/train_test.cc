@@ -321,6 +321,63 @@ TEST_CASE("fused repeats on two threads (--threads 2) give the metrics of one th
   }
 }
 
+const char* kDense =
+    "model:\n  layers:\n"
+    "    - {type: linear, out: 16}\n"
+    "    - relu\n"
+    "    - {type: linear, out: 8, bias: false}\n"
+    "    - {type: linear, out: 8}\n"
+    "    - relu\n"
+    "    - {type: linear, out: 3}\n"
+    "loss: cross_entropy\n"
+    "trainer: {epochs: 8, batch_size: 16}\n"
+    "metrics: [accuracy, loss, f1]\n";
+
+TEST_CASE("linear/relu stacks take the CPU fast path: it follows the libtorch path and single runs") {
+  const std::vector<std::vector<std::string>> variants = {
+      {"optimizer={type: adam, lr: 0.01, weight_decay: 0.001}"},
+      {"optimizer={type: adamw, lr: 0.01, schedule: {type: cosine}}"},
+      {"optimizer={type: sgd, lr: 0.05, momentum: 0.9, nesterov: true}"},
+      {"optimizer={type: adam, lr: 0.05}", "trainer.macro_batch_size=40",
+       "trainer.callbacks=[{type: early_stopping, params: {monitor: val_loss, patience: 1}}]"},
+  };
+  for (const auto& sets : variants) {
+    std::string label;
+    for (const auto& set : sets) label += set + " ";
+    INFO(label);
+    Spec spec = MakeSpec(kDense, sets);
+    TrainConfig fast;
+    fast.seeds = {3, 4, 5};
+    TrainReport f = MustTrain(spec, fast);
+    CHECK(f.fast_path);
+    // Same spec and seeds: bit-identical.
+    TrainReport again = MustTrain(spec, fast);
+    TrainConfig slow = fast;
+    slow.fast_path = false;
+    TrainReport t = MustTrain(spec, slow);
+    CHECK_FALSE(t.fast_path);
+    REQUIRE(f.replicas.size() == 3);
+    REQUIRE(t.replicas.size() == 3);
+    for (std::size_t i = 0; i < 3; ++i) {
+      INFO("replica " << i);
+      CHECK(again.replicas[i].train_loss == f.replicas[i].train_loss);
+      CHECK(again.replicas[i].final_metrics == f.replicas[i].final_metrics);
+      CHECK(f.replicas[i].initial_parameters == t.replicas[i].initial_parameters);
+      CheckClose(f.replicas[i].train_loss, t.replicas[i].train_loss, 1e-4);
+      CHECK(f.replicas[i].epochs_run == t.replicas[i].epochs_run);
+      CHECK(f.replicas[i].steps == t.replicas[i].steps);
+      for (const auto& [name, v] : t.replicas[i].final_metrics) {
+        CHECK(f.replicas[i].final_metrics.at(name) == Approx(v).margin(1e-4));
+      }
+    }
+    CheckFusedMatchesSingle(spec);
+  }
+  // Anything else in the stack keeps the libtorch path.
+  TrainConfig config;
+  config.seeds = {3};
+  CHECK_FALSE(MustTrain(MakeSpec(kMlp), config).fast_path);
+}
+
 TEST_CASE("a NaN loss stops the run with exit code 1 and names the seed") {
   Spec spec = MakeSpec(
       "model: {layers: [{type: linear, out: 3}]}\n"
