@@ -58,6 +58,14 @@ struct MetricReading {
 MetricReading ReadRunMetric(const std::string& metrics_text, const std::string& log_text,
                             const std::string& name, const std::string& regex);
 
+// The tree of commit `sha` under <data_dir>/worktrees/<sha>, checked out once
+// and reused (a marker file tells a complete checkout from a crashed one).
+// repo_url is a local repository (a path), or a URL (http(s), file://, ssh)
+// fetched first into a mirror under <data_dir>/mirrors: a worker on another
+// machine. `tmp_tag` makes the temporary checkout directory unique.
+Result<std::string> CachedWorktree(const std::string& data_dir, const std::string& repo_url,
+                                   const std::string& sha, const std::string& tmp_tag);
+
 class LocalExecutor {
  public:
   LocalExecutor(Store& store, ProcessRunner& runner, const Clock& clock, ExecutorOptions options);

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "agent/commands.h"
+#include "agent/worker.h"
 #include "core/log.h"
 
 namespace {
@@ -194,6 +195,40 @@ int main(int argc, char** argv) {
     gate.db = db;
     auto r = trainq::CmdGate(gate, std::cout);
     exit_code = r ? *r : Report(std::unexpected(r.error())) + 1;
+  });
+
+  // worker
+  trainq::WorkerCommandOptions worker;
+  auto* c_worker = app.add_subcommand(
+      "worker", "Run queued runs for a `trainq serve` over HTTP (a machine of a pool)");
+  c_worker->add_option("--server", worker.server, "The server's base URL, e.g. http://host:8080")
+      ->envname("TRAINQ_SERVER");
+  c_worker->add_option("--token-file", worker.token_file, "File holding the pool's worker token")
+      ->envname("TRAINQ_TOKEN_FILE");
+  c_worker->add_option("--machine", worker.machine,
+                       "The name the provider gave this machine (empty: started by hand)")
+      ->envname("TRAINQ_MACHINE");
+  c_worker->add_option("--slots", worker.slots, "Runs (or fused groups) at once")
+      ->capture_default_str();
+  c_worker->add_option("--gpus", worker.gpus, "auto (nvidia-smi), none, or GPU indices 0,1,...")
+      ->capture_default_str();
+  c_worker->add_option("--runs-per-gpu", worker.runs_per_gpu,
+                       "1-GPU runs packed onto one GPU (0: the pool's runs_per_gpu)")
+      ->capture_default_str();
+  c_worker->add_option("--fuse-max", worker.fuse_max,
+                       "Seeds of a trainer experiment run fused in one process")
+      ->capture_default_str();
+  c_worker->add_option("--data-dir", worker.data_dir,
+                       "Checkouts, run logs and metrics (default: ./trainq-worker)");
+  c_worker->add_option("--kill-grace", worker.kill_grace_s,
+                       "Seconds between SIGTERM and SIGKILL when a run is stopped")
+      ->capture_default_str();
+  c_worker->add_flag("--once", worker.once,
+                     "Exit when a lease comes back empty and nothing runs");
+  c_worker->callback([&] {
+    InstallSignalHandlers();
+    auto r = trainq::CmdWorker(worker, clock, g_stop);
+    exit_code = r ? *r : Report(std::unexpected(r.error()));
   });
 
   trainq::AddStatsCommands(app, &exit_code);

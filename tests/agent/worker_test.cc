@@ -1,0 +1,509 @@
+// trainq worker: the parsers and planners as tables, then the real worker
+// against the real Server on loopback (real HTTP, real SQLite, real git, real
+// processes): runs succeed with their metrics, logs reach the server, a
+// cancelled batch kills its run, SIGTERM hands runs back without using an
+// attempt, the dead-man switch runs self_stop, fused seeds become one process.
+#include "agent/worker.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "agent/server.h"
+#include "agent/server_http.h"
+#include "agent/worker_api.h"
+#include "core/strings.h"
+#include "queue/store.h"
+#include "tests/support/git_fixture.h"
+#include "tests/support/http_server.h"
+#include "tests/support/temp_dir.h"
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace trainq {
+namespace {
+
+// ---- parsers and planners ---------------------------------------------------
+
+TEST_CASE("ParseNvidiaSmi reads nvidia-smi's csv,noheader,nounits output", "[worker]") {
+  // As printed by nvidia-smi 535 on a 2 x H100 machine (and a MIG-style N/A).
+  const char* text =
+      "0, NVIDIA H100 80GB HBM3, 81559\n"
+      "1, NVIDIA H100 80GB HBM3, 81559\n"
+      "2, NVIDIA A100-SXM4-40GB, [N/A]\n";
+  auto gpus = ParseNvidiaSmi(text);
+  REQUIRE(gpus);
+  REQUIRE(gpus->size() == 3);
+  CHECK((*gpus)[0].index == 0);
+  CHECK((*gpus)[0].name == "NVIDIA H100 80GB HBM3");
+  CHECK((*gpus)[0].memory_mb == 81559);
+  CHECK((*gpus)[1].index == 1);
+  CHECK((*gpus)[2].name == "NVIDIA A100-SXM4-40GB");
+  CHECK((*gpus)[2].memory_mb == 0);
+
+  CHECK(ParseNvidiaSmi("")->empty());
+  auto bad = ParseNvidiaSmi("0, NVIDIA H100, 81559\nNo devices were found\n");
+  REQUIRE(!bad);
+  CHECK(bad.error().message.find("line 2") != std::string::npos);
+}
+
+TEST_CASE("ResolveGpus: none, a list of indices, and bad input named", "[worker]") {
+  CHECK(ResolveGpus("none")->empty());
+  CHECK(ResolveGpus("")->empty());
+  auto two = ResolveGpus("0,3");
+  REQUIRE(two);
+  REQUIRE(two->size() == 2);
+  CHECK((*two)[1].index == 3);
+  auto bad = ResolveGpus("0,x");
+  REQUIRE(!bad);
+  CHECK(bad.error().message.find("--gpus") != std::string::npos);
+}
+
+TEST_CASE("ParseMemTotalMb reads /proc/meminfo", "[worker]") {
+  CHECK(ParseMemTotalMb("MemTotal:       131891284 kB\nMemFree:         1000 kB\n") == 128800);
+  CHECK(ParseMemTotalMb("MemFree: 1 kB\n") == 0);
+  CHECK(DetectMemoryMb() > 0);
+}
+
+WorkerRun R(std::int64_t id, std::int64_t seed, std::int64_t group, std::string trainer = "t.yaml") {
+  WorkerRun r;
+  r.lease.run_id = id;
+  r.lease.seed = seed;
+  r.group = group;
+  r.trainer = std::move(trainer);
+  return r;
+}
+
+std::vector<std::vector<std::int64_t>> Ids(const std::vector<std::vector<WorkerRun>>& job) {
+  std::vector<std::vector<std::int64_t>> out;
+  for (const auto& s : job) {
+    out.emplace_back();
+    for (const auto& r : s) out.back().push_back(r.lease.run_id);
+  }
+  return out;
+}
+
+TEST_CASE("PlanJobs: a fused group of consecutive seeds is one process", "[worker]") {
+  auto jobs = PlanJobs({R(1, 5, 0, ""), R(2, 1, 7), R(3, 2, 7), R(4, 3, 7), R(9, 1, 0, "")});
+  REQUIRE(jobs.size() == 3);
+  CHECK(Ids(jobs[0]) == std::vector<std::vector<std::int64_t>>{{1}});
+  CHECK(Ids(jobs[1]) == std::vector<std::vector<std::int64_t>>{{2, 3, 4}});
+  CHECK(Ids(jobs[2]) == std::vector<std::vector<std::int64_t>>{{9}});
+}
+
+TEST_CASE("PlanJobs: seeds with a gap run as consecutive stretches, one after the other",
+          "[worker]") {
+  auto jobs = PlanJobs({R(4, 6, 3), R(1, 1, 3), R(2, 2, 3), R(3, 4, 3)});
+  REQUIRE(jobs.size() == 1);
+  CHECK(Ids(jobs[0]) == std::vector<std::vector<std::int64_t>>{{1, 2}, {3}, {4}});
+  // A group without a trainer spec is not fused.
+  auto plain = PlanJobs({R(1, 1, 3, ""), R(2, 2, 3, "")});
+  CHECK(plain.size() == 2);
+}
+
+TEST_CASE("FusedTrainerCommand names per-seed metrics and output paths", "[worker]") {
+  CHECK(FusedTrainerCommand("configs/a b.yaml", 3, 4, "/d/groups/7-1") ==
+        "trainq-train 'configs/a b.yaml' --seed 3 --repeats 4 --metrics-file "
+        "'/d/groups/7-1/{seed}/metrics.jsonl' --output-dir '/d/groups/7-1/{seed}/output'");
+}
+
+TEST_CASE("GpuPool packs 1-GPU runs runs_per_gpu to a GPU; multi-GPU runs take whole GPUs",
+          "[worker]") {
+  GpuPool pool({GpuInfo{0, "", 0}, GpuInfo{1, "", 0}}, 2);
+  CHECK(pool.FreeGpus() == 2.0);
+  auto a = pool.Take(1);
+  REQUIRE(a);
+  auto b = pool.Take(1);
+  REQUIRE(b);
+  CHECK(*a == *b);  // packed on the same GPU
+  CHECK(pool.FreeGpus() == 1.0);
+  CHECK(!pool.Take(2));  // only one whole GPU is free
+  auto c = pool.Take(1);
+  REQUIRE(c);
+  CHECK(*c != *a);
+  CHECK(pool.FreeGpus() == 0.5);
+  pool.Give(*a, 1);
+  pool.Give(*b, 1);
+  auto both = pool.Take(2);
+  CHECK(!both);  // GPU c is half used
+  pool.Give(*c, 1);
+  both = pool.Take(2);
+  REQUIRE(both);
+  CHECK(both->size() == 2);
+  CHECK(pool.Take(0)->empty());
+  CHECK(pool.FreeGpus() == 0.0);
+}
+
+TEST_CASE("ReadTokenFile trims, and names the file when it is missing or empty", "[worker]") {
+  testing::TempDir tmp;
+  REQUIRE(WriteFile(tmp / "token", "s3cret-token\n\n"));
+  ::chmod((tmp / "token").c_str(), 0600);
+  auto t = ReadTokenFile(tmp / "token");
+  REQUIRE(t);
+  CHECK(*t == "s3cret-token");
+  auto missing = ReadTokenFile(tmp / "nope");
+  REQUIRE(!missing);
+  CHECK(missing.error().message.find(tmp / "nope") != std::string::npos);
+  REQUIRE(WriteFile(tmp / "empty", " \n"));
+  auto empty = ReadTokenFile(tmp / "empty");
+  REQUIRE(!empty);
+  CHECK(empty.error().message.find("empty") != std::string::npos);
+  // Loose permissions only warn.
+  ::chmod((tmp / "token").c_str(), 0644);
+  CHECK(ReadTokenFile(tmp / "token"));
+}
+
+// ---- against the real server ------------------------------------------------
+
+// A script that reports 0.5<seed> and prints what it was given.
+const char* kRunScript = R"(echo "hello from seed $TRAINQ_SEED"
+echo "cuda=[${CUDA_VISIBLE_DEVICES-unset}]"
+echo "$$" > "$PIDS/$TRAINQ_SEED.pid"
+if [ -n "$SLEEP" ]; then sleep "$SLEEP"; fi
+printf '{"name": "accuracy", "value": 0.5%s, "step": 1}\n' "$TRAINQ_SEED" >> "$TRAINQ_METRICS_FILE"
+)";
+
+struct Harness {
+  testing::TempDir tmp;
+  ServerConfig config;
+  std::string db;
+  std::string data;
+  std::string url;
+  std::string token_file;
+  std::unique_ptr<Server> server;
+  std::unique_ptr<HttpListener> listener;
+  std::unique_ptr<Store> store;
+  std::unique_ptr<testing::GitFixture> repo;
+  std::string sha;
+
+  explicit Harness(std::optional<PoolSpec> pool = std::nullopt, TimeMs heartbeat_ms = 200) {
+    db = tmp / "trainq.db";
+    data = tmp / "server-data";
+    fs::create_directories(data);
+    fs::create_directories(tmp / "pids");
+    if (pool) config.pools.push_back(*pool);
+    auto s = Store::Open(db);
+    REQUIRE(s);
+    store = std::make_unique<Store>(std::move(*s));
+    REQUIRE(EnsurePoolTokens(*store, config, data, SystemClock::Get().Now()));
+    std::string pool_name = pool ? pool->name() : kDefaultPool;
+    token_file = TokenFilePath(data, pool_name);
+    REQUIRE(fs::exists(token_file));
+    ServerOptions so;
+    so.data_dir = data;
+    so.heartbeat_ms = heartbeat_ms;
+    so.lease_ms = 5'000;
+    so.recheck_ms = 50;
+    server = std::make_unique<Server>(config, db, SystemClock::Get(), so);
+    REQUIRE(server->Open());
+    int port = testing::FreeLoopbackPort();
+    auto l = HttpListener::Start(ListenAddress{"127.0.0.1", port}, 64 << 20,
+                                 [srv = server.get()](const HttpServerRequest& r) {
+                                   return srv->Handle(r);
+                                 });
+    REQUIRE(l);
+    listener = std::move(*l);
+    url = "http://127.0.0.1:" + std::to_string(port);
+    repo = std::make_unique<testing::GitFixture>(tmp / "repo");
+    sha = repo->Commit({{"run.sh", kRunScript}, {"trainq.yaml", "version: 1\n"}}, "init");
+  }
+  ~Harness() { StopServer(); }
+
+  void StopServer() {
+    if (server) server->StopWaiting();
+    if (listener) listener->Stop();
+    listener.reset();
+  }
+
+  std::int64_t Submit(int repeats, const std::string& command = "sh run.sh", int gpus = 0,
+                      const std::string& trainer = "") {
+    BatchSpec b;
+    b.experiment = trainer.empty() ? "exp" : "fused";
+    b.command = command;
+    b.repeats = repeats;
+    b.gpus = gpus;
+    b.timeout_s = 600;
+    if (!trainer.empty()) b.spec_json = nlohmann::json{{"trainer", trainer}}.dump();
+    CommitInfo c;
+    c.sha = sha;
+    c.message = "init";
+    auto r = store->Submit(repo->dir(), c, {b}, SystemClock::Get().Now());
+    REQUIRE(r);
+    server->NotifyWork();
+    return (*r)[0].batch_id;
+  }
+
+  WorkerConfig Config(int slots = 1) const {
+    WorkerConfig c;
+    c.server = url;
+    c.token = Trim(*ReadFile(token_file));
+    c.slots = slots;
+    c.data_dir = tmp / "worker-data";
+    c.hostname = "test-host";
+    c.pid = 4242;
+    c.cpus = 2;
+    c.lease_wait_ms = 300;
+    c.kill_grace_ms = 2'000;
+    c.retry_base_ms = 100;
+    c.retry_max_ms = 300;
+    return c;
+  }
+
+  std::vector<RunRow> Runs(std::int64_t batch) {
+    auto r = store->Runs(batch, std::nullopt, 0);
+    REQUIRE(r);
+    return *r;
+  }
+  bool AllIn(std::int64_t batch, RunState s) {
+    for (const auto& r : Runs(batch)) {
+      if (r.state != s) return false;
+    }
+    return true;
+  }
+};
+
+// The worker on its own thread, stopped (like SIGTERM) at the end.
+struct WorkerThread {
+  CurlHttpClient http;
+  PosixProcessRunner runner;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> done{false};
+  Result<int> result = 0;
+  std::unique_ptr<Worker> worker;
+  std::thread thread;
+
+  explicit WorkerThread(WorkerConfig c) {
+    worker = std::make_unique<Worker>(http, runner, SystemClock::Get(), std::move(c));
+    thread = std::thread([this] {
+      result = worker->Run(stop);
+      done = true;
+    });
+  }
+  ~WorkerThread() { Join(); }
+  void Join() {
+    stop = true;
+    if (thread.joinable()) thread.join();
+  }
+};
+
+bool ProcessGone(int pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
+
+int ReadPid(const std::string& path) {
+  auto t = ReadFile(path);
+  return t ? std::atoi(std::string(Trim(*t)).c_str()) : 0;
+}
+
+TEST_CASE("worker e2e: runs succeed with their seeds' metrics and their logs reach the server",
+          "[worker][e2e]") {
+  Harness h;
+  auto batch = h.Submit(3, "PIDS=" + (h.tmp / "pids") + " sh run.sh");
+  auto c = h.Config(2);
+  c.once = true;
+  WorkerThread w(c);
+  REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 60s));
+  REQUIRE(w.result);
+  CHECK(*w.result == 0);
+  auto runs = h.Runs(batch);
+  REQUIRE(runs.size() == 3);
+  for (const auto& r : runs) {
+    INFO("run " << r.id << " seed " << r.seed << ": " << r.last_error);
+    CHECK(r.state == RunState::kSucceeded);
+    REQUIRE(r.metric_value);
+    CHECK(*r.metric_value == Approx(std::stod("0.5" + std::to_string(r.seed))));
+    CHECK(r.attempts == 1);
+    auto points = h.store->Metrics(r.id);
+    REQUIRE(points);
+    REQUIRE(!points->empty());
+    CHECK(points->front().step == 1);
+    auto log = ReadFile(RunLogPath(h.data, r.id));
+    REQUIRE(log);
+    CHECK(log->find("hello from seed " + std::to_string(r.seed)) != std::string::npos);
+    // A run that asks for no GPU sees none.
+    CHECK(log->find("cuda=[]") != std::string::npos);
+  }
+  // The worker registered as a manual machine with its resources.
+  auto machines = h.store->Machines(true);
+  REQUIRE(machines);
+  REQUIRE(machines->size() >= 1);
+}
+
+TEST_CASE("worker e2e: each GPU run gets its own CUDA_VISIBLE_DEVICES", "[worker][e2e]") {
+  Harness h;
+  auto batch = h.Submit(2, "PIDS=" + (h.tmp / "pids") + " SLEEP=1 sh run.sh", 1);
+  auto c = h.Config(2);
+  c.gpus = {GpuInfo{0, "fake", 1000}, GpuInfo{1, "fake", 1000}};
+  c.runs_per_gpu = 1;
+  c.once = true;
+  WorkerThread w(c);
+  REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 60s));
+  REQUIRE(w.result);
+  std::set<std::string> seen;
+  for (const auto& r : h.Runs(batch)) {
+    CHECK(r.state == RunState::kSucceeded);
+    auto log = ReadFile(RunLogPath(h.data, r.id)).value_or("");
+    if (log.find("cuda=[0]") != std::string::npos) seen.insert("0");
+    if (log.find("cuda=[1]") != std::string::npos) seen.insert("1");
+  }
+  // Both ran at once (SLEEP=1, 2 slots): one on each GPU.
+  CHECK(seen == std::set<std::string>{"0", "1"});
+}
+
+TEST_CASE("worker e2e: a cancelled batch's run is killed (409 on its heartbeat)",
+          "[worker][e2e]") {
+  Harness h;
+  auto batch = h.Submit(1, "PIDS=" + (h.tmp / "pids") + " SLEEP=300 sh run.sh");
+  WorkerThread w(h.Config(1));
+  std::string pid_file = (h.tmp / "pids") + "/1.pid";
+  REQUIRE(testing::WaitFor([&] { return h.AllIn(batch, RunState::kRunning) && ReadPid(pid_file) > 0; },
+                           30s));
+  int pid = ReadPid(pid_file);
+  REQUIRE(h.store->CancelBatch(batch, SystemClock::Get().Now()));
+  CHECK(testing::WaitFor([&] { return ProcessGone(pid); }, 30s));
+  CHECK(h.AllIn(batch, RunState::kCancelled));
+  w.Join();
+  REQUIRE(w.result);
+  CHECK(*w.result == 0);
+}
+
+TEST_CASE("worker e2e: SIGTERM to `trainq worker` returns its runs to the queue, no attempt used",
+          "[worker][e2e]") {
+  Harness h;
+  auto batch = h.Submit(2, "PIDS=" + (h.tmp / "pids") + " SLEEP=300 sh run.sh");
+  PosixProcessRunner runner;
+  ProcessSpec spec;
+  spec.argv = {TRAINQ_BINARY, "worker", "--server", h.url, "--token-file", h.token_file,
+               "--slots", "2", "--gpus", "none", "--data-dir", h.tmp / "bin-worker",
+               "--kill-grace", "2"};
+  spec.output_path = h.tmp / "worker.log";
+  auto pid = runner.Spawn(spec);
+  REQUIRE(pid);
+  bool running = testing::WaitFor([&] { return h.AllIn(batch, RunState::kRunning); }, 30s);
+  if (!running) {
+    runner.KillGroup(*pid, SIGKILL);
+    runner.Wait(*pid);
+    FAIL("runs never ran; worker log:\n" << ReadFile(h.tmp / "worker.log").value_or(""));
+  }
+  int child = ReadPid((h.tmp / "pids") + "/1.pid");
+  ::kill(*pid, SIGTERM);
+  auto status = runner.Wait(*pid);
+  INFO(ReadFile(h.tmp / "worker.log").value_or(""));
+  CHECK(status.ok());
+  for (const auto& r : h.Runs(batch)) {
+    CHECK(r.state == RunState::kQueued);
+    CHECK(r.attempts == 0);
+  }
+  if (child > 0) CHECK(testing::WaitFor([&] { return ProcessGone(child); }, 10s));
+  // The token never reaches the log.
+  auto token = Trim(*ReadFile(h.token_file));
+  CHECK(ReadFile(h.tmp / "worker.log")->find(std::string(token)) == std::string::npos);
+}
+
+TEST_CASE("worker e2e: with the server gone and nothing running, the dead-man switch runs "
+          "self_stop and exits 3",
+          "[worker][e2e]") {
+  testing::TempDir marker_dir;
+  std::string marker = marker_dir / "stopped";
+  PoolSpec pool;
+  pool.scaling.name = "gpu";
+  pool.orphan_timeout_ms = 1'500;
+  pool.self_stop = "touch " + ShellQuote(marker);
+  Harness h(pool);
+  WorkerThread w(h.Config(1));
+  REQUIRE(testing::WaitFor([&] { return w.worker->registered(); }, 30s));
+  h.StopServer();
+  REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 30s));
+  REQUIRE(w.result);
+  CHECK(*w.result == 3);
+  CHECK(fs::exists(marker));
+}
+
+TEST_CASE("worker e2e: a machine that is draining is told 409 at registration; the worker exits 0",
+          "[worker][e2e]") {
+  Harness h;
+  MachineRow m;
+  m.pool = kDefaultPool;
+  m.provider = "local";
+  m.name = "tq-test-1";
+  m.state = "booting";
+  m.slots = 1;
+  auto row = h.store->AddMachine(m, SystemClock::Get().Now());
+  REQUIRE(row);
+  REQUIRE(h.store->SetMachineState(*row, "draining", SystemClock::Get().Now()));
+  auto batch = h.Submit(1, "PIDS=" + (h.tmp / "pids") + " sh run.sh");
+  auto c = h.Config(1);
+  c.machine = "tq-test-1";
+  WorkerThread w(c);
+  REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 30s));
+  REQUIRE(w.result);
+  CHECK(*w.result == 0);
+  CHECK(h.AllIn(batch, RunState::kQueued));
+}
+
+// A stand-in for trainq-train (not built with TRAINQ_BUILD_TRAINER=OFF) that
+// takes its flags and writes each seed's metric into the {seed} path, as the
+// real one does.
+const char* kFakeTrainer = R"(#!/bin/sh
+spec=$1; shift
+while [ $# -gt 0 ]; do
+  case $1 in
+    --seed) seed=$2; shift 2;;
+    --repeats) repeats=$2; shift 2;;
+    --metrics-file) metrics=$2; shift 2;;
+    --output-dir) out=$2; shift 2;;
+    *) shift;;
+  esac
+done
+echo "fake trainer $spec pid $$ seeds $seed x $repeats"
+i=0
+while [ $i -lt $repeats ]; do
+  s=$((seed + i))
+  f=$(printf '%s' "$metrics" | sed "s/{seed}/$s/g")
+  d=$(printf '%s' "$out" | sed "s/{seed}/$s/g")
+  mkdir -p "$d" && echo "$$" > "$d/pid"
+  printf '{"name":"accuracy","value":0.9%s,"step":3,"seed":%s,"final":true}\n' "$s" "$s" >> "$f"
+  i=$((i + 1))
+done
+)";
+
+TEST_CASE("worker e2e: fused seeds of a trainer experiment run as one trainq-train process",
+          "[worker][e2e]") {
+  Harness h;
+  fs::create_directories(h.tmp / "bin");
+  std::string trainer = (h.tmp / "bin") + "/trainq-train";
+  REQUIRE(WriteFile(trainer, kFakeTrainer));
+  ::chmod(trainer.c_str(), 0755);
+  auto batch = h.Submit(3, "trainq-train configs/x.yaml", 0, "configs/x.yaml");
+  auto c = h.Config(1);
+  c.fuse_max = 3;
+  c.bin_dir = h.tmp / "bin";
+  c.once = true;
+  WorkerThread w(c);
+  REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 60s));
+  REQUIRE(w.result);
+  auto runs = h.Runs(batch);
+  REQUIRE(runs.size() == 3);
+  std::set<std::string> pids;
+  for (const auto& r : runs) {
+    INFO("run " << r.id << " seed " << r.seed << ": " << r.last_error);
+    CHECK(r.state == RunState::kSucceeded);
+    REQUIRE(r.metric_value);
+    CHECK(*r.metric_value == Approx(std::stod("0.9" + std::to_string(r.seed))));
+    auto pid = ReadFile(c.data_dir + "/runs/" + std::to_string(r.id) + "/output/pid");
+    REQUIRE(pid);
+    pids.insert(std::string(Trim(*pid)));
+    auto log = ReadFile(RunLogPath(h.data, r.id)).value_or("");
+    CHECK(log.find("seeds 1 x 3") != std::string::npos);
+  }
+  CHECK(pids.size() == 1);  // one process trained every seed
+}
+
+}  // namespace
+}  // namespace trainq
