@@ -427,3 +427,55 @@ TEST_CASE("worker API: a hand-started worker gets its own machine row", "[worker
 }
 
 }  // namespace trainq
+
+namespace trainq {
+
+TEST_CASE("worker API: waiting polls are capped so the listener keeps threads for other routes",
+          "[worker_api][long_poll]") {
+  World w;
+  auto worker = w.Register(kCpuToken, "many");
+  const int cap = w.server->options().max_long_polls;
+  const int extra = 8;
+  std::vector<std::future<json>> polls;
+  for (int i = 0; i < cap + extra; ++i) {
+    polls.push_back(std::async(std::launch::async, [&] {
+      HttpRequest r;
+      r.method = "POST";
+      r.url = w.base + "/api/v1/workers/" + std::to_string(worker) + "/lease";
+      r.body = json{{"max_runs", 1}, {"wait_ms", 20'000}}.dump();
+      r.timeout_ms = 60'000;
+      r.headers = {{"Authorization", "Bearer " + kCpuToken}};
+      auto resp = w.http.Send(r);
+      if (!resp || resp->status != 200) return json();
+      return json::parse(resp->body);
+    }));
+  }
+  // `cap` polls wait; the others were answered (empty) at once.
+  REQUIRE(testing::WaitFor([&] { return w.server->WaitingPolls() == cap; },
+                           std::chrono::seconds(20)));
+  REQUIRE(testing::WaitFor(
+      [&] {
+        int ready = 0;
+        for (auto& p : polls) {
+          if (p.wait_for(std::chrono::seconds(0)) == std::future_status::ready) ++ready;
+        }
+        return ready == extra;
+      },
+      std::chrono::seconds(20)));
+  // While they wait, other routes are still served.
+  HttpRequest health;
+  health.url = w.base + "/healthz";
+  auto h = w.http.Send(health);
+  REQUIRE(h);
+  CHECK(h->status == 200);
+  CHECK(w.server->WaitingPolls() == cap);
+  w.server->StopWaiting();
+  for (auto& p : polls) {
+    auto answer = p.get();
+    CHECK(answer["state"] == "ready");
+    CHECK(answer["runs"].empty());
+  }
+  CHECK(w.server->WaitingPolls() == 0);
+}
+
+}  // namespace trainq
