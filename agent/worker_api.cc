@@ -314,6 +314,7 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
   limits.runs_per_gpu = std::max(1, body->value("runs_per_gpu", spec ? spec->runs_per_gpu : 1));
   limits.fuse_max = std::max(1, body->value("fuse_max", 1));
   TimeMs wait_ms = std::clamp<TimeMs>(body->value("wait_ms", TimeMs{0}), 0, options_.max_wait_ms);
+  if (limits.max_runs <= 0) wait_ms = 0;  // no free slot: nothing to wait for
 
   {
     std::lock_guard<std::mutex> lock(write_mu_);
@@ -379,6 +380,10 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
     if (stop_waiting_ || now >= deadline) {
       lock.unlock();
       uncount();
+      if (wait_ms > 0) {  // the worker is still there at the end of its wait
+        std::lock_guard<std::mutex> write(write_mu_);
+        (void)write_store_->TouchWorker(machine, clock_.Now(), false);
+      }
       return Json(200, {{"state", "ready"}, {"runs", json::array()}});
     }
     auto until = std::min(deadline, now + std::chrono::milliseconds(options_.recheck_ms));
