@@ -807,7 +807,11 @@ Result<int> Worker::Run(const std::atomic<bool>& stop) {
     bool leasing = worker_id_ && !draining_ &&
                    static_cast<int>(jobs_.size()) < config_.slots &&
                    clock_.Now() >= next_try_ms_;
-    if (!leasing) SleepMs(jobs_.empty() ? 200 : 50);
+    if (!leasing) {
+      SleepMs(jobs_.empty() ? 200 : 50);
+    } else if (lease_came_back_empty_) {
+      SleepMs(20);  // a server that answers at once (too many polls waiting): no busy loop
+    }
   }
   spdlog::info("stopping: {} run(s) go back to the queue", runs_.size());
   Interrupt("the worker was stopped (SIGTERM: preemption or shutdown)");

@@ -224,13 +224,13 @@ struct Harness {
   }
 
   std::int64_t Submit(int repeats, const std::string& command = "sh run.sh", int gpus = 0,
-                      const std::string& trainer = "") {
+                      const std::string& trainer = "", std::int64_t timeout_s = 600) {
     BatchSpec b;
     b.experiment = trainer.empty() ? "exp" : "fused";
     b.command = command;
     b.repeats = repeats;
     b.gpus = gpus;
-    b.timeout_s = 600;
+    b.timeout_s = timeout_s;
     if (!trainer.empty()) b.spec_json = nlohmann::json{{"trainer", trainer}}.dump();
     CommitInfo c;
     c.sha = sha;
@@ -371,6 +371,21 @@ TEST_CASE("worker e2e: a cancelled batch's run is killed (409 on its heartbeat)"
   w.Join();
   REQUIRE(w.result);
   CHECK(*w.result == 0);
+}
+
+TEST_CASE("worker e2e: a run past its timeout is killed and fails with the reason",
+          "[worker][e2e]") {
+  Harness h;
+  auto batch = h.Submit(1, "PIDS=" + (h.tmp / "pids") + " SLEEP=300 sh run.sh", 0, "", 1);
+  WorkerThread w(h.Config(1));
+  REQUIRE(testing::WaitFor([&] { return ReadPid((h.tmp / "pids") + "/1.pid") > 0; }, 30s));
+  int pid = ReadPid((h.tmp / "pids") + "/1.pid");
+  REQUIRE(testing::WaitFor([&] { return h.AllIn(batch, RunState::kFailed); }, 30s));
+  CHECK(ProcessGone(pid));
+  auto runs = h.Runs(batch);
+  CHECK(runs[0].last_error.find("timed out after 1s") != std::string::npos);
+  CHECK(runs[0].attempts == 1);
+  w.Join();
 }
 
 TEST_CASE("worker e2e: SIGTERM to `trainq worker` returns its runs to the queue, no attempt used",
