@@ -266,6 +266,7 @@ Status Worker::Register() {
                                                  " " + ErrorOf(a->body));
   }
   worker_id_ = Get<std::int64_t>(a->body, "worker_id", 0);
+  registered_ = true;
   heartbeat_ms_ = std::max<TimeMs>(100, Get<TimeMs>(a->body, "heartbeat_ms", 10'000));
   orphan_timeout_ms_ = Get<TimeMs>(a->body, "orphan_timeout_ms", config_.orphan_timeout_ms);
   self_stop_ = Get<std::string>(a->body, "self_stop", "");

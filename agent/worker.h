@@ -124,7 +124,8 @@ class Worker {
   void Interrupt(const std::string& reason);
 
   int exit_code() const { return exit_code_; }
-  bool registered() const { return worker_id_.has_value(); }
+  // Safe to call from another thread (tests, a status line).
+  bool registered() const { return registered_.load(); }
   std::int64_t worker_id() const { return worker_id_.value_or(0); }
   int active_runs() const;
   TimeMs heartbeat_ms() const { return heartbeat_ms_; }
@@ -190,6 +191,7 @@ class Worker {
   TimeMs start_ms_;
 
   std::optional<std::int64_t> worker_id_;
+  std::atomic<bool> registered_{false};
   TimeMs heartbeat_ms_ = 10'000;
   TimeMs orphan_timeout_ms_;
   std::string self_stop_;
