@@ -470,6 +470,32 @@ TEST_CASE("worker e2e: a machine that is draining is told 409 at registration; t
   CHECK(h.AllIn(batch, RunState::kQueued));
 }
 
+TEST_CASE("worker e2e: draining while a run runs: the run finishes, nothing more is leased, "
+          "exit 0",
+          "[worker][e2e]") {
+  Harness h;
+  auto batch = h.Submit(3, "PIDS=" + (h.tmp / "pids") + " SLEEP=3 sh run.sh");
+  auto c = h.Config(1);
+  c.machine = "tq-drain-1";
+  WorkerThread w(c);
+  REQUIRE(testing::WaitFor([&] { return ReadPid((h.tmp / "pids") + "/1.pid") > 0; }, 30s));
+  auto m = h.store->MachineByName("tq-drain-1");
+  REQUIRE(m);
+  REQUIRE(*m);
+  REQUIRE(h.store->SetMachineState((*m)->id, "draining", SystemClock::Get().Now()));
+  REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 30s));
+  REQUIRE(w.result);
+  CHECK(*w.result == 0);
+  auto runs = h.Runs(batch);
+  int succeeded = 0, queued = 0;
+  for (const auto& r : runs) {
+    succeeded += r.state == RunState::kSucceeded;
+    queued += r.state == RunState::kQueued;
+  }
+  CHECK(succeeded == 1);
+  CHECK(queued == 2);
+}
+
 // A stand-in for trainq-train (not built with TRAINQ_BUILD_TRAINER=OFF) that
 // takes its flags and writes each seed's metric into the {seed} path, as the
 // real one does.
