@@ -554,7 +554,9 @@ void Worker::Complete(std::int64_t run_id, const std::string& outcome, std::opti
   std::string path = "/api/v1/runs/" + std::to_string(run_id) + "/complete";
   // A server that is briefly away must not lose a result of hours: a few tries.
   Result<Answer> a = Fail(ErrorKind::kUnavailable, "not sent");
-  for (int attempt = 0; attempt < 3 && !a; ++attempt) {
+  // While stopping (a preemption notice gives seconds), one try only.
+  const int tries = stopping_ ? 1 : 3;
+  for (int attempt = 0; attempt < tries && !a; ++attempt) {
     if (attempt > 0) SleepMs(std::min<TimeMs>(1000 * attempt, 2000));
     a = Call(path, req);
   }
@@ -754,6 +756,7 @@ Result<Worker::Phase> Worker::Step() {
 }
 
 void Worker::Interrupt(const std::string& reason) {
+  stopping_ = true;
   // Processes that ended before the stop keep their result.
   for (auto& job : jobs_) {
     if (!job.proc) continue;
@@ -780,7 +783,8 @@ void Worker::Interrupt(const std::string& reason) {
     for (auto id : job.proc->run_ids) {
       auto it = runs_.find(id);
       if (it == runs_.end()) continue;
-      (void)Ship(it->second, *job.proc, true);  // the output so far, for the record
+      // The output so far, for the record, when the server answers.
+      if (backoff_ms_ == 0) (void)Ship(it->second, *job.proc, true);
       Complete(id, "interrupted", std::nullopt, std::nullopt, reason);
     }
     job.proc.reset();

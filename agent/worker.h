@@ -163,7 +163,7 @@ class Worker {
     nlohmann::json body;
   };
   Result<Answer> Call(const std::string& path, const nlohmann::json& body,
-                      TimeMs timeout_ms = 30'000);
+                      TimeMs timeout_ms = 15'000);
   Result<Answer> Post(const HttpRequest& request);
   void NoteFailure(const Error& e);
 
@@ -196,6 +196,7 @@ class Worker {
   TimeMs orphan_timeout_ms_;
   std::string self_stop_;
   bool draining_ = false;
+  bool stopping_ = false;  // Interrupt() is under way
   bool lease_came_back_empty_ = false;
   int exit_code_ = 0;
 
