@@ -48,10 +48,12 @@ Result<std::vector<GpuInfo>> ParseNvidiaSmi(std::string_view text) {
     size_t first = line.find(',');
     size_t last = line.rfind(',');
     GpuInfo g;
-    if (first == std::string_view::npos || first == last || !ParseInt(line.substr(0, first), &g.index)) {
-      return Fail(ErrorKind::kInvalidArgument,
-                  "nvidia-smi output line " + std::to_string(line_no) + ": expected \"index, name, "
-                  "memory\", got \"" + std::string(line) + "\"");
+    if (first == std::string_view::npos || first == last ||
+        !ParseInt(line.substr(0, first), &g.index)) {
+      return Fail(ErrorKind::kInvalidArgument, "nvidia-smi output line " + std::to_string(line_no) +
+                                                   ": expected \"index, name, "
+                                                   "memory\", got \"" +
+                                                   std::string(line) + "\"");
     }
     g.name = std::string(Trim(line.substr(first + 1, last - first - 1)));
     auto mem = Trim(line.substr(last + 1));

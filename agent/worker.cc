@@ -1,7 +1,7 @@
 #include "agent/worker.h"
 
-#include <signal.h>
 #include <fmt/ranges.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -52,7 +52,9 @@ std::string Tail(const std::string& text, size_t max_chars) {
 }
 
 void SleepMs(TimeMs ms) {
-  struct timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * 1'000'000)};
+  struct timespec ts {
+    static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * 1'000'000)
+  };
   nanosleep(&ts, nullptr);  // a signal ends it early
 }
 
@@ -66,14 +68,13 @@ T Get(const json& j, const char* key, T fallback) {
   }
 }
 
-std::string ErrorOf(const json& body) {
-  return Get<std::string>(body, "error", "");
-}
+std::string ErrorOf(const json& body) { return Get<std::string>(body, "error", ""); }
 
 }  // namespace
 
 Result<WorkerRun> ParseWorkerRun(const json& j) {
-  if (!j.is_object()) return Fail(ErrorKind::kInvalidArgument, "lease answer: a run is not an object");
+  if (!j.is_object())
+    return Fail(ErrorKind::kInvalidArgument, "lease answer: a run is not an object");
   WorkerRun w;
   try {
     auto& l = w.lease;
@@ -95,8 +96,8 @@ Result<WorkerRun> ParseWorkerRun(const json& j) {
     w.trainer = Get<std::string>(j, "trainer", "");
     w.group = Get<std::int64_t>(j, "group", 0);
   } catch (const json::exception& e) {
-    return Fail(ErrorKind::kInvalidArgument, std::string("lease answer: a run lacks a field: ") +
-                                                 e.what());
+    return Fail(ErrorKind::kInvalidArgument,
+                std::string("lease answer: a run lacks a field: ") + e.what());
   }
   return w;
 }
@@ -235,8 +236,8 @@ Result<Worker::Answer> Worker::Call(const std::string& path, const json& body, T
 }
 
 void Worker::NoteFailure(const Error& e) {
-  backoff_ms_ = backoff_ms_ == 0 ? config_.retry_base_ms
-                                 : std::min(backoff_ms_ * 2, config_.retry_max_ms);
+  backoff_ms_ =
+      backoff_ms_ == 0 ? config_.retry_base_ms : std::min(backoff_ms_ * 2, config_.retry_max_ms);
   next_try_ms_ = clock_.Now() + backoff_ms_;
   spdlog::warn("server not reachable: {}; next try in {}", e.message, FormatDuration(backoff_ms_));
 }
@@ -246,10 +247,14 @@ Status Worker::Register() {
   for (const auto& g : config_.gpus) {
     gpus.push_back({{"index", g.index}, {"name", g.name}, {"memory_mb", g.memory_mb}});
   }
-  json req = {{"name", config_.machine},       {"hostname", config_.hostname},
-              {"pid", config_.pid},            {"slots", config_.slots},
-              {"gpus", gpus},                  {"cpus", config_.cpus},
-              {"memory_mb", config_.memory_mb}, {"version", config_.version}};
+  json req = {{"name", config_.machine},
+              {"hostname", config_.hostname},
+              {"pid", config_.pid},
+              {"slots", config_.slots},
+              {"gpus", gpus},
+              {"cpus", config_.cpus},
+              {"memory_mb", config_.memory_mb},
+              {"version", config_.version}};
   if (config_.runs_per_gpu > 0) req["runs_per_gpu"] = config_.runs_per_gpu;
   auto a = Call("/api/v1/workers/register", req);
   if (!a) return {};  // retried after the backoff
@@ -629,10 +634,11 @@ void Worker::FinishProc(Job& job, const ExitStatus& status) {
     } else if (!status.ok()) {
       error = status.Describe();
     } else if (!reading.value) {
-      error = "exited 0 but reported no '" + run.metric_name + "' metric (nothing in " +
-              "$TRAINQ_METRICS_FILE" +
-              (run.metric_regex.empty() || fused ? "" : " and no match of metric.regex in its output") +
-              ")";
+      error =
+          "exited 0 but reported no '" + run.metric_name + "' metric (nothing in " +
+          "$TRAINQ_METRICS_FILE" +
+          (run.metric_regex.empty() || fused ? "" : " and no match of metric.regex in its output") +
+          ")";
     } else if (!std::isfinite(*reading.value)) {
       error = "metric '" + run.metric_name + "' is " + FormatDouble(*reading.value, 4) +
               "; the run is invalid";
@@ -704,7 +710,8 @@ Result<Worker::Phase> Worker::Step() {
     for (const auto& s : job.pending) ids.insert(ids.end(), s.begin(), s.end());
     for (auto id : ids) {
       auto it = runs_.find(id);
-      if (it == runs_.end() || clock_.Now() - it->second.last_heartbeat_ms < heartbeat_ms_) continue;
+      if (it == runs_.end() || clock_.Now() - it->second.last_heartbeat_ms < heartbeat_ms_)
+        continue;
       if (!Heartbeat(it->second, it->second.started && job.proc ? &*job.proc : nullptr)) Forget(id);
     }
   }
@@ -809,8 +816,7 @@ Result<int> Worker::Run(const std::atomic<bool>& stop) {
     if (*phase == Phase::kDone) return exit_code_;
     // Leases pace the loop while slots are free; otherwise look at the
     // children often enough to report an end promptly.
-    bool leasing = worker_id_ && !draining_ &&
-                   static_cast<int>(jobs_.size()) < config_.slots &&
+    bool leasing = worker_id_ && !draining_ && static_cast<int>(jobs_.size()) < config_.slots &&
                    clock_.Now() >= next_try_ms_;
     if (!leasing) {
       SleepMs(jobs_.empty() ? 200 : 50);
@@ -827,7 +833,7 @@ Result<std::string> ReadTokenFile(const std::string& path) {
   if (path.empty()) {
     return Fail(ErrorKind::kInvalidArgument, "--token-file (or TRAINQ_TOKEN_FILE) is required");
   }
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     return Fail(ErrorKind::kNotFound, "token file " + path + ": " + std::strerror(errno));
   }

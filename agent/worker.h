@@ -29,11 +29,10 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "agent/executor.h"
 #include "agent/gpu_detect.h"
@@ -133,8 +132,8 @@ class Worker {
  private:
   struct RunSlot {
     WorkerRun run;
-    RunPaths paths;          // metrics and output_dir are the run's own
-    bool started = false;    // its process started
+    RunPaths paths;        // metrics and output_dir are the run's own
+    bool started = false;  // its process started
     bool started_sent = false;
     TimeMs last_heartbeat_ms = 0;
     size_t points_sent = 0;
@@ -218,7 +217,7 @@ struct WorkerCommandOptions {
   std::string gpus = "auto";  // auto | none | 0,1,...
   int runs_per_gpu = 0;       // 0: the pool's
   int fuse_max = 1;
-  std::string data_dir;       // default: ./trainq-worker
+  std::string data_dir;  // default: ./trainq-worker
   bool once = false;
   int kill_grace_s = 10;
 };

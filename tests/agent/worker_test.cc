@@ -73,7 +73,8 @@ TEST_CASE("ParseMemTotalMb reads /proc/meminfo", "[worker]") {
   CHECK(DetectMemoryMb() > 0);
 }
 
-WorkerRun R(std::int64_t id, std::int64_t seed, std::int64_t group, std::string trainer = "t.yaml") {
+WorkerRun R(std::int64_t id, std::int64_t seed, std::int64_t group,
+            std::string trainer = "t.yaml") {
   WorkerRun r;
   r.lease.run_id = id;
   r.lease.seed = seed;
@@ -205,10 +206,9 @@ struct Harness {
     server = std::make_unique<Server>(config, db, SystemClock::Get(), so);
     REQUIRE(server->Open());
     int port = testing::FreeLoopbackPort();
-    auto l = HttpListener::Start(ListenAddress{"127.0.0.1", port}, 64 << 20,
-                                 [srv = server.get()](const HttpServerRequest& r) {
-                                   return srv->Handle(r);
-                                 });
+    auto l = HttpListener::Start(
+        ListenAddress{"127.0.0.1", port}, 64 << 20,
+        [srv = server.get()](const HttpServerRequest& r) { return srv->Handle(r); });
     REQUIRE(l);
     listener = std::move(*l);
     url = "http://127.0.0.1:" + std::to_string(port);
@@ -364,14 +364,13 @@ TEST_CASE("worker e2e: each GPU run gets its own CUDA_VISIBLE_DEVICES", "[worker
   CHECK(seen == std::set<std::string>{"0", "1"});
 }
 
-TEST_CASE("worker e2e: a cancelled batch's run is killed (409 on its heartbeat)",
-          "[worker][e2e]") {
+TEST_CASE("worker e2e: a cancelled batch's run is killed (409 on its heartbeat)", "[worker][e2e]") {
   Harness h;
   auto batch = h.Submit(1, "PIDS=" + (h.tmp / "pids") + " SLEEP=300 sh run.sh");
   WorkerThread w(h.Config(1));
   std::string pid_file = (h.tmp / "pids") + "/1.pid";
-  REQUIRE(testing::WaitFor([&] { return h.AllIn(batch, RunState::kRunning) && ReadPid(pid_file) > 0; },
-                           30s));
+  REQUIRE(testing::WaitFor(
+      [&] { return h.AllIn(batch, RunState::kRunning) && ReadPid(pid_file) > 0; }, 30s));
   int pid = ReadPid(pid_file);
   REQUIRE(h.store->CancelBatch(batch, SystemClock::Get().Now()));
   CHECK(testing::WaitFor([&] { return ProcessGone(pid); }, 30s));
@@ -402,8 +401,8 @@ TEST_CASE("worker e2e: SIGTERM to `trainq worker` returns its runs to the queue,
   auto batch = h.Submit(2, "PIDS=" + (h.tmp / "pids") + " SLEEP=300 sh run.sh");
   PosixProcessRunner runner;
   ProcessSpec spec;
-  spec.argv = {TRAINQ_BINARY, "worker", "--server", h.url, "--token-file", h.token_file,
-               "--slots", "2", "--gpus", "none", "--data-dir", h.tmp / "bin-worker",
+  spec.argv = {TRAINQ_BINARY,  "worker", "--server", h.url,  "--token-file", h.token_file,
+               "--slots",      "2",      "--gpus",   "none", "--data-dir",   h.tmp / "bin-worker",
                "--kill-grace", "2"};
   spec.output_path = h.tmp / "worker.log";
   auto pid = runner.Spawn(spec);
@@ -429,9 +428,10 @@ TEST_CASE("worker e2e: SIGTERM to `trainq worker` returns its runs to the queue,
   CHECK(ReadFile(h.tmp / "worker.log")->find(std::string(token)) == std::string::npos);
 }
 
-TEST_CASE("worker e2e: with the server gone and nothing running, the dead-man switch runs "
-          "self_stop and exits 3",
-          "[worker][e2e]") {
+TEST_CASE(
+    "worker e2e: with the server gone and nothing running, the dead-man switch runs "
+    "self_stop and exits 3",
+    "[worker][e2e]") {
   testing::TempDir marker_dir;
   std::string marker = marker_dir / "stopped";
   PoolSpec pool;
@@ -470,9 +470,10 @@ TEST_CASE("worker e2e: a machine that is draining is told 409 at registration; t
   CHECK(h.AllIn(batch, RunState::kQueued));
 }
 
-TEST_CASE("worker e2e: draining while a run runs: the run finishes, nothing more is leased, "
-          "exit 0",
-          "[worker][e2e]") {
+TEST_CASE(
+    "worker e2e: draining while a run runs: the run finishes, nothing more is leased, "
+    "exit 0",
+    "[worker][e2e]") {
   Harness h;
   auto batch = h.Submit(3, "PIDS=" + (h.tmp / "pids") + " SLEEP=3 sh run.sh");
   auto c = h.Config(1);
