@@ -56,6 +56,18 @@ struct ServeOptions {
 // Runs until *stop becomes true (a signal) or, with until_idle, the queue is empty.
 Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<bool>& stop);
 
+// `trainq machines` (agent/cmd_machines.cc): machines with state, age, idle
+// time, runs done and cost; per-pool billed against busy time.
+struct MachinesOptions {
+  std::string db;
+  bool all = false;      // stopped machines too
+  bool batches = false;  // cost per batch
+  bool json = false;
+};
+Status CmdMachines(const MachinesOptions& o, const Clock& clock, std::ostream& out);
+struct MachineRow;
+nlohmann::json MachineJson(const MachineRow& m, TimeMs now);
+
 struct StatusOptions {
   std::string db;
   bool json = false;

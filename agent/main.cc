@@ -104,6 +104,18 @@ int main(int argc, char** argv) {
     exit_code = Report(trainq::CmdServe(serve, clock, g_stop));
   });
 
+  // machines
+  trainq::MachinesOptions machines;
+  auto* c_machines = app.add_subcommand(
+      "machines", "Machines of the pools: state, age, idle time, runs done, billed time and cost");
+  c_machines->add_flag("--all", machines.all, "Stopped machines too");
+  c_machines->add_flag("--batches", machines.batches, "Cost per batch");
+  c_machines->add_flag("--json", machines.json, "Print as JSON");
+  c_machines->callback([&] {
+    machines.db = db;
+    exit_code = Report(trainq::CmdMachines(machines, clock, std::cout));
+  });
+
   // status
   trainq::StatusOptions status;
   auto* c_status = app.add_subcommand("status", "Queue depth, running runs, slots and batch progress");

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "agent/analysis.h"
 #include "agent/server.h"
 
 using nlohmann::json;
@@ -517,6 +518,18 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
                           outcome + "\"");
   }
   (void)store.TouchWorker(machine, now, true);
+  if (state != "queued") {
+    // Adaptive repeats: a batch whose spread is still too wide for its
+    // `until` grows by `step` runs (agent/analysis.h), as with local slots.
+    if (auto row = store.Run(run_id); row && *row) {
+      auto added = ExtendIfNeeded(store, (*row)->batch_id, now);
+      if (!added) {
+        spdlog::warn("run {}: adaptive repeats: {}", run_id, added.error().message);
+      } else if (*added > 0) {
+        NotifyWork();
+      }
+    }
+  }
   if (state == "queued") NotifyWork();  // back in the queue: a waiting worker may take it
   return Json(200, {{"state", state}});
 }

@@ -179,7 +179,12 @@ TEST_CASE("e2e: git push -> signed webhook -> exactly the touched experiment run
   auto runs = store.Runs(batches[0].id, std::nullopt, 0).value();
   REQUIRE(runs.size() == 3);
   for (const auto& r : runs) CHECK(r.state == RunState::kSucceeded);
-  CHECK(fs::exists(tmp.path() / "trainq-data/worktrees" / sha / "configs/b.yaml"));
+  // Checked out by the worker machine that ran them (the local provider's).
+  bool checked_out = false;
+  for (const auto& m : fs::directory_iterator(tmp.path() / "trainq-data/machines")) {
+    if (fs::exists(m.path() / "worktrees" / sha / "configs/b.yaml")) checked_out = true;
+  }
+  CHECK(checked_out);
 
   // The same delivery again (the forge's "redeliver"): 200 duplicate, nothing new.
   std::string body = std::string(Trim(ReadFile(origin + "/last-body").value_or("")));
@@ -227,6 +232,7 @@ TEST_CASE("e2e: git push -> signed webhook -> exactly the touched experiment run
   daemon.runner.KillGroup(daemon.pid, SIGTERM);
   auto exit = daemon.runner.Wait(daemon.pid);
   daemon.pid = 0;
+  INFO("serve: " << exit.Describe() << "\n" << ReadFile(tmp / "serve.log").value_or(""));
   CHECK(exit.ok());
 }
 

@@ -1,0 +1,138 @@
+// `trainq machines`: every machine the fleet booted (or a worker registered),
+// its state, age, idle time, runs done and cost; then per-pool totals of
+// billed machine time (boot to stop) against busy time (runs on it).
+#include <cmath>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "agent/commands.h"
+#include "agent/table.h"
+#include "core/strings.h"
+#include "queue/store.h"
+
+using nlohmann::json;
+
+namespace trainq {
+
+namespace {
+
+std::string Money(double v) { return fmt::format("${:.2f}", v); }
+
+std::string Percent(TimeMs part, TimeMs whole) {
+  if (whole <= 0) return "-";
+  return fmt::format("{:.0f}%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
+}
+
+TimeMs Billed(const MachineRow& m, TimeMs now) {
+  return std::max<TimeMs>(0, m.stopped_ms.value_or(now) - m.created_ms);
+}
+
+std::string Idle(const MachineRow& m, TimeMs now) {
+  if (m.state != "ready") return "-";
+  if (m.live_leases > 0) return "busy";
+  TimeMs since = std::max(m.ready_ms.value_or(m.created_ms), m.last_busy_ms.value_or(0));
+  return FormatDuration(std::max<TimeMs>(0, now - since));
+}
+
+}  // namespace
+
+json MachineJson(const MachineRow& m, TimeMs now) {
+  TimeMs billed = Billed(m, now);
+  auto opt = [](const std::optional<TimeMs>& t) { return t ? json(*t) : json(nullptr); };
+  return {{"id", m.id},
+          {"pool", m.pool},
+          {"name", m.name},
+          {"provider", m.provider},
+          {"provider_id", m.provider_id},
+          {"hostname", m.hostname},
+          {"state", m.state},
+          {"slots", m.slots},
+          {"gpus", m.gpus},
+          {"booted_ms", m.created_ms},
+          {"ready_ms", opt(m.ready_ms)},
+          {"last_busy_ms", opt(m.last_busy_ms)},
+          {"stopped_ms", opt(m.stopped_ms)},
+          {"last_seen_ms", m.last_seen_ms},
+          {"live_leases", m.live_leases},
+          {"runs_done", m.runs_done},
+          {"busy_ms", m.busy_ms},
+          {"billed_ms", billed},
+          {"cost", static_cast<double>(billed) / 3.6e6 * m.hourly_cost},
+          {"last_error", m.last_error}};
+}
+
+Status CmdMachines(const MachinesOptions& o, const Clock& clock, std::ostream& out) {
+  ASSIGN_OR_RETURN(auto store, Store::Open(o.db, {.create = false}));
+  TimeMs now = clock.Now();
+  ASSIGN_OR_RETURN(auto machines, store.Machines(o.all));
+  ASSIGN_OR_RETURN(auto costs, store.Costs(now, false));
+  ASSIGN_OR_RETURN(auto health, store.PoolHealth());
+  std::vector<Store::CostRow> batch_costs;
+  if (o.batches) { ASSIGN_OR_RETURN(batch_costs, store.Costs(now, true)); }
+
+  if (o.json) {
+    json j;
+    j["now_ms"] = now;
+    j["machines"] = json::array();
+    for (const auto& m : machines) j["machines"].push_back(MachineJson(m, now));
+    j["pools"] = json::array();
+    for (const auto& c : costs) {
+      json p = {{"pool", c.pool},         {"machines", c.machines}, {"billed_ms", c.billed_ms},
+                {"busy_ms", c.busy_ms},   {"cost", c.cost}};
+      for (const auto& h : health) {
+        if (h.pool == c.pool) {
+          p["provider_failures"] = h.consecutive_failures;
+          p["provider_error"] = h.last_error;
+        }
+      }
+      j["pools"].push_back(p);
+    }
+    if (o.batches) {
+      j["batches"] = json::array();
+      for (const auto& c : batch_costs) {
+        j["batches"].push_back({{"batch", c.batch_id}, {"busy_ms", c.busy_ms}, {"cost", c.cost}});
+      }
+    }
+    out << j.dump(2) << "\n";
+    return Status{};
+  }
+
+  if (machines.empty()) {
+    out << "no machines" << (o.all ? "" : " running (trainq machines --all shows stopped ones)")
+        << "\n";
+  } else {
+    Table t({"ID", "POOL", "NAME", "STATE", "AGE", "IDLE", "RUNS", "BUSY", "BILLED", "COST"});
+    for (const auto& m : machines) {
+      TimeMs billed = Billed(m, now);
+      t.Add({std::to_string(m.id), m.pool, m.name.empty() ? m.provider_id : m.name,
+             m.state + (m.last_error.empty() || m.state != "failed" ? "" : " (" + m.last_error + ")"),
+             FormatDuration(billed), Idle(m, now), std::to_string(m.runs_done),
+             FormatDuration(m.busy_ms), FormatDuration(billed),
+             Money(static_cast<double>(billed) / 3.6e6 * m.hourly_cost)});
+    }
+    out << t.Render();
+  }
+  for (const auto& c : costs) {
+    out << "pool " << c.pool << ": " << c.machines << " machine(s) booted; billed "
+        << FormatDuration(c.billed_ms) << ", busy " << FormatDuration(c.busy_ms) << " ("
+        << Percent(c.busy_ms, c.billed_ms) << " of billed), cost " << Money(c.cost) << "\n";
+  }
+  for (const auto& h : health) {
+    if (h.consecutive_failures > 0) {
+      out << "pool " << h.pool << ": provider failing (" << h.consecutive_failures
+          << " call(s) in a row): " << h.last_error << "\n";
+    }
+  }
+  if (o.batches && !batch_costs.empty()) {
+    Table t({"BATCH", "RUN TIME", "COST"});
+    for (const auto& c : batch_costs) {
+      t.Add({std::to_string(c.batch_id), FormatDuration(c.busy_ms), Money(c.cost)});
+    }
+    out << "per batch (run time on machines x hourly cost / slots):\n" << t.Render("  ");
+  }
+  return Status{};
+}
+
+}  // namespace trainq

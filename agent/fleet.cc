@@ -1,0 +1,344 @@
+#include "agent/fleet.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "agent/worker_api.h"
+#include "core/strings.h"
+
+namespace trainq {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::optional<cloud::MachineState> ParseMachineState(std::string_view s) {
+  using cloud::MachineState;
+  for (auto st : {MachineState::kRequested, MachineState::kBooting, MachineState::kReady,
+                  MachineState::kDraining, MachineState::kStopping, MachineState::kStopped,
+                  MachineState::kFailed}) {
+    if (cloud::MachineStateName(st) == s) return st;
+  }
+  return std::nullopt;
+}
+
+std::string Base36(TimeMs v) {
+  std::string s;
+  auto u = static_cast<std::uint64_t>(v);
+  do {
+    s.insert(s.begin(), "0123456789abcdefghijklmnopqrstuvwxyz"[u % 36]);
+    u /= 36;
+  } while (u);
+  return s;
+}
+
+}  // namespace
+
+const PoolSpec* PoolForDemand(const std::vector<FleetPool>& pools, const std::string& pool,
+                              int gpus) {
+  for (const auto& p : pools) {
+    if (!pool.empty()) {
+      if (p.spec.name() == pool) return &p.spec;
+      continue;
+    }
+    if (p.spec.gpus >= gpus) return &p.spec;
+  }
+  return nullptr;
+}
+
+Result<std::string> InstanceId(const std::string& data_dir) {
+  const std::string path = (fs::path(data_dir) / "instance-id").string();
+  if (auto text = ReadFile(path)) {
+    auto id = std::string(Trim(*text));
+    if (!id.empty()) return id;
+  }
+  std::error_code ec;
+  fs::create_directories(data_dir, ec);
+  unsigned char bytes[4];
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || read(fd, bytes, sizeof bytes) != static_cast<ssize_t>(sizeof bytes)) {
+    if (fd >= 0) close(fd);
+    return Fail(ErrorKind::kInternal, "cannot read /dev/urandom");
+  }
+  close(fd);
+  static const char* hex = "0123456789abcdef";
+  std::string id;
+  for (unsigned char b : bytes) {
+    id += hex[b >> 4];
+    id += hex[b & 15];
+  }
+  TRY(WriteFile(path, id + "\n"));
+  return id;
+}
+
+Fleet::Fleet(Store& store, const Clock& clock, std::vector<FleetPool> pools, FleetOptions options)
+    : store_(store), clock_(clock), pools_(std::move(pools)), options_(std::move(options)) {}
+
+std::vector<std::string> Fleet::WorkerArgv(const PoolSpec& pool, const std::string& name) const {
+  std::string server = options_.server_url;
+  if (auto it = pool.params.find("server_url"); it != pool.params.end()) server = it->second;
+  std::string token_file = TokenFilePath(options_.data_dir, pool.name());
+  if (auto it = pool.params.find("token_file"); it != pool.params.end()) token_file = it->second;
+  std::string trainq = options_.trainq_path;
+  if (auto it = pool.params.find("trainq"); it != pool.params.end()) trainq = it->second;
+  std::vector<std::string> argv = {trainq,  "worker",     "--server",
+                                   server,  "--token-file", token_file,
+                                   "--machine", name,     "--slots",
+                                   std::to_string(pool.scaling.slots)};
+  argv.push_back("--gpus");
+  argv.push_back(pool.gpus > 0 ? "auto" : "none");
+  if (auto it = pool.params.find("worker_gpus"); it != pool.params.end()) argv.back() = it->second;
+  if (pool.runs_per_gpu > 1) {
+    argv.push_back("--runs-per-gpu");
+    argv.push_back(std::to_string(pool.runs_per_gpu));
+  }
+  if (pool.provider == "local") {
+    argv.push_back("--data-dir");
+    argv.push_back((fs::path(options_.data_dir) / "machines" / name).string());
+  } else if (auto it = pool.params.find("worker_data_dir"); it != pool.params.end()) {
+    argv.push_back("--data-dir");
+    argv.push_back(it->second);
+  }
+  return argv;
+}
+
+void Fleet::Record(const std::string& pool, bool ok, const std::string& error) {
+  TimeMs now = clock_.Now();
+  auto& h = health_[pool];
+  bool was_failing = h.consecutive_failures > 0;
+  h = cloud::RecordProviderCall(h, ok, now, options_.autoscaler);
+  if (!ok || was_failing) {
+    Store::PoolHealthRow row;
+    row.pool = pool;
+    row.consecutive_failures = h.consecutive_failures;
+    row.next_retry_ms = h.next_retry_at;
+    row.last_error = ok ? "" : error;
+    if (auto st = store_.SetPoolHealth(row, now); !st) {
+      spdlog::warn("pool {}: cannot record provider health: {}", pool, st.error().message);
+    }
+  }
+}
+
+Status Fleet::Boot(FleetPool& pool, int count) {
+  const PoolSpec& spec = pool.spec;
+  for (int i = 0; i < count; ++i) {
+    TimeMs now = clock_.Now();
+    // The row first: a crash between the provider's answer and recording it
+    // leaves a tagged machine that reconcile adopts or stops.
+    MachineRow m;
+    m.pool = spec.name();
+    m.provider = spec.provider;
+    m.state = "requested";
+    m.slots = spec.scaling.slots;
+    m.gpus = spec.gpus;
+    m.hourly_cost = spec.scaling.hourly_cost;
+    m.name = "tq-" + options_.instance + "-" + spec.name() + "-" + Base36(now) + std::to_string(i);
+    ASSIGN_OR_RETURN(auto row, store_.AddMachine(m, now));
+    cloud::BootSpec b;
+    b.tag = {spec.name(), options_.instance};
+    b.name = m.name;
+    b.slots = spec.scaling.slots;
+    b.gpus = spec.gpus;
+    b.params = spec.params;
+    b.worker_argv = WorkerArgv(spec, m.name);
+    if (spec.provider == "ec2" || spec.provider == "command") {
+      if (auto token = ReadFile(TokenFilePath(options_.data_dir, spec.name()))) {
+        b.token = std::string(Trim(*token));
+      } else if (!spec.token.empty()) {
+        b.token = spec.token.value;
+      }
+    }
+    auto id = pool.provider->Boot(b);
+    Record(spec.name(), id.has_value(), id ? "" : id.error().message);
+    if (!id) {
+      spdlog::warn("pool {}: boot of {} failed: {}", spec.name(), m.name, id.error().message);
+      TRY(store_.SetMachineState(row, "failed", clock_.Now(), "boot: " + id.error().message));
+      return Status{};  // backoff; the next pass retries
+    }
+    TRY(store_.SetMachineProviderId(row, *id, clock_.Now()));
+    spdlog::info("pool {}: booted {} ({} {})", spec.name(), m.name, spec.provider, *id);
+  }
+  return Status{};
+}
+
+Status Fleet::StopMachine(FleetPool& pool, std::int64_t row, const std::string& id) {
+  TimeMs now = clock_.Now();
+  if (row) TRY(store_.SetMachineState(row, "stopping", now));
+  auto st = pool.provider->Stop(id);
+  Record(pool.spec.name(), st.has_value(), st ? "" : st.error().message);
+  if (!st) {
+    spdlog::warn("pool {}: stop of {} failed: {}", pool.spec.name(), id, st.error().message);
+    return Status{};  // stays `stopping`; the next pass tries again
+  }
+  if (row) TRY(store_.SetMachineState(row, "stopped", clock_.Now()));
+  return Status{};
+}
+
+Status Fleet::Step() {
+  TimeMs now = clock_.Now();
+  if (auto n = store_.ExpireLeases(now); n && *n > 0) {
+    spdlog::warn("{} lease(s) expired; their runs are queued again", *n);
+  }
+  ASSIGN_OR_RETURN(auto machines, store_.Machines(false));
+  ASSIGN_OR_RETURN(auto demand, store_.RunnableDemand(now));
+  std::map<std::string, int> demand_by_pool;
+  for (const auto& d : demand) {
+    const PoolSpec* p = PoolForDemand(pools_, d.pool, d.gpus);
+    if (!p) continue;  // `trainq status` shows the runs waiting; nothing can serve them
+    demand_by_pool[p->name()] += static_cast<int>(d.runnable);
+  }
+  std::vector<cloud::PoolInput> inputs;
+  std::map<std::string, std::map<std::string, std::string>> listed_names;  // pool -> id -> name
+  for (auto& pool : pools_) {
+    cloud::PoolInput in;
+    in.config = pool.spec.scaling;
+    in.demand = demand_by_pool[pool.spec.name()];
+    in.health = health_[pool.spec.name()];
+    for (const auto& m : machines) {
+      if (m.pool != pool.spec.name() || m.provider != pool.spec.provider) continue;
+      auto state = ParseMachineState(m.state);
+      if (!state) continue;
+      cloud::Machine cm;
+      cm.row = m.id;
+      cm.id = m.provider_id;
+      cm.state = *state;
+      cm.booted_at = m.created_ms;
+      cm.ready_at = m.ready_ms;
+      cm.last_busy_at = m.last_busy_ms;
+      cm.live_leases = m.live_leases;
+      in.machines.push_back(cm);
+    }
+    if (now >= in.health.next_retry_at) {
+      auto listing = pool.provider->List({pool.spec.name(), options_.instance});
+      Record(pool.spec.name(), listing.has_value(), listing ? "" : listing.error().message);
+      if (listing) {
+        std::vector<std::string> ids;
+        for (const auto& l : *listing) {
+          ids.push_back(l.id);
+          listed_names[pool.spec.name()][l.id] = l.name;
+        }
+        in.listing = std::move(ids);
+      } else {
+        spdlog::warn("pool {}: listing machines failed: {}", pool.spec.name(),
+                     listing.error().message);
+      }
+      in.health = health_[pool.spec.name()];
+    }
+    inputs.push_back(std::move(in));
+  }
+  last_ = cloud::Autoscale(inputs, now, options_.autoscaler);
+
+  for (const auto& a : last_.actions) {
+    FleetPool* pool = nullptr;
+    for (auto& p : pools_) {
+      if (p.spec.name() == a.pool) pool = &p;
+    }
+    if (!pool) continue;
+    now = clock_.Now();
+    switch (a.kind) {
+      case cloud::ActionKind::kForget: {
+        ASSIGN_OR_RETURN(int returned, store_.ForgetMachine(a.row, now, a.reason));
+        spdlog::info("pool {}: machine {} is gone ({}){}", a.pool, a.machine, a.reason,
+                     returned ? "; " + std::to_string(returned) + " run(s) back in the queue" : "");
+        break;
+      }
+      case cloud::ActionKind::kStop:
+        spdlog::info("pool {}: stopping {} ({})", a.pool, a.machine, a.reason);
+        TRY(StopMachine(*pool, a.row, a.machine));
+        break;
+      case cloud::ActionKind::kAdopt: {
+        MachineRow m;
+        m.pool = a.pool;
+        m.provider = pool->spec.provider;
+        m.provider_id = a.machine;
+        m.state = "booting";
+        m.slots = pool->spec.scaling.slots;
+        m.gpus = pool->spec.gpus;
+        m.hourly_cost = pool->spec.scaling.hourly_cost;
+        m.name = listed_names[a.pool][a.machine];
+        spdlog::info("pool {}: adopting {} ({})", a.pool, a.machine, a.reason);
+        ASSIGN_OR_RETURN(auto row, store_.AddMachine(m, now));
+        (void)row;
+        break;
+      }
+      case cloud::ActionKind::kDrain: {
+        ASSIGN_OR_RETURN(bool drained, store_.DrainMachine(a, now));
+        if (!drained) {
+          spdlog::info("pool {}: drain of {} called off: it took work meanwhile", a.pool,
+                       a.machine);
+          break;
+        }
+        spdlog::info("pool {}: draining {} ({})", a.pool, a.machine, a.reason);
+        TRY(StopMachine(*pool, a.row, a.machine));
+        break;
+      }
+      case cloud::ActionKind::kBoot:
+        spdlog::info("pool {}: booting {} machine(s) ({})", a.pool, a.count, a.reason);
+        TRY(Boot(*pool, a.count));
+        break;
+    }
+  }
+  return Status{};
+}
+
+Result<int> Fleet::LiveMachines() {
+  ASSIGN_OR_RETURN(auto machines, store_.Machines(false));
+  int n = 0;
+  for (const auto& m : machines) {
+    for (const auto& p : pools_) {
+      if (m.pool == p.spec.name() && m.provider == p.spec.provider && m.state != "stopped" &&
+          m.state != "failed") {
+        ++n;
+      }
+    }
+  }
+  return n;
+}
+
+Status Fleet::StopAll(bool local_only) {
+  ASSIGN_OR_RETURN(auto machines, store_.Machines(false));
+  for (auto& pool : pools_) {
+    if (local_only && pool.spec.provider != "local") continue;
+    for (const auto& m : machines) {
+      if (m.pool != pool.spec.name() || m.provider != pool.spec.provider) continue;
+      if (m.state == "stopped" || m.state == "failed") continue;
+      if (local_only) {
+        if (!m.provider_id.empty()) {
+          auto st = pool.provider->Stop(m.provider_id);
+          if (!st) spdlog::warn("pool {}: stop of {}: {}", m.pool, m.name, st.error().message);
+        }
+        ASSIGN_OR_RETURN(int returned, store_.ForgetMachine(m.id, clock_.Now(),
+                                                            "trainq serve stopped"));
+        if (returned) spdlog::info("{} run(s) of {} back in the queue", returned, m.name);
+        continue;
+      }
+      if (m.state == "ready") {
+        cloud::Action drain;
+        drain.kind = cloud::ActionKind::kDrain;
+        drain.pool = m.pool;
+        drain.machine = m.provider_id;
+        drain.row = m.id;
+        drain.guard.last_busy_at = m.last_busy_ms;
+        ASSIGN_OR_RETURN(bool ok, store_.DrainMachine(drain, clock_.Now()));
+        if (!ok) {
+          spdlog::warn("pool {}: {} holds work; not stopped", m.pool, m.name);
+          continue;
+        }
+      }
+      if (m.provider_id.empty()) {
+        TRY(store_.SetMachineState(m.id, "stopped", clock_.Now(), "never booted"));
+        continue;
+      }
+      spdlog::info("pool {}: stopping {} (queue empty, exiting)", m.pool, m.name);
+      TRY(StopMachine(pool, m.id, m.provider_id));
+    }
+  }
+  return Status{};
+}
+
+}  // namespace trainq

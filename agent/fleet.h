@@ -1,0 +1,96 @@
+// Fleet: the thin loop around the pure autoscaler (cloud/autoscaler.h) that
+// `trainq serve` runs every few seconds.
+//
+// One Step():
+//   1. returns expired leases to the queue;
+//   2. per pool, reads the machines and the runnable demand from the store and,
+//      unless the pool's provider is backing off, the provider's List();
+//   3. calls cloud::Autoscale() and applies its actions in order:
+//        forget  -> Store::ForgetMachine (its leases back to the queue, no attempt used)
+//        stop    -> Provider::Stop, then the machine is `stopped`
+//        adopt   -> the listed machine is recorded as `booting`
+//        drain   -> Store::DrainMachine (the drain transaction: refused when a
+//                   lease or a queued run appeared since the decision), and
+//                   only when it committed, Provider::Stop
+//        boot    -> a `requested` row first (so a crash leaves a trace), then
+//                   Provider::Boot, then the provider's id (`booting`);
+//   4. records each provider call's outcome in the pool's health (backoff,
+//      `trainq status` reports a pool that keeps failing).
+// A machine becomes `ready` when its worker registers (Server), and leaves
+// the fleet when its worker exits: the provider no longer lists it.
+//
+// Which pool serves a run: the batch's `resources.pool` when set, else the
+// first pool (config order) whose machines have at least the GPUs it needs.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/server_config.h"
+#include "cloud/autoscaler.h"
+#include "cloud/provider.h"
+#include "core/clock.h"
+#include "core/result.h"
+#include "queue/store.h"
+
+namespace trainq {
+
+struct FleetOptions {
+  std::string instance;     // this installation's id (tags every machine)
+  std::string server_url;   // what workers on this host connect to (http://127.0.0.1:PORT)
+  std::string trainq_path;  // the trainq binary workers run
+  std::string data_dir;     // serve's data dir (tokens/, machines/)
+  cloud::AutoscalerOptions autoscaler;
+};
+
+struct FleetPool {
+  PoolSpec spec;
+  std::unique_ptr<cloud::Provider> provider;
+};
+
+// The pool that serves a run needing `gpus` GPUs and naming `pool` ("" = any).
+// nullptr when none can.
+const PoolSpec* PoolForDemand(const std::vector<FleetPool>& pools, const std::string& pool,
+                              int gpus);
+
+class Fleet {
+ public:
+  Fleet(Store& store, const Clock& clock, std::vector<FleetPool> pools, FleetOptions options);
+
+  // One pass. Provider failures are recorded, not returned; an Error means the
+  // store failed.
+  Status Step();
+  // Machines of this fleet that are not stopped (requested .. stopping).
+  Result<int> LiveMachines();
+  // Stops every machine now. Default (serve --until-idle at exit): only
+  // machines the drain transaction finds idle. local_only (serve stopped by a
+  // signal): this host's worker processes, busy or not; their runs go back to
+  // the queue without using an attempt.
+  Status StopAll(bool local_only = false);
+
+  const std::vector<FleetPool>& pools() const { return pools_; }
+  const cloud::Decision& last_decision() const { return last_; }
+
+ private:
+  // The argv that starts a worker for machine `name` of `pool`.
+  std::vector<std::string> WorkerArgv(const PoolSpec& pool, const std::string& name) const;
+  Status Boot(FleetPool& pool, int count);
+  Status StopMachine(FleetPool& pool, std::int64_t row, const std::string& id);
+  void Record(const std::string& pool, bool ok, const std::string& error);
+
+  Store& store_;
+  const Clock& clock_;
+  std::vector<FleetPool> pools_;
+  FleetOptions options_;
+  std::map<std::string, cloud::ProviderHealth> health_;
+  cloud::Decision last_;
+};
+
+// This installation's id: <data_dir>/instance-id, created (8 hex digits) on
+// first use.
+Result<std::string> InstanceId(const std::string& data_dir);
+
+}  // namespace trainq

@@ -1,0 +1,176 @@
+// End to end through the real binaries: `trainq serve` boots local worker
+// machines (the local provider), they lease runs over HTTP, one worker is
+// killed with SIGKILL mid-run, and the recorded history shows that its run was
+// leased again and stored once, that every machine ends stopped, and that no
+// machine was drained or stopped while it held a lease.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "core/process.h"
+#include "core/strings.h"
+#include "queue/store.h"
+#include "tests/agent/agent_test_util.h"
+#include "tests/support/git_fixture.h"
+#include "tests/support/temp_dir.h"
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace trainq {
+namespace {
+
+struct Daemon {
+  PosixProcessRunner runner;
+  int pid = 0;
+  ~Daemon() {
+    if (pid > 0) {
+      runner.KillGroup(pid, SIGKILL);
+      runner.Wait(pid);
+    }
+  }
+};
+
+// A run that takes a little while (so that a worker can be killed in the
+// middle of one) and reports its seed back as the metric.
+constexpr const char* kManifest =
+    "version: 1\n"
+    "defaults:\n"
+    "  repeats: 12\n"
+    "  timeout: 2m\n"
+    "experiments:\n"
+    "  slow:\n"
+    "    command: sh run.sh\n";
+constexpr const char* kRunScript =
+    "#!/bin/sh\n"
+    "i=0\n"
+    "while [ $i -lt 15 ]; do i=$((i+1)); sleep 0.1; done\n"
+    "echo \"{\\\"name\\\":\\\"accuracy\\\",\\\"value\\\":0.$TRAINQ_SEED}\" >> \"$TRAINQ_METRICS_FILE\"\n";
+
+TEST_CASE("fleet e2e: 2 local machines x 2 slots, 12 runs, one worker SIGKILLed mid-run",
+          "[fleet][e2e]") {
+  testing::TempDir tmp;
+  testing::GitFixture repo(tmp / "repo");
+  repo.Commit({{"trainq.yaml", kManifest}, {"run.sh", kRunScript}}, "slow experiment");
+  const std::string db = tmp / "trainq.db";
+  std::string out;
+  REQUIRE(testing::RunShell(ShellQuote(TRAINQ_BINARY) + " --db " + ShellQuote(db) +
+                                " submit --repo " + ShellQuote(repo.dir()),
+                            &out) == 0);
+
+  Daemon daemon;
+  auto pid = daemon.runner.Spawn(
+      {{TRAINQ_BINARY, "--db", db, "serve", "--machines", "2", "--slots", "2", "--until-idle",
+        "--idle-grace", "1", "--poll-ms", "50", "--heartbeat", "1", "--lease", "30"},
+       {},
+       tmp.path().string(),
+       tmp / "serve.log"});
+  REQUIRE(pid);
+  daemon.pid = *pid;
+  INFO("serve log:\n" << testing::Slurp(tmp / "serve.log"));
+
+  auto store = Store::Open(db, {.create = false});
+  REQUIRE(store);
+
+  // Both machines run something; pick a machine holding a running run.
+  MachineRow victim;
+  std::int64_t victim_run = 0;
+  REQUIRE(testing::WaitFor(
+      [&] {
+        auto machines = store->Machines(false);
+        auto running = store->Runs(std::nullopt, RunState::kRunning, 0);
+        if (!machines || !running) return false;
+        int busy = 0;
+        for (const auto& m : *machines) {
+          if (m.state == "ready" && m.live_leases > 0) ++busy;
+        }
+        if (busy < 2 || running->empty()) return false;
+        for (const auto& m : *machines) {
+          if (m.state != "ready" || m.live_leases == 0) continue;
+          victim = m;
+          break;
+        }
+        return true;
+      },
+      60s));
+  REQUIRE(!victim.provider_id.empty());
+  const int victim_pid = std::stoi(victim.provider_id);
+  // The run it holds, as the store says now.
+  {
+    auto running = store->Runs(std::nullopt, RunState::kRunning, 0);
+    REQUIRE(running);
+    auto leased = store->Runs(std::nullopt, RunState::kLeased, 0);
+    REQUIRE(leased);
+    running->insert(running->end(), leased->begin(), leased->end());
+    for (const auto& r : *running) {
+      if (r.worker == victim.name) {
+        victim_run = r.id;
+      }
+    }
+  }
+  REQUIRE(::kill(victim_pid, SIGKILL) == 0);
+
+  // serve exits by itself once all 12 runs are done and every machine stopped.
+  std::optional<ExitStatus> status;
+  REQUIRE(testing::WaitFor(
+      [&] {
+        status = daemon.runner.Poll(daemon.pid);
+        return status.has_value();
+      },
+      120s));
+  daemon.pid = 0;
+  CHECK(status->ok());
+
+  // Every seed ran to completion exactly once: 12 succeeded runs, one value each.
+  auto runs = store->Runs(std::nullopt, std::nullopt, 0);
+  REQUIRE(runs);
+  REQUIRE(runs->size() == 12);
+  std::set<std::int64_t> seeds;
+  for (const auto& r : *runs) {
+    CHECK(r.state == RunState::kSucceeded);
+    REQUIRE(r.metric_value);
+    CHECK(*r.metric_value == Approx(std::stod("0." + std::to_string(r.seed))));
+    seeds.insert(r.seed);
+  }
+  CHECK(seeds.size() == 12);
+  if (victim_run) {
+    auto r = store->Run(victim_run);
+    REQUIRE(r);
+    REQUIRE(*r);
+    // Leased again, on another machine; the killed attempt did not count.
+    CHECK((*r)->state == RunState::kSucceeded);
+    CHECK((*r)->attempts == 1);
+    CHECK((*r)->worker != victim.name);
+  }
+
+  // Every machine ended stopped, and its worker process is gone.
+  auto machines = store->Machines(true);
+  REQUIRE(machines);
+  CHECK(machines->size() >= 3);  // two booted, the killed one replaced
+  for (const auto& m : *machines) {
+    INFO("machine " << m.name << " " << m.state);
+    CHECK(m.state == "stopped");
+    if (!m.provider_id.empty()) CHECK(testing::ProcessGone(std::stoi(m.provider_id)));
+  }
+
+  // The history: no machine drained or stopped by trainq while it held a lease.
+  // (The killed machine is `stopped` by ForgetMachine, which returns its lease.)
+  auto history = store->MachineHistory(std::nullopt);
+  REQUIRE(history);
+  bool killed_forgotten = false;
+  for (const auto& e : *history) {
+    INFO("machine " << e.machine_id << " -> " << e.state << " with " << e.live_leases
+                    << " lease(s): " << e.note);
+    if (e.machine_id == victim.id && e.state == "stopped") killed_forgotten = true;
+    if (e.state == "draining" || e.state == "stopping") CHECK(e.live_leases == 0);
+    if (e.state == "stopped" && e.machine_id != victim.id) CHECK(e.live_leases == 0);
+  }
+  CHECK(killed_forgotten);
+}
+
+}  // namespace
+}  // namespace trainq
