@@ -174,3 +174,71 @@ TEST_CASE("fleet e2e: 2 local machines x 2 slots, 12 runs, one worker SIGKILLed 
 
 }  // namespace
 }  // namespace trainq
+
+namespace trainq {
+namespace {
+
+TEST_CASE("fleet e2e: an idle machine is drained after idle_grace, not before, and not left "
+          "running",
+          "[fleet][e2e]") {
+  testing::TempDir tmp;
+  testing::GitFixture repo(tmp / "repo");
+  repo.Commit({{"trainq.yaml",
+                "version: 1\n"
+                "defaults: {repeats: 2, timeout: 1m}\n"
+                "experiments:\n"
+                "  quick:\n"
+                "    command: echo '{\"name\":\"accuracy\",\"value\":0.5}' >> "
+                "\"$TRAINQ_METRICS_FILE\"\n"}},
+              "quick");
+  const std::string db = tmp / "trainq.db";
+  std::string out;
+  REQUIRE(testing::RunShell(ShellQuote(TRAINQ_BINARY) + " --db " + ShellQuote(db) +
+                                " submit --repo " + ShellQuote(repo.dir()),
+                            &out) == 0);
+  // No --until-idle: only the autoscaler's idle rule may stop the machine.
+  Daemon daemon;
+  auto pid = daemon.runner.Spawn({{TRAINQ_BINARY, "--db", db, "serve", "--machines", "1",
+                                   "--slots", "2", "--idle-grace", "2", "--listen", "auto",
+                                   "--poll-ms", "50"},
+                                  {},
+                                  tmp.path().string(),
+                                  tmp / "serve.log"});
+  REQUIRE(pid);
+  daemon.pid = *pid;
+  INFO("serve log:\n" << testing::Slurp(tmp / "serve.log"));
+  auto store = Store::Open(db, {.create = false});
+  REQUIRE(store);
+  REQUIRE(testing::WaitFor(
+      [&] {
+        auto machines = store->Machines(true);
+        return machines && machines->size() == 1 && machines->front().state == "stopped";
+      },
+      60s));
+  auto runs = store->Runs(std::nullopt, std::nullopt, 0);
+  REQUIRE(runs);
+  for (const auto& r : *runs) CHECK(r.state == RunState::kSucceeded);
+  auto m = store->Machines(true).value().front();
+  REQUIRE(m.last_busy_ms);
+  auto history = store->MachineHistory(m.id);
+  REQUIRE(history);
+  std::optional<TimeMs> drained_at;
+  for (const auto& e : *history) {
+    if (e.state == "draining") {
+      drained_at = e.at_ms;
+      CHECK(e.live_leases == 0);
+    }
+  }
+  // Stopped by the drain rule, and only once idle_grace (2 s) had passed.
+  REQUIRE(drained_at);
+  CHECK(*drained_at - *m.last_busy_ms >= 2000);
+  CHECK(testing::ProcessGone(std::stoi(m.provider_id)));
+  // serve keeps running with no machine; SIGTERM ends it cleanly.
+  daemon.runner.KillGroup(daemon.pid, SIGTERM);
+  auto exit = daemon.runner.Wait(daemon.pid);
+  daemon.pid = 0;
+  CHECK(exit.ok());
+}
+
+}  // namespace
+}  // namespace trainq
