@@ -1,6 +1,7 @@
 #include "agent/commands.h"
 
 #include <signal.h>
+#include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <set>
 
 #include "agent/executor.h"
@@ -36,6 +38,8 @@ namespace {
 constexpr const char* kManifestName = "trainq.yaml";
 // A machine not heard from for this long is shown as silent.
 constexpr TimeMs kMachineSilentMs = 60'000;
+// A pool whose provider failed this many calls in a row is reported failing.
+constexpr int kPoolFailingAfter = 3;
 
 Result<Store> OpenExisting(const std::string& db) {
   StoreOptions so;
@@ -217,7 +221,9 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
 
 Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
   ASSIGN_OR_RETURN(auto counts, store.CountByState());
-  ASSIGN_OR_RETURN(auto machines, store.Machines(false));
+  ASSIGN_OR_RETURN(auto machines, store.Machines(false, now));
+  ASSIGN_OR_RETURN(auto costs, store.Costs(now, false));
+  ASSIGN_OR_RETURN(auto health, store.PoolHealth());
   ASSIGN_OR_RETURN(auto running, store.Runs(std::nullopt, RunState::kRunning, 0));
   ASSIGN_OR_RETURN(auto leased, store.Runs(std::nullopt, RunState::kLeased, 0));
   running.insert(running.end(), leased.begin(), leased.end());
@@ -232,9 +238,25 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
   ASSIGN_OR_RETURN(auto push_counts, store.CountPushesByState());
   ASSIGN_OR_RETURN(auto pushes, store.RecentPushes(10));
 
+  // Runs a machine holds: fleet workers lease with the machine's id
+  // (live_leases); the in-process executor (`serve --inproc`) leases under its
+  // worker name "local/<provider id>" without one.
+  std::map<std::string, int> by_worker;
+  for (const auto& r : running) ++by_worker[r.worker];
+  auto busy_runs = [&](const MachineRow& m) {
+    int n = m.live_leases;
+    if (n == 0 && m.provider == "local" && !m.provider_id.empty()) {
+      if (auto it = by_worker.find("local/" + m.provider_id); it != by_worker.end()) n = it->second;
+    }
+    return n;
+  };
+  auto counts_slots = [&](const MachineRow& m) {
+    return m.state == "ready" && now - m.last_seen_ms < kMachineSilentMs;
+  };
+
   int slots = 0;
   for (const auto& m : machines) {
-    if (m.state == "ready" && now - m.last_seen_ms < kMachineSilentMs) slots += m.slots;
+    if (counts_slots(m)) slots += m.slots;
   }
 
   json j;
@@ -248,16 +270,84 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
   j["slots"] = {{"total", slots}, {"busy", running.size()}};
   j["machines"] = json::array();
   for (const auto& m : machines) {
+    int busy = busy_runs(m);
+    // Idle: a ready machine holding no run, since it last worked (or became
+    // ready). Only fleet and registered workers (they have a name) record when
+    // they last worked; the in-process executor does not.
+    json idle = nullptr;
+    if (m.state == "ready" && busy == 0 && !m.name.empty()) {
+      TimeMs since = std::max(m.ready_ms.value_or(m.created_ms), m.last_busy_ms.value_or(0));
+      idle = std::max<TimeMs>(0, now - since);
+    }
     j["machines"].push_back({{"id", m.id},
                              {"pool", m.pool},
+                             {"name", m.name},
                              {"provider", m.provider},
                              {"provider_id", m.provider_id},
+                             {"hostname", m.hostname},
                              {"state", m.state},
                              {"slots", m.slots},
                              {"gpus", m.gpus},
+                             {"busy", busy},
+                             {"booted_ms", m.created_ms},
                              {"last_seen_ms", m.last_seen_ms},
+                             {"idle_ms", idle},
+                             {"last_error", m.last_error},
                              {"silent", now - m.last_seen_ms >= kMachineSilentMs}});
   }
+  // Per pool: machines by state, slots on ready machines, machine time billed
+  // against time spent running (all machines the pool ever had), and the
+  // provider's health. Pools in name order: every pool with a machine now,
+  // with a machine once (costs), or with a provider failure on record.
+  std::map<std::string, json> pools;
+  auto pool_json = [&](const std::string& name) -> json& {
+    auto [it, fresh] = pools.try_emplace(name);
+    if (fresh) {
+      it->second = {{"pool", name},
+                    {"machines", json::object()},
+                    {"slots", {{"total", 0}, {"busy", 0}}},
+                    {"machines_booted", 0},
+                    {"billed_ms", 0},
+                    {"busy_ms", 0},
+                    {"cost", 0.0},
+                    {"provider_failures", 0},
+                    {"provider_error", ""},
+                    {"provider_next_retry_ms", nullptr},
+                    {"failing", false}};
+    }
+    return it->second;
+  };
+  for (const auto& m : machines) {
+    json& p = pool_json(m.pool);
+    p["machines"][m.state] = p["machines"].value(m.state, 0) + 1;
+    if (counts_slots(m)) {
+      p["slots"]["total"] = p["slots"]["total"].get<int>() + m.slots;
+      p["slots"]["busy"] = p["slots"]["busy"].get<int>() + busy_runs(m);
+    }
+  }
+  json totals = {{"machines_booted", 0}, {"billed_ms", 0}, {"busy_ms", 0}, {"cost", 0.0}};
+  for (const auto& c : costs) {
+    json& p = pool_json(c.pool);
+    p["machines_booted"] = c.machines;
+    p["billed_ms"] = c.billed_ms;
+    p["busy_ms"] = c.busy_ms;
+    p["cost"] = c.cost;
+    totals["machines_booted"] = totals["machines_booted"].get<int>() + c.machines;
+    totals["billed_ms"] = totals["billed_ms"].get<TimeMs>() + c.billed_ms;
+    totals["busy_ms"] = totals["busy_ms"].get<TimeMs>() + c.busy_ms;
+    totals["cost"] = totals["cost"].get<double>() + c.cost;
+  }
+  for (const auto& h : health) {
+    if (h.consecutive_failures == 0 && !pools.count(h.pool)) continue;
+    json& p = pool_json(h.pool);
+    p["provider_failures"] = h.consecutive_failures;
+    p["provider_error"] = h.last_error;
+    if (h.consecutive_failures > 0) p["provider_next_retry_ms"] = h.next_retry_ms;
+    p["failing"] = h.consecutive_failures >= kPoolFailingAfter;
+  }
+  j["pools"] = json::array();
+  for (auto& [name, p] : pools) j["pools"].push_back(std::move(p));
+  j["costs"] = totals;
   j["running"] = json::array();
   for (const auto& r : running) {
     json rj = RunJson(r);
@@ -288,6 +378,14 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
 
 namespace {
 
+std::string Money(double v) { return fmt::format("${:.2f}", v); }
+
+// ", busy 3m10s": run time on the machines, next to their billed time (a
+// machine with several slots can be busy longer than it was billed). Busy
+// time counts runs leased by fleet workers; the in-process executor's runs
+// are not tied to its machine row, so no busy time says nothing about them.
+std::string BusyOf(TimeMs busy) { return busy > 0 ? ", busy " + FormatDuration(busy) : ""; }
+
 std::string ProgressTextJson(const json& b) {
   BatchProgress p;
   for (int i = 0; i < kRunStateCount; ++i) {
@@ -317,17 +415,84 @@ void RenderStatusText(const json& j, std::ostream& out) {
   }
   out << "\n";
   std::int64_t slots = j["slots"].value("total", std::int64_t{0});
+  const json no_machines = json::array();
+  const json& machines = j.contains("machines") ? j["machines"] : no_machines;
   out << "slots:    " << j["slots"].value("busy", std::int64_t{0}) << " busy / " << slots
       << " available";
-  if (slots == 0) out << " (no `trainq serve` is running against this database)";
+  if (slots == 0 && machines.empty()) {
+    out << " (no `trainq serve` is running against this database)";
+  }
   out << "\n";
-  for (const auto& m : j["machines"]) {
+  auto machine_line = [&](const json& m) {
     TimeMs last_seen = m.value("last_seen_ms", TimeMs{0});
-    out << "          " << m.value("provider", "") << " " << m.value("provider_id", "") << ": "
-        << m.value("slots", 0) << " slot(s), "
-        << (m.value("silent", false) ? "silent for " + FormatDuration(now - last_seen)
-                                     : m.value("state", ""))
-        << "\n";
+    std::string name = m.value("name", "");
+    if (name.empty()) name = m.value("provider", "") + " " + m.value("provider_id", "");
+    std::string state = m.value("state", "");
+    out << "          " << name << ": ";
+    if (m.value("silent", false) && (state == "ready" || state == "draining")) {
+      out << "silent for " << FormatDuration(now - last_seen) << "\n";
+      return;
+    }
+    out << state;
+    if (state == "ready") {
+      out << ", " << m.value("busy", 0) << "/" << m.value("slots", 0) << " slot(s) busy";
+      if (m.contains("idle_ms") && m["idle_ms"].is_number()) {
+        out << ", idle " << FormatDuration(m["idle_ms"].get<TimeMs>());
+      }
+    } else if (state == "requested" || state == "booting") {
+      out << " for " << FormatDuration(now - m.value("booted_ms", now));
+    } else {
+      out << ", " << m.value("slots", 0) << " slot(s)";
+    }
+    out << "\n";
+  };
+  if (!j.contains("pools")) {  // a server from before pools
+    for (const auto& m : machines) machine_line(m);
+  } else {
+    static constexpr std::string_view kStateOrder[] = {
+        "ready", "booting", "requested", "draining", "stopping", "failed", "stopped"};
+    for (const auto& p : j["pools"]) {
+      std::string pool = p.value("pool", "");
+      std::vector<std::string> parts;
+      for (auto st : kStateOrder) {
+        int n = p["machines"].value(std::string(st), 0);
+        if (n > 0) parts.push_back(std::to_string(n) + " " + std::string(st));
+      }
+      out << "pool " << pool << ": "
+          << (parts.empty() ? std::string("no machines")
+                            : fmt::format("{}", fmt::join(parts, ", ")));
+      if (!parts.empty()) {
+        out << "; slots " << p["slots"].value("busy", 0) << " busy / "
+            << p["slots"].value("total", 0);
+      }
+      TimeMs billed = p.value("billed_ms", TimeMs{0});
+      TimeMs busy = p.value("busy_ms", TimeMs{0});
+      if (p.value("machines_booted", 0) > 0) {
+        out << "; billed " << FormatDuration(billed) << BusyOf(busy) << ", cost "
+            << Money(p.value("cost", 0.0));
+      }
+      out << "\n";
+      if (p.value("failing", false)) {
+        out << "          provider failing (" << p.value("provider_failures", 0)
+            << " calls in a row";
+        if (p["provider_next_retry_ms"].is_number()) {
+          TimeMs retry = p["provider_next_retry_ms"].get<TimeMs>();
+          out << "; next try " << (retry > now ? "in " + FormatDuration(retry - now) : "now");
+        }
+        out << "): " << Oneline(p.value("provider_error", ""), 120) << "\n";
+      }
+      for (const auto& m : machines) {
+        if (m.value("pool", "") == pool) machine_line(m);
+      }
+    }
+    const json& c = j["costs"];
+    if (c.value("machines_booted", 0) > 0) {
+      TimeMs billed = c.value("billed_ms", TimeMs{0});
+      TimeMs busy = c.value("busy_ms", TimeMs{0});
+      out << "machines: billed " << FormatDuration(billed) << BusyOf(busy) << ", cost "
+          << Money(c.value("cost", 0.0)) << " in all (" << c.value("machines_booted", 0)
+          << " machine(s); `trainq machines --all` for each)\n";
+    }
   }
   if (!j["running"].empty()) {
     out << "running:\n";

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/clock.h"
 #include "core/strings.h"
 #include "queue/store.h"
 #include "tests/agent/agent_test_util.h"
@@ -599,6 +600,8 @@ TEST_CASE("cli: status while serving, and SIGTERM puts running runs back", "[cli
   auto text = Trainq(p.db, "status");
   REQUIRE(text.code == 0);
   CHECK_THAT(text.text, Catch::Contains("2 busy / 2 available"));
+  CHECK_THAT(text.text, Catch::Contains("pool local: 1 ready; slots 2 busy / 2"));
+  CHECK_THAT(text.text, Catch::Contains(": ready, 2/2 slot(s) busy\n"));
   CHECK_THAT(text.text, Catch::Contains("0/3 done, 0 failed, 2 running"));
   CHECK(Trainq(p.db, "runs --state running").code == 0);
 
@@ -626,6 +629,88 @@ TEST_CASE("cli: status while serving, and SIGTERM puts running runs back", "[cli
     CHECK(r.attempts == 1);
     CHECK(r.metric_value.value_or(-1) == Approx(static_cast<double>(r.seed) / 10));
   }
+}
+
+TEST_CASE("cli: status shows each pool's machines, cost totals and a failing provider",
+          "[cli][machines]") {
+  Project p;
+  const TimeMs now = SystemClock::Get().Now();
+  constexpr TimeMs kMin = 60'000;
+  {
+    auto store = Store::Open(p.db).value();
+    // cpu: one machine, booted 3 h ago at $1.50/h, stopped 1 h ago: billed 2 h, $3.00.
+    MachineRow old;
+    old.pool = "cpu";
+    old.provider = "command";
+    old.name = "cpu-box";
+    old.state = "booting";
+    old.provider_id = "i-old";
+    old.slots = 4;
+    old.hourly_cost = 1.5;
+    auto old_row = store.AddMachine(old, now - 180 * kMin).value();
+    REQUIRE(store.SetMachineState(old_row, "stopped", now - 60 * kMin));
+    // gpu: booted 10 min ago at $2/h, its worker registered 5 min ago, no run since.
+    MachineRow gpu;
+    gpu.pool = "gpu";
+    gpu.provider = "command";
+    gpu.name = "gpu-box-1";
+    gpu.state = "booting";
+    gpu.provider_id = "i-gpu";
+    gpu.slots = 2;
+    gpu.gpus = 1;
+    gpu.hourly_cost = 2.0;
+    auto gpu_row = store.AddMachine(gpu, now - 10 * kMin).value();
+    Store::WorkerRegistration reg;
+    reg.pool = "gpu";
+    reg.name = "gpu-box-1";
+    reg.hostname = "gpu-host";
+    reg.slots = 2;
+    reg.gpus = 1;
+    REQUIRE(store.RegisterWorker(reg, now - 5 * kMin));
+    REQUIRE(store.TouchWorker(gpu_row, now, /*busy=*/false));
+    // cloud: its provider failed three calls in a row; gpu's only twice.
+    REQUIRE(store.SetPoolHealth(
+        {"cloud", 3, now + 10 * kMin, "RunInstances: InsufficientInstanceCapacity"}, now));
+    REQUIRE(store.SetPoolHealth({"gpu", 2, now + kMin, "timed out"}, now));
+  }
+
+  auto text = Trainq(p.db, "status");
+  REQUIRE(text.code == 0);
+  INFO(text.text);
+  CHECK_THAT(text.text, Catch::Contains("slots:    0 busy / 2 available\n"));
+  CHECK_THAT(text.text,
+             Catch::Contains("pool cloud: no machines\n"
+                             "          provider failing (3 calls in a row; next try in "));
+  CHECK_THAT(text.text, Catch::Contains("): RunInstances: InsufficientInstanceCapacity\n"));
+  CHECK_THAT(text.text, Catch::Contains("pool cpu: no machines; billed 2h00m00s, cost $3.00\n"));
+  CHECK_THAT(text.text, Catch::Contains("pool gpu: 1 ready; slots 0 busy / 2; billed 10m"));
+  CHECK_THAT(text.text, Catch::Contains("          gpu-box-1: ready, 0/2 slot(s) busy, idle 5m"));
+  CHECK_THAT(text.text, Catch::Contains("cost $3.33 in all (2 machine(s);"));
+  // Twice is not yet failing; the machine line names the machine, not its provider id.
+  CHECK_THAT(text.text, !Catch::Contains("timed out"));
+  CHECK_THAT(text.text, !Catch::Contains("i-gpu"));
+
+  auto j = TrainqJson(p.db, "status --json");
+  CHECK(j["slots"]["total"] == 2);
+  REQUIRE(j["machines"].size() == 1);
+  CHECK(j["machines"][0]["name"] == "gpu-box-1");
+  CHECK(j["machines"][0]["provider_id"] == "i-gpu");
+  CHECK(j["machines"][0]["busy"] == 0);
+  CHECK(j["machines"][0]["idle_ms"].get<TimeMs>() >= 5 * kMin);
+  std::map<std::string, json> pools;
+  for (const auto& pj : j["pools"]) pools[pj["pool"].get<std::string>()] = pj;
+  REQUIRE(pools.size() == 3);
+  CHECK(pools["cloud"]["failing"] == true);
+  CHECK(pools["cloud"]["provider_failures"] == 3);
+  CHECK(pools["cloud"]["provider_error"] == "RunInstances: InsufficientInstanceCapacity");
+  CHECK(pools["gpu"]["failing"] == false);
+  CHECK(pools["gpu"]["provider_failures"] == 2);
+  CHECK(pools["gpu"]["machines"] == json{{"ready", 1}});
+  CHECK(pools["gpu"]["slots"] == json{{"total", 2}, {"busy", 0}});
+  CHECK(pools["cpu"]["billed_ms"] == 120 * kMin);
+  CHECK(pools["cpu"]["cost"].get<double>() == Approx(3.0));
+  CHECK(j["costs"]["machines_booted"] == 2);
+  CHECK(j["costs"]["cost"].get<double>() == Approx(3.0 + 2.0 / 6).epsilon(0.01));
 }
 
 // ---------------------------------------------------------------------------
