@@ -142,8 +142,11 @@ Result<std::int64_t> Store::UpsertMachine(const MachineRow& m, TimeMs now) {
     return Fail(ErrorKind::kInvalidArgument, "unknown machine state '" + m.state + "'");
   }
   return sql::WithWriteTransaction(db_, [&]() -> Result<std::int64_t> {
+    // A provider id is unique among live machines only (a warm EC2 pool
+    // restarts a stopped instance): the live row, else the newest.
     ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT id, state FROM machines WHERE pool = ? AND "
-                                           "provider_id = ? AND provider_id != ''"));
+                                           "provider_id = ? AND provider_id != '' ORDER BY "
+                                           "state IN ('stopped', 'failed'), id DESC LIMIT 1"));
     sel.Bind(1, m.pool).Bind(2, m.provider_id);
     ASSIGN_OR_RETURN(bool found, sel.Step());
     if (found) {
@@ -267,7 +270,16 @@ Status Store::SetMachineProviderId(std::int64_t row, const std::string& provider
     std::string next = old == "requested" ? "booting" : old;
     ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE machines SET provider_id = ?, state = ? "
                                          "WHERE id = ?"));
-    TRY(u.Bind(1, provider_id).Bind(2, next).Bind(3, row).Run());
+    // Unique per pool among live machines: a stopped machine's id may come
+    // back (a warm EC2 pool starts a stopped instance again), a live one's not.
+    auto st = u.Bind(1, provider_id).Bind(2, next).Bind(3, row).Run();
+    if (!st) {
+      if (st.error().message.find("UNIQUE") != std::string::npos) {
+        return Fail(ErrorKind::kConflict, MachineLabel(row) + ": provider id " + provider_id +
+                                              " belongs to another live machine of its pool");
+      }
+      return st;
+    }
     return RecordMachineEvent(row, next, now, "provider id " + provider_id);
   });
 }

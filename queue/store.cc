@@ -165,7 +165,9 @@ CREATE TABLE commit_statuses (
 CREATE INDEX commit_statuses_due ON commit_statuses (gave_up, not_before_ms);
 )sql",
     // 3 -> 4: machines. Workers over HTTP lease runs to machine rows; the
-    // machines table is rebuilt (provider ids and names unique only when set,
+    // machines table is rebuilt (names unique when set; provider ids unique
+    // per pool among live machines only, since a warm EC2 pool starts a
+    // stopped instance again under its old id,
     // boot/ready/busy/stop times, resources, cost); runs remember their
     // machine; batches name a pool; machine_events records every machine state
     // change with the leases it held; provider health and the hashed worker
@@ -203,7 +205,8 @@ SELECT id, pool, provider, provider_id,
   last_seen_ms, last_error FROM machines;
 DROP TABLE machines;
 ALTER TABLE machines_v4 RENAME TO machines;
-CREATE UNIQUE INDEX machines_by_provider_id ON machines (pool, provider_id) WHERE provider_id != '';
+CREATE UNIQUE INDEX machines_by_provider_id ON machines (pool, provider_id)
+  WHERE provider_id != '' AND state NOT IN ('stopped', 'failed');
 CREATE UNIQUE INDEX machines_by_name ON machines (name) WHERE name != '';
 CREATE INDEX machines_by_state ON machines (state, pool);
 ALTER TABLE runs ADD COLUMN machine_id INTEGER REFERENCES machines(id);

@@ -145,7 +145,7 @@ struct MachineRow {
   std::int64_t id = 0;
   std::string pool;
   std::string provider;
-  std::string provider_id;
+  std::string provider_id;  // unique per pool among live (not stopped/failed) machines
   std::string state;  // requested | booting | ready | draining | stopping | stopped | failed
   int slots = 0;
   int gpus = 0;
@@ -353,7 +353,8 @@ class Store {
  public:
   // state "requested" (no provider id yet) or "booting"; booted_ms = now.
   Result<std::int64_t> AddMachine(const MachineRow& m, TimeMs now);
-  // The provider answered Boot: -> booting.
+  // The provider answered Boot: -> booting. kConflict when a live machine of
+  // the pool has that id (a stopped one's id may be reused).
   Status SetMachineProviderId(std::int64_t row, const std::string& provider_id, TimeMs now);
   // "stopped" sets stopped_ms; "failed" stores `note` as last_error.
   Status SetMachineState(std::int64_t row, std::string_view state, TimeMs now,

@@ -451,6 +451,54 @@ TEST_CASE("MachineHistory records every state change with its live leases", "[ma
   CHECK(f.store.MachineHistory(std::nullopt).value().size() == 5);
 }
 
+TEST_CASE("A stopped machine's provider id can be reused; a live machine's cannot",
+          "[machines]") {
+  // A warm EC2 pool (on_stop: stop) starts a stopped instance again, under a
+  // new name but with its old instance id.
+  Fixture f;
+  auto add = [&](const std::string& name) {
+    MachineRow m;
+    m.pool = "gpu";
+    m.provider = "ec2";
+    m.name = name;
+    return f.store.AddMachine(m, f.clock.Now()).value();
+  };
+  auto first = add("tq-gpu-1");
+  REQUIRE(f.store.SetMachineProviderId(first, "i-0abc", f.clock.Now()));
+  REQUIRE(f.store.SetMachineState(first, "stopped", f.clock.Now()));
+
+  auto second = add("tq-gpu-2");
+  REQUIRE(f.store.SetMachineProviderId(second, "i-0abc", f.clock.Now()));
+  CHECK(f.store.Machine(second).value().value().state == "booting");
+  auto ready = f.Register("gpu", "tq-gpu-2", 1);
+  CHECK(ready.id == second);
+  CHECK(ready.state == "ready");
+  f.Submit(Spec("mlp", 1));
+  CHECK(f.Lease(second, 1).size() == 1);
+  // Adopting a listed machine also records a row under a stopped one's id.
+  REQUIRE(f.store.SetMachineState(second, "stopped", f.clock.Now()));
+  MachineRow adopted;
+  adopted.pool = "gpu";
+  adopted.provider = "ec2";
+  adopted.provider_id = "i-0abc";
+  adopted.state = "booting";
+  auto third = f.store.AddMachine(adopted, f.clock.Now());
+  REQUIRE(third);
+
+  // Two live machines of a pool never share an id.
+  auto fourth = add("tq-gpu-4");
+  auto clash = f.store.SetMachineProviderId(fourth, "i-0abc", f.clock.Now());
+  REQUIRE_FALSE(clash);
+  CHECK(clash.error().kind == ErrorKind::kConflict);
+  CHECK(f.store.Machine(fourth).value().value().provider_id.empty());
+  auto twice = f.store.AddMachine(adopted, f.clock.Now());
+  REQUIRE_FALSE(twice);
+  CHECK(twice.error().kind == ErrorKind::kConflict);
+  // Another pool may hold the same id.
+  adopted.pool = "cpu";
+  CHECK(f.store.AddMachine(adopted, f.clock.Now()));
+}
+
 TEST_CASE("Pool health and pool token hashes are stored", "[machines]") {
   Fixture f;
   REQUIRE(f.store.SetPoolHealth({"gpu", 3, kT0 + 20'000, "quota exceeded"}, f.clock.Now()));
