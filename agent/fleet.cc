@@ -97,12 +97,21 @@ std::vector<std::string> Fleet::WorkerArgv(const PoolSpec& pool, const std::stri
     argv.push_back("--runs-per-gpu");
     argv.push_back(std::to_string(pool.runs_per_gpu));
   }
-  if (pool.provider == "local") {
+  // The worker's checkouts and run files, one directory per machine (two
+  // workers never share a worktree cache): worker_data_dir with "{name}"
+  // replaced by the machine's name; else, where the machine sees this host's
+  // files (local processes; Slurm jobs, which already read the token file
+  // from the data dir on a shared filesystem), <data dir>/machines/<name>;
+  // else the worker's default, ./trainq-worker.
+  std::string data_dir;
+  if (auto it = pool.params.find("worker_data_dir"); it != pool.params.end()) {
+    data_dir = Substitute(it->second, {{"name", name}});
+  } else if (pool.provider == "local" || pool.provider == "slurm") {
+    data_dir = (fs::path(options_.data_dir) / "machines" / name).string();
+  }
+  if (!data_dir.empty()) {
     argv.push_back("--data-dir");
-    argv.push_back((fs::path(options_.data_dir) / "machines" / name).string());
-  } else if (auto it = pool.params.find("worker_data_dir"); it != pool.params.end()) {
-    argv.push_back("--data-dir");
-    argv.push_back(it->second);
+    argv.push_back(data_dir);
   }
   return argv;
 }
