@@ -420,7 +420,9 @@ void RenderStatusText(const json& j, std::ostream& out) {
   out << "slots:    " << j["slots"].value("busy", std::int64_t{0}) << " busy / " << slots
       << " available";
   if (slots == 0 && machines.empty()) {
-    out << " (no `trainq serve` is running against this database)";
+    // The fleet keeps no machine while nothing is queued (min 0), so this is
+    // also what a running serve looks like between batches.
+    out << " (no machine is up: `trainq serve` boots them while runs are queued)";
   }
   out << "\n";
   auto machine_line = [&](const json& m) {

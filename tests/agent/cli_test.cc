@@ -616,6 +616,8 @@ TEST_CASE("cli: status while serving, and SIGTERM puts running runs back", "[cli
   }
   auto stopped = TrainqJson(p.db, "status --json");
   CHECK(stopped["slots"]["total"] == 0);
+  CHECK_THAT(Trainq(p.db, "status").text,
+             Catch::Contains("slots:    0 busy / 0 available (no machine is up"));
 
   // Let them finish.
   Spit(go, "");
