@@ -20,11 +20,6 @@ namespace {
 
 std::string Money(double v) { return fmt::format("${:.2f}", v); }
 
-std::string Percent(TimeMs part, TimeMs whole) {
-  if (whole <= 0) return "-";
-  return fmt::format("{:.0f}%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
-}
-
 TimeMs Billed(const MachineRow& m, TimeMs now) {
   return std::max<TimeMs>(0, m.stopped_ms.value_or(now) - m.created_ms);
 }
@@ -115,9 +110,10 @@ Status CmdMachines(const MachinesOptions& o, const Clock& clock, std::ostream& o
     out << t.Render();
   }
   for (const auto& c : costs) {
+    // Busy is run time: a machine with several slots can be busy longer than billed.
     out << "pool " << c.pool << ": " << c.machines << " machine(s) booted; billed "
-        << FormatDuration(c.billed_ms) << ", busy " << FormatDuration(c.busy_ms) << " ("
-        << Percent(c.busy_ms, c.billed_ms) << " of billed), cost " << Money(c.cost) << "\n";
+        << FormatDuration(c.billed_ms) << ", run time " << FormatDuration(c.busy_ms) << ", cost "
+        << Money(c.cost) << "\n";
   }
   for (const auto& h : health) {
     if (h.consecutive_failures > 0) {

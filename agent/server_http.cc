@@ -6,6 +6,8 @@
 #include <spdlog/spdlog.h>
 
 #include <cctype>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 
 namespace trainq {
@@ -93,9 +95,30 @@ Result<ListenAddress> ParseListenAddress(const std::string& text) {
   return a;
 }
 
+// Requests between arrival and their reply: Stop() waits for them, so that no
+// handler runs (and touches the objects it was given) after Stop returns.
+struct InFlight {
+  std::mutex mu;
+  std::condition_variable cv;
+  int count = 0;
+  void Enter() {
+    std::lock_guard lock(mu);
+    ++count;
+  }
+  void Leave() {
+    std::lock_guard lock(mu);
+    if (--count == 0) cv.notify_all();
+  }
+  bool WaitIdle(std::chrono::milliseconds deadline) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, deadline, [&] { return count == 0; });
+  }
+};
+
 struct HttpListener::Impl {
   std::unique_ptr<http_listener> listener;
   bool open = false;
+  std::shared_ptr<InFlight> inflight = std::make_shared<InFlight>();
 };
 
 HttpListener::HttpListener(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -116,7 +139,14 @@ Result<std::unique_ptr<HttpListener>> HttpListener::Start(const ListenAddress& a
     impl->listener = std::make_unique<http_listener>(web::uri(url), cfg);
     // Handlers never block on the body: the pool's threads also do the
     // socket reads, so a handler waiting for its body could starve them all.
-    impl->listener->support([handler, max_body_bytes](http::http_request req) {
+    impl->listener->support([handler, max_body_bytes,
+                             inflight = impl->inflight](http::http_request req) {
+      inflight->Enter();
+      struct Leave {
+        std::shared_ptr<InFlight> f;
+        ~Leave() { f->Leave(); }
+      };
+      std::shared_ptr<Leave> leave(new Leave{inflight});
       HttpServerRequest head = Head(req);
       const auto& h = req.headers();
       if (h.has(http::header_names::content_length) && h.content_length() > max_body_bytes) {
@@ -131,7 +161,7 @@ Result<std::unique_ptr<HttpListener>> HttpListener::Start(const ListenAddress& a
                       R"({"result":"error","reason":"Content-Length required"})"});
         return;
       }
-      req.extract_vector().then([req, handler, head = std::move(head)](
+      req.extract_vector().then([req, handler, head = std::move(head), leave](
                                     pplx::task<std::vector<unsigned char>> body) mutable {
         try {
           auto bytes = body.get();
@@ -161,6 +191,9 @@ void HttpListener::Stop() {
     impl_->listener->close().wait();
   } catch (const std::exception& e) {
     spdlog::warn("closing the HTTP listener: {}", e.what());
+  }
+  if (!impl_->inflight->WaitIdle(std::chrono::seconds(30))) {
+    spdlog::warn("closing the HTTP listener: requests still being handled after 30 s");
   }
 }
 

@@ -532,40 +532,47 @@ Result<std::vector<LeasedRun>> Store::Lease(const std::string& worker, TimeMs no
                                  "lease_expires_ms = ?, worker = ?, attempts = attempts + 1, "
                                  "started_ms = NULL, finished_ms = NULL, updated_ms = ? "
                                  "WHERE id = ?"));
-    ASSIGN_OR_RETURN(
-        auto info,
-        db_.Prepare("SELECT r.batch_id, r.lease_token, r.seed, r.repeat, r.attempts, b.experiment, "
-                    "b.command, b.metric_name, b.metric_regex, repos.url, c.sha, b.timeout_s, "
-                    "b.gpus FROM runs r JOIN batches b ON b.id = r.batch_id "
-                    "JOIN commits c ON c.id = b.commit_id JOIN repos ON repos.id = c.repo_id "
-                    "WHERE r.id = ?"));
+    ASSIGN_OR_RETURN(auto info, db_.Prepare(kLeasedRunSelect));
     std::vector<LeasedRun> out;
     for (auto id : ids) {
       TRY(upd.Bind(1, now + lease_ms).Bind(2, worker).Bind(3, now).Bind(4, id).Run());
-      info.Bind(1, id);
-      ASSIGN_OR_RETURN(bool row, info.Step());
-      if (!row) return Fail(ErrorKind::kInternal, "leased run vanished");
-      LeasedRun l;
-      l.run_id = id;
-      l.batch_id = info.Int(0);
-      l.token = info.Int(1);
-      l.seed = info.Int(2);
-      l.repeat = static_cast<int>(info.Int(3));
-      l.attempt = static_cast<int>(info.Int(4));
-      l.expires_ms = now + lease_ms;
-      l.experiment = info.Text(5);
-      l.command = info.Text(6);
-      l.metric_name = info.Text(7);
-      l.metric_regex = info.Text(8);
-      l.repo_url = info.Text(9);
-      l.sha = info.Text(10);
-      l.timeout_s = info.Int(11);
-      l.gpus = static_cast<int>(info.Int(12));
-      info.Reset();
+      ASSIGN_OR_RETURN(auto l, ReadLeasedRun(info, id, now + lease_ms));
       out.push_back(std::move(l));
     }
     return out;
   });
+}
+
+const char* const Store::kLeasedRunSelect =
+    "SELECT r.batch_id, r.lease_token, r.seed, r.repeat, r.attempts, b.experiment, b.command, "
+    "b.metric_name, b.metric_regex, repos.url, c.sha, b.timeout_s, b.gpus, "
+    "COALESCE(json_extract(b.spec_json, '$.trainer'), '') "
+    "FROM runs r JOIN batches b ON b.id = r.batch_id "
+    "JOIN commits c ON c.id = b.commit_id JOIN repos ON repos.id = c.repo_id WHERE r.id = ?";
+
+Result<LeasedRun> Store::ReadLeasedRun(sql::Stmt& info, std::int64_t id, TimeMs expires_ms) {
+  info.Bind(1, id);
+  ASSIGN_OR_RETURN(bool row, info.Step());
+  if (!row) return Fail(ErrorKind::kInternal, "leased run vanished");
+  LeasedRun l;
+  l.run_id = id;
+  l.batch_id = info.Int(0);
+  l.token = info.Int(1);
+  l.seed = info.Int(2);
+  l.repeat = static_cast<int>(info.Int(3));
+  l.attempt = static_cast<int>(info.Int(4));
+  l.expires_ms = expires_ms;
+  l.experiment = info.Text(5);
+  l.command = info.Text(6);
+  l.metric_name = info.Text(7);
+  l.metric_regex = info.Text(8);
+  l.repo_url = info.Text(9);
+  l.sha = info.Text(10);
+  l.timeout_s = info.Int(11);
+  l.gpus = static_cast<int>(info.Int(12));
+  l.trainer = info.Text(13);
+  info.Reset();
+  return l;
 }
 
 Status Store::CheckLease(std::int64_t run_id, std::int64_t token, std::string_view action) {

@@ -261,6 +261,10 @@ class Store {
                                                    int limit);
   // Checks that run_id is held under `token` in one of the live states.
   Status CheckLease(std::int64_t run_id, std::int64_t token, std::string_view action);
+  // What a lease hands out about run `id` (Lease and LeaseForMachine):
+  // kLeasedRunSelect bound to the run id, read into a LeasedRun.
+  static const char* const kLeasedRunSelect;
+  static Result<LeasedRun> ReadLeasedRun(sql::Stmt& info, std::int64_t id, TimeMs expires_ms);
 
   sql::Db db_;
   StoreOptions options_;
