@@ -10,6 +10,8 @@
 #include <sstream>
 #include <string>
 
+#include "core/process.h"
+
 namespace trainq::testing {
 
 inline std::string Slurp(const std::filesystem::path& p) {
@@ -45,5 +47,18 @@ inline bool ProcessGone(int pid) {
   if (rp == std::string::npos || rp + 2 >= stat.size()) return true;  // vanished meanwhile
   return stat[rp + 2] == 'Z' || stat[rp + 2] == 'X';
 }
+
+// A daemon a test started (`trainq serve`): killed with its process group
+// when the test ends early; set pid = 0 once the test has reaped it.
+struct Daemon {
+  PosixProcessRunner runner;
+  int pid = 0;
+  ~Daemon() {
+    if (pid > 0) {
+      runner.KillGroup(pid, SIGKILL);
+      runner.Wait(pid);
+    }
+  }
+};
 
 }  // namespace trainq::testing

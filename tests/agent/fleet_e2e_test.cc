@@ -24,16 +24,7 @@ using namespace std::chrono_literals;
 namespace trainq {
 namespace {
 
-struct Daemon {
-  PosixProcessRunner runner;
-  int pid = 0;
-  ~Daemon() {
-    if (pid > 0) {
-      runner.KillGroup(pid, SIGKILL);
-      runner.Wait(pid);
-    }
-  }
-};
+using testing::Daemon;
 
 // A run that takes a little while (so that a worker can be killed in the
 // middle of one) and reports its seed back as the metric.

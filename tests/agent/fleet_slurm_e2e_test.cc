@@ -24,16 +24,7 @@ using namespace std::chrono_literals;
 namespace trainq {
 namespace {
 
-struct Daemon {
-  PosixProcessRunner runner;
-  int pid = 0;
-  ~Daemon() {
-    if (pid > 0) {
-      runner.KillGroup(pid, SIGKILL);
-      runner.Wait(pid);
-    }
-  }
-};
+using testing::Daemon;
 
 // Every file of `dir` whose name starts with `prefix`, with its contents.
 std::string SlurpAll(const fs::path& dir, const std::string& prefix) {

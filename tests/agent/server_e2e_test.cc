@@ -14,6 +14,7 @@
 #include "core/process.h"
 #include "core/strings.h"
 #include "queue/store.h"
+#include "tests/agent/agent_test_util.h"
 #include "tests/support/git_cli.h"
 #include "tests/support/http_server.h"
 #include "tests/support/temp_dir.h"
@@ -57,16 +58,7 @@ experiments:
 const char* kRun = R"(printf '{"name": "accuracy", "value": %s}\n' "$1" >> "$TRAINQ_METRICS_FILE"
 )";
 
-struct Daemon {
-  PosixProcessRunner runner;
-  int pid = 0;
-  ~Daemon() {
-    if (pid > 0) {
-      runner.KillGroup(pid, SIGKILL);
-      runner.Wait(pid);
-    }
-  }
-};
+using testing::Daemon;
 
 TEST_CASE("e2e: git push -> signed webhook -> exactly the touched experiment runs -> forge "
           "gets pending then the spread",
