@@ -121,7 +121,10 @@ void Fleet::Record(const std::string& pool, bool ok, const std::string& error) {
   auto& h = health_[pool];
   bool was_failing = h.consecutive_failures > 0;
   h = cloud::RecordProviderCall(h, ok, now, options_.autoscaler);
-  if (!ok || was_failing) {
+  // The first outcome of each pool is always written: a row left failing by an
+  // earlier serve must not outlive a provider that works again.
+  bool first = health_written_.insert(pool).second;
+  if (!ok || was_failing || first) {
     Store::PoolHealthRow row;
     row.pool = pool;
     row.consecutive_failures = h.consecutive_failures;

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,7 @@ class Fleet {
   std::vector<FleetPool> pools_;
   FleetOptions options_;
   std::map<std::string, cloud::ProviderHealth> health_;
+  std::set<std::string> health_written_;  // pools whose health row this process wrote
   cloud::Decision last_;
 };
 

@@ -1,0 +1,77 @@
+// The fleet loop against a recording FakeProvider and a real store file.
+#include <catch2/catch.hpp>
+
+#include "agent/fleet.h"
+#include "cloud/provider.h"
+#include "core/clock.h"
+#include "queue/store.h"
+#include "tests/support/temp_dir.h"
+
+namespace trainq {
+namespace {
+
+struct FleetFixture {
+  testing::TempDir tmp;
+  FakeClock clock{1'000'000};
+  Store store = Store::Open(tmp / "t.db").value();
+  cloud::FakeProvider* provider = nullptr;
+
+  Fleet Make() {
+    PoolSpec spec;
+    spec.scaling.name = "gpu";
+    spec.scaling.max = 2;
+    spec.provider = "command";
+    auto p = std::make_unique<cloud::FakeProvider>();
+    provider = p.get();
+    std::vector<FleetPool> pools;
+    pools.push_back({spec, std::move(p)});
+    FleetOptions o;
+    o.instance = "test";
+    o.server_url = "http://127.0.0.1:1";
+    o.trainq_path = "/usr/bin/trainq";
+    o.data_dir = tmp / "data";
+    return Fleet(store, clock, std::move(pools), o);
+  }
+};
+
+int Failures(Store& store, const std::string& pool) {
+  auto rows = store.PoolHealth();
+  REQUIRE(rows);
+  for (const auto& h : *rows) {
+    if (h.pool == pool) return h.consecutive_failures;
+  }
+  return -1;
+}
+
+TEST_CASE("fleet: a provider failing is recorded, and a later serve that finds it working "
+          "clears the record") {
+  FleetFixture f;
+  {
+    Fleet fleet = f.Make();
+    f.provider->FailNext(3);
+    for (int i = 0; i < 3; ++i) {
+      REQUIRE(fleet.Step());
+      f.clock.Advance(10 * 60'000);  // past any backoff
+    }
+    CHECK(Failures(f.store, "gpu") == 3);
+  }
+  // A new serve process: its first listing works.
+  Fleet again = f.Make();
+  REQUIRE(again.Step());
+  CHECK(Failures(f.store, "gpu") == 0);
+}
+
+TEST_CASE("fleet: an empty queue boots nothing; queued demand without a pool that fits boots "
+          "nothing either") {
+  FleetFixture f;
+  Fleet fleet = f.Make();
+  REQUIRE(fleet.Step());
+  CHECK(f.provider->running().empty());
+  CHECK(PoolForDemand(fleet.pools(), "", 0) != nullptr);
+  CHECK(PoolForDemand(fleet.pools(), "", 1) == nullptr);     // needs a GPU; the pool has none
+  CHECK(PoolForDemand(fleet.pools(), "other", 0) == nullptr);  // names a pool that is not there
+  CHECK(PoolForDemand(fleet.pools(), "gpu", 0) != nullptr);
+}
+
+}  // namespace
+}  // namespace trainq
