@@ -137,4 +137,67 @@ Status GitRepo::CheckoutTo(const std::string& sha, const std::string& target) {
   return {};
 }
 
+Result<std::string> GitRepo::PackCommit(const std::string& sha) {
+  git_oid oid;
+  if (git_oid_fromstr(&oid, sha.c_str()) != 0) {
+    return Fail(ErrorKind::kInvalidArgument, "invalid commit id '" + sha + "'");
+  }
+  if (!HasCommit(sha)) return Fail(ErrorKind::kNotFound, location_ + ": no commit " + sha);
+  GitPtr<git_packbuilder, git_packbuilder_free> pb;
+  if (git_packbuilder_new(&pb.p, repo_) != 0) return Fail(ErrorKind::kInternal, LastGitError());
+  // The commit and its whole tree; parents are only named, never sent.
+  if (git_packbuilder_insert_commit(pb.p, &oid) != 0) {
+    return Fail(ErrorKind::kCorruption, location_ + ": packing " + sha.substr(0, 12) + ": " +
+                                            LastGitError());
+  }
+  git_buf buf = GIT_BUF_INIT;
+  if (git_packbuilder_write_buf(&buf, pb.p) != 0) {
+    return Fail(ErrorKind::kInternal, location_ + ": packing " + sha.substr(0, 12) + ": " +
+                                          LastGitError());
+  }
+  std::string out(buf.ptr, buf.size);
+  git_buf_dispose(&buf);
+  return out;
+}
+
+bool GitRepo::HasCommit(const std::string& sha) {
+  git_oid oid;
+  if (git_oid_fromstr(&oid, sha.c_str()) != 0) return false;
+  GitPtr<git_commit, git_commit_free> commit;
+  return git_commit_lookup(&commit.p, repo_, &oid) == 0;
+}
+
+Result<GitRepo> GitRepo::OpenOrInitBare(const std::string& dir) {
+  EnsureInit();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    git_repository* repo = nullptr;
+    if (git_repository_init(&repo, dir.c_str(), /*is_bare=*/1) != 0) {
+      return Fail(ErrorKind::kIo, dir + ": cannot create a repository (" + LastGitError() + ")");
+    }
+    git_repository_free(repo);
+  }
+  return Open(dir);
+}
+
+Status GitRepo::AddPack(std::string_view pack) {
+  GitPtr<git_odb, git_odb_free> odb;
+  if (git_repository_odb(&odb.p, repo_) != 0) return Fail(ErrorKind::kIo, LastGitError());
+  git_odb_writepack* wp = nullptr;
+  if (git_odb_write_pack(&wp, odb.p, nullptr, nullptr) != 0) {
+    return Fail(ErrorKind::kIo, location_ + ": " + LastGitError());
+  }
+  git_indexer_progress stats{};
+  int rc = wp->append(wp, pack.data(), pack.size(), &stats);
+  if (rc == 0) rc = wp->commit(wp, &stats);
+  std::string err = rc == 0 ? "" : LastGitError();
+  wp->free(wp);
+  if (rc != 0) {
+    return Fail(ErrorKind::kCorruption, location_ + ": a packfile of " +
+                                            std::to_string(pack.size()) +
+                                            " bytes was refused: " + err);
+  }
+  return {};
+}
+
 }  // namespace trainq

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "core/result.h"
 #include "queue/store.h"
@@ -30,6 +31,18 @@ class GitRepo {
   // Writes the tree of `sha` into `target` (created; existing files overwritten).
   // Touches neither HEAD nor the index of the repository.
   Status CheckoutTo(const std::string& sha, const std::string& target);
+  // A git packfile holding commit `sha` and every tree and blob it needs (no
+  // history): what a worker without access to this repository checks out from.
+  Result<std::string> PackCommit(const std::string& sha);
+  // Whether the object database holds commit `sha`.
+  bool HasCommit(const std::string& sha);
+
+  // Opens the bare repository at `dir`, creating it when absent.
+  static Result<GitRepo> OpenOrInitBare(const std::string& dir);
+  // Writes the objects of a packfile (PackCommit's output) into this
+  // repository; libgit2 checks every object's hash. kCorruption when the pack
+  // is malformed.
+  Status AddPack(std::string_view pack);
 
  private:
   GitRepo(git_repository* repo, std::string location) : repo_(repo), location_(std::move(location)) {}

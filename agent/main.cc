@@ -235,6 +235,10 @@ int main(int argc, char** argv) {
   c_worker->add_option("--kill-grace", worker.kill_grace_s,
                        "Seconds between SIGTERM and SIGKILL when a run is stopped")
       ->capture_default_str();
+  c_worker->add_option("--source", worker.source,
+                       "Checkouts from the lease's repository when reachable, else the server "
+                       "(auto), or always from the server (server)")
+      ->capture_default_str();
   c_worker->add_flag("--once", worker.once,
                      "Exit when a lease comes back empty and nothing runs");
   c_worker->callback([&] {

@@ -88,6 +88,12 @@ class Server {
   int waiting_polls_ = 0;
   bool stop_waiting_ = false;
   std::mutex log_mu_;  // appends to run logs
+  HttpServerReply SourceRoute(std::int64_t run_id);
+  // The last packfile served (repo dir + sha -> pack): the runs of one batch
+  // on several machines ask for the same commit.
+  std::mutex pack_mu_;
+  std::string pack_key_;
+  std::string pack_;
   std::map<std::pair<std::string, int>, std::int64_t> worker_requests_;  // (route, status)
 
   const ServerConfig& config_;

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <thread>
 
+#include "agent/git_repo.h"
 #include "core/strings.h"
 
 namespace fs = std::filesystem;
@@ -213,6 +214,7 @@ Result<Worker::Answer> Worker::Post(const HttpRequest& request) {
   a.status = resp->status;
   a.body = json::parse(resp->body, nullptr, false);
   if (a.body.is_discarded()) a.body = json::object();
+  a.raw = std::move(resp->body);
   if (a.status >= 500) {
     Error e{ErrorKind::kUnavailable, "POST " + UrlForLog(request.url) + ": HTTP " +
                                          std::to_string(a.status) + " " + ErrorOf(a.body)};
@@ -233,6 +235,42 @@ Result<Worker::Answer> Worker::Call(const std::string& path, const json& body, T
   req.body = body.dump();
   req.timeout_ms = timeout_ms;
   return Post(req);
+}
+
+Result<std::string> Worker::Worktree(const LeasedRun& run) {
+  const std::string tag = std::to_string(run.run_id);
+  if (config_.source != "server") {
+    // The repository as the server names it: a path (this machine shares the
+    // server's filesystem: local and most Slurm pools) or a URL.
+    auto wt = CachedWorktree(config_.data_dir, run.repo_url, run.sha, tag);
+    if (wt) return wt;
+    spdlog::info("run {}: {}; fetching the commit from the server", run.run_id,
+                 wt.error().message);
+  }
+  fs::path dir = fs::path(config_.data_dir) / "worktrees" / run.sha;
+  std::error_code ec;
+  if (fs::exists(dir / ".trainq-checkout-complete", ec)) return dir.string();
+  const std::string source_dir = (fs::path(config_.data_dir) / "source.git").string();
+  {
+    ASSIGN_OR_RETURN(auto repo, GitRepo::OpenOrInitBare(source_dir));
+    if (!repo.HasCommit(run.sha)) {
+      auto a = Call("/api/v1/runs/" + tag + "/source", {{"token", run.token}}, 300'000);
+      if (!a) return std::unexpected(a.error());
+      if (a->status != 200) {
+        return Fail(a->status == 409 ? ErrorKind::kConflict : ErrorKind::kUnavailable,
+                    "fetching commit " + run.sha.substr(0, 12) + " from the server: HTTP " +
+                        std::to_string(a->status) + " " + ErrorOf(a->body));
+      }
+      TRY(repo.AddPack(a->raw));
+      if (!repo.HasCommit(run.sha)) {
+        return Fail(ErrorKind::kCorruption, "the server's packfile for run " + tag +
+                                                " does not hold commit " + run.sha);
+      }
+      spdlog::info("run {}: commit {} fetched from the server ({} bytes)", run.run_id,
+                   run.sha.substr(0, 12), a->raw.size());
+    }
+  }
+  return CachedWorktree(config_.data_dir, source_dir, run.sha, tag);
 }
 
 void Worker::NoteFailure(const Error& e) {
@@ -444,8 +482,7 @@ Status Worker::StartProc(Job& job, const std::vector<std::int64_t>& run_ids) {
   }
   RunPaths paths = first.paths;
   paths.log = p.log_path;
-  ASSIGN_OR_RETURN(paths.workdir, CachedWorktree(config_.data_dir, spec_run.repo_url, spec_run.sha,
-                                                 std::to_string(spec_run.run_id)));
+  ASSIGN_OR_RETURN(paths.workdir, Worktree(spec_run));
   std::string cuda;
   for (int d : job.devices) cuda += (cuda.empty() ? "" : ",") + std::to_string(d);
   auto spec = BuildRunProcess(spec_run, paths, config_.bin_dir, cuda);
@@ -489,7 +526,7 @@ bool Worker::Ship(RunSlot& r, const Proc& p, bool final) {
       if (pt.step) jp["step"] = *pt.step;
       points.push_back(std::move(jp));
     }
-    auto a = points.empty() ? Result<Answer>(Answer{200, {}})
+    auto a = points.empty() ? Result<Answer>(Answer{200, {}, {}})
                             : Call(path + "/metrics", {{"token", run.token}, {"points", points}});
     if (a && a->status == 409) return false;
     if (a && a->status == 200) r.points_sent = reading.points.size();
@@ -872,6 +909,11 @@ Result<int> CmdWorker(const WorkerCommandOptions& o, const Clock& clock,
   c.runs_per_gpu = o.runs_per_gpu;
   c.fuse_max = o.fuse_max;
   c.once = o.once;
+  if (o.source != "auto" && o.source != "server") {
+    return Fail(ErrorKind::kInvalidArgument,
+                "--source: expected auto or server, got \"" + o.source + "\"");
+  }
+  c.source = o.source;
   c.kill_grace_ms = o.kill_grace_s * 1000;
   c.data_dir = fs::absolute(o.data_dir.empty() ? "trainq-worker" : o.data_dir).string();
   std::error_code ec;

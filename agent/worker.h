@@ -54,6 +54,10 @@ struct WorkerConfig {
   std::string data_dir;  // worktrees/<sha>, runs/<id>, groups/<id>
   std::string bin_dir;   // prepended to PATH (where trainq-train lives)
   bool once = false;     // exit 0 when a poll came back empty and nothing runs
+  // Where checkouts come from: "auto" = the lease's repository (a path here, or
+  // a URL fetched into a mirror), else the server; "server" = always the
+  // server (POST /api/v1/runs/{id}/source, a packfile of the commit).
+  std::string source = "auto";
   std::string hostname;
   int pid = 0;
   int cpus = 0;
@@ -160,7 +164,10 @@ class Worker {
   struct Answer {
     int status = 0;
     nlohmann::json body;
+    std::string raw;  // the body as received
   };
+  // The checkout of a run's commit (see WorkerConfig::source).
+  Result<std::string> Worktree(const LeasedRun& run);
   Result<Answer> Call(const std::string& path, const nlohmann::json& body,
                       TimeMs timeout_ms = 15'000);
   Result<Answer> Post(const HttpRequest& request);
@@ -220,6 +227,7 @@ struct WorkerCommandOptions {
   std::string data_dir;  // default: ./trainq-worker
   bool once = false;
   int kill_grace_s = 10;
+  std::string source = "auto";  // auto | server
 };
 
 // The token in `path`, trailing whitespace trimmed. A missing or empty file is

@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/analysis.h"
+#include "agent/git_repo.h"
+#include "agent/mirror.h"
 #include "agent/server.h"
 
 using nlohmann::json;
@@ -221,7 +223,8 @@ HttpServerReply Server::WorkerRouteInner(const HttpServerRequest& req, const std
     route = "register";
   } else if (parts.size() == 5 && (workers ? parts[4] == "lease"
                                            : (parts[4] == "heartbeat" || parts[4] == "metrics" ||
-                                              parts[4] == "complete" || parts[4] == "log"))) {
+                                              parts[4] == "complete" || parts[4] == "log" ||
+                                              parts[4] == "source"))) {
     route = parts[4];
   } else {
     return ErrorReply(404, "no route " + path);
@@ -439,6 +442,13 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
     }
   }
 
+  if (what == "source") {
+    {
+      std::lock_guard<std::mutex> lock(write_mu_);
+      (void)write_store_->TouchWorker(machine, now, false);
+    }
+    return SourceRoute(run_id);
+  }
   if (what == "log") {
     auto reply = AppendLog(run_id, token, req);
     std::lock_guard<std::mutex> lock(write_mu_);
@@ -532,6 +542,49 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
   }
   if (state == "queued") NotifyWork();  // back in the queue: a waiting worker may take it
   return Json(200, {{"state", state}});
+}
+
+// The commit a run needs, as a git packfile (GitRepo::PackCommit), for a
+// worker that cannot reach the repository itself (a cloud machine given the
+// path of the server's mirror). Built outside the write lock.
+HttpServerReply Server::SourceRoute(std::int64_t run_id) {
+  std::string repo_url, sha;
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    auto run = write_store_->Run(run_id);
+    if (!run) return ErrorReply(503, run.error().message);
+    if (!*run) return ErrorReply(404, "source: no run " + std::to_string(run_id));
+    auto batch = write_store_->Batch((*run)->batch_id);
+    if (!batch) return ErrorReply(503, batch.error().message);
+    if (!*batch) return ErrorReply(404, "source: run " + std::to_string(run_id) + " has no batch");
+    repo_url = (*batch)->repo_url;
+    sha = (*run)->sha;
+  }
+  std::error_code ec;
+  std::string dir = repo_url;
+  if (!fs::is_directory(dir, ec) && repo_url.find("://") != std::string::npos) {
+    dir = Mirror::PathFor(DataDir(), repo_url);
+  }
+  if (!fs::is_directory(dir, ec)) {
+    return ErrorReply(404, "source: the server has no copy of " + repo_url);
+  }
+  std::string key = dir + "\n" + sha;
+  std::lock_guard<std::mutex> lock(pack_mu_);
+  if (key != pack_key_) {
+    auto repo = GitRepo::Open(dir);
+    if (!repo) return ErrorReply(StatusOf(repo.error()), "source: " + repo.error().message);
+    auto pack = repo->PackCommit(sha);
+    if (!pack) return ErrorReply(StatusOf(pack.error()), "source: " + pack.error().message);
+    pack_ = std::move(*pack);
+    pack_key_ = key;
+    spdlog::info("run {}: serving commit {} as a {} byte packfile", run_id, sha.substr(0, 12),
+                 pack_.size());
+  }
+  HttpServerReply reply;
+  reply.status = 200;
+  reply.content_type = "application/x-git-packfile";
+  reply.body = pack_;
+  return reply;
 }
 
 HttpServerReply Server::AppendLog(std::int64_t run_id, std::int64_t token,

@@ -245,5 +245,72 @@ TEST_CASE("git: a repository handle can be moved", "[git]") {
   CHECK(moved.ReadFile(t.c1, "a.txt").value_or("") == "one\n");
 }
 
+TEST_CASE("git: PackCommit carries a commit's whole tree, and only it, to another repository",
+          "[git]") {
+  TwoCommits t;
+  fs::path work = t.git.dir();
+  // An executable script and a symlink, staged from the working tree's modes.
+  fs::create_directories(work / "bin");
+  Spit(work / "bin/train.sh", "#!/bin/sh\necho hi\n");
+  fs::permissions(work / "bin/train.sh", fs::perms::owner_exec, fs::perm_options::add);
+  fs::create_symlink("a.txt", work / "link.txt");
+  std::string c3 = t.git.Commit({}, "script and link");
+  auto repo = t.Open();
+  auto pack = repo.PackCommit(c3);
+  REQUIRE(pack.has_value());
+  CHECK(pack->starts_with("PACK"));
+
+  testing::TempDir other;
+  auto bare = GitRepo::OpenOrInitBare(other / "source.git");
+  REQUIRE(bare.has_value());
+  CHECK_FALSE(bare->HasCommit(c3));
+  REQUIRE(bare->AddPack(*pack).has_value());
+  CHECK(bare->HasCommit(c3));
+  CHECK_FALSE(bare->HasCommit(t.c2));  // the parent is named, not sent
+  CHECK_FALSE(bare->HasCommit(t.c1));
+
+  fs::path target = other.path() / "checkout";
+  REQUIRE(bare->CheckoutTo(c3, target.string()).has_value());
+  CHECK(Slurp(target / "a.txt") == "two\n");
+  CHECK(Slurp(target / "b.txt") == "new\n");
+  CHECK(Slurp(target / "sub/deep.txt") == "deep\n");
+  CHECK(Slurp(target / "bin/train.sh") == "#!/bin/sh\necho hi\n");
+  CHECK((fs::status(target / "bin/train.sh").permissions() & fs::perms::owner_exec) !=
+        fs::perms::none);
+  CHECK(fs::is_symlink(target / "link.txt"));
+  CHECK(fs::read_symlink(target / "link.txt") == "a.txt");
+
+  // Reopening finds the objects; a second pack of the same commit adds nothing wrong.
+  auto again = GitRepo::OpenOrInitBare(other / "source.git");
+  REQUIRE(again.has_value());
+  CHECK(again->HasCommit(c3));
+  CHECK(again->AddPack(*pack).has_value());
+}
+
+TEST_CASE("git: a damaged packfile is refused, and an unknown commit is not packed",
+          "[git][errors]") {
+  TwoCommits t;
+  auto repo = t.Open();
+  auto pack = repo.PackCommit(t.c2);
+  REQUIRE(pack.has_value());
+  testing::TempDir other;
+  auto bare = GitRepo::OpenOrInitBare(other / "source.git");
+  REQUIRE(bare.has_value());
+
+  std::string damaged = *pack;
+  damaged[damaged.size() / 2] ^= 0x5a;
+  auto st = bare->AddPack(damaged);
+  REQUIRE_FALSE(st.has_value());
+  CHECK(st.error().kind == ErrorKind::kCorruption);
+  CHECK_FALSE(bare->HasCommit(t.c2));
+  auto cut = bare->AddPack(std::string_view(*pack).substr(0, pack->size() / 3));
+  REQUIRE_FALSE(cut.has_value());
+  CHECK_FALSE(bare->HasCommit(t.c2));
+
+  auto unknown = repo.PackCommit(std::string(40, 'd'));
+  REQUIRE_FALSE(unknown.has_value());
+  CHECK(unknown.error().kind == ErrorKind::kNotFound);
+}
+
 }  // namespace
 }  // namespace trainq

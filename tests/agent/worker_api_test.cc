@@ -10,10 +10,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "agent/git_repo.h"
 #include "agent/server.h"
 #include "agent/server_http.h"
 #include "core/http_client.h"
 #include "core/strings.h"
+#include "tests/support/git_fixture.h"
 #include "tests/support/http_server.h"
 #include "tests/support/temp_dir.h"
 
@@ -476,6 +478,58 @@ TEST_CASE("worker API: waiting polls are capped so the listener keeps threads fo
     CHECK(answer["runs"].empty());
   }
   CHECK(w.server->WaitingPolls() == 0);
+}
+
+TEST_CASE("worker API: source answers the leased run's commit as a packfile, to its holder only",
+          "[worker_api]") {
+  World w;
+  testing::GitFixture repo(w.tmp / "model");
+  repo.Commit({{"train.py", "print('v1')\n"}}, "v1");
+  std::string sha = repo.Commit({{"train.py", "print('v2')\n"}, {"cfg/a.yaml", "lr: 1\n"}}, "v2");
+  BatchSpec spec;
+  spec.experiment = "mlp";
+  spec.command = "python train.py";
+  spec.repeats = 1;
+  REQUIRE(w.store.Submit(repo.dir(), {sha, "", "v2", "me", 0}, {spec}, w.clock.Now()));
+  auto a = w.Register(kCpuToken, "a");
+  auto runs = w.Lease(a, kCpuToken)["runs"];
+  REQUIRE(runs.size() == 1);
+  std::int64_t id = runs[0]["run_id"];
+  std::int64_t token = runs[0]["token"];
+
+  auto r = w.Post(w.RunPath(id, "source"), json{{"token", token}}.dump(), kCpuToken);
+  REQUIRE(r.status == 200);
+  REQUIRE(r.body.starts_with("PACK"));
+  testing::TempDir far;  // a machine that never saw the repository
+  auto bare = GitRepo::OpenOrInitBare(far / "source.git");
+  REQUIRE(bare);
+  REQUIRE(bare->AddPack(r.body));
+  REQUIRE(bare->CheckoutTo(sha, far / "wt"));
+  CHECK(*ReadFile(far / "wt/train.py") == "print('v2')\n");
+  CHECK(*ReadFile(far / "wt/cfg/a.yaml") == "lr: 1\n");
+
+  CHECK(w.Post(w.RunPath(id, "source"), json{{"token", token}}.dump(), std::nullopt).status == 401);
+  CHECK(w.Post(w.RunPath(id, "source"), json{{"token", token}}.dump(), kGpuToken).status == 403);
+  CHECK(w.Post(w.RunPath(id, "source"), json{{"token", token + 7}}.dump(), kCpuToken).status ==
+        409);
+  CHECK(w.Post(w.RunPath(id, "source"), "{}", kCpuToken).status == 400);
+  // Finished: the lease is gone, so is the source.
+  w.PostJson(w.RunPath(id, "complete"),
+             {{"token", token}, {"outcome", "succeeded"}, {"metric_value", 0.5}}, kCpuToken);
+  CHECK(w.Post(w.RunPath(id, "source"), json{{"token", token}}.dump(), kCpuToken).status == 409);
+}
+
+TEST_CASE("worker API: source of a run whose repository the server lacks is a 404 naming it",
+          "[worker_api]") {
+  World w;
+  w.Submit(1);  // repository /srv/model: not on this machine
+  auto a = w.Register(kCpuToken, "a");
+  auto runs = w.Lease(a, kCpuToken)["runs"];
+  REQUIRE(runs.size() == 1);
+  auto r = w.Post(w.RunPath(runs[0]["run_id"], "source"),
+                  json{{"token", runs[0]["token"]}}.dump(), kCpuToken);
+  CHECK(r.status == 404);
+  CHECK(r.body.find("/srv/model") != std::string::npos);
 }
 
 }  // namespace trainq

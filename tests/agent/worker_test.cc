@@ -16,6 +16,8 @@
 #include <set>
 #include <thread>
 
+#include "agent/git_repo.h"
+#include "agent/mirror.h"
 #include "agent/server.h"
 #include "agent/server_http.h"
 #include "agent/worker_api.h"
@@ -553,6 +555,104 @@ TEST_CASE("worker e2e: fused seeds of a trainer experiment run as one trainq-tra
     CHECK(log.find("seeds 1 x 3") != std::string::npos);
   }
   CHECK(pids.size() == 1);  // one process trained every seed
+}
+
+// Requests per route and status, from the server's /metrics.
+int WorkerRequests(const std::string& base, const std::string& route, int status) {
+  CurlHttpClient http;
+  HttpRequest r;
+  r.url = base + "/metrics";
+  auto resp = http.Send(r);
+  REQUIRE(resp);
+  std::string key = "trainq_worker_requests_total{route=\"" + route + "\",status=\"" +
+                    std::to_string(status) + "\"} ";
+  auto at = resp->body.find(key);
+  return at == std::string::npos ? 0 : std::atoi(resp->body.c_str() + at + key.size());
+}
+
+TEST_CASE("worker e2e: a worker that cannot reach the repository checks out from the server",
+          "[worker][e2e]") {
+  Harness h;
+  // The batch names a repository URL this worker cannot fetch (as a cloud
+  // machine cannot reach the server's mirror); the server has its mirror.
+  const std::string url = "file:///nonexistent-trainq-test/model.git";
+  {
+    auto mirror = GitRepo::OpenOrInitBare(Mirror::PathFor(h.data, url));
+    REQUIRE(mirror);
+    auto src = GitRepo::Open(h.repo->dir());
+    REQUIRE(src);
+    REQUIRE(mirror->AddPack(src->PackCommit(h.sha).value()));
+  }
+  BatchSpec b;
+  b.experiment = "exp";
+  b.command = "PIDS=" + (h.tmp / "pids") + " sh run.sh";
+  b.repeats = 2;
+  CommitInfo c;
+  c.sha = h.sha;
+  auto sub = h.store->Submit(url, c, {b}, SystemClock::Get().Now());
+  REQUIRE(sub);
+  std::int64_t batch = (*sub)[0].batch_id;
+  h.server->NotifyWork();
+
+  auto cfg = h.Config(1);
+  cfg.once = true;
+  WorkerThread w(cfg);
+  REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 60s));
+  REQUIRE(w.result);
+  for (const auto& r : h.Runs(batch)) {
+    INFO("run " << r.id << ": " << r.last_error);
+    CHECK(r.state == RunState::kSucceeded);
+    CHECK(ReadFile(RunLogPath(h.data, r.id)).value_or("").find("hello from seed") !=
+          std::string::npos);
+  }
+  CHECK(fs::is_directory(cfg.data_dir + "/source.git"));
+  // Both runs of the commit share one checkout: the source was fetched once.
+  CHECK(WorkerRequests(h.url, "source", 200) == 1);
+}
+
+TEST_CASE("worker e2e: --source server fetches the commit from the server even when the path is "
+          "reachable",
+          "[worker][e2e]") {
+  Harness h;
+  auto batch = h.Submit(1, "PIDS=" + (h.tmp / "pids") + " sh run.sh");
+  auto cfg = h.Config(1);
+  cfg.once = true;
+  cfg.source = "server";
+  WorkerThread w(cfg);
+  REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 60s));
+  REQUIRE(w.result);
+  auto runs = h.Runs(batch);
+  REQUIRE(runs.size() == 1);
+  INFO(runs[0].last_error);
+  CHECK(runs[0].state == RunState::kSucceeded);
+  CHECK(WorkerRequests(h.url, "source", 200) == 1);
+  auto bare = GitRepo::Open(cfg.data_dir + "/source.git");
+  REQUIRE(bare);
+  CHECK(bare->HasCommit(h.sha));
+}
+
+TEST_CASE("worker e2e: a commit neither the worker nor the server has fails the run, naming it",
+          "[worker][e2e]") {
+  Harness h;
+  BatchSpec b;
+  b.experiment = "exp";
+  b.command = "sh run.sh";
+  b.repeats = 1;
+  b.max_attempts = 1;
+  CommitInfo c;
+  c.sha = h.sha;
+  const std::string url = "file:///nonexistent-trainq-test/other.git";
+  auto sub = h.store->Submit(url, c, {b}, SystemClock::Get().Now());
+  REQUIRE(sub);
+  h.server->NotifyWork();
+  auto cfg = h.Config(1);
+  cfg.once = true;
+  WorkerThread w(cfg);
+  REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 60s));
+  auto runs = h.Runs((*sub)[0].batch_id);
+  REQUIRE(runs.size() == 1);
+  CHECK(runs[0].state == RunState::kDead);
+  CHECK(runs[0].last_error.find("no copy of " + url) != std::string::npos);
 }
 
 }  // namespace
