@@ -113,6 +113,14 @@ std::vector<std::string> Fleet::WorkerArgv(const PoolSpec& pool, const std::stri
     argv.push_back("--data-dir");
     argv.push_back(data_dir);
   }
+  // The dead-man switch works before the first registration too: a machine
+  // that never reaches the server (wrong URL, firewall) still stops itself.
+  argv.push_back("--orphan-timeout");
+  argv.push_back(std::to_string(std::max<std::int64_t>(1, pool.orphan_timeout_ms / 1000)));
+  if (!pool.self_stop.empty()) {
+    argv.push_back("--self-stop");
+    argv.push_back(pool.self_stop);
+  }
   return argv;
 }
 

@@ -74,10 +74,10 @@ class Fleet {
 
   const std::vector<FleetPool>& pools() const { return pools_; }
   const cloud::Decision& last_decision() const { return last_; }
-
- private:
   // The argv that starts a worker for machine `name` of `pool`.
   std::vector<std::string> WorkerArgv(const PoolSpec& pool, const std::string& name) const;
+
+ private:
   Status Boot(FleetPool& pool, int count);
   Status StopMachine(FleetPool& pool, std::int64_t row, const std::string& id);
   void Record(const std::string& pool, bool ok, const std::string& error);

@@ -239,6 +239,13 @@ int main(int argc, char** argv) {
                        "Checkouts from the lease's repository when reachable, else the server "
                        "(auto), or always from the server (server)")
       ->capture_default_str();
+  c_worker->add_option("--orphan-timeout", worker.orphan_timeout_s,
+                       "Seconds without an answer from the server (nothing running) before the "
+                       "dead-man switch; the pool's value replaces it once registered")
+      ->capture_default_str();
+  c_worker->add_option("--self-stop", worker.self_stop,
+                       "Shell command run by the dead-man switch or when the server refuses the "
+                       "token (providers pass the pool's self_stop)");
   c_worker->add_flag("--once", worker.once,
                      "Exit when a lease comes back empty and nothing runs");
   c_worker->callback([&] {

@@ -197,6 +197,7 @@ Worker::Worker(HttpClient& http, ProcessRunner& runner, const Clock& clock, Work
       gpus_(config_.gpus, config_.runs_per_gpu),
       start_ms_(clock.Now()),
       orphan_timeout_ms_(config_.orphan_timeout_ms),
+      self_stop_(config_.self_stop),
       last_contact_ms_(start_ms_) {}
 
 Worker::~Worker() = default;
@@ -304,15 +305,21 @@ Status Worker::Register() {
     return {};
   }
   if (a->status != 200) {
-    return Fail(ErrorKind::kInvalidArgument, "register at " + UrlForLog(config_.server) +
-                                                 " refused: HTTP " + std::to_string(a->status) +
-                                                 " " + ErrorOf(a->body));
+    std::string why = "register at " + UrlForLog(config_.server) + " refused: HTTP " +
+                      std::to_string(a->status) + " " + ErrorOf(a->body);
+    // A machine the server will never take (a wrong or revoked token) only
+    // costs money: a provider-booted worker stops it.
+    if ((a->status == 401 || a->status == 403) && !self_stop_.empty()) {
+      spdlog::error("{}; running the pool's self-stop command", why);
+      RunSelfStop();
+    }
+    return Fail(ErrorKind::kInvalidArgument, why);
   }
   worker_id_ = Get<std::int64_t>(a->body, "worker_id", 0);
   registered_ = true;
   heartbeat_ms_ = std::max<TimeMs>(100, Get<TimeMs>(a->body, "heartbeat_ms", 10'000));
   orphan_timeout_ms_ = Get<TimeMs>(a->body, "orphan_timeout_ms", config_.orphan_timeout_ms);
-  self_stop_ = Get<std::string>(a->body, "self_stop", "");
+  self_stop_ = Get<std::string>(a->body, "self_stop", self_stop_);
   if (config_.runs_per_gpu <= 0) {  // the pool's packing
     config_.runs_per_gpu = std::max(1, Get<int>(a->body, "runs_per_gpu", 1));
     gpus_ = GpuPool(config_.gpus, config_.runs_per_gpu);
@@ -698,9 +705,6 @@ void Worker::StopProc(Proc& p) {
 }
 
 void Worker::RunSelfStop() {
-  spdlog::warn("no answer from the server for {} and nothing running: {}",
-               FormatDuration(clock_.Now() - last_contact_ms_),
-               self_stop_.empty() ? "exiting" : "running the pool's self-stop command");
   if (self_stop_.empty()) return;
   ProcessSpec spec;
   spec.argv = {"/bin/sh", "-c", self_stop_};
@@ -792,6 +796,9 @@ Result<Worker::Phase> Worker::Step() {
     return Phase::kDone;
   }
   if (jobs_.empty() && now - last_contact_ms_ >= orphan_timeout_ms_) {
+    spdlog::warn("no answer from the server for {} and nothing running: {}",
+                 FormatDuration(now - last_contact_ms_),
+                 self_stop_.empty() ? "exiting" : "running the pool's self-stop command");
     RunSelfStop();
     exit_code_ = 3;
     return Phase::kDone;
@@ -914,6 +921,11 @@ Result<int> CmdWorker(const WorkerCommandOptions& o, const Clock& clock,
                 "--source: expected auto or server, got \"" + o.source + "\"");
   }
   c.source = o.source;
+  if (o.orphan_timeout_s < 1) {
+    return Fail(ErrorKind::kInvalidArgument, "--orphan-timeout must be at least 1 second");
+  }
+  c.orphan_timeout_ms = static_cast<TimeMs>(o.orphan_timeout_s) * 1000;
+  c.self_stop = o.self_stop;
   c.kill_grace_ms = o.kill_grace_s * 1000;
   c.data_dir = fs::absolute(o.data_dir.empty() ? "trainq-worker" : o.data_dir).string();
   std::error_code ec;

@@ -19,6 +19,8 @@
 //   5. the dead-man switch: no answer from the server for orphan_timeout_ms
 //      (counted from the start until the first registration) and nothing
 //      running: runs `self_stop` with /bin/sh -c and ends with exit code 3.
+//      A token the server refuses (401/403 at registration) also runs it
+//      (when known) and ends with exit code 1.
 // Fused runs: a lease answer holding several runs with the same group > 0 and
 // a trainer spec becomes one `trainq-train SPEC --seed S --repeats K` process
 // per stretch of consecutive seeds (stretches run one after the other in the
@@ -68,6 +70,11 @@ struct WorkerConfig {
   TimeMs retry_base_ms = 1'000;
   TimeMs retry_max_ms = 30'000;
   TimeMs orphan_timeout_ms = 10 * 60'000;  // until register answers with the pool's
+  // The pool's self-stop command as the provider passed it at boot: run on the
+  // dead-man switch before the first registration, and when the server
+  // refuses this machine's token (nothing it could ever do). Register's answer
+  // replaces it.
+  std::string self_stop;
   std::int64_t max_log_chunk = 1 << 20;    // log bytes per request
 };
 
@@ -228,6 +235,8 @@ struct WorkerCommandOptions {
   bool once = false;
   int kill_grace_s = 10;
   std::string source = "auto";  // auto | server
+  int orphan_timeout_s = 600;
+  std::string self_stop;
 };
 
 // The token in `path`, trailing whitespace trimmed. A missing or empty file is

@@ -73,5 +73,37 @@ TEST_CASE("fleet: an empty queue boots nothing; queued demand without a pool tha
   CHECK(PoolForDemand(fleet.pools(), "gpu", 0) != nullptr);
 }
 
+TEST_CASE("fleet: a booted worker is told its pool's dead-man switch before it ever registers",
+          "[fleet]") {
+  FleetFixture f;
+  Fleet fleet = f.Make();
+  PoolSpec spec;
+  spec.scaling.name = "gpu";
+  spec.scaling.slots = 2;
+  spec.gpus = 1;
+  spec.provider = "ec2";
+  spec.orphan_timeout_ms = 90'000;
+  spec.self_stop = "sudo shutdown -h now";
+  auto argv = fleet.WorkerArgv(spec, "tq-test-gpu-1");
+  auto after = [&](const std::string& flag) -> std::string {
+    for (size_t i = 0; i + 1 < argv.size(); ++i) {
+      if (argv[i] == flag) return argv[i + 1];
+    }
+    return "(absent)";
+  };
+  CHECK(argv.at(0) == "/usr/bin/trainq");
+  CHECK(argv.at(1) == "worker");
+  CHECK(after("--server") == "http://127.0.0.1:1");
+  CHECK(after("--machine") == "tq-test-gpu-1");
+  CHECK(after("--slots") == "2");
+  CHECK(after("--gpus") == "auto");
+  CHECK(after("--orphan-timeout") == "90");
+  CHECK(after("--self-stop") == "sudo shutdown -h now");
+  CHECK(after("--data-dir") == "(absent)");  // a cloud machine keeps the worker's default
+  spec.self_stop.clear();
+  argv = fleet.WorkerArgv(spec, "tq-test-gpu-2");
+  CHECK(after("--self-stop") == "(absent)");
+}
+
 }  // namespace
 }  // namespace trainq

@@ -450,6 +450,45 @@ TEST_CASE(
   CHECK(fs::exists(marker));
 }
 
+TEST_CASE("worker e2e: a worker that never reaches the server runs the --self-stop it was booted "
+          "with after orphan_timeout",
+          "[worker][e2e]") {
+  testing::TempDir tmp;
+  std::string marker = tmp / "stopped";
+  WorkerConfig c;
+  c.server = "http://127.0.0.1:" + std::to_string(testing::FreeLoopbackPort());  // nobody there
+  c.token = "whatever";
+  c.data_dir = tmp / "worker-data";
+  c.hostname = "test-host";
+  c.retry_base_ms = 50;
+  c.retry_max_ms = 100;
+  c.orphan_timeout_ms = 800;
+  c.self_stop = "touch " + ShellQuote(marker);
+  WorkerThread w(c);
+  REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 30s));
+  REQUIRE(w.result);
+  CHECK(*w.result == 3);
+  CHECK(fs::exists(marker));
+  CHECK_FALSE(w.worker->registered());
+}
+
+TEST_CASE("worker e2e: a refused token stops a provider-booted machine (self-stop, exit 1) and "
+          "only ends a hand-started one",
+          "[worker][e2e]") {
+  Harness h;
+  std::string marker = h.tmp / "stopped";
+  auto c = h.Config(1);
+  c.token = "not-the-pool-token";
+  bool booted = GENERATE(true, false);
+  if (booted) c.self_stop = "touch " + ShellQuote(marker);
+  WorkerThread w(c);
+  REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 30s));
+  REQUIRE_FALSE(w.result);
+  CHECK(w.result.error().message.find("HTTP 401") != std::string::npos);
+  CHECK(w.result.error().message.find("not-the-pool-token") == std::string::npos);
+  CHECK(fs::exists(marker) == booted);
+}
+
 TEST_CASE("worker e2e: a machine that is draining is told 409 at registration; the worker exits 0",
           "[worker][e2e]") {
   Harness h;
