@@ -177,7 +177,7 @@ PoolSpec DefaultLocalPool(const ServeOptions& o) {
   PoolSpec p;
   p.scaling.name = "local";
   p.scaling.min = 0;
-  p.scaling.max = std::max(1, o.machines);
+  p.scaling.max = o.machines;  // 0: only workers started by hand
   p.scaling.slots = o.slots;
   p.scaling.idle_grace_ms = o.idle_grace_s * 1000;
   p.scaling.boot_timeout_ms = 60'000;
@@ -197,9 +197,10 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
     return Fail(ErrorKind::kInvalidArgument,
                 "--slots: expected a positive integer, got " + std::to_string(o.slots));
   }
-  if (o.machines <= 0) {
+  if (o.machines < 0) {
     return Fail(ErrorKind::kInvalidArgument,
-                "--machines: expected a positive integer, got " + std::to_string(o.machines));
+                "--machines: expected 0 (hand-started workers only) or more, got " +
+                    std::to_string(o.machines));
   }
   ServerConfig config;
   if (!o.config.empty()) { ASSIGN_OR_RETURN(config, LoadServerConfig(o.config)); }

@@ -205,6 +205,15 @@ Status Fleet::Step() {
     spdlog::warn("{} lease(s) expired; their runs are queued again", *n);
   }
   ASSIGN_OR_RETURN(auto machines, store_.Machines(false));
+  for (const auto& m : machines) {
+    if (m.provider != "manual" || m.state == "stopped" || m.state == "failed") continue;
+    if (now - m.last_seen_ms < options_.manual_silence_ms) continue;
+    std::string why = "hand-started worker silent for " + FormatDuration(now - m.last_seen_ms);
+    // Stopped when last heard from: that is when it was last of any use.
+    ASSIGN_OR_RETURN(int returned, store_.ForgetMachine(m.id, m.last_seen_ms, why));
+    spdlog::warn("pool {}: machine {} ({}) is gone: {}{}", m.pool, m.id, m.name, why,
+                 returned ? "; " + std::to_string(returned) + " run(s) back in the queue" : "");
+  }
   ASSIGN_OR_RETURN(auto demand, store_.RunnableDemand(now));
   std::map<std::string, int> demand_by_pool;
   for (const auto& d : demand) {

@@ -45,6 +45,10 @@ struct FleetOptions {
   std::string trainq_path;  // the trainq binary workers run
   std::string data_dir;     // serve's data dir (tokens/, machines/)
   cloud::AutoscalerOptions autoscaler;
+  // A worker started by hand (no provider) that has not called for this long
+  // is taken for gone: its machine is stopped in the store, its runs queued.
+  // Idle workers call at least every lease poll (20 s).
+  TimeMs manual_silence_ms = 3 * 60'000;
 };
 
 struct FleetPool {

@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
                       "Runs at once per machine of the default local pool")
       ->capture_default_str();
   c_serve->add_option("--machines", serve.machines,
-                      "Most worker processes the default local pool starts")
+                      "Most worker processes the default local pool starts (0: only workers started by hand)")
       ->capture_default_str();
   c_serve->add_option("--idle-grace", serve.idle_grace_s,
                       "Seconds a machine of the default local pool may idle before it is stopped")

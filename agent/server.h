@@ -89,6 +89,7 @@ class Server {
   bool stop_waiting_ = false;
   std::mutex log_mu_;  // appends to run logs
   HttpServerReply SourceRoute(std::int64_t run_id);
+  HttpServerReply LeaveRoute(const std::string& pool, std::int64_t machine);
   // The last packfile served (repo dir + sha -> pack): the runs of one batch
   // on several machines ask for the same commit.
   std::mutex pack_mu_;

@@ -335,6 +335,7 @@ Status Worker::Lease() {
   if (free_slots <= 0) return {};
   TimeMs wait = config_.lease_wait_ms;
   if (!jobs_.empty()) wait = std::min(wait, heartbeat_ms_ / 2);
+  if (config_.once) wait = std::min<TimeMs>(wait, 2'000);  // one-shot: do not linger
   json req = {{"max_runs", free_slots},
               {"free_gpus", gpus_.FreeGpus()},
               {"runs_per_gpu", config_.runs_per_gpu},
@@ -857,7 +858,10 @@ Result<int> Worker::Run(const std::atomic<bool>& stop) {
       Interrupt("trainq worker stopped: " + phase.error().message);
       return std::unexpected(phase.error());
     }
-    if (*phase == Phase::kDone) return exit_code_;
+    if (*phase == Phase::kDone) {
+      if (exit_code_ == 0) Leave();
+      return exit_code_;
+    }
     // Leases pace the loop while slots are free; otherwise look at the
     // children often enough to report an end promptly.
     bool leasing = worker_id_ && !draining_ && static_cast<int>(jobs_.size()) < config_.slots &&
@@ -870,7 +874,16 @@ Result<int> Worker::Run(const std::atomic<bool>& stop) {
   }
   spdlog::info("stopping: {} run(s) go back to the queue", runs_.size());
   Interrupt("the worker was stopped (SIGTERM: preemption or shutdown)");
+  Leave();
   return 0;
+}
+
+void Worker::Leave() {
+  if (!worker_id_) return;
+  auto a = Call("/api/v1/workers/" + std::to_string(*worker_id_) + "/leave", json::object(), 5'000);
+  if (!a || a->status != 200) {
+    spdlog::debug("leave: {}", a ? "HTTP " + std::to_string(a->status) : a.error().message);
+  }
 }
 
 Result<std::string> ReadTokenFile(const std::string& path) {

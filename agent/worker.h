@@ -195,6 +195,7 @@ class Worker {
   void Kill(Proc& p, TimeMs now);
   void StopProc(Proc& p);
   void RunSelfStop();
+  void Leave();  // tells the server this worker ends (best effort)
 
   HttpClient& http_;
   ProcessRunner& runner_;

@@ -221,7 +221,7 @@ HttpServerReply Server::WorkerRouteInner(const HttpServerRequest& req, const std
   bool workers = parts.size() >= 4 && parts[2] == "workers";
   if (workers && parts.size() == 4 && parts[3] == "register") {
     route = "register";
-  } else if (parts.size() == 5 && (workers ? parts[4] == "lease"
+  } else if (parts.size() == 5 && (workers ? (parts[4] == "lease" || parts[4] == "leave")
                                            : (parts[4] == "heartbeat" || parts[4] == "metrics" ||
                                               parts[4] == "complete" || parts[4] == "log" ||
                                               parts[4] == "source"))) {
@@ -251,6 +251,7 @@ HttpServerReply Server::WorkerRouteInner(const HttpServerRequest& req, const std
   auto id = ParseId(parts[3]);
   if (!id) return ErrorReply(404, "no route " + path + " (bad id)");
   if (route == "lease") return LeaseRoute(*pool, *id, req);
+  if (route == "leave") return LeaveRoute(*pool, *id);
   return RunRoute(*pool, *id, route, req);
 }
 
@@ -305,6 +306,27 @@ HttpServerReply Server::Register(const std::string& pool, const HttpServerReques
                     {"orphan_timeout_ms", spec->orphan_timeout_ms},
                     {"runs_per_gpu", spec->runs_per_gpu},
                     {"self_stop", spec->self_stop}});
+}
+
+// A worker that ends on its own (--once, drained, SIGTERM) says so. A machine
+// started by hand is stopped in the store at once (its runs, if any, back to
+// the queue); a provider's machine stays for the fleet, which stops it.
+HttpServerReply Server::LeaveRoute(const std::string& pool, std::int64_t machine) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  auto m = write_store_->Machine(machine);
+  if (!m) return ErrorReply(503, m.error().message);
+  if (!*m) return ErrorReply(404, "machine " + std::to_string(machine) + " does not exist");
+  if ((*m)->pool != pool) {
+    return ErrorReply(403, "machine " + std::to_string(machine) + " is not of this token's pool");
+  }
+  if ((*m)->provider != "manual") return Json(200, {{"state", (*m)->state}});
+  if ((*m)->state == "stopped") return Json(200, {{"state", "stopped"}});
+  auto returned = write_store_->ForgetMachine(machine, clock_.Now(), "its worker left");
+  if (!returned) return ErrorReply(StatusOf(returned.error()), returned.error().message);
+  spdlog::info("worker {} ({}) of pool {} left{}", machine, (*m)->name, pool,
+               *returned ? "; " + std::to_string(*returned) + " run(s) back in the queue" : "");
+  if (*returned) NotifyWork();
+  return Json(200, {{"state", "stopped"}});
 }
 
 HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine,

@@ -105,5 +105,31 @@ TEST_CASE("fleet: a booted worker is told its pool's dead-man switch before it e
   CHECK(after("--self-stop") == "(absent)");
 }
 
+TEST_CASE("fleet: a hand-started worker that stops calling is taken for gone; one that calls stays",
+          "[fleet]") {
+  FleetFixture f;
+  Fleet fleet = f.Make();
+  Store::WorkerRegistration r;
+  r.pool = "gpu";
+  r.hostname = "laptop";
+  r.pid = 1;
+  auto silent = f.store.RegisterWorker(r, f.clock.Now());
+  REQUIRE(silent);
+  r.pid = 2;
+  auto alive = f.store.RegisterWorker(r, f.clock.Now());
+  REQUIRE(alive);
+  f.clock.Advance(2 * 60'000);
+  REQUIRE(f.store.TouchWorker(alive->id, f.clock.Now(), false));
+  REQUIRE(fleet.Step());
+  CHECK(f.store.Machine(silent->id).value()->state == "ready");  // 2 min: not yet
+  f.clock.Advance(90'000);  // silent for 3m30s, alive for 1m30s
+  REQUIRE(fleet.Step());
+  auto s = f.store.Machine(silent->id).value();
+  CHECK(s->state == "stopped");
+  CHECK(s->last_error.find("silent for 3m30s") != std::string::npos);
+  CHECK(f.store.Machine(alive->id).value()->state == "ready");
+  CHECK(f.provider->running().empty());  // no provider call for either
+}
+
 }  // namespace
 }  // namespace trainq

@@ -532,4 +532,26 @@ TEST_CASE("worker API: source of a run whose repository the server lacks is a 40
   CHECK(r.body.find("/srv/model") != std::string::npos);
 }
 
+TEST_CASE("worker API: leave stops a hand-started machine and queues what it held; only its pool "
+          "may say so",
+          "[worker_api]") {
+  World w;
+  w.Submit(1);
+  auto a = w.Register(kCpuToken);  // no name: started by hand
+  auto runs = w.Lease(a, kCpuToken)["runs"];
+  REQUIRE(runs.size() == 1);
+  std::string leave = "/api/v1/workers/" + std::to_string(a) + "/leave";
+  CHECK(w.Post(leave, "{}", kGpuToken).status == 403);
+  CHECK(w.Post(leave, "{}", std::nullopt).status == 401);
+  CHECK(w.Post("/api/v1/workers/999/leave", "{}", kCpuToken).status == 404);
+  CHECK(w.PostJson(leave, json::object(), kCpuToken)["state"] == "stopped");
+  auto m = w.store.Machine(a).value().value();
+  CHECK(m.state == "stopped");
+  auto run = w.store.Run(runs[0]["run_id"].get<std::int64_t>()).value().value();
+  CHECK(run.state == RunState::kQueued);
+  CHECK(run.attempts == 0);  // not the run's fault
+  // Twice is harmless.
+  CHECK(w.PostJson(leave, json::object(), kCpuToken)["state"] == "stopped");
+}
+
 }  // namespace trainq

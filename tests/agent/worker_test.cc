@@ -339,10 +339,14 @@ TEST_CASE("worker e2e: runs succeed with their seeds' metrics and their logs rea
     // A run that asks for no GPU sees none.
     CHECK(log->find("cuda=[]") != std::string::npos);
   }
-  // The worker registered as a manual machine with its resources.
+  // The worker registered as a manual machine with its resources, and said it
+  // left when --once ended it.
   auto machines = h.store->Machines(true);
   REQUIRE(machines);
-  REQUIRE(machines->size() >= 1);
+  REQUIRE(machines->size() == 1);
+  CHECK(machines->front().provider == "manual");
+  CHECK(machines->front().state == "stopped");
+  CHECK(machines->front().last_error == "its worker left");
 }
 
 TEST_CASE("worker e2e: each GPU run gets its own CUDA_VISIBLE_DEVICES", "[worker][e2e]") {
