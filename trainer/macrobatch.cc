@@ -9,23 +9,35 @@ namespace trainq::trainer {
 
 std::vector<std::vector<std::int64_t>> PlanMacroBatches(const std::vector<std::int64_t>& train_rows,
                                                         std::int64_t macro_batch_size, std::uint64_t order_seed,
-                                                        std::int64_t epoch, bool shuffle) {
+                                                        std::int64_t epoch, bool shuffle, std::int64_t blocks) {
   const std::size_t n = train_rows.size();
   std::size_t size = macro_batch_size <= 0 ? n : static_cast<std::size_t>(macro_batch_size);
   size = std::max<std::size_t>(1, std::min(size, n));
   std::vector<std::vector<std::int64_t>> plan;
   if (n == 0) return plan;
   std::mt19937_64 gen(DeriveSeed(order_seed ^ SplitMix64(static_cast<std::uint64_t>(epoch)), kStreamMacroOrder));
-  const std::size_t offset = shuffle && size < n ? static_cast<std::size_t>(UniformBelow(gen, n)) : 0;
+  std::vector<std::int64_t> order;  // the epoch's rows, macrobatch after macrobatch
+  order.reserve(n);
+  if (shuffle && size < n) {
+    const std::size_t offset = static_cast<std::size_t>(UniformBelow(gen, n));
+    const std::size_t g = static_cast<std::size_t>(std::max<std::int64_t>(1, blocks));
+    const std::size_t block = std::max<std::size_t>(1, (size + g - 1) / g);
+    std::vector<std::size_t> starts;
+    for (std::size_t start = 0; start < n; start += block) starts.push_back(start);
+    Shuffle(starts, gen);
+    for (std::size_t start : starts) {
+      for (std::size_t i = start; i < std::min(n, start + block); ++i) order.push_back(train_rows[(i + offset) % n]);
+    }
+  } else {
+    order = train_rows;
+  }
   for (std::size_t start = 0; start < n; start += size) {
-    std::vector<std::int64_t> chunk;
-    chunk.reserve(std::min(size, n - start));
-    for (std::size_t i = start; i < std::min(n, start + size); ++i) chunk.push_back(train_rows[(i + offset) % n]);
+    std::vector<std::int64_t> chunk(order.begin() + static_cast<std::ptrdiff_t>(start),
+                                    order.begin() + static_cast<std::ptrdiff_t>(std::min(n, start + size)));
     // Sorted rows read as long sequential runs.
     std::sort(chunk.begin(), chunk.end());
     plan.push_back(std::move(chunk));
   }
-  if (shuffle) Shuffle(plan, gen);
   return plan;
 }
 

@@ -26,9 +26,14 @@ namespace trainq::trainer {
 
 // The row indices of each macrobatch of `epoch`, in reading order. Every row of
 // `train_rows` appears exactly once. With shuffle off, the chunks follow file order.
+// With shuffle on, the rows (rotated by a random offset) are cut into blocks of
+// ceil(macro_batch_size / blocks) consecutive rows, the blocks are put in random
+// order and the result is cut into macrobatches: each macrobatch gathers about
+// `blocks` runs of rows from all over the file (a file sorted by class still gives
+// mixed macrobatches), and each run is read sequentially.
 std::vector<std::vector<std::int64_t>> PlanMacroBatches(const std::vector<std::int64_t>& train_rows,
                                                         std::int64_t macro_batch_size, std::uint64_t order_seed,
-                                                        std::int64_t epoch, bool shuffle);
+                                                        std::int64_t epoch, bool shuffle, std::int64_t blocks = 16);
 
 struct MacroBatch {
   std::int64_t index = 0;           // position in the epoch's plan

@@ -403,7 +403,7 @@ Status ParseCallbacks(const SpecNode& n, TrainerSpec* t) {
     TRY(CheckKeys(*m, epath, {"type", "params"}));
     const SpecNode* type = m->Find("type");
     if (type == nullptr) return SpecError(*m, epath, "a callback needs a type");
-    ASSIGN_OR_RETURN(std::string kind, AsChoice(*type, epath + ".type", {"checkpointing", "early_stopping"}));
+    ASSIGN_OR_RETURN(std::string kind, AsChoice(*type, epath + ".type", {"checkpointing", "early_stopping", "loss_logging"}));
     SpecNode empty;
     empty.kind = SpecNode::Kind::kMap;
     empty.file = m->file;
@@ -414,12 +414,14 @@ Status ParseCallbacks(const SpecNode& n, TrainerSpec* t) {
     ASSIGN_OR_RETURN(const SpecNode* p, RequireMap(*params, ppath));
     if (kind == "checkpointing") {
       CheckpointSpec c;
-      TRY(CheckKeys(*p, ppath, {"path", "every", "monitor", "mode", "keep_best"}));
+      TRY(CheckKeys(*p, ppath, {"path", "every", "every_batches", "every_macrobatches", "monitor", "mode", "keep_best"}));
       if (const SpecNode* x = p->Find("path")) {
         if (!x->IsScalar() || x->scalar.empty()) return SpecError(*x, ppath + ".path", "expected a folder name");
         c.path = x->scalar;
       }
       TRY(GetInt(*p, "every", ppath, &c.every, 0));
+      TRY(GetInt(*p, "every_batches", ppath, &c.every_batches, 0));
+      TRY(GetInt(*p, "every_macrobatches", ppath, &c.every_macrobatches, 0));
       if (const SpecNode* x = p->Find("monitor")) {
         if (!x->IsScalar()) return SpecError(*x, ppath + ".monitor", "expected a metric name");
         c.monitor = x->scalar;
@@ -431,6 +433,12 @@ Status ParseCallbacks(const SpecNode& n, TrainerSpec* t) {
         return SpecError(*p, ppath + ".monitor", "keep_best needs a metric to monitor");
       }
       t->checkpointing = c;
+    } else if (kind == "loss_logging") {
+      LossLoggingSpec l;
+      TRY(CheckKeys(*p, ppath, {"every_batches", "macrobatches"}));
+      TRY(GetInt(*p, "every_batches", ppath, &l.every_batches, 0));
+      TRY(GetBool(*p, "macrobatches", ppath, &l.macrobatches));
+      t->loss_logging = l;
     } else {
       EarlyStoppingSpec e;
       TRY(CheckKeys(*p, ppath, {"monitor", "mode", "patience", "min_delta", "restore_best"}));
@@ -452,11 +460,12 @@ Status ParseCallbacks(const SpecNode& n, TrainerSpec* t) {
 Status ParseTrainer(const SpecNode& n, TrainerSpec* t) {
   const std::string path = "trainer";
   ASSIGN_OR_RETURN(const SpecNode* m, RequireMap(n, path));
-  TRY(CheckKeys(*m, path, {"epochs", "batch_size", "macro_batch_size", "eval_batch_size", "shuffle",
-                           "callbacks"}));
+  TRY(CheckKeys(*m, path, {"epochs", "batch_size", "macro_batch_size", "shuffle_blocks", "eval_batch_size",
+                           "shuffle", "callbacks"}));
   TRY(GetInt(*m, "epochs", path, &t->epochs, 1));
   TRY(GetInt(*m, "batch_size", path, &t->batch_size, 1));
   TRY(GetInt(*m, "macro_batch_size", path, &t->macro_batch_size, 0));
+  TRY(GetInt(*m, "shuffle_blocks", path, &t->shuffle_blocks, 1));
   TRY(GetInt(*m, "eval_batch_size", path, &t->eval_batch_size, 1));
   TRY(GetBool(*m, "shuffle", path, &t->shuffle));
   if (t->macro_batch_size > 0 && t->macro_batch_size < t->batch_size) {

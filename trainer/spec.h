@@ -84,6 +84,8 @@ struct OptimizerSpec {
 struct CheckpointSpec {
   std::string path = "checkpoints";  // under the output dir
   std::int64_t every = 0;            // epochs between checkpoints; 0 = only best/last
+  std::int64_t every_batches = 0;    // optimizer steps between step-N.pt; 0 = none
+  std::int64_t every_macrobatches = 0;  // macrobatches between epoch-E-macro-I.pt; 0 = none
   std::string monitor;               // e.g. val_accuracy; empty = no best
   std::string mode = "max";          // max | min
   bool keep_best = true;
@@ -99,14 +101,22 @@ struct EarlyStoppingSpec {
   bool restore_best = true;
 };
 
+// loss_logging: training-loss lines written while an epoch runs.
+struct LossLoggingSpec {
+  std::int64_t every_batches = 0;  // a `batch_loss` line (mean of the last N batches) every N steps; 0 = none
+  bool macrobatches = true;        // a `macrobatch_loss` line at the end of each macrobatch
+};
+
 struct TrainerSpec {
   std::int64_t epochs = 10;
   std::int64_t batch_size = 32;
   std::int64_t macro_batch_size = 0;  // 0: the whole training set is one macrobatch
+  std::int64_t shuffle_blocks = 16;   // runs of consecutive rows per streamed macrobatch (see PlanMacroBatches)
   std::int64_t eval_batch_size = 1024;
   bool shuffle = true;
   std::optional<CheckpointSpec> checkpointing;
   std::optional<EarlyStoppingSpec> early_stopping;
+  std::optional<LossLoggingSpec> loss_logging;
 };
 
 struct Spec {

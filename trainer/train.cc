@@ -505,6 +505,35 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
     return {};
   };
 
+  // Callbacks that fire while an epoch runs: after every batch (per replica,
+  // on its own step count) and after every macrobatch.
+  const std::int64_t log_every = spec.trainer.loss_logging ? spec.trainer.loss_logging->every_batches : 0;
+  const bool log_macro = spec.trainer.loss_logging && spec.trainer.loss_logging->macrobatches;
+  const std::int64_t ck_steps = spec.trainer.checkpointing ? spec.trainer.checkpointing->every_batches : 0;
+  const std::int64_t ck_macros = spec.trainer.checkpointing ? spec.trainer.checkpointing->every_macrobatches : 0;
+  std::vector<double> window_sum(static_cast<std::size_t>(k), 0.0);
+  std::vector<std::int64_t> window_batches(static_cast<std::size_t>(k), 0);
+  std::int64_t macro_count = 0;
+  // One batch of replica r is done with this loss: the per-batch callbacks.
+  auto after_batch = [&](std::int64_t r, double loss, std::int64_t epoch) -> std::expected<void, TrainFailure> {
+    const std::size_t ri = static_cast<std::size_t>(r);
+    const std::int64_t step = steps[ri];
+    if (log_every > 0) {
+      window_sum[ri] += loss;
+      if (++window_batches[ri] == log_every) {
+        const double mean = window_sum[ri] / static_cast<double>(log_every);
+        window_sum[ri] = 0;
+        window_batches[ri] = 0;
+        reps[ri].batch_losses.emplace_back(step, mean);
+        if (auto w = write(r, "batch_loss", mean, epoch, "train", false); !w) return w;
+      }
+    }
+    if (ck_steps > 0 && step % ck_steps == 0) {
+      if (auto c = save_checkpoint(r, "step-" + std::to_string(step) + ".pt"); !c) return c;
+    }
+    return {};
+  };
+
   for (std::int64_t epoch = 1; epoch <= epochs; ++epoch) {
     const double lr = LearningRate(spec.optimizer, epoch - 1, epochs);
     torch::Tensor lr_k = ctx.active * lr;
@@ -519,10 +548,11 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
     if (!s.resident_train) {
       reader.emplace(s.source, s.norm,
                      PlanMacroBatches(s.split.train, spec.trainer.macro_batch_size, spec.data.split.split_seed,
-                                      epoch, spec.trainer.shuffle));
+                                      epoch, spec.trainer.shuffle, spec.trainer.shuffle_blocks));
     }
     MacroBatch mb;
     bool first = true;
+    std::int64_t macro_in_epoch = 0;
     while (true) {
       TensorSet macro;
       const std::vector<std::int64_t>* macro_rows = &s.split.train;
@@ -538,6 +568,9 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
       }
       first = false;
       const std::int64_t m = macro.rows;
+      ++macro_in_epoch;
+      ++macro_count;
+      torch::Tensor macro_start_sum = log_macro ? loss_sum.to(torch::kCPU).clone() : torch::Tensor();
       // Per-replica order of this macrobatch's rows.
       std::vector<std::int64_t> order(static_cast<std::size_t>(k * m));
       for (std::int64_t r = 0; r < k; ++r) {
@@ -571,6 +604,7 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
                                           });
             sums[ri] += static_cast<double>(loss) * static_cast<double>(b);
             ++steps[ri];
+            if (auto c = after_batch(r, loss, epoch); !c) return c;
           }
           rows_done += b;
           ++batch_in_epoch;
@@ -601,6 +635,14 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
           for (std::int64_t r = 0; r < k; ++r) {
             if (active[static_cast<std::size_t>(r)]) ++steps[static_cast<std::size_t>(r)];
           }
+          if (log_every > 0 || ck_steps > 0) {
+            // Reading the losses waits for the device: only when a callback asks.
+            torch::Tensor host = log_every > 0 ? losses.detach().to(torch::kCPU, torch::kFloat64) : torch::Tensor();
+            for (std::int64_t r = 0; r < k; ++r) {
+              if (!active[static_cast<std::size_t>(r)]) continue;
+              if (auto c = after_batch(r, log_every > 0 ? host[r].item<double>() : 0.0, epoch); !c) return c;
+            }
+          }
           if (progress) {
             std::lock_guard<std::mutex> lock(s.io_mutex);
             progress->Batch(epoch, batch_in_epoch);
@@ -617,6 +659,25 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
                              " in epoch " + std::to_string(epoch) + " (step " +
                              std::to_string(steps[static_cast<std::size_t>(r)]) +
                              "); lower optimizer.lr or check the data");
+        }
+      }
+      // Per-macrobatch callbacks.
+      torch::Tensor macro_end_sum = log_macro ? loss_sum.to(torch::kCPU) : torch::Tensor();
+      for (std::int64_t r = 0; r < k; ++r) {
+        const std::size_t ri = static_cast<std::size_t>(r);
+        if (!active[ri]) continue;
+        if (log_macro) {
+          const double mean = (macro_end_sum[r].item<double>() - macro_start_sum[r].item<double>()) /
+                              static_cast<double>(std::max<std::int64_t>(1, m));
+          reps[ri].macrobatch_losses.push_back(mean);
+          if (auto w = write(r, "macrobatch_loss", mean, epoch, "train", false); !w) return w;
+        }
+        if (ck_macros > 0 && macro_count % ck_macros == 0) {
+          if (auto c = save_checkpoint(r, "epoch-" + std::to_string(epoch) + "-macro-" +
+                                              std::to_string(macro_in_epoch) + ".pt");
+              !c) {
+            return c;
+          }
         }
       }
     }

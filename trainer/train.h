@@ -43,6 +43,10 @@ struct ReplicaReport {
   bool stopped_early = false;
   std::int64_t restored_epoch = 0;                           // early_stopping restored this epoch's weights; 0: none
   std::int64_t steps = 0;
+  // loss_logging callback: (step, mean loss of the last batches) and the
+  // mean loss of each macrobatch, as written to the metrics file.
+  std::vector<std::pair<std::int64_t, double>> batch_losses;
+  std::vector<double> macrobatch_losses;
   std::vector<float> initial_parameters;                     // record_details only
 };
 

@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 
+#include "cloud/autoscaler.h"
 #include "cloud/mini_xml.h"
 #include "core/clock.h"
 #include "core/http_client.h"
@@ -525,9 +526,48 @@ TEST_CASE("EC2 provider: a crash between boot and record leaves the machine find
   REQUIRE(listed);
   REQUIRE(listed->size() == 1);
   CHECK((*listed)[0].name == "tq-tq1-gpu-7");
-  CHECK((*listed)[0].id == f.ec2.instances().at(0).id);
-  REQUIRE(restarted->Stop((*listed)[0].id));  // the autoscaler may stop it
+  const std::string id = (*listed)[0].id;
+  CHECK(id == f.ec2.instances().at(0).id);
+
+  // The autoscaler's next pass is fed with that listing. With nothing queued
+  // the orphan is not wanted: it is stopped at once.
+  PoolInput pool;
+  pool.config.name = "gpu";
+  pool.config.max = 4;
+  pool.config.boot_timeout_ms = 600'000;
+  pool.listing = std::vector<std::string>{id};
+  const TimeMs t0 = 1'000'000;
+  Decision d = Autoscale({pool}, t0);
+  REQUIRE(d.actions.size() == 1);
+  CHECK(d.actions[0].kind == ActionKind::kStop);
+  CHECK(d.actions[0].machine == id);
+  // With a run queued it is adopted instead, and no other machine is booted ...
+  pool.demand = 1;
+  d = Autoscale({pool}, t0);
+  REQUIRE(d.actions.size() == 1);
+  CHECK(d.actions[0].kind == ActionKind::kAdopt);
+  CHECK(d.actions[0].machine == id);
+  // ... recorded booting as of now. Its worker never registers, so once
+  // boot_timeout has passed it is stopped (and replaced), and the provider
+  // terminates it.
+  Machine adopted;
+  adopted.row = 1;
+  adopted.id = id;
+  adopted.state = MachineState::kBooting;
+  adopted.booted_at = t0;
+  pool.machines = {adopted};
+  CHECK(Autoscale({pool}, t0 + 600'000 - 1).actions.empty());
+  d = Autoscale({pool}, t0 + 600'000 + 1);
+  auto stop = std::find_if(d.actions.begin(), d.actions.end(),
+                           [](const Action& a) { return a.kind == ActionKind::kStop; });
+  REQUIRE(stop != d.actions.end());
+  CHECK(stop->machine == id);
+  CHECK(stop->row == 1);
+  CHECK(std::any_of(d.actions.begin(), d.actions.end(),
+                    [](const Action& a) { return a.kind == ActionKind::kBoot && a.count == 1; }));
+  REQUIRE(restarted->Stop(stop->machine));
   CHECK(restarted->List(kTag)->empty());
+  CHECK(f.ec2.instances().at(0).state == "shutting-down");
 }
 
 TEST_CASE("EC2 provider: a warm pool stops instances and boots a stopped one again, renamed") {

@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <set>
 
 #include "core/strings.h"
@@ -41,6 +42,38 @@ TEST_CASE("the plan changes across epochs, not across calls") {
   auto ordered = PlanMacroBatches(rows, 10, 9, 1, false);
   CHECK(ordered[0] == Rows(10));
   CHECK(ordered[9].back() == 99);
+}
+
+TEST_CASE("shuffled macrobatches mix rows from all over the file, in runs of consecutive rows") {
+  // A file sorted by class: rows 0..999, class = row / 250. With one block per
+  // macrobatch (the chunking of before) a macrobatch of 100 holds one or two
+  // classes; with 16 blocks of 7 rows each macrobatch holds rows of every class.
+  const auto rows = Rows(1000);
+  auto classes = [](const std::vector<std::int64_t>& m) {
+    std::set<std::int64_t> c;
+    for (std::int64_t r : m) c.insert(r / 250);
+    return c.size();
+  };
+  auto runs = [](const std::vector<std::int64_t>& m) {  // sequential reads needed
+    std::size_t n = m.empty() ? 0 : 1;
+    for (std::size_t i = 1; i < m.size(); ++i) n += m[i] != m[i - 1] + 1;
+    return n;
+  };
+  for (std::int64_t epoch = 1; epoch <= 3; ++epoch) {
+    auto one = PlanMacroBatches(rows, 100, 5, epoch, true, 1);
+    auto mixed = PlanMacroBatches(rows, 100, 5, epoch, true, 16);
+    REQUIRE(mixed.size() == 10);
+    CHECK(Flatten(mixed) == std::multiset<std::int64_t>(rows.begin(), rows.end()));
+    std::size_t most_one = 0;
+    for (const auto& m : one) most_one = std::max(most_one, classes(m));
+    CHECK(most_one <= 2);
+    for (const auto& m : mixed) {
+      CHECK(m.size() == 100);
+      CHECK(std::is_sorted(m.begin(), m.end()));
+      CHECK(classes(m) == 4);
+      CHECK(runs(m) <= 17);  // 15 blocks of 7 rows, split at most at both ends
+    }
+  }
 }
 
 TEST_CASE("a macro_batch_size of 0 is one macrobatch") {

@@ -133,6 +133,76 @@ TEST_CASE("fused replicas match single runs with lstm and gru, and with early st
       "  callbacks: [{type: early_stopping, params: {monitor: val_accuracy, patience: 2}}]\n"));
 }
 
+TEST_CASE("regression losses (mse, l1) train, report mse and mae, and fuse") {
+  // Iris: predict petal width (column 3) from the other three measurements.
+  // Its variance is about 0.58; a small MLP gets well under a third of it.
+  for (const char* loss : {"mse", "l1"}) {
+    INFO("loss " << loss);
+    Spec spec = MakeSpec(std::string("  features: \"0:3\"\n  labels: 3\n"
+                                     "model: {layers: [{type: linear, out: 16}, tanh, {type: linear, out: 1}]}\n"
+                                     "loss: ") +
+                         loss +
+                         "\noptimizer: {type: adam, lr: 0.02}\n"
+                         "trainer: {epochs: 30, batch_size: 16}\n"
+                         "metrics: [mse, mae, loss]\n");
+    TrainConfig config;
+    config.seeds = {1};
+    TrainReport r = MustTrain(spec, config);
+    const auto& m = r.replicas[0].final_metrics;
+    REQUIRE(m.count("mse"));
+    REQUIRE(m.count("mae"));
+    CHECK(m.at("mse") < 0.2);
+    CHECK(m.at("mae") > 0);
+    CHECK(m.at("mae") * m.at("mae") <= m.at("mse") + 1e-9);  // Jensen: mean|e|^2 <= mean e^2
+    CHECK(m.at("loss") == Approx(std::string(loss) == "mse" ? m.at("mse") : m.at("mae")).epsilon(1e-4));
+    CHECK(r.replicas[0].train_loss.back() < r.replicas[0].train_loss.front());
+    CheckFusedMatchesSingle(spec);
+  }
+}
+
+TEST_CASE("embedding over integer ids, with cross_entropy and with bce_with_logits") {
+  // Sequences of four ids in 0..9; the class is whether the first id is >= 5.
+  testing::TempDir dir;
+  std::string csv;
+  std::uint64_t x = 12345;
+  auto next = [&] {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<int>((x >> 33) % 10);
+  };
+  for (int i = 0; i < 400; ++i) {
+    int ids[4] = {next(), next(), next(), next()};
+    for (int id : ids) csv += std::to_string(id) + ",";
+    csv += ids[0] >= 5 ? "1\n" : "0\n";
+  }
+  REQUIRE(WriteFile(dir / "ids.csv", csv));
+  const std::string common =
+      "data: {path: ids.csv, split: {train: 300, test: 100}}\n"
+      "optimizer: {type: adam, lr: 0.02}\n"
+      "trainer: {epochs: 15, batch_size: 32}\n"
+      "metrics: [accuracy, f1, loss]\n";
+  struct Case {
+    const char* loss;
+    int out;
+  };
+  for (Case c : {Case{"cross_entropy", 2}, Case{"bce_with_logits", 1}}) {
+    INFO("loss " << c.loss);
+    REQUIRE(WriteFile(dir / "spec.yaml",
+                      common + "loss: " + c.loss +
+                          "\nmodel: {layers: [{type: embedding, vocab: 10, dim: 4}, flatten, "
+                          "{type: linear, out: 8}, relu, {type: linear, out: " +
+                          std::to_string(c.out) + "}]}\n"));
+    auto spec = LoadSpec(dir / "spec.yaml", {});
+    if (!spec) FAIL(spec.error().message);
+    TrainConfig config;
+    config.seeds = {2};
+    TrainReport r = MustTrain(*spec, config);
+    const auto& m = r.replicas[0].final_metrics;
+    CHECK(m.at("accuracy") > 0.9);
+    CHECK(m.at("f1") > 0.85);
+    CheckFusedMatchesSingle(*spec);
+  }
+}
+
 TEST_CASE("early stopping restores the best epoch's weights before the final evaluation") {
   // monitor train_loss with mode max: the loss falls, so the first epoch is
   // the best and training stops after `patience` more. No test split: the
@@ -423,6 +493,96 @@ TEST_CASE("checkpointing keeps the best epoch and writes metrics lines per seed"
   }
   CHECK(finals == 6);  // accuracy, loss, f1 for two seeds
   CHECK_THAT(*text, Catch::Contains("\"seed\":2"));
+}
+
+// Iris streamed from its CSV: 90 training rows in macrobatches of 30, batches
+// of 16 (16 + 14 per macrobatch): 3 macrobatches and 6 steps an epoch.
+void CheckBatchAndMacrobatchCallbacks(const std::string& model) {
+  testing::TempDir dir;
+  Spec spec = MakeSpec(model + "optimizer: {type: adam, lr: 0.01}\n"
+                               "trainer:\n  epochs: 6\n  batch_size: 16\n  macro_batch_size: 30\n"
+                               "  callbacks:\n"
+                               "    - {type: loss_logging, params: {every_batches: 4}}\n"
+                               "    - {type: checkpointing, params: {every_batches: 12, every_macrobatches: 5}}\n"
+                               "metrics: [accuracy, loss]\n");
+  TrainConfig config;
+  config.seeds = {4, 5};
+  config.output_dir = dir / "out";
+  config.metrics_file = dir / "metrics.jsonl";
+  TrainReport fused = MustTrain(spec, config);
+  CHECK(fused.streamed);
+  REQUIRE(fused.replicas.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const ReplicaReport& rep = fused.replicas[i];
+    INFO("seed " << rep.seed);
+    CHECK(rep.steps == 36);
+    // Per batch: a line every 4 steps.
+    REQUIRE(rep.batch_losses.size() == 9);
+    for (std::size_t j = 0; j < rep.batch_losses.size(); ++j) {
+      CHECK(rep.batch_losses[j].first == 4 * static_cast<std::int64_t>(j + 1));
+      CHECK(std::isfinite(rep.batch_losses[j].second));
+    }
+    // Per macrobatch: three an epoch, and their mean is the epoch's train loss
+    // (equal-sized macrobatches).
+    REQUIRE(rep.macrobatch_losses.size() == 18);
+    REQUIRE(rep.train_loss.size() == 6);
+    for (std::size_t e = 0; e < 6; ++e) {
+      const double mean =
+          (rep.macrobatch_losses[3 * e] + rep.macrobatch_losses[3 * e + 1] + rep.macrobatch_losses[3 * e + 2]) / 3;
+      CHECK(mean == Approx(rep.train_loss[e]).epsilon(1e-9));
+    }
+    CHECK(rep.macrobatch_losses.front() > rep.macrobatch_losses.back());  // it learns
+    const auto ck = dir.path() / "out" / ("seed-" + std::to_string(rep.seed)) / "checkpoints";
+    for (const char* name : {"step-12.pt", "step-24.pt", "step-36.pt",
+                             // macrobatches 5, 10 and 15 of the run
+                             "epoch-2-macro-2.pt", "epoch-4-macro-1.pt", "epoch-5-macro-3.pt"}) {
+      CHECK(std::filesystem::exists(ck / name));
+    }
+    CHECK_FALSE(std::filesystem::exists(ck / "step-6.pt"));
+    CHECK_FALSE(std::filesystem::exists(ck / "epoch-1-macro-1.pt"));
+  }
+  auto text = ReadFile(dir / "metrics.jsonl");
+  REQUIRE(text.has_value());
+  int batch_lines = 0, macro_lines = 0;
+  for (const std::string& line : trainq::Split(*text, '\n')) {
+    if (line.find("\"batch_loss\"") != std::string::npos) ++batch_lines;
+    if (line.find("\"macrobatch_loss\"") != std::string::npos) ++macro_lines;
+  }
+  CHECK(batch_lines == 18);
+  CHECK(macro_lines == 36);
+
+  // Fused replica i logs what the single run with its seed logs.
+  for (std::size_t i = 0; i < 2; ++i) {
+    TrainConfig single;
+    single.seeds = {fused.replicas[i].seed};
+    single.output_dir = dir / ("single-" + std::to_string(i));
+    TrainReport one = MustTrain(spec, single);
+    const ReplicaReport& a = one.replicas[0];
+    const ReplicaReport& b = fused.replicas[i];
+    REQUIRE(a.batch_losses.size() == b.batch_losses.size());
+    for (std::size_t j = 0; j < a.batch_losses.size(); ++j) {
+      CHECK(a.batch_losses[j].first == b.batch_losses[j].first);
+      CHECK(a.batch_losses[j].second == Approx(b.batch_losses[j].second).margin(1e-4));
+    }
+    REQUIRE(a.macrobatch_losses.size() == b.macrobatch_losses.size());
+    for (std::size_t j = 0; j < a.macrobatch_losses.size(); ++j) {
+      CHECK(a.macrobatch_losses[j] == Approx(b.macrobatch_losses[j]).margin(1e-4));
+    }
+  }
+}
+
+TEST_CASE("callbacks fire per batch and per macrobatch, fused as single") {
+  SECTION("libtorch path (batchnorm, dropout)") {
+    CheckBatchAndMacrobatchCallbacks(
+        "model:\n  layers:\n    - {type: linear, out: 16}\n    - {type: batchnorm}\n    - relu\n"
+        "    - {type: dropout, p: 0.2}\n    - {type: linear, out: 3}\n"
+        "loss: cross_entropy\n");
+  }
+  SECTION("CPU fast path (linear and relu only)") {
+    CheckBatchAndMacrobatchCallbacks(
+        "model:\n  layers:\n    - {type: linear, out: 16}\n    - relu\n    - {type: linear, out: 3}\n"
+        "loss: cross_entropy\n");
+  }
 }
 
 }  // namespace
