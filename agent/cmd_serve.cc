@@ -179,6 +179,7 @@ PoolSpec DefaultLocalPool(const ServeOptions& o) {
   p.scaling.min = 0;
   p.scaling.max = o.machines;  // 0: only workers started by hand
   p.scaling.slots = o.slots;
+  p.fuse_max = o.fuse_max;
   p.scaling.idle_grace_ms = o.idle_grace_s * 1000;
   p.scaling.boot_timeout_ms = 60'000;
   p.provider = "local";
@@ -196,6 +197,10 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
   if (o.slots <= 0) {
     return Fail(ErrorKind::kInvalidArgument,
                 "--slots: expected a positive integer, got " + std::to_string(o.slots));
+  }
+  if (o.fuse_max <= 0) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "--fuse-max: expected a positive integer, got " + std::to_string(o.fuse_max));
   }
   if (o.machines < 0) {
     return Fail(ErrorKind::kInvalidArgument,

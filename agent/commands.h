@@ -49,6 +49,7 @@ struct ServeOptions {
   // Without `pools:` in the config: one local pool of up to `machines` worker
   // processes with `slots` slots each.
   int machines = 1;
+  int fuse_max = 1;  // the local workers' --fuse-max
   std::int64_t idle_grace_s = 60;
   std::int64_t scale_interval_ms = 1000;  // autoscaler passes
   bool inproc = false;  // run on this process's own slots; no workers

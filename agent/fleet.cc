@@ -97,6 +97,10 @@ std::vector<std::string> Fleet::WorkerArgv(const PoolSpec& pool, const std::stri
     argv.push_back("--runs-per-gpu");
     argv.push_back(std::to_string(pool.runs_per_gpu));
   }
+  if (pool.fuse_max > 1) {
+    argv.push_back("--fuse-max");
+    argv.push_back(std::to_string(pool.fuse_max));
+  }
   // The worker's checkouts and run files, one directory per machine (two
   // workers never share a worktree cache): worker_data_dir with "{name}"
   // replaced by the machine's name; else, where the machine sees this host's

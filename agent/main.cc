@@ -74,6 +74,10 @@ int main(int argc, char** argv) {
   c_serve->add_option("--machines", serve.machines,
                       "Most worker processes the default local pool starts (0: only workers started by hand)")
       ->capture_default_str();
+  c_serve->add_option("--fuse-max", serve.fuse_max,
+                      "Seeds of a trainer: experiment that a worker of the default local pool fuses into one "
+                      "trainq-train process")
+      ->capture_default_str();
   c_serve->add_option("--idle-grace", serve.idle_grace_s,
                       "Seconds a machine of the default local pool may idle before it is stopped")
       ->capture_default_str();

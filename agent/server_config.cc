@@ -210,7 +210,7 @@ class ConfigParser {
   Result<PoolSpec> Pool(const YAML::Node& n, const std::string& path) const {
     if (!n.IsMap()) return Err(n, path, "expected a mapping, got " + Show(n));
     TRY(CheckKeys(n, path,
-                  {"name", "provider", "min", "max", "slots", "gpus", "runs_per_gpu",
+                  {"name", "provider", "min", "max", "slots", "gpus", "runs_per_gpu", "fuse_max",
                    "idle_grace", "boot_timeout", "orphan_timeout", "self_stop", "hourly_cost",
                    "token", "params"}));
     PoolSpec p;
@@ -254,6 +254,10 @@ class ConfigParser {
     if (auto v = n["runs_per_gpu"]) {
       ASSIGN_OR_RETURN(auto x, Int(v, path + ".runs_per_gpu", 1));
       p.runs_per_gpu = static_cast<int>(x);
+    }
+    if (auto v = n["fuse_max"]) {
+      ASSIGN_OR_RETURN(auto x, Int(v, path + ".fuse_max", 1));
+      p.fuse_max = static_cast<int>(x);
     }
     if (auto v = n["idle_grace"]) {
       ASSIGN_OR_RETURN(p.scaling.idle_grace_ms, DurationMs(v, path + ".idle_grace"));

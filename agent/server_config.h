@@ -69,6 +69,7 @@ struct RepoConfig {
 //       slots: 2                   # runs per machine at once
 //       gpus: 1                    # GPUs per machine
 //       runs_per_gpu: 1
+//       fuse_max: 10               # seeds of a trainer: experiment fused into one trainq-train
 //       idle_grace: 2m
 //       boot_timeout: 10m
 //       orphan_timeout: 10m        # worker's dead-man switch
@@ -83,6 +84,7 @@ struct PoolSpec {
   std::string provider = "local";
   int gpus = 0;
   int runs_per_gpu = 1;
+  int fuse_max = 1;  // the worker's --fuse-max
   std::int64_t orphan_timeout_ms = 10 * 60'000;
   std::string self_stop;
   SecretValue token;  // empty: serve generates one (<data>/tokens/<pool>.token, mode 0600)

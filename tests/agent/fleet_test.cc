@@ -100,9 +100,12 @@ TEST_CASE("fleet: a booted worker is told its pool's dead-man switch before it e
   CHECK(after("--orphan-timeout") == "90");
   CHECK(after("--self-stop") == "sudo shutdown -h now");
   CHECK(after("--data-dir") == "(absent)");  // a cloud machine keeps the worker's default
+  CHECK(after("--fuse-max") == "(absent)");  // 1: the worker's default
   spec.self_stop.clear();
+  spec.fuse_max = 10;
   argv = fleet.WorkerArgv(spec, "tq-test-gpu-2");
   CHECK(after("--self-stop") == "(absent)");
+  CHECK(after("--fuse-max") == "10");
 }
 
 TEST_CASE("fleet: a hand-started worker that stops calling is taken for gone; one that calls stays",

@@ -126,6 +126,7 @@ TEST_CASE("server config: pools with every key, and the defaults", "[server_conf
     slots: 2
     gpus: 1
     runs_per_gpu: 2
+    fuse_max: 10
     idle_grace: 90s
     boot_timeout: 15m
     orphan_timeout: 20m
@@ -147,6 +148,8 @@ TEST_CASE("server config: pools with every key, and the defaults", "[server_conf
   CHECK(g.scaling.slots == 2);
   CHECK(g.gpus == 1);
   CHECK(g.runs_per_gpu == 2);
+  CHECK(g.fuse_max == 10);
+  CHECK(c->pools[1].fuse_max == 1);
   CHECK(g.scaling.idle_grace_ms == 90'000);
   CHECK(g.scaling.boot_timeout_ms == 15 * 60'000);
   CHECK(g.orphan_timeout_ms == 20 * 60'000);
@@ -183,6 +186,8 @@ TEST_CASE("server config: pool errors name file, line and key", "[server_config]
        "server.yaml:3: pools[0].min: min (3) is above max (2)"},
       {"pools:\n  - name: gpu\n    slots: 0\n",
        "server.yaml:3: pools[0].slots: expected a whole number >= 1, got \"0\""},
+      {"pools:\n  - name: gpu\n    fuse_max: 0\n",
+       "server.yaml:3: pools[0].fuse_max: expected a whole number >= 1, got \"0\""},
       {"pools:\n  - name: gpu\n    max: lots\n",
        "server.yaml:3: pools[0].max: expected a whole number >= 0"},
       {"pools:\n  - name: gpu\n    idle_grace: soon\n", "server.yaml:3: pools[0].idle_grace:"},

@@ -4,7 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <map>
+#include <set>
 
 #include "core/strings.h"
 #include "tests/support/temp_dir.h"
@@ -14,6 +16,7 @@ namespace {
 
 const std::string kBinary = TRAINQ_TRAIN_BINARY;
 const std::string kSource = TRAINQ_SOURCE_DIR;
+const std::string kTrainq = TRAINQ_BINARY;
 
 struct Finals {
   std::map<std::uint64_t, double> accuracy;  // seed -> final test accuracy
@@ -51,6 +54,55 @@ TEST_CASE("the digits MLP over 5 fused seeds reaches a mean test accuracy of at 
   CHECK(f.accuracy.rbegin()->first == 5);
   CHECK(mean >= 0.90);
   CHECK_THAT(out, Catch::Contains("5 seeds fused"));
+}
+
+TEST_CASE("a trainq.yaml experiment with trainer: runs through the queue, its seeds fused on a worker") {
+  // A repository with the iris example; trainq serve boots one local worker
+  // that leases the four seeds at once and trains them in one trainq-train.
+  testing::TempDir dir;
+  const std::string repo = dir / "repo";
+  std::filesystem::create_directories(repo + "/configs");
+  std::filesystem::create_directories(repo + "/data");
+  std::filesystem::copy_file(kSource + "/examples/configs/iris_mlp.yaml", repo + "/configs/iris_mlp.yaml");
+  std::filesystem::copy_file(kSource + "/examples/data/iris.csv", repo + "/data/iris.csv");
+  REQUIRE(WriteFile(repo + "/trainq.yaml",
+                    "version: 1\n"
+                    "defaults: {repeats: 4, metric: {name: accuracy, goal: max}, timeout: 5m}\n"
+                    "experiments:\n"
+                    "  iris:\n"
+                    "    trainer: configs/iris_mlp.yaml\n"));
+  std::string out;
+  REQUIRE(testing::RunShell("cd " + ShellQuote(repo) +
+                                " && git init -q && git add -A && git -c user.name=t -c user.email=t@t "
+                                "commit -qm iris 2>&1",
+                            &out) == 0);
+  const std::string trainq = ShellQuote(kTrainq) + " --db " + ShellQuote(dir / "trainq.db");
+  REQUIRE(testing::RunShell(trainq + " submit --repo " + ShellQuote(repo) + " 2>&1", &out) == 0);
+  // --until-idle: serve returns once the four runs are done and the worker is stopped.
+  const int rc = testing::RunShell("cd " + ShellQuote(dir.path().string()) + " && timeout 300 " + trainq +
+                                       " serve --machines 1 --slots 1 --fuse-max 4 --until-idle 2>&1",
+                                   &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  REQUIRE(testing::RunShell(trainq + " runs --json", &out) == 0);
+  auto runs = nlohmann::json::parse(out);
+  REQUIRE(runs.size() == 4);
+  std::set<std::int64_t> seeds;
+  for (const auto& r : runs) {
+    INFO(r.dump());
+    CHECK(r["state"] == "succeeded");
+    REQUIRE(r["metric"].is_number());
+    CHECK(r["metric"].get<double>() > 0.8);
+    seeds.insert(r["seed"].get<std::int64_t>());
+    auto log = ReadFile(r["log"].get<std::string>());
+    REQUIRE(log.has_value());
+    CHECK_THAT(*log, Catch::Contains("trainq-train: 4 seeds fused on cpu"));
+  }
+  CHECK(seeds == std::set<std::int64_t>{1, 2, 3, 4});
+  REQUIRE(testing::RunShell(trainq + " machines --all --json", &out) == 0);
+  auto machines = nlohmann::json::parse(out)["machines"];
+  REQUIRE(machines.size() == 1);
+  CHECK(machines[0]["state"] == "stopped");
 }
 
 TEST_CASE("exit codes: 2 for a bad spec, 3 for bad data, each naming the place") {
