@@ -403,7 +403,8 @@ Status ParseCallbacks(const SpecNode& n, TrainerSpec* t) {
     TRY(CheckKeys(*m, epath, {"type", "params"}));
     const SpecNode* type = m->Find("type");
     if (type == nullptr) return SpecError(*m, epath, "a callback needs a type");
-    ASSIGN_OR_RETURN(std::string kind, AsChoice(*type, epath + ".type", {"checkpointing", "early_stopping", "loss_logging"}));
+    ASSIGN_OR_RETURN(std::string kind,
+                     AsChoice(*type, epath + ".type", {"checkpointing", "early_stopping", "loss_logging"}));
     SpecNode empty;
     empty.kind = SpecNode::Kind::kMap;
     empty.file = m->file;
@@ -414,7 +415,8 @@ Status ParseCallbacks(const SpecNode& n, TrainerSpec* t) {
     ASSIGN_OR_RETURN(const SpecNode* p, RequireMap(*params, ppath));
     if (kind == "checkpointing") {
       CheckpointSpec c;
-      TRY(CheckKeys(*p, ppath, {"path", "every", "every_batches", "every_macrobatches", "monitor", "mode", "keep_best"}));
+      TRY(CheckKeys(*p, ppath,
+                    {"path", "every", "every_batches", "every_macrobatches", "monitor", "mode", "keep_best"}));
       if (const SpecNode* x = p->Find("path")) {
         if (!x->IsScalar() || x->scalar.empty()) return SpecError(*x, ppath + ".path", "expected a folder name");
         c.path = x->scalar;

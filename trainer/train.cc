@@ -553,6 +553,8 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
     MacroBatch mb;
     bool first = true;
     std::int64_t macro_in_epoch = 0;
+    // The epoch's loss sums (loss x rows) when the current macrobatch began.
+    std::vector<double> macro_base(static_cast<std::size_t>(k), 0.0);
     while (true) {
       TensorSet macro;
       const std::vector<std::int64_t>* macro_rows = &s.split.train;
@@ -570,7 +572,6 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
       const std::int64_t m = macro.rows;
       ++macro_in_epoch;
       ++macro_count;
-      torch::Tensor macro_start_sum = log_macro ? loss_sum.to(torch::kCPU).clone() : torch::Tensor();
       // Per-replica order of this macrobatch's rows.
       std::vector<std::int64_t> order(static_cast<std::size_t>(k * m));
       for (std::int64_t r = 0; r < k; ++r) {
@@ -649,26 +650,28 @@ std::expected<void, TrainFailure> TrainGroup(Shared& s, const std::vector<std::u
           }
         }
       }
-      // Per-macrobatch check: a NaN or infinite loss stops the run.
-      torch::Tensor finite = torch::isfinite(loss_sum).to(torch::kCPU);
+      // Per-macrobatch check: a NaN or infinite loss stops the run. One read
+      // of the sums from the device serves the check and the callbacks.
+      const torch::Tensor host_sum = loss_sum.to(torch::kCPU);
+      const auto sum_at = host_sum.accessor<double, 1>();
       for (std::int64_t r = 0; r < k; ++r) {
-        if (active[static_cast<std::size_t>(r)] && !finite[r].item<bool>()) {
+        if (active[static_cast<std::size_t>(r)] && !std::isfinite(sum_at[r])) {
           return Failure(kExitTrainingFailed,
                          "training failed: the loss of seed " + std::to_string(seeds[static_cast<std::size_t>(r)]) +
-                             " became " + (std::isnan(loss_sum[r].item<double>()) ? "NaN" : "infinite") +
+                             " became " + (std::isnan(sum_at[r]) ? "NaN" : "infinite") +
                              " in epoch " + std::to_string(epoch) + " (step " +
                              std::to_string(steps[static_cast<std::size_t>(r)]) +
                              "); lower optimizer.lr or check the data");
         }
       }
       // Per-macrobatch callbacks.
-      torch::Tensor macro_end_sum = log_macro ? loss_sum.to(torch::kCPU) : torch::Tensor();
       for (std::int64_t r = 0; r < k; ++r) {
         const std::size_t ri = static_cast<std::size_t>(r);
+        const double macro_sum = sum_at[r] - macro_base[ri];
+        macro_base[ri] = sum_at[r];
         if (!active[ri]) continue;
         if (log_macro) {
-          const double mean = (macro_end_sum[r].item<double>() - macro_start_sum[r].item<double>()) /
-                              static_cast<double>(std::max<std::int64_t>(1, m));
+          const double mean = macro_sum / static_cast<double>(std::max<std::int64_t>(1, m));
           reps[ri].macrobatch_losses.push_back(mean);
           if (auto w = write(r, "macrobatch_loss", mean, epoch, "train", false); !w) return w;
         }
