@@ -49,27 +49,25 @@ BatchComparison CompareBatches(const BatchProgress& a, const BatchProgress& b) {
   out.alpha = rules.alpha();
   if (a.values.empty() || b.values.empty()) return out;
 
-  // Same seeds on both sides: pair the runs by seed, which cancels the part of
-  // the noise that comes from the seed itself.
-  std::map<std::int64_t, double> by_seed_a, by_seed_b;
-  for (size_t i = 0; i < a.values.size(); ++i) by_seed_a[a.seeds[i]] = a.values[i];
-  for (size_t i = 0; i < b.values.size(); ++i) by_seed_b[b.seeds[i]] = b.values[i];
+  // Pair the runs on the seeds both sides ran (at least two): per-seed
+  // differences cancel the part of the noise that comes from the seed. A
+  // side topped up with more seeds still pairs on the shared ones.
+  std::map<std::int64_t, double> by_seed_b;
+  for (size_t i = 0; i < b.values.size() && i < b.seeds.size(); ++i) by_seed_b[b.seeds[i]] = b.values[i];
   std::vector<double> va, vb;
-  bool same_seeds = by_seed_a.size() == by_seed_b.size() && by_seed_a.size() >= 2;
-  if (same_seeds) {
-    for (const auto& [seed, v] : by_seed_a) {
-      auto it = by_seed_b.find(seed);
-      if (it == by_seed_b.end()) {
-        same_seeds = false;
-        break;
-      }
-      va.push_back(v);
-      vb.push_back(it->second);
-    }
+  std::map<std::int64_t, double> by_seed_a;
+  for (size_t i = 0; i < a.values.size() && i < a.seeds.size(); ++i) by_seed_a[a.seeds[i]] = a.values[i];
+  for (const auto& [seed, v] : by_seed_a) {
+    auto it = by_seed_b.find(seed);
+    if (it == by_seed_b.end()) continue;
+    va.push_back(v);
+    vb.push_back(it->second);
   }
+  bool same_seeds = va.size() >= 2;
   stats::CompareOptions co;
   if (same_seeds) {
     co.paired = true;
+    out.shared_seeds = static_cast<int>(va.size());
   } else {
     va = a.values;
     vb = b.values;
@@ -119,7 +117,12 @@ std::string ComparisonText(const BatchComparison& c) {
   std::string text = Signed(cmp.diff, 4);
   if (test) {
     text += " (95% CI " + Signed(test->ci95.lo, 4) + ".." + Signed(test->ci95.hi, 4) + ", " +
-            (c.paired ? "paired t " : "Welch t ") + PValue(test->p);
+            (c.paired ? "paired t " : "Welch t ");
+    size_t n_max = std::max(c.a.values.size(), c.b.values.size());
+    if (c.paired && static_cast<size_t>(c.shared_seeds) < n_max) {
+      text += "on " + std::to_string(c.shared_seeds) + " shared seeds, ";
+    }
+    text += PValue(test->p);
     if (cmp.hedges_g && std::isfinite(*cmp.hedges_g)) {
       text += ", g=" + FormatDouble(*cmp.hedges_g, 2);
     }
@@ -128,19 +131,38 @@ std::string ComparisonText(const BatchComparison& c) {
     text += " (fewer than 2 runs on a side: no test)";
   }
   text += ": " + std::string(stats::VerdictName(c.verdict));
+  if (c.verdict == stats::Verdict::kNegligible) {
+    if (auto me = RulesOf(c.a).min_effect) text += " (below min_effect " + FormatDouble(*me, 4) + ")";
+  }
   if (c.alpha < 0.05) text += " (alpha " + FormatDouble(c.alpha, 4) + ", adaptive looks)";
   return text;
 }
 
-Result<std::optional<BatchProgress>> ParentBatch(Store& store, const BatchProgress& b) {
-  if (b.parent_sha.size() < 4) return std::optional<BatchProgress>();
-  ASSIGN_OR_RETURN(auto candidates, store.BatchesForCommit(b.parent_sha));
+Result<std::optional<BatchProgress>> BatchOfExperimentAt(Store& store, const std::string& repo_url,
+                                                         const std::string& experiment,
+                                                         const std::string& sha) {
+  if (sha.size() < 4) return std::optional<BatchProgress>();
+  ASSIGN_OR_RETURN(auto candidates, store.BatchesForCommit(sha));
   for (auto& c : candidates) {
-    if (c.experiment == b.experiment && c.repo_url == b.repo_url && c.sha == b.parent_sha) {
+    if (c.experiment == experiment && c.repo_url == repo_url && c.sha == sha) {
       return std::optional<BatchProgress>(std::move(c));
     }
   }
   return std::optional<BatchProgress>();
+}
+
+Result<std::optional<BatchProgress>> ParentBatch(Store& store, const BatchProgress& b) {
+  if (b.baseline_batch_id) {
+    ASSIGN_OR_RETURN(auto chosen, store.Batch(*b.baseline_batch_id));
+    if (chosen) return chosen;
+  }
+  if (!b.base_sha.empty()) return BatchOfExperimentAt(store, b.repo_url, b.experiment, b.base_sha);
+  return BatchOfExperimentAt(store, b.repo_url, b.experiment, b.parent_sha);
+}
+
+std::string BaselineText(const BatchProgress& b) {
+  if (!b.baseline_note.empty()) return b.baseline_note;
+  return "the parent commit " + b.parent_sha.substr(0, 7);
 }
 
 int RunsToAdd(const BatchProgress& b, const std::optional<BatchProgress>& parent) {
@@ -162,7 +184,10 @@ int RunsToAdd(const BatchProgress& b, const std::optional<BatchProgress>& parent
     if (!parent || parent->values.size() < 2 || parent->active()) return 0;
     auto c = CompareBatches(b, *parent);
     if (c.verdict == stats::Verdict::kBetter || c.verdict == stats::Verdict::kWorse) return 0;
-    if (c.verdict == stats::Verdict::kNoDetectableChange && rules.min_effect) return 0;
+    if ((c.verdict == stats::Verdict::kNoDetectableChange ||
+         c.verdict == stats::Verdict::kNegligible) && rules.min_effect) {
+      return 0;
+    }
     return step;
   }
   return 0;
@@ -206,6 +231,7 @@ nlohmann::json ComparisonJson(const BatchComparison& c) {
             {"a", SideJson(c.a)},
             {"b", SideJson(c.b)},
             {"paired", c.paired},
+            {"shared_seeds", c.shared_seeds},
             {"alpha", c.alpha},
             {"verdict", std::string(stats::VerdictName(c.verdict))}};
   if (c.cmp) {

@@ -40,7 +40,8 @@ struct BatchComparison {
   BatchProgress b;  // what it is compared with (parent, baseline)
   std::optional<stats::Comparison> cmp;  // empty when a side has no finished run
   stats::Verdict verdict = stats::Verdict::kNotEnoughRuns;
-  bool paired = false;  // both sides ran the same seeds: per-seed differences
+  bool paired = false;  // paired on the seeds both sides ran (at least two)
+  int shared_seeds = 0;  // how many runs were paired
   double alpha = 0.05;
 };
 
@@ -55,8 +56,19 @@ nlohmann::json ComparisonJson(const BatchComparison& c);
 //   +0.0140 (95% CI +0.0061..+0.0219, paired t p=0.004, g=1.32): better
 std::string ComparisonText(const BatchComparison& c);
 
-// The batch of the same experiment at `b`'s parent commit, if the store has one.
+// The batch of `experiment` at exactly commit `sha` of `repo_url`, if stored.
+Result<std::optional<BatchProgress>> BatchOfExperimentAt(Store& store, const std::string& repo_url,
+                                                         const std::string& experiment,
+                                                         const std::string& sha);
+// The batch `b` is compared with: its stored baseline (agent/baseline.h:
+// at its base commit, at an ancestor with the same inputs, or queued for
+// it), else the same experiment at its base commit, else at its parent.
 Result<std::optional<BatchProgress>> ParentBatch(Store& store, const BatchProgress& b);
+inline Result<std::optional<BatchProgress>> BaselineBatch(Store& store, const BatchProgress& b) {
+  return ParentBatch(store, b);
+}
+// How the baseline of `b` was chosen, for people: "at the base 1a2b3c4", ...
+std::string BaselineText(const BatchProgress& b);
 
 // Adaptive repeats: how many more runs `b` needs now (0: none). Decided only
 // when none of its runs is left to finish. `parent` is needed for `until: decided`.

@@ -3,9 +3,12 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <set>
+#include <chrono>
+#include <thread>
 
 #include "agent/analysis.h"
 #include "agent/commands.h"
+#include "agent/gate.h"
 #include "agent/git_repo.h"
 #include "core/strings.h"
 #include "queue/store.h"
@@ -115,48 +118,27 @@ Result<int> CmdGate(const GateOptions& o, std::ostream& out) {
   StoreOptions so;
   so.create = false;
   ASSIGN_OR_RETURN(auto store, Store::Open(o.db, so));
-  ASSIGN_OR_RETURN(auto head, BatchesAt(store, o.rev, o.repo));
-  ASSIGN_OR_RETURN(auto base, BatchesAt(store, o.baseline, o.repo));
-  std::set<std::string> wanted(o.experiments.begin(), o.experiments.end());
-  int worse = 0, undecidable = 0, checked = 0;
-  for (const auto& h : head) {
-    if (!wanted.empty() && !wanted.count(h.experiment)) continue;
-    const BatchProgress* match = nullptr;
-    for (const auto& b : base) {
-      if (b.experiment == h.experiment && b.repo_url == h.repo_url) match = &b;
+  GateRequest req;
+  req.rev = o.rev;
+  req.baseline = o.baseline;
+  req.repo_dir = o.repo;
+  req.experiments = o.experiments;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.wait_s);
+  while (true) {
+    ASSIGN_OR_RETURN(auto d, DecideGate(store, req));
+    if (d.finished || std::chrono::steady_clock::now() >= deadline) {
+      if (o.json) {
+        out << d.json.dump(2) << "\n";
+      } else {
+        out << d.text;
+        if (!d.finished && o.wait_s > 0) {
+          out << "(gave up waiting after " << FormatDuration(o.wait_s * 1000) << ")\n";
+        }
+      }
+      return d.exit_code;
     }
-    ++checked;
-    if (!match) {
-      out << "?  " << h.experiment << ": no runs at the baseline " << o.baseline << "\n";
-      ++undecidable;
-      continue;
-    }
-    if (h.active() || match->active()) {
-      out << "?  " << h.experiment << ": runs are not finished yet ("
-          << (h.active() ? o.rev : o.baseline) << ")\n";
-      ++undecidable;
-      continue;
-    }
-    auto c = CompareBatches(h, *match);
-    bool bad = c.verdict == stats::Verdict::kWorse;
-    out << (bad ? "✗  " : "✓  ") << h.experiment << ": " << SpreadText(h) << " vs "
-        << SpreadText(*match) << "; " << ComparisonText(c) << "\n";
-    if (bad) ++worse;
-    if (c.verdict == stats::Verdict::kNotEnoughRuns) ++undecidable;
+    std::this_thread::sleep_for(std::chrono::seconds(2));
   }
-  if (checked == 0) {
-    return Fail(ErrorKind::kNotFound, "no batch to check at " + o.rev);
-  }
-  if (worse) {
-    out << worse << " experiment(s) significantly worse than " << o.baseline << "\n";
-    return 1;
-  }
-  if (undecidable && o.strict) {
-    out << "cannot decide every experiment (--strict)\n";
-    return 2;
-  }
-  out << "no significant regression against " << o.baseline << "\n";
-  return 0;
 }
 
 }  // namespace trainq

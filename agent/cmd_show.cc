@@ -13,6 +13,7 @@
 #include <set>
 
 #include "agent/analysis.h"
+#include "agent/git_repo.h"
 #include "agent/commands.h"
 #include "agent/table.h"
 #include "core/strings.h"
@@ -129,7 +130,11 @@ Result<json> LoadCommitView(Store& store, const std::string& prefix_in) {
       vp["parent_batch"] = parent->id;
       vp["text"] = ComparisonText(c);
       vp["parent_spread"] = SpreadText(*parent);
+      vp["baseline_sha"] = parent->sha;
+      vp["baseline_note"] = BaselineText(b);
       bj["vs_parent"] = vp;
+    } else if (!b.baseline_note.empty()) {
+      bj["baseline_note"] = b.baseline_note;
     }
     ASSIGN_OR_RETURN(auto status, store.GetCommitStatus(b.id));
     if (status) {
@@ -180,9 +185,14 @@ void RenderCommitView(const json& j, std::ostream& out) {
           << "\n    why:    " << b.value("reason", "") << "\n";
       if (b.contains("vs_parent")) {
         const json& vp = b["vs_parent"];
-        out << "    parent: " << vp.value("parent_spread", "") << " (batch "
-            << vp.value("parent_batch", std::int64_t{0}) << ")\n"
+        bool at_parent = vp.value("baseline_sha", "") == j.value("parent", "");
+        out << (at_parent ? "    parent: " : "    baseline: ") << vp.value("parent_spread", "")
+            << " (batch " << vp.value("parent_batch", std::int64_t{0});
+        if (!at_parent) out << ": " << vp.value("baseline_note", "");
+        out << ")\n"
             << "    change: " << vp.value("text", "") << "\n";
+      } else if (b.contains("baseline_note")) {
+        out << "    change: no baseline (" << b.value("baseline_note", "") << ")\n";
       } else {
         out << "    change: no runs of this experiment at the parent commit\n";
       }
@@ -217,7 +227,15 @@ Status CmdShow(const ShowOptions& o, std::ostream& out) {
   StoreOptions so;
   so.create = false;
   ASSIGN_OR_RETURN(auto store, Store::Open(o.db, so));
-  ASSIGN_OR_RETURN(auto view, LoadCommitView(store, o.commit));
+  // A revision git understands (HEAD, a branch, a tag, a short id) when the
+  // repository resolves it; else the text as a commit id prefix.
+  std::string commit = o.commit;
+  if (!o.repo.empty()) {
+    if (auto repo = GitRepo::Open(o.repo)) {
+      if (auto c = repo->Resolve(o.commit)) commit = c->sha;
+    }
+  }
+  ASSIGN_OR_RETURN(auto view, LoadCommitView(store, commit));
   if (o.json) {
     out << view.dump(2) << "\n";
     return {};

@@ -1,5 +1,7 @@
 #include "agent/commands.h"
 
+#include "agent/baseline.h"
+
 #include <signal.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -187,6 +189,20 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
   }
   ASSIGN_OR_RETURN(auto store, Store::Open(o.db));
   ASSIGN_OR_RETURN(auto results, store.Submit(repo.location(), commit, specs, clock.Now()));
+  // Each new batch is compared with its experiment at the parent commit, or
+  // at the nearest ancestor with the same inputs (agent/baseline.h); with
+  // --with-baseline a missing one is queued at the parent with the same seeds.
+  std::vector<std::string> baselines(results.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    ASSIGN_OR_RETURN(auto batch, store.Batch(results[i].batch_id));
+    if (!batch || !batch->base_sha.empty() || commit.parent_sha.empty()) continue;
+    BaselineOptions bo;
+    bo.queue_missing = o.with_baseline;
+    ASSIGN_OR_RETURN(baselines[i], ChooseBaseline(store, repo.location(), *batch,
+                                                  commit.parent_sha, clock.Now(), bo));
+    ASSIGN_OR_RETURN(batch, store.Batch(results[i].batch_id));
+    if (!batch->baseline_batch_id) baselines[i].clear();
+  }
 
   if (o.json) {
     json j = {{"repo", repo.location()}, {"commit", commit.sha}, {"batches", json::array()}};
@@ -195,6 +211,7 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
                               {"experiment", results[i].experiment},
                               {"created", results[i].created},
                               {"runs_added", results[i].runs_added},
+                              {"baseline", baselines[i]},
                               {"seeds", {specs[i].seed_start, specs[i].seed_start +
                                                                   specs[i].repeats - 1}}});
     }
@@ -214,6 +231,7 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
     } else {
       out << "already submitted; nothing added\n";
     }
+    if (!baselines[i].empty()) out << "    baseline: " << baselines[i] << "\n";
   }
   out << "Run them with `trainq serve --db " << o.db << "`; watch with `trainq status`.\n";
   return {};

@@ -28,6 +28,7 @@ struct SubmitOptions {
   std::vector<std::string> experiments;  // empty: all
   std::optional<int> repeats;
   bool json = false;
+  bool with_baseline = false;  // queue the parent's batch when no baseline exists
 };
 Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out);
 
@@ -83,7 +84,8 @@ Result<nlohmann::json> StatusJson(Store& store, const std::string& db, TimeMs no
 // runs, their progress, and the pushes that brought the commit.
 struct ShowOptions {
   std::string db;
-  std::string commit;  // a sha or a prefix of at least 4 hex digits
+  std::string commit;  // a revision (HEAD, branch, tag) resolved in `repo`, or a sha prefix
+  std::string repo = ".";
   bool json = false;
 };
 Status CmdShow(const ShowOptions& o, std::ostream& out);
@@ -130,9 +132,11 @@ struct GateOptions {
   std::string baseline = "main";
   std::string repo = ".";
   std::vector<std::string> experiments;
-  bool strict = false;  // exit 2 when some experiment cannot be decided
+  bool json = false;
+  std::int64_t wait_s = 0;  // poll until every run on both sides ended, at most this long
 };
-// Returns the exit code: 0 no significant regression, 1 a regression, 2 undecided (--strict).
+// Returns the exit code (agent/gate.h): 0 no significant regression, 1 a
+// regression, 3 undecided. Errors (exit 2 from main) come back as Error.
 Result<int> CmdGate(const GateOptions& o, std::ostream& out);
 
 struct BatchProgress;

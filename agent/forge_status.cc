@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "agent/analysis.h"
 #include "core/strings.h"
 #include "stats/summary.h"
 
@@ -48,6 +49,51 @@ CommitState BatchFinalState(const BatchProgress& b) {
   return CommitState::kSuccess;
 }
 
+namespace {
+
+std::string SignedFixed(double v, int d) {
+  std::string s = FormatDouble(v, d);
+  return (s[0] != '-' ? "+" : "") + s;
+}
+
+}  // namespace
+
+WantedStatus FinalStatus(const BatchProgress& b, const std::optional<BatchProgress>& baseline,
+                         const std::string& fail_on) {
+  WantedStatus w;
+  w.state = BatchFinalState(b);
+  w.description = BatchStatusDescription(b);
+  if (!baseline || b.values.empty()) return w;
+  std::string base = baseline->sha.substr(0, 7);
+  if (baseline->active()) {
+    w.state = CommitState::kPending;
+    w.description += "; waiting for the baseline " + base;
+    return w;
+  }
+  auto c = CompareBatches(b, *baseline);
+  if (!c.cmp) {
+    w.description += "; baseline " + base + " has no finished runs";
+    if (fail_on == "not_better" && w.state == CommitState::kSuccess) w.state = CommitState::kFailure;
+    return w;
+  }
+  const auto& test = c.paired ? c.cmp->paired : c.cmp->welch;
+  auto s = stats::Summarize(b.values);
+  int d = Decimals(s.sd);
+  if (test) d = std::max(d, Decimals((test->ci95.hi - test->ci95.lo) / 4));
+  std::string verdict(stats::VerdictName(c.verdict));
+  std::string diff = SignedFixed(c.cmp->diff, d);
+  std::string with_ci = test ? diff + " [" + SignedFixed(test->ci95.lo, d) + ", " +
+                                   SignedFixed(test->ci95.hi, d) + "]"
+                             : diff;
+  std::string text = w.description + "; " + with_ci + " vs " + base + ": " + verdict;
+  if (text.size() > 140) text = w.description + "; " + diff + " vs " + base + ": " + verdict;
+  w.description = text;
+  bool fail = (fail_on == "worse" && c.verdict == stats::Verdict::kWorse) ||
+              (fail_on == "not_better" && c.verdict != stats::Verdict::kBetter);
+  if (fail && w.state == CommitState::kSuccess) w.state = CommitState::kFailure;
+  return w;
+}
+
 StatusReporter::StatusReporter(Store& store, const ServerConfig& config, HttpClient& http,
                                const Clock& clock, StatusReporterOptions options)
     : store_(store), config_(config), http_(http), clock_(clock), options_(options) {}
@@ -57,8 +103,16 @@ Result<int> StatusReporter::Step() {
   for (auto id : finished) {
     ASSIGN_OR_RETURN(auto batch, store_.Batch(id));
     if (!batch) continue;
-    TRY(store_.SetCommitStatusWanted(id, std::string(CommitStateName(BatchFinalState(*batch))),
-                                     BatchStatusDescription(*batch), clock_.Now()));
+    ASSIGN_OR_RETURN(auto row, store_.GetCommitStatus(id));
+    if (!row) continue;
+    const RepoConfig* repo = config_.FindRepo(row->repo_url);
+    ASSIGN_OR_RETURN(auto baseline, ParentBatch(store_, *batch));
+    // A baseline still running keeps the status pending (its description
+    // says so); once it ends, the verdict is posted.
+    auto want = FinalStatus(*batch, baseline, repo ? repo->fail_on : "worse");
+    std::string state(CommitStateName(want.state));
+    if (state == row->state && want.description == row->description) continue;
+    TRY(store_.SetCommitStatusWanted(id, state, want.description, clock_.Now()));
   }
   ASSIGN_OR_RETURN(auto due, store_.DueCommitStatuses(clock_.Now(), 20));
   int tried = 0;
@@ -78,7 +132,7 @@ Result<int> StatusReporter::Step() {
       spdlog::info("commit status {} for {} {} posted to {}: {}", s.state, s.sha.substr(0, 10),
                    s.context, repo->forge == ForgeKind::kNone ? "" : ForgeName(repo->forge),
                    s.description);
-      TRY(store_.CommitStatusPosted(s.batch_id, s.state, now));
+      TRY(store_.CommitStatusPosted(s.batch_id, s.state, s.description, now));
       continue;
     }
     std::string error;

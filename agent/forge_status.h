@@ -7,6 +7,7 @@
 // for it: the reporter runs on its own thread with its own Store.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "agent/forge.h"
@@ -22,6 +23,18 @@ std::string BatchStatusDescription(const BatchProgress& b);
 // success: every run succeeded; failure: a run failed for good or none
 // succeeded; error: everything was cancelled.
 CommitState BatchFinalState(const BatchProgress& b);
+
+struct WantedStatus {
+  CommitState state = CommitState::kPending;
+  std::string description;
+};
+// The status of a batch whose runs ended, with the verdict against its
+// baseline when there is one, within 140 characters:
+//   "accuracy 0.706 ± 0.005 (n=6); +0.012 [+0.009, +0.015] vs 1a2b3c4: better"
+// pending while the baseline still runs; `failure` when runs failed, and as
+// `fail_on` says ("worse", "not_better", "never") for the verdict.
+WantedStatus FinalStatus(const BatchProgress& b, const std::optional<BatchProgress>& baseline,
+                         const std::string& fail_on);
 
 struct StatusReporterOptions {
   TimeMs retry_base_ms = 5'000;  // 5 s, 10 s, 20 s, ...

@@ -7,6 +7,7 @@
 
 #include "agent/commands.h"
 #include "agent/worker.h"
+#include "core/strings.h"
 #include "core/log.h"
 
 namespace {
@@ -59,6 +60,8 @@ int main(int argc, char** argv) {
                        "Experiment to run (repeatable; default: all)");
   c_submit->add_option("--repeats,-n", submit.repeats, "Runs per experiment (overrides trainq.yaml)");
   c_submit->add_flag("--json", submit.json, "Print the result as JSON");
+  c_submit->add_flag("--with-baseline", submit.with_baseline,
+                     "Queue the parent commit's runs (same seeds) when no baseline batch exists");
   c_submit->callback([&] {
     submit.db = db;
     exit_code = Report(trainq::CmdSubmit(submit, clock, std::cout));
@@ -135,7 +138,10 @@ int main(int argc, char** argv) {
   // show
   trainq::ShowOptions show;
   auto* c_show = app.add_subcommand("show", "A commit's batches: why each runs, progress, spread");
-  c_show->add_option("COMMIT", show.commit, "Commit id (at least 4 hex digits)")->required();
+  c_show->add_option("COMMIT", show.commit, "Revision: HEAD, a branch, a tag, a (short) commit id")
+      ->required();
+  c_show->add_option("--repo", show.repo, "Git repository to resolve names in")
+      ->capture_default_str();
   c_show->add_flag("--json", show.json, "Print as JSON");
   c_show->callback([&] {
     show.db = db;
@@ -199,16 +205,32 @@ int main(int argc, char** argv) {
   // gate
   trainq::GateOptions gate;
   auto* c_gate = app.add_subcommand(
-      "gate", "Exit 1 when an experiment at REV is significantly worse than the baseline");
+      "gate",
+      "Exit 0 when no experiment at REV is worse than the baseline, 1 when one is, 3 when "
+      "undecided");
   c_gate->add_option("REV", gate.rev, "Revision to check")->capture_default_str();
   c_gate->add_option("--baseline", gate.baseline, "Branch or commit to compare with")
       ->capture_default_str();
   c_gate->add_option("--repo", gate.repo, "Git repository to resolve names in")
       ->capture_default_str();
   c_gate->add_option("--experiment,-e", gate.experiments, "Only this experiment (repeatable)");
-  c_gate->add_flag("--strict", gate.strict, "Exit 2 when an experiment cannot be decided");
+  c_gate->add_flag("--json", gate.json, "Print the decision as JSON");
+  std::string gate_wait;
+  c_gate->add_option("--wait", gate_wait,
+                     "Wait up to this long (e.g. 30m) for the runs of both sides to end");
+  bool gate_strict = false;
+  c_gate->add_flag("--strict", gate_strict,
+                   "Accepted for old scripts: undecided always exits 3 now");
   c_gate->callback([&] {
     gate.db = db;
+    if (!gate_wait.empty()) {
+      auto w = trainq::ParseDurationSeconds(gate_wait);
+      if (!w) {
+        exit_code = Report(std::unexpected(w.error())) + 1;
+        return;
+      }
+      gate.wait_s = *w;
+    }
     auto r = trainq::CmdGate(gate, std::cout);
     exit_code = r ? *r : Report(std::unexpected(r.error())) + 1;
   });

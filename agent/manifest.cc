@@ -172,6 +172,12 @@ class Parser {
       ASSIGN_OR_RETURN(auto v, Int(n, path + ".max_attempts", 1, "a positive integer"));
       e.max_attempts = static_cast<int>(v);
     }
+    if (auto n = map["baseline"]) {
+      ASSIGN_OR_RETURN(e.baseline, Str(n, path + ".baseline"));
+      if (e.baseline != "auto" && e.baseline != "reuse" && e.baseline != "off") {
+        return Err(n, path + ".baseline", "expected auto, reuse or off, got " + Show(n));
+      }
+    }
     if (auto n = map["metric"]) {
       std::string mp = path + ".metric";
       if (n.IsScalar()) {
@@ -271,6 +277,7 @@ BatchSpec Experiment::ToBatchSpec(std::string reason) const {
                       {"resources", {{"gpus", gpus}}}, {"timeout_s", timeout_s},
                       {"max_attempts", max_attempts}};
   if (!pool.empty()) j["resources"]["pool"] = pool;
+  if (baseline != "auto") j["baseline"] = baseline;
   if (metric.min_effect) j["metric"]["min_effect"] = *metric.min_effect;
   if (adaptive) {
     nlohmann::json a = {{"min", repeats}, {"max", adaptive->max}, {"step", adaptive->step}};
@@ -325,7 +332,8 @@ Result<Manifest> ParseManifest(std::string_view text, std::string_view filename)
   if (auto d = root["defaults"]) {
     if (!d.IsMap()) return p.Err(d, "defaults", "expected a mapping, got " + Parser::Show(d));
     TRY(p.CheckKeys(d, "defaults",
-                    {"repeats", "seed", "metric", "resources", "timeout", "max_attempts"}));
+                    {"repeats", "seed", "metric", "resources", "timeout", "max_attempts",
+                     "baseline"}));
     TRY(p.ApplyCommon(d, "defaults", defaults));
     m.defaults_definition = Normalise(d);
   }
@@ -350,7 +358,7 @@ Result<Manifest> ParseManifest(std::string_view text, std::string_view filename)
     if (!def.IsMap()) return p.Err(def, path, "expected a mapping, got " + Parser::Show(def));
     TRY(p.CheckKeys(def, path,
                     {"command", "trainer", "watch", "repeats", "seed", "metric", "resources",
-                     "timeout", "max_attempts"}));
+                     "timeout", "max_attempts", "baseline"}));
     Experiment e = defaults;
     e.name = name;
     e.line = kv.first.Mark().line + 1;

@@ -45,6 +45,10 @@ struct Experiment {
   std::string pool;  // resources.pool: the machine pool that runs it; "" = any
   std::int64_t timeout_s = 7200;
   int max_attempts = 3;
+  // What a batch of it is compared with when no batch exists at the base
+  // commit or an ancestor with the same inputs: "auto" queues one there with
+  // the same seeds, "reuse" only uses existing batches, "off" compares nothing.
+  std::string baseline = "auto";
   int line = 0;              // where the experiment is defined
   std::string definition;    // its YAML, normalised: compared across commits
 

@@ -118,7 +118,7 @@ class ConfigParser {
     TRY(CheckKeys(n, path,
                   {"url", "forge", "project", "branches", "default_branch", "secret", "token",
                    "username", "ssh_key", "api_url", "status", "status_context", "poll_interval",
-                   "per_commit", "tags"}));
+                   "per_commit", "tags", "fail_on"}));
     RepoConfig r;
     r.line = n.Mark().line + 1;
     if (!n["url"]) return Err(n, path + ".url", "missing (the repository to fetch)");
@@ -163,6 +163,13 @@ class ConfigParser {
     }
     if (auto c = n["per_commit"]) { ASSIGN_OR_RETURN(r.per_commit, Bool(c, path + ".per_commit")); }
     if (auto t = n["tags"]) { ASSIGN_OR_RETURN(r.tags, Bool(t, path + ".tags")); }
+    if (auto f = n["fail_on"]) {
+      ASSIGN_OR_RETURN(r.fail_on, Str(f, path + ".fail_on"));
+      if (r.fail_on != "worse" && r.fail_on != "not_better" && r.fail_on != "never") {
+        return Err(f, path + ".fail_on", "expected worse, not_better or never, got \"" +
+                                             r.fail_on + "\"");
+      }
+    }
 
     if (r.status) {
       const YAML::Node& at = n["status"];

@@ -54,6 +54,10 @@ struct RepoConfig {
   std::int64_t poll_interval_s = 0;   // 0: no polling
   bool per_commit = false;            // every pushed commit gets batches, not only the head
   bool tags = false;                  // tag pushes queue runs too
+  // When a finished batch's commit status is `failure` beyond failed runs:
+  // "worse" (significantly worse than its baseline), "not_better" (anything
+  // but significantly better), "never".
+  std::string fail_on = "worse";
   int line = 0;                       // where the entry starts in the file
 
   // Whether a push to `ref` concerns this repository's watch list.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "agent/baseline.h"
 #include "agent/change_detect.h"
 #include "agent/git_repo.h"
 #include "agent/manifest.h"
@@ -215,6 +216,17 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
     std::string names;
     for (const auto& r : results) {
       names += (names.empty() ? "" : ", ") + r.experiment;
+      // What this batch is compared with: found, reused from an equivalent
+      // ancestor, or queued at the base with the same seeds.
+      if (auto batch = store_.Batch(r.batch_id); batch && *batch && (*batch)->base_sha.empty()) {
+        auto note = ChooseBaseline(store_, m->path(), **batch, commit_base, clock_.Now());
+        if (note) {
+          names += " (baseline: " + *note + ")";
+        } else {
+          spdlog::warn("push {}: choosing the baseline of batch {}: {}", push.id, r.batch_id,
+                       note.error().message);
+        }
+      }
       if (r.created && repo.status) {
         Store::CommitStatus cs;
         cs.batch_id = r.batch_id;

@@ -38,7 +38,7 @@ Store::Push ReadPush(const sql::Stmt& s) {
 
 const char* kStatusColumns =
     "batch_id, repo_url, sha, context, state, description, posted_state, attempts, "
-    "not_before_ms, gave_up, last_error";
+    "not_before_ms, gave_up, last_error, posted_description";
 
 Store::CommitStatus ReadStatus(const sql::Stmt& s) {
   Store::CommitStatus c;
@@ -53,6 +53,7 @@ Store::CommitStatus ReadStatus(const sql::Stmt& s) {
   c.not_before_ms = s.Int(8);
   c.gave_up = s.Int(9) != 0;
   c.last_error = s.Text(10);
+  c.posted_description = s.Text(11);
   return c;
 }
 
@@ -273,18 +274,20 @@ Status Store::SetCommitStatusWanted(std::int64_t batch_id, const std::string& st
 Result<std::vector<Store::CommitStatus>> Store::DueCommitStatuses(TimeMs now, int limit) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kStatusColumns +
                                        " FROM commit_statuses WHERE gave_up = 0 AND "
-                                       "not_before_ms <= ? AND state != posted_state "
+                                       "not_before_ms <= ? AND (state != posted_state OR "
+                                       "description != posted_description) "
                                        "ORDER BY not_before_ms, batch_id LIMIT ?"));
   s.Bind(1, now).Bind(2, limit);
   return Collect<CommitStatus>(s, ReadStatus);
 }
 
-Status Store::CommitStatusPosted(std::int64_t batch_id, const std::string& state, TimeMs now) {
+Status Store::CommitStatusPosted(std::int64_t batch_id, const std::string& state,
+                                 const std::string& description, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE commit_statuses SET posted_state = ?, "
-                                         "attempts = 0, last_error = '', updated_ms = ? "
-                                         "WHERE batch_id = ?"));
-    return u.Bind(1, state).Bind(2, now).Bind(3, batch_id).Run();
+                                         "posted_description = ?, attempts = 0, "
+                                         "last_error = '', updated_ms = ? WHERE batch_id = ?"));
+    return u.Bind(1, state).Bind(2, description).Bind(3, now).Bind(4, batch_id).Run();
   });
 }
 

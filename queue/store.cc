@@ -234,6 +234,18 @@ CREATE TABLE pool_tokens (
   created_ms INTEGER NOT NULL
 );
 )sql",
+    // 4 -> 5: baselines. A batch remembers the commit it is compared with
+    // (base_sha), the batch chosen as its baseline (at the base, or at an
+    // ancestor with the same inputs, or queued for the purpose) and why; a
+    // commit status remembers the description the forge last accepted, so a
+    // verdict that arrives later (the baseline finished) is posted again.
+    R"sql(
+ALTER TABLE batches ADD COLUMN base_sha TEXT NOT NULL DEFAULT '';
+ALTER TABLE batches ADD COLUMN baseline_batch_id INTEGER REFERENCES batches(id);
+ALTER TABLE batches ADD COLUMN baseline_note TEXT NOT NULL DEFAULT '';
+ALTER TABLE commit_statuses ADD COLUMN posted_description TEXT NOT NULL DEFAULT '';
+UPDATE commit_statuses SET posted_description = description WHERE posted_state = state;
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 
@@ -774,7 +786,9 @@ namespace {
 
 const char* kBatchSelect =
     "SELECT b.id, repos.name, c.sha, c.parent_sha, c.subject, b.experiment, b.metric_name, "
-    "b.metric_goal, b.reason, b.repeats, b.created_ms, b.spec_json, repos.url, c.committed_ms "
+    "b.metric_goal, b.reason, b.repeats, b.created_ms, b.spec_json, repos.url, c.committed_ms, "
+    "b.base_sha, b.baseline_batch_id, b.baseline_note, "
+    "(SELECT min(seed) FROM runs WHERE runs.batch_id = b.id) "
     "FROM batches b JOIN commits c ON c.id = b.commit_id JOIN repos ON repos.id = c.repo_id ";
 
 }  // namespace
@@ -838,6 +852,10 @@ Result<std::vector<BatchProgress>> Store::SelectBatches(const std::string& where
     b.spec_json = s.Text(11);
     b.repo_url = s.Text(12);
     b.committed_ms = s.Int(13);
+    b.base_sha = s.Text(14);
+    if (!s.IsNull(15)) b.baseline_batch_id = s.Int(15);
+    b.baseline_note = s.Text(16);
+    b.seed_start = s.IsNull(17) ? 1 : s.Int(17);
     out.push_back(std::move(b));
   }
   if (out.empty()) return out;
@@ -864,6 +882,21 @@ Result<std::vector<BatchProgress>> Store::SelectBatches(const std::string& where
     values.Reset();
   }
   return out;
+}
+
+Status Store::SetBaseline(std::int64_t batch_id, const std::string& base_sha,
+                         std::optional<std::int64_t> baseline_batch_id, const std::string& note) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE batches SET base_sha = ?, baseline_batch_id = ?, "
+                                         "baseline_note = ? WHERE id = ?"));
+    u.Bind(1, base_sha);
+    if (baseline_batch_id) {
+      u.Bind(2, *baseline_batch_id);
+    } else {
+      u.BindNull(2);
+    }
+    return u.Bind(3, note).Bind(4, batch_id).Run();
+  });
 }
 
 Result<std::vector<RunRow>> Store::Runs(std::optional<std::int64_t> batch_id,

@@ -136,6 +136,13 @@ struct BatchProgress {
   std::string spec_json;   // the experiment's resolved definition
   std::string repo_url;
   TimeMs committed_ms = 0;
+  std::int64_t seed_start = 1;  // the lowest seed of its runs
+  // Baseline (schema 5): the commit it is compared with ("" = not chosen yet:
+  // its parent is used), the batch chosen at that commit or at an ancestor
+  // with the same inputs, and how it was chosen (or why there is none).
+  std::string base_sha;
+  std::optional<std::int64_t> baseline_batch_id;
+  std::string baseline_note;
 
   std::int64_t count(RunState s) const { return counts[static_cast<int>(s)]; }
   bool active() const;  // anything left to run
@@ -185,7 +192,7 @@ struct StoreOptions {
 
 class Store {
  public:
-  static inline constexpr int kSchemaVersion = 4;
+  static inline constexpr int kSchemaVersion = 5;
 
   static Result<Store> Open(const std::string& path, StoreOptions options = {});
   Store(Store&&) = default;
@@ -234,6 +241,9 @@ class Store {
   Result<std::vector<BatchProgress>> BatchesForCommit(const std::string& sha_prefix);
   // Batches created at or after `since`, newest first.
   Result<std::vector<BatchProgress>> BatchesSince(TimeMs since);
+  // Records which batch `batch_id` is compared with (see BatchProgress).
+  Status SetBaseline(std::int64_t batch_id, const std::string& base_sha,
+                     std::optional<std::int64_t> baseline_batch_id, const std::string& note);
   Result<std::vector<RunRow>> Runs(std::optional<std::int64_t> batch_id,
                                    std::optional<RunState> state, int limit);
   Result<std::optional<RunRow>> Run(std::int64_t run_id);
@@ -322,6 +332,7 @@ class Store {
     std::string state;             // wanted: pending | success | failure | error
     std::string description;
     std::string posted_state;      // what the forge last accepted; "" nothing yet
+    std::string posted_description;  // with that description
     int attempts = 0;              // failed posts of the wanted state
     TimeMs not_before_ms = 0;
     bool gave_up = false;
@@ -336,7 +347,8 @@ class Store {
                                const std::string& description, TimeMs now);
   // Wanted differs from posted, not given up, due; oldest first.
   Result<std::vector<CommitStatus>> DueCommitStatuses(TimeMs now, int limit);
-  Status CommitStatusPosted(std::int64_t batch_id, const std::string& state, TimeMs now);
+  Status CommitStatusPosted(std::int64_t batch_id, const std::string& state,
+                            const std::string& description, TimeMs now);
   Status CommitStatusFailed(std::int64_t batch_id, const std::string& error, TimeMs not_before,
                             bool give_up, TimeMs now);
   Result<std::optional<CommitStatus>> GetCommitStatus(std::int64_t batch_id);

@@ -24,6 +24,8 @@ std::string_view VerdictName(Verdict verdict) {
       return "no detectable change";
     case Verdict::kNotEnoughRuns:
       return "not enough runs";
+    case Verdict::kNegligible:
+      return "negligible";
   }
   return "?";
 }
@@ -38,7 +40,9 @@ Verdict Decide(const std::optional<TTest>& test, const VerdictOptions& options) 
   }
   if (min_effect > 0) {
     Interval ci = TInterval(*test, 1 - options.alpha);
-    if (-min_effect < ci.lo && ci.hi < min_effect) return Verdict::kNoDetectableChange;
+    if (-min_effect < ci.lo && ci.hi < min_effect) {
+      return test->p < options.alpha ? Verdict::kNegligible : Verdict::kNoDetectableChange;
+    }
     return Verdict::kNotEnoughRuns;
   }
   return Verdict::kNoDetectableChange;

@@ -14,8 +14,10 @@ enum class Goal { kMax, kMin };                 // whether a larger metric is be
 Result<Goal> ParseGoal(std::string_view text);  // "max" or "min"
 std::string_view GoalName(Goal goal);
 
-enum class Verdict { kBetter, kWorse, kNoDetectableChange, kNotEnoughRuns };
-// "better", "worse", "no detectable change", "not enough runs".
+// kNegligible: significant, but the whole interval lies inside
+// (-min_effect, +min_effect): a real change too small to act on.
+enum class Verdict { kBetter, kWorse, kNoDetectableChange, kNotEnoughRuns, kNegligible };
+// "better", "worse", "no detectable change", "not enough runs", "negligible".
 std::string_view VerdictName(Verdict verdict);
 
 struct VerdictOptions {
@@ -31,7 +33,8 @@ struct VerdictOptions {
 //  - otherwise, with a min_effect: if the (1 - alpha) interval of the
 //    difference lies inside (-min_effect, +min_effect), no change that large
 //    is plausible: no detectable change; if not, the runs cannot yet tell a
-//    change of min_effect from none: not enough runs;
+//    change of min_effect from none: not enough runs; an interval inside
+//    that excludes 0 (p < alpha) is a real but negligible change;
 //  - otherwise (no min_effect): no detectable change. Without a size that
 //    matters, "no difference" and "too few runs" cannot be told apart.
 Verdict Decide(const std::optional<TTest>& test, const VerdictOptions& options);

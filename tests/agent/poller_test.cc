@@ -125,9 +125,10 @@ TEST_CASE("poller: Step keeps the interval, survives a failing fetch, and feeds 
   PushProcessor proc(w.store, w.config, w.mirrors, w.clock, o);
   CHECK(proc.ProcessDue(10).value() == 1);
   auto batches = w.store.Batches(false, 0).value();
-  REQUIRE(batches.size() == 1);
-  CHECK(batches[0].sha == c2);
-  CHECK(batches[0].reason == "poll of main: a matches watch 'a'");
+  REQUIRE(batches.size() == 2);  // a at c2, and its baseline queued at the first commit
+  CHECK(batches[0].reason.starts_with("baseline for "));  // newest first
+  CHECK(batches[1].sha == c2);
+  CHECK(batches[1].reason == "poll of main: a matches watch 'a'");
 
   // The remote disappears: Step logs and goes on.
   std::filesystem::rename(w.tmp / "origin", w.tmp / "moved");

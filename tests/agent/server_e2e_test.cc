@@ -149,7 +149,12 @@ TEST_CASE("e2e: git push -> signed webhook -> exactly the touched experiment run
   REQUIRE(batches.size() == 1);
   CHECK(batches[0].experiment == "b");
   CHECK(batches[0].reason == "github push to main: configs/b.yaml matches watch 'configs/b.yaml'");
-  CHECK(store.Batches(false, 0).value().size() == 1);  // nothing else was queued
+  // Nothing else was queued but b's baseline: the base commit never ran b (its
+  // push came before the daemon), so b is queued there with the same seeds.
+  REQUIRE(testing::WaitFor([&] { return store.Batches(false, 0).value().size() == 2; }, 20s));
+  auto all = store.Batches(false, 0).value();  // newest first
+  CHECK(all[0].experiment == "b");
+  CHECK(all[0].sha == work.Run("rev-parse HEAD~1"));
 
   // The runs execute from the mirror and finish; the forge sees pending, then the spread.
   auto forge_states = [&] {
@@ -162,11 +167,22 @@ TEST_CASE("e2e: git push -> signed webhook -> exactly the touched experiment run
     }
     return states;
   };
-  REQUIRE(testing::WaitFor([&] { return forge_states().size() >= 2; }, 30s));
+  const std::string final_status =
+      "success trainq/b: accuracy 0.620 ± 0.010 (n=3); +0.000 [+0.000, +0.000] vs " +
+      all[0].sha.substr(0, 7) +
+      ": no detectable change";
+  REQUIRE(testing::WaitFor(
+      [&] {
+        auto st = forge_states();
+        return !st.empty() && st.back().starts_with("success");
+      },
+      30s));
+  CHECK(forge_states().back() == final_status);
+  CHECK(store.Batch(batches[0].id).value()->baseline_batch_id == all[0].id);
   INFO(ReadFile(tmp / "serve.log").value_or(""));
-  CHECK(forge_states() ==
-        std::vector<std::string>{"pending trainq/b: queued: 3 runs",
-                                 "success trainq/b: accuracy 0.620 ± 0.010 (n=3)"});
+  // pending, perhaps "waiting for the baseline" while its runs went on, then the verdict.
+  CHECK(forge_states().front() == "pending trainq/b: queued: 3 runs");
+  CHECK(forge_states().size() <= 3);
   CHECK(forge.requests()[0].Header("Authorization") == "Bearer e2e-forge-token");
   auto runs = store.Runs(batches[0].id, std::nullopt, 0).value();
   REQUIRE(runs.size() == 3);
@@ -214,7 +230,7 @@ TEST_CASE("e2e: git push -> signed webhook -> exactly the touched experiment run
   INFO(show);
   CHECK(show.find("why:    github push to main: configs/b.yaml matches watch 'configs/b.yaml'") !=
         std::string::npos);
-  CHECK(show.find("status: trainq/b success - accuracy 0.620 ± 0.010 (n=3)") != std::string::npos);
+  CHECK(show.find("status: trainq/b success - accuracy 0.620 ± 0.010 (n=3); ") != std::string::npos);
 
   // The secret and the token never reach the log.
   std::string log = ReadFile(tmp / "serve.log").value_or("");

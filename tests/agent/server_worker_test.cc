@@ -81,7 +81,8 @@ struct World {
     std::map<std::string, std::string> out;
     auto all = store.Batches(false, 0).value();
     for (const auto& b : all) {
-      if (b.sha == sha) out[b.experiment] = b.reason;
+      // What the push triggered; baselines queued for it are counted apart.
+      if (b.sha == sha && !b.reason.starts_with("baseline for ")) out[b.experiment] = b.reason;
     }
     return out;
   }
@@ -100,15 +101,18 @@ TEST_CASE("push: a commit touching one experiment's config queues exactly that o
   auto p = w.Push("refs/heads/main", w.base, c);
   INFO(p.error);
   CHECK(p.state == "done");
-  CHECK(p.result == c.substr(0, 10) + ": queued b");
+  // The base never ran b: its baseline is queued there with the same seeds.
+  CHECK(p.result == c.substr(0, 10) + ": queued b (baseline: batch 2 queued at the base " +
+                        w.base.substr(0, 7) + " with the same seeds)");
   auto batches = w.Batches(c);
   REQUIRE(Keys(batches) == std::vector<std::string>{"b"});
   CHECK(batches["b"] == "github push to main: configs/b.yaml matches watch 'configs/b.yaml'");
   // The batch runs from the mirror, with 3 seeds.
-  auto b = w.store.Batches(false, 0).value().front();
+  auto b = w.store.Batches(false, 0).value().back();
+  CHECK(b.sha == c);
   CHECK(b.repeats == 3);
   auto leased = w.store.Lease("t", w.clock.Now(), 60'000, 10).value();
-  REQUIRE(leased.size() == 3);
+  REQUIRE(leased.size() == 6);  // its 3 seeds, and the same 3 at the base
   CHECK(leased[0].repo_url.find("/data/mirrors/") != std::string::npos);
   CHECK(leased[0].sha == c);
 
@@ -137,7 +141,8 @@ TEST_CASE("push: several commits give the head the batches, per_commit gives eac
     std::string c2 = w.git.Commit({{"configs/b.yaml", "lr: 5\n"}}, "b");
     auto p = w.Push("refs/heads/main", w.base, c2);
     CHECK(p.state == "done");
-    CHECK(p.result == c1.substr(0, 10) + ": queued a; " + c2.substr(0, 10) + ": queued b");
+    CHECK(p.result.starts_with(c1.substr(0, 10) + ": queued a (baseline: "));
+    CHECK(p.result.find("; " + c2.substr(0, 10) + ": queued b (baseline: ") != std::string::npos);
     CHECK(Keys(w.Batches(c1)) == std::vector<std::string>{"a"});
     CHECK(Keys(w.Batches(c2)) == std::vector<std::string>{"b"});
   }

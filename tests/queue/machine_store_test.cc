@@ -108,7 +108,7 @@ TEST_CASE("A version 3 store migrates to version 4 and keeps its machines and ru
   }
   auto store = Store::Open(path);
   REQUIRE(store);
-  CHECK(store->schema_version() == 4);
+  CHECK(store->schema_version() == Store::kSchemaVersion);
   auto machines = store->Machines(true).value();
   REQUIRE(machines.size() == 2);
   CHECK(machines[0].provider_id == "host-1");

@@ -28,6 +28,7 @@ TEST_CASE("ParseGoal and names") {
   CHECK(VerdictName(Verdict::kBetter) == "better");
   CHECK(VerdictName(Verdict::kWorse) == "worse");
   CHECK(VerdictName(Verdict::kNoDetectableChange) == "no detectable change");
+  CHECK(VerdictName(Verdict::kNegligible) == "negligible");
   CHECK(VerdictName(Verdict::kNotEnoughRuns) == "not enough runs");
 }
 
@@ -60,9 +61,10 @@ TEST_CASE("Decide: a table of cases") {
       // Interval [-0.0158, 0.0262] reaches past 0.02: cannot tell yet.
       {"undecided", Test(0.0052, 0.01, 18, 0.61), Goal::kMax, 0.02, Verdict::kNotEnoughRuns},
       // Interval [0.0069, 0.0491] excludes 0 but estimate 0.028 < 0.06 and
-      // lies inside (-0.06, 0.06): a real change, too small to matter.
+      // lies inside (-0.06, 0.06): a real change, too small to matter. Named
+      // as such, so the words agree with the p-value printed beside them.
       {"significant, too small", Test(0.028, 0.01, 18, 0.012), Goal::kMax, 0.06,
-       Verdict::kNoDetectableChange},
+       Verdict::kNegligible},
   };
   for (const auto& c : cases) {
     INFO(c.name);
