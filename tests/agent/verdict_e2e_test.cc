@@ -200,6 +200,18 @@ TEST_CASE("e2e: a change is judged against the nearest equivalent ancestor; the 
   CHECK(final_c.starts_with("failure trainq/x: accuracy 0.6"));
   CHECK(final_c.find(" vs " + a.substr(0, 7) + ": worse") != std::string::npos);
   CHECK(final_c.size() - std::string("failure trainq/x: ").size() <= 140);
+  // As GitHub's API documents it: POST /repos/{owner}/{repo}/statuses/{sha},
+  // a User-Agent (required), the token, the JSON body's fields.
+  for (const auto& r : s.forge.server.requests()) {
+    CHECK(r.method == "POST");
+    CHECK(r.Header("User-Agent").starts_with("trainq/"));
+    CHECK(r.Header("Authorization") == "Bearer forge-token");
+    CHECK(r.Header("Accept") == "application/vnd.github+json");
+    auto j = json::parse(r.body);
+    CHECK(j.contains("state"));
+    CHECK(j.contains("context"));
+    CHECK(j["description"].get<std::string>().size() <= 140);
+  }
   auto batches = s.Batches();
   int at_b = 0, at_a = 0;
   for (const auto& bt : batches) {
