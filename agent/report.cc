@@ -60,7 +60,7 @@ bool Significant(const ReportEntry& e) {
 }
 
 std::string VerdictOf(const ReportEntry& e) {
-  if (!e.vs_parent) return "no parent runs";
+  if (!e.vs_parent) return "no baseline runs";
   return std::string(stats::VerdictName(e.vs_parent->verdict));
 }
 
@@ -146,12 +146,12 @@ std::string RenderMarkdown(const ReportData& r) {
         << Md(e.batch.subject) << "): " << ComparisonText(*e.vs_parent) << "\n";
     }
   }
-  if (!sig) o << "None: no batch differs from its parent beyond seed noise.\n";
+  if (!sig) o << "None: no batch differs from its baseline beyond seed noise.\n";
   o << "\n";
   for (const auto& er : r.experiments) {
     o << "## " << Md(er.repo) << " / " << Md(er.experiment) << " (" << Md(er.metric) << ", "
       << (er.goal == "min" ? "lower" : "higher") << " is better)\n\n";
-    o << "| batch | commit | subject | n | mean | sd | 95% CI | vs parent | verdict | spread |\n";
+    o << "| batch | commit | subject | n | mean | sd | 95% CI | vs baseline | verdict | spread |\n";
     o << "|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& e : er.entries) {
       auto s = stats::Summarize(e.batch.values);
@@ -164,8 +164,9 @@ std::string RenderMarkdown(const ReportData& r) {
     o << "\n";
   }
   o << "How to read it: n counts succeeded runs; sd is the spread across seeds; the 95% CI is\n"
-       "the Student-t interval of the mean. \"vs parent\" is the difference from the same\n"
-       "experiment at the parent commit (paired by seed when both ran the same seeds);\n"
+       "the Student-t interval of the mean. \"vs baseline\" is the difference from the same\n"
+       "experiment at the base commit, or at the nearest ancestor with the same inputs\n"
+       "(paired on the seeds both ran);\n"
        "the verdict is better or worse only when that difference is beyond seed noise\n"
        "(two-sided test at alpha 0.05). \"spread grew\" flags a variance larger than the\n"
        "previous batch's (one-sided F-test, p < 0.05).\n";
@@ -175,7 +176,7 @@ std::string RenderMarkdown(const ReportData& r) {
 namespace {
 
 // One SVG chart: every run as a point per batch, the mean as a bar and the
-// 95% interval as a whisker; colour by the verdict against the parent.
+// 95% interval as a whisker; colour by the verdict against the baseline.
 std::string RunsSvg(const ExperimentReport& er) {
   const int w = 760, h = 260, left = 60, right = 20, top = 16, bottom = 40;
   double lo = INFINITY, hi = -INFINITY;
@@ -320,7 +321,7 @@ std::string RenderHtml(const ReportData& r) {
         << Html(ComparisonText(*e.vs_parent)) << "</span></li>\n";
     }
   }
-  if (!sig) o << "<li>None: no batch differs from its parent beyond seed noise.</li>\n";
+  if (!sig) o << "<li>None: no batch differs from its baseline beyond seed noise.</li>\n";
   o << "</ul>\n";
   for (const auto& er : r.experiments) {
     o << "<h2>" << Html(er.repo) << " / " << Html(er.experiment) << "</h2>\n";
@@ -332,7 +333,7 @@ std::string RenderHtml(const ReportData& r) {
          "(one-sided F-test against the previous batch, p &lt; 0.05).</p>\n";
     o << SpreadSvg(er) << "\n";
     o << "<table>\n<tr><th>batch</th><th>commit</th><th>subject</th><th>n</th><th>mean</th>"
-         "<th>sd</th><th>95% CI</th><th>vs parent</th><th>verdict</th><th>spread</th></tr>\n";
+         "<th>sd</th><th>95% CI</th><th>vs baseline</th><th>verdict</th><th>spread</th></tr>\n";
     for (const auto& e : er.entries) {
       auto s = stats::Summarize(e.batch.values);
       std::string verdict = VerdictOf(e);
