@@ -43,6 +43,10 @@ Result<BaselineSearch> FindEquivalentBatch(Store& store, const std::string& git_
                                            const std::string& base_sha, int max_steps) {
   BaselineSearch out;
   std::string gd = GitDirOf(git_dir);
+  std::error_code ec;
+  if (!fs::exists(fs::path(gd) / "HEAD", ec)) {
+    return Fail(ErrorKind::kNotFound, git_dir + ": not a git repository");
+  }
   ASSIGN_OR_RETURN(auto mirror, Mirror::Open(gd, ""));
   ASSIGN_OR_RETURN(auto git, GitRepo::Open(gd));
   std::string c = base_sha;

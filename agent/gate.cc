@@ -74,7 +74,8 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
   ASSIGN_OR_RETURN(std::string baseline_sha, ResolveRev(req.baseline, req.repo_dir));
   bool have_git = false;
   std::string base_sha = baseline_sha;
-  if (!req.repo_dir.empty() && head_sha.size() == 40 && baseline_sha.size() == 40) {
+  if (!req.repo_dir.empty() && head_sha.size() == 40 && baseline_sha.size() == 40 &&
+      GitRepo::Open(req.repo_dir)) {
     auto mirror = Mirror::Open(GitDirOf(req.repo_dir), "");
     if (mirror) {
       have_git = true;

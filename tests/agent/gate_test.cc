@@ -2,6 +2,7 @@
 #include "agent/gate.h"
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <future>
 #include <sstream>
 
@@ -161,4 +162,24 @@ TEST_CASE("gate --wait returns once the runs end", "[gate]") {
   auto code = gate.get();
   REQUIRE(code);
   CHECK(*code == kGateRegression);
+}
+
+TEST_CASE("gate: full commit ids and a --repo that is not a repository: decided from the store, "
+          "nothing created there",
+          "[gate]") {
+  testing::TempDir dir;
+  auto store = Store::Open(dir / "t.db").value();
+  Queue(store, kBase, "", 5);
+  Finish(store, kBaseValues);
+  Queue(store, kHead, kBase, 5);
+  Finish(store, kWorse);
+  std::filesystem::create_directories(dir / "plain");
+  GateRequest req;
+  req.rev = kHead;
+  req.baseline = kBase;
+  req.repo_dir = dir / "plain";
+  auto d = DecideGate(store, req);
+  REQUIRE(d);
+  CHECK(d->exit_code == kGateRegression);
+  CHECK(std::filesystem::is_empty(dir / "plain"));
 }
