@@ -1,5 +1,10 @@
 #include "queue/sqlite.h"
 
+#include <sys/statvfs.h>
+
+#include <cerrno>
+#include <filesystem>
+
 namespace trainq::sql {
 
 namespace {
@@ -7,20 +12,58 @@ namespace {
 ErrorKind KindFor(int code) {
   switch (code & 0xff) {
     case SQLITE_BUSY:
-    case SQLITE_LOCKED: return ErrorKind::kUnavailable;
+    case SQLITE_LOCKED:
+    // A full disk passes once space is freed: the daemon retries and keeps
+    // serving (reads work), where an I/O error would end it.
+    case SQLITE_FULL: return ErrorKind::kUnavailable;
     case SQLITE_CONSTRAINT: return ErrorKind::kConflict;
     case SQLITE_CORRUPT:
     case SQLITE_NOTADB: return ErrorKind::kCorruption;
     case SQLITE_CANTOPEN:
     case SQLITE_IOERR:
     case SQLITE_READONLY:
-    case SQLITE_PERM:
-    case SQLITE_FULL: return ErrorKind::kIo;
+    case SQLITE_PERM: return ErrorKind::kIo;
     default: return ErrorKind::kInternal;
   }
 }
 
 }  // namespace
+
+// SQLite reports a write on a full or read-only filesystem as a plain I/O
+// error at times (the -shm file, the WAL): the OS error tells them apart.
+// When SQLite kept no OS error, the filesystem of the file says it.
+static int Classify(sqlite3* db, int code, const std::string& path) {
+  if ((code & 0xff) != SQLITE_IOERR && (code & 0xff) != SQLITE_CANTOPEN) return code;
+  int sys = db ? sqlite3_system_errno(db) : 0;
+  if (sys == ENOSPC || sys == EDQUOT) return SQLITE_FULL;
+  if (sys == EROFS) return SQLITE_READONLY;
+  auto dir = std::filesystem::path(path).parent_path();
+  struct statvfs fs {};
+  if (::statvfs(dir.empty() ? "." : dir.c_str(), &fs) == 0) {
+    if (fs.f_flag & ST_RDONLY) return SQLITE_READONLY;
+    if (fs.f_bavail == 0) return SQLITE_FULL;
+  }
+  return code;
+}
+
+static std::string Hint(int code) {
+  switch (code & 0xff) {
+    case SQLITE_FULL:
+      return " (the disk holding the database is full: nothing was written; free space and retry)";
+    case SQLITE_READONLY:
+      return " (the database is read-only: trainq must be able to write it, its directory and "
+             "its -wal and -shm files; a read-only filesystem or file mode, or another user's "
+             "file)";
+    case SQLITE_IOERR:
+      return " (the filesystem failed the write or read: a full disk, a read-only or a failing "
+             "filesystem)";
+    case SQLITE_CANTOPEN:
+      return " (cannot open or create it: the directory must exist and be writable, with space "
+             "for the -wal and -shm files)";
+    default:
+      return "";
+  }
+}
 
 Stmt& Stmt::operator=(Stmt&& o) noexcept {
   if (this != &o) {
@@ -57,14 +100,14 @@ Result<bool> Stmt::Step() {
   int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
-  int code = sqlite3_extended_errcode(db_);
   std::string msg = sqlite3_errmsg(db_);
   std::string file = sqlite3_db_filename(db_, "main") ? sqlite3_db_filename(db_, "main") : "";
+  int code = Classify(db_, sqlite3_extended_errcode(db_), file);
   sqlite3_reset(stmt_);
   if ((code & 0xff) == SQLITE_BUSY) {
     msg += " (another trainq process held the write lock past the busy timeout)";
   }
-  return Fail(KindFor(code), file + ": " + msg);
+  return Fail(KindFor(code), file + ": " + msg + Hint(code));
 }
 
 Status Stmt::Run() {
@@ -126,7 +169,8 @@ Result<Db> Db::Open(const std::string& path, bool create, int busy_timeout_ms) {
                   path + ": no such database (run `trainq submit` or `trainq serve` first, or "
                          "pass --db)");
     }
-    return Fail(KindFor(rc), path + ": cannot open database: " + msg);
+    rc = Classify(db.db_, rc, path);
+    return Fail(KindFor(rc), path + ": cannot open database: " + msg + Hint(rc));
   }
   sqlite3_busy_timeout(db.db_, busy_timeout_ms);
   sqlite3_extended_result_codes(db.db_, 1);
@@ -150,14 +194,16 @@ Status Db::Exec(std::string_view sql) {
     if ((rc & 0xff) == SQLITE_BUSY) {
       msg += " (another trainq process held the write lock past the busy timeout)";
     }
-    return Fail(KindFor(sqlite3_extended_errcode(db_)), path_ + ": " + msg);
+    int code = Classify(db_, sqlite3_extended_errcode(db_), path_);
+    return Fail(KindFor(code), path_ + ": " + msg + Hint(code));
   }
   return {};
 }
 
 Error Db::LastError(std::string_view what) const {
-  int code = sqlite3_extended_errcode(db_);
-  return Error{KindFor(code), path_ + ": " + std::string(what) + ": " + sqlite3_errmsg(db_)};
+  int code = Classify(db_, sqlite3_extended_errcode(db_), path_);
+  return Error{KindFor(code),
+               path_ + ": " + std::string(what) + ": " + sqlite3_errmsg(db_) + Hint(code)};
 }
 
 }  // namespace trainq::sql

@@ -311,6 +311,12 @@ bool BatchProgress::active() const {
 Status ApplyMigrations(sql::Db& db, int from, int to) {
   for (int v = from; v < to; ++v) {
     auto st = sql::WithWriteTransaction(db, [&]() -> Status {
+      // Another process opening the same new file may have migrated it
+      // between our read of user_version and this write lock (found by
+      // ci/faults: four concurrent first submits).
+      ASSIGN_OR_RETURN(auto q, db.Prepare("PRAGMA user_version"));
+      ASSIGN_OR_RETURN(bool row, q.Step());
+      if (row && q.Int(0) > v) return Status{};
       TRY(db.Exec(kMigrations[v]));
       return db.Exec("PRAGMA user_version = " + std::to_string(v + 1));
     });
@@ -335,7 +341,9 @@ Result<Store> Store::Open(const std::string& path, StoreOptions options) {
         "(SELECT count(*) FROM sqlite_master WHERE type = 'table')");
     if (!probe) {
       Error e = probe.error();
-      e.message += " (is this a trainq database?)";
+      if (e.kind == ErrorKind::kInternal || e.kind == ErrorKind::kCorruption) {
+        e.message += " (is this a trainq database?)";
+      }
       return std::unexpected(e);
     }
     auto row = probe->Step();
@@ -624,7 +632,10 @@ Result<TimeMs> Store::Heartbeat(std::int64_t run_id, std::int64_t token, TimeMs 
                                 TimeMs lease_ms) {
   return sql::WithWriteTransaction(db_, [&]() -> Result<TimeMs> {
     TRY(CheckLease(run_id, token, "heartbeat"));
-    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE runs SET lease_expires_ms = ?, updated_ms = ? "
+    // A worker heard from again: a later expiry is its own (no refund).
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE runs SET lease_expires_ms = ?, updated_ms = ?, "
+                                         "last_error = CASE WHEN last_error LIKE "
+                                         "'lease renewed: %' THEN '' ELSE last_error END "
                                          "WHERE id = ?"));
     TRY(u.Bind(1, now + lease_ms).Bind(2, now).Bind(3, run_id).Run());
     return now + lease_ms;
@@ -650,10 +661,39 @@ Status Store::AddMetrics(std::int64_t run_id, std::int64_t token,
   });
 }
 
+namespace {
+// last_error of a run whose lease GraceLeases renewed: its expiry is refunded.
+constexpr std::string_view kGraceMarker = "lease renewed: ";
+constexpr std::string_view kExpiredMarker = "lease expired: ";
+}  // namespace
+
 Status Store::Complete(std::int64_t run_id, std::int64_t token, TimeMs now, double metric_value,
                        int exit_code) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
-    TRY(CheckLease(run_id, token, "complete"));
+    if (auto st = CheckLease(run_id, token, "complete"); !st) {
+      if (st.error().kind != ErrorKind::kConflict) return st;
+      ASSIGN_OR_RETURN(auto q, db_.Prepare("SELECT state, lease_token, last_error FROM runs "
+                                           "WHERE id = ?"));
+      q.Bind(1, run_id);
+      ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) return st;
+      auto state = StateOf(q.Text(0));
+      bool same_lease = q.Int(1) == token;
+      std::string last_error = q.Text(2);
+      bool expired = last_error.starts_with(kExpiredMarker) ||
+                     last_error.starts_with("interrupted: " + std::string(kExpiredMarker));
+      // The lease expired (the worker stalled, the server was away), nobody
+      // else holds the run: the command's success stands.
+      if (!(same_lease && expired &&
+            (state == RunState::kFailed || state == RunState::kDead ||
+             state == RunState::kQueued))) {
+        Error e = st.error();
+        if (state == RunState::kSucceeded) {
+          e.message += "; another holder already completed it: this result is not counted";
+        }
+        return std::unexpected(e);
+      }
+    }
     ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE runs SET state = 'succeeded', finished_ms = ?, "
                                          "metric_value = ?, exit_code = ?, last_error = '', "
                                          "lease_expires_ms = NULL, updated_ms = ? WHERE id = ?"));
@@ -704,7 +744,8 @@ Status Store::Interrupt(std::int64_t run_id, std::int64_t token, TimeMs now,
 
 Result<int> Store::ExpireLeases(TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Result<int> {
-    ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT r.id, r.attempts, b.max_attempts, r.worker "
+    ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT r.id, r.attempts, b.max_attempts, r.worker, "
+                                         "r.last_error "
                                          "FROM runs r JOIN batches b ON b.id = r.batch_id "
                                          "WHERE r.state IN ('leased', 'running') "
                                          "AND r.lease_expires_ms < ?"));
@@ -713,18 +754,33 @@ Result<int> Store::ExpireLeases(TimeMs now) {
       std::int64_t id;
       int attempts, max_attempts;
       std::string worker;
+      bool graced;  // the coordinator caused it: no attempt used
     };
     std::vector<Expired> expired;
     while (true) {
       ASSIGN_OR_RETURN(bool row, s.Step());
       if (!row) break;
       expired.push_back({s.Int(0), static_cast<int>(s.Int(1)), static_cast<int>(s.Int(2)),
-                         s.Text(3)});
+                         s.Text(3), s.Text(4).starts_with(kGraceMarker)});
     }
     ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE runs SET state = ?, not_before_ms = ?, "
                                          "last_error = ?, lease_expires_ms = NULL, "
                                          "finished_ms = ?, updated_ms = ? WHERE id = ?"));
+    ASSIGN_OR_RETURN(auto refund,
+                     db_.Prepare("UPDATE runs SET state = 'queued', attempts = attempts - 1, "
+                                 "interruptions = interruptions + 1, not_before_ms = 0, "
+                                 "last_error = ?, lease_expires_ms = NULL, started_ms = NULL, "
+                                 "worker = '', updated_ms = ? WHERE id = ?"));
     for (const auto& e : expired) {
+      if (e.graced) {
+        TRY(refund
+                .Bind(1, "interrupted: " + std::string(kExpiredMarker) + "worker '" + e.worker +
+                             "' did not come back after trainq serve was away (no attempt used)")
+                .Bind(2, now)
+                .Bind(3, e.id)
+                .Run());
+        continue;
+      }
       bool dead = e.attempts >= e.max_attempts;
       TRY(u.Bind(1, dead ? "dead" : "failed")
               .Bind(2, dead ? 0 : now + BackoffMs(e.attempts))
@@ -735,6 +791,21 @@ Result<int> Store::ExpireLeases(TimeMs now) {
               .Run());
     }
     return static_cast<int>(expired.size());
+  });
+}
+
+Result<int> Store::GraceLeases(TimeMs expired_before, TimeMs now, TimeMs lease_ms,
+                               const std::string& reason) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<int> {
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE runs SET lease_expires_ms = ?, last_error = ?, "
+                                         "updated_ms = ? WHERE state IN ('leased', 'running') "
+                                         "AND lease_expires_ms < ?"));
+    TRY(u.Bind(1, now + lease_ms)
+            .Bind(2, std::string(kGraceMarker) + reason)
+            .Bind(3, now)
+            .Bind(4, expired_before)
+            .Run());
+    return db_.Changes();
   });
 }
 
@@ -929,6 +1000,13 @@ Result<std::optional<RunRow>> Store::Run(std::int64_t run_id) {
   ASSIGN_OR_RETURN(bool row, s.Step());
   if (!row) return std::optional<RunRow>();
   return std::optional<RunRow>(ReadRunRow(s));
+}
+
+Result<std::int64_t> Store::MetricCount(std::int64_t run_id) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT count(*) FROM metrics WHERE run_id = ?"));
+  s.Bind(1, run_id);
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  return row ? s.Int(0) : 0;
 }
 
 Result<std::vector<MetricPoint>> Store::Metrics(std::int64_t run_id) {

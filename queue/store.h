@@ -218,6 +218,11 @@ class Store {
   Result<TimeMs> Heartbeat(std::int64_t run_id, std::int64_t token, TimeMs now, TimeMs lease_ms);
   Status AddMetrics(std::int64_t run_id, std::int64_t token, const std::vector<MetricPoint>& points,
                     TimeMs now);
+  // A success from the run's lease. Also accepted after that lease expired,
+  // as long as the run was not leased again (the same token): a command known
+  // to have succeeded is never made failed or dead by an expiry. A success
+  // for a run already leased again is refused (kConflict), naming whether the
+  // other holder already completed it.
   Status Complete(std::int64_t run_id, std::int64_t token, TimeMs now, double metric_value,
                   int exit_code = 0);
   // Records a failed attempt: back to the queue after a backoff, or dead when
@@ -228,7 +233,15 @@ class Store {
   // queue at once, without using up an attempt.
   Status Interrupt(std::int64_t run_id, std::int64_t token, TimeMs now, const std::string& reason);
   // Runs whose lease expired go back to the queue (or die). Returns how many.
+  // An expiry the coordinator caused (see GraceLeases) uses no attempt.
   Result<int> ExpireLeases(TimeMs now);
+  // Leases that expired before `expired_before` while no heartbeat could be
+  // accepted (trainq serve was down, restarting or stalled) get one more
+  // lease from `now`, so that workers still running them can come back; if
+  // they do not, the later expiry returns the run to the queue without using
+  // an attempt. Returns how many.
+  Result<int> GraceLeases(TimeMs expired_before, TimeMs now, TimeMs lease_ms,
+                          const std::string& reason);
   Result<int> CancelBatch(std::int64_t batch_id, TimeMs now);
   Result<int> CancelRun(std::int64_t run_id, TimeMs now);
 
@@ -248,6 +261,7 @@ class Store {
                                    std::optional<RunState> state, int limit);
   Result<std::optional<RunRow>> Run(std::int64_t run_id);
   Result<std::vector<MetricPoint>> Metrics(std::int64_t run_id);
+  Result<std::int64_t> MetricCount(std::int64_t run_id);
 
   // Machines (the local executor registers itself as one). Implemented in
   // queue/machine_store.cc with the rest of the machines section below.

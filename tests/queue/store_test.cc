@@ -1,6 +1,8 @@
 #include "queue/store.h"
 
 #include <catch2/catch.hpp>
+#include <thread>
+#include <vector>
 
 #include "core/strings.h"
 #include "tests/support/temp_dir.h"
@@ -393,4 +395,84 @@ TEST_CASE("A locked database makes writes fail cleanly after the busy timeout", 
   CHECK(second.CountByState().value()[static_cast<int>(RunState::kQueued)] == 2);
   REQUIRE(locker.Exec("ROLLBACK"));
   CHECK(second.Lease("w", kT0, kLease, 1).value().size() == 1);
+}
+
+// Issue 16: a stall or a coordinator crash turned a run whose command
+// succeeded into `dead` (max_attempts 1).
+TEST_CASE("A success reported after the lease expired counts when nobody else holds the run",
+          "[store]") {
+  Fixture f;
+  f.Submit(1, 1);
+  auto l = f.store.Lease("w", kT0, kLease, 1).value().at(0);
+  CHECK(f.store.ExpireLeases(kT0 + kLease + 1).value() == 1);
+  CHECK(f.Get(l.run_id).state == RunState::kDead);
+  // The worker was stopped (SIGSTOP) past its lease; its command had succeeded.
+  REQUIRE(f.store.Complete(l.run_id, l.token, kT0 + kLease + 2, 0.8));
+  auto row = f.Get(l.run_id);
+  CHECK(row.state == RunState::kSucceeded);
+  CHECK(row.metric_value.value() == Approx(0.8));
+  CHECK(row.attempts == 1);
+}
+
+TEST_CASE("A success for a run another holder already completed is refused, naming that",
+          "[store]") {
+  Fixture f;
+  f.Submit(1, 3);
+  auto old = f.store.Lease("w1", kT0, kLease, 1).value().at(0);
+  CHECK(f.store.ExpireLeases(kT0 + kLease + 1).value() == 1);
+  TimeMs later = kT0 + kLease + 1 + f.store.BackoffMs(1);
+  auto fresh = f.store.Lease("w2", later, kLease, 1).value().at(0);
+  REQUIRE(f.store.Complete(fresh.run_id, fresh.token, later + 1, 0.7));
+  auto late = f.store.Complete(old.run_id, old.token, later + 2, 0.9);
+  REQUIRE_FALSE(late);
+  CHECK(late.error().kind == ErrorKind::kConflict);
+  CHECK(late.error().message.find("already completed") != std::string::npos);
+  CHECK(f.Get(old.run_id).metric_value.value() == Approx(0.7));  // counted once
+}
+
+TEST_CASE("A lease that expired while serve was down gets one more lease; its later expiry "
+          "uses no attempt, and a heartbeat makes the worker answerable again",
+          "[store]") {
+  Fixture f;
+  f.Submit(2, 1);
+  auto leases = f.store.Lease("w", kT0, kLease, 2).value();
+  REQUIRE(leases.size() == 2);
+  // serve restarts long after both leases ran out.
+  TimeMs restart = kT0 + 10 * kLease;
+  CHECK(f.store.GraceLeases(restart, restart, kLease, "trainq serve was down").value() == 2);
+  CHECK(f.store.ExpireLeases(restart + 1).value() == 0);  // renewed
+  // One worker comes back and heartbeats; the other never does.
+  REQUIRE(f.store.Heartbeat(leases[0].run_id, leases[0].token, restart + 1'000, kLease));
+  CHECK(f.store.ExpireLeases(restart + kLease + 1).value() == 1);
+  auto gone = f.Get(leases[1].run_id);
+  CHECK(gone.state == RunState::kQueued);  // not dead, although max_attempts is 1
+  CHECK(gone.attempts == 0);
+  CHECK(gone.last_error.find("trainq serve was away") != std::string::npos);
+  // The one that came back is the worker's own again: its silence counts.
+  CHECK(f.store.ExpireLeases(restart + 1'000 + kLease + 1).value() == 1);
+  CHECK(f.Get(leases[0].run_id).state == RunState::kDead);
+  // Leases still valid are not touched.
+  auto again = f.store.Lease("w", restart + 2 * kLease, kLease, 1).value();
+  REQUIRE(again.size() == 1);
+  CHECK(f.store.GraceLeases(restart + 2 * kLease, restart + 2 * kLease, kLease, "x").value() == 0);
+}
+
+// Found by ci/faults: four `trainq submit` creating the same new database at
+// once raced in the migrations ("duplicate column name").
+TEST_CASE("Processes that open a new database at once migrate it once", "[store]") {
+  testing::TempDir dir;
+  std::string path = dir / "trainq.db";
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(8);
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      auto s = Store::Open(path);
+      if (!s) errors[i] = s.error().message;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) CHECK(e == "");
+  auto s = Store::Open(path);
+  REQUIRE(s);
+  CHECK(s->schema_version() == Store::kSchemaVersion);
 }
