@@ -1,6 +1,7 @@
-// A minimal XML reader for the responses of AWS's query APIs: elements, text,
-// entities; attributes, comments, processing instructions and CDATA are
-// skipped or taken as text. Not a validating parser.
+// The responses of AWS's query APIs as a small tree: elements, their text
+// (entities decoded, CDATA included) and children; attributes, comments and
+// processing instructions are dropped. Parsed by pugixml (a well-kept parser
+// on this network boundary); this header only keeps the callers' shape.
 #pragma once
 
 #include <memory>
