@@ -51,6 +51,7 @@ struct ServeOptions {
   // processes with `slots` slots each.
   int machines = 1;
   int fuse_max = 1;  // the local workers' --fuse-max
+  std::vector<std::string> env_passthrough;  // the default local pool's env_passthrough
   std::int64_t idle_grace_s = 60;
   std::int64_t scale_interval_ms = 1000;  // autoscaler passes
   bool inproc = false;  // run on this process's own slots; no workers

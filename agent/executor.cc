@@ -55,7 +55,8 @@ std::string Join(const std::vector<std::string>& v, const char* sep) {
 }  // namespace
 
 ProcessSpec BuildRunProcess(const LeasedRun& run, const RunPaths& paths, const std::string& bin_dir,
-                            const std::string& cuda_devices) {
+                            const std::string& cuda_devices,
+                            const std::vector<std::string>& env_passthrough) {
   std::map<std::string, std::string> vars = {
       {"seed", std::to_string(run.seed)},
       {"repeat", std::to_string(run.repeat)},
@@ -66,6 +67,8 @@ ProcessSpec BuildRunProcess(const LeasedRun& run, const RunPaths& paths, const s
   spec.argv = {"/bin/sh", "-c", Substitute(run.command, vars)};
   spec.cwd = paths.workdir;
   spec.output_path = paths.log;
+  spec.inherit_env = false;
+  spec.pass_env = env_passthrough;
   spec.env = {
       {"TRAINQ_SEED", std::to_string(run.seed)},
       {"TRAINQ_REPEAT", std::to_string(run.repeat)},
@@ -233,7 +236,8 @@ Status LocalExecutor::StartRun(const LeasedRun& run) {
     a.gpus.push_back(free_gpus_.front());
     free_gpus_.erase(free_gpus_.begin());
   }
-  auto spec = BuildRunProcess(run, paths, options_.bin_dir, Join(a.gpus, ","));
+  auto spec = BuildRunProcess(run, paths, options_.bin_dir, Join(a.gpus, ","),
+                              options_.env_passthrough);
   auto pid = runner_.Spawn(spec);
   if (!pid) {
     free_gpus_.insert(free_gpus_.end(), a.gpus.begin(), a.gpus.end());

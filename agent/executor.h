@@ -32,6 +32,7 @@ struct ExecutorOptions {
   TimeMs kill_grace_ms = 10'000;  // SIGTERM -> SIGKILL
   std::string bin_dir;            // prepended to PATH (where trainq-train lives)
   std::vector<std::string> gpus;  // GPU ids handed out per run via CUDA_VISIBLE_DEVICES
+  std::vector<std::string> env_passthrough;  // our variables a run also gets (names, PREFIX*)
 };
 
 // Where a run's files go.
@@ -43,9 +44,12 @@ struct RunPaths {
   std::string workdir;       // checkout of the commit
 };
 
-// The process a run becomes: /bin/sh -c COMMAND with the run environment.
+// The process a run becomes: /bin/sh -c COMMAND with the run environment:
+// the TRAINQ_* run variables over RunEnvironment(env_passthrough) (a safe
+// base plus the variables the user chose), never the whole of ours.
 ProcessSpec BuildRunProcess(const LeasedRun& run, const RunPaths& paths,
-                            const std::string& bin_dir, const std::string& cuda_devices);
+                            const std::string& bin_dir, const std::string& cuda_devices,
+                            const std::vector<std::string>& env_passthrough = {});
 
 // The run's final metric: the last `name` point of the metrics file (one tagged
 // final wins over untagged ones), else the last match of `regex`'s first group

@@ -125,6 +125,10 @@ std::vector<std::string> Fleet::WorkerArgv(const PoolSpec& pool, const std::stri
     argv.push_back("--self-stop");
     argv.push_back(pool.self_stop);
   }
+  for (const auto& name : pool.env_passthrough) {
+    argv.push_back("--env-passthrough");
+    argv.push_back(name);
+  }
   return argv;
 }
 
@@ -170,6 +174,7 @@ Status Fleet::Boot(FleetPool& pool, int count) {
     b.gpus = spec.gpus;
     b.params = spec.params;
     b.worker_argv = WorkerArgv(spec, m.name);
+    b.env_passthrough = spec.env_passthrough;
     if (spec.provider == "ec2" || spec.provider == "command") {
       if (auto token = ReadFile(TokenFilePath(options_.data_dir, spec.name()))) {
         b.token = std::string(Trim(*token));

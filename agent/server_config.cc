@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <set>
 
@@ -219,7 +220,7 @@ class ConfigParser {
     TRY(CheckKeys(n, path,
                   {"name", "provider", "min", "max", "slots", "gpus", "runs_per_gpu", "fuse_max",
                    "idle_grace", "boot_timeout", "orphan_timeout", "self_stop", "hourly_cost",
-                   "token", "params"}));
+                   "token", "params", "env_passthrough"}));
     PoolSpec p;
     p.line = n.Mark().line + 1;
     if (!n["name"]) return Err(n, path + ".name", "missing (the pool's name, such as gpu)");
@@ -276,6 +277,25 @@ class ConfigParser {
       ASSIGN_OR_RETURN(p.orphan_timeout_ms, DurationMs(v, path + ".orphan_timeout"));
     }
     if (auto v = n["self_stop"]) { ASSIGN_OR_RETURN(p.self_stop, Str(v, path + ".self_stop")); }
+    if (auto v = n["env_passthrough"]) {
+      if (!v.IsSequence()) {
+        return Err(v, path + ".env_passthrough",
+                   "expected a list of variable names such as [WANDB_API_KEY, \"CONDA_*\"], got " +
+                       Show(v));
+      }
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        std::string at = path + ".env_passthrough[" + std::to_string(i) + "]";
+        ASSIGN_OR_RETURN(auto name, Str(v[i], at));
+        std::string_view body(name);
+        if (body.ends_with('*')) body.remove_suffix(1);
+        bool ok = !body.empty();
+        for (char c : body) {
+          ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+        }
+        if (!ok) return Err(v[i], at, "expected a variable name or PREFIX*, got " + Show(v[i]));
+        p.env_passthrough.push_back(name);
+      }
+    }
     if (auto v = n["hourly_cost"]) {
       bool ok = false;
       if (v.IsScalar()) {

@@ -78,6 +78,7 @@ struct RepoConfig {
 //       boot_timeout: 10m
 //       orphan_timeout: 10m        # worker's dead-man switch
 //       self_stop: "sudo shutdown -h now"   # what a worker runs on its dead-man switch
+//       env_passthrough: [WANDB_API_KEY, "CONDA_*"]  # the worker's variables runs also get
 //       hourly_cost: 2.5
 //       token: {file: /etc/trainq/gpu.token}  # optional; default: generated under <data>/tokens/
 //       params: {partition: gpu, gres: "gpu:1", time: "4:00:00"}   # provider parameters
@@ -91,6 +92,9 @@ struct PoolSpec {
   int fuse_max = 1;  // the worker's --fuse-max
   std::int64_t orphan_timeout_ms = 10 * 60'000;
   std::string self_stop;
+  // Variables runs get from their worker's environment beside the safe base
+  // (RunEnvironment); a local pool's workers get them from serve's.
+  std::vector<std::string> env_passthrough;
   SecretValue token;  // empty: serve generates one (<data>/tokens/<pool>.token, mode 0600)
   std::map<std::string, std::string> params;
   int line = 0;

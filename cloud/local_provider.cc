@@ -89,6 +89,9 @@ Result<std::string> LocalProvider::Boot(const BootSpec& spec) {
   }
   ProcessSpec ps;
   ps.argv = spec.worker_argv;
+  ps.inherit_env = false;
+  ps.pass_env = spec.env_passthrough;
+  // Everything the worker needs is on its command line.
   ps.output_path = (fs::path(dir_) / (spec.name + ".log")).string();
   auto pid = runner_->Spawn(ps);
   if (!pid) return std::unexpected(pid.error().Wrap("local: boot " + spec.name));

@@ -43,6 +43,10 @@ struct BootSpec {
   std::string name;
   // The full argv that starts the worker on the machine.
   std::vector<std::string> worker_argv;
+  // Variables of serve's environment the worker may pass on to its runs. A
+  // provider that starts the worker here (local) gives it only these beside
+  // the safe base (RunEnvironment), so serve's secrets never reach it.
+  std::vector<std::string> env_passthrough;
   // The pool's plaintext token, for providers that must carry it to another
   // host (EC2 user-data, a command's $TRAINQ_TOKEN). Never logged.
   std::string token;

@@ -1,6 +1,7 @@
 #include "core/http_client.h"
 
 #include <curl/curl.h>
+#include <fcntl.h>
 
 #include <algorithm>
 #include <cctype>
@@ -152,6 +153,13 @@ Result<HttpResponse> CurlHttpClient::Send(const HttpRequest& request) {
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, OnHeader);
   curl_easy_setopt(h, CURLOPT_HEADERDATA, &ex);
   curl_easy_setopt(h, CURLOPT_USERAGENT, "trainq/0.1");
+  // libcurl opens its sockets inheritable: close-on-exec, so that a child
+  // started meanwhile (a run, a provider's script) never holds a connection.
+  curl_easy_setopt(h, CURLOPT_SOCKOPTFUNCTION,
+                   +[](void*, curl_socket_t fd, curlsocktype) -> int {
+                     ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
+                     return CURL_SOCKOPT_OK;
+                   });
   if (request.aws_sigv4) {
     const AwsSigV4& sig = *request.aws_sigv4;
     curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sig.provider.c_str());

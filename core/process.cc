@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 extern char** environ;
@@ -25,7 +26,41 @@ ExitStatus FromWaitStatus(int status) {
   return s;
 }
 
+std::map<std::string, std::string> ParentEnvironment() {
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    merged[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return merged;
+}
+
 }  // namespace
+
+bool EnvNameMatches(const std::string& name, const std::vector<std::string>& patterns) {
+  for (const auto& p : patterns) {
+    if (!p.empty() && p.back() == '*') {
+      if (name.starts_with(std::string_view(p).substr(0, p.size() - 1))) return true;
+    } else if (name == p) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::map<std::string, std::string> RunEnvironment(const std::vector<std::string>& passthrough) {
+  static const std::vector<std::string> kBase = {"PATH",  "HOME",   "USER",     "LOGNAME",
+                                                 "SHELL", "LANG",   "LANGUAGE", "LC_*",
+                                                 "TZ",    "TMPDIR", "TERM",     "SLURM_*"};
+  std::map<std::string, std::string> env;
+  for (auto& [k, v] : ParentEnvironment()) {
+    if (EnvNameMatches(k, kBase) || EnvNameMatches(k, passthrough)) env[k] = v;
+  }
+  if (!env.contains("PATH")) env["PATH"] = "/usr/local/bin:/usr/bin:/bin";
+  return env;
+}
 
 std::string ExitStatus::Describe() const {
   if (signal != 0) {
@@ -37,14 +72,10 @@ std::string ExitStatus::Describe() const {
 Result<int> PosixProcessRunner::Spawn(const ProcessSpec& spec) {
   if (spec.argv.empty()) return Fail(ErrorKind::kInvalidArgument, "empty command");
 
-  // Environment: the parent's, with spec.env added or replacing.
-  std::map<std::string, std::string> merged;
-  for (char** e = environ; e && *e; ++e) {
-    std::string kv(*e);
-    auto eq = kv.find('=');
-    if (eq == std::string::npos) continue;
-    merged[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
+  // Environment: the parent's (unless the spec gives the whole of it), with
+  // spec.env added or replacing.
+  std::map<std::string, std::string> merged =
+      spec.inherit_env ? ParentEnvironment() : RunEnvironment(spec.pass_env);
   for (const auto& [k, v] : spec.env) merged[k] = v;
   std::vector<std::string> env_strings;
   env_strings.reserve(merged.size());
@@ -81,6 +112,9 @@ Result<int> PosixProcessRunner::Spawn(const ProcessSpec& spec) {
   if (!spec.cwd.empty()) {
     posix_spawn_file_actions_addchdir_np(&actions, spec.cwd.c_str());
   }
+  // Nothing but 0, 1 and 2: libraries (cpprest's sockets, libcurl) do not
+  // all open their descriptors close-on-exec.
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
 
   pid_t pid = 0;
   int rc = posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), envp.data());

@@ -232,5 +232,22 @@ TEST_CASE("server config: LoadServerConfig reads the file, an empty file is an e
   CHECK(missing.error().message.starts_with("--config: "));
 }
 
+TEST_CASE("server config: a pool's env_passthrough, and its errors", "[server_config]") {
+  auto c = ParseServerConfig("pools:\n  - name: gpu\n    env_passthrough: [WANDB_API_KEY, \"CONDA_*\"]\n",
+                             "server.yaml");
+  REQUIRE(c);
+  CHECK(c->pools.at(0).env_passthrough == std::vector<std::string>{"WANDB_API_KEY", "CONDA_*"});
+  auto bad = ParseServerConfig("pools:\n  - name: gpu\n    env_passthrough: [\"A B\"]\n",
+                               "server.yaml");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message.starts_with("server.yaml:3: pools[0].env_passthrough[0]: expected a "
+                                        "variable name"));
+  auto scalar = ParseServerConfig("pools:\n  - name: gpu\n    env_passthrough: HOME\n",
+                                  "server.yaml");
+  REQUIRE_FALSE(scalar);
+  CHECK(scalar.error().message.find("pools[0].env_passthrough: expected a list") !=
+        std::string::npos);
+}
+
 }  // namespace
 }  // namespace trainq

@@ -1,9 +1,13 @@
 #include "core/process.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include "core/strings.h"
 #include "tests/support/temp_dir.h"
@@ -74,4 +78,68 @@ TEST_CASE("KillGroup kills the child and what it spawned", "[process]") {
   CHECK(status.Describe().find("signal 9") != std::string::npos);
   // The grandchild is reparented to init and reaped there; it must be gone.
   CHECK(testing::WaitFor([&] { return !Alive(grandchild); }));
+}
+
+// Issue 16: the daemon's listening socket leaked into every training command,
+// which kept the port after a kill -9 of serve.
+TEST_CASE("Spawn: the child holds only stdin, stdout and stderr, not our descriptors",
+          "[process]") {
+  testing::TempDir dir;
+  // A descriptor opened without O_CLOEXEC, as some libraries open theirs.
+  int leaky = ::open("/dev/null", O_RDONLY);
+  REQUIRE(leaky >= 3);
+  PosixProcessRunner runner;
+  ProcessSpec spec;
+  // The glob's own directory descriptor is closed again by the time of the test.
+  spec.argv = {"/bin/sh", "-c",
+               "for f in /proc/$$/fd/*; do [ -e \"$f\" ] && echo \"$f\"; done; true"};
+  spec.output_path = dir / "out.log";
+  auto pid = runner.Spawn(spec);
+  REQUIRE(pid);
+  CHECK(runner.Wait(*pid).ok());
+  ::close(leaky);
+  std::set<std::string> fds;
+  for (auto line : Split(ReadFile(dir / "out.log").value(), '\n')) {
+    if (!Trim(line).empty()) fds.insert(std::string(line.substr(line.rfind('/') + 1)));
+  }
+  CHECK(fds == std::set<std::string>{"0", "1", "2"});
+}
+
+TEST_CASE("Spawn with inherit_env false gives RunEnvironment(pass_env) and spec.env; "
+          "RunEnvironment keeps only the safe base and the chosen passthrough",
+          "[process]") {
+  ::setenv("TRAINQ_TEST_SECRET", "hunter2-not-for-runs", 1);
+  ::setenv("TRAINQ_TEST_PASS_A", "a-value", 1);
+  auto env = RunEnvironment({"TRAINQ_TEST_PASS_*"});
+  CHECK(env.at("TRAINQ_TEST_PASS_A") == "a-value");
+  if (const char* home = std::getenv("HOME")) CHECK(env.at("HOME") == home);
+  CHECK(env.contains("PATH"));
+  CHECK_FALSE(env.contains("TRAINQ_TEST_SECRET"));
+  CHECK_FALSE(RunEnvironment({"TRAINQ_TEST_PASS"}).contains("TRAINQ_TEST_PASS_A"));  // exact
+
+  testing::TempDir dir;
+  PosixProcessRunner runner;
+  ProcessSpec spec;
+  spec.argv = {"/usr/bin/env"};
+  spec.inherit_env = false;
+  spec.pass_env = {"TRAINQ_TEST_PASS_*"};
+  spec.env["RUN_VAR"] = "1";
+  spec.output_path = dir / "out.log";
+  auto pid = runner.Spawn(spec);
+  REQUIRE(pid);
+  CHECK(runner.Wait(*pid).ok());
+  auto out = ReadFile(dir / "out.log").value();
+  CHECK(out.find("TRAINQ_TEST_PASS_A=a-value\n") != std::string::npos);
+  CHECK(out.find("RUN_VAR=1\n") != std::string::npos);
+  CHECK(out.find("hunter2") == std::string::npos);
+  // The default still inherits (helpers such as sbatch need the site's variables).
+  spec.inherit_env = true;
+  spec.pass_env = {};
+  spec.env = {};
+  pid = runner.Spawn(spec);
+  REQUIRE(pid);
+  CHECK(runner.Wait(*pid).ok());
+  CHECK(ReadFile(dir / "out.log").value().find("hunter2") != std::string::npos);
+  ::unsetenv("TRAINQ_TEST_SECRET");
+  ::unsetenv("TRAINQ_TEST_PASS_A");
 }
