@@ -77,6 +77,10 @@ int main(int argc, char** argv) {
   c_serve->add_option("--machines", serve.machines,
                       "Most worker processes the default local pool starts (0: only workers started by hand)")
       ->capture_default_str();
+  c_serve->add_option("--env-passthrough", serve.env_passthrough,
+                      "A variable of serve's environment that runs of the default local pool also "
+                      "get (NAME or PREFIX*; repeatable)")
+      ->delimiter(',');
   c_serve->add_option("--fuse-max", serve.fuse_max,
                       "Seeds of a trainer: experiment that a worker of the default local pool fuses into one "
                       "trainq-train process")
@@ -253,6 +257,10 @@ int main(int argc, char** argv) {
   c_worker->add_option("--runs-per-gpu", worker.runs_per_gpu,
                        "1-GPU runs packed onto one GPU (0: the pool's runs_per_gpu)")
       ->capture_default_str();
+  c_worker->add_option("--env-passthrough", worker.env_passthrough,
+                       "A variable of this environment that runs also get (NAME or PREFIX*; "
+                       "repeatable); runs otherwise get only PATH, HOME, LANG, ... and their own")
+      ->delimiter(',');
   c_worker->add_option("--fuse-max", worker.fuse_max,
                        "Seeds of a trainer experiment run fused in one process")
       ->capture_default_str();
@@ -272,6 +280,10 @@ int main(int argc, char** argv) {
   c_worker->add_option("--self-stop", worker.self_stop,
                        "Shell command run by the dead-man switch or when the server refuses the "
                        "token (providers pass the pool's self_stop)");
+  c_worker->add_option("--self-stop-timeout", worker.self_stop_timeout_s,
+                       "Seconds after which a self-stop command still running is killed (SIGTERM "
+                       "to the worker also ends it)")
+      ->capture_default_str();
   c_worker->add_flag("--once", worker.once,
                      "Exit when a lease comes back empty and nothing runs");
   c_worker->callback([&] {

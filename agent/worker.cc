@@ -493,7 +493,7 @@ Status Worker::StartProc(Job& job, const std::vector<std::int64_t>& run_ids) {
   ASSIGN_OR_RETURN(paths.workdir, Worktree(spec_run));
   std::string cuda;
   for (int d : job.devices) cuda += (cuda.empty() ? "" : ",") + std::to_string(d);
-  auto spec = BuildRunProcess(spec_run, paths, config_.bin_dir, cuda);
+  auto spec = BuildRunProcess(spec_run, paths, config_.bin_dir, cuda, config_.env_passthrough);
   // The trainer substitutes {seed} in its paths itself: not the run's seed.
   if (fused) spec.argv = {"/bin/sh", "-c", spec_run.command};
   if (job.gpus == 0) spec.env["CUDA_VISIBLE_DEVICES"] = "";
@@ -656,9 +656,14 @@ void Worker::FinishProc(Job& job, const ExitStatus& status) {
                                  fused ? "" : run.metric_regex);
     for (const auto& w : reading.warnings) spdlog::warn("run {}: {}", id, w);
     if (!Ship(r, p, true)) {
-      spdlog::info("run {}: lease lost before its result was reported", id);
-      Forget(id);
-      continue;
+      // A success is still reported: the server takes it when nobody else
+      // holds the run (the lease only expired), and refuses it otherwise.
+      if (!(status.ok() && !p.timed_out && reading.value)) {
+        spdlog::info("run {}: lease lost before its result was reported", id);
+        Forget(id);
+        continue;
+      }
+      spdlog::info("run {}: lease lost, but the command succeeded: reporting it", id);
     }
     // A regex match is a point the metrics file did not have.
     if (reading.value && reading.points.size() > r.points_sent) {
@@ -714,8 +719,27 @@ void Worker::RunSelfStop() {
     spdlog::error("self-stop command: {}", pid.error().message);
     return;
   }
-  auto st = runner_.Wait(*pid);
-  if (!st.ok()) spdlog::error("self-stop command ended with {}", st.Describe());
+  // Polled, not waited for: SIGTERM (stop_) and the timeout end it.
+  TimeMs deadline = clock_.Now() + config_.self_stop_timeout_ms;
+  std::optional<ExitStatus> st;
+  while (!(st = runner_.Poll(*pid))) {
+    bool stopped = stop_ && stop_->load();
+    if (stopped || clock_.Now() >= deadline) {
+      spdlog::error("self-stop command {}: killing it",
+                    stopped ? "interrupted by a stop signal"
+                            : "still running after " +
+                                  FormatDuration(config_.self_stop_timeout_ms));
+      runner_.KillGroup(*pid, SIGTERM);
+      TimeMs grace = clock_.Now() + 2'000;
+      while (!(st = runner_.Poll(*pid)) && clock_.Now() < grace) SleepMs(20);
+      runner_.KillGroup(*pid, SIGKILL);
+      if (!st) st = runner_.Wait(*pid);
+      break;
+    }
+    SleepMs(20);
+  }
+  runner_.KillGroup(*pid, SIGKILL);  // whatever it left in its group
+  if (!st->ok()) spdlog::error("self-stop command ended with {}", st->Describe());
 }
 
 Result<Worker::Phase> Worker::Step() {
@@ -852,6 +876,7 @@ void Worker::Interrupt(const std::string& reason) {
 }
 
 Result<int> Worker::Run(const std::atomic<bool>& stop) {
+  stop_ = &stop;
   while (!stop.load()) {
     auto phase = Step();
     if (!phase) {
@@ -939,6 +964,11 @@ Result<int> CmdWorker(const WorkerCommandOptions& o, const Clock& clock,
   }
   c.orphan_timeout_ms = static_cast<TimeMs>(o.orphan_timeout_s) * 1000;
   c.self_stop = o.self_stop;
+  if (o.self_stop_timeout_s < 1) {
+    return Fail(ErrorKind::kInvalidArgument, "--self-stop-timeout must be at least 1 second");
+  }
+  c.self_stop_timeout_ms = static_cast<TimeMs>(o.self_stop_timeout_s) * 1000;
+  c.env_passthrough = o.env_passthrough;
   c.kill_grace_ms = o.kill_grace_s * 1000;
   c.data_dir = fs::absolute(o.data_dir.empty() ? "trainq-worker" : o.data_dir).string();
   std::error_code ec;

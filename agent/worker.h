@@ -75,6 +75,13 @@ struct WorkerConfig {
   // refuses this machine's token (nothing it could ever do). Register's answer
   // replaces it.
   std::string self_stop;
+  // Variables of this worker's environment that runs also get (names, or
+  // prefixes such as CONDA_*), beside the safe base (RunEnvironment).
+  std::vector<std::string> env_passthrough;
+  // The self-stop command is killed (its process group) after this long, or
+  // at once on SIGTERM: a hanging `sudo shutdown` or cloud CLI never blocks
+  // the worker.
+  TimeMs self_stop_timeout_ms = 5 * 60'000;
   std::int64_t max_log_chunk = 1 << 20;    // log bytes per request
 };
 
@@ -209,6 +216,7 @@ class Worker {
   TimeMs heartbeat_ms_ = 10'000;
   TimeMs orphan_timeout_ms_;
   std::string self_stop_;
+  const std::atomic<bool>* stop_ = nullptr;  // Run()'s flag (SIGTERM)
   bool draining_ = false;
   bool stopping_ = false;  // Interrupt() is under way
   bool lease_came_back_empty_ = false;
@@ -238,6 +246,8 @@ struct WorkerCommandOptions {
   std::string source = "auto";  // auto | server
   int orphan_timeout_s = 600;
   std::string self_stop;
+  int self_stop_timeout_s = 300;
+  std::vector<std::string> env_passthrough;
 };
 
 // The token in `path`, trailing whitespace trimmed. A missing or empty file is

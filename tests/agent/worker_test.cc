@@ -210,7 +210,8 @@ struct Harness {
     int port = testing::FreeLoopbackPort();
     auto l = HttpListener::Start(
         ListenAddress{"127.0.0.1", port}, 64 << 20,
-        [srv = server.get()](const HttpServerRequest& r) { return srv->Handle(r); });
+        [srv = server.get()](const HttpServerRequest& r) { return srv->Handle(r); },
+        [srv = server.get()](const HttpServerRequest& h) { return srv->Admit(h); });
     REQUIRE(l);
     listener = std::move(*l);
     url = "http://127.0.0.1:" + std::to_string(port);
@@ -696,6 +697,79 @@ TEST_CASE("worker e2e: a commit neither the worker nor the server has fails the 
   REQUIRE(runs.size() == 1);
   CHECK(runs[0].state == RunState::kDead);
   CHECK(runs[0].last_error.find("no copy of " + url) != std::string::npos);
+}
+
+// Issue 16: serve's listening socket and its secrets reached every training
+// command. The worker here shares its process with a live HTTP listener, an
+// open SQLite store and libcurl connections, as a local worker's parent does.
+TEST_CASE("worker e2e: a run holds only stdin, stdout and stderr, and gets the run variables and "
+          "the chosen passthrough but none of our secrets",
+          "[worker][e2e]") {
+  ::setenv("TRAINQ_TEST_WEBHOOK_SECRET", "hunter2-webhook-secret", 1);
+  ::setenv("TRAINQ_TEST_PASSED", "passed-value", 1);
+  Harness h;
+  auto batch = h.Submit(
+      1,
+      "for f in /proc/$$/fd/*; do [ -e \"$f\" ] && echo \"open fd $f\"; done; env; "
+      "printf '{\"name\": \"accuracy\", \"value\": 1}\\n' >> \"$TRAINQ_METRICS_FILE\"");
+  auto c = h.Config(1);
+  c.once = true;
+  c.env_passthrough = {"TRAINQ_TEST_PASS*"};
+  WorkerThread w(c);
+  REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 60s));
+  ::unsetenv("TRAINQ_TEST_WEBHOOK_SECRET");
+  ::unsetenv("TRAINQ_TEST_PASSED");
+  auto runs = h.Runs(batch);
+  REQUIRE(runs.size() == 1);
+  INFO(runs[0].last_error);
+  CHECK(runs[0].state == RunState::kSucceeded);
+  auto log = ReadFile(RunLogPath(h.data, runs[0].id)).value_or("");
+  INFO(log);
+  std::set<std::string> fds;
+  for (auto line : Split(log, '\n')) {
+    if (line.starts_with("open fd ")) fds.insert(std::string(line.substr(line.rfind('/') + 1)));
+  }
+  CHECK(fds == std::set<std::string>{"0", "1", "2"});
+  CHECK(log.find("hunter2") == std::string::npos);
+  CHECK(log.find("TRAINQ_TEST_PASSED=passed-value\n") != std::string::npos);
+  CHECK(log.find("TRAINQ_SEED=") != std::string::npos);
+  CHECK(log.find("\nPATH=") != std::string::npos);
+}
+
+// Issue 16: a self-stop that hung blocked the worker forever, SIGTERM included.
+TEST_CASE("worker e2e: a hanging self-stop is killed after its timeout, and at once on a stop "
+          "signal",
+          "[worker][e2e]") {
+  testing::TempDir tmp;
+  auto config = [&](TimeMs timeout_ms) {
+    WorkerConfig c;
+    c.server = "http://127.0.0.1:" + std::to_string(testing::FreeLoopbackPort());  // nobody there
+    c.token = "whatever";
+    c.data_dir = tmp / "worker-data";
+    c.hostname = "test-host";
+    c.retry_base_ms = 50;
+    c.retry_max_ms = 100;
+    c.orphan_timeout_ms = 300;
+    c.self_stop = "echo $$ > " + ShellQuote(tmp / "self-stop.pid") + "; exec sleep 100000";
+    c.self_stop_timeout_ms = timeout_ms;
+    return c;
+  };
+  SECTION("the timeout") {
+    WorkerThread w(config(1'000));
+    REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 30s));
+    REQUIRE(w.result);
+    CHECK(*w.result == 3);
+  }
+  SECTION("a stop signal while it runs") {
+    WorkerThread w(config(600'000));
+    REQUIRE(testing::WaitFor([&] { return fs::exists(tmp / "self-stop.pid"); }, 30s));
+    REQUIRE(testing::WaitFor([&] { return ReadPid(tmp / "self-stop.pid") > 0; }, 10s));
+    w.stop = true;
+    REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 10s));
+  }
+  int pid = ReadPid(tmp / "self-stop.pid");
+  REQUIRE(pid > 0);
+  CHECK(testing::WaitFor([&] { return ProcessGone(pid); }, 10s));
 }
 
 }  // namespace
