@@ -114,6 +114,7 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
   eo.heartbeat_ms = o.heartbeat_s * 1000;
   eo.kill_grace_ms = o.kill_grace_s * 1000;
   eo.bin_dir = SelfDir();
+  eo.env_passthrough = o.env_passthrough;
   if (!o.gpus.empty()) {
     for (const auto& g : Split(o.gpus, ',')) {
       if (!Trim(g).empty()) eo.gpus.emplace_back(Trim(g));
@@ -139,10 +140,10 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
     TRY(server->Open());
     server->set_on_push([w = worker.get()] { w->Wake(); });
     ASSIGN_OR_RETURN(listener,
-                     HttpListener::Start(*address, kMaxWebhookBodyBytes,
-                                         [s = server.get()](const HttpServerRequest& r) {
-                                           return s->Handle(r);
-                                         }));
+                     HttpListener::Start(
+                         *address, kMaxWebhookBodyBytes,
+                         [s = server.get()](const HttpServerRequest& r) { return s->Handle(r); },
+                         [s = server.get()](const HttpServerRequest& h) { return s->Admit(h); }));
     spdlog::info("listening on http://{}", listen);
   }
 
@@ -180,6 +181,7 @@ PoolSpec DefaultLocalPool(const ServeOptions& o) {
   p.scaling.max = o.machines;  // 0: only workers started by hand
   p.scaling.slots = o.slots;
   p.fuse_max = o.fuse_max;
+  p.env_passthrough = o.env_passthrough;
   p.scaling.idle_grace_ms = o.idle_grace_s * 1000;
   p.scaling.boot_timeout_ms = 60'000;
   p.provider = "local";
@@ -268,10 +270,10 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
     if (w) w->Wake();
   });
   ASSIGN_OR_RETURN(auto listener,
-                   HttpListener::Start(address, kMaxWebhookBodyBytes,
-                                       [&server](const HttpServerRequest& r) {
-                                         return server.Handle(r);
-                                       }));
+                   HttpListener::Start(
+                       address, kMaxWebhookBodyBytes,
+                       [&server](const HttpServerRequest& r) { return server.Handle(r); },
+                       [&server](const HttpServerRequest& h) { return server.Admit(h); }));
   if (!address.loopback()) {
     spdlog::warn("listening beyond loopback on {}: /api/v1/status and /metrics are readable by "
                  "anyone who can reach it", listen);
@@ -293,10 +295,31 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
                  p.spec.scaling.slots, FormatDuration(p.spec.scaling.idle_grace_ms));
   }
 
+  // Leases that expired while no serve could take a heartbeat (it was down or
+  // restarting) were not the workers' fault: one more lease to come back,
+  // and no attempt used if they do not.
+  if (auto n = store.GraceLeases(clock.Now(), clock.Now(), so.lease_ms,
+                                 "trainq serve was down when it expired");
+      n && *n > 0) {
+    spdlog::info("{} run(s) whose lease expired while trainq serve was down get {} to report back",
+                 *n, FormatDuration(so.lease_ms));
+  }
   Status result;
   TimeMs next_step = 0;
+  TimeMs last_loop = clock.Now();
   while (!stop.load()) {
     TimeMs now = clock.Now();
+    if (now - last_loop > std::max<TimeMs>(so.lease_ms / 2, 5'000)) {
+      // This process stalled (stopped, swapped, a slow disk): heartbeats were
+      // not taken meanwhile either.
+      if (auto n = store.GraceLeases(now, now, so.lease_ms, "trainq serve stalled for " +
+                                                                FormatDuration(now - last_loop));
+          n && *n > 0) {
+        spdlog::warn("trainq serve stalled for {}: {} expired lease(s) renewed",
+                     FormatDuration(now - last_loop), *n);
+      }
+    }
+    last_loop = now;
     if (now >= next_step) {
       auto st = fleet.Step();
       if (!st) {

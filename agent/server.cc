@@ -85,6 +85,20 @@ HttpServerReply Server::Handle(const HttpServerRequest& req) {
   return Json(404, {{"result", "error"}, {"reason", "no route " + path}});
 }
 
+Admission Server::Admit(const HttpServerRequest& head) {
+  std::string path = head.path;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  if (path.starts_with("/hooks/")) return {kMaxWebhookBodyBytes, std::nullopt};
+  if (path.starts_with("/api/v1/workers/") || path.starts_with("/api/v1/runs/")) {
+    HttpServerRequest probe = head;
+    probe.headers_only = true;
+    HttpServerReply r = WorkerRoute(probe, path);
+    if (r.status != 0) return {0, r};  // no or a wrong token: the body is never read
+    return {kMaxWorkerBodyBytes, std::nullopt};
+  }
+  return {kMaxOtherBodyBytes, std::nullopt};
+}
+
 HttpServerReply Server::Webhook(ForgeKind forge, const HttpServerRequest& req) {
   auto start = std::chrono::steady_clock::now();
   WebhookReply r;

@@ -10,10 +10,9 @@
 // is loopback only.
 // Threading: Handle() is called from the listener's threads at once; the
 // server keeps one Store for writes and one for reads, each behind a mutex.
-// A lease long poll holds a listener thread while it waits (server_http.cc
-// sizes cpprest's pool at 48 threads); at most `max_long_polls` wait at once,
-// further lease calls answer at once, so the pool always has threads left for
-// sockets and the other routes.
+// A lease long poll holds its connection's thread while it waits (one thread
+// per connection, server_http.cc); at most `max_long_polls` wait at once,
+// further lease calls answer at once.
 #pragma once
 
 #include <array>
@@ -51,6 +50,17 @@ class Server {
   // Opens the server's own store connections.
   Status Open();
   HttpServerReply Handle(const HttpServerRequest& request);
+  // The listener's question with a request's headers, before any body is read
+  // (HttpListener::Admit): webhooks may send 25 MB (GitHub's limit), the worker
+  // API kMaxWorkerBodyBytes and only with a known pool token (refused unread
+  // otherwise), every other route kMaxOtherBodyBytes.
+  Admission Admit(const HttpServerRequest& head);
+  static constexpr std::size_t kMaxWorkerBodyBytes = 4u << 20;  // a 1 MB log chunk, escaped
+  static constexpr std::size_t kMaxOtherBodyBytes = 64u << 10;
+  // Per run (log: per attempt): past these, points are refused (413) and log
+  // bytes dropped after a "truncated" line.
+  static constexpr std::int64_t kMaxMetricPointsPerRun = 100'000;
+  static constexpr std::int64_t kMaxLogBytesPerAttempt = std::int64_t{256} << 20;
   // Called after a push was recorded (wakes the worker).
   void set_on_push(std::function<void()> on_push) { on_push_ = std::move(on_push); }
 

@@ -199,6 +199,7 @@ HttpServerReply Server::WorkerRoute(const HttpServerRequest& req, const std::str
   } catch (const json::exception& e) {
     reply = ErrorReply(400, std::string("bad request body: ") + e.what());
   }
+  if (reply.status == 0) return reply;  // headers_only: admitted, counted with the body
   if (reply.status >= 400) {
     spdlog::debug("worker API {} {}: {} {}", req.method, path, reply.status, reply.body);
   }
@@ -246,6 +247,7 @@ HttpServerReply Server::WorkerRouteInner(const HttpServerRequest& req, const std
     pool = *found;
   }
   if (!pool) return ErrorReply(401, "unknown worker token");
+  if (req.headers_only) return {0, "", ""};
 
   if (route == "register") return Register(*pool, req);
   auto id = ParseId(parts[3]);
@@ -350,6 +352,9 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
     if ((*m)->pool != pool) {
       return ErrorReply(403, "machine " + std::to_string(machine) + " is not of this token's pool");
     }
+    // A worker asks for what its free slots take; never more than the slots
+    // its machine registered.
+    limits.max_runs = std::min(limits.max_runs, std::max(1, (*m)->slots));
   }
 
   bool counted = false;
@@ -444,7 +449,11 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
   {
     std::lock_guard<std::mutex> lock(write_mu_);
     if (auto st = write_store_->CheckRunLease(run_id, token); !st) {
-      return ErrorReply(StatusOf(st.error()), st.error().message);
+      // A success after the lease expired goes on: Store::Complete takes it
+      // when nobody else holds the run, and refuses (and we log) otherwise.
+      bool late_success = what == "complete" && st.error().kind == ErrorKind::kConflict &&
+                          body && body->value("outcome", std::string()) == "succeeded";
+      if (!late_success) return ErrorReply(StatusOf(st.error()), st.error().message);
     }
     auto mid = write_store_->RunMachine(run_id);
     if (!mid) return ErrorReply(StatusOf(mid.error()), mid.error().message);
@@ -514,6 +523,12 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
         points.push_back(std::move(mp));
       }
     }
+    auto stored = store.MetricCount(run_id);
+    if (!stored) return ErrorReply(StatusOf(stored.error()), stored.error().message);
+    if (*stored + static_cast<std::int64_t>(points.size()) > kMaxMetricPointsPerRun) {
+      return ErrorReply(413, "metrics: run " + std::to_string(run_id) + " would have over " +
+                                 std::to_string(kMaxMetricPointsPerRun) + " points");
+    }
     if (auto st = store.AddMetrics(run_id, token, points, now); !st) {
       return ErrorReply(StatusOf(st.error()), st.error().message);
     }
@@ -534,7 +549,12 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
     }
     auto st = store.Complete(run_id, token, now, (*body)["metric_value"].get<double>(),
                              exit_code.value_or(0));
-    if (!st) return ErrorReply(StatusOf(st.error()), st.error().message);
+    if (!st) {
+      if (st.error().kind == ErrorKind::kConflict) {
+        spdlog::warn("run {}: a success refused: {}", run_id, st.error().message);
+      }
+      return ErrorReply(StatusOf(st.error()), st.error().message);
+    }
     state = "succeeded";
   } else if (outcome == "failed") {
     auto st = store.FailRun(run_id, token, now, error.empty() ? "failed on the worker" : error,
@@ -648,6 +668,11 @@ HttpServerReply Server::AppendLog(std::int64_t run_id, std::int64_t token,
     if (!out || !marker) return ErrorReply(503, "log: could not write " + path);
   }
   std::int64_t stored = size - base;
+  // Past the per-attempt cap, bytes are taken and dropped: the worker moves on.
+  auto accepted = static_cast<std::int64_t>(offset + std::ssize(req.body));
+  if (stored >= kMaxLogBytesPerAttempt) {
+    return Json(200, {{"size", std::max(stored, accepted)}});
+  }
   if (offset > stored) {
     return Json(400, {{"error", "log: offset " + std::to_string(offset) + " is past the " +
                                     std::to_string(stored) + " bytes stored; resend from there"},
@@ -655,11 +680,18 @@ HttpServerReply Server::AppendLog(std::int64_t run_id, std::int64_t token,
   }
   std::int64_t skip = stored - offset;
   if (skip < static_cast<std::int64_t>(req.body.size())) {
+    std::int64_t n = std::min<std::int64_t>(std::ssize(req.body) - skip,
+                                            kMaxLogBytesPerAttempt - stored);
     std::ofstream out(path, std::ios::app | std::ios::binary);
-    out.write(req.body.data() + skip, static_cast<std::streamsize>(req.body.size() - skip));
+    out.write(req.body.data() + skip, static_cast<std::streamsize>(n));
+    stored += n;
+    if (stored >= kMaxLogBytesPerAttempt) {
+      out << "\n--- trainq: log truncated at " << (kMaxLogBytesPerAttempt >> 20)
+          << " MB for this attempt ---\n";
+      stored = std::max(stored, accepted);
+    }
     out.flush();
     if (!out) return ErrorReply(503, "log: could not write " + path);
-    stored += static_cast<std::int64_t>(req.body.size()) - skip;
   }
   return Json(200, {{"size", stored}});
 }

@@ -1,6 +1,11 @@
-// The HTTP server: routes without sockets, then the real cpprest listener on
+// The HTTP server: routes without sockets, then the real listener on
 // loopback.
 #include "agent/server.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -205,6 +210,149 @@ TEST_CASE("server: a port in use is an error naming --listen", "[server]") {
   REQUIRE_FALSE(listener);
   CHECK(listener.error().message.starts_with("--listen 127.0.0.1:" +
                                              std::to_string(taken.port())));
+}
+
+
+// ---- request limits (issue 16): decided from the headers, before any body ---
+
+// A raw client: sends `head` (and `body_prefix`), then reads what the server
+// answers until it closes or `deadline` passes. The rest of a declared body is
+// never sent, so an answer proves that the server did not wait for it.
+struct RawClient {
+  int fd = -1;
+  explicit RawClient(int port) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  }
+  ~RawClient() { ::close(fd); }
+  void Send(const std::string& s) {
+    REQUIRE(::send(fd, s.data(), s.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(s.size()));
+  }
+  // Reads until the status line and headers are in (or the connection ends).
+  std::string ReadReply(std::chrono::milliseconds deadline = std::chrono::seconds(10)) {
+    std::string out;
+    auto until = std::chrono::steady_clock::now() + deadline;
+    while (out.find("\r\n\r\n") == std::string::npos) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      until - std::chrono::steady_clock::now())
+                      .count();
+      if (left <= 0) break;
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left)) <= 0) break;
+      char buf[4096];
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+    return out;
+  }
+};
+
+std::string Post(const std::string& path, std::size_t length, const std::string& extra = "") {
+  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(length) +
+         "\r\n" + extra + "\r\n";
+}
+
+struct LimitWorld {
+  World w;
+  int port = testing::FreeLoopbackPort();
+  std::unique_ptr<HttpListener> listener;
+  explicit LimitWorld(ListenerLimits limits = {}) {
+    auto l = HttpListener::Start(
+        {"127.0.0.1", port}, kMaxWebhookBodyBytes,
+        [this](const HttpServerRequest& r) { return w.server->Handle(r); },
+        [this](const HttpServerRequest& h) { return w.server->Admit(h); }, limits);
+    REQUIRE(l);
+    listener = std::move(*l);
+  }
+};
+
+TEST_CASE("listener: a webhook declaring more than 25 MB is refused 413 before its body is sent",
+          "[server][limits]") {
+  LimitWorld lw;
+  RawClient c(lw.port);
+  c.Send(Post("/hooks/github", std::size_t{10} << 30, "X-GitHub-Event: push\r\n") + "{\"a\":");
+  auto reply = c.ReadReply();
+  CHECK(reply.starts_with("HTTP/1.1 413"));
+}
+
+TEST_CASE("listener: the worker API refuses a request without a valid token from its headers, "
+          "and bounds bodies far below a webhook's",
+          "[server][limits]") {
+  LimitWorld lw;
+  {
+    RawClient c(lw.port);
+    c.Send(Post("/api/v1/runs/1/log", 20u << 20));  // no token, 20 MB declared, none sent
+    CHECK(c.ReadReply().starts_with("HTTP/1.1 401"));
+  }
+  {
+    RawClient c(lw.port);
+    c.Send(Post("/api/v1/runs/1/log", 20u << 20, "Authorization: Bearer nope\r\n"));
+    CHECK(c.ReadReply().starts_with("HTTP/1.1 401"));
+  }
+  HttpServerRequest head;
+  head.method = "POST";
+  head.path = "/hooks/github";
+  CHECK(lw.w.server->Admit(head).max_body_bytes == kMaxWebhookBodyBytes);
+  head.path = "/api/v1/runs/1/log";
+  auto refused = lw.w.server->Admit(head);
+  REQUIRE(refused.refuse);
+  CHECK(refused.refuse->status == 401);
+  head.path = "/healthz";
+  CHECK(lw.w.server->Admit(head).max_body_bytes == Server::kMaxOtherBodyBytes);
+  CHECK(Server::kMaxWorkerBodyBytes < kMaxWebhookBodyBytes / 4);
+  {
+    RawClient c(lw.port);
+    c.Send(Post("/metrics", 1u << 20));  // a read route takes no large body
+    CHECK(c.ReadReply().starts_with("HTTP/1.1 4"));
+  }
+}
+
+TEST_CASE("listener: a chunked body is refused 411 without being read", "[server][limits]") {
+  LimitWorld lw;
+  RawClient c(lw.port);
+  c.Send("POST /hooks/github HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+         "100000\r\n");
+  CHECK(c.ReadReply().starts_with("HTTP/1.1 411"));
+}
+
+TEST_CASE("listener: bodies being read at once share one memory budget; over it, 503 unread",
+          "[server][limits]") {
+  ListenerLimits limits;
+  limits.max_inflight_body_bytes = 1u << 20;
+  LimitWorld lw(limits);
+  // The first request reserves 800 kB: the 100 Continue says it was admitted.
+  RawClient first(lw.port);
+  first.Send(Post("/hooks/github", 800'000,
+                  "X-GitHub-Event: push\r\nExpect: 100-continue\r\n"));
+  CHECK(first.ReadReply().starts_with("HTTP/1.1 100 Continue"));
+  // A second one that would go over the budget is answered at once, unread.
+  {
+    RawClient second(lw.port);
+    second.Send(Post("/hooks/github", 800'000, "X-GitHub-Event: push\r\n"));
+    CHECK(second.ReadReply().starts_with("HTTP/1.1 503"));
+  }
+  // Once the first is done, the budget is free again.
+  first.Send(std::string(800'000, ' '));
+  CHECK(first.ReadReply().starts_with("HTTP/1.1 4"));  // unsigned: refused, but read and answered
+  RawClient third(lw.port);
+  third.Send(Post("/hooks/github", 10, "X-GitHub-Event: push\r\n") + "{\"a\": 1}  ");
+  CHECK(third.ReadReply().starts_with("HTTP/1.1 4"));
+}
+
+TEST_CASE("listener: keep-alive requests on one connection, and Expect: 100-continue",
+          "[server][limits]") {
+  LimitWorld lw;
+  RawClient c(lw.port);
+  c.Send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  auto a = c.ReadReply();
+  CHECK(a.starts_with("HTTP/1.1 200"));
+  c.Send(Post("/hooks/github", 2, "X-GitHub-Event: push\r\nExpect: 100-continue\r\n"));
+  CHECK(c.ReadReply().find("HTTP/1.1 100 Continue") != std::string::npos);
 }
 
 }  // namespace

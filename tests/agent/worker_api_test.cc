@@ -1,5 +1,5 @@
 // The worker protocol on the server: real HTTP on loopback through the
-// cpprest listener and libcurl, a real SQLite file.
+// HTTP listener and libcurl, a real SQLite file.
 #include "agent/worker_api.h"
 
 #include <sys/stat.h>
@@ -59,7 +59,8 @@ struct World {
     REQUIRE(server->Open());
     int port = testing::FreeLoopbackPort();
     auto l = HttpListener::Start({"127.0.0.1", port}, 1 << 20,
-                                 [this](const HttpServerRequest& r) { return server->Handle(r); });
+                                 [this](const HttpServerRequest& r) { return server->Handle(r); },
+                                 [this](const HttpServerRequest& h) { return server->Admit(h); });
     REQUIRE(l);
     listener = std::move(*l);
     base = "http://127.0.0.1:" + std::to_string(port);
@@ -552,6 +553,38 @@ TEST_CASE("worker API: leave stops a hand-started machine and queues what it hel
   CHECK(run.attempts == 0);  // not the run's fault
   // Twice is harmless.
   CHECK(w.PostJson(leave, json::object(), kCpuToken)["state"] == "stopped");
+}
+
+}  // namespace trainq
+
+namespace trainq {
+
+// Issue 16: a worker's max_runs was trusted, and one metrics call stored
+// 200,000 rows.
+TEST_CASE("worker API: max_runs is capped by the machine's registered slots; a run's metric "
+          "points are bounded",
+          "[worker_api]") {
+  World w;
+  w.Submit(5);
+  auto m = w.Register(kCpuToken, "one-slot", 1);
+  auto runs = w.Lease(m, kCpuToken, 0, 1000)["runs"];
+  REQUIRE(runs.size() == 1);
+  std::int64_t id = runs[0]["run_id"];
+  std::int64_t token = runs[0]["token"];
+  json points = json::array();
+  for (std::int64_t i = 0; i < Server::kMaxMetricPointsPerRun / 5; ++i) {
+    points.push_back({{"name", "loss"}, {"value", 1.0}});
+  }
+  for (int i = 0; i < 5; ++i) {
+    w.PostJson(w.RunPath(id, "metrics"), {{"token", token}, {"points", points}}, kCpuToken);
+  }
+  auto over = w.Post(w.RunPath(id, "metrics"),
+                     json{{"token", token}, {"points", json::array({{{"name", "loss"},
+                                                                    {"value", 1.0}}})}}
+                         .dump(),
+                     kCpuToken);
+  CHECK(over.status == 413);
+  CHECK(w.store.MetricCount(id).value() == Server::kMaxMetricPointsPerRun);
 }
 
 }  // namespace trainq
