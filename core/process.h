@@ -27,7 +27,7 @@ struct ProcessSpec {
   // over it, never the whole of ours (training runs and local workers: no
   // secret of the daemon's).
   bool inherit_env = true;
-  std::vector<std::string> pass_env;  // names or PREFIX*, when inherit_env is false
+  std::vector<std::string> pass_env = {};  // names or PREFIX*, when inherit_env is false
 };
 
 struct ExitStatus {

@@ -314,9 +314,11 @@ Status ApplyMigrations(sql::Db& db, int from, int to) {
       // Another process opening the same new file may have migrated it
       // between our read of user_version and this write lock (found by
       // ci/faults: four concurrent first submits).
-      ASSIGN_OR_RETURN(auto q, db.Prepare("PRAGMA user_version"));
-      ASSIGN_OR_RETURN(bool row, q.Step());
-      if (row && q.Int(0) > v) return Status{};
+      {
+        ASSIGN_OR_RETURN(auto q, db.Prepare("PRAGMA user_version"));
+        ASSIGN_OR_RETURN(bool row, q.Step());
+        if (row && q.Int(0) > v) return Status{};
+      }  // finished before the migration's statements run
       TRY(db.Exec(kMigrations[v]));
       return db.Exec("PRAGMA user_version = " + std::to_string(v + 1));
     });
