@@ -211,7 +211,9 @@ Status Fleet::StopMachine(FleetPool& pool, std::int64_t row, const std::string& 
 Status Fleet::Step() {
   TimeMs now = clock_.Now();
   if (auto n = store_.ExpireLeases(now); n && *n > 0) {
-    spdlog::warn("{} lease(s) expired; their runs are queued again", *n);
+    spdlog::warn("{} lease(s) expired: their runs failed (retried after a backoff, or dead), or "
+                 "went back to the queue without using an attempt when serve was away",
+                 *n);
   }
   ASSIGN_OR_RETURN(auto machines, store_.Machines(false));
   for (const auto& m : machines) {
