@@ -36,6 +36,20 @@ Status CmdReport(const ReportOptions& o, const Clock& clock, std::ostream& out) 
   StoreOptions so;
   so.create = false;
   ASSIGN_OR_RETURN(auto store, Store::Open(o.db, so));
+  if (!o.experiments.empty()) {
+    // A misspelt name is an error, not an empty report.
+    ASSIGN_OR_RETURN(auto all, store.Batches(false, 0));
+    std::set<std::string> known;
+    for (const auto& b : all) known.insert(b.experiment);
+    for (const auto& e : o.experiments) {
+      if (known.count(e)) continue;
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      return Fail(ErrorKind::kNotFound, "--experiment: no batch of experiment '" + e +
+                                            "' in " + o.db +
+                                            (list.empty() ? "" : " (known: " + list + ")"));
+    }
+  }
 
   if (!o.out_dir.empty()) {
     ASSIGN_OR_RETURN(auto data, BuildReport(store, since, o.since.empty() ? "all" : o.since,

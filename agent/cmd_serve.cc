@@ -73,6 +73,57 @@ Result<int> FreeLoopbackPort() {
   return port;
 }
 
+// Every run outcome, learnt from the store (fleet workers report over HTTP,
+// so serve sees their results only there): logged once each when `log`, and
+// the runs that ended dead counted for `--until-idle`'s exit status.
+class OutcomeLog {
+ public:
+  OutcomeLog(TimeMs start, bool log) : finished_ms_(start), log_(log) {}
+
+  void Step(Store& store) {
+    while (true) {
+      auto rows = store.RunsFinishedAfter(finished_ms_, run_id_, 200);
+      if (!rows) {
+        spdlog::warn("run outcomes: {}", rows.error().message);
+        return;
+      }
+      for (const auto& r : *rows) {
+        finished_ms_ = r.finished_ms.value_or(finished_ms_);
+        run_id_ = r.id;
+        if (r.state == RunState::kDead) ++dead_;
+        if (!log_) continue;
+        std::string who = r.experiment + " seed " + std::to_string(r.seed) + " (attempt " +
+                          std::to_string(r.attempts) + "/" + std::to_string(r.max_attempts) +
+                          (r.worker.empty() ? "" : ", " + r.worker) + ")";
+        if (r.state == RunState::kSucceeded) {
+          spdlog::info("run {} succeeded: {}: {}", r.id, who,
+                       r.metric_value ? FormatDouble(*r.metric_value, 4) : "-");
+        } else if (r.state == RunState::kFailed) {
+          spdlog::warn("run {} failed, will retry: {}: {}", r.id, who, r.last_error);
+        } else {
+          spdlog::error("run {} dead: {}: {}", r.id, who, r.last_error);
+        }
+      }
+      if (rows->size() < 200) return;
+    }
+  }
+  int dead() const { return dead_; }
+
+ private:
+  TimeMs finished_ms_;
+  std::int64_t run_id_ = 0;
+  bool log_;
+  int dead_ = 0;
+};
+
+// --until-idle: an error when runs of this session ended dead.
+Status DeadRunsStatus(const OutcomeLog& outcomes) {
+  if (outcomes.dead() == 0) return {};
+  return Fail(ErrorKind::kConflict,
+              std::to_string(outcomes.dead()) + " run(s) ended dead; see `trainq runs --state "
+                                                "dead` for why");
+}
+
 // Watched repositories: the push worker (pushes, polls, statuses).
 Result<std::unique_ptr<ServerWorker>> StartPushWorker(const ServeOptions& o,
                                                       const ServerConfig& config,
@@ -147,6 +198,7 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
     spdlog::info("listening on http://{}", listen);
   }
 
+  OutcomeLog outcomes(clock.Now(), /*log=*/false);  // the executor logs its own runs
   Status result;
   while (!stop.load()) {
     auto st = exec.Step();
@@ -162,15 +214,39 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
       auto pending_push = store.NextPushDue();
       if (drained && *drained && (!worker || (pending_push && !*pending_push))) {
         spdlog::info("queue is empty; exiting (--until-idle)");
+        outcomes.Step(store);
+        if (result) result = DeadRunsStatus(outcomes);
         break;
       }
     }
+    outcomes.Step(store);
     SleepMs(o.poll_ms);
   }
   if (listener) listener->Stop();
   if (worker) worker->Stop();
   exec.Shutdown(stop.load() ? "trainq serve was stopped" : "trainq serve exited");
   return result;
+}
+
+// When every queued run is one that no pool can serve (and nothing runs or
+// waits for a retry): why, naming each (pool, GPUs) demand; else "".
+std::string UnservableOnly(Store& store, const Fleet& fleet,
+                           const std::array<std::int64_t, kRunStateCount>& counts, TimeMs now) {
+  for (auto s : {RunState::kLeased, RunState::kRunning, RunState::kFailed}) {
+    if (counts[static_cast<int>(s)] > 0) return "";
+  }
+  if (counts[static_cast<int>(RunState::kQueued)] == 0) return "";
+  auto demand = store.RunnableDemand(now);
+  if (!demand || demand->empty()) return "";
+  std::int64_t runs = 0;
+  std::string why;
+  for (const auto& d : *demand) {
+    if (PoolForDemand(fleet.pools(), d.pool, d.gpus)) return "";
+    runs += d.runnable;
+    why += (why.empty() ? "" : "; ") + std::to_string(d.runnable) + " run(s): " +
+           UnservableReason(fleet.pools(), d.pool, d.gpus);
+  }
+  return std::to_string(runs) + " queued run(s) can never start (" + why + ")";
 }
 
 // The pool used when the config names none: local worker processes.
@@ -304,6 +380,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
     spdlog::info("{} run(s) whose lease expired while trainq serve was down get {} to report back",
                  *n, FormatDuration(so.lease_ms));
   }
+  OutcomeLog outcomes(clock.Now(), /*log=*/true);
   Status result;
   TimeMs next_step = 0;
   TimeMs last_loop = clock.Now();
@@ -342,15 +419,27 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
           if ((*counts)[static_cast<int>(s)] > 0) drained = false;
         }
       }
-      if (drained && (!worker || (pending_push && !*pending_push))) {
+      // Queued runs that no pool can serve would wait forever: give up on them.
+      std::string stuck;
+      if (!drained && counts && (!worker || (pending_push && !*pending_push))) {
+        stuck = UnservableOnly(store, fleet, *counts, now);
+      }
+      if (drained || !stuck.empty()) {
         TRY(fleet.StopAll());
         auto live = fleet.LiveMachines();
         if (live && *live == 0) {
-          spdlog::info("queue is empty and every machine stopped; exiting (--until-idle)");
+          outcomes.Step(store);
+          if (!stuck.empty()) {
+            result = Fail(ErrorKind::kConflict, stuck + "; exiting (--until-idle)");
+          } else {
+            spdlog::info("queue is empty and every machine stopped; exiting (--until-idle)");
+            result = DeadRunsStatus(outcomes);
+          }
           break;
         }
       }
     }
+    outcomes.Step(store);
     SleepMs(o.poll_ms);
   }
   if (stop.load()) {

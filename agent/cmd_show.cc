@@ -136,6 +136,20 @@ Result<json> LoadCommitView(Store& store, const std::string& prefix_in) {
     } else if (!b.baseline_note.empty()) {
       bj["baseline_note"] = b.baseline_note;
     }
+    // Failed attempts, with the run's own last output (agent/run_outcome.h).
+    if (b.count(RunState::kDead) + b.count(RunState::kFailed) > 0) {
+      ASSIGN_OR_RETURN(auto runs, store.Runs(b.id, std::nullopt, 0));
+      json failures = json::array();
+      for (const auto& r : runs) {
+        if (r.state != RunState::kDead && r.state != RunState::kFailed) continue;
+        failures.push_back({{"run", r.id},
+                            {"seed", r.seed},
+                            {"state", std::string(RunStateName(r.state))},
+                            {"attempts", r.attempts},
+                            {"error", r.last_error}});
+      }
+      bj["failures"] = failures;
+    }
     ASSIGN_OR_RETURN(auto status, store.GetCommitStatus(b.id));
     if (status) {
       bj["forge_status"] = {{"context", status->context},
@@ -195,6 +209,23 @@ void RenderCommitView(const json& j, std::ostream& out) {
         out << "    change: no baseline (" << b.value("baseline_note", "") << ")\n";
       } else {
         out << "    change: no runs of this experiment at the parent commit\n";
+      }
+      if (b.contains("failures")) {
+        size_t shown = 0;
+        for (const auto& f : b["failures"]) {
+          if (++shown > 3) {
+            out << "    ... and " << b["failures"].size() - 3
+                << " more (`trainq runs --batch " << b.value("id", std::int64_t{0}) << "`)\n";
+            break;
+          }
+          std::string err = f.value("error", "");
+          for (auto& c : err) {
+            if (c == '\n') c = ' ';
+          }
+          out << "    failed: run " << f.value("run", std::int64_t{0}) << " seed "
+              << f.value("seed", std::int64_t{0}) << " (" << f.value("state", "") << "): " << err
+              << "\n";
+        }
       }
       if (b.contains("forge_status")) {
         const json& s = b["forge_status"];

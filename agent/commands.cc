@@ -8,12 +8,15 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <map>
 #include <set>
 
+#include "agent/change_detect.h"
 #include "agent/executor.h"
 #include "agent/git_repo.h"
 #include "agent/manifest.h"
@@ -138,10 +141,51 @@ json BatchJson(const BatchProgress& b) {
           {"summary", SummaryJson(b.values)}};
 }
 
+std::string UserDbPath() {
+  const char* xdg = std::getenv("XDG_DATA_HOME");
+  if (xdg && *xdg == '/') return (fs::path(xdg) / "trainq" / "trainq.db").string();
+  const char* home = std::getenv("HOME");
+  if (home && *home) return (fs::path(home) / ".local" / "share" / "trainq" / "trainq.db").string();
+  return "trainq.db";
+}
+
 std::string DefaultDbPath() {
   const char* env = std::getenv("TRAINQ_DB");
   if (env && *env) return env;
-  return "trainq.db";
+  // A ./trainq.db from before the per-user default keeps working.
+  std::error_code ec;
+  if (fs::exists("trainq.db", ec)) return "trainq.db";
+  return UserDbPath();
+}
+
+// `trainq submit` of the checked-out commit: the runs use the committed files,
+// so an edit not committed yet to trainq.yaml, a trainer spec or a watched
+// path would not run. Say so, naming the files.
+static void WarnUncommitted(GitRepo& repo, const CommitInfo& commit,
+                     const std::vector<const Experiment*>& chosen, std::ostream& err) {
+  auto head = repo.Resolve("HEAD");
+  if (!head || head->sha != commit.sha) return;
+  auto dirty = repo.UncommittedPaths();
+  if (!dirty) {
+    spdlog::debug("uncommitted changes not checked: {}", dirty.error().message);
+    return;
+  }
+  std::vector<std::string> relevant;
+  for (const auto& path : *dirty) {
+    bool hit = path == kManifestName;
+    for (const auto* e : chosen) {
+      if (hit) break;
+      if (!e->trainer.empty() && fs::path(e->trainer).lexically_normal() == fs::path(path)) hit = true;
+      for (const auto& g : e->watch) hit = hit || GlobMatch(g, path);
+    }
+    if (hit) relevant.push_back(path);
+  }
+  if (relevant.empty()) return;
+  std::string list;
+  for (size_t i = 0; i < relevant.size() && i < 10; ++i) list += (i ? ", " : "") + relevant[i];
+  if (relevant.size() > 10) list += " and " + std::to_string(relevant.size() - 10) + " more";
+  err << "trainq: warning: uncommitted changes to " << list << " are not part of " << Short(commit.sha)
+      << "; the runs use the committed version (commit first, or pass --allow-dirty)\n";
 }
 
 Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) {
@@ -158,10 +202,12 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
     return std::unexpected(text.error());
   }
   std::string file_label = std::string(kManifestName) + "@" + Short(commit.sha);
-  auto manifest = ParseManifest(*text, kManifestName);
-  if (!manifest) {
-    return std::unexpected(manifest.error().Wrap(repo.location() + " at " + Short(commit.sha)));
+  const std::string at = repo.location() + " at " + Short(commit.sha);
+  if (auto st = CheckManifestSize(text->size(), kManifestName, o.limits); !st) {
+    return std::unexpected(st.error().Wrap(at));
   }
+  auto manifest = ParseManifest(*text, kManifestName);
+  if (!manifest) return std::unexpected(manifest.error().Wrap(at));
   std::vector<const Experiment*> chosen;
   if (o.experiments.empty()) {
     for (const auto& e : manifest->experiments) chosen.push_back(&e);
@@ -181,12 +227,18 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
     return Fail(ErrorKind::kInvalidArgument,
                 "--repeats: expected a positive integer, got " + std::to_string(*o.repeats));
   }
+  auto read = [&](const std::string& path) { return repo.ReadFile(commit.sha, path); };
+  if (auto st = CheckExperiments(chosen, kManifestName, read); !st) {
+    return std::unexpected(st.error().Wrap(at));
+  }
   std::vector<BatchSpec> specs;
   for (const auto* e : chosen) {
     BatchSpec b = e->ToBatchSpec("submitted by hand (trainq submit)");
     if (o.repeats) b.repeats = *o.repeats;
     specs.push_back(std::move(b));
   }
+  TRY(CheckSubmitLimits(specs, file_label, o.limits));
+  if (!o.allow_dirty) WarnUncommitted(repo, commit, chosen, std::cerr);
   ASSIGN_OR_RETURN(auto store, Store::Open(o.db));
   ASSIGN_OR_RETURN(auto results, store.Submit(repo.location(), commit, specs, clock.Now()));
   // Each new batch is compared with its experiment at the parent commit, or
@@ -223,11 +275,16 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
   for (size_t i = 0; i < results.size(); ++i) {
     const auto& r = results[i];
     out << "  batch " << r.batch_id << "  " << r.experiment << ": ";
+    const std::int64_t first = specs[i].seed_start;
+    const std::int64_t last = first + specs[i].repeats - 1;
     if (r.created) {
-      out << r.runs_added << " runs queued (seeds " << specs[i].seed_start << ".."
-          << specs[i].seed_start + specs[i].repeats - 1 << ")\n";
+      out << r.runs_added << (r.runs_added == 1 ? " run" : " runs") << " queued ("
+          << (first == last ? "seed " + std::to_string(first)
+                            : "seeds " + std::to_string(first) + ".." + std::to_string(last))
+          << ")\n";
     } else if (r.runs_added > 0) {
-      out << "already submitted; " << r.runs_added << " more runs queued\n";
+      out << "already submitted; " << r.runs_added << (r.runs_added == 1 ? " more run" : " more runs")
+          << " queued (up to seed " << last << ")\n";
     } else {
       out << "already submitted; nothing added\n";
     }
@@ -251,6 +308,10 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
   std::set<std::int64_t> seen;
   for (const auto& b : batches) seen.insert(b.id);
   for (auto& b : recent) {
+    // A batch cancelled as a whole is gone from view (`trainq runs` still has it).
+    std::int64_t total = 0;
+    for (auto c : b.counts) total += c;
+    if (total > 0 && b.count(RunState::kCancelled) == total) continue;
     if (!seen.count(b.id)) batches.push_back(std::move(b));
   }
   ASSIGN_OR_RETURN(auto push_counts, store.CountPushesByState());
@@ -367,13 +428,57 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
   for (auto& [name, p] : pools) j["pools"].push_back(std::move(p));
   j["costs"] = totals;
   j["running"] = json::array();
+  std::map<std::int64_t, std::string> metric_of;
+  for (const auto& b : batches) metric_of[b.id] = b.metric_name;
   for (const auto& r : running) {
     json rj = RunJson(r);
     rj["elapsed_ms"] = r.started_ms ? now - *r.started_ms : 0;
+    // Live progress: the latest value of each metric the run has reported so
+    // far (workers ship new points with every heartbeat), and its last step.
+    ASSIGN_OR_RETURN(auto points, store.Metrics(r.id));
+    if (!points.empty()) {
+      json latest = json::object();
+      std::optional<std::int64_t> step;
+      for (const auto& pt : points) {
+        latest[pt.name] = pt.value;
+        if (pt.step) step = std::max(step.value_or(*pt.step), *pt.step);
+      }
+      rj["latest"] = {{"metrics", latest},
+                      {"step", step ? json(*step) : json(nullptr)},
+                      {"metric", metric_of[r.batch_id]}};
+    }
     j["running"].push_back(rj);
   }
   j["batches"] = json::array();
   for (const auto& b : batches) j["batches"].push_back(BatchJson(b));
+  // Why runnable runs wait: notes `trainq serve` keeps (no pool can serve
+  // them, their pool fails to boot), and runs in backoff before a retry.
+  ASSIGN_OR_RETURN(auto waiting, store.WaitingBatches(now));
+  ASSIGN_OR_RETURN(auto failed, store.Runs(std::nullopt, RunState::kFailed, 0));
+  std::map<std::int64_t, std::string> experiment_of;
+  for (const auto& b : batches) experiment_of[b.id] = b.experiment;
+  j["waiting"] = json::array();
+  for (const auto& w : waiting) {
+    j["waiting"].push_back({{"batch", w.batch_id},
+                            {"experiment", experiment_of[w.batch_id]},
+                            {"runs", w.runs},
+                            {"reason", w.note}});
+  }
+  std::map<std::int64_t, std::pair<std::int64_t, TimeMs>> backoff;  // batch -> runs, earliest
+  for (const auto& r : failed) {
+    if (!r.not_before_ms || *r.not_before_ms <= now) continue;
+    auto& [n, at] = backoff.try_emplace(r.batch_id, 0, *r.not_before_ms).first->second;
+    ++n;
+    at = std::min(at, *r.not_before_ms);
+  }
+  for (const auto& [batch, v] : backoff) {
+    j["waiting"].push_back({{"batch", batch},
+                            {"experiment", experiment_of[batch]},
+                            {"runs", v.first},
+                            {"reason", "backoff until " + FormatTimestamp(v.second) +
+                                           " UTC after a failed attempt"},
+                            {"until_ms", v.second}});
+  }
   // Pushes received by webhook or seen by polling, newest first.
   json pc = json::object();
   for (const auto& [state, n] : push_counts) pc[state] = n;
@@ -420,6 +525,29 @@ std::string SummaryTextJson(const json& b) {
   if (n == 1) return FormatDouble(mean, 4) + " (n=1)";
   double sd = s["sd"].is_number() ? s["sd"].get<double>() : 0.0;
   return FormatDouble(mean, 4) + " ± " + FormatDouble(sd, 4) + " (n=" + std::to_string(n) + ")";
+}
+
+// "step 1350 · accuracy 0.9512 · loss 0.3100": a running run's latest points,
+// the experiment's metric first, then loss, then up to two more.
+std::string LatestText(const json& run) {
+  if (!run.contains("latest") || !run["latest"].is_object()) return "";
+  const json& l = run["latest"];
+  const json& m = l["metrics"];
+  std::string out;
+  if (l["step"].is_number()) out = "step " + std::to_string(l["step"].get<std::int64_t>());
+  std::vector<std::string> names;
+  std::string metric = l.value("metric", "");
+  if (m.contains(metric)) names.push_back(metric);
+  if (metric != "loss" && m.contains("loss")) names.push_back("loss");
+  for (const auto& [name, v] : m.items()) {
+    if (names.size() >= 4) break;
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  for (const auto& n : names) {
+    if (!m[n].is_number()) continue;
+    out += (out.empty() ? "" : " · ") + n + " " + FormatDouble(m[n].get<double>(), 4);
+  }
+  return out;
 }
 
 // The terminal view of StatusJson's document (the same whether it came from
@@ -516,7 +644,7 @@ void RenderStatusText(const json& j, std::ostream& out) {
   }
   if (!j["running"].empty()) {
     out << "running:\n";
-    Table t({"RUN", "BATCH", "EXPERIMENT", "SEED", "ATTEMPT", "ELAPSED", "WORKER"});
+    Table t({"RUN", "BATCH", "EXPERIMENT", "SEED", "ATTEMPT", "ELAPSED", "WORKER", "LATEST"});
     for (const auto& r : j["running"]) {
       t.Add({std::to_string(r.value("id", std::int64_t{0})),
              std::to_string(r.value("batch", std::int64_t{0})), r.value("experiment", ""),
@@ -524,7 +652,7 @@ void RenderStatusText(const json& j, std::ostream& out) {
              std::to_string(r.value("attempts", 0)) + "/" + std::to_string(r.value("max_attempts", 0)),
              r["started_ms"].is_number() ? FormatDuration(r.value("elapsed_ms", TimeMs{0}))
                                          : "starting",
-             r.value("worker", "")});
+             r.value("worker", ""), LatestText(r)});
     }
     out << t.Render("  ");
   }
@@ -555,6 +683,14 @@ void RenderStatusText(const json& j, std::ostream& out) {
   if (batches.empty()) {
     out << "batches:  none yet (queue some with `trainq submit --repo DIR`)\n";
     return;
+  }
+  if (j.contains("waiting") && !j["waiting"].empty()) {
+    out << "waiting:\n";
+    for (const auto& w : j["waiting"]) {
+      out << "  batch " << w.value("batch", std::int64_t{0}) << " ("
+          << w.value("experiment", "") << "): " << w.value("runs", std::int64_t{0})
+          << " run(s): " << w.value("reason", "") << "\n";
+    }
   }
   out << "batches:\n";
   Table t({"BATCH", "COMMIT", "EXPERIMENT", "PROGRESS", "METRIC (mean ± sd)"});
@@ -645,7 +781,7 @@ Status CmdRuns(const RunsOptions& o, std::ostream& out) {
     t.Add({std::to_string(r.id), std::to_string(r.batch_id), r.experiment,
            std::to_string(r.seed), std::string(RunStateName(r.state)),
            std::to_string(r.attempts) + "/" + std::to_string(r.max_attempts),
-           r.metric_value ? FormatDouble(*r.metric_value, 4) : "-", Oneline(note, 80)});
+           r.metric_value ? FormatDouble(*r.metric_value, 4) : "-", Oneline(note, 120)});
   }
   out << t.Render();
   return {};
@@ -655,11 +791,19 @@ Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out) 
   ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
   if (o.run) {
     ASSIGN_OR_RETURN(int n, store.CancelRun(o.id, clock.Now()));
+    if (o.json) {
+      out << json{{"run", o.id}, {"cancelled", n}}.dump(2) << "\n";
+      return {};
+    }
     out << (n ? "run " + std::to_string(o.id) + " cancelled\n"
               : "run " + std::to_string(o.id) + " had already ended; nothing to cancel\n");
     return {};
   }
   ASSIGN_OR_RETURN(int n, store.CancelBatch(o.id, clock.Now()));
+  if (o.json) {
+    out << json{{"batch", o.id}, {"cancelled", n}}.dump(2) << "\n";
+    return {};
+  }
   out << "batch " << o.id << ": " << n << " run(s) cancelled\n";
   return {};
 }

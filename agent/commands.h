@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/manifest_check.h"
 #include "core/clock.h"
 #include "core/result.h"
 
@@ -29,6 +30,8 @@ struct SubmitOptions {
   std::optional<int> repeats;
   bool json = false;
   bool with_baseline = false;  // queue the parent's batch when no baseline exists
+  SubmitLimits limits;  // --max-experiments, --max-runs
+  bool allow_dirty = false;  // no warning about uncommitted changes to relevant files
 };
 Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out);
 
@@ -104,6 +107,7 @@ struct CancelOptions {
   std::string db;
   std::int64_t id = 0;
   bool run = false;  // id names a run, not a batch
+  bool json = false;
 };
 Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out);
 
@@ -146,8 +150,11 @@ std::string ProgressText(const BatchProgress& b);
 // A batch as `trainq status --json` and `trainq report --json` print it.
 nlohmann::json BatchJson(const BatchProgress& b);
 
-// Where the database is: --db, else $TRAINQ_DB, else ./trainq.db.
+// The database when neither --db nor TRAINQ_DB names one: ./trainq.db when it
+// exists (setups from before), else UserDbPath(), outside any repository.
 std::string DefaultDbPath();
+// $XDG_DATA_HOME/trainq/trainq.db, or ~/.local/share/trainq/trainq.db.
+std::string UserDbPath();
 
 // `trainq stats ...`: registered by agent/cmd_stats.cc.
 void AddStatsCommands(CLI::App& app, int* exit_code);

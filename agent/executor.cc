@@ -12,6 +12,7 @@
 #include "agent/analysis.h"
 #include "agent/git_repo.h"
 #include "agent/mirror.h"
+#include "agent/run_outcome.h"
 #include "core/strings.h"
 
 namespace fs = std::filesystem;
@@ -26,24 +27,6 @@ std::string ReadFrom(const std::string& path, std::uintmax_t offset) {
   in.seekg(static_cast<std::streamoff>(offset));
   std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return s;
-}
-
-std::string Tail(const std::string& text, int lines) {
-  size_t pos = text.size();
-  int seen = 0;
-  while (pos > 0) {
-    size_t nl = text.rfind('\n', pos - 1);
-    if (nl == std::string::npos) {
-      pos = 0;
-      break;
-    }
-    if (nl + 1 < text.size() && ++seen > lines) {
-      pos = nl + 1;
-      break;
-    }
-    pos = nl;
-  }
-  return std::string(Trim(text.substr(pos)));
 }
 
 std::string Join(const std::vector<std::string>& v, const char* sep) {
@@ -276,20 +259,17 @@ void LocalExecutor::Finish(Active& a, const ExitStatus& status) {
     }
   }
 
-  std::string error;
-  if (a.timed_out) {
-    error = "timed out after " + FormatDuration(run.timeout_s * 1000) + " (process group killed)";
-  } else if (!status.ok()) {
-    error = status.Describe();
-  } else if (!reading.value) {
-    error = "exited 0 but reported no '" + run.metric_name + "' metric (nothing in " +
-            "$TRAINQ_METRICS_FILE" + (run.metric_regex.empty() ? "" : " and no match of metric.regex in its output") + ")";
-  } else if (!std::isfinite(*reading.value)) {
-    error = "metric '" + run.metric_name + "' is " + FormatDouble(*reading.value, 4) +
-            "; the run is invalid";
-  }
+  RunEnd end;
+  end.status = status;
+  end.timed_out = a.timed_out;
+  end.timeout_s = run.timeout_s;
+  end.command = run.command;
+  end.metric_name = run.metric_name;
+  end.regex_tried = !run.metric_regex.empty();
+  end.log = log_text;
+  RunOutcome outcome = JudgeRun(end, reading);
 
-  if (error.empty()) {
+  if (outcome.succeeded) {
     if (auto st = store_.Complete(run.run_id, run.token, now, *reading.value,
                                   status.code); !st) {
       spdlog::warn("run {}: result refused: {}", run.run_id, st.error().message);
@@ -298,18 +278,17 @@ void LocalExecutor::Finish(Active& a, const ExitStatus& status) {
                    FormatDouble(*reading.value, 4), FormatDuration(now - a.started_ms));
     }
   } else {
-    std::string tail = Tail(log_text, 5);
-    std::string full = error + (tail.empty() ? "" : "; last output: " + tail);
+    std::string full = outcome.error;
     if (full.size() > 2000) full = full.substr(0, 2000) + "...";
     std::optional<int> code;
     if (status.signal == 0) code = status.code;
-    auto next = store_.FailRun(run.run_id, run.token, now, full, code);
+    auto next = store_.FailRun(run.run_id, run.token, now, full, code, !outcome.config_error);
     if (!next) {
       spdlog::warn("run {}: failure not recorded: {}", run.run_id, next.error().message);
     } else {
-      spdlog::warn("run {} failed ({}): {}; log {}", run.run_id,
-                   *next == RunState::kDead ? "no attempts left" : "will retry", error,
-                   a.paths.log);
+      spdlog::warn("run {} {}: {} seed {}: {}; log {}", run.run_id,
+                   *next == RunState::kDead ? "dead" : "failed, will retry", run.experiment,
+                   run.seed, full, a.paths.log);
     }
   }
   free_gpus_.insert(free_gpus_.end(), a.gpus.begin(), a.gpus.end());

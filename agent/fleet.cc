@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -49,6 +50,19 @@ const PoolSpec* PoolForDemand(const std::vector<FleetPool>& pools, const std::st
     if (p.spec.gpus >= gpus) return &p.spec;
   }
   return nullptr;
+}
+
+std::string UnservableReason(const std::vector<FleetPool>& pools, const std::string& pool,
+                             int gpus) {
+  if (!pool.empty()) {
+    std::string names;
+    for (const auto& p : pools) names += (names.empty() ? "" : ", ") + p.spec.name();
+    return "no pool named '" + pool + "' (pools: " + (names.empty() ? "none" : names) + ")";
+  }
+  int most = 0;
+  for (const auto& p : pools) most = std::max(most, p.spec.gpus);
+  return "no pool has " + std::to_string(gpus) + (gpus == 1 ? " GPU" : " GPUs") +
+         " (the most is " + std::to_string(most) + ")";
 }
 
 Result<std::string> InstanceId(const std::string& data_dir) {
@@ -226,11 +240,30 @@ Status Fleet::Step() {
                  returned ? "; " + std::to_string(returned) + " run(s) back in the queue" : "");
   }
   ASSIGN_OR_RETURN(auto demand, store_.RunnableDemand(now));
+  ASSIGN_OR_RETURN(auto health, store_.PoolHealth());
   std::map<std::string, int> demand_by_pool;
+  std::vector<Store::WaitingNote> notes;
   for (const auto& d : demand) {
     const PoolSpec* p = PoolForDemand(pools_, d.pool, d.gpus);
-    if (!p) continue;  // `trainq status` shows the runs waiting; nothing can serve them
+    if (!p) {
+      // Nothing can serve them: `trainq status` shows why, and
+      // `serve --until-idle` gives up on them.
+      notes.push_back({d.pool, d.gpus, UnservableReason(pools_, d.pool, d.gpus)});
+      continue;
+    }
     demand_by_pool[p->name()] += static_cast<int>(d.runnable);
+    for (const auto& h : health) {
+      if (h.pool == p->name() && h.consecutive_failures > 0) {
+        notes.push_back({d.pool, d.gpus,
+                         "pool " + h.pool + " failing to boot machines (" +
+                             std::to_string(h.consecutive_failures) + " in a row): " +
+                             h.last_error});
+      }
+    }
+  }
+  if (!last_notes_ || notes != *last_notes_) {
+    TRY(store_.SetWaitingNotes(notes, now));
+    last_notes_ = notes;
   }
   std::vector<cloud::PoolInput> inputs;
   std::map<std::string, std::map<std::string, std::string>> listed_names;  // pool -> id -> name

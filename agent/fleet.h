@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -60,6 +61,9 @@ struct FleetPool {
 // nullptr when none can.
 const PoolSpec* PoolForDemand(const std::vector<FleetPool>& pools, const std::string& pool,
                               int gpus);
+// Why no pool serves batches of (pool, gpus): "no pool has 1 GPU (the most is 0)".
+std::string UnservableReason(const std::vector<FleetPool>& pools, const std::string& pool,
+                             int gpus);
 
 class Fleet {
  public:
@@ -93,6 +97,7 @@ class Fleet {
   std::map<std::string, cloud::ProviderHealth> health_;
   std::set<std::string> health_written_;  // pools whose health row this process wrote
   cloud::Decision last_;
+  std::optional<std::vector<Store::WaitingNote>> last_notes_;  // as last written
 };
 
 // This installation's id: <data_dir>/instance-id, created (8 hex digits) on

@@ -34,6 +34,28 @@ Result<GitRepo> GitRepo::Open(const std::string& dir) {
   return GitRepo(repo, std::filesystem::weakly_canonical(loc).string());
 }
 
+Result<std::vector<std::string>> GitRepo::UncommittedPaths() {
+  std::vector<std::string> out;
+  if (git_repository_is_bare(repo_)) return out;
+  git_status_options opts = GIT_STATUS_OPTIONS_INIT;
+  opts.show = GIT_STATUS_SHOW_INDEX_AND_WORKDIR;
+  opts.flags = GIT_STATUS_OPT_INCLUDE_UNTRACKED | GIT_STATUS_OPT_RECURSE_UNTRACKED_DIRS |
+               GIT_STATUS_OPT_EXCLUDE_SUBMODULES;
+  GitPtr<git_status_list, git_status_list_free> list;
+  if (git_status_list_new(&list.p, repo_, &opts) != 0) {
+    return Fail(ErrorKind::kIo, location_ + ": git status: " + LastGitError());
+  }
+  for (size_t i = 0; i < git_status_list_entrycount(list.p); ++i) {
+    const git_status_entry* e = git_status_byindex(list.p, i);
+    if (!e || e->status == GIT_STATUS_CURRENT || (e->status & GIT_STATUS_IGNORED)) continue;
+    const git_diff_delta* d = e->index_to_workdir ? e->index_to_workdir : e->head_to_index;
+    if (!d) continue;
+    const char* path = d->new_file.path ? d->new_file.path : d->old_file.path;
+    if (path) out.emplace_back(path);
+  }
+  return out;
+}
+
 GitRepo::GitRepo(GitRepo&& o) noexcept : repo_(o.repo_), location_(std::move(o.location_)) {
   o.repo_ = nullptr;
 }

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/result.h"
 #include "queue/store.h"
@@ -36,6 +37,10 @@ class GitRepo {
   Result<std::string> PackCommit(const std::string& sha);
   // Whether the object database holds commit `sha`.
   bool HasCommit(const std::string& sha);
+  // Paths (relative to the work tree) that differ from HEAD: staged or
+  // unstaged edits, deletions, and new files not ignored. Empty for a bare
+  // repository.
+  Result<std::vector<std::string>> UncommittedPaths();
 
   // Opens the bare repository at `dir`, creating it when absent.
   static Result<GitRepo> OpenOrInitBare(const std::string& dir);

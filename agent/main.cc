@@ -2,8 +2,14 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <vector>
 #include <atomic>
+#include <filesystem>
 #include <iostream>
+#include <optional>
+#include <string>
+#include <string_view>
 
 #include "agent/commands.h"
 #include "agent/worker.h"
@@ -31,6 +37,21 @@ int Report(const trainq::Status& st) {
   return 1;
 }
 
+// The first argument that is neither an option nor --db's value: the command
+// the user meant, when CLI11 found none.
+std::optional<std::string> FirstWord(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--db") {
+      ++i;
+      continue;
+    }
+    if (a.starts_with("-")) continue;
+    return std::string(a);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -42,8 +63,14 @@ int main(int argc, char** argv) {
   std::string db = trainq::DefaultDbPath();
   int verbosity = 0;
   bool quiet = false;
-  app.add_option("--db", db, "SQLite database file (default: $TRAINQ_DB or ./trainq.db)")
-      ->capture_default_str();
+  auto* db_option =
+      app.add_option("--db", db,
+                     "SQLite database file (default: $TRAINQ_DB, else ./trainq.db when it "
+                     "exists, else $XDG_DATA_HOME/trainq/trainq.db or "
+                     "~/.local/share/trainq/trainq.db)")
+          ->capture_default_str();
+  // The per-user default: its folder is made on first use, and its creation said once.
+  bool user_db_new = false;
   app.add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
   app.add_flag("-q,--quiet", quiet, "Only warnings and errors in the log");
   int exit_code = 0;
@@ -62,6 +89,17 @@ int main(int argc, char** argv) {
   c_submit->add_flag("--json", submit.json, "Print the result as JSON");
   c_submit->add_flag("--with-baseline", submit.with_baseline,
                      "Queue the parent commit's runs (same seeds) when no baseline batch exists");
+  c_submit->add_flag("--allow-dirty", submit.allow_dirty,
+                     "No warning when trainq.yaml, a trainer spec or a watched file has "
+                     "uncommitted changes");
+  c_submit->add_option("--max-experiments", submit.limits.max_experiments,
+                       "Refuse a submission of more experiments than this")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  c_submit->add_option("--max-runs", submit.limits.max_runs,
+                       "Refuse a submission of more runs than this (all experiments together)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   c_submit->callback([&] {
     submit.db = db;
     exit_code = Report(trainq::CmdSubmit(submit, clock, std::cout));
@@ -169,6 +207,7 @@ int main(int argc, char** argv) {
   auto* c_cancel = app.add_subcommand("cancel", "Cancel a batch (or one run with --run)");
   c_cancel->add_option("ID", cancel.id, "Batch id (run id with --run)")->required();
   c_cancel->add_flag("--run", cancel.run, "ID names a run");
+  c_cancel->add_flag("--json", cancel.json, "Print what was cancelled as JSON");
   c_cancel->callback([&] {
     cancel.db = db;
     exit_code = Report(trainq::CmdCancel(cancel, clock, std::cout));
@@ -295,11 +334,43 @@ int main(int argc, char** argv) {
   trainq::AddStatsCommands(app, &exit_code);
   trainq::AddSimulateCommand(app, &exit_code);
 
-  app.parse_complete_callback([&] { trainq::InitLogging(verbosity, quiet); });
+  app.parse_complete_callback([&] {
+    trainq::InitLogging(verbosity, quiet);
+    if (db_option->count() == 0 && db == trainq::UserDbPath()) {
+      std::error_code ec;
+      user_db_new = !std::filesystem::exists(db, ec);
+      if (user_db_new) std::filesystem::create_directories(std::filesystem::path(db).parent_path(), ec);
+    }
+  });
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // An unknown command: say which word was not understood (CLI11 would say
+    // "A subcommand is required").
+    if (app.get_subcommands().empty()) {
+      const CLI::App& capp = app;
+      std::vector<std::string> names;
+      for (const auto* sub : capp.get_subcommands([](const CLI::App*) { return true; })) {
+        names.push_back(sub->get_name());
+      }
+      auto word = FirstWord(argc, argv);
+      if (word && std::find(names.begin(), names.end(), *word) == names.end()) {
+        std::string known;
+        for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+        std::cerr << "trainq: unknown command '" << *word << "' (commands: " << known
+                  << "; see trainq --help)\n";
+        return 2;
+      }
+    }
+    // Usage errors exit 2 (as getopt tools do), with CLI11's message;
+    // --help and --version exit 0.
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  std::error_code ec;
+  if (user_db_new && std::filesystem::exists(db, ec)) {
+    std::cerr << "trainq: created " << db << " (state of every trainq command; set TRAINQ_DB or "
+              << "--db to keep it elsewhere)\n";
   }
   return exit_code;
 }

@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -46,6 +47,28 @@ class Parser {
     } else if (n.IsSequence()) {
       for (const auto& item : n) IndexEmptyValues(item, path);
     }
+  }
+
+  // A key written twice in one mapping: yaml-cpp keeps both pairs, and a
+  // lookup finds only the first, so the second would be ignored silently.
+  Status CheckDuplicates(const YAML::Node& n, const std::string& path) const {
+    if (n.IsMap()) {
+      std::map<std::string, int> seen;
+      for (const auto& kv : n) {
+        const std::string& key = kv.first.Scalar();
+        std::string p = path.empty() ? key : path + "." + key;
+        auto [it, fresh] = seen.try_emplace(key, kv.first.Mark().line + 1);
+        if (!fresh) {
+          return Err(kv.first, p,
+                     "duplicate key (first written at line " + std::to_string(it->second) +
+                         "; YAML would keep only one of them)");
+        }
+        TRY(CheckDuplicates(kv.second, p));
+      }
+    } else if (n.IsSequence()) {
+      for (const auto& item : n) TRY(CheckDuplicates(item, path));
+    }
+    return {};
   }
 
   static std::string Show(const YAML::Node& n) {
@@ -243,12 +266,63 @@ std::string Normalise(const YAML::Node& n) {
   return out.c_str();
 }
 
+// Every `{name}` in a command must be a placeholder trainq substitutes; a
+// shell's `${VAR}` is left alone.
+std::optional<std::string> UnknownPlaceholder(std::string_view command) {
+  static const std::regex re("\\{([A-Za-z_][A-Za-z0-9_]*)\\}");
+  std::string text(command);
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
+       ++it) {
+    auto pos = static_cast<size_t>(it->position(0));
+    if (pos > 0 && text[pos - 1] == '$') continue;
+    const auto& known = KnownPlaceholders();
+    if (std::find(known.begin(), known.end(), (*it)[1].str()) == known.end()) {
+      return (*it)[0].str();
+    }
+  }
+  return std::nullopt;
+}
+
+// What is wrong with a watch glob, or nothing.
+std::optional<std::string> BadGlob(std::string_view glob) {
+  if (glob.empty()) return "an empty glob matches nothing";
+  for (char c : {'[', ']', '{', '}', '\\'}) {
+    if (glob.find(c) != std::string_view::npos) {
+      return std::string("'") + c +
+             "' is not supported (globs know `*`, `?` and `**` as a whole path part)";
+    }
+  }
+  std::string_view rest = glob;
+  while (rest.starts_with("./")) rest.remove_prefix(2);
+  if (rest.starts_with("/")) rest.remove_prefix(1);
+  size_t start = 0;
+  while (start <= rest.size()) {
+    size_t slash = rest.find('/', start);
+    std::string_view part =
+        rest.substr(start, slash == std::string_view::npos ? std::string_view::npos
+                                                           : slash - start);
+    if (part.empty()) return "has an empty path part ('//' or a trailing '/')";
+    if (part == "." || part == "..") return "paths are relative to the repository root; no '.' or '..' parts";
+    if (part != "**" && part.find("**") != std::string_view::npos) {
+      return "`**` must be a whole path part, as in `src/**/*.py`";
+    }
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  return std::nullopt;
+}
+
 bool ValidName(const std::string& s) {
   static const std::regex re("[A-Za-z0-9][A-Za-z0-9_.-]*");
   return std::regex_match(s, re);
 }
 
 }  // namespace
+
+const std::vector<std::string>& KnownPlaceholders() {
+  static const std::vector<std::string> known = {"seed", "repeat", "run_id", "output_dir"};
+  return known;
+}
 
 std::string Experiment::ResolvedCommand() const {
   if (!command.empty()) return command;
@@ -317,6 +391,7 @@ Result<Manifest> ParseManifest(std::string_view text, std::string_view filename)
                 std::string(filename) + ":1: expected a mapping with `version` and `experiments`");
   }
   p.IndexEmptyValues(root, "");
+  TRY(p.CheckDuplicates(root, ""));
   TRY(p.CheckKeys(root, "", {"version", "defaults", "experiments"}));
   Manifest m;
   auto version = root["version"];
@@ -362,21 +437,39 @@ Result<Manifest> ParseManifest(std::string_view text, std::string_view filename)
     Experiment e = defaults;
     e.name = name;
     e.line = kv.first.Mark().line + 1;
-    if (auto c = def["command"]) { ASSIGN_OR_RETURN(e.command, p.Str(c, path + ".command")); }
-    if (auto t = def["trainer"]) { ASSIGN_OR_RETURN(e.trainer, p.Str(t, path + ".trainer")); }
+    if (auto c = def["command"]) {
+      ASSIGN_OR_RETURN(e.command, p.Str(c, path + ".command"));
+      e.command_line = c.Mark().line + 1;
+      if (auto bad = UnknownPlaceholder(e.command)) {
+        std::string known;
+        for (const auto& k : KnownPlaceholders()) known += (known.empty() ? "{" : ", {") + k + "}";
+        return p.Err(c, path + ".command",
+                     "unknown placeholder " + *bad + " (known: " + known + ")");
+      }
+    }
+    if (auto t = def["trainer"]) {
+      ASSIGN_OR_RETURN(e.trainer, p.Str(t, path + ".trainer"));
+      e.trainer_line = t.Mark().line + 1;
+    }
     if (e.command.empty() == e.trainer.empty()) {
       return p.Err(kv.first, path,
                    e.command.empty() ? "needs `command` (a shell command) or `trainer` (a spec)"
                                      : "has both `command` and `trainer`; keep one");
     }
     if (auto w = def["watch"]) {
-      if (w.IsScalar()) {
-        e.watch.push_back(w.Scalar());
-      } else if (w.IsSequence()) {
-        for (const auto& g : w) {
-          ASSIGN_OR_RETURN(auto s, p.Str(g, path + ".watch"));
-          e.watch.push_back(s);
+      e.watch_line = w.Mark().line + 1;
+      auto add = [&](const YAML::Node& g) -> Status {
+        ASSIGN_OR_RETURN(auto s, p.Str(g, path + ".watch"));
+        if (auto bad = BadGlob(s)) {
+          return p.Err(g, path + ".watch", "glob '" + s + "': " + *bad);
         }
+        e.watch.push_back(s);
+        return {};
+      };
+      if (w.IsScalar()) {
+        TRY(add(w));
+      } else if (w.IsSequence()) {
+        for (const auto& g : w) TRY(add(g));
       } else {
         return p.Err(w, path + ".watch", "expected a list of globs, got " + Parser::Show(w));
       }

@@ -50,6 +50,9 @@ struct Experiment {
   // the same seeds, "reuse" only uses existing batches, "off" compares nothing.
   std::string baseline = "auto";
   int line = 0;              // where the experiment is defined
+  int command_line = 0;      // where `command` / `trainer` / `watch` are written (0: inherited/none)
+  int trainer_line = 0;
+  int watch_line = 0;
   std::string definition;    // its YAML, normalised: compared across commits
 
   // The shell command a run executes (a trainer experiment runs trainq-train).
@@ -67,7 +70,16 @@ struct Manifest {
   std::vector<std::string> Names() const;
 };
 
+// The placeholders a command may use: {seed}, {repeat}, {run_id}, {output_dir}.
+const std::vector<std::string>& KnownPlaceholders();
+
 // Parses the text of a trainq.yaml; `filename` is used in error messages.
+// Besides types and keys it refuses what YAML or the runs would accept
+// silently: a key written twice in one mapping (YAML keeps one of them), an
+// unknown `{placeholder}` in a command, and a watch glob with characters the
+// matcher does not support (`[`, `{`, `\`) or with empty, `.` or `..` parts.
+// Checks that need the commit's other files or a shell are in
+// agent/manifest_check.h.
 Result<Manifest> ParseManifest(std::string_view text, std::string_view filename);
 
 }  // namespace trainq

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <set>
@@ -119,7 +120,7 @@ class ConfigParser {
     TRY(CheckKeys(n, path,
                   {"url", "forge", "project", "branches", "default_branch", "secret", "token",
                    "username", "ssh_key", "api_url", "status", "status_context", "poll_interval",
-                   "per_commit", "tags", "fail_on"}));
+                   "per_commit", "tags", "fail_on", "limits"}));
     RepoConfig r;
     r.line = n.Mark().line + 1;
     if (!n["url"]) return Err(n, path + ".url", "missing (the repository to fetch)");
@@ -170,6 +171,16 @@ class ConfigParser {
         return Err(f, path + ".fail_on", "expected worse, not_better or never, got \"" +
                                              r.fail_on + "\"");
       }
+    }
+    if (auto l = n["limits"]) {
+      const std::string lp = path + ".limits";
+      if (!l.IsMap()) return Err(l, lp, "expected {experiments: N, runs: N}, got " + Show(l));
+      TRY(CheckKeys(l, lp, {"experiments", "runs"}));
+      if (auto e = l["experiments"]) {
+        ASSIGN_OR_RETURN(auto v, Int(e, lp + ".experiments", 1));
+        r.limits.max_experiments = static_cast<int>(std::min<std::int64_t>(v, 1'000'000));
+      }
+      if (auto e = l["runs"]) { ASSIGN_OR_RETURN(r.limits.max_runs, Int(e, lp + ".runs", 1)); }
     }
 
     if (r.status) {

@@ -26,6 +26,7 @@
 
 #include "agent/forge.h"
 #include "cloud/autoscaler.h"
+#include "agent/manifest_check.h"
 #include "core/result.h"
 
 namespace trainq {
@@ -58,6 +59,7 @@ struct RepoConfig {
   // "worse" (significantly worse than its baseline), "not_better" (anything
   // but significantly better), "never".
   std::string fail_on = "worse";
+  SubmitLimits limits;                // `limits: {experiments: N, runs: N}` per push
   int line = 0;                       // where the entry starts in the file
 
   // Whether a push to `ref` concerns this repository's watch list.

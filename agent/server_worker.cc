@@ -8,6 +8,7 @@
 #include "agent/change_detect.h"
 #include "agent/git_repo.h"
 #include "agent/manifest.h"
+#include "agent/manifest_check.h"
 #include "core/strings.h"
 
 namespace trainq {
@@ -166,6 +167,9 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
       if (text.error().kind == ErrorKind::kNotFound) return std::optional<Manifest>();
       return std::unexpected(text.error());
     }
+    if (auto st = CheckManifestSize(text->size(), kManifestName, repo.limits); !st) {
+      return std::unexpected(st.error().Wrap(repo.url + " at " + Short(sha)));
+    }
     auto parsed = ParseManifest(*text, kManifestName);
     if (!parsed) return std::unexpected(parsed.error().Wrap(repo.url + " at " + Short(sha)));
     return std::optional<Manifest>(std::move(*parsed));
@@ -204,6 +208,14 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
       lines.push_back(Short(sha) + ": no watched path or experiment changed");
       continue;
     }
+    // The experiments about to run are checked at this commit: a bad spec,
+    // a missing file or a broken command fails the push, nothing is queued.
+    std::vector<const Experiment*> chosen;
+    for (const auto& t : triggers) chosen.push_back(after->Find(t.experiment));
+    auto read = [&](const std::string& path) { return git.ReadFile(sha, path); };
+    if (auto st = CheckExperiments(chosen, kManifestName, read); !st) {
+      return std::unexpected(st.error().Wrap(repo.url + " at " + Short(sha)));
+    }
     std::vector<BatchSpec> specs;
     for (const auto& t : triggers) {
       const Experiment* e = after->Find(t.experiment);
@@ -211,6 +223,7 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
       std::string reason = source + ": " + how + (how.empty() || why.empty() ? "" : "; ") + why;
       specs.push_back(e->ToBatchSpec(reason));
     }
+    TRY(CheckSubmitLimits(specs, std::string(kManifestName) + " at " + Short(sha), repo.limits));
     ASSIGN_OR_RETURN(auto info, git.Resolve(sha));
     ASSIGN_OR_RETURN(auto results, store_.Submit(git.location(), info, specs, clock_.Now()));
     std::string names;

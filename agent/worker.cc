@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "agent/git_repo.h"
+#include "agent/run_outcome.h"
 #include "core/strings.h"
 
 namespace fs = std::filesystem;
@@ -44,12 +45,6 @@ std::int64_t FileSize(const std::string& path) {
   std::error_code ec;
   auto n = fs::file_size(path, ec);
   return ec ? 0 : static_cast<std::int64_t>(n);
-}
-
-std::string Tail(const std::string& text, size_t max_chars) {
-  auto t = Trim(text);
-  if (t.size() <= max_chars) return std::string(t);
-  return "..." + std::string(t.substr(t.size() - max_chars));
 }
 
 void SleepMs(TimeMs ms) {
@@ -593,7 +588,7 @@ bool Worker::Heartbeat(RunSlot& r, const Proc* p) {
 }
 
 void Worker::Complete(std::int64_t run_id, const std::string& outcome, std::optional<double> metric,
-                      std::optional<int> exit_code, const std::string& error) {
+                      std::optional<int> exit_code, const std::string& error, bool config_error) {
   auto it = runs_.find(run_id);
   if (it == runs_.end()) return;
   const auto& run = it->second.run.lease;
@@ -601,6 +596,7 @@ void Worker::Complete(std::int64_t run_id, const std::string& outcome, std::opti
   if (metric) req["metric_value"] = *metric;
   if (exit_code) req["exit_code"] = *exit_code;
   if (!error.empty()) req["error"] = error;
+  if (config_error) req["retry"] = false;  // fails the same way every time
   std::string path = "/api/v1/runs/" + std::to_string(run_id) + "/complete";
   // A server that is briefly away must not lose a result of hours: a few tries.
   Result<Answer> a = Fail(ErrorKind::kUnavailable, "not sent");
@@ -678,29 +674,21 @@ void Worker::FinishProc(Job& job, const ExitStatus& status) {
                    {{"token", run.token}, {"points", points}});
       }
     }
-    std::string error;
-    if (p.timed_out) {
-      error = "timed out after " + FormatDuration(p.timeout_s * 1000) + " (process group killed)";
-    } else if (!status.ok()) {
-      error = status.Describe();
-    } else if (!reading.value) {
-      error =
-          "exited 0 but reported no '" + run.metric_name + "' metric (nothing in " +
-          "$TRAINQ_METRICS_FILE" +
-          (run.metric_regex.empty() || fused ? "" : " and no match of metric.regex in its output") +
-          ")";
-    } else if (!std::isfinite(*reading.value)) {
-      error = "metric '" + run.metric_name + "' is " + FormatDouble(*reading.value, 4) +
-              "; the run is invalid";
-    }
+    RunEnd end;
+    end.status = status;
+    end.timed_out = p.timed_out;
+    end.timeout_s = p.timeout_s;
+    end.command = run.command;
+    end.metric_name = run.metric_name;
+    end.regex_tried = !run.metric_regex.empty() && !fused;
+    end.log = log_text;
+    RunOutcome outcome = JudgeRun(end, reading);
     std::optional<int> code;
     if (status.signal == 0) code = status.code;
-    if (error.empty()) {
+    if (outcome.succeeded) {
       Complete(id, "succeeded", reading.value, code, "");
     } else {
-      std::string tail = Tail(log_text, 600);
-      Complete(id, "failed", std::nullopt, code,
-               error + (tail.empty() ? "" : "; last output: " + tail));
+      Complete(id, "failed", std::nullopt, code, outcome.error, outcome.config_error);
     }
   }
 }

@@ -557,8 +557,11 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
     }
     state = "succeeded";
   } else if (outcome == "failed") {
+    // "retry": false: a configuration error (agent/run_outcome.h), dead now.
+    bool retry = !(body->contains("retry") && (*body)["retry"].is_boolean() &&
+                   !(*body)["retry"].get<bool>());
     auto st = store.FailRun(run_id, token, now, error.empty() ? "failed on the worker" : error,
-                            exit_code);
+                            exit_code, retry);
     if (!st) return ErrorReply(StatusOf(st.error()), st.error().message);
     state = std::string(RunStateName(*st));
   } else if (outcome == "interrupted") {

@@ -588,6 +588,34 @@ Result<std::vector<Store::MachineEvent>> Store::MachineHistory(
 
 // ---- pools ----------------------------------------------------------------------
 
+Status Store::SetWaitingNotes(const std::vector<WaitingNote>& notes, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    TRY(db_.Exec("DELETE FROM waiting_notes"));
+    for (const auto& n : notes) {
+      ASSIGN_OR_RETURN(auto u, db_.Prepare("INSERT OR REPLACE INTO waiting_notes (pool, gpus, "
+                                           "note, updated_ms) VALUES (?, ?, ?, ?)"));
+      TRY(u.Bind(1, n.pool).Bind(2, n.gpus).Bind(3, n.note).Bind(4, now).Run());
+    }
+    return {};
+  });
+}
+
+Result<std::vector<Store::WaitingBatch>> Store::WaitingBatches(TimeMs now) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT b.id, count(*), w.note FROM runs r "
+                                                   "JOIN batches b ON b.id = r.batch_id "
+                                                   "JOIN waiting_notes w ON w.pool = b.pool AND "
+                                                   "w.gpus = b.gpus WHERE ") +
+                                       kRunnable + " GROUP BY b.id, w.note ORDER BY b.id"));
+  s.Bind(1, now);
+  std::vector<WaitingBatch> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back({s.Int(0), s.Int(1), s.Text(2)});
+  }
+  return out;
+}
+
 Status Store::SetPoolHealth(const PoolHealthRow& h, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u,

@@ -246,6 +246,18 @@ ALTER TABLE batches ADD COLUMN baseline_note TEXT NOT NULL DEFAULT '';
 ALTER TABLE commit_statuses ADD COLUMN posted_description TEXT NOT NULL DEFAULT '';
 UPDATE commit_statuses SET posted_description = description WHERE posted_state = state;
 )sql",
+    // 5 -> 6: why runnable runs wait, by (pool, gpus) of their batch: `trainq
+    // serve` rewrites these notes on every fleet pass ("no pool has 1 GPU");
+    // `trainq status` shows them beside the batch.
+    R"sql(
+CREATE TABLE waiting_notes (
+  pool TEXT NOT NULL,
+  gpus INTEGER NOT NULL,
+  note TEXT NOT NULL,
+  updated_ms INTEGER NOT NULL,
+  PRIMARY KEY (pool, gpus)
+);
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 
@@ -704,7 +716,8 @@ Status Store::Complete(std::int64_t run_id, std::int64_t token, TimeMs now, doub
 }
 
 Result<RunState> Store::FailRun(std::int64_t run_id, std::int64_t token, TimeMs now,
-                                const std::string& error, std::optional<int> exit_code) {
+                                const std::string& error, std::optional<int> exit_code,
+                                bool retry) {
   return sql::WithWriteTransaction(db_, [&]() -> Result<RunState> {
     TRY(CheckLease(run_id, token, "fail"));
     ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT r.attempts, b.max_attempts FROM runs r "
@@ -714,7 +727,7 @@ Result<RunState> Store::FailRun(std::int64_t run_id, std::int64_t token, TimeMs 
     if (!row) return Fail(ErrorKind::kNotFound, "run vanished");
     int attempts = static_cast<int>(s.Int(0));
     int max_attempts = static_cast<int>(s.Int(1));
-    RunState next = attempts >= max_attempts ? RunState::kDead : RunState::kFailed;
+    RunState next = !retry || attempts >= max_attempts ? RunState::kDead : RunState::kFailed;
     TimeMs not_before = next == RunState::kFailed ? now + BackoffMs(attempts) : 0;
     ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE runs SET state = ?, finished_ms = ?, "
                                          "not_before_ms = ?, last_error = ?, exit_code = ?, "
@@ -984,6 +997,27 @@ Result<std::vector<RunRow>> Store::Runs(std::optional<std::int64_t> batch_id,
   ASSIGN_OR_RETURN(auto s, db_.Prepare(q));
   if (batch_id) s.Bind(1, *batch_id);
   if (state) s.Bind(2, RunStateName(*state));
+  std::vector<RunRow> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back(ReadRunRow(s));
+  }
+  return out;
+}
+
+Result<std::vector<RunRow>> Store::RunsFinishedAfter(TimeMs finished_ms, std::int64_t run_id,
+                                                     int limit) {
+  std::string q = std::string("SELECT ") + kRunColumns +
+                  " FROM runs r JOIN batches b ON b.id = r.batch_id "
+                  "JOIN commits c ON c.id = b.commit_id "
+                  "WHERE r.state IN ('succeeded', 'failed', 'dead') AND r.finished_ms IS NOT NULL "
+                  "AND (r.finished_ms > ?1 OR (r.finished_ms = ?1 AND r.id > ?2)) "
+                  "ORDER BY r.finished_ms, r.id LIMIT ?3";
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(q));
+  s.Bind(1, finished_ms);
+  s.Bind(2, run_id);
+  s.Bind(3, static_cast<std::int64_t>(limit));
   std::vector<RunRow> out;
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Step());

@@ -192,7 +192,7 @@ struct StoreOptions {
 
 class Store {
  public:
-  static inline constexpr int kSchemaVersion = 5;
+  static inline constexpr int kSchemaVersion = 6;
 
   static Result<Store> Open(const std::string& path, StoreOptions options = {});
   Store(Store&&) = default;
@@ -226,9 +226,11 @@ class Store {
   Status Complete(std::int64_t run_id, std::int64_t token, TimeMs now, double metric_value,
                   int exit_code = 0);
   // Records a failed attempt: back to the queue after a backoff, or dead when
-  // the attempts are used up. Returns the new state.
+  // the attempts are used up or `retry` is false (a configuration error that
+  // would fail the same way again). Returns the new state.
   Result<RunState> FailRun(std::int64_t run_id, std::int64_t token, TimeMs now,
-                           const std::string& error, std::optional<int> exit_code);
+                           const std::string& error, std::optional<int> exit_code,
+                           bool retry = true);
   // The run was stopped from outside (preemption, daemon shutdown): back to the
   // queue at once, without using up an attempt.
   Status Interrupt(std::int64_t run_id, std::int64_t token, TimeMs now, const std::string& reason);
@@ -260,6 +262,11 @@ class Store {
   Result<std::vector<RunRow>> Runs(std::optional<std::int64_t> batch_id,
                                    std::optional<RunState> state, int limit);
   Result<std::optional<RunRow>> Run(std::int64_t run_id);
+  // Runs that ended an attempt (succeeded, failed, dead) after the cursor
+  // (finished_ms, id), oldest first: `trainq serve` logs each outcome once,
+  // whichever worker reported it.
+  Result<std::vector<RunRow>> RunsFinishedAfter(TimeMs finished_ms, std::int64_t run_id,
+                                                int limit);
   Result<std::vector<MetricPoint>> Metrics(std::int64_t run_id);
   Result<std::int64_t> MetricCount(std::int64_t run_id);
 
@@ -462,6 +469,23 @@ class Store {
   };
   // Oldest first; one machine's, or all.
   Result<std::vector<MachineEvent>> MachineHistory(std::optional<std::int64_t> machine);
+
+  // Why runnable runs of batches with this (pool, gpus) cannot start; the
+  // whole set is replaced at once (an empty set: nothing is stuck).
+  struct WaitingNote {
+    std::string pool;
+    int gpus = 0;
+    std::string note;
+    bool operator==(const WaitingNote&) const = default;
+  };
+  Status SetWaitingNotes(const std::vector<WaitingNote>& notes, TimeMs now);
+  // Per batch: its runnable runs that match a note, and the note.
+  struct WaitingBatch {
+    std::int64_t batch_id = 0;
+    std::int64_t runs = 0;
+    std::string note;
+  };
+  Result<std::vector<WaitingBatch>> WaitingBatches(TimeMs now);
 
   struct PoolHealthRow {
     std::string pool;

@@ -58,15 +58,20 @@ std::string TypeOf(const SpecNode& entry) {
   return t != nullptr && t->IsScalar() ? t->scalar : "";
 }
 
-Result<SpecNode> LoadRecursive(const std::string& path, std::vector<std::string>& chain) {
+// `read` empty: the file system.
+Result<SpecNode> LoadRecursive(const std::string& path, std::vector<std::string>& chain,
+                               const SpecFileReader& read) {
   std::error_code ec;
-  std::string canonical = fs::weakly_canonical(path, ec).string();
+  std::string canonical = read ? fs::path(path).lexically_normal().string()
+                               : fs::weakly_canonical(path, ec).string();
   if (std::find(chain.begin(), chain.end(), canonical) != chain.end()) {
     return Fail(ErrorKind::kInvalidArgument, path + ": template cycle: " + canonical +
                                                  " includes itself");
   }
-  auto text = ReadFile(path);
-  if (!text) return Fail(ErrorKind::kNotFound, "cannot read spec " + path + ": " + text.error().message);
+  auto text = read ? read(path) : ReadFile(path);
+  if (!text) {
+    return Fail(ErrorKind::kNotFound, "cannot read spec " + path + ": " + text.error().message);
+  }
   ASSIGN_OR_RETURN(SpecNode node, ParseSpecText(*text, path));
   if (node.IsNull()) node.kind = SpecNode::Kind::kMap;
   if (!node.IsMap()) {
@@ -79,8 +84,9 @@ Result<SpecNode> LoadRecursive(const std::string& path, std::vector<std::string>
   }
   fs::path tmpl_path = tmpl->scalar;
   if (tmpl_path.is_relative()) tmpl_path = fs::path(path).parent_path() / tmpl_path;
+  if (read) tmpl_path = tmpl_path.lexically_normal();
   chain.push_back(canonical);
-  auto base = LoadRecursive(tmpl_path.string(), chain);
+  auto base = LoadRecursive(tmpl_path.string(), chain, read);
   chain.pop_back();
   if (!base) return std::unexpected(base.error().Wrap(tmpl->Where() + ": template"));
   node.Erase("template");
@@ -165,7 +171,12 @@ Result<SpecNode> ParseSpecText(std::string_view text, const std::string& file) {
 
 Result<SpecNode> LoadSpecTree(const std::string& path) {
   std::vector<std::string> chain;
-  return LoadRecursive(path, chain);
+  return LoadRecursive(path, chain, nullptr);
+}
+
+Result<SpecNode> LoadSpecTree(const std::string& path, const SpecFileReader& read) {
+  std::vector<std::string> chain;
+  return LoadRecursive(path, chain, read);
 }
 
 void MergeOver(SpecNode& base, const SpecNode& over) {

@@ -15,6 +15,7 @@
 //     entries carry their own keys, is replaced as one list).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,6 +53,13 @@ Result<SpecNode> ParseSpecText(std::string_view text, const std::string& file);
 // Loads a spec file and the templates it names, merged. Errors are
 // kInvalidArgument (or kNotFound for a missing file) and name file and line.
 Result<SpecNode> LoadSpecTree(const std::string& path);
+
+// The same, reading each file through `read` (a path in, its text or an Error
+// out) instead of the file system: trainq reads specs out of a commit this way
+// to check them before it queues anything. Paths are joined and normalised
+// lexically; a cycle is still refused.
+using SpecFileReader = std::function<Result<std::string>(const std::string& path)>;
+Result<SpecNode> LoadSpecTree(const std::string& path, const SpecFileReader& read);
 
 // Merges `over` onto `base` by the rules above.
 void MergeOver(SpecNode& base, const SpecNode& over);

@@ -14,6 +14,7 @@
 #include "core/strings.h"
 #include "queue/store.h"
 #include "tests/agent/agent_test_util.h"
+#include "tests/agent/mistakes_table.h"
 #include "tests/support/git_fixture.h"
 #include "tests/support/temp_dir.h"
 
@@ -349,6 +350,44 @@ TEST_CASE("cli: submit an invalid trainq.yaml", "[cli][errors]") {
   CHECK_THAT(typo, Catch::Contains("trainq.yaml:5: experiments.tiny.repeat: unknown key"));
 }
 
+TEST_CASE("cli: submit refuses each usual mistake with file:line:key and queues nothing",
+          "[cli][errors]") {
+  for (const auto& m : testing::Mistakes()) {
+    DYNAMIC_SECTION(m.what) {
+      BadInput t;
+      t.git.Commit(m.files, m.what);
+      auto msg = t.MustFail("submit --repo " + t.Repo());
+      for (const auto& e : m.expected) CHECK_THAT(msg, Catch::Contains(e));
+    }
+  }
+}
+
+TEST_CASE("cli: submit's limits are configurable", "[cli]") {
+  BadInput t;
+  t.git.Commit({{"trainq.yaml", "version: 1\nexperiments:\n  t:\n    command: echo {seed}\n"
+                                "    repeats: 6\n"}},
+               "six runs");
+  auto msg = t.MustFail("submit --repo " + t.Repo() + " --max-runs 5");
+  CHECK_THAT(msg, Catch::Contains("6 runs in one submission, more than the limit of 5"));
+  auto ok = Trainq(t.db, "submit --repo " + t.Repo() + " --max-runs 6");
+  INFO(ok.text);
+  CHECK(ok.code == 0);
+  CHECK(AllRuns(t.db).size() == 8);
+}
+
+TEST_CASE("cli: a valid trainer spec with a template in the commit is accepted", "[cli]") {
+  BadInput t;
+  t.git.Commit({{"trainq.yaml", "version: 1\nexperiments:\n  mlp:\n    trainer: configs/mlp.yaml\n"
+                                "    repeats: 2\n"},
+                {"configs/base.yaml", testing::kGoodSpec},
+                {"configs/mlp.yaml", "template: ../configs/./base.yaml\ntrainer: {epochs: 3}\n"}},
+               "trainer spec");
+  auto ok = Trainq(t.db, "submit --repo " + t.Repo());
+  INFO(ok.text);
+  CHECK(ok.code == 0);
+  CHECK(AllRuns(t.db).size() == 4);
+}
+
 TEST_CASE("cli: submit an unknown experiment lists the known ones", "[cli][errors]") {
   BadInput t;
   // One good and one unknown name: nothing at all is queued.
@@ -447,6 +486,121 @@ TEST_CASE("cli: cancel a batch", "[cli]") {
   for (const auto& r : AllRuns(t.db)) CHECK(r.state == RunState::kCancelled);
 }
 
+TEST_CASE("cli: cancel --json, and a fully cancelled batch leaves status", "[cli]") {
+  BadInput t;
+  REQUIRE(Trainq(t.db, "submit --repo " + t.Repo() + " --experiment tiny").code == 0);
+  auto before = Trainq(t.db, "status");
+  CHECK_THAT(before.text, Catch::Contains(" other "));
+  auto j = TrainqJson(t.db, "cancel 1 --json");
+  CHECK(j == json{{"batch", 1}, {"cancelled", 2}});
+  auto run = TrainqJson(t.db, "cancel --run 3 --json");
+  CHECK(run == json{{"run", 3}, {"cancelled", 1}});
+  auto after = Trainq(t.db, "status");
+  INFO(after.text);
+  CHECK_THAT(after.text, !Catch::Contains(" other "));
+  CHECK_THAT(after.text, Catch::Contains(" tiny "));  // partly cancelled: still shown
+}
+
+TEST_CASE("cli: usage errors exit 2 with CLI11's message; an unknown command is named",
+          "[cli][errors]") {
+  testing::TempDir tmp;
+  std::string db = tmp / "t.db";
+  auto bad_flag = Trainq(db, "submit --repeatz 3");
+  CHECK(bad_flag.code == 2);
+  CHECK_THAT(bad_flag.text, Catch::Contains("--repeatz"));
+  auto missing = Trainq(db, "cancel");
+  CHECK(missing.code == 2);
+  CHECK_THAT(missing.text, Catch::Contains("ID is required"));
+  auto unknown = Trainq(db, "nosuch");
+  CHECK(unknown.code == 2);
+  CHECK_THAT(unknown.text, Catch::StartsWith("trainq: unknown command 'nosuch' (commands: "));
+  CHECK_THAT(unknown.text, Catch::Contains("submit"));
+  CHECK(Trainq(db, "--help").code == 0);
+  CHECK(Trainq(db, "submit --help").code == 0);
+  CHECK_FALSE(fs::exists(db));
+}
+
+TEST_CASE("cli: report --experiment with a name no batch has is an error", "[cli][errors]") {
+  BadInput t;
+  auto o = Trainq(t.db, "report --experiment nope");
+  CHECK(o.code == 1);
+  CHECK_THAT(o.text, Catch::Contains("--experiment: no batch of experiment 'nope'"));
+  CHECK_THAT(o.text, Catch::Contains("(known: other)"));
+  CHECK(Trainq(t.db, "report --experiment other").code == 0);
+}
+
+TEST_CASE("cli: one run is 'run', and a top-up names its last seed", "[cli]") {
+  BadInput t;
+  auto one = Trainq(t.db, "submit --repo " + t.Repo() + " --experiment tiny --repeats 1");
+  CHECK_THAT(one.text, Catch::Contains("tiny: 1 run queued (seed 1)\n"));
+  auto more = Trainq(t.db, "submit --repo " + t.Repo() + " --experiment tiny --repeats 3");
+  CHECK_THAT(more.text, Catch::Contains("already submitted; 2 more runs queued (up to seed 3)"));
+}
+
+TEST_CASE("cli: submit of HEAD warns about uncommitted edits to files that matter",
+          "[cli]") {
+  BadInput t;
+  fs::path repo = t.git.dir();
+  // An edit to an unrelated file says nothing.
+  Spit(repo / "README", "edited\n");
+  auto quiet = Trainq(t.db, "submit --repo " + t.Repo() + " --experiment tiny");
+  INFO(quiet.text);
+  REQUIRE(quiet.code == 0);
+  CHECK_THAT(quiet.text, !Catch::Contains("warning"));
+  // trainq.yaml and a watched file (tiny watches train.py).
+  Spit(repo / "trainq.yaml", std::string(kTinyYaml) + "# lr 0.2\n");
+  Spit(repo / "train.py", std::string(kTrainPy) + "# changed\n");
+  auto warned = Trainq(t.db, "submit --repo " + t.Repo() + " --experiment tiny");
+  INFO(warned.text);
+  CHECK(warned.code == 0);
+  CHECK_THAT(warned.text, Catch::Contains("trainq: warning: uncommitted changes to train.py, "
+                                          "trainq.yaml are not part of " +
+                                          t.good.substr(0, 10)));
+  auto silenced =
+      Trainq(t.db, "submit --repo " + t.Repo() + " --experiment tiny --allow-dirty");
+  CHECK_THAT(silenced.text, !Catch::Contains("warning"));
+  // Another commit than HEAD: the work tree is not what runs anyway.
+  auto other = Trainq(t.db, "submit --repo " + t.Repo() + " --commit " + t.good.substr(0, 10) +
+                                "~0 --experiment tiny");
+  CHECK_THAT(other.text, Catch::Contains("warning"));  // still HEAD's commit
+  t.git.Commit({{"notes.txt", "x\n"}}, "later");
+  auto older = Trainq(t.db, "submit --repo " + t.Repo() + " --commit HEAD~1 --experiment tiny");
+  INFO(older.text);
+  CHECK(older.code == 0);
+  CHECK_THAT(older.text, !Catch::Contains("warning"));
+}
+
+TEST_CASE("cli: without --db or TRAINQ_DB the state goes to the per-user data folder",
+          "[cli]") {
+  testing::TempDir tmp;
+  testing::GitFixture git{tmp / "repo"};
+  git.Commit({{"train.py", kTrainPy}, {"trainq.yaml", kTinyYaml}}, "tiny");
+  std::string env = "cd " + ShellQuote(git.dir()) + " && env -u TRAINQ_DB XDG_DATA_HOME=" +
+                    ShellQuote(tmp / "xdg") + " " + ShellQuote(TRAINQ_BINARY) + " ";
+  Out first;
+  first.code = testing::RunShell(env + "submit --experiment other", &first.text);
+  INFO(first.text);
+  REQUIRE(first.code == 0);
+  std::string db = (fs::path(tmp / "xdg") / "trainq" / "trainq.db").string();
+  CHECK(fs::exists(db));
+  CHECK_THAT(first.text, Catch::Contains("trainq: created " + db));
+  CHECK_FALSE(fs::exists(fs::path(git.dir()) / "trainq.db"));
+  Out second;
+  second.code = testing::RunShell(env + "status", &second.text);
+  CHECK(second.code == 0);
+  CHECK_THAT(second.text, !Catch::Contains("created"));
+  CHECK_THAT(second.text, Catch::Contains("queued 2"));
+  // An existing ./trainq.db keeps working.
+  Out local;
+  REQUIRE(testing::RunShell("cd " + ShellQuote(git.dir()) + " && " + ShellQuote(TRAINQ_BINARY) +
+                                " --db trainq.db submit --experiment tiny --repeats 1",
+                            &local.text) == 0);
+  Out here;
+  here.code = testing::RunShell(env + "status", &here.text);
+  INFO(here.text);
+  CHECK_THAT(here.text, Catch::Contains("queued 1"));
+}
+
 TEST_CASE("cli: a locked database fails submit cleanly while reads still work",
           "[cli][errors]") {
   BadInput t;
@@ -470,7 +624,7 @@ TEST_CASE("cli: a locked database fails submit cleanly while reads still work",
 // ---------------------------------------------------------------------------
 // Runs that fail: serve finishes, the runs are dead with their error.
 
-TEST_CASE("cli: runs that exit non-zero, print no metric or time out end dead; serve exits 0",
+TEST_CASE("cli: runs that exit non-zero, print no metric or time out end dead; serve exits 1",
           "[cli]") {
   Project p;
   p.git.Commit({{"trainq.yaml", R"(version: 1
@@ -495,7 +649,12 @@ experiments:
   auto start = std::chrono::steady_clock::now();
   auto serve = Trainq(p.db, "serve --slots 2 --until-idle --poll-ms 20 --kill-grace 1");
   INFO(serve.text);
-  CHECK(serve.code == 0);
+  CHECK(serve.code == 1);
+  CHECK_THAT(serve.text, Catch::Contains("trainq: error: 4 run(s) ended dead"));
+  // Fleet workers report over HTTP; serve logs each outcome from the store.
+  CHECK(Count(serve.text, " dead: crash seed ") == 2);
+  CHECK_THAT(serve.text, Catch::Contains("exit code 4: oops on stderr"));
+  CHECK_THAT(serve.text, Catch::Contains(" dead: slow seed 1 (attempt 1/1"));
   CHECK(std::chrono::steady_clock::now() - start < 20s);
 
   auto runs = AllRuns(p.db);
@@ -520,7 +679,9 @@ experiments:
   auto dead = Trainq(p.db, "runs --state dead");
   REQUIRE(dead.code == 0);
   CHECK(Count(dead.text, " dead ") == 4);
-  CHECK_THAT(dead.text, Catch::Contains("exit code 4"));
+  // The run's own error, not trainq's banner line.
+  CHECK_THAT(dead.text, Catch::Contains("exit code 4: oops on stderr"));
+  CHECK_THAT(dead.text, !Catch::Contains("=== trainq"));
   auto report = TrainqJson(p.db, "report --json");
   REQUIRE(report.size() == 3);
   for (const auto& b : report) {
@@ -531,6 +692,111 @@ experiments:
   auto status = Trainq(p.db, "status");
   REQUIRE(status.code == 0);
   CHECK_THAT(status.text, Catch::Contains("0/2 done, 2 failed"));
+}
+
+TEST_CASE("cli: a configuration error is dead after one attempt, its message everywhere",
+          "[cli]") {
+  for (std::string mode : {"", "--inproc"}) {
+    DYNAMIC_SECTION("serve " << mode) {
+      Project p;
+      // A stand-in trainq-train on PATH (the real one, when built, comes first
+      // and fails on the missing data file the same way: exit 3).
+      const fs::path bin = p.tmp / "bin";
+      fs::create_directories(bin);
+      Spit(bin / "trainq-train",
+           "#!/bin/sh\necho 'epoch 1/3 ...'\n"
+           "echo \"trainq-train: data error: $1: data.csv: No such file or directory\" >&2\n"
+           "exit 3\n");
+      fs::permissions(bin / "trainq-train", fs::perms::owner_all);
+      p.git.Commit({{"trainq.yaml", R"(version: 1
+defaults:
+  max_attempts: 3
+experiments:
+  script:
+    command: python3 no_such_script.py --seed {seed}
+    repeats: 2
+  spec:
+    trainer: spec.yaml
+    repeats: 1
+  crash:
+    command: 'echo "RuntimeError: CUDA out of memory" >&2; exit 1'
+    repeats: 1
+    max_attempts: 2
+)"},
+                    {"spec.yaml", testing::kGoodSpec}},
+                   "config errors");
+      auto sub = Trainq(p.db, "submit --repo " + ShellQuote(p.git.dir()));
+      INFO(sub.text);
+      REQUIRE(sub.code == 0);
+      std::string path = "PATH=" + ShellQuote(bin.string()) + ":\"$PATH\" ";
+      Out serve;
+      serve.code = testing::RunShell(
+          path + Cmd(p.db, "serve --until-idle --poll-ms 20 " + mode), &serve.text);
+      INFO(serve.text);
+      CHECK(serve.code == 1);
+      CHECK_THAT(serve.text, Catch::Contains("4 run(s) ended dead"));
+      for (const auto& r : AllRuns(p.db)) {
+        INFO("run " << r.id << " " << r.experiment << ": " << r.last_error);
+        CHECK(r.state == RunState::kDead);
+        if (r.experiment == "script") {
+          CHECK(r.attempts == 1);
+          CHECK_THAT(r.last_error, Catch::StartsWith("exit code 2 (configuration error, not "
+                                                     "retried): "));
+          CHECK_THAT(r.last_error, Catch::Contains("can't open file"));
+        } else if (r.experiment == "spec") {
+          CHECK(r.attempts == 1);
+          CHECK_THAT(r.last_error, Catch::StartsWith("exit code 3 (configuration error"));
+          CHECK_THAT(r.last_error, Catch::Contains("trainq-train: data error:"));
+        } else {
+          CHECK(r.attempts == 2);  // a crash is retried
+          CHECK_THAT(r.last_error,
+                     Catch::Equals("exit code 1: RuntimeError: CUDA out of memory"));
+        }
+      }
+      // The serve log (fleet: learnt from the store; --inproc: the executor's own).
+      CHECK_THAT(serve.text, Catch::Contains("trainq-train: data error:"));
+      CHECK_THAT(serve.text, Catch::Contains("RuntimeError: CUDA out of memory"));
+      auto runs = Trainq(p.db, "runs --state dead");
+      CHECK_THAT(runs.text, Catch::Contains("exit code 1: RuntimeError: CUDA out of memory"));
+      CHECK_THAT(runs.text, Catch::Contains("exit code 3 (configuration error, not retried): "
+                                            "epoch 1/3 ..."));
+      auto sha = AllRuns(p.db).front().sha;
+      auto show = Trainq(p.db, "show " + sha.substr(0, 10));
+      INFO(show.text);
+      CHECK_THAT(show.text, Catch::Contains("(dead): exit code 1: RuntimeError: CUDA out of memory"));
+      CHECK_THAT(show.text, Catch::Contains("(dead): exit code 2 (configuration error, not "
+                                            "retried): "));
+    }
+  }
+}
+
+TEST_CASE("cli: serve --until-idle gives up on runs no pool can serve and says why", "[cli]") {
+  Project p;
+  p.git.Commit({{"train.py", kTrainPy},
+                {"trainq.yaml", "version: 1\nexperiments:\n  gpu:\n    command: python3 train.py "
+                                "--seed {seed}\n    repeats: 2\n    resources: {gpus: 1}\n"
+                                "  cpu:\n    command: python3 train.py --seed {seed}\n"
+                                "    repeats: 1\n"}},
+               "a GPU experiment");
+  REQUIRE(Trainq(p.db, "submit --repo " + ShellQuote(p.git.dir())).code == 0);
+  auto start = std::chrono::steady_clock::now();
+  auto serve = Trainq(p.db, "serve --until-idle --poll-ms 20");
+  INFO(serve.text);
+  CHECK(serve.code == 1);
+  CHECK_THAT(serve.text, Catch::Contains("trainq: error: 2 queued run(s) can never start (2 "
+                                         "run(s): no pool has 1 GPU (the most is 0)); exiting "
+                                         "(--until-idle)"));
+  CHECK(std::chrono::steady_clock::now() - start < 60s);
+  // The CPU run ran; status names the reason beside the waiting batch.
+  auto status = Trainq(p.db, "status");
+  INFO(status.text);
+  CHECK_THAT(status.text, Catch::Contains("waiting:\n  batch 1 (gpu): 2 run(s): no pool has 1 "
+                                          "GPU (the most is 0)"));
+  auto j = TrainqJson(p.db, "status --json");
+  REQUIRE(j["waiting"].size() == 1);
+  CHECK(j["waiting"][0]["batch"] == 1);
+  CHECK(j["waiting"][0]["reason"] == "no pool has 1 GPU (the most is 0)");
+  CHECK(j["counts"]["succeeded"] == 1);
 }
 
 // ---------------------------------------------------------------------------

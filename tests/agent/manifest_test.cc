@@ -373,7 +373,57 @@ TEST_CASE("manifest: other per-key checks", "[manifest][errors]") {
 
 TEST_CASE("manifest: an experiment defined twice", "[manifest][errors]") {
   CHECK(ErrorOf("version: 1\nexperiments:\n  a:\n    command: x\n  a:\n    command: y\n") ==
-        "trainq.yaml:5: experiments.a: defined twice");
+        "trainq.yaml:5: experiments.a: duplicate key (first written at line 3; YAML would keep "
+        "only one of them)");
+}
+
+TEST_CASE("manifest: a key written twice anywhere is refused", "[manifest][errors]") {
+  CHECK(ErrorOf("version: 1\nversion: 1\nexperiments:\n  a:\n    command: x\n") ==
+        "trainq.yaml:2: version: duplicate key (first written at line 1; YAML would keep only "
+        "one of them)");
+  CHECK_THAT(ErrorOf("version: 1\ndefaults:\n  metric: {name: a, name: b}\nexperiments:\n"
+                     "  a:\n    command: x\n"),
+             Catch::StartsWith("trainq.yaml:3: defaults.metric.name: duplicate key"));
+}
+
+TEST_CASE("manifest: placeholders in a command must be known", "[manifest][errors]") {
+  CHECK(ErrorOf("version: 1\nexperiments:\n  a:\n    command: run --out {outdir}\n") ==
+        "trainq.yaml:4: experiments.a.command: unknown placeholder {outdir} (known: {seed}, "
+        "{repeat}, {run_id}, {output_dir})");
+  // The shell's ${VAR} and braces that are not a name are left alone.
+  auto m = ParseManifest(
+      "version: 1\nexperiments:\n  a:\n    command: echo ${HOME} {seed} {repeat} {run_id} "
+      "{output_dir} && awk '{ print $1 }' f\n",
+      "trainq.yaml");
+  INFO((m ? "" : m.error().message));
+  CHECK(m.has_value());
+}
+
+TEST_CASE("manifest: watch globs the matcher cannot honour are refused", "[manifest][errors]") {
+  struct Row {
+    const char* glob;
+    const char* why;
+  };
+  for (const Row& r : {Row{"src/{a,b}.py", "'{' is not supported"},
+                       Row{"src/[ab].py", "'[' is not supported"},
+                       Row{"src//x.py", "empty path part"},
+                       Row{"src/", "empty path part"},
+                       Row{"../other/**", "no '.' or '..' parts"},
+                       Row{"src/**.py", "`**` must be a whole path part"}}) {
+    INFO(r.glob);
+    auto msg = ErrorOf(std::string("version: 1\nexperiments:\n  a:\n    command: x\n    watch: ['") +
+                       r.glob + "']\n");
+    CHECK_THAT(msg, Catch::StartsWith(std::string("trainq.yaml:5: experiments.a.watch: glob '") +
+                                      r.glob + "': "));
+    CHECK_THAT(msg, Catch::Contains(r.why));
+  }
+  for (const char* ok : {"src/**", "./train.py", "/data/*.csv", "a/**/b?.py"}) {
+    INFO(ok);
+    CHECK(ParseManifest(std::string("version: 1\nexperiments:\n  a:\n    command: x\n    watch: ['") +
+                            ok + "']\n",
+                        "trainq.yaml")
+              .has_value());
+  }
 }
 
 TEST_CASE("manifest: the file name in messages is the one given", "[manifest][errors]") {

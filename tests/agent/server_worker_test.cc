@@ -8,6 +8,7 @@
 #include "agent/commands.h"
 #include "agent/forge.h"
 #include "core/strings.h"
+#include "tests/agent/mistakes_table.h"
 #include "tests/support/git_cli.h"
 #include "tests/support/temp_dir.h"
 
@@ -238,6 +239,31 @@ TEST_CASE("push: a bad trainq.yaml fails the push at once with file:line", "[ser
   CHECK(p.attempts == 0);
   CHECK(p.error.find("trainq.yaml:11: experiments.b.repeats") != std::string::npos);
   CHECK(w.Batches(c).empty());
+}
+
+TEST_CASE("push: each usual mistake fails the push at once with file:line:key, nothing queued",
+          "[server_worker]") {
+  for (const auto& m : testing::Mistakes()) {
+    DYNAMIC_SECTION(m.what) {
+      World w;
+      std::string c = w.git.Commit(m.files, m.what);
+      auto p = w.Push("refs/heads/main", w.base, c);
+      CHECK(p.state == "failed");
+      CHECK(p.attempts == 0);
+      CHECK_THAT(p.error, Catch::Contains(c.substr(0, 10)));
+      for (const auto& e : m.expected) CHECK_THAT(p.error, Catch::Contains(e));
+      CHECK(w.store.Batches(false, 0).value().empty());
+    }
+  }
+}
+
+TEST_CASE("push: limits come from the repository's entry in server.yaml", "[server_worker]") {
+  World w("    limits: {runs: 4}\n");
+  std::string c = w.git.Commit({{"configs/a.yaml", "lr: 9\n"}, {"configs/b.yaml", "lr: 9\n"}},
+                               "both");
+  auto p = w.Push("refs/heads/main", w.base, c);
+  CHECK(p.state == "failed");
+  CHECK_THAT(p.error, Catch::Contains("6 runs in one submission, more than the limit of 4"));
 }
 
 TEST_CASE("push: a fetch that keeps failing is retried with backoff, then the push's error",

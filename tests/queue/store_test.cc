@@ -209,6 +209,32 @@ TEST_CASE("Failures back off exponentially, then the run is dead", "[store]") {
   CHECK(f.store.Lease("w", now + 10'000'000, kLease, 1).value().empty());
 }
 
+TEST_CASE("A failure not worth retrying is dead at once; outcomes are listed once each",
+          "[store]") {
+  Fixture f;
+  f.Submit(1, 3);  // 3 runs, 3 attempts each
+  auto l = f.store.Lease("w", kT0, kLease, 3).value();
+  REQUIRE(l.size() == 3);
+  CHECK(f.store.FailRun(l[0].run_id, l[0].token, kT0 + 5, "exit code 2 (configuration error)", 2,
+                        /*retry=*/false)
+            .value() == RunState::kDead);
+  CHECK(f.Get(l[0].run_id).attempts == 1);
+  CHECK(f.store.FailRun(l[1].run_id, l[1].token, kT0 + 5, "exit code 1", 1).value() ==
+        RunState::kFailed);
+  REQUIRE(f.store.Complete(l[2].run_id, l[2].token, kT0 + 7, 0.5));
+  auto all = f.store.RunsFinishedAfter(kT0, 0, 10).value();
+  REQUIRE(all.size() == 3);
+  CHECK(all[0].id == l[0].run_id);
+  CHECK(all[0].state == RunState::kDead);
+  CHECK(all[1].id == l[1].run_id);
+  CHECK(all[2].state == RunState::kSucceeded);
+  // After the cursor (finished_ms, id): only what came later.
+  auto later = f.store.RunsFinishedAfter(kT0 + 5, l[1].run_id, 10).value();
+  REQUIRE(later.size() == 1);
+  CHECK(later[0].id == l[2].run_id);
+  CHECK(f.store.RunsFinishedAfter(kT0 + 7, l[2].run_id, 10).value().empty());
+}
+
 TEST_CASE("An expired lease on the last attempt makes the run dead", "[store]") {
   Fixture f;
   f.Submit(1, 1);
