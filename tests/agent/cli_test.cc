@@ -820,12 +820,13 @@ TEST_CASE("cli: status while serving, and SIGTERM puts running runs back", "[cli
       "    repeats: 3\n"
       "    max_attempts: 1\n"
       "    command: |\n"
+      "      printf '{\"name\":\"loss\",\"value\":0.25,\"step\":7}\\n' > \"$TRAINQ_METRICS_FILE\"\n"
       "      i=0\n"
       "      while [ ! -f " + go + " ]; do\n"
       "        i=$((i+1)); [ $i -gt 3000 ] && exit 1; sleep 0.01\n"
       "      done\n"
       "      printf '{\"name\":\"accuracy\",\"value\":0.%s}\\n' \"$TRAINQ_SEED\" "
-      "> \"$TRAINQ_METRICS_FILE\"\n";
+      ">> \"$TRAINQ_METRICS_FILE\"\n";
   p.git.Commit({{"trainq.yaml", yaml}}, "waiting");
   REQUIRE(Trainq(p.db, "submit --repo " + ShellQuote(p.git.dir())).code == 0);
 
@@ -834,7 +835,7 @@ TEST_CASE("cli: status while serving, and SIGTERM puts running runs back", "[cli
     fs::remove(bg.pid_file);
     fs::remove(bg.rc_file);
     std::string inner = "echo $$ > " + ShellQuote(bg.pid_file) + "; exec " +
-                        Cmd(p.db, "serve --slots 2 --until-idle --poll-ms 20");
+                        Cmd(p.db, "serve --slots 2 --until-idle --poll-ms 20 --heartbeat 1");
     REQUIRE(testing::RunShell("( sh -c " + ShellQuote(inner) + "; echo $? > " +
                               ShellQuote(bg.rc_file) + " ) > " + ShellQuote(bg.log_file) +
                               " 2>&1 &") == 0);
@@ -870,6 +871,16 @@ TEST_CASE("cli: status while serving, and SIGTERM puts running runs back", "[cli
   CHECK_THAT(text.text, Catch::Contains(": ready, 2/2 slot(s) busy\n"));
   CHECK_THAT(text.text, Catch::Contains("0/3 done, 0 failed, 2 running"));
   CHECK(Trainq(p.db, "runs --state running").code == 0);
+  // Live progress: the points each run reported so far, shipped with heartbeats.
+  REQUIRE(testing::WaitFor([&] {
+    status = TrainqJson(p.db, "status --json");
+    return status["running"].size() == 2 && status["running"][0].contains("latest") &&
+           status["running"][1].contains("latest");
+  }));
+  CHECK(status["running"][0]["latest"]["step"] == 7);
+  CHECK(status["running"][0]["latest"]["metrics"]["loss"] == 0.25);
+  CHECK(status["running"][0]["latest"]["metric"] == "accuracy");
+  CHECK_THAT(Trainq(p.db, "status").text, Catch::Contains("step 7 · loss 0.2500"));
 
   // Stop it: the running runs go back to the queue without using their one attempt.
   REQUIRE(::kill(ReadPid(bg.pid_file), SIGTERM) == 0);
