@@ -212,7 +212,7 @@ TEST_CASE("Failures back off exponentially, then the run is dead", "[store]") {
 TEST_CASE("A failure not worth retrying is dead at once; outcomes are listed once each",
           "[store]") {
   Fixture f;
-  f.Submit(1, 3);  // 3 runs, 3 attempts each
+  f.Submit(3, 3);  // 3 runs, 3 attempts each
   auto l = f.store.Lease("w", kT0, kLease, 3).value();
   REQUIRE(l.size() == 3);
   CHECK(f.store.FailRun(l[0].run_id, l[0].token, kT0 + 5, "exit code 2 (configuration error)", 2,
