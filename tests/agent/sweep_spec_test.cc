@@ -32,7 +32,7 @@ std::string ErrorOf(const std::string& text) {
 }
 
 TEST_CASE("sweep spec: every parameter type parses", "[sweep]") {
-  std::string text = Yaml(R"(      budget: {points: 12}
+  std::string text = Yaml(R"Y(      budget: {points: 12}
       parallel: 3
       repeats: 4
       seed: 7
@@ -49,7 +49,7 @@ TEST_CASE("sweep spec: every parameter type parses", "[sweep]") {
         min_lr: {expr: "lr / 100 + min(wd, 0.01) * int(2.7)"}
       points:
         - {lr: 0.001, wd: 0, width: 64, depth: 2, opt: adam, bs: 32, act: relu, drop: 0.1}
-)",
+)Y",
                           "python3 t.py {lr} {wd} {width} {depth} {opt} {bs} {act} {drop} "
                           "{epochs} {min_lr} --seed {seed}");
   auto m = ParseManifest(text, "trainq.yaml");

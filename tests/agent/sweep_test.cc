@@ -139,7 +139,7 @@ TEST_CASE("sweep point batch: quoted placeholders for a command, --set for a tra
                         params, 3, 7);
   REQUIRE(cmd.has_value());
   CHECK(cmd->experiment == "m@sweep3.p7");
-  CHECK(cmd->command == "python3 t.py --lr 0.001 --name 'it'\\''s' --n 3 --seed {seed}");
+  CHECK(cmd->command == "python3 t.py --lr '0.001' --name 'it'\\''s' --n '3' --seed {seed}");
   CHECK(cmd->seed_start == 5);
   auto spec = json::parse(cmd->spec_json);
   CHECK(spec["sweep"]["point"] == 7);
@@ -149,7 +149,7 @@ TEST_CASE("sweep point batch: quoted placeholders for a command, --set for a tra
   auto tr = PointBatch(BaseSpec("", "configs/a.yaml"), params, 3, 0);
   REQUIRE(tr.has_value());
   CHECK(tr->command ==
-        "trainq-train configs/a.yaml --set lr=0.001 --set 'name=it'\\''s' --set n=3");
+        "trainq-train 'configs/a.yaml' --set 'lr=0.001' --set 'n=3' --set 'name=it'\\''s'");
   auto trs = json::parse(tr->spec_json);
   CHECK_FALSE(trs.contains("trainer"));  // never fused with plain trainer runs
   CHECK(trs["sweep_trainer"] == "configs/a.yaml");
