@@ -250,7 +250,7 @@ Status Best(const std::string& db, const ReadOptions& o, std::ostream& out) {
   if (best.runner_up) {
     out << "  vs point " << best.runner_up->idx << " (" << MeanText(*best.runner_up)
         << ", n=" << best.runner_up->summary.n << "): "
-        << ComparisonText(*best.vs_runner_up) << " -> " << verdict << "\n";
+        << (verdict == "tie" ? "tie: " : "") << ComparisonText(*best.vs_runner_up) << "\n";
   }
   return {};
 }
