@@ -18,6 +18,7 @@
 #include "agent/commands.h"
 #include "agent/executor.h"
 #include "agent/fleet.h"
+#include "agent/sweep.h"
 #include "agent/git_repo.h"
 #include "agent/server.h"
 #include "agent/server_config.h"
@@ -36,6 +37,24 @@ namespace fs = std::filesystem;
 namespace trainq {
 
 namespace {
+
+// Sweeps (agent/sweep.h) add their next points from the daemon's main loop:
+// off the lease (HTTP) and webhook (push worker) paths.
+void StepSweepsLogged(Store& store, TimeMs now) {
+  auto added = StepSweeps(store, now);
+  if (!added) {
+    spdlog::warn("sweeps: {} (will retry)", added.error().message);
+  } else if (*added > 0) {
+    spdlog::info("sweeps: {} point(s) queued", *added);
+  }
+}
+
+// With the queue drained, a running sweep either queues its next points or
+// is done: true when it queued some (so --until-idle goes on).
+bool SweepsQueuedMore(Store& store, TimeMs now) {
+  auto added = StepSweeps(store, now);
+  return added && *added > 0;
+}
 
 void SleepMs(std::int64_t ms) {
   struct timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * 1'000'000)};
@@ -201,6 +220,7 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
   OutcomeLog outcomes(clock.Now(), /*log=*/false);  // the executor logs its own runs
   Status result;
   while (!stop.load()) {
+    StepSweepsLogged(store, clock.Now());
     auto st = exec.Step();
     if (!st) {
       if (!st.error().retryable()) {
@@ -212,7 +232,8 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
     if (o.until_idle) {
       auto drained = exec.QueueDrained();
       auto pending_push = store.NextPushDue();
-      if (drained && *drained && (!worker || (pending_push && !*pending_push))) {
+      if (drained && *drained && (!worker || (pending_push && !*pending_push)) &&
+          !SweepsQueuedMore(store, clock.Now())) {
         spdlog::info("queue is empty; exiting (--until-idle)");
         outcomes.Step(store);
         if (result) result = DeadRunsStatus(outcomes);
@@ -397,6 +418,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
       }
     }
     last_loop = now;
+    StepSweepsLogged(store, now);
     if (now >= next_step) {
       auto st = fleet.Step();
       if (!st) {
@@ -424,7 +446,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
       if (!drained && counts && (!worker || (pending_push && !*pending_push))) {
         stuck = UnservableOnly(store, fleet, *counts, now);
       }
-      if (drained || !stuck.empty()) {
+      if ((drained && !SweepsQueuedMore(store, now)) || !stuck.empty()) {
         TRY(fleet.StopAll());
         auto live = fleet.LiveMachines();
         if (live && *live == 0) {

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "agent/commands.h"
+#include "agent/sweep.h"
 #include "agent/worker.h"
 #include "core/strings.h"
 #include "core/log.h"
@@ -332,6 +333,7 @@ int main(int argc, char** argv) {
   });
 
   trainq::AddStatsCommands(app, &exit_code);
+  trainq::AddSweepCommands(app, &db, &exit_code);
   trainq::AddSimulateCommand(app, &exit_code);
 
   app.parse_complete_callback([&] {

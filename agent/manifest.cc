@@ -10,6 +10,7 @@
 #include <regex>
 #include <set>
 
+#include "agent/sweep_spec.h"
 #include "core/strings.h"
 
 namespace trainq {
@@ -433,7 +434,7 @@ Result<Manifest> ParseManifest(std::string_view text, std::string_view filename)
     if (!def.IsMap()) return p.Err(def, path, "expected a mapping, got " + Parser::Show(def));
     TRY(p.CheckKeys(def, path,
                     {"command", "trainer", "watch", "repeats", "seed", "metric", "resources",
-                     "timeout", "max_attempts", "baseline"}));
+                     "timeout", "max_attempts", "baseline", "sweep"}));
     Experiment e = defaults;
     e.name = name;
     e.line = kv.first.Mark().line + 1;
@@ -476,6 +477,15 @@ Result<Manifest> ParseManifest(std::string_view text, std::string_view filename)
     }
     TRY(p.ApplyCommon(def, path, e));
     e.definition = Normalise(def);
+    if (auto sw = def["sweep"]) {
+      // A sweep (agent/sweep_spec.h) is checked here, so that a mistake fails
+      // the submission; it is not part of the experiment's inputs.
+      ASSIGN_OR_RETURN(auto spec, ParseSweep(sw, path + ".sweep", filename));
+      TRY(CheckSweepTarget(spec, e, sw, path + ".sweep", filename));
+      YAML::Node rest = YAML::Clone(def);
+      rest.remove("sweep");
+      e.definition = Normalise(rest);
+    }
     if (m.Find(name)) return p.Err(kv.first, path, "defined twice");
     m.experiments.push_back(std::move(e));
   }

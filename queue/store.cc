@@ -258,6 +258,30 @@ CREATE TABLE waiting_notes (
   PRIMARY KEY (pool, gpus)
 );
 )sql",
+    // 6 -> 7: hyperparameter sweeps (queue/sweep_store.cc). A sweep runs an
+    // experiment at one commit; each point is a batch of it (experiment
+    // "EXP@sweepN.pK") whose command carries the point's values.
+    R"sql(
+CREATE TABLE sweeps (
+  id INTEGER PRIMARY KEY,
+  repo_url TEXT NOT NULL,
+  commit_json TEXT NOT NULL,
+  experiment TEXT NOT NULL,
+  spec_json TEXT NOT NULL,
+  batch_json TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('running', 'stopped', 'done')),
+  created_ms INTEGER NOT NULL,
+  updated_ms INTEGER NOT NULL
+);
+CREATE TABLE sweep_points (
+  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),
+  idx INTEGER NOT NULL CHECK (idx >= 0),
+  params_json TEXT NOT NULL,
+  batch_id INTEGER REFERENCES batches(id),
+  created_ms INTEGER NOT NULL,
+  PRIMARY KEY (sweep_id, idx)
+);
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 

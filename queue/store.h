@@ -192,7 +192,7 @@ struct StoreOptions {
 
 class Store {
  public:
-  static inline constexpr int kSchemaVersion = 6;
+  static inline constexpr int kSchemaVersion = 7;
 
   static Result<Store> Open(const std::string& path, StoreOptions options = {});
   Store(Store&&) = default;
@@ -520,6 +520,40 @@ class Store {
                                                  const std::vector<std::string>& args,
                                                  std::optional<TimeMs> now);
   // ==== end of machines ========================================================
+
+  // ==== Sweeps: hyperparameter searches (agent/sweep.h) =======================
+  // Implemented in queue/sweep_store.cc; tables from schema version 7. A point
+  // is written before its batch is submitted (Submit is idempotent per commit
+  // and experiment), so a driver killed between the two re-submits the same
+  // batch and never a second one.
+ public:
+  struct SweepRow {
+    std::int64_t id = 0;
+    std::string repo_url;
+    std::string commit_json;  // the CommitInfo, as JSON
+    std::string experiment;
+    std::string spec_json;    // SweepSpec::ToJson()
+    std::string batch_json;   // the experiment's BatchSpec, as JSON
+    std::string state = "running";  // running | stopped | done
+    TimeMs created_ms = 0;
+    TimeMs updated_ms = 0;
+  };
+  struct SweepPointRow {
+    std::int64_t sweep_id = 0;
+    int idx = 0;                        // 0, 1, ... in the order suggested
+    std::string params_json = "{}";
+    std::optional<std::int64_t> batch_id;  // empty until its batch is submitted
+    TimeMs created_ms = 0;
+  };
+  Result<std::int64_t> AddSweep(const SweepRow& s, TimeMs now);
+  Result<std::optional<SweepRow>> GetSweep(std::int64_t id);
+  Result<std::vector<SweepRow>> Sweeps(const std::string& state = "");  // "" = all; newest first
+  Status SetSweepState(std::int64_t id, const std::string& state, TimeMs now);
+  // Writes point (sweep_id, idx) unless it exists; returns the stored point.
+  Result<SweepPointRow> AddSweepPoint(const SweepPointRow& p, TimeMs now);
+  Status SetSweepPointBatch(std::int64_t sweep_id, int idx, std::int64_t batch_id);
+  Result<std::vector<SweepPointRow>> SweepPoints(std::int64_t sweep_id);  // by idx
+  // ==== end of sweeps =========================================================
 };
 
 // Applies migrations [from, to) to a raw connection. Exposed for the migration test.

@@ -1,0 +1,98 @@
+// `sweep:` on an experiment in trainq.yaml: the search space of a
+// hyperparameter sweep, its budget and how many points run at once.
+//
+//   sweep:
+//     budget: {points: 20}          # or {runs: 60}
+//     parallel: 4                   # points in flight
+//     repeats: 3                    # seeds s..s+2 for every point (points pair)
+//     seed: 7                       # the sweep's own RNG seed
+//     parameters:
+//       lr:     {log_uniform: [1.0e-4, 0.3]}
+//       wd:     {uniform: [0, 0.1]}
+//       width:  {int: [16, 512], log: true}
+//       opt:    {choice: [sgd, adam]}
+//       bs:     {values: [32, 64]}          # grid (strategy: grid by default)
+//       epochs: {value: 10}
+//       min_lr: {expr: "lr / 100"}          # + - * / ( ) min max log exp int
+//     points:
+//       - {lr: 0.001, wd: 0, width: 64, opt: adam, bs: 32}
+//
+// Every error names the file, the line and the key path, e.g.
+//   trainq.yaml:14: experiments.mlp.sweep.parameters.lr.log_uniform: bounds must be > 0
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+
+namespace trainq {
+
+enum class ParamKind { kUniform, kLogUniform, kInt, kChoice, kValues, kValue, kExpr };
+std::string_view ParamKindName(ParamKind k);
+
+struct SweepParam {
+  std::string name;
+  ParamKind kind = ParamKind::kUniform;
+  double lo = 0, hi = 0;              // uniform, log_uniform, int
+  bool log = false;                   // int: drawn log-uniformly
+  std::vector<nlohmann::json> options;  // choice, values; value: one entry
+  std::string expr;                   // derived
+  bool grid = false;                  // values/choice: cycled through (strategy: grid)
+};
+
+struct SweepSpec {
+  std::vector<SweepParam> params;        // in file order
+  std::vector<nlohmann::json> points;    // explicit points, tried first
+  std::optional<int> budget_points;
+  std::optional<int> budget_runs;
+  int parallel = 4;
+  int repeats = 3;
+  std::uint64_t seed = 1;
+
+  const SweepParam* Find(std::string_view name) const;
+  // Number of grid combinations (1 when no grid parameter).
+  std::int64_t GridSize() const;
+  // How many points the sweep runs: budget points, runs / repeats rounded up,
+  // or (without a budget, all parameters grid/value/expr) explicit + grid.
+  int PointBudget() const;
+  nlohmann::json ToJson() const;
+  static Result<SweepSpec> FromJson(const nlohmann::json& j);
+};
+
+// Parses the `sweep:` mapping `node` at key path `path` (for messages) of `file`.
+Result<SweepSpec> ParseSweep(const YAML::Node& node, const std::string& path,
+                             std::string_view file);
+
+// The `sweep:` of experiment `experiment` in the text of a trainq.yaml.
+// kNotFound when the experiment has none.
+Result<SweepSpec> LoadSweep(std::string_view text, std::string_view file,
+                            const std::string& experiment);
+
+// Derived parameters: a small safe expression language over numbers and
+// parameter names with + - * / unary minus, parentheses and the functions
+// min(a, b), max(a, b), log(x), exp(x), int(x) (truncation). No shell, no I/O.
+// Names are looked up in `vars`; an unknown name is an error.
+Result<double> EvalExpr(std::string_view expr, const std::map<std::string, double>& vars);
+// The parameter names an expression reads (checked at parse time).
+Result<std::vector<std::string>> ExprNames(std::string_view expr);
+
+struct Experiment;
+// Checks that the sweep's values reach the experiment's runs: for a `command:`
+// every `{name}` placeholder is a parameter (or a run-time one) and every drawn
+// parameter appears as `{name}`; a `trainer:` spec gets them as `--set name=value`.
+Status CheckSweepTarget(const SweepSpec& spec, const Experiment& e, const YAML::Node& node,
+                        const std::string& path, std::string_view file);
+
+// The `{name}` placeholders of a command that are not run-time ones
+// ({seed}, {repeat}, {output_dir}, {run_id}).
+std::vector<std::string> CommandPlaceholders(std::string_view command);
+
+}  // namespace trainq

@@ -1,0 +1,127 @@
+// Store: the sweeps section (hyperparameter searches). Declared at the end of
+// class Store in queue/store.h.
+#include <cstdint>
+
+#include "queue/store.h"
+
+namespace trainq {
+
+namespace {
+
+const char* kSweepColumns =
+    "id, repo_url, commit_json, experiment, spec_json, batch_json, state, created_ms, updated_ms";
+
+Store::SweepRow ReadSweep(const sql::Stmt& s) {
+  Store::SweepRow r;
+  r.id = s.Int(0);
+  r.repo_url = s.Text(1);
+  r.commit_json = s.Text(2);
+  r.experiment = s.Text(3);
+  r.spec_json = s.Text(4);
+  r.batch_json = s.Text(5);
+  r.state = s.Text(6);
+  r.created_ms = s.Int(7);
+  r.updated_ms = s.Int(8);
+  return r;
+}
+
+Store::SweepPointRow ReadPoint(const sql::Stmt& s) {
+  Store::SweepPointRow p;
+  p.sweep_id = s.Int(0);
+  p.idx = static_cast<int>(s.Int(1));
+  p.params_json = s.Text(2);
+  p.batch_id = s.OptInt(3);
+  p.created_ms = s.Int(4);
+  return p;
+}
+
+}  // namespace
+
+Result<std::int64_t> Store::AddSweep(const SweepRow& r, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<std::int64_t> {
+    ASSIGN_OR_RETURN(auto st, db_.Prepare(
+                                  "INSERT INTO sweeps (repo_url, commit_json, experiment, "
+                                  "spec_json, batch_json, state, created_ms, updated_ms) "
+                                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"));
+    st.Bind(1, r.repo_url).Bind(2, r.commit_json).Bind(3, r.experiment).Bind(4, r.spec_json);
+    st.Bind(5, r.batch_json).Bind(6, r.state).Bind(7, now).Bind(8, now);
+    TRY(st.Run());
+    return db_.LastInsertId();
+  });
+}
+
+Result<std::optional<Store::SweepRow>> Store::GetSweep(std::int64_t id) {
+  ASSIGN_OR_RETURN(auto st, db_.Prepare(std::string("SELECT ") + kSweepColumns +
+                                        " FROM sweeps WHERE id = ?"));
+  st.Bind(1, id);
+  ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return std::optional<SweepRow>();
+  return std::optional<SweepRow>(ReadSweep(st));
+}
+
+Result<std::vector<Store::SweepRow>> Store::Sweeps(const std::string& state) {
+  ASSIGN_OR_RETURN(auto st, db_.Prepare(std::string("SELECT ") + kSweepColumns +
+                                        " FROM sweeps WHERE ? = '' OR state = ? ORDER BY id DESC"));
+  st.Bind(1, state).Bind(2, state);
+  std::vector<SweepRow> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    out.push_back(ReadSweep(st));
+  }
+  return out;
+}
+
+Status Store::SetSweepState(std::int64_t id, const std::string& state, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto st,
+                     db_.Prepare("UPDATE sweeps SET state = ?, updated_ms = ? WHERE id = ?"));
+    st.Bind(1, state).Bind(2, now).Bind(3, id);
+    TRY(st.Run());
+    if (db_.Changes() == 0) {
+      return Fail(ErrorKind::kNotFound, "no sweep " + std::to_string(id));
+    }
+    return {};
+  });
+}
+
+Result<Store::SweepPointRow> Store::AddSweepPoint(const SweepPointRow& p, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<SweepPointRow> {
+    ASSIGN_OR_RETURN(auto ins, db_.Prepare(
+                                   "INSERT OR IGNORE INTO sweep_points (sweep_id, idx, "
+                                   "params_json, batch_id, created_ms) VALUES (?, ?, ?, ?, ?)"));
+    ins.Bind(1, p.sweep_id).Bind(2, p.idx).Bind(3, p.params_json).Bind(4, p.batch_id).Bind(5, now);
+    TRY(ins.Run());
+    ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT sweep_id, idx, params_json, batch_id, "
+                                           "created_ms FROM sweep_points "
+                                           "WHERE sweep_id = ? AND idx = ?"));
+    sel.Bind(1, p.sweep_id).Bind(2, p.idx);
+    ASSIGN_OR_RETURN(bool row, sel.Step());
+    if (!row) return Fail(ErrorKind::kInternal, "sweep point vanished");
+    return ReadPoint(sel);
+  });
+}
+
+Status Store::SetSweepPointBatch(std::int64_t sweep_id, int idx, std::int64_t batch_id) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto st, db_.Prepare("UPDATE sweep_points SET batch_id = ? "
+                                          "WHERE sweep_id = ? AND idx = ?"));
+    st.Bind(1, batch_id).Bind(2, sweep_id).Bind(3, idx);
+    return st.Run();
+  });
+}
+
+Result<std::vector<Store::SweepPointRow>> Store::SweepPoints(std::int64_t sweep_id) {
+  ASSIGN_OR_RETURN(auto st, db_.Prepare("SELECT sweep_id, idx, params_json, batch_id, created_ms "
+                                        "FROM sweep_points WHERE sweep_id = ? ORDER BY idx"));
+  st.Bind(1, sweep_id);
+  std::vector<SweepPointRow> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    out.push_back(ReadPoint(st));
+  }
+  return out;
+}
+
+}  // namespace trainq
