@@ -5,7 +5,8 @@
 // other repository.
 //
 // Fetch mirrors every branch and tag (`+refs/heads/*:refs/heads/*`,
-// `+refs/tags/*:refs/tags/*`, pruned), and on request a pull request's head ref. Objects are only ever added, so a run
+// `+refs/tags/*:refs/tags/*`, pruned), and on request a pull request's head
+// ref. Objects are only ever added, so a run
 // checking a commit out of the mirror is never disturbed by a fetch in
 // another thread. Threading: one Mirror object per thread.
 #pragma once
