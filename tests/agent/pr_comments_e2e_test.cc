@@ -152,8 +152,8 @@ HttpHeaders Signed(ForgeKind forge, bool pr, const std::string& body, const std:
 }
 
 TEST_CASE(
-    "e2e: pull request opened -> head queued against the merge-base -> one comment; new "
-    "commits -> the same comment edited; forks ignored",
+    "e2e: pull request opened -> head queued against the merge-base -> one comment, new "
+    "commits -> the same comment edited, forks ignored",
     "[server][e2e][pr]") {
   ForgeKind kind = GENERATE(ForgeKind::kGithub, ForgeKind::kGitlab, ForgeKind::kGitea);
   ForgeCase fc = Case(kind);

@@ -183,7 +183,8 @@ TEST_CASE("pr comments: GitLab notes are created with POST and edited with PUT",
         std::string::npos);
 }
 
-TEST_CASE("pr comments: Gitea; a comment deleted on the forge is created again", "[pr_comments]") {
+TEST_CASE("pr comments: Gitea, and a comment deleted on the forge is created again",
+          "[pr_comments]") {
   std::atomic<bool> gone{false};
   std::atomic<int> next{40};
   testing::TestHttpServer server([&](const testing::TestHttpRequest& r) {
@@ -213,8 +214,8 @@ TEST_CASE("pr comments: Gitea; a comment deleted on the forge is created again",
 }
 
 TEST_CASE(
-    "pr comments: a forge that fails is retried with backoff; nothing posted when nothing "
-    "ran; off with pr_comments: false",
+    "pr comments: a forge that fails is retried with backoff, nothing posted when nothing "
+    "ran, off with pr_comments: false",
     "[pr_comments]") {
   testing::TestHttpServer server([](const testing::TestHttpRequest&) {
     return testing::TestHttpResponse{502, "bad gateway", {}};
