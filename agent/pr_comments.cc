@@ -123,7 +123,9 @@ std::string RenderPrComment(const PrCommentView& view) {
     }
     out += "\n#### `" + head.experiment + "`: " + verdict + "\n\n";
     out += head.metric_name + ", " + (head.metric_goal == "min" ? "lower" : "higher") +
-           " is better\n\n";
+           " is better";
+    if (base && !head.baseline_note.empty()) out += "; baseline: " + head.baseline_note;
+    out += "\n\n";
     out += "| | commit | " + Cell(head.metric_name) +
            " (mean ± sd) | n | difference (95% CI) | test | verdict |\n";
     out += "|---|---|---|---|---|---|---|\n";
