@@ -119,6 +119,19 @@ bool IsPushEvent(ForgeKind forge, std::string_view event) {
   return false;
 }
 
+bool IsPullRequestEvent(ForgeKind forge, std::string_view event) {
+  switch (forge) {
+    case ForgeKind::kGithub: return event == "pull_request";
+    // Gitea names every pull request event `pull_request` in X-Gitea-Event;
+    // its X-Gitea-Event-Type (and some versions' X-Gitea-Event) says
+    // `pull_request_sync` for new commits.
+    case ForgeKind::kGitea: return event == "pull_request" || event == "pull_request_sync";
+    case ForgeKind::kGitlab: return event == "Merge Request Hook";
+    case ForgeKind::kNone: return false;
+  }
+  return false;
+}
+
 bool IsPingEvent(ForgeKind forge, std::string_view event) {
   return forge == ForgeKind::kGithub && event == "ping";
 }
@@ -209,6 +222,126 @@ Result<PushEvent> ParsePushEvent(ForgeKind forge, std::string_view body) {
   }
   if (e.repo_urls.empty() && e.full_name.empty()) {
     return Fail(ErrorKind::kInvalidArgument, "push payload does not name its repository");
+  }
+  return e;
+}
+
+namespace {
+
+const json& Member(const json& j, const char* key) {
+  static const json kNull;
+  if (!j.is_object()) return kNull;
+  auto it = j.find(key);
+  return it == j.end() ? kNull : *it;
+}
+
+std::optional<std::int64_t> Int(const json& j) {
+  if (j.is_number_integer()) return j.get<std::int64_t>();
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string PullRequestEvent::HeadRef(ForgeKind forge) const {
+  std::string n = std::to_string(number);
+  return forge == ForgeKind::kGitlab ? "refs/merge-requests/" + n + "/head"
+                                     : "refs/pull/" + n + "/head";
+}
+
+Result<PullRequestEvent> ParsePullRequestEvent(ForgeKind forge, std::string_view body) {
+  json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Fail(ErrorKind::kInvalidArgument, "body is not valid JSON");
+  if (!j.is_object()) return Fail(ErrorKind::kInvalidArgument, "body is not a JSON object");
+  PullRequestEvent e;
+  const char* what = forge == ForgeKind::kGitlab ? "merge request payload" : "pull request payload";
+  if (forge == ForgeKind::kGitlab) {
+    const json& oa = Member(j, "object_attributes");
+    if (!oa.is_object()) {
+      return Fail(ErrorKind::kInvalidArgument, "merge request payload has no \"object_attributes\"");
+    }
+    e.action = Str(oa, "action");
+    e.number = Int(Member(oa, "iid")).value_or(0);
+    e.head_sha = Lower(Str(Member(oa, "last_commit"), "id"));
+    e.head_ref = Str(oa, "source_branch");
+    e.target_branch = Str(oa, "target_branch");
+    e.title = Str(oa, "title");
+    auto source = Int(Member(oa, "source_project_id"));
+    auto target = Int(Member(oa, "target_project_id"));
+    // No source project: it was deleted, so it was not this one.
+    e.from_fork = !source || !target || *source != *target;
+    const json& project = Member(j, "project");
+    for (const json* p : {&project, &Member(oa, "target")}) {
+      for (const char* k :
+           {"git_http_url", "git_ssh_url", "web_url", "http_url", "ssh_url", "url", "homepage"}) {
+        AddUrl(e.repo_urls, Str(*p, k));
+      }
+    }
+    for (const char* k : {"git_http_url", "git_ssh_url", "homepage", "url"}) {
+      AddUrl(e.repo_urls, Str(Member(j, "repository"), k));
+    }
+    e.full_name = Str(project, "path_with_namespace");
+    if (e.full_name.empty()) e.full_name = Str(Member(oa, "target"), "path_with_namespace");
+    e.default_branch = Str(project, "default_branch");
+    bool new_commits = !Str(oa, "oldrev").empty();
+    e.runs = e.action == "open" || e.action == "reopen" || (e.action == "update" && new_commits);
+  } else {
+    const json& pr = Member(j, "pull_request");
+    if (!pr.is_object()) {
+      return Fail(ErrorKind::kInvalidArgument, "pull request payload has no \"pull_request\"");
+    }
+    e.action = Str(j, "action");
+    e.number = Int(Member(j, "number")).value_or(Int(Member(pr, "number")).value_or(0));
+    const json& head = Member(pr, "head");
+    const json& base = Member(pr, "base");
+    e.head_sha = Lower(Str(head, "sha"));
+    e.head_ref = Str(head, "ref");
+    e.target_branch = Str(base, "ref");
+    e.title = Str(pr, "title");
+    const json& head_repo = Member(head, "repo");
+    const json& base_repo = Member(base, "repo");
+    auto head_id = Int(Member(head_repo, "id"));
+    auto base_id = Int(Member(base_repo, "id"));
+    if (forge == ForgeKind::kGitea) {
+      if (!head_id) head_id = Int(Member(head, "repo_id"));
+      if (!base_id) base_id = Int(Member(base, "repo_id"));
+    }
+    if (head_id && base_id) {
+      e.from_fork = *head_id != *base_id;
+    } else {
+      // A deleted fork has no head repository at all.
+      std::string hn = Lower(Str(head_repo, "full_name"));
+      e.from_fork = hn.empty() || hn != Lower(Str(base_repo, "full_name"));
+    }
+    const json& repo = Member(j, "repository");
+    for (const json* r : {&repo, &base_repo}) {
+      for (const char* k : {"clone_url", "ssh_url", "git_url", "html_url", "url"}) {
+        AddUrl(e.repo_urls, Str(*r, k));
+      }
+    }
+    e.full_name = Str(repo, "full_name");
+    if (e.full_name.empty()) e.full_name = Str(base_repo, "full_name");
+    e.default_branch = Str(repo, "default_branch");
+    if (forge == ForgeKind::kGitea) {
+      e.runs = e.action == "opened" || e.action == "synchronized" || e.action == "reopened";
+    } else {
+      e.runs = e.action == "opened" || e.action == "synchronize" || e.action == "reopened";
+    }
+  }
+  if (e.action.empty()) return Fail(ErrorKind::kInvalidArgument, std::string(what) + " has no action");
+  if (e.number <= 0) {
+    return Fail(ErrorKind::kInvalidArgument, std::string(what) + " has no number");
+  }
+  if (e.repo_urls.empty() && e.full_name.empty()) {
+    return Fail(ErrorKind::kInvalidArgument, std::string(what) + " does not name its repository");
+  }
+  if (e.runs) {
+    if (!IsSha(e.head_sha)) {
+      return Fail(ErrorKind::kInvalidArgument,
+                  std::string(what) + ": the head commit is not a commit id");
+    }
+    if (e.target_branch.empty()) {
+      return Fail(ErrorKind::kInvalidArgument, std::string(what) + " has no target branch");
+    }
   }
   return e;
 }
@@ -336,6 +469,88 @@ HttpRequest CommitStatusRequest(const StatusTarget& target, const std::string& s
   }
   r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
   return r;
+}
+
+namespace {
+
+std::string ApiBase(const StatusTarget& target) {
+  std::string base = target.api_url;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  return base;
+}
+
+// The headers every forge API request carries, as CommitStatusRequest sends
+// them, plus User-Agent (GitHub refuses requests without one).
+void ApiHeaders(const StatusTarget& target, HttpRequest& r) {
+  r.timeout_ms = 10'000;
+  r.headers.emplace_back("Content-Type", "application/json");
+  r.headers.emplace_back("User-Agent", std::string(kForgeUserAgent));
+  switch (target.forge) {
+    case ForgeKind::kGitlab:
+      r.headers.emplace_back("PRIVATE-TOKEN", target.token);
+      r.headers.emplace_back("Accept", "application/json");
+      break;
+    case ForgeKind::kGitea:
+      r.headers.emplace_back("Authorization", "token " + target.token);
+      r.headers.emplace_back("Accept", "application/json");
+      break;
+    case ForgeKind::kGithub:
+    case ForgeKind::kNone:
+      r.headers.emplace_back("Authorization", "Bearer " + target.token);
+      r.headers.emplace_back("Accept", "application/vnd.github+json");
+      r.headers.emplace_back("X-GitHub-Api-Version", "2022-11-28");
+      break;
+  }
+}
+
+std::string BodyJson(const std::string& body) {
+  return json{{"body", body}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace
+
+HttpRequest CreateCommentRequest(const StatusTarget& target, std::int64_t pr_number,
+                                 const std::string& body) {
+  HttpRequest r;
+  r.method = "POST";
+  std::string n = std::to_string(pr_number);
+  if (target.forge == ForgeKind::kGitlab) {
+    r.url = ApiBase(target) + "/projects/" + UrlEncode(target.project) + "/merge_requests/" + n +
+            "/notes";
+  } else {
+    r.url = ApiBase(target) + "/repos/" + target.project + "/issues/" + n + "/comments";
+  }
+  ApiHeaders(target, r);
+  r.body = BodyJson(body);
+  return r;
+}
+
+HttpRequest EditCommentRequest(const StatusTarget& target, std::int64_t pr_number,
+                               const std::string& comment_id, const std::string& body) {
+  HttpRequest r;
+  if (target.forge == ForgeKind::kGitlab) {
+    r.method = "PUT";
+    r.url = ApiBase(target) + "/projects/" + UrlEncode(target.project) + "/merge_requests/" +
+            std::to_string(pr_number) + "/notes/" + UrlEncode(comment_id);
+  } else {
+    r.method = "PATCH";
+    r.url = ApiBase(target) + "/repos/" + target.project + "/issues/comments/" +
+            UrlEncode(comment_id);
+  }
+  ApiHeaders(target, r);
+  r.body = BodyJson(body);
+  return r;
+}
+
+Result<std::string> ParseCreatedCommentId(std::string_view response_body) {
+  json j = json::parse(response_body.begin(), response_body.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Fail(ErrorKind::kInvalidArgument, "the forge's answer is not a JSON object");
+  }
+  const json& id = Member(j, "id");
+  if (id.is_number_integer()) return std::to_string(id.get<std::int64_t>());
+  if (id.is_string() && !id.get<std::string>().empty()) return id.get<std::string>();
+  return Fail(ErrorKind::kInvalidArgument, "the forge's answer has no comment \"id\"");
 }
 
 }  // namespace trainq

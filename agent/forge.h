@@ -3,6 +3,7 @@
 // configuration; the HTTP itself goes through HttpClient.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,6 +34,9 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b);
 std::string WebhookEvent(ForgeKind forge, const HttpHeaders& headers);
 bool IsPushEvent(ForgeKind forge, std::string_view event);  // includes tag pushes
 bool IsPingEvent(ForgeKind forge, std::string_view event);
+// GitHub and Gitea `pull_request` (Gitea also `pull_request_sync`), GitLab
+// `Merge Request Hook`.
+bool IsPullRequestEvent(ForgeKind forge, std::string_view event);
 
 // GitHub `X-GitHub-Delivery`, Gitea `X-Gitea-Delivery`, GitLab
 // `Idempotency-Key`, else `X-Gitlab-Event-UUID`. Without any: "sha256:" and the
@@ -65,6 +69,32 @@ struct PushEvent {
 // missing or malformed.
 Result<PushEvent> ParsePushEvent(ForgeKind forge, std::string_view body);
 
+// A pull request (GitLab: merge request) event.
+struct PullRequestEvent {
+  std::int64_t number = 0;     // GitHub/Gitea `number`, GitLab `iid`
+  std::string action;          // as the forge names it: opened, synchronize, update, ...
+  bool runs = false;           // the action brings a head to run (see ParsePullRequestEvent)
+  std::string head_sha;
+  std::string head_ref;        // the source branch ("feature")
+  std::string target_branch;   // the base branch ("main")
+  bool from_fork = false;      // the head lives in another repository than the base
+  std::vector<std::string> repo_urls;  // every URL the payload gives for the base repository
+  std::string full_name;               // the base repository: owner/name or path_with_namespace
+  std::string default_branch;          // of the base repository; "" when not said
+  std::string title;
+
+  // The ref the forge keeps the head under in the base repository:
+  // refs/pull/N/head (GitHub, Gitea), refs/merge-requests/N/head (GitLab).
+  std::string HeadRef(ForgeKind forge) const;
+};
+
+// Parses a pull request payload in the forge's shape. `runs` is true for
+// GitHub opened/synchronize/reopened, Gitea opened/synchronized/reopened and
+// GitLab open/reopen, and update only when it carries `oldrev` (new commits;
+// an update without is a title, label or description change). kInvalidArgument
+// names what is missing or malformed.
+Result<PullRequestEvent> ParsePullRequestEvent(ForgeKind forge, std::string_view body);
+
 // "https://GitHub.com/Org/Repo.git/" and "git@github.com:Org/Repo" compare
 // equal: scheme, user, ".git" and trailing slashes dropped, host lowercased,
 // scp-like ssh syntax turned into host/path.
@@ -94,5 +124,24 @@ std::string ProjectFromUrl(std::string_view repo_url);
 HttpRequest CommitStatusRequest(const StatusTarget& target, const std::string& sha,
                                 CommitState state, const std::string& context,
                                 const std::string& description);
+
+// Pull request comments --------------------------------------------------------
+// One comment per pull request, created once and then edited in place:
+//   GitHub  POST  /repos/{owner}/{repo}/issues/{n}/comments        {"body": ...}
+//           PATCH /repos/{owner}/{repo}/issues/comments/{id}       {"body": ...}
+//   GitLab  POST  /projects/{url-encoded path}/merge_requests/{iid}/notes      {"body": ...}
+//           PUT   /projects/{url-encoded path}/merge_requests/{iid}/notes/{id} {"body": ...}
+//   Gitea   POST  /repos/{owner}/{repo}/issues/{n}/comments        {"body": ...}
+//           PATCH /repos/{owner}/{repo}/issues/comments/{id}       {"body": ...}
+// with the same authentication and headers as CommitStatusRequest, plus
+// User-Agent and Accept.
+inline constexpr std::string_view kForgeUserAgent = "trainq/0.1";
+HttpRequest CreateCommentRequest(const StatusTarget& target, std::int64_t pr_number,
+                                 const std::string& body);
+HttpRequest EditCommentRequest(const StatusTarget& target, std::int64_t pr_number,
+                               const std::string& comment_id, const std::string& body);
+// The comment id from the forge's answer to CreateCommentRequest (`id` of the
+// created comment or note); kInvalidArgument when it has none.
+Result<std::string> ParseCreatedCommentId(std::string_view response_body);
 
 }  // namespace trainq

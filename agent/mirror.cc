@@ -137,7 +137,7 @@ Mirror::~Mirror() {
   if (repo_) git_repository_free(repo_);
 }
 
-Status Mirror::Fetch(const FetchAuth& auth) {
+Status Mirror::Fetch(const FetchAuth& auth, const std::vector<std::string>& extra_refs) {
   std::string shown = UrlForLog(url_);
   Owned<git_remote, git_remote_free> remote;
   if (git_remote_create_anonymous(&remote.p, repo_, url_.c_str()) != 0) {
@@ -157,8 +157,12 @@ Status Mirror::Fetch(const FetchAuth& auth) {
   }
   git_buf_dispose(&head);
 
-  const char* specs[] = {"+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"};
-  git_strarray refspecs{const_cast<char**>(specs), 2};
+  std::vector<std::string> spec_strings = {"+refs/heads/*:refs/heads/*",
+                                           "+refs/tags/*:refs/tags/*"};
+  for (const auto& ref : extra_refs) spec_strings.push_back("+" + ref + ":" + ref);
+  std::vector<char*> specs;
+  for (auto& spec : spec_strings) specs.push_back(spec.data());
+  git_strarray refspecs{specs.data(), specs.size()};
   git_fetch_options opts = GIT_FETCH_OPTIONS_INIT;
   opts.callbacks = callbacks;
   opts.prune = GIT_FETCH_PRUNE;

@@ -5,7 +5,8 @@
 // other repository.
 //
 // Fetch mirrors every branch and tag (`+refs/heads/*:refs/heads/*`,
-// `+refs/tags/*:refs/tags/*`, pruned). Objects are only ever added, so a run
+// `+refs/tags/*:refs/tags/*`, pruned), and on request a pull request's head
+// ref. Objects are only ever added, so a run
 // checking a commit out of the mirror is never disturbed by a fetch in
 // another thread. Threading: one Mirror object per thread.
 #pragma once
@@ -43,9 +44,12 @@ class Mirror {
   const std::string& path() const { return path_; }
   const std::string& url() const { return url_; }
 
-  // Fetches every branch and tag. kUnavailable (network, auth, missing
+  // Fetches every branch and tag, and the refs in `extra_refs` under their
+  // own names (a pull request's head: refs/pull/N/head on GitHub and Gitea,
+  // refs/merge-requests/N/head on GitLab; only the one asked for, since a
+  // busy repository has thousands). kUnavailable (network, auth, missing
   // repository) with libgit2's message; the token never appears in it.
-  Status Fetch(const FetchAuth& auth);
+  Status Fetch(const FetchAuth& auth, const std::vector<std::string>& extra_refs = {});
   bool HasCommit(const std::string& sha);
   // refs/heads/* and refs/tags/* (tags peeled to their commit) -> sha.
   Result<std::map<std::string, std::string>> Refs();

@@ -120,7 +120,8 @@ class ConfigParser {
     TRY(CheckKeys(n, path,
                   {"url", "forge", "project", "branches", "default_branch", "secret", "token",
                    "username", "ssh_key", "api_url", "status", "status_context", "poll_interval",
-                   "per_commit", "tags", "fail_on", "limits"}));
+                   "per_commit", "tags", "fail_on", "limits", "pull_requests",
+                   "fork_pull_requests", "pr_comments", "report_url"}));
     RepoConfig r;
     r.line = n.Mark().line + 1;
     if (!n["url"]) return Err(n, path + ".url", "missing (the repository to fetch)");
@@ -182,7 +183,36 @@ class ConfigParser {
       }
       if (auto e = l["runs"]) { ASSIGN_OR_RETURN(r.limits.max_runs, Int(e, lp + ".runs", 1)); }
     }
+    if (auto p = n["pull_requests"]) {
+      ASSIGN_OR_RETURN(r.pull_requests, Bool(p, path + ".pull_requests"));
+    }
+    if (auto p = n["fork_pull_requests"]) {
+      ASSIGN_OR_RETURN(r.fork_pull_requests, Bool(p, path + ".fork_pull_requests"));
+    }
+    r.pr_comments = r.status;
+    if (auto p = n["pr_comments"]) { ASSIGN_OR_RETURN(r.pr_comments, Bool(p, path + ".pr_comments")); }
+    if (auto u = n["report_url"]) { ASSIGN_OR_RETURN(r.report_url, Str(u, path + ".report_url")); }
+    if (r.fork_pull_requests && !r.pull_requests) {
+      return Err(n["fork_pull_requests"], path + ".fork_pull_requests",
+                 "needs `pull_requests: true` (forks are pull requests too)");
+    }
 
+    if (r.pr_comments && n["pr_comments"]) {
+      const YAML::Node& at = n["pr_comments"];
+      if (r.forge == ForgeKind::kNone) {
+        return Err(at, path + ".pr_comments", "needs `forge` (github, gitlab or gitea)");
+      }
+      if (r.token.empty()) {
+        return Err(at, path + ".pr_comments", "needs `token` for the forge's API");
+      }
+      if (r.api_url.empty()) {
+        return Err(at, path + ".pr_comments", "needs `api_url` (cannot tell it from the url)");
+      }
+      if (r.project.empty()) {
+        return Err(at, path + ".pr_comments",
+                   "needs `project` (owner/name; cannot tell it from the url)");
+      }
+    }
     if (r.status) {
       const YAML::Node& at = n["status"];
       if (r.forge == ForgeKind::kNone) {

@@ -11,6 +11,10 @@
 //       token: {file: /etc/trainq/github-token}
 //       status: true
 //       poll_interval: 5m
+//       pull_requests: true         # same-repository pull/merge requests run (default)
+//       fork_pull_requests: false   # heads from forks run only when true: untrusted code
+//       pr_comments: true           # one comment per pull request (default: = status)
+//       report_url: https://ci.example/trainq/report.html   # linked from the comment
 //
 // Secrets and tokens are read from an environment variable or a file, never
 // written in the config itself, and never logged. Every error names the file,
@@ -60,6 +64,10 @@ struct RepoConfig {
   // but significantly better), "never".
   std::string fail_on = "worse";
   SubmitLimits limits;                // `limits: {experiments: N, runs: N}` per push
+  bool pull_requests = true;          // pull/merge requests from this repository run
+  bool fork_pull_requests = false;    // ... and from forks (untrusted code on your machines)
+  bool pr_comments = false;           // the verdict as one comment per pull request
+  std::string report_url;             // linked from the comment; "" = no link
   int line = 0;                       // where the entry starts in the file
 
   // Whether a push to `ref` concerns this repository's watch list.

@@ -70,11 +70,15 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
   ASSIGN_OR_RETURN(Mirror * m, mirrors_.Get(repo.url));
   FetchAuth auth{repo.username, repo.token.value, repo.ssh_key};
   bool fetched = false;
+  bool is_pr = push.pr_number > 0;
   auto fetch_once = [&]() -> Status {
     if (fetched) return {};
     fetched = true;
-    return m->Fetch(auth);
+    // A pull request's head lives under the forge's ref for it.
+    return is_pr ? m->Fetch(auth, {push.ref}) : m->Fetch(auth);
   };
+  // A pull request is compared with its target as it is now.
+  if (is_pr) TRY(fetch_once());
   if (!m->HasCommit(push.after_sha)) {
     TRY(fetch_once());
     if (!m->HasCommit(push.after_sha)) {
@@ -105,7 +109,20 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
     TRY(fetch_once());
     before_known = m->HasCommit(push.before_sha);
   }
-  if (is_tag) {
+  if (is_pr) {
+    // A pull request: its head against the merge-base with its target branch,
+    // which is what merging it would change.
+    ASSIGN_OR_RETURN(auto target, m->ResolveRef("refs/heads/" + push.target_branch));
+    std::optional<std::string> mb;
+    if (target) { ASSIGN_OR_RETURN(mb, m->MergeBase(*target, push.after_sha)); }
+    if (mb) {
+      base = *mb;
+      how = "compared with the merge-base " + Short(base) + " with " + push.target_branch;
+    } else {
+      how = (target ? "no common history with " : "no branch ") + push.target_branch +
+            ", compared with nothing";
+    }
+  } else if (is_tag) {
     // A tag marks a release: it runs every experiment at its commit.
     everything = true;
     how = IsZeroSha(push.before_sha) ? "new tag: every experiment runs"
@@ -161,6 +178,10 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
   ASSIGN_OR_RETURN(auto git, GitRepo::Open(m->path()));
   std::string source = push.source == "poll" ? "poll of " + RefName(push.ref)
                                              : push.source + " push to " + RefName(push.ref);
+  if (is_pr) {
+    source = push.source + (push.source == "gitlab" ? " merge request !" : " pull request #") +
+             std::to_string(push.pr_number) + " into " + push.target_branch;
+  }
   auto manifest_at = [&](const std::string& sha) -> Result<std::optional<Manifest>> {
     auto text = git.ReadFile(sha, kManifestName);
     if (!text) {
@@ -335,6 +356,7 @@ void ServerWorker::PushLoop(Store store) {
 
 void ServerWorker::StatusLoop(Store store) {
   StatusReporter reporter(store, config_, http_, clock_, options_.status);
+  PrCommentReporter comments(store, config_, http_, clock_, options_.data_dir, options_.comments);
   while (true) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -342,6 +364,7 @@ void ServerWorker::StatusLoop(Store store) {
     }
     auto n = reporter.Step();
     if (!n) spdlog::warn("commit statuses: {}", n.error().message);
+    if (auto c = comments.Step(); !c) spdlog::warn("pull request comments: {}", c.error().message);
     Wait(options_.idle_wait_ms, status_woken_);
   }
 }

@@ -6,6 +6,8 @@
 //   - an ordinary push: `before`;
 //   - a new branch (`before` all zeros): the merge-base with the default branch;
 //   - a force push (`before` not an ancestor of `after`): the merge-base of both;
+//   - a pull request (ref refs/pull/N/head): the merge-base of its head with its
+//     target branch, after fetching both (the reason says "pull request #N");
 // read trainq.yaml at `after` (and at the base), detect the experiments to run
 // (agent/change_detect.h), submit one batch per experiment for the head commit
 // (or for every new commit with `per_commit: true`), and want a `pending`
@@ -16,8 +18,8 @@
 // push's error (shown by `trainq status`). A bad trainq.yaml fails at once.
 //
 // ServerWorker runs that and the Poller on one thread, and the
-// StatusReporter on a second (a slow forge never delays a push); each thread
-// has its own Store connection.
+// StatusReporter and the PrCommentReporter on a second (a slow forge never
+// delays a push); each thread has its own Store connection.
 #pragma once
 
 #include <atomic>
@@ -30,6 +32,7 @@
 #include "agent/forge_status.h"
 #include "agent/mirror.h"
 #include "agent/poller.h"
+#include "agent/pr_comments.h"
 #include "agent/server_config.h"
 #include "core/clock.h"
 #include "core/http_client.h"
@@ -44,6 +47,7 @@ struct WorkerOptions {
   size_t max_commits_per_push = 100;  // per_commit: the newest ones
   TimeMs idle_wait_ms = 1'000;        // longest sleep between passes
   StatusReporterOptions status;
+  PrCommentOptions comments;
 };
 
 class PushProcessor {

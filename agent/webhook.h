@@ -13,6 +13,15 @@
 //                                           happen later on the server's worker
 //   push that runs nothing (deleted branch, tag, unwatched branch)
 //                                        -> recorded as skipped, 200 "ignored"
+//   pull/merge request opened, reopened or with new commits
+//                                        -> recorded as a push of its head ref
+//                                           (refs/pull/N/head, GitLab
+//                                           refs/merge-requests/N/head), 202;
+//                                           from a fork without
+//                                           `fork_pull_requests`, with
+//                                           `pull_requests: false`, or into an
+//                                           unwatched branch: skipped, 200
+//   other pull request actions (closed, labeled, ...) -> 202 with the reason
 // The signature is checked against every repository of that forge kind, so
 // the payload is never parsed before it is authenticated.
 #pragma once

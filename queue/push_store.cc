@@ -14,7 +14,7 @@ namespace {
 
 const char* kPushColumns =
     "id, source, delivery_id, repo_url, ref, before_sha, after_sha, default_branch, state, "
-    "attempts, not_before_ms, result, error, received_ms, updated_ms";
+    "attempts, not_before_ms, result, error, received_ms, updated_ms, pr_number, target_branch";
 
 Store::Push ReadPush(const sql::Stmt& s) {
   Store::Push p;
@@ -33,6 +33,8 @@ Store::Push ReadPush(const sql::Stmt& s) {
   p.error = s.Text(12);
   p.received_ms = s.Int(13);
   p.updated_ms = s.Int(14);
+  p.pr_number = s.Int(15);
+  p.target_branch = s.Text(16);
   return p;
 }
 
@@ -108,7 +110,8 @@ Result<std::optional<std::int64_t>> Store::RecordPush(const Push& push, TimeMs n
     ASSIGN_OR_RETURN(
         auto p, db_.Prepare("INSERT INTO pushes (source, delivery_id, repo_url, ref, before_sha, "
                             "after_sha, default_branch, state, result, error, received_ms, "
-                            "updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                            "updated_ms, pr_number, target_branch) VALUES (?, ?, ?, ?, ?, ?, ?, "
+                            "?, ?, ?, ?, ?, ?, ?) "
                             "ON CONFLICT (source, delivery_id) DO NOTHING"));
     TRY(p.Bind(1, push.source)
             .Bind(2, push.delivery_id)
@@ -122,9 +125,14 @@ Result<std::optional<std::int64_t>> Store::RecordPush(const Push& push, TimeMs n
             .Bind(10, push.error)
             .Bind(11, now)
             .Bind(12, now)
+            .Bind(13, push.pr_number)
+            .Bind(14, push.target_branch)
             .Run());
     if (db_.Changes() == 0) return Out();
     std::int64_t id = db_.LastInsertId();
+    // A pull request's head ref is the forge's, not a branch the poller
+    // lists: it stays out of ref_heads.
+    if (push.pr_number > 0) return Out(id);
     if (AllZero(push.after_sha)) {
       ASSIGN_OR_RETURN(auto del, db_.Prepare("DELETE FROM ref_heads WHERE repo_url = ? AND ref = ?"));
       TRY(del.Bind(1, push.repo_url).Bind(2, push.ref).Run());
@@ -313,6 +321,142 @@ Result<std::optional<Store::CommitStatus>> Store::GetCommitStatus(std::int64_t b
   ASSIGN_OR_RETURN(bool row, s.Step());
   if (!row) return std::optional<CommitStatus>();
   return std::optional<CommitStatus>(ReadStatus(s));
+}
+
+namespace {
+
+const char* kPrCommentColumns =
+    "repo_url, pr_number, head_sha, comment_id, body, body_sha256, posted_sha256, settled, "
+    "attempts, not_before_ms, gave_up, last_error, posted_ms";
+
+Store::PrComment ReadPrComment(const sql::Stmt& s) {
+  Store::PrComment c;
+  c.repo_url = s.Text(0);
+  c.pr_number = s.Int(1);
+  c.head_sha = s.Text(2);
+  c.comment_id = s.Text(3);
+  c.body = s.Text(4);
+  c.body_sha256 = s.Text(5);
+  c.posted_sha256 = s.Text(6);
+  c.settled = s.Int(7) != 0;
+  c.attempts = static_cast<int>(s.Int(8));
+  c.not_before_ms = s.Int(9);
+  c.gave_up = s.Int(10) != 0;
+  c.last_error = s.Text(11);
+  c.posted_ms = s.Int(12);
+  return c;
+}
+
+}  // namespace
+
+Result<std::vector<Store::Push>> Store::PullRequestsToRender(int limit) {
+  std::string cols;
+  for (std::string_view c : {"id", "source", "delivery_id", "repo_url", "ref", "before_sha",
+                             "after_sha", "default_branch", "state", "attempts", "not_before_ms",
+                             "result", "error", "received_ms", "updated_ms", "pr_number",
+                             "target_branch"}) {
+    cols += std::string(cols.empty() ? "" : ", ") + "p." + std::string(c);
+  }
+  ASSIGN_OR_RETURN(
+      auto s, db_.Prepare("SELECT " + cols +
+                          " FROM pushes p WHERE p.pr_number > 0 AND p.id = (SELECT max(q.id) "
+                          "FROM pushes q WHERE q.repo_url = p.repo_url AND q.pr_number = "
+                          "p.pr_number AND q.state = 'done') AND NOT EXISTS (SELECT 1 FROM "
+                          "pr_comments c WHERE c.repo_url = p.repo_url AND c.pr_number = "
+                          "p.pr_number AND c.head_sha = p.after_sha AND c.settled = 1) "
+                          "ORDER BY p.id LIMIT ?"));
+  s.Bind(1, limit);
+  return Collect<Push>(s, ReadPush);
+}
+
+Result<std::optional<Store::PrComment>> Store::GetPrComment(const std::string& repo_url,
+                                                            std::int64_t pr_number) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kPrCommentColumns +
+                                       " FROM pr_comments WHERE repo_url = ? AND pr_number = ?"));
+  s.Bind(1, repo_url).Bind(2, pr_number);
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  if (!row) return std::optional<PrComment>();
+  return std::optional<PrComment>(ReadPrComment(s));
+}
+
+Status Store::SetPrCommentWanted(const std::string& repo_url, std::int64_t pr_number,
+                                 const std::string& head_sha, const std::string& body,
+                                 const std::string& body_sha256, bool settled, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(
+        auto u,
+        db_.Prepare("INSERT INTO pr_comments (repo_url, pr_number, head_sha, body, body_sha256, "
+                    "settled, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (repo_url, "
+                    "pr_number) DO UPDATE SET head_sha = excluded.head_sha, body = excluded.body, "
+                    "settled = excluded.settled, updated_ms = excluded.updated_ms, "
+                    "attempts = CASE WHEN body_sha256 = excluded.body_sha256 THEN attempts "
+                    "ELSE 0 END, "
+                    "not_before_ms = CASE WHEN body_sha256 = excluded.body_sha256 THEN "
+                    "not_before_ms ELSE 0 END, "
+                    "gave_up = CASE WHEN body_sha256 = excluded.body_sha256 THEN gave_up "
+                    "ELSE 0 END, "
+                    "body_sha256 = excluded.body_sha256"));
+    return u.Bind(1, repo_url)
+        .Bind(2, pr_number)
+        .Bind(3, head_sha)
+        .Bind(4, body)
+        .Bind(5, body_sha256)
+        .Bind(6, settled ? 1 : 0)
+        .Bind(7, now)
+        .Run();
+  });
+}
+
+Result<std::vector<Store::PrComment>> Store::DuePrComments(TimeMs now, int limit) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kPrCommentColumns +
+                                       " FROM pr_comments WHERE gave_up = 0 AND body != '' AND "
+                                       "body_sha256 != posted_sha256 AND not_before_ms <= ? "
+                                       "ORDER BY not_before_ms, updated_ms LIMIT ?"));
+  s.Bind(1, now).Bind(2, limit);
+  return Collect<PrComment>(s, ReadPrComment);
+}
+
+Status Store::PrCommentPosted(const std::string& repo_url, std::int64_t pr_number,
+                              const std::string& comment_id, const std::string& body_sha256,
+                              TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE pr_comments SET comment_id = ?, posted_sha256 = ?, "
+                                         "attempts = 0, last_error = '', posted_ms = ?, "
+                                         "updated_ms = ? WHERE repo_url = ? AND pr_number = ?"));
+    return u.Bind(1, comment_id)
+        .Bind(2, body_sha256)
+        .Bind(3, now)
+        .Bind(4, now)
+        .Bind(5, repo_url)
+        .Bind(6, pr_number)
+        .Run();
+  });
+}
+
+Status Store::PrCommentFailed(const std::string& repo_url, std::int64_t pr_number,
+                              const std::string& error, TimeMs not_before, bool give_up,
+                              TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE pr_comments SET attempts = attempts + 1, "
+                                         "last_error = ?, not_before_ms = ?, gave_up = ?, "
+                                         "updated_ms = ? WHERE repo_url = ? AND pr_number = ?"));
+    return u.Bind(1, error)
+        .Bind(2, not_before)
+        .Bind(3, give_up ? 1 : 0)
+        .Bind(4, now)
+        .Bind(5, repo_url)
+        .Bind(6, pr_number)
+        .Run();
+  });
+}
+
+Status Store::ForgetPrCommentId(const std::string& repo_url, std::int64_t pr_number, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE pr_comments SET comment_id = '', "
+                                         "posted_sha256 = '', updated_ms = ? WHERE repo_url = ? "
+                                         "AND pr_number = ?"));
+    return u.Bind(1, now).Bind(2, repo_url).Bind(3, pr_number).Run();
+  });
 }
 
 }  // namespace trainq

@@ -282,6 +282,31 @@ CREATE TABLE sweep_points (
   PRIMARY KEY (sweep_id, idx)
 );
 )sql",
+    // 7 -> 8: pull requests. A push can be a pull/merge request's head (its number
+    // and target branch), and each pull request has one comment on the forge,
+    // edited in place (queue/push_store.cc).
+    R"sql(
+ALTER TABLE pushes ADD COLUMN pr_number INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE pushes ADD COLUMN target_branch TEXT NOT NULL DEFAULT '';
+CREATE INDEX pushes_by_pr ON pushes (repo_url, pr_number, id) WHERE pr_number > 0;
+CREATE TABLE pr_comments (
+  repo_url TEXT NOT NULL,
+  pr_number INTEGER NOT NULL,
+  head_sha TEXT NOT NULL DEFAULT '',
+  comment_id TEXT NOT NULL DEFAULT '',
+  body TEXT NOT NULL DEFAULT '',
+  body_sha256 TEXT NOT NULL DEFAULT '',
+  posted_sha256 TEXT NOT NULL DEFAULT '',
+  settled INTEGER NOT NULL DEFAULT 0,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  not_before_ms INTEGER NOT NULL DEFAULT 0,
+  gave_up INTEGER NOT NULL DEFAULT 0,
+  last_error TEXT NOT NULL DEFAULT '',
+  posted_ms INTEGER NOT NULL DEFAULT 0,
+  updated_ms INTEGER NOT NULL,
+  PRIMARY KEY (repo_url, pr_number)
+);
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 

@@ -192,7 +192,7 @@ struct StoreOptions {
 
 class Store {
  public:
-  static inline constexpr int kSchemaVersion = 7;
+  static inline constexpr int kSchemaVersion = 8;
 
   static Result<Store> Open(const std::string& path, StoreOptions options = {});
   Store(Store&&) = default;
@@ -314,6 +314,8 @@ class Store {
     std::string before_sha;           // all zeros: a new branch
     std::string after_sha;            // all zeros: a deleted branch
     std::string default_branch;       // as the payload named it; "" unknown
+    std::int64_t pr_number = 0;       // > 0: a pull/merge request's head (ref refs/pull/N/head)
+    std::string target_branch;        // a pull request's target branch
     std::string state = "pending";    // pending | done | skipped | failed
     int attempts = 0;                 // failed processing attempts so far
     TimeMs not_before_ms = 0;         // next attempt not before
@@ -373,6 +375,43 @@ class Store {
   Status CommitStatusFailed(std::int64_t batch_id, const std::string& error, TimeMs not_before,
                             bool give_up, TimeMs now);
   Result<std::optional<CommitStatus>> GetCommitStatus(std::int64_t batch_id);
+
+  // Pull request comments (schema 5): one per (repository, pull request).
+  struct PrComment {
+    std::string repo_url;       // the repository as configured
+    std::int64_t pr_number = 0;
+    std::string head_sha;       // the head the body was rendered for
+    std::string comment_id;     // the forge's id; "" until created
+    std::string body;           // wanted
+    std::string body_sha256;    // of body
+    std::string posted_sha256;  // of the body the forge last accepted
+    bool settled = false;       // everything the body shows has ended
+    int attempts = 0;           // failed posts of the wanted body
+    TimeMs not_before_ms = 0;
+    bool gave_up = false;
+    std::string last_error;
+    TimeMs posted_ms = 0;
+  };
+  // The newest processed (done) push of each pull request whose comment is
+  // missing, rendered for another head, or not settled; oldest first.
+  Result<std::vector<Push>> PullRequestsToRender(int limit);
+  Result<std::optional<PrComment>> GetPrComment(const std::string& repo_url,
+                                                std::int64_t pr_number);
+  // Sets the wanted body (creating the row). A body that differs from the
+  // wanted one starts its attempts over.
+  Status SetPrCommentWanted(const std::string& repo_url, std::int64_t pr_number,
+                            const std::string& head_sha, const std::string& body,
+                            const std::string& body_sha256, bool settled, TimeMs now);
+  // Wanted body not empty and not posted, not given up, due; oldest first.
+  Result<std::vector<PrComment>> DuePrComments(TimeMs now, int limit);
+  Status PrCommentPosted(const std::string& repo_url, std::int64_t pr_number,
+                         const std::string& comment_id, const std::string& body_sha256,
+                         TimeMs now);
+  Status PrCommentFailed(const std::string& repo_url, std::int64_t pr_number,
+                         const std::string& error, TimeMs not_before, bool give_up, TimeMs now);
+  // The forge lost the comment (deleted by hand): the next post creates one.
+  Status ForgetPrCommentId(const std::string& repo_url, std::int64_t pr_number, TimeMs now);
+
   // Waits for a busy write lock in steps of at most 1 ms (up to the store's
   // busy timeout) instead of SQLite's default back-off, whose sleeps grow to
   // 100 ms: for connections that answer webhooks while other threads write.

@@ -173,5 +173,181 @@ TEST_CASE("forge: commit status requests in each forge's API shape", "[forge]") 
   }
 }
 
+TEST_CASE("forge: GitHub pull_request payloads (octokit examples)", "[forge][pr]") {
+  CHECK(IsPullRequestEvent(ForgeKind::kGithub, "pull_request"));
+  CHECK_FALSE(IsPullRequestEvent(ForgeKind::kGithub, "pull_request_review"));
+  for (const char* name : {"opened", "synchronize", "reopened"}) {
+    INFO(name);
+    auto e = ParsePullRequestEvent(ForgeKind::kGithub,
+                                   Fixture(std::string("github/pull_request_") + name + ".json"));
+    REQUIRE(e);
+    CHECK(e->action == name);
+    CHECK(e->runs);
+    CHECK(e->number == 2);
+    CHECK(e->head_sha == "ec26c3e57ca3a959ca5aad62de7213c562f8c821");
+    CHECK(e->head_ref == "changes");
+    CHECK(e->target_branch == "master");
+    CHECK_FALSE(e->from_fork);
+    CHECK(e->full_name == "Codertocat/Hello-World");
+    CHECK(e->title == "Update the README with new information.");
+    CHECK(e->HeadRef(ForgeKind::kGithub) == "refs/pull/2/head");
+    CHECK(std::find(e->repo_urls.begin(), e->repo_urls.end(),
+                    "https://github.com/Codertocat/Hello-World.git") != e->repo_urls.end());
+  }
+  auto closed = ParsePullRequestEvent(ForgeKind::kGithub, Fixture("github/pull_request_closed.json"));
+  REQUIRE(closed);
+  CHECK(closed->action == "closed");
+  CHECK_FALSE(closed->runs);
+
+  // The same payload with the head in another repository: a fork.
+  auto j = json::parse(Fixture("github/pull_request_opened.json"));
+  j["pull_request"]["head"]["repo"]["id"] = 424242;
+  j["pull_request"]["head"]["repo"]["full_name"] = "mallory/Hello-World";
+  auto fork = ParsePullRequestEvent(ForgeKind::kGithub, j.dump());
+  REQUIRE(fork);
+  CHECK(fork->from_fork);
+  CHECK(fork->full_name == "Codertocat/Hello-World");  // the base repository names the config
+  j["pull_request"]["head"]["repo"] = nullptr;  // the fork was deleted
+  auto gone = ParsePullRequestEvent(ForgeKind::kGithub, j.dump());
+  REQUIRE(gone);
+  CHECK(gone->from_fork);
+}
+
+TEST_CASE("forge: GitLab Merge Request Hook payloads (documented example)", "[forge][pr]") {
+  CHECK(IsPullRequestEvent(ForgeKind::kGitlab, "Merge Request Hook"));
+  CHECK_FALSE(IsPullRequestEvent(ForgeKind::kGitlab, "Note Hook"));
+  auto e = ParsePullRequestEvent(ForgeKind::kGitlab, Fixture("gitlab/merge_request_open.json"));
+  REQUIRE(e);
+  CHECK(e->action == "open");
+  CHECK(e->runs);
+  CHECK(e->number == 1);
+  CHECK(e->head_sha == "da1560886d4f094c3e6c9ef40349f7d38b5d27d7");
+  CHECK(e->head_ref == "ms-viewport");
+  CHECK(e->target_branch == "master");
+  CHECK_FALSE(e->from_fork);  // source_project_id == target_project_id
+  CHECK(e->full_name == "gitlabhq/gitlab-test");
+  CHECK(e->title == "MS-Viewport");
+  CHECK(e->HeadRef(ForgeKind::kGitlab) == "refs/merge-requests/1/head");
+  CHECK(std::find(e->repo_urls.begin(), e->repo_urls.end(),
+                  "http://example.com/gitlabhq/gitlab-test.git") != e->repo_urls.end());
+
+  auto pushed =
+      ParsePullRequestEvent(ForgeKind::kGitlab, Fixture("gitlab/merge_request_update_new_commits.json"));
+  REQUIRE(pushed);
+  CHECK(pushed->action == "update");
+  CHECK(pushed->runs);
+  auto retitled =
+      ParsePullRequestEvent(ForgeKind::kGitlab, Fixture("gitlab/merge_request_update_title.json"));
+  REQUIRE(retitled);
+  CHECK_FALSE(retitled->runs);  // no oldrev: no new commits
+
+  auto j = json::parse(Fixture("gitlab/merge_request_open.json"));
+  j["object_attributes"]["source_project_id"] = 15;
+  auto fork = ParsePullRequestEvent(ForgeKind::kGitlab, j.dump());
+  REQUIRE(fork);
+  CHECK(fork->from_fork);
+}
+
+TEST_CASE("forge: Gitea pull_request payloads", "[forge][pr]") {
+  CHECK(IsPullRequestEvent(ForgeKind::kGitea, "pull_request"));
+  CHECK(IsPullRequestEvent(ForgeKind::kGitea, "pull_request_sync"));
+  auto e = ParsePullRequestEvent(ForgeKind::kGitea, Fixture("gitea/pull_request_opened.json"));
+  REQUIRE(e);
+  CHECK(e->runs);
+  CHECK(e->number == 2);
+  CHECK(e->head_sha == "bffeb74224043ba2feb48d137756c8a9331c449a");
+  CHECK(e->head_ref == "develop");
+  CHECK(e->target_branch == "master");
+  CHECK_FALSE(e->from_fork);
+  CHECK(e->full_name == "gitea/webhooks");
+  CHECK(e->HeadRef(ForgeKind::kGitea) == "refs/pull/2/head");
+  auto sync = ParsePullRequestEvent(ForgeKind::kGitea, Fixture("gitea/pull_request_synchronized.json"));
+  REQUIRE(sync);
+  CHECK(sync->action == "synchronized");
+  CHECK(sync->runs);
+  auto j = json::parse(Fixture("gitea/pull_request_opened.json"));
+  j["action"] = "label_updated";
+  auto labelled = ParsePullRequestEvent(ForgeKind::kGitea, j.dump());
+  REQUIRE(labelled);
+  CHECK_FALSE(labelled->runs);
+  j["action"] = "opened";
+  j["pull_request"]["head"]["repo_id"] = 141;
+  j["pull_request"]["head"]["repo"]["id"] = 141;
+  auto fork = ParsePullRequestEvent(ForgeKind::kGitea, j.dump());
+  REQUIRE(fork);
+  CHECK(fork->from_fork);
+}
+
+TEST_CASE("forge: malformed pull request payloads name what is wrong", "[forge][pr]") {
+  auto no_pr = ParsePullRequestEvent(ForgeKind::kGithub, R"({"action":"opened","number":1})");
+  REQUIRE_FALSE(no_pr);
+  CHECK(no_pr.error().message == "pull request payload has no \"pull_request\"");
+  auto j = json::parse(Fixture("github/pull_request_opened.json"));
+  j["pull_request"]["head"]["sha"] = "abc";
+  auto bad_sha = ParsePullRequestEvent(ForgeKind::kGithub, j.dump());
+  REQUIRE_FALSE(bad_sha);
+  CHECK(bad_sha.error().message == "pull request payload: the head commit is not a commit id");
+  auto no_oa = ParsePullRequestEvent(ForgeKind::kGitlab, R"({"object_kind":"merge_request"})");
+  REQUIRE_FALSE(no_oa);
+  CHECK(no_oa.error().message == "merge request payload has no \"object_attributes\"");
+}
+
+TEST_CASE("forge: pull request comment requests in each forge's documented API shape",
+          "[forge][pr]") {
+  auto check_common = [](const HttpRequest& r) {
+    CHECK(FindHeader(r.headers, "Content-Type") == "application/json");
+    CHECK(FindHeader(r.headers, "User-Agent") == "trainq/0.1");
+    CHECK(json::parse(r.body) == json{{"body", "| a | b |\n|---|---|"}});
+  };
+  const std::string body = "| a | b |\n|---|---|";
+  SECTION("GitHub: POST issues/{n}/comments, then PATCH issues/comments/{id}") {
+    StatusTarget t{ForgeKind::kGithub, "https://api.github.com/", "o/r", "tok"};
+    auto c = CreateCommentRequest(t, 7, body);
+    CHECK(c.method == "POST");
+    CHECK(c.url == "https://api.github.com/repos/o/r/issues/7/comments");
+    CHECK(FindHeader(c.headers, "Authorization") == "Bearer tok");
+    CHECK(FindHeader(c.headers, "Accept") == "application/vnd.github+json");
+    CHECK(FindHeader(c.headers, "X-GitHub-Api-Version") == "2022-11-28");
+    check_common(c);
+    auto e = EditCommentRequest(t, 7, "1234567", body);
+    CHECK(e.method == "PATCH");
+    CHECK(e.url == "https://api.github.com/repos/o/r/issues/comments/1234567");
+    CHECK(FindHeader(e.headers, "Authorization") == "Bearer tok");
+    check_common(e);
+  }
+  SECTION("GitLab: POST merge_requests/{iid}/notes, then PUT notes/{id}") {
+    StatusTarget t{ForgeKind::kGitlab, "https://gitlab.com/api/v4", "g/sub/p", "t"};
+    auto c = CreateCommentRequest(t, 3, body);
+    CHECK(c.method == "POST");
+    CHECK(c.url == "https://gitlab.com/api/v4/projects/g%2Fsub%2Fp/merge_requests/3/notes");
+    CHECK(FindHeader(c.headers, "PRIVATE-TOKEN") == "t");
+    CHECK(FindHeader(c.headers, "Accept") == "application/json");
+    check_common(c);
+    auto e = EditCommentRequest(t, 3, "305", body);
+    CHECK(e.method == "PUT");
+    CHECK(e.url == "https://gitlab.com/api/v4/projects/g%2Fsub%2Fp/merge_requests/3/notes/305");
+    CHECK(FindHeader(e.headers, "PRIVATE-TOKEN") == "t");
+    check_common(e);
+  }
+  SECTION("Gitea: POST issues/{n}/comments, then PATCH issues/comments/{id}") {
+    StatusTarget t{ForgeKind::kGitea, "https://gitea.io/api/v1", "o/r", "t"};
+    auto c = CreateCommentRequest(t, 2, body);
+    CHECK(c.method == "POST");
+    CHECK(c.url == "https://gitea.io/api/v1/repos/o/r/issues/2/comments");
+    CHECK(FindHeader(c.headers, "Authorization") == "token t");
+    CHECK(FindHeader(c.headers, "Accept") == "application/json");
+    check_common(c);
+    auto e = EditCommentRequest(t, 2, "88", body);
+    CHECK(e.method == "PATCH");
+    CHECK(e.url == "https://gitea.io/api/v1/repos/o/r/issues/comments/88");
+    check_common(e);
+  }
+  CHECK(ParseCreatedCommentId(R"({"id": 1234567, "body": "x"})").value() == "1234567");
+  CHECK(ParseCreatedCommentId(R"({"id": "305"})").value() == "305");
+  auto none = ParseCreatedCommentId(R"({"message": "Not Found"})");
+  REQUIRE_FALSE(none);
+  CHECK(none.error().message == "the forge's answer has no comment \"id\"");
+}
+
 }  // namespace
 }  // namespace trainq

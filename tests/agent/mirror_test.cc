@@ -57,6 +57,27 @@ TEST_CASE("mirror: fetches a file:// repository into a bare mirror runs can chec
   CHECK(again->HasCommit(c1));
 }
 
+TEST_CASE("mirror: a pull request's head ref is fetched when asked for, and only then",
+          "[mirror][pr]") {
+  Origin o;
+  o.git.Commit({{"a", "1"}}, "one");
+  o.git.Run("checkout -q -b feature");
+  std::string head = o.git.Commit({{"a", "2"}}, "pr head");
+  o.git.Run("checkout -q main");
+  o.git.Run("update-ref refs/pull/9/head " + head);
+  o.git.Run("update-ref refs/merge-requests/9/head " + head);
+  o.git.Run("branch -q -D feature");
+  auto m = Mirror::Open(Mirror::PathFor(o.data, o.url), o.url).value();
+  REQUIRE(m.Fetch({}));
+  CHECK_FALSE(m.ResolveRef("refs/pull/9/head").value());  // branches and tags only
+  REQUIRE(m.Fetch({}, {"refs/pull/9/head"}));
+  CHECK(m.HasCommit(head));
+  CHECK(m.ResolveRef("refs/pull/9/head").value() == head);
+  CHECK(m.Refs().value().count("refs/pull/9/head") == 0);  // never mistaken for a branch
+  REQUIRE(m.Fetch({}, {"refs/merge-requests/9/head"}));
+  CHECK(m.ResolveRef("refs/merge-requests/9/head").value() == head);
+}
+
 TEST_CASE("mirror: history questions and tree diffs with renames", "[mirror]") {
   Origin o;
   std::string base = o.git.Commit({{"configs/a.yaml", "alpha: 1\nlong enough to be similar\n"},

@@ -103,6 +103,12 @@ TEST_CASE("server config: errors name file, line and key, never a secret", "[ser
       {"repositories:\n  - url: x\n    tags: maybe\n",
        "server.yaml:3: repositories[0].tags: expected true or false, got \"maybe\""},
       {"listen: [1]\n", "server.yaml:1: listen: expected a non-empty string"},
+      {"repositories:\n  - url: x\n    pull_requests: false\n    fork_pull_requests: true\n",
+       "server.yaml:4: repositories[0].fork_pull_requests: needs `pull_requests: true`"},
+      {"repositories:\n  - url: https://github.com/a/b\n    forge: github\n    pr_comments: true\n",
+       "server.yaml:4: repositories[0].pr_comments: needs `token` for the forge's API"},
+      {"repositories:\n  - url: x\n    pull_requests: sometimes\n",
+       "server.yaml:3: repositories[0].pull_requests: expected true or false"},
       {"repositories: [\n", "server.yaml:2: not valid YAML"},
   };
   for (const auto& c : cases) {
@@ -247,6 +253,42 @@ TEST_CASE("server config: a pool's env_passthrough, and its errors", "[server_co
   REQUIRE_FALSE(scalar);
   CHECK(scalar.error().message.find("pools[0].env_passthrough: expected a list") !=
         std::string::npos);
+}
+
+TEST_CASE("server config: pull requests: same-repository ones on, forks off, comments with "
+          "statuses",
+          "[server_config][pr]") {
+  testing::TempDir tmp;
+  REQUIRE(WriteFile(tmp / "token", "t\n"));
+  auto c = ParseServerConfig("repositories:\n"
+                             "  - url: https://github.com/acme/model.git\n"
+                             "    forge: github\n"
+                             "    token: {file: " + (tmp / "token") + "}\n"
+                             "    status: true\n"
+                             "  - url: https://github.com/acme/open.git\n"
+                             "    forge: github\n"
+                             "    token: {file: " + (tmp / "token") + "}\n"
+                             "    fork_pull_requests: true\n"
+                             "    pr_comments: true\n"
+                             "    report_url: https://ci.example/report.html\n"
+                             "  - url: https://github.com/acme/quiet.git\n"
+                             "    status: false\n"
+                             "    pull_requests: false\n",
+                             "server.yaml");
+  INFO((c ? "" : c.error().message));
+  REQUIRE(c);
+  const auto& model = c->repositories[0];
+  CHECK(model.pull_requests);
+  CHECK_FALSE(model.fork_pull_requests);
+  CHECK(model.pr_comments);  // follows status
+  CHECK(model.report_url.empty());
+  const auto& open = c->repositories[1];
+  CHECK(open.fork_pull_requests);
+  CHECK(open.pr_comments);
+  CHECK(open.report_url == "https://ci.example/report.html");
+  const auto& quiet = c->repositories[2];
+  CHECK_FALSE(quiet.pull_requests);
+  CHECK_FALSE(quiet.pr_comments);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // failing fetch or a bad trainq.yaml leaves behind.
 #include "agent/server_worker.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -69,6 +70,25 @@ struct World {
     p.ref = ref;
     p.before_sha = before;
     p.after_sha = after;
+    auto id = store.RecordPush(p, clock.Now()).value();
+    REQUIRE(id);
+    MirrorCache mirrors(tmp / "data");
+    PushProcessor proc(store, config, mirrors, clock, Options());
+    REQUIRE(proc.ProcessDue(10));
+    return *store.GetPush(*id).value();
+  }
+
+  // Records a pull request's head as the webhook does and processes it.
+  Store::Push PullRequest(std::int64_t number, const std::string& head, const std::string& target) {
+    Store::Push p;
+    p.source = "github";
+    p.delivery_id = "d" + std::to_string(++deliveries);
+    p.repo_url = url;
+    p.ref = "refs/pull/" + std::to_string(number) + "/head";
+    p.before_sha = std::string(kZeroSha);
+    p.after_sha = head;
+    p.pr_number = number;
+    p.target_branch = target;
     auto id = store.RecordPush(p, clock.Now()).value();
     REQUIRE(id);
     MirrorCache mirrors(tmp / "data");
@@ -317,6 +337,62 @@ TEST_CASE("push: tags run every experiment when tags are on", "[server_worker]")
   auto batches = w.Batches(w.base);
   CHECK(Keys(batches) == std::vector<std::string>{"a", "b"});
   CHECK(batches["a"].starts_with("github push to v1: new tag: every experiment runs"));
+}
+
+TEST_CASE("push: a pull request's head is fetched from refs/pull/N/head and compared with the "
+          "merge-base with its target",
+          "[server_worker][pr]") {
+  World w;
+  // The mirror knows main at base.
+  w.Push("refs/heads/main", std::string(kZeroSha), w.base);
+  w.git.Run("checkout -q -b feature");
+  std::string head = w.git.Commit({{"configs/b.yaml", "lr: 3\n"}}, "tune b");
+  w.git.Run("checkout -q main");
+  std::string moved = w.git.Commit({{"configs/a.yaml", "lr: 9\n"}}, "main moves on: a");
+  // Only the forge's pull ref holds the head, as for a pull request from a fork.
+  w.git.Run("update-ref refs/pull/4/head " + head);
+  w.git.Run("branch -q -D feature");
+
+  auto p = w.PullRequest(4, head, "main");
+  INFO(p.error);
+  CHECK(p.state == "done");
+  CHECK(p.result.starts_with(head.substr(0, 10) + ": queued b"));
+  auto batches = w.Batches(head);
+  REQUIRE(Keys(batches) == std::vector<std::string>{"b"});  // a changed on main, not in the PR
+  CHECK(batches["b"] == "github pull request #4 into main: compared with the merge-base " +
+                            w.base.substr(0, 10) +
+                            " with main; configs/b.yaml matches watch 'configs/b.yaml'");
+  (void)moved;
+
+  // A target branch that does not exist: compared with nothing, every experiment runs.
+  std::string lone = w.git.Commit({{"README", "more\n"}}, "readme");
+  w.git.Run("update-ref refs/pull/5/head " + lone);
+  auto q = w.PullRequest(5, lone, "nope");
+  CHECK(q.state == "done");
+  CHECK(Keys(w.Batches(lone)) == std::vector<std::string>{"a", "b"});
+  CHECK(w.Batches(lone)["a"].starts_with(
+      "github pull request #5 into nope: no branch nope, compared with nothing; "));
+}
+
+TEST_CASE("push: a pull request whose head was already pushed to a branch queues nothing twice",
+          "[server_worker][pr]") {
+  World w;
+  w.Push("refs/heads/main", std::string(kZeroSha), w.base);
+  w.git.Run("checkout -q -b feature");
+  std::string head = w.git.Commit({{"configs/b.yaml", "lr: 3\n"}}, "tune b");
+  w.git.Run("checkout -q main");  // the remote's HEAD names the default branch
+  w.Push("refs/heads/feature", std::string(kZeroSha), head);
+  REQUIRE(w.Batches(head).size() == 1);
+  std::string reason = w.Batches(head)["b"];
+  w.git.Run("update-ref refs/pull/6/head " + head);
+  auto p = w.PullRequest(6, head, "main");
+  CHECK(p.state == "done");
+  CHECK(w.Batches(head).size() == 1);
+  CHECK(w.Batches(head)["b"] == reason);  // the batch of the branch push, kept
+  auto all = w.store.Batches(false, 0).value();
+  CHECK(std::count_if(all.begin(), all.end(), [&](const BatchProgress& b) {
+          return b.sha == head;
+        }) == 1);
 }
 
 }  // namespace

@@ -194,7 +194,7 @@ TEST_CASE("webhook: ping answers 200, other events 202 with the reason", "[webho
                     GithubHeaders("issues", issue, "It's a Secret to Everybody", "i1"), issue, 1);
   CHECK(r.status == 202);
   CHECK(r.result == "ignored");
-  CHECK(json::parse(r.body)["reason"] == "event 'issues' is not handled (only push)");
+  CHECK(json::parse(r.body)["reason"] == "event 'issues' is not handled (only push and pull requests)");
   // A ping with a bad signature is still refused.
   r = HandleWebhook(f.config, f.store, ForgeKind::kGithub, GithubHeaders("ping", ping, "x", "p2"),
                     ping, 1);
@@ -306,6 +306,146 @@ TEST_CASE("webhook: a repository without a secret refuses every webhook", "[webh
   auto r = HandleWebhook(config, store, ForgeKind::kGithub, GithubHeaders("push", body, "", "x"),
                          body, 1);
   CHECK(r.status == 401);
+}
+
+TEST_CASE("webhook: a GitHub pull request is recorded as a push of refs/pull/N/head",
+          "[webhook][pr]") {
+  Fixture3 f;
+  const std::string secret = "It's a Secret to Everybody";
+  std::string body = Fixture("github/pull_request_opened.json");
+  auto r = HandleWebhook(f.config, f.store, ForgeKind::kGithub,
+                         GithubHeaders("pull_request", body, secret, "pr-1"), body, 1000);
+  INFO(r.body);
+  CHECK(r.status == 202);
+  CHECK(json::parse(r.body)["pull_request"] == 2);
+  auto p = f.store.GetPush(r.push_id).value();
+  REQUIRE(p);
+  CHECK(p->ref == "refs/pull/2/head");
+  CHECK(p->after_sha == "ec26c3e57ca3a959ca5aad62de7213c562f8c821");
+  CHECK(p->pr_number == 2);
+  CHECK(p->target_branch == "master");
+  CHECK(p->state == "pending");
+  // The forge's pull ref is no branch head: the poller never sees it.
+  CHECK(f.store.RefHeads(p->repo_url).value().empty());
+
+  // The same delivery again: a duplicate.
+  auto again = HandleWebhook(f.config, f.store, ForgeKind::kGithub,
+                             GithubHeaders("pull_request", body, secret, "pr-1"), body, 2000);
+  CHECK(again.status == 200);
+  CHECK(again.result == "duplicate");
+
+  // Closing runs nothing and records nothing.
+  std::string closed = Fixture("github/pull_request_closed.json");
+  auto c = HandleWebhook(f.config, f.store, ForgeKind::kGithub,
+                         GithubHeaders("pull_request", closed, secret, "pr-2"), closed, 3000);
+  CHECK(c.status == 202);
+  CHECK(c.result == "ignored");
+  CHECK(json::parse(c.body)["reason"] ==
+        "pull request #2: action 'closed' runs nothing (only a new or reopened pull request or "
+        "new commits do)");
+  CHECK(f.Pushes() == 1);
+
+  // A forged signature on a pull request: 401, as for pushes.
+  auto forged = HandleWebhook(f.config, f.store, ForgeKind::kGithub,
+                              GithubHeaders("pull_request", body, "guess", "pr-3"), body, 4000);
+  CHECK(forged.status == 401);
+}
+
+TEST_CASE("webhook: pull requests from forks are ignored unless the repository opts in",
+          "[webhook][pr]") {
+  Env gh{"WH_TEST_GH", "It's a Secret to Everybody"};
+  testing::TempDir tmp;
+  Store store = Store::Open(tmp / "t.db").value();
+  auto j = json::parse(Fixture("github/pull_request_opened.json"));
+  j["pull_request"]["head"]["repo"]["id"] = 424242;
+  j["pull_request"]["head"]["repo"]["full_name"] = "mallory/Hello-World";
+  std::string body = j.dump();
+  auto headers = [&](const char* id) {
+    return GithubHeaders("pull_request", body, "It's a Secret to Everybody", id);
+  };
+  std::string repo = R"(
+repositories:
+  - url: https://github.com/Codertocat/Hello-World.git
+    forge: github
+    secret: {env: WH_TEST_GH}
+)";
+  auto off = HandleWebhook(Config(repo), store, ForgeKind::kGithub, headers("f1"), body, 1000);
+  INFO(off.body);
+  CHECK(off.status == 200);
+  CHECK(off.result == "ignored");
+  CHECK(json::parse(off.body)["reason"] ==
+        "pull request #2 comes from a fork: its code would run on your machines, so forks are "
+        "ignored unless `fork_pull_requests: true`");
+  CHECK(store.GetPush(off.push_id).value()->state == "skipped");
+
+  auto on = HandleWebhook(Config(repo + "    fork_pull_requests: true\n"), store,
+                          ForgeKind::kGithub, headers("f2"), body, 2000);
+  CHECK(on.status == 202);
+  CHECK(store.GetPush(on.push_id).value()->state == "pending");
+
+  auto none = HandleWebhook(Config(repo + "    pull_requests: false\n"), store, ForgeKind::kGithub,
+                            headers("f3"), body, 3000);
+  CHECK(none.status == 200);
+  CHECK(json::parse(none.body)["reason"] ==
+        "pull request #2: pull requests are off for "
+        "https://github.com/Codertocat/Hello-World.git (`pull_requests: false`)");
+  auto unwatched = HandleWebhook(Config(repo + "    fork_pull_requests: true\n    branches: [main]\n"),
+                                 store, ForgeKind::kGithub, headers("f4"), body, 4000);
+  CHECK(unwatched.status == 200);
+  CHECK(json::parse(unwatched.body)["reason"] ==
+        "pull request #2 targets master, which is not in `branches` of "
+        "https://github.com/Codertocat/Hello-World.git");
+}
+
+TEST_CASE("webhook: GitLab merge requests and Gitea pull requests", "[webhook][pr]") {
+  Env gl{"WH_TEST_GL2", "gitlab-token-123"};
+  Env ge{"WH_TEST_GE", "gitea-secret"};
+  testing::TempDir tmp;
+  Store store = Store::Open(tmp / "t.db").value();
+  ServerConfig config = Config(R"(
+repositories:
+  - url: http://example.com/gitlabhq/gitlab-test.git
+    forge: gitlab
+    secret: {env: WH_TEST_GL2}
+  - url: http://localhost:3000/gitea/webhooks.git
+    forge: gitea
+    secret: {env: WH_TEST_GE}
+)");
+  auto gitlab = [&](const std::string& body, const char* id) {
+    return HandleWebhook(config, store, ForgeKind::kGitlab,
+                         {{"X-Gitlab-Event", "Merge Request Hook"},
+                          {"X-Gitlab-Token", "gitlab-token-123"},
+                          {"X-Gitlab-Event-UUID", id}},
+                         body, 1000);
+  };
+  auto open = gitlab(Fixture("gitlab/merge_request_open.json"), "u1");
+  INFO(open.body);
+  CHECK(open.status == 202);
+  auto p = store.GetPush(open.push_id).value();
+  REQUIRE(p);
+  CHECK(p->ref == "refs/merge-requests/1/head");
+  CHECK(p->pr_number == 1);
+  CHECK(p->target_branch == "master");
+  CHECK(gitlab(Fixture("gitlab/merge_request_update_new_commits.json"), "u2").status == 202);
+  auto title = gitlab(Fixture("gitlab/merge_request_update_title.json"), "u3");
+  CHECK(title.status == 202);
+  CHECK(title.result == "ignored");
+  CHECK(json::parse(title.body)["reason"] ==
+        "merge request !1: update without new commits runs nothing (only a new or reopened merge "
+        "request or new commits do)");
+
+  std::string body = Fixture("gitea/pull_request_synchronized.json");
+  auto r = HandleWebhook(config, store, ForgeKind::kGitea,
+                         {{"X-Gitea-Event", "pull_request"},
+                          {"X-Gitea-Delivery", "g1"},
+                          {"X-Gitea-Signature", HmacSha256Hex("gitea-secret", body)}},
+                         body, 2000);
+  INFO(r.body);
+  CHECK(r.status == 202);
+  auto g = store.GetPush(r.push_id).value();
+  REQUIRE(g);
+  CHECK(g->ref == "refs/pull/2/head");
+  CHECK(g->after_sha == "d3c6e8f2a1b4c5d6e7f8091a2b3c4d5e6f708192");
 }
 
 }  // namespace

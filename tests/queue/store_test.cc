@@ -370,6 +370,63 @@ TEST_CASE("A store at schema version 1 is migrated and keeps its rows", "[store]
   CHECK(b[0].values == std::vector<double>{0.5});
 }
 
+TEST_CASE("A store at schema version 6 gains pull request pushes and comments", "[store][migration]") {
+  testing::TempDir dir;
+  std::string path = dir / "v6.db";
+  {
+    auto db = sql::Db::Open(path, true, 1000).value();
+    REQUIRE(ApplyMigrations(db, 0, 6));
+    REQUIRE(db.Exec("INSERT INTO pushes (source, delivery_id, repo_url, ref, before_sha, after_sha, "
+                    "state, received_ms, updated_ms) VALUES ('github', 'd1', 'u', "
+                    "'refs/heads/main', 'a', 'b', 'done', 1, 1);"));
+  }
+  auto store = Store::Open(path).value();
+  CHECK(store.schema_version() == Store::kSchemaVersion);
+  auto old = store.GetPush(1).value();
+  REQUIRE(old);
+  CHECK(old->pr_number == 0);  // a branch push
+  CHECK(old->target_branch.empty());
+
+  Store::Push pr;
+  pr.source = "github";
+  pr.delivery_id = "d2";
+  pr.repo_url = "u";
+  pr.ref = "refs/pull/3/head";
+  pr.before_sha = "0000000000000000000000000000000000000000";
+  pr.after_sha = "c";
+  pr.pr_number = 3;
+  pr.target_branch = "main";
+  auto id = store.RecordPush(pr, 10).value();
+  REQUIRE(id);
+  CHECK(store.GetPush(*id).value()->pr_number == 3);
+  CHECK(store.RefHeads("u").value().empty());  // pull refs are not branch heads
+  CHECK(store.PullRequestsToRender(10).value().empty());  // not processed yet
+  REQUIRE(store.FinishPush(*id, "done", "queued x", "", 11));
+  auto todo = store.PullRequestsToRender(10).value();
+  REQUIRE(todo.size() == 1);
+  CHECK(todo[0].after_sha == "c");
+
+  // Wanted, posted, then the same body again: nothing due; a new body: due again.
+  REQUIRE(store.SetPrCommentWanted("u", 3, "c", "body 1", "h1", false, 12));
+  REQUIRE(store.DuePrComments(12, 10).value().size() == 1);
+  REQUIRE(store.PrCommentFailed("u", 3, "HTTP 502", 5000, false, 13));
+  CHECK(store.DuePrComments(100, 10).value().empty());  // backing off
+  REQUIRE(store.SetPrCommentWanted("u", 3, "c", "body 1", "h1", false, 14));
+  CHECK(store.GetPrComment("u", 3).value()->attempts == 1);  // same body: backoff kept
+  REQUIRE(store.PrCommentPosted("u", 3, "77", "h1", 5000));
+  CHECK(store.DuePrComments(6000, 10).value().empty());
+  REQUIRE(store.SetPrCommentWanted("u", 3, "c", "body 2", "h2", true, 6001));
+  auto due = store.DuePrComments(6001, 10).value();
+  REQUIRE(due.size() == 1);
+  CHECK(due[0].comment_id == "77");
+  CHECK(due[0].attempts == 0);
+  CHECK(due[0].settled);
+  REQUIRE(store.PrCommentPosted("u", 3, "77", "h2", 6002));
+  CHECK(store.PullRequestsToRender(10).value().empty());  // settled at its head
+  REQUIRE(store.ForgetPrCommentId("u", 3, 6003));
+  CHECK(store.GetPrComment("u", 3).value()->comment_id.empty());
+}
+
 TEST_CASE("A store written by a newer trainq is refused, untouched", "[store][migration]") {
   testing::TempDir dir;
   std::string path = dir / "new.db";
