@@ -11,6 +11,7 @@
 //       token: {file: /etc/trainq/github-token}
 //       status: true
 //       poll_interval: 5m
+//   read_token: {env: TRAINQ_READ_TOKEN}   # GET /api/v1/report and /api/v1/gate
 //
 // Secrets and tokens are read from an environment variable or a file, never
 // written in the config itself, and never logged. Every error names the file,
@@ -108,6 +109,11 @@ struct ServerConfig {
   std::string listen;  // "" = not set
   std::vector<RepoConfig> repositories;
   std::vector<PoolSpec> pools;  // empty: the default local pool
+  // The bearer token of the read routes (GET /api/v1/report, /api/v1/gate):
+  // separate from worker tokens and webhook secrets, so a CI job that reads
+  // reports can neither lease runs nor forge a push. Empty: those routes
+  // answer 403.
+  SecretValue read_token;
 
   const PoolSpec* FindPool(std::string_view name) const {
     for (const auto& p : pools)
