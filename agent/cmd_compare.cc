@@ -10,6 +10,7 @@
 #include "agent/commands.h"
 #include "agent/gate.h"
 #include "agent/git_repo.h"
+#include "agent/read_api.h"
 #include "core/strings.h"
 #include "queue/store.h"
 
@@ -115,6 +116,7 @@ Status CmdCompare(const CompareCommandOptions& o, std::ostream& out) {
 }
 
 Result<int> CmdGate(const GateOptions& o, std::ostream& out) {
+  if (!o.server.empty()) return GateFromServer(o, o.wait_s * 1000, o.json, out);
   StoreOptions so;
   so.create = false;
   ASSIGN_OR_RETURN(auto store, Store::Open(o.db, so));

@@ -118,8 +118,27 @@ struct ReportOptions {
   std::vector<std::string> experiments;  // empty: all
   std::string out_dir;                   // write report files here instead of printing
   std::string formats = "md,html,json,csv";
+  std::string server;      // base URL of a `trainq serve`: its GET /api/v1/report, not the db
+  std::string token_file;  // the read token for --server (else $TRAINQ_READ_TOKEN)
 };
 Status CmdReport(const ReportOptions& o, const Clock& clock, std::ostream& out);
+
+// What `trainq report` prints or writes, as bytes, for one format: "table"
+// (`trainq report`), "batches" (`--json`), "md", "html", "json", "csv" (the
+// files of `--out`), "summary" (the last line `--out` prints). The CLI and
+// GET /api/v1/report both call it, so they answer the same bytes.
+struct ReportQuery {
+  std::string since;                     // "7d"; empty: everything
+  std::vector<std::string> experiments;  // empty: all
+  std::string format;
+};
+Result<std::string> ReportBytes(Store& store, const ReportQuery& q, TimeMs now);
+// kNotFound naming `option` and `where` (the db) when an experiment has no
+// batch at all: a misspelt name is an error, not an empty report.
+Status CheckReportExperiments(Store& store, const std::vector<std::string>& experiments,
+                              const std::string& option, const std::string& where);
+// report.md, report.html, report.json, runs.csv; nullptr for other formats.
+const char* ReportFileName(const std::string& format);
 
 struct CompareCommandOptions {
   std::string db;
@@ -139,6 +158,8 @@ struct GateOptions {
   std::vector<std::string> experiments;
   bool json = false;
   std::int64_t wait_s = 0;  // poll until every run on both sides ended, at most this long
+  std::string server;      // base URL of a `trainq serve`: its GET /api/v1/gate, not the db
+  std::string token_file;  // the read token for --server (else $TRAINQ_READ_TOKEN)
 };
 // Returns the exit code (agent/gate.h): 0 no significant regression, 1 a
 // regression, 3 undecided. Errors (exit 2 from main) come back as Error.

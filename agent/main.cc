@@ -225,6 +225,12 @@ int main(int argc, char** argv) {
   c_report->add_option("--format", report.formats, "Files to write with --out")
       ->capture_default_str();
   c_report->add_flag("--json", report.json, "Print as JSON (without --out)");
+  c_report->add_option("--server", report.server,
+                       "Ask a running `trainq serve` (its base URL; needs its read token) "
+                       "instead of the database")
+      ->envname("TRAINQ_SERVER");
+  c_report->add_option("--token-file", report.token_file,
+                       "File holding the server's read token (default: $TRAINQ_READ_TOKEN)");
   c_report->callback([&] {
     report.db = db;
     exit_code = Report(trainq::CmdReport(report, clock, std::cout));
@@ -265,8 +271,17 @@ int main(int argc, char** argv) {
   bool gate_strict = false;
   c_gate->add_flag("--strict", gate_strict,
                    "Accepted for old scripts: undecided always exits 3 now");
+  c_gate->add_option("--server", gate.server,
+                     "Ask a running `trainq serve` (its base URL; needs its read token) instead "
+                     "of the database; --repo then names one of its repositories")
+      ->envname("TRAINQ_SERVER");
+  c_gate->add_option("--token-file", gate.token_file,
+                     "File holding the server's read token (default: $TRAINQ_READ_TOKEN)");
   c_gate->callback([&] {
     gate.db = db;
+    // With --server, --repo names a repository of the server (url or short
+    // name), not a local directory: "." is no default there.
+    if (!gate.server.empty() && c_gate->get_option("--repo")->count() == 0) gate.repo.clear();
     if (!gate_wait.empty()) {
       auto w = trainq::ParseDurationSeconds(gate_wait);
       if (!w) {

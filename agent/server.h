@@ -3,11 +3,14 @@
 //   GET  /api/v1/status                               what `trainq status --json` prints
 //   GET  /healthz                                     200 while the store answers
 //   GET  /metrics                                     Prometheus text format
+//   GET  /api/v1/report, /api/v1/gate                 reports and gate decisions for
+//                                                     hosted CI (agent/read_api.h)
 //   POST /api/v1/workers/*, /api/v1/runs/*            the worker protocol
 //                                                     (agent/worker_api.h)
 // Every state-changing route is authenticated (webhooks by signature or
-// token); the read routes are open, which is why the default listen address
-// is loopback only.
+// token), and so are the report and the gate (the config's read_token); status,
+// health and metrics are open, which is why the default listen address is
+// loopback only.
 // Threading: Handle() is called from the listener's threads at once; the
 // server keeps one Store for writes and one for reads, each behind a mutex.
 // A lease long poll holds its connection's thread while it waits (one thread
@@ -77,6 +80,8 @@ class Server {
 
  private:
   HttpServerReply Webhook(ForgeKind forge, const HttpServerRequest& request);
+  // GET /api/v1/report and /api/v1/gate (agent/read_api.cc).
+  HttpServerReply ReadRoute(const HttpServerRequest& request, const std::string& path);
 
   // The worker protocol (agent/worker_api.cc).
   HttpServerReply WorkerRoute(const HttpServerRequest& request, const std::string& path);

@@ -420,8 +420,9 @@ Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view f
   c.path = std::string(filename);
   if (!root || root.IsNull()) return c;
   if (!root.IsMap()) return p.Err(root, "", "expected a mapping at the top level");
-  TRY(p.CheckKeys(root, "", {"listen", "repositories", "pools"}));
+  TRY(p.CheckKeys(root, "", {"listen", "repositories", "pools", "read_token"}));
   if (auto l = root["listen"]) { ASSIGN_OR_RETURN(c.listen, p.Str(l, "listen")); }
+  if (auto t = root["read_token"]) { ASSIGN_OR_RETURN(c.read_token, p.Secret(t, "read_token")); }
   if (auto repos = root["repositories"]) {
     if (!repos.IsSequence()) {
       return p.Err(repos, "repositories", "expected a list, got " + ConfigParser::Show(repos));

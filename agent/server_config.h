@@ -15,6 +15,7 @@
 //       fork_pull_requests: false   # heads from forks run only when true: untrusted code
 //       pr_comments: true           # one comment per pull request (default: = status)
 //       report_url: https://ci.example/trainq/report.html   # linked from the comment
+//   read_token: {env: TRAINQ_READ_TOKEN}   # GET /api/v1/report and /api/v1/gate
 //
 // Secrets and tokens are read from an environment variable or a file, never
 // written in the config itself, and never logged. Every error names the file,
@@ -116,6 +117,11 @@ struct ServerConfig {
   std::string listen;  // "" = not set
   std::vector<RepoConfig> repositories;
   std::vector<PoolSpec> pools;  // empty: the default local pool
+  // The bearer token of the read routes (GET /api/v1/report, /api/v1/gate):
+  // separate from worker tokens and webhook secrets, so a CI job that reads
+  // reports can neither lease runs nor forge a push. Empty: those routes
+  // answer 403.
+  SecretValue read_token;
 
   const PoolSpec* FindPool(std::string_view name) const {
     for (const auto& p : pools)

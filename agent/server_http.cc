@@ -25,6 +25,8 @@
 #include <set>
 #include <thread>
 
+#include "core/strings.h"
+
 namespace trainq {
 
 namespace asio = boost::asio;
@@ -57,9 +59,7 @@ int Hex(char c) {
   return -1;
 }
 
-// The target's path, without the query, %XX decoded.
-std::string DecodePath(std::string_view target) {
-  target = target.substr(0, target.find('?'));
+std::string PercentDecode(std::string_view target) {
   std::string out;
   for (size_t i = 0; i < target.size(); ++i) {
     if (target[i] == '%' && i + 2 < target.size() && Hex(target[i + 1]) >= 0 &&
@@ -69,6 +69,25 @@ std::string DecodePath(std::string_view target) {
     } else {
       out += target[i];
     }
+  }
+  return out;
+}
+
+// The target's path, without the query, %XX decoded.
+std::string DecodePath(std::string_view target) {
+  return PercentDecode(target.substr(0, target.find('?')));
+}
+
+// The query's name=value pairs in order, %XX decoded; a name may repeat.
+std::vector<std::pair<std::string, std::string>> DecodeQuery(std::string_view target) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto q = target.find('?');
+  if (q == std::string_view::npos) return out;
+  for (const auto& part : Split(target.substr(q + 1), '&')) {
+    if (part.empty()) continue;
+    auto eq = part.find('=');
+    out.emplace_back(PercentDecode(part.substr(0, eq)),
+                     eq == std::string::npos ? std::string() : PercentDecode(part.substr(eq + 1)));
   }
   return out;
 }
@@ -348,6 +367,7 @@ void HttpListener::Impl::Serve(int fd) {
     HttpServerRequest req;
     req.method = std::string(msg.method_string());
     req.path = DecodePath(msg.target());
+    req.query = DecodeQuery(msg.target());
     for (const auto& f : msg) req.headers.emplace_back(f.name_string(), f.value());
     unsigned version = msg.version();
     bool keep_alive = msg.keep_alive();

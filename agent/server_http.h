@@ -13,6 +13,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/http_client.h"
 #include "core/result.h"
@@ -28,6 +30,9 @@ struct HttpServerRequest {
   // Admit's call: the headers only; a route answers with status 0 when the
   // checks that need no body (route, method, token) pass.
   bool headers_only = false;
+  // The query string's parameters in order, percent-decoded; a name may
+  // repeat (?experiment=a&experiment=b).
+  std::vector<std::pair<std::string, std::string>> query = {};
 };
 
 struct HttpServerReply {

@@ -291,5 +291,35 @@ TEST_CASE("server config: pull requests: same-repository ones on, forks off, com
   CHECK_FALSE(quiet.pr_comments);
 }
 
+TEST_CASE("server config: read_token from env or file, separate from the repositories' secrets",
+          "[server_config]") {
+  testing::TempDir tmp;
+  Env env("SC_TEST_READ_TOKEN", "read-s3cret");
+  auto c = ParseServerConfig("read_token: {env: SC_TEST_READ_TOKEN}\n", "server.yaml");
+  INFO((c ? "" : c.error().message));
+  REQUIRE(c);
+  CHECK(c->read_token.value == "read-s3cret");
+  CHECK(c->read_token.source == "env SC_TEST_READ_TOKEN");
+  CHECK(c->repositories.empty());
+
+  REQUIRE(WriteFile(tmp / "read.token", "from-file\n"));
+  auto f = ParseServerConfig("read_token: {file: " + (tmp / "read.token") + "}\n", "server.yaml");
+  REQUIRE(f);
+  CHECK(f->read_token.value == "from-file");
+
+  // Not configured: empty (the read routes answer 403).
+  CHECK(ParseServerConfig("listen: 127.0.0.1:1\n", "server.yaml")->read_token.empty());
+
+  // A literal value is refused without being echoed; an unset variable is named.
+  auto literal = ParseServerConfig("listen: 127.0.0.1:1\nread_token: hunter2\n", "server.yaml");
+  REQUIRE_FALSE(literal);
+  CHECK(literal.error().message.starts_with("server.yaml:2: read_token: expected {env: VARIABLE}"));
+  CHECK(literal.error().message.find("hunter2") == std::string::npos);
+  auto unset = ParseServerConfig("read_token: {env: SC_TEST_NOT_SET}\n", "server.yaml");
+  REQUIRE_FALSE(unset);
+  CHECK(unset.error().message ==
+        "server.yaml:1: read_token.env: environment variable SC_TEST_NOT_SET is not set or empty");
+}
+
 }  // namespace
 }  // namespace trainq
