@@ -246,6 +246,25 @@ ALTER TABLE batches ADD COLUMN baseline_note TEXT NOT NULL DEFAULT '';
 ALTER TABLE commit_statuses ADD COLUMN posted_description TEXT NOT NULL DEFAULT '';
 UPDATE commit_statuses SET posted_description = description WHERE posted_state = state;
 )sql",
+    // 5 -> 6: per pool, how its boots went (failed in a row, back-off,
+    // failing) and what its budget holds back; pool '*' is all pools.
+    R"sql(
+CREATE TABLE pool_state (
+  pool TEXT PRIMARY KEY,
+  failed_boots INTEGER NOT NULL DEFAULT 0,
+  next_boot_ms INTEGER NOT NULL DEFAULT 0,
+  failing INTEGER NOT NULL DEFAULT 0,
+  boot_error TEXT NOT NULL DEFAULT '',
+  log_tail TEXT NOT NULL DEFAULT '',
+  config_hash TEXT NOT NULL DEFAULT '',
+  spent_day REAL NOT NULL DEFAULT 0,
+  spent_month REAL NOT NULL DEFAULT 0,
+  budget_per_day REAL NOT NULL DEFAULT 0,
+  budget_per_month REAL NOT NULL DEFAULT 0,
+  cap TEXT NOT NULL DEFAULT '',
+  updated_ms INTEGER NOT NULL DEFAULT 0
+);
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 
