@@ -285,7 +285,8 @@ TEST_CASE("fleet: a budget boots nothing past the cap and drains at it when told
   const double spent = st->spent_day;
   Run(f, fleet, 60 * 60'000, 10'000);
   CHECK(f.provider->running().empty());  // nothing more today
-  CHECK(f.State("gpu")->spent_day == Approx(spent).margin(0.01));
+  // Stopped growing: an hour more of two machines would be $12.
+  CHECK(f.State("gpu")->spent_day == Approx(spent).margin(0.05));
 }
 
 TEST_CASE("fleet: provider List() calls per hour, idle and booting, before and after pacing",

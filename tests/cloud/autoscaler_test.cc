@@ -464,6 +464,7 @@ TEST_CASE("autoscaler: failed boots back off exponentially with a cap, one machi
   CHECK(h.failed == 3);
   CHECK(h.failing);
   in.machines.clear();
+  in.listing = std::vector<std::string>{};
   in.boot = h;
   d = Autoscale({in}, kNow + 24 * 60 * kMin, o);  // a day later: still nothing
   CHECK(d.actions.empty());
@@ -535,12 +536,14 @@ TEST_CASE("autoscaler: a budget boots nothing whose minimum bill would pass the 
   Machine draining = InState("busy", MachineState::kDraining, kMin);
   draining.live_leases = 2;
   in.machines = {draining};
+  in.listing = std::vector<std::string>{"busy"};
   CHECK(Autoscale({in}, kNow).actions.empty());
   draining.live_leases = 0;
   in.machines = {draining};
   CHECK(Describe(Autoscale({in}, kNow).actions) == "stop busy");
   in.machines = {Ready("idle", 0, 5 * kSec), Ready("busy", 2, 0),
                  InState("new", MachineState::kBooting, 30 * kSec)};
+  in.listing = std::vector<std::string>{"idle", "busy", "new"};
   // Without drain_at_cap, machines are left alone; only boots stop.
   in.config.drain_at_cap = false;
   CHECK(Autoscale({in}, kNow).actions.empty());
