@@ -311,8 +311,14 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
                  p.spec.name(), p.spec.provider, sc.min, sc.max, sc.slots,
                  FormatDuration(sc.idle_grace_ms),
                  sc.budget_per_day > 0 || sc.budget_per_month > 0
-                     ? fmt::format(", budget ${:.2f}/day ${:.2f}/month{}", sc.budget_per_day,
-                                   sc.budget_per_month, sc.drain_at_cap ? " (drain at cap)" : "")
+                     ? fmt::format(", budget{}{}{}",
+                                   sc.budget_per_day > 0
+                                       ? fmt::format(" ${:.2f}/day", sc.budget_per_day)
+                                       : "",
+                                   sc.budget_per_month > 0
+                                       ? fmt::format(" ${:.2f}/month", sc.budget_per_month)
+                                       : "",
+                                   sc.drain_at_cap ? " (drain at cap)" : "")
                      : "",
                  sc.list_interval_ms > 0
                      ? ", lists machines every " + FormatDuration(sc.list_interval_ms) + " (" +

@@ -279,7 +279,7 @@ void Fleet::ReportBudget(const cloud::Decision& d, const std::vector<cloud::Pool
       logged = kind;
     }
     auto& at = budget_written_at_[pool];
-    if (!changed && at != 0 && now - at < 60'000) return;
+    if (!changed && at != 0 && now - at < 10'000) return;  // status within 10 s
     at = now;
     Store::PoolStateRow row;
     row.pool = pool;
