@@ -163,29 +163,6 @@ TEST_CASE("worker API: 401 without a token or with a wrong one", "[worker_api]")
   CHECK(w.store.Machines(true).value().empty());
 }
 
-TEST_CASE("worker API: a booted machine whose worker's token is refused says so on its row, for "
-          "the fleet's failed-boot reason", "[worker_api]") {
-  World w;
-  MachineRow m;
-  m.pool = "gpu";
-  m.provider = "ec2";
-  m.state = "booting";
-  m.name = "tq-test-gpu-1";
-  auto row = w.store.AddMachine(m, w.clock.Now());
-  REQUIRE(row);
-  json req = {{"name", "tq-test-gpu-1"}, {"hostname", "node1"}, {"pid", 1}};
-  auto wrong = w.Post("/api/v1/workers/register", req.dump(), std::string("an-old-pool-token"));
-  CHECK(wrong.status == 401);
-  auto after = w.store.Machine(*row).value();
-  REQUIRE(after);
-  CHECK(after->state == "booting");  // the fleet decides what to do with it
-  CHECK(after->last_error == "its worker token was refused (HTTP 401)");
-  // A name the store does not know changes nothing.
-  req["name"] = "tq-someone-else";
-  CHECK(w.Post("/api/v1/workers/register", req.dump(), std::string("x")).status == 401);
-  CHECK(w.store.Machines(true).value().size() == 1);
-}
-
 TEST_CASE("worker API: register, lease, heartbeat, metrics, log, complete", "[worker_api]") {
   World w;
   w.Submit(1, "gpu", 1);
