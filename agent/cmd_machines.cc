@@ -131,4 +131,28 @@ Status CmdMachines(const MachinesOptions& o, const Clock& clock, std::ostream& o
   return Status{};
 }
 
+Status CmdPoolsReset(const PoolsResetOptions& o, const Clock& clock, std::ostream& out) {
+  ASSIGN_OR_RETURN(auto store, Store::Open(o.db, {.create = false}));
+  ASSIGN_OR_RETURN(auto states, store.PoolStates());
+  const Store::PoolStateRow* row = nullptr;
+  for (const auto& s : states) {
+    if (s.pool == o.pool) row = &s;
+  }
+  if (!row || (row->failed_boots == 0 && !row->failing)) {
+    out << "pool " << o.pool << ": no failed boots on record; nothing to reset\n";
+    return Status{};
+  }
+  const int failed = row->failed_boots;
+  const bool failing = row->failing;
+  ASSIGN_OR_RETURN(bool changed, store.ResetPoolBoots(o.pool, clock.Now()));
+  if (!changed) {
+    out << "pool " << o.pool << ": no failed boots on record; nothing to reset\n";
+    return Status{};
+  }
+  out << "pool " << o.pool << ": " << failed << " failed boot(s) forgotten"
+      << (failing ? "; it was failing and boots again" : "")
+      << " (a running `trainq serve` sees this at its next pass)\n";
+  return Status{};
+}
+
 }  // namespace trainq

@@ -329,6 +329,13 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
   }
   ASSIGN_OR_RETURN(auto address, ParseListenAddress(listen));
   if (config.pools.empty()) config.pools.push_back(DefaultLocalPool(o));
+  // What workers on this host connect to; remote pools need their own
+  // server_url unless serve listens on an address other hosts can reach.
+  const std::string default_server_url =
+      "http://" + (address.loopback() || address.host == "0.0.0.0"
+                       ? "127.0.0.1:" + std::to_string(address.port)
+                       : listen);
+  TRY(CheckWorkerUrls(config, default_server_url, listen));
 
   const std::string data_dir = DataDir(o);
   ASSIGN_OR_RETURN(auto store, Store::Open(o.db));
@@ -380,16 +387,41 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
 
   FleetOptions fo;
   fo.instance = instance;
-  fo.server_url = "http://" + (address.loopback() || address.host == "0.0.0.0"
-                                   ? "127.0.0.1:" + std::to_string(address.port)
-                                   : listen);
+  fo.server_url = default_server_url;
   fo.trainq_path = (fs::path(SelfDir()) / "trainq").string();
   fo.data_dir = data_dir;
+  fo.budget = config.budget;
+  if (config.budget.per_day > 0 || config.budget.per_month > 0) {
+    spdlog::info("budget of all pools: {}{}{}",
+                 config.budget.per_day > 0 ? fmt::format("${:.2f} per UTC day", config.budget.per_day)
+                                           : "",
+                 config.budget.per_month > 0
+                     ? fmt::format("{}${:.2f} per UTC month", config.budget.per_day > 0 ? ", " : "",
+                                   config.budget.per_month)
+                     : "",
+                 config.budget.drain_at_cap ? "; machines drained at the cap" : "");
+  }
   Fleet fleet(store, clock, std::move(pools), fo);
   for (const auto& p : fleet.pools()) {
-    spdlog::info("pool {}: {} provider, {}..{} machine(s) x {} slot(s), idle grace {}",
-                 p.spec.name(), p.spec.provider, p.spec.scaling.min, p.spec.scaling.max,
-                 p.spec.scaling.slots, FormatDuration(p.spec.scaling.idle_grace_ms));
+    const auto& sc = p.spec.scaling;
+    spdlog::info("pool {}: {} provider, {}..{} machine(s) x {} slot(s), idle grace {}{}{}",
+                 p.spec.name(), p.spec.provider, sc.min, sc.max, sc.slots,
+                 FormatDuration(sc.idle_grace_ms),
+                 sc.budget_per_day > 0 || sc.budget_per_month > 0
+                     ? fmt::format(", budget{}{}{}",
+                                   sc.budget_per_day > 0
+                                       ? fmt::format(" ${:.2f}/day", sc.budget_per_day)
+                                       : "",
+                                   sc.budget_per_month > 0
+                                       ? fmt::format(" ${:.2f}/month", sc.budget_per_month)
+                                       : "",
+                                   sc.drain_at_cap ? " (drain at cap)" : "")
+                     : "",
+                 sc.list_interval_ms > 0
+                     ? ", lists machines every " + FormatDuration(sc.list_interval_ms) + " (" +
+                           FormatDuration(std::max(sc.list_interval_ms, sc.list_interval_idle_ms)) +
+                           " while nothing changes)"
+                     : "");
   }
 
   // Leases that expired while no serve could take a heartbeat (it was down or

@@ -26,6 +26,7 @@ struct SimulateOptions {
   std::string idle_timeout = "10m";
   bool json = false;
   bool batches = false;
+  int days = 0;
 };
 
 std::string Hours(TimeMs ms) {
@@ -49,7 +50,66 @@ json ResultJson(const cloud::SimResult& r) {
           {"mean_ideal_s", ideal / 1000 / static_cast<TimeMs>(n)},
           {"latency_over_ideal_mean", r.mean_latency_ratio()},
           {"latency_over_ideal_total", r.total_latency_ratio()},
-          {"latency_over_ideal_worst", r.worst_latency_ratio()}};
+          {"latency_over_ideal_worst", r.worst_latency_ratio()},
+          {"runs_unfinished", r.unfinished_runs},
+          {"failed_boots", r.failed_boots},
+          {"failing_pools", r.failing_pools}};
+}
+
+// --days: the trace's day repeated, the autoscaler with its safeguards (boot
+// back-off, failing pools, budgets) against the same autoscaler without them.
+Status SimulateDays(const SimulateOptions& o, const cloud::Trace& trace, cloud::SimOptions sim,
+                    std::ostream& out) {
+  sim.days = o.days;
+  sim.safeguards = true;
+  ASSIGN_OR_RETURN(cloud::SimResult a, cloud::Simulate(trace, {}, sim));
+  sim.safeguards = false;
+  ASSIGN_OR_RETURN(cloud::SimResult b, cloud::Simulate(trace, {}, sim));
+  if (o.json) {
+    out << json{{"trace", o.trace},
+                {"days", o.days},
+                {"runs", a.runs},
+                {"boot_delay_s", sim.boot_delay_ms / 1000},
+                {"autoscaler", ResultJson(a)},
+                {"without_safeguards", ResultJson(b)}}
+               .dump(2)
+        << "\n";
+    return {};
+  }
+  out << "trace " << o.trace << " over " << o.days << " day(s): " << a.runs << " runs; boot delay "
+      << FormatDuration(sim.boot_delay_ms) << ", per-second billing\n";
+  for (size_t i = 0; i < trace.pools.size(); ++i) {
+    const auto& p = trace.pools[i];
+    out << "pool " << p.name << ": max " << p.max << ", " << p.slots << " slots, boot_timeout "
+        << FormatDuration(p.boot_timeout_ms) << ", $" << FormatDouble(p.hourly_cost, 2) << "/h";
+    if (i < trace.broken.size() && trace.broken[i]) out << ", machines never register";
+    if (p.budget_per_day > 0) out << ", budget $" << FormatDouble(p.budget_per_day, 2) << "/day";
+    if (p.budget_per_month > 0) {
+      out << ", budget $" << FormatDouble(p.budget_per_month, 2) << "/month";
+    }
+    out << "\n";
+  }
+  out << "\n";
+  auto row = [&](const std::string& name, const std::string& x, const std::string& y) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%-28s %-16s %s\n", name.c_str(), x.c_str(), y.c_str());
+    out << buf;
+  };
+  auto failing = [](const cloud::SimResult& r) {
+    std::string s;
+    for (const auto& p : r.failing_pools) s += (s.empty() ? "" : ",") + p;
+    return s.empty() ? std::string("-") : s;
+  };
+  row("", "autoscaler", "no back-off, no cap");
+  row("billed machine time", Hours(a.billed_ms), Hours(b.billed_ms));
+  row("busy machine time", Hours(a.busy_ms), Hours(b.busy_ms));
+  row("cost", "$" + FormatDouble(a.cost, 2), "$" + FormatDouble(b.cost, 2));
+  row("boots", std::to_string(a.boots), std::to_string(b.boots));
+  row("failed boots", std::to_string(a.failed_boots), std::to_string(b.failed_boots));
+  row("runs done", std::to_string(a.runs - a.unfinished_runs),
+      std::to_string(b.runs - b.unfinished_runs));
+  row("pools failing at the end", failing(a), failing(b));
+  return {};
 }
 
 Status CmdSimulate(const SimulateOptions& o, std::ostream& out) {
@@ -63,6 +123,8 @@ Status CmdSimulate(const SimulateOptions& o, std::ostream& out) {
   };
   ASSIGN_OR_RETURN(sim.boot_delay_ms, seconds("--boot-delay", o.boot_delay));
   ASSIGN_OR_RETURN(sim.tick_ms, seconds("--tick", o.tick));
+  if (o.days < 0) return Fail(ErrorKind::kInvalidArgument, "--days: expected 0 or more");
+  if (o.days > 0) return SimulateDays(o, trace, sim, out);
   cloud::SimPolicy autoscaler;
   cloud::SimPolicy fixed{cloud::SimPolicy::Kind::kIdleTimeout, 0};
   ASSIGN_OR_RETURN(fixed.idle_timeout_ms, seconds("--idle-timeout", o.idle_timeout));
@@ -148,6 +210,9 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
   c->add_option("--idle-timeout", o->idle_timeout, "The baseline policy's idle timeout")
       ->capture_default_str();
   c->add_flag("--json", o->json, "Print as JSON");
+  c->add_option("--days", o->days,
+                "Repeat the trace's day this many times and compare the autoscaler with and "
+                "without its boot back-off and budgets (0: until every run is done)");
   c->add_flag("--batches", o->batches, "Also print each batch's latency");
   c->callback([o, exit_code] {
     Status st = CmdSimulate(*o, std::cout);

@@ -299,6 +299,7 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
   ASSIGN_OR_RETURN(auto machines, store.Machines(false, now));
   ASSIGN_OR_RETURN(auto costs, store.Costs(now, false));
   ASSIGN_OR_RETURN(auto health, store.PoolHealth());
+  ASSIGN_OR_RETURN(auto pool_states, store.PoolStates());
   ASSIGN_OR_RETURN(auto running, store.Runs(std::nullopt, RunState::kRunning, 0));
   ASSIGN_OR_RETURN(auto leased, store.Runs(std::nullopt, RunState::kLeased, 0));
   running.insert(running.end(), leased.begin(), leased.end());
@@ -424,6 +425,31 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
     if (h.consecutive_failures > 0) p["provider_next_retry_ms"] = h.next_retry_ms;
     p["failing"] = h.consecutive_failures >= kPoolFailingAfter;
   }
+  // Boot outcomes and budgets (the fleet's pool_state rows; "*" is all pools).
+  auto budget_json = [](const Store::PoolStateRow& s) -> json {
+    if (s.budget_per_day <= 0 && s.budget_per_month <= 0) return nullptr;
+    return {{"per_day", s.budget_per_day},     {"per_month", s.budget_per_month},
+            {"spent_day", s.spent_day},        {"spent_month", s.spent_month},
+            {"cap", s.cap}};
+  };
+  j["budget"] = nullptr;
+  for (const auto& s : pool_states) {
+    if (s.pool == "*") {
+      j["budget"] = budget_json(s);
+      continue;
+    }
+    if (s.failed_boots == 0 && !s.failing && budget_json(s).is_null() && !pools.count(s.pool)) {
+      continue;
+    }
+    json& p = pool_json(s.pool);
+    p["boots"] = {{"failed", s.failed_boots},
+                  {"failing", s.failing},
+                  {"next_boot_ms", s.failed_boots > 0 && !s.failing ? json(s.next_boot_ms)
+                                                                    : json(nullptr)},
+                  {"error", s.failed_boots > 0 || s.failing ? s.boot_error : ""},
+                  {"log_tail", s.failed_boots > 0 || s.failing ? s.log_tail : ""}};
+    p["budget"] = budget_json(s);
+  }
   j["pools"] = json::array();
   for (auto& [name, p] : pools) j["pools"].push_back(std::move(p));
   j["costs"] = totals;
@@ -508,6 +534,22 @@ std::string Money(double v) { return fmt::format("${:.2f}", v); }
 // time counts runs leased by fleet workers; the in-process executor's runs
 // are not tied to its machine row, so no busy time says nothing about them.
 std::string BusyOf(TimeMs busy) { return busy > 0 ? ", busy " + FormatDuration(busy) : ""; }
+
+// "$12.30 of $50.00 today, $120.00 of $800.00 this month; CAP REACHED: ..."
+std::string BudgetText(const json& b) {
+  std::vector<std::string> parts;
+  if (b.value("per_day", 0.0) > 0) {
+    parts.push_back(Money(b.value("spent_day", 0.0)) + " of " + Money(b.value("per_day", 0.0)) +
+                    " today (UTC)");
+  }
+  if (b.value("per_month", 0.0) > 0) {
+    parts.push_back(Money(b.value("spent_month", 0.0)) + " of " +
+                    Money(b.value("per_month", 0.0)) + " this month");
+  }
+  std::string text = fmt::format("{}", fmt::join(parts, ", "));
+  if (!b.value("cap", "").empty()) text += "; AT CAP, no boots: " + b.value("cap", "");
+  return text;
+}
 
 std::string ProgressTextJson(const json& b) {
   BatchProgress p;
@@ -629,9 +671,44 @@ void RenderStatusText(const json& j, std::ostream& out) {
         }
         out << "): " << Oneline(p.value("provider_error", ""), 120) << "\n";
       }
+      if (p.contains("boots") && p["boots"].is_object()) {
+        const json& b = p["boots"];
+        int failed = b.value("failed", 0);
+        if (b.value("failing", false)) {
+          out << "          FAILING: " << failed << " boots in a row failed; no more boots until "
+              << "its config changes, `trainq pools reset " << pool
+              << "`, or a worker of the pool registers\n"
+              << "          last: " << Oneline(b.value("error", ""), 160) << "\n";
+        } else if (failed > 0) {
+          out << "          " << failed << " failed boot(s) in a row; one machine at a time";
+          if (b["next_boot_ms"].is_number()) {
+            TimeMs next = b["next_boot_ms"].get<TimeMs>();
+            if (next > now) out << ", next boot in " << FormatDuration(next - now);
+          }
+          out << "\n          last: " << Oneline(b.value("error", ""), 160) << "\n";
+        }
+        if (failed > 0 || b.value("failing", false)) {
+          auto lines = Split(b.value("log_tail", ""), '\n');
+          std::vector<std::string> kept;
+          for (const auto& l : lines) {
+            if (!Trim(l).empty()) kept.push_back(std::string(l));
+          }
+          size_t from = kept.size() > 5 ? kept.size() - 5 : 0;
+          if (!kept.empty()) out << "          its log ends:\n";
+          for (size_t i = from; i < kept.size(); ++i) {
+            out << "            | " << Oneline(kept[i], 150) << "\n";
+          }
+        }
+      }
+      if (p.contains("budget") && p["budget"].is_object()) {
+        out << "          budget: " << BudgetText(p["budget"]) << "\n";
+      }
       for (const auto& m : machines) {
         if (m.value("pool", "") == pool) machine_line(m);
       }
+    }
+    if (j.contains("budget") && j["budget"].is_object()) {
+      out << "budget:   all pools: " << BudgetText(j["budget"]) << "\n";
     }
     const json& c = j["costs"];
     if (c.value("machines_booted", 0) > 0) {

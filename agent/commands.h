@@ -74,6 +74,15 @@ Status CmdMachines(const MachinesOptions& o, const Clock& clock, std::ostream& o
 struct MachineRow;
 nlohmann::json MachineJson(const MachineRow& m, TimeMs now);
 
+// `trainq pools reset NAME` (agent/cmd_machines.cc): forgets the pool's
+// failed boots, so a `failing` pool boots again (a running serve sees it at
+// its next pass).
+struct PoolsResetOptions {
+  std::string db;
+  std::string pool;
+};
+Status CmdPoolsReset(const PoolsResetOptions& o, const Clock& clock, std::ostream& out);
+
 struct StatusOptions {
   std::string db;
   bool json = false;

@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
+#include <random>
 #include <set>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "agent/worker_api.h"
@@ -26,6 +29,28 @@ std::optional<cloud::MachineState> ParseMachineState(std::string_view s) {
     if (cloud::MachineStateName(st) == s) return st;
   }
   return std::nullopt;
+}
+
+cloud::Machine ToMachine(const MachineRow& m) {
+  cloud::Machine cm;
+  cm.row = m.id;
+  cm.id = m.provider_id;
+  cm.state = ParseMachineState(m.state).value_or(cloud::MachineState::kFailed);
+  cm.booted_at = m.created_ms;
+  cm.ready_at = m.ready_ms;
+  cm.last_busy_at = m.last_busy_ms;
+  cm.stopped_at = m.stopped_ms;
+  cm.live_leases = m.live_leases;
+  return cm;
+}
+
+// The log tail, indented, for the serve log.
+std::string Indent(const std::string& text) {
+  std::string out;
+  for (const auto& line : Split(text, '\n')) {
+    if (!Trim(line).empty()) out += "\n    | " + std::string(line);
+  }
+  return out;
 }
 
 std::string Base36(TimeMs v) {
@@ -90,8 +115,219 @@ Result<std::string> InstanceId(const std::string& data_dir) {
   return id;
 }
 
+std::string PoolConfigHash(const PoolSpec& spec, const std::string& server_url) {
+  std::string text = spec.provider + "\n" + PoolServerUrl(spec, server_url) + "\n" +
+                     spec.token.source + "\n" + std::to_string(spec.gpus) + "\n" +
+                     std::to_string(spec.scaling.slots) + "\n" +
+                     std::to_string(spec.scaling.boot_timeout_ms) + "\n" + spec.self_stop + "\n";
+  for (const auto& [k, v] : spec.params) text += k + "=" + v + "\n";
+  return fmt::format("{:016x}", std::hash<std::string>{}(text));
+}
+
 Fleet::Fleet(Store& store, const Clock& clock, std::vector<FleetPool> pools, FleetOptions options)
-    : store_(store), clock_(clock), pools_(std::move(pools)), options_(std::move(options)) {}
+    : store_(store), clock_(clock), pools_(std::move(pools)), options_(std::move(options)) {
+  rng_state_ = options_.seed ? options_.seed : std::random_device{}();
+  rng_state_ = rng_state_ * 0x9E3779B97F4A7C15ull + 1;
+}
+
+double Fleet::NextUnit() {
+  // xorshift64*: jitter only, not security.
+  rng_state_ ^= rng_state_ >> 12;
+  rng_state_ ^= rng_state_ << 25;
+  rng_state_ ^= rng_state_ >> 27;
+  return static_cast<double>((rng_state_ * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0;
+}
+
+FleetPool* Fleet::FindPool(const std::string& name) {
+  for (auto& p : pools_) {
+    if (p.spec.name() == name) return &p;
+  }
+  return nullptr;
+}
+
+Status Fleet::JudgeBoots(const std::vector<MachineRow>& live,
+                         std::map<std::string, Store::PoolStateRow>& states) {
+  const TimeMs now = clock_.Now();
+  std::map<std::int64_t, const MachineRow*> live_rows;
+  for (const auto& m : live) {
+    if (!FindPool(m.pool) || m.state == "stopped" || m.state == "failed") continue;
+    live_rows[m.id] = &m;
+    if (!judged_.count(m.id)) watched_.insert(m.id);
+  }
+  for (auto it = watched_.begin(); it != watched_.end();) {
+    const std::int64_t row = *it;
+    MachineRow m;
+    if (auto l = live_rows.find(row); l != live_rows.end()) {
+      m = *l->second;
+    } else {
+      ASSIGN_OR_RETURN(auto found, store_.Machine(row));
+      if (!found) {
+        it = watched_.erase(it);
+        continue;
+      }
+      m = *found;
+      if (!m.stopped_ms) m.stopped_ms = now;  // left the live set: it ended
+    }
+    auto outcome = cloud::JudgeBoot(ToMachine(m), now, options_.autoscaler);
+    if (outcome == cloud::BootOutcome::kUndecided) {
+      ++it;
+      continue;
+    }
+    it = watched_.erase(it);
+    judged_.insert(row);
+    const bool on_purpose = deliberate_.erase(row) > 0;
+    if (outcome == cloud::BootOutcome::kFailed && on_purpose) continue;
+    TRY(RecordBootOutcome(m, outcome == cloud::BootOutcome::kSucceeded, states));
+    stop_reason_.erase(row);
+  }
+  return Status{};
+}
+
+Status Fleet::RecordBootOutcome(const MachineRow& m, bool ok,
+                                std::map<std::string, Store::PoolStateRow>& states) {
+  const TimeMs now = clock_.Now();
+  Store::PoolStateRow& row = states[m.pool];
+  row.pool = m.pool;
+  cloud::BootHealth h{row.failed_boots, row.next_boot_ms, row.failing};
+  FleetPool* pool = FindPool(m.pool);
+  if (pool) row.config_hash = PoolConfigHash(pool->spec, options_.server_url);
+  if (ok) {
+    if (h.failed == 0 && !h.failing) return Status{};
+    spdlog::info("pool {}: machine {} works; {} earlier failed boot(s) forgotten{}", m.pool,
+                 m.name, h.failed, h.failing ? ", the pool boots again" : "");
+    row.failed_boots = 0;
+    row.next_boot_ms = 0;
+    row.failing = false;
+    return store_.SetPoolBoots(row, now);
+  }
+  if (m.provider == "manual") return Status{};  // a hand-started worker is no boot
+  std::string why;
+  if (!m.ready_ms) {
+    auto r = stop_reason_.find(m.id);
+    why = r != stop_reason_.end() ? r->second : "it went away before its worker registered";
+    if (!m.last_error.empty() && m.last_error != why) why += " (" + m.last_error + ")";
+  } else {
+    why = "its worker left " + FormatDuration(m.stopped_ms.value_or(now) - *m.ready_ms) +
+          " after registering, having run nothing";
+    if (!m.last_error.empty()) why += " (" + m.last_error + ")";
+  }
+  std::string tail;
+  if (pool && !m.provider_id.empty()) {
+    auto t = pool->provider->LogTail(m.provider_id, m.name, options_.log_tail_bytes);
+    if (t) {
+      tail = *t;
+    } else if (t.error().kind != ErrorKind::kNotFound) {
+      tail = "(the machine's log could not be read: " + t.error().message + ")";
+    }
+  }
+  h = cloud::RecordBoot(h, false, now, pool ? pool->spec.scaling : cloud::PoolConfig{},
+                        options_.autoscaler);
+  row.failed_boots = h.failed;
+  row.next_boot_ms = h.next_boot_at;
+  row.failing = h.failing;
+  row.boot_error = m.name + ": " + why;
+  row.log_tail = tail;
+  if (h.failing) {
+    spdlog::error("pool {}: failing: {} boots in a row failed, the last {}; no more boots until "
+                  "its config changes, `trainq pools reset {}`, or a worker of the pool "
+                  "registers{}",
+                  m.pool, h.failed, row.boot_error, m.pool,
+                  tail.empty() ? "" : "; the end of its log:" + Indent(tail));
+  } else {
+    spdlog::warn("pool {}: boot failed ({} in a row): {}; next boot in {} at the earliest, one "
+                 "machine at a time{}",
+                 m.pool, h.failed, row.boot_error, FormatDuration(h.next_boot_at - now),
+                 tail.empty() ? "" : "; the end of its log:" + Indent(tail));
+  }
+  return store_.SetPoolBoots(row, now);
+}
+
+Status Fleet::ComputeSpend(std::vector<cloud::PoolInput>& inputs, cloud::OverallBudget& overall,
+                           TimeMs now) {
+  bool any = overall.per_day > 0 || overall.per_month > 0;
+  for (const auto& p : pools_) {
+    any = any || p.spec.scaling.budget_per_day > 0 || p.spec.scaling.budget_per_month > 0;
+  }
+  if (!any) return Status{};
+  ASSIGN_OR_RETURN(auto all, store_.Machines(true));
+  const TimeMs day = cloud::UtcDayStart(now);
+  const TimeMs month = cloud::UtcMonthStart(now);
+  std::map<std::string, std::vector<cloud::BilledMachine>> by_pool;
+  for (const auto& m : all) {
+    if (m.provider == "manual") continue;
+    if (m.stopped_ms && *m.stopped_ms < month) continue;
+    by_pool[m.pool].push_back({m.created_ms, m.stopped_ms, m.hourly_cost});
+  }
+  overall.spend = {};
+  for (const auto& [name, spans] : by_pool) {
+    const FleetPool* p = FindPool(name);
+    TimeMs min_bill = p ? p->spec.scaling.min_bill_ms : 60'000;
+    cloud::Spend s{cloud::SpendBetween(spans, day, now, min_bill),
+                   cloud::SpendBetween(spans, month, now, min_bill)};
+    overall.spend.day += s.day;
+    overall.spend.month += s.month;
+    for (auto& in : inputs) {
+      if (in.config.name == name) in.spend = s;
+    }
+  }
+  return Status{};
+}
+
+void Fleet::ReportBudget(const cloud::Decision& d, const std::vector<cloud::PoolInput>& inputs,
+                         const cloud::OverallBudget& overall, TimeMs now) {
+  auto report = [&](const std::string& pool, const std::string& cap, double day, double month,
+                    double per_day, double per_month, bool drain) {
+    if (per_day <= 0 && per_month <= 0) return;
+    // The cap's name ("per_day budget"), not its figures, decides a new line.
+    const std::string kind = cap.substr(0, cap.find('$'));
+    auto& logged = cap_logged_[pool];
+    const bool changed = logged != kind;
+    if (changed) {
+      if (!cap.empty()) {
+        spdlog::warn("pool {}: {}: no more boots{} until the UTC {} ends", pool, cap,
+                     drain ? ", machines drained" : "",
+                     cap.find("per_month") != std::string::npos ? "month" : "day");
+      } else if (!logged.empty()) {
+        spdlog::info("pool {}: within budget again; boots allowed", pool);
+      }
+      logged = kind;
+    }
+    auto& at = budget_written_at_[pool];
+    if (!changed && at != 0 && now - at < 10'000) return;  // status within 10 s
+    at = now;
+    Store::PoolStateRow row;
+    row.pool = pool;
+    row.spent_day = day;
+    row.spent_month = month;
+    row.budget_per_day = per_day;
+    row.budget_per_month = per_month;
+    row.cap = cap;
+    if (auto st = store_.SetPoolBudget(row, now); !st) {
+      spdlog::warn("pool {}: cannot record its budget: {}", pool, st.error().message);
+    }
+  };
+  for (size_t i = 0; i < inputs.size() && i < d.pools.size(); ++i) {
+    const auto& c = inputs[i].config;
+    std::string cap = d.pools[i].cap;
+    if (cap.starts_with("overall")) cap.clear();  // told once, under "*"
+    report(c.name, cap, inputs[i].spend.day, inputs[i].spend.month, c.budget_per_day,
+           c.budget_per_month, c.drain_at_cap);
+  }
+  std::string cap;
+  if (overall.per_day > 0 && overall.spend.day >= overall.per_day) {
+    cap = fmt::format("overall per_day budget ${:.2f} reached (${:.2f} spent)", overall.per_day,
+                      overall.spend.day);
+  } else if (overall.per_month > 0 && overall.spend.month >= overall.per_month) {
+    cap = fmt::format("overall per_month budget ${:.2f} reached (${:.2f} spent)",
+                      overall.per_month, overall.spend.month);
+  } else {
+    for (const auto& p : d.pools) {
+      if (p.cap.starts_with("overall")) cap = p.cap;
+    }
+  }
+  report("*", cap, overall.spend.day, overall.spend.month, overall.per_day, overall.per_month,
+         overall.drain_at_cap);
+}
 
 std::vector<std::string> Fleet::WorkerArgv(const PoolSpec& pool, const std::string& name) const {
   std::string server = options_.server_url;
@@ -239,6 +475,29 @@ Status Fleet::Step() {
     spdlog::warn("pool {}: machine {} ({}) is gone: {}{}", m.pool, m.id, m.name, why,
                  returned ? "; " + std::to_string(returned) + " run(s) back in the queue" : "");
   }
+  // Boot health lives in the store: `trainq pools reset` writes it too.
+  ASSIGN_OR_RETURN(auto state_rows, store_.PoolStates());
+  std::map<std::string, Store::PoolStateRow> states;
+  for (auto& r : state_rows) states[r.pool] = std::move(r);
+  if (!config_checked_) {
+    config_checked_ = true;
+    for (const auto& pool : pools_) {
+      auto it = states.find(pool.spec.name());
+      if (it == states.end()) continue;
+      auto& row = it->second;
+      std::string hash = PoolConfigHash(pool.spec, options_.server_url);
+      if (row.config_hash == hash || (row.failed_boots == 0 && !row.failing)) continue;
+      spdlog::info("pool {}: its config changed; {} earlier failed boot(s) forgotten",
+                   pool.spec.name(), row.failed_boots);
+      row.failed_boots = 0;
+      row.next_boot_ms = 0;
+      row.failing = false;
+      row.config_hash = hash;
+      TRY(store_.SetPoolBoots(row, now));
+    }
+  }
+  TRY(JudgeBoots(machines, states));
+
   ASSIGN_OR_RETURN(auto demand, store_.RunnableDemand(now));
   ASSIGN_OR_RETURN(auto health, store_.PoolHealth());
   std::map<std::string, int> demand_by_pool;
@@ -272,21 +531,16 @@ Status Fleet::Step() {
     in.config = pool.spec.scaling;
     in.demand = demand_by_pool[pool.spec.name()];
     in.health = health_[pool.spec.name()];
+    if (auto st = states.find(pool.spec.name()); st != states.end()) {
+      in.boot = {st->second.failed_boots, st->second.next_boot_ms, st->second.failing};
+    }
     for (const auto& m : machines) {
       if (m.pool != pool.spec.name() || m.provider != pool.spec.provider) continue;
-      auto state = ParseMachineState(m.state);
-      if (!state) continue;
-      cloud::Machine cm;
-      cm.row = m.id;
-      cm.id = m.provider_id;
-      cm.state = *state;
-      cm.booted_at = m.created_ms;
-      cm.ready_at = m.ready_ms;
-      cm.last_busy_at = m.last_busy_ms;
-      cm.live_leases = m.live_leases;
-      in.machines.push_back(cm);
+      if (!ParseMachineState(m.state)) continue;
+      in.machines.push_back(ToMachine(m));
     }
-    if (now >= in.health.next_retry_at) {
+    if (now >= in.health.next_retry_at && now >= next_list_at_[pool.spec.name()]) {
+      ++list_calls_[pool.spec.name()];
       auto listing = pool.provider->List({pool.spec.name(), options_.instance});
       Record(pool.spec.name(), listing.has_value(), listing ? "" : listing.error().message);
       if (listing) {
@@ -304,7 +558,31 @@ Status Fleet::Step() {
     }
     inputs.push_back(std::move(in));
   }
-  last_ = cloud::Autoscale(inputs, now, options_.autoscaler);
+  cloud::OverallBudget overall = options_.budget;
+  TRY(ComputeSpend(inputs, overall, now));
+  last_ = cloud::Autoscale(inputs, now, options_.autoscaler, overall);
+  ReportBudget(last_, inputs, overall, now);
+
+  // List() pacing: the next call comes sooner while the pool is changing.
+  for (const auto& in : inputs) {
+    const std::string& name = in.config.name;
+    bool active = in.demand != last_demand_[name];
+    for (const auto& m : in.machines) {
+      using cloud::MachineState;
+      if (m.state == MachineState::kRequested || m.state == MachineState::kBooting ||
+          m.state == MachineState::kDraining || m.state == MachineState::kStopping) {
+        active = true;
+      }
+    }
+    for (const auto& a : last_.actions) active = active || a.pool == name;
+    last_demand_[name] = in.demand;
+    TimeMs& next = next_list_at_[name];
+    if (in.listing) {
+      next = cloud::NextListAt(now, active, in.config, NextUnit());
+    } else if (active) {
+      next = std::min(next, cloud::NextListAt(now, true, in.config, NextUnit()));
+    }
+  }
 
   for (const auto& a : last_.actions) {
     FleetPool* pool = nullptr;
@@ -315,6 +593,11 @@ Status Fleet::Step() {
     now = clock_.Now();
     switch (a.kind) {
       case cloud::ActionKind::kForget: {
+        if (a.reason == "boot never answered") {
+          stop_reason_[a.row] = "the provider never answered its boot";
+        } else {
+          stop_reason_[a.row] = "the provider stopped listing it before its worker registered";
+        }
         ASSIGN_OR_RETURN(int returned, store_.ForgetMachine(a.row, now, a.reason));
         spdlog::info("pool {}: machine {} is gone ({}){}", a.pool, a.machine, a.reason,
                      returned ? "; " + std::to_string(returned) + " run(s) back in the queue" : "");
@@ -322,6 +605,12 @@ Status Fleet::Step() {
       }
       case cloud::ActionKind::kStop:
         spdlog::info("pool {}: stopping {} ({})", a.pool, a.machine, a.reason);
+        if (a.reason == "missed boot_timeout") {
+          stop_reason_[a.row] = "no worker registered within boot_timeout (" +
+                                FormatDuration(pool->spec.scaling.boot_timeout_ms) + ")";
+        } else if (a.row) {
+          deliberate_.insert(a.row);  // budget, or a machine not wanted: no failed boot
+        }
         TRY(StopMachine(*pool, a.row, a.machine));
         break;
       case cloud::ActionKind::kAdopt: {
@@ -347,7 +636,10 @@ Status Fleet::Step() {
           break;
         }
         spdlog::info("pool {}: draining {} ({})", a.pool, a.machine, a.reason);
-        TRY(StopMachine(*pool, a.row, a.machine));
+        deliberate_.insert(a.row);
+        // A budget drain may leave runs on it: a later pass stops it once
+        // they are done.
+        if (!a.guard.at_cap) TRY(StopMachine(*pool, a.row, a.machine));
         break;
       }
       case cloud::ActionKind::kBoot:

@@ -16,6 +16,13 @@
 //                   Provider::Boot, then the provider's id (`booting`);
 //   4. records each provider call's outcome in the pool's health (backoff,
 //      `trainq status` reports a pool that keeps failing).
+// Around that, per pool: every machine is judged once (cloud::JudgeBoot): a
+// machine that left before its worker registered, or whose worker left at
+// once, is a failed boot; the boot health (back-off, `failing`) lives in the
+// store's pool_state row, so `trainq pools reset` (another process) clears
+// it and the next Step sees that. The spend of the UTC day and month (billed
+// time x hourly_cost) is computed from the machine rows when a budget is set.
+// List() is called at the pace of cloud::NextListAt, not every pass.
 // A machine becomes `ready` when its worker registers (Server), and leaves
 // the fleet when its worker exits: the provider no longer lists it.
 //
@@ -50,6 +57,9 @@ struct FleetOptions {
   // is taken for gone: its machine is stopped in the store, its runs queued.
   // Idle workers call at least every lease poll (20 s).
   TimeMs manual_silence_ms = 3 * 60'000;
+  cloud::OverallBudget budget;  // all pools together (server config `budget:`)
+  std::uint32_t seed = 0;       // List() jitter; 0 = random
+  std::size_t log_tail_bytes = 2000;
 };
 
 struct FleetPool {
@@ -82,6 +92,8 @@ class Fleet {
 
   const std::vector<FleetPool>& pools() const { return pools_; }
   const cloud::Decision& last_decision() const { return last_; }
+  // Provider List() calls made by this fleet, per pool (for measurements).
+  const std::map<std::string, int>& list_calls() const { return list_calls_; }
   // The argv that starts a worker for machine `name` of `pool`.
   std::vector<std::string> WorkerArgv(const PoolSpec& pool, const std::string& name) const;
 
@@ -89,6 +101,19 @@ class Fleet {
   Status Boot(FleetPool& pool, int count);
   Status StopMachine(FleetPool& pool, std::int64_t row, const std::string& id);
   void Record(const std::string& pool, bool ok, const std::string& error);
+  // Judges machines whose boot outcome is pending; records failures and
+  // successes in the pool's boot health.
+  Status JudgeBoots(const std::vector<MachineRow>& live,
+                    std::map<std::string, Store::PoolStateRow>& states);
+  Status RecordBootOutcome(const MachineRow& m, bool ok,
+                           std::map<std::string, Store::PoolStateRow>& states);
+  // Spend per pool and overall, into `inputs`; writes the pool_state budget
+  // columns when they change.
+  Status ComputeSpend(std::vector<cloud::PoolInput>& inputs, cloud::OverallBudget& overall,
+                      TimeMs now);
+  void ReportBudget(const cloud::Decision& d, const std::vector<cloud::PoolInput>& inputs,
+                    const cloud::OverallBudget& overall, TimeMs now);
+  FleetPool* FindPool(const std::string& name);
 
   Store& store_;
   const Clock& clock_;
@@ -98,7 +123,28 @@ class Fleet {
   std::set<std::string> health_written_;  // pools whose health row this process wrote
   cloud::Decision last_;
   std::optional<std::vector<Store::WaitingNote>> last_notes_;  // as last written
+  // Boot outcomes: machines seen live and not judged yet; machines the fleet
+  // stopped on purpose (idle, budget), which are no failed boots; why a
+  // machine was stopped, for the message.
+  std::set<std::int64_t> watched_;
+  std::set<std::int64_t> judged_;
+  std::set<std::int64_t> deliberate_;
+  std::map<std::int64_t, std::string> stop_reason_;
+  bool config_checked_ = false;
+  // List() pacing.
+  std::map<std::string, TimeMs> next_list_at_;
+  std::map<std::string, int> last_demand_;
+  std::map<std::string, int> list_calls_;
+  std::uint64_t rng_state_ = 0;
+  double NextUnit();
+  // Budget reporting: what was last written / logged per pool ("*" overall).
+  std::map<std::string, std::string> cap_logged_;
+  std::map<std::string, TimeMs> budget_written_at_;
 };
+
+// A digest of what a pool's boots depend on (provider, parameters, image,
+// URL, token source...): a changed config forgets the pool's failed boots.
+std::string PoolConfigHash(const PoolSpec& spec, const std::string& server_url);
 
 // This installation's id: <data_dir>/instance-id, created (8 hex digits) on
 // first use.

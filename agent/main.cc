@@ -166,6 +166,18 @@ int main(int argc, char** argv) {
     exit_code = Report(trainq::CmdMachines(machines, clock, std::cout));
   });
 
+  // pools reset
+  trainq::PoolsResetOptions pools_reset;
+  auto* c_pools = app.add_subcommand("pools", "Pools of machines: `trainq pools reset NAME`");
+  c_pools->require_subcommand(1);
+  auto* c_pools_reset = c_pools->add_subcommand(
+      "reset", "Forget a pool's failed boots, so that a failing pool boots machines again");
+  c_pools_reset->add_option("pool", pools_reset.pool, "The pool's name")->required();
+  c_pools_reset->callback([&] {
+    pools_reset.db = db;
+    exit_code = Report(trainq::CmdPoolsReset(pools_reset, clock, std::cout));
+  });
+
   // status
   trainq::StatusOptions status;
   auto* c_status = app.add_subcommand("status", "Queue depth, running runs, slots and batch progress");

@@ -163,6 +163,39 @@ std::string Server::MetricsText() {
         out << "trainq_machines{state=\"" << Label(s) << "\"} " << n << "\n";
       }
     }
+    if (auto states = read_store_->PoolStates()) {
+      out << "# HELP trainq_pool_failed_boots Failed boots in a row (machines that never became a "
+             "working worker).\n# TYPE trainq_pool_failed_boots gauge\n";
+      for (const auto& s : *states) {
+        if (s.pool == "*") continue;
+        out << "trainq_pool_failed_boots{pool=\"" << Label(s.pool) << "\"} " << s.failed_boots
+            << "\n";
+      }
+      out << "# HELP trainq_pool_failing 1 while a pool boots nothing after failed boots (until "
+             "`trainq pools reset`).\n# TYPE trainq_pool_failing gauge\n";
+      for (const auto& s : *states) {
+        if (s.pool == "*") continue;
+        out << "trainq_pool_failing{pool=\"" << Label(s.pool) << "\"} " << (s.failing ? 1 : 0)
+            << "\n";
+      }
+      out << "# HELP trainq_pool_spend_dollars Billed time x hourly_cost in the current UTC "
+             "window, for pools with a budget (pool \"*\": all).\n"
+             "# TYPE trainq_pool_spend_dollars gauge\n";
+      for (const auto& s : *states) {
+        if (s.budget_per_day <= 0 && s.budget_per_month <= 0) continue;
+        out << "trainq_pool_spend_dollars{pool=\"" << Label(s.pool) << "\",window=\"day\"} "
+            << s.spent_day << "\n"
+            << "trainq_pool_spend_dollars{pool=\"" << Label(s.pool) << "\",window=\"month\"} "
+            << s.spent_month << "\n";
+      }
+      out << "# HELP trainq_pool_budget_capped 1 while a budget cap holds a pool's boots back.\n"
+             "# TYPE trainq_pool_budget_capped gauge\n";
+      for (const auto& s : *states) {
+        if (s.budget_per_day <= 0 && s.budget_per_month <= 0) continue;
+        out << "trainq_pool_budget_capped{pool=\"" << Label(s.pool) << "\"} "
+            << (s.cap.empty() ? 0 : 1) << "\n";
+      }
+    }
   }
   std::lock_guard<std::mutex> lock(counters_mu_);
   out << "# HELP trainq_webhook_deliveries_total Webhook deliveries since start, by forge and "

@@ -9,6 +9,7 @@
 
 #include "agent/change_detect.h"
 #include "cloud/provider.h"
+#include "core/http_client.h"
 #include "core/strings.h"
 
 namespace trainq {
@@ -256,12 +257,49 @@ class ConfigParser {
     return *d * 1000;
   }
 
+  Result<std::int64_t> ZeroOrDurationMs(const YAML::Node& n, const std::string& path) const {
+    if (n.IsScalar() && (n.Scalar() == "0" || n.Scalar() == "off")) return 0;
+    return DurationMs(n, path);
+  }
+
+  Result<double> Money(const YAML::Node& n, const std::string& path) const {
+    if (n.IsScalar()) {
+      try {
+        size_t used = 0;
+        double x = std::stod(n.Scalar(), &used);
+        if (used == n.Scalar().size() && x > 0 && x < 1e12) return x;
+      } catch (...) {
+      }
+    }
+    return Err(n, path, "expected an amount above 0, got " + Show(n));
+  }
+
+  // {per_day: 50, per_month: 800, drain_at_cap: true}
+  Result<cloud::OverallBudget> Budget(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsMap()) {
+      return Err(n, path, "expected {per_day: AMOUNT, per_month: AMOUNT, drain_at_cap: BOOL}, "
+                          "got " + Show(n));
+    }
+    TRY(CheckKeys(n, path, {"per_day", "per_month", "drain_at_cap"}));
+    cloud::OverallBudget b;
+    if (auto v = n["per_day"]) { ASSIGN_OR_RETURN(b.per_day, Money(v, path + ".per_day")); }
+    if (auto v = n["per_month"]) { ASSIGN_OR_RETURN(b.per_month, Money(v, path + ".per_month")); }
+    if (auto v = n["drain_at_cap"]) {
+      ASSIGN_OR_RETURN(b.drain_at_cap, Bool(v, path + ".drain_at_cap"));
+    }
+    if (b.per_day <= 0 && b.per_month <= 0) {
+      return Err(n, path, "give per_day or per_month (or both)");
+    }
+    return b;
+  }
+
   Result<PoolSpec> Pool(const YAML::Node& n, const std::string& path) const {
     if (!n.IsMap()) return Err(n, path, "expected a mapping, got " + Show(n));
     TRY(CheckKeys(n, path,
                   {"name", "provider", "min", "max", "slots", "gpus", "runs_per_gpu", "fuse_max",
                    "idle_grace", "boot_timeout", "orphan_timeout", "self_stop", "hourly_cost",
-                   "token", "params", "env_passthrough"}));
+                   "token", "params", "env_passthrough", "allow_loopback", "failing_after",
+                   "min_bill", "budget", "list_interval", "list_interval_idle", "boot_backoff"}));
     PoolSpec p;
     p.line = n.Mark().line + 1;
     if (!n["name"]) return Err(n, path + ".name", "missing (the pool's name, such as gpu)");
@@ -360,7 +398,46 @@ class ConfigParser {
                      "expected a string or number, got " + Show(kv.second));
         }
         p.params[key] = kv.second.Scalar();
+        p.param_lines[key] = kv.first.Mark().line + 1;
       }
+    }
+    if (auto v = n["allow_loopback"]) {
+      ASSIGN_OR_RETURN(p.allow_loopback, Bool(v, path + ".allow_loopback"));
+    }
+    if (auto v = n["failing_after"]) {
+      ASSIGN_OR_RETURN(auto x, Int(v, path + ".failing_after", 1));
+      p.scaling.failing_after = static_cast<int>(x);
+    }
+    if (auto v = n["boot_backoff"]) {
+      ASSIGN_OR_RETURN(p.scaling.boot_backoff_ms, DurationMs(v, path + ".boot_backoff"));
+    }
+    if (auto v = n["min_bill"]) {
+      ASSIGN_OR_RETURN(p.scaling.min_bill_ms, DurationMs(v, path + ".min_bill"));
+    }
+    if (auto v = n["budget"]) {
+      ASSIGN_OR_RETURN(auto b, Budget(v, path + ".budget"));
+      p.scaling.budget_per_day = b.per_day;
+      p.scaling.budget_per_month = b.per_month;
+      p.scaling.drain_at_cap = b.drain_at_cap;
+      if ((b.per_day > 0 || b.per_month > 0) && p.scaling.hourly_cost <= 0) {
+        return Err(v, path + ".budget", "needs hourly_cost (the spend is billed time x "
+                                        "hourly_cost)");
+      }
+    }
+    // Cloud APIs throttle list calls per account; local processes and files do not.
+    if (p.provider == "ec2" || p.provider == "command") {
+      p.scaling.list_interval_ms = 15'000;
+      p.scaling.list_interval_idle_ms = 120'000;
+    } else if (p.provider == "slurm") {
+      p.scaling.list_interval_ms = 5'000;
+      p.scaling.list_interval_idle_ms = 60'000;
+    }
+    if (auto v = n["list_interval"]) {
+      ASSIGN_OR_RETURN(p.scaling.list_interval_ms, ZeroOrDurationMs(v, path + ".list_interval"));
+    }
+    if (auto v = n["list_interval_idle"]) {
+      ASSIGN_OR_RETURN(p.scaling.list_interval_idle_ms,
+                       ZeroOrDurationMs(v, path + ".list_interval_idle"));
     }
     if (auto st = cloud::CheckProviderParams(p.provider, p.params); !st) {
       // The message starts with "params.<key>: ..."; point at that key, else
@@ -420,7 +497,8 @@ Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view f
   c.path = std::string(filename);
   if (!root || root.IsNull()) return c;
   if (!root.IsMap()) return p.Err(root, "", "expected a mapping at the top level");
-  TRY(p.CheckKeys(root, "", {"listen", "repositories", "pools", "read_token"}));
+  TRY(p.CheckKeys(root, "", {"listen", "repositories", "pools", "read_token", "budget"}));
+  if (auto b = root["budget"]) { ASSIGN_OR_RETURN(c.budget, p.Budget(b, "budget")); }
   if (auto l = root["listen"]) { ASSIGN_OR_RETURN(c.listen, p.Str(l, "listen")); }
   if (auto t = root["read_token"]) { ASSIGN_OR_RETURN(c.read_token, p.Secret(t, "read_token")); }
   if (auto repos = root["repositories"]) {
@@ -450,6 +528,41 @@ Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view f
     }
   }
   return c;
+}
+
+std::string PoolServerUrl(const PoolSpec& pool, const std::string& default_url) {
+  auto it = pool.params.find("server_url");
+  return it != pool.params.end() ? it->second : default_url;
+}
+
+Status CheckWorkerUrls(const ServerConfig& config, const std::string& default_url,
+                       const std::string& listen) {
+  const std::string file = config.path.empty() ? "server config" : config.path;
+  for (size_t i = 0; i < config.pools.size(); ++i) {
+    const PoolSpec& p = config.pools[i];
+    if (!p.remote() || p.allow_loopback) continue;
+    const std::string url = PoolServerUrl(p, default_url);
+    const bool own = p.params.count("server_url") > 0;
+    const std::string key = "pools[" + std::to_string(i) + "]" + (own ? ".params.server_url" : "");
+    const int line = own && p.param_lines.count("server_url") ? p.param_lines.at("server_url")
+                                                                : p.line;
+    const std::string where = file + (line > 0 ? ":" + std::to_string(line) : "") + ": " + key +
+                              " (" + p.provider + " pool " + p.name() + "): ";
+    auto host = UrlHost(url);
+    if (!host) return Fail(ErrorKind::kInvalidArgument, where + host.error().message);
+    if (HostReachableFromElsewhere(*host)) continue;
+    const std::string what =
+        own ? "workers would connect to " + UrlForLog(url)
+            : "no params.server_url, so workers would connect to " + UrlForLog(url) +
+                  " (from the listen address " + listen + ")";
+    return Fail(ErrorKind::kInvalidArgument,
+                where + what + ", which a machine elsewhere cannot reach: it would boot, never " +
+                    "register, and be billed until boot_timeout, again and again. Set " +
+                    "params.server_url to an address of this host the machines can reach " +
+                    "(such as http://10.0.0.5:8080) and listen on it, or `allow_loopback: true` " +
+                    "if this pool's machines run on this host (a test)");
+  }
+  return {};
 }
 
 Result<ServerConfig> LoadServerConfig(const std::string& path) {

@@ -93,6 +93,14 @@ struct RepoConfig {
 //       hourly_cost: 2.5
 //       token: {file: /etc/trainq/gpu.token}  # optional; default: generated under <data>/tokens/
 //       params: {partition: gpu, gres: "gpu:1", time: "4:00:00"}   # provider parameters
+//       allow_loopback: false      # slurm/ec2/command: accept a loopback server URL (a test
+//                                  # on this host); see CheckWorkerUrls
+//       failing_after: 3           # failed boots in a row before the pool is failing
+//       min_bill: 1m               # the least one boot is billed (budgets)
+//       budget: {per_day: 50, per_month: 800, drain_at_cap: false}
+//       list_interval: 15s         # provider List() pacing while machines change
+//       list_interval_idle: 2m     # ... and while nothing changes
+// The top level takes `budget:` too: all pools together.
 // Without `pools:` there is one pool, "local": the local provider, max 1
 // machine with `--slots` slots.
 struct PoolSpec {
@@ -108,8 +116,13 @@ struct PoolSpec {
   std::vector<std::string> env_passthrough;
   SecretValue token;  // empty: serve generates one (<data>/tokens/<pool>.token, mode 0600)
   std::map<std::string, std::string> params;
+  bool allow_loopback = false;
   int line = 0;
+  std::map<std::string, int> param_lines;  // params key -> its line, for messages
   const std::string& name() const { return scaling.name; }
+  // Machines elsewhere (slurm, ec2, command): their workers need a server URL
+  // that is not this host's loopback.
+  bool remote() const { return provider == "slurm" || provider == "ec2" || provider == "command"; }
 };
 
 struct ServerConfig {
@@ -122,6 +135,7 @@ struct ServerConfig {
   // reports can neither lease runs nor forge a push. Empty: those routes
   // answer 403.
   SecretValue read_token;
+  cloud::OverallBudget budget;  // `budget:` at the top level (spend is filled by the fleet)
 
   const PoolSpec* FindPool(std::string_view name) const {
     for (const auto& p : pools)
@@ -137,5 +151,17 @@ struct ServerConfig {
 // from the environment and files.
 Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view filename);
 Result<ServerConfig> LoadServerConfig(const std::string& path);
+
+// The server URL the workers of `pool` are given: params.server_url, else
+// `default_url` (what serve derives from its listen address).
+std::string PoolServerUrl(const PoolSpec& pool, const std::string& default_url);
+
+// At start: every remote pool's workers must get a server URL that a machine
+// elsewhere can reach. A loopback or unspecified host (127.0.0.1, localhost,
+// ::1, 0.0.0.0, ::) is refused, naming file:line:key and what to set, unless
+// the pool says `allow_loopback: true`. `listen` is serve's listen address,
+// for the message.
+Status CheckWorkerUrls(const ServerConfig& config, const std::string& default_url,
+                       const std::string& listen);
 
 }  // namespace trainq

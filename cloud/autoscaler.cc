@@ -1,7 +1,11 @@
 #include "cloud/autoscaler.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <set>
+
+#include <fmt/format.h>
 
 namespace trainq::cloud {
 
@@ -53,8 +57,30 @@ TimeMs IdleSince(const Machine& m) {
 
 // Appends this pool's actions in the order the caller should apply them:
 // forget, stop, adopt, drain, boot.
+// How many more machines the caps let this pool boot (each assumed to cost
+// `each`), and which cap binds ("" when none).
+struct Headroom {
+  int boots = 1 << 30;
+  std::string cap;
+  bool at_cap = false;  // spend has reached a cap
+};
+
+void ApplyCap(Headroom& h, const char* what, double cap, double spent, double each) {
+  if (cap <= 0) return;
+  if (spent >= cap) h.at_cap = true;
+  double room = each > 0 ? std::floor((cap - spent) / each + 1e-9) : (spent >= cap ? 0 : 1e9);
+  int n = static_cast<int>(std::clamp(room, 0.0, 1e9));
+  if (n < h.boots) {
+    h.boots = n;
+    h.cap = spent >= cap ? fmt::format("{} ${:.2f} reached (${:.2f} spent)", what, cap, spent)
+                         : fmt::format("{} ${:.2f} would be passed (${:.2f} spent, a boot costs "
+                                       "at least ${:.2f})",
+                                       what, cap, spent, each);
+  }
+}
+
 PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& o,
-                      std::vector<Action>& out) {
+                      OverallBudget& overall, std::vector<Action>& out) {
   const PoolConfig& c = in.config;
   const std::string& pool = c.name;
   const int slots = std::max(1, c.slots);
@@ -65,6 +91,18 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
   report.pool = pool;
   report.backing_off = !provider_ok;
   report.failing = in.health.consecutive_failures >= o.report_after;
+  report.boot_failing = in.boot.failing;
+  report.boot_backing_off = !in.boot.failing && now < in.boot.next_boot_at;
+  const bool boot_ok = !report.boot_failing && !report.boot_backing_off;
+
+  const double each = c.hourly_cost * static_cast<double>(c.min_bill_ms) / 3'600'000.0;
+  Headroom pool_room, all_room;
+  ApplyCap(pool_room, "per_day budget", c.budget_per_day, in.spend.day, each);
+  ApplyCap(pool_room, "per_month budget", c.budget_per_month, in.spend.month, each);
+  ApplyCap(all_room, "overall per_day budget", overall.per_day, overall.spend.day, each);
+  ApplyCap(all_room, "overall per_month budget", overall.per_month, overall.spend.month, each);
+  const bool cap_drain = (pool_room.at_cap && c.drain_at_cap) ||
+                         (all_room.at_cap && overall.drain_at_cap);
 
   int leases = 0;
   for (const Machine& m : in.machines) {
@@ -80,6 +118,11 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
   std::vector<const Machine*> idle;
   std::set<std::string> known;  // ids the store has, any state
   int live = 0;
+  int booting = 0;
+  // A machine that never became a worker ends this pass: a failed boot. The
+  // caller records it (RecordBoot) and the back-off decides the next boot,
+  // so none is booted in its place in the same pass.
+  bool failed_boot = false;
   for (const Machine& m : in.machines) {
     if (!m.id.empty()) known.insert(m.id);
     if (Gone(m.state)) {
@@ -92,6 +135,7 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
     bool vanished = in.listing && !m.id.empty() && !listed.contains(m.id) &&
                     !(m.state == MachineState::kBooting && now - m.booted_at < o.listing_lag_ms);
     if (vanished) {
+      failed_boot = failed_boot || !m.ready_at;
       forget.push_back(
           {ActionKind::kForget, pool, m.id, m.row, 0, "no longer listed by the provider", {}});
       continue;
@@ -99,26 +143,40 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
     switch (m.state) {
       case MachineState::kRequested:
       case MachineState::kBooting:
-        if (now - m.booted_at > c.boot_timeout_ms) {
+        if (cap_drain && !m.id.empty() && provider_ok) {
+          stop.push_back({ActionKind::kStop, pool, m.id, m.row, 0, "budget cap reached", {}});
+        } else if (now - m.booted_at > c.boot_timeout_ms) {
           if (m.id.empty()) {
             // Boot never answered: nothing to stop by id. If the machine
             // exists after all, reconcile finds it as an unknown one.
             forget.push_back(
                 {ActionKind::kForget, pool, m.id, m.row, 0, "boot never answered", {}});
+            failed_boot = true;
           } else if (provider_ok) {
             stop.push_back({ActionKind::kStop, pool, m.id, m.row, 0, "missed boot_timeout", {}});
+            failed_boot = true;
           }
         } else {
           ++live;
+          ++booting;
         }
         break;
       case MachineState::kReady:
         ++live;
-        if (m.live_leases == 0 && in.demand == 0 && now - IdleSince(m) > c.idle_grace_ms) {
+        if (cap_drain && provider_ok) {
+          // Busy or not: a busy one finishes its runs and leases nothing more.
+          DrainGuard g{m.last_busy_at, true};
+          drain.push_back({ActionKind::kDrain, pool, m.id, m.row, 0, "budget cap reached", g});
+          --live;
+        } else if (m.live_leases == 0 && in.demand == 0 && now - IdleSince(m) > c.idle_grace_ms) {
           idle.push_back(&m);
         }
         break;
       case MachineState::kDraining:
+        // Only a budget drain leaves leases on a draining machine: it is
+        // stopped once they are done.
+        if (m.live_leases > 0) break;
+        [[fallthrough]];
       case MachineState::kStopping:
         if (provider_ok) stop.push_back({ActionKind::kStop, pool, m.id, m.row, 0, "draining", {}});
         break;
@@ -158,8 +216,31 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
     out.insert(out.end(), group->begin(), group->end());
   }
   if (provider_ok && live < report.wanted) {
-    out.push_back({ActionKind::kBoot, pool, "", 0, report.wanted - live, "demand", {}});
-    live = report.wanted;
+    int n = report.wanted - live;
+    std::string why = "demand";
+    if (!boot_ok || cap_drain || failed_boot) {
+      n = 0;
+    } else if (in.boot.failed > 0) {
+      // After a failed boot, one machine at a time until one works.
+      n = std::min(n, std::max(0, 1 - booting));
+      why = "demand; one at a time after " + std::to_string(in.boot.failed) + " failed boot(s)";
+    }
+    const int by_budget = std::min(pool_room.boots, all_room.boots);
+    if (n > by_budget) {
+      n = by_budget;
+      report.cap = !pool_room.cap.empty() ? pool_room.cap : all_room.cap;
+      if (report.cap.empty()) report.cap = "budget: no room for more machines";
+    }
+    report.boots_held = report.wanted - live - n;
+    if (n > 0) {
+      out.push_back({ActionKind::kBoot, pool, "", 0, n, why, {}});
+      live += n;
+      overall.spend.day += n * each;
+      overall.spend.month += n * each;
+    }
+  }
+  if (report.cap.empty() && cap_drain) {
+    report.cap = !pool_room.cap.empty() ? pool_room.cap : all_room.cap;
   }
   report.live = live;
   return report;
@@ -168,15 +249,19 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
 }  // namespace
 
 Decision Autoscale(const std::vector<PoolInput>& pools, TimeMs now,
-                   const AutoscalerOptions& options) {
+                   const AutoscalerOptions& options, const OverallBudget& overall) {
   Decision d;
-  for (const PoolInput& p : pools) d.pools.push_back(DecidePool(p, now, options, d.actions));
+  OverallBudget left = overall;  // each pool's boots count against the pools after it
+  for (const PoolInput& p : pools) {
+    d.pools.push_back(DecidePool(p, now, options, left, d.actions));
+  }
   return d;
 }
 
 bool DrainAllowed(const Action& drain, const DrainCheck& seen) {
-  return drain.kind == ActionKind::kDrain && seen.state == MachineState::kReady &&
-         seen.live_leases == 0 && seen.runnable_queued == 0 &&
+  if (drain.kind != ActionKind::kDrain || seen.state != MachineState::kReady) return false;
+  if (drain.guard.at_cap) return true;  // a budget drain: the machine finishes its runs
+  return seen.live_leases == 0 && seen.runnable_queued == 0 &&
          seen.last_busy_at == drain.guard.last_busy_at;
 }
 
@@ -189,6 +274,61 @@ ProviderHealth RecordProviderCall(const ProviderHealth& h, bool ok, TimeMs now,
   for (int i = 1; i < next.consecutive_failures && delay < options.backoff_cap_ms; ++i) delay *= 2;
   next.next_retry_at = now + std::min(delay, options.backoff_cap_ms);
   return next;
+}
+
+BootOutcome JudgeBoot(const Machine& m, TimeMs now, const AutoscalerOptions& o) {
+  const bool ended = m.stopped_at.has_value() || Gone(m.state);
+  if (!m.ready_at) return ended ? BootOutcome::kFailed : BootOutcome::kUndecided;
+  if (m.last_busy_at) return BootOutcome::kSucceeded;
+  const TimeMs up = m.stopped_at.value_or(now) - *m.ready_at;
+  if (up >= o.quick_exit_ms) return BootOutcome::kSucceeded;
+  return ended ? BootOutcome::kFailed : BootOutcome::kUndecided;
+}
+
+BootHealth RecordBoot(const BootHealth& h, bool ok, TimeMs now, const PoolConfig& pool,
+                      const AutoscalerOptions& o) {
+  if (ok) return {};
+  const int failing_after = pool.failing_after;
+  BootHealth next;
+  next.failed = h.failed + 1;
+  TimeMs delay = std::max<TimeMs>(1, pool.boot_backoff_ms);
+  for (int i = 1; i < next.failed && delay < o.boot_backoff_cap_ms; ++i) delay *= 2;
+  next.next_boot_at = now + std::min(delay, o.boot_backoff_cap_ms);
+  next.failing = next.failed >= std::max(1, failing_after);
+  return next;
+}
+
+double SpendBetween(const std::vector<BilledMachine>& machines, TimeMs from, TimeMs to,
+                    TimeMs min_bill_ms) {
+  double cost = 0;
+  for (const auto& m : machines) {
+    TimeMs end = m.end.value_or(to);
+    if (end <= from || m.start >= to) continue;
+    TimeMs billed = std::max<TimeMs>(0, std::min(end, to) - std::max(m.start, from));
+    if (m.start >= from && m.start < to) billed = std::max(billed, min_bill_ms);
+    cost += m.hourly_cost * static_cast<double>(billed) / 3'600'000.0;
+  }
+  return cost;
+}
+
+TimeMs UtcDayStart(TimeMs now) {
+  constexpr TimeMs kDay = 86'400'000;
+  return now - ((now % kDay) + kDay) % kDay;
+}
+
+TimeMs UtcMonthStart(TimeMs now) {
+  using namespace std::chrono;
+  sys_days day = floor<days>(sys_time<milliseconds>(milliseconds(now)));
+  year_month_day ymd(day);
+  sys_days first = ymd.year() / ymd.month() / 1;
+  return duration_cast<milliseconds>(first.time_since_epoch()).count();
+}
+
+TimeMs NextListAt(TimeMs now, bool active, const PoolConfig& c, double unit) {
+  TimeMs base = active ? c.list_interval_ms : std::max(c.list_interval_ms, c.list_interval_idle_ms);
+  if (base <= 0) return now;
+  double jitter = 0.8 + 0.4 * std::clamp(unit, 0.0, 1.0);
+  return now + static_cast<TimeMs>(static_cast<double>(base) * jitter);
 }
 
 }  // namespace trainq::cloud

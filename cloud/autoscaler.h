@@ -8,7 +8,8 @@
 //   live leases; wanted = clamp(min, needed, max). Boot wanted - live machines
 //   (live = requested, booting, ready).
 //   A machine that has not become ready within boot_timeout of its boot is
-//   stopped; it stops counting as live, so the same pass boots its replacement.
+//   stopped; it is a failed boot (below), so its replacement waits for the
+//   boot back-off: nothing is booted in the pass that stops it.
 //   A ready machine is drained only when it holds no live lease, the pool has
 //   no runnable queued run, and it has been idle (since max(ready_at,
 //   last_busy_at)) longer than idle_grace; never below `min` live machines.
@@ -19,6 +20,20 @@
 //   more machines, else stopped; a known machine that the listing no longer
 //   has (preempted, killed) is forgotten: the caller marks it stopped and
 //   returns its leases to the queue.
+//   Boot outcomes (a Boot that the provider accepted but that never yields a
+//   working worker: bad image, firewall, unreachable server URL, refused
+//   token, a worker that exits at once): the caller judges each machine with
+//   JudgeBoot() and records it with RecordBoot(). After a failed boot the
+//   pool boots one machine at a time, not before health.boot.next_boot_at
+//   (exponential, capped); after `failing_after` failed boots in a row it is
+//   `failing` and boots nothing until reset (config change, `trainq pools
+//   reset`, or a worker of the pool registering and staying).
+//   Budgets: a pool (and all pools together) with a per_day / per_month cap
+//   boots no machine whose minimum bill (hourly_cost x min_bill) would take
+//   the spend of the UTC day / month over the cap. At the cap, with
+//   drain_at_cap, ready machines are drained at once (regardless of min,
+//   idle_grace and the queue; a busy one leases nothing more, finishes its
+//   runs, and is stopped once it holds none) and booting ones stopped.
 //   Provider errors: the caller records each provider call's outcome with
 //   RecordProviderCall(); while health.next_retry_at is in the future the pool
 //   gets no provider action (Boot, Stop), and after `report_after` consecutive
@@ -60,7 +75,39 @@ struct PoolConfig {
   int slots = 1;  // runs per machine at once
   TimeMs idle_grace_ms = 2 * 60'000;
   TimeMs boot_timeout_ms = 10 * 60'000;
-  double hourly_cost = 0;  // per machine; for reports
+  double hourly_cost = 0;  // per machine; for reports and budgets
+  TimeMs min_bill_ms = 60'000;  // the least a boot is billed (EC2: 60 s)
+  int failing_after = 3;        // failed boots in a row before the pool is failing
+  TimeMs boot_backoff_ms = 60'000;  // after a failed boot; doubles, up to boot_backoff_cap_ms
+  // Spend caps; 0 = none. Windows are the UTC day and month.
+  double budget_per_day = 0;
+  double budget_per_month = 0;
+  bool drain_at_cap = false;
+  // Provider List() pacing (see NextListAt); 0 = every pass.
+  TimeMs list_interval_ms = 0;
+  TimeMs list_interval_idle_ms = 0;
+};
+
+// How the pool's boots went (see JudgeBoot / RecordBoot).
+struct BootHealth {
+  int failed = 0;           // failed boots in a row
+  TimeMs next_boot_at = 0;  // no Boot before this
+  bool failing = false;     // no Boot at all until reset
+};
+
+// What has been spent in the current UTC day and month (billed time x
+// hourly_cost, running machines up to now).
+struct Spend {
+  double day = 0;
+  double month = 0;
+};
+
+// All pools together (server config `budget:`).
+struct OverallBudget {
+  double per_day = 0;  // 0 = none
+  double per_month = 0;
+  bool drain_at_cap = false;
+  Spend spend;
 };
 
 struct Machine {
@@ -70,6 +117,7 @@ struct Machine {
   TimeMs booted_at = 0;                // when Boot was called (or the machine adopted)
   std::optional<TimeMs> ready_at;      // when its worker registered
   std::optional<TimeMs> last_busy_at;  // when it last held a lease
+  std::optional<TimeMs> stopped_at;    // when it left (stopped / failed)
   int live_leases = 0;
 };
 
@@ -86,6 +134,8 @@ struct PoolInput {
   // failed (nothing is adopted or forgotten then).
   std::optional<std::vector<std::string>> listing;
   ProviderHealth health;
+  BootHealth boot;
+  Spend spend;  // this pool's
 };
 
 struct AutoscalerOptions {
@@ -95,6 +145,11 @@ struct AutoscalerOptions {
   // A machine booted less than this long ago may be missing from an eventually
   // consistent listing (EC2); it is not forgotten yet.
   TimeMs listing_lag_ms = 60'000;
+  // Failed boots: boot_backoff (1 min), 2 min, 4 min ... between boots, at most 30 min.
+  TimeMs boot_backoff_cap_ms = 30 * 60'000;
+  // A worker that leaves within this long of registering, having run
+  // nothing, was a failed boot; one registered this long is a success.
+  TimeMs quick_exit_ms = 2 * 60'000;
 };
 
 enum class ActionKind {
@@ -109,6 +164,7 @@ std::string_view ActionKindName(ActionKind k);
 // What the drain decision saw; the caller's transaction re-checks it.
 struct DrainGuard {
   std::optional<TimeMs> last_busy_at;
+  bool at_cap = false;  // a budget drain: runs still queued do not call it off
 };
 
 struct Action {
@@ -133,6 +189,10 @@ struct PoolReport {
   int live = 0;              // requested + booting + ready, after this pass's actions
   bool backing_off = false;  // provider actions held back this pass
   bool failing = false;      // consecutive failures >= report_after
+  bool boot_backing_off = false;  // a failed boot's back-off holds boots back
+  bool boot_failing = false;      // failed boots in a row >= failing_after: no boot
+  int boots_held = 0;             // machines wanted but not booted (back-off, failing, budget)
+  std::string cap;  // "" or which cap holds boots back ("per_day budget $50.00 reached")
 };
 
 struct Decision {
@@ -141,7 +201,7 @@ struct Decision {
 };
 
 Decision Autoscale(const std::vector<PoolInput>& pools, TimeMs now,
-                   const AutoscalerOptions& options = {});
+                   const AutoscalerOptions& options = {}, const OverallBudget& overall = {});
 
 // What the drain transaction reads, at the moment it would write `draining`.
 struct DrainCheck {
@@ -152,10 +212,45 @@ struct DrainCheck {
 };
 // True when `drain` may still be applied: the machine is ready, holds no
 // lease, has had no lease since the decision, and the pool has nothing queued.
+// A budget drain (guard.at_cap) needs only the machine to be ready.
 bool DrainAllowed(const Action& drain, const DrainCheck& seen);
 
 // The health after one provider call that succeeded (ok) or failed at `now`.
 ProviderHealth RecordProviderCall(const ProviderHealth& h, bool ok, TimeMs now,
                                   const AutoscalerOptions& options = {});
+
+enum class BootOutcome { kUndecided, kSucceeded, kFailed };
+// How machine `m`'s boot went, judged at `now`. Failed: it left (stopped_at
+// set, or `ended`) before its worker registered, or its worker left within
+// quick_exit of registering having run nothing. Succeeded: its worker has been
+// registered for quick_exit, or has run something. Else undecided.
+BootOutcome JudgeBoot(const Machine& m, TimeMs now, const AutoscalerOptions& options = {});
+
+// The pool's boot health after one judged boot. A success clears it; a
+// failure backs the next boot off and, at `failing_after`, marks it failing.
+BootHealth RecordBoot(const BootHealth& h, bool ok, TimeMs now, const PoolConfig& pool,
+                      const AutoscalerOptions& options = {});
+
+// Billing of one machine, for Spend.
+struct BilledMachine {
+  TimeMs start = 0;
+  std::optional<TimeMs> end;  // running: up to `now`
+  double hourly_cost = 0;
+};
+// The cost of `machines` within [from, to): the overlap of each one's billed
+// time with the window, a machine that started in the window billed at least
+// min_bill_ms.
+double SpendBetween(const std::vector<BilledMachine>& machines, TimeMs from, TimeMs to,
+                    TimeMs min_bill_ms);
+// Start of the UTC day and month that hold `now` (ms since the epoch).
+TimeMs UtcDayStart(TimeMs now);
+TimeMs UtcMonthStart(TimeMs now);
+
+// When to call the pool's provider List() next, after a call at `now`:
+// list_interval while something is changing (`active`: machines booting or
+// stopping, demand changed, actions this pass), list_interval_idle otherwise,
+// each scaled by a jitter in [0.8, 1.2) from `unit` in [0, 1) so that pools
+// (and trainq installations) do not call in step. 0 = the next pass.
+TimeMs NextListAt(TimeMs now, bool active, const PoolConfig& c, double unit);
 
 }  // namespace trainq::cloud

@@ -333,4 +333,47 @@ Status Ec2Provider::Stop(const std::string& id) {
   return {};
 }
 
+Result<std::string> Ec2Provider::LogTail(const std::string& id, const std::string&,
+                                         std::size_t max_bytes) {
+  if (id.empty()) return Fail(ErrorKind::kNotFound, "ec2: no instance id");
+  ASSIGN_OR_RETURN(auto body, Call("GetConsoleOutput", {{"InstanceId", id}, {"Latest", "true"}}));
+  auto xml = ParseXml(body);
+  if (!xml) return std::unexpected(xml.error().Wrap("ec2 GetConsoleOutput"));
+  std::string encoded = xml->Text("output");
+  if (encoded.empty()) return Fail(ErrorKind::kNotFound, "ec2: no console output yet for " + id);
+  ASSIGN_OR_RETURN(auto text, DecodeBase64(encoded));
+  return TailBytes(text, max_bytes);
+}
+
+Result<std::string> DecodeBase64(std::string_view data) {
+  std::string out;
+  unsigned v = 0;
+  int bits = 0;
+  for (char c : data) {
+    int d;
+    if (c >= 'A' && c <= 'Z') {
+      d = c - 'A';
+    } else if (c >= 'a' && c <= 'z') {
+      d = c - 'a' + 26;
+    } else if (c >= '0' && c <= '9') {
+      d = c - '0' + 52;
+    } else if (c == '+') {
+      d = 62;
+    } else if (c == '/') {
+      d = 63;
+    } else if (c == '=' || c == '\n' || c == '\r' || c == ' ') {
+      continue;
+    } else {
+      return Fail(ErrorKind::kCorruption, "not base64");
+    }
+    v = (v << 6) | static_cast<unsigned>(d);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((v >> bits) & 0xff);
+    }
+  }
+  return out;
+}
+
 }  // namespace trainq::cloud

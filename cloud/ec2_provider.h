@@ -47,6 +47,10 @@ class Ec2Provider final : public Provider {
   Result<std::string> Boot(const BootSpec& spec) override;
   Result<std::vector<ListedMachine>> List(const MachineTag& tag) override;
   Status Stop(const std::string& id) override;
+  // GetConsoleOutput (Latest=true): the instance's serial console, where
+  // cloud-init shows the user data and the worker's first lines.
+  Result<std::string> LogTail(const std::string& id, const std::string& name,
+                              std::size_t max_bytes) override;
 
   // The user-data script Boot sends (before base64).
   static std::string UserData(const BootSpec& spec, const std::string& prefix);
@@ -68,5 +72,7 @@ class Ec2Provider final : public Provider {
 };
 
 std::string Base64Encode(std::string_view data);
+// kCorruption on a character outside the alphabet; whitespace is skipped.
+Result<std::string> DecodeBase64(std::string_view data);
 
 }  // namespace trainq::cloud

@@ -226,4 +226,12 @@ Status LocalProvider::Stop(const std::string& id) {
   return {};  // unknown or already gone
 }
 
+Result<std::string> LocalProvider::LogTail(const std::string&, const std::string& name,
+                                           std::size_t max_bytes) {
+  if (name.empty() || name.find('/') != std::string::npos) {
+    return Fail(ErrorKind::kNotFound, "local: no log without the machine's name");
+  }
+  return FileTail((fs::path(dir_) / (name + ".log")).string(), max_bytes);
+}
+
 }  // namespace trainq::cloud

@@ -31,6 +31,9 @@ class LocalProvider final : public Provider {
   Result<std::string> Boot(const BootSpec& spec) override;
   Result<std::vector<ListedMachine>> List(const MachineTag& tag) override;
   Status Stop(const std::string& id) override;
+  // The worker's output, <state_dir>/local/<name>.log.
+  Result<std::string> LogTail(const std::string& id, const std::string& name,
+                              std::size_t max_bytes) override;
 
  private:
   struct Record;

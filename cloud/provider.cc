@@ -1,8 +1,41 @@
 #include "cloud/provider.h"
 
+#include <fstream>
 #include <utility>
 
 namespace trainq::cloud {
+
+Result<std::string> Provider::LogTail(const std::string&, const std::string&, std::size_t) {
+  return Fail(ErrorKind::kNotFound, "this provider keeps no machine log");
+}
+
+std::string TailBytes(const std::string& text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  std::string tail = text.substr(text.size() - max_bytes);
+  auto nl = tail.find('\n');
+  if (nl != std::string::npos && nl + 1 < tail.size()) tail = tail.substr(nl + 1);
+  return tail;
+}
+
+Result<std::string> FileTail(const std::string& path, std::size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Fail(ErrorKind::kNotFound, "cannot read " + path);
+  in.seekg(0, std::ios::end);
+  auto size = static_cast<std::size_t>(std::max<std::streamoff>(0, in.tellg()));
+  std::size_t want = std::min(size, max_bytes + 256);  // room to start at a line
+  in.seekg(static_cast<std::streamoff>(size - want));
+  std::string text(want, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(want));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  return TailBytes(text, max_bytes);
+}
+
+Result<std::string> FakeProvider::LogTail(const std::string& id, const std::string&,
+                                          std::size_t max_bytes) {
+  auto it = logs_.find(id);
+  if (it == logs_.end()) return Fail(ErrorKind::kNotFound, "fake provider: no log for " + id);
+  return TailBytes(it->second, max_bytes);
+}
 
 Status FakeProvider::MaybeFail(Call::Kind kind, const std::string& arg) {
   bool fail = fail_next_ > 0;

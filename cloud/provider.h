@@ -68,7 +68,17 @@ class Provider {
   virtual Result<std::vector<ListedMachine>> List(const MachineTag& tag) = 0;
   // Stops (terminates) a machine. Stopping one that is already gone succeeds.
   virtual Status Stop(const std::string& id) = 0;
+  // The end (at most max_bytes) of machine `id`'s console or worker log
+  // (`name`: its BootSpec::name), to show why its boot failed; also after it
+  // stopped, where the provider keeps it. kNotFound when there is none.
+  virtual Result<std::string> LogTail(const std::string& id, const std::string& name,
+                                      std::size_t max_bytes);
 };
+
+// The last `max_bytes` of `text`, from a line start where there is one.
+std::string TailBytes(const std::string& text, std::size_t max_bytes);
+// The last `max_bytes` of file `path`.
+Result<std::string> FileTail(const std::string& path, std::size_t max_bytes);
 
 // A provider in memory for tests. It records every call in order, can be told
 // to fail the next calls, and can "lose" a machine (a cloud preempting it, a
@@ -84,7 +94,11 @@ class FakeProvider final : public Provider {
   Result<std::string> Boot(const BootSpec& spec) override;
   Result<std::vector<ListedMachine>> List(const MachineTag& tag) override;
   Status Stop(const std::string& id) override;
+  Result<std::string> LogTail(const std::string& id, const std::string& name,
+                              std::size_t max_bytes) override;
 
+  // What LogTail answers for machine `id`.
+  void SetLog(const std::string& id, std::string text) { logs_[id] = std::move(text); }
   // The next `n` calls (of any kind) fail with `kind`.
   void FailNext(int n, ErrorKind kind = ErrorKind::kUnavailable);
   // The machine disappears without a Stop call.
@@ -108,6 +122,7 @@ class FakeProvider final : public Provider {
   std::map<std::string, std::string> names_;    // BootSpec::name, by id
   std::vector<std::string> stopped_;
   std::vector<Call> calls_;
+  std::map<std::string, std::string> logs_;
 };
 
 // What the real providers need from the outside; pointers are not owned and

@@ -75,6 +75,7 @@ Result<Trace> ParseTrace(std::string_view text, std::string_view filename) {
       PoolConfig c;
       c.name = std::string(w[1]);
       c.max = 8;
+      bool broken = false;
       for (size_t i = 2; i < w.size(); ++i) {
         size_t eq = w[i].find('=');
         if (eq == std::string_view::npos)
@@ -89,13 +90,28 @@ Result<Trace> ParseTrace(std::string_view text, std::string_view filename) {
           auto s = ParseDurationSeconds(value);
           if (!s) return fail(bad);
           (key == "idle_grace" ? c.idle_grace_ms : c.boot_timeout_ms) = *s * 1000;
-        } else if (key == "hourly_cost") {
+        } else if (key == "hourly_cost" || key == "budget_day" || key == "budget_month") {
           auto d = Number<double>(value);
           if (!d || *d < 0) return fail(bad);
-          c.hourly_cost = *d;
+          (key == "hourly_cost" ? c.hourly_cost
+           : key == "budget_day" ? c.budget_per_day
+                                 : c.budget_per_month) = *d;
+        } else if (key == "broken" || key == "drain_at_cap") {
+          if (value != "0" && value != "1") return fail(bad);
+          if (key == "broken") broken = value == "1";
+          if (key == "drain_at_cap") c.drain_at_cap = value == "1";
+        } else if (key == "failing_after") {
+          auto n = Number<int>(value);
+          if (!n || *n < 1) return fail(bad);
+          c.failing_after = *n;
+        } else if (key == "boot_backoff") {
+          auto s = ParseDurationSeconds(value);
+          if (!s || *s <= 0) return fail(bad);
+          c.boot_backoff_ms = *s * 1000;
         } else {
           return fail("unknown pool key \"" + std::string(key) +
-                      "\" (min, max, slots, idle_grace, boot_timeout, hourly_cost)");
+                      "\" (min, max, slots, idle_grace, boot_timeout, hourly_cost, broken, "
+                      "failing_after, boot_backoff, budget_day, budget_month, drain_at_cap)");
         }
       }
       if (c.slots < 1 || c.max < 1 || c.min > c.max) {
@@ -104,6 +120,7 @@ Result<Trace> ParseTrace(std::string_view text, std::string_view filename) {
       if (pools.contains(c.name)) return fail("pool " + c.name + " declared twice");
       pools[c.name] = trace.pools.size();
       trace.pools.push_back(std::move(c));
+      trace.broken.push_back(broken);
       continue;
     }
     if (w.size() != 5) return fail("expected TIME POOL EXPERIMENT REPEATS DURATION");
@@ -167,10 +184,13 @@ double SimResult::total_latency_ratio() const {
 namespace {
 
 constexpr TimeMs kStep = 1000;
+constexpr TimeMs kDay = 24 * 3600'000LL;
 
 struct SimMachine {
   Machine m;
   size_t pool = 0;
+  bool judged = false;   // its boot outcome is recorded
+  bool drained = false;  // stopped on purpose (idle, budget): no failed boot
   TimeMs stopped_at = -1;
   std::vector<std::pair<TimeMs, size_t>> leases;  // (end, batch)
   bool stopped() const { return stopped_at >= 0; }
@@ -193,9 +213,12 @@ class Simulation {
 
   Result<SimResult> Run() {
     const TimeMs give_up = trace_.batches.back().at_ms + 7 * 24 * 3600'000LL;
+    const TimeMs end = options_.days * kDay;
+    boot_.assign(trace_.pools.size(), BootHealth{});
     TimeMs t = 0;
     for (;; t += kStep) {
-      if (t > give_up) {
+      if (options_.days > 0 && t >= end) break;
+      if (options_.days == 0 && t > give_up) {
         return Fail(ErrorKind::kInternal,
                     "simulate: runs still unfinished a week after the last push");
       }
@@ -225,8 +248,15 @@ class Simulation {
       const PoolConfig& c = trace_.pools[pool_index_.at(b.pool)];
       int per_wave = std::max(1, c.slots) * std::max(1, c.max);
       TimeMs ideal = options_.boot_delay_ms + (b.repeats + per_wave - 1) / per_wave * b.duration_ms;
-      result_.batches.push_back({b.experiment, b.at_ms, finished_[i] - b.at_ms, ideal});
       result_.runs += b.repeats;
+      if (remaining_[i] > 0) {
+        result_.unfinished_runs += remaining_[i];
+        continue;
+      }
+      result_.batches.push_back({b.experiment, b.at_ms, finished_[i] - b.at_ms, ideal});
+    }
+    for (size_t p = 0; p < trace_.pools.size(); ++p) {
+      if (boot_[p].failing) result_.failing_pools.push_back(trace_.pools[p].name);
     }
     return result_;
   }
@@ -256,6 +286,7 @@ class Simulation {
 
   void CompleteBoots(TimeMs t) {
     for (SimMachine& s : machines_) {
+      if (s.pool < trace_.broken.size() && trace_.broken[s.pool]) continue;  // never registers
       if (!s.stopped() && s.m.state == MachineState::kBooting &&
           t >= s.m.booted_at + options_.boot_delay_ms) {
         s.m.state = MachineState::kReady;
@@ -292,7 +323,37 @@ class Simulation {
 
   void StopMachine(SimMachine& s, TimeMs t) {
     s.m.state = MachineState::kStopped;
+    s.m.stopped_at = t;
     s.stopped_at = t;
+  }
+
+  // The fleet's boot judging (agent/fleet.cc), on the simulated machines.
+  void JudgeBoots(TimeMs t) {
+    for (size_t i = 0; i < machines_.size(); ++i) {
+      SimMachine& s = machines_[i];
+      if (s.judged) continue;
+      BootOutcome o = JudgeBoot(s.m, t);
+      if (o == BootOutcome::kUndecided) continue;
+      s.judged = true;
+      if (o == BootOutcome::kFailed && s.drained) continue;  // stopped on purpose
+      if (o == BootOutcome::kFailed) ++result_.failed_boots;
+      if (!options_.safeguards) continue;
+      boot_[s.pool] = RecordBoot(boot_[s.pool], o == BootOutcome::kSucceeded, t,
+                                 trace_.pools[s.pool]);
+    }
+  }
+
+  Spend SpendOf(size_t pool, TimeMs t) const {
+    std::vector<BilledMachine> spans;
+    for (const SimMachine& s : machines_) {
+      if (s.pool != pool) continue;
+      spans.push_back({s.m.booted_at, s.stopped() ? std::optional<TimeMs>(s.stopped_at)
+                                                  : std::nullopt,
+                       trace_.pools[pool].hourly_cost});
+    }
+    // The simulation starts at midnight on the first of a month.
+    return {SpendBetween(spans, t - t % kDay, t, options_.min_bill_ms),
+            SpendBetween(spans, 0, t, options_.min_bill_ms)};
   }
 
   Status Decide(TimeMs t) {
@@ -300,10 +361,19 @@ class Simulation {
       DecideIdleTimeout(t);
       return {};
     }
+    JudgeBoots(t);
     std::vector<PoolInput> inputs;
     for (size_t p = 0; p < trace_.pools.size(); ++p) {
       PoolInput in;
       in.config = trace_.pools[p];
+      in.config.min_bill_ms = options_.min_bill_ms;
+      if (options_.safeguards) {
+        in.boot = boot_[p];
+        if (in.config.budget_per_day > 0 || in.config.budget_per_month > 0) in.spend = SpendOf(p, t);
+      } else {
+        in.config.budget_per_day = 0;
+        in.config.budget_per_month = 0;
+      }
       in.demand = static_cast<int>(queues_[p].size());
       in.listing.emplace();
       for (const SimMachine& s : machines_) {
@@ -325,12 +395,22 @@ class Simulation {
           SimMachine& s = machines_[by_id_.at(a.machine)];
           DrainCheck seen{s.m.state, s.m.live_leases, s.m.last_busy_at,
                           static_cast<int>(queues_[pool].size())};
-          if (DrainAllowed(a, seen)) StopMachine(s, t);
+          if (DrainAllowed(a, seen)) {
+            s.drained = true;
+            if (s.leases.empty()) {
+              StopMachine(s, t);
+            } else {
+              s.m.state = MachineState::kDraining;  // a budget drain: finishes its runs
+            }
+          }
           break;
         }
-        case ActionKind::kStop:
-          StopMachine(machines_[by_id_.at(a.machine)], t);
+        case ActionKind::kStop: {
+          SimMachine& s = machines_[by_id_.at(a.machine)];
+          if (a.reason != "missed boot_timeout") s.drained = true;  // a budget stop
+          StopMachine(s, t);
           break;
+        }
         case ActionKind::kAdopt:
         case ActionKind::kForget:
           return Fail(
@@ -394,6 +474,7 @@ class Simulation {
   size_t next_batch_ = 0;
   std::vector<SimMachine> machines_;
   std::map<std::string, size_t> by_id_;
+  std::vector<BootHealth> boot_;  // per pool
   SimResult result_;
 };
 
@@ -407,7 +488,24 @@ Result<SimResult> Simulate(const Trace& trace, const SimPolicy& policy, const Si
     return Fail(ErrorKind::kInvalidArgument,
                 "simulate: tick must be whole seconds, boot delay >= 0");
   }
-  Simulation sim(trace, policy, options);
+  if (options.days < 0) {
+    return Fail(ErrorKind::kInvalidArgument, "simulate: days must be 0 or more");
+  }
+  if (options.days == 0) {
+    Simulation sim(trace, policy, options);
+    return sim.Run();
+  }
+  // The day's pushes, once a day.
+  Trace days = trace;
+  days.batches.clear();
+  for (int d = 0; d < options.days; ++d) {
+    for (TraceBatch b : trace.batches) {
+      b.at_ms += d * kDay;
+      days.batches.push_back(std::move(b));
+    }
+  }
+  days.pushes = trace.pushes * options.days;
+  Simulation sim(days, policy, options);
   return sim.Run();
 }
 

@@ -5,6 +5,10 @@
 //
 // Trace format (text, one item per line, '#' starts a comment):
 //   pool NAME [min=0] [max=N] [slots=N] [idle_grace=2m] [boot_timeout=10m] [hourly_cost=X]
+//        [broken=1] [failing_after=3] [boot_backoff=1m] [budget_day=X] [budget_month=X]
+//        [drain_at_cap=1]
+//   (broken=1: its machines never register, as with an unreachable server URL;
+//   they are stopped at boot_timeout)
 //   TIME POOL EXPERIMENT REPEATS DURATION
 // TIME is the push's time of day, HH:MM or HH:MM:SS (a trace covers one day);
 // DURATION is each run's length ("45m", "1h30m"). Lines with the same TIME are
@@ -45,6 +49,7 @@ struct TraceBatch {
 
 struct Trace {
   std::vector<PoolConfig> pools;
+  std::vector<bool> broken;  // per pool: machines never register
   std::vector<TraceBatch> batches;  // sorted by time
   int pushes = 0;
 };
@@ -63,6 +68,12 @@ struct SimOptions {
   TimeMs boot_delay_ms = 90'000;
   TimeMs tick_ms = 10'000;      // how often the policy runs
   TimeMs min_bill_ms = 60'000;  // the cloud's minimum charge per boot
+  // 0: until every run is done. N: the trace's day repeated N times, and the
+  // simulation ends after N days, finished or not.
+  int days = 0;
+  // The boot back-off / failing state and the budgets (false: the autoscaler
+  // without them, as before they existed).
+  bool safeguards = true;
 };
 
 struct BatchLatency {
@@ -79,7 +90,10 @@ struct SimResult {
   int peak_machines = 0;
   int boots = 0;
   int runs = 0;
-  std::vector<BatchLatency> batches;
+  int unfinished_runs = 0;  // days > 0: runs not done when the period ended
+  int failed_boots = 0;     // machines stopped without ever registering
+  std::vector<std::string> failing_pools;  // pools failing at the end
+  std::vector<BatchLatency> batches;       // finished batches only when days > 0
 
   double billed_over_busy() const;
   double mean_latency_ratio() const;   // mean of latency / ideal over batches

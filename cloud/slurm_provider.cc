@@ -139,4 +139,30 @@ Status SlurmProvider::Stop(const std::string& id) {
   return {};
 }
 
+Result<std::string> SlurmProvider::LogTail(const std::string& id, const std::string& name,
+                                           std::size_t max_bytes) {
+  if (!ValidJobId(id)) return Fail(ErrorKind::kNotFound, "slurm: no job id");
+  std::string pattern = Param("output");
+  if (pattern.empty()) pattern = "slurm-%j.out";
+  std::string path;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '%' || i + 1 == pattern.size()) {
+      path += pattern[i];
+      continue;
+    }
+    char c = pattern[++i];
+    if (c == 'j' || c == 'A') {
+      path += id;
+    } else if (c == 'x') {
+      path += name;
+    } else if (c == '%') {
+      path += '%';
+    } else {
+      return Fail(ErrorKind::kNotFound, "slurm: output pattern %" + std::string(1, c) +
+                                            " is not one trainq can follow");
+    }
+  }
+  return FileTail(path, max_bytes);
+}
+
 }  // namespace trainq::cloud

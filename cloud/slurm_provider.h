@@ -32,6 +32,10 @@ class SlurmProvider final : public Provider {
   Result<std::string> Boot(const BootSpec& spec) override;
   Result<std::vector<ListedMachine>> List(const MachineTag& tag) override;
   Status Stop(const std::string& id) override;
+  // The job's output file: params.output with %j (job id), %x (job name) and
+  // %% replaced, else Slurm's default slurm-<id>.out in the server's directory.
+  Result<std::string> LogTail(const std::string& id, const std::string& name,
+                              std::size_t max_bytes) override;
 
   // "trainq:<instance>:<pool>", the job comment that tags a machine.
   static std::string Comment(const MachineTag& tag);

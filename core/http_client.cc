@@ -1,5 +1,6 @@
 #include "core/http_client.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <fcntl.h>
 
@@ -109,6 +110,41 @@ std::string UrlForLog(std::string_view url) {
     if (at != std::string::npos && at >= host_start) out.erase(host_start, at + 1 - host_start);
   }
   return out;
+}
+
+Result<std::string> UrlHost(std::string_view url) {
+  std::unique_ptr<CURLU, decltype(&curl_url_cleanup)> u(curl_url(), curl_url_cleanup);
+  if (!u) return Fail(ErrorKind::kInternal, "cannot create a curl URL handle");
+  std::string text(url);
+  if (curl_url_set(u.get(), CURLUPART_URL, text.c_str(), 0) != CURLUE_OK) {
+    return Fail(ErrorKind::kInvalidArgument, "not an absolute URL: " + UrlForLog(url));
+  }
+  char* host = nullptr;
+  if (curl_url_get(u.get(), CURLUPART_HOST, &host, 0) != CURLUE_OK || !host) {
+    return Fail(ErrorKind::kInvalidArgument, "no host in " + UrlForLog(url));
+  }
+  std::string h(host);
+  curl_free(host);
+  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  return h;
+}
+
+bool HostReachableFromElsewhere(std::string_view host) {
+  std::string h(host);
+  for (auto& c : h) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (h == "localhost" || h.ends_with(".localhost")) return false;
+  unsigned char v4[4];
+  if (inet_pton(AF_INET, h.c_str(), v4) == 1) return v4[0] != 127 && (v4[0] | v4[1] | v4[2] | v4[3]) != 0;
+  unsigned char v6[16];
+  if (inet_pton(AF_INET6, h.c_str(), v6) == 1) {
+    static const unsigned char kZero[16] = {};
+    static const unsigned char kLoop[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    static const unsigned char kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (std::equal(v6, v6 + 16, kZero) || std::equal(v6, v6 + 16, kLoop)) return false;
+    if (std::equal(v6, v6 + 12, kMapped)) return v6[12] != 127 && (v6[12] | v6[13] | v6[14] | v6[15]) != 0;
+    return true;
+  }
+  return true;  // a name: its address is not known here
 }
 
 CurlHttpClient::CurlHttpClient(std::int64_t max_response_bytes)

@@ -79,4 +79,13 @@ std::string UrlEncode(std::string_view s);
 // The URL without query string and fragment, for messages.
 std::string UrlForLog(std::string_view url);
 
+// The host of an absolute URL as libcurl parses it ("[::1]" comes back as
+// "::1"); kInvalidArgument when it is not one.
+Result<std::string> UrlHost(std::string_view url);
+
+// Whether a machine other than this one could reach `host`: false for
+// localhost, loopback addresses (127.0.0.0/8, ::1, ::ffff:127.x) and the
+// unspecified ones (0.0.0.0, ::), which mean "this host" to whoever uses them.
+bool HostReachableFromElsewhere(std::string_view host);
+
 }  // namespace trainq

@@ -302,6 +302,18 @@ Status Store::SetMachineState(std::int64_t row, std::string_view state, TimeMs n
   });
 }
 
+Status Store::NoteMachine(std::int64_t row, const std::string& note, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE machines SET last_error = ? WHERE id = ?"));
+    TRY(u.Bind(1, note).Bind(2, row).Run());
+    if (db_.Changes() == 0) return Fail(ErrorKind::kNotFound, MachineLabel(row) + " does not exist");
+    ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT state FROM machines WHERE id = ?"));
+    s.Bind(1, row);
+    ASSIGN_OR_RETURN(bool found, s.Step());
+    return RecordMachineEvent(row, found ? s.Text(0) : "", now, note);
+  });
+}
+
 // ---- the drain transaction and forgetting -------------------------------------
 
 Result<bool> Store::DrainMachine(const cloud::Action& drain, TimeMs now) {
@@ -644,6 +656,90 @@ Result<std::vector<Store::PoolHealthRow>> Store::PoolHealth() {
     out.push_back({s.Text(0), static_cast<int>(s.Int(1)), s.Int(2), s.Text(3)});
   }
   return out;
+}
+
+Result<std::vector<Store::PoolStateRow>> Store::PoolStates() {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT pool, failed_boots, next_boot_ms, failing, "
+                                       "boot_error, log_tail, config_hash, spent_day, "
+                                       "spent_month, budget_per_day, budget_per_month, cap, "
+                                       "updated_ms FROM pool_state ORDER BY pool"));
+  std::vector<PoolStateRow> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    PoolStateRow r;
+    r.pool = s.Text(0);
+    r.failed_boots = static_cast<int>(s.Int(1));
+    r.next_boot_ms = s.Int(2);
+    r.failing = s.Int(3) != 0;
+    r.boot_error = s.Text(4);
+    r.log_tail = s.Text(5);
+    r.config_hash = s.Text(6);
+    r.spent_day = s.Double(7);
+    r.spent_month = s.Double(8);
+    r.budget_per_day = s.Double(9);
+    r.budget_per_month = s.Double(10);
+    r.cap = s.Text(11);
+    r.updated_ms = s.Int(12);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+Status Store::SetPoolBoots(const PoolStateRow& r, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u,
+                     db_.Prepare("INSERT INTO pool_state (pool, failed_boots, next_boot_ms, "
+                                 "failing, boot_error, log_tail, config_hash, updated_ms) VALUES "
+                                 "(?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (pool) DO UPDATE SET "
+                                 "failed_boots = excluded.failed_boots, next_boot_ms = "
+                                 "excluded.next_boot_ms, failing = excluded.failing, boot_error = "
+                                 "excluded.boot_error, log_tail = excluded.log_tail, config_hash "
+                                 "= excluded.config_hash, updated_ms = excluded.updated_ms"));
+    return u.Bind(1, r.pool)
+        .Bind(2, r.failed_boots)
+        .Bind(3, r.next_boot_ms)
+        .Bind(4, r.failing ? 1 : 0)
+        .Bind(5, r.boot_error)
+        .Bind(6, r.log_tail)
+        .Bind(7, r.config_hash)
+        .Bind(8, now)
+        .Run();
+  });
+}
+
+Status Store::SetPoolBudget(const PoolStateRow& r, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u,
+                     db_.Prepare("INSERT INTO pool_state (pool, spent_day, spent_month, "
+                                 "budget_per_day, budget_per_month, cap, updated_ms) VALUES "
+                                 "(?, ?, ?, ?, ?, ?, ?) ON CONFLICT (pool) DO UPDATE SET "
+                                 "spent_day = excluded.spent_day, spent_month = "
+                                 "excluded.spent_month, budget_per_day = excluded.budget_per_day, "
+                                 "budget_per_month = excluded.budget_per_month, cap = "
+                                 "excluded.cap, updated_ms = excluded.updated_ms"));
+    return u.Bind(1, r.pool)
+        .Bind(2, r.spent_day)
+        .Bind(3, r.spent_month)
+        .Bind(4, r.budget_per_day)
+        .Bind(5, r.budget_per_month)
+        .Bind(6, r.cap)
+        .Bind(7, now)
+        .Run();
+  });
+}
+
+Result<bool> Store::ResetPoolBoots(const std::string& pool, TimeMs now) {
+  bool changed = false;
+  TRY(sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE pool_state SET failed_boots = 0, next_boot_ms "
+                                         "= 0, failing = 0, updated_ms = ? WHERE pool = ? AND "
+                                         "(failed_boots > 0 OR failing != 0)"));
+    TRY(u.Bind(1, now).Bind(2, pool).Run());
+    changed = db_.Changes() > 0;
+    return Status{};
+  }));
+  return changed;
 }
 
 Status Store::SetPoolTokenHash(const std::string& pool, const std::string& sha256_hex,

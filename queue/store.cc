@@ -307,6 +307,25 @@ CREATE TABLE pr_comments (
   PRIMARY KEY (repo_url, pr_number)
 );
 )sql",
+    // 8 -> 9: per pool, how its boots went (failed in a row, back-off,
+    // failing) and what its budget holds back; pool '*' is all pools.
+    R"sql(
+CREATE TABLE pool_state (
+  pool TEXT PRIMARY KEY,
+  failed_boots INTEGER NOT NULL DEFAULT 0,
+  next_boot_ms INTEGER NOT NULL DEFAULT 0,
+  failing INTEGER NOT NULL DEFAULT 0,
+  boot_error TEXT NOT NULL DEFAULT '',
+  log_tail TEXT NOT NULL DEFAULT '',
+  config_hash TEXT NOT NULL DEFAULT '',
+  spent_day REAL NOT NULL DEFAULT 0,
+  spent_month REAL NOT NULL DEFAULT 0,
+  budget_per_day REAL NOT NULL DEFAULT 0,
+  budget_per_month REAL NOT NULL DEFAULT 0,
+  cap TEXT NOT NULL DEFAULT '',
+  updated_ms INTEGER NOT NULL DEFAULT 0
+);
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 

@@ -192,7 +192,7 @@ struct StoreOptions {
 
 class Store {
  public:
-  static inline constexpr int kSchemaVersion = 8;
+  static inline constexpr int kSchemaVersion = 9;
 
   static Result<Store> Open(const std::string& path, StoreOptions options = {});
   Store(Store&&) = default;
@@ -499,6 +499,10 @@ class Store {
   // (a heartbeat or a completion: the machine worked until now).
   Status TouchWorker(std::int64_t machine, TimeMs now, bool busy);
 
+  // Sets a machine's last_error (and records an event) without changing its
+  // state: why a booting machine will not work (its token was refused).
+  Status NoteMachine(std::int64_t row, const std::string& note, TimeMs now);
+
   struct MachineEvent {
     std::int64_t machine_id = 0;
     TimeMs at_ms = 0;
@@ -534,6 +538,33 @@ class Store {
   };
   Status SetPoolHealth(const PoolHealthRow& h, TimeMs now);
   Result<std::vector<PoolHealthRow>> PoolHealth();
+
+  // How a pool's boots went and what its budget holds back (the fleet writes
+  // it, `trainq status`, /metrics and `trainq pools reset` read or clear it).
+  // Pool "*" holds the overall budget.
+  struct PoolStateRow {
+    std::string pool;
+    int failed_boots = 0;
+    TimeMs next_boot_ms = 0;
+    bool failing = false;
+    std::string boot_error;  // why the last boot failed
+    std::string log_tail;    // the end of that machine's console / worker log
+    std::string config_hash;
+    double spent_day = 0;
+    double spent_month = 0;
+    double budget_per_day = 0;  // 0: none
+    double budget_per_month = 0;
+    std::string cap;  // "" or the cap holding boots back
+    TimeMs updated_ms = 0;
+  };
+  Result<std::vector<PoolStateRow>> PoolStates();
+  // The boot columns only (a budget write never undoes a reset).
+  Status SetPoolBoots(const PoolStateRow& s, TimeMs now);
+  // The budget columns only.
+  Status SetPoolBudget(const PoolStateRow& s, TimeMs now);
+  // `trainq pools reset`: failed boots forgotten, the pool boots again. False
+  // when the pool had nothing to reset.
+  Result<bool> ResetPoolBoots(const std::string& pool, TimeMs now);
 
   // Only the SHA-256 hex of a pool's worker token is stored.
   Status SetPoolTokenHash(const std::string& pool, const std::string& sha256_hex, TimeMs now);

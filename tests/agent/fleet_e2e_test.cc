@@ -229,3 +229,98 @@ TEST_CASE("fleet e2e: an idle machine is drained after idle_grace, not before, a
 
 }  // namespace
 }  // namespace trainq
+
+namespace trainq {
+namespace {
+
+TEST_CASE("fleet e2e: local workers that cannot reach the server: boots back off, the pool ends "
+          "failing with the worker's log, `trainq pools reset` lets it boot again",
+          "[fleet][e2e]") {
+  testing::TempDir tmp;
+  testing::GitFixture repo(tmp / "repo");
+  repo.Commit({{"trainq.yaml",
+                "version: 1\n"
+                "defaults: {repeats: 2, timeout: 1m}\n"
+                "experiments:\n"
+                "  quick:\n"
+                "    command: echo '{\"name\":\"accuracy\",\"value\":0.5}' >> "
+                "\"$TRAINQ_METRICS_FILE\"\n"}},
+              "quick");
+  const std::string db = tmp / "trainq.db";
+  const std::string trainq = ShellQuote(TRAINQ_BINARY) + " --db " + ShellQuote(db);
+  std::string out;
+  REQUIRE(testing::RunShell(trainq + " submit --repo " + ShellQuote(repo.dir()), &out) == 0);
+  // The workers are told a port where nothing listens: they never register.
+  REQUIRE(WriteFile(tmp / "server.yaml",
+                    "pools:\n"
+                    "  - name: cpu\n"
+                    "    max: 1\n"
+                    "    slots: 2\n"
+                    "    boot_timeout: 3s\n"
+                    "    boot_backoff: 1s\n"
+                    "    failing_after: 3\n"
+                    "    hourly_cost: 1.0\n"
+                    "    params: {server_url: \"http://127.0.0.1:1\"}\n"));
+  Daemon daemon;
+  auto pid = daemon.runner.Spawn({{TRAINQ_BINARY, "--db", db, "serve", "--config",
+                                   tmp / "server.yaml", "--listen", "auto", "--poll-ms", "50"},
+                                  {},
+                                  tmp.path().string(),
+                                  tmp / "serve.log"});
+  REQUIRE(pid);
+  daemon.pid = *pid;
+  INFO("serve log:\n" << testing::Slurp(tmp / "serve.log"));
+  auto store = Store::Open(db, {.create = false});
+  REQUIRE(store);
+  auto failing = [&] {
+    auto states = store->PoolStates();
+    if (!states) return false;
+    for (const auto& s : *states) {
+      if (s.pool == "cpu" && s.failing) return true;
+    }
+    return false;
+  };
+  // Boot, 3 s, back-off 1 s, boot, 3 s, back-off 2 s, boot, 3 s: failing.
+  REQUIRE(testing::WaitFor(failing, 90s));
+  auto machines = store->Machines(true);
+  REQUIRE(machines);
+  CHECK(machines->size() == 3);
+  TimeMs billed = 0;
+  for (const auto& m : *machines) {
+    CHECK(m.state == "stopped");
+    CHECK_FALSE(m.ready_ms);
+    billed += m.stopped_ms.value_or(0) - m.created_ms;
+  }
+  // Each one billed about boot_timeout (3 s) plus the stop; loose for a loaded host.
+  CHECK(billed < 3 * 10'000);
+  auto states = store->PoolStates().value();
+  REQUIRE(states.size() >= 1);
+  const auto& st = states.front();
+  CHECK(st.failed_boots == 3);
+  CHECK_THAT(st.boot_error, Catch::Contains("no worker registered within boot_timeout (3s)"));
+  // The local provider's log of the worker: it says what went wrong.
+  CHECK_THAT(st.log_tail, Catch::Contains("127.0.0.1:1"));
+
+  REQUIRE(testing::RunShell(trainq + " status", &out) == 0);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("FAILING: 3 boots in a row failed"));
+  CHECK_THAT(out, Catch::Contains("trainq pools reset cpu"));
+  CHECK_THAT(out, Catch::Contains("its log ends:"));
+  CHECK_THAT(testing::Slurp(tmp / "serve.log"), Catch::Contains("pool cpu: failing: 3 boots"));
+
+  // Nothing more is booted while failing ...
+  auto before = store->Machines(true).value().size();
+  CHECK(before == 3);
+  REQUIRE(testing::RunShell(trainq + " pools reset cpu", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("pool cpu: 3 failed boot(s) forgotten; it was failing"));
+  // ... and after the reset the running serve boots again.
+  REQUIRE(testing::WaitFor([&] { return store->Machines(true).value().size() > before; }, 30s));
+  REQUIRE(testing::RunShell(trainq + " pools reset nosuch", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("nothing to reset"));
+  daemon.runner.KillGroup(daemon.pid, SIGTERM);
+  daemon.runner.Wait(daemon.pid);
+  daemon.pid = 0;
+}
+
+}  // namespace
+}  // namespace trainq

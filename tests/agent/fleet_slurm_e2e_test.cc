@@ -68,6 +68,7 @@ TEST_CASE("fleet e2e on real Slurm: runs execute in a worker that sbatch started
                     "    slots: 2\n"
                     "    idle_grace: 1s\n"
                     "    boot_timeout: 2m\n"
+                    "    allow_loopback: true\n"  // a one-node cluster on this host
                     "    params:\n"
                     "      partition: " + (*cluster)->partition() + "\n"
                     "      slurm_conf: " + (*cluster)->conf() + "\n"

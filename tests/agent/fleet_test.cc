@@ -1,6 +1,8 @@
 // The fleet loop against a recording FakeProvider and a real store file.
 #include <catch2/catch.hpp>
 
+#include <functional>
+
 #include "agent/fleet.h"
 #include "cloud/provider.h"
 #include "core/clock.h"
@@ -16,23 +18,51 @@ struct FleetFixture {
   Store store = Store::Open(tmp / "t.db").value();
   cloud::FakeProvider* provider = nullptr;
 
-  Fleet Make() {
+  Fleet Make(std::function<void(PoolSpec&)> tweak = {}, FleetOptions o = {}) {
     PoolSpec spec;
     spec.scaling.name = "gpu";
     spec.scaling.max = 2;
     spec.provider = "command";
+    if (tweak) tweak(spec);
     auto p = std::make_unique<cloud::FakeProvider>();
     provider = p.get();
     std::vector<FleetPool> pools;
     pools.push_back({spec, std::move(p)});
-    FleetOptions o;
     o.instance = "test";
     o.server_url = "http://127.0.0.1:1";
     o.trainq_path = "/usr/bin/trainq";
     o.data_dir = tmp / "data";
     return Fleet(store, clock, std::move(pools), o);
   }
+
+  void Queue(int runs) {
+    BatchSpec b;
+    b.experiment = "mlp";
+    b.command = "true";
+    b.repeats = runs;
+    CommitInfo c;
+    c.sha = std::string(40, 'a');
+    c.message = "m";
+    REQUIRE(store.Submit("/repos/demo", c, {b}, clock.Now()));
+  }
+
+  std::optional<Store::PoolStateRow> State(const std::string& pool) {
+    auto rows = store.PoolStates();
+    REQUIRE(rows);
+    for (const auto& r : *rows) {
+      if (r.pool == pool) return r;
+    }
+    return std::nullopt;
+  }
 };
+
+// Steps `fleet` every `step` of fake time for `span`.
+void Run(FleetFixture& f, Fleet& fleet, TimeMs span, TimeMs step = 1000) {
+  for (TimeMs t = 0; t < span; t += step) {
+    REQUIRE(fleet.Step());
+    f.clock.Advance(step);
+  }
+}
 
 int Failures(Store& store, const std::string& pool) {
   auto rows = store.PoolHealth();
@@ -132,6 +162,163 @@ TEST_CASE("fleet: a hand-started worker that stops calling is taken for gone; on
   CHECK(s->last_error.find("silent for 3m30s") != std::string::npos);
   CHECK(f.store.Machine(alive->id).value()->state == "ready");
   CHECK(f.provider->running().empty());  // no provider call for either
+}
+
+TEST_CASE("fleet: machines that never register back off, one at a time, and the pool ends "
+          "failing with the reason and the machine's log; billed time is bounded",
+          "[fleet]") {
+  FleetFixture f;
+  Fleet fleet = f.Make([](PoolSpec& p) {
+    p.scaling.max = 1;
+    p.scaling.boot_timeout_ms = 10 * 60'000;  // the README's example
+    p.scaling.hourly_cost = 1.0;
+  });
+  f.Queue(8);
+  auto boots = [&] {
+    int n = 0;
+    for (const auto& c : f.provider->calls()) n += c.kind == cloud::FakeProvider::Call::Kind::kBoot;
+    return n;
+  };
+  auto give_logs = [&] {
+    for (const auto& id : f.provider->running()) {
+      f.provider->SetLog(id, "cloud-init: ok\nworker: cannot reach http://127.0.0.1:8080\n");
+    }
+  };
+  // Two hours at serve's pace (a pass a second); no machine ever registers.
+  // Boot at 0, stopped at 10 min; back-off 1 min, boot, stopped; back-off
+  // 2 min, boot, stopped: failing after 3, 33 minutes in.
+  for (int i = 0; i < 2 * 3600; ++i) {
+    REQUIRE(fleet.Step());
+    give_logs();
+    f.clock.Advance(1000);
+  }
+  auto state = f.State("gpu");
+  REQUIRE(state);
+  CHECK(state->failing);
+  CHECK(state->failed_boots == 3);
+  CHECK_THAT(state->boot_error, Catch::Contains("no worker registered within boot_timeout (10m00s)"));
+  CHECK_THAT(state->log_tail, Catch::Contains("worker: cannot reach http://127.0.0.1:8080"));
+  CHECK(boots() == 3);
+  auto costs = f.store.Costs(f.clock.Now(), false);
+  REQUIRE(costs);
+  REQUIRE(costs->size() == 1);
+  // 3 x 10 min of machine time, and nothing after (before: 12 boots, 2 h).
+  CHECK(costs->front().billed_ms <= 31 * 60'000);
+  CHECK(f.provider->running().empty());
+  TimeMs billed = costs->front().billed_ms;
+  Run(f, fleet, 3'600'000, 10'000);
+  CHECK(f.store.Costs(f.clock.Now(), false)->front().billed_ms == billed);
+  CHECK(boots() == 3);
+
+  // `trainq pools reset` (the store's side): the pool boots again.
+  REQUIRE(f.store.ResetPoolBoots("gpu", f.clock.Now()).value());
+  REQUIRE(fleet.Step());
+  CHECK(f.provider->running().size() == 1);
+  Run(f, fleet, 11 * 60'000);  // that one fails too
+  CHECK(f.State("gpu")->failed_boots == 1);
+  CHECK_FALSE(f.State("gpu")->failing);
+  Run(f, fleet, 2 * 60'000);  // after the back-off, the next boot
+  REQUIRE(f.provider->running().size() == 1);
+  // Its worker registers and stays: the failures are forgotten.
+  auto live = f.store.Machines(false);
+  REQUIRE(live);
+  REQUIRE(live->size() == 1);
+  Store::WorkerRegistration r;
+  r.pool = "gpu";
+  r.name = live->front().name;
+  r.hostname = "gpu-host";
+  REQUIRE(f.store.RegisterWorker(r, f.clock.Now()));
+  Run(f, fleet, 3 * 60'000);
+  CHECK(f.State("gpu")->failed_boots == 0);
+}
+
+TEST_CASE("fleet: a changed pool config forgets its failed boots", "[fleet]") {
+  FleetFixture f;
+  Store::PoolStateRow row;
+  row.pool = "gpu";
+  row.failed_boots = 3;
+  row.failing = true;
+  row.config_hash = "an older config";
+  REQUIRE(f.store.SetPoolBoots(row, f.clock.Now()));
+  f.Queue(1);
+  Fleet fleet = f.Make();
+  REQUIRE(fleet.Step());
+  CHECK_FALSE(f.State("gpu")->failing);
+  CHECK(f.provider->running().size() == 1);
+}
+
+TEST_CASE("fleet: a budget boots nothing past the cap and drains at it when told to", "[fleet]") {
+  FleetFixture f;
+  FleetOptions o;
+  Fleet fleet = f.Make(
+      [](PoolSpec& p) {
+        p.scaling.max = 2;
+        p.scaling.hourly_cost = 6.0;
+        p.scaling.min_bill_ms = 10 * 60'000;  // a boot costs at least $1
+        p.scaling.budget_per_day = 2.5;
+        p.scaling.drain_at_cap = true;
+      },
+      o);
+  f.Queue(4);
+  REQUIRE(fleet.Step());
+  CHECK(f.provider->running().size() == 2);  // $2 of minimum bills: within $2.50
+  auto st = f.State("gpu");
+  REQUIRE(st);
+  CHECK(st->cap.empty());
+  // Both register and work; at $6/h each, the $2.50 is spent after 12.5 min.
+  auto live = f.store.Machines(false);
+  REQUIRE(live);
+  for (const auto& m : *live) {
+    Store::WorkerRegistration r;
+    r.pool = "gpu";
+    r.name = m.name;
+    r.hostname = m.name;
+    REQUIRE(f.store.RegisterWorker(r, f.clock.Now()));
+  }
+  Run(f, fleet, 13 * 60'000, 5000);
+  st = f.State("gpu");
+  CHECK_THAT(st->cap, Catch::StartsWith("per_day budget $2.50 reached"));
+  CHECK(st->spent_day >= 2.5);
+  // drain_at_cap: the idle machines were drained although runs are queued.
+  CHECK(f.provider->running().empty());
+  CHECK(f.store.Machines(false)->empty());
+  const double spent = st->spent_day;
+  Run(f, fleet, 60 * 60'000, 10'000);
+  CHECK(f.provider->running().empty());  // nothing more today
+  // Stopped growing: an hour more of two machines would be $12.
+  CHECK(f.State("gpu")->spent_day == Approx(spent).margin(0.05));
+}
+
+TEST_CASE("fleet: provider List() calls per hour, idle and booting, before and after pacing",
+          "[fleet]") {
+  auto calls_per_hour = [](bool booting, TimeMs interval, TimeMs idle_interval) {
+    FleetFixture f;
+    FleetOptions o;
+    o.seed = 42;
+    Fleet fleet = f.Make(
+        [&](PoolSpec& p) {
+          p.scaling.boot_timeout_ms = 2 * 3'600'000;  // booting all hour long
+          p.scaling.list_interval_ms = interval;
+          p.scaling.list_interval_idle_ms = idle_interval;
+        },
+        o);
+    if (booting) f.Queue(1);
+    Run(f, fleet, 3'600'000);  // serve's pace: a pass a second
+    auto it = fleet.list_calls().find("gpu");
+    return it == fleet.list_calls().end() ? 0 : it->second;
+  };
+  // Before: every pass lists.
+  const int idle_before = calls_per_hour(false, 0, 0);
+  const int booting_before = calls_per_hour(true, 0, 0);
+  CHECK(idle_before == 3600);
+  CHECK(booting_before == 3600);
+  // After, with the ec2/command defaults (15 s while changing, 2 min idle, +-20%).
+  const int idle_after = calls_per_hour(false, 15'000, 120'000);
+  const int booting_after = calls_per_hour(true, 15'000, 120'000);
+  CHECK(idle_after <= 40);
+  CHECK(idle_after >= 25);
+  CHECK(booting_after <= 300);
+  CHECK(booting_after >= 200);
 }
 
 }  // namespace

@@ -226,6 +226,78 @@ TEST_CASE("server config: pool errors name file, line and key", "[server_config]
   }
 }
 
+TEST_CASE("server config: a remote pool whose workers would get a loopback or unspecified "
+          "server URL is refused, naming file:line:key and what to set", "[server_config]") {
+  // ec2 and command pools (and slurm, whose jobs run on compute nodes) boot
+  // machines elsewhere: 127.0.0.1 there is the machine itself.
+  const std::string ec2 =
+      "pools:\n"
+      "  - name: gpu\n"
+      "    provider: ec2\n"
+      "    params:\n"
+      "      region: us-east-1\n"
+      "      image: ami-1\n"
+      "      instance_type: g5.xlarge\n";
+  const std::string command =
+      "pools:\n"
+      "  - name: site\n"
+      "    provider: command\n"
+      "    params: {boot: b, list: l, stop: s}\n";
+  struct Case {
+    std::string yaml, default_url, message;
+  };
+  std::vector<Case> refused = {
+      {ec2, "http://127.0.0.1:8080",
+       "server.yaml:2: pools[0] (ec2 pool gpu): no params.server_url, so workers would connect "
+       "to http://127.0.0.1:8080 (from the listen address 0.0.0.0:8080), which a machine "
+       "elsewhere cannot reach"},
+      {command, "http://127.0.0.1:8080",
+       "server.yaml:2: pools[0] (command pool site): no params.server_url"},
+      {ec2 + "      server_url: http://localhost:8080\n", "http://10.0.0.5:8080",
+       "server.yaml:8: pools[0].params.server_url (ec2 pool gpu): workers would connect to "
+       "http://localhost:8080"},
+      {ec2 + "      server_url: http://0.0.0.0:8080\n", "http://10.0.0.5:8080",
+       "server.yaml:8: pools[0].params.server_url"},
+      {ec2 + "      server_url: \"http://[::]:8080\"\n", "http://10.0.0.5:8080",
+       "server.yaml:8: pools[0].params.server_url"},
+      {command + "    allow_loopback: false\n", "http://[::1]:8080",
+       "server.yaml:2: pools[0] (command pool site)"},
+  };
+  for (const auto& c : refused) {
+    INFO(c.yaml);
+    auto config = ParseServerConfig(c.yaml, "server.yaml");
+    REQUIRE(config);
+    auto st = CheckWorkerUrls(*config, c.default_url, "0.0.0.0:8080");
+    REQUIRE_FALSE(st);
+    CHECK(st.error().kind == ErrorKind::kInvalidArgument);
+    CHECK_THAT(st.error().message, Catch::StartsWith(c.message));
+    // It says what to set.
+    CHECK_THAT(st.error().message, Catch::Contains("Set params.server_url"));
+    CHECK_THAT(st.error().message, Catch::Contains("allow_loopback: true"));
+  }
+
+  std::vector<Case> accepted = {
+      {ec2, "http://10.0.0.5:8080", ""},                                   // listens beyond loopback
+      {ec2 + "      server_url: http://trainq.internal:8080\n", "http://127.0.0.1:8080", ""},
+      {ec2 + "    allow_loopback: true\n", "http://127.0.0.1:8080", ""},  // a local test
+      {command + "    allow_loopback: true\n", "http://127.0.0.1:8080", ""},
+      {"pools:\n  - name: cpu\n    provider: local\n", "http://127.0.0.1:8080", ""},
+      {"pools:\n  - name: cpu\n", "http://127.0.0.1:8080", ""},
+  };
+  for (const auto& c : accepted) {
+    INFO(c.yaml << " with " << c.default_url);
+    auto config = ParseServerConfig(c.yaml, "server.yaml");
+    REQUIRE(config);
+    auto st = CheckWorkerUrls(*config, c.default_url, "127.0.0.1:8080");
+    CHECK(st);
+    if (!st) FAIL(st.error().message);
+  }
+  auto bad = ParseServerConfig(command + "    allow_loopback: maybe\n", "server.yaml");
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().message, Catch::StartsWith("server.yaml:5: pools[0].allow_loopback: "
+                                                    "expected true or false"));
+}
+
 TEST_CASE("server config: LoadServerConfig reads the file, an empty file is an empty config",
           "[server_config]") {
   testing::TempDir tmp;

@@ -143,18 +143,19 @@ TEST_CASE("Autoscale: boot, drain, stop and reconcile decisions") {
        {Ready("m-1", 2, 0), Ready("m-2", 0, 4 * kMin)},
        std::nullopt,
        "drain m-2"},
-      {"missed boot_timeout: stopped and replaced",
+      {"missed boot_timeout: stopped, and not replaced in the same pass (a failed boot: the "
+       "boot back-off decides when)",
        Gpu(),
        1,
        {InState("m-1", MachineState::kBooting, 11 * kMin)},
        std::nullopt,
-       "stop m-1, boot 1"},
-      {"a Boot that never answered: forgotten and replaced",
+       "stop m-1"},
+      {"a Boot that never answered: forgotten, not replaced in the same pass",
        Gpu(),
        1,
        {Row(7, InState("", MachineState::kRequested, 11 * kMin))},
        std::nullopt,
-       "forget #7, boot 1"},
+       "forget #7"},
       {"draining (a crash between drain and stop): stopped",
        Gpu(),
        0,
@@ -395,6 +396,188 @@ TEST_CASE("A crash between Boot and recording: the machine is adopted, not boote
   loop.Pass(kNow + kSec);  // next pass: known now, nothing new
   CHECK(loop.boot_calls == 0);
   CHECK(loop.in.machines.size() == 1);
+}
+
+}  // namespace
+}  // namespace trainq::cloud
+
+namespace trainq::cloud {
+namespace {
+
+TEST_CASE("autoscaler: boot outcomes are judged: never registered, left at once, or worked") {
+  AutoscalerOptions o;  // quick_exit 2 min
+  Machine m = InState("m-1", MachineState::kBooting, 5 * kMin);
+  CHECK(JudgeBoot(m, kNow, o) == BootOutcome::kUndecided);  // still booting
+  m.state = MachineState::kStopped;
+  m.stopped_at = kNow;
+  CHECK(JudgeBoot(m, kNow, o) == BootOutcome::kFailed);  // left, never registered
+
+  Machine r = InState("m-2", MachineState::kReady, 5 * kMin);
+  r.ready_at = kNow - 30 * kSec;
+  CHECK(JudgeBoot(r, kNow, o) == BootOutcome::kUndecided);  // registered 30 s ago
+  Machine left = r;
+  left.state = MachineState::kStopped;
+  left.stopped_at = kNow;
+  CHECK(JudgeBoot(left, kNow, o) == BootOutcome::kFailed);  // left 30 s after registering
+  left.last_busy_at = kNow - 10 * kSec;
+  CHECK(JudgeBoot(left, kNow, o) == BootOutcome::kSucceeded);  // but it ran something
+  CHECK(JudgeBoot(r, kNow + 2 * kMin, o) == BootOutcome::kSucceeded);  // stayed 2 min
+}
+
+TEST_CASE("autoscaler: failed boots back off exponentially with a cap, one machine at a time, "
+          "and after failing_after the pool boots nothing") {
+  PoolConfig c = Gpu();
+  c.failing_after = 3;
+  c.boot_backoff_ms = kMin;
+  AutoscalerOptions o;
+  o.boot_backoff_cap_ms = 3 * kMin;
+
+  BootHealth h;
+  h = RecordBoot(h, false, kNow, c, o);
+  CHECK(h.failed == 1);
+  CHECK(h.next_boot_at == kNow + kMin);
+  CHECK_FALSE(h.failing);
+
+  PoolInput in;
+  in.config = c;
+  in.demand = 8;  // wants 4 machines
+  in.listing = std::vector<std::string>{};
+  in.boot = h;
+  // Backing off: nothing booted, and the report says why.
+  Decision d = Autoscale({in}, kNow + kMin - 1, o);
+  CHECK(d.actions.empty());
+  CHECK(d.pools[0].boot_backing_off);
+  CHECK(d.pools[0].boots_held == 4);
+  // After the back-off: one machine, not four.
+  d = Autoscale({in}, kNow + kMin, o);
+  CHECK(Describe(d.actions) == "boot 1");
+  // While that one boots, no other.
+  in.machines = {InState("m-1", MachineState::kBooting, 10 * kSec)};
+  in.listing = std::vector<std::string>{"m-1"};
+  CHECK(Autoscale({in}, kNow + kMin, o).actions.empty());
+
+  h = RecordBoot(h, false, kNow, c, o);
+  CHECK(h.next_boot_at == kNow + 2 * kMin);
+  BootHealth capped = RecordBoot(RecordBoot(h, false, kNow, c, o), false, kNow, c, o);
+  CHECK(capped.next_boot_at == kNow + 3 * kMin);  // 4 min and 8 min capped at 3
+  h = RecordBoot(h, false, kNow, c, o);
+  CHECK(h.failed == 3);
+  CHECK(h.failing);
+  in.machines.clear();
+  in.listing = std::vector<std::string>{};
+  in.boot = h;
+  d = Autoscale({in}, kNow + 24 * 60 * kMin, o);  // a day later: still nothing
+  CHECK(d.actions.empty());
+  CHECK(d.pools[0].boot_failing);
+  // A success clears it all.
+  CHECK(RecordBoot(h, true, kNow, c, o).failed == 0);
+  in.boot = RecordBoot(h, true, kNow, c, o);
+  CHECK(Describe(Autoscale({in}, kNow, o).actions) == "boot 4");
+}
+
+TEST_CASE("autoscaler: spend is billed time x hourly cost within the UTC day and month, at "
+          "least the minimum bill") {
+  // 2026-11-24T05:00:00Z
+  const TimeMs t = 1795496400000;
+  CHECK(UtcDayStart(t) == 1795478400000);    // 2026-11-24T00:00:00Z
+  CHECK(UtcMonthStart(t) == 1793491200000);  // 2026-11-01T00:00:00Z
+  const TimeMs h = 3'600'000;
+  std::vector<BilledMachine> ms = {
+      {t - 2 * h, t - h, 2.0},                // 1 h today: $2
+      {UtcDayStart(t) - h, UtcDayStart(t) + h, 2.0},  // 1 h yesterday, 1 h today
+      {t - 10'000, std::nullopt, 3.6},        // running 10 s: billed the minimum (60 s)
+  };
+  CHECK(SpendBetween(ms, UtcDayStart(t), t, 60'000) == Approx(2 + 2 + 0.06));
+  CHECK(SpendBetween(ms, UtcMonthStart(t), t, 60'000) == Approx(2 + 4 + 0.06));
+}
+
+TEST_CASE("autoscaler: a budget boots nothing whose minimum bill would pass the cap, drains at "
+          "the cap when told to, and all pools share the overall cap") {
+  PoolConfig c = Gpu();
+  c.hourly_cost = 6.0;
+  c.min_bill_ms = 10 * kMin;  // each boot costs at least $1
+  c.budget_per_day = 10;
+  PoolInput in;
+  in.config = c;
+  in.demand = 8;  // wants 4
+  in.listing = std::vector<std::string>{};
+
+  in.spend = {7.5, 7.5};  // room for two more $1 boots
+  Decision d = Autoscale({in}, kNow);
+  CHECK(Describe(d.actions) == "boot 2");
+  CHECK(d.pools[0].boots_held == 2);
+  CHECK_THAT(d.pools[0].cap, Catch::Contains("per_day budget $10.00"));
+
+  in.spend = {9.5, 9.5};
+  d = Autoscale({in}, kNow);
+  CHECK(d.actions.empty());
+  CHECK(d.pools[0].cap ==
+        "per_day budget $10.00 would be passed ($9.50 spent, a boot costs at least $1.00)");
+
+  // At the cap with drain_at_cap: the ready machines drain at once although
+  // runs are queued (the busy one finishes its runs first), the booting one stops.
+  in.spend = {10.2, 10.2};
+  in.config.drain_at_cap = true;
+  in.machines = {Ready("idle", 0, 5 * kSec), Ready("busy", 2, 0),
+                 InState("new", MachineState::kBooting, 30 * kSec)};
+  in.listing = std::vector<std::string>{"idle", "busy", "new"};
+  d = Autoscale({in}, kNow);
+  CHECK(Describe(d.actions) == "stop new, drain idle, drain busy");
+  CHECK_THAT(d.pools[0].cap, Catch::StartsWith("per_day budget $10.00 reached ($10.20 spent)"));
+  const Action& drain = d.actions[1];
+  CHECK(drain.guard.at_cap);
+  DrainCheck seen;
+  seen.runnable_queued = 8;
+  seen.last_busy_at = drain.guard.last_busy_at;
+  CHECK(DrainAllowed(drain, seen));  // the queue does not call a budget drain off
+  seen.live_leases = 2;
+  CHECK(DrainAllowed(drain, seen));  // nor do its runs
+  // Drained with runs on it: stopped only once they are done.
+  Machine draining = InState("busy", MachineState::kDraining, kMin);
+  draining.live_leases = 2;
+  in.machines = {draining};
+  in.listing = std::vector<std::string>{"busy"};
+  CHECK(Autoscale({in}, kNow).actions.empty());
+  draining.live_leases = 0;
+  in.machines = {draining};
+  CHECK(Describe(Autoscale({in}, kNow).actions) == "stop busy");
+  in.machines = {Ready("idle", 0, 5 * kSec), Ready("busy", 2, 0),
+                 InState("new", MachineState::kBooting, 30 * kSec)};
+  in.listing = std::vector<std::string>{"idle", "busy", "new"};
+  // Without drain_at_cap, machines are left alone; only boots stop.
+  in.config.drain_at_cap = false;
+  CHECK(Autoscale({in}, kNow).actions.empty());
+
+  // The overall cap: the first pool's boots use the room the second would have.
+  PoolInput a, b;
+  a.config = Gpu();
+  a.config.name = "a";
+  a.config.hourly_cost = 6.0;
+  a.config.min_bill_ms = 10 * kMin;
+  a.demand = 4;  // 2 machines
+  a.listing = std::vector<std::string>{};
+  b = a;
+  b.config.name = "b";
+  OverallBudget all;
+  all.per_month = 100;
+  all.spend = {0, 97};
+  d = Autoscale({a, b}, kNow, {}, all);
+  REQUIRE(d.actions.size() == 2);
+  CHECK((d.actions[0].pool == "a" && d.actions[0].count == 2));
+  CHECK((d.actions[1].pool == "b" && d.actions[1].count == 1));
+  CHECK_THAT(d.pools[1].cap, Catch::Contains("overall per_month budget $100.00"));
+}
+
+TEST_CASE("autoscaler: List() pacing: the active interval, longer when idle, with jitter") {
+  PoolConfig c = Gpu();
+  CHECK(NextListAt(kNow, false, c, 0.5) == kNow);  // 0: every pass (local pools)
+  c.list_interval_ms = 15 * kSec;
+  c.list_interval_idle_ms = 2 * kMin;
+  CHECK(NextListAt(kNow, true, c, 0.0) == kNow + 12 * kSec);
+  CHECK(NextListAt(kNow, true, c, 0.5) == kNow + 15 * kSec);
+  CHECK(NextListAt(kNow, true, c, 0.999) < kNow + 18 * kSec);
+  CHECK(NextListAt(kNow, false, c, 0.5) == kNow + 2 * kMin);
+  CHECK(NextListAt(kNow, false, c, 0.0) == kNow + 96 * kSec);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "cloud/autoscaler.h"
 #include "cloud/mini_xml.h"
@@ -210,6 +211,8 @@ class FakeEc2 {
   }
   std::map<std::string, std::string> secrets = {{"AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"}};
   size_t page_size = 2;
+  // What GetConsoleOutput answers for every instance (before base64).
+  std::string console_output;
 
  private:
   static TestHttpResponse Error(int status, const std::string& code, const std::string& msg) {
@@ -265,6 +268,16 @@ class FakeEc2 {
     const std::string& action = form["Action"];
     if (action == "RunInstances") return Run(form);
     if (action == "DescribeInstances") return Describe(form);
+    if (action == "GetConsoleOutput") {
+      for (const auto& i : instances_) {
+        if (i.id != form["InstanceId"]) continue;
+        return Ok("<GetConsoleOutputResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\">"
+                  "<requestId>r</requestId><instanceId>" + i.id +
+                  "</instanceId><timestamp>2026-11-22T04:10:00.000Z</timestamp><output>" +
+                  Base64Encode(console_output) + "</output></GetConsoleOutputResponse>");
+      }
+      return Error(400, "InvalidInstanceID.NotFound", "The instance ID does not exist");
+    }
     if (action == "TerminateInstances") return Terminate(form);
     if (action == "StopInstances") return StopOrStart(form, "stopping", "stopped");
     if (action == "StartInstances") return StopOrStart(form, "pending", "stopped");
@@ -548,8 +561,8 @@ TEST_CASE("EC2 provider: a crash between boot and record leaves the machine find
   CHECK(d.actions[0].kind == ActionKind::kAdopt);
   CHECK(d.actions[0].machine == id);
   // ... recorded booting as of now. Its worker never registers, so once
-  // boot_timeout has passed it is stopped (and replaced), and the provider
-  // terminates it.
+  // boot_timeout has passed it is stopped (a failed boot: its replacement
+  // waits for the boot back-off), and the provider terminates it.
   Machine adopted;
   adopted.row = 1;
   adopted.id = id;
@@ -563,11 +576,102 @@ TEST_CASE("EC2 provider: a crash between boot and record leaves the machine find
   REQUIRE(stop != d.actions.end());
   CHECK(stop->machine == id);
   CHECK(stop->row == 1);
-  CHECK(std::any_of(d.actions.begin(), d.actions.end(),
-                    [](const Action& a) { return a.kind == ActionKind::kBoot && a.count == 1; }));
+  CHECK_FALSE(std::any_of(d.actions.begin(), d.actions.end(),
+                          [](const Action& a) { return a.kind == ActionKind::kBoot; }));
   REQUIRE(restarted->Stop(stop->machine));
   CHECK(restarted->List(kTag)->empty());
   CHECK(f.ec2.instances().at(0).state == "shutting-down");
+}
+
+TEST_CASE("EC2 provider under the autoscaler: instances that never register are backed off, "
+          "the pool ends failing with their console output, DescribeInstances is paced") {
+  Ec2Fixture f;
+  f.ec2.console_output =
+      "[   12.3] cloud-init[812]: running user data\n"
+      "trainq worker: cannot reach http://10.0.0.1:8080/api/v1/workers/register: "
+      "connection timed out\n";
+  auto p = f.Make();
+  PoolConfig c;
+  c.name = "gpu";
+  c.max = 2;
+  c.slots = 1;
+  c.boot_timeout_ms = 10 * 60'000;
+  c.hourly_cost = 1.0;
+  c.list_interval_ms = 15'000;  // the ec2 defaults
+  c.list_interval_idle_ms = 120'000;
+  AutoscalerOptions o;
+
+  // The fleet's loop (agent/fleet.cc) around the pure functions, a pass a
+  // second on a virtual clock, against the fake's wire format.
+  std::vector<Machine> machines;
+  std::set<std::int64_t> judged;
+  BootHealth boot;
+  std::string last_log;
+  TimeMs next_list = 0;
+  int boots = 0;
+  const TimeMs t0 = 1'000'000'000;
+  for (TimeMs now = t0; now < t0 + 2 * 3'600'000; now += 1000) {
+    for (auto& m : machines) {
+      if (judged.count(m.row) || JudgeBoot(m, now, o) == BootOutcome::kUndecided) continue;
+      judged.insert(m.row);
+      auto tail = p->LogTail(m.id, "", 2000);
+      REQUIRE(tail);
+      last_log = *tail;
+      boot = RecordBoot(boot, JudgeBoot(m, now, o) == BootOutcome::kSucceeded, now, c, o);
+    }
+    PoolInput in;
+    in.config = c;
+    in.demand = 4;  // runs wait all along
+    in.boot = boot;
+    for (const auto& m : machines) {
+      if (!m.stopped_at) in.machines.push_back(m);
+    }
+    if (now >= next_list) {
+      auto listed = p->List({"gpu", "tq1"});
+      REQUIRE(listed);
+      in.listing = std::vector<std::string>{};
+      for (const auto& l : *listed) in.listing->push_back(l.id);
+    }
+    Decision d = Autoscale({in}, now, o);
+    bool active = !d.actions.empty();
+    for (const auto& m : in.machines) active = active || m.state == MachineState::kBooting;
+    if (in.listing) next_list = NextListAt(now, active, c, 0.5);
+    for (const auto& a : d.actions) {
+      if (a.kind == ActionKind::kBoot) {
+        for (int k = 0; k < a.count; ++k) {
+          auto id = p->Boot(Spec("tq-tq1-gpu-" + std::to_string(++boots), {"gpu", "tq1"}));
+          REQUIRE(id);
+          Machine m;
+          m.row = boots;
+          m.id = *id;
+          m.state = MachineState::kBooting;
+          m.booted_at = now;
+          machines.push_back(m);
+        }
+      } else if (a.kind == ActionKind::kStop || a.kind == ActionKind::kForget) {
+        for (auto& m : machines) {
+          if (m.row != a.row) continue;
+          if (a.kind == ActionKind::kStop) REQUIRE(p->Stop(m.id));
+          m.state = MachineState::kStopped;
+          m.stopped_at = now;
+        }
+      }
+    }
+  }
+  CHECK(boot.failing);
+  CHECK(boot.failed >= 3);
+  // Two at first (max 2), both fail together at 10 min; failing then: 2 x 10
+  // min billed. Without the back-off: a new pair every 10 min, 24 boots in 2 h.
+  CHECK(boots == 3);
+  TimeMs billed = 0;
+  for (const auto& m : machines) billed += m.stopped_at.value_or(t0 + 2 * 3'600'000) - m.booted_at;
+  CHECK(billed <= 3 * 10 * 60'000 + 3 * 2000);
+  CHECK_THAT(last_log, Catch::Contains("trainq worker: cannot reach http://10.0.0.1:8080"));
+  auto actions = f.ec2.actions();
+  const auto describes = std::count(actions.begin(), actions.end(), "DescribeInstances");
+  CHECK(std::count(actions.begin(), actions.end(), "GetConsoleOutput") == boots);
+  // Paced: 15 s while booting, 2 min once nothing changes (before: 7200, one a pass).
+  CHECK(describes < 200);
 }
 
 TEST_CASE("EC2 provider: a warm pool stops instances and boots a stopped one again, renamed") {

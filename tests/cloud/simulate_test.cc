@@ -48,7 +48,8 @@ TEST_CASE("ParseTrace names the file and line of a mistake") {
       {"pool gpu\n09:00 gpu x 2 soon\n", "t.trace:2: DURATION: expected e.g. 45m, got \"soon\""},
       {"pool gpu slot=2\n",
        "t.trace:1: unknown pool key \"slot\" (min, max, slots, idle_grace, "
-       "boot_timeout, hourly_cost)"},
+       "boot_timeout, hourly_cost, broken, failing_after, boot_backoff, budget_day, "
+       "budget_month, drain_at_cap)"},
       {"pool gpu min=3 max=2\n", "t.trace:1: pool gpu: needs slots >= 1, max >= 1, min <= max"},
       {"pool gpu\npool gpu\n", "t.trace:2: pool gpu declared twice"},
       {"pool gpu\n09:00 gpu x 2\n", "t.trace:2: expected TIME POOL EXPERIMENT REPEATS DURATION"},
@@ -133,6 +134,53 @@ TEST_CASE("Simulate: a push after the grace boots again") {
   REQUIRE(r);
   CHECK(r->boots == 4);
   CHECK(r->peak_machines == 2);
+}
+
+TEST_CASE("Simulate: a week of a pool whose machines never register: the back-off ends it "
+          "failing; without it, a boot every boot_timeout all week") {
+  auto t = ParseTrace(
+      "pool bad max=2 slots=1 boot_timeout=10m hourly_cost=4 broken=1\n"
+      "09:00 bad llm 4 2h\n",
+      "bad.trace");
+  REQUIRE(t);
+  SimOptions o;
+  o.days = 7;
+  auto with = Simulate(*t, {}, o);
+  REQUIRE(with);
+  CHECK(with->failing_pools == std::vector<std::string>{"bad"});
+  CHECK(with->boots == 3);  // two at first, both fail at 10 min, then one more
+  CHECK(with->billed_ms <= 3 * (10 * kMin + 10 * kSec));  // stopped at the tick after boot_timeout
+  CHECK(with->unfinished_runs == 28);
+  o.safeguards = false;
+  auto without = Simulate(*t, {}, o);
+  REQUIRE(without);
+  CHECK(without->failing_pools.empty());
+  // Two machines, replaced every ~10 min from the first push to the end of the week.
+  CHECK(without->boots > 1500);
+  CHECK(without->cost > 100 * with->cost);
+}
+
+TEST_CASE("Simulate: a daily budget caps each day's cost; without it the day costs more") {
+  auto t = ParseTrace(
+      "pool gpu max=8 slots=1 idle_grace=2m boot_timeout=10m hourly_cost=2 budget_day=10 "
+      "drain_at_cap=1\n"
+      "09:00 gpu mlp 16 1h\n",
+      "budget.trace");
+  REQUIRE(t);
+  SimOptions o;
+  o.days = 2;
+  auto capped = Simulate(*t, {}, o);
+  REQUIRE(capped);
+  auto free = Simulate(*t, {}, SimOptions{.days = 2, .safeguards = false});
+  REQUIRE(free);
+  // 16 machine-hours a day cost $32 uncapped (plus boot time). Capped at $10 a
+  // day with drain_at_cap: boots stop once the next minimum bill would pass
+  // it, and the 8 machines up finish the run they hold and take no more, so
+  // a day ends at its first wave (8 x 1h30s x $2 = $16.40).
+  CHECK(free->cost > 2 * 32);
+  CHECK(capped->cost < 2 * 17);
+  CHECK(capped->unfinished_runs > 0);
+  CHECK(free->unfinished_runs == 0);
 }
 
 TEST_CASE("Simulate refuses a tick that is not whole seconds") {

@@ -578,3 +578,65 @@ TEST_CASE("Machines() counts a running run's time up to now", "[machines][cost]"
   CHECK(rows[0].busy_ms == 10'000);
   CHECK(rows[0].live_leases == 1);
 }
+
+namespace trainq {
+namespace {
+
+TEST_CASE("pool state: boot and budget columns are written apart, and a reset clears only the "
+          "boots", "[machines]") {
+  testing::TempDir dir;
+  Store store = Store::Open(dir / "trainq.db").value();
+  Store::PoolStateRow boots;
+  boots.pool = "gpu";
+  boots.failed_boots = 3;
+  boots.next_boot_ms = 5000;
+  boots.failing = true;
+  boots.boot_error = "tq-1: no worker registered within boot_timeout (10m00s)";
+  boots.log_tail = "cannot reach the server\n";
+  boots.config_hash = "abc";
+  REQUIRE(store.SetPoolBoots(boots, 1000));
+  Store::PoolStateRow budget;
+  budget.pool = "gpu";
+  budget.spent_day = 12.5;
+  budget.spent_month = 100;
+  budget.budget_per_day = 50;
+  budget.cap = "";
+  REQUIRE(store.SetPoolBudget(budget, 2000));  // leaves the boot columns alone
+  auto rows = store.PoolStates().value();
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].failing);
+  CHECK(rows[0].failed_boots == 3);
+  CHECK(rows[0].log_tail == "cannot reach the server\n");
+  CHECK(rows[0].spent_day == 12.5);
+  CHECK(rows[0].budget_per_day == 50);
+  CHECK(store.ResetPoolBoots("gpu", 3000).value());
+  CHECK_FALSE(store.ResetPoolBoots("gpu", 3000).value());   // nothing left to reset
+  CHECK_FALSE(store.ResetPoolBoots("other", 3000).value());  // no such row
+  rows = store.PoolStates().value();
+  CHECK_FALSE(rows[0].failing);
+  CHECK(rows[0].failed_boots == 0);
+  CHECK(rows[0].next_boot_ms == 0);
+  CHECK(rows[0].spent_day == 12.5);
+  CHECK(rows[0].boot_error == boots.boot_error);  // kept for the record
+}
+
+TEST_CASE("NoteMachine sets a machine's last error without changing its state", "[machines]") {
+  testing::TempDir dir;
+  Store store = Store::Open(dir / "trainq.db").value();
+  MachineRow m;
+  m.pool = "gpu";
+  m.provider = "ec2";
+  m.state = "booting";
+  m.name = "tq-1";
+  auto row = store.AddMachine(m, 1000).value();
+  REQUIRE(store.NoteMachine(row, "its worker token was refused (HTTP 401)", 2000));
+  auto after = store.Machine(row).value();
+  CHECK(after->state == "booting");
+  CHECK(after->last_error == "its worker token was refused (HTTP 401)");
+  auto history = store.MachineHistory(row).value();
+  CHECK(history.back().note == "its worker token was refused (HTTP 401)");
+  CHECK(store.NoteMachine(row + 100, "x", 3000).error().kind == ErrorKind::kNotFound);
+}
+
+}  // namespace
+}  // namespace trainq

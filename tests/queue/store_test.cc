@@ -370,12 +370,12 @@ TEST_CASE("A store at schema version 1 is migrated and keeps its rows", "[store]
   CHECK(b[0].values == std::vector<double>{0.5});
 }
 
-TEST_CASE("A store at schema version 6 gains pull request pushes and comments", "[store][migration]") {
+TEST_CASE("A store at schema version 7 gains pull request pushes and comments", "[store][migration]") {
   testing::TempDir dir;
-  std::string path = dir / "v6.db";
+  std::string path = dir / "v7.db";
   {
     auto db = sql::Db::Open(path, true, 1000).value();
-    REQUIRE(ApplyMigrations(db, 0, 6));
+    REQUIRE(ApplyMigrations(db, 0, 7));
     REQUIRE(db.Exec("INSERT INTO pushes (source, delivery_id, repo_url, ref, before_sha, after_sha, "
                     "state, received_ms, updated_ms) VALUES ('github', 'd1', 'u', "
                     "'refs/heads/main', 'a', 'b', 'done', 1, 1);"));
