@@ -441,7 +441,9 @@ Result<Manifest> ParseManifest(std::string_view text, std::string_view filename)
     if (auto c = def["command"]) {
       ASSIGN_OR_RETURN(e.command, p.Str(c, path + ".command"));
       e.command_line = c.Mark().line + 1;
-      if (auto bad = UnknownPlaceholder(e.command)) {
+      // With a sweep its parameters are placeholders too: CheckSweepTarget
+      // checks the command against them below.
+      if (auto bad = def["sweep"] ? std::nullopt : UnknownPlaceholder(e.command)) {
         std::string known;
         for (const auto& k : KnownPlaceholders()) known += (known.empty() ? "{" : ", {") + k + "}";
         return p.Err(c, path + ".command",
