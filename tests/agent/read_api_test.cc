@@ -209,6 +209,9 @@ TEST_CASE("read routes: bad parameters are 400 and name the parameter", "[read_a
             "/api/v1/report: format: unknown format 'pdf' (md, html, json, csv, summary, table, "
             "batches)"},
            {"/api/v1/report", {{"since", "a week"}}, 400, "/api/v1/report: since: "},
+           {"/api/v1/report", {{"format", "md"}, {"experiment", "nope"}}, 404,
+            "/api/v1/report: experiment: no batch of experiment 'nope' in the server's store "
+            "(known: digits, other)"},
            {"/api/v1/gate", {{"baseline", "main"}}, 400,
             "/api/v1/gate: rev is required (a commit, branch or tag)"},
            {"/api/v1/gate", {{"rev", "x"}, {"repo", "model"}}, 404,
