@@ -19,13 +19,6 @@ constexpr const char* kManifestName = "trainq.yaml";
 
 std::string Short(const std::string& sha) { return sha.substr(0, 7); }
 
-// The git directory of a work tree, or `dir` itself for a bare repository.
-std::string GitDirOf(const std::string& dir) {
-  std::error_code ec;
-  if (fs::is_directory(fs::path(dir) / ".git", ec)) return (fs::path(dir) / ".git").string();
-  return dir;
-}
-
 // The manifest at `sha`; nullopt when the commit has no (readable) trainq.yaml.
 std::optional<Manifest> ManifestAt(GitRepo& git, const std::string& sha) {
   auto text = git.ReadFile(sha, kManifestName);

@@ -20,39 +20,11 @@ namespace trainq {
 
 namespace {
 
-bool IsHex(const std::string& s) {
-  if (s.size() < 4 || s.size() > 40) return false;
-  for (char c : s) {
-    if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
-  }
-  return true;
-}
-
 // The batches of a revision: resolved with git when `repo_dir` is a
 // repository, else read as a commit id prefix in the store.
 Result<std::vector<BatchProgress>> BatchesAt(Store& store, const std::string& rev,
                                              const std::string& repo_dir) {
-  std::string sha;
-  std::string git_error;
-  if (!repo_dir.empty()) {
-    auto repo = GitRepo::Open(repo_dir);
-    if (repo) {
-      auto commit = repo->Resolve(rev);
-      if (commit) sha = commit->sha;
-      else git_error = commit.error().message;
-    } else {
-      git_error = repo.error().message;
-    }
-  }
-  if (sha.empty()) {
-    if (!IsHex(rev)) {
-      return Fail(ErrorKind::kNotFound,
-                  "cannot resolve '" + rev + "'" +
-                      (git_error.empty() ? " (pass --repo DIR to resolve branch names)"
-                                         : ": " + git_error));
-    }
-    sha = rev;
-  }
+  ASSIGN_OR_RETURN(std::string sha, ResolveRevision(rev, repo_dir));
   ASSIGN_OR_RETURN(auto batches, store.BatchesForCommit(sha));
   std::set<std::string> shas;
   for (const auto& b : batches) shas.insert(b.sha);

@@ -261,11 +261,7 @@ Status CmdShow(const ShowOptions& o, std::ostream& out) {
   // A revision git understands (HEAD, a branch, a tag, a short id) when the
   // repository resolves it; else the text as a commit id prefix.
   std::string commit = o.commit;
-  if (!o.repo.empty()) {
-    if (auto repo = GitRepo::Open(o.repo)) {
-      if (auto c = repo->Resolve(o.commit)) commit = c->sha;
-    }
-  }
+  if (auto sha = ResolveRevision(o.commit, o.repo)) commit = *sha;
   ASSIGN_OR_RETURN(auto view, LoadCommitView(store, commit));
   if (o.json) {
     out << view.dump(2) << "\n";

@@ -1,6 +1,5 @@
 #include "agent/gate.h"
 
-#include <filesystem>
 #include <set>
 
 #include "agent/analysis.h"
@@ -13,43 +12,7 @@ namespace trainq {
 
 namespace {
 
-namespace fs = std::filesystem;
-
-bool IsHexId(const std::string& s) {
-  if (s.size() < 4 || s.size() > 40) return false;
-  for (char c : s) {
-    if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
-  }
-  return true;
-}
-
 std::string Short(const std::string& sha) { return sha.substr(0, 7); }
-
-std::string GitDirOf(const std::string& dir) {
-  std::error_code ec;
-  if (fs::is_directory(fs::path(dir) / ".git", ec)) return (fs::path(dir) / ".git").string();
-  return dir;
-}
-
-// A revision as a full sha (with git) or the hex prefix it is (without).
-Result<std::string> ResolveRev(const std::string& rev, const std::string& repo_dir) {
-  std::string git_error;
-  if (!repo_dir.empty()) {
-    auto repo = GitRepo::Open(repo_dir);
-    if (repo) {
-      auto commit = repo->Resolve(rev);
-      if (commit) return commit->sha;
-      git_error = commit.error().message;
-    } else {
-      git_error = repo.error().message;
-    }
-  }
-  if (IsHexId(rev)) return rev;
-  return Fail(ErrorKind::kNotFound,
-              "cannot resolve '" + rev + "'" +
-                  (git_error.empty() ? " (pass --repo DIR to resolve branch names)"
-                                     : ": " + git_error));
-}
 
 struct Outcome {
   std::string experiment;
@@ -70,8 +33,8 @@ std::string Progress(const BatchProgress& b) {
 }  // namespace
 
 Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
-  ASSIGN_OR_RETURN(std::string head_sha, ResolveRev(req.rev, req.repo_dir));
-  ASSIGN_OR_RETURN(std::string baseline_sha, ResolveRev(req.baseline, req.repo_dir));
+  ASSIGN_OR_RETURN(std::string head_sha, ResolveRevision(req.rev, req.repo_dir));
+  ASSIGN_OR_RETURN(std::string baseline_sha, ResolveRevision(req.baseline, req.repo_dir));
   bool have_git = false;
   std::string base_sha = baseline_sha;
   if (!req.repo_dir.empty() && head_sha.size() == 40 && baseline_sha.size() == 40 &&

@@ -222,4 +222,32 @@ Status GitRepo::AddPack(std::string_view pack) {
   return {};
 }
 
+std::string GitDirOf(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::path git = std::filesystem::path(dir) / ".git";
+  if (std::filesystem::is_directory(git, ec)) return git.string();
+  return dir;
+}
+
+Result<std::string> ResolveRevision(const std::string& rev, const std::string& repo_dir) {
+  std::string git_error;
+  if (!repo_dir.empty()) {
+    auto repo = GitRepo::Open(repo_dir);
+    if (repo) {
+      auto commit = repo->Resolve(rev);
+      if (commit) return commit->sha;
+      git_error = commit.error().message;
+    } else {
+      git_error = repo.error().message;
+    }
+  }
+  bool hex = rev.size() >= 4 && rev.size() <= 40;
+  for (char c : rev) hex = hex && std::isxdigit(static_cast<unsigned char>(c));
+  if (hex) return rev;
+  return Fail(ErrorKind::kNotFound,
+              "cannot resolve '" + rev + "'" +
+                  (git_error.empty() ? " (pass --repo DIR to resolve branch names)"
+                                     : ": " + git_error));
+}
+
 }  // namespace trainq

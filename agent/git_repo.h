@@ -55,4 +55,13 @@ class GitRepo {
   std::string location_;
 };
 
+// The git directory of a work tree (`dir/.git`), or `dir` itself for a bare
+// repository or a mirror.
+std::string GitDirOf(const std::string& dir);
+
+// A revision as a full commit id, resolved in `repo_dir` when that is a
+// repository ("" = none); else the text itself when it is a commit id prefix
+// (4 to 40 hex digits); else kNotFound naming what failed.
+Result<std::string> ResolveRevision(const std::string& rev, const std::string& repo_dir);
+
 }  // namespace trainq

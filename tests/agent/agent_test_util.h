@@ -10,7 +10,9 @@
 #include <sstream>
 #include <string>
 
+#include "core/http_client.h"
 #include "core/process.h"
+#include "tests/support/temp_dir.h"
 
 namespace trainq::testing {
 
@@ -53,6 +55,30 @@ inline bool ProcessGone(int pid) {
 struct Daemon {
   PosixProcessRunner runner;
   int pid = 0;
+
+  // Starts `trainq --db DB serve --slots 2 --poll-ms 20 --config CONFIG
+  // --listen 127.0.0.1:PORT` in `dir` (its log in dir/serve.log) and waits
+  // until /healthz answers 200. False when it did not start or never answered.
+  bool ServeWithConfig(const std::string& db, const std::string& config, int port,
+                       const std::string& dir) {
+    auto spawned = runner.Spawn({{TRAINQ_BINARY, "--db", db, "serve", "--slots", "2",
+                                  "--poll-ms", "20", "--config", config, "--listen",
+                                  "127.0.0.1:" + std::to_string(port)},
+                                 {},
+                                 dir,
+                                 dir + "/serve.log"});
+    if (!spawned) return false;
+    pid = *spawned;
+    CurlHttpClient http;
+    std::string url = "http://127.0.0.1:" + std::to_string(port) + "/healthz";
+    return WaitFor(
+        [&] {
+          auto r = http.Send({"GET", url, {}, "", 1000});
+          return r && r->status == 200;
+        },
+        std::chrono::seconds(20));
+  }
+
   ~Daemon() {
     if (pid > 0) {
       runner.KillGroup(pid, SIGKILL);

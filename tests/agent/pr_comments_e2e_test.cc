@@ -204,21 +204,8 @@ TEST_CASE(
   int port = testing::FreeLoopbackPort();
   std::string base_url = "http://127.0.0.1:" + std::to_string(port);
   testing::Daemon daemon;
-  auto pid = daemon.runner.Spawn(
-      {{TRAINQ_BINARY, "--db", db, "serve", "--slots", "2", "--poll-ms", "20", "--config",
-        tmp / "server.yaml", "--listen", "127.0.0.1:" + std::to_string(port)},
-       {},
-       tmp.path().string(),
-       tmp / "serve.log"});
-  REQUIRE(pid);
-  daemon.pid = *pid;
+  REQUIRE(daemon.ServeWithConfig(db, tmp / "server.yaml", port, tmp.path()));
   CurlHttpClient http;
-  REQUIRE(testing::WaitFor(
-      [&] {
-        auto r = http.Send({"GET", base_url + "/healthz", {}, "", 1000});
-        return r && r->status == 200;
-      },
-      20s));
   int deliveries = 0;
   auto send = [&](bool pr, const std::string& body) {
     auto r = http.Send({"POST", base_url + "/hooks/" + fc.name,

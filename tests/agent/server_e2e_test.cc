@@ -107,21 +107,8 @@ TEST_CASE("e2e: git push -> signed webhook -> exactly the touched experiment run
                     "    status: true\n"));
   std::string db = tmp / "trainq.db";
   Daemon daemon;
-  auto pid = daemon.runner.Spawn({{TRAINQ_BINARY, "--db", db, "serve", "--slots", "2", "--poll-ms",
-                                   "20", "--config", tmp / "server.yaml", "--listen",
-                                   "127.0.0.1:" + std::to_string(port)},
-                                  {},
-                                  tmp.path().string(),
-                                  tmp / "serve.log"});
-  REQUIRE(pid);
-  daemon.pid = *pid;
+  REQUIRE(daemon.ServeWithConfig(db, tmp / "server.yaml", port, tmp.path()));
   CurlHttpClient http;
-  REQUIRE(testing::WaitFor(
-      [&] {
-        auto r = http.Send({"GET", base_url + "/healthz", {}, "", 1000});
-        return r && r->status == 200;
-      },
-      20s));
 
   // The push that matters: only configs/b.yaml changes.
   std::string sha = work.Commit({{"configs/b.yaml", "lr: 2\n"}}, "tune b");

@@ -125,23 +125,7 @@ struct Setup {
                       "    status: true\n"));
   }
 
-  void Serve() {
-    auto pid = daemon.runner.Spawn(
-        {{TRAINQ_BINARY, "--db", db, "serve", "--slots", "2", "--poll-ms", "20", "--config",
-          tmp / "server.yaml", "--listen", "127.0.0.1:" + std::to_string(port)},
-         {},
-         tmp.path().string(),
-         tmp / "serve.log"});
-    REQUIRE(pid);
-    daemon.pid = *pid;
-    CurlHttpClient http;
-    REQUIRE(testing::WaitFor(
-        [&] {
-          auto r = http.Send({"GET", base_url + "/healthz", {}, "", 1000});
-          return r && r->status == 200;
-        },
-        20s));
-  }
+  void Serve() { REQUIRE(daemon.ServeWithConfig(db, tmp / "server.yaml", port, tmp.path())); }
 
   void Push() {
     std::string out;
