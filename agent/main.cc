@@ -11,9 +11,9 @@
 #include <string>
 #include <string_view>
 
-#include "agent/commands.h"
-#include "agent/sweep.h"
-#include "agent/worker.h"
+#include "agent/cli/cli.h"
+#include "agent/results/sweep.h"
+#include "agent/runner/worker.h"
 #include "core/strings.h"
 #include "core/log.h"
 

@@ -15,7 +15,7 @@
 #include <sstream>
 #include <string>
 
-#include "agent/commands.h"
+#include "agent/cli/cli.h"
 #include "queue/store.h"
 
 using namespace trainq;

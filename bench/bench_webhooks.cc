@@ -32,7 +32,7 @@
 #include <thread>
 #include <vector>
 
-#include "agent/forge.h"
+#include "agent/triggers/forge.h"
 #include "core/http_client.h"
 #include "core/process.h"
 #include "core/strings.h"

@@ -1,4 +1,4 @@
-#include "agent/analysis.h"
+#include "agent/results/analysis.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>

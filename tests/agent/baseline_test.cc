@@ -1,10 +1,10 @@
 // Choosing a batch's baseline over a real git history.
-#include "agent/baseline.h"
+#include "agent/results/baseline.h"
 
 #include <catch2/catch.hpp>
 
-#include "agent/analysis.h"
-#include "agent/git_repo.h"
+#include "agent/results/analysis.h"
+#include "agent/repo/git_repo.h"
 #include "tests/support/git_cli.h"
 #include "tests/support/temp_dir.h"
 

@@ -1,5 +1,5 @@
 // Change detection: glob semantics and which experiments run, as tables.
-#include "agent/change_detect.h"
+#include "agent/repo/change_detect.h"
 
 #include <catch2/catch.hpp>
 

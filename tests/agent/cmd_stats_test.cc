@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/commands.h"
+#include "agent/cli/cli.h"
 #include "core/strings.h"
 #include "tests/support/temp_dir.h"
 

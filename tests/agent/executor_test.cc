@@ -1,4 +1,4 @@
-#include "agent/executor.h"
+#include "agent/runner/executor.h"
 
 #include <signal.h>
 
@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <functional>
 
-#include "agent/git_repo.h"
+#include "agent/repo/git_repo.h"
 #include "core/strings.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/git_fixture.h"
@@ -227,7 +227,7 @@ TEST_CASE("executor: ReadRunMetric reads a null value as NaN", "[executor][metri
 
 TEST_CASE("executor: ReadRunMetric survives a non-boolean `final`",
           "[executor][metric]") {
-  // Regression (fixed): ReadRunMetric (agent/executor.cc) calls j.value("final", false), which
+  // Regression (fixed): ReadRunMetric (agent/runner/executor.cc) calls j.value("final", false), which
   // throws nlohmann::json::type_error when a script writes "final": 1 (or "yes").
   // The exception escapes LocalExecutor::Step() and takes `trainq serve` down; the
   // run's lease then expires and the next serve crashes on it again. Expected: the
@@ -715,7 +715,7 @@ TEST_CASE("executor: Shutdown puts a running run back in the queue without using
 
 TEST_CASE("executor: Shutdown keeps the result of a run that already finished",
           "[executor][local][shutdown]") {
-  // Regression (fixed): LocalExecutor::Shutdown (agent/executor.cc) treats every active run as
+  // Regression (fixed): LocalExecutor::Shutdown (agent/runner/executor.cc) treats every active run as
   // still running: a child that already exited with its metric (not yet reaped by
   // Step) is "interrupted" and put back in the queue, so its finished work is
   // thrown away and run again. Expected: a child that has ended is reaped and

@@ -3,7 +3,7 @@
 
 #include <functional>
 
-#include "agent/fleet.h"
+#include "agent/daemon/fleet.h"
 #include "cloud/provider.h"
 #include "core/clock.h"
 #include "queue/store.h"

@@ -1,7 +1,7 @@
 // Commit statuses against a fake forge on loopback that speaks GitHub's API:
 // pending when queued, the spread when done; a down forge is retried, then
 // given up.
-#include "agent/forge_status.h"
+#include "agent/triggers/forge_status.h"
 
 #include <atomic>
 #include <catch2/catch.hpp>

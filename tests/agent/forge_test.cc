@@ -1,6 +1,6 @@
 // Forges: push payloads in their real shapes, repository URL matching, and
 // the commit status requests each forge's API expects.
-#include "agent/forge.h"
+#include "agent/triggers/forge.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>

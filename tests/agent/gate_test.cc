@@ -1,12 +1,12 @@
 // `trainq gate`: three outcomes, and never a pass for what it could not decide.
-#include "agent/gate.h"
+#include "agent/results/gate.h"
 
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <future>
 #include <sstream>
 
-#include "agent/commands.h"
+#include "agent/cli/cli.h"
 #include "tests/support/temp_dir.h"
 
 using namespace trainq;

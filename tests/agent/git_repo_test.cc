@@ -1,4 +1,4 @@
-#include "agent/git_repo.h"
+#include "agent/repo/git_repo.h"
 
 #include <catch2/catch.hpp>
 #include <filesystem>

@@ -1,4 +1,4 @@
-#include "agent/manifest.h"
+#include "agent/repo/manifest.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -324,7 +324,7 @@ TEST_CASE("manifest: experiments missing or empty", "[manifest][errors]") {
 
 TEST_CASE("manifest: a key given no value is reported on its own line",
           "[manifest][errors]") {
-  // Regression (fixed): Parser::Err (agent/manifest.cc) takes the line from the value node's
+  // Regression (fixed): Parser::Err (agent/repo/manifest.cc) takes the line from the value node's
   // Mark(); for an empty value (`experiments:` or `repeats:` with nothing after
   // it) yaml-cpp marks the position of the *next* token, so the message names the
   // following line (or a line past the end of the file). Expected: the key's line.

@@ -1,11 +1,11 @@
 // Mirror: real repositories fetched with libgit2 (file:// and http with a
 // token against a loopback server), history queries and tree diffs.
-#include "agent/mirror.h"
+#include "agent/repo/mirror.h"
 
 #include <catch2/catch.hpp>
 #include <filesystem>
 
-#include "agent/git_repo.h"
+#include "agent/repo/git_repo.h"
 #include "core/strings.h"
 #include "tests/support/git_cli.h"
 #include "tests/support/http_server.h"

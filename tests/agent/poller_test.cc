@@ -1,11 +1,11 @@
 // Poller: moved heads of a real repository become pushes, deduplicated with
 // webhooks, and go through the same processing.
-#include "agent/poller.h"
+#include "agent/triggers/poller.h"
 
 #include <catch2/catch.hpp>
 
-#include "agent/forge.h"
-#include "agent/server_worker.h"
+#include "agent/triggers/forge.h"
+#include "agent/triggers/push_pipeline.h"
 #include "tests/support/git_cli.h"
 #include "tests/support/temp_dir.h"
 

@@ -1,13 +1,13 @@
 // Pull request comments against fake forges on loopback that speak GitHub's,
 // GitLab's and Gitea's comment APIs, with a real store: one comment created,
 // then edited in place (the same id) as runs end and new heads are pushed.
-#include "agent/pr_comments.h"
+#include "agent/triggers/pr_comments.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "agent/forge.h"
-#include "agent/mirror.h"
+#include "agent/triggers/forge.h"
+#include "agent/repo/mirror.h"
 #include "core/strings.h"
 #include "tests/support/http_server.h"
 #include "tests/support/temp_dir.h"

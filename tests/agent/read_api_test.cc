@@ -3,7 +3,8 @@
 // --server` and `trainq gate --server` through the real binary against a real
 // `trainq serve` on loopback, compared byte for byte with the local commands
 // on the same store.
-#include "agent/read_api.h"
+#include "agent/cli/read_client.h"
+#include "agent/daemon/read_api.h"
 
 #include <signal.h>
 
@@ -14,10 +15,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "agent/gate.h"
-#include "agent/mirror.h"
-#include "agent/server.h"
-#include "agent/server_http.h"
+#include "agent/results/gate.h"
+#include "agent/repo/mirror.h"
+#include "agent/daemon/server.h"
+#include "agent/daemon/server_http.h"
 #include "core/strings.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/git_cli.h"

@@ -1,4 +1,4 @@
-#include "agent/report.h"
+#include "agent/results/report.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>

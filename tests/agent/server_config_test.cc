@@ -1,6 +1,6 @@
 // The server config file: defaults, secrets from env or file, and errors that
 // name file:line:key without ever showing a secret.
-#include "agent/server_config.h"
+#include "agent/triggers/server_config.h"
 
 #include <catch2/catch.hpp>
 

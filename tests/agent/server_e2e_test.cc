@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "agent/forge.h"
+#include "agent/triggers/forge.h"
 #include "core/process.h"
 #include "core/strings.h"
 #include "queue/store.h"

@@ -1,6 +1,6 @@
 // The HTTP server: routes without sockets, then the real listener on
 // loopback.
-#include "agent/server.h"
+#include "agent/daemon/server.h"
 
 #include <netinet/in.h>
 #include <poll.h>
@@ -12,10 +12,11 @@
 #include <mutex>
 #include <thread>
 
-#include "agent/commands.h"
-#include "agent/forge.h"
-#include "agent/server_http.h"
-#include "agent/webhook.h"
+#include "agent/cli/cli.h"
+#include "agent/results/status.h"
+#include "agent/triggers/forge.h"
+#include "agent/daemon/server_http.h"
+#include "agent/triggers/webhook.h"
 #include "core/http_client.h"
 #include "core/strings.h"
 #include "tests/support/http_server.h"

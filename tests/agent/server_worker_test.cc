@@ -1,13 +1,14 @@
 // PushProcessor with real git: what each kind of push queues, and what a
 // failing fetch or a bad trainq.yaml leaves behind.
-#include "agent/server_worker.h"
+#include "agent/triggers/push_pipeline.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "agent/commands.h"
-#include "agent/forge.h"
+#include "agent/cli/cli.h"
+#include "agent/results/status.h"
+#include "agent/triggers/forge.h"
 #include "core/strings.h"
 #include "tests/agent/mistakes_table.h"
 #include "tests/support/git_cli.h"

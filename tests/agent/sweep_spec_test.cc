@@ -1,12 +1,12 @@
 // `sweep:` in trainq.yaml: every parameter type parses, every mistake names
 // file:line and the key path, and the manifest (so the submission) fails.
-#include "agent/sweep_spec.h"
+#include "agent/repo/sweep_spec.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "agent/manifest.h"
+#include "agent/repo/manifest.h"
 
 namespace trainq {
 namespace {

@@ -1,12 +1,12 @@
 // Webhook receipt: signatures, limits, dedupe and what gets recorded, with the
 // forges' real payloads (tests/fixtures) and a real SQLite store.
-#include "agent/webhook.h"
+#include "agent/triggers/webhook.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "agent/forge.h"
-#include "agent/server_config.h"
+#include "agent/triggers/forge.h"
+#include "agent/triggers/server_config.h"
 #include "core/strings.h"
 #include "queue/store.h"
 #include "tests/support/temp_dir.h"

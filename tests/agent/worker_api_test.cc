@@ -1,6 +1,6 @@
 // The worker protocol on the server: real HTTP on loopback through the
 // HTTP listener and libcurl, a real SQLite file.
-#include "agent/worker_api.h"
+#include "agent/daemon/worker_api.h"
 
 #include <sys/stat.h>
 
@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "agent/git_repo.h"
-#include "agent/server.h"
-#include "agent/server_http.h"
+#include "agent/repo/git_repo.h"
+#include "agent/daemon/server.h"
+#include "agent/daemon/server_http.h"
 #include "core/http_client.h"
 #include "core/strings.h"
 #include "tests/support/git_fixture.h"

@@ -3,7 +3,7 @@
 // processes): runs succeed with their metrics, logs reach the server, a
 // cancelled batch kills its run, SIGTERM hands runs back without using an
 // attempt, the dead-man switch runs self_stop, fused seeds become one process.
-#include "agent/worker.h"
+#include "agent/runner/worker.h"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -16,11 +16,11 @@
 #include <set>
 #include <thread>
 
-#include "agent/git_repo.h"
-#include "agent/mirror.h"
-#include "agent/server.h"
-#include "agent/server_http.h"
-#include "agent/worker_api.h"
+#include "agent/repo/git_repo.h"
+#include "agent/repo/mirror.h"
+#include "agent/daemon/server.h"
+#include "agent/daemon/server_http.h"
+#include "agent/daemon/worker_api.h"
 #include "core/strings.h"
 #include "queue/store.h"
 #include "tests/support/git_fixture.h"

@@ -601,7 +601,7 @@ TEST_CASE("EC2 provider under the autoscaler: instances that never register are 
   c.list_interval_idle_ms = 120'000;
   AutoscalerOptions o;
 
-  // The fleet's loop (agent/fleet.cc) around the pure functions, a pass a
+  // The fleet's loop (agent/daemon/fleet.cc) around the pure functions, a pass a
   // second on a virtual clock, against the fake's wire format.
   std::vector<Machine> machines;
   std::set<std::int64_t> judged;

@@ -1,0 +1,167 @@
+// The user commands of the `trainq` binary. Each takes its options and writes
+// to `out`; errors come back as Error (main prints them and exits non-zero).
+#pragma once
+
+#include <atomic>
+#include <nlohmann/json_fwd.hpp>
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "agent/repo/manifest_check.h"
+#include "core/clock.h"
+#include "core/result.h"
+
+namespace CLI {
+class App;
+}
+
+namespace trainq {
+
+class Store;
+
+struct SubmitOptions {
+  std::string db;
+  std::string repo = ".";
+  std::string commit = "HEAD";
+  std::vector<std::string> experiments;  // empty: all
+  std::optional<int> repeats;
+  bool json = false;
+  bool with_baseline = false;  // queue the parent's batch when no baseline exists
+  SubmitLimits limits;  // --max-experiments, --max-runs
+  bool allow_dirty = false;  // no warning about uncommitted changes to relevant files
+};
+Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out);
+
+struct ServeOptions {
+  std::string db;
+  int slots = 1;
+  bool until_idle = false;
+  std::string data_dir;  // default: <db dir>/trainq-data
+  std::string gpus;      // "0,1" or empty
+  std::int64_t lease_s = 60;
+  std::int64_t heartbeat_s = 10;
+  std::int64_t poll_ms = 200;
+  std::int64_t kill_grace_s = 10;
+  // The HTTP server (webhooks, /api/v1/status, /healthz, /metrics). nullopt:
+  // the config file's `listen`, else 127.0.0.1:8080, except with --until-idle
+  // and no --config (a one-off batch run needs no server). "off": none.
+  std::optional<std::string> listen;
+  std::string config;  // --config FILE: watched repositories and pools (agent/triggers/server_config.h)
+  // Without `pools:` in the config: one local pool of up to `machines` worker
+  // processes with `slots` slots each.
+  int machines = 1;
+  int fuse_max = 1;  // the local workers' --fuse-max
+  std::vector<std::string> env_passthrough;  // the default local pool's env_passthrough
+  std::int64_t idle_grace_s = 60;
+  std::int64_t scale_interval_ms = 1000;  // autoscaler passes
+  bool inproc = false;  // run on this process's own slots; no workers
+};
+// Runs until *stop becomes true (a signal) or, with until_idle, the queue is empty.
+Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<bool>& stop);
+
+// `trainq machines` (agent/cli/cmd_machines.cc): machines with state, age, idle
+// time, runs done and cost; per-pool billed against busy time.
+struct MachinesOptions {
+  std::string db;
+  bool all = false;      // stopped machines too
+  bool batches = false;  // cost per batch
+  bool json = false;
+};
+Status CmdMachines(const MachinesOptions& o, const Clock& clock, std::ostream& out);
+
+// `trainq pools reset NAME` (agent/cli/cmd_machines.cc): forgets the pool's
+// failed boots, so a `failing` pool boots again (a running serve sees it at
+// its next pass).
+struct PoolsResetOptions {
+  std::string db;
+  std::string pool;
+};
+Status CmdPoolsReset(const PoolsResetOptions& o, const Clock& clock, std::ostream& out);
+
+struct StatusOptions {
+  std::string db;
+  bool json = false;
+  std::string server;  // base URL of a `trainq serve`: read its /api/v1/status instead
+};
+Status CmdStatus(const StatusOptions& o, const Clock& clock, std::ostream& out);
+
+// `trainq show COMMIT` (agent/cli/cmd_show.cc): the commit's batches, why each
+// runs, their progress, and the pushes that brought the commit.
+struct ShowOptions {
+  std::string db;
+  std::string commit;  // a revision (HEAD, branch, tag) resolved in `repo`, or a sha prefix
+  std::string repo = ".";
+  bool json = false;
+};
+Status CmdShow(const ShowOptions& o, std::ostream& out);
+
+struct RunsOptions {
+  std::string db;
+  std::optional<std::int64_t> batch;
+  std::string state;
+  int limit = 0;
+  bool json = false;
+};
+Status CmdRuns(const RunsOptions& o, std::ostream& out);
+
+struct CancelOptions {
+  std::string db;
+  std::int64_t id = 0;
+  bool run = false;  // id names a run, not a batch
+  bool json = false;
+};
+Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out);
+
+struct ReportOptions {
+  std::string db;
+  bool json = false;
+  std::string since;                     // "7d", "24h"; empty: everything
+  std::vector<std::string> experiments;  // empty: all
+  std::string out_dir;                   // write report files here instead of printing
+  std::string formats = "md,html,json,csv";
+  std::string server;      // base URL of a `trainq serve`: its GET /api/v1/report, not the db
+  std::string token_file;  // the read token for --server (else $TRAINQ_READ_TOKEN)
+};
+Status CmdReport(const ReportOptions& o, const Clock& clock, std::ostream& out);
+
+struct CompareCommandOptions {
+  std::string db;
+  std::string rev_a;
+  std::string rev_b;
+  std::string repo = ".";  // resolves branch names; commit ids work without it
+  std::vector<std::string> experiments;
+  bool json = false;
+};
+Status CmdCompare(const CompareCommandOptions& o, std::ostream& out);
+
+struct GateOptions {
+  std::string db;
+  std::string rev = "HEAD";
+  std::string baseline = "main";
+  std::string repo = ".";
+  std::vector<std::string> experiments;
+  bool json = false;
+  std::int64_t wait_s = 0;  // poll until every run on both sides ended, at most this long
+  std::string server;      // base URL of a `trainq serve`: its GET /api/v1/gate, not the db
+  std::string token_file;  // the read token for --server (else $TRAINQ_READ_TOKEN)
+};
+// Returns the exit code (agent/results/gate.h): 0 no significant regression, 1 a
+// regression, 3 undecided. Errors (exit 2 from main) come back as Error.
+Result<int> CmdGate(const GateOptions& o, std::ostream& out);
+
+
+// The database when neither --db nor TRAINQ_DB names one: ./trainq.db when it
+// exists (setups from before), else UserDbPath(), outside any repository.
+std::string DefaultDbPath();
+// $XDG_DATA_HOME/trainq/trainq.db, or ~/.local/share/trainq/trainq.db.
+std::string UserDbPath();
+
+// `trainq stats ...`: registered by agent/cli/cmd_stats.cc.
+void AddStatsCommands(CLI::App& app, int* exit_code);
+// `trainq simulate TRACE`: registered by agent/cli/cmd_simulate.cc.
+void AddSimulateCommand(CLI::App& app, int* exit_code);
+
+}  // namespace trainq

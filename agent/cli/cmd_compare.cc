@@ -1,0 +1,118 @@
+// `trainq compare REV_A REV_B` and `trainq gate REV --baseline BRANCH`:
+// the same experiment at two commits, compared with a verdict.
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <set>
+#include <chrono>
+#include <thread>
+
+#include "agent/results/analysis.h"
+#include "agent/cli/cli.h"
+#include "agent/results/gate.h"
+#include "agent/repo/git_repo.h"
+#include "agent/cli/read_client.h"
+#include "core/strings.h"
+#include "queue/store.h"
+
+using nlohmann::json;
+
+namespace trainq {
+
+namespace {
+
+// The batches of a revision: resolved with git when `repo_dir` is a
+// repository, else read as a commit id prefix in the store.
+Result<std::vector<BatchProgress>> BatchesAt(Store& store, const std::string& rev,
+                                             const std::string& repo_dir) {
+  ASSIGN_OR_RETURN(std::string sha, ResolveRevision(rev, repo_dir));
+  ASSIGN_OR_RETURN(auto batches, store.BatchesForCommit(sha));
+  std::set<std::string> shas;
+  for (const auto& b : batches) shas.insert(b.sha);
+  if (shas.size() > 1) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "commit id '" + rev + "' is ambiguous: it matches " + std::to_string(shas.size()) +
+                    " commits in the store; give more digits");
+  }
+  if (batches.empty()) {
+    return Fail(ErrorKind::kNotFound,
+                "no runs stored for " + rev + (rev == sha ? "" : " (" + sha.substr(0, 10) + ")") +
+                    "; queue some with `trainq submit --commit " + rev + "`");
+  }
+  return batches;
+}
+
+}  // namespace
+
+Status CmdCompare(const CompareCommandOptions& o, std::ostream& out) {
+  StoreOptions so;
+  so.create = false;
+  ASSIGN_OR_RETURN(auto store, Store::Open(o.db, so));
+  ASSIGN_OR_RETURN(auto a, BatchesAt(store, o.rev_a, o.repo));
+  ASSIGN_OR_RETURN(auto b, BatchesAt(store, o.rev_b, o.repo));
+  std::set<std::string> wanted(o.experiments.begin(), o.experiments.end());
+  std::vector<BatchComparison> comparisons;
+  std::set<std::string> seen;
+  for (const auto& ba : a) {
+    if (!wanted.empty() && !wanted.count(ba.experiment)) continue;
+    for (const auto& bb : b) {
+      if (bb.experiment == ba.experiment && bb.repo_url == ba.repo_url) {
+        comparisons.push_back(CompareBatches(ba, bb));
+        seen.insert(ba.experiment);
+      }
+    }
+  }
+  for (const auto& name : wanted) {
+    if (!seen.count(name)) {
+      return Fail(ErrorKind::kNotFound, "experiment '" + name + "' has no batch at both " +
+                                            o.rev_a + " and " + o.rev_b);
+    }
+  }
+  if (comparisons.empty()) {
+    return Fail(ErrorKind::kNotFound,
+                o.rev_a + " and " + o.rev_b + " have no experiment in common");
+  }
+  if (o.json) {
+    json j = json::array();
+    for (const auto& c : comparisons) j.push_back(ComparisonJson(c));
+    out << j.dump(2) << "\n";
+    return {};
+  }
+  for (const auto& c : comparisons) {
+    out << c.a.experiment << " (" << c.a.metric_name << ", "
+        << (c.a.metric_goal == "min" ? "lower" : "higher") << " is better)\n";
+    out << "  A " << c.a.sha.substr(0, 7) << "  " << SpreadText(c.a) << "\n";
+    out << "  B " << c.b.sha.substr(0, 7) << "  " << SpreadText(c.b) << "\n";
+    out << "  A - B: " << ComparisonText(c) << "\n";
+  }
+  return {};
+}
+
+Result<int> CmdGate(const GateOptions& o, std::ostream& out) {
+  if (!o.server.empty()) return GateFromServer(o, o.wait_s * 1000, o.json, out);
+  StoreOptions so;
+  so.create = false;
+  ASSIGN_OR_RETURN(auto store, Store::Open(o.db, so));
+  GateRequest req;
+  req.rev = o.rev;
+  req.baseline = o.baseline;
+  req.repo_dir = o.repo;
+  req.experiments = o.experiments;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.wait_s);
+  while (true) {
+    ASSIGN_OR_RETURN(auto d, DecideGate(store, req));
+    if (d.finished || std::chrono::steady_clock::now() >= deadline) {
+      if (o.json) {
+        out << d.json.dump(2) << "\n";
+      } else {
+        out << d.text;
+        if (!d.finished && o.wait_s > 0) {
+          out << "(gave up waiting after " << FormatDuration(o.wait_s * 1000) << ")\n";
+        }
+      }
+      return d.exit_code;
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+  }
+}
+
+}  // namespace trainq

@@ -1,0 +1,118 @@
+// `trainq machines`: every machine the fleet booted (or a worker registered),
+// its state, age, idle time, runs done and cost; then per-pool totals of
+// billed machine time (boot to stop) against busy time (runs on it).
+#include <cmath>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "agent/cli/cli.h"
+#include "agent/results/status.h"
+#include "agent/results/table.h"
+#include "core/strings.h"
+#include "queue/store.h"
+
+using nlohmann::json;
+
+namespace trainq {
+
+
+Status CmdMachines(const MachinesOptions& o, const Clock& clock, std::ostream& out) {
+  ASSIGN_OR_RETURN(auto store, Store::Open(o.db, {.create = false}));
+  TimeMs now = clock.Now();
+  ASSIGN_OR_RETURN(auto machines, store.Machines(o.all));
+  ASSIGN_OR_RETURN(auto costs, store.Costs(now, false));
+  ASSIGN_OR_RETURN(auto health, store.PoolHealth());
+  std::vector<Store::CostRow> batch_costs;
+  if (o.batches) { ASSIGN_OR_RETURN(batch_costs, store.Costs(now, true)); }
+
+  if (o.json) {
+    json j;
+    j["now_ms"] = now;
+    j["machines"] = json::array();
+    for (const auto& m : machines) j["machines"].push_back(MachineJson(m, now));
+    j["pools"] = json::array();
+    for (const auto& c : costs) {
+      json p = {{"pool", c.pool},         {"machines", c.machines}, {"billed_ms", c.billed_ms},
+                {"busy_ms", c.busy_ms},   {"cost", c.cost}};
+      for (const auto& h : health) {
+        if (h.pool == c.pool) {
+          p["provider_failures"] = h.consecutive_failures;
+          p["provider_error"] = h.last_error;
+        }
+      }
+      j["pools"].push_back(p);
+    }
+    if (o.batches) {
+      j["batches"] = json::array();
+      for (const auto& c : batch_costs) {
+        j["batches"].push_back({{"batch", c.batch_id}, {"busy_ms", c.busy_ms}, {"cost", c.cost}});
+      }
+    }
+    out << j.dump(2) << "\n";
+    return Status{};
+  }
+
+  if (machines.empty()) {
+    out << "no machines" << (o.all ? "" : " running (trainq machines --all shows stopped ones)")
+        << "\n";
+  } else {
+    Table t({"ID", "POOL", "NAME", "STATE", "AGE", "IDLE", "RUNS", "BUSY", "BILLED", "COST"});
+    for (const auto& m : machines) {
+      TimeMs billed = Billed(m, now);
+      t.Add({std::to_string(m.id), m.pool, m.name.empty() ? m.provider_id : m.name,
+             m.state + (m.last_error.empty() || m.state != "failed" ? "" : " (" + m.last_error + ")"),
+             FormatDuration(billed), Idle(m, now), std::to_string(m.runs_done),
+             FormatDuration(m.busy_ms), FormatDuration(billed),
+             Money(static_cast<double>(billed) / 3.6e6 * m.hourly_cost)});
+    }
+    out << t.Render();
+  }
+  for (const auto& c : costs) {
+    // Busy is run time: a machine with several slots can be busy longer than billed.
+    out << "pool " << c.pool << ": " << c.machines << " machine(s) booted; billed "
+        << FormatDuration(c.billed_ms) << ", run time " << FormatDuration(c.busy_ms) << ", cost "
+        << Money(c.cost) << "\n";
+  }
+  for (const auto& h : health) {
+    if (h.consecutive_failures > 0) {
+      out << "pool " << h.pool << ": provider failing (" << h.consecutive_failures
+          << " call(s) in a row): " << h.last_error << "\n";
+    }
+  }
+  if (o.batches && !batch_costs.empty()) {
+    Table t({"BATCH", "RUN TIME", "COST"});
+    for (const auto& c : batch_costs) {
+      t.Add({std::to_string(c.batch_id), FormatDuration(c.busy_ms), Money(c.cost)});
+    }
+    out << "per batch (run time on machines x hourly cost / slots):\n" << t.Render("  ");
+  }
+  return Status{};
+}
+
+Status CmdPoolsReset(const PoolsResetOptions& o, const Clock& clock, std::ostream& out) {
+  ASSIGN_OR_RETURN(auto store, Store::Open(o.db, {.create = false}));
+  ASSIGN_OR_RETURN(auto states, store.PoolStates());
+  const Store::PoolStateRow* row = nullptr;
+  for (const auto& s : states) {
+    if (s.pool == o.pool) row = &s;
+  }
+  if (!row || (row->failed_boots == 0 && !row->failing)) {
+    out << "pool " << o.pool << ": no failed boots on record; nothing to reset\n";
+    return Status{};
+  }
+  const int failed = row->failed_boots;
+  const bool failing = row->failing;
+  ASSIGN_OR_RETURN(bool changed, store.ResetPoolBoots(o.pool, clock.Now()));
+  if (!changed) {
+    out << "pool " << o.pool << ": no failed boots on record; nothing to reset\n";
+    return Status{};
+  }
+  out << "pool " << o.pool << ": " << failed << " failed boot(s) forgotten"
+      << (failing ? "; it was failing and boots again" : "")
+      << " (a running `trainq serve` sees this at its next pass)\n";
+  return Status{};
+}
+
+}  // namespace trainq

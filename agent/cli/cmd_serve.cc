@@ -1,0 +1,514 @@
+// `trainq serve`: the daemon. It answers webhooks and the worker protocol
+// over HTTP, turns pushes into batches, and runs the fleet: machines booted
+// by each pool's provider run `trainq worker`, which leases runs over HTTP.
+// `--inproc` runs the queue on this process's own slots instead (no workers,
+// no HTTP needed), the way trainq worked before machines existed.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <ctime>
+#include <filesystem>
+
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "agent/cli/cli.h"
+#include "agent/runner/executor.h"
+#include "agent/daemon/fleet.h"
+#include "agent/results/sweep.h"
+#include "agent/repo/git_repo.h"
+#include "agent/daemon/server.h"
+#include "agent/triggers/server_config.h"
+#include "agent/daemon/server_http.h"
+#include "agent/triggers/push_pipeline.h"
+#include "agent/triggers/webhook.h"
+#include "agent/daemon/worker_api.h"
+#include "cloud/provider.h"
+#include "core/http_client.h"
+#include "core/process.h"
+#include "core/strings.h"
+#include "queue/store.h"
+
+namespace fs = std::filesystem;
+
+namespace trainq {
+
+namespace {
+
+// Sweeps (agent/results/sweep.h) add their next points from the daemon's main loop:
+// off the lease (HTTP) and webhook (push worker) paths.
+void StepSweepsLogged(Store& store, TimeMs now) {
+  auto added = StepSweeps(store, now);
+  if (!added) {
+    spdlog::warn("sweeps: {} (will retry)", added.error().message);
+  } else if (*added > 0) {
+    spdlog::info("sweeps: {} point(s) queued", *added);
+  }
+}
+
+// With the queue drained, a running sweep either queues its next points or
+// is done: true when it queued some (so --until-idle goes on).
+bool SweepsQueuedMore(Store& store, TimeMs now) {
+  auto added = StepSweeps(store, now);
+  return added && *added > 0;
+}
+
+void SleepMs(std::int64_t ms) {
+  struct timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * 1'000'000)};
+  nanosleep(&ts, nullptr);  // interrupted early by a signal
+}
+
+std::string DataDir(const ServeOptions& o) {
+  std::string d = o.data_dir;
+  if (d.empty()) d = (fs::absolute(o.db).parent_path() / "trainq-data").string();
+  return fs::absolute(d).string();
+}
+
+std::string SelfDir() {
+  std::error_code ec;
+  auto self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : self.parent_path().string();
+}
+
+// A free TCP port on 127.0.0.1 (for a listener that only local workers use).
+Result<int> FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Fail(ErrorKind::kUnavailable, "socket() failed");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    close(fd);
+    return Fail(ErrorKind::kUnavailable, "cannot find a free port on 127.0.0.1");
+  }
+  int port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+// Every run outcome, learnt from the store (fleet workers report over HTTP,
+// so serve sees their results only there): logged once each when `log`, and
+// the runs that ended dead counted for `--until-idle`'s exit status.
+class OutcomeLog {
+ public:
+  OutcomeLog(TimeMs start, bool log) : finished_ms_(start), log_(log) {}
+
+  void Step(Store& store) {
+    while (true) {
+      auto rows = store.RunsFinishedAfter(finished_ms_, run_id_, 200);
+      if (!rows) {
+        spdlog::warn("run outcomes: {}", rows.error().message);
+        return;
+      }
+      for (const auto& r : *rows) {
+        finished_ms_ = r.finished_ms.value_or(finished_ms_);
+        run_id_ = r.id;
+        if (r.state == RunState::kDead) ++dead_;
+        if (!log_) continue;
+        std::string who = r.experiment + " seed " + std::to_string(r.seed) + " (attempt " +
+                          std::to_string(r.attempts) + "/" + std::to_string(r.max_attempts) +
+                          (r.worker.empty() ? "" : ", " + r.worker) + ")";
+        if (r.state == RunState::kSucceeded) {
+          spdlog::info("run {} succeeded: {}: {}", r.id, who,
+                       r.metric_value ? FormatDouble(*r.metric_value, 4) : "-");
+        } else if (r.state == RunState::kFailed) {
+          spdlog::warn("run {} failed, will retry: {}: {}", r.id, who, r.last_error);
+        } else {
+          spdlog::error("run {} dead: {}: {}", r.id, who, r.last_error);
+        }
+      }
+      if (rows->size() < 200) return;
+    }
+  }
+  int dead() const { return dead_; }
+
+ private:
+  TimeMs finished_ms_;
+  std::int64_t run_id_ = 0;
+  bool log_;
+  int dead_ = 0;
+};
+
+// --until-idle: an error when runs of this session ended dead.
+Status DeadRunsStatus(const OutcomeLog& outcomes) {
+  if (outcomes.dead() == 0) return {};
+  return Fail(ErrorKind::kConflict,
+              std::to_string(outcomes.dead()) + " run(s) ended dead; see `trainq runs --state "
+                                                "dead` for why");
+}
+
+// Watched repositories: the push worker (pushes, polls, statuses).
+Result<std::unique_ptr<ServerWorker>> StartPushWorker(const ServeOptions& o,
+                                                      const ServerConfig& config,
+                                                      HttpClient& http, const Clock& clock,
+                                                      const std::string& data_dir) {
+  signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the daemon
+  WorkerOptions wo;
+  wo.data_dir = data_dir;
+  auto worker = std::make_unique<ServerWorker>(o.db, config, http, clock, wo);
+  TRY(worker->Start());
+  for (const auto& r : config.repositories) {
+    spdlog::info("watching {} ({}; branches {}; webhook secret {}; polling {}; statuses {})",
+                 UrlForLog(r.url), ForgeName(r.forge), fmt::join(r.branches, ", "),
+                 r.secret.empty() ? "none" : "from " + r.secret.source,
+                 r.poll_interval_s ? "every " + FormatDuration(r.poll_interval_s * 1000) : "off",
+                 r.status ? "on" : "off");
+    bool ssh = r.url.starts_with("ssh://") ||
+               (r.url.find("://") == std::string::npos && r.url.find('@') != std::string::npos);
+    if (ssh && !GitSupportsSsh()) {
+      spdlog::warn("{}: this libgit2 was built without ssh; fetches will fail (use https with "
+                   "a token)", UrlForLog(r.url));
+    }
+  }
+  return worker;
+}
+
+Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
+                      std::optional<ListenAddress> address, const std::string& listen,
+                      const Clock& clock, const std::atomic<bool>& stop) {
+  ASSIGN_OR_RETURN(auto store, Store::Open(o.db));
+  ExecutorOptions eo;
+  eo.slots = o.slots;
+  eo.data_dir = DataDir(o);
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  std::string id = std::string(host) + ":" + std::to_string(getpid());
+  eo.worker = "local/" + id;
+  eo.lease_ms = o.lease_s * 1000;
+  eo.heartbeat_ms = o.heartbeat_s * 1000;
+  eo.kill_grace_ms = o.kill_grace_s * 1000;
+  eo.bin_dir = SelfDir();
+  eo.env_passthrough = o.env_passthrough;
+  if (!o.gpus.empty()) {
+    for (const auto& g : Split(o.gpus, ',')) {
+      if (!Trim(g).empty()) eo.gpus.emplace_back(Trim(g));
+    }
+  }
+  PosixProcessRunner runner;
+  LocalExecutor exec(store, runner, clock, eo);
+  TRY(exec.Register(id));
+  spdlog::info("serving {} with {} in-process slot(s); run files in {}", o.db, o.slots,
+               eo.data_dir);
+
+  CurlHttpClient http;
+  std::unique_ptr<ServerWorker> worker;
+  std::unique_ptr<Server> server;
+  std::unique_ptr<HttpListener> listener;
+  if (address || !config.repositories.empty()) {
+    ASSIGN_OR_RETURN(worker, StartPushWorker(o, config, http, clock, eo.data_dir));
+  }
+  if (address) {
+    ServerOptions so;
+    so.data_dir = eo.data_dir;
+    server = std::make_unique<Server>(config, o.db, clock, so);
+    TRY(server->Open());
+    server->set_on_push([w = worker.get()] { w->Wake(); });
+    ASSIGN_OR_RETURN(listener,
+                     HttpListener::Start(
+                         *address, kMaxWebhookBodyBytes,
+                         [s = server.get()](const HttpServerRequest& r) { return s->Handle(r); },
+                         [s = server.get()](const HttpServerRequest& h) { return s->Admit(h); }));
+    spdlog::info("listening on http://{}", listen);
+  }
+
+  OutcomeLog outcomes(clock.Now(), /*log=*/false);  // the executor logs its own runs
+  Status result;
+  while (!stop.load()) {
+    StepSweepsLogged(store, clock.Now());
+    auto st = exec.Step();
+    if (!st) {
+      if (!st.error().retryable()) {
+        result = st;
+        break;
+      }
+      spdlog::warn("{} (will retry)", st.error().message);
+    }
+    if (o.until_idle) {
+      auto drained = exec.QueueDrained();
+      auto pending_push = store.NextPushDue();
+      if (drained && *drained && (!worker || (pending_push && !*pending_push)) &&
+          !SweepsQueuedMore(store, clock.Now())) {
+        spdlog::info("queue is empty; exiting (--until-idle)");
+        outcomes.Step(store);
+        if (result) result = DeadRunsStatus(outcomes);
+        break;
+      }
+    }
+    outcomes.Step(store);
+    SleepMs(o.poll_ms);
+  }
+  if (listener) listener->Stop();
+  if (worker) worker->Stop();
+  exec.Shutdown(stop.load() ? "trainq serve was stopped" : "trainq serve exited");
+  return result;
+}
+
+// When every queued run is one that no pool can serve (and nothing runs or
+// waits for a retry): why, naming each (pool, GPUs) demand; else "".
+std::string UnservableOnly(Store& store, const Fleet& fleet,
+                           const std::array<std::int64_t, kRunStateCount>& counts, TimeMs now) {
+  for (auto s : {RunState::kLeased, RunState::kRunning, RunState::kFailed}) {
+    if (counts[static_cast<int>(s)] > 0) return "";
+  }
+  if (counts[static_cast<int>(RunState::kQueued)] == 0) return "";
+  auto demand = store.RunnableDemand(now);
+  if (!demand || demand->empty()) return "";
+  std::int64_t runs = 0;
+  std::string why;
+  for (const auto& d : *demand) {
+    if (PoolForDemand(fleet.pools(), d.pool, d.gpus)) return "";
+    runs += d.runnable;
+    why += (why.empty() ? "" : "; ") + std::to_string(d.runnable) + " run(s): " +
+           UnservableReason(fleet.pools(), d.pool, d.gpus);
+  }
+  return std::to_string(runs) + " queued run(s) can never start (" + why + ")";
+}
+
+// The pool used when the config names none: local worker processes.
+PoolSpec DefaultLocalPool(const ServeOptions& o) {
+  PoolSpec p;
+  p.scaling.name = "local";
+  p.scaling.min = 0;
+  p.scaling.max = o.machines;  // 0: only workers started by hand
+  p.scaling.slots = o.slots;
+  p.fuse_max = o.fuse_max;
+  p.env_passthrough = o.env_passthrough;
+  p.scaling.idle_grace_ms = o.idle_grace_s * 1000;
+  p.scaling.boot_timeout_ms = 60'000;
+  p.provider = "local";
+  p.orphan_timeout_ms = 10 * 60'000;
+  if (!o.gpus.empty()) {
+    p.params["worker_gpus"] = o.gpus;
+    p.gpus = static_cast<int>(Split(o.gpus, ',').size());
+  }
+  return p;
+}
+
+}  // namespace
+
+Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<bool>& stop) {
+  if (o.slots <= 0) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "--slots: expected a positive integer, got " + std::to_string(o.slots));
+  }
+  if (o.fuse_max <= 0) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "--fuse-max: expected a positive integer, got " + std::to_string(o.fuse_max));
+  }
+  if (o.machines < 0) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "--machines: expected 0 (hand-started workers only) or more, got " +
+                    std::to_string(o.machines));
+  }
+  ServerConfig config;
+  if (!o.config.empty()) { ASSIGN_OR_RETURN(config, LoadServerConfig(o.config)); }
+  std::string listen = o.listen                ? *o.listen
+                       : !config.listen.empty() ? config.listen
+                       : o.until_idle && o.config.empty() ? "auto"
+                                                          : "127.0.0.1:8080";
+  if (o.inproc) {
+    if (listen == "auto") listen = "off";
+    std::optional<ListenAddress> address;
+    if (listen != "off") { ASSIGN_OR_RETURN(address, ParseListenAddress(listen)); }
+    return ServeInProcess(o, config, address, listen, clock, stop);
+  }
+  if (listen == "off") {
+    return Fail(ErrorKind::kInvalidArgument,
+                "--listen off: workers reach the server over HTTP; use --inproc to run on this "
+                "process's own slots without a listener");
+  }
+  if (listen == "auto") {
+    ASSIGN_OR_RETURN(int port, FreeLoopbackPort());
+    listen = "127.0.0.1:" + std::to_string(port);
+  }
+  ASSIGN_OR_RETURN(auto address, ParseListenAddress(listen));
+  if (config.pools.empty()) config.pools.push_back(DefaultLocalPool(o));
+  // What workers on this host connect to; remote pools need their own
+  // server_url unless serve listens on an address other hosts can reach.
+  const std::string default_server_url =
+      "http://" + (address.loopback() || address.host == "0.0.0.0"
+                       ? "127.0.0.1:" + std::to_string(address.port)
+                       : listen);
+  TRY(CheckWorkerUrls(config, default_server_url, listen));
+
+  const std::string data_dir = DataDir(o);
+  ASSIGN_OR_RETURN(auto store, Store::Open(o.db));
+  TRY(EnsurePoolTokens(store, config, data_dir, clock.Now()));
+  ASSIGN_OR_RETURN(auto instance, InstanceId(data_dir));
+
+  CurlHttpClient http;
+  PosixProcessRunner runner;
+  std::vector<FleetPool> pools;
+  for (const auto& spec : config.pools) {
+    cloud::ProviderDeps deps;
+    deps.runner = &runner;
+    deps.http = &http;
+    deps.clock = &clock;
+    deps.state_dir = (fs::path(data_dir) / "providers").string();
+    auto provider = cloud::MakeProvider(spec.provider, spec.params, deps);
+    if (!provider) {
+      return Fail(provider.error().kind, (config.path.empty() ? "" : config.path + ": ") +
+                                             "pool " + spec.name() + ": " +
+                                             provider.error().message);
+    }
+    pools.push_back({spec, std::move(*provider)});
+  }
+
+  std::unique_ptr<ServerWorker> worker;
+  if (!config.repositories.empty() || !o.until_idle) {
+    ASSIGN_OR_RETURN(worker, StartPushWorker(o, config, http, clock, data_dir));
+  }
+  ServerOptions so;
+  so.data_dir = data_dir;
+  so.lease_ms = o.lease_s * 1000;
+  so.heartbeat_ms = o.heartbeat_s * 1000;
+  Server server(config, o.db, clock, so);
+  TRY(server.Open());
+  server.set_on_push([w = worker.get()] {
+    if (w) w->Wake();
+  });
+  ASSIGN_OR_RETURN(auto listener,
+                   HttpListener::Start(
+                       address, kMaxWebhookBodyBytes,
+                       [&server](const HttpServerRequest& r) { return server.Handle(r); },
+                       [&server](const HttpServerRequest& h) { return server.Admit(h); }));
+  if (!address.loopback()) {
+    spdlog::warn("listening beyond loopback on {}: /api/v1/status and /metrics are readable by "
+                 "anyone who can reach it", listen);
+  }
+  spdlog::info("listening on http://{} (webhooks, worker API, /api/v1/status, /metrics)",
+               listen);
+
+  FleetOptions fo;
+  fo.instance = instance;
+  fo.server_url = default_server_url;
+  fo.trainq_path = (fs::path(SelfDir()) / "trainq").string();
+  fo.data_dir = data_dir;
+  fo.budget = config.budget;
+  if (config.budget.per_day > 0 || config.budget.per_month > 0) {
+    spdlog::info("budget of all pools: {}{}{}",
+                 config.budget.per_day > 0 ? fmt::format("${:.2f} per UTC day", config.budget.per_day)
+                                           : "",
+                 config.budget.per_month > 0
+                     ? fmt::format("{}${:.2f} per UTC month", config.budget.per_day > 0 ? ", " : "",
+                                   config.budget.per_month)
+                     : "",
+                 config.budget.drain_at_cap ? "; machines drained at the cap" : "");
+  }
+  Fleet fleet(store, clock, std::move(pools), fo);
+  for (const auto& p : fleet.pools()) {
+    const auto& sc = p.spec.scaling;
+    spdlog::info("pool {}: {} provider, {}..{} machine(s) x {} slot(s), idle grace {}{}{}",
+                 p.spec.name(), p.spec.provider, sc.min, sc.max, sc.slots,
+                 FormatDuration(sc.idle_grace_ms),
+                 sc.budget_per_day > 0 || sc.budget_per_month > 0
+                     ? fmt::format(", budget{}{}{}",
+                                   sc.budget_per_day > 0
+                                       ? fmt::format(" ${:.2f}/day", sc.budget_per_day)
+                                       : "",
+                                   sc.budget_per_month > 0
+                                       ? fmt::format(" ${:.2f}/month", sc.budget_per_month)
+                                       : "",
+                                   sc.drain_at_cap ? " (drain at cap)" : "")
+                     : "",
+                 sc.list_interval_ms > 0
+                     ? ", lists machines every " + FormatDuration(sc.list_interval_ms) + " (" +
+                           FormatDuration(std::max(sc.list_interval_ms, sc.list_interval_idle_ms)) +
+                           " while nothing changes)"
+                     : "");
+  }
+
+  // Leases that expired while no serve could take a heartbeat (it was down or
+  // restarting) were not the workers' fault: one more lease to come back,
+  // and no attempt used if they do not.
+  if (auto n = store.GraceLeases(clock.Now(), clock.Now(), so.lease_ms,
+                                 "trainq serve was down when it expired");
+      n && *n > 0) {
+    spdlog::info("{} run(s) whose lease expired while trainq serve was down get {} to report back",
+                 *n, FormatDuration(so.lease_ms));
+  }
+  OutcomeLog outcomes(clock.Now(), /*log=*/true);
+  Status result;
+  TimeMs next_step = 0;
+  TimeMs last_loop = clock.Now();
+  while (!stop.load()) {
+    TimeMs now = clock.Now();
+    if (now - last_loop > std::max<TimeMs>(so.lease_ms / 2, 5'000)) {
+      // This process stalled (stopped, swapped, a slow disk): heartbeats were
+      // not taken meanwhile either.
+      if (auto n = store.GraceLeases(now, now, so.lease_ms, "trainq serve stalled for " +
+                                                                FormatDuration(now - last_loop));
+          n && *n > 0) {
+        spdlog::warn("trainq serve stalled for {}: {} expired lease(s) renewed",
+                     FormatDuration(now - last_loop), *n);
+      }
+    }
+    last_loop = now;
+    StepSweepsLogged(store, now);
+    if (now >= next_step) {
+      auto st = fleet.Step();
+      if (!st) {
+        if (!st.error().retryable()) {
+          result = st;
+          break;
+        }
+        spdlog::warn("{} (will retry)", st.error().message);
+      }
+      server.NotifyWork();
+      next_step = now + o.scale_interval_ms;
+    }
+    if (o.until_idle) {
+      auto counts = store.CountByState();
+      auto pending_push = store.NextPushDue();
+      bool drained = counts.has_value();
+      if (counts) {
+        for (auto s : {RunState::kQueued, RunState::kLeased, RunState::kRunning,
+                       RunState::kFailed}) {
+          if ((*counts)[static_cast<int>(s)] > 0) drained = false;
+        }
+      }
+      // Queued runs that no pool can serve would wait forever: give up on them.
+      std::string stuck;
+      if (!drained && counts && (!worker || (pending_push && !*pending_push))) {
+        stuck = UnservableOnly(store, fleet, *counts, now);
+      }
+      if ((drained && !SweepsQueuedMore(store, now)) || !stuck.empty()) {
+        TRY(fleet.StopAll());
+        auto live = fleet.LiveMachines();
+        if (live && *live == 0) {
+          outcomes.Step(store);
+          if (!stuck.empty()) {
+            result = Fail(ErrorKind::kConflict, stuck + "; exiting (--until-idle)");
+          } else {
+            spdlog::info("queue is empty and every machine stopped; exiting (--until-idle)");
+            result = DeadRunsStatus(outcomes);
+          }
+          break;
+        }
+      }
+    }
+    outcomes.Step(store);
+    SleepMs(o.poll_ms);
+  }
+  if (stop.load()) {
+    // Local workers are this host's processes: stop them with the daemon
+    // (their runs go back to the queue). Cloud machines keep running and
+    // reconnect when serve is back; their dead-man switch stops them if it
+    // never is.
+    server.StopWaiting();  // a worker in a long poll sees its SIGTERM at once
+    auto st = fleet.StopAll(/*local_only=*/true);
+    if (!st) spdlog::warn("stopping local workers: {}", st.error().message);
+  }
+  server.StopWaiting();  // lease long polls answer now, before the listener closes
+  listener->Stop();
+  if (worker) worker->Stop();
+  return result;
+}
+
+}  // namespace trainq

@@ -1,0 +1,578 @@
+#include "agent/cli/cli.h"
+
+#include "agent/results/baseline.h"
+
+#include <signal.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <map>
+#include <set>
+
+#include "agent/repo/change_detect.h"
+#include "agent/runner/executor.h"
+#include "agent/repo/git_repo.h"
+#include "agent/repo/manifest.h"
+#include "agent/repo/mirror.h"
+#include "agent/daemon/server.h"
+#include "agent/triggers/server_config.h"
+#include "agent/daemon/server_http.h"
+#include "agent/triggers/push_pipeline.h"
+#include "agent/triggers/webhook.h"
+#include "agent/results/status.h"
+#include "agent/results/table.h"
+#include "core/http_client.h"
+#include "core/process.h"
+#include "core/strings.h"
+#include "queue/store.h"
+#include "stats/summary.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace trainq {
+
+namespace {
+
+constexpr const char* kManifestName = "trainq.yaml";
+
+Result<Store> OpenExisting(const std::string& db) {
+  StoreOptions so;
+  so.create = false;
+  return Store::Open(db, so);
+}
+
+std::string Short(const std::string& sha) { return sha.substr(0, 10); }
+
+std::string Oneline(std::string s, size_t max) {
+  for (auto& c : s) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  if (s.size() > max) s = s.substr(0, max - 3) + "...";
+  return s;
+}
+
+}  // namespace
+
+
+std::string UserDbPath() {
+  const char* xdg = std::getenv("XDG_DATA_HOME");
+  if (xdg && *xdg == '/') return (fs::path(xdg) / "trainq" / "trainq.db").string();
+  const char* home = std::getenv("HOME");
+  if (home && *home) return (fs::path(home) / ".local" / "share" / "trainq" / "trainq.db").string();
+  return "trainq.db";
+}
+
+std::string DefaultDbPath() {
+  const char* env = std::getenv("TRAINQ_DB");
+  if (env && *env) return env;
+  // A ./trainq.db from before the per-user default keeps working.
+  std::error_code ec;
+  if (fs::exists("trainq.db", ec)) return "trainq.db";
+  return UserDbPath();
+}
+
+// `trainq submit` of the checked-out commit: the runs use the committed files,
+// so an edit not committed yet to trainq.yaml, a trainer spec or a watched
+// path would not run. Say so, naming the files.
+static void WarnUncommitted(GitRepo& repo, const CommitInfo& commit,
+                     const std::vector<const Experiment*>& chosen, std::ostream& err) {
+  auto head = repo.Resolve("HEAD");
+  if (!head || head->sha != commit.sha) return;
+  auto dirty = repo.UncommittedPaths();
+  if (!dirty) {
+    spdlog::debug("uncommitted changes not checked: {}", dirty.error().message);
+    return;
+  }
+  std::vector<std::string> relevant;
+  for (const auto& path : *dirty) {
+    bool hit = path == kManifestName;
+    for (const auto* e : chosen) {
+      if (hit) break;
+      if (!e->trainer.empty() && fs::path(e->trainer).lexically_normal() == fs::path(path)) hit = true;
+      for (const auto& g : e->watch) hit = hit || GlobMatch(g, path);
+    }
+    if (hit) relevant.push_back(path);
+  }
+  if (relevant.empty()) return;
+  std::string list;
+  for (size_t i = 0; i < relevant.size() && i < 10; ++i) list += (i ? ", " : "") + relevant[i];
+  if (relevant.size() > 10) list += " and " + std::to_string(relevant.size() - 10) + " more";
+  err << "trainq: warning: uncommitted changes to " << list << " are not part of " << Short(commit.sha)
+      << "; the runs use the committed version (commit first, or pass --allow-dirty)\n";
+}
+
+Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) {
+  ASSIGN_OR_RETURN(auto repo, GitRepo::Open(o.repo));
+  ASSIGN_OR_RETURN(auto commit, repo.Resolve(o.commit));
+  auto text = repo.ReadFile(commit.sha, kManifestName);
+  if (!text) {
+    if (text.error().kind == ErrorKind::kNotFound) {
+      return Fail(ErrorKind::kNotFound,
+                  std::string(kManifestName) + " not found at commit " + Short(commit.sha) +
+                      " in " + repo.location() +
+                      " (add one at the repository root; see examples/trainq.yaml)");
+    }
+    return std::unexpected(text.error());
+  }
+  std::string file_label = std::string(kManifestName) + "@" + Short(commit.sha);
+  const std::string at = repo.location() + " at " + Short(commit.sha);
+  if (auto st = CheckManifestSize(text->size(), kManifestName, o.limits); !st) {
+    return std::unexpected(st.error().Wrap(at));
+  }
+  auto manifest = ParseManifest(*text, kManifestName);
+  if (!manifest) return std::unexpected(manifest.error().Wrap(at));
+  std::vector<const Experiment*> chosen;
+  if (o.experiments.empty()) {
+    for (const auto& e : manifest->experiments) chosen.push_back(&e);
+  } else {
+    for (const auto& name : o.experiments) {
+      const Experiment* e = manifest->Find(name);
+      if (!e) {
+        std::string known;
+        for (const auto& n : manifest->Names()) known += (known.empty() ? "" : ", ") + n;
+        return Fail(ErrorKind::kNotFound, "unknown experiment '" + name + "' in " + file_label +
+                                              " (known: " + known + ")");
+      }
+      chosen.push_back(e);
+    }
+  }
+  if (o.repeats && *o.repeats <= 0) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "--repeats: expected a positive integer, got " + std::to_string(*o.repeats));
+  }
+  auto read = [&](const std::string& path) { return repo.ReadFile(commit.sha, path); };
+  if (auto st = CheckExperiments(chosen, kManifestName, read); !st) {
+    return std::unexpected(st.error().Wrap(at));
+  }
+  std::vector<BatchSpec> specs;
+  for (const auto* e : chosen) {
+    BatchSpec b = e->ToBatchSpec("submitted by hand (trainq submit)");
+    if (o.repeats) b.repeats = *o.repeats;
+    specs.push_back(std::move(b));
+  }
+  TRY(CheckSubmitLimits(specs, file_label, o.limits));
+  if (!o.allow_dirty) WarnUncommitted(repo, commit, chosen, std::cerr);
+  ASSIGN_OR_RETURN(auto store, Store::Open(o.db));
+  ASSIGN_OR_RETURN(auto results, store.Submit(repo.location(), commit, specs, clock.Now()));
+  // Each new batch is compared with its experiment at the parent commit, or
+  // at the nearest ancestor with the same inputs (agent/results/baseline.h); with
+  // --with-baseline a missing one is queued at the parent with the same seeds.
+  std::vector<std::string> baselines(results.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    ASSIGN_OR_RETURN(auto batch, store.Batch(results[i].batch_id));
+    if (!batch || !batch->base_sha.empty() || commit.parent_sha.empty()) continue;
+    BaselineOptions bo;
+    bo.queue_missing = o.with_baseline;
+    ASSIGN_OR_RETURN(baselines[i], ChooseBaseline(store, repo.location(), *batch,
+                                                  commit.parent_sha, clock.Now(), bo));
+    ASSIGN_OR_RETURN(batch, store.Batch(results[i].batch_id));
+    if (!batch->baseline_batch_id) baselines[i].clear();
+  }
+
+  if (o.json) {
+    json j = {{"repo", repo.location()}, {"commit", commit.sha}, {"batches", json::array()}};
+    for (size_t i = 0; i < results.size(); ++i) {
+      j["batches"].push_back({{"id", results[i].batch_id},
+                              {"experiment", results[i].experiment},
+                              {"created", results[i].created},
+                              {"runs_added", results[i].runs_added},
+                              {"baseline", baselines[i]},
+                              {"seeds", {specs[i].seed_start, specs[i].seed_start +
+                                                                  specs[i].repeats - 1}}});
+    }
+    out << j.dump(2) << "\n";
+    return {};
+  }
+  out << "commit " << Short(commit.sha) << " \"" << commit.message << "\" in " << repo.location()
+      << "\n";
+  for (size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
+    out << "  batch " << r.batch_id << "  " << r.experiment << ": ";
+    const std::int64_t first = specs[i].seed_start;
+    const std::int64_t last = first + specs[i].repeats - 1;
+    if (r.created) {
+      out << r.runs_added << (r.runs_added == 1 ? " run" : " runs") << " queued ("
+          << (first == last ? "seed " + std::to_string(first)
+                            : "seeds " + std::to_string(first) + ".." + std::to_string(last))
+          << ")\n";
+    } else if (r.runs_added > 0) {
+      out << "already submitted; " << r.runs_added << (r.runs_added == 1 ? " more run" : " more runs")
+          << " queued (up to seed " << last << ")\n";
+    } else {
+      out << "already submitted; nothing added\n";
+    }
+    if (!baselines[i].empty()) out << "    baseline: " << baselines[i] << "\n";
+  }
+  out << "Run them with `trainq serve --db " << o.db << "`; watch with `trainq status`.\n";
+  return {};
+}
+
+
+namespace {
+
+
+// ", busy 3m10s": run time on the machines, next to their billed time (a
+// machine with several slots can be busy longer than it was billed). Busy
+// time counts runs leased by fleet workers; the in-process executor's runs
+// are not tied to its machine row, so no busy time says nothing about them.
+std::string BusyOf(TimeMs busy) { return busy > 0 ? ", busy " + FormatDuration(busy) : ""; }
+
+// "$12.30 of $50.00 today, $120.00 of $800.00 this month; CAP REACHED: ..."
+std::string BudgetText(const json& b) {
+  std::vector<std::string> parts;
+  if (b.value("per_day", 0.0) > 0) {
+    parts.push_back(Money(b.value("spent_day", 0.0)) + " of " + Money(b.value("per_day", 0.0)) +
+                    " today (UTC)");
+  }
+  if (b.value("per_month", 0.0) > 0) {
+    parts.push_back(Money(b.value("spent_month", 0.0)) + " of " +
+                    Money(b.value("per_month", 0.0)) + " this month");
+  }
+  std::string text = fmt::format("{}", fmt::join(parts, ", "));
+  if (!b.value("cap", "").empty()) text += "; AT CAP, no boots: " + b.value("cap", "");
+  return text;
+}
+
+std::string ProgressTextJson(const json& b) {
+  BatchProgress p;
+  for (int i = 0; i < kRunStateCount; ++i) {
+    p.counts[i] = b["counts"].value(std::string(RunStateName(static_cast<RunState>(i))), 0);
+  }
+  return ProgressText(p);
+}
+
+std::string SummaryTextJson(const json& b) {
+  const json& s = b["summary"];
+  int n = s.value("n", 0);
+  if (n == 0) return "-";
+  double mean = s.value("mean", 0.0);
+  if (n == 1) return FormatDouble(mean, 4) + " (n=1)";
+  double sd = s["sd"].is_number() ? s["sd"].get<double>() : 0.0;
+  return FormatDouble(mean, 4) + " ± " + FormatDouble(sd, 4) + " (n=" + std::to_string(n) + ")";
+}
+
+// "step 1350 · accuracy 0.9512 · loss 0.3100": a running run's latest points,
+// the experiment's metric first, then loss, then up to two more.
+std::string LatestText(const json& run) {
+  if (!run.contains("latest") || !run["latest"].is_object()) return "";
+  const json& l = run["latest"];
+  const json& m = l["metrics"];
+  std::string out;
+  if (l["step"].is_number()) out = "step " + std::to_string(l["step"].get<std::int64_t>());
+  std::vector<std::string> names;
+  std::string metric = l.value("metric", "");
+  if (m.contains(metric)) names.push_back(metric);
+  if (metric != "loss" && m.contains("loss")) names.push_back("loss");
+  for (const auto& [name, v] : m.items()) {
+    if (names.size() >= 4) break;
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  for (const auto& n : names) {
+    if (!m[n].is_number()) continue;
+    out += (out.empty() ? "" : " · ") + n + " " + FormatDouble(m[n].get<double>(), 4);
+  }
+  return out;
+}
+
+// The terminal view of StatusJson's document (the same whether it came from
+// the store or from a server's /api/v1/status).
+void RenderStatusText(const json& j, std::ostream& out) {
+  TimeMs now = j.value("now_ms", TimeMs{0});
+  out << "queue:   ";
+  for (int i = 0; i < kRunStateCount; ++i) {
+    std::string name(RunStateName(static_cast<RunState>(i)));
+    out << (i ? " · " : " ") << name << " " << j["counts"].value(name, std::int64_t{0});
+  }
+  out << "\n";
+  std::int64_t slots = j["slots"].value("total", std::int64_t{0});
+  const json no_machines = json::array();
+  const json& machines = j.contains("machines") ? j["machines"] : no_machines;
+  out << "slots:    " << j["slots"].value("busy", std::int64_t{0}) << " busy / " << slots
+      << " available";
+  if (slots == 0 && machines.empty()) {
+    // The fleet keeps no machine while nothing is queued (min 0), so this is
+    // also what a running serve looks like between batches.
+    out << " (no machine is up: `trainq serve` boots them while runs are queued)";
+  }
+  out << "\n";
+  auto machine_line = [&](const json& m) {
+    TimeMs last_seen = m.value("last_seen_ms", TimeMs{0});
+    std::string name = m.value("name", "");
+    if (name.empty()) name = m.value("provider", "") + " " + m.value("provider_id", "");
+    std::string state = m.value("state", "");
+    out << "          " << name << ": ";
+    if (m.value("silent", false) && (state == "ready" || state == "draining")) {
+      out << "silent for " << FormatDuration(now - last_seen) << "\n";
+      return;
+    }
+    out << state;
+    if (state == "ready") {
+      out << ", " << m.value("busy", 0) << "/" << m.value("slots", 0) << " slot(s) busy";
+      if (m.contains("idle_ms") && m["idle_ms"].is_number()) {
+        out << ", idle " << FormatDuration(m["idle_ms"].get<TimeMs>());
+      }
+    } else if (state == "requested" || state == "booting") {
+      out << " for " << FormatDuration(now - m.value("booted_ms", now));
+    } else {
+      out << ", " << m.value("slots", 0) << " slot(s)";
+    }
+    out << "\n";
+  };
+  if (!j.contains("pools")) {  // a server from before pools
+    for (const auto& m : machines) machine_line(m);
+  } else {
+    static constexpr std::string_view kStateOrder[] = {
+        "ready", "booting", "requested", "draining", "stopping", "failed", "stopped"};
+    for (const auto& p : j["pools"]) {
+      std::string pool = p.value("pool", "");
+      std::vector<std::string> parts;
+      for (auto st : kStateOrder) {
+        int n = p["machines"].value(std::string(st), 0);
+        if (n > 0) parts.push_back(std::to_string(n) + " " + std::string(st));
+      }
+      out << "pool " << pool << ": "
+          << (parts.empty() ? std::string("no machines")
+                            : fmt::format("{}", fmt::join(parts, ", ")));
+      if (!parts.empty()) {
+        out << "; slots " << p["slots"].value("busy", 0) << " busy / "
+            << p["slots"].value("total", 0);
+      }
+      TimeMs billed = p.value("billed_ms", TimeMs{0});
+      TimeMs busy = p.value("busy_ms", TimeMs{0});
+      if (p.value("machines_booted", 0) > 0) {
+        out << "; billed " << FormatDuration(billed) << BusyOf(busy) << ", cost "
+            << Money(p.value("cost", 0.0));
+      }
+      out << "\n";
+      if (p.value("failing", false)) {
+        out << "          provider failing (" << p.value("provider_failures", 0)
+            << " calls in a row";
+        if (p["provider_next_retry_ms"].is_number()) {
+          TimeMs retry = p["provider_next_retry_ms"].get<TimeMs>();
+          out << "; next try " << (retry > now ? "in " + FormatDuration(retry - now) : "now");
+        }
+        out << "): " << Oneline(p.value("provider_error", ""), 120) << "\n";
+      }
+      if (p.contains("boots") && p["boots"].is_object()) {
+        const json& b = p["boots"];
+        int failed = b.value("failed", 0);
+        if (b.value("failing", false)) {
+          out << "          FAILING: " << failed << " boots in a row failed; no more boots until "
+              << "its config changes, `trainq pools reset " << pool
+              << "`, or a worker of the pool registers\n"
+              << "          last: " << Oneline(b.value("error", ""), 160) << "\n";
+        } else if (failed > 0) {
+          out << "          " << failed << " failed boot(s) in a row; one machine at a time";
+          if (b["next_boot_ms"].is_number()) {
+            TimeMs next = b["next_boot_ms"].get<TimeMs>();
+            if (next > now) out << ", next boot in " << FormatDuration(next - now);
+          }
+          out << "\n          last: " << Oneline(b.value("error", ""), 160) << "\n";
+        }
+        if (failed > 0 || b.value("failing", false)) {
+          auto lines = Split(b.value("log_tail", ""), '\n');
+          std::vector<std::string> kept;
+          for (const auto& l : lines) {
+            if (!Trim(l).empty()) kept.push_back(std::string(l));
+          }
+          size_t from = kept.size() > 5 ? kept.size() - 5 : 0;
+          if (!kept.empty()) out << "          its log ends:\n";
+          for (size_t i = from; i < kept.size(); ++i) {
+            out << "            | " << Oneline(kept[i], 150) << "\n";
+          }
+        }
+      }
+      if (p.contains("budget") && p["budget"].is_object()) {
+        out << "          budget: " << BudgetText(p["budget"]) << "\n";
+      }
+      for (const auto& m : machines) {
+        if (m.value("pool", "") == pool) machine_line(m);
+      }
+    }
+    if (j.contains("budget") && j["budget"].is_object()) {
+      out << "budget:   all pools: " << BudgetText(j["budget"]) << "\n";
+    }
+    const json& c = j["costs"];
+    if (c.value("machines_booted", 0) > 0) {
+      TimeMs billed = c.value("billed_ms", TimeMs{0});
+      TimeMs busy = c.value("busy_ms", TimeMs{0});
+      out << "machines: billed " << FormatDuration(billed) << BusyOf(busy) << ", cost "
+          << Money(c.value("cost", 0.0)) << " in all (" << c.value("machines_booted", 0)
+          << " machine(s); `trainq machines --all` for each)\n";
+    }
+  }
+  if (!j["running"].empty()) {
+    out << "running:\n";
+    Table t({"RUN", "BATCH", "EXPERIMENT", "SEED", "ATTEMPT", "ELAPSED", "WORKER", "LATEST"});
+    for (const auto& r : j["running"]) {
+      t.Add({std::to_string(r.value("id", std::int64_t{0})),
+             std::to_string(r.value("batch", std::int64_t{0})), r.value("experiment", ""),
+             std::to_string(r.value("seed", std::int64_t{0})),
+             std::to_string(r.value("attempts", 0)) + "/" + std::to_string(r.value("max_attempts", 0)),
+             r["started_ms"].is_number() ? FormatDuration(r.value("elapsed_ms", TimeMs{0}))
+                                         : "starting",
+             r.value("worker", ""), LatestText(r)});
+    }
+    out << t.Render("  ");
+  }
+  const json& pushes = j.contains("pushes") ? j["pushes"]["recent"] : json::array();
+  if (!pushes.empty()) {
+    out << "pushes:\n";
+    Table t({"PUSH", "SOURCE", "REF", "COMMIT", "STATE", "NOTE"});
+    size_t shown = 0;
+    for (const auto& p : pushes) {
+      if (++shown > 5) break;
+      std::string ref = p.value("ref", "");
+      for (std::string_view prefix : {"refs/heads/", "refs/tags/"}) {
+        if (ref.starts_with(prefix)) ref = ref.substr(prefix.size());
+      }
+      std::string state = p.value("state", "");
+      std::string note = p.value("error", "");
+      if (state == "pending" && !note.empty()) {
+        note = "retrying (attempt " + std::to_string(p.value("attempts", 0)) + "): " + note;
+      } else if (note.empty()) {
+        note = p.value("result", "");
+      }
+      t.Add({std::to_string(p.value("id", std::int64_t{0})), p.value("source", ""), ref,
+             p.value("after", "").substr(0, 7), state, Oneline(note, 80)});
+    }
+    out << t.Render("  ");
+  }
+  auto batches = j["batches"];
+  if (batches.empty()) {
+    out << "batches:  none yet (queue some with `trainq submit --repo DIR`)\n";
+    return;
+  }
+  if (j.contains("waiting") && !j["waiting"].empty()) {
+    out << "waiting:\n";
+    for (const auto& w : j["waiting"]) {
+      out << "  batch " << w.value("batch", std::int64_t{0}) << " ("
+          << w.value("experiment", "") << "): " << w.value("runs", std::int64_t{0})
+          << " run(s): " << w.value("reason", "") << "\n";
+    }
+  }
+  out << "batches:\n";
+  Table t({"BATCH", "COMMIT", "EXPERIMENT", "PROGRESS", "METRIC (mean ± sd)"});
+  // A terminal shows the newest batches; --json and `trainq report` have them all.
+  constexpr size_t kShown = 20;
+  size_t hidden = batches.size() > kShown ? batches.size() - kShown : 0;
+  size_t i = 0;
+  for (const auto& b : batches) {
+    if (i++ >= kShown) break;
+    t.Add({std::to_string(b.value("id", std::int64_t{0})), b.value("commit", "").substr(0, 7),
+           b.value("experiment", ""), ProgressTextJson(b),
+           b.value("metric", "") + " " + SummaryTextJson(b)});
+  }
+  out << t.Render("  ");
+  if (hidden) {
+    out << "  ... and " << hidden << " more (trainq status --json, trainq report)\n";
+  }
+}
+
+Result<json> FetchServerStatus(const std::string& server) {
+  std::string base = server;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  CurlHttpClient http;
+  ASSIGN_OR_RETURN(auto resp, http.Send({"GET", base + "/api/v1/status", {}, "", 10'000}));
+  if (!resp.ok()) {
+    return Fail(ErrorKind::kUnavailable, "--server " + UrlForLog(base) + ": HTTP " +
+                                             std::to_string(resp.status) + " from /api/v1/status");
+  }
+  json j = json::parse(resp.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("counts")) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "--server " + UrlForLog(base) + ": /api/v1/status did not answer a status document");
+  }
+  return j;
+}
+
+}  // namespace
+
+Status CmdStatus(const StatusOptions& o, const Clock& clock, std::ostream& out) {
+  json j;
+  if (!o.server.empty()) {
+    ASSIGN_OR_RETURN(j, FetchServerStatus(o.server));
+  } else {
+    ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
+    ASSIGN_OR_RETURN(j, StatusJson(store, o.db, clock.Now()));
+  }
+  if (o.json) {
+    out << j.dump(2) << "\n";
+    return {};
+  }
+  RenderStatusText(j, out);
+  return {};
+}
+
+Status CmdRuns(const RunsOptions& o, std::ostream& out) {
+  std::optional<RunState> state;
+  if (!o.state.empty()) {
+    state = ParseRunState(o.state);
+    if (!state) {
+      return Fail(ErrorKind::kInvalidArgument,
+                  "--state: unknown state '" + o.state +
+                      "' (queued, leased, running, succeeded, failed, dead, cancelled)");
+    }
+  }
+  ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
+  if (o.batch) {
+    ASSIGN_OR_RETURN(auto b, store.Batch(*o.batch));
+    if (!b) return Fail(ErrorKind::kNotFound, "batch " + std::to_string(*o.batch) +
+                                                  " does not exist");
+  }
+  ASSIGN_OR_RETURN(auto runs, store.Runs(o.batch, state, o.limit));
+  if (o.json) {
+    json j = json::array();
+    for (const auto& r : runs) j.push_back(RunJson(r));
+    out << j.dump(2) << "\n";
+    return {};
+  }
+  if (runs.empty()) {
+    out << "no runs\n";
+    return {};
+  }
+  Table t({"RUN", "BATCH", "EXPERIMENT", "SEED", "STATE", "ATTEMPTS", "METRIC", "NOTE"});
+  for (const auto& r : runs) {
+    std::string note = r.last_error;
+    if (r.state == RunState::kFailed && r.not_before_ms) {
+      note = "retry at " + FormatTimestamp(*r.not_before_ms) + " UTC: " + note;
+    }
+    t.Add({std::to_string(r.id), std::to_string(r.batch_id), r.experiment,
+           std::to_string(r.seed), std::string(RunStateName(r.state)),
+           std::to_string(r.attempts) + "/" + std::to_string(r.max_attempts),
+           r.metric_value ? FormatDouble(*r.metric_value, 4) : "-", Oneline(note, 120)});
+  }
+  out << t.Render();
+  return {};
+}
+
+Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out) {
+  ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
+  if (o.run) {
+    ASSIGN_OR_RETURN(int n, store.CancelRun(o.id, clock.Now()));
+    if (o.json) {
+      out << json{{"run", o.id}, {"cancelled", n}}.dump(2) << "\n";
+      return {};
+    }
+    out << (n ? "run " + std::to_string(o.id) + " cancelled\n"
+              : "run " + std::to_string(o.id) + " had already ended; nothing to cancel\n");
+    return {};
+  }
+  ASSIGN_OR_RETURN(int n, store.CancelBatch(o.id, clock.Now()));
+  if (o.json) {
+    out << json{{"batch", o.id}, {"cancelled", n}}.dump(2) << "\n";
+    return {};
+  }
+  out << "batch " << o.id << ": " << n << " run(s) cancelled\n";
+  return {};
+}
+
+}  // namespace trainq

@@ -1,0 +1,129 @@
+// The client side of the read routes: `trainq report --server` and
+// `trainq gate --server` (the server side is agent/daemon/read_api.cc).
+#include "agent/cli/read_client.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "core/strings.h"
+
+using nlohmann::json;
+
+namespace trainq {
+
+Result<std::string> ReadToken(const std::string& token_file) {
+  if (!token_file.empty()) {
+    auto text = ReadFile(token_file);
+    if (!text) return std::unexpected(text.error().Wrap("--token-file"));
+    std::string t(Trim(*text));
+    if (t.empty()) return Fail(ErrorKind::kInvalidArgument, "--token-file " + token_file + " is empty");
+    return t;
+  }
+  const char* env = std::getenv("TRAINQ_READ_TOKEN");
+  if (env && !Trim(env).empty()) return std::string(Trim(env));
+  return Fail(ErrorKind::kInvalidArgument,
+              "--server needs the server's read token: --token-file FILE or $TRAINQ_READ_TOKEN");
+}
+
+ReadClient::ReadClient(std::string server, std::string token)
+    : base_(std::move(server)), token_(std::move(token)) {
+  while (!base_.empty() && base_.back() == '/') base_.pop_back();
+}
+
+Result<std::string> ReadClient::Get(const std::string& path, const QueryParams& query) {
+  std::string url = base_ + path;
+  char sep = '?';
+  for (const auto& [k, v] : query) {
+    url += sep + UrlEncode(k) + "=" + UrlEncode(v);
+    sep = '&';
+  }
+  HttpRequest req;
+  req.url = url;
+  req.headers = {{"Authorization", "Bearer " + token_}, {"User-Agent", "trainq"}};
+  req.timeout_ms = 120'000;  // a report over a large store takes a while
+  auto resp = http_.Send(req);
+  std::string where = "--server " + UrlForLog(base_) + ": GET " + path;
+  if (!resp) return std::unexpected(resp.error().Wrap(where));
+  if (resp->ok()) return std::move(resp->body);
+  std::string reason;
+  auto j = json::parse(resp->body, nullptr, false);
+  if (j.is_object() && j.contains("reason") && j["reason"].is_string()) {
+    reason = j["reason"].get<std::string>();
+  }
+  std::string msg = where + ": HTTP " + std::to_string(resp->status);
+  if (resp->status == 401) {
+    msg += ": the read token was refused (--token-file or $TRAINQ_READ_TOKEN must hold the "
+           "server's read_token)";
+  } else if (!reason.empty()) {
+    msg += ": " + reason;
+  }
+  ErrorKind kind = resp->status >= 500 ? ErrorKind::kUnavailable
+                   : resp->status == 404 ? ErrorKind::kNotFound
+                                         : ErrorKind::kInvalidArgument;
+  return Fail(kind, msg);
+}
+
+Result<std::string> ReadClient::Report(const ReportQuery& q) {
+  QueryParams query = {{"format", q.format}};
+  if (!q.since.empty()) query.emplace_back("since", q.since);
+  for (const auto& e : q.experiments) query.emplace_back("experiment", e);
+  return Get("/api/v1/report", query);
+}
+
+Result<RemoteGate> ReadClient::Gate(const std::string& rev, const std::string& baseline,
+                                    const std::string& repo,
+                                    const std::vector<std::string>& experiments) {
+  QueryParams query = {{"rev", rev}, {"baseline", baseline}};
+  if (!repo.empty()) query.emplace_back("repo", repo);
+  for (const auto& e : experiments) query.emplace_back("experiment", e);
+  ASSIGN_OR_RETURN(auto body, Get("/api/v1/gate", query));
+  auto j = json::parse(body, nullptr, false);
+  if (!j.is_object() || !j.contains("exit_code") || !j["exit_code"].is_number_integer() ||
+      !j.contains("text") || !j["text"].is_string() || !j.contains("finished") ||
+      !j["finished"].is_boolean()) {
+    return Fail(ErrorKind::kInvalidArgument, "--server " + UrlForLog(base_) +
+                                                 ": GET /api/v1/gate did not answer a gate "
+                                                 "decision");
+  }
+  RemoteGate g;
+  g.exit_code = j["exit_code"].get<int>();
+  g.text = j["text"].get<std::string>();
+  g.json = j.value("json", json());
+  g.finished = j["finished"].get<bool>();
+  return g;
+}
+
+Result<int> GateFromServer(const GateOptions& o, std::int64_t wait_ms, bool as_json,
+                           std::ostream& out) {
+  ASSIGN_OR_RETURN(auto token, ReadToken(o.token_file));
+  ReadClient client(o.server, token);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  for (;;) {
+    auto g = client.Gate(o.rev, o.baseline, o.repo, o.experiments);
+    bool waiting = std::chrono::steady_clock::now() < deadline;
+    if (g && (g->finished || !waiting)) {
+      if (as_json) {
+        out << g->json.dump(2) << "\n";
+      } else {
+        out << g->text;
+        if (!g->finished && wait_ms > 0) {
+          out << "(gave up waiting after " << FormatDuration(wait_ms) << ")\n";
+        }
+      }
+      return g->exit_code;
+    }
+    // While waiting, a server that does not answer (a restart, a proxy's
+    // 502) is asked again; a refusal (401, a bad revision) is final.
+    if (!g && (!waiting || (g.error().kind != ErrorKind::kUnavailable &&
+                            g.error().kind != ErrorKind::kTimeout))) {
+      return std::unexpected(g.error());
+    }
+    auto left = deadline - std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(kGatePollInterval, left));
+  }
+}
+
+}  // namespace trainq

@@ -1,0 +1,57 @@
+// The client side of `trainq serve`'s read routes (agent/daemon/read_api.h):
+// `trainq report --server` and `trainq gate --server`, for hosted CI.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "agent/cli/cli.h"
+#include "agent/daemon/read_api.h"  // QueryParams
+#include "agent/results/report.h"
+#include "core/http_client.h"
+#include "core/result.h"
+
+namespace trainq {
+
+// The read token: the first line of `token_file`, else $TRAINQ_READ_TOKEN.
+// kInvalidArgument says how to give one when neither is set.
+Result<std::string> ReadToken(const std::string& token_file);
+
+// The gate's answer: {exit_code, text, json, finished}.
+struct RemoteGate {
+  int exit_code = 2;
+  std::string text;
+  nlohmann::json json;
+  bool finished = false;
+};
+
+class ReadClient {
+ public:
+  ReadClient(std::string server, std::string token);
+  Result<std::string> Report(const ReportQuery& q);
+  Result<RemoteGate> Gate(const std::string& rev, const std::string& baseline,
+                          const std::string& repo, const std::vector<std::string>& experiments);
+
+ private:
+  // GET `path?query` with the token; the body of a 2xx answer, else an
+  // error naming the server, the route and the server's reason.
+  Result<std::string> Get(const std::string& path, const QueryParams& query);
+  std::string base_;
+  std::string token_;
+  CurlHttpClient http_;
+};
+
+// `trainq gate --server`: asks the server's gate; with wait_ms > 0, asks
+// again every kGatePollInterval until the decision is `finished` or the time
+// is up. Prints what the local gate prints (its text, or its json with
+// as_json) and returns its exit code; an HTTP failure is an Error (exit 2).
+inline constexpr std::chrono::seconds kGatePollInterval{2};
+Result<int> GateFromServer(const GateOptions& o, std::int64_t wait_ms, bool as_json,
+                           std::ostream& out);
+
+}  // namespace trainq

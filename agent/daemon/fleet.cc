@@ -1,0 +1,709 @@
+#include "agent/daemon/fleet.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <set>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "agent/daemon/worker_api.h"
+#include "core/strings.h"
+
+namespace trainq {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::optional<cloud::MachineState> ParseMachineState(std::string_view s) {
+  using cloud::MachineState;
+  for (auto st : {MachineState::kRequested, MachineState::kBooting, MachineState::kReady,
+                  MachineState::kDraining, MachineState::kStopping, MachineState::kStopped,
+                  MachineState::kFailed}) {
+    if (cloud::MachineStateName(st) == s) return st;
+  }
+  return std::nullopt;
+}
+
+cloud::Machine ToMachine(const MachineRow& m) {
+  cloud::Machine cm;
+  cm.row = m.id;
+  cm.id = m.provider_id;
+  cm.state = ParseMachineState(m.state).value_or(cloud::MachineState::kFailed);
+  cm.booted_at = m.created_ms;
+  cm.ready_at = m.ready_ms;
+  cm.last_busy_at = m.last_busy_ms;
+  cm.stopped_at = m.stopped_ms;
+  cm.live_leases = m.live_leases;
+  return cm;
+}
+
+// The log tail, indented, for the serve log.
+std::string Indent(const std::string& text) {
+  std::string out;
+  for (const auto& line : Split(text, '\n')) {
+    if (!Trim(line).empty()) out += "\n    | " + std::string(line);
+  }
+  return out;
+}
+
+std::string Base36(TimeMs v) {
+  std::string s;
+  auto u = static_cast<std::uint64_t>(v);
+  do {
+    s.insert(s.begin(), "0123456789abcdefghijklmnopqrstuvwxyz"[u % 36]);
+    u /= 36;
+  } while (u);
+  return s;
+}
+
+}  // namespace
+
+const PoolSpec* PoolForDemand(const std::vector<FleetPool>& pools, const std::string& pool,
+                              int gpus) {
+  for (const auto& p : pools) {
+    if (!pool.empty()) {
+      if (p.spec.name() == pool) return &p.spec;
+      continue;
+    }
+    if (p.spec.gpus >= gpus) return &p.spec;
+  }
+  return nullptr;
+}
+
+std::string UnservableReason(const std::vector<FleetPool>& pools, const std::string& pool,
+                             int gpus) {
+  if (!pool.empty()) {
+    std::string names;
+    for (const auto& p : pools) names += (names.empty() ? "" : ", ") + p.spec.name();
+    return "no pool named '" + pool + "' (pools: " + (names.empty() ? "none" : names) + ")";
+  }
+  int most = 0;
+  for (const auto& p : pools) most = std::max(most, p.spec.gpus);
+  return "no pool has " + std::to_string(gpus) + (gpus == 1 ? " GPU" : " GPUs") +
+         " (the most is " + std::to_string(most) + ")";
+}
+
+Result<std::string> InstanceId(const std::string& data_dir) {
+  const std::string path = (fs::path(data_dir) / "instance-id").string();
+  if (auto text = ReadFile(path)) {
+    auto id = std::string(Trim(*text));
+    if (!id.empty()) return id;
+  }
+  std::error_code ec;
+  fs::create_directories(data_dir, ec);
+  unsigned char bytes[4];
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || read(fd, bytes, sizeof bytes) != static_cast<ssize_t>(sizeof bytes)) {
+    if (fd >= 0) close(fd);
+    return Fail(ErrorKind::kInternal, "cannot read /dev/urandom");
+  }
+  close(fd);
+  static const char* hex = "0123456789abcdef";
+  std::string id;
+  for (unsigned char b : bytes) {
+    id += hex[b >> 4];
+    id += hex[b & 15];
+  }
+  TRY(WriteFile(path, id + "\n"));
+  return id;
+}
+
+std::string PoolConfigHash(const PoolSpec& spec, const std::string& server_url) {
+  std::string text = spec.provider + "\n" + PoolServerUrl(spec, server_url) + "\n" +
+                     spec.token.source + "\n" + std::to_string(spec.gpus) + "\n" +
+                     std::to_string(spec.scaling.slots) + "\n" +
+                     std::to_string(spec.scaling.boot_timeout_ms) + "\n" + spec.self_stop + "\n";
+  for (const auto& [k, v] : spec.params) text += k + "=" + v + "\n";
+  return fmt::format("{:016x}", std::hash<std::string>{}(text));
+}
+
+Fleet::Fleet(Store& store, const Clock& clock, std::vector<FleetPool> pools, FleetOptions options)
+    : store_(store), clock_(clock), pools_(std::move(pools)), options_(std::move(options)) {
+  rng_state_ = options_.seed ? options_.seed : std::random_device{}();
+  rng_state_ = rng_state_ * 0x9E3779B97F4A7C15ull + 1;
+}
+
+double Fleet::NextUnit() {
+  // xorshift64*: jitter only, not security.
+  rng_state_ ^= rng_state_ >> 12;
+  rng_state_ ^= rng_state_ << 25;
+  rng_state_ ^= rng_state_ >> 27;
+  return static_cast<double>((rng_state_ * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0;
+}
+
+FleetPool* Fleet::FindPool(const std::string& name) {
+  for (auto& p : pools_) {
+    if (p.spec.name() == name) return &p;
+  }
+  return nullptr;
+}
+
+Status Fleet::JudgeBoots(const std::vector<MachineRow>& live,
+                         std::map<std::string, Store::PoolStateRow>& states) {
+  const TimeMs now = clock_.Now();
+  std::map<std::int64_t, const MachineRow*> live_rows;
+  for (const auto& m : live) {
+    if (!FindPool(m.pool) || m.state == "stopped" || m.state == "failed") continue;
+    live_rows[m.id] = &m;
+    if (!judged_.count(m.id)) watched_.insert(m.id);
+  }
+  for (auto it = watched_.begin(); it != watched_.end();) {
+    const std::int64_t row = *it;
+    MachineRow m;
+    if (auto l = live_rows.find(row); l != live_rows.end()) {
+      m = *l->second;
+    } else {
+      ASSIGN_OR_RETURN(auto found, store_.Machine(row));
+      if (!found) {
+        it = watched_.erase(it);
+        continue;
+      }
+      m = *found;
+      if (!m.stopped_ms) m.stopped_ms = now;  // left the live set: it ended
+    }
+    auto outcome = cloud::JudgeBoot(ToMachine(m), now, options_.autoscaler);
+    if (outcome == cloud::BootOutcome::kUndecided) {
+      ++it;
+      continue;
+    }
+    it = watched_.erase(it);
+    judged_.insert(row);
+    const bool on_purpose = deliberate_.erase(row) > 0;
+    if (outcome == cloud::BootOutcome::kFailed && on_purpose) continue;
+    TRY(RecordBootOutcome(m, outcome == cloud::BootOutcome::kSucceeded, states));
+    stop_reason_.erase(row);
+  }
+  return Status{};
+}
+
+Status Fleet::RecordBootOutcome(const MachineRow& m, bool ok,
+                                std::map<std::string, Store::PoolStateRow>& states) {
+  const TimeMs now = clock_.Now();
+  Store::PoolStateRow& row = states[m.pool];
+  row.pool = m.pool;
+  cloud::BootHealth h{row.failed_boots, row.next_boot_ms, row.failing};
+  FleetPool* pool = FindPool(m.pool);
+  if (pool) row.config_hash = PoolConfigHash(pool->spec, options_.server_url);
+  if (ok) {
+    if (h.failed == 0 && !h.failing) return Status{};
+    spdlog::info("pool {}: machine {} works; {} earlier failed boot(s) forgotten{}", m.pool,
+                 m.name, h.failed, h.failing ? ", the pool boots again" : "");
+    row.failed_boots = 0;
+    row.next_boot_ms = 0;
+    row.failing = false;
+    return store_.SetPoolBoots(row, now);
+  }
+  if (m.provider == "manual") return Status{};  // a hand-started worker is no boot
+  std::string why;
+  if (!m.ready_ms) {
+    auto r = stop_reason_.find(m.id);
+    why = r != stop_reason_.end() ? r->second : "it went away before its worker registered";
+    if (!m.last_error.empty() && m.last_error != why) why += " (" + m.last_error + ")";
+  } else {
+    why = "its worker left " + FormatDuration(m.stopped_ms.value_or(now) - *m.ready_ms) +
+          " after registering, having run nothing";
+    if (!m.last_error.empty()) why += " (" + m.last_error + ")";
+  }
+  std::string tail;
+  if (pool && !m.provider_id.empty()) {
+    auto t = pool->provider->LogTail(m.provider_id, m.name, options_.log_tail_bytes);
+    if (t) {
+      tail = *t;
+    } else if (t.error().kind != ErrorKind::kNotFound) {
+      tail = "(the machine's log could not be read: " + t.error().message + ")";
+    }
+  }
+  h = cloud::RecordBoot(h, false, now, pool ? pool->spec.scaling : cloud::PoolConfig{},
+                        options_.autoscaler);
+  row.failed_boots = h.failed;
+  row.next_boot_ms = h.next_boot_at;
+  row.failing = h.failing;
+  row.boot_error = m.name + ": " + why;
+  row.log_tail = tail;
+  if (h.failing) {
+    spdlog::error("pool {}: failing: {} boots in a row failed, the last {}; no more boots until "
+                  "its config changes, `trainq pools reset {}`, or a worker of the pool "
+                  "registers{}",
+                  m.pool, h.failed, row.boot_error, m.pool,
+                  tail.empty() ? "" : "; the end of its log:" + Indent(tail));
+  } else {
+    spdlog::warn("pool {}: boot failed ({} in a row): {}; next boot in {} at the earliest, one "
+                 "machine at a time{}",
+                 m.pool, h.failed, row.boot_error, FormatDuration(h.next_boot_at - now),
+                 tail.empty() ? "" : "; the end of its log:" + Indent(tail));
+  }
+  return store_.SetPoolBoots(row, now);
+}
+
+Status Fleet::ComputeSpend(std::vector<cloud::PoolInput>& inputs, cloud::OverallBudget& overall,
+                           TimeMs now) {
+  bool any = overall.per_day > 0 || overall.per_month > 0;
+  for (const auto& p : pools_) {
+    any = any || p.spec.scaling.budget_per_day > 0 || p.spec.scaling.budget_per_month > 0;
+  }
+  if (!any) return Status{};
+  ASSIGN_OR_RETURN(auto all, store_.Machines(true));
+  const TimeMs day = cloud::UtcDayStart(now);
+  const TimeMs month = cloud::UtcMonthStart(now);
+  std::map<std::string, std::vector<cloud::BilledMachine>> by_pool;
+  for (const auto& m : all) {
+    if (m.provider == "manual") continue;
+    if (m.stopped_ms && *m.stopped_ms < month) continue;
+    by_pool[m.pool].push_back({m.created_ms, m.stopped_ms, m.hourly_cost});
+  }
+  overall.spend = {};
+  for (const auto& [name, spans] : by_pool) {
+    const FleetPool* p = FindPool(name);
+    TimeMs min_bill = p ? p->spec.scaling.min_bill_ms : 60'000;
+    cloud::Spend s{cloud::SpendBetween(spans, day, now, min_bill),
+                   cloud::SpendBetween(spans, month, now, min_bill)};
+    overall.spend.day += s.day;
+    overall.spend.month += s.month;
+    for (auto& in : inputs) {
+      if (in.config.name == name) in.spend = s;
+    }
+  }
+  return Status{};
+}
+
+void Fleet::ReportBudget(const cloud::Decision& d, const std::vector<cloud::PoolInput>& inputs,
+                         const cloud::OverallBudget& overall, TimeMs now) {
+  auto report = [&](const std::string& pool, const std::string& cap, double day, double month,
+                    double per_day, double per_month, bool drain) {
+    if (per_day <= 0 && per_month <= 0) return;
+    // The cap's name ("per_day budget"), not its figures, decides a new line.
+    const std::string kind = cap.substr(0, cap.find('$'));
+    auto& logged = cap_logged_[pool];
+    const bool changed = logged != kind;
+    if (changed) {
+      if (!cap.empty()) {
+        spdlog::warn("pool {}: {}: no more boots{} until the UTC {} ends", pool, cap,
+                     drain ? ", machines drained" : "",
+                     cap.find("per_month") != std::string::npos ? "month" : "day");
+      } else if (!logged.empty()) {
+        spdlog::info("pool {}: within budget again; boots allowed", pool);
+      }
+      logged = kind;
+    }
+    auto& at = budget_written_at_[pool];
+    if (!changed && at != 0 && now - at < 10'000) return;  // status within 10 s
+    at = now;
+    Store::PoolStateRow row;
+    row.pool = pool;
+    row.spent_day = day;
+    row.spent_month = month;
+    row.budget_per_day = per_day;
+    row.budget_per_month = per_month;
+    row.cap = cap;
+    if (auto st = store_.SetPoolBudget(row, now); !st) {
+      spdlog::warn("pool {}: cannot record its budget: {}", pool, st.error().message);
+    }
+  };
+  for (size_t i = 0; i < inputs.size() && i < d.pools.size(); ++i) {
+    const auto& c = inputs[i].config;
+    std::string cap = d.pools[i].cap;
+    if (cap.starts_with("overall")) cap.clear();  // told once, under "*"
+    report(c.name, cap, inputs[i].spend.day, inputs[i].spend.month, c.budget_per_day,
+           c.budget_per_month, c.drain_at_cap);
+  }
+  std::string cap;
+  if (overall.per_day > 0 && overall.spend.day >= overall.per_day) {
+    cap = fmt::format("overall per_day budget ${:.2f} reached (${:.2f} spent)", overall.per_day,
+                      overall.spend.day);
+  } else if (overall.per_month > 0 && overall.spend.month >= overall.per_month) {
+    cap = fmt::format("overall per_month budget ${:.2f} reached (${:.2f} spent)",
+                      overall.per_month, overall.spend.month);
+  } else {
+    for (const auto& p : d.pools) {
+      if (p.cap.starts_with("overall")) cap = p.cap;
+    }
+  }
+  report("*", cap, overall.spend.day, overall.spend.month, overall.per_day, overall.per_month,
+         overall.drain_at_cap);
+}
+
+std::vector<std::string> Fleet::WorkerArgv(const PoolSpec& pool, const std::string& name) const {
+  std::string server = options_.server_url;
+  if (auto it = pool.params.find("server_url"); it != pool.params.end()) server = it->second;
+  std::string token_file = TokenFilePath(options_.data_dir, pool.name());
+  if (auto it = pool.params.find("token_file"); it != pool.params.end()) token_file = it->second;
+  std::string trainq = options_.trainq_path;
+  if (auto it = pool.params.find("trainq"); it != pool.params.end()) trainq = it->second;
+  std::vector<std::string> argv = {trainq,  "worker",     "--server",
+                                   server,  "--token-file", token_file,
+                                   "--machine", name,     "--slots",
+                                   std::to_string(pool.scaling.slots)};
+  argv.push_back("--gpus");
+  argv.push_back(pool.gpus > 0 ? "auto" : "none");
+  if (auto it = pool.params.find("worker_gpus"); it != pool.params.end()) argv.back() = it->second;
+  if (pool.runs_per_gpu > 1) {
+    argv.push_back("--runs-per-gpu");
+    argv.push_back(std::to_string(pool.runs_per_gpu));
+  }
+  if (pool.fuse_max > 1) {
+    argv.push_back("--fuse-max");
+    argv.push_back(std::to_string(pool.fuse_max));
+  }
+  // The worker's checkouts and run files, one directory per machine (two
+  // workers never share a worktree cache): worker_data_dir with "{name}"
+  // replaced by the machine's name; else, where the machine sees this host's
+  // files (local processes; Slurm jobs, which already read the token file
+  // from the data dir on a shared filesystem), <data dir>/machines/<name>;
+  // else the worker's default, ./trainq-worker.
+  std::string data_dir;
+  if (auto it = pool.params.find("worker_data_dir"); it != pool.params.end()) {
+    data_dir = Substitute(it->second, {{"name", name}});
+  } else if (pool.provider == "local" || pool.provider == "slurm") {
+    data_dir = (fs::path(options_.data_dir) / "machines" / name).string();
+  }
+  if (!data_dir.empty()) {
+    argv.push_back("--data-dir");
+    argv.push_back(data_dir);
+  }
+  // The dead-man switch works before the first registration too: a machine
+  // that never reaches the server (wrong URL, firewall) still stops itself.
+  argv.push_back("--orphan-timeout");
+  argv.push_back(std::to_string(std::max<std::int64_t>(1, pool.orphan_timeout_ms / 1000)));
+  if (!pool.self_stop.empty()) {
+    argv.push_back("--self-stop");
+    argv.push_back(pool.self_stop);
+  }
+  for (const auto& name : pool.env_passthrough) {
+    argv.push_back("--env-passthrough");
+    argv.push_back(name);
+  }
+  return argv;
+}
+
+void Fleet::Record(const std::string& pool, bool ok, const std::string& error) {
+  TimeMs now = clock_.Now();
+  auto& h = health_[pool];
+  bool was_failing = h.consecutive_failures > 0;
+  h = cloud::RecordProviderCall(h, ok, now, options_.autoscaler);
+  // The first outcome of each pool is always written: a row left failing by an
+  // earlier serve must not outlive a provider that works again.
+  bool first = health_written_.insert(pool).second;
+  if (!ok || was_failing || first) {
+    Store::PoolHealthRow row;
+    row.pool = pool;
+    row.consecutive_failures = h.consecutive_failures;
+    row.next_retry_ms = h.next_retry_at;
+    row.last_error = ok ? "" : error;
+    if (auto st = store_.SetPoolHealth(row, now); !st) {
+      spdlog::warn("pool {}: cannot record provider health: {}", pool, st.error().message);
+    }
+  }
+}
+
+Status Fleet::Boot(FleetPool& pool, int count) {
+  const PoolSpec& spec = pool.spec;
+  for (int i = 0; i < count; ++i) {
+    TimeMs now = clock_.Now();
+    // The row first: a crash between the provider's answer and recording it
+    // leaves a tagged machine that reconcile adopts or stops.
+    MachineRow m;
+    m.pool = spec.name();
+    m.provider = spec.provider;
+    m.state = "requested";
+    m.slots = spec.scaling.slots;
+    m.gpus = spec.gpus;
+    m.hourly_cost = spec.scaling.hourly_cost;
+    m.name = "tq-" + options_.instance + "-" + spec.name() + "-" + Base36(now) + std::to_string(i);
+    ASSIGN_OR_RETURN(auto row, store_.AddMachine(m, now));
+    cloud::BootSpec b;
+    b.tag = {spec.name(), options_.instance};
+    b.name = m.name;
+    b.slots = spec.scaling.slots;
+    b.gpus = spec.gpus;
+    b.params = spec.params;
+    b.worker_argv = WorkerArgv(spec, m.name);
+    b.env_passthrough = spec.env_passthrough;
+    if (spec.provider == "ec2" || spec.provider == "command") {
+      if (auto token = ReadFile(TokenFilePath(options_.data_dir, spec.name()))) {
+        b.token = std::string(Trim(*token));
+      } else if (!spec.token.empty()) {
+        b.token = spec.token.value;
+      }
+    }
+    auto id = pool.provider->Boot(b);
+    Record(spec.name(), id.has_value(), id ? "" : id.error().message);
+    if (!id) {
+      spdlog::warn("pool {}: boot of {} failed: {}", spec.name(), m.name, id.error().message);
+      TRY(store_.SetMachineState(row, "failed", clock_.Now(), "boot: " + id.error().message));
+      return Status{};  // backoff; the next pass retries
+    }
+    TRY(store_.SetMachineProviderId(row, *id, clock_.Now()));
+    spdlog::info("pool {}: booted {} ({} {})", spec.name(), m.name, spec.provider, *id);
+  }
+  return Status{};
+}
+
+Status Fleet::StopMachine(FleetPool& pool, std::int64_t row, const std::string& id) {
+  TimeMs now = clock_.Now();
+  if (row) TRY(store_.SetMachineState(row, "stopping", now));
+  auto st = pool.provider->Stop(id);
+  Record(pool.spec.name(), st.has_value(), st ? "" : st.error().message);
+  if (!st) {
+    spdlog::warn("pool {}: stop of {} failed: {}", pool.spec.name(), id, st.error().message);
+    return Status{};  // stays `stopping`; the next pass tries again
+  }
+  if (row) TRY(store_.SetMachineState(row, "stopped", clock_.Now()));
+  return Status{};
+}
+
+Status Fleet::Step() {
+  TimeMs now = clock_.Now();
+  if (auto n = store_.ExpireLeases(now); n && *n > 0) {
+    spdlog::warn("{} lease(s) expired: their runs failed (retried after a backoff, or dead), or "
+                 "went back to the queue without using an attempt when serve was away",
+                 *n);
+  }
+  ASSIGN_OR_RETURN(auto machines, store_.Machines(false));
+  for (const auto& m : machines) {
+    if (m.provider != "manual" || m.state == "stopped" || m.state == "failed") continue;
+    if (now - m.last_seen_ms < options_.manual_silence_ms) continue;
+    std::string why = "hand-started worker silent for " + FormatDuration(now - m.last_seen_ms);
+    // Stopped when last heard from: that is when it was last of any use.
+    ASSIGN_OR_RETURN(int returned, store_.ForgetMachine(m.id, m.last_seen_ms, why));
+    spdlog::warn("pool {}: machine {} ({}) is gone: {}{}", m.pool, m.id, m.name, why,
+                 returned ? "; " + std::to_string(returned) + " run(s) back in the queue" : "");
+  }
+  // Boot health lives in the store: `trainq pools reset` writes it too.
+  ASSIGN_OR_RETURN(auto state_rows, store_.PoolStates());
+  std::map<std::string, Store::PoolStateRow> states;
+  for (auto& r : state_rows) states[r.pool] = std::move(r);
+  if (!config_checked_) {
+    config_checked_ = true;
+    for (const auto& pool : pools_) {
+      auto it = states.find(pool.spec.name());
+      if (it == states.end()) continue;
+      auto& row = it->second;
+      std::string hash = PoolConfigHash(pool.spec, options_.server_url);
+      if (row.config_hash == hash || (row.failed_boots == 0 && !row.failing)) continue;
+      spdlog::info("pool {}: its config changed; {} earlier failed boot(s) forgotten",
+                   pool.spec.name(), row.failed_boots);
+      row.failed_boots = 0;
+      row.next_boot_ms = 0;
+      row.failing = false;
+      row.config_hash = hash;
+      TRY(store_.SetPoolBoots(row, now));
+    }
+  }
+  TRY(JudgeBoots(machines, states));
+
+  ASSIGN_OR_RETURN(auto demand, store_.RunnableDemand(now));
+  ASSIGN_OR_RETURN(auto health, store_.PoolHealth());
+  std::map<std::string, int> demand_by_pool;
+  std::vector<Store::WaitingNote> notes;
+  for (const auto& d : demand) {
+    const PoolSpec* p = PoolForDemand(pools_, d.pool, d.gpus);
+    if (!p) {
+      // Nothing can serve them: `trainq status` shows why, and
+      // `serve --until-idle` gives up on them.
+      notes.push_back({d.pool, d.gpus, UnservableReason(pools_, d.pool, d.gpus)});
+      continue;
+    }
+    demand_by_pool[p->name()] += static_cast<int>(d.runnable);
+    for (const auto& h : health) {
+      if (h.pool == p->name() && h.consecutive_failures > 0) {
+        notes.push_back({d.pool, d.gpus,
+                         "pool " + h.pool + " failing to boot machines (" +
+                             std::to_string(h.consecutive_failures) + " in a row): " +
+                             h.last_error});
+      }
+    }
+  }
+  if (!last_notes_ || notes != *last_notes_) {
+    TRY(store_.SetWaitingNotes(notes, now));
+    last_notes_ = notes;
+  }
+  std::vector<cloud::PoolInput> inputs;
+  std::map<std::string, std::map<std::string, std::string>> listed_names;  // pool -> id -> name
+  for (auto& pool : pools_) {
+    cloud::PoolInput in;
+    in.config = pool.spec.scaling;
+    in.demand = demand_by_pool[pool.spec.name()];
+    in.health = health_[pool.spec.name()];
+    if (auto st = states.find(pool.spec.name()); st != states.end()) {
+      in.boot = {st->second.failed_boots, st->second.next_boot_ms, st->second.failing};
+    }
+    for (const auto& m : machines) {
+      if (m.pool != pool.spec.name() || m.provider != pool.spec.provider) continue;
+      if (!ParseMachineState(m.state)) continue;
+      in.machines.push_back(ToMachine(m));
+    }
+    if (now >= in.health.next_retry_at && now >= next_list_at_[pool.spec.name()]) {
+      ++list_calls_[pool.spec.name()];
+      auto listing = pool.provider->List({pool.spec.name(), options_.instance});
+      Record(pool.spec.name(), listing.has_value(), listing ? "" : listing.error().message);
+      if (listing) {
+        std::vector<std::string> ids;
+        for (const auto& l : *listing) {
+          ids.push_back(l.id);
+          listed_names[pool.spec.name()][l.id] = l.name;
+        }
+        in.listing = std::move(ids);
+      } else {
+        spdlog::warn("pool {}: listing machines failed: {}", pool.spec.name(),
+                     listing.error().message);
+      }
+      in.health = health_[pool.spec.name()];
+    }
+    inputs.push_back(std::move(in));
+  }
+  cloud::OverallBudget overall = options_.budget;
+  TRY(ComputeSpend(inputs, overall, now));
+  last_ = cloud::Autoscale(inputs, now, options_.autoscaler, overall);
+  ReportBudget(last_, inputs, overall, now);
+
+  // List() pacing: the next call comes sooner while the pool is changing.
+  for (const auto& in : inputs) {
+    const std::string& name = in.config.name;
+    bool active = in.demand != last_demand_[name];
+    for (const auto& m : in.machines) {
+      using cloud::MachineState;
+      if (m.state == MachineState::kRequested || m.state == MachineState::kBooting ||
+          m.state == MachineState::kDraining || m.state == MachineState::kStopping) {
+        active = true;
+      }
+    }
+    for (const auto& a : last_.actions) active = active || a.pool == name;
+    last_demand_[name] = in.demand;
+    TimeMs& next = next_list_at_[name];
+    if (in.listing) {
+      next = cloud::NextListAt(now, active, in.config, NextUnit());
+    } else if (active) {
+      next = std::min(next, cloud::NextListAt(now, true, in.config, NextUnit()));
+    }
+  }
+
+  for (const auto& a : last_.actions) {
+    FleetPool* pool = nullptr;
+    for (auto& p : pools_) {
+      if (p.spec.name() == a.pool) pool = &p;
+    }
+    if (!pool) continue;
+    now = clock_.Now();
+    switch (a.kind) {
+      case cloud::ActionKind::kForget: {
+        if (a.reason == "boot never answered") {
+          stop_reason_[a.row] = "the provider never answered its boot";
+        } else {
+          stop_reason_[a.row] = "the provider stopped listing it before its worker registered";
+        }
+        ASSIGN_OR_RETURN(int returned, store_.ForgetMachine(a.row, now, a.reason));
+        spdlog::info("pool {}: machine {} is gone ({}){}", a.pool, a.machine, a.reason,
+                     returned ? "; " + std::to_string(returned) + " run(s) back in the queue" : "");
+        break;
+      }
+      case cloud::ActionKind::kStop:
+        spdlog::info("pool {}: stopping {} ({})", a.pool, a.machine, a.reason);
+        if (a.reason == "missed boot_timeout") {
+          stop_reason_[a.row] = "no worker registered within boot_timeout (" +
+                                FormatDuration(pool->spec.scaling.boot_timeout_ms) + ")";
+        } else if (a.row) {
+          deliberate_.insert(a.row);  // budget, or a machine not wanted: no failed boot
+        }
+        TRY(StopMachine(*pool, a.row, a.machine));
+        break;
+      case cloud::ActionKind::kAdopt: {
+        MachineRow m;
+        m.pool = a.pool;
+        m.provider = pool->spec.provider;
+        m.provider_id = a.machine;
+        m.state = "booting";
+        m.slots = pool->spec.scaling.slots;
+        m.gpus = pool->spec.gpus;
+        m.hourly_cost = pool->spec.scaling.hourly_cost;
+        m.name = listed_names[a.pool][a.machine];
+        spdlog::info("pool {}: adopting {} ({})", a.pool, a.machine, a.reason);
+        ASSIGN_OR_RETURN(auto row, store_.AddMachine(m, now));
+        (void)row;
+        break;
+      }
+      case cloud::ActionKind::kDrain: {
+        ASSIGN_OR_RETURN(bool drained, store_.DrainMachine(a, now));
+        if (!drained) {
+          spdlog::info("pool {}: drain of {} called off: it took work meanwhile", a.pool,
+                       a.machine);
+          break;
+        }
+        spdlog::info("pool {}: draining {} ({})", a.pool, a.machine, a.reason);
+        deliberate_.insert(a.row);
+        // A budget drain may leave runs on it: a later pass stops it once
+        // they are done.
+        if (!a.guard.at_cap) TRY(StopMachine(*pool, a.row, a.machine));
+        break;
+      }
+      case cloud::ActionKind::kBoot:
+        spdlog::info("pool {}: booting {} machine(s) ({})", a.pool, a.count, a.reason);
+        TRY(Boot(*pool, a.count));
+        break;
+    }
+  }
+  return Status{};
+}
+
+Result<int> Fleet::LiveMachines() {
+  ASSIGN_OR_RETURN(auto machines, store_.Machines(false));
+  int n = 0;
+  for (const auto& m : machines) {
+    for (const auto& p : pools_) {
+      if (m.pool == p.spec.name() && m.provider == p.spec.provider && m.state != "stopped" &&
+          m.state != "failed") {
+        ++n;
+      }
+    }
+  }
+  return n;
+}
+
+Status Fleet::StopAll(bool local_only) {
+  ASSIGN_OR_RETURN(auto machines, store_.Machines(false));
+  for (auto& pool : pools_) {
+    if (local_only && pool.spec.provider != "local") continue;
+    for (const auto& m : machines) {
+      if (m.pool != pool.spec.name() || m.provider != pool.spec.provider) continue;
+      if (m.state == "stopped" || m.state == "failed") continue;
+      if (local_only) {
+        if (!m.provider_id.empty()) {
+          auto st = pool.provider->Stop(m.provider_id);
+          if (!st) spdlog::warn("pool {}: stop of {}: {}", m.pool, m.name, st.error().message);
+        }
+        ASSIGN_OR_RETURN(int returned, store_.ForgetMachine(m.id, clock_.Now(),
+                                                            "trainq serve stopped"));
+        if (returned) spdlog::info("{} run(s) of {} back in the queue", returned, m.name);
+        continue;
+      }
+      if (m.state == "ready") {
+        cloud::Action drain;
+        drain.kind = cloud::ActionKind::kDrain;
+        drain.pool = m.pool;
+        drain.machine = m.provider_id;
+        drain.row = m.id;
+        drain.guard.last_busy_at = m.last_busy_ms;
+        ASSIGN_OR_RETURN(bool ok, store_.DrainMachine(drain, clock_.Now()));
+        if (!ok) {
+          spdlog::warn("pool {}: {} holds work; not stopped", m.pool, m.name);
+          continue;
+        }
+      }
+      if (m.provider_id.empty()) {
+        TRY(store_.SetMachineState(m.id, "stopped", clock_.Now(), "never booted"));
+        continue;
+      }
+      spdlog::info("pool {}: stopping {} (queue empty, exiting)", m.pool, m.name);
+      TRY(StopMachine(pool, m.id, m.provider_id));
+    }
+  }
+  return Status{};
+}
+
+}  // namespace trainq

@@ -1,0 +1,153 @@
+// Fleet: the thin loop around the pure autoscaler (cloud/autoscaler.h) that
+// `trainq serve` runs every few seconds.
+//
+// One Step():
+//   1. returns expired leases to the queue;
+//   2. per pool, reads the machines and the runnable demand from the store and,
+//      unless the pool's provider is backing off, the provider's List();
+//   3. calls cloud::Autoscale() and applies its actions in order:
+//        forget  -> Store::ForgetMachine (its leases back to the queue, no attempt used)
+//        stop    -> Provider::Stop, then the machine is `stopped`
+//        adopt   -> the listed machine is recorded as `booting`
+//        drain   -> Store::DrainMachine (the drain transaction: refused when a
+//                   lease or a queued run appeared since the decision), and
+//                   only when it committed, Provider::Stop
+//        boot    -> a `requested` row first (so a crash leaves a trace), then
+//                   Provider::Boot, then the provider's id (`booting`);
+//   4. records each provider call's outcome in the pool's health (backoff,
+//      `trainq status` reports a pool that keeps failing).
+// Around that, per pool: every machine is judged once (cloud::JudgeBoot): a
+// machine that left before its worker registered, or whose worker left at
+// once, is a failed boot; the boot health (back-off, `failing`) lives in the
+// store's pool_state row, so `trainq pools reset` (another process) clears
+// it and the next Step sees that. The spend of the UTC day and month (billed
+// time x hourly_cost) is computed from the machine rows when a budget is set.
+// List() is called at the pace of cloud::NextListAt, not every pass.
+// A machine becomes `ready` when its worker registers (Server), and leaves
+// the fleet when its worker exits: the provider no longer lists it.
+//
+// Which pool serves a run: the batch's `resources.pool` when set, else the
+// first pool (config order) whose machines have at least the GPUs it needs.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agent/triggers/server_config.h"
+#include "cloud/autoscaler.h"
+#include "cloud/provider.h"
+#include "core/clock.h"
+#include "core/result.h"
+#include "queue/store.h"
+
+namespace trainq {
+
+struct FleetOptions {
+  std::string instance;     // this installation's id (tags every machine)
+  std::string server_url;   // what workers on this host connect to (http://127.0.0.1:PORT)
+  std::string trainq_path;  // the trainq binary workers run
+  std::string data_dir;     // serve's data dir (tokens/, machines/)
+  cloud::AutoscalerOptions autoscaler;
+  // A worker started by hand (no provider) that has not called for this long
+  // is taken for gone: its machine is stopped in the store, its runs queued.
+  // Idle workers call at least every lease poll (20 s).
+  TimeMs manual_silence_ms = 3 * 60'000;
+  cloud::OverallBudget budget;  // all pools together (server config `budget:`)
+  std::uint32_t seed = 0;       // List() jitter; 0 = random
+  std::size_t log_tail_bytes = 2000;
+};
+
+struct FleetPool {
+  PoolSpec spec;
+  std::unique_ptr<cloud::Provider> provider;
+};
+
+// The pool that serves a run needing `gpus` GPUs and naming `pool` ("" = any).
+// nullptr when none can.
+const PoolSpec* PoolForDemand(const std::vector<FleetPool>& pools, const std::string& pool,
+                              int gpus);
+// Why no pool serves batches of (pool, gpus): "no pool has 1 GPU (the most is 0)".
+std::string UnservableReason(const std::vector<FleetPool>& pools, const std::string& pool,
+                             int gpus);
+
+class Fleet {
+ public:
+  Fleet(Store& store, const Clock& clock, std::vector<FleetPool> pools, FleetOptions options);
+
+  // One pass. Provider failures are recorded, not returned; an Error means the
+  // store failed.
+  Status Step();
+  // Machines of this fleet that are not stopped (requested .. stopping).
+  Result<int> LiveMachines();
+  // Stops every machine now. Default (serve --until-idle at exit): only
+  // machines the drain transaction finds idle. local_only (serve stopped by a
+  // signal): this host's worker processes, busy or not; their runs go back to
+  // the queue without using an attempt.
+  Status StopAll(bool local_only = false);
+
+  const std::vector<FleetPool>& pools() const { return pools_; }
+  const cloud::Decision& last_decision() const { return last_; }
+  // Provider List() calls made by this fleet, per pool (for measurements).
+  const std::map<std::string, int>& list_calls() const { return list_calls_; }
+  // The argv that starts a worker for machine `name` of `pool`.
+  std::vector<std::string> WorkerArgv(const PoolSpec& pool, const std::string& name) const;
+
+ private:
+  Status Boot(FleetPool& pool, int count);
+  Status StopMachine(FleetPool& pool, std::int64_t row, const std::string& id);
+  void Record(const std::string& pool, bool ok, const std::string& error);
+  // Judges machines whose boot outcome is pending; records failures and
+  // successes in the pool's boot health.
+  Status JudgeBoots(const std::vector<MachineRow>& live,
+                    std::map<std::string, Store::PoolStateRow>& states);
+  Status RecordBootOutcome(const MachineRow& m, bool ok,
+                           std::map<std::string, Store::PoolStateRow>& states);
+  // Spend per pool and overall, into `inputs`; writes the pool_state budget
+  // columns when they change.
+  Status ComputeSpend(std::vector<cloud::PoolInput>& inputs, cloud::OverallBudget& overall,
+                      TimeMs now);
+  void ReportBudget(const cloud::Decision& d, const std::vector<cloud::PoolInput>& inputs,
+                    const cloud::OverallBudget& overall, TimeMs now);
+  FleetPool* FindPool(const std::string& name);
+
+  Store& store_;
+  const Clock& clock_;
+  std::vector<FleetPool> pools_;
+  FleetOptions options_;
+  std::map<std::string, cloud::ProviderHealth> health_;
+  std::set<std::string> health_written_;  // pools whose health row this process wrote
+  cloud::Decision last_;
+  std::optional<std::vector<Store::WaitingNote>> last_notes_;  // as last written
+  // Boot outcomes: machines seen live and not judged yet; machines the fleet
+  // stopped on purpose (idle, budget), which are no failed boots; why a
+  // machine was stopped, for the message.
+  std::set<std::int64_t> watched_;
+  std::set<std::int64_t> judged_;
+  std::set<std::int64_t> deliberate_;
+  std::map<std::int64_t, std::string> stop_reason_;
+  bool config_checked_ = false;
+  // List() pacing.
+  std::map<std::string, TimeMs> next_list_at_;
+  std::map<std::string, int> last_demand_;
+  std::map<std::string, int> list_calls_;
+  std::uint64_t rng_state_ = 0;
+  double NextUnit();
+  // Budget reporting: what was last written / logged per pool ("*" overall).
+  std::map<std::string, std::string> cap_logged_;
+  std::map<std::string, TimeMs> budget_written_at_;
+};
+
+// A digest of what a pool's boots depend on (provider, parameters, image,
+// URL, token source...): a changed config forgets the pool's failed boots.
+std::string PoolConfigHash(const PoolSpec& spec, const std::string& server_url);
+
+// This installation's id: <data_dir>/instance-id, created (8 hex digits) on
+// first use.
+Result<std::string> InstanceId(const std::string& data_dir);
+
+}  // namespace trainq

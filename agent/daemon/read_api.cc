@@ -1,0 +1,181 @@
+#include "agent/daemon/read_api.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "agent/triggers/forge.h"
+#include "agent/results/gate.h"
+#include "agent/results/report.h"
+#include "agent/repo/mirror.h"
+#include "agent/daemon/server.h"
+#include "core/strings.h"
+
+using nlohmann::json;
+
+namespace trainq {
+
+int CheckReadToken(const ServerConfig& config, const HttpHeaders& headers) {
+  if (config.read_token.empty()) return 403;
+  auto auth = FindHeader(headers, "Authorization");
+  if (!auth || !auth->starts_with("Bearer ")) return 401;
+  // Hashes of equal length, compared in constant time: neither the content
+  // nor the length of the configured token leaks through timing.
+  std::string given = Sha256Hex(Trim(auth->substr(7)));
+  return ConstantTimeEquals(given, Sha256Hex(config.read_token.value)) ? 0 : 401;
+}
+
+namespace {
+
+std::string ShortName(const std::string& url) {
+  std::string n = NormaliseRepoUrl(url);
+  while (!n.empty() && n.back() == '/') n.pop_back();
+  auto slash = n.find_last_of("/:");
+  std::string last = slash == std::string::npos ? n : n.substr(slash + 1);
+  if (last.ends_with(".git")) last.resize(last.size() - 4);
+  return last;
+}
+
+}  // namespace
+
+Result<const RepoConfig*> ResolveServerRepo(const ServerConfig& config, const std::string& name) {
+  if (name.empty()) {
+    if (config.repositories.empty()) return static_cast<const RepoConfig*>(nullptr);
+    if (config.repositories.size() == 1) return &config.repositories.front();
+    std::string names;
+    for (const auto& r : config.repositories) names += (names.empty() ? "" : ", ") + r.url;
+    return Fail(ErrorKind::kInvalidArgument,
+                "repo: the server watches " + std::to_string(config.repositories.size()) +
+                    " repositories; name one (" + names + ")");
+  }
+  if (const auto* r = config.FindRepo(name)) return r;
+  std::vector<const RepoConfig*> found;
+  for (const auto& r : config.repositories) {
+    if (r.project == name || ShortName(r.url) == name) found.push_back(&r);
+  }
+  if (found.size() == 1) return found.front();
+  if (found.size() > 1) {
+    std::string names;
+    for (const auto* r : found) names += (names.empty() ? "" : ", ") + r->url;
+    return Fail(ErrorKind::kInvalidArgument,
+                "repo: '" + name + "' matches several repositories (" + names + "); give the url");
+  }
+  return Fail(ErrorKind::kNotFound, "repo: '" + name + "' is not a repository this server watches");
+}
+
+
+}  // namespace trainq
+
+// ---- Server's read routes ----------------------------------------------------
+
+namespace trainq {
+
+namespace {
+
+HttpServerReply ReadError(int status, const std::string& reason) {
+  return {status, "application/json", json{{"result", "error"}, {"reason", reason}}.dump() + "\n"};
+}
+
+int StatusFor(const Error& e) {
+  switch (e.kind) {
+    case ErrorKind::kInvalidArgument:
+      return 400;
+    case ErrorKind::kNotFound:
+      return 404;
+    default:
+      return 503;
+  }
+}
+
+// The query's parameters, checked against the route's names (a typo is a 400,
+// not an ignored filter).
+Result<std::map<std::string, std::vector<std::string>>> Params(
+    const QueryParams& query, const std::set<std::string>& allowed) {
+  std::map<std::string, std::vector<std::string>> out;
+  for (const auto& [k, v] : query) {
+    if (!allowed.count(k)) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      return Fail(ErrorKind::kInvalidArgument,
+                  "unknown parameter '" + k + "' (expected " + list + ")");
+    }
+    out[k].push_back(v);
+  }
+  return out;
+}
+
+std::string One(const std::map<std::string, std::vector<std::string>>& p, const std::string& k,
+                std::string fallback = "") {
+  auto it = p.find(k);
+  return it == p.end() || it->second.empty() ? fallback : it->second.back();
+}
+
+const char* ContentType(const std::string& format) {
+  if (format == "md") return "text/markdown; charset=utf-8";
+  if (format == "html") return "text/html; charset=utf-8";
+  if (format == "json" || format == "batches") return "application/json";
+  if (format == "csv") return "text/csv; charset=utf-8";
+  return "text/plain; charset=utf-8";
+}
+
+}  // namespace
+
+HttpServerReply Server::ReadRoute(const HttpServerRequest& req, const std::string& path) {
+  switch (CheckReadToken(config_, req.headers)) {
+    case 0:
+      break;
+    case 403:
+      return ReadError(403, "read routes are off: the server config has no read_token");
+    default:
+      return ReadError(401, "missing or wrong read token");
+  }
+  bool report = path == "/api/v1/report";
+  auto params = report ? Params(req.query, {"format", "since", "experiment"})
+                       : Params(req.query, {"rev", "baseline", "repo", "experiment"});
+  if (!params) return ReadError(400, path + ": " + params.error().message);
+  StoreOptions so;
+  so.create = false;
+  // A connection per request: a report over a large store must not hold the
+  // lock that /api/v1/status and /healthz share.
+  auto store = Store::Open(db_path_, so);
+  if (!store) return ReadError(503, store.error().message);
+  std::vector<std::string> experiments;
+  if (auto it = params->find("experiment"); it != params->end()) experiments = it->second;
+
+  if (report) {
+    ReportQuery q{One(*params, "since"), experiments, One(*params, "format", "md")};
+    if (auto st = CheckReportExperiments(*store, q.experiments, "experiment", "the server's store");
+        !st) {
+      return ReadError(StatusFor(st.error()), path + ": " + st.error().message);
+    }
+    auto bytes = ReportBytes(*store, q, clock_.Now());
+    if (!bytes) return ReadError(StatusFor(bytes.error()), path + ": " + bytes.error().message);
+    return {200, ContentType(q.format), std::move(*bytes)};
+  }
+
+  GateRequest g;
+  g.rev = One(*params, "rev");
+  g.baseline = One(*params, "baseline", "main");
+  g.experiments = experiments;
+  if (g.rev.empty()) return ReadError(400, path + ": rev is required (a commit, branch or tag)");
+  auto repo = ResolveServerRepo(config_, One(*params, "repo"));
+  if (!repo) return ReadError(StatusFor(repo.error()), path + ": " + repo.error().message);
+  if (*repo) {
+    // Branch names resolve in the repository's mirror; before its first
+    // fetch only commit ids do.
+    std::string dir = Mirror::PathFor(DataDir(), (*repo)->url);
+    if (std::filesystem::exists(dir)) g.repo_dir = dir;
+  }
+  auto d = DecideGate(*store, g);
+  if (!d) return ReadError(StatusFor(d.error()), path + ": " + d.error().message);
+  json body = {{"exit_code", d->exit_code},
+               {"text", d->text},
+               {"json", d->json},
+               {"finished", d->finished}};
+  return {200, "application/json", body.dump() + "\n"};
+}
+
+}  // namespace trainq

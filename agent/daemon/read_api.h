@@ -1,0 +1,41 @@
+// The read routes of `trainq serve` for hosted CI, which cannot read the
+// SQLite file: GET /api/v1/report and GET /api/v1/gate, authenticated by the
+// config's `read_token` (Authorization: Bearer TOKEN). Their client side is
+// agent/cli/read_client.h.
+//
+// The server answers the bytes the local commands print (agent/results/report.h
+// ReportBytes, the gate's decision), so a CI job sees what a shell on the
+// server would. A wrong or missing token gets 401 and a fixed body: nothing
+// about what exists. Without a read token in the config the routes answer 403.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "agent/triggers/server_config.h"
+#include "core/http_client.h"
+#include "core/result.h"
+
+namespace trainq {
+
+// ---- server side ----
+
+using QueryParams = std::vector<std::pair<std::string, std::string>>;
+
+// 0 when the request may read; else the HTTP status to answer (401: missing
+// or wrong bearer token, 403: no read token configured). Constant time in the
+// token's content.
+int CheckReadToken(const ServerConfig& config, const HttpHeaders& headers);
+
+// The configured repository that `name` designates: its url (normalised), its
+// project (owner/name) or its short name (the url's last segment without
+// .git). Empty `name`: the only repository, when exactly one is configured;
+// nullptr when none is. kNotFound / kInvalidArgument name what was asked.
+Result<const RepoConfig*> ResolveServerRepo(const ServerConfig& config, const std::string& name);
+
+}  // namespace trainq

@@ -1,0 +1,225 @@
+#include "agent/daemon/server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "agent/results/status.h"
+#include "agent/triggers/webhook.h"
+
+using nlohmann::json;
+
+namespace trainq {
+
+namespace {
+
+HttpServerReply Json(int status, const json& body) {
+  return {status, "application/json", body.dump() + "\n"};
+}
+
+std::string Label(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+Server::Server(const ServerConfig& config, std::string db_path, const Clock& clock,
+               ServerOptions options)
+    : config_(config), db_path_(std::move(db_path)), clock_(clock), options_(std::move(options)) {}
+
+Server::~Server() { StopWaiting(); }
+
+Status Server::Open() {
+  ASSIGN_OR_RETURN(auto w, Store::Open(db_path_));
+  ASSIGN_OR_RETURN(auto r, Store::Open(db_path_));
+  write_store_.emplace(std::move(w));
+  read_store_.emplace(std::move(r));
+  write_store_->UseFineBusyWait();  // a webhook waits for the worker's writes in 1 ms steps
+  read_store_->UseFineBusyWait();
+  return {};
+}
+
+HttpServerReply Server::Handle(const HttpServerRequest& req) {
+  static const std::map<std::string, ForgeKind> kHooks = {{"/hooks/github", ForgeKind::kGithub},
+                                                          {"/hooks/gitlab", ForgeKind::kGitlab},
+                                                          {"/hooks/gitea", ForgeKind::kGitea}};
+  std::string path = req.path;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  if (auto it = kHooks.find(path); it != kHooks.end()) {
+    if (req.method != "POST") {
+      return Json(405, {{"result", "error"}, {"reason", "webhooks are POSTed"}});
+    }
+    return Webhook(it->second, req);
+  }
+  if (path.starts_with("/api/v1/workers/") || path.starts_with("/api/v1/runs/")) {
+    return WorkerRoute(req, path);
+  }
+  if (req.method != "GET" && req.method != "HEAD") {
+    return Json(405, {{"result", "error"}, {"reason", req.method + " is not allowed here"}});
+  }
+  if (path == "/healthz") {
+    std::lock_guard<std::mutex> lock(read_mu_);
+    if (!read_store_ || read_store_->schema_version() < 0) {
+      return {503, "text/plain; charset=utf-8", "store unavailable\n"};
+    }
+    return {200, "text/plain; charset=utf-8", "ok\n"};
+  }
+  if (path == "/api/v1/status") {
+    std::lock_guard<std::mutex> lock(read_mu_);
+    auto j = StatusJson(*read_store_, db_path_, clock_.Now());
+    if (!j) return Json(503, {{"result", "error"}, {"reason", j.error().message}});
+    return {200, "application/json", j->dump(2) + "\n"};
+  }
+  if (path == "/api/v1/report" || path == "/api/v1/gate") return ReadRoute(req, path);
+  if (path == "/metrics") return {200, "text/plain; version=0.0.4; charset=utf-8", MetricsText()};
+  return Json(404, {{"result", "error"}, {"reason", "no route " + path}});
+}
+
+Admission Server::Admit(const HttpServerRequest& head) {
+  std::string path = head.path;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  if (path.starts_with("/hooks/")) return {kMaxWebhookBodyBytes, std::nullopt};
+  if (path.starts_with("/api/v1/workers/") || path.starts_with("/api/v1/runs/")) {
+    HttpServerRequest probe = head;
+    probe.headers_only = true;
+    HttpServerReply r = WorkerRoute(probe, path);
+    if (r.status != 0) return {0, r};  // no or a wrong token: the body is never read
+    return {kMaxWorkerBodyBytes, std::nullopt};
+  }
+  return {kMaxOtherBodyBytes, std::nullopt};
+}
+
+HttpServerReply Server::Webhook(ForgeKind forge, const HttpServerRequest& req) {
+  auto start = std::chrono::steady_clock::now();
+  WebhookReply r;
+  if (req.body_too_large) {
+    r = {413, R"({"reason":"body over 25 MB","result":"too_large"})", "too_large", 0};
+    spdlog::warn("{} webhook refused: body over the 25 MB limit", ForgeName(forge));
+  } else {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    r = HandleWebhook(config_, *write_store_, forge, req.headers, req.body, clock_.Now());
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  {
+    std::lock_guard<std::mutex> lock(counters_mu_);
+    ++deliveries_[{std::string(ForgeName(forge)), r.result}];
+    if (r.push_id) {
+      for (size_t i = 0; i < kBuckets.size(); ++i) {
+        if (seconds <= kBuckets[i]) ++latency_buckets_[i];
+      }
+      ++latency_count_;
+      latency_sum_ += seconds;
+    }
+  }
+  if (r.push_id && r.status == 202 && on_push_) on_push_();
+  return {r.status, "application/json", r.body + "\n"};
+}
+
+std::string Server::MetricsText() {
+  std::ostringstream out;
+  {
+    std::lock_guard<std::mutex> lock(read_mu_);
+    auto counts = read_store_->CountByState();
+    if (counts) {
+      out << "# HELP trainq_runs Runs by state; queued, leased, running and failed are the "
+             "queue.\n# TYPE trainq_runs gauge\n";
+      for (int i = 0; i < kRunStateCount; ++i) {
+        out << "trainq_runs{state=\"" << RunStateName(static_cast<RunState>(i)) << "\"} "
+            << (*counts)[i] << "\n";
+      }
+      out << "# HELP trainq_runs_finished_total Runs that ended, by outcome.\n"
+             "# TYPE trainq_runs_finished_total counter\n";
+      for (auto s : {RunState::kSucceeded, RunState::kDead, RunState::kCancelled}) {
+        out << "trainq_runs_finished_total{outcome=\"" << RunStateName(s) << "\"} "
+            << (*counts)[static_cast<int>(s)] << "\n";
+      }
+    }
+    if (auto pushes = read_store_->CountPushesByState()) {
+      out << "# HELP trainq_pushes Pushes recorded (webhooks and polls), by state.\n"
+             "# TYPE trainq_pushes gauge\n";
+      std::map<std::string, std::int64_t> by_state = {
+          {"pending", 0}, {"done", 0}, {"skipped", 0}, {"failed", 0}};
+      for (const auto& [s, n] : *pushes) by_state[s] = n;
+      for (const auto& [s, n] : by_state) {
+        out << "trainq_pushes{state=\"" << Label(s) << "\"} " << n << "\n";
+      }
+    }
+    if (auto machines = read_store_->Machines(true)) {
+      std::map<std::string, std::int64_t> by_state;
+      for (const auto& m : *machines) ++by_state[m.state];
+      out << "# HELP trainq_machines Machines by state.\n# TYPE trainq_machines gauge\n";
+      for (const auto& [s, n] : by_state) {
+        out << "trainq_machines{state=\"" << Label(s) << "\"} " << n << "\n";
+      }
+    }
+    if (auto states = read_store_->PoolStates()) {
+      out << "# HELP trainq_pool_failed_boots Failed boots in a row (machines that never became a "
+             "working worker).\n# TYPE trainq_pool_failed_boots gauge\n";
+      for (const auto& s : *states) {
+        if (s.pool == "*") continue;
+        out << "trainq_pool_failed_boots{pool=\"" << Label(s.pool) << "\"} " << s.failed_boots
+            << "\n";
+      }
+      out << "# HELP trainq_pool_failing 1 while a pool boots nothing after failed boots (until "
+             "`trainq pools reset`).\n# TYPE trainq_pool_failing gauge\n";
+      for (const auto& s : *states) {
+        if (s.pool == "*") continue;
+        out << "trainq_pool_failing{pool=\"" << Label(s.pool) << "\"} " << (s.failing ? 1 : 0)
+            << "\n";
+      }
+      out << "# HELP trainq_pool_spend_dollars Billed time x hourly_cost in the current UTC "
+             "window, for pools with a budget (pool \"*\": all).\n"
+             "# TYPE trainq_pool_spend_dollars gauge\n";
+      for (const auto& s : *states) {
+        if (s.budget_per_day <= 0 && s.budget_per_month <= 0) continue;
+        out << "trainq_pool_spend_dollars{pool=\"" << Label(s.pool) << "\",window=\"day\"} "
+            << s.spent_day << "\n"
+            << "trainq_pool_spend_dollars{pool=\"" << Label(s.pool) << "\",window=\"month\"} "
+            << s.spent_month << "\n";
+      }
+      out << "# HELP trainq_pool_budget_capped 1 while a budget cap holds a pool's boots back.\n"
+             "# TYPE trainq_pool_budget_capped gauge\n";
+      for (const auto& s : *states) {
+        if (s.budget_per_day <= 0 && s.budget_per_month <= 0) continue;
+        out << "trainq_pool_budget_capped{pool=\"" << Label(s.pool) << "\"} "
+            << (s.cap.empty() ? 0 : 1) << "\n";
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(counters_mu_);
+  out << "# HELP trainq_webhook_deliveries_total Webhook deliveries since start, by forge and "
+         "result.\n# TYPE trainq_webhook_deliveries_total counter\n";
+  for (const auto& [key, n] : deliveries_) {
+    out << "trainq_webhook_deliveries_total{forge=\"" << Label(key.first) << "\",result=\""
+        << Label(key.second) << "\"} " << n << "\n";
+  }
+  out << "# HELP trainq_worker_requests_total Worker protocol requests since start, by route "
+         "and HTTP status.\n# TYPE trainq_worker_requests_total counter\n";
+  for (const auto& [key, n] : worker_requests_) {
+    out << "trainq_worker_requests_total{route=\"" << Label(key.first) << "\",status=\""
+        << key.second << "\"} " << n << "\n";
+  }
+  out << "# HELP trainq_webhook_receive_to_stored_seconds From a push webhook's arrival to its "
+         "durable record.\n# TYPE trainq_webhook_receive_to_stored_seconds histogram\n";
+  for (size_t i = 0; i < kBuckets.size(); ++i) {
+    out << "trainq_webhook_receive_to_stored_seconds_bucket{le=\"" << kBuckets[i] << "\"} "
+        << latency_buckets_[i] << "\n";
+  }
+  out << "trainq_webhook_receive_to_stored_seconds_bucket{le=\"+Inf\"} " << latency_count_ << "\n"
+      << "trainq_webhook_receive_to_stored_seconds_sum " << latency_sum_ << "\n"
+      << "trainq_webhook_receive_to_stored_seconds_count " << latency_count_ << "\n";
+  return out.str();
+}
+
+}  // namespace trainq

@@ -1,0 +1,136 @@
+// The routes of `trainq serve`'s HTTP server, independent of sockets:
+//   POST /hooks/github, /hooks/gitlab, /hooks/gitea   webhooks (agent/triggers/webhook.h)
+//   GET  /api/v1/status                               what `trainq status --json` prints
+//   GET  /healthz                                     200 while the store answers
+//   GET  /metrics                                     Prometheus text format
+//   GET  /api/v1/report, /api/v1/gate                 reports and gate decisions for
+//                                                     hosted CI (agent/daemon/read_api.h)
+//   POST /api/v1/workers/*, /api/v1/runs/*            the worker protocol
+//                                                     (agent/daemon/worker_api.h)
+// Every state-changing route is authenticated (webhooks by signature or
+// token), and so are the report and the gate (the config's read_token); status,
+// health and metrics are open, which is why the default listen address is
+// loopback only.
+// Threading: Handle() is called from the listener's threads at once; the
+// server keeps one Store for writes and one for reads, each behind a mutex.
+// A lease long poll holds its connection's thread while it waits (one thread
+// per connection, server_http.cc); at most `max_long_polls` wait at once,
+// further lease calls answer at once.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "agent/triggers/server_config.h"
+#include "agent/daemon/server_http.h"
+#include "core/clock.h"
+#include "queue/store.h"
+
+namespace trainq {
+
+struct ServerOptions {
+  std::string data_dir;             // runs/<id>/output.log; "" = the database's directory
+  TimeMs lease_ms = 60'000;         // a worker's lease, extended by each heartbeat
+  TimeMs heartbeat_ms = 10'000;     // told to workers at registration
+  TimeMs max_wait_ms = 20'000;      // a lease long poll waits at most this long
+  TimeMs recheck_ms = 250;          // ... and re-reads the store this often (submits from
+                                    // other processes do not call NotifyWork)
+  int max_long_polls = 32;          // lease calls waiting at once; more answer at once
+};
+
+class Server {
+ public:
+  Server(const ServerConfig& config, std::string db_path, const Clock& clock,
+         ServerOptions options = {});
+  ~Server();  // wakes waiting lease calls
+  // Opens the server's own store connections.
+  Status Open();
+  HttpServerReply Handle(const HttpServerRequest& request);
+  // The listener's question with a request's headers, before any body is read
+  // (HttpListener::Admit): webhooks may send 25 MB (GitHub's limit), the worker
+  // API kMaxWorkerBodyBytes and only with a known pool token (refused unread
+  // otherwise), every other route kMaxOtherBodyBytes.
+  Admission Admit(const HttpServerRequest& head);
+  static constexpr std::size_t kMaxWorkerBodyBytes = 4u << 20;  // a 1 MB log chunk, escaped
+  static constexpr std::size_t kMaxOtherBodyBytes = 64u << 10;
+  // Per run (log: per attempt): past these, points are refused (413) and log
+  // bytes dropped after a "truncated" line.
+  static constexpr std::int64_t kMaxMetricPointsPerRun = 100'000;
+  static constexpr std::int64_t kMaxLogBytesPerAttempt = std::int64_t{256} << 20;
+  // Called after a push was recorded (wakes the worker).
+  void set_on_push(std::function<void()> on_push) { on_push_ = std::move(on_push); }
+
+  std::string MetricsText();
+
+  // Work may be leasable (a submit, a push, a completion, a run back in the
+  // queue): waiting lease calls look at the store again now.
+  void NotifyWork();
+  // Waiting lease calls answer now and new ones do not wait (shutdown).
+  void StopWaiting();
+  // Lease calls waiting right now.
+  int WaitingPolls();
+  const ServerOptions& options() const { return options_; }
+
+ private:
+  HttpServerReply Webhook(ForgeKind forge, const HttpServerRequest& request);
+  // GET /api/v1/report and /api/v1/gate (agent/daemon/read_api.cc).
+  HttpServerReply ReadRoute(const HttpServerRequest& request, const std::string& path);
+
+  // The worker protocol (agent/daemon/worker_api.cc).
+  HttpServerReply WorkerRoute(const HttpServerRequest& request, const std::string& path);
+  HttpServerReply WorkerRouteInner(const HttpServerRequest& request, const std::string& path,
+                                   std::string& route);
+  HttpServerReply Register(const std::string& pool, const HttpServerRequest& request);
+  HttpServerReply LeaseRoute(const std::string& pool, std::int64_t machine,
+                             const HttpServerRequest& request);
+  HttpServerReply RunRoute(const std::string& pool, std::int64_t run_id, const std::string& what,
+                           const HttpServerRequest& request);
+  HttpServerReply AppendLog(std::int64_t run_id, std::int64_t token,
+                            const HttpServerRequest& request);
+  std::string DataDir() const;
+
+  // Lease long polls wait here; work_generation_ counts NotifyWork() calls.
+  std::mutex work_mu_;
+  std::condition_variable work_cv_;
+  std::uint64_t work_generation_ = 0;
+  int waiting_polls_ = 0;
+  bool stop_waiting_ = false;
+  std::mutex log_mu_;  // appends to run logs
+  HttpServerReply SourceRoute(std::int64_t run_id);
+  HttpServerReply LeaveRoute(const std::string& pool, std::int64_t machine);
+  // The last packfile served (repo dir + sha -> pack): the runs of one batch
+  // on several machines ask for the same commit.
+  std::mutex pack_mu_;
+  std::string pack_key_;
+  std::string pack_;
+  std::map<std::pair<std::string, int>, std::int64_t> worker_requests_;  // (route, status)
+
+  const ServerConfig& config_;
+  std::string db_path_;
+  const Clock& clock_;
+  ServerOptions options_;
+  std::function<void()> on_push_;
+  std::mutex write_mu_;
+  std::optional<Store> write_store_;
+  std::mutex read_mu_;
+  std::optional<Store> read_store_;
+
+  // Webhook deliveries by (forge, result) since start, and how long
+  // receive-to-stored took (a histogram, seconds).
+  std::mutex counters_mu_;
+  std::map<std::pair<std::string, std::string>, std::int64_t> deliveries_;
+  static constexpr std::array<double, 10> kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                      0.05,  0.1,    0.25,  0.5,  1.0};
+  std::array<std::int64_t, kBuckets.size()> latency_buckets_{};
+  std::int64_t latency_count_ = 0;
+  double latency_sum_ = 0;
+};
+
+}  // namespace trainq

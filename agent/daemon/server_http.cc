@@ -1,0 +1,522 @@
+// The only translation unit that includes Boost.Beast (heavy headers).
+#include "agent/daemon/server_http.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+// Beast's string_view as std::string_view (header-only: this TU only).
+#define BOOST_BEAST_USE_STD_STRING_VIEW
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "core/strings.h"
+
+namespace trainq {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+
+namespace {
+
+constexpr std::size_t kHeaderLimit = 64 * 1024;
+constexpr int kIoTimeoutS = 30;  // a connection silent this long mid-request is closed
+
+HttpServerReply Refusal(int status, const std::string& reason) {
+  std::string body = R"({"result":"error","reason":")" + reason + "\"}\n";
+  return {status, "application/json", body};
+}
+
+HttpServerReply SafeCall(const HttpListener::Handler& handler, const HttpServerRequest& r) {
+  try {
+    return handler(r);
+  } catch (const std::exception& e) {
+    spdlog::error("HTTP {} {}: {}", r.method, r.path, e.what());
+    return Refusal(500, "internal error");
+  }
+}
+
+int Hex(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string PercentDecode(std::string_view target) {
+  std::string out;
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (target[i] == '%' && i + 2 < target.size() && Hex(target[i + 1]) >= 0 &&
+        Hex(target[i + 2]) >= 0) {
+      out += static_cast<char>(Hex(target[i + 1]) * 16 + Hex(target[i + 2]));
+      i += 2;
+    } else {
+      out += target[i];
+    }
+  }
+  return out;
+}
+
+// The target's path, without the query, %XX decoded.
+std::string DecodePath(std::string_view target) {
+  return PercentDecode(target.substr(0, target.find('?')));
+}
+
+// The query's name=value pairs in order, %XX decoded; a name may repeat.
+std::vector<std::pair<std::string, std::string>> DecodeQuery(std::string_view target) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto q = target.find('?');
+  if (q == std::string_view::npos) return out;
+  for (const auto& part : Split(target.substr(q + 1), '&')) {
+    if (part.empty()) continue;
+    auto eq = part.find('=');
+    out.emplace_back(PercentDecode(part.substr(0, eq)),
+                     eq == std::string::npos ? std::string() : PercentDecode(part.substr(eq + 1)));
+  }
+  return out;
+}
+
+}  // namespace
+
+bool ListenAddress::loopback() const {
+  return host == "localhost" || host == "::1" || host.starts_with("127.");
+}
+
+Result<ListenAddress> ParseListenAddress(const std::string& text) {
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "--listen: expected HOST:PORT such as 127.0.0.1:8080, got \"" + text + "\"");
+  }
+  ListenAddress a;
+  a.host = text.substr(0, colon);
+  if (a.host.size() > 2 && a.host.front() == '[' && a.host.back() == ']') {
+    a.host = a.host.substr(1, a.host.size() - 2);
+  }
+  std::string port = text.substr(colon + 1);
+  for (char c : port) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) {
+      return Fail(ErrorKind::kInvalidArgument,
+                  "--listen: port must be a number, got \"" + port + "\"");
+    }
+  }
+  a.port = std::stoi(port.substr(0, 6));
+  if (a.port < 1 || a.port > 65535) {
+    return Fail(ErrorKind::kInvalidArgument, "--listen: port out of range: " + port);
+  }
+  return a;
+}
+
+// Shared by the accept thread and every connection's thread, so that a
+// connection still finishing after Stop() gave up waiting never touches freed
+// memory.
+struct HttpListener::Impl {
+  int listen_fd = -1;
+  std::thread accept_thread;
+  Handler handler;
+  Admit admit;
+  std::size_t max_body_bytes = 0;
+  ListenerLimits limits;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  bool stopping = false;
+  int connections = 0;         // threads serving a connection
+  std::set<int> sockets;       // their descriptors, shut down by Stop()
+  std::size_t body_bytes = 0;  // request bodies being read or handled, all connections
+
+  void AcceptLoop(const std::shared_ptr<Impl>& self);
+  void Serve(int fd);
+  bool Reserve(std::size_t n) {
+    std::lock_guard lock(mu);
+    if (body_bytes + n > limits.max_inflight_body_bytes) return false;
+    body_bytes += n;
+    return true;
+  }
+  void Release(std::size_t n) {
+    std::lock_guard lock(mu);
+    body_bytes -= n;
+  }
+};
+
+namespace {
+
+// A connected socket as Beast's SyncReadStream and SyncWriteStream, where
+// every read and write waits at most kIoTimeoutS (a client that stops
+// sending mid-request, or never reads its reply, frees its thread).
+class TimedSocket {
+ public:
+  explicit TimedSocket(int fd) : fd_(fd) {}
+  int fd() const { return fd_; }
+
+  template <class Buffers>
+  std::size_t read_some(const Buffers& buffers, beast::error_code& ec) {
+    for (auto it = asio::buffer_sequence_begin(buffers); it != asio::buffer_sequence_end(buffers);
+         ++it) {
+      asio::mutable_buffer b = *it;
+      if (b.size() == 0) continue;
+      if (!Wait(POLLIN, ec)) return 0;
+      ssize_t n;
+      do {
+        n = ::recv(fd_, b.data(), b.size(), 0);
+      } while (n < 0 && errno == EINTR);
+      if (n == 0) {
+        ec = asio::error::eof;
+        return 0;
+      }
+      if (n < 0) {
+        ec = beast::error_code(errno, boost::system::system_category());
+        return 0;
+      }
+      ec = {};
+      return static_cast<std::size_t>(n);
+    }
+    ec = {};
+    return 0;
+  }
+  template <class Buffers>
+  std::size_t read_some(const Buffers& buffers) {
+    beast::error_code ec;
+    auto n = read_some(buffers, ec);
+    if (ec) throw boost::system::system_error(ec);
+    return n;
+  }
+  template <class Buffers>
+  std::size_t write_some(const Buffers& buffers, beast::error_code& ec) {
+    iovec iov[16];
+    int count = 0;
+    for (auto it = asio::buffer_sequence_begin(buffers);
+         it != asio::buffer_sequence_end(buffers) && count < 16; ++it) {
+      asio::const_buffer b = *it;
+      if (b.size() == 0) continue;
+      iov[count].iov_base = const_cast<void*>(b.data());
+      iov[count].iov_len = b.size();
+      ++count;
+    }
+    if (count == 0) {
+      ec = {};
+      return 0;
+    }
+    if (!Wait(POLLOUT, ec)) return 0;
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = static_cast<std::size_t>(count);
+    ssize_t n;
+    do {
+      n = ::sendmsg(fd_, &m, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+      ec = beast::error_code(errno, boost::system::system_category());
+      return 0;
+    }
+    ec = {};
+    return static_cast<std::size_t>(n);
+  }
+  template <class Buffers>
+  std::size_t write_some(const Buffers& buffers) {
+    beast::error_code ec;
+    auto n = write_some(buffers, ec);
+    if (ec) throw boost::system::system_error(ec);
+    return n;
+  }
+
+ private:
+  bool Wait(short events, beast::error_code& ec) {
+    pollfd p{fd_, events, 0};
+    int r;
+    do {
+      r = ::poll(&p, 1, kIoTimeoutS * 1000);
+    } while (r < 0 && errno == EINTR);
+    if (r == 0) {
+      ec = asio::error::timed_out;
+      return false;
+    }
+    if (r < 0) {
+      ec = beast::error_code(errno, boost::system::system_category());
+      return false;
+    }
+    return true;
+  }
+  int fd_;
+};
+
+void Write(TimedSocket& socket, const HttpServerReply& reply, unsigned version, bool keep_alive,
+           beast::error_code& ec) {
+  bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(reply.status), version};
+  res.set(bhttp::field::content_type, reply.content_type);
+  res.body() = reply.body;
+  res.keep_alive(keep_alive);
+  res.prepare_payload();
+  bhttp::write(socket, res, ec);
+}
+
+// After a reply that refused a body we did not read: stop sending, then
+// swallow what the client still sends for a moment (at most 1 s, 4 MB), so
+// that closing with unread bytes (a TCP reset) does not destroy the reply.
+void Linger(int fd) {
+  ::shutdown(fd, SHUT_WR);
+  char buf[16384];
+  std::size_t total = 0;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (total < (4u << 20)) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    until - std::chrono::steady_clock::now())
+                    .count();
+    if (left <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left)) <= 0) break;
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    total += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
+
+void HttpListener::Impl::AcceptLoop(const std::shared_ptr<Impl>& self) {
+  for (;;) {
+    pollfd p{listen_fd, POLLIN, 0};
+    int r = ::poll(&p, 1, 200);
+    {
+      std::lock_guard lock(mu);
+      if (stopping) return;
+    }
+    if (r <= 0) continue;
+    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      // EMFILE and friends: the next accept may work once a connection ends.
+      if (errno != EINTR && errno != EAGAIN) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      continue;
+    }
+    {
+      std::lock_guard lock(mu);
+      if (connections >= limits.max_connections) {
+        ::close(fd);  // over the cap: refused at once rather than queued
+        continue;
+      }
+      ++connections;
+      sockets.insert(fd);
+    }
+    auto done = [self, fd] {
+      {
+        std::lock_guard lock(self->mu);
+        self->sockets.erase(fd);  // before close: Stop() never shuts down a reused number
+      }
+      ::close(fd);
+      std::lock_guard lock(self->mu);
+      if (--self->connections == 0) self->cv.notify_all();
+    };
+    try {
+      std::thread([self, fd, done] {
+        self->Serve(fd);
+        done();
+      }).detach();
+    } catch (const std::system_error& e) {
+      spdlog::warn("HTTP listener: cannot start a thread for a connection: {}", e.what());
+      done();
+    }
+  }
+}
+
+// One connection, request after request (keep-alive). Bodies are read only
+// after the headers were admitted, and never past the route's limit.
+void HttpListener::Impl::Serve(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  TimedSocket socket(fd);
+  beast::flat_buffer buffer;
+  for (;;) {
+    beast::error_code ec;
+    bhttp::request_parser<bhttp::empty_body> head_parser;
+    head_parser.header_limit(kHeaderLimit);
+    head_parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // ours, below
+    bhttp::read_header(socket, buffer, head_parser, ec);
+    if (ec) {
+      if (ec != bhttp::error::end_of_stream && ec != asio::error::eof &&
+          ec != asio::error::connection_reset && ec != asio::error::would_block &&
+          ec != asio::error::try_again && ec != asio::error::timed_out &&
+          ec != asio::error::bad_descriptor && ec != asio::error::not_connected &&
+          ec != asio::error::shut_down && ec != asio::error::broken_pipe) {
+        beast::error_code ignored;
+        Write(socket, Refusal(ec == bhttp::error::header_limit ? 431 : 400, "malformed request"),
+              11, false, ignored);
+        Linger(fd);
+      }
+      return;
+    }
+    const auto& msg = head_parser.get();
+    HttpServerRequest req;
+    req.method = std::string(msg.method_string());
+    req.path = DecodePath(msg.target());
+    req.query = DecodeQuery(msg.target());
+    for (const auto& f : msg) req.headers.emplace_back(f.name_string(), f.value());
+    unsigned version = msg.version();
+    bool keep_alive = msg.keep_alive();
+    bool expect_continue = beast::iequals(msg[bhttp::field::expect], "100-continue");
+
+    Admission admission;
+    admission.max_body_bytes = max_body_bytes;
+    if (admit) {
+      try {
+        admission = admit(req);
+      } catch (const std::exception& e) {
+        admission.refuse = Refusal(500, "internal error");
+        spdlog::error("HTTP {} {}: {}", req.method, req.path, e.what());
+      }
+      admission.max_body_bytes = std::min(admission.max_body_bytes, max_body_bytes);
+    }
+    auto length = head_parser.content_length();
+    bool has_body = head_parser.chunked() || (length && *length > 0);
+    HttpServerReply reply;
+    bool read_body = false;
+    if (admission.refuse) {
+      reply = *admission.refuse;  // refused from the headers (no or a wrong token)
+    } else if (head_parser.chunked()) {
+      // Unbounded bodies are refused: forges and workers send Content-Length.
+      reply = Refusal(411, "Content-Length required");
+    } else if (length && *length > admission.max_body_bytes) {
+      req.body_too_large = true;  // refused from the header; the body is never read
+      reply = SafeCall(handler, req);
+    } else {
+      read_body = true;
+    }
+    if (!read_body) {
+      Write(socket, reply, version, false, ec);
+      if (has_body) Linger(fd);
+      return;
+    }
+
+    std::size_t n = length.value_or(0);
+    if (n == 0) {
+      reply = SafeCall(handler, req);
+      Write(socket, reply, version, keep_alive, ec);
+      if (ec || !keep_alive) return;
+      std::lock_guard lock(mu);
+      if (stopping) return;
+      continue;
+    }
+    if (!Reserve(n)) {
+      Write(socket, Refusal(503, "too many request bodies at once; retry"), version, false, ec);
+      if (has_body) Linger(fd);
+      return;
+    }
+    struct Reservation {
+      Impl* impl;
+      std::size_t n;
+      ~Reservation() { impl->Release(n); }
+    } reservation{this, n};
+    if (expect_continue) {
+      static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+      asio::write(socket, asio::buffer(kContinue, sizeof kContinue - 1), ec);
+      if (ec) return;
+    }
+    bhttp::request_parser<bhttp::string_body> parser(std::move(head_parser));
+    parser.body_limit(admission.max_body_bytes);
+    bhttp::read(socket, buffer, parser, ec);
+    if (ec) {
+      if (ec == bhttp::error::body_limit) {
+        req.body_too_large = true;
+        Write(socket, SafeCall(handler, req), version, false, ec);
+        Linger(fd);
+      }
+      return;  // the client went away or stalled mid-body
+    }
+    req.body = std::move(parser.get().body());
+    reply = SafeCall(handler, req);
+    req.body.clear();
+    req.body.shrink_to_fit();
+    Write(socket, reply, version, keep_alive, ec);
+    if (ec || !keep_alive) return;
+    std::lock_guard lock(mu);
+    if (stopping) return;
+  }
+}
+
+HttpListener::HttpListener(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpListener::~HttpListener() { Stop(); }
+
+Result<std::unique_ptr<HttpListener>> HttpListener::Start(const ListenAddress& address,
+                                                          std::size_t max_body_bytes,
+                                                          Handler handler, Admit admit,
+                                                          ListenerLimits limits) {
+  auto impl = std::make_shared<Impl>();
+  impl->handler = std::move(handler);
+  impl->admit = std::move(admit);
+  impl->max_body_bytes = max_body_bytes;
+  impl->limits = limits;
+  auto fail = [&](const std::string& what) {
+    return Fail(ErrorKind::kUnavailable,
+                "--listen " + address.host + ":" + std::to_string(address.port) + ": " + what);
+  };
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  int gai =
+      ::getaddrinfo(address.host.c_str(), std::to_string(address.port).c_str(), &hints, &found);
+  if (gai != 0 || !found) return fail("cannot resolve " + address.host + ": " + gai_strerror(gai));
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(found, ::freeaddrinfo);
+  // Close-on-exec from the start: a child never holds our port.
+  int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
+  if (fd < 0) return fail(std::string("socket: ") + std::strerror(errno));
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd, found->ai_addr, found->ai_addrlen) != 0) {
+    int e = errno;
+    ::close(fd);
+    return fail(std::string("bind: ") + std::strerror(e));
+  }
+  if (::listen(fd, 1024) != 0) {
+    int e = errno;
+    ::close(fd);
+    return fail(std::string("listen: ") + std::strerror(e));
+  }
+  impl->listen_fd = fd;
+  impl->open = true;
+  impl->accept_thread = std::thread([impl] { impl->AcceptLoop(impl); });
+  return std::unique_ptr<HttpListener>(new HttpListener(impl));
+}
+
+void HttpListener::Stop() {
+  if (!impl_) return;
+  {
+    std::lock_guard lock(impl_->mu);
+    if (!impl_->open) return;
+    impl_->open = false;
+    impl_->stopping = true;
+  }
+  if (impl_->accept_thread.joinable()) impl_->accept_thread.join();  // within 200 ms
+  ::close(impl_->listen_fd);
+  impl_->listen_fd = -1;
+  std::unique_lock lock(impl_->mu);
+  // Connections waiting for a next request end now; a handler under way
+  // finishes (its reply may not reach the client).
+  for (int fd : impl_->sockets) ::shutdown(fd, SHUT_RD);
+  if (!impl_->cv.wait_for(lock, std::chrono::seconds(30),
+                          [&] { return impl_->connections == 0; })) {
+    spdlog::warn("closing the HTTP listener: requests still being handled after 30 s");
+  }
+}
+
+}  // namespace trainq

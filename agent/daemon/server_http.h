@@ -1,0 +1,89 @@
+// The HTTP listener of `trainq serve`: Boost.Beast's HTTP/1.1 parser on our
+// own sockets (a thread per connection), behind plain structs, so that
+// nothing else includes Beast headers and the routing (agent/daemon/server.h) is
+// testable without sockets. Request bodies are bounded while they are read:
+// the headers are admitted first (Admit: a per-route limit, or a refusal
+// such as a missing token), a Content-Length over the limit is refused
+// without reading the body, chunked bodies are refused (411), and all the
+// bodies being read or handled at once share one memory budget.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/http_client.h"
+#include "core/result.h"
+
+namespace trainq {
+
+struct HttpServerRequest {
+  std::string method;  // GET, POST, ...
+  std::string path;    // /hooks/github (no query)
+  HttpHeaders headers;
+  std::string body;
+  bool body_too_large = false;  // the body was over the limit and not read
+  // Admit's call: the headers only; a route answers with status 0 when the
+  // checks that need no body (route, method, token) pass.
+  bool headers_only = false;
+  // The query string's parameters in order, percent-decoded; a name may
+  // repeat (?experiment=a&experiment=b).
+  std::vector<std::pair<std::string, std::string>> query = {};
+};
+
+struct HttpServerReply {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+};
+
+// "127.0.0.1:8080" -> host and port. kInvalidArgument names the flag.
+struct ListenAddress {
+  std::string host;
+  int port = 0;
+  bool loopback() const;
+};
+Result<ListenAddress> ParseListenAddress(const std::string& text);
+
+// What the listener asks with a request's headers, before reading any body.
+struct Admission {
+  std::size_t max_body_bytes = 0;         // this route's limit (capped by Start's)
+  std::optional<HttpServerReply> refuse;  // set: the answer, and the body is never read
+};
+
+struct ListenerLimits {
+  // Bytes of request bodies being read or handled at once, all connections
+  // together: a request that would go over is answered 503 unread.
+  std::size_t max_inflight_body_bytes = 128u << 20;
+  int max_connections = 1024;  // more are closed at once
+};
+
+class HttpListener {
+ public:
+  using Handler = std::function<HttpServerReply(const HttpServerRequest&)>;
+  using Admit = std::function<Admission(const HttpServerRequest& head)>;
+  // Binds (close-on-exec) and starts serving; `handler` is called from
+  // several threads at once, once the whole body has arrived. `admit` (when
+  // given) sees the headers first. A Content-Length over the limit is answered
+  // by the handler with body_too_large set, without reading the body; a
+  // chunked body is refused with 411. A connection silent for 30 s
+  // mid-request is closed.
+  static Result<std::unique_ptr<HttpListener>> Start(const ListenAddress& address,
+                                                     std::size_t max_body_bytes, Handler handler,
+                                                     Admit admit = {}, ListenerLimits limits = {});
+  ~HttpListener();  // stops
+  // Stops accepting, ends idle connections and waits (30 s at most) for the
+  // handlers under way: no handler runs after Stop returns.
+  void Stop();
+
+ private:
+  struct Impl;
+  explicit HttpListener(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace trainq

@@ -1,0 +1,702 @@
+// The worker protocol on the server (agent/daemon/worker_api.h).
+#include "agent/daemon/worker_api.h"
+
+#include <fcntl.h>
+#include <openssl/rand.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "agent/results/analysis.h"
+#include "agent/repo/git_repo.h"
+#include "agent/repo/mirror.h"
+#include "agent/daemon/server.h"
+
+using nlohmann::json;
+
+namespace trainq {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string Hex(const unsigned char* data, size_t n) {
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  out.reserve(n * 2);
+  for (size_t i = 0; i < n; ++i) {
+    out += kHex[data[i] >> 4];
+    out += kHex[data[i] & 15];
+  }
+  return out;
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  return s.substr(i);
+}
+
+// Reads the pool's token file, or creates it (mode 0600) with a new token.
+Result<std::string> ReadOrCreateToken(const std::string& path) {
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  if (ec) return Fail(ErrorKind::kIo, fs::path(path).parent_path().string() + ": " + ec.message());
+  ::chmod(fs::path(path).parent_path().c_str(), 0700);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::ifstream in(path);
+    if (in) {
+      std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      token = Trim(token);
+      if (token.empty()) return Fail(ErrorKind::kInvalidArgument, path + ": empty worker token");
+      return token;
+    }
+    unsigned char bytes[32];
+    if (RAND_bytes(bytes, sizeof bytes) != 1) {
+      return Fail(ErrorKind::kInternal, "no random bytes for a worker token");
+    }
+    std::string token = Hex(bytes, sizeof bytes);
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      if (errno == EEXIST) continue;  // another process made it first: read theirs
+      return Fail(ErrorKind::kIo, path + ": " + std::strerror(errno));
+    }
+    std::string line = token + "\n";
+    bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+    ok = ::fsync(fd) == 0 && ok;
+    ::close(fd);
+    if (!ok) return Fail(ErrorKind::kIo, path + ": could not write the worker token");
+    spdlog::info("created the worker token of pool {} in {}", fs::path(path).stem().string(),
+                 path);
+    return token;
+  }
+  return Fail(ErrorKind::kIo, path + ": could not read or create the worker token");
+}
+
+HttpServerReply Json(int status, const json& body) {
+  return {status, "application/json", body.dump() + "\n"};
+}
+
+HttpServerReply ErrorReply(int status, const std::string& message) {
+  return Json(status, {{"error", message}});
+}
+
+int StatusOf(const trainq::Error& e) {
+  switch (e.kind) {
+    case ErrorKind::kNotFound:
+      return 404;
+    case ErrorKind::kConflict:
+      return 409;
+    case ErrorKind::kInvalidArgument:
+      return 400;
+    default:
+      return 503;
+  }
+}
+
+std::optional<std::int64_t> ParseId(std::string_view s) {
+  std::int64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || v <= 0) return std::nullopt;
+  return v;
+}
+
+json RunJson(const LeasedRun& r) {
+  return {{"run_id", r.run_id},         {"batch_id", r.batch_id},
+          {"token", r.token},           {"seed", r.seed},
+          {"repeat", r.repeat},         {"attempt", r.attempt},
+          {"expires_ms", r.expires_ms}, {"experiment", r.experiment},
+          {"command", r.command},       {"metric_name", r.metric_name},
+          {"metric_regex", r.metric_regex}, {"repo_url", r.repo_url},
+          {"sha", r.sha},               {"timeout_s", r.timeout_s},
+          {"gpus", r.gpus},             {"trainer", r.trainer},
+          {"group", r.group}};
+}
+
+// The body as a JSON object; nullopt when it is not one.
+std::optional<json> Body(const HttpServerRequest& req) {
+  if (req.body.empty()) return json::object();
+  auto j = json::parse(req.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  return j;
+}
+
+}  // namespace
+
+std::string TokenFilePath(const std::string& data_dir, const std::string& pool) {
+  return (fs::path(data_dir) / "tokens" / (pool + ".token")).string();
+}
+
+std::string RunLogPath(const std::string& data_dir, std::int64_t run_id) {
+  return (fs::path(data_dir) / "runs" / std::to_string(run_id) / "output.log").string();
+}
+
+Status EnsurePoolTokens(Store& store, const ServerConfig& config, const std::string& data_dir,
+                        TimeMs now) {
+  std::vector<std::pair<std::string, const SecretValue*>> pools;
+  for (const auto& p : config.pools) pools.emplace_back(p.name(), &p.token);
+  if (pools.empty()) pools.emplace_back(kDefaultPool, nullptr);
+  for (const auto& [name, secret] : pools) {
+    std::string token;
+    if (secret && !secret->empty()) {
+      token = Trim(secret->value);
+    } else {
+      ASSIGN_OR_RETURN(token, ReadOrCreateToken(TokenFilePath(data_dir, name)));
+    }
+    if (token.size() < 16) {
+      return Fail(ErrorKind::kInvalidArgument,
+                  "pool " + name + ": the worker token is too short (at least 16 characters)");
+    }
+    TRY(store.SetPoolTokenHash(name, Sha256Hex(token), now));
+  }
+  return {};
+}
+
+// ---- Server's worker routes ------------------------------------------------------
+
+std::string Server::DataDir() const {
+  if (!options_.data_dir.empty()) return options_.data_dir;
+  auto parent = fs::path(db_path_).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+void Server::NotifyWork() {
+  {
+    std::lock_guard<std::mutex> lock(work_mu_);
+    ++work_generation_;
+  }
+  work_cv_.notify_all();
+}
+
+int Server::WaitingPolls() {
+  std::lock_guard<std::mutex> lock(work_mu_);
+  return waiting_polls_;
+}
+
+void Server::StopWaiting() {
+  {
+    std::lock_guard<std::mutex> lock(work_mu_);
+    stop_waiting_ = true;
+  }
+  work_cv_.notify_all();
+}
+
+HttpServerReply Server::WorkerRoute(const HttpServerRequest& req, const std::string& path) {
+  std::string route = "unknown";
+  HttpServerReply reply;
+  try {
+    reply = WorkerRouteInner(req, path, route);
+  } catch (const json::exception& e) {
+    reply = ErrorReply(400, std::string("bad request body: ") + e.what());
+  }
+  if (reply.status == 0) return reply;  // headers_only: admitted, counted with the body
+  if (reply.status >= 400) {
+    spdlog::debug("worker API {} {}: {} {}", req.method, path, reply.status, reply.body);
+  }
+  std::lock_guard<std::mutex> lock(counters_mu_);
+  ++worker_requests_[{route, reply.status}];
+  return reply;
+}
+
+HttpServerReply Server::WorkerRouteInner(const HttpServerRequest& req, const std::string& path,
+                                         std::string& route) {
+  // /api/v1/workers/register | /api/v1/workers/{id}/lease | /api/v1/runs/{id}/{what}
+  std::vector<std::string> parts;
+  for (size_t i = 1; i <= path.size();) {
+    size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    parts.push_back(path.substr(i, j - i));
+    i = j + 1;
+  }
+  // parts: api v1 workers register | api v1 workers ID lease | api v1 runs ID WHAT
+  bool workers = parts.size() >= 4 && parts[2] == "workers";
+  if (workers && parts.size() == 4 && parts[3] == "register") {
+    route = "register";
+  } else if (parts.size() == 5 && (workers ? (parts[4] == "lease" || parts[4] == "leave")
+                                           : (parts[4] == "heartbeat" || parts[4] == "metrics" ||
+                                              parts[4] == "complete" || parts[4] == "log" ||
+                                              parts[4] == "source"))) {
+    route = parts[4];
+  } else {
+    return ErrorReply(404, "no route " + path);
+  }
+  if (req.method != "POST") return ErrorReply(405, route + ": POST only");
+  if (req.body_too_large) return ErrorReply(413, route + ": body over the server's limit");
+
+  // Authentication: the bearer token names the pool.
+  auto auth = FindHeader(req.headers, "Authorization");
+  if (!auth || !auth->starts_with("Bearer ") || Trim(auth->substr(7)).empty()) {
+    return ErrorReply(401, "missing Authorization: Bearer <pool token>");
+  }
+  std::string hash = Sha256Hex(Trim(auth->substr(7)));
+  std::optional<std::string> pool;
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    auto found = write_store_->PoolForTokenHash(hash);
+    if (!found) return ErrorReply(503, found.error().message);
+    pool = *found;
+  }
+  if (!pool) return ErrorReply(401, "unknown worker token");
+  if (req.headers_only) return {0, "", ""};
+
+  if (route == "register") return Register(*pool, req);
+  auto id = ParseId(parts[3]);
+  if (!id) return ErrorReply(404, "no route " + path + " (bad id)");
+  if (route == "lease") return LeaseRoute(*pool, *id, req);
+  if (route == "leave") return LeaveRoute(*pool, *id);
+  return RunRoute(*pool, *id, route, req);
+}
+
+HttpServerReply Server::Register(const std::string& pool, const HttpServerRequest& req) {
+  auto body = Body(req);
+  if (!body) return ErrorReply(400, "register: the body is not a JSON object");
+  Store::WorkerRegistration r;
+  r.pool = pool;
+  r.name = body->value("name", std::string());
+  r.hostname = body->value("hostname", std::string());
+  r.pid = body->value("pid", 0);
+  r.slots = std::max(1, body->value("slots", 1));
+  json resources = json::object();
+  if (auto g = body->find("gpus"); g != body->end()) {
+    if (g->is_array()) {
+      r.gpus = static_cast<int>(g->size());
+    } else if (g->is_number_integer()) {
+      r.gpus = g->get<int>();
+    } else {
+      return ErrorReply(400, "register: gpus must be a list of GPUs");
+    }
+    resources["gpus"] = *g;
+  }
+  for (const char* k : {"cpus", "memory_mb", "runs_per_gpu", "version", "pid"}) {
+    if (body->contains(k)) resources[k] = (*body)[k];
+  }
+  if (r.name.empty() && r.hostname.empty()) {
+    return ErrorReply(400, "register: a worker without a machine name must send its hostname");
+  }
+  r.resources_json = resources.dump();
+  Result<MachineRow> m;
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    m = write_store_->RegisterWorker(r, clock_.Now());
+  }
+  if (!m) {
+    // A name of another pool is not this token's machine.
+    int status = m.error().kind == ErrorKind::kInvalidArgument ? 403 : StatusOf(m.error());
+    return ErrorReply(status, m.error().message);
+  }
+  spdlog::info("worker registered: machine {} ({}) of pool {}, {} slots, {} GPUs, host {}", m->id,
+               m->name, pool, m->slots, m->gpus, m->hostname);
+  const PoolSpec* spec = config_.FindPool(pool);
+  PoolSpec defaults;
+  if (!spec) spec = &defaults;
+  NotifyWork();  // a new machine may take work a waiting call could not
+  return Json(200, {{"worker_id", m->id},
+                    {"name", m->name},
+                    {"pool", pool},
+                    {"lease_ms", options_.lease_ms},
+                    {"heartbeat_ms", options_.heartbeat_ms},
+                    {"orphan_timeout_ms", spec->orphan_timeout_ms},
+                    {"runs_per_gpu", spec->runs_per_gpu},
+                    {"self_stop", spec->self_stop}});
+}
+
+// A worker that ends on its own (--once, drained, SIGTERM) says so. A machine
+// started by hand is stopped in the store at once (its runs, if any, back to
+// the queue); a provider's machine stays for the fleet, which stops it.
+HttpServerReply Server::LeaveRoute(const std::string& pool, std::int64_t machine) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  auto m = write_store_->Machine(machine);
+  if (!m) return ErrorReply(503, m.error().message);
+  if (!*m) return ErrorReply(404, "machine " + std::to_string(machine) + " does not exist");
+  if ((*m)->pool != pool) {
+    return ErrorReply(403, "machine " + std::to_string(machine) + " is not of this token's pool");
+  }
+  if ((*m)->provider != "manual") return Json(200, {{"state", (*m)->state}});
+  if ((*m)->state == "stopped") return Json(200, {{"state", "stopped"}});
+  auto returned = write_store_->ForgetMachine(machine, clock_.Now(), "its worker left");
+  if (!returned) return ErrorReply(StatusOf(returned.error()), returned.error().message);
+  spdlog::info("worker {} ({}) of pool {} left{}", machine, (*m)->name, pool,
+               *returned ? "; " + std::to_string(*returned) + " run(s) back in the queue" : "");
+  if (*returned) NotifyWork();
+  return Json(200, {{"state", "stopped"}});
+}
+
+HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine,
+                                   const HttpServerRequest& req) {
+  auto body = Body(req);
+  if (!body) return ErrorReply(400, "lease: the body is not a JSON object");
+  const PoolSpec* spec = config_.FindPool(pool);
+  Store::LeaseLimits limits;
+  limits.max_runs = body->value("max_runs", 1);
+  limits.free_gpus = body->value("free_gpus", 0.0);
+  limits.runs_per_gpu = std::max(1, body->value("runs_per_gpu", spec ? spec->runs_per_gpu : 1));
+  limits.fuse_max = std::max(1, body->value("fuse_max", 1));
+  TimeMs wait_ms = std::clamp<TimeMs>(body->value("wait_ms", TimeMs{0}), 0, options_.max_wait_ms);
+  if (limits.max_runs <= 0) wait_ms = 0;  // no free slot: nothing to wait for
+
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    auto m = write_store_->Machine(machine);
+    if (!m) return ErrorReply(503, m.error().message);
+    if (!*m) return ErrorReply(404, "machine " + std::to_string(machine) + " does not exist");
+    if ((*m)->pool != pool) {
+      return ErrorReply(403, "machine " + std::to_string(machine) + " is not of this token's pool");
+    }
+    // A worker asks for what its free slots take; never more than the slots
+    // its machine registered.
+    limits.max_runs = std::min(limits.max_runs, std::max(1, (*m)->slots));
+  }
+
+  bool counted = false;
+  auto uncount = [&] {
+    if (!counted) return;
+    std::lock_guard<std::mutex> lock(work_mu_);
+    --waiting_polls_;
+    counted = false;
+  };
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  while (true) {
+    std::uint64_t seen;
+    {
+      std::lock_guard<std::mutex> lock(work_mu_);
+      seen = work_generation_;
+    }
+    // The first try always leases (it also records that the worker called);
+    // a re-check reads first and writes only when there may be something.
+    bool may = true;
+    if (counted) {
+      std::lock_guard<std::mutex> lock(read_mu_);
+      auto m = read_store_->MayLease(machine, clock_.Now());
+      may = !m || *m;
+    }
+    Result<std::vector<LeasedRun>> leased = std::vector<LeasedRun>{};
+    if (may) {
+      std::lock_guard<std::mutex> lock(write_mu_);
+      leased = write_store_->LeaseForMachine(machine, limits, clock_.Now(), options_.lease_ms);
+    }
+    if (!leased) {
+      uncount();
+      if (leased.error().kind == ErrorKind::kConflict) {
+        // Draining (or stopping, stopped, failed): lease nothing more, finish, exit.
+        return Json(200, {{"state", "draining"}, {"runs", json::array()}});
+      }
+      return ErrorReply(StatusOf(leased.error()), leased.error().message);
+    }
+    if (!leased->empty()) {
+      uncount();
+      json runs = json::array();
+      for (const auto& r : *leased) runs.push_back(RunJson(r));
+      return Json(200, {{"state", "ready"}, {"runs", runs}});
+    }
+    std::unique_lock<std::mutex> lock(work_mu_);
+    if (!counted) {
+      if (waiting_polls_ >= options_.max_long_polls) {
+        lock.unlock();
+        return Json(200, {{"state", "ready"}, {"runs", json::array()}});
+      }
+      ++waiting_polls_;
+      counted = true;
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (stop_waiting_ || now >= deadline) {
+      lock.unlock();
+      uncount();
+      if (wait_ms > 0) {  // the worker is still there at the end of its wait
+        std::lock_guard<std::mutex> write(write_mu_);
+        (void)write_store_->TouchWorker(machine, clock_.Now(), false);
+      }
+      return Json(200, {{"state", "ready"}, {"runs", json::array()}});
+    }
+    auto until = std::min(deadline, now + std::chrono::milliseconds(options_.recheck_ms));
+    work_cv_.wait_until(lock, until,
+                        [&] { return stop_waiting_ || work_generation_ != seen; });
+  }
+}
+
+HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
+                                 const std::string& what, const HttpServerRequest& req) {
+  std::optional<json> body;
+  std::int64_t token = 0;
+  if (what == "log") {
+    auto t = FindHeader(req.headers, "X-Trainq-Token");
+    auto parsed = t ? ParseId(Trim(*t)) : std::nullopt;
+    if (!parsed) return ErrorReply(400, "log: X-Trainq-Token header missing or not a number");
+    token = *parsed;
+  } else {
+    body = Body(req);
+    if (!body) return ErrorReply(400, what + ": the body is not a JSON object");
+    if (!body->contains("token") || !(*body)["token"].is_number_integer()) {
+      return ErrorReply(400, what + ": \"token\" (the lease's fencing token) is required");
+    }
+    token = (*body)["token"].get<std::int64_t>();
+  }
+
+  // Ownership: a current lease belongs to a machine of this token's pool (and
+  // to the calling machine when the body names it). A stale token is 409
+  // whoever holds the run now: the caller must forget it.
+  std::int64_t machine = 0;
+  TimeMs now = clock_.Now();
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    if (auto st = write_store_->CheckRunLease(run_id, token); !st) {
+      // A success after the lease expired goes on: Store::Complete takes it
+      // when nobody else holds the run, and refuses (and we log) otherwise.
+      bool late_success = what == "complete" && st.error().kind == ErrorKind::kConflict &&
+                          body && body->value("outcome", std::string()) == "succeeded";
+      if (!late_success) return ErrorReply(StatusOf(st.error()), st.error().message);
+    }
+    auto mid = write_store_->RunMachine(run_id);
+    if (!mid) return ErrorReply(StatusOf(mid.error()), mid.error().message);
+    if (!*mid) {
+      return ErrorReply(403, "run " + std::to_string(run_id) + " is not leased to a worker machine");
+    }
+    machine = **mid;
+    auto m = write_store_->Machine(machine);
+    if (!m) return ErrorReply(503, m.error().message);
+    if (!*m || (*m)->pool != pool) {
+      return ErrorReply(403, "run " + std::to_string(run_id) + " is leased to another pool's machine");
+    }
+    if (body && body->contains("worker_id") && (*body)["worker_id"].is_number_integer() &&
+        (*body)["worker_id"].get<std::int64_t>() != machine) {
+      return ErrorReply(403, "run " + std::to_string(run_id) + " is leased to machine " +
+                            std::to_string(machine));
+    }
+  }
+
+  if (what == "source") {
+    {
+      std::lock_guard<std::mutex> lock(write_mu_);
+      (void)write_store_->TouchWorker(machine, now, false);
+    }
+    return SourceRoute(run_id);
+  }
+  if (what == "log") {
+    auto reply = AppendLog(run_id, token, req);
+    std::lock_guard<std::mutex> lock(write_mu_);
+    (void)write_store_->TouchWorker(machine, now, false);
+    return reply;
+  }
+
+  std::lock_guard<std::mutex> lock(write_mu_);
+  Store& store = *write_store_;
+  if (what == "heartbeat") {
+    if (body->value("started", false)) {
+      auto run = store.Run(run_id);
+      if (run && *run && (*run)->state == RunState::kLeased) {
+        if (auto st = store.MarkRunning(run_id, token, now, RunLogPath(DataDir(), run_id)); !st) {
+          return ErrorReply(StatusOf(st.error()), st.error().message);
+        }
+      }
+    }
+    auto expires = store.Heartbeat(run_id, token, now, options_.lease_ms);
+    if (!expires) return ErrorReply(StatusOf(expires.error()), expires.error().message);
+    (void)store.TouchWorker(machine, now, true);
+    return Json(200, {{"expires_ms", *expires}});
+  }
+  if (what == "metrics") {
+    std::vector<MetricPoint> points;
+    auto p = body->find("points");
+    if (p != body->end()) {
+      if (!p->is_array()) return ErrorReply(400, "metrics: \"points\" must be a list");
+      for (const auto& pt : *p) {
+        if (!pt.is_object() || !pt.contains("name") || !pt.contains("value") ||
+            !pt["value"].is_number()) {
+          return ErrorReply(400, "metrics: each point needs a \"name\" and a numeric \"value\"");
+        }
+        MetricPoint mp;
+        mp.name = pt["name"].get<std::string>();
+        mp.value = pt["value"].get<double>();
+        if (pt.contains("step") && pt["step"].is_number_integer()) {
+          mp.step = pt["step"].get<std::int64_t>();
+        }
+        mp.final = pt.value("final", false);
+        points.push_back(std::move(mp));
+      }
+    }
+    auto stored = store.MetricCount(run_id);
+    if (!stored) return ErrorReply(StatusOf(stored.error()), stored.error().message);
+    if (*stored + static_cast<std::int64_t>(points.size()) > kMaxMetricPointsPerRun) {
+      return ErrorReply(413, "metrics: run " + std::to_string(run_id) + " would have over " +
+                                 std::to_string(kMaxMetricPointsPerRun) + " points");
+    }
+    if (auto st = store.AddMetrics(run_id, token, points, now); !st) {
+      return ErrorReply(StatusOf(st.error()), st.error().message);
+    }
+    (void)store.TouchWorker(machine, now, true);
+    return Json(200, json::object());
+  }
+  // complete
+  std::string outcome = body->value("outcome", std::string());
+  std::string error = body->value("error", std::string());
+  std::optional<int> exit_code;
+  if (body->contains("exit_code") && (*body)["exit_code"].is_number_integer()) {
+    exit_code = (*body)["exit_code"].get<int>();
+  }
+  std::string state;
+  if (outcome == "succeeded") {
+    if (!body->contains("metric_value") || !(*body)["metric_value"].is_number()) {
+      return ErrorReply(400, "complete: a succeeded run needs a numeric \"metric_value\"");
+    }
+    auto st = store.Complete(run_id, token, now, (*body)["metric_value"].get<double>(),
+                             exit_code.value_or(0));
+    if (!st) {
+      if (st.error().kind == ErrorKind::kConflict) {
+        spdlog::warn("run {}: a success refused: {}", run_id, st.error().message);
+      }
+      return ErrorReply(StatusOf(st.error()), st.error().message);
+    }
+    state = "succeeded";
+  } else if (outcome == "failed") {
+    // "retry": false: a configuration error (agent/runner/run_outcome.h), dead now.
+    bool retry = !(body->contains("retry") && (*body)["retry"].is_boolean() &&
+                   !(*body)["retry"].get<bool>());
+    auto st = store.FailRun(run_id, token, now, error.empty() ? "failed on the worker" : error,
+                            exit_code, retry);
+    if (!st) return ErrorReply(StatusOf(st.error()), st.error().message);
+    state = std::string(RunStateName(*st));
+  } else if (outcome == "interrupted") {
+    auto st = store.Interrupt(run_id, token, now, error.empty() ? "worker stopped" : error);
+    if (!st) return ErrorReply(StatusOf(st.error()), st.error().message);
+    state = "queued";
+  } else {
+    return ErrorReply(400, "complete: outcome must be succeeded, failed or interrupted, got \"" +
+                          outcome + "\"");
+  }
+  (void)store.TouchWorker(machine, now, true);
+  if (state != "queued") {
+    // Adaptive repeats: a batch whose spread is still too wide for its
+    // `until` grows by `step` runs (agent/results/analysis.h), as with local slots.
+    if (auto row = store.Run(run_id); row && *row) {
+      auto added = ExtendIfNeeded(store, (*row)->batch_id, now);
+      if (!added) {
+        spdlog::warn("run {}: adaptive repeats: {}", run_id, added.error().message);
+      } else if (*added > 0) {
+        NotifyWork();
+      }
+    }
+  }
+  if (state == "queued") NotifyWork();  // back in the queue: a waiting worker may take it
+  return Json(200, {{"state", state}});
+}
+
+// The commit a run needs, as a git packfile (GitRepo::PackCommit), for a
+// worker that cannot reach the repository itself (a cloud machine given the
+// path of the server's mirror). Built outside the write lock.
+HttpServerReply Server::SourceRoute(std::int64_t run_id) {
+  std::string repo_url, sha;
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    auto run = write_store_->Run(run_id);
+    if (!run) return ErrorReply(503, run.error().message);
+    if (!*run) return ErrorReply(404, "source: no run " + std::to_string(run_id));
+    auto batch = write_store_->Batch((*run)->batch_id);
+    if (!batch) return ErrorReply(503, batch.error().message);
+    if (!*batch) return ErrorReply(404, "source: run " + std::to_string(run_id) + " has no batch");
+    repo_url = (*batch)->repo_url;
+    sha = (*run)->sha;
+  }
+  std::error_code ec;
+  std::string dir = repo_url;
+  if (!fs::is_directory(dir, ec) && repo_url.find("://") != std::string::npos) {
+    dir = Mirror::PathFor(DataDir(), repo_url);
+  }
+  if (!fs::is_directory(dir, ec)) {
+    return ErrorReply(404, "source: the server has no copy of " + repo_url);
+  }
+  std::string key = dir + "\n" + sha;
+  std::lock_guard<std::mutex> lock(pack_mu_);
+  if (key != pack_key_) {
+    auto repo = GitRepo::Open(dir);
+    if (!repo) return ErrorReply(StatusOf(repo.error()), "source: " + repo.error().message);
+    auto pack = repo->PackCommit(sha);
+    if (!pack) return ErrorReply(StatusOf(pack.error()), "source: " + pack.error().message);
+    pack_ = std::move(*pack);
+    pack_key_ = key;
+    spdlog::info("run {}: serving commit {} as a {} byte packfile", run_id, sha.substr(0, 12),
+                 pack_.size());
+  }
+  HttpServerReply reply;
+  reply.status = 200;
+  reply.content_type = "application/x-git-packfile";
+  reply.body = pack_;
+  return reply;
+}
+
+HttpServerReply Server::AppendLog(std::int64_t run_id, std::int64_t token,
+                                  const HttpServerRequest& req) {
+  auto off = FindHeader(req.headers, "X-Trainq-Offset");
+  std::int64_t offset = 0;
+  if (off) {
+    std::string t = Trim(*off);
+    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), offset);
+    if (ec != std::errc() || p != t.data() + t.size() || offset < 0) {
+      return ErrorReply(400, "log: X-Trainq-Offset must be a byte offset, got \"" + *off + "\"");
+    }
+  }
+  std::string path = RunLogPath(DataDir(), run_id);
+  std::string marker_path = path + ".attempt";
+  std::lock_guard<std::mutex> lock(log_mu_);
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  if (ec) return ErrorReply(503, "log: " + ec.message());
+  std::int64_t size = fs::exists(path, ec) ? static_cast<std::int64_t>(fs::file_size(path, ec)) : 0;
+  // Where this attempt's bytes start in output.log: "<token> <base>" in the
+  // marker; a new token starts a new section.
+  std::int64_t base = -1;
+  {
+    std::ifstream in(marker_path);
+    std::int64_t t = 0, b = 0;
+    if (in >> t >> b && t == token && b <= size) base = b;
+  }
+  if (base < 0) {
+    std::ofstream out(path, std::ios::app | std::ios::binary);
+    if (size > 0) {
+      std::string header = "\n--- trainq: lease " + std::to_string(token) + " ---\n";
+      out << header;
+      size += static_cast<std::int64_t>(header.size());
+    }
+    base = size;
+    std::ofstream marker(marker_path, std::ios::trunc);
+    marker << token << " " << base << "\n";
+    if (!out || !marker) return ErrorReply(503, "log: could not write " + path);
+  }
+  std::int64_t stored = size - base;
+  // Past the per-attempt cap, bytes are taken and dropped: the worker moves on.
+  auto accepted = static_cast<std::int64_t>(offset + std::ssize(req.body));
+  if (stored >= kMaxLogBytesPerAttempt) {
+    return Json(200, {{"size", std::max(stored, accepted)}});
+  }
+  if (offset > stored) {
+    return Json(400, {{"error", "log: offset " + std::to_string(offset) + " is past the " +
+                                    std::to_string(stored) + " bytes stored; resend from there"},
+                      {"size", stored}});
+  }
+  std::int64_t skip = stored - offset;
+  if (skip < static_cast<std::int64_t>(req.body.size())) {
+    std::int64_t n = std::min<std::int64_t>(std::ssize(req.body) - skip,
+                                            kMaxLogBytesPerAttempt - stored);
+    std::ofstream out(path, std::ios::app | std::ios::binary);
+    out.write(req.body.data() + skip, static_cast<std::streamsize>(n));
+    stored += n;
+    if (stored >= kMaxLogBytesPerAttempt) {
+      out << "\n--- trainq: log truncated at " << (kMaxLogBytesPerAttempt >> 20)
+          << " MB for this attempt ---\n";
+      stored = std::max(stored, accepted);
+    }
+    out.flush();
+    if (!out) return ErrorReply(503, "log: could not write " + path);
+  }
+  return Json(200, {{"size", stored}});
+}
+
+}  // namespace trainq

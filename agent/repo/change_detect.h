@@ -1,0 +1,49 @@
+// Change detection: which experiments a commit must run, and why.
+//
+// A pure function of the paths that changed between two commits and the
+// trainq.yaml at both ends. An experiment runs when
+//   - a changed path (for a rename: the old or the new path) matches one of its
+//     `watch` globs, or its `trainer` spec file changed;
+//   - its own entry in trainq.yaml is new or changed;
+//   - `defaults` in trainq.yaml changed (then every experiment runs).
+//
+// Globs are matched against the whole path from the repository root:
+//   `*`  any run of characters inside one path segment (never '/');
+//   `?`  one character other than '/';
+//   `**` as a whole segment: zero or more segments (`data/**`, `**/*.py`,
+//        `models/**/weights.bin`); inside a segment it acts like `*`.
+// Every other character matches itself. `*.py` matches `train.py` but not
+// `src/train.py`; write `**/*.py` for any depth.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/repo/manifest.h"
+
+namespace trainq {
+
+struct ChangedPath {
+  enum class Kind { kAdded, kModified, kDeleted, kRenamed, kCopied, kTypeChanged };
+  Kind kind = Kind::kModified;
+  std::string old_path;  // same as new_path unless renamed or copied; empty when added
+  std::string new_path;  // empty when deleted
+};
+
+struct ExperimentTrigger {
+  std::string experiment;
+  std::vector<std::string> reasons;  // each one line, e.g. "configs/a.yaml matches watch 'configs/*'"
+  // The reasons joined with "; " (long lists shortened), for the batch's `reason`.
+  std::string Reason() const;
+};
+
+bool GlobMatch(std::string_view pattern, std::string_view path);
+
+// `before` is the manifest at the base commit, or nullptr when there was none
+// (a first commit, or trainq.yaml was added): then every experiment is new.
+// The result follows the order of `after.experiments`.
+std::vector<ExperimentTrigger> DetectChanges(const std::vector<ChangedPath>& changes,
+                                             const Manifest* before, const Manifest& after);
+
+}  // namespace trainq

@@ -1,0 +1,497 @@
+#include "agent/repo/manifest.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <nlohmann/json.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "agent/repo/sweep_spec.h"
+#include "core/strings.h"
+
+namespace trainq {
+
+namespace {
+
+// Collects context for error messages: file name and the key path so far.
+class Parser {
+ public:
+  explicit Parser(std::string_view file) : file_(file) {}
+
+  std::unexpected<Error> Err(const YAML::Node& node, const std::string& path,
+                             const std::string& msg) const {
+    std::string where = file_;
+    // yaml-cpp marks an empty value at the token after it; the key's line is
+    // the one the user has to fix.
+    auto key_line = null_key_lines_.find(path);
+    if (node.IsDefined() && node.IsNull() && key_line != null_key_lines_.end()) {
+      where += ":" + std::to_string(key_line->second);
+    } else if (node.IsDefined() && node.Mark().line >= 0) {
+      where += ":" + std::to_string(node.Mark().line + 1);
+    }
+    return Fail(ErrorKind::kInvalidArgument,
+                where + ": " + (path.empty() ? "" : path + ": ") + msg);
+  }
+
+  // Records the line of every key whose value is empty, by key path.
+  void IndexEmptyValues(const YAML::Node& n, const std::string& path) {
+    if (n.IsMap()) {
+      for (const auto& kv : n) {
+        std::string p = path.empty() ? kv.first.Scalar() : path + "." + kv.first.Scalar();
+        if (kv.second.IsNull()) null_key_lines_[p] = kv.first.Mark().line + 1;
+        IndexEmptyValues(kv.second, p);
+      }
+    } else if (n.IsSequence()) {
+      for (const auto& item : n) IndexEmptyValues(item, path);
+    }
+  }
+
+  // A key written twice in one mapping: yaml-cpp keeps both pairs, and a
+  // lookup finds only the first, so the second would be ignored silently.
+  Status CheckDuplicates(const YAML::Node& n, const std::string& path) const {
+    if (n.IsMap()) {
+      std::map<std::string, int> seen;
+      for (const auto& kv : n) {
+        const std::string& key = kv.first.Scalar();
+        std::string p = path.empty() ? key : path + "." + key;
+        auto [it, fresh] = seen.try_emplace(key, kv.first.Mark().line + 1);
+        if (!fresh) {
+          return Err(kv.first, p,
+                     "duplicate key (first written at line " + std::to_string(it->second) +
+                         "; YAML would keep only one of them)");
+        }
+        TRY(CheckDuplicates(kv.second, p));
+      }
+    } else if (n.IsSequence()) {
+      for (const auto& item : n) TRY(CheckDuplicates(item, path));
+    }
+    return {};
+  }
+
+  static std::string Show(const YAML::Node& n) {
+    if (n.IsScalar()) return "\"" + n.Scalar() + "\"";
+    if (n.IsSequence()) return "a list";
+    if (n.IsMap()) return "a mapping";
+    return "nothing";
+  }
+
+  Status CheckKeys(const YAML::Node& map, const std::string& path,
+                   const std::set<std::string>& allowed) const {
+    for (const auto& kv : map) {
+      auto key = kv.first.Scalar();
+      if (!allowed.count(key)) {
+        std::string list;
+        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+        return Err(kv.first, path.empty() ? key : path + "." + key,
+                   "unknown key (expected one of: " + list + ")");
+      }
+    }
+    return {};
+  }
+
+  Result<std::int64_t> Int(const YAML::Node& n, const std::string& path, std::int64_t min,
+                           const char* what) const {
+    if (!n.IsScalar()) return Err(n, path, std::string("expected ") + what + ", got " + Show(n));
+    const std::string& s = n.Scalar();
+    std::int64_t v = 0;
+    size_t i = 0;
+    bool neg = !s.empty() && s[0] == '-';
+    if (neg) i = 1;
+    if (i >= s.size()) return Err(n, path, std::string("expected ") + what + ", got " + Show(n));
+    for (; i < s.size(); ++i) {
+      if (s[i] < '0' || s[i] > '9' || v > 1'000'000'000'000LL) {
+        return Err(n, path, std::string("expected ") + what + ", got " + Show(n));
+      }
+      v = v * 10 + (s[i] - '0');
+    }
+    if (neg) v = -v;
+    if (v < min) return Err(n, path, std::string("expected ") + what + ", got " + Show(n));
+    return v;
+  }
+
+  Result<std::string> Str(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsScalar()) return Err(n, path, "expected a string, got " + Show(n));
+    return n.Scalar();
+  }
+
+  Result<std::int64_t> Duration(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsScalar()) return Err(n, path, "expected a duration such as 90s, 15m or 2h, got " +
+                                               Show(n));
+    auto d = ParseDurationSeconds(n.Scalar());
+    if (!d) return Err(n, path, d.error().message);
+    if (*d <= 0) return Err(n, path, "expected a positive duration, got " + Show(n));
+    return *d;
+  }
+
+  // Applies the keys shared by `defaults` and experiments onto `e`.
+  Status ApplyCommon(const YAML::Node& map, const std::string& path, Experiment& e) const {
+    if (auto n = map["repeats"]) {
+      std::string rp = path + ".repeats";
+      if (n.IsMap()) {
+        TRY(CheckKeys(n, rp, {"min", "max", "step", "until"}));
+        AdaptiveRepeats a;
+        if (!n["min"]) return Err(n, rp + ".min", "missing (the runs queued at first)");
+        if (!n["max"]) return Err(n, rp + ".max", "missing (the most runs ever queued)");
+        if (!n["until"]) {
+          return Err(n, rp + ".until", "missing (`decided` or {ci_halfwidth: 0.005})");
+        }
+        ASSIGN_OR_RETURN(auto lo, Int(n["min"], rp + ".min", 2, "an integer of at least 2"));
+        ASSIGN_OR_RETURN(auto hi, Int(n["max"], rp + ".max", 2, "an integer of at least 2"));
+        if (hi < lo) return Err(n["max"], rp + ".max", "must be at least min (" +
+                                                           std::to_string(lo) + ")");
+        if (hi > 100000) return Err(n["max"], rp + ".max", "at most 100000 repeats");
+        a.max = static_cast<int>(hi);
+        a.step = static_cast<int>(lo);
+        if (auto st = n["step"]) {
+          ASSIGN_OR_RETURN(auto v, Int(st, rp + ".step", 1, "a positive integer"));
+          a.step = static_cast<int>(v);
+        }
+        auto until = n["until"];
+        if (until.IsScalar() && until.Scalar() == "decided") {
+          a.decided = true;
+        } else if (until.IsMap()) {
+          TRY(CheckKeys(until, rp + ".until", {"ci_halfwidth"}));
+          auto hw = until["ci_halfwidth"];
+          if (!hw) return Err(until, rp + ".until.ci_halfwidth", "missing");
+          ASSIGN_OR_RETURN(auto v, Positive(hw, rp + ".until.ci_halfwidth"));
+          a.ci_halfwidth = v;
+        } else {
+          return Err(until, rp + ".until",
+                     "expected `decided` or {ci_halfwidth: NUMBER}, got " + Show(until));
+        }
+        e.repeats = static_cast<int>(lo);
+        e.adaptive = a;
+        return ApplyRest(map, path, e);
+      }
+      ASSIGN_OR_RETURN(auto v, Int(n, rp, 1, "a positive integer"));
+      if (v > 100000) return Err(n, rp, "at most 100000 repeats, got " + Show(n));
+      e.repeats = static_cast<int>(v);
+      e.adaptive.reset();
+    }
+    return ApplyRest(map, path, e);
+  }
+
+  Result<double> Positive(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsScalar()) return Err(n, path, "expected a positive number, got " + Show(n));
+    char* end = nullptr;
+    double v = std::strtod(n.Scalar().c_str(), &end);
+    if (!end || *end != '\0' || n.Scalar().empty() || !(v > 0) || !std::isfinite(v)) {
+      return Err(n, path, "expected a positive number, got " + Show(n));
+    }
+    return v;
+  }
+
+  Status ApplyRest(const YAML::Node& map, const std::string& path, Experiment& e) const {
+    if (auto n = map["seed"]) {
+      ASSIGN_OR_RETURN(e.seed, Int(n, path + ".seed", 0, "a non-negative integer"));
+    }
+    if (auto n = map["timeout"]) {
+      ASSIGN_OR_RETURN(e.timeout_s, Duration(n, path + ".timeout"));
+    }
+    if (auto n = map["max_attempts"]) {
+      ASSIGN_OR_RETURN(auto v, Int(n, path + ".max_attempts", 1, "a positive integer"));
+      e.max_attempts = static_cast<int>(v);
+    }
+    if (auto n = map["baseline"]) {
+      ASSIGN_OR_RETURN(e.baseline, Str(n, path + ".baseline"));
+      if (e.baseline != "auto" && e.baseline != "reuse" && e.baseline != "off") {
+        return Err(n, path + ".baseline", "expected auto, reuse or off, got " + Show(n));
+      }
+    }
+    if (auto n = map["metric"]) {
+      std::string mp = path + ".metric";
+      if (n.IsScalar()) {
+        e.metric.name = n.Scalar();
+      } else if (n.IsMap()) {
+        TRY(CheckKeys(n, mp, {"name", "goal", "regex", "min_effect"}));
+        if (auto m = n["min_effect"]) {
+          ASSIGN_OR_RETURN(auto v, Positive(m, mp + ".min_effect"));
+          e.metric.min_effect = v;
+        }
+        if (auto m = n["name"]) { ASSIGN_OR_RETURN(e.metric.name, Str(m, mp + ".name")); }
+        if (auto m = n["goal"]) {
+          ASSIGN_OR_RETURN(e.metric.goal, Str(m, mp + ".goal"));
+          if (e.metric.goal != "max" && e.metric.goal != "min") {
+            return Err(m, mp + ".goal", "expected max or min, got " + Show(m));
+          }
+        }
+        if (auto m = n["regex"]) {
+          ASSIGN_OR_RETURN(e.metric.regex, Str(m, mp + ".regex"));
+          try {
+            std::regex re(e.metric.regex);
+            if (re.mark_count() < 1) {
+              return Err(m, mp + ".regex",
+                         "needs one capture group around the number, e.g. 'acc=([0-9.]+)'");
+            }
+          } catch (const std::regex_error& ex) {
+            return Err(m, mp + ".regex", std::string("invalid regular expression: ") + ex.what());
+          }
+        }
+      } else {
+        return Err(n, mp, "expected a name or {name, goal, regex}, got " + Show(n));
+      }
+      if (e.metric.name.empty()) return Err(n, mp + ".name", "must not be empty");
+    }
+    if (auto n = map["resources"]) {
+      std::string rp = path + ".resources";
+      if (!n.IsMap()) return Err(n, rp, "expected a mapping such as {gpus: 1}, got " + Show(n));
+      TRY(CheckKeys(n, rp, {"gpus", "pool"}));
+      if (auto g = n["gpus"]) {
+        ASSIGN_OR_RETURN(auto v, Int(g, rp + ".gpus", 0, "a non-negative integer"));
+        e.gpus = static_cast<int>(v);
+      }
+      if (auto p = n["pool"]) {
+        if (!p.IsScalar() || p.Scalar().empty()) {
+          return Err(p, rp + ".pool", "expected a pool name such as gpu, got " + Show(p));
+        }
+        e.pool = p.Scalar();
+      }
+    }
+    return {};
+  }
+
+ private:
+  std::string file_;
+  std::map<std::string, int> null_key_lines_;
+};
+
+std::string Normalise(const YAML::Node& n) {
+  YAML::Emitter out;
+  out.SetMapFormat(YAML::Flow);
+  out.SetSeqFormat(YAML::Flow);
+  out << n;
+  return out.c_str();
+}
+
+// Every `{name}` in a command must be a placeholder trainq substitutes; a
+// shell's `${VAR}` is left alone.
+std::optional<std::string> UnknownPlaceholder(std::string_view command) {
+  static const std::regex re("\\{([A-Za-z_][A-Za-z0-9_]*)\\}");
+  std::string text(command);
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
+       ++it) {
+    auto pos = static_cast<size_t>(it->position(0));
+    if (pos > 0 && text[pos - 1] == '$') continue;
+    const auto& known = KnownPlaceholders();
+    if (std::find(known.begin(), known.end(), (*it)[1].str()) == known.end()) {
+      return (*it)[0].str();
+    }
+  }
+  return std::nullopt;
+}
+
+// What is wrong with a watch glob, or nothing.
+std::optional<std::string> BadGlob(std::string_view glob) {
+  if (glob.empty()) return "an empty glob matches nothing";
+  for (char c : {'[', ']', '{', '}', '\\'}) {
+    if (glob.find(c) != std::string_view::npos) {
+      return std::string("'") + c +
+             "' is not supported (globs know `*`, `?` and `**` as a whole path part)";
+    }
+  }
+  std::string_view rest = glob;
+  while (rest.starts_with("./")) rest.remove_prefix(2);
+  if (rest.starts_with("/")) rest.remove_prefix(1);
+  size_t start = 0;
+  while (start <= rest.size()) {
+    size_t slash = rest.find('/', start);
+    std::string_view part =
+        rest.substr(start, slash == std::string_view::npos ? std::string_view::npos
+                                                           : slash - start);
+    if (part.empty()) return "has an empty path part ('//' or a trailing '/')";
+    if (part == "." || part == "..") return "paths are relative to the repository root; no '.' or '..' parts";
+    if (part != "**" && part.find("**") != std::string_view::npos) {
+      return "`**` must be a whole path part, as in `src/**/*.py`";
+    }
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  return std::nullopt;
+}
+
+bool ValidName(const std::string& s) {
+  static const std::regex re("[A-Za-z0-9][A-Za-z0-9_.-]*");
+  return std::regex_match(s, re);
+}
+
+}  // namespace
+
+const std::vector<std::string>& KnownPlaceholders() {
+  static const std::vector<std::string> known = {"seed", "repeat", "run_id", "output_dir"};
+  return known;
+}
+
+std::string Experiment::ResolvedCommand() const {
+  if (!command.empty()) return command;
+  return "trainq-train " + ShellQuote(trainer);
+}
+
+BatchSpec Experiment::ToBatchSpec(std::string reason) const {
+  BatchSpec b;
+  b.experiment = name;
+  b.command = ResolvedCommand();
+  b.metric_name = metric.name;
+  b.metric_goal = metric.goal;
+  b.metric_regex = metric.regex;
+  b.repeats = repeats;
+  b.seed_start = seed;
+  b.gpus = gpus;
+  b.timeout_s = timeout_s;
+  b.max_attempts = max_attempts;
+  b.pool = pool;
+  b.reason = std::move(reason);
+  nlohmann::json j = {{"command", command},           {"trainer", trainer},
+                      {"watch", watch},               {"repeats", repeats},
+                      {"seed", seed},                 {"metric", {{"name", metric.name},
+                                                                  {"goal", metric.goal},
+                                                                  {"regex", metric.regex}}},
+                      {"resources", {{"gpus", gpus}}}, {"timeout_s", timeout_s},
+                      {"max_attempts", max_attempts}};
+  if (!pool.empty()) j["resources"]["pool"] = pool;
+  if (baseline != "auto") j["baseline"] = baseline;
+  if (metric.min_effect) j["metric"]["min_effect"] = *metric.min_effect;
+  if (adaptive) {
+    nlohmann::json a = {{"min", repeats}, {"max", adaptive->max}, {"step", adaptive->step}};
+    if (adaptive->decided) a["until"] = "decided";
+    if (adaptive->ci_halfwidth) a["until"] = {{"ci_halfwidth", *adaptive->ci_halfwidth}};
+    j["adaptive"] = a;
+  }
+  b.spec_json = j.dump();
+  return b;
+}
+
+const Experiment* Manifest::Find(std::string_view name) const {
+  for (const auto& e : experiments) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> Manifest::Names() const {
+  std::vector<std::string> out;
+  for (const auto& e : experiments) out.push_back(e.name);
+  return out;
+}
+
+Result<Manifest> ParseManifest(std::string_view text, std::string_view filename) {
+  Parser p(filename);
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::ParserException& ex) {
+    return Fail(ErrorKind::kInvalidArgument, std::string(filename) + ":" +
+                                                 std::to_string(ex.mark.line + 1) +
+                                                 ": invalid YAML: " + ex.msg);
+  }
+  if (!root.IsMap()) {
+    return Fail(ErrorKind::kInvalidArgument,
+                std::string(filename) + ":1: expected a mapping with `version` and `experiments`");
+  }
+  p.IndexEmptyValues(root, "");
+  TRY(p.CheckDuplicates(root, ""));
+  TRY(p.CheckKeys(root, "", {"version", "defaults", "experiments"}));
+  Manifest m;
+  auto version = root["version"];
+  if (!version) {
+    return Fail(ErrorKind::kInvalidArgument,
+                std::string(filename) + ":1: version: missing (write `version: 1`)");
+  }
+  ASSIGN_OR_RETURN(auto v, p.Int(version, "version", 1, "1"));
+  if (v != 1) return p.Err(version, "version", "unsupported version " + version.Scalar() +
+                                                   " (this trainq reads version 1)");
+
+  Experiment defaults;
+  if (auto d = root["defaults"]) {
+    if (!d.IsMap()) return p.Err(d, "defaults", "expected a mapping, got " + Parser::Show(d));
+    TRY(p.CheckKeys(d, "defaults",
+                    {"repeats", "seed", "metric", "resources", "timeout", "max_attempts",
+                     "baseline"}));
+    TRY(p.ApplyCommon(d, "defaults", defaults));
+    m.defaults_definition = Normalise(d);
+  }
+
+  auto exps = root["experiments"];
+  if (!exps) {
+    return Fail(ErrorKind::kInvalidArgument,
+                std::string(filename) + ":1: experiments: missing (at least one experiment)");
+  }
+  if (!exps.IsMap() || exps.size() == 0) {
+    return p.Err(exps, "experiments", "expected a mapping of experiment names to definitions");
+  }
+  for (const auto& kv : exps) {
+    std::string name = kv.first.Scalar();
+    std::string path = "experiments." + name;
+    if (!ValidName(name)) {
+      return p.Err(kv.first, path,
+                   "experiment names use letters, digits, '_', '.' and '-', starting with a letter "
+                   "or digit");
+    }
+    const YAML::Node& def = kv.second;
+    if (!def.IsMap()) return p.Err(def, path, "expected a mapping, got " + Parser::Show(def));
+    TRY(p.CheckKeys(def, path,
+                    {"command", "trainer", "watch", "repeats", "seed", "metric", "resources",
+                     "timeout", "max_attempts", "baseline", "sweep"}));
+    Experiment e = defaults;
+    e.name = name;
+    e.line = kv.first.Mark().line + 1;
+    if (auto c = def["command"]) {
+      ASSIGN_OR_RETURN(e.command, p.Str(c, path + ".command"));
+      e.command_line = c.Mark().line + 1;
+      // With a sweep its parameters are placeholders too: CheckSweepTarget
+      // checks the command against them below.
+      if (auto bad = def["sweep"] ? std::nullopt : UnknownPlaceholder(e.command)) {
+        std::string known;
+        for (const auto& k : KnownPlaceholders()) known += (known.empty() ? "{" : ", {") + k + "}";
+        return p.Err(c, path + ".command",
+                     "unknown placeholder " + *bad + " (known: " + known + ")");
+      }
+    }
+    if (auto t = def["trainer"]) {
+      ASSIGN_OR_RETURN(e.trainer, p.Str(t, path + ".trainer"));
+      e.trainer_line = t.Mark().line + 1;
+    }
+    if (e.command.empty() == e.trainer.empty()) {
+      return p.Err(kv.first, path,
+                   e.command.empty() ? "needs `command` (a shell command) or `trainer` (a spec)"
+                                     : "has both `command` and `trainer`; keep one");
+    }
+    if (auto w = def["watch"]) {
+      e.watch_line = w.Mark().line + 1;
+      auto add = [&](const YAML::Node& g) -> Status {
+        ASSIGN_OR_RETURN(auto s, p.Str(g, path + ".watch"));
+        if (auto bad = BadGlob(s)) {
+          return p.Err(g, path + ".watch", "glob '" + s + "': " + *bad);
+        }
+        e.watch.push_back(s);
+        return {};
+      };
+      if (w.IsScalar()) {
+        TRY(add(w));
+      } else if (w.IsSequence()) {
+        for (const auto& g : w) TRY(add(g));
+      } else {
+        return p.Err(w, path + ".watch", "expected a list of globs, got " + Parser::Show(w));
+      }
+    }
+    TRY(p.ApplyCommon(def, path, e));
+    e.definition = Normalise(def);
+    if (auto sw = def["sweep"]) {
+      // A sweep (agent/repo/sweep_spec.h) is checked here, so that a mistake fails
+      // the submission; it is not part of the experiment's inputs.
+      ASSIGN_OR_RETURN(auto spec, ParseSweep(sw, path + ".sweep", filename));
+      TRY(CheckSweepTarget(spec, e, sw, path + ".sweep", filename));
+      YAML::Node rest = YAML::Clone(def);
+      rest.remove("sweep");
+      e.definition = Normalise(rest);
+    }
+    if (m.Find(name)) return p.Err(kv.first, path, "defined twice");
+    m.experiments.push_back(std::move(e));
+  }
+  return m;
+}
+
+}  // namespace trainq

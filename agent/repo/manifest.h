@@ -1,0 +1,85 @@
+// trainq.yaml, version 1: which experiments a repository has and how to run them.
+//
+// Every error names the file, the line and the key path, e.g.
+//   trainq.yaml:12: experiments.lstm.repeats: expected a positive integer, got "ten"
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+#include "queue/store.h"
+
+namespace trainq {
+
+struct MetricSpec {
+  std::string name = "accuracy";
+  std::string goal = "max";  // max | min
+  std::string regex;         // applied to the run's output when the metrics file lacks the metric
+  std::optional<double> min_effect;  // smallest difference worth calling better/worse
+};
+
+// `repeats: {min: 5, max: 30, step: 5, until: {ci_halfwidth: 0.005}}` or
+// `until: decided`: start with `min` runs, add `step` more while the rule is
+// not met, never beyond `max`. See docs/STATISTICS.md for why this is sound.
+struct AdaptiveRepeats {
+  int max = 0;
+  int step = 0;
+  std::optional<double> ci_halfwidth;  // stop once the 95 % interval is this narrow
+  bool decided = false;                // stop once the verdict against the parent is decided
+};
+
+struct Experiment {
+  std::string name;
+  std::string command;  // shell command; {seed}, {repeat}, {output_dir}, {run_id} are substituted
+  std::string trainer;  // path of a trainq-train spec, relative to the repository root
+  std::vector<std::string> watch;
+  int repeats = 10;  // with `adaptive`, the first round (`min`)
+  std::optional<AdaptiveRepeats> adaptive;
+  std::int64_t seed = 1;
+  MetricSpec metric;
+  int gpus = 0;
+  std::string pool;  // resources.pool: the machine pool that runs it; "" = any
+  std::int64_t timeout_s = 7200;
+  int max_attempts = 3;
+  // What a batch of it is compared with when no batch exists at the base
+  // commit or an ancestor with the same inputs: "auto" queues one there with
+  // the same seeds, "reuse" only uses existing batches, "off" compares nothing.
+  std::string baseline = "auto";
+  int line = 0;              // where the experiment is defined
+  int command_line = 0;      // where `command` / `trainer` / `watch` are written (0: inherited/none)
+  int trainer_line = 0;
+  int watch_line = 0;
+  std::string definition;    // its YAML, normalised: compared across commits
+
+  // The shell command a run executes (a trainer experiment runs trainq-train).
+  std::string ResolvedCommand() const;
+  // The batch this experiment becomes at a commit.
+  BatchSpec ToBatchSpec(std::string reason) const;
+};
+
+struct Manifest {
+  int version = 1;
+  std::string defaults_definition;  // normalised YAML of `defaults`
+  std::vector<Experiment> experiments;  // in file order
+
+  const Experiment* Find(std::string_view name) const;
+  std::vector<std::string> Names() const;
+};
+
+// The placeholders a command may use: {seed}, {repeat}, {run_id}, {output_dir}.
+const std::vector<std::string>& KnownPlaceholders();
+
+// Parses the text of a trainq.yaml; `filename` is used in error messages.
+// Besides types and keys it refuses what YAML or the runs would accept
+// silently: a key written twice in one mapping (YAML keeps one of them), an
+// unknown `{placeholder}` in a command, and a watch glob with characters the
+// matcher does not support (`[`, `{`, `\`) or with empty, `.` or `..` parts.
+// Checks that need the commit's other files or a shell are in
+// agent/repo/manifest_check.h.
+Result<Manifest> ParseManifest(std::string_view text, std::string_view filename);
+
+}  // namespace trainq

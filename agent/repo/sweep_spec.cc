@@ -1,0 +1,649 @@
+#include "agent/repo/sweep_spec.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+#include "agent/repo/manifest.h"
+
+namespace trainq {
+
+using nlohmann::json;
+
+std::string_view ParamKindName(ParamKind k) {
+  switch (k) {
+    case ParamKind::kUniform: return "uniform";
+    case ParamKind::kLogUniform: return "log_uniform";
+    case ParamKind::kInt: return "int";
+    case ParamKind::kChoice: return "choice";
+    case ParamKind::kValues: return "values";
+    case ParamKind::kValue: return "value";
+    case ParamKind::kExpr: return "expr";
+  }
+  return "?";
+}
+
+namespace {
+
+// ---- the expression language ------------------------------------------------
+
+class ExprParser {
+ public:
+  ExprParser(std::string_view s, const std::map<std::string, double>* vars)
+      : s_(s), vars_(vars) {}
+
+  Result<double> Parse() {
+    ASSIGN_OR_RETURN(double v, Sum());
+    Skip();
+    if (i_ != s_.size()) return Bad("unexpected '" + std::string(1, s_[i_]) + "'");
+    return v;
+  }
+  std::vector<std::string> names;
+
+ private:
+  std::unexpected<Error> Bad(const std::string& msg) const {
+    return Fail(ErrorKind::kInvalidArgument,
+                "expression \"" + std::string(s_) + "\" at character " + std::to_string(i_ + 1) +
+                    ": " + msg);
+  }
+  void Skip() {
+    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
+  }
+  bool Eat(char c) {
+    Skip();
+    if (i_ < s_.size() && s_[i_] == c) {
+      ++i_;
+      return true;
+    }
+    return false;
+  }
+  Result<double> Sum() {
+    ASSIGN_OR_RETURN(double v, Product());
+    while (true) {
+      if (Eat('+')) {
+        ASSIGN_OR_RETURN(double r, Product());
+        v += r;
+      } else if (Eat('-')) {
+        ASSIGN_OR_RETURN(double r, Product());
+        v -= r;
+      } else {
+        return v;
+      }
+    }
+  }
+  Result<double> Product() {
+    ASSIGN_OR_RETURN(double v, Unary());
+    while (true) {
+      if (Eat('*')) {
+        ASSIGN_OR_RETURN(double r, Unary());
+        v *= r;
+      } else if (Eat('/')) {
+        ASSIGN_OR_RETURN(double r, Unary());
+        if (vars_ && r == 0) return Bad("division by zero");
+        v = vars_ ? v / r : 0;
+      } else {
+        return v;
+      }
+    }
+  }
+  Result<double> Unary() {
+    if (Eat('-')) {
+      ASSIGN_OR_RETURN(double v, Unary());
+      return -v;
+    }
+    if (Eat('+')) return Unary();
+    return Primary();
+  }
+  Result<double> Primary() {
+    Skip();
+    if (i_ >= s_.size()) return Bad("unexpected end");
+    if (Eat('(')) {
+      ASSIGN_OR_RETURN(double v, Sum());
+      if (!Eat(')')) return Bad("expected ')'");
+      return v;
+    }
+    char c = s_[i_];
+    if (std::isdigit(static_cast<unsigned char>(c)) || c == '.') {
+      std::string num(s_.substr(i_));
+      char* end = nullptr;
+      double v = std::strtod(num.c_str(), &end);
+      if (end == num.c_str()) return Bad("bad number");
+      i_ += static_cast<size_t>(end - num.c_str());
+      return v;
+    }
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      size_t start = i_;
+      while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) ||
+                                s_[i_] == '_' || s_[i_] == '.')) {
+        ++i_;
+      }
+      std::string id(s_.substr(start, i_ - start));
+      Skip();
+      if (i_ < s_.size() && s_[i_] == '(') {
+        ++i_;
+        std::vector<double> args;
+        if (!Eat(')')) {
+          do {
+            ASSIGN_OR_RETURN(double a, Sum());
+            args.push_back(a);
+          } while (Eat(','));
+          if (!Eat(')')) return Bad("expected ')' after the arguments of " + id);
+        }
+        return Call(id, args);
+      }
+      names.push_back(id);
+      if (!vars_) return 1.0;
+      auto it = vars_->find(id);
+      if (it == vars_->end()) return Bad("unknown name '" + id + "'");
+      return it->second;
+    }
+    return Bad("unexpected '" + std::string(1, c) + "'");
+  }
+  Result<double> Call(const std::string& f, const std::vector<double>& a) {
+    bool two = f == "min" || f == "max";
+    bool one = f == "log" || f == "exp" || f == "int";
+    if (!one && !two) return Bad("unknown function '" + f + "' (min, max, log, exp, int)");
+    if (a.size() != (two ? 2u : 1u)) {
+      return Bad(f + "() takes " + (two ? "2 arguments" : "1 argument"));
+    }
+    if (!vars_) return 1.0;
+    if (f == "min") return std::min(a[0], a[1]);
+    if (f == "max") return std::max(a[0], a[1]);
+    if (f == "exp") return std::exp(a[0]);
+    if (f == "int") return std::trunc(a[0]);
+    if (!(a[0] > 0)) return Bad("log() of a value <= 0");
+    return std::log(a[0]);
+  }
+
+  std::string_view s_;
+  const std::map<std::string, double>* vars_;
+  size_t i_ = 0;
+};
+
+// ---- the YAML parser ----------------------------------------------------------
+
+class SweepParser {
+ public:
+  explicit SweepParser(std::string_view file) : file_(file) {}
+
+  std::unexpected<Error> Err(const YAML::Node& n, const std::string& path,
+                             const std::string& msg) const {
+    std::string where = file_;
+    if (n.IsDefined() && n.Mark().line >= 0) where += ":" + std::to_string(n.Mark().line + 1);
+    return Fail(ErrorKind::kInvalidArgument, where + ": " + path + ": " + msg);
+  }
+  static std::string Show(const YAML::Node& n) {
+    if (n.IsScalar()) return "\"" + n.Scalar() + "\"";
+    if (n.IsSequence()) return "a list";
+    if (n.IsMap()) return "a mapping";
+    return "nothing";
+  }
+  Status Keys(const YAML::Node& map, const std::string& path,
+              const std::set<std::string>& allowed) const {
+    for (const auto& kv : map) {
+      if (!allowed.count(kv.first.Scalar())) {
+        std::string list;
+        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+        return Err(kv.first, path + "." + kv.first.Scalar(),
+                   "unknown key (expected one of: " + list + ")");
+      }
+    }
+    return {};
+  }
+  Result<double> Number(const YAML::Node& n, const std::string& path) const {
+    if (n.IsScalar()) {
+      const std::string& s = n.Scalar();
+      char* end = nullptr;
+      double v = std::strtod(s.c_str(), &end);
+      if (!s.empty() && end && *end == '\0' && std::isfinite(v)) return v;
+    }
+    return Err(n, path, "expected a number, got " + Show(n));
+  }
+  Result<std::int64_t> Integer(const YAML::Node& n, const std::string& path, std::int64_t min) const {
+    ASSIGN_OR_RETURN(double v, Number(n, path));
+    if (v != std::floor(v) || v < static_cast<double>(min) || v > 1e12) {
+      return Err(n, path, "expected an integer of at least " + std::to_string(min) + ", got " +
+                              Show(n));
+    }
+    return static_cast<std::int64_t>(v);
+  }
+  // A scalar as JSON: a number when it reads as one, else a string.
+  static json Value(const YAML::Node& n) {
+    const std::string& s = n.Scalar();
+    char* end = nullptr;
+    double v = std::strtod(s.c_str(), &end);
+    if (!s.empty() && end && *end == '\0' && std::isfinite(v) && n.Tag() != "!") {
+      if (v == std::floor(v) && std::fabs(v) < 1e15 && s.find_first_of(".eE") == std::string::npos) {
+        return static_cast<std::int64_t>(v);
+      }
+      return v;
+    }
+    if (s == "true" || s == "false") return s == "true";
+    return s;
+  }
+  Result<std::vector<json>> List(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsSequence()) return Err(n, path, "expected a list, got " + Show(n));
+    if (n.size() == 0) return Err(n, path, "must not be empty");
+    std::vector<json> out;
+    for (const auto& item : n) {
+      if (!item.IsScalar()) return Err(item, path, "expected plain values, got " + Show(item));
+      out.push_back(Value(item));
+    }
+    return out;
+  }
+  Result<std::pair<double, double>> Bounds(const YAML::Node& n, const std::string& path,
+                                           bool positive) const {
+    if (!n.IsSequence() || n.size() != 2) {
+      return Err(n, path, "expected [low, high], got " + Show(n));
+    }
+    ASSIGN_OR_RETURN(double lo, Number(n[0], path));
+    ASSIGN_OR_RETURN(double hi, Number(n[1], path));
+    if (lo >= hi) return Err(n, path, "low must be below high");
+    if (positive && lo <= 0) return Err(n, path, "bounds must be > 0 (a log scale)");
+    return std::pair{lo, hi};
+  }
+
+  Result<SweepParam> Param(const std::string& name, const YAML::Node& n, const std::string& path,
+                           const std::string& default_strategy) const {
+    SweepParam p;
+    p.name = name;
+    if (!n.IsMap()) {
+      return Err(n, path, "expected a mapping such as {uniform: [0, 1]}, got " + Show(n));
+    }
+    TRY(Keys(n, path, {"uniform", "log_uniform", "int", "log", "choice", "values", "value",
+                       "expr", "strategy"}));
+    int kinds = 0;
+    for (const char* k : {"uniform", "log_uniform", "int", "choice", "values", "value", "expr"}) {
+      if (n[k]) ++kinds;
+    }
+    if (kinds != 1) {
+      return Err(n, path, kinds == 0 ? "needs one of uniform, log_uniform, int, choice, values, "
+                                       "value, expr"
+                                     : "has more than one of uniform, log_uniform, int, choice, "
+                                       "values, value, expr");
+    }
+    if (auto v = n["uniform"]) {
+      p.kind = ParamKind::kUniform;
+      ASSIGN_OR_RETURN(auto b, Bounds(v, path + ".uniform", false));
+      std::tie(p.lo, p.hi) = b;
+    } else if (auto v = n["log_uniform"]) {
+      p.kind = ParamKind::kLogUniform;
+      ASSIGN_OR_RETURN(auto b, Bounds(v, path + ".log_uniform", true));
+      std::tie(p.lo, p.hi) = b;
+    } else if (auto v = n["int"]) {
+      p.kind = ParamKind::kInt;
+      if (!v.IsSequence() || v.size() != 2) {
+        return Err(v, path + ".int", "expected [low, high], got " + Show(v));
+      }
+      ASSIGN_OR_RETURN(auto lo, Integer(v[0], path + ".int", -1'000'000'000'000LL));
+      ASSIGN_OR_RETURN(auto hi, Integer(v[1], path + ".int", -1'000'000'000'000LL));
+      if (lo >= hi) return Err(v, path + ".int", "low must be below high");
+      p.lo = static_cast<double>(lo);
+      p.hi = static_cast<double>(hi);
+      if (auto l = n["log"]) {
+        if (!l.IsScalar() || (l.Scalar() != "true" && l.Scalar() != "false")) {
+          return Err(l, path + ".log", "expected true or false, got " + Show(l));
+        }
+        p.log = l.Scalar() == "true";
+        if (p.log && lo <= 0) return Err(v, path + ".int", "bounds must be > 0 with log: true");
+      }
+    } else if (auto v = n["choice"]) {
+      p.kind = ParamKind::kChoice;
+      ASSIGN_OR_RETURN(p.options, List(v, path + ".choice"));
+    } else if (auto v = n["values"]) {
+      p.kind = ParamKind::kValues;
+      ASSIGN_OR_RETURN(p.options, List(v, path + ".values"));
+    } else if (auto v = n["value"]) {
+      p.kind = ParamKind::kValue;
+      if (!v.IsScalar()) return Err(v, path + ".value", "expected a plain value, got " + Show(v));
+      p.options = {Value(v)};
+    } else if (auto v = n["expr"]) {
+      p.kind = ParamKind::kExpr;
+      if (!v.IsScalar() || v.Scalar().empty()) {
+        return Err(v, path + ".expr", "expected an expression such as \"lr / 100\", got " + Show(v));
+      }
+      p.expr = v.Scalar();
+      auto names = ExprNames(p.expr);
+      if (!names) return Err(v, path + ".expr", names.error().message);
+    }
+    if (n["log"] && p.kind != ParamKind::kInt) {
+      return Err(n["log"], path + ".log", "only for int (use log_uniform for real numbers)");
+    }
+    bool discrete = p.kind == ParamKind::kChoice || p.kind == ParamKind::kValues;
+    std::string strategy = p.kind == ParamKind::kValues ? "grid" : "random";
+    if (discrete && !default_strategy.empty()) strategy = default_strategy;
+    if (auto s = n["strategy"]) {
+      if (!s.IsScalar()) return Err(s, path + ".strategy", "expected random or grid");
+      strategy = s.Scalar();
+      if (strategy == "bayes" || strategy == "tpe") {
+        return Err(s, path + ".strategy",
+                   strategy + " is not available yet (this trainq has random and grid)");
+      }
+      if (strategy != "random" && strategy != "grid") {
+        return Err(s, path + ".strategy", "expected random or grid, got " + Show(s));
+      }
+      if (strategy == "grid" && !discrete) {
+        return Err(s, path + ".strategy",
+                   "grid needs a finite list: use values: [...] or choice: [...]");
+      }
+    }
+    p.grid = discrete && strategy == "grid";
+    return p;
+  }
+
+ private:
+  std::string file_;
+};
+
+bool IsNumeric(const SweepParam& p) {
+  if (p.kind == ParamKind::kUniform || p.kind == ParamKind::kLogUniform ||
+      p.kind == ParamKind::kInt || p.kind == ParamKind::kExpr) {
+    return true;
+  }
+  for (const auto& o : p.options) {
+    if (!o.is_number()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<double> EvalExpr(std::string_view expr, const std::map<std::string, double>& vars) {
+  ExprParser p(expr, &vars);
+  return p.Parse();
+}
+
+Result<std::vector<std::string>> ExprNames(std::string_view expr) {
+  ExprParser p(expr, nullptr);
+  TRY(p.Parse());
+  return p.names;
+}
+
+std::vector<std::string> CommandPlaceholders(std::string_view command) {
+  static const std::set<std::string> kRuntime = {"seed", "repeat", "output_dir", "run_id"};
+  std::vector<std::string> out;
+  for (size_t i = 0; i < command.size(); ++i) {
+    if (command[i] != '{') continue;
+    size_t j = command.find('}', i + 1);
+    if (j == std::string_view::npos) break;
+    std::string name(command.substr(i + 1, j - i - 1));
+    bool ok = !name.empty();
+    for (char c : name) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-') ok = false;
+    }
+    if (ok && !kRuntime.count(name)) out.push_back(name);
+    i = j;
+  }
+  return out;
+}
+
+const SweepParam* SweepSpec::Find(std::string_view name) const {
+  for (const auto& p : params) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+std::int64_t SweepSpec::GridSize() const {
+  std::int64_t n = 1;
+  for (const auto& p : params) {
+    if (p.grid) n *= static_cast<std::int64_t>(p.options.size());
+  }
+  return n;
+}
+
+int SweepSpec::PointBudget() const {
+  if (budget_points) return *budget_points;
+  if (budget_runs) return (*budget_runs + repeats - 1) / repeats;
+  return static_cast<int>(points.size() + GridSize());
+}
+
+json SweepSpec::ToJson() const {
+  json ps = json::array();
+  for (const auto& p : params) {
+    json j = {{"name", p.name}, {"kind", ParamKindName(p.kind)}};
+    if (p.kind == ParamKind::kUniform || p.kind == ParamKind::kLogUniform ||
+        p.kind == ParamKind::kInt) {
+      j["bounds"] = {p.lo, p.hi};
+    }
+    if (p.log) j["log"] = true;
+    if (!p.options.empty()) j["options"] = p.options;
+    if (!p.expr.empty()) j["expr"] = p.expr;
+    if (p.grid) j["grid"] = true;
+    ps.push_back(j);
+  }
+  json j = {{"parameters", ps}, {"points", points},      {"parallel", parallel},
+            {"repeats", repeats}, {"seed", seed}};
+  if (budget_points) j["budget"]["points"] = *budget_points;
+  if (budget_runs) j["budget"]["runs"] = *budget_runs;
+  return j;
+}
+
+Result<SweepSpec> SweepSpec::FromJson(const json& j) {
+  try {
+    SweepSpec s;
+    for (const auto& pj : j.at("parameters")) {
+      SweepParam p;
+      p.name = pj.at("name").get<std::string>();
+      std::string kind = pj.at("kind").get<std::string>();
+      bool known = false;
+      for (auto k : {ParamKind::kUniform, ParamKind::kLogUniform, ParamKind::kInt,
+                     ParamKind::kChoice, ParamKind::kValues, ParamKind::kValue, ParamKind::kExpr}) {
+        if (ParamKindName(k) == kind) {
+          p.kind = k;
+          known = true;
+        }
+      }
+      if (!known) return Fail(ErrorKind::kInvalidArgument, "stored sweep: unknown kind " + kind);
+      if (pj.contains("bounds")) {
+        p.lo = pj["bounds"][0].get<double>();
+        p.hi = pj["bounds"][1].get<double>();
+      }
+      p.log = pj.value("log", false);
+      if (pj.contains("options")) p.options = pj["options"].get<std::vector<json>>();
+      p.expr = pj.value("expr", "");
+      p.grid = pj.value("grid", false);
+      s.params.push_back(std::move(p));
+    }
+    s.points = j.at("points").get<std::vector<json>>();
+    s.parallel = j.at("parallel").get<int>();
+    s.repeats = j.at("repeats").get<int>();
+    s.seed = j.at("seed").get<std::uint64_t>();
+    if (j.contains("budget")) {
+      if (j["budget"].contains("points")) s.budget_points = j["budget"]["points"].get<int>();
+      if (j["budget"].contains("runs")) s.budget_runs = j["budget"]["runs"].get<int>();
+    }
+    return s;
+  } catch (const json::exception& e) {
+    return Fail(ErrorKind::kInvalidArgument, std::string("stored sweep spec: ") + e.what());
+  }
+}
+
+Result<SweepSpec> ParseSweep(const YAML::Node& node, const std::string& path,
+                             std::string_view file) {
+  SweepParser p(file);
+  if (!node.IsMap()) return p.Err(node, path, "expected a mapping, got " + SweepParser::Show(node));
+  TRY(p.Keys(node, path,
+             {"parameters", "points", "budget", "parallel", "repeats", "seed", "strategy"}));
+  SweepSpec s;
+  std::string default_strategy;
+  if (auto n = node["strategy"]) {
+    if (!n.IsScalar()) return p.Err(n, path + ".strategy", "expected random or grid");
+    default_strategy = n.Scalar();
+    if (default_strategy == "bayes" || default_strategy == "tpe") {
+      return p.Err(n, path + ".strategy",
+                   default_strategy + " is not available yet (this trainq has random and grid)");
+    }
+    if (default_strategy != "random" && default_strategy != "grid") {
+      return p.Err(n, path + ".strategy", "expected random or grid, got " + SweepParser::Show(n));
+    }
+  }
+  auto params = node["parameters"];
+  if (!params) return p.Err(node, path + ".parameters", "missing (at least one parameter)");
+  if (!params.IsMap() || params.size() == 0) {
+    return p.Err(params, path + ".parameters", "expected a mapping of names to parameters");
+  }
+  for (const auto& kv : params) {
+    std::string name = kv.first.Scalar();
+    std::string pp = path + ".parameters." + name;
+    if (name.empty() || name.find_first_of("{} \t'\"$`\\") != std::string::npos) {
+      return p.Err(kv.first, pp, "parameter names use letters, digits, '_', '.' and '-'");
+    }
+    if (s.Find(name)) return p.Err(kv.first, pp, "defined twice");
+    ASSIGN_OR_RETURN(auto param, p.Param(name, kv.second, pp, default_strategy));
+    s.params.push_back(std::move(param));
+  }
+  // Derived parameters read numeric parameters defined before them.
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    if (s.params[i].kind != ParamKind::kExpr) continue;
+    auto node_expr = params[s.params[i].name]["expr"];
+    std::string pp = path + ".parameters." + s.params[i].name + ".expr";
+    auto names = ExprNames(s.params[i].expr);
+    for (const auto& n : *names) {
+      const SweepParam* ref = nullptr;
+      for (size_t k = 0; k < i; ++k) {
+        if (s.params[k].name == n) ref = &s.params[k];
+      }
+      if (!ref) {
+        return p.Err(node_expr, pp,
+                     "unknown name '" + n + "' (a parameter defined above this one)");
+      }
+      if (!IsNumeric(*ref)) return p.Err(node_expr, pp, "'" + n + "' is not numeric");
+    }
+  }
+  if (auto n = node["points"]) {
+    if (!n.IsSequence()) return p.Err(n, path + ".points", "expected a list of mappings");
+    for (const auto& pt : n) {
+      if (!pt.IsMap()) {
+        return p.Err(pt, path + ".points", "expected a mapping of parameter values, got " +
+                                               SweepParser::Show(pt));
+      }
+      json point = json::object();
+      for (const auto& kv : pt) {
+        std::string name = kv.first.Scalar();
+        std::string pp = path + ".points." + name;
+        const SweepParam* param = s.Find(name);
+        if (!param) return p.Err(kv.first, pp, "not a parameter of this sweep");
+        if (param->kind == ParamKind::kExpr || param->kind == ParamKind::kValue) {
+          return p.Err(kv.first, pp, "is derived or fixed; it cannot be set in a point");
+        }
+        if (!kv.second.IsScalar()) return p.Err(kv.second, pp, "expected a plain value");
+        json v = SweepParser::Value(kv.second);
+        if (param->kind == ParamKind::kUniform || param->kind == ParamKind::kLogUniform ||
+            param->kind == ParamKind::kInt) {
+          if (!v.is_number()) return p.Err(kv.second, pp, "expected a number");
+          double d = v.get<double>();
+          if (d < param->lo || d > param->hi) {
+            return p.Err(kv.second, pp, "outside the bounds of the parameter");
+          }
+          if (param->kind == ParamKind::kInt && d != std::floor(d)) {
+            return p.Err(kv.second, pp, "expected an integer");
+          }
+        }
+        point[name] = v;
+      }
+      for (const auto& param : s.params) {
+        if (param.kind == ParamKind::kExpr || param.kind == ParamKind::kValue) continue;
+        if (!point.contains(param.name)) {
+          return p.Err(pt, path + ".points", "missing a value for '" + param.name + "'");
+        }
+      }
+      s.points.push_back(point);
+    }
+  }
+  if (auto n = node["budget"]) {
+    std::string bp = path + ".budget";
+    if (!n.IsMap() || n.size() != 1) {
+      return p.Err(n, bp, "expected {points: N} or {runs: N}, got " + SweepParser::Show(n));
+    }
+    TRY(p.Keys(n, bp, {"points", "runs"}));
+    if (auto b = n["points"]) {
+      ASSIGN_OR_RETURN(auto v, p.Integer(b, bp + ".points", 1));
+      s.budget_points = static_cast<int>(std::min<std::int64_t>(v, 100000));
+    } else {
+      ASSIGN_OR_RETURN(auto v, p.Integer(n["runs"], bp + ".runs", 1));
+      s.budget_runs = static_cast<int>(std::min<std::int64_t>(v, 1000000));
+    }
+  }
+  if (auto n = node["parallel"]) {
+    ASSIGN_OR_RETURN(auto v, p.Integer(n, path + ".parallel", 1));
+    s.parallel = static_cast<int>(std::min<std::int64_t>(v, 10000));
+  }
+  if (auto n = node["repeats"]) {
+    ASSIGN_OR_RETURN(auto v, p.Integer(n, path + ".repeats", 1));
+    if (v > 1000) return p.Err(n, path + ".repeats", "at most 1000 seeds per point");
+    s.repeats = static_cast<int>(v);
+  }
+  if (auto n = node["seed"]) {
+    ASSIGN_OR_RETURN(auto v, p.Integer(n, path + ".seed", 0));
+    s.seed = static_cast<std::uint64_t>(v);
+  }
+  if (s.budget_runs && *s.budget_runs < s.repeats) {
+    return p.Err(node["budget"], path + ".budget.runs",
+                 "smaller than one point's repeats (" + std::to_string(s.repeats) + ")");
+  }
+  if (!s.budget_points && !s.budget_runs) {
+    for (const auto& param : s.params) {
+      if (!param.grid && param.kind != ParamKind::kValue && param.kind != ParamKind::kExpr) {
+        return p.Err(node, path + ".budget",
+                     "missing: '" + param.name + "' is drawn at random, so say how many "
+                     "{points: N} or {runs: N}");
+      }
+    }
+  }
+  if (s.GridSize() > 1'000'000) {
+    return p.Err(params, path + ".parameters", "more than 1000000 grid combinations");
+  }
+  return s;
+}
+
+Status CheckSweepTarget(const SweepSpec& spec, const Experiment& e, const YAML::Node& node,
+                        const std::string& path, std::string_view file) {
+  if (e.command.empty()) return {};
+  SweepParser p(file);
+  for (const auto& name : CommandPlaceholders(e.command)) {
+    if (!spec.Find(name)) {
+      return p.Err(node["parameters"], path + ".parameters",
+                   "the command has a placeholder {" + name + "} that is not a parameter");
+    }
+  }
+  auto used = CommandPlaceholders(e.command);
+  for (const auto& param : spec.params) {
+    if (param.kind == ParamKind::kExpr) continue;  // may only feed other expressions
+    if (std::find(used.begin(), used.end(), param.name) == used.end()) {
+      return p.Err(node["parameters"][param.name], path + ".parameters." + param.name,
+                   "the command has no {" + param.name + "}: its value would reach no run");
+    }
+  }
+  return {};
+}
+
+Result<SweepSpec> LoadSweep(std::string_view text, std::string_view file,
+                            const std::string& experiment) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::ParserException& ex) {
+    return Fail(ErrorKind::kInvalidArgument, std::string(file) + ":" +
+                                                 std::to_string(ex.mark.line + 1) +
+                                                 ": invalid YAML: " + ex.msg);
+  }
+  YAML::Node exp;
+  if (root.IsMap() && root["experiments"] && root["experiments"].IsMap()) {
+    exp = root["experiments"][experiment];
+  }
+  if (!exp || !exp.IsMap()) {
+    return Fail(ErrorKind::kNotFound, std::string(file) + ": no experiment '" + experiment + "'");
+  }
+  auto sweep = exp["sweep"];
+  if (!sweep) {
+    return Fail(ErrorKind::kNotFound, std::string(file) + ":" +
+                                          std::to_string(exp.Mark().line + 1) + ": experiments." +
+                                          experiment + ": has no `sweep:`");
+  }
+  return ParseSweep(sweep, "experiments." + experiment + ".sweep", file);
+}
+
+}  // namespace trainq

@@ -1,0 +1,54 @@
+// Baselines: which batch a batch of experiment X at commit C is compared with.
+//
+//   1. X at the base commit (the parent for a push to a branch, the merge
+//      base with the target for a pull request or a new branch), when stored;
+//   2. else X at the nearest first-parent ancestor of the base whose inputs
+//      for X are identical: no commit in between touched X's watch globs, its
+//      trainer spec, its trainq.yaml entry or `defaults` (the same rule that
+//      decides whether a push runs X, agent/repo/change_detect.h). Such a batch ran
+//      the same command on the same files, so its runs are draws from the very
+//      distribution X at the base would give, seed for seed;
+//   3. else, unless the experiment says `baseline: reuse` or `off`, a batch of
+//      X at the base is queued with the same seeds, so the comparison pairs.
+// The choice is stored on the batch (Store::SetBaseline) with a note saying
+// which and why; `trainq show`, `compare`, `gate`, the report, commit statuses
+// and adaptive `until: decided` all read it through ParentBatch().
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/result.h"
+#include "queue/store.h"
+
+namespace trainq {
+
+struct BaselineSearch {
+  std::optional<BatchProgress> batch;  // found
+  std::string at_sha;                  // the commit of the batch found
+  int steps = 0;                       // first-parent steps from the base to it
+  std::string stopped;                 // why the walk ended without a batch
+};
+
+// Walks from `base_sha` along first parents in the repository at `git_dir`
+// (a work tree or a bare repository/mirror), at most `max_steps` commits,
+// looking for a stored batch of `experiment` of `repo_url` at a commit whose
+// inputs for it equal those at the base.
+Result<BaselineSearch> FindEquivalentBatch(Store& store, const std::string& git_dir,
+                                           const std::string& repo_url,
+                                           const std::string& experiment,
+                                           const std::string& base_sha, int max_steps = 200);
+
+struct BaselineOptions {
+  bool queue_missing = true;  // queue a batch at the base when none is found
+  int max_steps = 200;
+};
+
+// Chooses and records the baseline of `head` (a stored batch) against
+// `base_sha` ("" = no base: nothing to compare with). Returns the note stored.
+Result<std::string> ChooseBaseline(Store& store, const std::string& git_dir,
+                                   const BatchProgress& head, const std::string& base_sha,
+                                   TimeMs now, BaselineOptions options = {});
+
+}  // namespace trainq

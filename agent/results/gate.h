@@ -1,0 +1,47 @@
+// `trainq gate REV --baseline BRANCH`: may REV merge? One decision per
+// experiment, three outcomes, never a pass for what could not be decided.
+//
+//   0  no regression: every experiment at REV was compared and none is worse;
+//   1  regression: at least one experiment is significantly worse;
+//   3  undecided: no regression seen, but some experiment could not be
+//      decided (no batch at REV, no baseline batch, runs unfinished, too many
+//      runs failed, too few runs for a test).
+// (2 is left to errors: a bad option, an unreadable store or server.)
+//
+// The baseline of experiment X is X at the merge base of REV and BRANCH, else
+// at the nearest ancestor of it with the same inputs for X (agent/results/baseline.h);
+// when REV's batch recorded its baseline against that same base, that one.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "queue/store.h"
+
+namespace trainq {
+
+inline constexpr int kGatePass = 0;
+inline constexpr int kGateRegression = 1;
+inline constexpr int kGateUndecided = 3;
+
+struct GateRequest {
+  std::string rev = "HEAD";
+  std::string baseline = "main";
+  std::string repo_dir;  // a git repository to resolve names and walk history in ("" = none)
+  std::vector<std::string> experiments;  // empty: every experiment at REV
+};
+
+struct GateDecision {
+  int exit_code = kGateUndecided;
+  std::string text;     // what `trainq gate` prints
+  nlohmann::json json;  // what `trainq gate --json` prints
+  // False while waiting could change the answer (REV not submitted yet, runs
+  // still queued or running on either side); `--wait` polls until true.
+  bool finished = true;
+};
+
+Result<GateDecision> DecideGate(Store& store, const GateRequest& req);
+
+}  // namespace trainq

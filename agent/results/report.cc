@@ -1,0 +1,527 @@
+#include "agent/results/report.h"
+#include "agent/results/table.h"
+#include "agent/results/status.h"
+
+#include <algorithm>
+#include <boost/math/distributions/fisher_f.hpp>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/strings.h"
+#include "stats/summary.h"
+
+namespace trainq {
+
+namespace {
+
+using nlohmann::json;
+
+std::string Short(const std::string& sha) { return sha.substr(0, 7); }
+
+std::string Date(TimeMs ms) { return FormatTimestamp(ms).substr(0, 10); }
+
+std::string Html(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string Md(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|') out += "\\|";
+    else if (c == '\n') out += ' ';
+    else out += c;
+  }
+  return out;
+}
+
+std::string Csv(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string Num(double v, int p = 4) { return FormatDouble(v, p); }
+
+bool Significant(const ReportEntry& e) {
+  return e.vs_parent && (e.vs_parent->verdict == stats::Verdict::kBetter ||
+                         e.vs_parent->verdict == stats::Verdict::kWorse);
+}
+
+std::string VerdictOf(const ReportEntry& e) {
+  if (!e.vs_parent) return "no baseline runs";
+  return std::string(stats::VerdictName(e.vs_parent->verdict));
+}
+
+std::string CiText(const stats::Summary& s) {
+  if (!s.ci95) return "n/a (n<2)";
+  return Num(s.ci95->lo) + " .. " + Num(s.ci95->hi);
+}
+
+std::string DiffText(const ReportEntry& e) {
+  if (!e.vs_parent || !e.vs_parent->cmp) return "-";
+  std::string d = Num(e.vs_parent->cmp->diff);
+  if (e.vs_parent->cmp->diff >= 0) d = "+" + d;
+  return d;
+}
+
+}  // namespace
+
+double SpreadGrowthP(const std::vector<double>& earlier, const std::vector<double>& later) {
+  if (earlier.size() < 2 || later.size() < 2) return 1;
+  auto a = stats::Summarize(earlier), b = stats::Summarize(later);
+  if (a.sd <= 0 || b.sd <= 0) return 1;
+  double f = (b.sd * b.sd) / (a.sd * a.sd);
+  boost::math::fisher_f dist(static_cast<double>(b.n - 1), static_cast<double>(a.n - 1));
+  return boost::math::cdf(boost::math::complement(dist, f));
+}
+
+Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& window,
+                               const std::vector<std::string>& experiments) {
+  ASSIGN_OR_RETURN(auto batches, store.BatchesSince(since));
+  std::set<std::string> wanted(experiments.begin(), experiments.end());
+  std::map<std::pair<std::string, std::string>, ExperimentReport> by_exp;
+  ReportData r;
+  r.window = window;
+  // Oldest first within an experiment: by commit time, then batch id.
+  std::sort(batches.begin(), batches.end(), [](const BatchProgress& x, const BatchProgress& y) {
+    return std::tie(x.created_ms, x.id) < std::tie(y.created_ms, y.id);
+  });
+  for (auto& b : batches) {
+    if (!wanted.empty() && !wanted.count(b.experiment)) continue;
+    auto& er = by_exp[{b.repo_url, b.experiment}];
+    er.repo = b.repo;
+    er.experiment = b.experiment;
+    er.metric = b.metric_name;
+    er.goal = b.metric_goal;
+    ReportEntry e;
+    ASSIGN_OR_RETURN(auto parent, ParentBatch(store, b));
+    if (parent && !parent->values.empty()) e.vs_parent = CompareBatches(b, *parent);
+    ASSIGN_OR_RETURN(e.runs, store.Runs(b.id, std::nullopt, 0));
+    if (!er.entries.empty()) {
+      e.spread_p = SpreadGrowthP(er.entries.back().batch.values, b.values);
+      e.spread_grew = e.spread_p < 0.05;
+    }
+    e.batch = std::move(b);
+    r.runs += static_cast<int>(e.runs.size());
+    ++r.batches;
+    er.entries.push_back(std::move(e));
+  }
+  for (auto& [key, er] : by_exp) r.experiments.push_back(std::move(er));
+  return r;
+}
+
+std::string RenderMarkdown(const ReportData& r) {
+  std::ostringstream o;
+  o << "# trainq spread report\n\n";
+  o << "Window: " << (r.window == "all" ? "all batches" : "last " + r.window) << "; " << r.batches
+    << " batches, " << r.runs << " runs";
+  TimeMs first = 0, last = 0;
+  for (const auto& er : r.experiments) {
+    for (const auto& e : er.entries) {
+      if (!first || e.batch.created_ms < first) first = e.batch.created_ms;
+      last = std::max(last, e.batch.created_ms);
+    }
+  }
+  if (first) o << ", queued " << Date(first) << " to " << Date(last);
+  o << ".\n\n";
+  o << "## Significant changes\n\n";
+  int sig = 0;
+  for (const auto& er : r.experiments) {
+    for (const auto& e : er.entries) {
+      if (!Significant(e)) continue;
+      ++sig;
+      o << "- **" << Md(er.experiment) << "** at `" << Short(e.batch.sha) << "` ("
+        << Md(e.batch.subject) << "): " << ComparisonText(*e.vs_parent) << "\n";
+    }
+  }
+  if (!sig) o << "None: no batch differs from its baseline beyond seed noise.\n";
+  o << "\n";
+  for (const auto& er : r.experiments) {
+    o << "## " << Md(er.repo) << " / " << Md(er.experiment) << " (" << Md(er.metric) << ", "
+      << (er.goal == "min" ? "lower" : "higher") << " is better)\n\n";
+    o << "| batch | commit | subject | n | mean | sd | 95% CI | vs baseline | verdict | spread |\n";
+    o << "|---|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& e : er.entries) {
+      auto s = stats::Summarize(e.batch.values);
+      o << "| " << e.batch.id << " | `" << Short(e.batch.sha) << "` | " << Md(e.batch.subject)
+        << " | " << s.n << " | " << (s.n ? Num(s.mean) : "-") << " | "
+        << (s.n > 1 ? Num(s.sd) : "-") << " | " << CiText(s) << " | " << DiffText(e) << " | "
+        << VerdictOf(e) << " | "
+        << (e.spread_grew ? "**grew** (F-test p=" + Num(e.spread_p, 3) + ")" : "") << " |\n";
+    }
+    o << "\n";
+  }
+  o << "How to read it: n counts succeeded runs; sd is the spread across seeds; the 95% CI is\n"
+       "the Student-t interval of the mean. \"vs baseline\" is the difference from the same\n"
+       "experiment at the base commit, or at the nearest ancestor with the same inputs\n"
+       "(paired on the seeds both ran);\n"
+       "the verdict is better or worse only when that difference is beyond seed noise\n"
+       "(two-sided test at alpha 0.05). \"spread grew\" flags a variance larger than the\n"
+       "previous batch's (one-sided F-test, p < 0.05).\n";
+  return o.str();
+}
+
+namespace {
+
+// One SVG chart: every run as a point per batch, the mean as a bar and the
+// 95% interval as a whisker; colour by the verdict against the baseline.
+std::string RunsSvg(const ExperimentReport& er) {
+  const int w = 760, h = 260, left = 60, right = 20, top = 16, bottom = 40;
+  double lo = INFINITY, hi = -INFINITY;
+  for (const auto& e : er.entries) {
+    for (double v : e.batch.values) {
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    auto s = stats::Summarize(e.batch.values);
+    if (s.ci95) {
+      lo = std::min(lo, s.ci95->lo);
+      hi = std::max(hi, s.ci95->hi);
+    }
+  }
+  std::ostringstream o;
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
+    << "\" viewBox=\"0 0 " << w << " " << h << "\" role=\"img\" aria-label=\"runs of "
+    << Html(er.experiment) << "\">";
+  if (!std::isfinite(lo)) {
+    o << "<text x=\"" << left << "\" y=\"" << h / 2 << "\">no finished runs</text></svg>";
+    return o.str();
+  }
+  if (hi - lo < 1e-12) {
+    lo -= 0.5e-3;
+    hi += 0.5e-3;
+  }
+  double pad = (hi - lo) * 0.08;
+  lo -= pad;
+  hi += pad;
+  size_t n = er.entries.size();
+  double slot = static_cast<double>(w - left - right) / static_cast<double>(std::max<size_t>(n, 1));
+  auto X = [&](size_t i) { return left + slot * (static_cast<double>(i) + 0.5); };
+  auto Y = [&](double v) { return top + (hi - v) / (hi - lo) * (h - top - bottom); };
+  // Axes and y ticks.
+  o << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\""
+    << h - bottom << "\" stroke=\"#888\"/>";
+  for (int t = 0; t <= 4; ++t) {
+    double v = lo + (hi - lo) * t / 4;
+    o << "<text x=\"" << left - 6 << "\" y=\"" << Num(Y(v) + 4, 1)
+      << "\" font-size=\"11\" text-anchor=\"end\">" << Num(v, 4) << "</text>";
+    o << "<line x1=\"" << left << "\" y1=\"" << Num(Y(v), 1) << "\" x2=\"" << w - right
+      << "\" y2=\"" << Num(Y(v), 1) << "\" stroke=\"#eee\"/>";
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const auto& e = er.entries[i];
+    std::string colour = "#555";
+    if (e.vs_parent && e.vs_parent->verdict == stats::Verdict::kBetter) colour = "#1a7f37";
+    if (e.vs_parent && e.vs_parent->verdict == stats::Verdict::kWorse) colour = "#cf222e";
+    double x = X(i);
+    o << "<text x=\"" << Num(x, 1) << "\" y=\"" << h - bottom + 16
+      << "\" font-size=\"11\" text-anchor=\"middle\" font-family=\"monospace\">"
+      << Short(e.batch.sha) << "</text>";
+    // Points spread sideways by repeat index so equal values stay visible.
+    size_t k = e.batch.values.size();
+    for (size_t j = 0; j < k; ++j) {
+      double dx = k > 1 ? (static_cast<double>(j) / static_cast<double>(k - 1) - 0.5) * slot * 0.5
+                        : 0.0;
+      o << "<circle cx=\"" << Num(x + dx, 1) << "\" cy=\"" << Num(Y(e.batch.values[j]), 1)
+        << "\" r=\"3\" fill=\"" << colour << "\" fill-opacity=\"0.55\"><title>seed "
+        << e.batch.seeds[j] << ": " << Num(e.batch.values[j]) << "</title></circle>";
+    }
+    auto s = stats::Summarize(e.batch.values);
+    if (s.n == 0) continue;
+    if (s.ci95) {
+      o << "<line x1=\"" << Num(x + slot * 0.32, 1) << "\" y1=\"" << Num(Y(s.ci95->lo), 1)
+        << "\" x2=\"" << Num(x + slot * 0.32, 1) << "\" y2=\"" << Num(Y(s.ci95->hi), 1)
+        << "\" stroke=\"" << colour << "\" stroke-width=\"2\"/>";
+    }
+    o << "<line x1=\"" << Num(x - slot * 0.3, 1) << "\" y1=\"" << Num(Y(s.mean), 1) << "\" x2=\""
+      << Num(x + slot * 0.36, 1) << "\" y2=\"" << Num(Y(s.mean), 1) << "\" stroke=\"" << colour
+      << "\" stroke-width=\"2\"><title>mean " << Num(s.mean) << "</title></line>";
+  }
+  o << "</svg>";
+  return o.str();
+}
+
+// The spread (sd) of each batch over time; flagged batches in red.
+std::string SpreadSvg(const ExperimentReport& er) {
+  const int w = 760, h = 140, left = 60, right = 20, top = 12, bottom = 28;
+  double hi = 0;
+  for (const auto& e : er.entries) hi = std::max(hi, stats::Summarize(e.batch.values).sd);
+  std::ostringstream o;
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
+    << "\" viewBox=\"0 0 " << w << " " << h << "\" role=\"img\" aria-label=\"spread of "
+    << Html(er.experiment) << "\">";
+  if (hi <= 0) hi = 1e-3;
+  hi *= 1.15;
+  size_t n = er.entries.size();
+  double slot = static_cast<double>(w - left - right) / static_cast<double>(std::max<size_t>(n, 1));
+  auto X = [&](size_t i) { return left + slot * (static_cast<double>(i) + 0.5); };
+  auto Y = [&](double v) { return top + (hi - v) / hi * (h - top - bottom); };
+  o << "<line x1=\"" << left << "\" y1=\"" << h - bottom << "\" x2=\"" << w - right << "\" y2=\""
+    << h - bottom << "\" stroke=\"#888\"/>";
+  o << "<text x=\"" << left - 6 << "\" y=\"" << top + 8
+    << "\" font-size=\"11\" text-anchor=\"end\">" << Num(hi, 4) << "</text>";
+  o << "<text x=\"" << left - 6 << "\" y=\"" << h - bottom
+    << "\" font-size=\"11\" text-anchor=\"end\">0</text>";
+  std::string path;
+  for (size_t i = 0; i < n; ++i) {
+    auto s = stats::Summarize(er.entries[i].batch.values);
+    if (s.n < 2) continue;
+    path += (path.empty() ? "M" : " L") + Num(X(i), 1) + " " + Num(Y(s.sd), 1);
+  }
+  if (!path.empty()) o << "<path d=\"" << path << "\" fill=\"none\" stroke=\"#0969da\"/>";
+  for (size_t i = 0; i < n; ++i) {
+    const auto& e = er.entries[i];
+    auto s = stats::Summarize(e.batch.values);
+    if (s.n < 2) continue;
+    o << "<circle cx=\"" << Num(X(i), 1) << "\" cy=\"" << Num(Y(s.sd), 1) << "\" r=\""
+      << (e.spread_grew ? 5 : 3) << "\" fill=\"" << (e.spread_grew ? "#cf222e" : "#0969da")
+      << "\"><title>" << Short(e.batch.sha) << ": sd " << Num(s.sd)
+      << (e.spread_grew ? " (spread grew)" : "") << "</title></circle>";
+  }
+  o << "</svg>";
+  return o.str();
+}
+
+}  // namespace
+
+std::string RenderHtml(const ReportData& r) {
+  std::ostringstream o;
+  o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+       "<title>trainq spread report</title>\n<style>\n"
+       "body{font-family:system-ui,sans-serif;margin:2em;max-width:62em;color:#1f2328}\n"
+       "table{border-collapse:collapse;margin:0.5em 0 1.5em}\n"
+       "th,td{border:1px solid #d0d7de;padding:0.25em 0.6em;text-align:left;font-size:0.9em}\n"
+       "th{background:#f6f8fa}\ncode{font-size:0.95em}\n"
+       ".better{color:#1a7f37;font-weight:600}.worse{color:#cf222e;font-weight:600}\n"
+       ".grew{color:#cf222e}\n</style>\n</head>\n<body>\n";
+  o << "<h1>trainq spread report</h1>\n";
+  o << "<p>Window: " << (r.window == "all" ? "all batches" : "last " + Html(r.window)) << "; "
+    << r.batches << " batches, " << r.runs << " runs.</p>\n";
+  o << "<h2>Significant changes</h2>\n<ul>\n";
+  int sig = 0;
+  for (const auto& er : r.experiments) {
+    for (const auto& e : er.entries) {
+      if (!Significant(e)) continue;
+      ++sig;
+      std::string cls = e.vs_parent->verdict == stats::Verdict::kBetter ? "better" : "worse";
+      o << "<li><b>" << Html(er.experiment) << "</b> at <code>" << Short(e.batch.sha)
+        << "</code> (" << Html(e.batch.subject) << "): <span class=\"" << cls << "\">"
+        << Html(ComparisonText(*e.vs_parent)) << "</span></li>\n";
+    }
+  }
+  if (!sig) o << "<li>None: no batch differs from its baseline beyond seed noise.</li>\n";
+  o << "</ul>\n";
+  for (const auto& er : r.experiments) {
+    o << "<h2>" << Html(er.repo) << " / " << Html(er.experiment) << "</h2>\n";
+    o << "<p>" << Html(er.metric) << ", " << (er.goal == "min" ? "lower" : "higher")
+      << " is better. Each point is one run (one seed); the bar is the mean, the whisker its "
+         "95% interval; green and red mark a significant change from the parent commit.</p>\n";
+    o << RunsSvg(er) << "\n";
+    o << "<p>Spread (sd across seeds) per batch; red marks a spread that grew "
+         "(one-sided F-test against the previous batch, p &lt; 0.05).</p>\n";
+    o << SpreadSvg(er) << "\n";
+    o << "<table>\n<tr><th>batch</th><th>commit</th><th>subject</th><th>n</th><th>mean</th>"
+         "<th>sd</th><th>95% CI</th><th>vs baseline</th><th>verdict</th><th>spread</th></tr>\n";
+    for (const auto& e : er.entries) {
+      auto s = stats::Summarize(e.batch.values);
+      std::string verdict = VerdictOf(e);
+      std::string cls = Significant(e) ? (e.vs_parent->verdict == stats::Verdict::kBetter
+                                               ? " class=\"better\""
+                                               : " class=\"worse\"")
+                                       : "";
+      o << "<tr><td>" << e.batch.id << "</td><td><code>" << Short(e.batch.sha) << "</code></td><td>"
+        << Html(e.batch.subject) << "</td><td>" << s.n << "</td><td>"
+        << (s.n ? Num(s.mean) : "-") << "</td><td>" << (s.n > 1 ? Num(s.sd) : "-")
+        << "</td><td>" << CiText(s) << "</td><td>" << DiffText(e) << "</td><td" << cls << ">"
+        << Html(verdict) << "</td><td>"
+        << (e.spread_grew ? "<span class=\"grew\">grew (p=" + Num(e.spread_p, 3) + ")</span>"
+                          : "")
+        << "</td></tr>\n";
+    }
+    o << "</table>\n";
+  }
+  o << "</body>\n</html>\n";
+  return o.str();
+}
+
+std::string RenderJson(const ReportData& r) {
+  json j;
+  j["window"] = r.window;
+  j["batches"] = r.batches;
+  j["runs"] = r.runs;
+  j["experiments"] = json::array();
+  for (const auto& er : r.experiments) {
+    json ej = {{"repo", er.repo}, {"experiment", er.experiment}, {"metric", er.metric},
+               {"goal", er.goal}, {"batches", json::array()}};
+    for (const auto& e : er.entries) {
+      auto s = stats::Summarize(e.batch.values);
+      json bj = {{"id", e.batch.id},
+                 {"commit", e.batch.sha},
+                 {"parent", e.batch.parent_sha},
+                 {"subject", e.batch.subject},
+                 {"n", s.n},
+                 {"values", e.batch.values},
+                 {"seeds", e.batch.seeds},
+                 {"spread_grew", e.spread_grew},
+                 {"spread_p", e.spread_p}};
+      if (s.n) {
+        bj["mean"] = s.mean;
+        bj["median"] = s.median;
+        bj["iqm"] = s.iqm;
+        bj["min"] = s.min;
+        bj["max"] = s.max;
+      }
+      bj["sd"] = s.n > 1 ? json(s.sd) : json(nullptr);
+      bj["ci95"] = s.ci95 ? json::array({s.ci95->lo, s.ci95->hi}) : json(nullptr);
+      if (e.vs_parent) {
+        json vp = {{"verdict", std::string(stats::VerdictName(e.vs_parent->verdict))},
+                   {"paired", e.vs_parent->paired},
+                   {"alpha", e.vs_parent->alpha}};
+        if (e.vs_parent->cmp) {
+          vp["diff"] = e.vs_parent->cmp->diff;
+          const auto& t = e.vs_parent->paired ? e.vs_parent->cmp->paired : e.vs_parent->cmp->welch;
+          if (t) {
+            vp["p"] = t->p;
+            vp["ci95"] = {t->ci95.lo, t->ci95.hi};
+          }
+        }
+        bj["vs_parent"] = vp;
+      } else {
+        bj["vs_parent"] = nullptr;
+      }
+      ej["batches"].push_back(bj);
+    }
+    j["experiments"].push_back(ej);
+  }
+  return j.dump(2) + "\n";
+}
+
+std::string RenderRunsCsv(const ReportData& r) {
+  std::ostringstream o;
+  o << "repo,experiment,batch,commit,seed,repeat,state,attempts,metric,value,error\n";
+  for (const auto& er : r.experiments) {
+    for (const auto& e : er.entries) {
+      for (const auto& run : e.runs) {
+        o << Csv(er.repo) << "," << Csv(er.experiment) << "," << e.batch.id << ","
+          << e.batch.sha << "," << run.seed << "," << run.repeat << ","
+          << RunStateName(run.state) << "," << run.attempts << "," << Csv(er.metric) << ","
+          << (run.metric_value ? FormatDouble(*run.metric_value, 6) : "") << ","
+          << Csv(run.last_error) << "\n";
+      }
+    }
+  }
+  return o.str();
+}
+
+
+bool IsReportFileFormat(const std::string& f) {
+  for (const char* k : kReportFileFormats) {
+    if (f == k) return true;
+  }
+  return false;
+}
+
+std::string RenderReportFile(const ReportData& data, const std::string& format) {
+  if (format == "md") return RenderMarkdown(data);
+  if (format == "html") return RenderHtml(data);
+  if (format == "json") return RenderJson(data);
+  return RenderRunsCsv(data);
+}
+
+std::string ReportSummaryLine(const ReportData& data) {
+  std::ostringstream s;
+  s << data.batches << " batches, " << data.runs << " runs, " << data.experiments.size()
+    << " experiment(s)\n";
+  return s.str();
+}
+
+Result<TimeMs> ReportSince(const std::string& since, TimeMs now) {
+  if (since.empty()) return TimeMs{0};
+  auto d = ParseDurationSeconds(since);
+  if (!d) return Fail(ErrorKind::kInvalidArgument, "since: " + d.error().message);
+  return now - *d * 1000;
+}
+
+namespace {
+
+std::string TableText(std::vector<BatchProgress> batches, const std::string& since) {
+  if (batches.empty()) return "no batches" + (since.empty() ? "" : " in the last " + since) + "\n";
+  Table t({"BATCH", "COMMIT", "EXPERIMENT", "METRIC", "N", "MEAN", "SD", "MIN", "MAX", "RUNS"});
+  for (const auto& b : batches) {
+    auto s = stats::Summarize(b.values);
+    auto num = [&](double v) { return s.n ? FormatDouble(v, 4) : std::string("-"); };
+    t.Add({std::to_string(b.id), b.sha.substr(0, 7), b.experiment,
+           b.metric_name + (b.metric_goal == "max" ? " ↑" : " ↓"), std::to_string(s.n),
+           num(s.mean), s.n > 1 ? FormatDouble(s.sd, 4) : "-", num(s.min), num(s.max),
+           ProgressText(b)});
+  }
+  return t.Render();
+}
+
+}  // namespace
+
+Status CheckReportExperiments(Store& store, const std::vector<std::string>& experiments,
+                              const std::string& option, const std::string& where) {
+  if (experiments.empty()) return {};
+  // A misspelt name is an error, not an empty report.
+  ASSIGN_OR_RETURN(auto all, store.Batches(false, 0));
+  std::set<std::string> known;
+  for (const auto& b : all) known.insert(b.experiment);
+  for (const auto& e : experiments) {
+    if (known.count(e)) continue;
+    std::string list;
+    for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+    return Fail(ErrorKind::kNotFound, option + ": no batch of experiment '" + e + "' in " + where +
+                                          (list.empty() ? "" : " (known: " + list + ")"));
+  }
+  return {};
+}
+
+const char* ReportFileName(const std::string& format) {
+  if (format == "md") return "report.md";
+  if (format == "html") return "report.html";
+  if (format == "json") return "report.json";
+  if (format == "csv") return "runs.csv";
+  return nullptr;
+}
+
+Result<std::string> ReportBytes(Store& store, const ReportQuery& q, TimeMs now) {
+  ASSIGN_OR_RETURN(TimeMs since, ReportSince(q.since, now));
+  if (IsReportFileFormat(q.format) || q.format == "summary") {
+    ASSIGN_OR_RETURN(auto data,
+                     BuildReport(store, since, q.since.empty() ? "all" : q.since, q.experiments));
+    return q.format == "summary" ? ReportSummaryLine(data) : RenderReportFile(data, q.format);
+  }
+  if (q.format != "table" && q.format != "batches") {
+    return Fail(ErrorKind::kInvalidArgument,
+                "format: unknown format '" + q.format +
+                    "' (md, html, json, csv, summary, table, batches)");
+  }
+  ASSIGN_OR_RETURN(auto batches, store.BatchesSince(since));
+  std::set<std::string> wanted(q.experiments.begin(), q.experiments.end());
+  std::erase_if(batches, [&](const BatchProgress& b) {
+    return !wanted.empty() && !wanted.count(b.experiment);
+  });
+  if (q.format == "batches") {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& b : batches) j.push_back(BatchJson(b));
+    return j.dump(2) + "\n";
+  }
+  return TableText(std::move(batches), q.since);
+}
+
+}  // namespace trainq

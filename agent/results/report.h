@@ -1,0 +1,83 @@
+// `trainq report --out DIR`: the weekly spread report as files a CI job keeps.
+//
+// report.md, report.html (self-contained, inline SVG), report.json and
+// runs.csv. Rendering is a pure function of the ReportData, and ReportData a
+// pure function of the store's contents and the options: the same store gives
+// byte-identical files (no generation time is printed; the window is shown as
+// the dates of the batches it holds).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/results/analysis.h"
+#include "core/result.h"
+#include "queue/store.h"
+
+namespace trainq {
+
+struct ReportEntry {
+  BatchProgress batch;
+  std::vector<RunRow> runs;
+  std::optional<BatchComparison> vs_parent;  // same experiment at the parent commit
+  bool spread_grew = false;  // variance up against the previous batch (F-test, p < 0.05)
+  double spread_p = 1;
+};
+
+struct ExperimentReport {
+  std::string repo;
+  std::string experiment;
+  std::string metric;
+  std::string goal;
+  std::vector<ReportEntry> entries;  // oldest first
+};
+
+struct ReportData {
+  std::string window;  // e.g. "7d"
+  std::vector<ExperimentReport> experiments;  // by repo, then name
+  int batches = 0;
+  int runs = 0;
+};
+
+// Batches created at or after `since` (and, when `experiments` is not empty,
+// only those experiments).
+Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& window,
+                               const std::vector<std::string>& experiments);
+
+std::string RenderMarkdown(const ReportData& r);
+std::string RenderHtml(const ReportData& r);
+std::string RenderJson(const ReportData& r);
+std::string RenderRunsCsv(const ReportData& r);
+
+// One-sided F-test that `later` has a larger variance than `earlier`: its p-value.
+// 1 when either side has fewer than 2 values or a zero variance makes it undefined.
+double SpreadGrowthP(const std::vector<double>& earlier, const std::vector<double>& later);
+
+// The --out files in the order they are written.
+inline constexpr const char* kReportFileFormats[] = {"md", "html", "json", "csv"};
+bool IsReportFileFormat(const std::string& f);
+std::string RenderReportFile(const ReportData& data, const std::string& format);
+// "12 batches, 120 runs, 3 experiment(s)\n".
+std::string ReportSummaryLine(const ReportData& data);
+// The start of a "7d" window ending at `now`; 0 for "".
+Result<TimeMs> ReportSince(const std::string& since, TimeMs now);
+
+// What `trainq report` prints or writes, as bytes, for one format: "table"
+// (`trainq report`), "batches" (`--json`), "md", "html", "json", "csv" (the
+// files of `--out`), "summary" (the last line `--out` prints). The CLI and
+// GET /api/v1/report both call it, so they answer the same bytes.
+struct ReportQuery {
+  std::string since;                     // "7d"; empty: everything
+  std::vector<std::string> experiments;  // empty: all
+  std::string format;
+};
+Result<std::string> ReportBytes(Store& store, const ReportQuery& q, TimeMs now);
+// kNotFound naming `option` and `where` (the db) when an experiment has no
+// batch at all: a misspelt name is an error, not an empty report.
+Status CheckReportExperiments(Store& store, const std::vector<std::string>& experiments,
+                              const std::string& option, const std::string& where);
+// report.md, report.html, report.json, runs.csv; nullptr for other formats.
+const char* ReportFileName(const std::string& format);
+
+}  // namespace trainq

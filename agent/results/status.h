@@ -1,0 +1,37 @@
+// The status document and its parts, as JSON: what `trainq status --json`,
+// `trainq machines --json`, `trainq report --json` and GET /api/v1/status print.
+// Built here once; agent/cli renders them as text, agent/daemon serves them.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/clock.h"
+#include "core/result.h"
+
+namespace trainq {
+
+class Store;
+struct MachineRow;
+struct BatchProgress;
+struct RunRow;
+
+// The status document: counts, slots, machines, running runs, batches, pushes.
+Result<nlohmann::json> StatusJson(Store& store, const std::string& db, TimeMs now);
+// One machine: state, times, runs done, billed time and cost so far.
+nlohmann::json MachineJson(const MachineRow& m, TimeMs now);
+// A run as `trainq runs --json` prints it.
+nlohmann::json RunJson(const RunRow& r);
+// "7/10 done, 1 failed, 2 running".
+std::string ProgressText(const BatchProgress& b);
+// A batch with its progress and its metric's summary.
+nlohmann::json BatchJson(const BatchProgress& b);
+
+// "$1.25".
+std::string Money(double v);
+// A machine's billed time: from its creation to its stop, or to `now`.
+TimeMs Billed(const MachineRow& m, TimeMs now);
+// How long a ready machine has been idle ("3m"), "busy", or "-" when not ready.
+std::string Idle(const MachineRow& m, TimeMs now);
+
+}  // namespace trainq

@@ -1,0 +1,91 @@
+// Hyperparameter sweeps: what points to try next (a pure function), how a
+// point becomes a batch of its experiment, the driver that keeps `parallel`
+// points in flight until the budget is spent, and the winner by a lower
+// confidence bound. The space and its syntax are in agent/repo/sweep_spec.h; the
+// rows in queue/store.h (sweeps section).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/results/analysis.h"
+#include "agent/repo/sweep_spec.h"
+#include "core/clock.h"
+#include "core/result.h"
+#include "queue/store.h"
+
+namespace CLI {
+class App;
+}
+
+namespace trainq {
+
+// `trainq sweep ...` (agent/cli/cmd_sweep.cc); `db` is read when a command runs.
+void AddSweepCommands(CLI::App& app, const std::string* db, int* exit_code);
+
+// The next `count` points after `existing` (the points suggested so far, in
+// order): explicit points first, then grid parameters cycle through every
+// combination (the first grid parameter slowest), random ones are drawn from a
+// mt19937_64 seeded by (seed, point index), derived expressions last. Pure:
+// the same inputs give bit-identical points; point k never depends on how
+// many were asked for at once.
+Result<std::vector<nlohmann::json>> SuggestPoints(const SweepSpec& space,
+                                                  const std::vector<nlohmann::json>& existing,
+                                                  int count, std::uint64_t seed);
+
+// The batch that runs `params` of the experiment described by `base` in sweep
+// `sweep_id` as point `idx`: experiment "EXP@sweepN.pK"; a `command:` gets its
+// `{name}` placeholders replaced by shell-quoted values, a `trainer:` spec
+// gets `--set name=value` per parameter.
+Result<BatchSpec> PointBatch(const BatchSpec& base, const nlohmann::json& params,
+                             std::int64_t sweep_id, int idx);
+std::string PointExperimentName(const std::string& experiment, std::int64_t sweep_id, int idx);
+// A value as it is written into a command or a --set.
+std::string ValueText(const nlohmann::json& v);
+
+// Starts a sweep of a validated spec; nothing is queued until StepSweep.
+nlohmann::json BatchSpecJson(const BatchSpec& b);
+Result<BatchSpec> BatchSpecFromJson(const nlohmann::json& j);
+
+// One pass of the driver over sweep `id`: re-submits points written without
+// a batch, adds points while fewer than `parallel` are in flight and the
+// budget allows, and marks the sweep done when every point has ended.
+// Restart-safe: everything it needs is in the store. Returns points added.
+Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now);
+// StepSweep over every running sweep (the serve loop calls it).
+Result<int> StepSweeps(Store& store, TimeMs now);
+
+struct PointResult {
+  int idx = 0;
+  nlohmann::json params;
+  std::optional<BatchProgress> batch;
+  stats::Summary summary;
+  std::optional<double> bound;  // the lower (goal max) / upper (min) 95% one-sided bound
+  std::string state;            // queued | running | done | failed (no finished run)
+};
+struct SweepView {
+  Store::SweepRow row;
+  SweepSpec spec;
+  std::string goal = "max";
+  std::string metric;
+  std::vector<PointResult> points;
+  int budget_points = 0;
+  int runs_done = 0;
+  int runs_total = 0;
+};
+Result<SweepView> LoadSweepView(Store& store, std::int64_t id);
+
+struct SweepBest {
+  const PointResult* winner = nullptr;
+  const PointResult* runner_up = nullptr;
+  std::optional<BatchComparison> vs_runner_up;  // winner vs runner-up, paired on shared seeds
+  int eligible = 0;  // points with at least two finished seeds
+};
+// The winner by its lower confidence bound (mean - t * SE for goal max, the
+// upper bound for min) among points with at least 2 finished seeds.
+SweepBest PickBest(const SweepView& v);
+
+}  // namespace trainq

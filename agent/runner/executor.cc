@@ -1,0 +1,418 @@
+#include "agent/runner/executor.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "agent/results/analysis.h"
+#include "agent/repo/git_repo.h"
+#include "agent/repo/mirror.h"
+#include "agent/runner/run_outcome.h"
+#include "core/strings.h"
+
+namespace fs = std::filesystem;
+
+namespace trainq {
+
+namespace {
+
+std::string ReadFrom(const std::string& path, std::uintmax_t offset) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return s;
+}
+
+std::string Join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+}  // namespace
+
+ProcessSpec BuildRunProcess(const LeasedRun& run, const RunPaths& paths, const std::string& bin_dir,
+                            const std::string& cuda_devices,
+                            const std::vector<std::string>& env_passthrough) {
+  std::map<std::string, std::string> vars = {
+      {"seed", std::to_string(run.seed)},
+      {"repeat", std::to_string(run.repeat)},
+      {"run_id", std::to_string(run.run_id)},
+      {"output_dir", ShellQuote(paths.output_dir)},
+  };
+  ProcessSpec spec;
+  spec.argv = {"/bin/sh", "-c", Substitute(run.command, vars)};
+  spec.cwd = paths.workdir;
+  spec.output_path = paths.log;
+  spec.inherit_env = false;
+  spec.pass_env = env_passthrough;
+  spec.env = {
+      {"TRAINQ_SEED", std::to_string(run.seed)},
+      {"TRAINQ_REPEAT", std::to_string(run.repeat)},
+      {"TRAINQ_RUN_ID", std::to_string(run.run_id)},
+      {"TRAINQ_BATCH_ID", std::to_string(run.batch_id)},
+      {"TRAINQ_ATTEMPT", std::to_string(run.attempt)},
+      {"TRAINQ_EXPERIMENT", run.experiment},
+      {"TRAINQ_COMMIT", run.sha},
+      {"TRAINQ_METRIC", run.metric_name},
+      {"TRAINQ_METRICS_FILE", paths.metrics},
+      {"TRAINQ_OUTPUT_DIR", paths.output_dir},
+      // Python scripts: deterministic hashing and unbuffered output in the log.
+      {"PYTHONHASHSEED", std::to_string(run.seed)},
+      {"PYTHONUNBUFFERED", "1"},
+  };
+  if (!cuda_devices.empty() || run.gpus == 0) {
+    // A run that asked for no GPU sees none, so it cannot take one by accident.
+    spec.env["CUDA_VISIBLE_DEVICES"] = cuda_devices;
+  }
+  if (!bin_dir.empty()) {
+    const char* path = std::getenv("PATH");
+    spec.env["PATH"] = bin_dir + ":" + (path ? path : "/usr/bin:/bin");
+  }
+  return spec;
+}
+
+MetricReading ReadRunMetric(const std::string& metrics_text, const std::string& log_text,
+                            const std::string& name, const std::string& regex) {
+  MetricReading r;
+  std::optional<double> last, last_final;
+  int line_no = 0;
+  for (const auto& raw : Split(metrics_text, '\n')) {
+    ++line_no;
+    auto line = Trim(raw);
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j.contains("value") ||
+        !j["name"].is_string() || !(j["value"].is_number() || j["value"].is_null())) {
+      r.warnings.push_back("metrics file line " + std::to_string(line_no) +
+                           ": expected {\"name\": ..., \"value\": <number>}");
+      continue;
+    }
+    MetricPoint p;
+    p.name = j["name"].get<std::string>();
+    // JSON has no NaN: a null value stands for one.
+    p.value = j["value"].is_null() ? std::nan("") : j["value"].get<double>();
+    if (j.contains("step") && j["step"].is_number_integer()) p.step = j["step"].get<std::int64_t>();
+    // "final": true (or 1) marks the value that counts; anything else does not.
+    if (j.contains("final")) {
+      const auto& f = j["final"];
+      p.final = (f.is_boolean() && f.get<bool>()) || (f.is_number() && f.get<double>() != 0);
+      if (!f.is_boolean() && !f.is_number()) {
+        r.warnings.push_back("metrics file line " + std::to_string(line_no) +
+                             ": \"final\" should be true or false");
+      }
+    }
+    if (p.name == name) {
+      last = p.value;
+      if (p.final) last_final = p.value;
+    }
+    r.points.push_back(std::move(p));
+  }
+  r.value = last_final ? last_final : last;
+  if (!r.value && !regex.empty()) {
+    try {
+      std::regex re(regex);
+      std::optional<std::string> match;
+      for (auto it = std::sregex_iterator(log_text.begin(), log_text.end(), re);
+           it != std::sregex_iterator(); ++it) {
+        if (it->size() > 1) match = (*it)[1].str();
+      }
+      if (match) {
+        char* end = nullptr;
+        double v = std::strtod(match->c_str(), &end);
+        if (end && *end == '\0' && !match->empty()) {
+          r.value = v;
+          r.points.push_back(MetricPoint{name, v, std::nullopt, true});
+        } else {
+          r.warnings.push_back("metric regex matched \"" + *match + "\", which is not a number");
+        }
+      }
+    } catch (const std::regex_error& e) {
+      r.warnings.push_back(std::string("invalid metric regex: ") + e.what());
+    }
+  }
+  return r;
+}
+
+LocalExecutor::LocalExecutor(Store& store, ProcessRunner& runner, const Clock& clock,
+                             ExecutorOptions options)
+    : store_(store), runner_(runner), clock_(clock), options_(std::move(options)) {
+  free_gpus_ = options_.gpus;
+}
+
+Status LocalExecutor::Register(const std::string& provider_id) {
+  MachineRow m;
+  m.pool = "local";
+  m.provider = "local";
+  m.provider_id = provider_id;
+  m.state = "ready";
+  m.slots = options_.slots;
+  m.gpus = static_cast<int>(options_.gpus.size());
+  ASSIGN_OR_RETURN(auto id, store_.UpsertMachine(m, clock_.Now()));
+  machine_id_ = id;
+  last_machine_touch_ = clock_.Now();
+  return {};
+}
+
+Result<std::string> CachedWorktree(const std::string& data_dir, const std::string& repo_url,
+                                   const std::string& sha, const std::string& tmp_tag) {
+  fs::path dir = fs::path(data_dir) / "worktrees" / sha;
+  fs::path done = dir / ".trainq-checkout-complete";
+  std::error_code ec;
+  if (fs::exists(done, ec)) return dir.string();
+  // A URL (not a directory here): check out of a local mirror, fetched when
+  // it lacks the commit.
+  std::string repo_dir = repo_url;
+  if (repo_url.find("://") != std::string::npos && !fs::is_directory(repo_url, ec)) {
+    ASSIGN_OR_RETURN(auto mirror, Mirror::Open(Mirror::PathFor(data_dir, repo_url), repo_url));
+    if (!mirror.HasCommit(sha)) TRY(mirror.Fetch(FetchAuth{}));
+    repo_dir = mirror.path();
+  }
+  // Check out into a fresh temporary directory, then rename: a crash half-way
+  // never leaves a partial tree that a later run would trust.
+  fs::path tmp = fs::path(data_dir) / "worktrees" / (sha + ".tmp-" + tmp_tag);
+  fs::remove_all(tmp, ec);
+  ASSIGN_OR_RETURN(auto repo, GitRepo::Open(repo_dir));
+  TRY(repo.CheckoutTo(sha, tmp.string()));
+  TRY(WriteFile((tmp / ".trainq-checkout-complete").string(), sha + "\n"));
+  fs::remove_all(dir, ec);
+  fs::rename(tmp, dir, ec);
+  if (ec) return Fail(ErrorKind::kIo, "cannot move checkout into " + dir.string() + ": " +
+                                          ec.message());
+  return dir.string();
+}
+
+Result<std::string> LocalExecutor::Worktree(const LeasedRun& run) {
+  return CachedWorktree(options_.data_dir, run.repo_url, run.sha, std::to_string(run.run_id));
+}
+
+Status LocalExecutor::StartRun(const LeasedRun& run) {
+  TimeMs now = clock_.Now();
+  RunPaths paths;
+  fs::path dir = fs::path(options_.data_dir) / "runs" / std::to_string(run.run_id);
+  paths.dir = dir.string();
+  paths.log = (dir / "output.log").string();
+  paths.metrics = (dir / "metrics.jsonl").string();
+  paths.output_dir = (dir / "output").string();
+  std::error_code ec;
+  fs::create_directories(paths.output_dir, ec);
+  if (ec) return Fail(ErrorKind::kIo, paths.output_dir + ": " + ec.message());
+  TRY(WriteFile(paths.metrics, ""));
+  {
+    std::ofstream log(paths.log, std::ios::app);
+    log << "=== trainq: run " << run.run_id << " (" << run.experiment << ", seed " << run.seed
+        << ", attempt " << run.attempt << ") at " << FormatTimestamp(now) << " UTC ===\n";
+  }
+  ASSIGN_OR_RETURN(paths.workdir, Worktree(run));
+
+  Active a;
+  a.run = run;
+  a.paths = paths;
+  a.log_offset = fs::file_size(paths.log, ec);
+  for (int i = 0; i < run.gpus && !free_gpus_.empty(); ++i) {
+    a.gpus.push_back(free_gpus_.front());
+    free_gpus_.erase(free_gpus_.begin());
+  }
+  auto spec = BuildRunProcess(run, paths, options_.bin_dir, Join(a.gpus, ","),
+                              options_.env_passthrough);
+  auto pid = runner_.Spawn(spec);
+  if (!pid) {
+    free_gpus_.insert(free_gpus_.end(), a.gpus.begin(), a.gpus.end());
+    return std::unexpected(pid.error());
+  }
+  a.pid = *pid;
+  a.started_ms = now;
+  a.last_heartbeat_ms = now;
+  if (auto st = store_.MarkRunning(run.run_id, run.token, now, paths.log); !st) {
+    // The lease is gone already (cancelled in the meantime): stop at once.
+    runner_.KillGroup(a.pid, SIGKILL);
+    runner_.Wait(a.pid);
+    free_gpus_.insert(free_gpus_.end(), a.gpus.begin(), a.gpus.end());
+    spdlog::warn("run {}: {}", run.run_id, st.error().message);
+    return {};
+  }
+  spdlog::info("run {} started: {} seed {} (attempt {}), pid {}", run.run_id, run.experiment,
+               run.seed, run.attempt, a.pid);
+  active_.emplace(run.run_id, std::move(a));
+  return {};
+}
+
+void LocalExecutor::Finish(Active& a, const ExitStatus& status) {
+  TimeMs now = clock_.Now();
+  const auto& run = a.run;
+  std::string log_text = ReadFrom(a.paths.log, a.log_offset);
+  auto metrics_text = trainq::ReadFile(a.paths.metrics).value_or("");
+  auto reading = ReadRunMetric(metrics_text, log_text, run.metric_name, run.metric_regex);
+  for (const auto& w : reading.warnings) spdlog::warn("run {}: {}", run.run_id, w);
+  // SQLite has no NaN (it would store NULL): non-finite points are left out;
+  // a non-finite final metric fails the run below.
+  std::erase_if(reading.points, [](const MetricPoint& p) { return !std::isfinite(p.value); });
+  if (!reading.points.empty()) {
+    if (auto st = store_.AddMetrics(run.run_id, run.token, reading.points, now); !st) {
+      spdlog::warn("run {}: metrics not stored: {}", run.run_id, st.error().message);
+    }
+  }
+
+  RunEnd end;
+  end.status = status;
+  end.timed_out = a.timed_out;
+  end.timeout_s = run.timeout_s;
+  end.command = run.command;
+  end.metric_name = run.metric_name;
+  end.regex_tried = !run.metric_regex.empty();
+  end.log = log_text;
+  RunOutcome outcome = JudgeRun(end, reading);
+
+  if (outcome.succeeded) {
+    if (auto st = store_.Complete(run.run_id, run.token, now, *reading.value,
+                                  status.code); !st) {
+      spdlog::warn("run {}: result refused: {}", run.run_id, st.error().message);
+    } else {
+      spdlog::info("run {} succeeded: {} = {} in {}", run.run_id, run.metric_name,
+                   FormatDouble(*reading.value, 4), FormatDuration(now - a.started_ms));
+    }
+  } else {
+    std::string full = outcome.error;
+    if (full.size() > 2000) full = full.substr(0, 2000) + "...";
+    std::optional<int> code;
+    if (status.signal == 0) code = status.code;
+    auto next = store_.FailRun(run.run_id, run.token, now, full, code, !outcome.config_error);
+    if (!next) {
+      spdlog::warn("run {}: failure not recorded: {}", run.run_id, next.error().message);
+    } else {
+      spdlog::warn("run {} {}: {} seed {}: {}; log {}", run.run_id,
+                   *next == RunState::kDead ? "dead" : "failed, will retry", run.experiment,
+                   run.seed, full, a.paths.log);
+    }
+  }
+  free_gpus_.insert(free_gpus_.end(), a.gpus.begin(), a.gpus.end());
+  // An adaptive batch whose round just ended may need more runs.
+  if (auto added = ExtendIfNeeded(store_, run.batch_id, clock_.Now()); !added) {
+    spdlog::warn("batch {}: adaptive repeats not evaluated: {}", run.batch_id,
+                 added.error().message);
+  } else if (*added > 0) {
+    spdlog::info("batch {}: rule not met yet, {} more run(s) queued", run.batch_id, *added);
+  }
+}
+
+void LocalExecutor::Kill(Active& a, TimeMs now) {
+  if (!a.kill_sent_ms) {
+    runner_.KillGroup(a.pid, SIGTERM);
+    a.kill_sent_ms = now;
+  } else if (now - *a.kill_sent_ms >= options_.kill_grace_ms) {
+    runner_.KillGroup(a.pid, SIGKILL);
+  }
+}
+
+Status LocalExecutor::Step() {
+  TimeMs now = clock_.Now();
+  // 1. Reap.
+  for (auto it = active_.begin(); it != active_.end();) {
+    auto status = runner_.Poll(it->second.pid);
+    if (!status) {
+      ++it;
+      continue;
+    }
+    // Whatever the script left behind in its group goes too.
+    runner_.KillGroup(it->second.pid, SIGKILL);
+    Finish(it->second, *status);
+    it = active_.erase(it);
+  }
+  // 2. Timeouts; 3. heartbeats.
+  for (auto it = active_.begin(); it != active_.end();) {
+    Active& a = it->second;
+    if (a.run.timeout_s > 0 && now - a.started_ms > a.run.timeout_s * 1000) {
+      if (!a.timed_out) {
+        spdlog::warn("run {}: timeout of {} reached, killing its process group", a.run.run_id,
+                     FormatDuration(a.run.timeout_s * 1000));
+      }
+      a.timed_out = true;
+      Kill(a, now);
+    }
+    if (now - a.last_heartbeat_ms >= options_.heartbeat_ms) {
+      auto hb = store_.Heartbeat(a.run.run_id, a.run.token, now, options_.lease_ms);
+      if (!hb && hb.error().kind == ErrorKind::kConflict) {
+        spdlog::info("run {}: lease lost ({}); stopping it", a.run.run_id, hb.error().message);
+        runner_.KillGroup(a.pid, SIGKILL);
+        runner_.Wait(a.pid);
+        free_gpus_.insert(free_gpus_.end(), a.gpus.begin(), a.gpus.end());
+        it = active_.erase(it);
+        continue;
+      }
+      if (!hb) {
+        spdlog::warn("run {}: heartbeat failed: {}", a.run.run_id, hb.error().message);
+      } else {
+        a.last_heartbeat_ms = now;
+      }
+    }
+    ++it;
+  }
+  if (machine_id_ && now - last_machine_touch_ >= options_.heartbeat_ms) {
+    if (store_.TouchMachine(*machine_id_, now, "ready")) last_machine_touch_ = now;
+  }
+  // 4. Leases of silent executors.
+  ASSIGN_OR_RETURN(int expired, store_.ExpireLeases(now));
+  if (expired > 0) spdlog::warn("{} run(s) whose lease expired went back to the queue", expired);
+  // 5. Fill free slots.
+  int free_slots = options_.slots - static_cast<int>(active_.size());
+  if (free_slots <= 0) return {};
+  ASSIGN_OR_RETURN(auto leased, store_.Lease(options_.worker, now, options_.lease_ms, free_slots));
+  for (const auto& run : leased) {
+    if (auto st = StartRun(run); !st) {
+      spdlog::error("run {}: cannot start: {}", run.run_id, st.error().message);
+      (void)store_.FailRun(run.run_id, run.token, clock_.Now(),
+                           "cannot start: " + st.error().message, std::nullopt);
+    }
+  }
+  return {};
+}
+
+Result<bool> LocalExecutor::QueueDrained() {
+  if (!active_.empty()) return false;
+  ASSIGN_OR_RETURN(auto counts, store_.CountByState());
+  for (auto s : {RunState::kQueued, RunState::kLeased, RunState::kRunning, RunState::kFailed}) {
+    if (counts[static_cast<int>(s)] > 0) return false;
+  }
+  return true;
+}
+
+void LocalExecutor::Shutdown(const std::string& reason) {
+  // Runs that ended before the stop keep their result: report them first.
+  for (auto it = active_.begin(); it != active_.end();) {
+    if (auto status = runner_.Poll(it->second.pid)) {
+      runner_.KillGroup(it->second.pid, SIGKILL);
+      Finish(it->second, *status);
+      it = active_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& [id, a] : active_) runner_.KillGroup(a.pid, SIGTERM);
+  TimeMs deadline = clock_.Now() + options_.kill_grace_ms;
+  for (auto& [id, a] : active_) {
+    while (!runner_.Poll(a.pid)) {
+      if (clock_.Now() >= deadline) {
+        runner_.KillGroup(a.pid, SIGKILL);
+        runner_.Wait(a.pid);
+        break;
+      }
+      struct timespec ts{0, 20'000'000};
+      nanosleep(&ts, nullptr);
+    }
+    if (auto st = store_.Interrupt(id, a.run.token, clock_.Now(), reason); !st) {
+      spdlog::warn("run {}: {}", id, st.error().message);
+    } else {
+      spdlog::info("run {} interrupted and returned to the queue", id);
+    }
+  }
+  active_.clear();
+  if (machine_id_) (void)store_.TouchMachine(*machine_id_, clock_.Now(), "stopped");
+}
+
+}  // namespace trainq

@@ -1,0 +1,166 @@
+#include "agent/triggers/forge_status.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "agent/results/analysis.h"
+#include "core/strings.h"
+#include "stats/summary.h"
+
+namespace trainq {
+
+namespace {
+
+// Three decimals, more when the spread is smaller than that shows.
+int Decimals(double sd) {
+  if (!(sd > 0) || sd >= 0.001) return 3;
+  return std::min(8, static_cast<int>(std::ceil(-std::log10(sd))) + 1);
+}
+
+}  // namespace
+
+std::string BatchStatusDescription(const BatchProgress& b) {
+  auto s = stats::Summarize(b.values);
+  std::string text = b.metric_name + " ";
+  if (s.n == 0) {
+    text += "- (no run succeeded)";
+  } else if (s.n == 1) {
+    text += FormatDouble(s.mean, 3) + " (n=1)";
+  } else {
+    int d = Decimals(s.sd);
+    text += FormatDouble(s.mean, d) + " ± " + FormatDouble(s.sd, d) + " (n=" +
+            std::to_string(s.n) + ")";
+  }
+  std::int64_t failed = b.count(RunState::kDead) + b.count(RunState::kFailed);
+  if (failed) text += ", " + std::to_string(failed) + " failed";
+  if (b.count(RunState::kCancelled)) {
+    text += ", " + std::to_string(b.count(RunState::kCancelled)) + " cancelled";
+  }
+  return text;
+}
+
+CommitState BatchFinalState(const BatchProgress& b) {
+  std::int64_t ok = b.count(RunState::kSucceeded);
+  std::int64_t failed = b.count(RunState::kDead) + b.count(RunState::kFailed);
+  if (ok == 0 && failed == 0) return CommitState::kError;  // cancelled
+  if (failed > 0 || ok == 0) return CommitState::kFailure;
+  return CommitState::kSuccess;
+}
+
+namespace {
+
+std::string SignedFixed(double v, int d) {
+  std::string s = FormatDouble(v, d);
+  return (s[0] != '-' ? "+" : "") + s;
+}
+
+}  // namespace
+
+WantedStatus FinalStatus(const BatchProgress& b, const std::optional<BatchProgress>& baseline,
+                         const std::string& fail_on) {
+  WantedStatus w;
+  w.state = BatchFinalState(b);
+  w.description = BatchStatusDescription(b);
+  if (!baseline || b.values.empty()) return w;
+  std::string base = baseline->sha.substr(0, 7);
+  if (baseline->active()) {
+    w.state = CommitState::kPending;
+    w.description += "; waiting for the baseline " + base;
+    return w;
+  }
+  auto c = CompareBatches(b, *baseline);
+  if (!c.cmp) {
+    w.description += "; baseline " + base + " has no finished runs";
+    if (fail_on == "not_better" && w.state == CommitState::kSuccess) w.state = CommitState::kFailure;
+    return w;
+  }
+  const auto& test = c.paired ? c.cmp->paired : c.cmp->welch;
+  auto s = stats::Summarize(b.values);
+  int d = Decimals(s.sd);
+  if (test) d = std::max(d, Decimals((test->ci95.hi - test->ci95.lo) / 4));
+  std::string verdict(stats::VerdictName(c.verdict));
+  std::string diff = SignedFixed(c.cmp->diff, d);
+  std::string with_ci = test ? diff + " [" + SignedFixed(test->ci95.lo, d) + ", " +
+                                   SignedFixed(test->ci95.hi, d) + "]"
+                             : diff;
+  std::string text = w.description + "; " + with_ci + " vs " + base + ": " + verdict;
+  if (text.size() > 140) text = w.description + "; " + diff + " vs " + base + ": " + verdict;
+  w.description = text;
+  bool fail = (fail_on == "worse" && c.verdict == stats::Verdict::kWorse) ||
+              (fail_on == "not_better" && c.verdict != stats::Verdict::kBetter);
+  if (fail && w.state == CommitState::kSuccess) w.state = CommitState::kFailure;
+  return w;
+}
+
+StatusReporter::StatusReporter(Store& store, const ServerConfig& config, HttpClient& http,
+                               const Clock& clock, StatusReporterOptions options)
+    : store_(store), config_(config), http_(http), clock_(clock), options_(options) {}
+
+Result<int> StatusReporter::Step() {
+  ASSIGN_OR_RETURN(auto finished, store_.FinishedPendingStatuses(100));
+  for (auto id : finished) {
+    ASSIGN_OR_RETURN(auto batch, store_.Batch(id));
+    if (!batch) continue;
+    ASSIGN_OR_RETURN(auto row, store_.GetCommitStatus(id));
+    if (!row) continue;
+    const RepoConfig* repo = config_.FindRepo(row->repo_url);
+    ASSIGN_OR_RETURN(auto baseline, ParentBatch(store_, *batch));
+    // A baseline still running keeps the status pending (its description
+    // says so); once it ends, the verdict is posted.
+    auto want = FinalStatus(*batch, baseline, repo ? repo->fail_on : "worse");
+    std::string state(CommitStateName(want.state));
+    if (state == row->state && want.description == row->description) continue;
+    TRY(store_.SetCommitStatusWanted(id, state, want.description, clock_.Now()));
+  }
+  ASSIGN_OR_RETURN(auto due, store_.DueCommitStatuses(clock_.Now(), 20));
+  int tried = 0;
+  for (const auto& s : due) {
+    const RepoConfig* repo = config_.FindRepo(s.repo_url);
+    auto state = ParseCommitState(s.state);
+    if (!repo || !repo->status || !state) {
+      TRY(store_.CommitStatusFailed(s.batch_id, "status reporting is off for " + s.repo_url, 0,
+                                    /*give_up=*/true, clock_.Now()));
+      continue;
+    }
+    ++tried;
+    StatusTarget target{repo->forge, repo->api_url, repo->project, repo->token.value};
+    auto resp = http_.Send(CommitStatusRequest(target, s.sha, *state, s.context, s.description));
+    TimeMs now = clock_.Now();
+    if (resp && resp->ok()) {
+      spdlog::info("commit status {} for {} {} posted to {}: {}", s.state, s.sha.substr(0, 10),
+                   s.context, repo->forge == ForgeKind::kNone ? "" : ForgeName(repo->forge),
+                   s.description);
+      TRY(store_.CommitStatusPosted(s.batch_id, s.state, s.description, now));
+      continue;
+    }
+    std::string error;
+    if (resp) {
+      std::string body = resp->body.substr(0, 200);
+      for (auto& c : body) {
+        if (c == '\n' || c == '\r') c = ' ';
+      }
+      error = "HTTP " + std::to_string(resp->status) + " from " + UrlForLog(repo->api_url) +
+              (body.empty() ? "" : ": " + body);
+    } else {
+      error = resp.error().message;
+    }
+    int attempt = s.attempts + 1;
+    bool give_up = attempt >= options_.max_attempts;
+    TimeMs delay = options_.retry_base_ms;
+    for (int i = 1; i < attempt && delay < 3'600'000; ++i) delay *= 2;
+    if (give_up) {
+      spdlog::warn("giving up on commit status {} for {} {} after {} attempts: {}", s.state,
+                   s.sha.substr(0, 10), s.context, attempt, error);
+    } else {
+      spdlog::warn("commit status {} for {} {} not posted (attempt {}/{}, next in {}): {}",
+                   s.state, s.sha.substr(0, 10), s.context, attempt, options_.max_attempts,
+                   FormatDuration(delay), error);
+    }
+    TRY(store_.CommitStatusFailed(s.batch_id, error, now + delay, give_up, now));
+  }
+  return tried;
+}
+
+}  // namespace trainq

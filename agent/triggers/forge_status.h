@@ -1,0 +1,60 @@
+// Commit statuses back to the forge: `pending` when a batch is queued, then
+// `success` or `failure` with a one-line summary when its runs have ended.
+//
+// The wanted status of each batch lives in the store (commit_statuses), so a
+// restart loses none. Posting goes through HttpClient; a forge that is down is
+// retried with backoff and then given up with a log line. Nothing else waits
+// for it: the reporter runs on its own thread with its own Store.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "agent/triggers/forge.h"
+#include "agent/triggers/server_config.h"
+#include "core/clock.h"
+#include "core/http_client.h"
+#include "queue/store.h"
+
+namespace trainq {
+
+// "accuracy 0.664 ± 0.015 (n=10)", plus ", 1 failed" / ", 2 cancelled" when so.
+std::string BatchStatusDescription(const BatchProgress& b);
+// success: every run succeeded; failure: a run failed for good or none
+// succeeded; error: everything was cancelled.
+CommitState BatchFinalState(const BatchProgress& b);
+
+struct WantedStatus {
+  CommitState state = CommitState::kPending;
+  std::string description;
+};
+// The status of a batch whose runs ended, with the verdict against its
+// baseline when there is one, within 140 characters:
+//   "accuracy 0.706 ± 0.005 (n=6); +0.012 [+0.009, +0.015] vs 1a2b3c4: better"
+// pending while the baseline still runs; `failure` when runs failed, and as
+// `fail_on` says ("worse", "not_better", "never") for the verdict.
+WantedStatus FinalStatus(const BatchProgress& b, const std::optional<BatchProgress>& baseline,
+                         const std::string& fail_on);
+
+struct StatusReporterOptions {
+  TimeMs retry_base_ms = 5'000;  // 5 s, 10 s, 20 s, ...
+  int max_attempts = 5;          // then given up
+};
+
+class StatusReporter {
+ public:
+  StatusReporter(Store& store, const ServerConfig& config, HttpClient& http, const Clock& clock,
+                 StatusReporterOptions options = {});
+  // Turns finished batches' pending statuses into final ones, then posts what
+  // is due. Returns how many posts were tried.
+  Result<int> Step();
+
+ private:
+  Store& store_;
+  const ServerConfig& config_;
+  HttpClient& http_;
+  const Clock& clock_;
+  StatusReporterOptions options_;
+};
+
+}  // namespace trainq

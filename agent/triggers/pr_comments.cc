@@ -1,0 +1,263 @@
+#include "agent/triggers/pr_comments.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "agent/results/analysis.h"
+#include "agent/triggers/forge.h"
+#include "agent/repo/mirror.h"
+#include "core/strings.h"
+#include "stats/summary.h"
+
+namespace trainq {
+
+namespace {
+
+std::string Short(const std::string& sha) { return sha.substr(0, 10); }
+
+std::int64_t Total(const BatchProgress& b) {
+  std::int64_t n = 0;
+  for (auto c : b.counts) n += c;
+  return n;
+}
+
+std::int64_t Ended(const BatchProgress& b) {
+  std::int64_t n = 0;
+  for (int i = 0; i < kRunStateCount; ++i) {
+    if (IsTerminal(static_cast<RunState>(i))) n += b.counts[i];
+  }
+  return n;
+}
+
+std::string Signed(double v) {
+  std::string s = FormatDouble(v, 4);
+  return (v >= 0 && s[0] != '-') ? "+" + s : s;
+}
+
+std::string PValue(double p) { return p < 0.001 ? "p<0.001" : "p=" + FormatDouble(p, 3); }
+
+// "0.6200 ± 0.0100", "0.6200" for one run, "-" for none.
+std::string MeanSd(const BatchProgress& b) {
+  if (b.values.empty()) return "-";
+  auto s = stats::Summarize(b.values);
+  if (s.n == 1) return FormatDouble(s.mean, 4);
+  return FormatDouble(s.mean, 4) + " ± " + FormatDouble(s.sd, 4);
+}
+
+// "3", "3 (1 failed)", "2 of 3 so far".
+std::string Count(const BatchProgress& b) {
+  std::string n = std::to_string(b.values.size());
+  if (b.active()) return n + " of " + std::to_string(Total(b)) + " so far";
+  std::int64_t failed = b.count(RunState::kDead) + b.count(RunState::kFailed);
+  std::int64_t cancelled = b.count(RunState::kCancelled);
+  if (failed) n += " (" + std::to_string(failed) + " failed)";
+  if (cancelled) n += " (" + std::to_string(cancelled) + " cancelled)";
+  return n;
+}
+
+std::string Cell(std::string s) {
+  // A table cell: no pipes or line breaks.
+  for (auto& c : s) {
+    if (c == '|' || c == '\n' || c == '\r') c = ' ';
+  }
+  return s;
+}
+
+bool Adaptive(const BatchProgress& b, const std::optional<BatchProgress>& base) {
+  return RunsToAdd(b, base) > 0;
+}
+
+}  // namespace
+
+bool PrCommentSettled(const PrCommentView& view) {
+  for (const auto& [head, base] : view.experiments) {
+    if (head.active() || Adaptive(head, base)) return false;
+    if (base && base->active()) return false;
+  }
+  return true;
+}
+
+std::string RenderPrComment(const PrCommentView& view) {
+  bool gitlab = view.forge == "gitlab";
+  std::string what = gitlab ? "merge request !" : "pull request #";
+  std::string out = "<!-- trainq: this comment is edited in place on each push -->\n";
+  out += "### trainq: " + what + std::to_string(view.pr_number) + "\n\n";
+  out += "Head `" + Short(view.head_sha) + "` into `" + view.target_branch + "`";
+  if (view.experiments.empty()) {
+    out += ": nothing runs";
+    if (!view.push_result.empty()) out += " (" + view.push_result + ")";
+    out += ".\n";
+  } else {
+    out +=
+        ", each experiment against its baseline (the same experiment at the merge-base, or "
+        "the batch trainq chose for it).\n";
+  }
+  for (const auto& [head, base] : view.experiments) {
+    std::string verdict, difference, test;
+    if (head.active()) {
+      verdict = "running: " + std::to_string(Ended(head)) + "/" + std::to_string(Total(head)) +
+                " runs ended";
+    } else if (!base) {
+      verdict = "no baseline: no runs of this experiment at the base";
+    } else if (base->active()) {
+      verdict = "baseline running: " + std::to_string(Ended(*base)) + "/" +
+                std::to_string(Total(*base)) + " runs ended";
+    } else {
+      BatchComparison c = CompareBatches(head, *base);
+      verdict = std::string(stats::VerdictName(c.verdict));
+      if (c.cmp) {
+        const auto& t = c.paired ? c.cmp->paired : c.cmp->welch;
+        difference = Signed(c.cmp->diff);
+        if (t) {
+          difference += " (" + Signed(t->ci95.lo) + ".." + Signed(t->ci95.hi) + ")";
+          test = std::string(c.paired ? "paired t" : "Welch t") + ", " + PValue(t->p);
+          if (c.alpha < 0.05) test += " (alpha " + FormatDouble(c.alpha, 4) + ")";
+        } else {
+          test = "fewer than 2 runs on a side: no test";
+        }
+      } else {
+        verdict = "no comparison: a side has no successful run";
+      }
+    }
+    out += "\n#### `" + head.experiment + "`: " + verdict + "\n\n";
+    out += head.metric_name + ", " + (head.metric_goal == "min" ? "lower" : "higher") +
+           " is better";
+    if (base && !head.baseline_note.empty()) out += "; baseline: " + head.baseline_note;
+    out += "\n\n";
+    out += "| | commit | " + Cell(head.metric_name) +
+           " (mean ± sd) | n | difference (95% CI) | test | verdict |\n";
+    out += "|---|---|---|---|---|---|---|\n";
+    if (base) {
+      out += "| base | `" + Short(base->sha) + "` | " + MeanSd(*base) + " | " + Count(*base) +
+             " | | | |\n";
+    } else {
+      out += "| base | - | no runs | 0 | | | |\n";
+    }
+    out += "| head | `" + Short(head.sha) + "` | " + MeanSd(head) + " | " + Count(head) + " | " +
+           difference + " | " + test + " | " + Cell(verdict) + " |\n";
+  }
+  if (!view.report_url.empty()) out += "\n[Full report](" + view.report_url + ")\n";
+  return out;
+}
+
+PrCommentReporter::PrCommentReporter(Store& store, const ServerConfig& config, HttpClient& http,
+                                     const Clock& clock, std::string data_dir,
+                                     PrCommentOptions options)
+    : store_(store),
+      config_(config),
+      http_(http),
+      clock_(clock),
+      data_dir_(std::move(data_dir)),
+      options_(options) {}
+
+Status PrCommentReporter::Render(const RepoConfig& repo, const Store::Push& push) {
+  TimeMs now = clock_.Now();
+  ASSIGN_OR_RETURN(auto existing, store_.GetPrComment(repo.url, push.pr_number));
+  PrCommentView view;
+  view.forge = push.source;
+  view.pr_number = push.pr_number;
+  view.head_sha = push.after_sha;
+  view.target_branch = push.target_branch;
+  view.push_result = push.result;
+  view.report_url = repo.report_url;
+  std::string mirror = NormaliseRepoUrl(Mirror::PathFor(data_dir_, repo.url));
+  ASSIGN_OR_RETURN(auto batches, store_.BatchesForCommit(push.after_sha));
+  std::sort(batches.begin(), batches.end(), [](const BatchProgress& a, const BatchProgress& b) {
+    return a.experiment < b.experiment;
+  });
+  for (auto& b : batches) {
+    if (b.sha != push.after_sha || NormaliseRepoUrl(b.repo_url) != mirror) continue;
+    ASSIGN_OR_RETURN(auto base, ParentBatch(store_, b));
+    view.experiments.emplace_back(std::move(b), std::move(base));
+  }
+  // Nothing ran and nothing was said yet: no comment at all.
+  if (view.experiments.empty() && (!existing || existing->comment_id.empty())) {
+    return store_.SetPrCommentWanted(repo.url, push.pr_number, push.after_sha, "", "", true, now);
+  }
+  std::string body = RenderPrComment(view);
+  return store_.SetPrCommentWanted(repo.url, push.pr_number, push.after_sha, body, Sha256Hex(body),
+                                   PrCommentSettled(view), now);
+}
+
+Status PrCommentReporter::Post(const RepoConfig& repo, const Store::PrComment& c) {
+  StatusTarget target{repo.forge, repo.api_url, repo.project, repo.token.value};
+  bool create = c.comment_id.empty();
+  HttpRequest req = create ? CreateCommentRequest(target, c.pr_number, c.body)
+                           : EditCommentRequest(target, c.pr_number, c.comment_id, c.body);
+  auto resp = http_.Send(req);
+  TimeMs now = clock_.Now();
+  std::string what = (repo.forge == ForgeKind::kGitlab ? "merge request !" : "pull request #") +
+                     std::to_string(c.pr_number) + " of " + repo.url;
+  std::string error;
+  if (resp && resp->ok()) {
+    std::string id = c.comment_id;
+    if (create) {
+      auto parsed = ParseCreatedCommentId(resp->body);
+      if (parsed)
+        id = *parsed;
+      else
+        error = parsed.error().message + " (" + req.method + " " + UrlForLog(req.url) + ")";
+    }
+    if (error.empty()) {
+      spdlog::info("comment {} on {} {}", id, what, create ? "created" : "edited");
+      return store_.PrCommentPosted(repo.url, c.pr_number, id, c.body_sha256, now);
+    }
+  } else if (resp && resp->status == 404 && !create) {
+    // Deleted on the forge: the next post creates a new one.
+    spdlog::warn("comment {} on {} is gone (HTTP 404): creating a new one", c.comment_id, what);
+    return store_.ForgetPrCommentId(repo.url, c.pr_number, now);
+  } else if (resp) {
+    std::string body = resp->body.substr(0, 200);
+    for (auto& ch : body) {
+      if (ch == '\n' || ch == '\r') ch = ' ';
+    }
+    error = "HTTP " + std::to_string(resp->status) + " from " + req.method + " " +
+            UrlForLog(req.url) + (body.empty() ? "" : ": " + body);
+  } else {
+    error = resp.error().message;
+  }
+  int attempt = c.attempts + 1;
+  bool give_up = attempt >= options_.max_attempts;
+  TimeMs delay = options_.retry_base_ms;
+  for (int i = 1; i < attempt && delay < 3'600'000; ++i) delay *= 2;
+  if (give_up) {
+    spdlog::warn("giving up on the comment on {} after {} attempts: {}", what, attempt, error);
+  } else {
+    spdlog::warn("comment on {} not posted (attempt {}/{}, next in {}): {}", what, attempt,
+                 options_.max_attempts, FormatDuration(delay), error);
+  }
+  return store_.PrCommentFailed(repo.url, c.pr_number, error, now + delay, give_up, now);
+}
+
+Result<int> PrCommentReporter::Step() {
+  ASSIGN_OR_RETURN(auto prs, store_.PullRequestsToRender(options_.render_limit));
+  for (const auto& p : prs) {
+    const RepoConfig* repo = config_.FindRepo(p.repo_url);
+    if (!repo || !repo->pr_comments) {
+      // Comments are off: remember the head as settled so it is not looked at again.
+      TRY(store_.SetPrCommentWanted(p.repo_url, p.pr_number, p.after_sha, "", "", true,
+                                    clock_.Now()));
+      continue;
+    }
+    TRY(Render(*repo, p));
+  }
+  TimeMs now = clock_.Now();
+  ASSIGN_OR_RETURN(auto due, store_.DuePrComments(now, 20));
+  int tried = 0;
+  for (const auto& c : due) {
+    const RepoConfig* repo = config_.FindRepo(c.repo_url);
+    if (!repo || !repo->pr_comments) continue;
+    // While runs go on, an edit at most every min_edit_interval_ms; the
+    // settled body goes out at once.
+    if (!c.comment_id.empty() && !c.settled && now - c.posted_ms < options_.min_edit_interval_ms) {
+      continue;
+    }
+    ++tried;
+    TRY(Post(*repo, c));
+  }
+  return tried;
+}
+
+}  // namespace trainq

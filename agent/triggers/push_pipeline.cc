@@ -1,0 +1,372 @@
+#include "agent/triggers/push_pipeline.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "agent/results/baseline.h"
+#include "agent/repo/change_detect.h"
+#include "agent/repo/git_repo.h"
+#include "agent/repo/manifest.h"
+#include "agent/repo/manifest_check.h"
+#include "core/strings.h"
+
+namespace trainq {
+
+namespace {
+
+constexpr const char* kManifestName = "trainq.yaml";
+
+std::string Short(const std::string& sha) { return sha.substr(0, 10); }
+
+std::string RefName(const std::string& ref) {
+  for (std::string_view p : {"refs/heads/", "refs/tags/"}) {
+    if (ref.starts_with(p)) return ref.substr(p.size());
+  }
+  return ref;
+}
+
+}  // namespace
+
+PushProcessor::PushProcessor(Store& store, const ServerConfig& config, MirrorCache& mirrors,
+                             const Clock& clock, WorkerOptions options)
+    : store_(store), config_(config), mirrors_(mirrors), clock_(clock),
+      options_(std::move(options)) {}
+
+Result<int> PushProcessor::ProcessDue(int limit) {
+  ASSIGN_OR_RETURN(auto due, store_.DuePushes(clock_.Now(), limit));
+  for (const auto& p : due) TRY(Process(p));
+  return static_cast<int>(due.size());
+}
+
+Status PushProcessor::Process(const Store::Push& push) {
+  const RepoConfig* repo = config_.FindRepo(push.repo_url);
+  if (!repo) {
+    return store_.FinishPush(push.id, "failed", "",
+                             push.repo_url + " is no longer in the server config", clock_.Now());
+  }
+  auto outcome = Run(*repo, push);
+  TimeMs now = clock_.Now();
+  if (outcome) {
+    spdlog::info("push {} ({} {} {}): {}", push.id, push.source, RefName(push.ref),
+                 Short(push.after_sha), *outcome);
+    return store_.FinishPush(push.id, "done", *outcome, "", now);
+  }
+  const Error& e = outcome.error();
+  int attempt = push.attempts + 1;
+  if (e.retryable() && attempt < options_.fetch_attempts) {
+    TimeMs delay = options_.fetch_retry_base_ms;
+    for (int i = 1; i < attempt; ++i) delay *= 2;
+    spdlog::warn("push {} ({} {}): {} (attempt {}/{}, next in {})", push.id, repo->url,
+                 RefName(push.ref), e.message, attempt, options_.fetch_attempts,
+                 FormatDuration(delay));
+    return store_.RetryPush(push.id, e.message, now + delay, now);
+  }
+  spdlog::error("push {} ({} {}) failed: {}", push.id, repo->url, RefName(push.ref), e.message);
+  return store_.FinishPush(push.id, "failed", "", e.message, now);
+}
+
+Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push& push) {
+  ASSIGN_OR_RETURN(Mirror * m, mirrors_.Get(repo.url));
+  FetchAuth auth{repo.username, repo.token.value, repo.ssh_key};
+  bool fetched = false;
+  bool is_pr = push.pr_number > 0;
+  auto fetch_once = [&]() -> Status {
+    if (fetched) return {};
+    fetched = true;
+    // A pull request's head lives under the forge's ref for it.
+    return is_pr ? m->Fetch(auth, {push.ref}) : m->Fetch(auth);
+  };
+  // A pull request is compared with its target as it is now.
+  if (is_pr) TRY(fetch_once());
+  if (!m->HasCommit(push.after_sha)) {
+    TRY(fetch_once());
+    if (!m->HasCommit(push.after_sha)) {
+      return Fail(ErrorKind::kUnavailable, "commit " + Short(push.after_sha) + " not found in " +
+                                               UrlForLog(repo.url) + " after fetching");
+    }
+  }
+
+  // What to compare with.
+  std::string default_branch = !repo.default_branch.empty()  ? repo.default_branch
+                               : !push.default_branch.empty() ? push.default_branch
+                                                              : m->DefaultBranch();
+  auto default_head = [&]() -> Result<std::optional<std::string>> {
+    if (default_branch.empty()) return std::optional<std::string>();
+    ASSIGN_OR_RETURN(auto head, m->ResolveRef("refs/heads/" + default_branch));
+    if (!head && !fetched) {
+      TRY(fetch_once());
+      ASSIGN_OR_RETURN(head, m->ResolveRef("refs/heads/" + default_branch));
+    }
+    return head;
+  };
+  std::string base;
+  std::string how;
+  bool everything = false;  // every experiment runs, whatever changed
+  bool is_tag = push.ref.starts_with("refs/tags/");
+  bool before_known = !IsZeroSha(push.before_sha) && m->HasCommit(push.before_sha);
+  if (!IsZeroSha(push.before_sha) && !before_known && !fetched) {
+    TRY(fetch_once());
+    before_known = m->HasCommit(push.before_sha);
+  }
+  if (is_pr) {
+    // A pull request: its head against the merge-base with its target branch,
+    // which is what merging it would change.
+    ASSIGN_OR_RETURN(auto target, m->ResolveRef("refs/heads/" + push.target_branch));
+    std::optional<std::string> mb;
+    if (target) { ASSIGN_OR_RETURN(mb, m->MergeBase(*target, push.after_sha)); }
+    if (mb) {
+      base = *mb;
+      how = "compared with the merge-base " + Short(base) + " with " + push.target_branch;
+    } else {
+      how = (target ? "no common history with " : "no branch ") + push.target_branch +
+            ", compared with nothing";
+    }
+  } else if (is_tag) {
+    // A tag marks a release: it runs every experiment at its commit.
+    everything = true;
+    how = IsZeroSha(push.before_sha) ? "new tag: every experiment runs"
+                                     : "moved tag: every experiment runs";
+  } else if (!before_known) {
+    std::string what = IsZeroSha(push.before_sha)
+                           ? std::string("new branch")
+                           : "old head " + Short(push.before_sha) + " unknown";
+    if (push.ref == "refs/heads/" + default_branch) {
+      if (IsZeroSha(push.before_sha)) {
+        how = what + " (the default branch): compared with nothing";
+      } else {
+        // The old head of the default branch is gone (rewritten history that
+        // was never fetched): the pushed commit's own change is what is known.
+        ASSIGN_OR_RETURN(auto parent, m->FirstParent(push.after_sha));
+        base = parent.value_or("");
+        how = what + ": compared with the parent of " + Short(push.after_sha);
+      }
+    } else {
+      ASSIGN_OR_RETURN(auto head, default_head());
+      std::optional<std::string> mb;
+      if (head) { ASSIGN_OR_RETURN(mb, m->MergeBase(*head, push.after_sha)); }
+      if (mb) {
+        base = *mb;
+        how = what + ": compared with the merge-base " + Short(base) + " with " + default_branch;
+      } else {
+        how = what + ": no common history with " +
+              (default_branch.empty() ? std::string("a default branch") : default_branch) +
+              ", compared with nothing";
+      }
+    }
+  } else {
+    ASSIGN_OR_RETURN(bool ff, m->IsAncestor(push.before_sha, push.after_sha));
+    if (ff) {
+      base = push.before_sha;
+    } else {
+      ASSIGN_OR_RETURN(auto mb, m->MergeBase(push.before_sha, push.after_sha));
+      base = mb.value_or("");
+      how = "force push: compared with the merge-base " + (mb ? Short(*mb) : "(none)") + " of " +
+            Short(push.before_sha) + " and " + Short(push.after_sha);
+    }
+  }
+
+  std::vector<std::string> commits;
+  if (repo.per_commit) {
+    ASSIGN_OR_RETURN(commits, m->CommitsBetween(base, push.after_sha,
+                                                options_.max_commits_per_push));
+  } else if (everything || base != push.after_sha) {
+    commits = {push.after_sha};
+  }
+  if (commits.empty()) return std::string("no new commits: nothing runs");
+
+  ASSIGN_OR_RETURN(auto git, GitRepo::Open(m->path()));
+  std::string source = push.source == "poll" ? "poll of " + RefName(push.ref)
+                                             : push.source + " push to " + RefName(push.ref);
+  if (is_pr) {
+    source = push.source + (push.source == "gitlab" ? " merge request !" : " pull request #") +
+             std::to_string(push.pr_number) + " into " + push.target_branch;
+  }
+  auto manifest_at = [&](const std::string& sha) -> Result<std::optional<Manifest>> {
+    auto text = git.ReadFile(sha, kManifestName);
+    if (!text) {
+      if (text.error().kind == ErrorKind::kNotFound) return std::optional<Manifest>();
+      return std::unexpected(text.error());
+    }
+    if (auto st = CheckManifestSize(text->size(), kManifestName, repo.limits); !st) {
+      return std::unexpected(st.error().Wrap(repo.url + " at " + Short(sha)));
+    }
+    auto parsed = ParseManifest(*text, kManifestName);
+    if (!parsed) return std::unexpected(parsed.error().Wrap(repo.url + " at " + Short(sha)));
+    return std::optional<Manifest>(std::move(*parsed));
+  };
+
+  std::vector<std::string> lines;
+  for (const auto& sha : commits) {
+    std::string commit_base = base;
+    if (repo.per_commit) {
+      ASSIGN_OR_RETURN(auto parent, m->FirstParent(sha));
+      commit_base = parent.value_or("");
+    }
+    ASSIGN_OR_RETURN(auto after, manifest_at(sha));
+    if (!after) {
+      lines.push_back(Short(sha) + ": no trainq.yaml");
+      continue;
+    }
+    std::optional<Manifest> before;
+    if (!commit_base.empty()) {
+      auto b = manifest_at(commit_base);
+      if (b) {
+        before = std::move(*b);
+      } else {
+        spdlog::debug("{}: trainq.yaml at {} unreadable ({}); every experiment counts as new",
+                      repo.url, Short(commit_base), b.error().message);
+      }
+    }
+    std::vector<ExperimentTrigger> triggers;
+    if (everything) {
+      for (const auto& e : after->experiments) triggers.push_back({e.name, {}});
+    } else {
+      ASSIGN_OR_RETURN(auto changes, m->Diff(commit_base, sha));
+      triggers = DetectChanges(changes, before ? &*before : nullptr, *after);
+    }
+    if (triggers.empty()) {
+      lines.push_back(Short(sha) + ": no watched path or experiment changed");
+      continue;
+    }
+    // The experiments about to run are checked at this commit: a bad spec,
+    // a missing file or a broken command fails the push, nothing is queued.
+    std::vector<const Experiment*> chosen;
+    for (const auto& t : triggers) chosen.push_back(after->Find(t.experiment));
+    auto read = [&](const std::string& path) { return git.ReadFile(sha, path); };
+    if (auto st = CheckExperiments(chosen, kManifestName, read); !st) {
+      return std::unexpected(st.error().Wrap(repo.url + " at " + Short(sha)));
+    }
+    std::vector<BatchSpec> specs;
+    for (const auto& t : triggers) {
+      const Experiment* e = after->Find(t.experiment);
+      std::string why = t.Reason();
+      std::string reason = source + ": " + how + (how.empty() || why.empty() ? "" : "; ") + why;
+      specs.push_back(e->ToBatchSpec(reason));
+    }
+    TRY(CheckSubmitLimits(specs, std::string(kManifestName) + " at " + Short(sha), repo.limits));
+    ASSIGN_OR_RETURN(auto info, git.Resolve(sha));
+    ASSIGN_OR_RETURN(auto results, store_.Submit(git.location(), info, specs, clock_.Now()));
+    std::string names;
+    for (const auto& r : results) {
+      names += (names.empty() ? "" : ", ") + r.experiment;
+      // What this batch is compared with: found, reused from an equivalent
+      // ancestor, or queued at the base with the same seeds.
+      if (auto batch = store_.Batch(r.batch_id); batch && *batch && (*batch)->base_sha.empty()) {
+        auto note = ChooseBaseline(store_, m->path(), **batch, commit_base, clock_.Now());
+        if (note) {
+          names += " (baseline: " + *note + ")";
+        } else {
+          spdlog::warn("push {}: choosing the baseline of batch {}: {}", push.id, r.batch_id,
+                       note.error().message);
+        }
+      }
+      if (r.created && repo.status) {
+        Store::CommitStatus cs;
+        cs.batch_id = r.batch_id;
+        cs.repo_url = repo.url;
+        cs.sha = sha;
+        cs.context = repo.status_context + "/" + r.experiment;
+        cs.state = "pending";
+        cs.description = "queued: " + std::to_string(r.runs_added) + " runs";
+        TRY(store_.AddCommitStatus(cs, clock_.Now()));
+      }
+    }
+    lines.push_back(Short(sha) + ": queued " + names);
+  }
+  std::string out;
+  for (const auto& l : lines) out += (out.empty() ? "" : "; ") + l;
+  return out;
+}
+
+ServerWorker::ServerWorker(std::string db_path, const ServerConfig& config, HttpClient& http,
+                           const Clock& clock, WorkerOptions options)
+    : db_path_(std::move(db_path)), config_(config), http_(http), clock_(clock),
+      options_(std::move(options)) {}
+
+ServerWorker::~ServerWorker() { Stop(); }
+
+Status ServerWorker::Start() {
+  ASSIGN_OR_RETURN(auto push_store, Store::Open(db_path_));
+  ASSIGN_OR_RETURN(auto status_store, Store::Open(db_path_));
+  push_thread_ = std::thread(
+      [this, s = std::move(push_store)]() mutable { PushLoop(std::move(s)); });
+  status_thread_ = std::thread(
+      [this, s = std::move(status_store)]() mutable { StatusLoop(std::move(s)); });
+  return {};
+}
+
+void ServerWorker::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    push_woken_ = true;
+  }
+  cv_.notify_all();
+}
+
+void ServerWorker::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (push_thread_.joinable()) push_thread_.join();
+  if (status_thread_.joinable()) status_thread_.join();
+}
+
+void ServerWorker::Wait(TimeMs ms, bool& woken) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::milliseconds(std::max<TimeMs>(ms, 0)),
+               [&] { return stop_ || woken; });
+  woken = false;
+}
+
+void ServerWorker::PushLoop(Store store) {
+  store.UseFineBusyWait();
+  MirrorCache mirrors(options_.data_dir);
+  PushProcessor processor(store, config_, mirrors, clock_, options_);
+  Poller poller(store, config_, mirrors, clock_);
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+    }
+    int handled = 0;
+    if (auto n = processor.ProcessDue(8); n) {
+      handled = *n;
+    } else {
+      spdlog::warn("processing pushes: {}", n.error().message);
+    }
+    if (auto n = poller.Step(); !n) spdlog::warn("polling: {}", n.error().message);
+    if (handled > 0) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        status_woken_ = true;  // new batches want their pending status
+      }
+      cv_.notify_all();
+      continue;  // more may be due
+    }
+    TimeMs now = clock_.Now();
+    TimeMs wait = options_.idle_wait_ms;
+    if (auto next = store.NextPushDue(); next && *next) wait = std::min(wait, **next - now);
+    if (auto next = poller.NextDue()) wait = std::min(wait, *next - now);
+    Wait(wait, push_woken_);
+  }
+}
+
+void ServerWorker::StatusLoop(Store store) {
+  StatusReporter reporter(store, config_, http_, clock_, options_.status);
+  PrCommentReporter comments(store, config_, http_, clock_, options_.data_dir, options_.comments);
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+    }
+    auto n = reporter.Step();
+    if (!n) spdlog::warn("commit statuses: {}", n.error().message);
+    if (auto c = comments.Step(); !c) spdlog::warn("pull request comments: {}", c.error().message);
+    Wait(options_.idle_wait_ms, status_woken_);
+  }
+}
+
+}  // namespace trainq

@@ -1,0 +1,107 @@
+// The server's background work: recorded pushes become batches, watched
+// repositories are polled, commit statuses go back to the forge.
+//
+// PushProcessor, for one push: fetch the mirror when the pushed commit is not
+// in it yet; choose what to compare with
+//   - an ordinary push: `before`;
+//   - a new branch (`before` all zeros): the merge-base with the default branch;
+//   - a force push (`before` not an ancestor of `after`): the merge-base of both;
+//   - a pull request (ref refs/pull/N/head): the merge-base of its head with its
+//     target branch, after fetching both (the reason says "pull request #N");
+// read trainq.yaml at `after` (and at the base), detect the experiments to run
+// (agent/repo/change_detect.h), submit one batch per experiment for the head commit
+// (or for every new commit with `per_commit: true`), and want a `pending`
+// commit status for each new batch. Batches reference the mirror, so runs
+// check their commit out of it.
+// A fetch that fails, or a commit still missing after it, is tried again with
+// backoff (2 s, 4 s, 8 s, ...) and after `fetch_attempts` recorded as the
+// push's error (shown by `trainq status`). A bad trainq.yaml fails at once.
+//
+// ServerWorker runs that and the Poller on one thread, and the
+// StatusReporter and the PrCommentReporter on a second (a slow forge never
+// delays a push); each thread has its own Store connection.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "agent/triggers/forge_status.h"
+#include "agent/repo/mirror.h"
+#include "agent/triggers/poller.h"
+#include "agent/triggers/pr_comments.h"
+#include "agent/triggers/server_config.h"
+#include "core/clock.h"
+#include "core/http_client.h"
+#include "queue/store.h"
+
+namespace trainq {
+
+struct WorkerOptions {
+  std::string data_dir;              // mirrors/ lives here
+  TimeMs fetch_retry_base_ms = 2'000;
+  int fetch_attempts = 5;
+  size_t max_commits_per_push = 100;  // per_commit: the newest ones
+  TimeMs idle_wait_ms = 1'000;        // longest sleep between passes
+  StatusReporterOptions status;
+  PrCommentOptions comments;
+};
+
+class PushProcessor {
+ public:
+  PushProcessor(Store& store, const ServerConfig& config, MirrorCache& mirrors, const Clock& clock,
+                WorkerOptions options);
+  // Handles the pushes that are due; returns how many.
+  Result<int> ProcessDue(int limit);
+  // Handles one push and records its outcome (done, failed, or a retry).
+  Status Process(const Store::Push& push);
+
+ private:
+  // What was queued, as one line; an Error when nothing could be decided.
+  Result<std::string> Run(const RepoConfig& repo, const Store::Push& push);
+
+  Store& store_;
+  const ServerConfig& config_;
+  MirrorCache& mirrors_;
+  const Clock& clock_;
+  WorkerOptions options_;
+};
+
+class ServerWorker {
+ public:
+  ServerWorker(std::string db_path, const ServerConfig& config, HttpClient& http,
+               const Clock& clock, WorkerOptions options);
+  ~ServerWorker();
+  ServerWorker(const ServerWorker&) = delete;
+  ServerWorker& operator=(const ServerWorker&) = delete;
+
+  // Opens the threads' stores and starts them.
+  Status Start();
+  // A push was recorded: process it now rather than at the next pass.
+  void Wake();
+  void Stop();
+
+ private:
+  void PushLoop(Store store);
+  void StatusLoop(Store store);
+  // Waits up to `ms` or until woken or stopped.
+  void Wait(TimeMs ms, bool& woken);
+
+  std::string db_path_;
+  const ServerConfig& config_;
+  HttpClient& http_;
+  const Clock& clock_;
+  WorkerOptions options_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool push_woken_ = false;
+  bool status_woken_ = false;
+  std::thread push_thread_;
+  std::thread status_thread_;
+};
+
+}  // namespace trainq

@@ -1,0 +1,574 @@
+#include "agent/triggers/server_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <set>
+
+#include "agent/repo/change_detect.h"
+#include "cloud/provider.h"
+#include "core/http_client.h"
+#include "core/strings.h"
+
+namespace trainq {
+
+namespace {
+
+class ConfigParser {
+ public:
+  explicit ConfigParser(std::string_view file) : file_(file) {}
+
+  std::unexpected<Error> Err(const YAML::Node& node, const std::string& path,
+                             const std::string& msg) const {
+    std::string where = file_;
+    if (node.IsDefined() && node.Mark().line >= 0) {
+      where += ":" + std::to_string(node.Mark().line + 1);
+    }
+    return Fail(ErrorKind::kInvalidArgument,
+                where + ": " + (path.empty() ? "" : path + ": ") + msg);
+  }
+
+  // Never shows the value of a secret: callers pass only non-secret nodes.
+  static std::string Show(const YAML::Node& n) {
+    if (n.IsScalar()) return "\"" + n.Scalar() + "\"";
+    if (n.IsSequence()) return "a list";
+    if (n.IsMap()) return "a mapping";
+    return "nothing";
+  }
+
+  Status CheckKeys(const YAML::Node& map, const std::string& path,
+                   const std::set<std::string>& allowed) const {
+    for (const auto& kv : map) {
+      auto key = kv.first.Scalar();
+      if (!allowed.count(key)) {
+        std::string list;
+        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+        return Err(kv.first, path.empty() ? key : path + "." + key,
+                   "unknown key (expected one of: " + list + ")");
+      }
+    }
+    return {};
+  }
+
+  Result<std::string> Str(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsScalar() || n.Scalar().empty()) {
+      return Err(n, path, "expected a non-empty string, got " + Show(n));
+    }
+    return n.Scalar();
+  }
+
+  Result<bool> Bool(const YAML::Node& n, const std::string& path) const {
+    if (n.IsScalar()) {
+      const auto& s = n.Scalar();
+      if (s == "true" || s == "yes" || s == "on") return true;
+      if (s == "false" || s == "no" || s == "off") return false;
+    }
+    return Err(n, path, "expected true or false, got " + Show(n));
+  }
+
+  // {env: NAME} or {file: PATH}. A literal value is refused: secrets do not
+  // belong in a config file that is copied around and shown in reviews.
+  Result<SecretValue> Secret(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsMap()) {
+      return Err(n, path,
+                 "expected {env: VARIABLE} or {file: PATH} (the value itself does not belong in "
+                 "the config file)");
+    }
+    TRY(CheckKeys(n, path, {"env", "file"}));
+    if (n["env"] && n["file"]) return Err(n, path, "give either env or file, not both");
+    SecretValue s;
+    if (auto e = n["env"]) {
+      ASSIGN_OR_RETURN(auto name, Str(e, path + ".env"));
+      const char* v = std::getenv(name.c_str());
+      if (!v || !*v) {
+        return Err(e, path + ".env", "environment variable " + name + " is not set or empty");
+      }
+      s.value = v;
+      s.source = "env " + name;
+    } else if (auto f = n["file"]) {
+      ASSIGN_OR_RETURN(auto file, Str(f, path + ".file"));
+      auto text = ReadFile(file);
+      if (!text) return Err(f, path + ".file", "cannot read " + file + ": " + text.error().message);
+      s.value = std::string(Trim(*text));
+      if (s.value.empty()) return Err(f, path + ".file", file + " is empty");
+      s.source = "file " + file;
+    } else {
+      return Err(n, path, "expected {env: VARIABLE} or {file: PATH}");
+    }
+    return s;
+  }
+
+  Result<std::vector<std::string>> StrList(const YAML::Node& n, const std::string& path) const {
+    std::vector<std::string> out;
+    if (n.IsScalar()) {
+      ASSIGN_OR_RETURN(auto s, Str(n, path));
+      out.push_back(s);
+    } else if (n.IsSequence()) {
+      for (const auto& item : n) {
+        ASSIGN_OR_RETURN(auto s, Str(item, path));
+        out.push_back(s);
+      }
+    } else {
+      return Err(n, path, "expected a list of strings, got " + Show(n));
+    }
+    return out;
+  }
+
+  Result<RepoConfig> Repo(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsMap()) return Err(n, path, "expected a mapping, got " + Show(n));
+    TRY(CheckKeys(n, path,
+                  {"url", "forge", "project", "branches", "default_branch", "secret", "token",
+                   "username", "ssh_key", "api_url", "status", "status_context", "poll_interval",
+                   "per_commit", "tags", "fail_on", "limits", "pull_requests",
+                   "fork_pull_requests", "pr_comments", "report_url"}));
+    RepoConfig r;
+    r.line = n.Mark().line + 1;
+    if (!n["url"]) return Err(n, path + ".url", "missing (the repository to fetch)");
+    ASSIGN_OR_RETURN(r.url, Str(n["url"], path + ".url"));
+    if (auto f = n["forge"]) {
+      ASSIGN_OR_RETURN(auto name, Str(f, path + ".forge"));
+      auto kind = ParseForgeKind(name);
+      if (!kind) return Err(f, path + ".forge", "expected github, gitlab, gitea or none, got " +
+                                                    Show(f));
+      r.forge = *kind;
+    }
+    if (auto p = n["project"]) { ASSIGN_OR_RETURN(r.project, Str(p, path + ".project")); }
+    if (r.project.empty()) r.project = ProjectFromUrl(r.url);
+    if (auto b = n["branches"]) { ASSIGN_OR_RETURN(r.branches, StrList(b, path + ".branches")); }
+    if (r.branches.empty()) r.branches = {"**"};
+    if (auto d = n["default_branch"]) {
+      ASSIGN_OR_RETURN(r.default_branch, Str(d, path + ".default_branch"));
+    }
+    if (auto s = n["secret"]) { ASSIGN_OR_RETURN(r.secret, Secret(s, path + ".secret")); }
+    if (auto t = n["token"]) { ASSIGN_OR_RETURN(r.token, Secret(t, path + ".token")); }
+    if (auto u = n["username"]) { ASSIGN_OR_RETURN(r.username, Str(u, path + ".username")); }
+    if (r.username.empty()) {
+      r.username = r.forge == ForgeKind::kGitlab ? "oauth2" : "x-access-token";
+    }
+    if (auto k = n["ssh_key"]) { ASSIGN_OR_RETURN(r.ssh_key, Str(k, path + ".ssh_key")); }
+    if (auto a = n["api_url"]) { ASSIGN_OR_RETURN(r.api_url, Str(a, path + ".api_url")); }
+    if (r.api_url.empty()) r.api_url = DefaultApiUrl(r.forge, r.url);
+    if (auto s = n["status"]) { ASSIGN_OR_RETURN(r.status, Bool(s, path + ".status")); }
+    if (auto c = n["status_context"]) {
+      ASSIGN_OR_RETURN(r.status_context, Str(c, path + ".status_context"));
+    }
+    if (auto p = n["poll_interval"]) {
+      if (!p.IsScalar()) return Err(p, path + ".poll_interval", "expected a duration such as "
+                                                                "30s or 5m, got " + Show(p));
+      if (p.Scalar() == "0" || p.Scalar() == "off") {
+        r.poll_interval_s = 0;
+      } else {
+        auto d = ParseDurationSeconds(p.Scalar());
+        if (!d) return Err(p, path + ".poll_interval", d.error().message);
+        r.poll_interval_s = *d;
+      }
+    }
+    if (auto c = n["per_commit"]) { ASSIGN_OR_RETURN(r.per_commit, Bool(c, path + ".per_commit")); }
+    if (auto t = n["tags"]) { ASSIGN_OR_RETURN(r.tags, Bool(t, path + ".tags")); }
+    if (auto f = n["fail_on"]) {
+      ASSIGN_OR_RETURN(r.fail_on, Str(f, path + ".fail_on"));
+      if (r.fail_on != "worse" && r.fail_on != "not_better" && r.fail_on != "never") {
+        return Err(f, path + ".fail_on", "expected worse, not_better or never, got \"" +
+                                             r.fail_on + "\"");
+      }
+    }
+    if (auto l = n["limits"]) {
+      const std::string lp = path + ".limits";
+      if (!l.IsMap()) return Err(l, lp, "expected {experiments: N, runs: N}, got " + Show(l));
+      TRY(CheckKeys(l, lp, {"experiments", "runs"}));
+      if (auto e = l["experiments"]) {
+        ASSIGN_OR_RETURN(auto v, Int(e, lp + ".experiments", 1));
+        r.limits.max_experiments = static_cast<int>(std::min<std::int64_t>(v, 1'000'000));
+      }
+      if (auto e = l["runs"]) { ASSIGN_OR_RETURN(r.limits.max_runs, Int(e, lp + ".runs", 1)); }
+    }
+    if (auto p = n["pull_requests"]) {
+      ASSIGN_OR_RETURN(r.pull_requests, Bool(p, path + ".pull_requests"));
+    }
+    if (auto p = n["fork_pull_requests"]) {
+      ASSIGN_OR_RETURN(r.fork_pull_requests, Bool(p, path + ".fork_pull_requests"));
+    }
+    r.pr_comments = r.status;
+    if (auto p = n["pr_comments"]) { ASSIGN_OR_RETURN(r.pr_comments, Bool(p, path + ".pr_comments")); }
+    if (auto u = n["report_url"]) { ASSIGN_OR_RETURN(r.report_url, Str(u, path + ".report_url")); }
+    if (r.fork_pull_requests && !r.pull_requests) {
+      return Err(n["fork_pull_requests"], path + ".fork_pull_requests",
+                 "needs `pull_requests: true` (forks are pull requests too)");
+    }
+
+    if (r.pr_comments && n["pr_comments"]) {
+      const YAML::Node& at = n["pr_comments"];
+      if (r.forge == ForgeKind::kNone) {
+        return Err(at, path + ".pr_comments", "needs `forge` (github, gitlab or gitea)");
+      }
+      if (r.token.empty()) {
+        return Err(at, path + ".pr_comments", "needs `token` for the forge's API");
+      }
+      if (r.api_url.empty()) {
+        return Err(at, path + ".pr_comments", "needs `api_url` (cannot tell it from the url)");
+      }
+      if (r.project.empty()) {
+        return Err(at, path + ".pr_comments",
+                   "needs `project` (owner/name; cannot tell it from the url)");
+      }
+    }
+    if (r.status) {
+      const YAML::Node& at = n["status"];
+      if (r.forge == ForgeKind::kNone) {
+        return Err(at, path + ".status", "needs `forge` (github, gitlab or gitea)");
+      }
+      if (r.token.empty()) return Err(at, path + ".status", "needs `token` for the forge's API");
+      if (r.api_url.empty()) {
+        return Err(at, path + ".status", "needs `api_url` (cannot tell it from the url)");
+      }
+      if (r.project.empty()) {
+        return Err(at, path + ".status", "needs `project` (owner/name; cannot tell it from the url)");
+      }
+    }
+    if (!r.secret.empty() && r.forge == ForgeKind::kNone) {
+      return Err(n["secret"], path + ".secret",
+                 "webhooks need `forge` (github, gitlab or gitea) to know the signature format");
+    }
+    return r;
+  }
+
+  Result<std::int64_t> Int(const YAML::Node& n, const std::string& path, std::int64_t min) const {
+    if (n.IsScalar()) {
+      const auto& s = n.Scalar();
+      size_t used = 0;
+      try {
+        long long v = std::stoll(s, &used);
+        if (used == s.size() && v >= min) return v;
+      } catch (...) {
+      }
+    }
+    return Err(n, path, "expected a whole number >= " + std::to_string(min) + ", got " + Show(n));
+  }
+
+  Result<std::int64_t> DurationMs(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsScalar()) {
+      return Err(n, path, "expected a duration such as 30s or 5m, got " + Show(n));
+    }
+    auto d = ParseDurationSeconds(n.Scalar());
+    if (!d) return Err(n, path, d.error().message);
+    if (*d <= 0) return Err(n, path, "expected a duration above zero, got " + Show(n));
+    return *d * 1000;
+  }
+
+  Result<std::int64_t> ZeroOrDurationMs(const YAML::Node& n, const std::string& path) const {
+    if (n.IsScalar() && (n.Scalar() == "0" || n.Scalar() == "off")) return 0;
+    return DurationMs(n, path);
+  }
+
+  Result<double> Money(const YAML::Node& n, const std::string& path) const {
+    if (n.IsScalar()) {
+      try {
+        size_t used = 0;
+        double x = std::stod(n.Scalar(), &used);
+        if (used == n.Scalar().size() && x > 0 && x < 1e12) return x;
+      } catch (...) {
+      }
+    }
+    return Err(n, path, "expected an amount above 0, got " + Show(n));
+  }
+
+  // {per_day: 50, per_month: 800, drain_at_cap: true}
+  Result<cloud::OverallBudget> Budget(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsMap()) {
+      return Err(n, path, "expected {per_day: AMOUNT, per_month: AMOUNT, drain_at_cap: BOOL}, "
+                          "got " + Show(n));
+    }
+    TRY(CheckKeys(n, path, {"per_day", "per_month", "drain_at_cap"}));
+    cloud::OverallBudget b;
+    if (auto v = n["per_day"]) { ASSIGN_OR_RETURN(b.per_day, Money(v, path + ".per_day")); }
+    if (auto v = n["per_month"]) { ASSIGN_OR_RETURN(b.per_month, Money(v, path + ".per_month")); }
+    if (auto v = n["drain_at_cap"]) {
+      ASSIGN_OR_RETURN(b.drain_at_cap, Bool(v, path + ".drain_at_cap"));
+    }
+    if (b.per_day <= 0 && b.per_month <= 0) {
+      return Err(n, path, "give per_day or per_month (or both)");
+    }
+    return b;
+  }
+
+  Result<PoolSpec> Pool(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsMap()) return Err(n, path, "expected a mapping, got " + Show(n));
+    TRY(CheckKeys(n, path,
+                  {"name", "provider", "min", "max", "slots", "gpus", "runs_per_gpu", "fuse_max",
+                   "idle_grace", "boot_timeout", "orphan_timeout", "self_stop", "hourly_cost",
+                   "token", "params", "env_passthrough", "allow_loopback", "failing_after",
+                   "min_bill", "budget", "list_interval", "list_interval_idle", "boot_backoff"}));
+    PoolSpec p;
+    p.line = n.Mark().line + 1;
+    if (!n["name"]) return Err(n, path + ".name", "missing (the pool's name, such as gpu)");
+    ASSIGN_OR_RETURN(p.scaling.name, Str(n["name"], path + ".name"));
+    for (char c : p.scaling.name) {
+      if (!(c >= 'a' && c <= 'z') && !(c >= '0' && c <= '9') && c != '-') {
+        return Err(n["name"], path + ".name",
+                   "only lowercase letters, digits and - are allowed, got " + Show(n["name"]));
+      }
+    }
+    if (auto v = n["provider"]) {
+      ASSIGN_OR_RETURN(p.provider, Str(v, path + ".provider"));
+      if (p.provider != "local" && p.provider != "slurm" && p.provider != "ec2" &&
+          p.provider != "command") {
+        return Err(v, path + ".provider", "expected local, slurm, ec2 or command, got " + Show(v));
+      }
+    }
+    if (auto v = n["min"]) {
+      ASSIGN_OR_RETURN(auto x, Int(v, path + ".min", 0));
+      p.scaling.min = static_cast<int>(x);
+    }
+    if (auto v = n["max"]) {
+      ASSIGN_OR_RETURN(auto x, Int(v, path + ".max", 0));
+      p.scaling.max = static_cast<int>(x);
+    }
+    if (p.scaling.min > p.scaling.max) {
+      return Err(n["min"] ? n["min"] : n, path + ".min",
+                 "min (" + std::to_string(p.scaling.min) + ") is above max (" +
+                     std::to_string(p.scaling.max) + ")");
+    }
+    if (auto v = n["slots"]) {
+      ASSIGN_OR_RETURN(auto x, Int(v, path + ".slots", 1));
+      p.scaling.slots = static_cast<int>(x);
+    }
+    if (auto v = n["gpus"]) {
+      ASSIGN_OR_RETURN(auto x, Int(v, path + ".gpus", 0));
+      p.gpus = static_cast<int>(x);
+    }
+    if (auto v = n["runs_per_gpu"]) {
+      ASSIGN_OR_RETURN(auto x, Int(v, path + ".runs_per_gpu", 1));
+      p.runs_per_gpu = static_cast<int>(x);
+    }
+    if (auto v = n["fuse_max"]) {
+      ASSIGN_OR_RETURN(auto x, Int(v, path + ".fuse_max", 1));
+      p.fuse_max = static_cast<int>(x);
+    }
+    if (auto v = n["idle_grace"]) {
+      ASSIGN_OR_RETURN(p.scaling.idle_grace_ms, DurationMs(v, path + ".idle_grace"));
+    }
+    if (auto v = n["boot_timeout"]) {
+      ASSIGN_OR_RETURN(p.scaling.boot_timeout_ms, DurationMs(v, path + ".boot_timeout"));
+    }
+    if (auto v = n["orphan_timeout"]) {
+      ASSIGN_OR_RETURN(p.orphan_timeout_ms, DurationMs(v, path + ".orphan_timeout"));
+    }
+    if (auto v = n["self_stop"]) { ASSIGN_OR_RETURN(p.self_stop, Str(v, path + ".self_stop")); }
+    if (auto v = n["env_passthrough"]) {
+      if (!v.IsSequence()) {
+        return Err(v, path + ".env_passthrough",
+                   "expected a list of variable names such as [WANDB_API_KEY, \"CONDA_*\"], got " +
+                       Show(v));
+      }
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        std::string at = path + ".env_passthrough[" + std::to_string(i) + "]";
+        ASSIGN_OR_RETURN(auto name, Str(v[i], at));
+        std::string_view body(name);
+        if (body.ends_with('*')) body.remove_suffix(1);
+        bool ok = !body.empty();
+        for (char c : body) {
+          ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+        }
+        if (!ok) return Err(v[i], at, "expected a variable name or PREFIX*, got " + Show(v[i]));
+        p.env_passthrough.push_back(name);
+      }
+    }
+    if (auto v = n["hourly_cost"]) {
+      bool ok = false;
+      if (v.IsScalar()) {
+        try {
+          size_t used = 0;
+          double x = std::stod(v.Scalar(), &used);
+          ok = used == v.Scalar().size() && x >= 0 && x < 1e9;
+          p.scaling.hourly_cost = x;
+        } catch (...) {
+        }
+      }
+      if (!ok) return Err(v, path + ".hourly_cost", "expected a cost >= 0, got " + Show(v));
+    }
+    if (auto v = n["token"]) { ASSIGN_OR_RETURN(p.token, Secret(v, path + ".token")); }
+    if (auto v = n["params"]) {
+      if (!v.IsMap()) return Err(v, path + ".params", "expected a mapping, got " + Show(v));
+      for (const auto& kv : v) {
+        std::string key = kv.first.Scalar();
+        if (!kv.second.IsScalar()) {
+          return Err(kv.second, path + ".params." + key,
+                     "expected a string or number, got " + Show(kv.second));
+        }
+        p.params[key] = kv.second.Scalar();
+        p.param_lines[key] = kv.first.Mark().line + 1;
+      }
+    }
+    if (auto v = n["allow_loopback"]) {
+      ASSIGN_OR_RETURN(p.allow_loopback, Bool(v, path + ".allow_loopback"));
+    }
+    if (auto v = n["failing_after"]) {
+      ASSIGN_OR_RETURN(auto x, Int(v, path + ".failing_after", 1));
+      p.scaling.failing_after = static_cast<int>(x);
+    }
+    if (auto v = n["boot_backoff"]) {
+      ASSIGN_OR_RETURN(p.scaling.boot_backoff_ms, DurationMs(v, path + ".boot_backoff"));
+    }
+    if (auto v = n["min_bill"]) {
+      ASSIGN_OR_RETURN(p.scaling.min_bill_ms, DurationMs(v, path + ".min_bill"));
+    }
+    if (auto v = n["budget"]) {
+      ASSIGN_OR_RETURN(auto b, Budget(v, path + ".budget"));
+      p.scaling.budget_per_day = b.per_day;
+      p.scaling.budget_per_month = b.per_month;
+      p.scaling.drain_at_cap = b.drain_at_cap;
+      if ((b.per_day > 0 || b.per_month > 0) && p.scaling.hourly_cost <= 0) {
+        return Err(v, path + ".budget", "needs hourly_cost (the spend is billed time x "
+                                        "hourly_cost)");
+      }
+    }
+    // Cloud APIs throttle list calls per account; local processes and files do not.
+    if (p.provider == "ec2" || p.provider == "command") {
+      p.scaling.list_interval_ms = 15'000;
+      p.scaling.list_interval_idle_ms = 120'000;
+    } else if (p.provider == "slurm") {
+      p.scaling.list_interval_ms = 5'000;
+      p.scaling.list_interval_idle_ms = 60'000;
+    }
+    if (auto v = n["list_interval"]) {
+      ASSIGN_OR_RETURN(p.scaling.list_interval_ms, ZeroOrDurationMs(v, path + ".list_interval"));
+    }
+    if (auto v = n["list_interval_idle"]) {
+      ASSIGN_OR_RETURN(p.scaling.list_interval_idle_ms,
+                       ZeroOrDurationMs(v, path + ".list_interval_idle"));
+    }
+    if (auto st = cloud::CheckProviderParams(p.provider, p.params); !st) {
+      // The message starts with "params.<key>: ..."; point at that key, else
+      // at `params:` (reset() rebinds; yaml-cpp's operator= would overwrite).
+      const auto& m = st.error().message;
+      YAML::Node at;
+      at.reset(n);
+      for (const auto& kv : n) {
+        if (kv.first.Scalar() == "params") at.reset(kv.first);
+      }
+      if (m.starts_with("params.") && n["params"]) {
+        std::string key = m.substr(7, m.find(':') - 7);
+        for (const auto& kv : n["params"]) {
+          if (kv.first.Scalar() == key) at.reset(kv.first);
+        }
+      }
+      return Err(at, path + " (" + p.provider + " pool " + p.scaling.name + ")", m);
+    }
+    return p;
+  }
+
+ private:
+  std::string file_;
+};
+
+}  // namespace
+
+bool RepoConfig::Watches(std::string_view ref) const {
+  if (ref.starts_with("refs/tags/")) return tags;
+  if (!ref.starts_with("refs/heads/")) return false;
+  std::string_view branch = ref.substr(std::string_view("refs/heads/").size());
+  for (const auto& glob : branches) {
+    if (GlobMatch(glob, branch)) return true;
+  }
+  return false;
+}
+
+const RepoConfig* ServerConfig::FindRepo(std::string_view url) const {
+  std::string n = NormaliseRepoUrl(url);
+  for (const auto& r : repositories) {
+    if (NormaliseRepoUrl(r.url) == n) return &r;
+  }
+  return nullptr;
+}
+
+Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view filename) {
+  ConfigParser p(filename);
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return Fail(ErrorKind::kInvalidArgument, std::string(filename) + ":" +
+                                                 std::to_string(e.mark.line + 1) +
+                                                 ": not valid YAML: " + e.msg);
+  }
+  ServerConfig c;
+  c.path = std::string(filename);
+  if (!root || root.IsNull()) return c;
+  if (!root.IsMap()) return p.Err(root, "", "expected a mapping at the top level");
+  TRY(p.CheckKeys(root, "", {"listen", "repositories", "pools", "read_token", "budget"}));
+  if (auto b = root["budget"]) { ASSIGN_OR_RETURN(c.budget, p.Budget(b, "budget")); }
+  if (auto l = root["listen"]) { ASSIGN_OR_RETURN(c.listen, p.Str(l, "listen")); }
+  if (auto t = root["read_token"]) { ASSIGN_OR_RETURN(c.read_token, p.Secret(t, "read_token")); }
+  if (auto repos = root["repositories"]) {
+    if (!repos.IsSequence()) {
+      return p.Err(repos, "repositories", "expected a list, got " + ConfigParser::Show(repos));
+    }
+    for (size_t i = 0; i < repos.size(); ++i) {
+      std::string path = "repositories[" + std::to_string(i) + "]";
+      ASSIGN_OR_RETURN(auto r, p.Repo(repos[i], path));
+      if (c.FindRepo(r.url)) {
+        return p.Err(repos[i]["url"], path + ".url", "listed twice (" + r.url + ")");
+      }
+      c.repositories.push_back(std::move(r));
+    }
+  }
+  if (auto pools = root["pools"]) {
+    if (!pools.IsSequence()) {
+      return p.Err(pools, "pools", "expected a list, got " + ConfigParser::Show(pools));
+    }
+    for (size_t i = 0; i < pools.size(); ++i) {
+      std::string path = "pools[" + std::to_string(i) + "]";
+      ASSIGN_OR_RETURN(auto pool, p.Pool(pools[i], path));
+      if (c.FindPool(pool.name())) {
+        return p.Err(pools[i]["name"], path + ".name", "pool " + pool.name() + " is listed twice");
+      }
+      c.pools.push_back(std::move(pool));
+    }
+  }
+  return c;
+}
+
+std::string PoolServerUrl(const PoolSpec& pool, const std::string& default_url) {
+  auto it = pool.params.find("server_url");
+  return it != pool.params.end() ? it->second : default_url;
+}
+
+Status CheckWorkerUrls(const ServerConfig& config, const std::string& default_url,
+                       const std::string& listen) {
+  const std::string file = config.path.empty() ? "server config" : config.path;
+  for (size_t i = 0; i < config.pools.size(); ++i) {
+    const PoolSpec& p = config.pools[i];
+    if (!p.remote() || p.allow_loopback) continue;
+    const std::string url = PoolServerUrl(p, default_url);
+    const bool own = p.params.count("server_url") > 0;
+    const std::string key = "pools[" + std::to_string(i) + "]" + (own ? ".params.server_url" : "");
+    const int line = own && p.param_lines.count("server_url") ? p.param_lines.at("server_url")
+                                                                : p.line;
+    const std::string where = file + (line > 0 ? ":" + std::to_string(line) : "") + ": " + key +
+                              " (" + p.provider + " pool " + p.name() + "): ";
+    auto host = UrlHost(url);
+    if (!host) return Fail(ErrorKind::kInvalidArgument, where + host.error().message);
+    if (HostReachableFromElsewhere(*host)) continue;
+    const std::string what =
+        own ? "workers would connect to " + UrlForLog(url)
+            : "no params.server_url, so workers would connect to " + UrlForLog(url) +
+                  " (from the listen address " + listen + ")";
+    return Fail(ErrorKind::kInvalidArgument,
+                where + what + ", which a machine elsewhere cannot reach: it would boot, never " +
+                    "register, and be billed until boot_timeout, again and again. Set " +
+                    "params.server_url to an address of this host the machines can reach " +
+                    "(such as http://10.0.0.5:8080) and listen on it, or `allow_loopback: true` " +
+                    "if this pool's machines run on this host (a test)");
+  }
+  return {};
+}
+
+Result<ServerConfig> LoadServerConfig(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text) return std::unexpected(text.error().Wrap("--config"));
+  return ParseServerConfig(*text, path);
+}
+
+}  // namespace trainq

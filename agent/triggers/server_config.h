@@ -1,0 +1,167 @@
+// The `trainq serve --config FILE` file (YAML): which repositories are
+// watched, how their webhooks are authenticated, how often they are polled and
+// whether commit statuses go back to the forge.
+//
+//   listen: 127.0.0.1:8080          # optional; --listen wins
+//   repositories:
+//     - url: https://github.com/acme/model.git
+//       forge: github               # github | gitlab | gitea | none (poll only)
+//       branches: [main, "release/*"]
+//       secret: {env: TRAINQ_WEBHOOK_SECRET}   # or {file: /etc/trainq/secret}
+//       token: {file: /etc/trainq/github-token}
+//       status: true
+//       poll_interval: 5m
+//       pull_requests: true         # same-repository pull/merge requests run (default)
+//       fork_pull_requests: false   # heads from forks run only when true: untrusted code
+//       pr_comments: true           # one comment per pull request (default: = status)
+//       report_url: https://ci.example/trainq/report.html   # linked from the comment
+//   read_token: {env: TRAINQ_READ_TOKEN}   # GET /api/v1/report and /api/v1/gate
+//
+// Secrets and tokens are read from an environment variable or a file, never
+// written in the config itself, and never logged. Every error names the file,
+// the line and the key: `server.yaml:7: repositories[0].secret.env: ...`.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/triggers/forge.h"
+#include "cloud/autoscaler.h"
+#include "agent/repo/manifest_check.h"
+#include "core/result.h"
+
+namespace trainq {
+
+// A secret value with a printable description of where it came from
+// ("env TRAINQ_SECRET", "file /etc/x"). Only `source` may be logged.
+struct SecretValue {
+  std::string value;
+  std::string source;
+  bool empty() const { return value.empty(); }
+};
+
+struct RepoConfig {
+  std::string url;                    // what is fetched; also the webhook payload's identity
+  ForgeKind forge = ForgeKind::kNone;
+  std::string project;                // owner/name for the status API (default: from url)
+  std::vector<std::string> branches;  // globs over branch names; default: all ("**")
+  std::string default_branch;         // "" = the remote's HEAD
+  SecretValue secret;                 // webhook secret (GitLab: the token)
+  SecretValue token;                  // https fetch and the status API
+  std::string username;               // https user that goes with the token
+  std::string ssh_key;                // private key file for ssh urls ("" = ssh-agent)
+  std::string api_url;                // forge API base (default per forge)
+  bool status = false;                // report commit statuses
+  std::string status_context = "trainq";  // statuses are "<context>/<experiment>"
+  std::int64_t poll_interval_s = 0;   // 0: no polling
+  bool per_commit = false;            // every pushed commit gets batches, not only the head
+  bool tags = false;                  // tag pushes queue runs too
+  // When a finished batch's commit status is `failure` beyond failed runs:
+  // "worse" (significantly worse than its baseline), "not_better" (anything
+  // but significantly better), "never".
+  std::string fail_on = "worse";
+  SubmitLimits limits;                // `limits: {experiments: N, runs: N}` per push
+  bool pull_requests = true;          // pull/merge requests from this repository run
+  bool fork_pull_requests = false;    // ... and from forks (untrusted code on your machines)
+  bool pr_comments = false;           // the verdict as one comment per pull request
+  std::string report_url;             // linked from the comment; "" = no link
+  int line = 0;                       // where the entry starts in the file
+
+  // Whether a push to `ref` concerns this repository's watch list.
+  bool Watches(std::string_view ref) const;
+};
+
+// A pool of machines that one provider boots (`pools:` in the server config).
+//   pools:
+//     - name: gpu
+//       provider: slurm            # local (default) | slurm | ec2 | command
+//       min: 0
+//       max: 4
+//       slots: 2                   # runs per machine at once
+//       gpus: 1                    # GPUs per machine
+//       runs_per_gpu: 1
+//       fuse_max: 10               # seeds of a trainer: experiment fused into one trainq-train
+//       idle_grace: 2m
+//       boot_timeout: 10m
+//       orphan_timeout: 10m        # worker's dead-man switch
+//       self_stop: "sudo shutdown -h now"   # what a worker runs on its dead-man switch
+//       env_passthrough: [WANDB_API_KEY, "CONDA_*"]  # the worker's variables runs also get
+//       hourly_cost: 2.5
+//       token: {file: /etc/trainq/gpu.token}  # optional; default: generated under <data>/tokens/
+//       params: {partition: gpu, gres: "gpu:1", time: "4:00:00"}   # provider parameters
+//       allow_loopback: false      # slurm/ec2/command: accept a loopback server URL (a test
+//                                  # on this host); see CheckWorkerUrls
+//       failing_after: 3           # failed boots in a row before the pool is failing
+//       min_bill: 1m               # the least one boot is billed (budgets)
+//       budget: {per_day: 50, per_month: 800, drain_at_cap: false}
+//       list_interval: 15s         # provider List() pacing while machines change
+//       list_interval_idle: 2m     # ... and while nothing changes
+// The top level takes `budget:` too: all pools together.
+// Without `pools:` there is one pool, "local": the local provider, max 1
+// machine with `--slots` slots.
+struct PoolSpec {
+  cloud::PoolConfig scaling;  // name, min, max, slots, idle_grace, boot_timeout, hourly_cost
+  std::string provider = "local";
+  int gpus = 0;
+  int runs_per_gpu = 1;
+  int fuse_max = 1;  // the worker's --fuse-max
+  std::int64_t orphan_timeout_ms = 10 * 60'000;
+  std::string self_stop;
+  // Variables runs get from their worker's environment beside the safe base
+  // (RunEnvironment); a local pool's workers get them from serve's.
+  std::vector<std::string> env_passthrough;
+  SecretValue token;  // empty: serve generates one (<data>/tokens/<pool>.token, mode 0600)
+  std::map<std::string, std::string> params;
+  bool allow_loopback = false;
+  int line = 0;
+  std::map<std::string, int> param_lines;  // params key -> its line, for messages
+  const std::string& name() const { return scaling.name; }
+  // Machines elsewhere (slurm, ec2, command): their workers need a server URL
+  // that is not this host's loopback.
+  bool remote() const { return provider == "slurm" || provider == "ec2" || provider == "command"; }
+};
+
+struct ServerConfig {
+  std::string path;    // the file, for messages
+  std::string listen;  // "" = not set
+  std::vector<RepoConfig> repositories;
+  std::vector<PoolSpec> pools;  // empty: the default local pool
+  // The bearer token of the read routes (GET /api/v1/report, /api/v1/gate):
+  // separate from worker tokens and webhook secrets, so a CI job that reads
+  // reports can neither lease runs nor forge a push. Empty: those routes
+  // answer 403.
+  SecretValue read_token;
+  cloud::OverallBudget budget;  // `budget:` at the top level (spend is filled by the fleet)
+
+  const PoolSpec* FindPool(std::string_view name) const {
+    for (const auto& p : pools)
+      if (p.name() == name) return &p;
+    return nullptr;
+  }
+
+  // The repository whose url matches `url` (normalised), if any.
+  const RepoConfig* FindRepo(std::string_view url) const;
+};
+
+// Parses `text`; `filename` is used in messages. Reads the secrets it names
+// from the environment and files.
+Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view filename);
+Result<ServerConfig> LoadServerConfig(const std::string& path);
+
+// The server URL the workers of `pool` are given: params.server_url, else
+// `default_url` (what serve derives from its listen address).
+std::string PoolServerUrl(const PoolSpec& pool, const std::string& default_url);
+
+// At start: every remote pool's workers must get a server URL that a machine
+// elsewhere can reach. A loopback or unspecified host (127.0.0.1, localhost,
+// ::1, 0.0.0.0, ::) is refused, naming file:line:key and what to set, unless
+// the pool says `allow_loopback: true`. `listen` is serve's listen address,
+// for the message.
+Status CheckWorkerUrls(const ServerConfig& config, const std::string& default_url,
+                       const std::string& listen);
+
+}  // namespace trainq

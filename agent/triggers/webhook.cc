@@ -1,0 +1,216 @@
+#include "agent/triggers/webhook.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cctype>
+#include <nlohmann/json.hpp>
+
+using nlohmann::json;
+
+namespace trainq {
+
+namespace {
+
+WebhookReply Reply(int status, std::string result, json body) {
+  body["result"] = result;
+  return {status, body.dump(), std::move(result), 0};
+}
+
+std::string Lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+template <typename Event>
+bool SameRepo(const RepoConfig& repo, const Event& e) {
+  std::string want = NormaliseRepoUrl(repo.url);
+  for (const auto& u : e.repo_urls) {
+    if (NormaliseRepoUrl(u) == want) return true;
+  }
+  return !e.full_name.empty() && !repo.project.empty() &&
+         Lower(e.full_name) == Lower(repo.project);
+}
+
+std::string Short(const std::string& sha) { return sha.substr(0, 10); }
+
+// GitHub and Gitea say "pull request #N", GitLab "merge request !N".
+std::string PrName(ForgeKind forge, std::int64_t n) {
+  return forge == ForgeKind::kGitlab ? "merge request !" + std::to_string(n)
+                                     : "pull request #" + std::to_string(n);
+}
+
+WebhookReply PullRequestWebhook(const std::vector<const RepoConfig*>& candidates, Store& store,
+                                ForgeKind forge, const HttpHeaders& headers,
+                                std::string_view body, TimeMs now) {
+  std::string forge_name(ForgeName(forge));
+  auto parsed = ParsePullRequestEvent(forge, body);
+  if (!parsed) return Reply(400, "malformed", {{"reason", parsed.error().message}});
+  const PullRequestEvent& pr = *parsed;
+  const RepoConfig* repo = nullptr;
+  for (const auto* c : candidates) {
+    if (SameRepo(*c, pr)) {
+      repo = c;
+      break;
+    }
+  }
+  std::string name = PrName(forge, pr.number);
+  if (!repo) {
+    std::string r = pr.full_name.empty() ? pr.repo_urls.front() : pr.full_name;
+    return Reply(202, "ignored",
+                 {{"reason", "repository " + r + " is not configured under this secret"}});
+  }
+  if (!pr.runs) {
+    std::string why = forge == ForgeKind::kGitlab && pr.action == "update"
+                          ? "update without new commits"
+                          : "action '" + pr.action + "'";
+    return Reply(202, "ignored",
+                 {{"reason", name + ": " + why + " runs nothing (only a new or reopened " +
+                                 (forge == ForgeKind::kGitlab ? "merge" : "pull") +
+                                 " request or new commits do)"}});
+  }
+  Store::Push row;
+  row.source = forge_name;
+  row.delivery_id = WebhookDeliveryId(forge, headers, body);
+  row.repo_url = repo->url;
+  row.ref = pr.HeadRef(forge);
+  row.before_sha = std::string(kZeroSha);
+  row.after_sha = pr.head_sha;
+  row.default_branch = pr.default_branch;
+  row.pr_number = pr.number;
+  row.target_branch = pr.target_branch;
+  std::string skip;
+  if (!repo->pull_requests) {
+    skip = name + ": pull requests are off for " + repo->url + " (`pull_requests: false`)";
+  } else if (pr.from_fork && !repo->fork_pull_requests) {
+    skip = name + " comes from a fork: its code would run on your machines, so forks are "
+                  "ignored unless `fork_pull_requests: true`";
+  } else if (!repo->Watches("refs/heads/" + pr.target_branch)) {
+    skip = name + " targets " + pr.target_branch + ", which is not in `branches` of " + repo->url;
+  }
+  if (!skip.empty()) {
+    row.state = "skipped";
+    row.result = skip;
+  }
+  auto id = store.RecordPush(row, now);
+  if (!id) {
+    spdlog::error("{} {} of {} not recorded: {}", forge_name, name, repo->url,
+                  id.error().message);
+    return Reply(503, "error", {{"reason", "could not record the " + name + "; deliver it again"}});
+  }
+  if (!*id) {
+    spdlog::info("{} delivery {} seen before: duplicate", forge_name, row.delivery_id);
+    return Reply(200, "duplicate", {{"reason", "delivery " + row.delivery_id + " seen before"}});
+  }
+  spdlog::info("{} {} ({}, {} into {}) head {} of {} recorded as push {}{}", forge_name, name,
+               pr.action, pr.head_ref, pr.target_branch, Short(pr.head_sha), repo->url, **id,
+               skip.empty() ? "" : " (" + skip + ")");
+  WebhookReply r = skip.empty()
+                       ? Reply(202, "accepted", {{"push", **id}, {"pull_request", pr.number}})
+                       : Reply(200, "ignored", {{"push", **id}, {"reason", skip}});
+  r.push_id = **id;
+  return r;
+}
+
+}  // namespace
+
+std::string SkipReason(const RepoConfig& repo, const PushEvent& event) {
+  if (event.is_tag()) {
+    if (!repo.tags) return "tag pushes are ignored (set `tags: true` to run them)";
+    if (event.deleted()) return "tag deleted: nothing runs";
+    return "";
+  }
+  if (!event.is_branch()) return "ref " + event.ref + " is neither a branch nor a tag";
+  if (event.deleted()) return "branch " + event.branch() + " deleted: nothing runs";
+  if (!repo.Watches(event.ref)) {
+    return "branch " + event.branch() + " is not in `branches` of " + repo.url;
+  }
+  return "";
+}
+
+WebhookReply HandleWebhook(const ServerConfig& config, Store& store, ForgeKind forge,
+                           const HttpHeaders& headers, std::string_view body, TimeMs now) {
+  std::string forge_name(ForgeName(forge));
+  if (body.size() > kMaxWebhookBodyBytes) {
+    spdlog::warn("{} webhook refused: body of {} bytes is over the {} MB limit", forge_name,
+                 body.size(), kMaxWebhookBodyBytes >> 20);
+    return Reply(413, "too_large", {{"reason", "body over 25 MB"}});
+  }
+  std::vector<const RepoConfig*> candidates;
+  for (const auto& r : config.repositories) {
+    if (r.forge == forge && VerifyWebhook(forge, headers, body, r.secret.value)) {
+      candidates.push_back(&r);
+    }
+  }
+  if (candidates.empty()) {
+    spdlog::warn("{} webhook refused: signature missing or wrong", forge_name);
+    return Reply(401, "unauthorized",
+                 {{"reason", "signature or token missing or wrong for every repository of this "
+                             "forge"}});
+  }
+  std::string event = WebhookEvent(forge, headers);
+  if (IsPingEvent(forge, event)) {
+    if (!json::accept(body.begin(), body.end())) {
+      return Reply(400, "malformed", {{"reason", "body is not valid JSON"}});
+    }
+    spdlog::info("{} ping received", forge_name);
+    return Reply(200, "ping", {{"reason", "pong"}});
+  }
+  if (IsPullRequestEvent(forge, event)) {
+    return PullRequestWebhook(candidates, store, forge, headers, body, now);
+  }
+  if (!IsPushEvent(forge, event)) {
+    if (!json::accept(body.begin(), body.end())) {
+      return Reply(400, "malformed", {{"reason", "body is not valid JSON"}});
+    }
+    return Reply(202, "ignored",
+                 {{"reason", event.empty() ? "no event header: only push events are handled"
+                                           : "event '" + event + "' is not handled (only push and pull requests)"}});
+  }
+  auto parsed = ParsePushEvent(forge, body);
+  if (!parsed) return Reply(400, "malformed", {{"reason", parsed.error().message}});
+  const PushEvent& push = *parsed;
+  const RepoConfig* repo = nullptr;
+  for (const auto* c : candidates) {
+    if (SameRepo(*c, push)) {
+      repo = c;
+      break;
+    }
+  }
+  if (!repo) {
+    std::string name = push.full_name.empty() ? push.repo_urls.front() : push.full_name;
+    return Reply(202, "ignored",
+                 {{"reason", "repository " + name + " is not configured under this secret"}});
+  }
+
+  Store::Push row;
+  row.source = forge_name;
+  row.delivery_id = WebhookDeliveryId(forge, headers, body);
+  row.repo_url = repo->url;
+  row.ref = push.ref;
+  row.before_sha = push.before;
+  row.after_sha = push.after;
+  row.default_branch = push.default_branch;
+  std::string skip = SkipReason(*repo, push);
+  if (!skip.empty()) {
+    row.state = "skipped";
+    row.result = skip;
+  }
+  auto id = store.RecordPush(row, now);
+  if (!id) {
+    spdlog::error("{} push to {} not recorded: {}", forge_name, repo->url, id.error().message);
+    return Reply(503, "error", {{"reason", "could not record the push; deliver it again"}});
+  }
+  if (!*id) {
+    spdlog::info("{} delivery {} seen before: duplicate", forge_name, row.delivery_id);
+    return Reply(200, "duplicate", {{"reason", "delivery " + row.delivery_id + " seen before"}});
+  }
+  spdlog::info("{} push {} {}..{} to {} recorded as push {}{}", forge_name, push.ref,
+               Short(push.before), Short(push.after), repo->url, **id,
+               skip.empty() ? "" : " (" + skip + ")");
+  WebhookReply r = skip.empty() ? Reply(202, "accepted", {{"push", **id}})
+                                : Reply(200, "ignored", {{"push", **id}, {"reason", skip}});
+  r.push_id = **id;
+  return r;
+}
+
+}  // namespace trainq

@@ -1,0 +1,59 @@
+// Receiving a forge's webhook: authenticate, validate, deduplicate, record.
+//
+// In this order, and nothing is stored unless all pass:
+//   body over 25 MB                      -> 413 (before anything is parsed)
+//   no configured secret verifies it     -> 401 (signature or token missing or wrong)
+//   body not JSON                        -> 400
+//   ping (GitHub)                        -> 200 "pong"
+//   another event (issues, ...)          -> 202 with the reason it is ignored
+//   push for a repository not configured -> 202 with the reason
+//   delivery id seen before              -> 200 "duplicate", nothing written
+//   push                                 -> recorded durably (one transaction),
+//                                           202 "accepted"; fetching and diffing
+//                                           happen later on the server's worker
+//   push that runs nothing (deleted branch, tag, unwatched branch)
+//                                        -> recorded as skipped, 200 "ignored"
+//   pull/merge request opened, reopened or with new commits
+//                                        -> recorded as a push of its head ref
+//                                           (refs/pull/N/head, GitLab
+//                                           refs/merge-requests/N/head), 202;
+//                                           from a fork without
+//                                           `fork_pull_requests`, with
+//                                           `pull_requests: false`, or into an
+//                                           unwatched branch: skipped, 200
+//   other pull request actions (closed, labeled, ...) -> 202 with the reason
+// The signature is checked against every repository of that forge kind, so
+// the payload is never parsed before it is authenticated.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "agent/triggers/forge.h"
+#include "agent/triggers/server_config.h"
+#include "core/clock.h"
+#include "core/http_client.h"
+#include "queue/store.h"
+
+namespace trainq {
+
+inline constexpr std::size_t kMaxWebhookBodyBytes = 25 * 1024 * 1024;
+
+struct WebhookReply {
+  int status = 200;
+  std::string body;    // JSON: {"result": ..., "reason"|"push": ...}
+  std::string result;  // for metrics: accepted, ignored, duplicate, ping, unauthorized,
+                       // too_large, malformed, error
+  std::int64_t push_id = 0;  // when a push was recorded
+};
+
+// `store` is used by the calling thread only (callers serialise access).
+WebhookReply HandleWebhook(const ServerConfig& config, Store& store, ForgeKind forge,
+                           const HttpHeaders& headers, std::string_view body, TimeMs now);
+
+// What a recorded push will do, decided from the configuration alone:
+// "" when it must be processed, otherwise why nothing runs.
+std::string SkipReason(const RepoConfig& repo, const PushEvent& event);
+
+}  // namespace trainq

@@ -1,0 +1,45 @@
+#include "core/crypto.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/sha.h>
+
+namespace trainq {
+namespace {
+
+std::string Hex(const unsigned char* p, size_t n) {
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  out.reserve(n * 2);
+  for (size_t i = 0; i < n; ++i) {
+    out += kHex[p[i] >> 4];
+    out += kHex[p[i] & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string HmacSha256Hex(std::string_view key, std::string_view data) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &len);
+  return Hex(out, len);
+}
+
+std::string Sha256Hex(std::string_view data) {
+  unsigned char out[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), out);
+  return Hex(out, sizeof out);
+}
+
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  unsigned char ha[SHA256_DIGEST_LENGTH], hb[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(a.data()), a.size(), ha);
+  SHA256(reinterpret_cast<const unsigned char*>(b.data()), b.size(), hb);
+  return CRYPTO_memcmp(ha, hb, sizeof ha) == 0;
+}
+
+}  // namespace trainq

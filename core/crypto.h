@@ -1,0 +1,17 @@
+// Hashes and MACs over OpenSSL: webhook signatures, content-addressed names,
+// token comparison.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace trainq {
+
+// HMAC-SHA256 of `data` under `key`, as lowercase hex (OpenSSL).
+std::string HmacSha256Hex(std::string_view key, std::string_view data);
+std::string Sha256Hex(std::string_view data);
+// Compares in time independent of where the strings differ, and of their
+// lengths (both are hashed first).
+bool ConstantTimeEquals(std::string_view a, std::string_view b);
+
+}  // namespace trainq
