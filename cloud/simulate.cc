@@ -327,7 +327,7 @@ class Simulation {
     s.stopped_at = t;
   }
 
-  // The fleet's boot judging (agent/fleet.cc), on the simulated machines.
+  // The fleet's boot judging (agent/daemon/fleet.cc), on the simulated machines.
   void JudgeBoots(TimeMs t) {
     for (size_t i = 0; i < machines_.size(); ++i) {
       SimMachine& s = machines_[i];

@@ -591,7 +591,7 @@ class Store {
                                                  std::optional<TimeMs> now);
   // ==== end of machines ========================================================
 
-  // ==== Sweeps: hyperparameter searches (agent/sweep.h) =======================
+  // ==== Sweeps: hyperparameter searches (agent/results/sweep.h) =======================
   // Implemented in queue/sweep_store.cc; tables from schema version 7. A point
   // is written before its batch is submitted (Submit is idempotent per commit
   // and experiment), so a driver killed between the two re-submits the same
