@@ -136,7 +136,7 @@ Result<json> LoadCommitView(Store& store, const std::string& prefix_in) {
     } else if (!b.baseline_note.empty()) {
       bj["baseline_note"] = b.baseline_note;
     }
-    // Failed attempts, with the run's own last output (agent/runner/run_outcome.h).
+    // Failed attempts, with the run's own last output (agent/runner/run_process.h).
     if (b.count(RunState::kDead) + b.count(RunState::kFailed) > 0) {
       ASSIGN_OR_RETURN(auto runs, store.Runs(b.id, std::nullopt, 0));
       json failures = json::array();

@@ -557,7 +557,7 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
     }
     state = "succeeded";
   } else if (outcome == "failed") {
-    // "retry": false: a configuration error (agent/runner/run_outcome.h), dead now.
+    // "retry": false: a configuration error (agent/runner/run_process.h), dead now.
     bool retry = !(body->contains("retry") && (*body)["retry"].is_boolean() &&
                    !(*body)["retry"].get<bool>());
     auto st = store.FailRun(run_id, token, now, error.empty() ? "failed on the worker" : error,

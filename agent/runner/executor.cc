@@ -12,7 +12,7 @@
 #include "agent/results/analysis.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/mirror.h"
-#include "agent/runner/run_outcome.h"
+#include "agent/runner/run_process.h"
 #include "core/strings.h"
 
 namespace fs = std::filesystem;
@@ -36,109 +36,6 @@ std::string Join(const std::vector<std::string>& v, const char* sep) {
 }
 
 }  // namespace
-
-ProcessSpec BuildRunProcess(const LeasedRun& run, const RunPaths& paths, const std::string& bin_dir,
-                            const std::string& cuda_devices,
-                            const std::vector<std::string>& env_passthrough) {
-  std::map<std::string, std::string> vars = {
-      {"seed", std::to_string(run.seed)},
-      {"repeat", std::to_string(run.repeat)},
-      {"run_id", std::to_string(run.run_id)},
-      {"output_dir", ShellQuote(paths.output_dir)},
-  };
-  ProcessSpec spec;
-  spec.argv = {"/bin/sh", "-c", Substitute(run.command, vars)};
-  spec.cwd = paths.workdir;
-  spec.output_path = paths.log;
-  spec.inherit_env = false;
-  spec.pass_env = env_passthrough;
-  spec.env = {
-      {"TRAINQ_SEED", std::to_string(run.seed)},
-      {"TRAINQ_REPEAT", std::to_string(run.repeat)},
-      {"TRAINQ_RUN_ID", std::to_string(run.run_id)},
-      {"TRAINQ_BATCH_ID", std::to_string(run.batch_id)},
-      {"TRAINQ_ATTEMPT", std::to_string(run.attempt)},
-      {"TRAINQ_EXPERIMENT", run.experiment},
-      {"TRAINQ_COMMIT", run.sha},
-      {"TRAINQ_METRIC", run.metric_name},
-      {"TRAINQ_METRICS_FILE", paths.metrics},
-      {"TRAINQ_OUTPUT_DIR", paths.output_dir},
-      // Python scripts: deterministic hashing and unbuffered output in the log.
-      {"PYTHONHASHSEED", std::to_string(run.seed)},
-      {"PYTHONUNBUFFERED", "1"},
-  };
-  if (!cuda_devices.empty() || run.gpus == 0) {
-    // A run that asked for no GPU sees none, so it cannot take one by accident.
-    spec.env["CUDA_VISIBLE_DEVICES"] = cuda_devices;
-  }
-  if (!bin_dir.empty()) {
-    const char* path = std::getenv("PATH");
-    spec.env["PATH"] = bin_dir + ":" + (path ? path : "/usr/bin:/bin");
-  }
-  return spec;
-}
-
-MetricReading ReadRunMetric(const std::string& metrics_text, const std::string& log_text,
-                            const std::string& name, const std::string& regex) {
-  MetricReading r;
-  std::optional<double> last, last_final;
-  int line_no = 0;
-  for (const auto& raw : Split(metrics_text, '\n')) {
-    ++line_no;
-    auto line = Trim(raw);
-    if (line.empty()) continue;
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j.contains("value") ||
-        !j["name"].is_string() || !(j["value"].is_number() || j["value"].is_null())) {
-      r.warnings.push_back("metrics file line " + std::to_string(line_no) +
-                           ": expected {\"name\": ..., \"value\": <number>}");
-      continue;
-    }
-    MetricPoint p;
-    p.name = j["name"].get<std::string>();
-    // JSON has no NaN: a null value stands for one.
-    p.value = j["value"].is_null() ? std::nan("") : j["value"].get<double>();
-    if (j.contains("step") && j["step"].is_number_integer()) p.step = j["step"].get<std::int64_t>();
-    // "final": true (or 1) marks the value that counts; anything else does not.
-    if (j.contains("final")) {
-      const auto& f = j["final"];
-      p.final = (f.is_boolean() && f.get<bool>()) || (f.is_number() && f.get<double>() != 0);
-      if (!f.is_boolean() && !f.is_number()) {
-        r.warnings.push_back("metrics file line " + std::to_string(line_no) +
-                             ": \"final\" should be true or false");
-      }
-    }
-    if (p.name == name) {
-      last = p.value;
-      if (p.final) last_final = p.value;
-    }
-    r.points.push_back(std::move(p));
-  }
-  r.value = last_final ? last_final : last;
-  if (!r.value && !regex.empty()) {
-    try {
-      std::regex re(regex);
-      std::optional<std::string> match;
-      for (auto it = std::sregex_iterator(log_text.begin(), log_text.end(), re);
-           it != std::sregex_iterator(); ++it) {
-        if (it->size() > 1) match = (*it)[1].str();
-      }
-      if (match) {
-        char* end = nullptr;
-        double v = std::strtod(match->c_str(), &end);
-        if (end && *end == '\0' && !match->empty()) {
-          r.value = v;
-          r.points.push_back(MetricPoint{name, v, std::nullopt, true});
-        } else {
-          r.warnings.push_back("metric regex matched \"" + *match + "\", which is not a number");
-        }
-      }
-    } catch (const std::regex_error& e) {
-      r.warnings.push_back(std::string("invalid metric regex: ") + e.what());
-    }
-  }
-  return r;
-}
 
 LocalExecutor::LocalExecutor(Store& store, ProcessRunner& runner, const Clock& clock,
                              ExecutorOptions options)
@@ -206,8 +103,7 @@ Status LocalExecutor::StartRun(const LeasedRun& run) {
   TRY(WriteFile(paths.metrics, ""));
   {
     std::ofstream log(paths.log, std::ios::app);
-    log << "=== trainq: run " << run.run_id << " (" << run.experiment << ", seed " << run.seed
-        << ", attempt " << run.attempt << ") at " << FormatTimestamp(now) << " UTC ===\n";
+    log << RunBanner(run, "", now);
   }
   ASSIGN_OR_RETURN(paths.workdir, Worktree(run));
 
@@ -248,26 +144,16 @@ void LocalExecutor::Finish(Active& a, const ExitStatus& status) {
   const auto& run = a.run;
   std::string log_text = ReadFrom(a.paths.log, a.log_offset);
   auto metrics_text = trainq::ReadFile(a.paths.metrics).value_or("");
-  auto reading = ReadRunMetric(metrics_text, log_text, run.metric_name, run.metric_regex);
+  auto [reading, outcome] = JudgeAttempt(run, status, a.timed_out, log_text, metrics_text);
   for (const auto& w : reading.warnings) spdlog::warn("run {}: {}", run.run_id, w);
   // SQLite has no NaN (it would store NULL): non-finite points are left out;
-  // a non-finite final metric fails the run below.
+  // a non-finite final metric failed the run already.
   std::erase_if(reading.points, [](const MetricPoint& p) { return !std::isfinite(p.value); });
   if (!reading.points.empty()) {
     if (auto st = store_.AddMetrics(run.run_id, run.token, reading.points, now); !st) {
       spdlog::warn("run {}: metrics not stored: {}", run.run_id, st.error().message);
     }
   }
-
-  RunEnd end;
-  end.status = status;
-  end.timed_out = a.timed_out;
-  end.timeout_s = run.timeout_s;
-  end.command = run.command;
-  end.metric_name = run.metric_name;
-  end.regex_tried = !run.metric_regex.empty();
-  end.log = log_text;
-  RunOutcome outcome = JudgeRun(end, reading);
 
   if (outcome.succeeded) {
     if (auto st = store_.Complete(run.run_id, run.token, now, *reading.value,
@@ -302,12 +188,7 @@ void LocalExecutor::Finish(Active& a, const ExitStatus& status) {
 }
 
 void LocalExecutor::Kill(Active& a, TimeMs now) {
-  if (!a.kill_sent_ms) {
-    runner_.KillGroup(a.pid, SIGTERM);
-    a.kill_sent_ms = now;
-  } else if (now - *a.kill_sent_ms >= options_.kill_grace_ms) {
-    runner_.KillGroup(a.pid, SIGKILL);
-  }
+  StopGently(runner_, a.pid, a.kill_sent_ms, now, options_.kill_grace_ms);
 }
 
 Status LocalExecutor::Step() {

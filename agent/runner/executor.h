@@ -19,6 +19,7 @@
 #include "core/clock.h"
 #include "core/process.h"
 #include "core/result.h"
+#include "agent/runner/run_process.h"
 #include "queue/store.h"
 
 namespace trainq {
@@ -34,33 +35,6 @@ struct ExecutorOptions {
   std::vector<std::string> gpus;  // GPU ids handed out per run via CUDA_VISIBLE_DEVICES
   std::vector<std::string> env_passthrough;  // our variables a run also gets (names, PREFIX*)
 };
-
-// Where a run's files go.
-struct RunPaths {
-  std::string dir;           // <data>/runs/<id>
-  std::string log;           // <dir>/output.log (all attempts, appended)
-  std::string metrics;       // <dir>/metrics.jsonl (truncated per attempt)
-  std::string output_dir;    // <dir>/output
-  std::string workdir;       // checkout of the commit
-};
-
-// The process a run becomes: /bin/sh -c COMMAND with the run environment:
-// the TRAINQ_* run variables over RunEnvironment(env_passthrough) (a safe
-// base plus the variables the user chose), never the whole of ours.
-ProcessSpec BuildRunProcess(const LeasedRun& run, const RunPaths& paths,
-                            const std::string& bin_dir, const std::string& cuda_devices,
-                            const std::vector<std::string>& env_passthrough = {});
-
-// The run's final metric: the last `name` point of the metrics file (one tagged
-// final wins over untagged ones), else the last match of `regex`'s first group
-// in `log_text`. Also returns every parsed point for the store.
-struct MetricReading {
-  std::optional<double> value;
-  std::vector<MetricPoint> points;
-  std::vector<std::string> warnings;  // malformed lines, with their line numbers
-};
-MetricReading ReadRunMetric(const std::string& metrics_text, const std::string& log_text,
-                            const std::string& name, const std::string& regex);
 
 // The tree of commit `sha` under <data_dir>/worktrees/<sha>, checked out once
 // and reused (a marker file tells a complete checkout from a crashed one).

@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "agent/repo/git_repo.h"
-#include "agent/runner/run_outcome.h"
+#include "agent/runner/run_process.h"
 #include "core/strings.h"
 
 namespace fs = std::filesystem;
@@ -473,10 +473,7 @@ Status Worker::StartProc(Job& job, const std::vector<std::int64_t>& run_ids) {
   } else {
     p.log_path = first.paths.log;
     TRY(WriteFile(p.log_path, ""));  // this attempt's output only; the server keeps the rest
-    header = "=== trainq: run " + std::to_string(spec_run.run_id) + " (" + spec_run.experiment +
-             ", seed " + std::to_string(spec_run.seed) + ", attempt " +
-             std::to_string(spec_run.attempt) + ") on " + where + " at " + FormatTimestamp(now) +
-             " UTC ===\n";
+    header = RunBanner(spec_run, where, now);
   }
   p.log_start = FileSize(p.log_path);
   {
@@ -628,12 +625,7 @@ void Worker::Complete(std::int64_t run_id, const std::string& outcome, std::opti
 void Worker::Forget(std::int64_t run_id) { runs_.erase(run_id); }
 
 void Worker::Kill(Proc& p, TimeMs now) {
-  if (!p.kill_sent_ms) {
-    runner_.KillGroup(p.pid, SIGTERM);
-    p.kill_sent_ms = now;
-  } else if (now - *p.kill_sent_ms >= config_.kill_grace_ms) {
-    runner_.KillGroup(p.pid, SIGKILL);
-  }
+  StopGently(runner_, p.pid, p.kill_sent_ms, now, config_.kill_grace_ms);
 }
 
 void Worker::FinishProc(Job& job, const ExitStatus& status) {
@@ -648,8 +640,7 @@ void Worker::FinishProc(Job& job, const ExitStatus& status) {
     const auto& run = r.run.lease;
     auto metrics_text = ReadFile(r.paths.metrics).value_or("");
     // A fused log holds every seed's lines: only the metrics files tell them apart.
-    auto reading = ReadRunMetric(metrics_text, fused ? "" : log_text, run.metric_name,
-                                 fused ? "" : run.metric_regex);
+    auto [reading, outcome] = JudgeAttempt(run, status, p.timed_out, log_text, metrics_text, fused);
     for (const auto& w : reading.warnings) spdlog::warn("run {}: {}", id, w);
     if (!Ship(r, p, true)) {
       // A success is still reported: the server takes it when nobody else
@@ -674,15 +665,6 @@ void Worker::FinishProc(Job& job, const ExitStatus& status) {
                    {{"token", run.token}, {"points", points}});
       }
     }
-    RunEnd end;
-    end.status = status;
-    end.timed_out = p.timed_out;
-    end.timeout_s = p.timeout_s;
-    end.command = run.command;
-    end.metric_name = run.metric_name;
-    end.regex_tried = !run.metric_regex.empty() && !fused;
-    end.log = log_text;
-    RunOutcome outcome = JudgeRun(end, reading);
     std::optional<int> code;
     if (status.signal == 0) code = status.code;
     if (outcome.succeeded) {

@@ -196,7 +196,7 @@ class Worker {
   bool Ship(RunSlot& r, const Proc& p, bool final);
   bool Heartbeat(RunSlot& r, const Proc* p);
   // Reports the run and forgets it. outcome: succeeded | failed | interrupted.
-  // `config_error`: a failure that would repeat (agent/runner/run_outcome.h); the
+  // `config_error`: a failure that would repeat (agent/runner/run_process.h); the
   // server does not retry it.
   void Complete(std::int64_t run_id, const std::string& outcome, std::optional<double> metric,
                 std::optional<int> exit_code, const std::string& error, bool config_error = false);

@@ -1,6 +1,6 @@
 // JudgeRun and MeaningfulTail: how an attempt's end becomes the run's outcome
 // and the message users see in `trainq runs`, `trainq show` and the serve log.
-#include "agent/runner/run_outcome.h"
+#include "agent/runner/run_process.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>

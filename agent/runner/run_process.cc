@@ -1,0 +1,240 @@
+#include "agent/runner/run_process.h"
+
+#include <signal.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <vector>
+
+#include "core/strings.h"
+
+namespace trainq {
+
+namespace {
+
+bool IsConfigError(const RunEnd& end, std::string_view tail) {
+  if (end.timed_out || end.status.signal != 0) return false;
+  int code = end.status.code;
+  if (code == 126 || code == 127) return true;  // the shell cannot find or run the command
+  const bool trainer = std::string_view(end.command).starts_with("trainq-train ");
+  if (trainer && (code == 2 || code == 3)) return true;  // bad spec or usage; data error
+  // python3 missing.py: "python3: can't open file '...': [Errno 2] No such file or directory"
+  if (code == 2 && tail.find("can't open file") != std::string_view::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+std::string MeaningfulTail(std::string_view log, int max_lines, std::size_t max_chars) {
+  std::vector<std::string_view> lines;
+  for (std::size_t start = 0; start < log.size();) {
+    std::size_t nl = log.find('\n', start);
+    std::string_view line = log.substr(start, nl == std::string_view::npos ? log.npos : nl - start);
+    start = nl == std::string_view::npos ? log.size() : nl + 1;
+    if (auto cr = line.rfind('\r'); cr != std::string_view::npos) {
+      // A progress bar redrawn in place: the last drawing (or the one before
+      // a trailing '\r').
+      std::string_view last = Trim(line.substr(cr + 1));
+      if (last.empty()) {
+        std::string_view before = line.substr(0, cr);
+        auto cr2 = before.rfind('\r');
+        last = cr2 == std::string_view::npos ? before : before.substr(cr2 + 1);
+      }
+      line = last;
+    }
+    line = Trim(line);
+    if (line.empty() || line.starts_with("=== trainq:")) continue;
+    lines.push_back(line);
+  }
+  std::size_t from = lines.size() > static_cast<std::size_t>(max_lines)
+                         ? lines.size() - static_cast<std::size_t>(max_lines)
+                         : 0;
+  std::string out;
+  for (std::size_t i = from; i < lines.size(); ++i) {
+    out += (out.empty() ? "" : " | ") + std::string(lines[i]);
+  }
+  if (out.size() > max_chars) out = "..." + out.substr(out.size() - max_chars);
+  return out;
+}
+
+RunOutcome JudgeRun(const RunEnd& end, const MetricReading& reading) {
+  RunOutcome o;
+  std::string what;
+  if (end.timed_out) {
+    what = "timed out after " + FormatDuration(end.timeout_s * 1000) + " (process group killed)";
+  } else if (!end.status.ok()) {
+    what = end.status.Describe();
+  } else if (!reading.value) {
+    std::vector<std::string> names;
+    std::set<std::string> seen;
+    for (const auto& p : reading.points) {
+      if (seen.insert(p.name).second) names.push_back(p.name);
+    }
+    std::string found;
+    if (names.empty()) {
+      found = "nothing in $TRAINQ_METRICS_FILE";
+    } else {
+      found = "$TRAINQ_METRICS_FILE holds ";
+      for (std::size_t i = 0; i < names.size() && i < 10; ++i) {
+        found += (i ? ", '" : "'") + names[i] + "'";
+      }
+      if (names.size() > 10) found += " and " + std::to_string(names.size() - 10) + " more";
+      found += "; set metric.name in trainq.yaml to one of them";
+    }
+    what = "exited 0 but reported no '" + end.metric_name + "' metric (" + found +
+           (end.regex_tried ? "; no match of metric.regex in its output" : "") + ")";
+  } else if (!std::isfinite(*reading.value)) {
+    what = "metric '" + end.metric_name + "' is " + FormatDouble(*reading.value, 4) +
+           "; the run is invalid";
+  } else {
+    o.succeeded = true;
+    return o;
+  }
+  std::string tail = MeaningfulTail(end.log);
+  o.config_error = IsConfigError(end, tail);
+  o.error = what + (o.config_error ? " (configuration error, not retried)" : "") +
+            (tail.empty() ? "" : ": " + tail);
+  return o;
+}
+
+ProcessSpec BuildRunProcess(const LeasedRun& run, const RunPaths& paths, const std::string& bin_dir,
+                            const std::string& cuda_devices,
+                            const std::vector<std::string>& env_passthrough) {
+  std::map<std::string, std::string> vars = {
+      {"seed", std::to_string(run.seed)},
+      {"repeat", std::to_string(run.repeat)},
+      {"run_id", std::to_string(run.run_id)},
+      {"output_dir", ShellQuote(paths.output_dir)},
+  };
+  ProcessSpec spec;
+  spec.argv = {"/bin/sh", "-c", Substitute(run.command, vars)};
+  spec.cwd = paths.workdir;
+  spec.output_path = paths.log;
+  spec.inherit_env = false;
+  spec.pass_env = env_passthrough;
+  spec.env = {
+      {"TRAINQ_SEED", std::to_string(run.seed)},
+      {"TRAINQ_REPEAT", std::to_string(run.repeat)},
+      {"TRAINQ_RUN_ID", std::to_string(run.run_id)},
+      {"TRAINQ_BATCH_ID", std::to_string(run.batch_id)},
+      {"TRAINQ_ATTEMPT", std::to_string(run.attempt)},
+      {"TRAINQ_EXPERIMENT", run.experiment},
+      {"TRAINQ_COMMIT", run.sha},
+      {"TRAINQ_METRIC", run.metric_name},
+      {"TRAINQ_METRICS_FILE", paths.metrics},
+      {"TRAINQ_OUTPUT_DIR", paths.output_dir},
+      // Python scripts: deterministic hashing and unbuffered output in the log.
+      {"PYTHONHASHSEED", std::to_string(run.seed)},
+      {"PYTHONUNBUFFERED", "1"},
+  };
+  if (!cuda_devices.empty() || run.gpus == 0) {
+    // A run that asked for no GPU sees none, so it cannot take one by accident.
+    spec.env["CUDA_VISIBLE_DEVICES"] = cuda_devices;
+  }
+  if (!bin_dir.empty()) {
+    const char* path = std::getenv("PATH");
+    spec.env["PATH"] = bin_dir + ":" + (path ? path : "/usr/bin:/bin");
+  }
+  return spec;
+}
+
+MetricReading ReadRunMetric(const std::string& metrics_text, const std::string& log_text,
+                            const std::string& name, const std::string& regex) {
+  MetricReading r;
+  std::optional<double> last, last_final;
+  int line_no = 0;
+  for (const auto& raw : Split(metrics_text, '\n')) {
+    ++line_no;
+    auto line = Trim(raw);
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j.contains("value") ||
+        !j["name"].is_string() || !(j["value"].is_number() || j["value"].is_null())) {
+      r.warnings.push_back("metrics file line " + std::to_string(line_no) +
+                           ": expected {\"name\": ..., \"value\": <number>}");
+      continue;
+    }
+    MetricPoint p;
+    p.name = j["name"].get<std::string>();
+    // JSON has no NaN: a null value stands for one.
+    p.value = j["value"].is_null() ? std::nan("") : j["value"].get<double>();
+    if (j.contains("step") && j["step"].is_number_integer()) p.step = j["step"].get<std::int64_t>();
+    // "final": true (or 1) marks the value that counts; anything else does not.
+    if (j.contains("final")) {
+      const auto& f = j["final"];
+      p.final = (f.is_boolean() && f.get<bool>()) || (f.is_number() && f.get<double>() != 0);
+      if (!f.is_boolean() && !f.is_number()) {
+        r.warnings.push_back("metrics file line " + std::to_string(line_no) +
+                             ": \"final\" should be true or false");
+      }
+    }
+    if (p.name == name) {
+      last = p.value;
+      if (p.final) last_final = p.value;
+    }
+    r.points.push_back(std::move(p));
+  }
+  r.value = last_final ? last_final : last;
+  if (!r.value && !regex.empty()) {
+    try {
+      std::regex re(regex);
+      std::optional<std::string> match;
+      for (auto it = std::sregex_iterator(log_text.begin(), log_text.end(), re);
+           it != std::sregex_iterator(); ++it) {
+        if (it->size() > 1) match = (*it)[1].str();
+      }
+      if (match) {
+        char* end = nullptr;
+        double v = std::strtod(match->c_str(), &end);
+        if (end && *end == '\0' && !match->empty()) {
+          r.value = v;
+          r.points.push_back(MetricPoint{name, v, std::nullopt, true});
+        } else {
+          r.warnings.push_back("metric regex matched \"" + *match + "\", which is not a number");
+        }
+      }
+    } catch (const std::regex_error& e) {
+      r.warnings.push_back(std::string("invalid metric regex: ") + e.what());
+    }
+  }
+  return r;
+}
+
+std::string RunBanner(const LeasedRun& run, const std::string& where, TimeMs now) {
+  return "=== trainq: run " + std::to_string(run.run_id) + " (" + run.experiment + ", seed " +
+         std::to_string(run.seed) + ", attempt " + std::to_string(run.attempt) + ")" +
+         (where.empty() ? "" : " on " + where) + " at " + FormatTimestamp(now) + " UTC ===\n";
+}
+
+Attempt JudgeAttempt(const LeasedRun& run, const ExitStatus& status, bool timed_out,
+                     std::string_view log, const std::string& metrics_text, bool fused) {
+  Attempt a;
+  a.reading = ReadRunMetric(metrics_text, fused ? "" : std::string(log), run.metric_name,
+                            fused ? "" : run.metric_regex);
+  RunEnd end;
+  end.status = status;
+  end.timed_out = timed_out;
+  end.timeout_s = run.timeout_s;
+  end.command = run.command;
+  end.metric_name = run.metric_name;
+  end.regex_tried = !run.metric_regex.empty() && !fused;
+  end.log = log;
+  a.outcome = JudgeRun(end, a.reading);
+  return a;
+}
+
+void StopGently(ProcessRunner& runner, int pid, std::optional<TimeMs>& kill_sent_ms, TimeMs now,
+                TimeMs grace_ms) {
+  if (!kill_sent_ms) {
+    runner.KillGroup(pid, SIGTERM);
+    kill_sent_ms = now;
+  } else if (now - *kill_sent_ms >= grace_ms) {
+    runner.KillGroup(pid, SIGKILL);
+  }
+}
+
+}  // namespace trainq

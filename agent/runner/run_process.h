@@ -1,0 +1,99 @@
+// A leased run as a process, and how its attempt ended: the one place where
+// both ways of running a run (the in-process executor, agent/runner/executor.cc,
+// and the fleet worker, agent/runner/worker.cc) build the process, read the
+// metric, judge the outcome and stop a process.
+//
+// A failure is either worth another attempt (a crash, a timeout, a missing
+// metric) or a configuration error that fails the same way every time and is
+// not retried: trainq-train's exit 2 (bad spec or usage) and 3 (data error:
+// a missing or malformed data file), a command the shell cannot find or run
+// (126, 127), and Python's "can't open file" (exit 2).
+//
+// The message says what went wrong first, then the last meaningful lines of
+// the run's own output (trainq's `=== trainq:` banner lines skipped), so that
+// a table cut at 80 characters still shows the cause:
+//   exit code 2 (configuration error, not retried): trainq-train: bad spec: ...
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+#include <string>
+#include <string_view>
+
+#include "core/clock.h"
+#include "core/process.h"
+#include "queue/store.h"
+
+namespace trainq {
+
+// Where a run's files go.
+struct RunPaths {
+  std::string dir;           // <data>/runs/<id>
+  std::string log;           // <dir>/output.log (all attempts, appended)
+  std::string metrics;       // <dir>/metrics.jsonl (truncated per attempt)
+  std::string output_dir;    // <dir>/output
+  std::string workdir;       // checkout of the commit
+};
+
+// The process a run becomes: /bin/sh -c COMMAND with the run environment:
+// the TRAINQ_* run variables over RunEnvironment(env_passthrough) (a safe
+// base plus the variables the user chose), never the whole of ours.
+ProcessSpec BuildRunProcess(const LeasedRun& run, const RunPaths& paths,
+                            const std::string& bin_dir, const std::string& cuda_devices,
+                            const std::vector<std::string>& env_passthrough = {});
+
+// The run's final metric: the last `name` point of the metrics file (one tagged
+// final wins over untagged ones), else the last match of `regex`'s first group
+// in `log_text`. Also returns every parsed point for the store.
+struct MetricReading {
+  std::optional<double> value;
+  std::vector<MetricPoint> points;
+  std::vector<std::string> warnings;  // malformed lines, with their line numbers
+};
+MetricReading ReadRunMetric(const std::string& metrics_text, const std::string& log_text,
+                            const std::string& name, const std::string& regex);
+
+struct RunEnd {
+  ExitStatus status;
+  bool timed_out = false;
+  std::int64_t timeout_s = 0;
+  std::string command;      // as run: "trainq-train ..." marks a trainer run
+  std::string metric_name;
+  bool regex_tried = false;  // metric.regex was applied to the output
+  std::string_view log;      // this attempt's output
+};
+
+struct RunOutcome {
+  bool succeeded = false;
+  bool config_error = false;  // the same attempt would fail again: not retried
+  std::string error;          // "" when succeeded; the full message for the store
+};
+
+RunOutcome JudgeRun(const RunEnd& end, const MetricReading& reading);
+
+// The last `max_lines` non-empty lines of `log` that are not trainq's own
+// banner lines, joined by " | " (at most `max_chars`, cut at the front).
+// For a progress bar redrawn with '\r', the last drawing counts.
+std::string MeaningfulTail(std::string_view log, int max_lines = 5, std::size_t max_chars = 600);
+
+// The first line of an attempt's log:
+// "=== trainq: run 7 (exp, seed 3, attempt 1) on host at 2026-11-24 12:00:00 UTC ===".
+std::string RunBanner(const LeasedRun& run, const std::string& where, TimeMs now);
+
+// Reads what the attempt measured and judges it: the metric from the metrics
+// file (or `regex` over the log), then JudgeRun. `fused`: one process ran
+// several seeds, so its log is shared and only the metrics files count.
+struct Attempt {
+  MetricReading reading;
+  RunOutcome outcome;
+};
+Attempt JudgeAttempt(const LeasedRun& run, const ExitStatus& status, bool timed_out,
+                     std::string_view log, const std::string& metrics_text, bool fused = false);
+
+// Stops a run's process group gently: SIGTERM the first time, SIGKILL once
+// `grace_ms` has passed since (`kill_sent_ms` remembers when).
+void StopGently(ProcessRunner& runner, int pid, std::optional<TimeMs>& kill_sent_ms, TimeMs now,
+                TimeMs grace_ms);
+
+}  // namespace trainq
