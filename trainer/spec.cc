@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/strings.h"
+#include "core/yaml_reader.h"
 
 namespace trainq::trainer {
 namespace {
@@ -15,7 +16,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::unexpected<Error> SpecError(const SpecNode& at, const std::string& path, const std::string& msg) {
-  return Fail(ErrorKind::kInvalidArgument, at.Where() + ": " + path + ": " + msg);
+  return ConfigError(at.Where(), path, msg);
 }
 
 std::string Join(const std::vector<std::string>& v) {
@@ -28,7 +29,7 @@ Status CheckKeys(const SpecNode& map, const std::string& path, const std::vector
   for (std::size_t i = 0; i < map.keys.size(); ++i) {
     if (std::find(allowed.begin(), allowed.end(), map.keys[i]) == allowed.end()) {
       return SpecError(map.values[i], path.empty() ? map.keys[i] : path + "." + map.keys[i],
-                       "unknown key (expected one of: " + Join(allowed) + ")");
+                       UnknownKeyMessage(allowed));
     }
   }
   return {};
@@ -39,9 +40,6 @@ Result<const SpecNode*> RequireMap(const SpecNode& n, const std::string& path) {
   return &n;
 }
 
-std::string Child(const std::string& path, const std::string& key) {
-  return path.empty() ? key : path + "." + key;
-}
 
 Result<std::int64_t> AsInt(const SpecNode& n, const std::string& path) {
   if (!n.IsScalar()) return SpecError(n, path, "expected an integer");
@@ -88,8 +86,8 @@ Status GetInt(const SpecNode& m, const std::string& key, const std::string& path
               std::int64_t min = INT64_MIN) {
   const SpecNode* n = m.Find(key);
   if (n == nullptr) return {};
-  ASSIGN_OR_RETURN(std::int64_t v, AsInt(*n, Child(path, key)));
-  if (v < min) return SpecError(*n, Child(path, key), "must be at least " + std::to_string(min));
+  ASSIGN_OR_RETURN(std::int64_t v, AsInt(*n, ChildPath(path, key)));
+  if (v < min) return SpecError(*n, ChildPath(path, key), "must be at least " + std::to_string(min));
   *out = v;
   return {};
 }
@@ -98,9 +96,9 @@ Status GetDouble(const SpecNode& m, const std::string& key, const std::string& p
                  double min = -INFINITY, double max = INFINITY) {
   const SpecNode* n = m.Find(key);
   if (n == nullptr) return {};
-  ASSIGN_OR_RETURN(double v, AsDouble(*n, Child(path, key)));
+  ASSIGN_OR_RETURN(double v, AsDouble(*n, ChildPath(path, key)));
   if (v < min || v > max) {
-    return SpecError(*n, Child(path, key),
+    return SpecError(*n, ChildPath(path, key),
                      "must be in [" + FormatDouble(min, 4) + ", " + FormatDouble(max, 4) + "]");
   }
   *out = v;
@@ -110,7 +108,7 @@ Status GetDouble(const SpecNode& m, const std::string& key, const std::string& p
 Status GetBool(const SpecNode& m, const std::string& key, const std::string& path, bool* out) {
   const SpecNode* n = m.Find(key);
   if (n == nullptr) return {};
-  ASSIGN_OR_RETURN(*out, AsBool(*n, Child(path, key)));
+  ASSIGN_OR_RETURN(*out, AsBool(*n, ChildPath(path, key)));
   return {};
 }
 
@@ -118,7 +116,7 @@ Status GetChoice(const SpecNode& m, const std::string& key, const std::string& p
                  const std::vector<std::string>& choices) {
   const SpecNode* n = m.Find(key);
   if (n == nullptr) return {};
-  ASSIGN_OR_RETURN(*out, AsChoice(*n, Child(path, key), choices));
+  ASSIGN_OR_RETURN(*out, AsChoice(*n, ChildPath(path, key), choices));
   return {};
 }
 
@@ -157,15 +155,15 @@ Status ParseSplit(const SpecNode& n, const std::string& path, SplitSpec* s) {
   TRY(GetDouble(*m, "train", path, &s->train, 0.0));
   TRY(GetDouble(*m, "validation", path, &s->validation, 0.0));
   if (const SpecNode* t = m->Find("test")) {
-    ASSIGN_OR_RETURN(double v, AsDouble(*t, Child(path, "test")));
-    if (v < 0) return SpecError(*t, Child(path, "test"), "must not be negative");
+    ASSIGN_OR_RETURN(double v, AsDouble(*t, ChildPath(path, "test")));
+    if (v < 0) return SpecError(*t, ChildPath(path, "test"), "must not be negative");
     s->test = v;
   }
   TRY(GetBool(*m, "shuffle", path, &s->shuffle));
   std::int64_t seed = 0;
   TRY(GetInt(*m, "split_seed", path, &seed, 0));
   s->split_seed = static_cast<std::uint64_t>(seed);
-  if (s->train <= 0) return SpecError(*m, Child(path, "train"), "the training split is empty");
+  if (s->train <= 0) return SpecError(*m, ChildPath(path, "train"), "the training split is empty");
   bool fractions = s->train < 1 && s->validation < 1 && (!s->test || *s->test < 1);
   if (fractions && s->train + s->validation + s->test.value_or(0) > 1 + 1e-9) {
     return SpecError(*m, path, "train + validation + test fractions exceed 1");
@@ -246,7 +244,7 @@ Status ParseLayer(const SpecNode& n, const std::string& path, LayerSpec* layer) 
   ASSIGN_OR_RETURN(const SpecNode* m, RequireMap(n, path));
   const SpecNode* t = m->Find("type");
   if (t == nullptr) return SpecError(*m, path, "a layer needs a type (" + Join(LayerTypes()) + ")");
-  ASSIGN_OR_RETURN(layer->type, AsChoice(*t, Child(path, "type"), LayerTypes()));
+  ASSIGN_OR_RETURN(layer->type, AsChoice(*t, ChildPath(path, "type"), LayerTypes()));
   const std::string& type = layer->type;
   std::vector<std::string> keys{"type"};
   auto need_positive = [&](const std::string& key, std::int64_t* out) -> Status {
@@ -293,12 +291,12 @@ Status ParseLayer(const SpecNode& n, const std::string& path, LayerSpec* layer) 
     TRY(CheckKeys(*m, path, keys));
     const SpecNode* s = m->Find("shape");
     if (s == nullptr) return SpecError(*m, path, "a reshape layer needs 'shape' (per sample)");
-    ASSIGN_OR_RETURN(layer->shape, AsIntList(*s, Child(path, "shape")));
+    ASSIGN_OR_RETURN(layer->shape, AsIntList(*s, ChildPath(path, "shape")));
     int inferred = 0;
     for (std::int64_t d : layer->shape) {
       if (d == -1) ++inferred;
       if (d == 0 || d < -1 || inferred > 1) {
-        return SpecError(*s, Child(path, "shape"), "dimensions must be positive (one may be -1)");
+        return SpecError(*s, ChildPath(path, "shape"), "dimensions must be positive (one may be -1)");
       }
     }
   } else if (type == "embedding") {

@@ -12,120 +12,17 @@
 
 #include "agent/repo/sweep_spec.h"
 #include "core/strings.h"
+#include "core/yaml_reader.h"
 
 namespace trainq {
 
 namespace {
 
-// Collects context for error messages: file name and the key path so far.
-class Parser {
+// The trainq.yaml reader: the shared YAML layer (core/yaml_reader.h) plus
+// what only the manifest reads.
+class Parser : public YamlReader {
  public:
-  explicit Parser(std::string_view file) : file_(file) {}
-
-  std::unexpected<Error> Err(const YAML::Node& node, const std::string& path,
-                             const std::string& msg) const {
-    std::string where = file_;
-    // yaml-cpp marks an empty value at the token after it; the key's line is
-    // the one the user has to fix.
-    auto key_line = null_key_lines_.find(path);
-    if (node.IsDefined() && node.IsNull() && key_line != null_key_lines_.end()) {
-      where += ":" + std::to_string(key_line->second);
-    } else if (node.IsDefined() && node.Mark().line >= 0) {
-      where += ":" + std::to_string(node.Mark().line + 1);
-    }
-    return Fail(ErrorKind::kInvalidArgument,
-                where + ": " + (path.empty() ? "" : path + ": ") + msg);
-  }
-
-  // Records the line of every key whose value is empty, by key path.
-  void IndexEmptyValues(const YAML::Node& n, const std::string& path) {
-    if (n.IsMap()) {
-      for (const auto& kv : n) {
-        std::string p = path.empty() ? kv.first.Scalar() : path + "." + kv.first.Scalar();
-        if (kv.second.IsNull()) null_key_lines_[p] = kv.first.Mark().line + 1;
-        IndexEmptyValues(kv.second, p);
-      }
-    } else if (n.IsSequence()) {
-      for (const auto& item : n) IndexEmptyValues(item, path);
-    }
-  }
-
-  // A key written twice in one mapping: yaml-cpp keeps both pairs, and a
-  // lookup finds only the first, so the second would be ignored silently.
-  Status CheckDuplicates(const YAML::Node& n, const std::string& path) const {
-    if (n.IsMap()) {
-      std::map<std::string, int> seen;
-      for (const auto& kv : n) {
-        const std::string& key = kv.first.Scalar();
-        std::string p = path.empty() ? key : path + "." + key;
-        auto [it, fresh] = seen.try_emplace(key, kv.first.Mark().line + 1);
-        if (!fresh) {
-          return Err(kv.first, p,
-                     "duplicate key (first written at line " + std::to_string(it->second) +
-                         "; YAML would keep only one of them)");
-        }
-        TRY(CheckDuplicates(kv.second, p));
-      }
-    } else if (n.IsSequence()) {
-      for (const auto& item : n) TRY(CheckDuplicates(item, path));
-    }
-    return {};
-  }
-
-  static std::string Show(const YAML::Node& n) {
-    if (n.IsScalar()) return "\"" + n.Scalar() + "\"";
-    if (n.IsSequence()) return "a list";
-    if (n.IsMap()) return "a mapping";
-    return "nothing";
-  }
-
-  Status CheckKeys(const YAML::Node& map, const std::string& path,
-                   const std::set<std::string>& allowed) const {
-    for (const auto& kv : map) {
-      auto key = kv.first.Scalar();
-      if (!allowed.count(key)) {
-        std::string list;
-        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-        return Err(kv.first, path.empty() ? key : path + "." + key,
-                   "unknown key (expected one of: " + list + ")");
-      }
-    }
-    return {};
-  }
-
-  Result<std::int64_t> Int(const YAML::Node& n, const std::string& path, std::int64_t min,
-                           const char* what) const {
-    if (!n.IsScalar()) return Err(n, path, std::string("expected ") + what + ", got " + Show(n));
-    const std::string& s = n.Scalar();
-    std::int64_t v = 0;
-    size_t i = 0;
-    bool neg = !s.empty() && s[0] == '-';
-    if (neg) i = 1;
-    if (i >= s.size()) return Err(n, path, std::string("expected ") + what + ", got " + Show(n));
-    for (; i < s.size(); ++i) {
-      if (s[i] < '0' || s[i] > '9' || v > 1'000'000'000'000LL) {
-        return Err(n, path, std::string("expected ") + what + ", got " + Show(n));
-      }
-      v = v * 10 + (s[i] - '0');
-    }
-    if (neg) v = -v;
-    if (v < min) return Err(n, path, std::string("expected ") + what + ", got " + Show(n));
-    return v;
-  }
-
-  Result<std::string> Str(const YAML::Node& n, const std::string& path) const {
-    if (!n.IsScalar()) return Err(n, path, "expected a string, got " + Show(n));
-    return n.Scalar();
-  }
-
-  Result<std::int64_t> Duration(const YAML::Node& n, const std::string& path) const {
-    if (!n.IsScalar()) return Err(n, path, "expected a duration such as 90s, 15m or 2h, got " +
-                                               Show(n));
-    auto d = ParseDurationSeconds(n.Scalar());
-    if (!d) return Err(n, path, d.error().message);
-    if (*d <= 0) return Err(n, path, "expected a positive duration, got " + Show(n));
-    return *d;
-  }
+  using YamlReader::YamlReader;
 
   // Applies the keys shared by `defaults` and experiments onto `e`.
   Status ApplyCommon(const YAML::Node& map, const std::string& path, Experiment& e) const {
@@ -190,7 +87,7 @@ class Parser {
       ASSIGN_OR_RETURN(e.seed, Int(n, path + ".seed", 0, "a non-negative integer"));
     }
     if (auto n = map["timeout"]) {
-      ASSIGN_OR_RETURN(e.timeout_s, Duration(n, path + ".timeout"));
+      ASSIGN_OR_RETURN(e.timeout_s, DurationSeconds(n, path + ".timeout"));
     }
     if (auto n = map["max_attempts"]) {
       ASSIGN_OR_RETURN(auto v, Int(n, path + ".max_attempts", 1, "a positive integer"));
@@ -254,9 +151,6 @@ class Parser {
     return {};
   }
 
- private:
-  std::string file_;
-  std::map<std::string, int> null_key_lines_;
 };
 
 std::string Normalise(const YAML::Node& n) {
@@ -379,20 +273,11 @@ std::vector<std::string> Manifest::Names() const {
 
 Result<Manifest> ParseManifest(std::string_view text, std::string_view filename) {
   Parser p(filename);
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(text));
-  } catch (const YAML::ParserException& ex) {
-    return Fail(ErrorKind::kInvalidArgument, std::string(filename) + ":" +
-                                                 std::to_string(ex.mark.line + 1) +
-                                                 ": invalid YAML: " + ex.msg);
-  }
+  ASSIGN_OR_RETURN(YAML::Node root, p.Load(text));
   if (!root.IsMap()) {
     return Fail(ErrorKind::kInvalidArgument,
                 std::string(filename) + ":1: expected a mapping with `version` and `experiments`");
   }
-  p.IndexEmptyValues(root, "");
-  TRY(p.CheckDuplicates(root, ""));
   TRY(p.CheckKeys(root, "", {"version", "defaults", "experiments"}));
   Manifest m;
   auto version = root["version"];

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "agent/repo/manifest.h"
+#include "core/yaml_reader.h"
 
 namespace trainq {
 
@@ -164,51 +165,12 @@ class ExprParser {
 
 // ---- the YAML parser ----------------------------------------------------------
 
-class SweepParser {
+// The sweep section's reader: the shared YAML layer (core/yaml_reader.h)
+// plus parameters, expressions and budgets.
+class SweepParser : public YamlReader {
  public:
-  explicit SweepParser(std::string_view file) : file_(file) {}
+  using YamlReader::YamlReader;
 
-  std::unexpected<Error> Err(const YAML::Node& n, const std::string& path,
-                             const std::string& msg) const {
-    std::string where = file_;
-    if (n.IsDefined() && n.Mark().line >= 0) where += ":" + std::to_string(n.Mark().line + 1);
-    return Fail(ErrorKind::kInvalidArgument, where + ": " + path + ": " + msg);
-  }
-  static std::string Show(const YAML::Node& n) {
-    if (n.IsScalar()) return "\"" + n.Scalar() + "\"";
-    if (n.IsSequence()) return "a list";
-    if (n.IsMap()) return "a mapping";
-    return "nothing";
-  }
-  Status Keys(const YAML::Node& map, const std::string& path,
-              const std::set<std::string>& allowed) const {
-    for (const auto& kv : map) {
-      if (!allowed.count(kv.first.Scalar())) {
-        std::string list;
-        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-        return Err(kv.first, path + "." + kv.first.Scalar(),
-                   "unknown key (expected one of: " + list + ")");
-      }
-    }
-    return {};
-  }
-  Result<double> Number(const YAML::Node& n, const std::string& path) const {
-    if (n.IsScalar()) {
-      const std::string& s = n.Scalar();
-      char* end = nullptr;
-      double v = std::strtod(s.c_str(), &end);
-      if (!s.empty() && end && *end == '\0' && std::isfinite(v)) return v;
-    }
-    return Err(n, path, "expected a number, got " + Show(n));
-  }
-  Result<std::int64_t> Integer(const YAML::Node& n, const std::string& path, std::int64_t min) const {
-    ASSIGN_OR_RETURN(double v, Number(n, path));
-    if (v != std::floor(v) || v < static_cast<double>(min) || v > 1e12) {
-      return Err(n, path, "expected an integer of at least " + std::to_string(min) + ", got " +
-                              Show(n));
-    }
-    return static_cast<std::int64_t>(v);
-  }
   // A scalar as JSON: a number when it reads as one, else a string.
   static json Value(const YAML::Node& n) {
     const std::string& s = n.Scalar();
@@ -252,7 +214,7 @@ class SweepParser {
     if (!n.IsMap()) {
       return Err(n, path, "expected a mapping such as {uniform: [0, 1]}, got " + Show(n));
     }
-    TRY(Keys(n, path, {"uniform", "log_uniform", "int", "log", "choice", "values", "value",
+    TRY(CheckKeys(n, path, {"uniform", "log_uniform", "int", "log", "choice", "values", "value",
                        "expr", "strategy"}));
     int kinds = 0;
     for (const char* k : {"uniform", "log_uniform", "int", "choice", "values", "value", "expr"}) {
@@ -277,8 +239,8 @@ class SweepParser {
       if (!v.IsSequence() || v.size() != 2) {
         return Err(v, path + ".int", "expected [low, high], got " + Show(v));
       }
-      ASSIGN_OR_RETURN(auto lo, Integer(v[0], path + ".int", -1'000'000'000'000LL));
-      ASSIGN_OR_RETURN(auto hi, Integer(v[1], path + ".int", -1'000'000'000'000LL));
+      ASSIGN_OR_RETURN(auto lo, Int(v[0], path + ".int", -1'000'000'000'000LL));
+      ASSIGN_OR_RETURN(auto hi, Int(v[1], path + ".int", -1'000'000'000'000LL));
       if (lo >= hi) return Err(v, path + ".int", "low must be below high");
       p.lo = static_cast<double>(lo);
       p.hi = static_cast<double>(hi);
@@ -333,8 +295,6 @@ class SweepParser {
     return p;
   }
 
- private:
-  std::string file_;
 };
 
 bool IsNumeric(const SweepParam& p) {
@@ -465,7 +425,7 @@ Result<SweepSpec> ParseSweep(const YAML::Node& node, const std::string& path,
                              std::string_view file) {
   SweepParser p(file);
   if (!node.IsMap()) return p.Err(node, path, "expected a mapping, got " + SweepParser::Show(node));
-  TRY(p.Keys(node, path,
+  TRY(p.CheckKeys(node, path,
              {"parameters", "points", "budget", "parallel", "repeats", "seed", "strategy"}));
   SweepSpec s;
   std::string default_strategy;
@@ -558,26 +518,26 @@ Result<SweepSpec> ParseSweep(const YAML::Node& node, const std::string& path,
     if (!n.IsMap() || n.size() != 1) {
       return p.Err(n, bp, "expected {points: N} or {runs: N}, got " + SweepParser::Show(n));
     }
-    TRY(p.Keys(n, bp, {"points", "runs"}));
+    TRY(p.CheckKeys(n, bp, {"points", "runs"}));
     if (auto b = n["points"]) {
-      ASSIGN_OR_RETURN(auto v, p.Integer(b, bp + ".points", 1));
+      ASSIGN_OR_RETURN(auto v, p.Int(b, bp + ".points", 1));
       s.budget_points = static_cast<int>(std::min<std::int64_t>(v, 100000));
     } else {
-      ASSIGN_OR_RETURN(auto v, p.Integer(n["runs"], bp + ".runs", 1));
+      ASSIGN_OR_RETURN(auto v, p.Int(n["runs"], bp + ".runs", 1));
       s.budget_runs = static_cast<int>(std::min<std::int64_t>(v, 1000000));
     }
   }
   if (auto n = node["parallel"]) {
-    ASSIGN_OR_RETURN(auto v, p.Integer(n, path + ".parallel", 1));
+    ASSIGN_OR_RETURN(auto v, p.Int(n, path + ".parallel", 1));
     s.parallel = static_cast<int>(std::min<std::int64_t>(v, 10000));
   }
   if (auto n = node["repeats"]) {
-    ASSIGN_OR_RETURN(auto v, p.Integer(n, path + ".repeats", 1));
+    ASSIGN_OR_RETURN(auto v, p.Int(n, path + ".repeats", 1));
     if (v > 1000) return p.Err(n, path + ".repeats", "at most 1000 seeds per point");
     s.repeats = static_cast<int>(v);
   }
   if (auto n = node["seed"]) {
-    ASSIGN_OR_RETURN(auto v, p.Integer(n, path + ".seed", 0));
+    ASSIGN_OR_RETURN(auto v, p.Int(n, path + ".seed", 0));
     s.seed = static_cast<std::uint64_t>(v);
   }
   if (s.budget_runs && *s.budget_runs < s.repeats) {
@@ -622,14 +582,8 @@ Status CheckSweepTarget(const SweepSpec& spec, const Experiment& e, const YAML::
 
 Result<SweepSpec> LoadSweep(std::string_view text, std::string_view file,
                             const std::string& experiment) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(text));
-  } catch (const YAML::ParserException& ex) {
-    return Fail(ErrorKind::kInvalidArgument, std::string(file) + ":" +
-                                                 std::to_string(ex.mark.line + 1) +
-                                                 ": invalid YAML: " + ex.msg);
-  }
+  YamlReader reader(file);
+  ASSIGN_OR_RETURN(YAML::Node root, reader.Load(text));
   YAML::Node exp;
   if (root.IsMap() && root["experiments"] && root["experiments"].IsMap()) {
     exp = root["experiments"][experiment];

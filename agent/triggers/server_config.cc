@@ -11,109 +11,21 @@
 #include "cloud/provider.h"
 #include "core/http_client.h"
 #include "core/strings.h"
+#include "core/yaml_reader.h"
 
 namespace trainq {
 
 namespace {
 
-class ConfigParser {
+// The server.yaml reader: the shared YAML layer (core/yaml_reader.h) plus
+// what only server.yaml reads.
+class ConfigParser : public YamlReader {
  public:
-  explicit ConfigParser(std::string_view file) : file_(file) {}
+  using YamlReader::YamlReader;
 
-  std::unexpected<Error> Err(const YAML::Node& node, const std::string& path,
-                             const std::string& msg) const {
-    std::string where = file_;
-    if (node.IsDefined() && node.Mark().line >= 0) {
-      where += ":" + std::to_string(node.Mark().line + 1);
-    }
-    return Fail(ErrorKind::kInvalidArgument,
-                where + ": " + (path.empty() ? "" : path + ": ") + msg);
-  }
-
-  // Never shows the value of a secret: callers pass only non-secret nodes.
-  static std::string Show(const YAML::Node& n) {
-    if (n.IsScalar()) return "\"" + n.Scalar() + "\"";
-    if (n.IsSequence()) return "a list";
-    if (n.IsMap()) return "a mapping";
-    return "nothing";
-  }
-
-  Status CheckKeys(const YAML::Node& map, const std::string& path,
-                   const std::set<std::string>& allowed) const {
-    for (const auto& kv : map) {
-      auto key = kv.first.Scalar();
-      if (!allowed.count(key)) {
-        std::string list;
-        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-        return Err(kv.first, path.empty() ? key : path + "." + key,
-                   "unknown key (expected one of: " + list + ")");
-      }
-    }
-    return {};
-  }
-
+  // server.yaml's strings are names, urls and paths: never empty.
   Result<std::string> Str(const YAML::Node& n, const std::string& path) const {
-    if (!n.IsScalar() || n.Scalar().empty()) {
-      return Err(n, path, "expected a non-empty string, got " + Show(n));
-    }
-    return n.Scalar();
-  }
-
-  Result<bool> Bool(const YAML::Node& n, const std::string& path) const {
-    if (n.IsScalar()) {
-      const auto& s = n.Scalar();
-      if (s == "true" || s == "yes" || s == "on") return true;
-      if (s == "false" || s == "no" || s == "off") return false;
-    }
-    return Err(n, path, "expected true or false, got " + Show(n));
-  }
-
-  // {env: NAME} or {file: PATH}. A literal value is refused: secrets do not
-  // belong in a config file that is copied around and shown in reviews.
-  Result<SecretValue> Secret(const YAML::Node& n, const std::string& path) const {
-    if (!n.IsMap()) {
-      return Err(n, path,
-                 "expected {env: VARIABLE} or {file: PATH} (the value itself does not belong in "
-                 "the config file)");
-    }
-    TRY(CheckKeys(n, path, {"env", "file"}));
-    if (n["env"] && n["file"]) return Err(n, path, "give either env or file, not both");
-    SecretValue s;
-    if (auto e = n["env"]) {
-      ASSIGN_OR_RETURN(auto name, Str(e, path + ".env"));
-      const char* v = std::getenv(name.c_str());
-      if (!v || !*v) {
-        return Err(e, path + ".env", "environment variable " + name + " is not set or empty");
-      }
-      s.value = v;
-      s.source = "env " + name;
-    } else if (auto f = n["file"]) {
-      ASSIGN_OR_RETURN(auto file, Str(f, path + ".file"));
-      auto text = ReadFile(file);
-      if (!text) return Err(f, path + ".file", "cannot read " + file + ": " + text.error().message);
-      s.value = std::string(Trim(*text));
-      if (s.value.empty()) return Err(f, path + ".file", file + " is empty");
-      s.source = "file " + file;
-    } else {
-      return Err(n, path, "expected {env: VARIABLE} or {file: PATH}");
-    }
-    return s;
-  }
-
-  Result<std::vector<std::string>> StrList(const YAML::Node& n, const std::string& path) const {
-    std::vector<std::string> out;
-    if (n.IsScalar()) {
-      ASSIGN_OR_RETURN(auto s, Str(n, path));
-      out.push_back(s);
-    } else if (n.IsSequence()) {
-      for (const auto& item : n) {
-        ASSIGN_OR_RETURN(auto s, Str(item, path));
-        out.push_back(s);
-      }
-    } else {
-      return Err(n, path, "expected a list of strings, got " + Show(n));
-    }
-    return out;
+    return NonEmptyStr(n, path);
   }
 
   Result<RepoConfig> Repo(const YAML::Node& n, const std::string& path) const {
@@ -235,26 +147,13 @@ class ConfigParser {
   }
 
   Result<std::int64_t> Int(const YAML::Node& n, const std::string& path, std::int64_t min) const {
-    if (n.IsScalar()) {
-      const auto& s = n.Scalar();
-      size_t used = 0;
-      try {
-        long long v = std::stoll(s, &used);
-        if (used == s.size() && v >= min) return v;
-      } catch (...) {
-      }
-    }
-    return Err(n, path, "expected a whole number >= " + std::to_string(min) + ", got " + Show(n));
+    std::string what = "a whole number >= " + std::to_string(min);
+    return YamlReader::Int(n, path, min, what.c_str());
   }
 
   Result<std::int64_t> DurationMs(const YAML::Node& n, const std::string& path) const {
-    if (!n.IsScalar()) {
-      return Err(n, path, "expected a duration such as 30s or 5m, got " + Show(n));
-    }
-    auto d = ParseDurationSeconds(n.Scalar());
-    if (!d) return Err(n, path, d.error().message);
-    if (*d <= 0) return Err(n, path, "expected a duration above zero, got " + Show(n));
-    return *d * 1000;
+    ASSIGN_OR_RETURN(auto s, DurationSeconds(n, path));
+    return s * 1000;
   }
 
   Result<std::int64_t> ZeroOrDurationMs(const YAML::Node& n, const std::string& path) const {
@@ -459,8 +358,6 @@ class ConfigParser {
     return p;
   }
 
- private:
-  std::string file_;
 };
 
 }  // namespace
@@ -485,14 +382,7 @@ const RepoConfig* ServerConfig::FindRepo(std::string_view url) const {
 
 Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view filename) {
   ConfigParser p(filename);
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(text));
-  } catch (const YAML::Exception& e) {
-    return Fail(ErrorKind::kInvalidArgument, std::string(filename) + ":" +
-                                                 std::to_string(e.mark.line + 1) +
-                                                 ": not valid YAML: " + e.msg);
-  }
+  ASSIGN_OR_RETURN(YAML::Node root, p.Load(text, "not valid YAML"));
   ServerConfig c;
   c.path = std::string(filename);
   if (!root || root.IsNull()) return c;

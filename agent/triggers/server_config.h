@@ -33,16 +33,9 @@
 #include "cloud/autoscaler.h"
 #include "agent/repo/manifest_check.h"
 #include "core/result.h"
+#include "core/yaml_reader.h"  // SecretValue
 
 namespace trainq {
-
-// A secret value with a printable description of where it came from
-// ("env TRAINQ_SECRET", "file /etc/x"). Only `source` may be logged.
-struct SecretValue {
-  std::string value;
-  std::string source;
-  bool empty() const { return value.empty(); }
-};
 
 struct RepoConfig {
   std::string url;                    // what is fetched; also the webhook payload's identity
