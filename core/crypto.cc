@@ -3,6 +3,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/rand.h>
 #include <openssl/sha.h>
 
 namespace trainq {
@@ -40,6 +41,14 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   SHA256(reinterpret_cast<const unsigned char*>(a.data()), a.size(), ha);
   SHA256(reinterpret_cast<const unsigned char*>(b.data()), b.size(), hb);
   return CRYPTO_memcmp(ha, hb, sizeof ha) == 0;
+}
+
+Result<std::string> RandomHex(std::size_t n_bytes) {
+  std::string bytes(n_bytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(bytes.data()), static_cast<int>(n_bytes)) != 1) {
+    return Fail(ErrorKind::kInternal, "no random bytes from OpenSSL");
+  }
+  return Hex(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
 }
 
 }  // namespace trainq

@@ -2,8 +2,11 @@
 // token comparison.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
+
+#include "core/result.h"
 
 namespace trainq {
 
@@ -13,5 +16,7 @@ std::string Sha256Hex(std::string_view data);
 // Compares in time independent of where the strings differ, and of their
 // lengths (both are hashed first).
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
+// `n_bytes` random bytes from OpenSSL's generator, as lowercase hex: tokens.
+Result<std::string> RandomHex(std::size_t n_bytes);
 
 }  // namespace trainq

@@ -2,7 +2,6 @@
 #include "agent/daemon/worker_api.h"
 
 #include <fcntl.h>
-#include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,6 +19,8 @@
 #include "agent/repo/git_repo.h"
 #include "agent/repo/mirror.h"
 #include "agent/daemon/server.h"
+#include "core/crypto.h"
+#include "core/strings.h"
 
 using nlohmann::json;
 
@@ -29,23 +30,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string Hex(const unsigned char* data, size_t n) {
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  out.reserve(n * 2);
-  for (size_t i = 0; i < n; ++i) {
-    out += kHex[data[i] >> 4];
-    out += kHex[data[i] & 15];
-  }
-  return out;
-}
-
-std::string Trim(std::string s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  size_t i = 0;
-  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
-  return s.substr(i);
-}
 
 // Reads the pool's token file, or creates it (mode 0600) with a new token.
 Result<std::string> ReadOrCreateToken(const std::string& path) {
@@ -57,15 +41,11 @@ Result<std::string> ReadOrCreateToken(const std::string& path) {
     std::ifstream in(path);
     if (in) {
       std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      token = Trim(token);
+      token = std::string(Trim(token));
       if (token.empty()) return Fail(ErrorKind::kInvalidArgument, path + ": empty worker token");
       return token;
     }
-    unsigned char bytes[32];
-    if (RAND_bytes(bytes, sizeof bytes) != 1) {
-      return Fail(ErrorKind::kInternal, "no random bytes for a worker token");
-    }
-    std::string token = Hex(bytes, sizeof bytes);
+    ASSIGN_OR_RETURN(std::string token, RandomHex(32));
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
       if (errno == EEXIST) continue;  // another process made it first: read theirs
@@ -149,7 +129,7 @@ Status EnsurePoolTokens(Store& store, const ServerConfig& config, const std::str
   for (const auto& [name, secret] : pools) {
     std::string token;
     if (secret && !secret->empty()) {
-      token = Trim(secret->value);
+      token = std::string(Trim(secret->value));
     } else {
       ASSIGN_OR_RETURN(token, ReadOrCreateToken(TokenFilePath(data_dir, name)));
     }
@@ -235,10 +215,10 @@ HttpServerReply Server::WorkerRouteInner(const HttpServerRequest& req, const std
 
   // Authentication: the bearer token names the pool.
   auto auth = FindHeader(req.headers, "Authorization");
-  if (!auth || !auth->starts_with("Bearer ") || Trim(auth->substr(7)).empty()) {
+  if (!auth || !auth->starts_with("Bearer ") || std::string(Trim(auth->substr(7))).empty()) {
     return ErrorReply(401, "missing Authorization: Bearer <pool token>");
   }
-  std::string hash = Sha256Hex(Trim(auth->substr(7)));
+  std::string hash = Sha256Hex(std::string(Trim(auth->substr(7))));
   std::optional<std::string> pool;
   {
     std::lock_guard<std::mutex> lock(write_mu_);
@@ -429,7 +409,7 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
   std::int64_t token = 0;
   if (what == "log") {
     auto t = FindHeader(req.headers, "X-Trainq-Token");
-    auto parsed = t ? ParseId(Trim(*t)) : std::nullopt;
+    auto parsed = t ? ParseId(std::string(Trim(*t))) : std::nullopt;
     if (!parsed) return ErrorReply(400, "log: X-Trainq-Token header missing or not a number");
     token = *parsed;
   } else {
@@ -637,7 +617,7 @@ HttpServerReply Server::AppendLog(std::int64_t run_id, std::int64_t token,
   auto off = FindHeader(req.headers, "X-Trainq-Offset");
   std::int64_t offset = 0;
   if (off) {
-    std::string t = Trim(*off);
+    std::string t = std::string(Trim(*off));
     auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), offset);
     if (ec != std::errc() || p != t.data() + t.size() || offset < 0) {
       return ErrorReply(400, "log: X-Trainq-Offset must be a byte offset, got \"" + *off + "\"");
