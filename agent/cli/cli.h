@@ -16,6 +16,7 @@
 
 namespace CLI {
 class App;
+class ParseError;
 }
 
 namespace trainq {
@@ -159,9 +160,38 @@ std::string DefaultDbPath();
 // $XDG_DATA_HOME/trainq/trainq.db, or ~/.local/share/trainq/trainq.db.
 std::string UserDbPath();
 
-// `trainq stats ...`: registered by agent/cli/cmd_stats.cc.
+// ---- The command line: each file registers its commands ----------------------
+
+// What every command needs from the `trainq` command line. `db` is read when
+// the command runs (after parsing), so the global --db may follow the command.
+struct CliContext {
+  const std::string* db = nullptr;
+  int* exit_code = nullptr;
+  const Clock* clock = nullptr;
+};
+
+// 0 for success; else prints "trainq: error: MESSAGE" to stderr and returns 1.
+int ReportStatus(const Status& st);
+// Set by SIGINT or SIGTERM once CatchStopSignals() ran (serve, worker): their
+// loops end, stopping what they started.
+const std::atomic<bool>& StopFlag();
+void CatchStopSignals();
+// The exit code for a command line CLI11 refused: 2 with its message (or, for
+// an unknown command, one that names it and the known ones); 0 for --help.
+int ExitForParseError(CLI::App& app, const CLI::ParseError& e, int argc, char** argv);
+
+void AddQueueCommands(CLI::App& app, const CliContext& ctx);     // submit, status, runs, cancel
+void AddServeCommand(CLI::App& app, const CliContext& ctx);      // agent/cli/cmd_serve.cc
+void AddWorkerCommand(CLI::App& app, const CliContext& ctx);     // agent/cli/cmd_worker.cc
+void AddMachinesCommands(CLI::App& app, const CliContext& ctx);  // machines, pools reset
+void AddShowCommand(CLI::App& app, const CliContext& ctx);       // agent/cli/cmd_show.cc
+void AddReportCommand(CLI::App& app, const CliContext& ctx);     // agent/cli/cmd_report.cc
+void AddCompareCommands(CLI::App& app, const CliContext& ctx);   // compare, gate
+// `trainq stats ...`: agent/cli/cmd_stats.cc.
 void AddStatsCommands(CLI::App& app, int* exit_code);
-// `trainq simulate TRACE`: registered by agent/cli/cmd_simulate.cc.
+// `trainq simulate TRACE`: agent/cli/cmd_simulate.cc.
 void AddSimulateCommand(CLI::App& app, int* exit_code);
+// `trainq sweep start|status|best|stop|resume`: agent/cli/cmd_sweep.cc.
+void AddSweepCommands(CLI::App& app, const std::string* db, int* exit_code);
 
 }  // namespace trainq

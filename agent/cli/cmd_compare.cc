@@ -7,6 +7,10 @@
 #include <thread>
 
 #include "agent/results/analysis.h"
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <memory>
+
 #include "agent/cli/cli.h"
 #include "agent/results/gate.h"
 #include "agent/repo/git_repo.h"
@@ -113,6 +117,67 @@ Result<int> CmdGate(const GateOptions& o, std::ostream& out) {
     }
     std::this_thread::sleep_for(std::chrono::seconds(2));
   }
+}
+
+// `trainq compare` and `trainq gate`.
+void AddCompareCommands(CLI::App& app, const CliContext& ctx) {
+  // compare
+  auto compare = std::make_shared<CompareCommandOptions>();
+  auto* c_compare = app.add_subcommand(
+      "compare", "Compare the experiments of two commits: difference, test, verdict");
+  c_compare->add_option("REV_A", compare->rev_a, "The change (commit id, or a name with --repo)")
+      ->required();
+  c_compare->add_option("REV_B", compare->rev_b, "What it is compared with")->required();
+  c_compare->add_option("--repo", compare->repo, "Git repository to resolve names in")
+      ->capture_default_str();
+  c_compare->add_option("--experiment,-e", compare->experiments, "Only this experiment");
+  c_compare->add_flag("--json", compare->json, "Print as JSON");
+  c_compare->callback([=] {
+    compare->db = *ctx.db;
+    *ctx.exit_code = ReportStatus(CmdCompare(*compare, std::cout));
+  });
+
+  // gate
+  auto gate = std::make_shared<GateOptions>();
+  auto* c_gate = app.add_subcommand(
+      "gate",
+      "Exit 0 when no experiment at REV is worse than the baseline, 1 when one is, 3 when "
+      "undecided");
+  c_gate->add_option("REV", gate->rev, "Revision to check")->capture_default_str();
+  c_gate->add_option("--baseline", gate->baseline, "Branch or commit to compare with")
+      ->capture_default_str();
+  c_gate->add_option("--repo", gate->repo, "Git repository to resolve names in")
+      ->capture_default_str();
+  c_gate->add_option("--experiment,-e", gate->experiments, "Only this experiment (repeatable)");
+  c_gate->add_flag("--json", gate->json, "Print the decision as JSON");
+  auto gate_wait = std::make_shared<std::string>();
+  c_gate->add_option("--wait", *gate_wait,
+                     "Wait up to this long (e.g. 30m) for the runs of both sides to end");
+  auto gate_strict = std::make_shared<bool>(false);
+  c_gate->add_flag("--strict", *gate_strict,
+                   "Accepted for old scripts: undecided always exits 3 now");
+  c_gate->add_option("--server", gate->server,
+                     "Ask a running `trainq serve` (its base URL; needs its read token) instead "
+                     "of the database; --repo then names one of its repositories")
+      ->envname("TRAINQ_SERVER");
+  c_gate->add_option("--token-file", gate->token_file,
+                     "File holding the server's read token (default: $TRAINQ_READ_TOKEN)");
+  c_gate->callback([=] {
+    gate->db = *ctx.db;
+    // With --server, --repo names a repository of the server (url or short
+    // name), not a local directory: "." is no default there.
+    if (!gate->server.empty() && c_gate->get_option("--repo")->count() == 0) gate->repo.clear();
+    if (!gate_wait->empty()) {
+      auto w = ParseDurationSeconds(*gate_wait);
+      if (!w) {
+        *ctx.exit_code = ReportStatus(std::unexpected(w.error())) + 1;
+        return;
+      }
+      gate->wait_s = *w;
+    }
+    auto r = CmdGate(*gate, std::cout);
+    *ctx.exit_code = r ? *r : ReportStatus(std::unexpected(r.error())) + 1;
+  });
 }
 
 }  // namespace trainq

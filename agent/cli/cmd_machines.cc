@@ -7,6 +7,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <memory>
+
 #include "agent/cli/cli.h"
 #include "agent/results/status.h"
 #include "agent/results/table.h"
@@ -113,6 +117,33 @@ Status CmdPoolsReset(const PoolsResetOptions& o, const Clock& clock, std::ostrea
       << (failing ? "; it was failing and boots again" : "")
       << " (a running `trainq serve` sees this at its next pass)\n";
   return Status{};
+}
+
+// `trainq machines` and `trainq pools reset`.
+void AddMachinesCommands(CLI::App& app, const CliContext& ctx) {
+  // machines
+  auto machines = std::make_shared<MachinesOptions>();
+  auto* c_machines = app.add_subcommand(
+      "machines", "Machines of the pools: state, age, idle time, runs done, billed time and cost");
+  c_machines->add_flag("--all", machines->all, "Stopped machines too");
+  c_machines->add_flag("--batches", machines->batches, "Cost per batch");
+  c_machines->add_flag("--json", machines->json, "Print as JSON");
+  c_machines->callback([=] {
+    machines->db = *ctx.db;
+    *ctx.exit_code = ReportStatus(CmdMachines(*machines, *ctx.clock, std::cout));
+  });
+
+  // pools reset
+  auto pools_reset = std::make_shared<PoolsResetOptions>();
+  auto* c_pools = app.add_subcommand("pools", "Pools of machines: `trainq pools reset NAME`");
+  c_pools->require_subcommand(1);
+  auto* c_pools_reset = c_pools->add_subcommand(
+      "reset", "Forget a pool's failed boots, so that a failing pool boots machines again");
+  c_pools_reset->add_option("pool", pools_reset->pool, "The pool's name")->required();
+  c_pools_reset->callback([=] {
+    pools_reset->db = *ctx.db;
+    *ctx.exit_code = ReportStatus(CmdPoolsReset(*pools_reset, *ctx.clock, std::cout));
+  });
 }
 
 }  // namespace trainq

@@ -7,6 +7,10 @@
 #include <set>
 #include <sstream>
 
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <memory>
+
 #include "agent/cli/cli.h"
 #include "agent/cli/read_client.h"
 #include "agent/results/report.h"
@@ -101,6 +105,31 @@ Status CmdReport(const ReportOptions& o, const Clock& clock, std::ostream& out) 
   ASSIGN_OR_RETURN(auto bytes, fetch(o.json ? "batches" : "table"));
   out << bytes;
   return {};
+}
+
+// `trainq report`.
+void AddReportCommand(CLI::App& app, const CliContext& ctx) {
+  // report
+  auto report = std::make_shared<ReportOptions>();
+  auto* c_report = app.add_subcommand(
+      "report", "Per batch n, mean, sd, min, max; with --out, the spread report as files");
+  c_report->add_option("--since", report->since, "Only batches queued in this window, e.g. 7d");
+  c_report->add_option("--experiment,-e", report->experiments, "Only this experiment (repeatable)");
+  c_report->add_option("--out", report->out_dir,
+                       "Write report.md, report.html, report.json and runs.csv here");
+  c_report->add_option("--format", report->formats, "Files to write with --out")
+      ->capture_default_str();
+  c_report->add_flag("--json", report->json, "Print as JSON (without --out)");
+  c_report->add_option("--server", report->server,
+                       "Ask a running `trainq serve` (its base URL; needs its read token) "
+                       "instead of the database")
+      ->envname("TRAINQ_SERVER");
+  c_report->add_option("--token-file", report->token_file,
+                       "File holding the server's read token (default: $TRAINQ_READ_TOKEN)");
+  c_report->callback([=] {
+    report->db = *ctx.db;
+    *ctx.exit_code = ReportStatus(CmdReport(*report, *ctx.clock, std::cout));
+  });
 }
 
 }  // namespace trainq

@@ -15,6 +15,10 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <memory>
+
 #include "agent/cli/cli.h"
 #include "agent/runner/executor.h"
 #include "agent/daemon/fleet.h"
@@ -509,6 +513,57 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
   listener->Stop();
   if (worker) worker->Stop();
   return result;
+}
+
+// `trainq serve`.
+void AddServeCommand(CLI::App& app, const CliContext& ctx) {
+  // serve
+  auto serve = std::make_shared<ServeOptions>();
+  auto* c_serve = app.add_subcommand(
+      "serve", "The daemon: webhooks, the worker API, and machines that run the queue");
+  c_serve->add_option("--slots", serve->slots,
+                      "Runs at once per machine of the default local pool")
+      ->capture_default_str();
+  c_serve->add_option("--machines", serve->machines,
+                      "Most worker processes the default local pool starts (0: only workers started by hand)")
+      ->capture_default_str();
+  c_serve->add_option("--env-passthrough", serve->env_passthrough,
+                      "A variable of serve's environment that runs of the default local pool also "
+                      "get (NAME or PREFIX*; repeatable)")
+      ->delimiter(',');
+  c_serve->add_option("--fuse-max", serve->fuse_max,
+                      "Seeds of a trainer: experiment that a worker of the default local pool fuses into one "
+                      "trainq-train process")
+      ->capture_default_str();
+  c_serve->add_option("--idle-grace", serve->idle_grace_s,
+                      "Seconds a machine of the default local pool may idle before it is stopped")
+      ->capture_default_str();
+  c_serve->add_flag("--inproc", serve->inproc,
+                    "Run on this process's own slots: no workers, no machines");
+  c_serve->add_flag("--until-idle", serve->until_idle, "Exit once the queue is empty");
+  c_serve->add_option("--data-dir", serve->data_dir,
+                      "Run logs, metrics and checkouts (default: trainq-data next to the db)");
+  c_serve->add_option("--gpus", serve->gpus, "GPU ids to hand out, e.g. 0,1 (CUDA_VISIBLE_DEVICES)");
+  c_serve->add_option("--lease", serve->lease_s, "Lease length in seconds")->capture_default_str();
+  c_serve->add_option("--heartbeat", serve->heartbeat_s, "Heartbeat interval in seconds")
+      ->capture_default_str();
+  c_serve->add_option("--poll-ms", serve->poll_ms, "Queue poll interval in milliseconds")
+      ->capture_default_str();
+  c_serve->add_option("--kill-grace", serve->kill_grace_s,
+                      "Seconds between SIGTERM and SIGKILL when a run is stopped")
+      ->capture_default_str();
+  c_serve->add_option("--listen", serve->listen,
+                      "HTTP server address HOST:PORT, or off with --inproc (default: the config's, "
+                      "else 127.0.0.1:8080; a free loopback port with --until-idle and no "
+                      "--config)");
+  c_serve->add_option("--config", serve->config,
+                      "Server config (YAML): watched repositories, webhook secrets, polling, "
+                      "commit statuses");
+  c_serve->callback([=] {
+    serve->db = *ctx.db;
+    CatchStopSignals();
+    *ctx.exit_code = ReportStatus(CmdServe(*serve, *ctx.clock, StopFlag()));
+  });
 }
 
 }  // namespace trainq

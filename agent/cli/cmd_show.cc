@@ -14,6 +14,10 @@
 
 #include "agent/results/analysis.h"
 #include "agent/repo/git_repo.h"
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <memory>
+
 #include "agent/cli/cli.h"
 #include "agent/results/table.h"
 #include "core/strings.h"
@@ -269,6 +273,22 @@ Status CmdShow(const ShowOptions& o, std::ostream& out) {
   }
   RenderCommitView(view, out);
   return {};
+}
+
+// `trainq show`.
+void AddShowCommand(CLI::App& app, const CliContext& ctx) {
+  // show
+  auto show = std::make_shared<ShowOptions>();
+  auto* c_show = app.add_subcommand("show", "A commit's batches: why each runs, progress, spread");
+  c_show->add_option("COMMIT", show->commit, "Revision: HEAD, a branch, a tag, a (short) commit id")
+      ->required();
+  c_show->add_option("--repo", show->repo, "Git repository to resolve names in")
+      ->capture_default_str();
+  c_show->add_flag("--json", show->json, "Print as JSON");
+  c_show->callback([=] {
+    show->db = *ctx.db;
+    *ctx.exit_code = ReportStatus(CmdShow(*show, std::cout));
+  });
 }
 
 }  // namespace trainq

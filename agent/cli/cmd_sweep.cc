@@ -10,6 +10,7 @@
 #include <ostream>
 #include <string>
 
+#include "agent/cli/cli.h"
 #include "agent/results/analysis.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"

@@ -1,3 +1,7 @@
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <memory>
+
 #include "agent/cli/cli.h"
 
 #include "agent/results/baseline.h"
@@ -573,6 +577,73 @@ Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out) 
   }
   out << "batch " << o.id << ": " << n << " run(s) cancelled\n";
   return {};
+}
+
+// `trainq submit`, `status`, `runs`, `cancel`.
+void AddQueueCommands(CLI::App& app, const CliContext& ctx) {
+  // submit
+  auto submit = std::make_shared<SubmitOptions>();
+  auto* c_submit = app.add_subcommand("submit", "Queue N repeated runs of experiments at a commit");
+  c_submit->add_option("--repo", submit->repo, "Git repository holding trainq.yaml")
+      ->capture_default_str();
+  c_submit->add_option("--commit", submit->commit, "Revision to run (sha, branch, tag, HEAD~1)")
+      ->capture_default_str();
+  c_submit->add_option("--experiment,-e", submit->experiments,
+                       "Experiment to run (repeatable; default: all)");
+  c_submit->add_option("--repeats,-n", submit->repeats, "Runs per experiment (overrides trainq.yaml)");
+  c_submit->add_flag("--json", submit->json, "Print the result as JSON");
+  c_submit->add_flag("--with-baseline", submit->with_baseline,
+                     "Queue the parent commit's runs (same seeds) when no baseline batch exists");
+  c_submit->add_flag("--allow-dirty", submit->allow_dirty,
+                     "No warning when trainq.yaml, a trainer spec or a watched file has "
+                     "uncommitted changes");
+  c_submit->add_option("--max-experiments", submit->limits.max_experiments,
+                       "Refuse a submission of more experiments than this")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  c_submit->add_option("--max-runs", submit->limits.max_runs,
+                       "Refuse a submission of more runs than this (all experiments together)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  c_submit->callback([=] {
+    submit->db = *ctx.db;
+    *ctx.exit_code = ReportStatus(CmdSubmit(*submit, *ctx.clock, std::cout));
+  });
+
+  // status
+  auto status = std::make_shared<StatusOptions>();
+  auto* c_status = app.add_subcommand("status", "Queue depth, running runs, slots and batch progress");
+  c_status->add_flag("--json", status->json, "Print as JSON");
+  c_status->add_option("--server", status->server,
+                       "Ask a running `trainq serve` (its base URL) instead of the database")
+      ->envname("TRAINQ_SERVER");
+  c_status->callback([=] {
+    status->db = *ctx.db;
+    *ctx.exit_code = ReportStatus(CmdStatus(*status, *ctx.clock, std::cout));
+  });
+
+  // runs
+  auto runs = std::make_shared<RunsOptions>();
+  auto* c_runs = app.add_subcommand("runs", "List runs with their state, metric and last error");
+  c_runs->add_option("--batch,-b", runs->batch, "Only this batch");
+  c_runs->add_option("--state", runs->state, "Only runs in this state");
+  c_runs->add_option("--limit", runs->limit, "At most this many (0: all)");
+  c_runs->add_flag("--json", runs->json, "Print as JSON");
+  c_runs->callback([=] {
+    runs->db = *ctx.db;
+    *ctx.exit_code = ReportStatus(CmdRuns(*runs, std::cout));
+  });
+
+  // cancel
+  auto cancel = std::make_shared<CancelOptions>();
+  auto* c_cancel = app.add_subcommand("cancel", "Cancel a batch (or one run with --run)");
+  c_cancel->add_option("ID", cancel->id, "Batch id (run id with --run)")->required();
+  c_cancel->add_flag("--run", cancel->run, "ID names a run");
+  c_cancel->add_flag("--json", cancel->json, "Print what was cancelled as JSON");
+  c_cancel->callback([=] {
+    cancel->db = *ctx.db;
+    *ctx.exit_code = ReportStatus(CmdCancel(*cancel, *ctx.clock, std::cout));
+  });
 }
 
 }  // namespace trainq

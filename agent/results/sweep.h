@@ -17,14 +17,7 @@
 #include "core/result.h"
 #include "queue/store.h"
 
-namespace CLI {
-class App;
-}
-
 namespace trainq {
-
-// `trainq sweep ...` (agent/cli/cmd_sweep.cc); `db` is read when a command runs.
-void AddSweepCommands(CLI::App& app, const std::string* db, int* exit_code);
 
 // The next `count` points after `existing` (the points suggested so far, in
 // order): explicit points first, then grid parameters cycle through every
