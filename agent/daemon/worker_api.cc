@@ -1,5 +1,6 @@
 // The worker protocol on the server (agent/daemon/worker_api.h).
 #include "agent/daemon/worker_api.h"
+#include "queue/store.h"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>

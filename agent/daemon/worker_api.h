@@ -27,9 +27,11 @@
 #include "agent/triggers/server_config.h"
 #include "core/clock.h"
 #include "core/result.h"
-#include "queue/store.h"
+#include "queue/types.h"
 
 namespace trainq {
+
+class Store;
 
 // The pool used when the server config has no `pools:`.
 inline constexpr const char* kDefaultPool = "local";

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/result.h"
-#include "queue/store.h"
+#include "queue/types.h"
 
 struct git_repository;
 

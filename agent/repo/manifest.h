@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/result.h"
-#include "queue/store.h"
+#include "queue/types.h"
 
 namespace trainq {
 

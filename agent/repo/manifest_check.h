@@ -20,7 +20,7 @@
 
 #include "agent/repo/manifest.h"
 #include "core/result.h"
-#include "queue/store.h"
+#include "queue/types.h"
 
 namespace trainq {
 

@@ -18,7 +18,7 @@
 
 #include "agent/repo/change_detect.h"
 #include "core/result.h"
-#include "queue/store.h"
+#include "queue/types.h"
 
 struct git_repository;
 

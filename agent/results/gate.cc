@@ -1,4 +1,5 @@
 #include "agent/results/gate.h"
+#include "queue/store.h"
 
 #include <set>
 

@@ -18,9 +18,11 @@
 #include <vector>
 
 #include "core/result.h"
-#include "queue/store.h"
+#include "queue/types.h"
 
 namespace trainq {
+
+class Store;
 
 inline constexpr int kGatePass = 0;
 inline constexpr int kGateRegression = 1;

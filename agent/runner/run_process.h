@@ -23,7 +23,7 @@
 
 #include "core/clock.h"
 #include "core/process.h"
-#include "queue/store.h"
+#include "queue/types.h"
 
 namespace trainq {
 

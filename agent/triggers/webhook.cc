@@ -1,4 +1,5 @@
 #include "agent/triggers/webhook.h"
+#include "queue/store.h"
 
 #include <spdlog/spdlog.h>
 

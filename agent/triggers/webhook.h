@@ -34,9 +34,11 @@
 #include "agent/triggers/server_config.h"
 #include "core/clock.h"
 #include "core/http_client.h"
-#include "queue/store.h"
+#include "queue/types.h"
 
 namespace trainq {
+
+class Store;
 
 inline constexpr std::size_t kMaxWebhookBodyBytes = 25 * 1024 * 1024;
 

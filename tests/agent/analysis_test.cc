@@ -1,4 +1,5 @@
 #include "agent/results/analysis.h"
+#include "queue/store.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>

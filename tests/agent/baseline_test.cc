@@ -1,5 +1,6 @@
 // Choosing a batch's baseline over a real git history.
 #include "agent/results/baseline.h"
+#include "queue/store.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,5 @@
 #include "agent/runner/executor.h"
+#include "queue/store.h"
 
 #include <signal.h>
 

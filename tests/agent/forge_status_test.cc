@@ -2,6 +2,7 @@
 // pending when queued, the spread when done; a down forge is retried, then
 // given up.
 #include "agent/triggers/forge_status.h"
+#include "queue/store.h"
 
 #include <atomic>
 #include <catch2/catch.hpp>

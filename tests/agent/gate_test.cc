@@ -1,5 +1,6 @@
 // `trainq gate`: three outcomes, and never a pass for what it could not decide.
 #include "agent/results/gate.h"
+#include "queue/store.h"
 
 #include <catch2/catch.hpp>
 #include <filesystem>

@@ -1,6 +1,7 @@
 // Poller: moved heads of a real repository become pushes, deduplicated with
 // webhooks, and go through the same processing.
 #include "agent/triggers/poller.h"
+#include "queue/store.h"
 
 #include <catch2/catch.hpp>
 

@@ -2,6 +2,7 @@
 // GitLab's and Gitea's comment APIs, with a real store: one comment created,
 // then edited in place (the same id) as runs end and new heads are pushed.
 #include "agent/triggers/pr_comments.h"
+#include "queue/store.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>

@@ -4,6 +4,7 @@
 // `trainq serve` on loopback, compared byte for byte with the local commands
 // on the same store.
 #include "agent/cli/read_client.h"
+#include "queue/store.h"
 #include "agent/daemon/read_api.h"
 
 #include <signal.h>

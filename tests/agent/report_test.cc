@@ -1,4 +1,5 @@
 #include "agent/results/report.h"
+#include "queue/store.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>

@@ -1,6 +1,7 @@
 // The HTTP server: routes without sockets, then the real listener on
 // loopback.
 #include "agent/daemon/server.h"
+#include "queue/store.h"
 
 #include <netinet/in.h>
 #include <poll.h>

@@ -1,6 +1,7 @@
 // PushProcessor with real git: what each kind of push queues, and what a
 // failing fetch or a bad trainq.yaml leaves behind.
 #include "agent/triggers/push_pipeline.h"
+#include "queue/store.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>

@@ -1,6 +1,7 @@
 // The sweep suggester (a pure function), point batches, the driver over a real
 // SQLite store (restart-safe), and the winner by a confidence bound.
 #include "agent/results/sweep.h"
+#include "queue/store.h"
 
 #include <boost/math/distributions/chi_squared.hpp>
 #include <catch2/catch.hpp>

@@ -1,6 +1,7 @@
 // The worker protocol on the server: real HTTP on loopback through the
 // HTTP listener and libcurl, a real SQLite file.
 #include "agent/daemon/worker_api.h"
+#include "queue/store.h"
 
 #include <sys/stat.h>
 

@@ -1,0 +1,167 @@
+// The plain records the store hands out and takes in: run states, commits,
+// batch specs, leased runs, metric points, run and machine rows. Code that only
+// passes them around includes this header, not the whole Store.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/clock.h"
+
+namespace trainq {
+
+enum class RunState { kQueued, kLeased, kRunning, kSucceeded, kFailed, kDead, kCancelled };
+inline constexpr int kRunStateCount = 7;
+std::string_view RunStateName(RunState s);
+std::optional<RunState> ParseRunState(std::string_view name);
+bool IsTerminal(RunState s);
+
+struct CommitInfo {
+  std::string sha;
+  std::string parent_sha;  // empty for a root commit
+  std::string message;     // first line
+  std::string author;
+  TimeMs committed_ms = 0;
+};
+
+// What one batch will run; resolved from trainq.yaml at submit time, so that a
+// run never depends on reading the manifest again.
+struct BatchSpec {
+  std::string experiment;
+  std::string command;       // shell command, {seed}/{repeat}/{output_dir} substituted at run time
+  std::string metric_name = "accuracy";
+  std::string metric_goal = "max";  // max | min
+  std::string metric_regex;  // empty: read the metrics file only
+  int repeats = 10;
+  std::int64_t seed_start = 1;
+  int gpus = 0;
+  std::int64_t timeout_s = 7200;
+  int max_attempts = 3;
+  std::string reason;        // why it runs (submitted by hand, which path matched ...)
+  std::string spec_json = "{}";  // the experiment's resolved definition, for the record
+  std::string pool;          // resources.pool: the pool whose machines run it; "" = any pool
+};
+
+struct SubmitResult {
+  std::int64_t batch_id = 0;
+  std::string experiment;
+  bool created = false;  // false: the batch existed already
+  int runs_added = 0;
+};
+
+struct LeasedRun {
+  std::int64_t run_id = 0;
+  std::int64_t batch_id = 0;
+  std::int64_t token = 0;
+  std::int64_t seed = 0;
+  int repeat = 0;
+  int attempt = 0;  // 1 for the first try
+  TimeMs expires_ms = 0;
+  std::string experiment;
+  std::string command;
+  std::string metric_name;
+  std::string metric_regex;
+  std::string repo_url;
+  std::string sha;
+  std::int64_t timeout_s = 0;
+  int gpus = 0;
+  std::string trainer;     // the experiment's `trainer:` spec path, "" for a plain command
+  std::int64_t group = 0;  // runs leased fused (one process) share a group id > 0
+};
+
+struct MetricPoint {
+  std::string name;
+  double value = 0;
+  std::optional<std::int64_t> step;
+  bool final = false;
+};
+
+struct RunRow {
+  std::int64_t id = 0;
+  std::int64_t batch_id = 0;
+  std::string experiment;
+  std::string sha;
+  std::int64_t seed = 0;
+  int repeat = 0;
+  RunState state = RunState::kQueued;
+  int attempts = 0;
+  int max_attempts = 0;
+  std::string worker;
+  std::optional<TimeMs> started_ms;
+  std::optional<TimeMs> finished_ms;
+  std::optional<TimeMs> not_before_ms;
+  std::optional<int> exit_code;
+  std::optional<double> metric_value;
+  std::string last_error;
+  std::string log_path;
+};
+
+struct BatchProgress {
+  std::int64_t id = 0;
+  std::string repo;
+  std::string sha;
+  std::string parent_sha;
+  std::string subject;
+  std::string experiment;
+  std::string metric_name;
+  std::string metric_goal;
+  std::string reason;
+  int repeats = 0;
+  TimeMs created_ms = 0;
+  std::array<std::int64_t, kRunStateCount> counts{};
+  std::vector<double> values;  // metric of succeeded runs, by repeat
+  std::vector<std::int64_t> seeds;  // seed of each value
+  std::string spec_json;   // the experiment's resolved definition
+  std::string repo_url;
+  TimeMs committed_ms = 0;
+  std::int64_t seed_start = 1;  // the lowest seed of its runs
+  // Baseline (schema 5): the commit it is compared with ("" = not chosen yet:
+  // its parent is used), the batch chosen at that commit or at an ancestor
+  // with the same inputs, and how it was chosen (or why there is none).
+  std::string base_sha;
+  std::optional<std::int64_t> baseline_batch_id;
+  std::string baseline_note;
+
+  std::int64_t count(RunState s) const { return counts[static_cast<int>(s)]; }
+  bool active() const;  // anything left to run
+};
+
+struct MachineRow {
+  std::int64_t id = 0;
+  std::string pool;
+  std::string provider;
+  std::string provider_id;  // unique per pool among live (not stopped/failed) machines
+  std::string state;  // requested | booting | ready | draining | stopping | stopped | failed
+  int slots = 0;
+  int gpus = 0;
+  TimeMs created_ms = 0;  // = booted_ms
+  TimeMs last_seen_ms = 0;
+  std::string last_error;
+  std::string name;       // the provider's name for it (unique when not empty)
+  std::string hostname;
+  std::string resources_json = "{}";  // what its worker registered (gpus, cpus, memory)
+  double hourly_cost = 0;
+  std::optional<TimeMs> ready_ms;      // its worker registered
+  std::optional<TimeMs> last_busy_ms;  // it last took, ran or finished a run
+  std::optional<TimeMs> stopped_ms;
+  // Computed on read:
+  int live_leases = 0;     // leased/running runs on it
+  int runs_done = 0;       // succeeded runs on it
+  TimeMs busy_ms = 0;      // run time on it (running ones up to now / their last heartbeat)
+};
+
+struct DeliveryRow {
+  std::string forge;
+  std::string delivery_id;
+  std::string event;
+  std::string repo_url;
+  std::string ref;
+  std::string before_sha;
+  std::string after_sha;
+};
+
+}  // namespace trainq
