@@ -168,21 +168,12 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
       TimeMs since = std::max(m.ready_ms.value_or(m.created_ms), m.last_busy_ms.value_or(0));
       idle = std::max<TimeMs>(0, now - since);
     }
-    j["machines"].push_back({{"id", m.id},
-                             {"pool", m.pool},
-                             {"name", m.name},
-                             {"provider", m.provider},
-                             {"provider_id", m.provider_id},
-                             {"hostname", m.hostname},
-                             {"state", m.state},
-                             {"slots", m.slots},
-                             {"gpus", m.gpus},
-                             {"busy", busy},
-                             {"booted_ms", m.created_ms},
-                             {"last_seen_ms", m.last_seen_ms},
-                             {"idle_ms", idle},
-                             {"last_error", m.last_error},
-                             {"silent", now - m.last_seen_ms >= kMachineSilentMs}});
+    // The machine as `trainq machines --json` has it, and what status adds.
+    json mj = MachineJson(m, now);
+    mj["busy"] = busy;
+    mj["idle_ms"] = idle;
+    mj["silent"] = now - m.last_seen_ms >= kMachineSilentMs;
+    j["machines"].push_back(std::move(mj));
   }
   // Per pool: machines by state, slots on ready machines, machine time billed
   // against time spent running (all machines the pool ever had), and the
