@@ -255,7 +255,7 @@ TEST_CASE("cli: submit then serve runs every seed and stores the results", "[cli
   CHECK(status2["batches"][0]["repeats"] == 12);
 }
 
-TEST_CASE("cli: submit without --experiment queues every experiment; --json", "[cli]") {
+TEST_CASE("cli: submit without --experiment queues every experiment, --json", "[cli]") {
   Project p;
   std::string sha = p.git.Commit({{"train.py", kTrainPy}, {"trainq.yaml", kTinyYaml}}, "tiny");
   auto j = TrainqJson(p.db, "submit --json --repo " + ShellQuote(p.git.dir()));
@@ -501,7 +501,7 @@ TEST_CASE("cli: cancel --json, and a fully cancelled batch leaves status", "[cli
   CHECK_THAT(after.text, Catch::Contains(" tiny "));  // partly cancelled: still shown
 }
 
-TEST_CASE("cli: usage errors exit 2 with CLI11's message; an unknown command is named",
+TEST_CASE("cli: usage errors exit 2 with CLI11's message, an unknown command is named",
           "[cli][errors]") {
   testing::TempDir tmp;
   std::string db = tmp / "t.db";
@@ -624,7 +624,7 @@ TEST_CASE("cli: a locked database fails submit cleanly while reads still work",
 // ---------------------------------------------------------------------------
 // Runs that fail: serve finishes, the runs are dead with their error.
 
-TEST_CASE("cli: runs that exit non-zero, print no metric or time out end dead; serve exits 1",
+TEST_CASE("cli: runs that exit non-zero, print no metric or time out end dead, serve exits 1",
           "[cli]") {
   Project p;
   p.git.Commit({{"trainq.yaml", R"(version: 1

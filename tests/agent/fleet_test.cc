@@ -91,7 +91,7 @@ TEST_CASE("fleet: a provider failing is recorded, and a later serve that finds i
   CHECK(Failures(f.store, "gpu") == 0);
 }
 
-TEST_CASE("fleet: an empty queue boots nothing; queued demand without a pool that fits boots "
+TEST_CASE("fleet: an empty queue boots nothing, queued demand without a pool that fits boots "
           "nothing either") {
   FleetFixture f;
   Fleet fleet = f.Make();
@@ -138,7 +138,7 @@ TEST_CASE("fleet: a booted worker is told its pool's dead-man switch before it e
   CHECK(after("--fuse-max") == "10");
 }
 
-TEST_CASE("fleet: a hand-started worker that stops calling is taken for gone; one that calls stays",
+TEST_CASE("fleet: a hand-started worker that stops calling is taken for gone, one that calls stays",
           "[fleet]") {
   FleetFixture f;
   Fleet fleet = f.Make();
@@ -165,7 +165,7 @@ TEST_CASE("fleet: a hand-started worker that stops calling is taken for gone; on
 }
 
 TEST_CASE("fleet: machines that never register back off, one at a time, and the pool ends "
-          "failing with the reason and the machine's log; billed time is bounded",
+          "failing with the reason and the machine's log, billed time is bounded",
           "[fleet]") {
   FleetFixture f;
   Fleet fleet = f.Make([](PoolSpec& p) {

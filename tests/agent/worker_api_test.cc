@@ -534,7 +534,7 @@ TEST_CASE("worker API: source of a run whose repository the server lacks is a 40
   CHECK(r.body.find("/srv/model") != std::string::npos);
 }
 
-TEST_CASE("worker API: leave stops a hand-started machine and queues what it held; only its pool "
+TEST_CASE("worker API: leave stops a hand-started machine and queues what it held, only its pool "
           "may say so",
           "[worker_api]") {
   World w;
@@ -562,7 +562,7 @@ namespace trainq {
 
 // Issue 16: a worker's max_runs was trusted, and one metrics call stored
 // 200,000 rows.
-TEST_CASE("worker API: max_runs is capped by the machine's registered slots; a run's metric "
+TEST_CASE("worker API: max_runs is capped by the machine's registered slots, a run's metric "
           "points are bounded",
           "[worker_api]") {
   World w;

@@ -731,7 +731,7 @@ TEST_CASE("EC2 provider: a wrong secret is refused by the signature check with a
   CHECK(f.ec2.instances().empty());
 }
 
-TEST_CASE("EC2 provider: throttling, capacity and 5xx are retryable; bad requests are not") {
+TEST_CASE("EC2 provider: throttling, capacity and 5xx are retryable, bad requests are not") {
   Ec2Fixture f;
   auto p = f.Make();
   for (auto [status, code] : std::vector<std::pair<int, std::string>>{
