@@ -326,6 +326,27 @@ CREATE TABLE pool_state (
   updated_ms INTEGER NOT NULL DEFAULT 0
 );
 )sql",
+    // 9 -> 10: the commit status of a push that failed before queueing
+    // anything (a fetch error, a bad trainq.yaml): there is no batch to hang
+    // it on, so it is keyed by the push.
+    R"sql(
+CREATE TABLE push_statuses (
+  push_id INTEGER PRIMARY KEY REFERENCES pushes(id),
+  repo_url TEXT NOT NULL,
+  sha TEXT NOT NULL,
+  context TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('pending', 'success', 'failure', 'error')),
+  description TEXT NOT NULL DEFAULT '',
+  posted_state TEXT NOT NULL DEFAULT '',
+  posted_description TEXT NOT NULL DEFAULT '',
+  attempts INTEGER NOT NULL DEFAULT 0,
+  not_before_ms INTEGER NOT NULL DEFAULT 0,
+  gave_up INTEGER NOT NULL DEFAULT 0,
+  last_error TEXT NOT NULL DEFAULT '',
+  updated_ms INTEGER NOT NULL
+);
+CREATE INDEX push_statuses_due ON push_statuses (gave_up, not_before_ms);
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 
