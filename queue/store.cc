@@ -1095,6 +1095,27 @@ Result<std::vector<RunRow>> Store::Runs(std::optional<std::int64_t> batch_id,
   return out;
 }
 
+Result<std::vector<TimeMs>> Store::RecentRunDurations(std::int64_t batch_id, int limit) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT r.finished_ms - r.started_ms FROM runs r "
+                                       "JOIN batches b ON b.id = r.batch_id "
+                                       "JOIN commits c ON c.id = b.commit_id "
+                                       "JOIN batches me ON me.id = ?1 "
+                                       "JOIN commits mc ON mc.id = me.commit_id "
+                                       "WHERE r.state = 'succeeded' AND r.started_ms IS NOT NULL "
+                                       "AND r.finished_ms IS NOT NULL "
+                                       "AND b.experiment = me.experiment "
+                                       "AND c.repo_id = mc.repo_id "
+                                       "ORDER BY r.finished_ms DESC, r.id DESC LIMIT ?2"));
+  s.Bind(1, batch_id).Bind(2, static_cast<std::int64_t>(limit));
+  std::vector<TimeMs> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back(std::max<TimeMs>(0, s.Int(0)));
+  }
+  return out;
+}
+
 Result<std::vector<RunRow>> Store::RunsFinishedAfter(TimeMs finished_ms, std::int64_t run_id,
                                                      int limit) {
   std::string q = std::string("SELECT ") + kRunColumns +

@@ -113,6 +113,10 @@ class Store {
   Result<std::vector<RunRow>> Runs(std::optional<std::int64_t> batch_id,
                                    std::optional<RunState> state, int limit);
   Result<std::optional<RunRow>> Run(std::int64_t run_id);
+  // How long the last `limit` succeeded runs of experiment `experiment` in
+  // the repository of batch `batch_id` took (their last attempt), newest
+  // first: what `trainq status` estimates a batch's end from.
+  Result<std::vector<TimeMs>> RecentRunDurations(std::int64_t batch_id, int limit);
   // Runs that ended an attempt (succeeded, failed, dead) after the cursor
   // (finished_ms, id), oldest first: `trainq serve` logs each outcome once,
   // whichever worker reported it.

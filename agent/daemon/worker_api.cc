@@ -344,7 +344,8 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
     --waiting_polls_;
     counted = false;
   };
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  // Waited through the clock, so a test's FakeClock drives the wait.
+  const TimeMs deadline = clock_.Now() + wait_ms;
   while (true) {
     std::uint64_t seen;
     {
@@ -387,7 +388,7 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
       ++waiting_polls_;
       counted = true;
     }
-    auto now = std::chrono::steady_clock::now();
+    const TimeMs now = clock_.Now();
     if (stop_waiting_ || now >= deadline) {
       lock.unlock();
       uncount();
@@ -397,9 +398,8 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
       }
       return Json(200, {{"state", "ready"}, {"runs", json::array()}});
     }
-    auto until = std::min(deadline, now + std::chrono::milliseconds(options_.recheck_ms));
-    work_cv_.wait_until(lock, until,
-                        [&] { return stop_waiting_ || work_generation_ != seen; });
+    clock_.WaitUntil(lock, work_cv_, std::min<TimeMs>(deadline, now + options_.recheck_ms),
+                     [&] { return stop_waiting_ || work_generation_ != seen; });
   }
 }
 

@@ -130,8 +130,8 @@ Status StatusReporter::UpdateWaiting() {
     if (note_of.count(row.batch_id)) continue;
     ASSIGN_OR_RETURN(auto batch, store_.Batch(row.batch_id));
     if (!batch) continue;
-    std::int64_t left = (*batch)->count(RunState::kQueued) + (*batch)->count(RunState::kFailed) +
-                        (*batch)->count(RunState::kLeased) + (*batch)->count(RunState::kRunning);
+    std::int64_t left = batch->count(RunState::kQueued) + batch->count(RunState::kFailed) +
+                        batch->count(RunState::kLeased) + batch->count(RunState::kRunning);
     TRY(store_.SetCommitStatusWanted(row.batch_id, "pending",
                                      "queued: " + std::to_string(left) + " runs left", now));
   }
