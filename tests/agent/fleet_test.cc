@@ -1,12 +1,16 @@
 // The fleet loop against a recording FakeProvider and a real store file.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <functional>
 
 #include "agent/daemon/fleet.h"
 #include "cloud/provider.h"
 #include "core/clock.h"
 #include "queue/store.h"
+#include "core/http_client.h"
+#include "core/strings.h"
+#include "tests/support/fake_ec2.h"
 #include "tests/support/temp_dir.h"
 
 namespace trainq {
@@ -319,6 +323,80 @@ TEST_CASE("fleet: provider List() calls per hour, idle and booting, before and a
   CHECK(idle_after >= 25);
   CHECK(booting_after <= 300);
   CHECK(booting_after >= 200);
+}
+
+TEST_CASE("fleet over the EC2 API: instances that never register back off, the pool ends "
+          "failing with their console output, DescribeInstances is paced, billed time bounded",
+          "[fleet][ec2]") {
+  // The real Fleet and the real EC2 provider against a loopback fake of EC2's
+  // API (its XML, SigV4 checked), two hours at serve's pace on a fake clock.
+  testing::FakeEc2 ec2;
+  ec2.console_output =
+      "[   12.3] cloud-init[812]: running user data\n"
+      "trainq worker: cannot reach http://10.0.0.1:8080/api/v1/workers/register: "
+      "connection timed out\n";
+  FleetFixture f;
+  REQUIRE(WriteFile(f.tmp / "credentials",
+                    "[trainq]\naws_access_key_id = AKIDEXAMPLE\naws_secret_access_key = "
+                    "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY\n"));
+  CurlHttpClient http;
+  PoolSpec spec;
+  spec.scaling.name = "gpu";
+  spec.scaling.max = 2;
+  spec.scaling.slots = 1;
+  spec.scaling.boot_timeout_ms = 10 * 60'000;
+  spec.scaling.hourly_cost = 1.0;
+  spec.scaling.list_interval_ms = 15'000;  // the ec2 defaults
+  spec.scaling.list_interval_idle_ms = 120'000;
+  spec.provider = "ec2";
+  spec.token.value = "tq-secret-token-123";
+  spec.params = {{"region", "us-east-1"},           {"image", "ami-0abcdef1234567890"},
+                 {"instance_type", "g5.xlarge"},    {"endpoint", ec2.url()},
+                 {"credentials_file", f.tmp / "credentials"}, {"profile", "trainq"}};
+  // The provider signs with the real time (the fake checks the skew); the
+  // fleet runs on the fake clock.
+  auto provider = cloud::MakeProvider(
+      "ec2", spec.params, cloud::ProviderDeps{nullptr, &http, &SystemClock::Get(), f.tmp / "p"});
+  REQUIRE(provider);
+  std::vector<FleetPool> pools;
+  pools.push_back({spec, std::move(*provider)});
+  FleetOptions o;
+  o.instance = "tq1";
+  o.server_url = "http://10.0.0.1:8080";
+  o.trainq_path = "/usr/bin/trainq";
+  o.data_dir = f.tmp / "data";
+  o.seed = 7;
+  Fleet fleet(f.store, f.clock, std::move(pools), o);
+  f.Queue(4);  // runs wait all along
+
+  const TimeMs t0 = f.clock.Now();
+  Run(f, fleet, 2 * 3'600'000);
+  INFO(ec2.last_rejection());
+  auto state = f.State("gpu");
+  REQUIRE(state);
+  CHECK(state->failing);
+  CHECK(state->failed_boots >= 3);
+  CHECK_THAT(state->boot_error,
+             Catch::Contains("no worker registered within boot_timeout (10m00s)"));
+  CHECK_THAT(state->log_tail, Catch::Contains("trainq worker: cannot reach http://10.0.0.1:8080"));
+  auto actions = ec2.actions();
+  const auto boots = std::count(actions.begin(), actions.end(), "RunInstances");
+  // Two at first (max 2), both fail at 10 min; then one at a time after the
+  // back-off: failing after the third. Without the back-off: a new pair every
+  // 10 min, 24 boots in 2 h.
+  CHECK(boots == 3);
+  CHECK(std::count(actions.begin(), actions.end(), "TerminateInstances") == boots);
+  CHECK(std::count(actions.begin(), actions.end(), "GetConsoleOutput") == boots);
+  for (const auto& i : ec2.instances()) CHECK(i.state == "shutting-down");
+  auto costs = f.store.Costs(f.clock.Now(), false);
+  REQUIRE(costs);
+  REQUIRE(costs->size() == 1);
+  CHECK(costs->front().billed_ms <= 3 * 10 * 60'000 + 3 * 2000);
+  // Paced: 15 s while booting, 2 min once nothing changes (unpaced: 7200, one a pass).
+  const auto describes = std::count(actions.begin(), actions.end(), "DescribeInstances");
+  CHECK(describes < 200);
+  CHECK(fleet.list_calls().at("gpu") == describes);
+  CHECK(f.clock.Now() - t0 == 2 * 3'600'000);
 }
 
 }  // namespace
