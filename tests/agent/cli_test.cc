@@ -2,6 +2,7 @@
 // real SQLite files, real child processes.
 #include <signal.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>

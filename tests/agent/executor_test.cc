@@ -875,7 +875,7 @@ TEST_CASE("executor with a fake process: exit 0 with the metric written succeeds
   auto id = rig.Submit(60);
   LocalExecutor exec(rig.store, rig.runner, rig.clock, rig.Options());
   REQUIRE(exec.Step());
-  const auto& spec = rig.runner.process(rig.Pid()).spec;
+  const auto spec = rig.runner.process(rig.Pid()).spec;
   CHECK(spec.argv == std::vector<std::string>{"/bin/sh", "-c", "python3 train.py --seed 1"});
   CHECK(rig.Run(id).state == RunState::kRunning);
   REQUIRE(WriteFile(spec.env.at("TRAINQ_METRICS_FILE"),
