@@ -8,5 +8,7 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitTrainingFailed = 1;
 inline constexpr int kExitBadSpec = 2;
 inline constexpr int kExitDataError = 3;
+// distributed: a rank failed, exited or went silent past the timeout; every rank exits with it.
+inline constexpr int kExitDistributed = 4;
 
 }  // namespace trainq::trainer

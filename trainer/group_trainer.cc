@@ -119,17 +119,23 @@ GroupTrainer::GroupTrainer(GroupInputs& in, const std::vector<std::uint64_t>& se
       }
     }
   }
+  // Ranks of a distributed run share the shuffle stream (they agree on the
+  // order of the rows) but draw their own dropout masks.
+  const int rank = in_.comm ? in_.comm->rank() : 0;
   for (std::uint64_t seed : seeds_) {
-    dropout_gens_.push_back(at::make_generator<at::CPUGeneratorImpl>(DeriveSeed(seed, kStreamDropout)));
+    const std::uint64_t dropout = DeriveSeed(seed, kStreamDropout);
+    dropout_gens_.push_back(at::make_generator<at::CPUGeneratorImpl>(
+        rank == 0 ? dropout : DeriveSeed(dropout, static_cast<std::uint64_t>(rank))));
     shuffle_gens_.emplace_back(DeriveSeed(seed, kStreamShuffle));
   }
+  if (in_.comm) dp_ = std::make_unique<DataParallel>(*in_.comm, *spec_.distributed, *model_, spec_.trainer.epochs);
   fast_ = FastPath::TryCreate(*model_, optimizer_, in_);
   report_.fast_path = fast_.has_value();
   ctx_.dropout_generators = &dropout_gens_;
   ctx_.active = torch::ones({k_}, torch::TensorOptions().device(in_.device));
 
   const TrainerSpec& t = spec_.trainer;
-  if (t.checkpointing) checkpointer_.emplace(*t.checkpointing, in_.config.output_dir, seeds_, first_repeat);
+  if (t.checkpointing && lead()) checkpointer_.emplace(*t.checkpointing, in_.config.output_dir, seeds_, first_repeat);
   if (t.early_stopping) early_stopping_.emplace(*t.early_stopping, k_);
   if (t.loss_logging && t.loss_logging->every_batches > 0) loss_window_.emplace(t.loss_logging->every_batches, k_);
   log_macro_ = t.loss_logging && t.loss_logging->macrobatches;
@@ -158,6 +164,7 @@ Done GroupTrainer::Run() {
 }
 
 std::vector<std::int64_t> GroupTrainer::ShuffleOrder(std::int64_t m) {
+  if (dp_ && !dp_->gradient_sync()) return dp_->Shard(m, spec_.trainer.shuffle, shuffle_gens_[0]);
   std::vector<std::int64_t> order(static_cast<std::size_t>(k_ * m));
   for (std::int64_t r = 0; r < k_; ++r) {
     std::vector<std::int64_t> perm(static_cast<std::size_t>(m));
@@ -207,12 +214,17 @@ Done GroupTrainer::TrainEpoch(std::int64_t epoch) {
     ++macro_count_;
     const std::vector<std::int64_t> order = ShuffleOrder(m);
     if (in_.config.record_details) {
-      for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t i = 0; i < static_cast<std::int64_t>(order.size()) / k_; ++i) {
         report_.rows_seen.back().push_back((*macro_rows)[static_cast<std::size_t>(order[static_cast<std::size_t>(i)])]);
       }
     }
     const std::int64_t rows_before = rows_done_;
-    auto trained = fast_ ? TrainMacroBatchFast(macro, order, epoch) : TrainMacroBatchTorch(macro, order, epoch);
+    Done trained;
+    if (dp_ && dp_->gradient_sync()) {
+      trained = fast_ ? TrainMacroBatchFastSynced(macro, order, epoch) : TrainMacroBatchTorchSynced(macro, order, epoch);
+    } else {
+      trained = fast_ ? TrainMacroBatchFast(macro, order, epoch) : TrainMacroBatchTorch(macro, order, epoch);
+    }
     if (!trained) return trained;
     if (auto c = AfterMacroBatch(epoch, rows_done_ - rows_before); !c) return c;
   }
@@ -222,7 +234,8 @@ Done GroupTrainer::TrainEpoch(std::int64_t epoch) {
 
 Done GroupTrainer::TrainMacroBatchFast(const TensorSet& macro, const std::vector<std::int64_t>& order,
                                        std::int64_t epoch) {
-  const std::int64_t m = macro.rows, bs = spec_.trainer.batch_size;
+  // A rank of a distributed run trains its shard: `order` may hold fewer than macro.rows rows.
+  const std::int64_t m = static_cast<std::int64_t>(order.size()) / k_, bs = spec_.trainer.batch_size;
   const torch::Tensor xs = macro.x.contiguous(), ys = macro.y.contiguous();
   const float* xd = xs.data_ptr<float>();
   const std::int64_t* yd = ys.data_ptr<std::int64_t>();
@@ -254,7 +267,7 @@ Done GroupTrainer::TrainMacroBatchFast(const TensorSet& macro, const std::vector
 
 Done GroupTrainer::TrainMacroBatchTorch(const TensorSet& macro, const std::vector<std::int64_t>& order,
                                         std::int64_t epoch) {
-  const std::int64_t m = macro.rows, bs = spec_.trainer.batch_size;
+  const std::int64_t m = static_cast<std::int64_t>(order.size()) / k_, bs = spec_.trainer.batch_size;
   const bool all_active = std::all_of(active_.begin(), active_.end(), [](bool a) { return a; });
   const bool log_every = loss_window_.has_value();
   std::vector<std::int64_t> order_copy = order;  // from_blob needs a mutable pointer
@@ -285,6 +298,113 @@ Done GroupTrainer::TrainMacroBatchTorch(const TensorSet& macro, const std::vecto
         if (!active_[static_cast<std::size_t>(r)]) continue;
         if (auto c = AfterBatch(r, log_every ? host[r].item<double>() : 0.0, epoch); !c) return c;
       }
+    }
+    BatchProgress(epoch);
+  }
+  return {};
+}
+
+Done GroupTrainer::TrainMacroBatchFastSynced(const TensorSet& macro, const std::vector<std::int64_t>& order,
+                                             std::int64_t epoch) {
+  // One replica (k_ == 1). Each step: this rank's part of the global batch
+  // through the fast path with its gradients collected (not applied), the
+  // sum over the ranks, then the same update on every rank.
+  const std::int64_t m = macro.rows, bs = spec_.trainer.batch_size;
+  const torch::Tensor xs = macro.x.contiguous(), ys = macro.y.contiguous();
+  const float* xd = xs.data_ptr<float>();
+  const std::int64_t* yd = ys.data_ptr<std::int64_t>();
+  const std::vector<torch::Tensor> params = model_->Parameters();
+  std::vector<std::int64_t> offset(params.size() + 1, 0);
+  for (std::size_t i = 0; i < params.size(); ++i) offset[i + 1] = offset[i] + params[i].numel();
+  std::vector<float> grads(static_cast<std::size_t>(offset.back()));
+  double sum = 0;
+  for (std::int64_t start = 0; start < m; start += bs) {
+    const std::int64_t b = std::min(bs, m - start);
+    const auto [lo, hi] = dp_->BatchSlice(b);
+    optimizer_.BeginStep();
+    float loss = 0;
+    if (hi > lo) {
+      loss = fast_->step->Step(fast_->weights[0], xd, yd, order.data() + start + lo, static_cast<int>(hi - lo),
+                               [&](int layer, const float* gw, const float* gb) {
+                                 const std::size_t i = fast_->param[static_cast<std::size_t>(layer)];
+                                 std::copy(gw, gw + params[i].numel(), grads.data() + offset[i]);
+                                 if (gb != nullptr) {
+                                   std::copy(gb, gb + params[i + 1].numel(), grads.data() + offset[i + 1]);
+                                 }
+                               });
+    }
+    if (auto st = dp_->SumGradients(grads.data(), offset.back(), hi - lo, b); !st) {
+      return Failure(kExitDistributed, "distributed: " + st.error().message);
+    }
+    if (active_[0]) {
+      for (std::size_t i = 0; i < params.size(); ++i) optimizer_.UpdateSlice(i, 0, grads.data() + offset[i], lr_host_[0]);
+    }
+    sum += static_cast<double>(loss) * static_cast<double>(hi - lo);
+    ++steps_[0];
+    if (auto c = AfterBatch(0, loss, epoch); !c) return c;
+    rows_done_ += hi - lo;
+    ++batch_in_epoch_;
+    BatchProgress(epoch);
+  }
+  loss_sum_ += torch::tensor(std::vector<double>{sum}, torch::TensorOptions().dtype(torch::kFloat64)).to(in_.device);
+  return {};
+}
+
+Done GroupTrainer::TrainMacroBatchTorchSynced(const TensorSet& macro, const std::vector<std::int64_t>& order,
+                                              std::int64_t epoch) {
+  const std::int64_t m = macro.rows, bs = spec_.trainer.batch_size;
+  std::vector<std::int64_t> order_copy = order;
+  torch::Tensor order_t = torch::from_blob(order_copy.data(), {1, m}, torch::kLong).to(in_.device);
+  const std::vector<torch::Tensor> params = model_->Parameters();
+  std::int64_t total = 0;
+  for (const auto& p : params) total += p.numel();
+  std::vector<float> grads(static_cast<std::size_t>(total));
+  for (std::int64_t start = 0; start < m; start += bs) {
+    const std::int64_t b = std::min(bs, m - start);
+    const auto [lo, hi] = dp_->BatchSlice(b);
+    double loss = 0;
+    std::fill(grads.begin(), grads.end(), 0.0f);
+    if (hi > lo) {
+      torch::Tensor idx = order_t.narrow(1, start + lo, hi - lo).reshape({-1});
+      std::vector<std::int64_t> xshape{1, hi - lo};
+      xshape.insert(xshape.end(), in_.input_shape.begin(), in_.input_shape.end());
+      torch::Tensor xb = macro.x.index_select(0, idx).view(xshape);
+      torch::Tensor yb = macro.y.index_select(0, idx);
+      yb = in_.class_ids ? yb.view({1, hi - lo}) : yb.view({1, hi - lo, -1});
+      ctx_.training = true;
+      torch::Tensor losses = PerReplicaLoss(spec_.loss.type, model_->Forward(xb, ctx_), yb);
+      losses.sum().backward();
+      loss = losses.detach().to(torch::kCPU, torch::kFloat64).item<double>();
+      std::int64_t off = 0;
+      for (const auto& p : params) {
+        if (p.grad().defined()) {
+          torch::Tensor g = p.grad().detach().to(torch::kCPU).contiguous();
+          std::copy(g.data_ptr<float>(), g.data_ptr<float>() + g.numel(), grads.data() + off);
+        }
+        off += p.numel();
+      }
+    }
+    if (auto st = dp_->SumGradients(grads.data(), total, hi - lo, b); !st) {
+      return Failure(kExitDistributed, "distributed: " + st.error().message);
+    }
+    {
+      torch::NoGradGuard no_grad;
+      std::int64_t off = 0;
+      for (const auto& p : params) {
+        torch::Tensor g = torch::from_blob(grads.data() + off, p.sizes(), torch::kFloat32).to(p.device()).clone();
+        p.mutable_grad() = g;
+        off += p.numel();
+      }
+    }
+    optimizer_.Step(lr_k_, active_[0] ? std::optional<double>(lr_) : std::nullopt, lr_host_);
+    loss_sum_ += torch::tensor(std::vector<double>{loss * static_cast<double>(hi - lo)},
+                               torch::TensorOptions().dtype(torch::kFloat64))
+                     .to(in_.device);
+    rows_done_ += hi - lo;
+    ++batch_in_epoch_;
+    if (active_[0]) ++steps_[0];
+    if (per_batch_callbacks_ && active_[0]) {
+      if (auto c = AfterBatch(0, loss, epoch); !c) return c;
     }
     BatchProgress(epoch);
   }
@@ -336,9 +456,20 @@ Done GroupTrainer::AfterMacroBatch(std::int64_t epoch, std::int64_t m) {
 }
 
 std::expected<bool, TrainFailure> GroupTrainer::EndEpoch(std::int64_t epoch) {
+  std::optional<CommStats> comm;
+  if (dp_) {
+    // The ranks' loss sums (and, by mode, weights or batchnorm statistics).
+    double loss = loss_sum_.to(torch::kCPU)[0].item<double>(), rows = static_cast<double>(rows_done_);
+    if (auto st = dp_->EndEpoch(epoch, &loss, &rows); !st) {
+      return Failure(kExitDistributed, "distributed: " + st.error().message);
+    }
+    loss_sum_ = torch::full({1}, loss, torch::TensorOptions().dtype(torch::kFloat64));
+    rows_done_ = static_cast<std::int64_t>(std::llround(rows));
+    comm = dp_->TakeEpochStats();
+  }
   torch::Tensor train_loss = (loss_sum_ / static_cast<double>(std::max<std::int64_t>(1, rows_done_))).to(torch::kCPU);
   std::vector<std::map<std::string, double>> epoch_metrics(static_cast<std::size_t>(k_));
-  if (in_.validation) epoch_metrics = Evaluate(*model_, *in_.validation, spec_, ctx_, "val_");
+  if (in_.validation && lead()) epoch_metrics = Evaluate(*model_, *in_.validation, spec_, ctx_, "val_");
   const std::vector<bool> was_active = active_;
   for (std::int64_t r = 0; r < k_; ++r) {
     const std::size_t ri = static_cast<std::size_t>(r);
@@ -360,7 +491,33 @@ std::expected<bool, TrainFailure> GroupTrainer::EndEpoch(std::int64_t epoch) {
     if (checkpointer_) {
       if (auto c = checkpointer_->EndEpoch(*model_, r, epoch, em); !c) return std::unexpected(c.error());
     }
-    if (early_stopping_) {
+    if (comm) {
+      if (auto w = Write(r, "dist_bytes_sent", static_cast<double>(comm->bytes_sent), epoch, "train", false); !w) {
+        return std::unexpected(w.error());
+      }
+      if (auto w = Write(r, "dist_comm_seconds", comm->seconds, epoch, "train", false); !w) {
+        return std::unexpected(w.error());
+      }
+    }
+    if (early_stopping_ && dp_) {
+      // Rank 0 decides (it alone evaluates) and tells the others.
+      std::optional<EarlyStopping::Stop> stop;
+      if (lead()) stop = early_stopping_->EndEpoch(*model_, r, seeds_[ri], epoch, spec_.trainer.epochs, em);
+      auto agreed = dp_->AgreeStop(stop.has_value());
+      if (!agreed) return Failure(kExitDistributed, "distributed: " + agreed.error().message);
+      if (*agreed) {
+        active_[ri] = false;
+        rep.stopped_early = true;
+        if (stop) {
+          rep.restored_epoch = stop->restored_epoch;
+          report_.notices.push_back(stop->notice);
+          if (in_.messages) {
+            std::lock_guard<std::mutex> lock(in_.io_mutex);
+            in_.messages->Message(stop->notice);
+          }
+        }
+      }
+    } else if (early_stopping_) {
       if (auto stop = early_stopping_->EndEpoch(*model_, r, seeds_[ri], epoch, spec_.trainer.epochs, em)) {
         active_[ri] = false;
         rep.stopped_early = true;
@@ -392,6 +549,10 @@ std::expected<bool, TrainFailure> GroupTrainer::EndEpoch(std::int64_t epoch) {
 }
 
 Done GroupTrainer::Finish() {
+  if (dp_) {
+    if (auto st = dp_->Finish(); !st) return Failure(kExitDistributed, "distributed: " + st.error().message);
+    if (!lead()) return {};  // rank 0 evaluates and reports
+  }
   const TensorSet* final_set = nullptr;
   std::string final_split;
   if (in_.test && in_.test->rows > 0) {

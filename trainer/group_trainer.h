@@ -25,6 +25,8 @@
 
 #include "trainer/callbacks.h"
 #include "trainer/data.h"
+#include "trainer/data_parallel.h"
+#include "trainer/distributed.h"
 #include "trainer/evaluate.h"
 #include "trainer/fast_mlp.h"
 #include "trainer/metrics_writer.h"
@@ -52,6 +54,9 @@ struct GroupInputs {
   std::vector<std::int64_t> input_shape;
   std::mutex io_mutex{};         // guards metrics and the progress messages
   Progress* messages = nullptr;  // where notices and final lines go (may be null)
+  // distributed (workers > 1): this rank's group, one replica per rank. Only
+  // rank 0 evaluates, writes metrics and checkpoints.
+  Collective* comm = nullptr;
 };
 
 // The CPU fast path (fast_mlp.h) for linear/ReLU stacks trained with
@@ -87,6 +92,11 @@ class GroupTrainer {
   std::vector<std::int64_t> ShuffleOrder(std::int64_t m);
   Done TrainMacroBatchFast(const TensorSet& macro, const std::vector<std::int64_t>& order, std::int64_t epoch);
   Done TrainMacroBatchTorch(const TensorSet& macro, const std::vector<std::int64_t>& order, std::int64_t epoch);
+  // Gradient all-reduce (distributed): every rank takes its part of each global batch.
+  Done TrainMacroBatchFastSynced(const TensorSet& macro, const std::vector<std::int64_t>& order, std::int64_t epoch);
+  Done TrainMacroBatchTorchSynced(const TensorSet& macro, const std::vector<std::int64_t>& order,
+                                  std::int64_t epoch);
+  bool lead() const { return !dp_ || dp_->rank() == 0; }
   // One batch of replica r is done with this loss: the per-batch callbacks.
   Done AfterBatch(std::int64_t r, double loss, std::int64_t epoch);
   // The NaN check and the per-macrobatch callbacks.
@@ -111,6 +121,7 @@ class GroupTrainer {
   std::vector<std::mt19937_64> shuffle_gens_;
   Optimizer optimizer_;
   std::optional<FastPath> fast_;
+  std::unique_ptr<DataParallel> dp_;  // distributed only
   std::vector<bool> active_;
   std::vector<std::int64_t> steps_;
   ForwardContext ctx_;

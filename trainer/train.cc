@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "trainer/data.h"
+#include "trainer/distributed.h"
 #include "trainer/evaluate.h"
 #include "trainer/exit_codes.h"
 #include "trainer/group_trainer.h"
@@ -122,6 +123,25 @@ std::expected<void, TrainFailure> RunGroups(GroupInputs& s, std::int64_t batches
   return {};
 }
 
+// distributed.workers > 1: one replica per rank, joined to its group.
+std::expected<std::unique_ptr<Collective>, TrainFailure> JoinGroup(const Spec& spec, const TrainConfig& config) {
+  const DistributedSpec& d = *spec.distributed;
+  if (config.seeds.size() != 1) {
+    return Failure(kExitBadSpec, d.where + ": distributed.workers: " + std::to_string(d.workers) +
+                                     " ranks train one seed; --repeats " + std::to_string(config.seeds.size()) +
+                                     " is not supported with it");
+  }
+  if (!config.rendezvous) {
+    return Failure(kExitBadSpec, d.where + ": distributed.workers > 1 needs a rendezvous (trainq-train plans it)");
+  }
+  auto comm = ConnectGloo(*config.rendezvous);
+  if (!comm) {
+    return Failure(comm.error().kind == ErrorKind::kInvalidArgument ? kExitBadSpec : kExitDistributed,
+                   "distributed: " + comm.error().message);
+  }
+  return std::move(*comm);
+}
+
 }  // namespace
 
 std::expected<TrainReport, TrainFailure> Train(const Spec& spec, const TrainConfig& config) {
@@ -133,7 +153,17 @@ std::expected<TrainReport, TrainFailure> Train(const Spec& spec, const TrainConf
     torch::set_num_threads(replica_threads ? 1 : config.threads);
     auto chosen = ChooseDevice(config.device);
     if (!chosen) return std::unexpected(chosen.error());
-    const torch::Device device = *chosen;
+    torch::Device device = *chosen;
+    if (spec.distributed && spec.distributed->workers > 1 && spec.distributed->gpus_per_node > 0) {
+      // A rank uses GPU local_rank % gpus_per_node of its node.
+      if (!torch::cuda::is_available()) {
+        return Failure(kExitBadSpec, spec.distributed->where +
+                                         ": distributed.gpus_per_node: this libtorch has no CUDA or no GPU is visible");
+      }
+      const int local = config.rendezvous ? config.rendezvous->local_rank : 0;
+      device = torch::Device(torch::kCUDA,
+                             static_cast<c10::DeviceIndex>(local % static_cast<int>(spec.distributed->gpus_per_node)));
+    }
     report.device = device.str();
 
     const bool class_ids = spec.loss.type == "cross_entropy";
@@ -166,9 +196,19 @@ std::expected<TrainReport, TrainFailure> Train(const Spec& spec, const TrainConf
     if (!report.streamed) s.resident_train = to_tensors(blocks->train);
     if (!split->validation.empty()) s.validation = to_tensors(blocks->validation);
     if (!split->test.empty()) s.test = to_tensors(blocks->test);
-    if (spec.trainer.checkpointing && config.output_dir.empty()) {
+    const bool distributed = spec.distributed && spec.distributed->workers > 1;
+    const bool lead = !distributed || !config.rendezvous || config.rendezvous->rank == 0;
+    if (spec.trainer.checkpointing && config.output_dir.empty() && lead) {
       return Failure(kExitBadSpec, "trainer.callbacks: checkpointing needs an output dir "
                                    "(--output-dir or TRAINQ_OUTPUT_DIR)");
+    }
+
+    std::unique_ptr<Collective> comm;
+    if (distributed) {
+      auto joined = JoinGroup(spec, config);
+      if (!joined) return std::unexpected(joined.error());
+      comm = std::move(*joined);
+      s.comm = comm.get();
     }
 
     const auto t1 = Clock::now();
