@@ -9,7 +9,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <mutex>
+#include <stdexcept>
+#include <thread>
 #include <utility>
 
 #if __has_include(<torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>) && defined(USE_C10D_GLOO)
@@ -147,12 +150,13 @@ bool IsLoopback(const std::string& host) { return host == "127.0.0.1" || host ==
 
 Result<std::unique_ptr<Collective>> ConnectGloo(const RendezvousPlan& plan) {
   const std::chrono::milliseconds timeout(plan.timeout_seconds * 1000);
+  const std::chrono::milliseconds rendezvous_timeout(std::max<std::int64_t>(plan.timeout_seconds, 300) * 1000);
   try {
     c10::intrusive_ptr<c10d::Store> store;
     auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
     if (!plan.file_store.empty()) {
       store = c10::make_intrusive<c10d::FileStore>(plan.file_store, plan.world);
-      store->setTimeout(timeout);
+      store->setTimeout(rendezvous_timeout);
       opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     } else {
       c10d::TCPStoreOptions so;
@@ -160,7 +164,7 @@ Result<std::unique_ptr<Collective>> ConnectGloo(const RendezvousPlan& plan) {
       so.isServer = plan.rank == 0;
       so.numWorkers = static_cast<std::size_t>(plan.world);
       so.waitWorkers = false;
-      so.timeout = timeout;
+      so.timeout = rendezvous_timeout;
       store = c10::make_intrusive<c10d::TCPStore>(plan.host, so);
       if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0') {
         opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
@@ -169,6 +173,18 @@ Result<std::unique_ptr<Collective>> ConnectGloo(const RendezvousPlan& plan) {
       } else {
         opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
       }
+    }
+    // The ranks start at different times (process start, data loading), so
+    // they first meet at the store with the rendezvous deadline; the group's
+    // own connection setup then runs under the collective timeout.
+    const auto deadline = std::chrono::steady_clock::now() + rendezvous_timeout;
+    store->add("trainq/arrived", 1);
+    while (store->add("trainq/arrived", 0) < plan.world) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw std::runtime_error("not every rank arrived within " + std::to_string(rendezvous_timeout.count() / 1000) +
+                                 " s");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // a poll interval
     }
     opts->threads = 2;
     auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, plan.rank, plan.world, opts);

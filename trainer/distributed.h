@@ -29,7 +29,7 @@ struct RendezvousPlan {
   std::string file_store;  // rendezvous auto: a FileStore path shared by the local ranks
   std::string host;        // env / tcp://: the TCPStore of rank 0
   int port = 0;
-  std::int64_t timeout_seconds = 300;  // rendezvous and each collective
+  std::int64_t timeout_seconds = 300;  // each collective; the rendezvous waits max(this, 300 s)
 };
 
 // What a rank has spent on communication so far.

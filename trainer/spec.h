@@ -130,7 +130,7 @@ struct DistributedSpec {
   std::int64_t every_n_epochs = 0;
   std::string shuffle = "total";   // total | blocks | within_blocks | both | none
   std::string rendezvous = "auto"; // auto | env | tcp://HOST:PORT
-  std::int64_t timeout_seconds = 300;  // rendezvous and each collective
+  std::int64_t timeout_seconds = 300;  // each collective; the rendezvous waits max(this, 300 s)
   std::string where;               // file:line of the section, for messages
 
   bool GradientSync() const { return mode == "synchronous" && every_n_epochs == 0; }
