@@ -69,6 +69,8 @@ class DataParallel {
   Status Finish();
   // Communication since the last call (for the per-epoch metric lines).
   CommStats TakeEpochStats();
+  // Communication of the whole run so far.
+  CommStats TotalStats() const { return comm_.stats(); }
 
  private:
   std::vector<torch::Tensor> State() const;  // parameters then buffers

@@ -552,6 +552,14 @@ Done GroupTrainer::Finish() {
   if (dp_) {
     if (auto st = dp_->Finish(); !st) return Failure(kExitDistributed, "distributed: " + st.error().message);
     if (!lead()) return {};  // rank 0 evaluates and reports
+    // The run's totals: in the asynchronous modes a merge can come after rank
+    // 0's last epoch line, and the final mean comes after every epoch.
+    const CommStats total = dp_->TotalStats();
+    const std::int64_t epoch = reps_[0].epochs_run;
+    if (auto w = Write(0, "dist_bytes_sent_total", static_cast<double>(total.bytes_sent), epoch, "train", false); !w) {
+      return w;
+    }
+    if (auto w = Write(0, "dist_comm_seconds_total", total.seconds, epoch, "train", false); !w) return w;
   }
   const TensorSet* final_set = nullptr;
   std::string final_split;
