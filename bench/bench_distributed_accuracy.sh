@@ -40,14 +40,16 @@ modes=(
 )
 for entry in "${modes[@]}"; do
   for ((s = 1; s <= seeds; ++s)); do
+    rm -f "$work/m.jsonl"  # trainq-train appends
     "$bin" "$spec" -q --seed "$s" --set "trainer.epochs=$epochs" --set "distributed=${entry#*|}" \
-      --metrics-file "$work/m.jsonl" >/dev/null
+      --metrics-file "$work/m.jsonl" >/dev/null 2>&1
     echo "${entry%%|*}	$(acc "$work/m.jsonl")" >>"$work/acc"
   done
 done
 for ((i = 1; i <= repeat; ++i)); do
+  rm -f "$work/m.jsonl"
   "$bin" "$spec" -q --seed 1 --set "trainer.epochs=$epochs" \
-    --set "distributed={workers: 2, mode: partially_asynchronous}" --metrics-file "$work/m.jsonl" >/dev/null
+    --set "distributed={workers: 2, mode: partially_asynchronous}" --metrics-file "$work/m.jsonl" >/dev/null 2>&1
   echo "partially_asynchronous seed 1 again	$(acc "$work/m.jsonl")" >>"$work/acc"
 done
 
