@@ -300,6 +300,8 @@ bool GangMember::Step() {
   if (done_) return false;
   TimeMs now = clock_.Now();
   if (!started_) {
+    // Waiting for node 0's address: ask five times a second, not every pass.
+    if (run_.node_rank != 0 && last_beat_ms_ > 0 && now - last_beat_ms_ < 200) return true;
     if (run_.node_rank == 0 && layout_.master_port == 0) {
       auto addr = AddressTowards(config_.server);
       auto port = FreeTcpPort();
