@@ -432,8 +432,6 @@ TEST_CASE("manifest: the file name in messages is the one given", "[manifest][er
   CHECK_THAT(m.error().message, Catch::StartsWith("sub/other.yaml:1: version:"));
 }
 
-}  // namespace
-}  // namespace trainq
 
 TEST_CASE("manifest: resources.nodes and processes_per_node make a gang", "[manifest][gang]") {
   auto m = ParseManifest("version: 1\n"
@@ -486,3 +484,6 @@ TEST_CASE("manifest: bad gang sizes name the file, line and key", "[manifest][ga
   CHECK_THAT(ErrorOf("version: 1\nexperiments:\n  a:\n    command: x\n    resources: {node: 2}\n"),
              Catch::StartsWith("trainq.yaml:5: experiments.a.resources.node: unknown key"));
 }
+
+}  // namespace
+}  // namespace trainq
