@@ -261,10 +261,10 @@ std::string UnservableOnly(Store& store, const Fleet& fleet,
   std::int64_t runs = 0;
   std::string why;
   for (const auto& d : *demand) {
-    if (PoolForDemand(fleet.pools(), d.pool, d.gpus)) return "";
+    if (PoolForDemand(fleet.pools(), d.pool, d.gpus, d.nodes)) return "";
     runs += d.runnable;
     why += (why.empty() ? "" : "; ") + std::to_string(d.runnable) + " run(s): " +
-           UnservableReason(fleet.pools(), d.pool, d.gpus);
+           UnservableReason(fleet.pools(), d.pool, d.gpus, d.nodes);
   }
   return std::to_string(runs) + " queued run(s) can never start (" + why + ")";
 }

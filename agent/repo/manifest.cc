@@ -72,6 +72,32 @@ class Parser : public YamlReader {
     return ApplyRest(map, path, e);
   }
 
+  // resources.nodes / processes_per_node: a gang run (README "Runs over
+  // several processes and machines").
+  Status ApplyGang(const YAML::Node& n, const std::string& rp, Experiment& e) const {
+    if (auto k = n["nodes"]) {
+      ASSIGN_OR_RETURN(auto v, Int(k, rp + ".nodes", 1, "a positive integer (machines)"));
+      if (v > kMaxGangNodes) {
+        return Err(k, rp + ".nodes", "at most " + std::to_string(kMaxGangNodes) +
+                                         " machines, got " + Show(k));
+      }
+      e.nodes = static_cast<int>(v);
+      e.gang = true;
+    }
+    if (auto k = n["processes_per_node"]) {
+      ASSIGN_OR_RETURN(auto v, Int(k, rp + ".processes_per_node", 1,
+                                   "a positive integer (processes on each machine)"));
+      if (v > kMaxProcessesPerNode) {
+        return Err(k, rp + ".processes_per_node",
+                   "at most " + std::to_string(kMaxProcessesPerNode) + " processes, got " +
+                       Show(k));
+      }
+      e.processes_per_node = static_cast<int>(v);
+      e.gang = true;
+    }
+    return {};
+  }
+
   Result<double> Positive(const YAML::Node& n, const std::string& path) const {
     if (!n.IsScalar()) return Err(n, path, "expected a positive number, got " + Show(n));
     char* end = nullptr;
@@ -136,11 +162,12 @@ class Parser : public YamlReader {
     if (auto n = map["resources"]) {
       std::string rp = path + ".resources";
       if (!n.IsMap()) return Err(n, rp, "expected a mapping such as {gpus: 1}, got " + Show(n));
-      TRY(CheckKeys(n, rp, {"gpus", "pool"}));
+      TRY(CheckKeys(n, rp, {"gpus", "pool", "nodes", "processes_per_node"}));
       if (auto g = n["gpus"]) {
         ASSIGN_OR_RETURN(auto v, Int(g, rp + ".gpus", 0, "a non-negative integer"));
         e.gpus = static_cast<int>(v);
       }
+      TRY(ApplyGang(n, rp, e));
       if (auto p = n["pool"]) {
         if (!p.IsScalar() || p.Scalar().empty()) {
           return Err(p, rp + ".pool", "expected a pool name such as gpu, got " + Show(p));
@@ -246,6 +273,11 @@ BatchSpec Experiment::ToBatchSpec(std::string reason) const {
                       {"resources", {{"gpus", gpus}}}, {"timeout_s", timeout_s},
                       {"max_attempts", max_attempts}};
   if (!pool.empty()) j["resources"]["pool"] = pool;
+  if (gang) {
+    // Read by the store (json_extract) when it leases: a gang is leased whole.
+    j["resources"]["nodes"] = nodes;
+    j["resources"]["processes_per_node"] = processes_per_node;
+  }
   if (baseline != "auto") j["baseline"] = baseline;
   if (metric.min_effect) j["metric"]["min_effect"] = *metric.min_effect;
   if (adaptive) {

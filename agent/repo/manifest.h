@@ -43,6 +43,12 @@ struct Experiment {
   MetricSpec metric;
   int gpus = 0;
   std::string pool;  // resources.pool: the machine pool that runs it; "" = any
+  // resources.nodes / processes_per_node: one run is `nodes` machines leased
+  // together, each running `processes_per_node` processes with torchrun's
+  // variables (a gang). `gang` is true when either key is written.
+  bool gang = false;
+  int nodes = 1;
+  int processes_per_node = 1;
   std::int64_t timeout_s = 7200;
   int max_attempts = 3;
   // What a batch of it is compared with when no batch exists at the base
@@ -60,6 +66,9 @@ struct Experiment {
   // The batch this experiment becomes at a commit.
   BatchSpec ToBatchSpec(std::string reason) const;
 };
+
+inline constexpr int kMaxGangNodes = 1024;
+inline constexpr int kMaxProcessesPerNode = 256;
 
 struct Manifest {
   int version = 1;
