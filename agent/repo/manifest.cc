@@ -377,9 +377,9 @@ Result<Manifest> ParseManifest(std::string_view text, std::string_view filename)
       // A swept command's plain batch (submit, pushes) runs the sweep's
       // first explicit point; without one it has no plain batch.
       if (!e.command.empty() && !spec.points.empty()) {
-        auto filled = CompletePoint(spec, spec.points[0]).and_then([&](const nlohmann::json& pt) {
-          return FillSweepCommand(e.command, pt, name);
-        });
+        auto point = CompletePoint(spec, spec.points[0]);
+        if (!point) return p.Err(sw["points"], path + ".sweep.points", point.error().message);
+        auto filled = FillSweepCommand(e.command, *point, name);
         if (!filled) return p.Err(sw["points"], path + ".sweep.points", filled.error().message);
         e.sweep_default_command = *filled;
         e.definition += " @ " + *filled;
