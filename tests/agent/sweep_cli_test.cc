@@ -175,7 +175,7 @@ TEST_CASE("sweep cli: submit runs a swept command at its first explicit point or
 
 // Regression (branch sweep, 5917d78): ${VAR} in a sweep's command was
 // refused as an unknown placeholder; it is the shell's.
-TEST_CASE("sweep cli: the shell's ${VAR} in a swept command is left to the shell",
+TEST_CASE("sweep cli: the shell's dollar-brace variables in a swept command are left to the shell",
           "[sweep][cli]") {
   testing::TempDir tmp;
   testing::GitFixture git{tmp / "repo"};
