@@ -550,6 +550,10 @@ class Store {
   Result<SweepPointRow> AddSweepPoint(const SweepPointRow& p, TimeMs now);
   Status SetSweepPointBatch(std::int64_t sweep_id, int idx, std::int64_t batch_id);
   Result<std::vector<SweepPointRow>> SweepPoints(std::int64_t sweep_id);  // by idx
+  // A short text that changes whenever a running sweep may have something to
+  // do: a sweep starts, resumes or stops, a point lacks its batch, or a run
+  // of a running sweep's point ends. One indexed query (the serve loop's poll).
+  Result<std::string> SweepActivity();
   // ==== end of sweeps =========================================================
 };
 

@@ -60,8 +60,19 @@ struct Experiment {
   int trainer_line = 0;
   int watch_line = 0;
   std::string definition;    // its YAML, normalised: compared across commits
+  // `sweep:` (agent/repo/sweep_spec.h). A swept `command:` has `{name}`
+  // placeholders that only a sweep point fills: its plain batch (submit,
+  // pushes, baselines) runs the first explicit point of the sweep, filled in
+  // here, and without one it has no plain batch. A swept `trainer:` runs its
+  // spec as written (the spec is its default point).
+  bool swept = false;
+  std::string sweep_default_command;
 
-  // The shell command a run executes (a trainer experiment runs trainq-train).
+  // Why this experiment gets no plain batch, or nothing when it does.
+  std::optional<std::string> NoPlainBatch() const;
+
+  // The shell command a run executes (a trainer experiment runs trainq-train;
+  // a swept command its default point).
   std::string ResolvedCommand() const;
   // The batch this experiment becomes at a commit.
   BatchSpec ToBatchSpec(std::string reason) const;
