@@ -344,9 +344,10 @@ std::pair<double, int> Wilcoxon(const std::vector<double>& d) {
   return {std::min(1.0, 2 * std::min(lo, hi) / all), static_cast<int>(n)};
 }
 
-std::string Fmt(const char* f, double a, double b = 0, double c = 0) {
-  char buf[128];
-  std::snprintf(buf, sizeof buf, f, a, b, c);
+template <typename... A>
+std::string Fmt(const char* f, A... a) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, f, static_cast<double>(a)...);
   return buf;
 }
 
