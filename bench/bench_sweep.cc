@@ -32,7 +32,8 @@
 // Run by hand, one objective and noise level at a time:
 //   build/bench/bench_sweep --objective branin --noise 0.5 --reps 20 --out bench/results/sweep
 // --out writes per-sweep rows and regret-vs-runs curves (every 10% of the
-// budget) as CSV.
+// budget) as CSV; --strategies and --first-seed split a long run into parts,
+// and bench/sweep_report.py merges the parts into the README's tables.
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -362,7 +363,7 @@ std::vector<std::string> Split(const std::string& s) {
 int Usage() {
   std::fprintf(stderr,
                "usage: bench_sweep [--objective branin|hartmann6|digits] [--noise SD[,SD...]] "
-               "[--reps N] [--budget RUNS] [--strategies random,gp-naive,tpe,trainq,trainq-adaptive] "
+               "[--reps N] [--first-seed S] [--budget RUNS] [--strategies random,gp-naive,tpe,trainq,trainq-adaptive] "
                "[--data digits_grid.csv] [--out DIR]\n");
   return 2;
 }
@@ -370,13 +371,14 @@ int Usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 20, budget = 0;
+  int reps = 20, budget = 0, first = 1;
   std::string objective = "branin", noise_arg, out_dir;
   std::string data = std::string(TRAINQ_BENCH_DIR) + "/data/digits_grid.csv";
   std::vector<std::string> strategies = {"random", "gp-naive", "tpe", "trainq", "trainq-adaptive"};
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    else if (a == "--first-seed") first = std::atoi(argv[i + 1]);
     else if (a == "--budget") budget = std::atoi(argv[i + 1]);
     else if (a == "--objective") objective = argv[i + 1];
     else if (a == "--noise") noise_arg = argv[i + 1];
@@ -409,12 +411,13 @@ int main(int argc, char** argv) {
   else for (const auto& s : Split(noise_arg)) noises.push_back(std::atof(s.c_str()));
 
   for (double noise : noises) {
-    std::printf("\n%s (max %.6g), noise %s %g, budget %d runs, %d sweep seeds\n",
+    std::printf("\n%s (max %.6g), noise %s %g, budget %d runs, sweep seeds %d..%d\n",
                 obj->name().c_str(), obj->optimum(),
-                obj->name() == "digits" ? "scale" : "sigma0", noise, budget, reps);
+                obj->name() == "digits" ? "scale" : "sigma0", noise, budget, first,
+                first + reps - 1);
     std::map<std::string, std::vector<Outcome>> res;
     for (const auto& s : strategies) {
-      for (int r = 1; r <= reps; ++r) {
+      for (int r = first; r < first + reps; ++r) {
         res[s].push_back(RunSweep(*obj, s, static_cast<std::uint64_t>(r), noise, budget));
       }
     }
@@ -464,7 +467,9 @@ int main(int argc, char** argv) {
     }
     if (!out_dir.empty()) {
       std::filesystem::create_directories(out_dir);
-      std::string tag = obj->name() + "_" + Fmt("%g", noise);
+      std::string tag = obj->name() + "_" + Fmt("%g", noise) + "_" + strategies.front() +
+                        (strategies.size() > 1 ? "+" : "") + "_s" +
+                        std::to_string(first) + "-" + std::to_string(first + reps - 1);
       std::ofstream sw(out_dir + "/sweeps_" + tag + ".csv");
       sw << "objective,noise,strategy,sweep_seed,final_regret,claim,truth,se,pick_seeds,runs,"
             "points\n";
@@ -473,7 +478,7 @@ int main(int argc, char** argv) {
       for (const auto& s : strategies) {
         for (int r = 0; r < reps; ++r) {
           const auto& o = res[s][static_cast<std::size_t>(r)];
-          sw << obj->name() << ',' << noise << ',' << s << ',' << r + 1 << ','
+          sw << obj->name() << ',' << noise << ',' << s << ',' << first + r << ','
              << Fmt("%.10g,%.10g,%.10g,%.6g", o.final_regret, o.claim, o.truth, o.se) << ','
              << o.pick_n << ',' << o.runs << ',' << o.points << '\n';
           for (int j = 1; j <= 10; ++j) {
@@ -482,7 +487,7 @@ int main(int argc, char** argv) {
             for (const auto& [runs, rg] : o.trace) {
               if (runs <= c) reg = rg;
             }
-            cu << obj->name() << ',' << noise << ',' << s << ',' << r + 1 << ',' << c << ','
+            cu << obj->name() << ',' << noise << ',' << s << ',' << first + r << ',' << c << ','
                << Fmt("%.10g", reg) << '\n';
           }
         }
