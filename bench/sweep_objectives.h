@@ -76,7 +76,7 @@ class BraninObjective : public SyntheticObjective {
  public:
   std::string name() const override { return "branin"; }
   std::vector<SweepParam> params() const override;
-  double optimum() const override { return -0.397887; }
+  double optimum() const override { return -0.39788735772973816; }
   double True(const nlohmann::json& p) const override;
   int budget() const override { return 100; }
   int initial() const override { return 10; }
@@ -90,7 +90,7 @@ class Hartmann6Objective : public SyntheticObjective {
  public:
   std::string name() const override { return "hartmann6"; }
   std::vector<SweepParam> params() const override;
-  double optimum() const override { return 3.32237; }
+  double optimum() const override { return 3.322368011415515; }
   double True(const nlohmann::json& p) const override;
   int budget() const override;
   int initial() const override { return 12; }
