@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -388,6 +389,7 @@ int main(int argc, char** argv) {
     else return Usage();
   }
   if (argc % 2 == 0) return Usage();
+  std::signal(SIGPIPE, SIG_IGN);  // a dead Optuna child: a clear message, not a silent kill
   std::unique_ptr<Objective> obj;
   try {
     if (objective == "branin") obj = std::make_unique<BraninObjective>();
