@@ -762,8 +762,10 @@ Status Store::Complete(std::int64_t run_id, std::int64_t token, TimeMs now, doub
       auto state = StateOf(q.Text(0));
       bool same_lease = q.Int(1) == token;
       std::string last_error = q.Text(2);
+      // Also a run returned from a lost machine (its worker came back).
       bool expired = last_error.starts_with(kExpiredMarker) ||
-                     last_error.starts_with("interrupted: " + std::string(kExpiredMarker));
+                     last_error.starts_with("interrupted: " + std::string(kExpiredMarker)) ||
+                     last_error.starts_with("interrupted: machine lost: ");
       // The lease expired (the worker stalled, the server was away), nobody
       // else holds the run: the command's success stands.
       if (!(same_lease && expired &&

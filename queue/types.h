@@ -130,6 +130,9 @@ struct BatchProgress {
   bool active() const;  // anything left to run
 };
 
+// MachineRow::last_error of a machine the fleet marked lost (state `failed`).
+inline constexpr std::string_view kLostPrefix = "lost: ";
+
 struct MachineRow {
   std::int64_t id = 0;
   std::string pool;
@@ -148,6 +151,7 @@ struct MachineRow {
   std::optional<TimeMs> ready_ms;      // its worker registered
   std::optional<TimeMs> last_busy_ms;  // it last took, ran or finished a run
   std::optional<TimeMs> stopped_ms;
+  bool lost() const { return state == "failed" && last_error.starts_with(kLostPrefix); }
   // Computed on read:
   int live_leases = 0;     // leased/running runs on it
   int runs_done = 0;       // succeeded runs on it

@@ -196,7 +196,8 @@ class ConfigParser : public YamlReader {
     if (!n.IsMap()) return Err(n, path, "expected a mapping, got " + Show(n));
     TRY(CheckKeys(n, path,
                   {"name", "provider", "min", "max", "slots", "gpus", "runs_per_gpu", "fuse_max",
-                   "idle_grace", "boot_timeout", "orphan_timeout", "self_stop", "hourly_cost",
+                   "idle_grace", "boot_timeout", "lost_after", "orphan_timeout", "self_stop",
+                   "hourly_cost",
                    "token", "params", "env_passthrough", "allow_loopback", "failing_after",
                    "min_bill", "budget", "list_interval", "list_interval_idle", "boot_backoff"}));
     PoolSpec p;
@@ -250,6 +251,9 @@ class ConfigParser : public YamlReader {
     }
     if (auto v = n["boot_timeout"]) {
       ASSIGN_OR_RETURN(p.scaling.boot_timeout_ms, DurationMs(v, path + ".boot_timeout"));
+    }
+    if (auto v = n["lost_after"]) {
+      ASSIGN_OR_RETURN(p.scaling.lost_after_ms, ZeroOrDurationMs(v, path + ".lost_after"));
     }
     if (auto v = n["orphan_timeout"]) {
       ASSIGN_OR_RETURN(p.orphan_timeout_ms, DurationMs(v, path + ".orphan_timeout"));

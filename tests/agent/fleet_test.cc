@@ -7,6 +7,8 @@
 #include "cloud/provider.h"
 #include "core/clock.h"
 #include "queue/store.h"
+#include "core/http_client.h"
+#include "tests/support/fake_ec2.h"
 #include "tests/support/temp_dir.h"
 
 namespace trainq {
@@ -319,6 +321,225 @@ TEST_CASE("fleet: provider List() calls per hour, idle and booting, before and a
   CHECK(idle_after >= 25);
   CHECK(booting_after <= 300);
   CHECK(booting_after >= 200);
+}
+
+}  // namespace
+}  // namespace trainq
+
+namespace trainq {
+namespace {
+
+// A machine of the fixture's pool that registered (by the name the fleet gave
+// it) and leased one run.
+struct Registered {
+  MachineRow machine;
+  LeasedRun run;
+};
+Registered RegisterAndLease(FleetFixture& f, TimeMs lease_ms) {
+  auto live = f.store.Machines(false);
+  REQUIRE(live);
+  REQUIRE(live->size() == 1);
+  Store::WorkerRegistration r;
+  r.pool = "gpu";
+  r.name = live->front().name;
+  r.hostname = "gpu-host";
+  auto m = f.store.RegisterWorker(r, f.clock.Now());
+  REQUIRE(m);
+  auto leased = f.store.LeaseForMachine(m->id, {}, f.clock.Now(), lease_ms);
+  REQUIRE(leased);
+  REQUIRE(leased->size() == 1);
+  return {*m, leased->front()};
+}
+
+TEST_CASE("fleet: a machine whose worker goes silent is lost, stopped through its provider, "
+          "its run back in the queue with no attempt used, and replaced",
+          "[fleet][lost]") {
+  FleetFixture f;
+  Fleet fleet = f.Make([](PoolSpec& p) {
+    p.scaling.max = 1;
+    p.scaling.lost_after_ms = 45'000;
+  });
+  f.Queue(2);
+  REQUIRE(fleet.Step());
+  REQUIRE(f.provider->running().size() == 1);
+  const std::string first = f.provider->running().front();
+  // The lease (20 s) expires before the machine is taken for lost (45 s):
+  // the expiry charges an attempt, the loss gives it back.
+  auto [machine, run] = RegisterAndLease(f, 20'000);
+  Run(f, fleet, 30'000);
+  CHECK(f.store.Run(run.run_id).value()->state == RunState::kFailed);
+  CHECK(f.store.Machine(machine.id).value()->state == "ready");  // 30 s: not yet
+  Run(f, fleet, 17'000);
+  auto m = f.store.Machine(machine.id).value();
+  CHECK(m->state == "failed");
+  CHECK(m->lost());
+  CHECK_THAT(m->last_error, Catch::Contains("lost: worker silent for 4"));
+  auto r = f.store.Run(run.run_id).value();
+  CHECK(r->state == RunState::kQueued);
+  CHECK(r->attempts == 0);
+  CHECK_THAT(r->last_error, Catch::Contains("machine lost: worker silent"));
+  // Stopped through the provider, and a new machine booted for the queue.
+  bool stopped = false;
+  for (const auto& c : f.provider->calls()) {
+    stopped = stopped || (c.kind == cloud::FakeProvider::Call::Kind::kStop && c.arg == first);
+  }
+  CHECK(stopped);
+  REQUIRE(f.provider->running().size() == 1);
+  CHECK(f.provider->running().front() != first);
+  auto lost = f.store.LostMachines(0);
+  REQUIRE(lost);
+  REQUIRE(lost->size() == 1);
+  CHECK(lost->front().id == machine.id);
+  // A late success from the lost machine's worker (it came back) still counts,
+  // since nobody leased the run again.
+  REQUIRE(f.store.Complete(run.run_id, run.token, f.clock.Now(), 0.9));
+  CHECK(f.store.Run(run.run_id).value()->state == RunState::kSucceeded);
+}
+
+TEST_CASE("fleet: a worker that keeps calling is never lost, and silence while serve was stalled "
+          "does not count",
+          "[fleet][lost]") {
+  FleetFixture f;
+  Fleet fleet = f.Make([](PoolSpec& p) {
+    p.scaling.max = 1;
+    p.scaling.lost_after_ms = 45'000;
+  });
+  f.Queue(1);
+  REQUIRE(fleet.Step());
+  auto [machine, run] = RegisterAndLease(f, 60'000);
+  for (int i = 0; i < 20; ++i) {  // 200 s, a heartbeat every 10 s
+    REQUIRE(f.store.Heartbeat(run.run_id, run.token, f.clock.Now(), 60'000));
+    REQUIRE(f.store.TouchWorker(machine.id, f.clock.Now(), true));
+    Run(f, fleet, 10'000);
+  }
+  CHECK(f.store.Machine(machine.id).value()->state == "ready");
+  // serve stalls for 10 minutes (no pass, no request answered) ...
+  f.clock.Advance(600'000);
+  Run(f, fleet, 40'000);
+  // ... so the worker's silence counts from serve's return, not from its last call.
+  CHECK(f.store.Machine(machine.id).value()->state == "ready");
+  Run(f, fleet, 10'000);
+  CHECK(f.store.Machine(machine.id).value()->lost());
+}
+
+TEST_CASE("fleet: a run that has lost max_attempts machines is charged for the next one",
+          "[fleet][lost]") {
+  FleetFixture f;
+  Fleet fleet = f.Make([](PoolSpec& p) {
+    p.scaling.max = 1;
+    p.scaling.lost_after_ms = 45'000;
+  });
+  BatchSpec b;
+  b.experiment = "crashes-its-host";
+  b.command = "true";
+  b.repeats = 1;
+  b.max_attempts = 2;
+  CommitInfo c;
+  c.sha = std::string(40, 'b');
+  c.message = "m";
+  REQUIRE(f.store.Submit("/repos/demo", c, {b}, f.clock.Now()));
+  std::int64_t run_id = 0;
+  for (int round = 1; round <= 4; ++round) {
+    INFO("machine " << round);
+    // Past any boot back-off, until the replacement is up.
+    for (int i = 0; i < 600 && f.provider->running().empty(); ++i) Run(f, fleet, 1000);
+    auto [machine, run] = RegisterAndLease(f, 600'000);
+    run_id = run.run_id;
+    Run(f, fleet, 46'000);
+    REQUIRE(f.store.Machine(machine.id).value()->lost());
+    auto r = f.store.Run(run_id).value();
+    if (round <= 2) {
+      CHECK(r->state == RunState::kQueued);
+      CHECK(r->attempts == 0);
+    } else if (round == 3) {
+      CHECK(r->state == RunState::kFailed);
+      CHECK(r->attempts == 1);
+      CHECK_THAT(r->last_error, Catch::Contains("has now lost 3 machines: this attempt counts"));
+      f.clock.Advance(60'000);  // past the retry back-off
+    } else {
+      CHECK(r->state == RunState::kDead);
+      CHECK(r->attempts == 2);
+    }
+  }
+}
+
+TEST_CASE("fleet with the EC2 provider: an instance whose worker never registers is lost at "
+          "boot_timeout, terminated, and replaced after the boot back-off",
+          "[fleet][lost][ec2]") {
+  testing::FakeEc2 ec2;
+  testing::TempDir tmp;
+  CurlHttpClient http;
+  SystemClock signing_clock;  // SigV4 dates are checked against the real time
+  WriteFile(tmp / "credentials",
+            "[trainq]\naws_access_key_id = AKIDEXAMPLE\n"
+            "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY\n")
+      .value();
+  auto provider = cloud::MakeProvider(
+      "ec2",
+      {{"region", "us-east-1"},
+       {"image", "ami-0abcdef1234567890"},
+       {"instance_type", "g5.xlarge"},
+       {"endpoint", ec2.url()},
+       {"credentials_file", tmp / "credentials"},
+       {"profile", "trainq"}},
+      cloud::ProviderDeps{nullptr, &http, &signing_clock, ""});
+  REQUIRE(provider);
+  FakeClock clock{1'000'000};
+  auto store = Store::Open(tmp / "t.db").value();
+  PoolSpec spec;
+  spec.scaling.name = "gpu";
+  spec.scaling.max = 1;
+  spec.scaling.boot_timeout_ms = 5 * 60'000;
+  spec.scaling.boot_backoff_ms = 60'000;
+  spec.provider = "ec2";
+  spec.params["server_url"] = "http://10.0.0.1:8080";
+  std::vector<FleetPool> pools;
+  pools.push_back({spec, std::move(*provider)});
+  FleetOptions o;
+  o.instance = "tq1";
+  o.server_url = "http://10.0.0.1:8080";
+  o.trainq_path = "/usr/bin/trainq";
+  o.data_dir = tmp / "data";
+  Fleet fleet(store, clock, std::move(pools), o);
+  BatchSpec b;
+  b.experiment = "mlp";
+  b.command = "true";
+  b.repeats = 2;
+  CommitInfo c;
+  c.sha = std::string(40, 'a');
+  c.message = "m";
+  REQUIRE(store.Submit("/repos/demo", c, {b}, clock.Now()));
+
+  // A pass every 5 s of fake time for 7 minutes: boot at 0, lost at 5 min,
+  // the next boot 1 min later.
+  for (int i = 0; i < 7 * 12; ++i) {
+    REQUIRE(fleet.Step());
+    clock.Advance(5'000);
+  }
+  auto instances = ec2.instances();
+  REQUIRE(instances.size() == 2);
+  CHECK(instances[0].state == "shutting-down");  // TerminateInstances
+  CHECK(instances[1].state != "shutting-down");
+  auto machines = store.Machines(true).value();
+  REQUIRE(machines.size() == 2);
+  CHECK(machines[0].provider_id == instances[0].id);
+  CHECK(machines[0].lost());
+  CHECK_THAT(machines[0].last_error,
+             Catch::Contains("lost: no worker registered within boot_timeout (5m00s)"));
+  CHECK(machines[1].state == "booting");
+  // The lost boot is a failed boot: the pool backs off before the next one.
+  auto states = store.PoolStates().value();
+  REQUIRE(states.size() == 1);
+  CHECK(states[0].failed_boots == 1);
+  CHECK(machines[1].created_ms - *machines[0].stopped_ms >= 60'000);
+  auto actions = ec2.actions();
+  CHECK(std::count(actions.begin(), actions.end(), "TerminateInstances") == 1);
+  CHECK(std::count(actions.begin(), actions.end(), "RunInstances") == 2);
+  // Runs were never leased: both still queued, no attempt used.
+  for (const auto& r : store.Runs(std::nullopt, std::nullopt, 0).value()) {
+    CHECK(r.state == RunState::kQueued);
+    CHECK(r.attempts == 0);
+  }
 }
 
 }  // namespace
