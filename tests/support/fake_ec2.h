@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "cloud/ec2_provider.h"
 #include "core/strings.h"
 #include "tests/support/http_server.h"
 
@@ -264,7 +265,7 @@ class FakeEc2 {
         return Ok("<GetConsoleOutputResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\">"
                   "<requestId>r</requestId><instanceId>" + i.id +
                   "</instanceId><timestamp>2026-11-22T04:10:00.000Z</timestamp><output>" +
-                  Base64Encode(console_output) + "</output></GetConsoleOutputResponse>");
+                  cloud::Base64Encode(console_output) + "</output></GetConsoleOutputResponse>");
       }
       return Error(400, "InvalidInstanceID.NotFound", "The instance ID does not exist");
     }
