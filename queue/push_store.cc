@@ -269,6 +269,14 @@ Result<std::vector<std::int64_t>> Store::FinishedPendingStatuses(int limit) {
   return Collect<std::int64_t>(s, [](const sql::Stmt& st) { return st.Int(0); });
 }
 
+Result<std::vector<Store::CommitStatus>> Store::PendingCommitStatuses(const std::string& prefix) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kStatusColumns +
+                                       " FROM commit_statuses WHERE state = 'pending' AND "
+                                       "substr(description, 1, ?) = ? ORDER BY batch_id"));
+  s.Bind(1, static_cast<std::int64_t>(prefix.size())).Bind(2, prefix);
+  return Collect<CommitStatus>(s, ReadStatus);
+}
+
 Status Store::SetCommitStatusWanted(std::int64_t batch_id, const std::string& state,
                                     const std::string& description, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
@@ -279,39 +287,94 @@ Status Store::SetCommitStatusWanted(std::int64_t batch_id, const std::string& st
   });
 }
 
-Result<std::vector<Store::CommitStatus>> Store::DueCommitStatuses(TimeMs now, int limit) {
-  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kStatusColumns +
-                                       " FROM commit_statuses WHERE gave_up = 0 AND "
-                                       "not_before_ms <= ? AND (state != posted_state OR "
-                                       "description != posted_description) "
-                                       "ORDER BY not_before_ms, batch_id LIMIT ?"));
-  s.Bind(1, now).Bind(2, limit);
-  return Collect<CommitStatus>(s, ReadStatus);
-}
-
-Status Store::CommitStatusPosted(std::int64_t batch_id, const std::string& state,
-                                 const std::string& description, TimeMs now) {
+Status Store::AddPushStatus(const CommitStatus& c, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
-    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE commit_statuses SET posted_state = ?, "
-                                         "posted_description = ?, attempts = 0, "
-                                         "last_error = '', updated_ms = ? WHERE batch_id = ?"));
-    return u.Bind(1, state).Bind(2, description).Bind(3, now).Bind(4, batch_id).Run();
+    ASSIGN_OR_RETURN(auto u,
+                     db_.Prepare("INSERT INTO push_statuses (push_id, repo_url, sha, context, "
+                                 "state, description, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                                 "ON CONFLICT (push_id) DO NOTHING"));
+    return u.Bind(1, c.push_id)
+        .Bind(2, c.repo_url)
+        .Bind(3, c.sha)
+        .Bind(4, c.context)
+        .Bind(5, c.state)
+        .Bind(6, c.description)
+        .Bind(7, now)
+        .Run();
   });
 }
 
-Status Store::CommitStatusFailed(std::int64_t batch_id, const std::string& error,
-                                 TimeMs not_before, bool give_up, TimeMs now) {
+Result<std::vector<Store::CommitStatus>> Store::DueCommitStatuses(TimeMs now, int limit) {
+  const std::string due =
+      " WHERE gave_up = 0 AND not_before_ms <= ? AND (state != posted_state OR "
+      "description != posted_description)";
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kStatusColumns +
+                                       ", 0 AS push_id FROM commit_statuses" + due +
+                                       " UNION ALL SELECT 0, " +
+                                       std::string(kStatusColumns).substr(10) +
+                                       ", push_id FROM push_statuses" + due +
+                                       " ORDER BY not_before_ms, batch_id, push_id LIMIT ?"));
+  s.Bind(1, now).Bind(2, now).Bind(3, limit);
+  return Collect<CommitStatus>(s, [](const sql::Stmt& st) {
+    auto c = ReadStatus(st);
+    c.push_id = st.Int(12);
+    return c;
+  });
+}
+
+namespace {
+
+// The row of a status: a batch's, or a failed push's.
+struct StatusRow {
+  std::string table;
+  std::string key;
+  std::int64_t id;
+};
+StatusRow RowOf(const Store::CommitStatus& s) {
+  if (s.push_id) return {"push_statuses", "push_id", s.push_id};
+  return {"commit_statuses", "batch_id", s.batch_id};
+}
+
+}  // namespace
+
+Status Store::CommitStatusPosted(const CommitStatus& c, const std::string& state,
+                                 const std::string& description, TimeMs now) {
+  auto row = RowOf(c);
   return sql::WithWriteTransaction(db_, [&]() -> Status {
-    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE commit_statuses SET attempts = attempts + 1, "
-                                         "last_error = ?, not_before_ms = ?, gave_up = ?, "
-                                         "updated_ms = ? WHERE batch_id = ?"));
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE " + row.table +
+                                         " SET posted_state = ?, posted_description = ?, "
+                                         "attempts = 0, last_error = '', updated_ms = ? WHERE " +
+                                         row.key + " = ?"));
+    return u.Bind(1, state).Bind(2, description).Bind(3, now).Bind(4, row.id).Run();
+  });
+}
+
+Status Store::CommitStatusFailed(const CommitStatus& c, const std::string& error,
+                                 TimeMs not_before, bool give_up, TimeMs now) {
+  auto row = RowOf(c);
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE " + row.table +
+                                         " SET attempts = attempts + 1, last_error = ?, "
+                                         "not_before_ms = ?, gave_up = ?, updated_ms = ? WHERE " +
+                                         row.key + " = ?"));
     return u.Bind(1, error)
         .Bind(2, not_before)
         .Bind(3, give_up ? 1 : 0)
         .Bind(4, now)
-        .Bind(5, batch_id)
+        .Bind(5, row.id)
         .Run();
   });
+}
+
+Result<std::optional<Store::CommitStatus>> Store::GetPushStatus(std::int64_t push_id) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT 0, " + std::string(kStatusColumns).substr(10) +
+                                       " FROM push_statuses WHERE push_id = ?"));
+  s.Bind(1, push_id);
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  if (!row) return std::optional<CommitStatus>();
+  auto c = ReadStatus(s);
+  c.push_id = push_id;
+  return std::optional<CommitStatus>(c);
 }
 
 Result<std::optional<Store::CommitStatus>> Store::GetCommitStatus(std::int64_t batch_id) {

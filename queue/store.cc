@@ -326,6 +326,27 @@ CREATE TABLE pool_state (
   updated_ms INTEGER NOT NULL DEFAULT 0
 );
 )sql",
+    // 9 -> 10: the commit status of a push that failed before queueing
+    // anything (a fetch error, a bad trainq.yaml): there is no batch to hang
+    // it on, so it is keyed by the push.
+    R"sql(
+CREATE TABLE push_statuses (
+  push_id INTEGER PRIMARY KEY REFERENCES pushes(id),
+  repo_url TEXT NOT NULL,
+  sha TEXT NOT NULL,
+  context TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('pending', 'success', 'failure', 'error')),
+  description TEXT NOT NULL DEFAULT '',
+  posted_state TEXT NOT NULL DEFAULT '',
+  posted_description TEXT NOT NULL DEFAULT '',
+  attempts INTEGER NOT NULL DEFAULT 0,
+  not_before_ms INTEGER NOT NULL DEFAULT 0,
+  gave_up INTEGER NOT NULL DEFAULT 0,
+  last_error TEXT NOT NULL DEFAULT '',
+  updated_ms INTEGER NOT NULL
+);
+CREATE INDEX push_statuses_due ON push_statuses (gave_up, not_before_ms);
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 
@@ -1072,6 +1093,27 @@ Result<std::vector<RunRow>> Store::Runs(std::optional<std::int64_t> batch_id,
     ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
     out.push_back(ReadRunRow(s));
+  }
+  return out;
+}
+
+Result<std::vector<TimeMs>> Store::RecentRunDurations(std::int64_t batch_id, int limit) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT r.finished_ms - r.started_ms FROM runs r "
+                                       "JOIN batches b ON b.id = r.batch_id "
+                                       "JOIN commits c ON c.id = b.commit_id "
+                                       "JOIN batches me ON me.id = ?1 "
+                                       "JOIN commits mc ON mc.id = me.commit_id "
+                                       "WHERE r.state = 'succeeded' AND r.started_ms IS NOT NULL "
+                                       "AND r.finished_ms IS NOT NULL "
+                                       "AND b.experiment = me.experiment "
+                                       "AND c.repo_id = mc.repo_id "
+                                       "ORDER BY r.finished_ms DESC, r.id DESC LIMIT ?2"));
+  s.Bind(1, batch_id).Bind(2, static_cast<std::int64_t>(limit));
+  std::vector<TimeMs> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back(std::max<TimeMs>(0, s.Int(0)));
   }
   return out;
 }

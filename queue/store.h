@@ -43,7 +43,7 @@ struct StoreOptions {
 
 class Store {
  public:
-  static inline constexpr int kSchemaVersion = 9;
+  static inline constexpr int kSchemaVersion = 10;
 
   static Result<Store> Open(const std::string& path, StoreOptions options = {});
   Store(Store&&) = default;
@@ -114,6 +114,10 @@ class Store {
   Result<std::vector<RunRow>> Runs(std::optional<std::int64_t> batch_id,
                                    std::optional<RunState> state, int limit);
   Result<std::optional<RunRow>> Run(std::int64_t run_id);
+  // How long the last `limit` succeeded runs of experiment `experiment` in
+  // the repository of batch `batch_id` took (their last attempt), newest
+  // first: what `trainq status` estimates a batch's end from.
+  Result<std::vector<TimeMs>> RecentRunDurations(std::int64_t batch_id, int limit);
   // Runs that ended an attempt (succeeded, failed, dead) after the cursor
   // (finished_ms, id), oldest first: `trainq serve` logs each outcome once,
   // whichever worker reported it.
@@ -200,7 +204,8 @@ class Store {
                     TimeMs now);
 
   struct CommitStatus {
-    std::int64_t batch_id = 0;
+    std::int64_t batch_id = 0;     // the batch it reports on; 0 for a push's status
+    std::int64_t push_id = 0;      // a failed push's status (no batch); 0 for a batch's
     std::string repo_url;          // the repository as configured
     std::string sha;
     std::string context;           // "trainq/<experiment>"
@@ -217,16 +222,24 @@ class Store {
   Status AddCommitStatus(const CommitStatus& s, TimeMs now);
   // Batches whose wanted status is still pending but whose runs have all ended.
   Result<std::vector<std::int64_t>> FinishedPendingStatuses(int limit);
+  // Batches' statuses wanted `pending` whose description starts with `prefix`.
+  Result<std::vector<CommitStatus>> PendingCommitStatuses(const std::string& prefix);
   // Sets the wanted (final) state; attempts start over.
   Status SetCommitStatusWanted(std::int64_t batch_id, const std::string& state,
                                const std::string& description, TimeMs now);
-  // Wanted differs from posted, not given up, due; oldest first.
+  // Wants the status of a push that failed before queueing anything (push_id
+  // set, batch_id 0); kept as is when the push has one already.
+  Status AddPushStatus(const CommitStatus& s, TimeMs now);
+  // Wanted differs from posted, not given up, due; oldest first; batches'
+  // and failed pushes' statuses together.
   Result<std::vector<CommitStatus>> DueCommitStatuses(TimeMs now, int limit);
-  Status CommitStatusPosted(std::int64_t batch_id, const std::string& state,
+  // `s` names the status by its batch_id or push_id.
+  Status CommitStatusPosted(const CommitStatus& s, const std::string& state,
                             const std::string& description, TimeMs now);
-  Status CommitStatusFailed(std::int64_t batch_id, const std::string& error, TimeMs not_before,
+  Status CommitStatusFailed(const CommitStatus& s, const std::string& error, TimeMs not_before,
                             bool give_up, TimeMs now);
   Result<std::optional<CommitStatus>> GetCommitStatus(std::int64_t batch_id);
+  Result<std::optional<CommitStatus>> GetPushStatus(std::int64_t push_id);
 
   // Pull request comments (schema 5): one per (repository, pull request).
   struct PrComment {

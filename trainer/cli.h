@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "trainer/exit_codes.h"  // the exit codes main returns
 
 namespace trainq::trainer {
 
@@ -26,12 +27,6 @@ struct Options {
   bool print_spec = false;         // print the merged spec and exit
   bool quiet = false;              // no progress output
 };
-
-// Exit codes of trainq-train.
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitTrainingFailed = 1;
-inline constexpr int kExitBadSpec = 2;
-inline constexpr int kExitDataError = 3;
 
 // Parses argv. Returns nullopt when --help was printed (exit 0). Bad usage is
 // an kInvalidArgument error (exit 2). `getenv` is injected for tests.

@@ -1,15 +1,20 @@
 // trainq-train: trains the model a YAML spec describes, for one seed or K
 // seeds fused, and writes its metrics as JSON lines. Exit codes: 0 ok,
-// 1 training failure, 2 bad spec or usage, 3 data error.
+// 1 training failure, 2 bad spec or usage, 3 data error, 4 a distributed
+// rank failed (trainer/exit_codes.h).
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "core/strings.h"
+#include "core/process.h"
 #include "trainer/cli.h"
+#include "trainer/launcher.h"
 #include "trainer/metrics_writer.h"
 #include "trainer/spec.h"
 #include "trainer/spec_tree.h"
@@ -75,8 +80,30 @@ int Run(int argc, char** argv) {
   config.progress = !opt.quiet;
   config.progress_terminal = ::isatty(STDERR_FILENO) == 1;
 
+  // distributed.workers > 1: which rank this process is. Only rank 0 writes
+  // metrics, checkpoints, the merged spec and progress.
+  std::optional<RankPlan> plan;
+  std::string who = "trainq-train";
+  if (spec->distributed && spec->distributed->workers > 1) {
+    auto planned = PlanRank(*spec->distributed, [](const char* name) { return std::getenv(name); });
+    if (!planned) {
+      std::fprintf(stderr, "trainq-train: bad spec: %s\n", planned.error().message.c_str());
+      return kExitBadSpec;
+    }
+    plan = *planned;
+    config.rendezvous = plan->rendezvous;
+    if (plan->rendezvous.rank != 0) {
+      who = "trainq-train: rank " + std::to_string(plan->rendezvous.rank);
+      config.metrics_file.clear();
+      config.output_dir.clear();
+      config.progress = false;
+      if (plan->parent_pid > 0) WatchParent(plan->rendezvous.rank, plan->parent_pid);
+    }
+  }
+  const bool lead = !plan || plan->rendezvous.rank == 0;
+
   // The merged spec goes next to the checkpoints, so a run can be repeated exactly.
-  if (!opt.output_dir.empty()) {
+  if (!opt.output_dir.empty() && lead) {
     for (std::size_t i = 0; i < config.seeds.size(); ++i) {
       const std::string dir = ReplicaPath(opt.output_dir, config.seeds[i], static_cast<std::int64_t>(i));
       std::error_code ec;
@@ -88,12 +115,32 @@ int Run(int argc, char** argv) {
     }
   }
 
+  // rendezvous auto: rank 0 starts the other ranks and watches them.
+  trainq::PosixProcessRunner runner;
+  std::unique_ptr<LocalRanks> local_ranks;
+  if (plan && plan->spawn_local) {
+    auto started = LocalRanks::Start(std::vector<std::string>(argv, argv + argc), *plan, runner);
+    if (!started) {
+      std::fprintf(stderr, "trainq-train: error: distributed: %s\n", started.error().message.c_str());
+      return kExitDistributed;
+    }
+    local_ranks = std::move(*started);
+    config.rendezvous = plan->rendezvous;
+  }
+
   auto report = Train(*spec, config);
   if (!report) {
-    std::fprintf(stderr, "trainq-train: %s\n", report.error().message.c_str());
+    std::fprintf(stderr, "%s: %s\n", who.c_str(), report.error().message.c_str());
+    if (local_ranks) local_ranks->Abort();
     return report.error().exit_code;
   }
-  if (!opt.quiet) {
+  if (local_ranks) {
+    if (auto st = local_ranks->Finish(); !st) {
+      std::fprintf(stderr, "trainq-train: error: distributed: %s\n", st.error().message.c_str());
+      return kExitDistributed;
+    }
+  }
+  if (!opt.quiet && lead) {
     std::fprintf(stderr, "trainq-train: %zu seed%s%s on %s in %.2fs (training %.2fs)\n", report->replicas.size(),
                  report->replicas.size() == 1 ? "" : "s", report->fused ? " fused" : "", report->device.c_str(),
                  report->total_seconds, report->train_seconds);

@@ -476,6 +476,65 @@ Status ParseTrainer(const SpecNode& n, TrainerSpec* t) {
   return {};
 }
 
+Status ParseDistributed(const SpecNode& n, DistributedSpec* d) {
+  const std::string path = "distributed";
+  ASSIGN_OR_RETURN(const SpecNode* m, RequireMap(n, path));
+  d->where = n.Where();
+  TRY(CheckKeys(*m, path, {"workers", "nodes", "gpus_per_node", "mode", "every_n_epochs", "shuffle",
+                           "rendezvous", "timeout"}));
+  TRY(GetInt(*m, "workers", path, &d->workers, 1));
+  TRY(GetInt(*m, "nodes", path, &d->nodes, 1));
+  TRY(GetInt(*m, "gpus_per_node", path, &d->gpus_per_node, 0));
+  TRY(GetChoice(*m, "mode", path, &d->mode, {"synchronous", "partially_asynchronous", "asynchronous"}));
+  TRY(GetInt(*m, "every_n_epochs", path, &d->every_n_epochs, 0));
+  TRY(GetChoice(*m, "shuffle", path, &d->shuffle, {"total", "blocks", "within_blocks", "both", "none"}));
+  if (const SpecNode* x = m->Find("rendezvous")) {
+    const std::string key = "distributed.rendezvous";
+    if (!x->IsScalar()) return SpecError(*x, key, "expected auto, env or tcp://HOST:PORT");
+    d->rendezvous = x->scalar;
+    if (d->rendezvous != "auto" && d->rendezvous != "env") {
+      const std::string rest = StartsWith(d->rendezvous, "tcp://") ? d->rendezvous.substr(6) : "";
+      const auto colon = rest.rfind(':');
+      std::int64_t port = 0;
+      const bool ok = colon != std::string::npos && colon > 0 &&
+                      std::from_chars(rest.data() + colon + 1, rest.data() + rest.size(), port).ptr ==
+                          rest.data() + rest.size() &&
+                      colon + 1 < rest.size() && port > 0 && port < 65536;
+      if (!ok) return SpecError(*x, key, "expected auto, env or tcp://HOST:PORT, got '" + d->rendezvous + "'");
+    }
+  }
+  if (const SpecNode* x = m->Find("timeout")) {
+    const std::string key = "distributed.timeout";
+    if (!x->IsScalar()) return SpecError(*x, key, "expected a positive duration such as 30s or 5m");
+    auto t = ParseDurationSeconds(x->scalar);
+    if (!t || *t <= 0) {
+      return SpecError(*x, key, "expected a positive duration such as 30s or 5m, got '" + x->scalar + "'");
+    }
+    d->timeout_seconds = *t;
+  }
+  if (d->workers % d->nodes != 0) {
+    return SpecError(*m->Find("nodes"), "distributed.nodes",
+                     "workers (" + std::to_string(d->workers) + ") must be a multiple of nodes (" +
+                         std::to_string(d->nodes) + ")");
+  }
+  if (d->nodes > 1 && d->rendezvous == "auto") {
+    return SpecError(*m->Find("nodes"), "distributed.rendezvous",
+                     "auto starts the workers on this machine only; with nodes > 1 use env or tcp://HOST:PORT");
+  }
+  if (d->mode == "partially_asynchronous" && m->Find("every_n_epochs") != nullptr) {
+    return SpecError(*m->Find("every_n_epochs"), "distributed.every_n_epochs",
+                     "partially_asynchronous merges after every epoch (every_n_epochs is for synchronous and "
+                     "asynchronous)");
+  }
+  if (d->mode == "partially_asynchronous") d->every_n_epochs = 1;
+  if (d->GradientSync() && d->shuffle != "total" && d->shuffle != "none") {
+    return SpecError(*m->Find("shuffle"), "distributed.shuffle",
+                     "gradient all-reduce (synchronous without every_n_epochs) splits each global batch, so "
+                     "shuffle must be total or none");
+  }
+  return {};
+}
+
 Status ParseMetrics(const SpecNode& n, std::vector<std::string>* metrics) {
   static const std::vector<std::string> kinds{"accuracy", "loss", "mse", "mae", "f1"};
   metrics->clear();
@@ -513,7 +572,7 @@ Result<Spec> ParseSpec(const SpecNode& root, const std::string& spec_file) {
   spec.file = spec_file;
   if (!root.IsMap()) return SpecError(root, "(top)", "a spec must be a map of sections");
   TRY(CheckKeys(root, "", {"name", "description", "data", "model", "loss", "optimizer", "trainer",
-                           "metrics"}));
+                           "metrics", "distributed"}));
   const SpecNode* data = root.Find("data");
   if (data == nullptr) return SpecError(root, "data", "the data section is required");
   TRY(ParseData(*data, &spec.data));
@@ -555,6 +614,19 @@ Result<Spec> ParseSpec(const SpecNode& root, const std::string& spec_file) {
   if (spec.trainer.early_stopping) TRY(needs_validation(spec.trainer.early_stopping->monitor, "early_stopping"));
   if (spec.trainer.checkpointing) TRY(check_monitor(spec.trainer.checkpointing->monitor, "checkpointing"));
   if (spec.trainer.early_stopping) TRY(check_monitor(spec.trainer.early_stopping->monitor, "early_stopping"));
+  if (const SpecNode* n = root.Find("distributed")) {
+    DistributedSpec d;
+    TRY(ParseDistributed(*n, &d));
+    // The ranks agree on a stop only where they exchange every epoch.
+    if (spec.trainer.early_stopping && d.workers > 1 && !d.GradientSync() &&
+        !(d.mode == "synchronous" && d.every_n_epochs == 1)) {
+      return SpecError(*n, "trainer.callbacks.early_stopping",
+                       "needs distributed.mode synchronous with every_n_epochs 0 or 1 (the ranks must agree on "
+                       "a stop every epoch; in " + d.mode + " mode they meet only every " +
+                       (d.every_n_epochs > 0 ? std::to_string(d.every_n_epochs) + " epochs)" : "run, at the end)"));
+    }
+    spec.distributed = d;
+  }
   return spec;
 }
 

@@ -119,6 +119,23 @@ struct TrainerSpec {
   std::optional<LossLoggingSpec> loss_logging;
 };
 
+// distributed: W processes train this one run (docs/TRAINER.md, "Distributed").
+struct DistributedSpec {
+  std::int64_t workers = 1;        // ranks in all; 1 = off (the section is then ignored)
+  std::int64_t nodes = 1;          // machines, workers / nodes ranks each; > 1 needs rendezvous env or tcp://
+  std::int64_t gpus_per_node = 0;  // a rank uses cuda:(local_rank % gpus_per_node); 0 = the --device choice
+  std::string mode = "synchronous";  // synchronous | partially_asynchronous | asynchronous
+  // synchronous: 0 = gradients all-reduced every step; n = weights averaged every n epochs.
+  // asynchronous: n = merges with the general model every n epochs; 0 = only the mean at the end.
+  std::int64_t every_n_epochs = 0;
+  std::string shuffle = "total";   // total | blocks | within_blocks | both | none
+  std::string rendezvous = "auto"; // auto | env | tcp://HOST:PORT
+  std::int64_t timeout_seconds = 300;  // each collective; the rendezvous waits max(this, 300 s)
+  std::string where;               // file:line of the section, for messages
+
+  bool GradientSync() const { return mode == "synchronous" && every_n_epochs == 0; }
+};
+
 struct Spec {
   std::string file;
   DataSpec data;
@@ -127,6 +144,7 @@ struct Spec {
   OptimizerSpec optimizer;
   TrainerSpec trainer;
   std::vector<std::string> metrics{"accuracy", "loss"};
+  std::optional<DistributedSpec> distributed;
 };
 
 // Parses the merged tree; `spec_file` is the top spec (for messages).

@@ -7,9 +7,11 @@
 #include <expected>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "trainer/distributed.h"
 #include "trainer/spec.h"
 
 namespace trainq::trainer {
@@ -31,6 +33,9 @@ struct TrainConfig {
   // takes the fast path (trainer/fast_mlp.h); false forces the libtorch path
   // (for tests and comparisons: same trajectories within float tolerance).
   bool fast_path = true;
+  // distributed.workers > 1: how this rank joins its group (trainer/launcher.h's
+  // PlanRank). Ranks other than 0 write no metrics, checkpoints or progress.
+  std::optional<RendezvousPlan> rendezvous;
 };
 
 struct ReplicaReport {
@@ -64,7 +69,7 @@ struct TrainReport {
 };
 
 struct TrainFailure {
-  int exit_code = 1;  // 2 bad spec, 3 data error, 1 training failure
+  int exit_code = 1;  // exit_codes.h: 2 bad spec, 3 data error, 1 training failure, 4 distributed
   std::string message;
 };
 

@@ -86,6 +86,14 @@ struct StatusOptions {
   std::string db;
   bool json = false;
   std::string server;  // base URL of a `trainq serve`: read its /api/v1/status instead
+  // --watch: redraw every `interval_ms` (in place on a terminal) until `stop`
+  // is set (SIGINT, SIGTERM) or, with until_idle, nothing is left to run.
+  bool watch = false;
+  TimeMs interval_ms = 2000;
+  bool until_idle = false;
+  const std::atomic<bool>* stop = nullptr;
+  bool terminal = false;  // draw in place with ANSI escapes (stdout is a tty)
+  int rows = 0;           // the terminal's height: a frame is cut to fit (0: not cut)
 };
 Status CmdStatus(const StatusOptions& o, const Clock& clock, std::ostream& out);
 

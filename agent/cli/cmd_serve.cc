@@ -60,11 +60,6 @@ bool SweepsQueuedMore(Store& store, TimeMs now) {
   return added && *added > 0;
 }
 
-void SleepMs(std::int64_t ms) {
-  struct timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * 1'000'000)};
-  nanosleep(&ts, nullptr);  // interrupted early by a signal
-}
-
 std::string DataDir(const ServeOptions& o) {
   std::string d = o.data_dir;
   if (d.empty()) d = (fs::absolute(o.db).parent_path() / "trainq-data").string();
@@ -245,7 +240,7 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
       }
     }
     outcomes.Step(store);
-    SleepMs(o.poll_ms);
+    clock.SleepFor(o.poll_ms);
   }
   if (listener) listener->Stop();
   if (worker) worker->Stop();
@@ -498,7 +493,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
       }
     }
     outcomes.Step(store);
-    SleepMs(o.poll_ms);
+    clock.SleepFor(o.poll_ms);
   }
   if (stop.load()) {
     // Local workers are this host's processes: stop them with the daemon

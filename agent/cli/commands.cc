@@ -7,6 +7,7 @@
 #include "agent/results/baseline.h"
 
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -18,7 +19,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <map>
+#include <optional>
 #include <set>
+#include <sstream>
 
 #include "agent/repo/change_detect.h"
 #include "agent/runner/executor.h"
@@ -245,13 +248,17 @@ std::string BudgetText(const json& b) {
   return text;
 }
 
-std::string ProgressTextJson(const json& b) {
+BatchProgress CountsOfJson(const json& b) {
   BatchProgress p;
   for (int i = 0; i < kRunStateCount; ++i) {
     p.counts[i] = b["counts"].value(std::string(RunStateName(static_cast<RunState>(i))), 0);
   }
-  return ProgressText(p);
+  return p;
 }
+
+std::string ProgressTextJson(const json& b) { return ProgressText(CountsOfJson(b)); }
+
+bool IsActiveJson(const json& b) { return CountsOfJson(b).active(); }
 
 std::string SummaryTextJson(const json& b) {
   const json& s = b["summary"];
@@ -479,8 +486,14 @@ void RenderStatusText(const json& j, std::ostream& out) {
   size_t i = 0;
   for (const auto& b : batches) {
     if (i++ >= kShown) break;
+    std::string progress = ProgressTextJson(b);
+    if (b.contains("eta_ms") && IsActiveJson(b)) {
+      // "eta 12m": from the measured durations of the experiment's runs.
+      TimeMs eta = b["eta_ms"].is_number() ? b["eta_ms"].get<TimeMs>() : -1;
+      progress += eta >= 0 ? ", eta " + FormatDuration(std::max<TimeMs>(0, eta - now)) : ", eta ?";
+    }
     t.Add({std::to_string(b.value("id", std::int64_t{0})), b.value("commit", "").substr(0, 7),
-           b.value("experiment", ""), ProgressTextJson(b),
+           b.value("experiment", ""), progress,
            b.value("metric", "") + " " + SummaryTextJson(b)});
   }
   out << t.Render("  ");
@@ -508,7 +521,78 @@ Result<json> FetchServerStatus(const std::string& server) {
 
 }  // namespace
 
+namespace {
+
+// Nothing queued, leased, running or waiting for a retry.
+bool IdleJson(const json& j) {
+  for (auto s : {RunState::kQueued, RunState::kLeased, RunState::kRunning, RunState::kFailed}) {
+    if (j["counts"].value(std::string(RunStateName(s)), std::int64_t{0}) > 0) return false;
+  }
+  return true;
+}
+
+// `trainq status --watch`: one frame per interval. On a terminal each frame
+// is drawn over the last (cursor home, every line cleared to its end, the
+// rest of the screen cleared), so the view updates without scrolling;
+// elsewhere (a pipe, a log) frames follow each other.
+Status WatchStatus(const StatusOptions& o, const Clock& clock, std::ostream& out) {
+  std::optional<Store> store;
+  if (o.server.empty()) {
+    ASSIGN_OR_RETURN(auto s, OpenExisting(o.db));
+    store.emplace(std::move(s));
+  }
+  bool first = true;
+  while (true) {
+    json j;
+    if (store) {
+      ASSIGN_OR_RETURN(j, StatusJson(*store, o.db, clock.Now()));
+    } else {
+      ASSIGN_OR_RETURN(j, FetchServerStatus(o.server));
+    }
+    const bool idle = IdleJson(j);
+    std::ostringstream frame;
+    frame << "trainq status, every " << fmt::format("{:g}s", o.interval_ms / 1000.0) << " at "
+          << FormatTimestamp(clock.Now()) << " UTC"
+          << (o.until_idle ? " until nothing is left to run" : "") << " (Ctrl-C to stop)\n";
+    RenderStatusText(j, frame);
+    if (o.terminal) {
+      out << (first ? "\x1b[H\x1b[2J" : "\x1b[H");
+      std::string text = frame.str();
+      // A frame taller than the terminal would scroll: it is cut to fit.
+      int lines = 0;
+      for (std::size_t at = 0; at < text.size();) {
+        std::size_t nl = text.find('\n', at);
+        if (nl == std::string::npos) nl = text.size();
+        if (o.rows > 1 && ++lines >= o.rows) {
+          out << "... (the terminal is too short for the rest)\x1b[K";
+          break;
+        }
+        out << std::string_view(text).substr(at, nl - at) << "\x1b[K\n";
+        at = nl + 1;
+      }
+      out << "\x1b[J";
+    } else {
+      out << (first ? "" : "\n") << frame.str();
+    }
+    out.flush();
+    first = false;
+    if ((o.until_idle && idle) || (o.stop && o.stop->load())) break;
+    clock.SleepFor(o.interval_ms);
+    if (o.stop && o.stop->load()) break;
+  }
+  return {};
+}
+
+}  // namespace
+
 Status CmdStatus(const StatusOptions& o, const Clock& clock, std::ostream& out) {
+  if (o.watch) {
+    if (o.json) return Fail(ErrorKind::kInvalidArgument, "--watch draws text; leave out --json");
+    if (o.interval_ms < 100) {
+      return Fail(ErrorKind::kInvalidArgument, "--interval: at least 0.1 seconds");
+    }
+    return WatchStatus(o, clock, out);
+  }
   json j;
   if (!o.server.empty()) {
     ASSIGN_OR_RETURN(j, FetchServerStatus(o.server));
@@ -625,8 +709,25 @@ void AddQueueCommands(CLI::App& app, const CliContext& ctx) {
   c_status->add_option("--server", status->server,
                        "Ask a running `trainq serve` (its base URL) instead of the database")
       ->envname("TRAINQ_SERVER");
+  auto status_interval_s = std::make_shared<double>(2.0);
+  auto* watch_flag = c_status->add_flag(
+      "--watch", status->watch, "Redraw every --interval seconds (in place on a terminal) until Ctrl-C");
+  c_status->add_option("--interval", *status_interval_s, "Seconds between redraws with --watch")
+      ->check(CLI::PositiveNumber)
+      ->needs(watch_flag);
+  c_status->add_flag("--until-idle", status->until_idle,
+                     "With --watch: stop once nothing is queued, running or waiting for a retry")
+      ->needs(watch_flag);
   c_status->callback([=] {
     status->db = *ctx.db;
+    status->interval_ms = static_cast<TimeMs>(*status_interval_s * 1000);
+    if (status->watch) {
+      CatchStopSignals();
+      status->stop = &StopFlag();
+      status->terminal = isatty(STDOUT_FILENO) != 0;
+      struct winsize ws{};
+      if (status->terminal && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0) status->rows = ws.ws_row;
+    }
     *ctx.exit_code = ReportStatus(CmdStatus(*status, *ctx.clock, std::cout));
   });
 

@@ -451,6 +451,32 @@ Status Fleet::Boot(FleetPool& pool, int count) {
   return Status{};
 }
 
+std::string BudgetNote(const std::string& pool, const std::string& cap) {
+  if (cap.starts_with("overall ")) return "pool " + pool + " held back: the " + cap;
+  return "pool " + pool + " at its " + cap;
+}
+
+namespace {
+
+// One note per (pool, gpus): the store keeps one, so several reasons are
+// joined, in the order they were found.
+std::vector<Store::WaitingNote> MergeNotes(std::vector<Store::WaitingNote> notes) {
+  std::vector<Store::WaitingNote> out;
+  for (auto& n : notes) {
+    auto same = std::find_if(out.begin(), out.end(), [&](const Store::WaitingNote& o) {
+      return o.pool == n.pool && o.gpus == n.gpus;
+    });
+    if (same == out.end()) {
+      out.push_back(std::move(n));
+    } else if (same->note.find(n.note) == std::string::npos) {
+      same->note += "; " + n.note;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Status Fleet::StopMachine(FleetPool& pool, std::int64_t row, const std::string& id) {
   TimeMs now = clock_.Now();
   if (row) TRY(store_.SetMachineState(row, "stopping", now));
@@ -512,8 +538,10 @@ Status Fleet::Step() {
   ASSIGN_OR_RETURN(auto health, store_.PoolHealth());
   std::map<std::string, int> demand_by_pool;
   std::vector<Store::WaitingNote> notes;
+  std::vector<std::pair<Store::WaitingNote, std::string>> served;  // demand key -> its pool
   for (const auto& d : demand) {
     const PoolSpec* p = PoolForDemand(pools_, d.pool, d.gpus);
+    if (p) served.push_back({{d.pool, d.gpus, ""}, p->name()});
     if (!p) {
       // Nothing can serve them: `trainq status` shows why, and
       // `serve --until-idle` gives up on them.
@@ -529,10 +557,6 @@ Status Fleet::Step() {
                              h.last_error});
       }
     }
-  }
-  if (!last_notes_ || notes != *last_notes_) {
-    TRY(store_.SetWaitingNotes(notes, now));
-    last_notes_ = notes;
   }
   std::vector<cloud::PoolInput> inputs;
   std::map<std::string, std::map<std::string, std::string>> listed_names;  // pool -> id -> name
@@ -572,6 +596,21 @@ Status Fleet::Step() {
   TRY(ComputeSpend(inputs, overall, now));
   last_ = cloud::Autoscale(inputs, now, options_.autoscaler, overall);
   ReportBudget(last_, inputs, overall, now);
+  // Runs held back by a budget cap say so (`trainq status`, commit statuses).
+  for (const auto& p : last_.pools) {
+    if (p.cap.empty() || p.boots_held <= 0) continue;
+    for (const auto& [key, pool] : served) {
+      if (pool != p.pool) continue;
+      Store::WaitingNote n = key;
+      n.note = BudgetNote(p.pool, p.cap);
+      notes.push_back(std::move(n));
+    }
+  }
+  notes = MergeNotes(std::move(notes));
+  if (!last_notes_ || notes != *last_notes_) {
+    TRY(store_.SetWaitingNotes(notes, now));
+    last_notes_ = notes;
+  }
 
   // List() pacing: the next call comes sooner while the pool is changing.
   for (const auto& in : inputs) {

@@ -77,6 +77,10 @@ struct FleetPool {
 // nullptr when none can.
 const PoolSpec* PoolForDemand(const std::vector<FleetPool>& pools, const std::string& pool,
                               int gpus);
+// Why runs of `pool` wait while a budget cap holds its boots back, from the
+// autoscaler's cap text: "pool gpu at its per_day budget $50.00 reached
+// ($50.12 spent)".
+std::string BudgetNote(const std::string& pool, const std::string& cap);
 // Why no pool serves batches of (pool, gpus): "no pool has 1 GPU (the most is 0)".
 std::string UnservableReason(const std::vector<FleetPool>& pools, const std::string& pool,
                              int gpus);

@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -90,8 +91,25 @@ class Server {
   HttpServerReply Register(const std::string& pool, const HttpServerRequest& request);
   HttpServerReply LeaseRoute(const std::string& pool, std::int64_t machine,
                              const HttpServerRequest& request);
+  // POST /api/v1/runs/{id}/{what}: checks the token and that the run is
+  // leased to a machine of the caller's pool, then calls RunRoutes()[what].
   HttpServerReply RunRoute(const std::string& pool, std::int64_t run_id, const std::string& what,
                            const HttpServerRequest& request);
+  struct RunCall {
+    std::int64_t run_id;
+    std::int64_t token;
+    std::int64_t machine;  // the machine the run is leased to (the caller's)
+    TimeMs now;
+    nlohmann::json body;   // null for `log`, whose body is the log bytes
+    const HttpServerRequest& req;
+  };
+  using RunHandler = HttpServerReply (Server::*)(RunCall&);
+  static const std::map<std::string, RunHandler, std::less<>>& RunRoutes();
+  HttpServerReply HeartbeatRoute(RunCall& call);
+  HttpServerReply MetricsRoute(RunCall& call);
+  HttpServerReply CompleteRoute(RunCall& call);
+  HttpServerReply LogRoute(RunCall& call);
+  HttpServerReply RunSourceRoute(RunCall& call);
   HttpServerReply AppendLog(std::int64_t run_id, std::int64_t token,
                             const HttpServerRequest& request);
   std::string DataDir() const;

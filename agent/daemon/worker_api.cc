@@ -200,13 +200,12 @@ HttpServerReply Server::WorkerRouteInner(const HttpServerRequest& req, const std
     i = j + 1;
   }
   // parts: api v1 workers register | api v1 workers ID lease | api v1 runs ID WHAT
-  bool workers = parts.size() >= 4 && parts[2] == "workers";
+  const bool workers = parts.size() >= 4 && parts[2] == "workers";
+  const bool runs = parts.size() == 5 && parts[2] == "runs";
   if (workers && parts.size() == 4 && parts[3] == "register") {
     route = "register";
-  } else if (parts.size() == 5 && (workers ? (parts[4] == "lease" || parts[4] == "leave")
-                                           : (parts[4] == "heartbeat" || parts[4] == "metrics" ||
-                                              parts[4] == "complete" || parts[4] == "log" ||
-                                              parts[4] == "source"))) {
+  } else if ((workers && parts.size() == 5 && (parts[4] == "lease" || parts[4] == "leave")) ||
+             (runs && RunRoutes().contains(parts[4]))) {
     route = parts[4];
   } else {
     return ErrorReply(404, "no route " + path);
@@ -345,7 +344,8 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
     --waiting_polls_;
     counted = false;
   };
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  // Waited through the clock, so a test's FakeClock drives the wait.
+  const TimeMs deadline = clock_.Now() + wait_ms;
   while (true) {
     std::uint64_t seen;
     {
@@ -388,7 +388,7 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
       ++waiting_polls_;
       counted = true;
     }
-    auto now = std::chrono::steady_clock::now();
+    const TimeMs now = clock_.Now();
     if (stop_waiting_ || now >= deadline) {
       lock.unlock();
       uncount();
@@ -398,10 +398,21 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
       }
       return Json(200, {{"state", "ready"}, {"runs", json::array()}});
     }
-    auto until = std::min(deadline, now + std::chrono::milliseconds(options_.recheck_ms));
-    work_cv_.wait_until(lock, until,
-                        [&] { return stop_waiting_ || work_generation_ != seen; });
+    clock_.WaitUntil(lock, work_cv_, std::min<TimeMs>(deadline, now + options_.recheck_ms),
+                     [&] { return stop_waiting_ || work_generation_ != seen; });
   }
+}
+
+const std::map<std::string, Server::RunHandler, std::less<>>& Server::RunRoutes() {
+  // POST /api/v1/runs/{id}/{what}: one handler per `what`.
+  static const std::map<std::string, RunHandler, std::less<>> kRoutes = {
+      {"heartbeat", &Server::HeartbeatRoute},
+      {"metrics", &Server::MetricsRoute},
+      {"complete", &Server::CompleteRoute},
+      {"log", &Server::LogRoute},
+      {"source", &Server::RunSourceRoute},
+  };
+  return kRoutes;
 }
 
 HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
@@ -454,69 +465,89 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
     }
   }
 
-  if (what == "source") {
-    {
-      std::lock_guard<std::mutex> lock(write_mu_);
-      (void)write_store_->TouchWorker(machine, now, false);
-    }
-    return SourceRoute(run_id);
-  }
-  if (what == "log") {
-    auto reply = AppendLog(run_id, token, req);
-    std::lock_guard<std::mutex> lock(write_mu_);
-    (void)write_store_->TouchWorker(machine, now, false);
-    return reply;
-  }
+  RunCall call{run_id, token, machine, now, body ? std::move(*body) : json(), req};
+  return (this->*RunRoutes().find(what)->second)(call);
+}
 
+HttpServerReply Server::RunSourceRoute(RunCall& c) {
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    (void)write_store_->TouchWorker(c.machine, c.now, false);
+  }
+  return SourceRoute(c.run_id);
+}
+
+HttpServerReply Server::LogRoute(RunCall& c) {
+  auto reply = AppendLog(c.run_id, c.token, c.req);
+  std::lock_guard<std::mutex> lock(write_mu_);
+  (void)write_store_->TouchWorker(c.machine, c.now, false);
+  return reply;
+}
+
+HttpServerReply Server::HeartbeatRoute(RunCall& c) {
   std::lock_guard<std::mutex> lock(write_mu_);
   Store& store = *write_store_;
-  if (what == "heartbeat") {
-    if (body->value("started", false)) {
-      auto run = store.Run(run_id);
-      if (run && *run && (*run)->state == RunState::kLeased) {
-        if (auto st = store.MarkRunning(run_id, token, now, RunLogPath(DataDir(), run_id)); !st) {
-          return ErrorReply(StatusOf(st.error()), st.error().message);
-        }
+  json* body = &c.body;
+  const std::int64_t run_id = c.run_id, token = c.token, machine = c.machine;
+  const TimeMs now = c.now;
+  if (body->value("started", false)) {
+    auto run = store.Run(run_id);
+    if (run && *run && (*run)->state == RunState::kLeased) {
+      if (auto st = store.MarkRunning(run_id, token, now, RunLogPath(DataDir(), run_id)); !st) {
+        return ErrorReply(StatusOf(st.error()), st.error().message);
       }
     }
-    auto expires = store.Heartbeat(run_id, token, now, options_.lease_ms);
-    if (!expires) return ErrorReply(StatusOf(expires.error()), expires.error().message);
-    (void)store.TouchWorker(machine, now, true);
-    return Json(200, {{"expires_ms", *expires}});
   }
-  if (what == "metrics") {
-    std::vector<MetricPoint> points;
-    auto p = body->find("points");
-    if (p != body->end()) {
-      if (!p->is_array()) return ErrorReply(400, "metrics: \"points\" must be a list");
-      for (const auto& pt : *p) {
-        if (!pt.is_object() || !pt.contains("name") || !pt.contains("value") ||
-            !pt["value"].is_number()) {
-          return ErrorReply(400, "metrics: each point needs a \"name\" and a numeric \"value\"");
-        }
-        MetricPoint mp;
-        mp.name = pt["name"].get<std::string>();
-        mp.value = pt["value"].get<double>();
-        if (pt.contains("step") && pt["step"].is_number_integer()) {
-          mp.step = pt["step"].get<std::int64_t>();
-        }
-        mp.final = pt.value("final", false);
-        points.push_back(std::move(mp));
+  auto expires = store.Heartbeat(run_id, token, now, options_.lease_ms);
+  if (!expires) return ErrorReply(StatusOf(expires.error()), expires.error().message);
+  (void)store.TouchWorker(machine, now, true);
+  return Json(200, {{"expires_ms", *expires}});
+}
+
+HttpServerReply Server::MetricsRoute(RunCall& c) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  Store& store = *write_store_;
+  json* body = &c.body;
+  const std::int64_t run_id = c.run_id, token = c.token, machine = c.machine;
+  const TimeMs now = c.now;
+  std::vector<MetricPoint> points;
+  auto p = body->find("points");
+  if (p != body->end()) {
+    if (!p->is_array()) return ErrorReply(400, "metrics: \"points\" must be a list");
+    for (const auto& pt : *p) {
+      if (!pt.is_object() || !pt.contains("name") || !pt.contains("value") ||
+          !pt["value"].is_number()) {
+        return ErrorReply(400, "metrics: each point needs a \"name\" and a numeric \"value\"");
       }
+      MetricPoint mp;
+      mp.name = pt["name"].get<std::string>();
+      mp.value = pt["value"].get<double>();
+      if (pt.contains("step") && pt["step"].is_number_integer()) {
+        mp.step = pt["step"].get<std::int64_t>();
+      }
+      mp.final = pt.value("final", false);
+      points.push_back(std::move(mp));
     }
-    auto stored = store.MetricCount(run_id);
-    if (!stored) return ErrorReply(StatusOf(stored.error()), stored.error().message);
-    if (*stored + static_cast<std::int64_t>(points.size()) > kMaxMetricPointsPerRun) {
-      return ErrorReply(413, "metrics: run " + std::to_string(run_id) + " would have over " +
-                                 std::to_string(kMaxMetricPointsPerRun) + " points");
-    }
-    if (auto st = store.AddMetrics(run_id, token, points, now); !st) {
-      return ErrorReply(StatusOf(st.error()), st.error().message);
-    }
-    (void)store.TouchWorker(machine, now, true);
-    return Json(200, json::object());
   }
-  // complete
+  auto stored = store.MetricCount(run_id);
+  if (!stored) return ErrorReply(StatusOf(stored.error()), stored.error().message);
+  if (*stored + static_cast<std::int64_t>(points.size()) > kMaxMetricPointsPerRun) {
+    return ErrorReply(413, "metrics: run " + std::to_string(run_id) + " would have over " +
+                               std::to_string(kMaxMetricPointsPerRun) + " points");
+  }
+  if (auto st = store.AddMetrics(run_id, token, points, now); !st) {
+    return ErrorReply(StatusOf(st.error()), st.error().message);
+  }
+  (void)store.TouchWorker(machine, now, true);
+  return Json(200, json::object());
+}
+
+HttpServerReply Server::CompleteRoute(RunCall& c) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  Store& store = *write_store_;
+  json* body = &c.body;
+  const std::int64_t run_id = c.run_id, token = c.token, machine = c.machine;
+  const TimeMs now = c.now;
   std::string outcome = body->value("outcome", std::string());
   std::string error = body->value("error", std::string());
   std::optional<int> exit_code;

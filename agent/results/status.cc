@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <map>
+#include <queue>
 #include <set>
 
 #include "agent/results/baseline.h"
@@ -103,6 +104,34 @@ json BatchJson(const BatchProgress& b) {
           {"summary", SummaryJson(b.values)}};
 }
 
+std::optional<TimeMs> EstimateRemaining(std::vector<TimeMs> durations,
+                                        const std::vector<TimeMs>& running_elapsed,
+                                        std::int64_t waiting, int slots) {
+  if (durations.empty()) return std::nullopt;
+  std::sort(durations.begin(), durations.end());
+  const std::size_t n = durations.size();
+  const TimeMs typical = n % 2 ? durations[n / 2] : (durations[n / 2 - 1] + durations[n / 2]) / 2;
+  slots = std::max<int>(slots, static_cast<int>(running_elapsed.size()));
+  if (slots <= 0) return waiting > 0 ? std::nullopt : std::optional<TimeMs>(0);
+  // When each slot is free: after the run it holds (one past the typical time
+  // is taken to end about now), or at once.
+  std::priority_queue<TimeMs, std::vector<TimeMs>, std::greater<>> free_at;
+  TimeMs end = 0;
+  for (TimeMs e : running_elapsed) {
+    TimeMs left = std::max<TimeMs>(0, typical - e);
+    free_at.push(left);
+    end = std::max(end, left);
+  }
+  while (static_cast<int>(free_at.size()) < slots) free_at.push(0);
+  for (std::int64_t i = 0; i < waiting; ++i) {
+    TimeMs start = free_at.top();
+    free_at.pop();
+    free_at.push(start + typical);
+    end = std::max(end, start + typical);
+  }
+  return end;
+}
+
 Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
   ASSIGN_OR_RETURN(auto counts, store.CountByState());
   ASSIGN_OR_RETURN(auto machines, store.Machines(false, now));
@@ -168,21 +197,12 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
       TimeMs since = std::max(m.ready_ms.value_or(m.created_ms), m.last_busy_ms.value_or(0));
       idle = std::max<TimeMs>(0, now - since);
     }
-    j["machines"].push_back({{"id", m.id},
-                             {"pool", m.pool},
-                             {"name", m.name},
-                             {"provider", m.provider},
-                             {"provider_id", m.provider_id},
-                             {"hostname", m.hostname},
-                             {"state", m.state},
-                             {"slots", m.slots},
-                             {"gpus", m.gpus},
-                             {"busy", busy},
-                             {"booted_ms", m.created_ms},
-                             {"last_seen_ms", m.last_seen_ms},
-                             {"idle_ms", idle},
-                             {"last_error", m.last_error},
-                             {"silent", now - m.last_seen_ms >= kMachineSilentMs}});
+    // The machine as `trainq machines --json` has it, and what status adds.
+    json mj = MachineJson(m, now);
+    mj["busy"] = busy;
+    mj["idle_ms"] = idle;
+    mj["silent"] = now - m.last_seen_ms >= kMachineSilentMs;
+    j["machines"].push_back(std::move(mj));
   }
   // Per pool: machines by state, slots on ready machines, machine time billed
   // against time spent running (all machines the pool ever had), and the
@@ -297,8 +317,29 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
     }
     j["running"].push_back(rj);
   }
+  // Estimated ends of active batches: the slots a batch can use are the
+  // ready slots not held by other batches' runs (at least those it holds).
+  int busy_total = static_cast<int>(running.size());
   j["batches"] = json::array();
-  for (const auto& b : batches) j["batches"].push_back(BatchJson(b));
+  for (const auto& b : batches) {
+    json bj = BatchJson(b);
+    bj["eta_ms"] = nullptr;
+    bj["eta_measured_runs"] = 0;
+    if (b.active()) {
+      std::vector<TimeMs> elapsed;
+      for (const auto& r : running) {
+        if (r.batch_id == b.id) elapsed.push_back(r.started_ms ? now - *r.started_ms : 0);
+      }
+      ASSIGN_OR_RETURN(auto durations, store.RecentRunDurations(b.id, 20));
+      const int usable = slots - (busy_total - static_cast<int>(elapsed.size()));
+      const std::int64_t waiting = b.count(RunState::kQueued) + b.count(RunState::kFailed);
+      bj["eta_measured_runs"] = durations.size();
+      if (auto left = EstimateRemaining(durations, elapsed, waiting, usable)) {
+        bj["eta_ms"] = now + *left;
+      }
+    }
+    j["batches"].push_back(std::move(bj));
+  }
   // Why runnable runs wait: notes `trainq serve` keeps (no pool can serve
   // them, their pool fails to boot), and runs in backoff before a retry.
   ASSIGN_OR_RETURN(auto waiting, store.WaitingBatches(now));

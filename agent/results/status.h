@@ -3,8 +3,11 @@
 // Built here once; agent/cli renders them as text, agent/daemon serves them.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/clock.h"
 #include "core/result.h"
@@ -26,6 +29,16 @@ nlohmann::json RunJson(const RunRow& r);
 std::string ProgressText(const BatchProgress& b);
 // A batch with its progress and its metric's summary.
 nlohmann::json BatchJson(const BatchProgress& b);
+
+// How long until a batch's last run ends, from how long its experiment's runs
+// took (`durations`, the last succeeded ones of this batch or earlier batches
+// of the experiment; their median counts), the elapsed time of its runs now
+// running, its runs waiting to start, and the slots it can use at once: the
+// waiting runs go to the earliest free slot in turn. nullopt when nothing was
+// measured yet or no slot can take a run (machines still booting).
+std::optional<TimeMs> EstimateRemaining(std::vector<TimeMs> durations,
+                                        const std::vector<TimeMs>& running_elapsed,
+                                        std::int64_t waiting, int slots);
 
 // "$1.25".
 std::string Money(double v);

@@ -283,8 +283,7 @@ void LocalExecutor::Shutdown(const std::string& reason) {
         runner_.Wait(a.pid);
         break;
       }
-      struct timespec ts{0, 20'000'000};
-      nanosleep(&ts, nullptr);
+      clock_.SleepFor(20);
     }
     if (auto st = store_.Interrupt(id, a.run.token, clock_.Now(), reason); !st) {
       spdlog::warn("run {}: {}", id, st.error().message);

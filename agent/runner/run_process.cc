@@ -16,6 +16,17 @@ namespace trainq {
 
 namespace {
 
+// A line of `tail` (lines joined by " | ") that starts with "usage:" or
+// "Usage:", as argparse and click print before exiting 2.
+bool ShowsUsage(std::string_view tail) {
+  for (std::string_view word : {"usage:", "Usage:"}) {
+    for (auto at = tail.find(word); at != std::string_view::npos; at = tail.find(word, at + 1)) {
+      if (at == 0 || tail.substr(0, at).ends_with(" | ")) return true;
+    }
+  }
+  return false;
+}
+
 bool IsConfigError(const RunEnd& end, std::string_view tail) {
   if (end.timed_out || end.status.signal != 0) return false;
   int code = end.status.code;
@@ -24,6 +35,9 @@ bool IsConfigError(const RunEnd& end, std::string_view tail) {
   if (trainer && (code == 2 || code == 3)) return true;  // bad spec or usage; data error
   // python3 missing.py: "python3: can't open file '...': [Errno 2] No such file or directory"
   if (code == 2 && tail.find("can't open file") != std::string_view::npos) return true;
+  // A usage error (argparse, click, getopt-style scripts: exit 2 after a
+  // "usage:" line): the same arguments are refused again on every attempt.
+  if (code == 2 && ShowsUsage(tail)) return true;
   return false;
 }
 

@@ -7,7 +7,9 @@
 // metric) or a configuration error that fails the same way every time and is
 // not retried: trainq-train's exit 2 (bad spec or usage) and 3 (data error:
 // a missing or malformed data file), a command the shell cannot find or run
-// (126, 127), and Python's "can't open file" (exit 2).
+// (126, 127), Python's "can't open file" (exit 2), and a script's usage error
+// (exit 2 with a line starting "usage:" or "Usage:" in its last lines, as
+// argparse and click print).
 //
 // The message says what went wrong first, then the last meaningful lines of
 // the run's own output (trainq's `=== trainq:` banner lines skipped), so that

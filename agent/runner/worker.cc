@@ -47,13 +47,6 @@ std::int64_t FileSize(const std::string& path) {
   return ec ? 0 : static_cast<std::int64_t>(n);
 }
 
-void SleepMs(TimeMs ms) {
-  struct timespec ts {
-    static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * 1'000'000)
-  };
-  nanosleep(&ts, nullptr);  // a signal ends it early
-}
-
 template <typename T>
 T Get(const json& j, const char* key, T fallback) {
   if (!j.is_object() || !j.contains(key)) return fallback;
@@ -602,7 +595,7 @@ void Worker::Complete(std::int64_t run_id, const std::string& outcome, std::opti
   // While stopping (a preemption notice gives seconds), one try only.
   const int tries = stopping_ ? 1 : 3;
   for (int attempt = 0; attempt < tries && !a; ++attempt) {
-    if (attempt > 0) SleepMs(std::min<TimeMs>(1000 * attempt, 2000));
+    if (attempt > 0) clock_.SleepFor(std::min<TimeMs>(1000 * attempt, 2000));
     a = Call(path, req);
   }
   if (!a && outcome != "interrupted") {
@@ -764,12 +757,12 @@ void Worker::RunSelfStop() {
                                   FormatDuration(config_.self_stop_timeout_ms));
       runner_.KillGroup(*pid, SIGTERM);
       TimeMs grace = clock_.Now() + 2'000;
-      while (!(st = runner_.Poll(*pid)) && clock_.Now() < grace) SleepMs(20);
+      while (!(st = runner_.Poll(*pid)) && clock_.Now() < grace) clock_.SleepFor(20);
       runner_.KillGroup(*pid, SIGKILL);
       if (!st) st = runner_.Wait(*pid);
       break;
     }
-    SleepMs(20);
+    clock_.SleepFor(20);
   }
   runner_.KillGroup(*pid, SIGKILL);  // whatever it left in its group
   if (!st->ok()) spdlog::error("self-stop command ended with {}", st->Describe());
@@ -887,7 +880,7 @@ void Worker::Interrupt(const std::string& reason) {
         runner_.Wait(job.proc->pid);
         break;
       }
-      SleepMs(20);
+      clock_.SleepFor(20);
     }
     runner_.KillGroup(job.proc->pid, SIGKILL);
     for (auto id : job.proc->run_ids) {
@@ -926,9 +919,9 @@ Result<int> Worker::Run(const std::atomic<bool>& stop) {
     bool leasing = worker_id_ && !draining_ && static_cast<int>(jobs_.size()) < config_.slots &&
                    clock_.Now() >= next_try_ms_;
     if (!leasing) {
-      SleepMs(jobs_.empty() ? 200 : 50);
+      clock_.SleepFor(jobs_.empty() ? 200 : 50);
     } else if (lease_came_back_empty_) {
-      SleepMs(20);  // a server that answers at once (too many polls waiting): no busy loop
+      clock_.SleepFor(20);  // a server that answers at once (too many polls waiting): no busy loop
     }
   }
   spdlog::info("stopping: {} run(s) go back to the queue", runs_.size());

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "agent/results/analysis.h"
 #include "core/strings.h"
@@ -98,6 +99,45 @@ StatusReporter::StatusReporter(Store& store, const ServerConfig& config, HttpCli
                                const Clock& clock, StatusReporterOptions options)
     : store_(store), config_(config), http_(http), clock_(clock), options_(options) {}
 
+std::string WaitingStatusDescription(const std::string& note) {
+  std::string text = "waiting: " + note;
+  constexpr std::size_t kMax = 140;  // GitHub refuses longer descriptions
+  if (text.size() > kMax) {
+    std::size_t cut = kMax - 3;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    text = text.substr(0, cut) + "...";
+  }
+  return text;
+}
+
+Status StatusReporter::UpdateWaiting() {
+  TimeMs now = clock_.Now();
+  ASSIGN_OR_RETURN(auto waiting, store_.WaitingBatches(now));
+  std::map<std::int64_t, std::string> note_of;
+  for (const auto& w : waiting) {
+    auto& n = note_of[w.batch_id];
+    n += (n.empty() ? "" : "; ") + w.note;
+  }
+  for (const auto& [id, note] : note_of) {
+    ASSIGN_OR_RETURN(auto row, store_.GetCommitStatus(id));
+    if (!row || row->state != "pending") continue;
+    std::string want = WaitingStatusDescription(note);
+    if (row->description != want) TRY(store_.SetCommitStatusWanted(id, "pending", want, now));
+  }
+  // No longer waiting (the cap lifted, a pool came back): queued again.
+  ASSIGN_OR_RETURN(auto marked, store_.PendingCommitStatuses("waiting: "));
+  for (const auto& row : marked) {
+    if (note_of.count(row.batch_id)) continue;
+    ASSIGN_OR_RETURN(auto batch, store_.Batch(row.batch_id));
+    if (!batch) continue;
+    std::int64_t left = batch->count(RunState::kQueued) + batch->count(RunState::kFailed) +
+                        batch->count(RunState::kLeased) + batch->count(RunState::kRunning);
+    TRY(store_.SetCommitStatusWanted(row.batch_id, "pending",
+                                     "queued: " + std::to_string(left) + " runs left", now));
+  }
+  return Status{};
+}
+
 Result<int> StatusReporter::Step() {
   ASSIGN_OR_RETURN(auto finished, store_.FinishedPendingStatuses(100));
   for (auto id : finished) {
@@ -114,13 +154,14 @@ Result<int> StatusReporter::Step() {
     if (state == row->state && want.description == row->description) continue;
     TRY(store_.SetCommitStatusWanted(id, state, want.description, clock_.Now()));
   }
+  TRY(UpdateWaiting());
   ASSIGN_OR_RETURN(auto due, store_.DueCommitStatuses(clock_.Now(), 20));
   int tried = 0;
   for (const auto& s : due) {
     const RepoConfig* repo = config_.FindRepo(s.repo_url);
     auto state = ParseCommitState(s.state);
     if (!repo || !repo->status || !state) {
-      TRY(store_.CommitStatusFailed(s.batch_id, "status reporting is off for " + s.repo_url, 0,
+      TRY(store_.CommitStatusFailed(s, "status reporting is off for " + s.repo_url, 0,
                                     /*give_up=*/true, clock_.Now()));
       continue;
     }
@@ -132,7 +173,7 @@ Result<int> StatusReporter::Step() {
       spdlog::info("commit status {} for {} {} posted to {}: {}", s.state, s.sha.substr(0, 10),
                    s.context, repo->forge == ForgeKind::kNone ? "" : ForgeName(repo->forge),
                    s.description);
-      TRY(store_.CommitStatusPosted(s.batch_id, s.state, s.description, now));
+      TRY(store_.CommitStatusPosted(s, s.state, s.description, now));
       continue;
     }
     std::string error;
@@ -158,7 +199,7 @@ Result<int> StatusReporter::Step() {
                    s.state, s.sha.substr(0, 10), s.context, attempt, options_.max_attempts,
                    FormatDuration(delay), error);
     }
-    TRY(store_.CommitStatusFailed(s.batch_id, error, now + delay, give_up, now));
+    TRY(store_.CommitStatusFailed(s, error, now + delay, give_up, now));
   }
   return tried;
 }

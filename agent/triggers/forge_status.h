@@ -41,6 +41,9 @@ struct StatusReporterOptions {
   int max_attempts = 5;          // then given up
 };
 
+// "waiting: <note>", at most 140 characters.
+std::string WaitingStatusDescription(const std::string& note);
+
 class StatusReporter {
  public:
   StatusReporter(Store& store, const ServerConfig& config, HttpClient& http, const Clock& clock,
@@ -50,6 +53,10 @@ class StatusReporter {
   Result<int> Step();
 
  private:
+  // A pending status follows why its batch waits ("waiting: pool gpu at its
+  // per_day budget $50.00 reached ($50.12 spent)", from the notes serve's
+  // fleet keeps), and says "queued" again once it no longer does.
+  Status UpdateWaiting();
   Store& store_;
   const ServerConfig& config_;
   HttpClient& http_;

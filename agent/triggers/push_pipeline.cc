@@ -63,7 +63,41 @@ Status PushProcessor::Process(const Store::Push& push) {
     return store_.RetryPush(push.id, e.message, now + delay, now);
   }
   spdlog::error("push {} ({} {}) failed: {}", push.id, repo->url, RefName(push.ref), e.message);
-  return store_.FinishPush(push.id, "failed", "", e.message, now);
+  TRY(store_.FinishPush(push.id, "failed", "", e.message, now));
+  if (repo->status && !IsZeroSha(push.after_sha)) {
+    // Nothing was queued, so no batch will ever report on this commit: its
+    // status says why instead. A bad trainq.yaml fails the commit; a fetch
+    // that kept failing is trainq's error, not the commit's.
+    Store::CommitStatus cs;
+    cs.push_id = push.id;
+    cs.repo_url = repo->url;
+    cs.sha = push.after_sha;
+    cs.context = repo->status_context;
+    cs.state = e.kind == ErrorKind::kInvalidArgument ? "failure" : "error";
+    cs.description = FailedPushDescription(e.message, repo->url);
+    TRY(store_.AddPushStatus(cs, now));
+  }
+  return Status{};
+}
+
+std::string FailedPushDescription(std::string_view message, std::string_view repo_url) {
+  std::string text(message);
+  // "<url> at <sha>: trainq.yaml:12: ..." -> "trainq.yaml:12: ..."
+  if (std::string prefix = std::string(repo_url) + " at "; text.starts_with(prefix)) {
+    if (auto colon = text.find(": ", prefix.size()); colon != std::string::npos) {
+      text = text.substr(colon + 2);
+    }
+  }
+  for (auto& c : text) {
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  }
+  constexpr std::size_t kMax = 140;  // GitHub refuses longer descriptions
+  if (text.size() > kMax) {
+    std::size_t cut = kMax - 3;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    text = text.substr(0, cut) + "...";
+  }
+  return text;
 }
 
 Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push& push) {

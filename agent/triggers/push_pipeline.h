@@ -16,6 +16,10 @@
 // A fetch that fails, or a commit still missing after it, is tried again with
 // backoff (2 s, 4 s, 8 s, ...) and after `fetch_attempts` recorded as the
 // push's error (shown by `trainq status`). A bad trainq.yaml fails at once.
+// A push that failed gets a commit status (when statuses are on for its
+// repository) under the repository's context: `failure` with the error for a
+// bad trainq.yaml ("trainq.yaml:12: unknown key 'repats'"), `error` for a
+// fetch that kept failing.
 //
 // ServerWorker runs that and the Poller on one thread, and the
 // StatusReporter and the PrCommentReporter on a second (a slow forge never
@@ -49,6 +53,11 @@ struct WorkerOptions {
   StatusReporterOptions status;
   PrCommentOptions comments;
 };
+
+// The commit status description for a push that failed: the error without
+// the "<repository> at <sha>: " it was wrapped in, on one line, at most 140
+// characters (GitHub's limit).
+std::string FailedPushDescription(std::string_view message, std::string_view repo_url);
 
 class PushProcessor {
  public:

@@ -88,7 +88,7 @@ TEST_CASE("baseline: commits that did not touch the experiment are skipped", "[b
   (void)b1;
 }
 
-TEST_CASE("baseline: a commit that changed the experiment stops the walk; the baseline is "
+TEST_CASE("baseline: a commit that changed the experiment stops the walk, the baseline is "
           "queued at the base with the head's seeds",
           "[baseline]") {
   History h;
@@ -113,7 +113,7 @@ TEST_CASE("baseline: a commit that changed the experiment stops the walk; the ba
   CHECK(runs.back().seed == 10);
 }
 
-TEST_CASE("baseline: reuse and off queue nothing; a new experiment has none", "[baseline]") {
+TEST_CASE("baseline: reuse and off queue nothing, a new experiment has none", "[baseline]") {
   History h;
   std::string a = h.git.Commit({{"trainq.yaml", kManifest}, {"x/a", "1"}}, "A");
   std::string c = h.git.Commit({{"x/a", "2"}}, "C");

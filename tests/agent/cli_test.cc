@@ -2,6 +2,7 @@
 // real SQLite files, real child processes.
 #include <signal.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -255,7 +256,7 @@ TEST_CASE("cli: submit then serve runs every seed and stores the results", "[cli
   CHECK(status2["batches"][0]["repeats"] == 12);
 }
 
-TEST_CASE("cli: submit without --experiment queues every experiment; --json", "[cli]") {
+TEST_CASE("cli: submit without --experiment queues every experiment, --json", "[cli]") {
   Project p;
   std::string sha = p.git.Commit({{"train.py", kTrainPy}, {"trainq.yaml", kTinyYaml}}, "tiny");
   auto j = TrainqJson(p.db, "submit --json --repo " + ShellQuote(p.git.dir()));
@@ -501,7 +502,7 @@ TEST_CASE("cli: cancel --json, and a fully cancelled batch leaves status", "[cli
   CHECK_THAT(after.text, Catch::Contains(" tiny "));  // partly cancelled: still shown
 }
 
-TEST_CASE("cli: usage errors exit 2 with CLI11's message; an unknown command is named",
+TEST_CASE("cli: usage errors exit 2 with CLI11's message, an unknown command is named",
           "[cli][errors]") {
   testing::TempDir tmp;
   std::string db = tmp / "t.db";
@@ -624,7 +625,7 @@ TEST_CASE("cli: a locked database fails submit cleanly while reads still work",
 // ---------------------------------------------------------------------------
 // Runs that fail: serve finishes, the runs are dead with their error.
 
-TEST_CASE("cli: runs that exit non-zero, print no metric or time out end dead; serve exits 1",
+TEST_CASE("cli: runs that exit non-zero, print no metric or time out end dead, serve exits 1",
           "[cli]") {
   Project p;
   p.git.Commit({{"trainq.yaml", R"(version: 1
@@ -1032,6 +1033,86 @@ TEST_CASE("cli: the example trains for real and its accuracy depends on the seed
   REQUIRE(report.size() == 1);
   CHECK(report[0]["experiment"] == "digits-softmax");
   CHECK(report[0]["summary"]["n"] == 3);
+}
+
+}  // namespace
+}  // namespace trainq
+
+namespace trainq {
+namespace {
+
+// A terminal for `trainq status --watch`: a detached tmux session on its own
+// server socket, read back with capture-pane.
+struct Tmux {
+  std::string socket = "trainq-watch-test-" + std::to_string(getpid());
+  ~Tmux() { testing::RunShell("tmux -L " + socket + " kill-server 2>/dev/null"); }
+  int Run(const std::string& args, std::string* out = nullptr) {
+    return testing::RunShell("tmux -L " + socket + " " + args, out);
+  }
+  // What the pane shows now; with `history`, also what scrolled off it.
+  std::string Capture(bool history = false) {
+    std::string out;
+    Run(std::string("capture-pane -p -t watch") + (history ? " -S - -E -" : ""), &out);
+    return out;
+  }
+};
+
+TEST_CASE("cli: status --watch redraws in place on a terminal as runs finish, and --until-idle "
+          "ends it",
+          "[cli][watch]") {
+  testing::TempDir tmp;
+  const std::string db = tmp / "t.db";
+  Store store = Store::Open(db).value();
+  const Clock& clock = SystemClock::Get();
+  BatchSpec spec;
+  spec.experiment = "mlp";
+  spec.command = "true";
+  spec.repeats = 3;
+  REQUIRE(store.Submit("/srv/model", {std::string(40, 'a'), "", "s", "me", 0}, {spec},
+                       clock.Now()));
+  auto leased = store.Lease("local/1", clock.Now(), 600'000, 3).value();
+  REQUIRE(leased.size() == 3);
+  REQUIRE(store.MarkRunning(leased[0].run_id, leased[0].token, clock.Now(), ""));
+
+  Tmux tmux;
+  const std::string watch = Cmd(db, "status --watch --interval 0.2 --until-idle");
+  REQUIRE(tmux.Run("new-session -d -s watch -x 150 -y 40 " +
+                   ShellQuote(watch + "; echo watch-exit=$?; exec cat")) == 0);
+  auto shows = [&](const std::string& what) {
+    return testing::WaitFor([&] { return tmux.Capture().find(what) != std::string::npos; },
+                            std::chrono::seconds(30));
+  };
+  INFO(tmux.Capture(true));
+  REQUIRE(shows("0/3 done, 0 failed, 3 running"));
+  REQUIRE(store.Complete(leased[0].run_id, leased[0].token, clock.Now(), 0.9));
+  REQUIRE(shows("1/3 done, 0 failed, 2 running"));
+  CHECK(tmux.Capture().find("0/3 done") == std::string::npos);
+  REQUIRE(store.Complete(leased[1].run_id, leased[1].token, clock.Now(), 0.8));
+  REQUIRE(shows("2/3 done, 0 failed, 1 running"));
+  // In place: one frame on the screen, none scrolled into the history.
+  const std::string all = tmux.Capture(true);
+  CHECK(Count(all, "trainq status, every 0.2s at") == 1);
+  CHECK(Count(all, "batches:") == 1);
+  // The last run ends: nothing left to run, the watch stops by itself.
+  REQUIRE(store.Complete(leased[2].run_id, leased[2].token, clock.Now(), 0.7));
+  REQUIRE(shows("watch-exit=0"));
+  CHECK(tmux.Capture().find("3/3 done, 0 failed") != std::string::npos);
+}
+
+TEST_CASE("cli: status --watch refuses --json, and --interval needs --watch", "[cli][watch]") {
+  testing::TempDir tmp;
+  REQUIRE(Store::Open(tmp / "t.db"));
+  auto j = Trainq(tmp / "t.db", "status --watch --json");
+  CHECK(j.code == 1);
+  CHECK_THAT(j.text, Catch::Contains("--watch draws text; leave out --json"));
+  auto i = Trainq(tmp / "t.db", "status --interval 1");
+  CHECK(i.code == 2);
+  CHECK_THAT(i.text, Catch::Contains("--interval requires --watch"));
+  // Not a terminal: frames follow each other; one frame when already idle.
+  auto once = Trainq(tmp / "t.db", "status --watch --until-idle --interval 0.1");
+  CHECK(once.code == 0);
+  CHECK(Count(once.text, "trainq status, every") == 1);
+  CHECK(once.text.find("\x1b[") == std::string::npos);
 }
 
 }  // namespace

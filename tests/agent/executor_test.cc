@@ -12,6 +12,7 @@
 #include "agent/repo/git_repo.h"
 #include "core/strings.h"
 #include "tests/agent/agent_test_util.h"
+#include "tests/support/fake_process.h"
 #include "tests/support/git_fixture.h"
 #include "tests/support/temp_dir.h"
 
@@ -814,6 +815,156 @@ TEST_CASE("executor: a run whose repository vanished fails with the reason",
   CHECK_THAT(run.last_error, Catch::StartsWith("cannot start: "));
   CHECK_THAT(run.last_error, Catch::Contains("no such directory"));
   CHECK(exec.active() == 0);
+}
+
+}  // namespace
+}  // namespace trainq
+
+// The executor over a FakeProcessRunner and a FakeClock: the kill grace, the
+// timeout and a lost lease, with every signal the executor sends recorded and
+// the clock moved by the test (no real child, no wall-clock wait).
+namespace trainq {
+namespace {
+
+struct FakeRig {
+  testing::TempDir tmp;
+  testing::GitFixture git{tmp / "repo"};
+  std::string sha = git.Commit({{"marker.txt", "from-the-commit\n"}}, "initial");
+  Store store = MustOpen(tmp / "queue.db", {});
+  testing::FakeProcessRunner runner;
+  FakeClock clock;
+
+  std::int64_t Submit(int timeout_s, int max_attempts = 1) {
+    BatchSpec b;
+    b.experiment = "exp";
+    b.command = "python3 train.py --seed {seed}";
+    b.repeats = 1;
+    b.timeout_s = timeout_s;
+    b.max_attempts = max_attempts;
+    auto repo = GitRepo::Open(git.dir());
+    REQUIRE(repo);
+    auto commit = repo->Resolve("HEAD");
+    REQUIRE(commit);
+    auto r = store.Submit(repo->location(), *commit, {b}, clock.Now());
+    REQUIRE(r);
+    return store.Runs(r->front().batch_id, std::nullopt, 0).value().at(0).id;
+  }
+  ExecutorOptions Options() {
+    ExecutorOptions o;
+    o.slots = 1;
+    o.data_dir = tmp / "data";
+    o.worker = "test-worker";
+    o.lease_ms = 30'000;
+    o.heartbeat_ms = 1'000;
+    o.kill_grace_ms = 2'000;
+    return o;
+  }
+  RunRow Run(std::int64_t id) { return store.Run(id).value().value(); }
+  // The one process spawned so far.
+  int Pid() {
+    auto pids = runner.pids();
+    REQUIRE(pids.size() == 1);
+    return pids[0];
+  }
+  std::vector<int> Signals() { return runner.process(Pid()).signals; }
+};
+
+TEST_CASE("executor with a fake process: exit 0 with the metric written succeeds",
+          "[executor][fake_process]") {
+  FakeRig rig;
+  auto id = rig.Submit(60);
+  LocalExecutor exec(rig.store, rig.runner, rig.clock, rig.Options());
+  REQUIRE(exec.Step());
+  const auto spec = rig.runner.process(rig.Pid()).spec;
+  CHECK(spec.argv == std::vector<std::string>{"/bin/sh", "-c", "python3 train.py --seed 1"});
+  CHECK(rig.Run(id).state == RunState::kRunning);
+  REQUIRE(WriteFile(spec.env.at("TRAINQ_METRICS_FILE"),
+                    "{\"name\": \"accuracy\", \"value\": 0.75}\n"));
+  rig.clock.Advance(42'000);
+  rig.runner.Exit(rig.Pid(), 0);
+  REQUIRE(exec.Step());
+  auto run = rig.Run(id);
+  CHECK(run.state == RunState::kSucceeded);
+  CHECK(run.metric_value == 0.75);
+  CHECK(run.finished_ms.value() - run.started_ms.value() == 42'000);
+  // Whatever the script left in its group is killed once it ended.
+  CHECK(rig.Signals() == std::vector<int>{SIGKILL});
+}
+
+TEST_CASE("executor with a fake process: the timeout sends SIGTERM once, and the run fails "
+          "naming it",
+          "[executor][fake_process][timeout]") {
+  FakeRig rig;
+  auto id = rig.Submit(5);
+  LocalExecutor exec(rig.store, rig.runner, rig.clock, rig.Options());
+  REQUIRE(exec.Step());
+  rig.clock.Advance(5'000);  // at the timeout, not past it
+  REQUIRE(exec.Step());
+  CHECK(rig.Signals().empty());
+  rig.clock.Advance(1);
+  REQUIRE(exec.Step());  // SIGTERM; the process ends on it
+  CHECK(rig.Signals() == std::vector<int>{SIGTERM});
+  REQUIRE(exec.Step());  // reaped
+  auto run = rig.Run(id);
+  CHECK(run.state == RunState::kDead);
+  CHECK_THAT(run.last_error, Catch::StartsWith("timed out after 5s (process group killed)"));
+  CHECK(exec.active() == 0);
+}
+
+TEST_CASE("executor with a fake process: a run that ignores SIGTERM gets SIGKILL only once the "
+          "kill grace has passed",
+          "[executor][fake_process][timeout]") {
+  FakeRig rig;
+  auto id = rig.Submit(5);
+  LocalExecutor exec(rig.store, rig.runner, rig.clock, rig.Options());
+  REQUIRE(exec.Step());
+  rig.runner.IgnoreTerm(rig.Pid());
+  rig.clock.Advance(5'001);
+  REQUIRE(exec.Step());
+  CHECK(rig.Signals() == std::vector<int>{SIGTERM});
+  rig.clock.Advance(1'999);  // within the 2 s grace: it is left alone
+  REQUIRE(exec.Step());
+  REQUIRE(exec.Step());
+  CHECK(rig.Signals() == std::vector<int>{SIGTERM});
+  CHECK(rig.runner.running() == 1);
+  rig.clock.Advance(1);
+  REQUIRE(exec.Step());
+  CHECK(rig.Signals() == std::vector<int>{SIGTERM, SIGKILL});
+  REQUIRE(exec.Step());
+  CHECK(rig.Run(id).state == RunState::kDead);
+  CHECK_THAT(rig.Run(id).last_error, Catch::Contains("timed out"));
+}
+
+TEST_CASE("executor with a fake process: a lease lost while the executor was silent stops the "
+          "process and reports nothing",
+          "[executor][fake_process][heartbeat]") {
+  FakeRig rig;
+  auto id = rig.Submit(3600, 3);
+  LocalExecutor exec(rig.store, rig.runner, rig.clock, rig.Options());
+  REQUIRE(exec.Step());
+  REQUIRE(rig.Run(id).state == RunState::kRunning);
+  // Heartbeats keep the 30 s lease while the executor steps.
+  for (int i = 0; i < 60; ++i) {
+    rig.clock.Advance(1'000);
+    REQUIRE(exec.Step());
+  }
+  CHECK(rig.Signals().empty());
+  // The executor stalls for longer than its lease: another process expires
+  // it and another worker takes the run.
+  rig.clock.Advance(31'000);
+  auto other = MustOpen(rig.tmp / "queue.db", {});
+  REQUIRE(other.ExpireLeases(rig.clock.Now()).value() == 1);
+  auto taken = other.Lease("thief", rig.clock.Now() + 20'000, 30'000, 1).value();
+  REQUIRE(taken.size() == 1);
+  rig.clock.Advance(20'000);
+  // Its next heartbeat is refused: the process is killed, no outcome reported.
+  REQUIRE(exec.Step());
+  CHECK(rig.Signals() == std::vector<int>{SIGKILL});
+  CHECK(exec.active() == 0);
+  auto run = rig.Run(id);
+  CHECK(run.state == RunState::kLeased);
+  CHECK(run.worker == "thief");
+  CHECK_FALSE(run.metric_value);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The fleet loop against a recording FakeProvider and a real store file.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <functional>
 
 #include "agent/daemon/fleet.h"
@@ -8,6 +9,7 @@
 #include "core/clock.h"
 #include "queue/store.h"
 #include "core/http_client.h"
+#include "core/strings.h"
 #include "tests/support/fake_ec2.h"
 #include "tests/support/temp_dir.h"
 
@@ -93,7 +95,7 @@ TEST_CASE("fleet: a provider failing is recorded, and a later serve that finds i
   CHECK(Failures(f.store, "gpu") == 0);
 }
 
-TEST_CASE("fleet: an empty queue boots nothing; queued demand without a pool that fits boots "
+TEST_CASE("fleet: an empty queue boots nothing, queued demand without a pool that fits boots "
           "nothing either") {
   FleetFixture f;
   Fleet fleet = f.Make();
@@ -140,7 +142,7 @@ TEST_CASE("fleet: a booted worker is told its pool's dead-man switch before it e
   CHECK(after("--fuse-max") == "10");
 }
 
-TEST_CASE("fleet: a hand-started worker that stops calling is taken for gone; one that calls stays",
+TEST_CASE("fleet: a hand-started worker that stops calling is taken for gone, one that calls stays",
           "[fleet]") {
   FleetFixture f;
   Fleet fleet = f.Make();
@@ -167,7 +169,7 @@ TEST_CASE("fleet: a hand-started worker that stops calling is taken for gone; on
 }
 
 TEST_CASE("fleet: machines that never register back off, one at a time, and the pool ends "
-          "failing with the reason and the machine's log; billed time is bounded",
+          "failing with the reason and the machine's log, billed time is bounded",
           "[fleet]") {
   FleetFixture f;
   Fleet fleet = f.Make([](PoolSpec& p) {
@@ -323,11 +325,97 @@ TEST_CASE("fleet: provider List() calls per hour, idle and booting, before and a
   CHECK(booting_after >= 200);
 }
 
-}  // namespace
-}  // namespace trainq
+TEST_CASE("fleet over the EC2 API: instances that never register are lost and terminated, back "
+          "off, the pool ends failing with their console output, DescribeInstances is paced, "
+          "billed time bounded",
+          "[fleet][ec2][lost]") {
+  // The real Fleet and the real EC2 provider against a loopback fake of EC2's
+  // API (its XML, SigV4 checked), two hours at serve's pace on a fake clock.
+  testing::FakeEc2 ec2;
+  ec2.console_output =
+      "[   12.3] cloud-init[812]: running user data\n"
+      "trainq worker: cannot reach http://10.0.0.1:8080/api/v1/workers/register: "
+      "connection timed out\n";
+  FleetFixture f;
+  REQUIRE(WriteFile(f.tmp / "credentials",
+                    "[trainq]\naws_access_key_id = AKIDEXAMPLE\naws_secret_access_key = "
+                    "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY\n"));
+  CurlHttpClient http;
+  PoolSpec spec;
+  spec.scaling.name = "gpu";
+  spec.scaling.max = 2;
+  spec.scaling.slots = 1;
+  spec.scaling.boot_timeout_ms = 10 * 60'000;
+  spec.scaling.hourly_cost = 1.0;
+  spec.scaling.list_interval_ms = 15'000;  // the ec2 defaults
+  spec.scaling.list_interval_idle_ms = 120'000;
+  spec.provider = "ec2";
+  spec.token.value = "tq-secret-token-123";
+  spec.params = {{"region", "us-east-1"},           {"image", "ami-0abcdef1234567890"},
+                 {"instance_type", "g5.xlarge"},    {"endpoint", ec2.url()},
+                 {"credentials_file", f.tmp / "credentials"}, {"profile", "trainq"}};
+  // The provider signs with the real time (the fake checks the skew); the
+  // fleet runs on the fake clock.
+  auto provider = cloud::MakeProvider(
+      "ec2", spec.params, cloud::ProviderDeps{nullptr, &http, &SystemClock::Get(), f.tmp / "p"});
+  REQUIRE(provider);
+  std::vector<FleetPool> pools;
+  pools.push_back({spec, std::move(*provider)});
+  FleetOptions o;
+  o.instance = "tq1";
+  o.server_url = "http://10.0.0.1:8080";
+  o.trainq_path = "/usr/bin/trainq";
+  o.data_dir = f.tmp / "data";
+  o.seed = 7;
+  Fleet fleet(f.store, f.clock, std::move(pools), o);
+  f.Queue(4);  // runs wait all along
 
-namespace trainq {
-namespace {
+  const TimeMs t0 = f.clock.Now();
+  Run(f, fleet, 2 * 3'600'000);
+  INFO(ec2.last_rejection());
+  auto state = f.State("gpu");
+  REQUIRE(state);
+  CHECK(state->failing);
+  CHECK(state->failed_boots >= 3);
+  CHECK_THAT(state->boot_error,
+             Catch::Contains("no worker registered within boot_timeout (10m00s)"));
+  CHECK_THAT(state->log_tail, Catch::Contains("trainq worker: cannot reach http://10.0.0.1:8080"));
+  auto actions = ec2.actions();
+  const auto boots = std::count(actions.begin(), actions.end(), "RunInstances");
+  // Two at first (max 2), both fail at 10 min; then one at a time after the
+  // back-off: failing after the third. Without the back-off: a new pair every
+  // 10 min, 24 boots in 2 h.
+  CHECK(boots == 3);
+  CHECK(std::count(actions.begin(), actions.end(), "TerminateInstances") == boots);
+  CHECK(std::count(actions.begin(), actions.end(), "GetConsoleOutput") == boots);
+  for (const auto& i : ec2.instances()) CHECK(i.state == "shutting-down");
+  // Each is marked lost, by the instance the provider booted; the runs were
+  // never leased: still queued, no attempt used.
+  auto machines = f.store.Machines(true);
+  REQUIRE(machines);
+  REQUIRE(machines->size() == static_cast<std::size_t>(boots));
+  for (const auto& m : *machines) {
+    CHECK(m.lost());
+    CHECK_THAT(m.last_error,
+               Catch::Contains("lost: no worker registered within boot_timeout (10m00s)"));
+  }
+  auto lost = f.store.LostMachines(0);
+  REQUIRE(lost);
+  CHECK(lost->size() == static_cast<std::size_t>(boots));
+  for (const auto& r : f.store.Runs(std::nullopt, std::nullopt, 0).value()) {
+    CHECK(r.state == RunState::kQueued);
+    CHECK(r.attempts == 0);
+  }
+  auto costs = f.store.Costs(f.clock.Now(), false);
+  REQUIRE(costs);
+  REQUIRE(costs->size() == 1);
+  CHECK(costs->front().billed_ms <= 3 * 10 * 60'000 + 3 * 2000);
+  // Paced: 15 s while booting, 2 min once nothing changes (unpaced: 7200, one a pass).
+  const auto describes = std::count(actions.begin(), actions.end(), "DescribeInstances");
+  CHECK(describes < 200);
+  CHECK(fleet.list_calls().at("gpu") == describes);
+  CHECK(f.clock.Now() - t0 == 2 * 3'600'000);
+}
 
 // A machine of the fixture's pool that registered (by the name the fleet gave
 // it) and leased one run.
@@ -460,85 +548,6 @@ TEST_CASE("fleet: a run that has lost max_attempts machines is charged for the n
       CHECK(r->state == RunState::kDead);
       CHECK(r->attempts == 2);
     }
-  }
-}
-
-TEST_CASE("fleet with the EC2 provider: an instance whose worker never registers is lost at "
-          "boot_timeout, terminated, and replaced after the boot back-off",
-          "[fleet][lost][ec2]") {
-  testing::FakeEc2 ec2;
-  testing::TempDir tmp;
-  CurlHttpClient http;
-  SystemClock signing_clock;  // SigV4 dates are checked against the real time
-  WriteFile(tmp / "credentials",
-            "[trainq]\naws_access_key_id = AKIDEXAMPLE\n"
-            "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY\n")
-      .value();
-  auto provider = cloud::MakeProvider(
-      "ec2",
-      {{"region", "us-east-1"},
-       {"image", "ami-0abcdef1234567890"},
-       {"instance_type", "g5.xlarge"},
-       {"endpoint", ec2.url()},
-       {"credentials_file", tmp / "credentials"},
-       {"profile", "trainq"}},
-      cloud::ProviderDeps{nullptr, &http, &signing_clock, ""});
-  REQUIRE(provider);
-  FakeClock clock{1'000'000};
-  auto store = Store::Open(tmp / "t.db").value();
-  PoolSpec spec;
-  spec.scaling.name = "gpu";
-  spec.scaling.max = 1;
-  spec.scaling.boot_timeout_ms = 5 * 60'000;
-  spec.scaling.boot_backoff_ms = 60'000;
-  spec.provider = "ec2";
-  spec.params["server_url"] = "http://10.0.0.1:8080";
-  std::vector<FleetPool> pools;
-  pools.push_back({spec, std::move(*provider)});
-  FleetOptions o;
-  o.instance = "tq1";
-  o.server_url = "http://10.0.0.1:8080";
-  o.trainq_path = "/usr/bin/trainq";
-  o.data_dir = tmp / "data";
-  Fleet fleet(store, clock, std::move(pools), o);
-  BatchSpec b;
-  b.experiment = "mlp";
-  b.command = "true";
-  b.repeats = 2;
-  CommitInfo c;
-  c.sha = std::string(40, 'a');
-  c.message = "m";
-  REQUIRE(store.Submit("/repos/demo", c, {b}, clock.Now()));
-
-  // A pass every 5 s of fake time for 7 minutes: boot at 0, lost at 5 min,
-  // the next boot 1 min later.
-  for (int i = 0; i < 7 * 12; ++i) {
-    REQUIRE(fleet.Step());
-    clock.Advance(5'000);
-  }
-  auto instances = ec2.instances();
-  REQUIRE(instances.size() == 2);
-  CHECK(instances[0].state == "shutting-down");  // TerminateInstances
-  CHECK(instances[1].state != "shutting-down");
-  auto machines = store.Machines(true).value();
-  REQUIRE(machines.size() == 2);
-  CHECK(machines[0].provider_id == instances[0].id);
-  CHECK(machines[0].lost());
-  CHECK_THAT(machines[0].last_error,
-             Catch::Contains("lost: no worker registered within boot_timeout (5m00s)"));
-  CHECK(machines[1].state == "booting");
-  // The lost boot is a failed boot: the pool backs off before the next one.
-  auto states = store.PoolStates().value();
-  REQUIRE(states.size() == 1);
-  CHECK(states[0].failed_boots == 1);
-  CHECK(machines[1].created_ms - *machines[0].stopped_ms >= 60'000);
-  auto actions = ec2.actions();
-  CHECK(std::count(actions.begin(), actions.end(), "TerminateInstances") == 1);
-  CHECK(std::count(actions.begin(), actions.end(), "RunInstances") == 2);
-  // Runs were never leased: both still queued, no attempt used.
-  for (const auto& r : store.Runs(std::nullopt, std::nullopt, 0).value()) {
-    CHECK(r.state == RunState::kQueued);
-    CHECK(r.attempts == 0);
   }
 }
 

@@ -55,6 +55,23 @@ TEST_CASE("run outcome: each way an attempt ends, and whether it is retried", "[
        "file"},
       {"exit 2 of another program is retried", 2, false, "./train.sh", banner + "usage\n", none,
        false, false, "exit code 2: usage"},
+      {"argparse's usage error is not retried", 2, false, "python3 train.py --lr 0.1",
+       banner + "usage: train.py [-h] --lr LR --epochs EPOCHS\n"
+                "train.py: error: the following arguments are required: --epochs\n",
+       none, false, true,
+       "exit code 2 (configuration error, not retried): usage: train.py [-h] --lr LR --epochs "
+       "EPOCHS | train.py: error: the following arguments are required: --epochs"},
+      {"click's usage error is not retried", 2, false, "python3 train.py --lrr 1",
+       banner + "Usage: train.py [OPTIONS]\nTry 'train.py --help' for help.\n\n"
+                "Error: No such option: --lrr\n",
+       none, false, true,
+       "exit code 2 (configuration error, not retried): Usage: train.py [OPTIONS] | Try "
+       "'train.py --help' for help. | Error: No such option: --lrr"},
+      {"'usage:' inside a line is no usage error", 2, false, "./train.sh",
+       banner + "GPU memory usage: 80%\n", none, false, false,
+       "exit code 2: GPU memory usage: 80%"},
+      {"exit 1 after a usage line is retried", 1, false, "python3 train.py",
+       banner + "usage: train.py\n", none, false, false, "exit code 1: usage: train.py"},
       {"a command the shell cannot find", 127, false, "pyhton3 t.py",
        banner + "sh: 1: pyhton3: not found\n", none, false, true,
        "exit code 127 (configuration error, not retried): sh: 1: pyhton3: not found"},

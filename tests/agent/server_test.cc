@@ -322,7 +322,7 @@ TEST_CASE("listener: a chunked body is refused 411 without being read", "[server
   CHECK(c.ReadReply().starts_with("HTTP/1.1 411"));
 }
 
-TEST_CASE("listener: bodies being read at once share one memory budget; over it, 503 unread",
+TEST_CASE("listener: bodies being read at once share one memory budget, over it, 503 unread",
           "[server][limits]") {
   ListenerLimits limits;
   limits.max_inflight_body_bytes = 1u << 20;

@@ -4,15 +4,18 @@
 #include "queue/store.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include "agent/cli/cli.h"
 #include "agent/results/status.h"
 #include "agent/triggers/forge.h"
+#include "agent/triggers/forge_status.h"
 #include "core/strings.h"
 #include "tests/agent/mistakes_table.h"
 #include "tests/support/git_cli.h"
+#include "tests/support/http_server.h"
 #include "tests/support/temp_dir.h"
 
 using nlohmann::json;
@@ -395,6 +398,97 @@ TEST_CASE("push: a pull request whose head was already pushed to a branch queues
   CHECK(std::count_if(all.begin(), all.end(), [&](const BatchProgress& b) {
           return b.sha == head;
         }) == 1);
+}
+
+}  // namespace
+}  // namespace trainq
+
+namespace trainq {
+namespace {
+
+// The fake forge: GitHub's status API on loopback, recording what it was sent.
+struct StatusWorld {
+  testing::TestHttpServer forge{[](const testing::TestHttpRequest&) {
+    return testing::TestHttpResponse{201, R"({"id": 1})", {}};
+  }};
+  testing::TempDir token_dir;
+  World w;
+
+  StatusWorld()
+      : w("    forge: github\n    project: acme/model\n    status: true\n    api_url: " +
+          forge.url() + "\n    token: {file: " + TokenFile() + "}\n") {}
+
+  std::string TokenFile() {
+    REQUIRE(WriteFile(token_dir / "token", "forge-token"));
+    return token_dir / "token";
+  }
+
+  // Posts what is due, as serve's status thread does; the bodies the forge got.
+  std::vector<json> Post() {
+    CurlHttpClient http;
+    StatusReporter reporter(w.store, w.config, http, w.clock);
+    REQUIRE(reporter.Step());
+    std::vector<json> out;
+    for (const auto& r : forge.requests()) out.push_back(json::parse(r.body));
+    return out;
+  }
+};
+
+TEST_CASE("push: a push whose trainq.yaml is bad gets a failure status naming file:line:key",
+          "[server_worker][forge_status]") {
+  StatusWorld s;
+  std::string c = s.w.git.Commit(
+      {{"trainq.yaml", std::string(kManifest) + "    repats: 5\n"}}, "typo");
+  auto p = s.w.Push("refs/heads/main", s.w.base, c);
+  REQUIRE(p.state == "failed");
+  auto row = s.w.store.GetPushStatus(p.id).value();
+  REQUIRE(row);
+  CHECK(row->state == "failure");
+  CHECK(row->batch_id == 0);
+  auto sent = s.Post();
+  REQUIRE(sent.size() == 1);
+  CHECK(s.forge.requests()[0].target == "/repos/acme/model/statuses/" + c);
+  CHECK(sent[0]["state"] == "failure");
+  CHECK(sent[0]["context"] == "trainq");
+  // The error itself, without the "<url> at <sha>: " it was wrapped in.
+  CHECK_THAT(sent[0]["description"].get<std::string>(),
+             Catch::StartsWith("trainq.yaml:11: experiments.b.repats: unknown key"));
+  CHECK(sent[0]["description"].get<std::string>().size() <= 140);
+  CHECK(s.w.store.GetPushStatus(p.id).value()->posted_state == "failure");
+  CHECK(s.Post().size() == 1);  // posted once
+}
+
+TEST_CASE("push: a push whose fetch kept failing gets an error status", "[server_worker]") {
+  StatusWorld s;
+  std::string c = s.w.git.Commit({{"configs/a.yaml", "lr: 8\n"}}, "a");
+  std::filesystem::rename(s.w.tmp / "origin", s.w.tmp / "moved");
+  auto p = s.w.Push("refs/heads/main", s.w.base, c);
+  CHECK(p.state == "pending");
+  CHECK_FALSE(s.w.store.GetPushStatus(p.id).value());  // still retried: no status yet
+  MirrorCache mirrors(s.w.tmp / "data");
+  PushProcessor proc(s.w.store, s.w.config, mirrors, s.w.clock, s.w.Options());
+  s.w.clock.Advance(1000);
+  REQUIRE(proc.ProcessDue(10));
+  s.w.clock.Advance(2000);
+  REQUIRE(proc.ProcessDue(10));
+  REQUIRE(s.w.store.GetPush(p.id).value()->state == "failed");
+  auto sent = s.Post();
+  REQUIRE(sent.size() == 1);
+  CHECK(sent[0]["state"] == "error");
+  CHECK_THAT(sent[0]["description"].get<std::string>(), Catch::StartsWith("fetching file://"));
+}
+
+TEST_CASE("push: a failed push's status description is one line of at most 140 characters",
+          "[server_worker]") {
+  CHECK(FailedPushDescription("file:///r at 0123456789: trainq.yaml:3: bad\nmore", "file:///r") ==
+        "trainq.yaml:3: bad more");
+  std::string long_text = "x: " + std::string(200, 'y');
+  auto d = FailedPushDescription(long_text, "file:///r");
+  CHECK(d.size() == 140);
+  CHECK(d.ends_with("..."));
+  // A cut never splits a UTF-8 character.
+  std::string wide = std::string(136, 'a') + "±±±";
+  CHECK(FailedPushDescription(wide, "u") == std::string(136, 'a') + "...");
 }
 
 }  // namespace

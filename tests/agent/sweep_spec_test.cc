@@ -103,7 +103,7 @@ TEST_CASE("sweep spec: budget in runs, and a pure grid needs no budget", "[sweep
   CHECK(grid->PointBudget() == 3);
 }
 
-TEST_CASE("sweep spec: mistakes name file, line and key; nothing parses", "[sweep][errors]") {
+TEST_CASE("sweep spec: mistakes name file, line and key, nothing parses", "[sweep][errors]") {
   struct Case {
     std::string sweep;
     std::string want;
@@ -200,7 +200,7 @@ TEST_CASE("sweep spec: a command's placeholders and the parameters must match",
   CHECK(ParseManifest(trainer, "trainq.yaml").has_value());
 }
 
-TEST_CASE("sweep expressions: arithmetic, functions, names; nothing else", "[sweep]") {
+TEST_CASE("sweep expressions: arithmetic, functions, names, nothing else", "[sweep]") {
   std::map<std::string, double> v = {{"optimizer.lr", 0.02}, {"w", 3}};
   CHECK(*EvalExpr("optimizer.lr / 100", v) == Approx(0.0002));
   CHECK(*EvalExpr("-(w + 1) * 2 - 1", v) == -9);

@@ -80,7 +80,7 @@ TEST_CASE("sweep suggest: explicit points first, then every grid combination onc
   CHECK((*pts)[2] == json{{"a", 1}, {"b", "y"}, {"c", 7}, {"d", 7}});
 }
 
-TEST_CASE("sweep suggest: draws stay in bounds; log_uniform is uniform in log space",
+TEST_CASE("sweep suggest: draws stay in bounds, log_uniform is uniform in log space",
           "[sweep]") {
   auto space = Space("        lr: {log_uniform: [1.0e-4, 1]}\n        u: {uniform: [2, 3]}\n"
                      "        i: {int: [-3, 4]}\n        w: {int: [8, 64], log: true}\n"

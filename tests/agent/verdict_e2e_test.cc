@@ -154,8 +154,8 @@ struct Setup {
   }
 };
 
-TEST_CASE("e2e: a change is judged against the nearest equivalent ancestor; the status carries "
-          "the verdict; gate decides",
+TEST_CASE("e2e: a change is judged against the nearest equivalent ancestor, the status carries "
+          "the verdict, gate decides",
           "[server][e2e][verdict]") {
   Setup s;
   s.Serve();

@@ -42,7 +42,8 @@ struct World {
   testing::TempDir tmp;
   std::string db = tmp / "trainq.db";
   std::string data = tmp / "data";
-  FakeClock clock{kT0};
+  // Long polls wait on this clock: they end when the test advances it.
+  FakeClock clock{kT0, FakeClock::Sleeps::kBlock};
   ServerConfig config;
   std::unique_ptr<Server> server;
   std::unique_ptr<HttpListener> listener;
@@ -363,17 +364,22 @@ TEST_CASE("worker API: a long poll answers with a run submitted while it waits",
   bool notify = GENERATE(true, false);  // false: a submit from another process, no wake-up
   INFO("NotifyWork: " << notify);
   constexpr int kWaitMs = 15'000;
-  auto start = std::chrono::steady_clock::now();
+  const TimeMs start = w.clock.Now();
   auto poll = std::async(std::launch::async, [&] { return w.Lease(worker, kCpuToken, kWaitMs); });
-  REQUIRE(testing::WaitFor([&] { return w.server->WaitingPolls() == 1; },
+  REQUIRE(testing::WaitFor([&] { return w.server->WaitingPolls() == 1 && w.clock.sleepers() == 1; },
                            std::chrono::seconds(10)));
   w.Submit(1);
-  if (notify) w.server->NotifyWork();
+  if (notify) {
+    w.server->NotifyWork();
+  } else {
+    // Nobody wakes it: it finds the run at its next re-check, a recheck_ms on.
+    CHECK(poll.wait_for(std::chrono::milliseconds(50)) == std::future_status::timeout);
+    w.clock.Advance(w.server->options().recheck_ms);
+  }
   auto answer = poll.get();
-  auto elapsed = std::chrono::steady_clock::now() - start;
   CHECK(answer["state"] == "ready");
   REQUIRE(answer["runs"].size() == 1);
-  CHECK(elapsed < std::chrono::milliseconds(kWaitMs));
+  CHECK(w.clock.Now() - start < kWaitMs);
   CHECK(w.server->WaitingPolls() == 0);
 }
 
@@ -382,13 +388,16 @@ TEST_CASE("worker API: a long poll with nothing to do answers empty after wait_m
   World w;
   w.Submit(1, "gpu");  // another pool's work does not wake it with a run
   auto worker = w.Register(kCpuToken, "idle");
-  auto start = std::chrono::steady_clock::now();
-  auto answer = w.Lease(worker, kCpuToken, 600);
-  auto elapsed = std::chrono::steady_clock::now() - start;
+  auto poll = std::async(std::launch::async, [&] { return w.Lease(worker, kCpuToken, 600); });
+  REQUIRE(testing::WaitFor([&] { return w.clock.sleepers() == 1; }, std::chrono::seconds(10)));
+  w.clock.Advance(599);  // not yet
+  REQUIRE(testing::WaitFor([&] { return w.clock.sleepers() == 1; }, std::chrono::seconds(10)));
+  CHECK(poll.wait_for(std::chrono::milliseconds(0)) == std::future_status::timeout);
+  w.clock.Advance(1);
+  auto answer = poll.get();
   CHECK(answer["state"] == "ready");
   CHECK(answer["runs"].empty());
-  CHECK(elapsed >= std::chrono::milliseconds(600));
-  CHECK(elapsed < std::chrono::seconds(10));
+  CHECK(w.server->WaitingPolls() == 0);
 }
 
 TEST_CASE("worker API: a draining machine is told so, and cannot register again",
@@ -534,7 +543,7 @@ TEST_CASE("worker API: source of a run whose repository the server lacks is a 40
   CHECK(r.body.find("/srv/model") != std::string::npos);
 }
 
-TEST_CASE("worker API: leave stops a hand-started machine and queues what it held; only its pool "
+TEST_CASE("worker API: leave stops a hand-started machine and queues what it held, only its pool "
           "may say so",
           "[worker_api]") {
   World w;
@@ -562,7 +571,7 @@ namespace trainq {
 
 // Issue 16: a worker's max_runs was trusted, and one metrics call stored
 // 200,000 rows.
-TEST_CASE("worker API: max_runs is capped by the machine's registered slots; a run's metric "
+TEST_CASE("worker API: max_runs is capped by the machine's registered slots, a run's metric "
           "points are bounded",
           "[worker_api]") {
   World w;

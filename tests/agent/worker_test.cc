@@ -118,7 +118,7 @@ TEST_CASE("FusedTrainerCommand names per-seed metrics and output paths", "[worke
         "'/d/groups/7-1/{seed}/metrics.jsonl' --output-dir '/d/groups/7-1/{seed}/output'");
 }
 
-TEST_CASE("GpuPool packs 1-GPU runs runs_per_gpu to a GPU; multi-GPU runs take whole GPUs",
+TEST_CASE("GpuPool packs 1-GPU runs runs_per_gpu to a GPU, multi-GPU runs take whole GPUs",
           "[worker]") {
   GpuPool pool({GpuInfo{0, "", 0}, GpuInfo{1, "", 0}}, 2);
   CHECK(pool.FreeGpus() == 2.0);
@@ -502,7 +502,7 @@ TEST_CASE("worker e2e: a refused token stops a provider-booted machine (self-sto
   CHECK(fs::exists(marker) == booted);
 }
 
-TEST_CASE("worker e2e: a machine that is draining is told 409 at registration; the worker exits 0",
+TEST_CASE("worker e2e: a machine that is draining is told 409 at registration, the worker exits 0",
           "[worker][e2e]") {
   Harness h;
   MachineRow m;

@@ -125,7 +125,7 @@ TEST_CASE("Command provider: a list command that filters itself prints ID NAME")
   CHECK((*listed)[0].name == "tq-tq1-gpu-1");
 }
 
-TEST_CASE("Command provider errors carry stderr; sysexits usage codes are not retried") {
+TEST_CASE("Command provider errors carry stderr, sysexits usage codes are not retried") {
   CommandFixture f;
   auto params = f.Params();
   params["boot"] = f.cloud + " fail 1";

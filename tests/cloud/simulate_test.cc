@@ -137,7 +137,7 @@ TEST_CASE("Simulate: a push after the grace boots again") {
 }
 
 TEST_CASE("Simulate: a week of a pool whose machines never register: the back-off ends it "
-          "failing; without it, a boot every boot_timeout all week") {
+          "failing, without it, a boot every boot_timeout all week") {
   auto t = ParseTrace(
       "pool bad max=2 slots=1 boot_timeout=10m hourly_cost=4 broken=1\n"
       "09:00 bad llm 4 2h\n",
@@ -160,7 +160,7 @@ TEST_CASE("Simulate: a week of a pool whose machines never register: the back-of
   CHECK(without->cost > 100 * with->cost);
 }
 
-TEST_CASE("Simulate: a daily budget caps each day's cost; without it the day costs more") {
+TEST_CASE("Simulate: a daily budget caps each day's cost, without it the day costs more") {
   auto t = ParseTrace(
       "pool gpu max=8 slots=1 idle_grace=2m boot_timeout=10m hourly_cost=2 budget_day=10 "
       "drain_at_cap=1\n"

@@ -105,7 +105,7 @@ TEST_CASE("Spawn: the child holds only stdin, stdout and stderr, not our descrip
   CHECK(fds == std::set<std::string>{"0", "1", "2"});
 }
 
-TEST_CASE("Spawn with inherit_env false gives RunEnvironment(pass_env) and spec.env; "
+TEST_CASE("Spawn with inherit_env false gives RunEnvironment(pass_env) and spec.env, "
           "RunEnvironment keeps only the safe base and the chosen passthrough",
           "[process]") {
   ::setenv("TRAINQ_TEST_SECRET", "hunter2-not-for-runs", 1);

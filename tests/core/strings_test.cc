@@ -65,7 +65,7 @@ TEST_CASE("Split keeps empty fields", "[strings]") {
   CHECK(Trim("  x y \n") == "x y");
 }
 
-TEST_CASE("ReadFile and WriteFile round trip; a missing file is not_found", "[strings]") {
+TEST_CASE("ReadFile and WriteFile round trip, a missing file is not_found", "[strings]") {
   testing::TempDir dir;
   REQUIRE(WriteFile(dir / "f.txt", "hello\n"));
   CHECK(ReadFile(dir / "f.txt").value() == "hello\n");

@@ -451,7 +451,7 @@ TEST_CASE("MachineHistory records every state change with its live leases", "[ma
   CHECK(f.store.MachineHistory(std::nullopt).value().size() == 5);
 }
 
-TEST_CASE("A stopped machine's provider id can be reused; a live machine's cannot",
+TEST_CASE("A stopped machine's provider id can be reused, a live machine's cannot",
           "[machines]") {
   // A warm EC2 pool (on_stop: stop) starts a stopped instance again, under a
   // new name but with its old instance id.

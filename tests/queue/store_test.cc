@@ -78,7 +78,7 @@ TEST_CASE("Submit creates one batch per experiment and one run per seed", "[stor
   }
 }
 
-TEST_CASE("Submitting the same commit twice creates nothing; more repeats top up", "[store]") {
+TEST_CASE("Submitting the same commit twice creates nothing, more repeats top up", "[store]") {
   Fixture f;
   auto first = f.Submit(3);
   auto again = f.store.Submit("/repos/demo", MakeCommit(), {MakeSpec("mlp", 3)}, kT0 + 5);
@@ -126,7 +126,7 @@ TEST_CASE("Lease hands out each run once, oldest first, with a token", "[store]"
   CHECK(f.Get(a[0].run_id).worker == "w1");
 }
 
-TEST_CASE("Complete stores the metric; a stale token is refused", "[store]") {
+TEST_CASE("Complete stores the metric, a stale token is refused", "[store]") {
   Fixture f;
   f.Submit(1);
   auto l = f.store.Lease("w1", kT0, kLease, 1).value().at(0);
@@ -148,7 +148,7 @@ TEST_CASE("Complete stores the metric; a stale token is refused", "[store]") {
   CHECK(f.Get(l.run_id).metric_value.value() == Approx(0.66));
 }
 
-TEST_CASE("An expired lease puts the run back; the old holder is fenced off", "[store]") {
+TEST_CASE("An expired lease puts the run back, the old holder is fenced off", "[store]") {
   Fixture f;
   f.Submit(1);
   auto old = f.store.Lease("w1", kT0, kLease, 1).value().at(0);
@@ -209,7 +209,7 @@ TEST_CASE("Failures back off exponentially, then the run is dead", "[store]") {
   CHECK(f.store.Lease("w", now + 10'000'000, kLease, 1).value().empty());
 }
 
-TEST_CASE("A failure not worth retrying is dead at once; outcomes are listed once each",
+TEST_CASE("A failure not worth retrying is dead at once, outcomes are listed once each",
           "[store]") {
   Fixture f;
   f.Submit(3, 3);  // 3 runs, 3 attempts each
@@ -513,7 +513,7 @@ TEST_CASE("A success for a run another holder already completed is refused, nami
   CHECK(f.Get(old.run_id).metric_value.value() == Approx(0.7));  // counted once
 }
 
-TEST_CASE("A lease that expired while serve was down gets one more lease; its later expiry "
+TEST_CASE("A lease that expired while serve was down gets one more lease, its later expiry "
           "uses no attempt, and a heartbeat makes the worker answerable again",
           "[store]") {
   Fixture f;

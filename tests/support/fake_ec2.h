@@ -1,7 +1,10 @@
-// A fake EC2 query API on loopback for tests: EC2's XML shapes, and every
-// request's AWS Signature Version 4 checked (the algorithm re-implemented
-// here from AWS's documentation, with OpenSSL). Used by the EC2 provider's
-// tests and by the fleet's (a machine that never registers).
+// A fake of EC2's query API on loopback, as much of it as the EC2 provider
+// (cloud/ec2_provider.h) uses: RunInstances, DescribeInstances (tag filters,
+// pages), TerminateInstances, Stop/StartInstances, CreateTags,
+// ModifyInstanceAttribute, GetConsoleOutput. It answers with EC2's XML shapes
+// and checks every request's AWS Signature Version 4 (the algorithm
+// re-implemented here from AWS's documentation, with OpenSSL), so a test of
+// the provider, or of the fleet over it, speaks the real wire format.
 #pragma once
 
 #include <openssl/evp.h>
@@ -12,8 +15,8 @@
 #include <ctime>
 #include <map>
 #include <mutex>
-#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cloud/ec2_provider.h"
@@ -21,6 +24,8 @@
 #include "tests/support/http_server.h"
 
 namespace trainq::testing {
+
+using cloud::Base64Encode;
 
 inline std::string Hex(const unsigned char* p, size_t n) {
   static const char* k = "0123456789abcdef";
@@ -265,7 +270,7 @@ class FakeEc2 {
         return Ok("<GetConsoleOutputResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\">"
                   "<requestId>r</requestId><instanceId>" + i.id +
                   "</instanceId><timestamp>2026-11-22T04:10:00.000Z</timestamp><output>" +
-                  cloud::Base64Encode(console_output) + "</output></GetConsoleOutputResponse>");
+                  Base64Encode(console_output) + "</output></GetConsoleOutputResponse>");
       }
       return Error(400, "InvalidInstanceID.NotFound", "The instance ID does not exist");
     }
@@ -413,8 +418,7 @@ class FakeEc2 {
   int inject_status_ = 0;
   std::string inject_code_;
   int inject_times_ = 0;
-  testing::TestHttpServer server_;  // last: stops before the state goes
+  TestHttpServer server_;  // last: stops before the state goes
 };
-
 
 }  // namespace trainq::testing

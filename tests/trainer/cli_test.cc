@@ -19,7 +19,7 @@ Result<std::optional<Options>> Parse(std::vector<const char*> args, std::map<std
   });
 }
 
-TEST_CASE("defaults come from the run environment; flags win") {
+TEST_CASE("defaults come from the run environment, flags win") {
   auto o = Parse({"spec.yaml"}, {{"TRAINQ_SEED", "42"}, {"TRAINQ_METRICS_FILE", "/m"}, {"TRAINQ_OUTPUT_DIR", "/o"}});
   REQUIRE(o.has_value());
   REQUIRE(o->has_value());

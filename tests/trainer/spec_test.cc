@@ -147,5 +147,56 @@ TEST_CASE("the f32 format needs the row width") {
   CHECK_THAT(ErrorOf("data: {path: x.f32}\nmodel: {layers: [relu]}\n"), Catch::Contains("data.columns"));
 }
 
+TEST_CASE("the distributed section is read, and its errors name the file, the line and the key") {
+  const std::string base = std::string(kValid).substr(0, std::string(kValid).find("  callbacks:")) +
+                           "metrics: [accuracy, f1]\n";
+  auto spec = Load(base + "distributed:\n  workers: 4\n  nodes: 2\n  mode: asynchronous\n  every_n_epochs: 3\n"
+                          "  shuffle: both\n  rendezvous: tcp://10.0.0.1:29500\n  timeout: 2m\n");
+  if (!spec) FAIL(spec.error().message);
+  REQUIRE(spec->distributed.has_value());
+  const DistributedSpec& d = *spec->distributed;
+  CHECK(d.workers == 4);
+  CHECK(d.nodes == 2);
+  CHECK(d.mode == "asynchronous");
+  CHECK(d.every_n_epochs == 3);
+  CHECK(d.shuffle == "both");
+  CHECK(d.rendezvous == "tcp://10.0.0.1:29500");
+  CHECK(d.timeout_seconds == 120);
+  CHECK_FALSE(d.GradientSync());
+
+  auto defaults = Load(base + "distributed: {workers: 2}\n");
+  REQUIRE(defaults);
+  CHECK(defaults->distributed->GradientSync());
+  CHECK(defaults->distributed->rendezvous == "auto");
+  CHECK(defaults->distributed->timeout_seconds == 300);
+  CHECK_FALSE(Load(base)->distributed.has_value());
+
+  // Line 15 is the first key of the section.
+  auto bad = [&](const std::string& section) { return ErrorOf(base + "distributed:\n" + section); };
+  CHECK_THAT(bad("  workers: two\n"), Catch::Contains("spec.yaml:15: distributed.workers: expected an integer"));
+  CHECK_THAT(bad("  workers: 0\n"), Catch::Contains("spec.yaml:15: distributed.workers: must be at least 1"));
+  CHECK_THAT(bad("  worker: 2\n"), Catch::Contains("spec.yaml:15: distributed.worker: unknown key"));
+  CHECK_THAT(bad("  workers: 2\n  mode: eventually\n"),
+             Catch::Contains("spec.yaml:16: distributed.mode: expected one of: synchronous, partially_asynchronous, "
+                             "asynchronous, got 'eventually'"));
+  CHECK_THAT(bad("  workers: 2\n  shuffle: blocks\n"),
+             Catch::Contains("spec.yaml:16: distributed.shuffle: gradient all-reduce"));
+  CHECK_THAT(bad("  workers: 3\n  nodes: 2\n"),
+             Catch::Contains("spec.yaml:16: distributed.nodes: workers (3) must be a multiple of nodes (2)"));
+  CHECK_THAT(bad("  workers: 4\n  nodes: 2\n"),
+             Catch::Contains("spec.yaml:16: distributed.rendezvous: auto starts the workers on this machine only"));
+  CHECK_THAT(bad("  workers: 2\n  rendezvous: udp://x:1\n"),
+             Catch::Contains("spec.yaml:16: distributed.rendezvous: expected auto, env or tcp://HOST:PORT"));
+  CHECK_THAT(bad("  workers: 2\n  rendezvous: tcp://host:99999\n"),
+             Catch::Contains("spec.yaml:16: distributed.rendezvous"));
+  CHECK_THAT(bad("  workers: 2\n  timeout: soon\n"),
+             Catch::Contains("spec.yaml:16: distributed.timeout: expected a positive duration"));
+  CHECK_THAT(bad("  workers: 2\n  mode: partially_asynchronous\n  every_n_epochs: 2\n"),
+             Catch::Contains("spec.yaml:17: distributed.every_n_epochs: partially_asynchronous merges after every"));
+  CHECK_THAT(ErrorOf(std::string(kValid) + "distributed: {workers: 2, mode: asynchronous}\n"),
+             Catch::Contains("trainer.callbacks.early_stopping: needs distributed.mode synchronous"));
+  CHECK(Load(std::string(kValid) + "distributed: {workers: 2, every_n_epochs: 1}\n").has_value());
+}
+
 }  // namespace
 }  // namespace trainq::trainer
