@@ -232,13 +232,13 @@ class Worker {
   bool lease_came_back_empty_ = false;
   int exit_code_ = 0;
 
+  ResultOutbox outbox_;  // <data_dir>/outbox: results the server was away for
+  bool kept_ = true;     // outbox_ may hold something (checked at the start)
   TimeMs last_contact_ms_;
   TimeMs next_try_ms_ = 0;  // register/lease backoff
   TimeMs backoff_ms_ = 0;
 
   std::map<std::int64_t, RunSlot> runs_;  // by run id
-  ResultOutbox outbox_;  // <data_dir>/outbox: results the server was away for
-  bool kept_ = true;     // outbox_ may hold something (checked at the start)
   std::vector<Job> jobs_;
 };
 

@@ -397,7 +397,9 @@ TEST_CASE("fleet e2e: a worker stopped with SIGSTOP is lost after lost_after, ki
   CHECK(status->ok());
   // max_attempts 1, yet the run whose worker was stopped succeeded: the loss
   // was the machine's, not the run's.
-  for (const auto& r : store->Runs(std::nullopt, std::nullopt, 0).value()) {
+  auto final_runs = store->Runs(std::nullopt, std::nullopt, 0);
+  REQUIRE(final_runs);
+  for (const auto& r : *final_runs) {
     INFO("run " << r.id << ": " << r.last_error);
     CHECK(r.state == RunState::kSucceeded);
     CHECK(r.attempts == 1);

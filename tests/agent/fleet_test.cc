@@ -402,7 +402,9 @@ TEST_CASE("fleet over the EC2 API: instances that never register are lost and te
   auto lost = f.store.LostMachines(0);
   REQUIRE(lost);
   CHECK(lost->size() == static_cast<std::size_t>(boots));
-  for (const auto& r : f.store.Runs(std::nullopt, std::nullopt, 0).value()) {
+  auto runs = f.store.Runs(std::nullopt, std::nullopt, 0);
+  REQUIRE(runs);
+  for (const auto& r : *runs) {
     CHECK(r.state == RunState::kQueued);
     CHECK(r.attempts == 0);
   }

@@ -832,7 +832,7 @@ TEST_CASE("ResultOutbox keeps results across a restart, and sets aside a damaged
     r.run_id = 3;
     REQUIRE(box.Put(r));
   }
-  REQUIRE(WriteFile(tmp / "outbox" / "9.json", "{\"run_id\": 9, trunc"));
+  REQUIRE(WriteFile(tmp / "outbox/9.json", "{\"run_id\": 9, trunc"));
   ResultOutbox again(tmp / "outbox");
   auto all = again.All();
   REQUIRE(all.size() == 2);
@@ -841,7 +841,7 @@ TEST_CASE("ResultOutbox keeps results across a restart, and sets aside a damaged
   CHECK(all[1].token() == 3);
   CHECK(all[1].log_offset == 12);
   CHECK(all[1].points.size() == 1);
-  CHECK(fs::exists(tmp / "outbox" / "9.json.bad"));
+  CHECK(fs::exists(tmp / "outbox/9.json.bad"));
   again.Remove(3);
   again.Remove(7);
   CHECK(again.empty());
