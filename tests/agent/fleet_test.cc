@@ -493,6 +493,9 @@ TEST_CASE("fleet: a worker that keeps calling is never lost, and silence while s
   Fleet fleet = f.Make([](PoolSpec& p) {
     p.scaling.max = 1;
     p.scaling.lost_after_ms = 45'000;
+    // Once the stall has let its lease expire the machine is idle: not drained
+    // meanwhile, so that only its silence can end it.
+    p.scaling.idle_grace_ms = 3'600'000;
   });
   f.Queue(1);
   REQUIRE(fleet.Step());
@@ -535,7 +538,7 @@ TEST_CASE("fleet: a run that has lost max_attempts machines is charged for the n
     for (int i = 0; i < 600 && f.provider->running().empty(); ++i) Run(f, fleet, 1000);
     auto [machine, run] = RegisterAndLease(f, 600'000);
     run_id = run.run_id;
-    Run(f, fleet, 46'000);
+    Run(f, fleet, 47'000);  // the last pass 46 s after the worker's last call: past lost_after
     REQUIRE(f.store.Machine(machine.id).value()->lost());
     auto r = f.store.Run(run_id).value();
     if (round <= 2) {
