@@ -231,9 +231,14 @@ TEST_CASE("fleet: machines that never register back off, one at a time, and the 
   r.pool = "gpu";
   r.name = live->front().name;
   r.hostname = "gpu-host";
-  REQUIRE(f.store.RegisterWorker(r, f.clock.Now()));
-  Run(f, fleet, 3 * 60'000);
+  auto registered = f.store.RegisterWorker(r, f.clock.Now());
+  REQUIRE(registered);
+  for (int i = 0; i < 18; ++i) {  // 3 minutes, calling as an idle worker does
+    REQUIRE(f.store.TouchWorker(registered->id, f.clock.Now(), false));
+    Run(f, fleet, 10'000);
+  }
   CHECK(f.State("gpu")->failed_boots == 0);
+  CHECK(f.store.Machine(registered->id).value()->state == "ready");
 }
 
 TEST_CASE("fleet: a changed pool config forgets its failed boots", "[fleet]") {
@@ -261,6 +266,7 @@ TEST_CASE("fleet: a budget boots nothing past the cap and drains at it when told
         p.scaling.min_bill_ms = 10 * 60'000;  // a boot costs at least $1
         p.scaling.budget_per_day = 2.5;
         p.scaling.drain_at_cap = true;
+        p.scaling.lost_after_ms = 0;  // the workers below register, then never call
       },
       o);
   f.Queue(4);
