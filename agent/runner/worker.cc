@@ -619,6 +619,7 @@ void Worker::Complete(std::int64_t run_id, const std::string& outcome, std::opti
     }
     if (auto st = outbox_.Put(kept); st) {
       kept_ = true;
+      next_deliver_ms_ = clock_.Now() + heartbeat_ms_;
       spdlog::warn("run {}: server not reachable ({}); its result ({}) is kept in {} and "
                    "delivered when the server is back",
                    run_id, a.error().message, outcome, outbox_.PathOf(run_id));
@@ -830,7 +831,10 @@ Result<Worker::Phase> Worker::Step() {
       ++it;
     }
   }
-  if (kept_ && clock_.Now() >= next_try_ms_) DeliverKept();
+  if (kept_ && clock_.Now() >= next_deliver_ms_) {
+    next_deliver_ms_ = clock_.Now() + heartbeat_ms_;
+    DeliverKept();
+  }
   // Lease.
   if (worker_id_ && !draining_ && static_cast<int>(jobs_.size()) < config_.slots &&
       clock_.Now() >= next_try_ms_) {
@@ -926,6 +930,8 @@ Result<int> Worker::Run(const std::atomic<bool>& stop) {
   }
   spdlog::info("stopping: {} run(s) go back to the queue", runs_.size());
   Interrupt("the worker was stopped (SIGTERM: preemption or shutdown)");
+  // A serve that stops its machines may still take what this worker kept.
+  if (kept_) DeliverKept();
   Leave();
   return 0;
 }

@@ -206,7 +206,9 @@ class Worker {
                 std::optional<int> exit_code, const std::string& error, bool config_error = false,
                 const Proc* proc = nullptr);
   // Delivers the results kept in outbox_, oldest first; stops at the first
-  // one the server does not answer (tried again after the backoff).
+  // one the server does not answer. Tried every heartbeat while something is
+  // kept, whatever the register/lease backoff (a delivery before the lease
+  // expires keeps the run's attempt), and once more when the worker stops.
   void DeliverKept();
   void Forget(std::int64_t run_id);
   void Kill(Proc& p, TimeMs now);
@@ -234,6 +236,7 @@ class Worker {
 
   ResultOutbox outbox_;  // <data_dir>/outbox: results the server was away for
   bool kept_ = true;     // outbox_ may hold something (checked at the start)
+  TimeMs next_deliver_ms_ = 0;  // the next try of DeliverKept
   TimeMs last_contact_ms_;
   TimeMs next_try_ms_ = 0;  // register/lease backoff
   TimeMs backoff_ms_ = 0;

@@ -788,6 +788,11 @@ TEST_CASE("worker e2e: a run that ends while the server is away keeps its result
   auto batch = h.Submit(1, "while [ ! -e " + ShellQuote(go) + " ]; do sleep 0.05; done; PIDS=" +
                                (h.tmp / "pids") + " sh run.sh");
   auto c = h.Config(1);
+  // Register and lease back off for 10 minutes once the server is away: the
+  // kept result is tried every heartbeat (200 ms) all the same, so that it
+  // arrives before the lease expires.
+  c.retry_base_ms = 600'000;
+  c.retry_max_ms = 600'000;
   WorkerThread w(c);
   REQUIRE(testing::WaitFor([&] { return h.AllIn(batch, RunState::kRunning); }, 30s));
   const std::int64_t run_id = h.Runs(batch)[0].id;
