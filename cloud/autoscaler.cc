@@ -123,6 +123,14 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
     if (!Gone(m.state)) leases += m.live_leases;
   }
   report.needed = (std::max(0, in.demand) + leases + slots - 1) / slots;
+  if (in.gang_nodes > 0) {
+    // A gang is leased only to idle machines, all at once.
+    int busy = 0;
+    for (const Machine& m : in.machines) {
+      if (!Gone(m.state) && m.live_leases > 0) ++busy;
+    }
+    report.needed = std::max(report.needed, busy + in.gang_nodes);
+  }
   report.wanted = std::clamp(report.needed, c.min, max);
 
   std::set<std::string> listed;

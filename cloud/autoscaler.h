@@ -142,6 +142,10 @@ struct ProviderHealth {
 struct PoolInput {
   PoolConfig config;
   int demand = 0;  // runnable queued runs this pool can serve (backoff passed)
+  // The most machines one runnable gang run of this pool needs at once
+  // (resources.nodes; 0 = none): the pool wants that many idle machines
+  // besides the busy ones, so the gang can form.
+  int gang_nodes = 0;
   std::vector<Machine> machines;
   // The ids List() reported this pass; nullopt when List() was not called or
   // failed (nothing is adopted or forgotten then).

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/placeholders.h"
+
 namespace trainq {
 
 std::string_view Trim(std::string_view s) {
@@ -97,24 +99,11 @@ std::string FormatTimestamp(std::int64_t ms) {
 }
 
 std::string Substitute(std::string_view text, const std::map<std::string, std::string>& vars) {
-  std::string out;
-  out.reserve(text.size());
-  size_t i = 0;
-  while (i < text.size()) {
-    if (text[i] == '{') {
-      auto close = text.find('}', i);
-      if (close != std::string_view::npos) {
-        auto it = vars.find(std::string(text.substr(i + 1, close - i - 1)));
-        if (it != vars.end()) {
-          out += it->second;
-          i = close + 1;
-          continue;
-        }
-      }
-    }
-    out += text[i++];
-  }
-  return out;
+  return FillPlaceholders(text, [&](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  });
 }
 
 std::string ShellQuote(std::string_view s) {

@@ -22,7 +22,8 @@ std::string FormatDuration(std::int64_t ms);
 // Milliseconds since the epoch -> "2026-11-22 10:04:05" in UTC.
 std::string FormatTimestamp(std::int64_t ms);
 
-// Replaces each "{key}" in `text` with vars[key]; unknown keys are left alone.
+// Replaces each "{key}" placeholder (core/placeholders.h) in `text` with
+// vars[key]; unknown keys and the shell's ${VAR} are left alone.
 std::string Substitute(std::string_view text, const std::map<std::string, std::string>& vars);
 
 // Quotes `s` for /bin/sh.

@@ -30,6 +30,13 @@ std::optional<cloud::MachineState> ParseMachineState(std::string_view s) {
 constexpr const char* kRunnable =
     "(r.state = 'queued' OR (r.state = 'failed' AND r.not_before_ms <= ?))";
 
+// Live gang members of nodes 1.. on machine m.id (node 0's machine is the
+// run's machine_id, counted with the run itself).
+constexpr const char* kLiveGangMembersOnM =
+    "(SELECT count(*) FROM gang_members g JOIN runs gr ON gr.id = g.run_id WHERE "
+    "g.machine_id = m.id AND g.node_rank > 0 AND g.token = gr.lease_token AND gr.state IN "
+    "('leased', 'running'))";
+
 // Run time of a run: started..finished, a running one up to `now` (when given)
 // or its last update (heartbeat). Parameter: now (nullable).
 constexpr const char* kRunTime =
@@ -49,7 +56,7 @@ std::string MachineColumns() {
              "m.last_seen_ms, m.last_error, m.name, m.hostname, m.resources_json, m.hourly_cost, "
              "m.ready_ms, m.last_busy_ms, m.stopped_ms, "
              "(SELECT count(*) FROM runs r WHERE r.machine_id = m.id AND r.state IN "
-             "('leased', 'running')), "
+             "('leased', 'running')) + ") + kLiveGangMembersOnM + ", " + std::string(
              "(SELECT count(*) FROM runs r WHERE r.machine_id = m.id AND r.state = 'succeeded'), "
              "(SELECT COALESCE(sum(") +
          kRunTime + "), 0) FROM runs r WHERE r.machine_id = m.id) ";
@@ -133,8 +140,10 @@ Result<std::optional<MachineRow>> Store::MachineByName(const std::string& name) 
 }
 
 Result<int> Store::LiveLeases(std::int64_t machine) {
-  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT count(*) FROM runs WHERE machine_id = ? AND "
-                                       "state IN ('leased', 'running')"));
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT (SELECT count(*) FROM runs WHERE "
+                                                   "machine_id = m.id AND state IN ('leased', "
+                                                   "'running')) + ") +
+                                       kLiveGangMembersOnM + " FROM machines m WHERE m.id = ?"));
   s.Bind(1, machine);
   ASSIGN_OR_RETURN(bool row, s.Step());
   return row ? static_cast<int>(s.Int(0)) : 0;
@@ -375,6 +384,20 @@ Result<int> Store::ForgetMachine(std::int64_t row, TimeMs now, const std::string
                                  "('leased', 'running')"));
     TRY(u.Bind(1, "interrupted: machine lost: " + reason).Bind(2, now).Bind(3, row).Run());
     int returned = db_.Changes();
+    // A gang run with a member on it stops as a whole (its other members'
+    // next calls are refused); it goes back to the queue the same way.
+    ASSIGN_OR_RETURN(auto g,
+                     db_.Prepare("UPDATE runs SET state = 'queued', attempts = max(0, attempts - 1), "
+                                 "interruptions = interruptions + 1, not_before_ms = 0, "
+                                 "last_error = ?, lease_expires_ms = NULL, started_ms = NULL, "
+                                 "worker = '', updated_ms = ? WHERE state IN ('leased', 'running') "
+                                 "AND EXISTS (SELECT 1 FROM gang_members gm WHERE gm.run_id = "
+                                 "runs.id AND gm.machine_id = ? AND gm.token = runs.lease_token)"));
+    TRY(g.Bind(1, "interrupted: a machine of the gang was lost: " + reason)
+            .Bind(2, now)
+            .Bind(3, row)
+            .Run());
+    returned += db_.Changes();
     ASSIGN_OR_RETURN(auto m, db_.Prepare("UPDATE machines SET state = 'stopped', stopped_ms = "
                                          "COALESCE(stopped_ms, ?), last_error = ? WHERE id = ?"));
     TRY(m.Bind(1, now).Bind(2, reason).Bind(3, row).Run());
@@ -446,6 +469,20 @@ Result<int> Store::LoseMachine(std::int64_t row, TimeMs now, const std::string& 
               .Bind(6, h.id)
               .Run());
     }
+    // A gang run with a member on it (a node > 0: node 0's machine holds the
+    // run itself, above) stops as a whole, as in ForgetMachine.
+    ASSIGN_OR_RETURN(auto g,
+                     db_.Prepare("UPDATE runs SET state = 'queued', attempts = max(0, attempts - 1), "
+                                 "interruptions = interruptions + 1, not_before_ms = 0, "
+                                 "last_error = ?, lease_expires_ms = NULL, started_ms = NULL, "
+                                 "worker = '', updated_ms = ? WHERE state IN ('leased', 'running') "
+                                 "AND EXISTS (SELECT 1 FROM gang_members gm WHERE gm.run_id = "
+                                 "runs.id AND gm.machine_id = ? AND gm.token = runs.lease_token)"));
+    TRY(g.Bind(1, "interrupted: a machine of the gang was lost: " + reason)
+            .Bind(2, now)
+            .Bind(3, row)
+            .Run());
+    returned += db_.Changes();
     ASSIGN_OR_RETURN(auto m, db_.Prepare("UPDATE machines SET state = 'failed', stopped_ms = "
                                          "COALESCE(stopped_ms, ?), last_error = ? WHERE id = ?"));
     TRY(m.Bind(1, now).Bind(2, std::string(kLostPrefix) + reason).Bind(3, row).Run());
@@ -544,6 +581,9 @@ Result<std::vector<LeasedRun>> Store::LeaseForMachine(std::int64_t machine,
     }
     ASSIGN_OR_RETURN(auto touch, db_.Prepare("UPDATE machines SET last_seen_ms = ? WHERE id = ?"));
     TRY(touch.Bind(1, now).Bind(2, machine).Run());
+    // A machine in a gang runs only its member (delivered on its next poll).
+    ASSIGN_OR_RETURN(auto gang, DeliverGangMembers(machine, now));
+    if (gang.second) return std::move(gang.first);
     std::vector<LeasedRun> out;
     if (limits.max_runs <= 0) return out;
 
@@ -553,11 +593,13 @@ Result<std::vector<LeasedRun>> Store::LeaseForMachine(std::int64_t machine,
       std::int64_t id, batch_id, seed;
       int gpus;
       bool trainer;
+      bool gang;
     };
     ASSIGN_OR_RETURN(
         auto pick,
         db_.Prepare(std::string("SELECT r.id, r.batch_id, r.seed, b.gpus, "
-                                "COALESCE(json_extract(b.spec_json, '$.trainer'), '') != '' "
+                                "COALESCE(json_extract(b.spec_json, '$.trainer'), '') != '', "
+                                "json_extract(b.spec_json, '$.resources.nodes') IS NOT NULL "
                                 "FROM runs r JOIN batches b ON b.id = r.batch_id WHERE ") +
                     kRunnable + " AND (b.pool = '' OR b.pool = ?) ORDER BY r.id"));
     pick.Bind(1, now).Bind(2, pool);
@@ -566,9 +608,17 @@ Result<std::vector<LeasedRun>> Store::LeaseForMachine(std::int64_t machine,
       ASSIGN_OR_RETURN(bool row, pick.Step());
       if (!row) break;
       candidates.push_back({pick.Int(0), pick.Int(1), pick.Int(2), static_cast<int>(pick.Int(3)),
-                            pick.Int(4) != 0});
+                            pick.Int(4) != 0, pick.Int(5) != 0});
     }
     pick.Reset();
+    // The oldest gang that can form on this machine, when nothing is picked
+    // before it: it takes the whole machine (and its partners) or nothing.
+    for (const auto& c : candidates) {
+      if (!c.gang) break;
+      ASSIGN_OR_RETURN(auto formed, FormGang(c.id, machine, pool, worker, now, lease_ms));
+      if (!formed.empty()) return formed;
+    }
+    std::erase_if(candidates, [](const Candidate& c) { return c.gang; });
 
     double free_gpus = limits.free_gpus;
     int slots = limits.max_runs;
@@ -624,23 +674,27 @@ Result<bool> Store::MayLease(std::int64_t machine, TimeMs now) {
                                                    "FROM runs r JOIN batches b ON b.id = "
                                                    "r.batch_id WHERE ") +
                                        kRunnable + " AND (b.pool = '' OR b.pool = m.pool)) "
-                                                   "FROM machines m WHERE m.id = ?"));
+                                                   "OR EXISTS (SELECT 1 FROM gang_members g "
+                                                   "WHERE g.machine_id = m.id AND g.delivered "
+                                                   "= 0) FROM machines m WHERE m.id = ?"));
   s.Bind(1, now).Bind(2, machine);
   ASSIGN_OR_RETURN(bool row, s.Step());
   return !row || s.Int(0) != 0;  // an unknown machine: LeaseForMachine says so
 }
 
 Result<std::vector<Store::DemandRow>> Store::RunnableDemand(TimeMs now) {
-  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT b.pool, b.gpus, count(*) FROM runs r "
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT b.pool, b.gpus, count(*), "
+                                                   "COALESCE(json_extract(b.spec_json, "
+                                                   "'$.resources.nodes'), 0) AS nodes FROM runs r "
                                                    "JOIN batches b ON b.id = r.batch_id WHERE ") +
-                                       kRunnable + " GROUP BY b.pool, b.gpus ORDER BY b.pool, "
-                                                   "b.gpus"));
+                                       kRunnable + " GROUP BY b.pool, b.gpus, nodes ORDER BY "
+                                                   "b.pool, b.gpus, nodes"));
   s.Bind(1, now);
   std::vector<DemandRow> out;
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
-    out.push_back({s.Text(0), static_cast<int>(s.Int(1)), s.Int(2)});
+    out.push_back({s.Text(0), static_cast<int>(s.Int(1)), static_cast<int>(s.Int(3)), s.Int(2)});
   }
   return out;
 }
@@ -687,8 +741,8 @@ Status Store::SetWaitingNotes(const std::vector<WaitingNote>& notes, TimeMs now)
     TRY(db_.Exec("DELETE FROM waiting_notes"));
     for (const auto& n : notes) {
       ASSIGN_OR_RETURN(auto u, db_.Prepare("INSERT OR REPLACE INTO waiting_notes (pool, gpus, "
-                                           "note, updated_ms) VALUES (?, ?, ?, ?)"));
-      TRY(u.Bind(1, n.pool).Bind(2, n.gpus).Bind(3, n.note).Bind(4, now).Run());
+                                           "nodes, note, updated_ms) VALUES (?, ?, ?, ?, ?)"));
+      TRY(u.Bind(1, n.pool).Bind(2, n.gpus).Bind(3, n.nodes).Bind(4, n.note).Bind(5, now).Run());
     }
     return {};
   });
@@ -698,7 +752,9 @@ Result<std::vector<Store::WaitingBatch>> Store::WaitingBatches(TimeMs now) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT b.id, count(*), w.note FROM runs r "
                                                    "JOIN batches b ON b.id = r.batch_id "
                                                    "JOIN waiting_notes w ON w.pool = b.pool AND "
-                                                   "w.gpus = b.gpus WHERE ") +
+                                                   "w.gpus = b.gpus AND w.nodes = COALESCE("
+                                                   "json_extract(b.spec_json, "
+                                                   "'$.resources.nodes'), 0) WHERE ") +
                                        kRunnable + " GROUP BY b.id, w.note ORDER BY b.id"));
   s.Bind(1, now);
   std::vector<WaitingBatch> out;

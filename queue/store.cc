@@ -347,6 +347,37 @@ CREATE TABLE push_statuses (
 );
 CREATE INDEX push_statuses_due ON push_statuses (gave_up, not_before_ms);
 )sql",
+    // 10 -> 11: gang runs (queue/gang_store.cc). One row per node of a gang
+    // run's attempt: the machine it runs on, the run's lease token of that
+    // attempt, the member's expiry and, for node 0, the rendezvous address.
+    // waiting_notes (rewritten by every fleet pass) is keyed by the gang's
+    // node count too: "needs 3 machines at once" is not a note for 1-node runs.
+    R"sql(
+CREATE TABLE gang_members (
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  node_rank INTEGER NOT NULL CHECK (node_rank >= 0),
+  token INTEGER NOT NULL,
+  machine_id INTEGER NOT NULL REFERENCES machines(id),
+  state TEXT NOT NULL CHECK (state IN ('assigned', 'running', 'done')),
+  delivered INTEGER NOT NULL DEFAULT 0,
+  expires_ms INTEGER NOT NULL,
+  master_addr TEXT NOT NULL DEFAULT '',
+  master_port INTEGER NOT NULL DEFAULT 0,
+  metric_value REAL,
+  updated_ms INTEGER NOT NULL,
+  PRIMARY KEY (run_id, node_rank)
+);
+CREATE INDEX gang_members_by_machine ON gang_members (machine_id, run_id);
+DROP TABLE waiting_notes;
+CREATE TABLE waiting_notes (
+  pool TEXT NOT NULL,
+  gpus INTEGER NOT NULL,
+  nodes INTEGER NOT NULL DEFAULT 0,
+  note TEXT NOT NULL,
+  updated_ms INTEGER NOT NULL,
+  PRIMARY KEY (pool, gpus, nodes)
+);
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 
@@ -632,6 +663,12 @@ Result<int> Store::ExtendBatch(std::int64_t batch_id, int repeats, TimeMs now) {
   });
 }
 
+// Runs the in-process executor can take: not a gang over several machines
+// (those need the fleet's machines).
+constexpr const char* kOneMachine =
+    "COALESCE((SELECT json_extract(b.spec_json, '$.resources.nodes') FROM batches b "
+    "WHERE b.id = runs.batch_id), 1) <= 1";
+
 Result<std::vector<LeasedRun>> Store::Lease(const std::string& worker, TimeMs now,
                                             TimeMs lease_ms, int max_runs) {
   if (max_runs <= 0) return std::vector<LeasedRun>{};
@@ -639,9 +676,12 @@ Result<std::vector<LeasedRun>> Store::Lease(const std::string& worker, TimeMs no
     // Oldest first: queued runs, then failed ones whose backoff has passed.
     ASSIGN_OR_RETURN(auto pick,
                      db_.Prepare("SELECT id FROM ("
-                                 " SELECT id FROM runs WHERE state = 'queued' ORDER BY id LIMIT ?1)"
+                                 " SELECT id FROM runs WHERE state = 'queued' AND " +
+                                 std::string(kOneMachine) +
+                                 " ORDER BY id LIMIT ?1)"
                                  " UNION ALL SELECT id FROM ("
                                  " SELECT id FROM runs WHERE state = 'failed' AND not_before_ms <= ?2"
+                                 " AND " + std::string(kOneMachine) +
                                  " ORDER BY id LIMIT ?1) ORDER BY id LIMIT ?1"));
     pick.Bind(1, max_runs).Bind(2, now);
     std::vector<std::int64_t> ids;
@@ -669,7 +709,9 @@ Result<std::vector<LeasedRun>> Store::Lease(const std::string& worker, TimeMs no
 const char* const Store::kLeasedRunSelect =
     "SELECT r.batch_id, r.lease_token, r.seed, r.repeat, r.attempts, b.experiment, b.command, "
     "b.metric_name, b.metric_regex, repos.url, c.sha, b.timeout_s, b.gpus, "
-    "COALESCE(json_extract(b.spec_json, '$.trainer'), '') "
+    "COALESCE(json_extract(b.spec_json, '$.trainer'), ''), "
+    "COALESCE(json_extract(b.spec_json, '$.resources.nodes'), 0), "
+    "COALESCE(json_extract(b.spec_json, '$.resources.processes_per_node'), 0) "
     "FROM runs r JOIN batches b ON b.id = r.batch_id "
     "JOIN commits c ON c.id = b.commit_id JOIN repos ON repos.id = c.repo_id WHERE r.id = ?";
 
@@ -694,6 +736,8 @@ Result<LeasedRun> Store::ReadLeasedRun(sql::Stmt& info, std::int64_t id, TimeMs 
   l.timeout_s = info.Int(11);
   l.gpus = static_cast<int>(info.Int(12));
   l.trainer = info.Text(13);
+  l.nodes = static_cast<int>(info.Int(14));
+  l.procs_per_node = static_cast<int>(info.Int(15));
   info.Reset();
   return l;
 }

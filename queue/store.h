@@ -43,7 +43,7 @@ struct StoreOptions {
 
 class Store {
  public:
-  static inline constexpr int kSchemaVersion = 10;
+  static inline constexpr int kSchemaVersion = 11;
 
   static Result<Store> Open(const std::string& path, StoreOptions options = {});
   Store(Store&&) = default;
@@ -357,6 +357,7 @@ class Store {
   struct DemandRow {
     std::string pool;  // the batch's pool, "" = any
     int gpus = 0;
+    int nodes = 0;     // > 0: gang runs needing that many machines at once
     std::int64_t runnable = 0;
   };
   // Runnable runs (queued, or failed past backoff) by (batch pool, batch gpus).
@@ -395,6 +396,7 @@ class Store {
     std::string pool;
     int gpus = 0;
     std::string note;
+    int nodes = 0;  // gang runs needing that many machines (0: not a gang)
     bool operator==(const WaitingNote&) const = default;
   };
   Status SetWaitingNotes(const std::vector<WaitingNote>& notes, TimeMs now);
@@ -467,6 +469,67 @@ class Store {
                                                  std::optional<TimeMs> now);
   // ==== end of machines ========================================================
 
+  // ==== Gangs: one run over several machines (queue/gang_store.cc) ===========
+  // A batch whose spec_json has resources.nodes is a gang: each run is leased
+  // to `nodes` machines of one pool at once, in ONE transaction, or not at
+  // all, so no machine is held for a gang that cannot start and two gangs can
+  // never wait on each other. A gang_members row (schema 11) per node records
+  // the machine, the lease token of that attempt, the member's own expiry and,
+  // for node 0, the rendezvous address. The run's lease_expires_ms is the
+  // earliest member expiry, so ExpireLeases fails the whole run when any member
+  // goes silent; the run's token is shared by its members, so once the run has
+  // failed every member's next call is refused (kConflict) and its worker
+  // stops its processes. A member is live while its token is the run's and the
+  // run is leased or running; a machine with a live member leases nothing else.
+ public:
+  struct GangMember {
+    std::int64_t run_id = 0;
+    int node_rank = 0;
+    std::int64_t token = 0;
+    std::int64_t machine_id = 0;
+    std::string state;  // assigned | running | done
+    TimeMs expires_ms = 0;
+    std::string master_addr;  // node 0's row: where rank 0 listens
+    int master_port = 0;
+  };
+  // The members of the run's current attempt, by node rank (empty: none live
+  // or not a gang).
+  Result<std::vector<GangMember>> GangMembers(std::int64_t run_id);
+  // All live members (leased or running runs), for tests and status.
+  Result<std::vector<GangMember>> LiveGangMembers();
+  struct GangView {
+    std::string master_addr;  // "" until node 0 has said where it listens
+    int master_port = 0;
+    TimeMs expires_ms = 0;
+  };
+  // A member's heartbeat: its expiry moves to now + lease_ms (and the run's to
+  // the earliest of its members'); node 0 may set the rendezvous address;
+  // `started` marks the member running. kConflict when the token is stale or
+  // the member is not on `machine`.
+  Result<GangView> GangBeat(std::int64_t run_id, std::int64_t token, int node_rank,
+                            std::int64_t machine, TimeMs now, TimeMs lease_ms, bool started,
+                            const std::string& master_addr, int master_port);
+  // A member's processes all exited 0 (node 0 brings rank 0's metric): the
+  // member is done; once every member is, the run is Complete()d with node
+  // 0's metric. Returns true when the run completed.
+  Result<bool> GangMemberSucceeded(std::int64_t run_id, std::int64_t token, int node_rank,
+                                   std::int64_t machine, TimeMs now,
+                                   std::optional<double> metric_value);
+
+ private:
+  // Inside LeaseForMachine's transaction: the machine's undelivered members
+  // (marked delivered), and whether it holds a live member at all (then it
+  // leases nothing else).
+  Result<std::pair<std::vector<LeasedRun>, bool>> DeliverGangMembers(std::int64_t machine,
+                                                                     TimeMs now);
+  // Inside LeaseForMachine's transaction: leases gang run `run_id` to `machine`
+  // (node 0) and nodes - 1 other idle, ready machines of its pool heard from
+  // within lease_ms, all or nothing. Empty when the gang cannot form now.
+  Result<std::vector<LeasedRun>> FormGang(std::int64_t run_id, std::int64_t machine,
+                                          const std::string& pool, const std::string& worker,
+                                          TimeMs now, TimeMs lease_ms);
+  // ==== end of gangs ===========================================================
+
   // ==== Sweeps: hyperparameter searches (agent/results/sweep.h) =======================
   // Implemented in queue/sweep_store.cc; tables from schema version 7. A point
   // is written before its batch is submitted (Submit is idempotent per commit
@@ -499,6 +562,10 @@ class Store {
   Result<SweepPointRow> AddSweepPoint(const SweepPointRow& p, TimeMs now);
   Status SetSweepPointBatch(std::int64_t sweep_id, int idx, std::int64_t batch_id);
   Result<std::vector<SweepPointRow>> SweepPoints(std::int64_t sweep_id);  // by idx
+  // A short text that changes whenever a running sweep may have something to
+  // do: a sweep starts, resumes or stops, a point lacks its batch, or a run
+  // of a running sweep's point ends. One indexed query (the serve loop's poll).
+  Result<std::string> SweepActivity();
   // ==== end of sweeps =========================================================
 };
 

@@ -124,4 +124,18 @@ Result<std::vector<Store::SweepPointRow>> Store::SweepPoints(std::int64_t sweep_
   return out;
 }
 
+Result<std::string> Store::SweepActivity() {
+  ASSIGN_OR_RETURN(auto st, db_.Prepare(
+      "SELECT (SELECT COUNT(*) || ':' || COALESCE(MAX(updated_ms), 0) FROM sweeps "
+      "        WHERE state = 'running') || '/' || "
+      "       (SELECT COUNT(*) FROM sweeps s JOIN sweep_points p ON p.sweep_id = s.id "
+      "        WHERE s.state = 'running' AND p.batch_id IS NULL) || '/' || "
+      "       (SELECT COUNT(*) FROM sweeps s JOIN sweep_points p ON p.sweep_id = s.id "
+      "        JOIN runs r ON r.batch_id = p.batch_id "
+      "        WHERE s.state = 'running' AND r.state IN ('succeeded', 'dead', 'cancelled'))"));
+  ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return std::string();
+  return st.Text(0);
+}
+
 }  // namespace trainq

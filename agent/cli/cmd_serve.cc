@@ -44,8 +44,8 @@ namespace {
 
 // Sweeps (agent/results/sweep.h) add their next points from the daemon's main loop:
 // off the lease (HTTP) and webhook (push worker) paths.
-void StepSweepsLogged(Store& store, TimeMs now) {
-  auto added = StepSweeps(store, now);
+void StepSweepsLogged(SweepDriver& driver, Store& store, TimeMs now) {
+  auto added = driver.Step(store, now);
   if (!added) {
     spdlog::warn("sweeps: {} (will retry)", added.error().message);
   } else if (*added > 0) {
@@ -218,8 +218,9 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
 
   OutcomeLog outcomes(clock.Now(), /*log=*/false);  // the executor logs its own runs
   Status result;
+  SweepDriver sweeps;
   while (!stop.load()) {
-    StepSweepsLogged(store, clock.Now());
+    StepSweepsLogged(sweeps, store, clock.Now());
     auto st = exec.Step();
     if (!st) {
       if (!st.error().retryable()) {
@@ -261,10 +262,10 @@ std::string UnservableOnly(Store& store, const Fleet& fleet,
   std::int64_t runs = 0;
   std::string why;
   for (const auto& d : *demand) {
-    if (PoolForDemand(fleet.pools(), d.pool, d.gpus)) return "";
+    if (PoolForDemand(fleet.pools(), d.pool, d.gpus, d.nodes)) return "";
     runs += d.runnable;
     why += (why.empty() ? "" : "; ") + std::to_string(d.runnable) + " run(s): " +
-           UnservableReason(fleet.pools(), d.pool, d.gpus);
+           UnservableReason(fleet.pools(), d.pool, d.gpus, d.nodes);
   }
   return std::to_string(runs) + " queued run(s) can never start (" + why + ")";
 }
@@ -436,6 +437,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
   Status result;
   TimeMs next_step = 0;
   TimeMs last_loop = clock.Now();
+  SweepDriver sweeps;
   while (!stop.load()) {
     TimeMs now = clock.Now();
     if (now - last_loop > std::max<TimeMs>(so.lease_ms / 2, 5'000)) {
@@ -449,7 +451,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
       }
     }
     last_loop = now;
-    StepSweepsLogged(store, now);
+    StepSweepsLogged(sweeps, store, now);
     if (now >= next_step) {
       auto st = fleet.Step();
       if (!st) {

@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -15,8 +17,10 @@
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
 #include "agent/results/sweep.h"
+#include "agent/results/sweep_plot.h"
 #include "agent/results/table.h"
 #include "core/clock.h"
+#include "core/strings.h"
 #include "stats/verdict.h"
 
 using nlohmann::json;
@@ -62,6 +66,45 @@ std::string MeanText(const PointResult& p) {
   return s;
 }
 
+Result<std::int64_t> Latest(Store& store, const std::optional<std::int64_t>& id);
+
+// How the parameters are searched, e.g. "bayes: lr, wd; grid: bs".
+std::string StrategyText(const SweepSpec& spec) {
+  std::map<std::string, std::string> by;
+  std::vector<std::string> order;
+  for (const auto& p : spec.params) {
+    std::string how = p.kind == ParamKind::kValue || p.kind == ParamKind::kExpr ? ""
+                      : p.grid                                                  ? "grid"
+                                                  : std::string(ModelName(p.model));
+    if (how.empty()) continue;
+    if (!by.count(how)) order.push_back(how);
+    by[how] += (by[how].empty() ? "" : ", ") + p.name;
+  }
+  std::string out;
+  for (const auto& how : order) out += (out.empty() ? "" : "; ") + how + ": " + by[how];
+  return out;
+}
+
+struct PlotOptions {
+  std::optional<std::int64_t> id;
+  std::string out_dir;
+};
+
+Status Plot(const std::string& db, const PlotOptions& o, std::ostream& out) {
+  ASSIGN_OR_RETURN(auto store, Store::Open(db));
+  ASSIGN_OR_RETURN(auto id, Latest(store, o.id));
+  ASSIGN_OR_RETURN(auto v, LoadSweepView(store, id));
+  std::error_code ec;
+  std::filesystem::create_directories(o.out_dir, ec);
+  if (ec) return Fail(ErrorKind::kIo, "--out " + o.out_dir + ": " + ec.message());
+  for (const auto& [name, svg] : SweepPlots(v)) {
+    auto path = (std::filesystem::path(o.out_dir) / name).string();
+    TRY(WriteFile(path, svg));
+    out << path << "\n";
+  }
+  return {};
+}
+
 struct StartOptions {
   std::string experiment, repo = ".", commit = "HEAD";
   bool json = false;
@@ -85,6 +128,7 @@ Status Start(const std::string& db, const StartOptions& o, std::ostream& out) {
                                           kManifestName + " (known: " + known + ")");
   }
   ASSIGN_OR_RETURN(auto spec, LoadSweep(text, kManifestName, o.experiment));
+  spec.ResolveRepeats(e->repeats);
   BatchSpec base = e->ToBatchSpec("sweep");
   base.repeats = spec.repeats;
   // Every point must make a batch: checked before anything is written.
@@ -112,16 +156,26 @@ Status Start(const std::string& db, const StartOptions& o, std::ostream& out) {
                 {"commit", commit.sha},
                 {"points", spec.PointBudget()},
                 {"repeats", spec.repeats},
+                {"repeats_max", spec.adaptive() ? spec.repeats_max : spec.repeats},
+                {"strategy", StrategyText(spec)},
                 {"parallel", spec.parallel},
                 {"queued", added}}
                .dump(2)
         << "\n";
     return {};
   }
-  out << "sweep " << id << ": " << o.experiment << " at " << commit.sha.substr(0, 10) << ", "
-      << spec.PointBudget() << " points x " << spec.repeats << " seeds (seeds " << base.seed_start
-      << ".." << base.seed_start + spec.repeats - 1 << "), " << spec.parallel
-      << " in flight; " << added << " queued now\n";
+  out << "sweep " << id << ": " << o.experiment << " at " << commit.sha.substr(0, 10) << ", ";
+  if (spec.adaptive()) {
+    out << "up to " << spec.PointBudget() << " points x " << spec.repeats << " seeds (seeds "
+        << base.seed_start << ".." << base.seed_start + spec.repeats - 1 << ", up to "
+        << spec.repeats_max << " while a point could still be the best)";
+  } else {
+    out << spec.PointBudget() << " points x " << spec.repeats << " seeds (seeds "
+        << base.seed_start << ".." << base.seed_start + spec.repeats - 1 << ")";
+  }
+  if (spec.budget_runs) out << ", at most " << *spec.budget_runs << " runs";
+  out << ", " << StrategyText(spec) << ", " << spec.parallel << " in flight; " << added
+      << " queued now\n";
   out << "Run them with `trainq serve --db " << db << "`; watch with `trainq sweep status " << id
       << "`.\n";
   return {};
@@ -310,6 +364,13 @@ void AddSweepCommands(CLI::App& app, const std::string* db, int* exit_code) {
   c_best->add_flag("--json", best->json, "Print as JSON");
   c_best->add_option("--as", best->as, "set: print the winner's values (--set lines for a trainer)");
   c_best->callback([=] { Report(Best(*db, *best, std::cout), exit_code); });
+
+  auto plot = std::make_shared<PlotOptions>();
+  auto* c_plot = c->add_subcommand("plot", "SVG plots: the metric against each parameter, and "
+                                           "the pick against runs spent");
+  c_plot->add_option("ID", plot->id, "Sweep id (default: the newest)");
+  c_plot->add_option("--out", plot->out_dir, "Directory for the .svg files")->required();
+  c_plot->callback([=] { Report(Plot(*db, *plot, std::cout), exit_code); });
 
   auto stop_id = std::make_shared<std::int64_t>(0);
   auto* c_stop = c->add_subcommand("stop", "Add no more points (points in flight finish)");

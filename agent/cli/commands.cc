@@ -137,8 +137,18 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
   auto manifest = ParseManifest(*text, kManifestName);
   if (!manifest) return std::unexpected(manifest.error().Wrap(at));
   std::vector<const Experiment*> chosen;
+  std::vector<std::string> skipped;  // swept experiments without a default point
   if (o.experiments.empty()) {
-    for (const auto& e : manifest->experiments) chosen.push_back(&e);
+    for (const auto& e : manifest->experiments) {
+      if (auto why = e.NoPlainBatch()) {
+        skipped.push_back(*why);
+      } else {
+        chosen.push_back(&e);
+      }
+    }
+    if (chosen.empty() && !skipped.empty()) {
+      return Fail(ErrorKind::kInvalidArgument, file_label + ": nothing to queue: " + skipped[0]);
+    }
   } else {
     for (const auto& name : o.experiments) {
       const Experiment* e = manifest->Find(name);
@@ -147,6 +157,9 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
         for (const auto& n : manifest->Names()) known += (known.empty() ? "" : ", ") + n;
         return Fail(ErrorKind::kNotFound, "unknown experiment '" + name + "' in " + file_label +
                                               " (known: " + known + ")");
+      }
+      if (auto why = e->NoPlainBatch()) {
+        return Fail(ErrorKind::kInvalidArgument, file_label + ": " + *why);
       }
       chosen.push_back(e);
     }
@@ -185,7 +198,8 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
   }
 
   if (o.json) {
-    json j = {{"repo", repo.location()}, {"commit", commit.sha}, {"batches", json::array()}};
+    json j = {{"repo", repo.location()}, {"commit", commit.sha}, {"batches", json::array()},
+              {"not_queued", skipped}};
     for (size_t i = 0; i < results.size(); ++i) {
       j["batches"].push_back({{"id", results[i].batch_id},
                               {"experiment", results[i].experiment},
@@ -218,6 +232,7 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
     }
     if (!baselines[i].empty()) out << "    baseline: " << baselines[i] << "\n";
   }
+  for (const auto& why : skipped) out << "  not queued: " << why << "\n";
   out << "Run them with `trainq serve --db " << o.db << "`; watch with `trainq status`.\n";
   return {};
 }

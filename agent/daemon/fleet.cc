@@ -70,19 +70,36 @@ std::string Base36(TimeMs v) {
 }  // namespace
 
 const PoolSpec* PoolForDemand(const std::vector<FleetPool>& pools, const std::string& pool,
-                              int gpus) {
+                              int gpus, int nodes) {
   for (const auto& p : pools) {
+    const bool fits = nodes <= p.spec.scaling.max;
     if (!pool.empty()) {
-      if (p.spec.name() == pool) return &p.spec;
+      if (p.spec.name() == pool) return fits ? &p.spec : nullptr;
       continue;
     }
-    if (p.spec.gpus >= gpus) return &p.spec;
+    if (p.spec.gpus >= gpus && fits) return &p.spec;
   }
   return nullptr;
 }
 
 std::string UnservableReason(const std::vector<FleetPool>& pools, const std::string& pool,
-                             int gpus) {
+                             int gpus, int nodes) {
+  if (nodes > 0) {
+    // Unservable because of its size: no pool (of enough GPUs) boots that many.
+    int most = 0;
+    std::string named;
+    for (const auto& p : pools) {
+      if (!pool.empty() ? p.spec.name() == pool : p.spec.gpus >= gpus) {
+        if (p.spec.scaling.max >= most) named = p.spec.name();
+        most = std::max(most, p.spec.scaling.max);
+      }
+    }
+    if (!named.empty() && most < nodes) {
+      return "unservable: a gang of " + std::to_string(nodes) +
+             " machines, but pool " + named + " has at most " + std::to_string(most) +
+             " (max_machines)";
+    }
+  }
   if (!pool.empty()) {
     std::string names;
     for (const auto& p : pools) names += (names.empty() ? "" : ", ") + p.spec.name();
@@ -464,7 +481,7 @@ std::vector<Store::WaitingNote> MergeNotes(std::vector<Store::WaitingNote> notes
   std::vector<Store::WaitingNote> out;
   for (auto& n : notes) {
     auto same = std::find_if(out.begin(), out.end(), [&](const Store::WaitingNote& o) {
-      return o.pool == n.pool && o.gpus == n.gpus;
+      return o.pool == n.pool && o.gpus == n.gpus && o.nodes == n.nodes;
     });
     if (same == out.end()) {
       out.push_back(std::move(n));
@@ -537,24 +554,27 @@ Status Fleet::Step() {
   ASSIGN_OR_RETURN(auto demand, store_.RunnableDemand(now));
   ASSIGN_OR_RETURN(auto health, store_.PoolHealth());
   std::map<std::string, int> demand_by_pool;
+  std::map<std::string, int> gang_nodes_by_pool;  // the largest gang of each pool
   std::vector<Store::WaitingNote> notes;
   std::vector<std::pair<Store::WaitingNote, std::string>> served;  // demand key -> its pool
   for (const auto& d : demand) {
-    const PoolSpec* p = PoolForDemand(pools_, d.pool, d.gpus);
-    if (p) served.push_back({{d.pool, d.gpus, ""}, p->name()});
+    const PoolSpec* p = PoolForDemand(pools_, d.pool, d.gpus, d.nodes);
+    if (p) served.push_back({{d.pool, d.gpus, "", d.nodes}, p->name()});
     if (!p) {
       // Nothing can serve them: `trainq status` shows why, and
       // `serve --until-idle` gives up on them.
-      notes.push_back({d.pool, d.gpus, UnservableReason(pools_, d.pool, d.gpus)});
+      notes.push_back({d.pool, d.gpus, UnservableReason(pools_, d.pool, d.gpus, d.nodes), d.nodes});
       continue;
     }
     demand_by_pool[p->name()] += static_cast<int>(d.runnable);
+    gang_nodes_by_pool[p->name()] = std::max(gang_nodes_by_pool[p->name()], d.nodes);
     for (const auto& h : health) {
       if (h.pool == p->name() && h.consecutive_failures > 0) {
         notes.push_back({d.pool, d.gpus,
                          "pool " + h.pool + " failing to boot machines (" +
                              std::to_string(h.consecutive_failures) + " in a row): " +
-                             h.last_error});
+                             h.last_error,
+                         d.nodes});
       }
     }
   }
@@ -564,6 +584,7 @@ Status Fleet::Step() {
     cloud::PoolInput in;
     in.config = pool.spec.scaling;
     in.demand = demand_by_pool[pool.spec.name()];
+    in.gang_nodes = gang_nodes_by_pool[pool.spec.name()];
     in.health = health_[pool.spec.name()];
     if (auto st = states.find(pool.spec.name()); st != states.end()) {
       in.boot = {st->second.failed_boots, st->second.next_boot_ms, st->second.failing};

@@ -75,15 +75,16 @@ struct FleetPool {
 
 // The pool that serves a run needing `gpus` GPUs and naming `pool` ("" = any).
 // nullptr when none can.
+// A gang (nodes > 0) needs a pool whose max_machines is at least `nodes`.
 const PoolSpec* PoolForDemand(const std::vector<FleetPool>& pools, const std::string& pool,
-                              int gpus);
+                              int gpus, int nodes = 0);
 // Why runs of `pool` wait while a budget cap holds its boots back, from the
 // autoscaler's cap text: "pool gpu at its per_day budget $50.00 reached
 // ($50.12 spent)".
 std::string BudgetNote(const std::string& pool, const std::string& cap);
 // Why no pool serves batches of (pool, gpus): "no pool has 1 GPU (the most is 0)".
 std::string UnservableReason(const std::vector<FleetPool>& pools, const std::string& pool,
-                             int gpus);
+                             int gpus, int nodes = 0);
 
 class Fleet {
  public:

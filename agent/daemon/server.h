@@ -110,6 +110,8 @@ class Server {
   HttpServerReply CompleteRoute(RunCall& call);
   HttpServerReply LogRoute(RunCall& call);
   HttpServerReply RunSourceRoute(RunCall& call);
+  HttpServerReply GangRoute(const std::string& pool, std::int64_t run_id,
+                            const HttpServerRequest& request);
   HttpServerReply AppendLog(std::int64_t run_id, std::int64_t token,
                             const HttpServerRequest& request);
   std::string DataDir() const;

@@ -101,7 +101,19 @@ json RunJson(const LeasedRun& r) {
           {"metric_regex", r.metric_regex}, {"repo_url", r.repo_url},
           {"sha", r.sha},               {"timeout_s", r.timeout_s},
           {"gpus", r.gpus},             {"trainer", r.trainer},
-          {"group", r.group}};
+          {"group", r.group},           {"nodes", r.nodes},
+          {"procs_per_node", r.procs_per_node}, {"node_rank", r.node_rank}};
+}
+
+// Whether a live member of gang run `run_id` is on `machine` (a node > 0
+// fetches the source of a run whose machine_id is node 0's).
+bool GangMemberOn(Store& store, std::int64_t run_id, std::int64_t machine) {
+  auto members = store.GangMembers(run_id);
+  if (!members) return false;
+  for (const auto& g : *members) {
+    if (g.machine_id == machine) return true;
+  }
+  return false;
 }
 
 // The body as a JSON object; nullopt when it is not one.
@@ -205,7 +217,7 @@ HttpServerReply Server::WorkerRouteInner(const HttpServerRequest& req, const std
   if (workers && parts.size() == 4 && parts[3] == "register") {
     route = "register";
   } else if ((workers && parts.size() == 5 && (parts[4] == "lease" || parts[4] == "leave")) ||
-             (runs && RunRoutes().contains(parts[4]))) {
+             (runs && (RunRoutes().contains(parts[4]) || parts[4] == "gang"))) {
     route = parts[4];
   } else {
     return ErrorReply(404, "no route " + path);
@@ -234,6 +246,7 @@ HttpServerReply Server::WorkerRouteInner(const HttpServerRequest& req, const std
   if (!id) return ErrorReply(404, "no route " + path + " (bad id)");
   if (route == "lease") return LeaseRoute(*pool, *id, req);
   if (route == "leave") return LeaveRoute(*pool, *id);
+  if (route == "gang") return GangRoute(*pool, *id, req);
   return RunRoute(*pool, *id, route, req);
 }
 
@@ -459,7 +472,8 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
       return ErrorReply(403, "run " + std::to_string(run_id) + " is leased to another pool's machine");
     }
     if (body && body->contains("worker_id") && (*body)["worker_id"].is_number_integer() &&
-        (*body)["worker_id"].get<std::int64_t>() != machine) {
+        (*body)["worker_id"].get<std::int64_t>() != machine &&
+        !GangMemberOn(*write_store_, run_id, (*body)["worker_id"].get<std::int64_t>())) {
       return ErrorReply(403, "run " + std::to_string(run_id) + " is leased to machine " +
                             std::to_string(machine));
     }
@@ -598,6 +612,101 @@ HttpServerReply Server::CompleteRoute(RunCall& c) {
     }
   }
   if (state == "queued") NotifyWork();  // back in the queue: a waiting worker may take it
+  return Json(200, {{"state", state}});
+}
+
+// POST /api/v1/runs/{id}/gang: a gang member's heartbeat ("beat") or result
+// ("complete"), named by node_rank and worker_id (queue/store.h, gangs). A
+// stale token is 409: the run failed, was cancelled or leased again, and the
+// member must stop its processes.
+HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
+                                  const HttpServerRequest& req) {
+  auto body = Body(req);
+  if (!body) return ErrorReply(400, "gang: the body is not a JSON object");
+  auto integer = [&](const char* key) -> std::optional<std::int64_t> {
+    auto it = body->find(key);
+    if (it == body->end() || !it->is_number_integer()) return std::nullopt;
+    return it->get<std::int64_t>();
+  };
+  auto token = integer("token");
+  auto node_rank = integer("node_rank");
+  auto machine = integer("worker_id");
+  if (!token || !node_rank || !machine || *node_rank < 0) {
+    return ErrorReply(400, "gang: \"token\", \"node_rank\" and \"worker_id\" are required");
+  }
+  std::string action = body->value("action", std::string());
+  TimeMs now = clock_.Now();
+  std::lock_guard<std::mutex> lock(write_mu_);
+  Store& store = *write_store_;
+  auto m = store.Machine(*machine);
+  if (!m) return ErrorReply(503, m.error().message);
+  if (!*m || (*m)->pool != pool) {
+    return ErrorReply(403, "machine " + std::to_string(*machine) + " is not of this token's pool");
+  }
+  const int rank = static_cast<int>(*node_rank);
+  if (action == "beat") {
+    bool started = body->value("started", false);
+    if (started && rank == 0) {
+      auto run = store.Run(run_id);
+      if (run && *run && (*run)->state == RunState::kLeased) {
+        if (auto st = store.MarkRunning(run_id, *token, now, RunLogPath(DataDir(), run_id)); !st) {
+          return ErrorReply(StatusOf(st.error()), st.error().message);
+        }
+      }
+    }
+    auto view = store.GangBeat(run_id, *token, rank, *machine, now, options_.lease_ms, started,
+                               body->value("master_addr", std::string()),
+                               static_cast<int>(integer("master_port").value_or(0)));
+    if (!view) return ErrorReply(StatusOf(view.error()), view.error().message);
+    (void)store.TouchWorker(*machine, now, true);
+    return Json(200, {{"master_addr", view->master_addr},
+                      {"master_port", view->master_port},
+                      {"expires_ms", view->expires_ms}});
+  }
+  if (action != "complete") {
+    return ErrorReply(400, "gang: action must be beat or complete, got \"" + action + "\"");
+  }
+  std::string outcome = body->value("outcome", std::string());
+  std::string error = body->value("error", std::string());
+  std::optional<int> exit_code;
+  if (auto c = integer("exit_code")) exit_code = static_cast<int>(*c);
+  std::string state;
+  if (outcome == "succeeded") {
+    std::optional<double> metric;
+    if (body->contains("metric_value") && (*body)["metric_value"].is_number()) {
+      metric = (*body)["metric_value"].get<double>();
+    }
+    if (rank == 0 && !metric) {
+      return ErrorReply(400, "gang: node 0's success needs a numeric \"metric_value\"");
+    }
+    auto done = store.GangMemberSucceeded(run_id, *token, rank, *machine, now, metric);
+    if (!done) return ErrorReply(StatusOf(done.error()), done.error().message);
+    state = *done ? "succeeded" : "running";
+  } else if (outcome == "failed" || outcome == "interrupted") {
+    // Check the member first: a stale or foreign call changes nothing.
+    auto view = store.GangBeat(run_id, *token, rank, *machine, now, options_.lease_ms, false, "",
+                               0);
+    if (!view) return ErrorReply(StatusOf(view.error()), view.error().message);
+    std::string why = "node " + std::to_string(rank) + " (" + (*m)->name + "): " +
+                      (error.empty() ? "failed on the worker" : error);
+    if (outcome == "failed") {
+      bool retry = !(body->contains("retry") && (*body)["retry"].is_boolean() &&
+                     !(*body)["retry"].get<bool>());
+      auto st = store.FailRun(run_id, *token, now, why, exit_code, retry);
+      if (!st) return ErrorReply(StatusOf(st.error()), st.error().message);
+      state = std::string(RunStateName(*st));
+    } else {
+      auto st = store.Interrupt(run_id, *token, now, why);
+      if (!st) return ErrorReply(StatusOf(st.error()), st.error().message);
+      state = "queued";
+    }
+    spdlog::info("gang run {}: {}: {}", run_id, state, why);
+  } else {
+    return ErrorReply(400, "gang: outcome must be succeeded, failed or interrupted, got \"" +
+                               outcome + "\"");
+  }
+  (void)store.TouchWorker(*machine, now, true);
+  if (state != "running") NotifyWork();  // its machines are free again
   return Json(200, {{"state", state}});
 }
 

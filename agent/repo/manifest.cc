@@ -11,6 +11,7 @@
 #include <set>
 
 #include "agent/repo/sweep_spec.h"
+#include "core/placeholders.h"
 #include "core/strings.h"
 #include "core/yaml_reader.h"
 
@@ -70,6 +71,32 @@ class Parser : public YamlReader {
       e.adaptive.reset();
     }
     return ApplyRest(map, path, e);
+  }
+
+  // resources.nodes / processes_per_node: a gang run (README "Runs over
+  // several processes and machines").
+  Status ApplyGang(const YAML::Node& n, const std::string& rp, Experiment& e) const {
+    if (auto k = n["nodes"]) {
+      ASSIGN_OR_RETURN(auto v, Int(k, rp + ".nodes", 1, "a positive integer (machines)"));
+      if (v > kMaxGangNodes) {
+        return Err(k, rp + ".nodes", "at most " + std::to_string(kMaxGangNodes) +
+                                         " machines, got " + Show(k));
+      }
+      e.nodes = static_cast<int>(v);
+      e.gang = true;
+    }
+    if (auto k = n["processes_per_node"]) {
+      ASSIGN_OR_RETURN(auto v, Int(k, rp + ".processes_per_node", 1,
+                                   "a positive integer (processes on each machine)"));
+      if (v > kMaxProcessesPerNode) {
+        return Err(k, rp + ".processes_per_node",
+                   "at most " + std::to_string(kMaxProcessesPerNode) + " processes, got " +
+                       Show(k));
+      }
+      e.processes_per_node = static_cast<int>(v);
+      e.gang = true;
+    }
+    return {};
   }
 
   Result<double> Positive(const YAML::Node& n, const std::string& path) const {
@@ -136,11 +163,12 @@ class Parser : public YamlReader {
     if (auto n = map["resources"]) {
       std::string rp = path + ".resources";
       if (!n.IsMap()) return Err(n, rp, "expected a mapping such as {gpus: 1}, got " + Show(n));
-      TRY(CheckKeys(n, rp, {"gpus", "pool"}));
+      TRY(CheckKeys(n, rp, {"gpus", "pool", "nodes", "processes_per_node"}));
       if (auto g = n["gpus"]) {
         ASSIGN_OR_RETURN(auto v, Int(g, rp + ".gpus", 0, "a non-negative integer"));
         e.gpus = static_cast<int>(v);
       }
+      TRY(ApplyGang(n, rp, e));
       if (auto p = n["pool"]) {
         if (!p.IsScalar() || p.Scalar().empty()) {
           return Err(p, rp + ".pool", "expected a pool name such as gpu, got " + Show(p));
@@ -161,19 +189,12 @@ std::string Normalise(const YAML::Node& n) {
   return out.c_str();
 }
 
-// Every `{name}` in a command must be a placeholder trainq substitutes; a
-// shell's `${VAR}` is left alone.
+// Every `{name}` in a command must be a placeholder trainq substitutes
+// (core/placeholders.h: a shell's `${VAR}` is not one).
 std::optional<std::string> UnknownPlaceholder(std::string_view command) {
-  static const std::regex re("\\{([A-Za-z_][A-Za-z0-9_]*)\\}");
-  std::string text(command);
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
-       ++it) {
-    auto pos = static_cast<size_t>(it->position(0));
-    if (pos > 0 && text[pos - 1] == '$') continue;
-    const auto& known = KnownPlaceholders();
-    if (std::find(known.begin(), known.end(), (*it)[1].str()) == known.end()) {
-      return (*it)[0].str();
-    }
+  const auto& known = KnownPlaceholders();
+  for (const auto& p : FindPlaceholders(command)) {
+    if (std::find(known.begin(), known.end(), p.name) == known.end()) return "{" + p.name + "}";
   }
   return std::nullopt;
 }
@@ -219,7 +240,14 @@ const std::vector<std::string>& KnownPlaceholders() {
   return known;
 }
 
+std::optional<std::string> Experiment::NoPlainBatch() const {
+  if (!swept || command.empty() || !sweep_default_command.empty()) return std::nullopt;
+  return name + " is swept and its sweep has no explicit point to run by default: "
+                "start a sweep (trainq sweep start " + name + ") or add `points:`";
+}
+
 std::string Experiment::ResolvedCommand() const {
+  if (!sweep_default_command.empty()) return sweep_default_command;
   if (!command.empty()) return command;
   return "trainq-train " + ShellQuote(trainer);
 }
@@ -246,6 +274,11 @@ BatchSpec Experiment::ToBatchSpec(std::string reason) const {
                       {"resources", {{"gpus", gpus}}}, {"timeout_s", timeout_s},
                       {"max_attempts", max_attempts}};
   if (!pool.empty()) j["resources"]["pool"] = pool;
+  if (gang) {
+    // Read by the store (json_extract) when it leases: a gang is leased whole.
+    j["resources"]["nodes"] = nodes;
+    j["resources"]["processes_per_node"] = processes_per_node;
+  }
   if (baseline != "auto") j["baseline"] = baseline;
   if (metric.min_effect) j["metric"]["min_effect"] = *metric.min_effect;
   if (adaptive) {
@@ -372,6 +405,17 @@ Result<Manifest> ParseManifest(std::string_view text, std::string_view filename)
       YAML::Node rest = YAML::Clone(def);
       rest.remove("sweep");
       e.definition = Normalise(rest);
+      e.swept = true;
+      // A swept command's plain batch (submit, pushes) runs the sweep's
+      // first explicit point; without one it has no plain batch.
+      if (!e.command.empty() && !spec.points.empty()) {
+        auto point = CompletePoint(spec, spec.points[0]);
+        if (!point) return p.Err(sw["points"], path + ".sweep.points", point.error().message);
+        auto filled = FillSweepCommand(e.command, *point, name);
+        if (!filled) return p.Err(sw["points"], path + ".sweep.points", filled.error().message);
+        e.sweep_default_command = *filled;
+        e.definition += " @ " + *filled;
+      }
     }
     if (m.Find(name)) return p.Err(kv.first, path, "defined twice");
     m.experiments.push_back(std::move(e));

@@ -43,6 +43,12 @@ struct Experiment {
   MetricSpec metric;
   int gpus = 0;
   std::string pool;  // resources.pool: the machine pool that runs it; "" = any
+  // resources.nodes / processes_per_node: one run is `nodes` machines leased
+  // together, each running `processes_per_node` processes with torchrun's
+  // variables (a gang). `gang` is true when either key is written.
+  bool gang = false;
+  int nodes = 1;
+  int processes_per_node = 1;
   std::int64_t timeout_s = 7200;
   int max_attempts = 3;
   // What a batch of it is compared with when no batch exists at the base
@@ -54,12 +60,26 @@ struct Experiment {
   int trainer_line = 0;
   int watch_line = 0;
   std::string definition;    // its YAML, normalised: compared across commits
+  // `sweep:` (agent/repo/sweep_spec.h). A swept `command:` has `{name}`
+  // placeholders that only a sweep point fills: its plain batch (submit,
+  // pushes, baselines) runs the first explicit point of the sweep, filled in
+  // here, and without one it has no plain batch. A swept `trainer:` runs its
+  // spec as written (the spec is its default point).
+  bool swept = false;
+  std::string sweep_default_command;
 
-  // The shell command a run executes (a trainer experiment runs trainq-train).
+  // Why this experiment gets no plain batch, or nothing when it does.
+  std::optional<std::string> NoPlainBatch() const;
+
+  // The shell command a run executes (a trainer experiment runs trainq-train;
+  // a swept command its default point).
   std::string ResolvedCommand() const;
   // The batch this experiment becomes at a commit.
   BatchSpec ToBatchSpec(std::string reason) const;
 };
+
+inline constexpr int kMaxGangNodes = 1024;
+inline constexpr int kMaxProcessesPerNode = 256;
 
 struct Manifest {
   int version = 1;

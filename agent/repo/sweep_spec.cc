@@ -7,6 +7,8 @@
 #include <set>
 
 #include "agent/repo/manifest.h"
+#include "core/placeholders.h"
+#include "core/strings.h"
 #include "core/yaml_reader.h"
 
 namespace trainq {
@@ -22,6 +24,15 @@ std::string_view ParamKindName(ParamKind k) {
     case ParamKind::kValues: return "values";
     case ParamKind::kValue: return "value";
     case ParamKind::kExpr: return "expr";
+  }
+  return "?";
+}
+
+std::string_view ModelName(SweepParam::Model m) {
+  switch (m) {
+    case SweepParam::Model::kRandom: return "random";
+    case SweepParam::Model::kBayes: return "bayes";
+    case SweepParam::Model::kTpe: return "tpe";
   }
   return "?";
 }
@@ -274,24 +285,34 @@ class SweepParser : public YamlReader {
       return Err(n["log"], path + ".log", "only for int (use log_uniform for real numbers)");
     }
     bool discrete = p.kind == ParamKind::kChoice || p.kind == ParamKind::kValues;
+    bool range = p.kind == ParamKind::kUniform || p.kind == ParamKind::kLogUniform ||
+                 p.kind == ParamKind::kInt;
     std::string strategy = p.kind == ParamKind::kValues ? "grid" : "random";
-    if (discrete && !default_strategy.empty()) strategy = default_strategy;
+    // The sweep's default: grid/random for lists, bayes for ranges, tpe for both.
+    const std::string& d = default_strategy;
+    if (discrete && (d == "grid" || d == "random" || d == "tpe")) strategy = d;
+    if (range && (d == "bayes" || d == "tpe")) strategy = d;
     if (auto s = n["strategy"]) {
-      if (!s.IsScalar()) return Err(s, path + ".strategy", "expected random or grid");
+      if (!s.IsScalar()) return Err(s, path + ".strategy", "expected random, grid, bayes or tpe");
       strategy = s.Scalar();
-      if (strategy == "bayes" || strategy == "tpe") {
-        return Err(s, path + ".strategy",
-                   strategy + " is not available yet (this trainq has random and grid)");
-      }
-      if (strategy != "random" && strategy != "grid") {
-        return Err(s, path + ".strategy", "expected random or grid, got " + Show(s));
+      if (strategy != "random" && strategy != "grid" && strategy != "bayes" && strategy != "tpe") {
+        return Err(s, path + ".strategy", "expected random, grid, bayes or tpe, got " + Show(s));
       }
       if (strategy == "grid" && !discrete) {
         return Err(s, path + ".strategy",
                    "grid needs a finite list: use values: [...] or choice: [...]");
       }
+      if (strategy == "bayes" && !range) {
+        return Err(s, path + ".strategy",
+                   "bayes models a range (uniform, log_uniform, int); use tpe for a list");
+      }
+      if ((strategy == "bayes" || strategy == "tpe") && !range && !discrete) {
+        return Err(s, path + ".strategy", "a fixed or derived parameter is not searched");
+      }
     }
     p.grid = discrete && strategy == "grid";
+    if (strategy == "bayes") p.model = SweepParam::Model::kBayes;
+    if (strategy == "tpe") p.model = SweepParam::Model::kTpe;
     return p;
   }
 
@@ -322,21 +343,66 @@ Result<std::vector<std::string>> ExprNames(std::string_view expr) {
 }
 
 std::vector<std::string> CommandPlaceholders(std::string_view command) {
-  static const std::set<std::string> kRuntime = {"seed", "repeat", "output_dir", "run_id"};
+  const auto& runtime = KnownPlaceholders();
   std::vector<std::string> out;
-  for (size_t i = 0; i < command.size(); ++i) {
-    if (command[i] != '{') continue;
-    size_t j = command.find('}', i + 1);
-    if (j == std::string_view::npos) break;
-    std::string name(command.substr(i + 1, j - i - 1));
-    bool ok = !name.empty();
-    for (char c : name) {
-      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-') ok = false;
-    }
-    if (ok && !kRuntime.count(name)) out.push_back(name);
-    i = j;
+  for (const auto& p : FindPlaceholders(command)) {
+    if (std::find(runtime.begin(), runtime.end(), p.name) == runtime.end()) out.push_back(p.name);
   }
   return out;
+}
+
+std::string ValueText(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (d == std::floor(d) && std::fabs(d) < 1e15) {
+      return std::to_string(static_cast<std::int64_t>(d));
+    }
+  }
+  return v.dump();
+}
+
+Result<std::string> FillSweepCommand(std::string_view command, const json& params,
+                                     std::string_view experiment) {
+  for (const auto& name : CommandPlaceholders(command)) {
+    if (!params.contains(name)) {
+      return Fail(ErrorKind::kInvalidArgument,
+                  "experiment " + std::string(experiment) + ": the command has a placeholder {" +
+                      name + "} that is not a parameter of the sweep");
+    }
+  }
+  return FillPlaceholders(command, [&](const std::string& name) -> std::optional<std::string> {
+    if (!params.contains(name)) return std::nullopt;
+    return ShellQuote(ValueText(params[name]));
+  });
+}
+
+Result<json> CompletePoint(const SweepSpec& space, const json& given) {
+  json point = json::object();
+  std::map<std::string, double> numbers;
+  for (const auto& p : space.params) {
+    if (p.kind == ParamKind::kExpr) continue;
+    json v = p.kind == ParamKind::kValue ? p.options.at(0) : given.value(p.name, json());
+    if (v.is_null()) {
+      return Fail(ErrorKind::kInvalidArgument, "point has no value for '" + p.name + "'");
+    }
+    point[p.name] = v;
+    if (v.is_number()) numbers[p.name] = v.get<double>();
+  }
+  for (const auto& p : space.params) {
+    if (p.kind != ParamKind::kExpr) continue;
+    auto r = EvalExpr(p.expr, numbers);
+    if (!r) return std::unexpected(r.error().Wrap("parameter " + p.name));
+    numbers[p.name] = *r;
+    if (*r == std::floor(*r) && std::fabs(*r) < 1e15) {
+      point[p.name] = static_cast<std::int64_t>(*r);
+    } else {
+      point[p.name] = *r;
+    }
+  }
+  json ordered = json::object();
+  for (const auto& p : space.params) ordered[p.name] = point[p.name];
+  return ordered;
 }
 
 const SweepParam* SweepSpec::Find(std::string_view name) const {
@@ -352,6 +418,24 @@ std::int64_t SweepSpec::GridSize() const {
     if (p.grid) n *= static_cast<std::int64_t>(p.options.size());
   }
   return n;
+}
+
+void SweepSpec::ResolveRepeats(int experiment_repeats) {
+  if (repeats_max < 0) repeats_max = std::max(experiment_repeats, repeats);
+}
+
+bool SweepSpec::HasModel() const {
+  for (const auto& p : params) {
+    if (p.model != SweepParam::Model::kRandom && !p.grid) return true;
+  }
+  return false;
+}
+
+int SweepSpec::InitialPoints() const {
+  if (initial > 0) return initial;
+  int d = 0;
+  for (const auto& p : params) d += p.model != SweepParam::Model::kRandom && !p.grid;
+  return std::max(4, 2 * d);
 }
 
 int SweepSpec::PointBudget() const {
@@ -372,10 +456,14 @@ json SweepSpec::ToJson() const {
     if (!p.options.empty()) j["options"] = p.options;
     if (!p.expr.empty()) j["expr"] = p.expr;
     if (p.grid) j["grid"] = true;
+    if (p.model != SweepParam::Model::kRandom) j["model"] = ModelName(p.model);
     ps.push_back(j);
   }
   json j = {{"parameters", ps}, {"points", points},      {"parallel", parallel},
             {"repeats", repeats}, {"seed", seed}};
+  if (repeats_max > 0) j["repeats_max"] = repeats_max;
+  if (repeats_step > 0) j["repeats_step"] = repeats_step;
+  if (initial > 0) j["initial"] = initial;
   if (budget_points) j["budget"]["points"] = *budget_points;
   if (budget_runs) j["budget"]["runs"] = *budget_runs;
   return j;
@@ -405,12 +493,19 @@ Result<SweepSpec> SweepSpec::FromJson(const json& j) {
       if (pj.contains("options")) p.options = pj["options"].get<std::vector<json>>();
       p.expr = pj.value("expr", "");
       p.grid = pj.value("grid", false);
+      std::string model = pj.value("model", "random");
+      p.model = model == "bayes" ? SweepParam::Model::kBayes
+                : model == "tpe" ? SweepParam::Model::kTpe
+                                 : SweepParam::Model::kRandom;
       s.params.push_back(std::move(p));
     }
     s.points = j.at("points").get<std::vector<json>>();
     s.parallel = j.at("parallel").get<int>();
     s.repeats = j.at("repeats").get<int>();
     s.seed = j.at("seed").get<std::uint64_t>();
+    s.repeats_max = j.value("repeats_max", 0);
+    s.repeats_step = j.value("repeats_step", 0);
+    s.initial = j.value("initial", 0);
     if (j.contains("budget")) {
       if (j["budget"].contains("points")) s.budget_points = j["budget"]["points"].get<int>();
       if (j["budget"].contains("runs")) s.budget_runs = j["budget"]["runs"].get<int>();
@@ -426,18 +521,19 @@ Result<SweepSpec> ParseSweep(const YAML::Node& node, const std::string& path,
   SweepParser p(file);
   if (!node.IsMap()) return p.Err(node, path, "expected a mapping, got " + SweepParser::Show(node));
   TRY(p.CheckKeys(node, path,
-             {"parameters", "points", "budget", "parallel", "repeats", "seed", "strategy"}));
+             {"parameters", "points", "budget", "parallel", "repeats", "seed", "strategy",
+              "initial"}));
   SweepSpec s;
   std::string default_strategy;
   if (auto n = node["strategy"]) {
-    if (!n.IsScalar()) return p.Err(n, path + ".strategy", "expected random or grid");
-    default_strategy = n.Scalar();
-    if (default_strategy == "bayes" || default_strategy == "tpe") {
-      return p.Err(n, path + ".strategy",
-                   default_strategy + " is not available yet (this trainq has random and grid)");
+    if (!n.IsScalar()) {
+      return p.Err(n, path + ".strategy", "expected random, grid, bayes or tpe");
     }
-    if (default_strategy != "random" && default_strategy != "grid") {
-      return p.Err(n, path + ".strategy", "expected random or grid, got " + SweepParser::Show(n));
+    default_strategy = n.Scalar();
+    if (default_strategy != "random" && default_strategy != "grid" &&
+        default_strategy != "bayes" && default_strategy != "tpe") {
+      return p.Err(n, path + ".strategy",
+                   "expected random, grid, bayes or tpe, got " + SweepParser::Show(n));
     }
   }
   auto params = node["parameters"];
@@ -532,9 +628,37 @@ Result<SweepSpec> ParseSweep(const YAML::Node& node, const std::string& path,
     s.parallel = static_cast<int>(std::min<std::int64_t>(v, 10000));
   }
   if (auto n = node["repeats"]) {
-    ASSIGN_OR_RETURN(auto v, p.Int(n, path + ".repeats", 1));
-    if (v > 1000) return p.Err(n, path + ".repeats", "at most 1000 seeds per point");
-    s.repeats = static_cast<int>(v);
+    std::string rp = path + ".repeats";
+    if (n.IsMap()) {
+      // Adaptive: {min: 3, max: 10, step: 2}.
+      TRY(p.CheckKeys(n, rp, {"min", "max", "step"}));
+      if (!n["min"]) {
+        return p.Err(n, rp, "expected {min: N} and optionally max: M (default: the "
+                            "experiment's repeats) and step: K");
+      }
+      ASSIGN_OR_RETURN(auto lo, p.Int(n["min"], rp + ".min", 1));
+      if (lo > 1000) return p.Err(n["min"], rp + ".min", "at most 1000 seeds per point");
+      s.repeats = static_cast<int>(lo);
+      s.repeats_max = -1;  // the experiment's repeats (ResolveRepeats)
+      if (auto m = n["max"]) {
+        ASSIGN_OR_RETURN(auto hi, p.Int(m, rp + ".max", 1));
+        if (hi > 1000) return p.Err(m, rp + ".max", "at most 1000 seeds per point");
+        if (hi < lo) return p.Err(m, rp + ".max", "smaller than min");
+        s.repeats_max = static_cast<int>(hi);
+      }
+      if (auto st = n["step"]) {
+        ASSIGN_OR_RETURN(auto v, p.Int(st, rp + ".step", 1));
+        s.repeats_step = static_cast<int>(std::min<std::int64_t>(v, 1000));
+      }
+    } else {
+      ASSIGN_OR_RETURN(auto v, p.Int(n, rp, 1));
+      if (v > 1000) return p.Err(n, rp, "at most 1000 seeds per point");
+      s.repeats = static_cast<int>(v);
+    }
+  }
+  if (auto n = node["initial"]) {
+    ASSIGN_OR_RETURN(auto v, p.Int(n, path + ".initial", 1));
+    s.initial = static_cast<int>(std::min<std::int64_t>(v, 100000));
   }
   if (auto n = node["seed"]) {
     ASSIGN_OR_RETURN(auto v, p.Int(n, path + ".seed", 0));

@@ -5,7 +5,11 @@
 //     budget: {points: 20}          # or {runs: 60}
 //     parallel: 4                   # points in flight
 //     repeats: 3                    # seeds s..s+2 for every point (points pair)
+//     # or repeats: {min: 3, max: 10, step: 2}: more seeds only for points
+//     # that could still be the best (agent/results/sweep.h, NeedsMoreSeeds)
 //     seed: 7                       # the sweep's own RNG seed
+//     strategy: bayes               # default for ranges: random | bayes (GP) | tpe
+//     initial: 6                    # random points before a model proposes any
 //     parameters:
 //       lr:     {log_uniform: [1.0e-4, 0.3]}
 //       wd:     {uniform: [0, 0.1]}
@@ -46,7 +50,11 @@ struct SweepParam {
   std::vector<nlohmann::json> options;  // choice, values; value: one entry
   std::string expr;                   // derived
   bool grid = false;                  // values/choice: cycled through (strategy: grid)
+  // Who proposes the value when it is neither fixed nor grid: drawn at
+  // random, a Gaussian process (ranges only) or TPE.
+  enum class Model { kRandom, kBayes, kTpe } model = Model::kRandom;
 };
+std::string_view ModelName(SweepParam::Model m);
 
 struct SweepSpec {
   std::vector<SweepParam> params;        // in file order
@@ -54,8 +62,19 @@ struct SweepSpec {
   std::optional<int> budget_points;
   std::optional<int> budget_runs;
   int parallel = 4;
-  int repeats = 3;
+  int repeats = 3;       // seeds every point starts with
+  int repeats_max = 0;   // adaptive: up to this many seeds (0: fixed at `repeats`;
+                         // -1: the experiment's repeats, until ResolveRepeats)
+  int repeats_step = 0;  // adaptive: seeds added at a time (0: `repeats`)
+  int initial = 0;       // points drawn at random before a model proposes (0: auto)
   std::uint64_t seed = 1;
+
+  bool adaptive() const { return repeats_max > repeats; }
+  void ResolveRepeats(int experiment_repeats);
+  int step() const { return repeats_step > 0 ? repeats_step : repeats; }
+  // Random points before the model: `initial`, or max(4, 2 x model parameters).
+  int InitialPoints() const;
+  bool HasModel() const;
 
   const SweepParam* Find(std::string_view name) const;
   // Number of grid combinations (1 when no grid parameter).
@@ -91,8 +110,21 @@ struct Experiment;
 Status CheckSweepTarget(const SweepSpec& spec, const Experiment& e, const YAML::Node& node,
                         const std::string& path, std::string_view file);
 
-// The `{name}` placeholders of a command that are not run-time ones
-// ({seed}, {repeat}, {output_dir}, {run_id}).
+// The `{name}` placeholders (core/placeholders.h) of a command that are not
+// run-time ones ({seed}, {repeat}, {output_dir}, {run_id}).
 std::vector<std::string> CommandPlaceholders(std::string_view command);
+
+// A value as it is written into a command or a --set.
+std::string ValueText(const nlohmann::json& v);
+
+// `command` with each `{name}` that is a key of `params` replaced by its
+// shell-quoted value; run-time placeholders stay for the executor. A
+// placeholder that is neither is an error naming `experiment`.
+Result<std::string> FillSweepCommand(std::string_view command, const nlohmann::json& params,
+                                     std::string_view experiment);
+
+// An explicit point with the fixed (`value`) and derived (`expr`) parameters
+// added, in the space's order.
+Result<nlohmann::json> CompletePoint(const SweepSpec& space, const nlohmann::json& given);
 
 }  // namespace trainq

@@ -122,6 +122,7 @@ Result<std::string> ChooseBaseline(Store& store, const std::string& git_dir,
     return record(std::nullopt, "new experiment: the base " + Short(base_sha) +
                                     " does not define " + head.experiment);
   }
+  if (auto why = e->NoPlainBatch()) return record(std::nullopt, "at the base: " + *why);
   BatchSpec spec = e->ToBatchSpec("baseline for " + Short(head.sha) + " (batch " +
                                   std::to_string(head.id) + "): no batch of " + head.experiment +
                                   " at " + Short(base_sha) + " or an ancestor with its inputs");

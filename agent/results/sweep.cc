@@ -6,6 +6,7 @@
 #include <boost/random/uniform_real_distribution.hpp>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -27,45 +28,33 @@ std::uint64_t Mix(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-json Numeric(double v) {
-  if (v == std::floor(v) && std::fabs(v) < 1e15) return static_cast<std::int64_t>(v);
-  return v;
-}
-
 }  // namespace
 
-std::string ValueText(const json& v) {
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_number_float()) {
-    double d = v.get<double>();
-    if (d == std::floor(d) && std::fabs(d) < 1e15) {
-      return std::to_string(static_cast<std::int64_t>(d));
-    }
-  }
-  return v.dump();
-}
-
 Result<std::vector<json>> SuggestPoints(const SweepSpec& space, const std::vector<json>& existing,
-                                        int count, std::uint64_t seed) {
+                                        int count, std::uint64_t seed,
+                                        const SweepHistory& history) {
   std::vector<json> out;
   const std::int64_t grid = space.GridSize();
+  // Points suggested in this call are in flight for the ones after them.
+  SweepHistory h = history;
   for (int i = 0; i < count; ++i) {
     const std::uint64_t k = existing.size() + static_cast<std::uint64_t>(i);
     json point = json::object();
     bool is_explicit = k < space.points.size();
-    if (is_explicit) point = space.points[k];
+    if (is_explicit) {
+      ASSIGN_OR_RETURN(auto complete, CompletePoint(space, space.points[k]));
+      h.pending.push_back(complete);
+      out.push_back(std::move(complete));
+      continue;
+    }
     boost::random::mt19937_64 rng(Mix(Mix(seed) ^ k));
     // Grid: combination (k - explicit) mod grid size, first grid parameter slowest.
-    std::int64_t combo = is_explicit ? 0
-                                     : static_cast<std::int64_t>(k - space.points.size()) % grid;
+    std::int64_t combo = static_cast<std::int64_t>(k - space.points.size()) % grid;
     std::int64_t stride = grid;
-    std::map<std::string, double> numbers;
     for (const auto& p : space.params) {
       if (p.kind == ParamKind::kExpr) continue;
       json v;
-      if (is_explicit && point.contains(p.name)) {
-        v = point[p.name];
-      } else if (p.kind == ParamKind::kValue) {
+      if (p.kind == ParamKind::kValue) {
         v = p.options[0];
       } else if (p.grid) {
         auto n = static_cast<std::int64_t>(p.options.size());
@@ -100,19 +89,17 @@ Result<std::vector<json>> SuggestPoints(const SweepSpec& space, const std::vecto
         }
       }
       point[p.name] = v;
-      if (v.is_number()) numbers[p.name] = v.get<double>();
     }
-    for (const auto& p : space.params) {
-      if (p.kind != ParamKind::kExpr) continue;
-      auto r = EvalExpr(p.expr, numbers);
-      if (!r) return std::unexpected(r.error().Wrap("parameter " + p.name));
-      numbers[p.name] = *r;
-      point[p.name] = Numeric(*r);
+    // Past the initial random points, the models propose their parameters
+    // (the random draws above stay as a fallback while too little is known).
+    const std::uint64_t first_model = space.points.size() + static_cast<std::uint64_t>(space.InitialPoints());
+    if (space.HasModel() && k >= first_model && h.observed.size() >= 2) {
+      boost::random::mt19937_64 model_rng(Mix(Mix(seed) ^ k) ^ 0x6d6f64656cULL);
+      ASSIGN_OR_RETURN(point, ProposeWithModels(space, std::move(point), h, model_rng));
     }
-    // Keep the space's order for the record.
-    json ordered = json::object();
-    for (const auto& p : space.params) ordered[p.name] = point[p.name];
-    out.push_back(std::move(ordered));
+    ASSIGN_OR_RETURN(auto complete, CompletePoint(space, point));
+    h.pending.push_back(complete);
+    out.push_back(std::move(complete));
   }
   return out;
 }
@@ -130,28 +117,7 @@ Result<BatchSpec> PointBatch(const BatchSpec& base, const json& params, std::int
   std::string command = spec.value("command", "");
   std::string trainer = spec.value("trainer", "");
   if (!command.empty()) {
-    std::string out;
-    for (size_t i = 0; i < command.size(); ++i) {
-      if (command[i] == '{') {
-        size_t j = command.find('}', i + 1);
-        if (j != std::string::npos) {
-          std::string name = command.substr(i + 1, j - i - 1);
-          if (params.contains(name)) {
-            out += ShellQuote(ValueText(params[name]));
-            i = j;
-            continue;
-          }
-          auto unknown = CommandPlaceholders(command.substr(i, j - i + 1));
-          if (!unknown.empty()) {
-            return Fail(ErrorKind::kInvalidArgument,
-                        "experiment " + base.experiment + ": the command has a placeholder {" +
-                            name + "} that is not a parameter of the sweep");
-          }
-        }
-      }
-      out += command[i];
-    }
-    b.command = out;
+    ASSIGN_OR_RETURN(b.command, FillSweepCommand(command, params, base.experiment));
   } else {
     for (const auto& [name, v] : params.items()) {
       b.command += " --set " + ShellQuote(name + "=" + ValueText(v));
@@ -219,6 +185,20 @@ Result<CommitInfo> CommitFromJson(const std::string& text) {
 
 }  // namespace
 
+namespace {
+
+PointObservation Observe(const json& params, const std::vector<double>& values) {
+  PointObservation o;
+  o.params = params;
+  auto s = stats::Summarize(values);
+  o.n = static_cast<int>(s.n);
+  o.mean = s.mean;
+  o.var = s.sd * s.sd;
+  return o;
+}
+
+}  // namespace
+
 Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
   ASSIGN_OR_RETURN(auto row, store.GetSweep(id));
   if (!row) return Fail(ErrorKind::kNotFound, "no sweep " + std::to_string(id));
@@ -232,6 +212,7 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
   ASSIGN_OR_RETURN(auto base, BatchSpecFromJson(batch_j));
   ASSIGN_OR_RETURN(auto commit, CommitFromJson(row->commit_json));
   ASSIGN_OR_RETURN(auto points, store.SweepPoints(id));
+  const bool maximise = base.metric_goal != "min";
 
   auto submit = [&](const Store::SweepPointRow& p) -> Status {
     json params = json::parse(p.params_json, nullptr, false);
@@ -240,25 +221,83 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
     return store.SetSweepPointBatch(id, p.idx, res.at(0).batch_id);
   };
 
+  // Everything below is derived from the store, so a restarted serve makes
+  // the same decisions; Submit and ExtendBatch are idempotent.
   int in_flight = 0;
+  std::int64_t runs_used = 0;
   std::vector<json> existing;
+  SweepHistory history;
+  history.maximise = maximise;
+  struct Known {
+    std::optional<std::int64_t> batch_id;
+    int repeats = 0;
+    std::optional<std::size_t> observed;  // index into history.observed
+    bool active = false;
+  };
+  std::vector<Known> known;
   for (const auto& p : points) {
-    existing.push_back(json::parse(p.params_json, nullptr, false));
+    json params = json::parse(p.params_json, nullptr, false);
+    existing.push_back(params);
+    Known k;
     if (!p.batch_id) {
       // Written before a kill: its batch may or may not exist; Submit is
       // idempotent per (commit, experiment), so this never makes a second.
       TRY(submit(p));
       ++in_flight;
+      runs_used += spec.repeats;
+      history.pending.push_back(params);
+      known.push_back(k);
       continue;
     }
     ASSIGN_OR_RETURN(auto b, store.Batch(*p.batch_id));
-    if (b && b->active()) ++in_flight;
+    k.batch_id = p.batch_id;
+    k.repeats = b ? b->repeats : spec.repeats;
+    runs_used += k.repeats;
+    k.active = b && b->active();
+    if (k.active) ++in_flight;
+    if (b && !b->values.empty()) {
+      k.observed = history.observed.size();
+      history.observed.push_back(Observe(params, b->values));
+    } else if (k.active) {
+      history.pending.push_back(params);
+    }
+    known.push_back(k);
   }
+  auto runs_left = [&]() -> std::int64_t {
+    return spec.budget_runs ? *spec.budget_runs - runs_used
+                            : std::numeric_limits<std::int64_t>::max();
+  };
+
+  // Adaptive repeats: more seeds for finished points that could still win.
+  int extended = 0;
+  if (spec.adaptive()) {
+    auto var = VarianceOfMeans(history.observed);
+    std::vector<PointEstimate> est(known.size());
+    for (std::size_t i = 0; i < known.size(); ++i) {
+      if (!known[i].observed) continue;
+      const auto& o = history.observed[*known[i].observed];
+      est[i] = {o.n, o.mean, std::sqrt(var[*known[i].observed]), known[i].active};
+    }
+    for (auto i : PointsNeedingSeeds(est, maximise, spec.repeats_max)) {
+      if (in_flight >= spec.parallel) break;
+      int target = std::min(known[i].repeats + spec.step(), spec.repeats_max);
+      int add = target - known[i].repeats;
+      if (add <= 0 || add > runs_left()) continue;
+      ASSIGN_OR_RETURN(int n, store.ExtendBatch(*known[i].batch_id, target, now));
+      (void)n;
+      runs_used += add;
+      ++in_flight;
+      ++extended;
+    }
+  }
+
   int budget = spec.PointBudget();
-  int want = std::min(spec.parallel - in_flight, budget - static_cast<int>(points.size()));
+  std::int64_t want = std::min(spec.parallel - in_flight, budget - static_cast<int>(points.size()));
+  want = std::min<std::int64_t>(want, runs_left() / spec.repeats);
   int added = 0;
   if (want > 0) {
-    ASSIGN_OR_RETURN(auto fresh, SuggestPoints(spec, existing, want, spec.seed));
+    ASSIGN_OR_RETURN(auto fresh,
+                     SuggestPoints(spec, existing, static_cast<int>(want), spec.seed, history));
     for (const auto& params : fresh) {
       Store::SweepPointRow p;
       p.sweep_id = id;
@@ -269,10 +308,10 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
       ++added;
     }
   }
-  if (added == 0 && in_flight == 0 && static_cast<int>(points.size()) >= budget) {
+  if (added == 0 && extended == 0 && in_flight == 0) {
     TRY(store.SetSweepState(id, "done", now));
   }
-  return added;
+  return added + extended;
 }
 
 Result<int> StepSweeps(Store& store, TimeMs now) {
@@ -285,6 +324,16 @@ Result<int> StepSweeps(Store& store, TimeMs now) {
   return added;
 }
 
+Result<int> SweepDriver::Step(Store& store, TimeMs now) {
+  ASSIGN_OR_RETURN(auto mark, store.SweepActivity());
+  if (mark == last_mark_ && now < next_full_ms_) return 0;
+  ASSIGN_OR_RETURN(int n, StepSweeps(store, now));
+  // What the pass itself changed (points queued, sweeps done) is not news.
+  ASSIGN_OR_RETURN(last_mark_, store.SweepActivity());
+  next_full_ms_ = now + kFullPassMs;
+  return n;
+}
+
 Result<SweepView> LoadSweepView(Store& store, std::int64_t id) {
   ASSIGN_OR_RETURN(auto row, store.GetSweep(id));
   if (!row) return Fail(ErrorKind::kNotFound, "no sweep " + std::to_string(id));
@@ -295,7 +344,7 @@ Result<SweepView> LoadSweepView(Store& store, std::int64_t id) {
   v.goal = base.metric_goal;
   v.metric = base.metric_name;
   v.budget_points = v.spec.PointBudget();
-  v.runs_total = v.budget_points * v.spec.repeats;
+  v.runs_total = v.spec.budget_runs ? *v.spec.budget_runs : v.budget_points * v.spec.repeats;
   ASSIGN_OR_RETURN(auto points, store.SweepPoints(id));
   for (const auto& p : points) {
     PointResult r;

@@ -13,6 +13,7 @@
 
 #include "agent/results/analysis.h"
 #include "agent/repo/sweep_spec.h"
+#include "agent/results/sweep_model.h"
 #include "core/clock.h"
 #include "core/result.h"
 #include "queue/store.h"
@@ -22,12 +23,16 @@ namespace trainq {
 // The next `count` points after `existing` (the points suggested so far, in
 // order): explicit points first, then grid parameters cycle through every
 // combination (the first grid parameter slowest), random ones are drawn from a
-// mt19937_64 seeded by (seed, point index), derived expressions last. Pure:
-// the same inputs give bit-identical points; point k never depends on how
+// mt19937_64 seeded by (seed, point index), derived expressions last. Past
+// the explicit and `initial` points, once two points are measured, bayes and
+// tpe parameters are proposed from `history` (agent/results/sweep_model.h);
+// the points of one call are in flight for each other. Pure: the same inputs
+// give bit-identical points; without models point k never depends on how
 // many were asked for at once.
 Result<std::vector<nlohmann::json>> SuggestPoints(const SweepSpec& space,
                                                   const std::vector<nlohmann::json>& existing,
-                                                  int count, std::uint64_t seed);
+                                                  int count, std::uint64_t seed,
+                                                  const SweepHistory& history = {});
 
 // The batch that runs `params` of the experiment described by `base` in sweep
 // `sweep_id` as point `idx`: experiment "EXP@sweepN.pK"; a `command:` gets its
@@ -36,20 +41,36 @@ Result<std::vector<nlohmann::json>> SuggestPoints(const SweepSpec& space,
 Result<BatchSpec> PointBatch(const BatchSpec& base, const nlohmann::json& params,
                              std::int64_t sweep_id, int idx);
 std::string PointExperimentName(const std::string& experiment, std::int64_t sweep_id, int idx);
-// A value as it is written into a command or a --set.
-std::string ValueText(const nlohmann::json& v);
 
 // Starts a sweep of a validated spec; nothing is queued until StepSweep.
 nlohmann::json BatchSpecJson(const BatchSpec& b);
 Result<BatchSpec> BatchSpecFromJson(const nlohmann::json& j);
 
 // One pass of the driver over sweep `id`: re-submits points written without
-// a batch, adds points while fewer than `parallel` are in flight and the
-// budget allows, and marks the sweep done when every point has ended.
-// Restart-safe: everything it needs is in the store. Returns points added.
+// a batch, gives more seeds to finished points that could still be the best
+// (adaptive repeats, PointsNeedingSeeds), adds points while fewer than
+// `parallel` are in flight and the budget (points, runs) allows, and marks
+// the sweep done when nothing is in flight and nothing more may start.
+// Restart-safe: everything it needs is in the store. Returns points added
+// plus points given more seeds.
 Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now);
-// StepSweep over every running sweep (the serve loop calls it).
+// StepSweep over every running sweep.
 Result<int> StepSweeps(Store& store, TimeMs now);
+
+// What the serve loop calls on every pass: StepSweeps only when something a
+// sweep waits for changed (Store::SweepActivity: a run of a running sweep
+// ended, a sweep was started or resumed), and at most every kFullPassMs
+// otherwise as a safety net. One cheap query per pass instead of reading
+// every point of every sweep. Not thread-safe.
+class SweepDriver {
+ public:
+  static constexpr TimeMs kFullPassMs = 30'000;
+  Result<int> Step(Store& store, TimeMs now);
+
+ private:
+  std::string last_mark_;
+  TimeMs next_full_ms_ = 0;
+};
 
 struct PointResult {
   int idx = 0;

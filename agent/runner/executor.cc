@@ -117,7 +117,7 @@ Status LocalExecutor::StartRun(const LeasedRun& run) {
   }
   auto spec = BuildRunProcess(run, paths, options_.bin_dir, Join(a.gpus, ","),
                               options_.env_passthrough);
-  auto pid = runner_.Spawn(spec);
+  auto pid = run.nodes > 0 ? SpawnGang(a, spec) : runner_.Spawn(spec);
   if (!pid) {
     free_gpus_.insert(free_gpus_.end(), a.gpus.begin(), a.gpus.end());
     return std::unexpected(pid.error());
@@ -127,8 +127,7 @@ Status LocalExecutor::StartRun(const LeasedRun& run) {
   a.last_heartbeat_ms = now;
   if (auto st = store_.MarkRunning(run.run_id, run.token, now, paths.log); !st) {
     // The lease is gone already (cancelled in the meantime): stop at once.
-    runner_.KillGroup(a.pid, SIGKILL);
-    runner_.Wait(a.pid);
+    KillNow(a);
     free_gpus_.insert(free_gpus_.end(), a.gpus.begin(), a.gpus.end());
     spdlog::warn("run {}: {}", run.run_id, st.error().message);
     return {};
@@ -188,20 +187,61 @@ void LocalExecutor::Finish(Active& a, const ExitStatus& status) {
 }
 
 void LocalExecutor::Kill(Active& a, TimeMs now) {
+  if (a.gang) {
+    a.gang->StopGently(now, options_.kill_grace_ms);
+    return;
+  }
   StopGently(runner_, a.pid, a.kill_sent_ms, now, options_.kill_grace_ms);
+}
+
+Result<int> LocalExecutor::SpawnGang(Active& a, const ProcessSpec& base) {
+  GangLayout layout;
+  layout.master_addr = "127.0.0.1";
+  ASSIGN_OR_RETURN(layout.master_port, FreeTcpPort());
+  layout.nodes = 1;
+  layout.procs_per_node = std::max(1, a.run.procs_per_node);
+  std::vector<int> devices;
+  for (const auto& g : a.gpus) {
+    try {
+      devices.push_back(std::stoi(g));
+    } catch (...) {
+    }
+  }
+  ProcessSpec spec = base;
+  if (devices.empty()) spec.env["CUDA_VISIBLE_DEVICES"] = "";
+  auto gang = std::make_unique<GangProcesses>(runner_);
+  TRY(gang->Start(GangSpecs(spec, layout, devices, a.paths.dir)));
+  int first = gang->pids().front();
+  a.gang = std::move(gang);
+  return first;
+}
+
+std::optional<ExitStatus> LocalExecutor::PollActive(Active& a) {
+  if (a.gang) return a.gang->Poll();
+  auto status = runner_.Poll(a.pid);
+  // Whatever the script left behind in its group goes too.
+  if (status) runner_.KillGroup(a.pid, SIGKILL);
+  return status;
+}
+
+void LocalExecutor::KillNow(Active& a) {
+  if (a.gang) {
+    a.gang->KillAll();
+    return;
+  }
+  runner_.KillGroup(a.pid, SIGKILL);
+  runner_.Wait(a.pid);
 }
 
 Status LocalExecutor::Step() {
   TimeMs now = clock_.Now();
   // 1. Reap.
   for (auto it = active_.begin(); it != active_.end();) {
-    auto status = runner_.Poll(it->second.pid);
+    auto status = PollActive(it->second);
     if (!status) {
       ++it;
       continue;
     }
-    // Whatever the script left behind in its group goes too.
-    runner_.KillGroup(it->second.pid, SIGKILL);
     Finish(it->second, *status);
     it = active_.erase(it);
   }
@@ -220,8 +260,7 @@ Status LocalExecutor::Step() {
       auto hb = store_.Heartbeat(a.run.run_id, a.run.token, now, options_.lease_ms);
       if (!hb && hb.error().kind == ErrorKind::kConflict) {
         spdlog::info("run {}: lease lost ({}); stopping it", a.run.run_id, hb.error().message);
-        runner_.KillGroup(a.pid, SIGKILL);
-        runner_.Wait(a.pid);
+        KillNow(a);
         free_gpus_.insert(free_gpus_.end(), a.gpus.begin(), a.gpus.end());
         it = active_.erase(it);
         continue;
@@ -266,18 +305,22 @@ Result<bool> LocalExecutor::QueueDrained() {
 void LocalExecutor::Shutdown(const std::string& reason) {
   // Runs that ended before the stop keep their result: report them first.
   for (auto it = active_.begin(); it != active_.end();) {
-    if (auto status = runner_.Poll(it->second.pid)) {
-      runner_.KillGroup(it->second.pid, SIGKILL);
+    if (auto status = PollActive(it->second)) {
       Finish(it->second, *status);
       it = active_.erase(it);
     } else {
       ++it;
     }
   }
-  for (auto& [id, a] : active_) runner_.KillGroup(a.pid, SIGTERM);
+  for (auto& [id, a] : active_) {
+    if (a.gang) KillNow(a);  // its processes stop together
+  }
+  for (auto& [id, a] : active_) {
+    if (!a.gang) runner_.KillGroup(a.pid, SIGTERM);
+  }
   TimeMs deadline = clock_.Now() + options_.kill_grace_ms;
   for (auto& [id, a] : active_) {
-    while (!runner_.Poll(a.pid)) {
+    while (!a.gang && !runner_.Poll(a.pid)) {
       if (clock_.Now() >= deadline) {
         runner_.KillGroup(a.pid, SIGKILL);
         runner_.Wait(a.pid);

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "core/clock.h"
 #include "core/process.h"
 #include "core/result.h"
+#include "agent/runner/gang.h"
 #include "agent/runner/run_process.h"
 #include "queue/store.h"
 
@@ -69,7 +71,16 @@ class LocalExecutor {
     std::optional<TimeMs> kill_sent_ms;
     bool timed_out = false;
     std::vector<std::string> gpus;
+    // A one-machine gang (resources.processes_per_node): its processes, with
+    // torchrun's variables; pid is the first one's.
+    std::unique_ptr<GangProcesses> gang;
   };
+  // Whether the run's process (or all of a gang's) ended, and how.
+  std::optional<ExitStatus> PollActive(Active& a);
+  // SIGKILL to the run's process group(s), reaped.
+  void KillNow(Active& a);
+  // Starts a one-machine gang's processes on 127.0.0.1 and a free port.
+  Result<int> SpawnGang(Active& a, const ProcessSpec& base);
 
   Status StartRun(const LeasedRun& run);
   Result<std::string> Worktree(const LeasedRun& run);

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "agent/repo/git_repo.h"
+#include "agent/runner/gang.h"
 #include "agent/runner/run_process.h"
 #include "core/strings.h"
 
@@ -84,6 +85,9 @@ Result<WorkerRun> ParseWorkerRun(const json& j) {
     l.gpus = Get<int>(j, "gpus", 0);
     w.trainer = Get<std::string>(j, "trainer", "");
     w.group = Get<std::int64_t>(j, "group", 0);
+    l.nodes = Get<int>(j, "nodes", 0);
+    l.procs_per_node = Get<int>(j, "procs_per_node", 0);
+    l.node_rank = Get<int>(j, "node_rank", 0);
   } catch (const json::exception& e) {
     return Fail(ErrorKind::kInvalidArgument,
                 std::string("lease answer: a run lacks a field: ") + e.what());
@@ -367,8 +371,9 @@ Status Worker::Lease() {
       runs.push_back(std::move(*r));
     }
   }
+  StartGangMembers(runs);
   if (runs.empty()) {
-    lease_came_back_empty_ = true;
+    lease_came_back_empty_ = gangs_.empty();
     return {};
   }
   lease_came_back_empty_ = false;
@@ -408,6 +413,38 @@ Status Worker::Lease() {
     StartJob(jobs_.back());
   }
   return {};
+}
+
+// Gang members (agent/runner/gang.h) take the whole machine and run beside
+// the slot jobs; they are removed from `runs`.
+void Worker::StartGangMembers(std::vector<WorkerRun>& runs) {
+  for (auto& r : runs) {
+    if (r.lease.nodes <= 0) continue;
+    GangMemberConfig c;
+    c.worker_id = *worker_id_;
+    c.server = config_.server;
+    c.data_dir = config_.data_dir;
+    c.bin_dir = config_.bin_dir;
+    c.env_passthrough = config_.env_passthrough;
+    for (const auto& g : config_.gpus) c.devices.push_back(g.index);
+    c.where = config_.machine.empty() ? config_.hostname : config_.machine;
+    c.beat_ms = std::min<TimeMs>(heartbeat_ms_, 1'000);
+    c.kill_grace_ms = config_.kill_grace_ms;
+    GangIo io;
+    io.call = [this](const std::string& path,
+                     const json& body) -> std::optional<std::pair<int, json>> {
+      auto a = Call(path, body);
+      if (!a) return std::nullopt;
+      return std::make_pair(a->status, a->body);
+    };
+    io.worktree = [this](const LeasedRun& run) { return Worktree(run); };
+    spdlog::info("gang run {}: node {} of {} x {} process(es): {} seed {} (attempt {})",
+                 r.lease.run_id, r.lease.node_rank, r.lease.nodes, r.lease.procs_per_node,
+                 r.lease.experiment, r.lease.seed, r.lease.attempt);
+    gangs_.push_back(std::make_unique<GangMember>(r.lease, std::move(c), std::move(io), runner_,
+                                                  clock_));
+  }
+  std::erase_if(runs, [](const WorkerRun& r) { return r.lease.nodes > 0; });
 }
 
 void Worker::StartJob(Job& job) {
@@ -835,23 +872,25 @@ Result<Worker::Phase> Worker::Step() {
     next_deliver_ms_ = clock_.Now() + heartbeat_ms_;
     DeliverKept();
   }
-  // Lease.
+  // Gang members.
+  std::erase_if(gangs_, [](const std::unique_ptr<GangMember>& g) { return !g->Step(); });
+  // Lease (a gang member holds the whole machine).
   if (worker_id_ && !draining_ && static_cast<int>(jobs_.size()) < config_.slots &&
-      clock_.Now() >= next_try_ms_) {
+      gangs_.empty() && clock_.Now() >= next_try_ms_) {
     TRY(Lease());
   }
   now = clock_.Now();
-  if (draining_ && jobs_.empty()) {
+  if (draining_ && jobs_.empty() && gangs_.empty()) {
     spdlog::info("drained: nothing left to run; exiting");
     exit_code_ = 0;
     return Phase::kDone;
   }
-  if (config_.once && lease_came_back_empty_ && jobs_.empty()) {
+  if (config_.once && lease_came_back_empty_ && jobs_.empty() && gangs_.empty()) {
     spdlog::info("nothing to lease and nothing running; exiting (--once)");
     exit_code_ = 0;
     return Phase::kDone;
   }
-  if (jobs_.empty() && now - last_contact_ms_ >= orphan_timeout_ms_) {
+  if (jobs_.empty() && gangs_.empty() && now - last_contact_ms_ >= orphan_timeout_ms_) {
     spdlog::warn("no answer from the server for {} and nothing running: {}",
                  FormatDuration(now - last_contact_ms_),
                  self_stop_.empty() ? "exiting" : "running the pool's self-stop command");
@@ -864,6 +903,8 @@ Result<Worker::Phase> Worker::Step() {
 
 void Worker::Interrupt(const std::string& reason) {
   stopping_ = true;
+  for (auto& g : gangs_) g->Interrupt(reason);
+  gangs_.clear();
   // Processes that ended before the stop keep their result.
   for (auto& job : jobs_) {
     if (!job.proc) continue;
@@ -921,9 +962,9 @@ Result<int> Worker::Run(const std::atomic<bool>& stop) {
     // Leases pace the loop while slots are free; otherwise look at the
     // children often enough to report an end promptly.
     bool leasing = worker_id_ && !draining_ && static_cast<int>(jobs_.size()) < config_.slots &&
-                   clock_.Now() >= next_try_ms_;
+                   gangs_.empty() && clock_.Now() >= next_try_ms_;
     if (!leasing) {
-      clock_.SleepFor(jobs_.empty() ? 200 : 50);
+      clock_.SleepFor(jobs_.empty() && gangs_.empty() ? 200 : 50);
     } else if (lease_came_back_empty_) {
       clock_.SleepFor(20);  // a server that answers at once (too many polls waiting): no busy loop
     }

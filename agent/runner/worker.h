@@ -32,12 +32,14 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "agent/runner/executor.h"
+#include "agent/runner/gang.h"
 #include "agent/runner/gpu_detect.h"
 #include "agent/runner/result_outbox.h"
 #include "core/clock.h"
@@ -191,6 +193,7 @@ class Worker {
 
   Status Register();
   Status Lease();
+  void StartGangMembers(std::vector<WorkerRun>& runs);
   void StartJob(Job& job);
   Status StartProc(Job& job, const std::vector<std::int64_t>& run_ids);
   void FinishProc(Job& job, const ExitStatus& status);
@@ -243,6 +246,7 @@ class Worker {
 
   std::map<std::int64_t, RunSlot> runs_;  // by run id
   std::vector<Job> jobs_;
+  std::vector<std::unique_ptr<GangMember>> gangs_;  // gang leases (agent/runner/gang.h)
 };
 
 // `trainq worker`: flags, with TRAINQ_SERVER / TRAINQ_TOKEN_FILE / TRAINQ_MACHINE

@@ -259,8 +259,19 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
       ASSIGN_OR_RETURN(auto changes, m->Diff(commit_base, sha));
       triggers = DetectChanges(changes, before ? &*before : nullptr, *after);
     }
+    // A swept command without a default point has no plain batch.
+    std::string not_queued;
+    std::erase_if(triggers, [&](const ExperimentTrigger& t) {
+      const Experiment* e = after->Find(t.experiment);
+      if (!e || !e->NoPlainBatch()) return false;
+      not_queued += (not_queued.empty() ? "" : ", ") + t.experiment;
+      return true;
+    });
+    if (!not_queued.empty()) {
+      lines.push_back(Short(sha) + ": not queued (swept, no explicit point): " + not_queued);
+    }
     if (triggers.empty()) {
-      lines.push_back(Short(sha) + ": no watched path or experiment changed");
+      if (not_queued.empty()) lines.push_back(Short(sha) + ": no watched path or experiment changed");
       continue;
     }
     // The experiments about to run are checked at this commit: a bad spec,

@@ -432,5 +432,58 @@ TEST_CASE("manifest: the file name in messages is the one given", "[manifest][er
   CHECK_THAT(m.error().message, Catch::StartsWith("sub/other.yaml:1: version:"));
 }
 
+
+TEST_CASE("manifest: resources.nodes and processes_per_node make a gang", "[manifest][gang]") {
+  auto m = ParseManifest("version: 1\n"
+                         "defaults:\n"
+                         "  resources: {processes_per_node: 2}\n"
+                         "experiments:\n"
+                         "  ddp:\n"
+                         "    command: torchrun-free.sh\n"
+                         "    resources: {nodes: 3, processes_per_node: 4, gpus: 1}\n"
+                         "  one:\n"
+                         "    command: x\n"
+                         "  plain:\n"
+                         "    command: x\n"
+                         "    resources: {gpus: 0}\n",
+                         "trainq.yaml");
+  REQUIRE(m);
+  const auto* ddp = m->Find("ddp");
+  REQUIRE(ddp);
+  CHECK(ddp->gang);
+  CHECK(ddp->nodes == 3);
+  CHECK(ddp->processes_per_node == 4);
+  auto j = nlohmann::json::parse(ddp->ToBatchSpec("r").spec_json);
+  CHECK(j["resources"]["nodes"] == 3);
+  CHECK(j["resources"]["processes_per_node"] == 4);
+  // From defaults: one machine, two processes.
+  const auto* one = m->Find("one");
+  REQUIRE(one);
+  CHECK(one->gang);
+  CHECK(one->nodes == 1);
+  CHECK(one->processes_per_node == 2);
+  // `resources:` overriding only gpus keeps the defaults' gang keys.
+  CHECK(m->Find("plain")->gang);
+  auto none = ParseManifest("version: 1\nexperiments:\n  a:\n    command: x\n", "trainq.yaml");
+  REQUIRE(none);
+  CHECK_FALSE(none->experiments[0].gang);
+  auto jn = nlohmann::json::parse(none->experiments[0].ToBatchSpec("r").spec_json);
+  CHECK_FALSE(jn["resources"].contains("nodes"));
+}
+
+TEST_CASE("manifest: bad gang sizes name the file, line and key", "[manifest][gang][errors]") {
+  CHECK(ErrorOf("version: 1\nexperiments:\n  a:\n    command: x\n    resources: {nodes: 0}\n") ==
+        "trainq.yaml:5: experiments.a.resources.nodes: expected a positive integer (machines), "
+        "got \"0\"");
+  CHECK(ErrorOf("version: 1\nexperiments:\n  a:\n    command: x\n    resources:\n"
+                "      processes_per_node: two\n") ==
+        "trainq.yaml:6: experiments.a.resources.processes_per_node: expected a positive integer "
+        "(processes on each machine), got \"two\"");
+  CHECK(ErrorOf("version: 1\nexperiments:\n  a:\n    command: x\n    resources: {nodes: 5000}\n") ==
+        "trainq.yaml:5: experiments.a.resources.nodes: at most 1024 machines, got \"5000\"");
+  CHECK_THAT(ErrorOf("version: 1\nexperiments:\n  a:\n    command: x\n    resources: {node: 2}\n"),
+             Catch::StartsWith("trainq.yaml:5: experiments.a.resources.node: unknown key"));
+}
+
 }  // namespace
 }  // namespace trainq

@@ -2,6 +2,7 @@
 // repository, a real SQLite file, `trainq serve --until-idle` running the
 // points as child processes.
 #include <catch2/catch.hpp>
+#include <csignal>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -76,8 +77,8 @@ TEST_CASE("sweep cli: start, serve --until-idle, status, best, --as set", "[swee
   INFO(start.text);
   REQUIRE(start.code == 0);
   CHECK_THAT(start.text, Catch::Contains("sweep 1: mlp at " + sha.substr(0, 10) +
-                                         ", 6 points x 3 seeds (seeds 1..3), 2 in flight; "
-                                         "2 queued now"));
+                                         ", 6 points x 3 seeds (seeds 1..3), grid: lr, width, "
+                                         "2 in flight; 2 queued now"));
 
   auto serve = Trainq(db, "serve --slots 2 --until-idle --poll-ms 20");
   INFO(serve.text);
@@ -146,6 +147,114 @@ TEST_CASE("sweep cli: a mistake in the sweep queues nothing", "[sweep][cli][erro
   auto unknown = Trainq(db, "sweep best 4");
   CHECK(unknown.code != 0);
   CHECK_THAT(unknown.text, Catch::Contains("no sweep 4"));
+}
+
+// Regression: a swept command experiment got a plain batch on `trainq
+// submit` with its {lr} unfilled, and every run failed.
+TEST_CASE("sweep cli: submit runs a swept command at its first explicit point or not at all",
+          "[sweep][cli]") {
+  testing::TempDir tmp;
+  testing::GitFixture git{tmp / "repo"};
+  std::string db = tmp / "t.db";
+  std::string with_point = std::string(kYaml) + "      points:\n        - {lr: 0.3, width: 64}\n";
+  git.Commit({{"train.py", kTrainPy}, {"trainq.yaml", kYaml}}, "no default point");
+  auto none = Trainq(db, "submit --repo " + ShellQuote(git.dir()));
+  INFO(none.text);
+  CHECK(none.code != 0);
+  CHECK_THAT(none.text, Catch::Contains("mlp is swept and its sweep has no explicit point"));
+  git.Commit({{"trainq.yaml", with_point}}, "a default point");
+  auto one = TrainqJson(db, "submit --repo " + ShellQuote(git.dir()) + " --json");
+  REQUIRE(one["batches"].size() == 1);
+  auto serve = Trainq(db, "serve --slots 2 --until-idle --poll-ms 20");
+  INFO(serve.text);
+  REQUIRE(serve.code == 0);
+  auto st = TrainqJson(db, "status --json");
+  CHECK(st["counts"]["succeeded"] == 10);
+  CHECK(st["counts"]["dead"] == 0);
+}
+
+// Regression (branch sweep, 5917d78): ${VAR} in a sweep's command was
+// refused as an unknown placeholder; it is the shell's.
+TEST_CASE("sweep cli: the shell's dollar-brace variables in a swept command are left to the shell",
+          "[sweep][cli]") {
+  testing::TempDir tmp;
+  testing::GitFixture git{tmp / "repo"};
+  std::string db = tmp / "t.db";
+  std::string yaml = kYaml;
+  yaml.replace(yaml.find("python3 train.py"), 16, "X=${PWD} && python3 train.py");
+  git.Commit({{"train.py", kTrainPy}, {"trainq.yaml", yaml}}, "dollar brace");
+  auto start = Trainq(db, "sweep start mlp --repo " + ShellQuote(git.dir()));
+  INFO(start.text);
+  REQUIRE(start.code == 0);
+  auto serve = Trainq(db, "serve --slots 2 --until-idle --poll-ms 20");
+  REQUIRE(serve.code == 0);
+  auto status = TrainqJson(db, "sweep status 1 --json");
+  CHECK(status["state"] == "done");
+  CHECK(status["runs_done"] == 18);
+}
+
+TEST_CASE("sweep cli: kill -9 of serve mid-sweep, restart: no point lost or run twice",
+          "[sweep][cli][faults]") {
+  testing::TempDir tmp;
+  testing::GitFixture git{tmp / "repo"};
+  std::string db = tmp / "t.db";
+  std::string slow = std::string("import time\ntime.sleep(0.3)\n") + kTrainPy;
+  const char* yaml = R"(version: 1
+experiments:
+  mlp:
+    command: python3 train.py --lr {lr} --width {width} --seed {seed}
+    max_attempts: 2
+    sweep:
+      repeats: {min: 2, max: 4}
+      parallel: 4
+      budget: {points: 10}
+      strategy: bayes
+      initial: 4
+      parameters:
+        lr: {uniform: [0.0, 0.6]}
+        width: {values: [32, 64]}
+)";
+  git.Commit({{"train.py", slow}, {"trainq.yaml", yaml}}, "sweep");
+  REQUIRE(Trainq(db, "sweep start mlp --repo " + ShellQuote(git.dir())).code == 0);
+  std::string pidfile = tmp / "serve.pid";
+  REQUIRE(testing::RunShell("{ " + Cmd(db, "serve --inproc --slots 4 --poll-ms 20 --lease 2 "
+                                           "--heartbeat 1") +
+                            " > " + ShellQuote(tmp / "serve1.log") + " 2>&1 & echo $! > " +
+                            ShellQuote(pidfile) + "; }") == 0);
+  REQUIRE(testing::WaitFor([&] { return testing::ReadPid(pidfile) > 0; }));
+  int pid = testing::ReadPid(pidfile);
+  // Kill it while points are in flight, after some have finished.
+  REQUIRE(testing::WaitFor([&] {
+    auto s = TrainqJson(db, "sweep status 1 --json");
+    return s["runs_done"].get<int>() >= 6;
+  }));
+  REQUIRE(::kill(pid, SIGKILL) == 0);
+  REQUIRE(testing::WaitFor([&] { return testing::ProcessGone(pid); }));
+  auto mid = TrainqJson(db, "sweep status 1 --json");
+  CHECK(mid["state"] == "running");
+
+  auto serve = Trainq(db, "serve --inproc --slots 4 --until-idle --poll-ms 20 --lease 2 "
+                          "--heartbeat 1");
+  INFO(serve.text);
+  REQUIRE(serve.code == 0);
+  auto status = TrainqJson(db, "sweep status 1 --json");
+  CHECK(status["state"] == "done");
+  REQUIRE(status["points"].size() == 10);
+  std::set<int> idx;
+  int runs = 0;
+  for (const auto& p : status["points"]) {
+    idx.insert(p["point"].get<int>());
+    CHECK(p["state"] == "done");
+    CHECK(p["n"].get<int>() >= 2);
+    CHECK(p["n"].get<int>() <= 4);
+    runs += p["n"].get<int>();
+  }
+  CHECK(idx.size() == 10);
+  // Every run of the sweep is one (batch, seed), counted once.
+  auto st = TrainqJson(db, "status --json");
+  CHECK(st["batches"].size() == 10);
+  CHECK(st["counts"]["succeeded"] == runs);
+  CHECK(status["runs_done"] == runs);
 }
 
 }  // namespace

@@ -638,3 +638,29 @@ TEST_CASE("autoscaler: List() pacing: the active interval, longer when idle, wit
 
 }  // namespace
 }  // namespace trainq::cloud
+
+namespace trainq::cloud {
+namespace {
+
+TEST_CASE("autoscaler: a gang run boots enough machines for all its nodes at once") {
+  PoolInput in;
+  in.config = Gpu(0, 8);
+  in.demand = 1;  // one gang run: one run, but 3 machines at once
+  in.gang_nodes = 3;
+  in.machines = {Ready("busy", 2, 0), Ready("idle", 0, 10 * kSec)};
+  in.listing = std::vector<std::string>{"busy", "idle"};
+  auto d = Autoscale({in}, kNow);
+  REQUIRE(d.pools.size() == 1);
+  // The busy machine does not count: 1 busy + 3 idle wanted, 2 live.
+  CHECK(d.pools[0].needed == 4);
+  CHECK(Describe(d.actions) == "boot 2");
+  // A pool whose max is below the gang boots up to its max (serve reports the
+  // gang unservable).
+  in.config = Gpu(0, 2);
+  d = Autoscale({in}, kNow);
+  CHECK(d.pools[0].wanted == 2);
+  CHECK(d.actions.empty());
+}
+
+}  // namespace
+}  // namespace trainq::cloud
