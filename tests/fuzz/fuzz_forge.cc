@@ -11,7 +11,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   using trainq::ForgeKind;
-  static constexpr ForgeKind kForges[] = {ForgeKind::kGitHub, ForgeKind::kGitLab,
+  static constexpr ForgeKind kForges[] = {ForgeKind::kGithub, ForgeKind::kGitlab,
                                           ForgeKind::kGitea};
   const ForgeKind forge = kForges[data[0] % 3];
   std::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
