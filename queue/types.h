@@ -76,6 +76,10 @@ struct LeasedRun {
   int nodes = 0;
   int procs_per_node = 0;
   int node_rank = 0;
+  // trainq.yaml `env_passthrough:` (names or PREFIX*): narrows the variables
+  // the operator lets runs have (the pool's env_passthrough); nullopt: not
+  // narrowed.
+  std::optional<std::vector<std::string>> env_passthrough;
 };
 
 struct MetricPoint {

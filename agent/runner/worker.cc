@@ -88,6 +88,13 @@ Result<WorkerRun> ParseWorkerRun(const json& j) {
     l.nodes = Get<int>(j, "nodes", 0);
     l.procs_per_node = Get<int>(j, "procs_per_node", 0);
     l.node_rank = Get<int>(j, "node_rank", 0);
+    if (j.contains("env_passthrough") && j["env_passthrough"].is_array()) {
+      std::vector<std::string> names;
+      for (const auto& n : j["env_passthrough"]) {
+        if (n.is_string()) names.push_back(n.get<std::string>());
+      }
+      l.env_passthrough = std::move(names);
+    }
   } catch (const json::exception& e) {
     return Fail(ErrorKind::kInvalidArgument,
                 std::string("lease answer: a run lacks a field: ") + e.what());
@@ -506,6 +513,7 @@ Status Worker::StartProc(Job& job, const std::vector<std::int64_t>& run_ids) {
     TRY(WriteFile(p.log_path, ""));  // this attempt's output only; the server keeps the rest
     header = RunBanner(spec_run, where, now);
   }
+  header += PassthroughNote(spec_run, config_.env_passthrough);
   p.log_start = FileSize(p.log_path);
   {
     std::ofstream log(p.log_path, std::ios::app | std::ios::binary);

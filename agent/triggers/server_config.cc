@@ -9,6 +9,7 @@
 
 #include "agent/repo/change_detect.h"
 #include "cloud/provider.h"
+#include "core/process.h"
 #include "core/http_client.h"
 #include "core/strings.h"
 #include "core/yaml_reader.h"
@@ -268,13 +269,9 @@ class ConfigParser : public YamlReader {
       for (std::size_t i = 0; i < v.size(); ++i) {
         std::string at = path + ".env_passthrough[" + std::to_string(i) + "]";
         ASSIGN_OR_RETURN(auto name, Str(v[i], at));
-        std::string_view body(name);
-        if (body.ends_with('*')) body.remove_suffix(1);
-        bool ok = !body.empty();
-        for (char c : body) {
-          ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+        if (!ValidEnvPattern(name)) {
+          return Err(v[i], at, "expected a variable name or PREFIX*, got " + Show(v[i]));
         }
-        if (!ok) return Err(v[i], at, "expected a variable name or PREFIX*, got " + Show(v[i]));
         p.env_passthrough.push_back(name);
       }
     }

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "agent/repo/git_repo.h"
+#include "agent/repo/manifest.h"
 #include "agent/repo/mirror.h"
 #include "agent/daemon/server.h"
 #include "agent/daemon/server_http.h"
@@ -243,6 +244,10 @@ struct Harness {
     b.gpus = gpus;
     b.timeout_s = timeout_s;
     if (!trainer.empty()) b.spec_json = nlohmann::json{{"trainer", trainer}}.dump();
+    return SubmitSpec(b);
+  }
+
+  std::int64_t SubmitSpec(const BatchSpec& b) {
     CommitInfo c;
     c.sha = sha;
     c.message = "init";
@@ -742,6 +747,49 @@ TEST_CASE("worker e2e: a run holds only stdin, stdout and stderr, and gets the r
   CHECK(log.find("TRAINQ_TEST_PASSED=passed-value\n") != std::string::npos);
   CHECK(log.find("TRAINQ_SEED=") != std::string::npos);
   CHECK(log.find("\nPATH=") != std::string::npos);
+}
+
+// Whoever can push writes trainq.yaml: its env_passthrough picks among the
+// variables the operator lets through (the worker's --env-passthrough here),
+// never beyond them.
+TEST_CASE("worker e2e: trainq.yaml's env_passthrough narrows the operator's passthrough and "
+          "cannot widen it, and the run's log names what was not passed without its value",
+          "[worker][e2e][env]") {
+  ::setenv("TRAINQ_TEST_ALLOWED_A", "value-a", 1);
+  ::setenv("TRAINQ_TEST_ALLOWED_B", "value-b", 1);
+  ::setenv("TRAINQ_TEST_SECRET", "s3cret-value", 1);
+  Harness h;
+  auto manifest = ParseManifest(
+      "version: 1\n"
+      "experiments:\n"
+      "  exp:\n"
+      "    command: env; echo acc=1\n"
+      "    metric: {name: accuracy, regex: 'acc=([0-9]+)'}\n"
+      "    repeats: 1\n"
+      "    env_passthrough: [TRAINQ_TEST_ALLOWED_A, TRAINQ_TEST_SECRET]\n",
+      "trainq.yaml");
+  INFO((manifest ? "" : manifest.error().message));
+  REQUIRE(manifest);
+  auto batch = h.SubmitSpec(manifest->experiments.at(0).ToBatchSpec("test"));
+  auto c = h.Config(1);
+  c.once = true;
+  c.env_passthrough = {"TRAINQ_TEST_ALLOWED_*"};
+  WorkerThread w(c);
+  REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 60s));
+  ::unsetenv("TRAINQ_TEST_ALLOWED_A");
+  ::unsetenv("TRAINQ_TEST_ALLOWED_B");
+  ::unsetenv("TRAINQ_TEST_SECRET");
+  auto runs = h.Runs(batch);
+  REQUIRE(runs.size() == 1);
+  INFO(runs[0].last_error);
+  CHECK(runs[0].state == RunState::kSucceeded);
+  auto log = ReadFile(RunLogPath(h.data, runs[0].id)).value_or("");
+  INFO(log);
+  CHECK(log.find("TRAINQ_TEST_ALLOWED_A=value-a\n") != std::string::npos);  // allowed and asked
+  CHECK(log.find("TRAINQ_TEST_ALLOWED_B") == std::string::npos);  // allowed, not asked
+  CHECK(log.find("s3cret-value") == std::string::npos);           // asked, not allowed
+  CHECK_THAT(log, Catch::Contains("=== trainq: env_passthrough: TRAINQ_TEST_SECRET not passed"));
+  CHECK(log.find("TRAINQ_SEED=") != std::string::npos);
 }
 
 // Issue 16: a self-stop that hung blocked the worker forever, SIGTERM included.
