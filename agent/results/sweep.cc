@@ -247,6 +247,7 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
     bool active = false;
   };
   std::vector<Known> known;
+  std::vector<json> failed;
   for (const auto& p : points) {
     json params = json::parse(p.params_json, nullptr, false);
     existing.push_back(params);
@@ -272,8 +273,19 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
       history.observed.push_back(Observe(params, b->values));
     } else if (k.active) {
       history.pending.push_back(params);
+    } else if (b && spec.failed_worst) {
+      failed.push_back(params);  // every run died
     }
     known.push_back(k);
+  }
+  // `failed_points: worst`: the models see a dead point as the worst mean so
+  // far (one seed), so they steer away from where runs crash.
+  if (!failed.empty() && !history.observed.empty()) {
+    double worst = history.observed.front().mean;
+    for (const auto& o : history.observed) {
+      worst = maximise ? std::min(worst, o.mean) : std::max(worst, o.mean);
+    }
+    for (auto& params : failed) history.observed.push_back(Observe(params, {worst}));
   }
   auto runs_left = [&]() -> std::int64_t {
     return spec.budget_runs ? *spec.budget_runs - runs_used
