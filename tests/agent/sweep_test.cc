@@ -300,7 +300,7 @@ int PointsWhereRunsDie(const std::string& failed_points) {
   return dead;
 }
 
-TEST_CASE("sweep failed_points: worst steers the model away from where runs die; exclude does not",
+TEST_CASE("sweep failed_points: worst steers the model away from where runs die, exclude does not",
           "[sweep]") {
   int excluded = PointsWhereRunsDie("");
   int worst = PointsWhereRunsDie("worst");
