@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "core/strings.h"
+
 namespace trainq::cloud {
 
 std::string_view MachineStateName(MachineState s) {
@@ -41,6 +43,8 @@ std::string_view ActionKindName(ActionKind k) {
       return "adopt";
     case ActionKind::kForget:
       return "forget";
+    case ActionKind::kLost:
+      return "lost";
   }
   return "?";
 }
@@ -49,6 +53,16 @@ namespace {
 
 bool Gone(MachineState s) { return s == MachineState::kStopped || s == MachineState::kFailed; }
 
+// A registered machine whose worker has not called for lost_after.
+bool Silent(const Machine& m, const PoolConfig& c, TimeMs now) {
+  return c.lost_after_ms > 0 && m.ready_at && m.last_seen_at &&
+         now - *m.last_seen_at > c.lost_after_ms;
+}
+
+std::string SilentFor(const Machine& m, TimeMs now) {
+  return "worker silent for " + FormatDuration(now - m.last_seen_at.value_or(now));
+}
+
 TimeMs IdleSince(const Machine& m) {
   TimeMs t = m.ready_at.value_or(m.booted_at);
   if (m.last_busy_at) t = std::max(t, *m.last_busy_at);
@@ -56,7 +70,7 @@ TimeMs IdleSince(const Machine& m) {
 }
 
 // Appends this pool's actions in the order the caller should apply them:
-// forget, stop, adopt, drain, boot.
+// forget, lost, stop, adopt, drain, boot.
 // How many more machines the caps let this pool boot (each assumed to cost
 // `each`), and which cap binds ("" when none).
 struct Headroom {
@@ -122,7 +136,7 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
   std::set<std::string> listed;
   if (in.listing) listed.insert(in.listing->begin(), in.listing->end());
 
-  std::vector<Action> forget, stop, adopt, drain;
+  std::vector<Action> forget, lost, stop, adopt, drain;
   std::vector<const Machine*> idle;
   std::set<std::string> known;  // ids the store has, any state
   int live = 0;
@@ -159,17 +173,20 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
             // exists after all, reconcile finds it as an unknown one.
             forget.push_back(
                 {ActionKind::kForget, pool, m.id, m.row, 0, "boot never answered", {}});
-            failed_boot = true;
-          } else if (provider_ok) {
-            stop.push_back({ActionKind::kStop, pool, m.id, m.row, 0, "missed boot_timeout", {}});
-            failed_boot = true;
+          } else {
+            lost.push_back({ActionKind::kLost, pool, m.id, m.row, 0, "missed boot_timeout", {}});
           }
+          failed_boot = true;
         } else {
           ++live;
           ++booting;
         }
         break;
       case MachineState::kReady:
+        if (Silent(m, c, now)) {
+          lost.push_back({ActionKind::kLost, pool, m.id, m.row, 0, SilentFor(m, now), {}});
+          break;
+        }
         ++live;
         if (cap_drain && provider_ok) {
           // Busy or not: a busy one finishes its runs and leases nothing more.
@@ -182,8 +199,13 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
         break;
       case MachineState::kDraining:
         // Only a budget drain leaves leases on a draining machine: it is
-        // stopped once they are done.
-        if (m.live_leases > 0) break;
+        // stopped once they are done, or lost when its worker goes silent.
+        if (m.live_leases > 0) {
+          if (Silent(m, c, now)) {
+            lost.push_back({ActionKind::kLost, pool, m.id, m.row, 0, SilentFor(m, now), {}});
+          }
+          break;
+        }
         [[fallthrough]];
       case MachineState::kStopping:
         if (provider_ok) stop.push_back({ActionKind::kStop, pool, m.id, m.row, 0, "draining", {}});
@@ -220,7 +242,7 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
     }
   }
 
-  for (auto* group : {&forget, &stop, &adopt, &drain}) {
+  for (auto* group : {&forget, &lost, &stop, &adopt, &drain}) {
     out.insert(out.end(), group->begin(), group->end());
   }
   if (provider_ok && live < report.wanted) {

@@ -8,8 +8,13 @@
 //   live leases; wanted = clamp(min, needed, max). Boot wanted - live machines
 //   (live = requested, booting, ready).
 //   A machine that has not become ready within boot_timeout of its boot is
-//   stopped; it is a failed boot (below), so its replacement waits for the
-//   boot back-off: nothing is booted in the pass that stops it.
+//   lost (kLost: marked lost in the store, then stopped); it is a failed boot
+//   (below), so its replacement waits for the boot back-off: nothing is
+//   booted in the pass that loses it.
+//   A registered machine (ready, or draining with runs) whose worker has not
+//   called for lost_after is lost too: its worker is stopped (SIGSTOP, a
+//   hung host), partitioned away, or points at another server. It no longer
+//   counts as live, so the same pass boots its replacement when work remains.
 //   A ready machine is drained only when it holds no live lease, the pool has
 //   no runnable queued run, and it has been idle (since max(ready_at,
 //   last_busy_at)) longer than idle_grace; never below `min` live machines.
@@ -83,6 +88,10 @@ struct PoolConfig {
   double budget_per_day = 0;
   double budget_per_month = 0;
   bool drain_at_cap = false;
+  // A registered machine whose worker has not called for this long is lost
+  // (0 = never). Idle workers call at least every lease poll (20 s), busy ones
+  // every heartbeat (10 s).
+  TimeMs lost_after_ms = 45'000;
   // Provider List() pacing (see NextListAt); 0 = every pass.
   TimeMs list_interval_ms = 0;
   TimeMs list_interval_idle_ms = 0;
@@ -118,6 +127,10 @@ struct Machine {
   std::optional<TimeMs> ready_at;      // when its worker registered
   std::optional<TimeMs> last_busy_at;  // when it last held a lease
   std::optional<TimeMs> stopped_at;    // when it left (stopped / failed)
+  // When its worker last called (or when the caller started listening, if
+  // later: silence while nobody could answer is not the machine's); nullopt:
+  // unknown, never lost for silence.
+  std::optional<TimeMs> last_seen_at;
   int live_leases = 0;
 };
 
@@ -162,6 +175,9 @@ enum class ActionKind {
   kStop,    // call Provider::Stop(machine), record it `stopping`, `stopped` on success
   kAdopt,   // record the listed machine as `booting` (booted_at = now)
   kForget,  // mark `stopped`, return its leases to the queue (attempt refunded)
+  kLost,    // mark `failed` ("lost: <reason>"), its leases back to the queue
+            // (attempt refunded), then Provider::Stop when the provider is not
+            // backing off (else the "stopped but still listed" rule stops it)
 };
 std::string_view ActionKindName(ActionKind k);
 

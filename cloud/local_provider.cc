@@ -205,6 +205,9 @@ Status LocalProvider::Stop(const std::string& id) {
       return {};
     }
     runner_->KillGroup(r.pid, SIGTERM);
+    // A worker stopped with SIGSTOP (the fleet found it silent: lost) acts on
+    // the SIGTERM only once it runs again.
+    runner_->KillGroup(r.pid, SIGCONT);
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(stop_wait_ms_);
     while (std::chrono::steady_clock::now() < deadline) {
       if (!Alive(r)) {

@@ -407,10 +407,15 @@ class Simulation {
         }
         case ActionKind::kStop: {
           SimMachine& s = machines_[by_id_.at(a.machine)];
-          if (a.reason != "missed boot_timeout") s.drained = true;  // a budget stop
+          s.drained = true;  // a budget stop, or a draining machine done
           StopMachine(s, t);
           break;
         }
+        case ActionKind::kLost:
+          // Missed boot_timeout (a broken pool's machines never register);
+          // simulated workers never go silent once registered.
+          StopMachine(machines_[by_id_.at(a.machine)], t);
+          break;
         case ActionKind::kAdopt:
         case ActionKind::kForget:
           return Fail(

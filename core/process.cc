@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -48,6 +50,40 @@ bool EnvNameMatches(const std::string& name, const std::vector<std::string>& pat
     }
   }
   return false;
+}
+
+bool ValidEnvPattern(std::string_view pattern) {
+  if (pattern.ends_with('*')) pattern.remove_suffix(1);
+  if (pattern.empty()) return false;
+  for (char c : pattern) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  }
+  return true;
+}
+
+std::vector<std::string> IntersectEnvPatterns(const std::vector<std::string>& a,
+                                              const std::vector<std::string>& b) {
+  // Pairwise: a name with anything that matches it is the name; two prefixes
+  // meet in the longer one when one extends the other, else nowhere.
+  auto meet = [](const std::string& x, const std::string& y) -> std::optional<std::string> {
+    const bool px = !x.empty() && x.back() == '*';
+    const bool py = !y.empty() && y.back() == '*';
+    if (!px && !py) return x == y ? std::optional(x) : std::nullopt;
+    if (!px) return EnvNameMatches(x, {y}) ? std::optional(x) : std::nullopt;
+    if (!py) return EnvNameMatches(y, {x}) ? std::optional(y) : std::nullopt;
+    std::string_view sx(x.data(), x.size() - 1), sy(y.data(), y.size() - 1);
+    if (sx.starts_with(sy)) return x;
+    if (sy.starts_with(sx)) return y;
+    return std::nullopt;
+  };
+  std::vector<std::string> out;
+  for (const auto& x : a) {
+    for (const auto& y : b) {
+      auto m = meet(x, y);
+      if (m && std::find(out.begin(), out.end(), *m) == out.end()) out.push_back(*m);
+    }
+  }
+  return out;
 }
 
 std::map<std::string, std::string> RunEnvironment(const std::vector<std::string>& passthrough) {

@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/result.h"
@@ -47,6 +48,16 @@ std::map<std::string, std::string> RunEnvironment(const std::vector<std::string>
 
 // True when `name` matches one of `patterns` (exact, or a prefix ending in '*').
 bool EnvNameMatches(const std::string& name, const std::vector<std::string>& patterns);
+
+// A passthrough pattern: a variable name ([A-Za-z0-9_]+) or such a prefix
+// ending in '*' ("CONDA_*").
+bool ValidEnvPattern(std::string_view pattern);
+
+// Patterns matching exactly the names that match both `a` and `b`: how a
+// repository's wish (trainq.yaml env_passthrough) narrows what the operator
+// allows (server.yaml / serve flags); nothing outside `a` ever matches.
+std::vector<std::string> IntersectEnvPatterns(const std::vector<std::string>& a,
+                                              const std::vector<std::string>& b);
 
 class ProcessRunner {
  public:

@@ -121,6 +121,17 @@ Result<std::optional<MachineRow>> Store::Machine(std::int64_t row, std::optional
   return std::optional<MachineRow>(std::move(found.front()));
 }
 
+Result<std::vector<MachineRow>> Store::LostMachines(TimeMs since) {
+  ASSIGN_OR_RETURN(auto lost,
+                   SelectMachines("WHERE m.state = 'failed' AND m.last_error LIKE 'lost: %' AND "
+                                  "m.stopped_ms >= CAST(?2 AS INTEGER)",
+                                  {std::to_string(since)}, std::nullopt));
+  std::stable_sort(lost.begin(), lost.end(), [](const MachineRow& a, const MachineRow& b) {
+    return a.stopped_ms.value_or(0) > b.stopped_ms.value_or(0);
+  });
+  return lost;
+}
+
 Result<std::optional<MachineRow>> Store::MachineByName(const std::string& name) {
   if (name.empty()) return std::optional<MachineRow>();
   ASSIGN_OR_RETURN(auto found, SelectMachines("WHERE m.name = ?2", {name}, std::nullopt));
@@ -392,6 +403,91 @@ Result<int> Store::ForgetMachine(std::int64_t row, TimeMs now, const std::string
     TRY(m.Bind(1, now).Bind(2, reason).Bind(3, row).Run());
     TRY(RecordMachineEvent(row, "stopped", now,
                            "forgotten (" + std::to_string(returned) + " runs back to the queue): " +
+                               reason));
+    return returned;
+  });
+}
+
+Result<int> Store::LoseMachine(std::int64_t row, TimeMs now, const std::string& reason) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<int> {
+    ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT last_seen_ms FROM machines WHERE id = ?"));
+    sel.Bind(1, row);
+    ASSIGN_OR_RETURN(bool found, sel.Step());
+    if (!found) return Fail(ErrorKind::kNotFound, MachineLabel(row) + " does not exist");
+    const TimeMs last_seen = sel.Int(0);
+    sel.Reset();
+    // Its live leases, and the runs whose lease expired on it after it last
+    // called (ExpireLeases charged them an attempt for the machine's silence).
+    ASSIGN_OR_RETURN(auto runs,
+                     db_.Prepare("SELECT r.id, r.state, r.attempts, r.interruptions, "
+                                 "b.max_attempts FROM runs r JOIN batches b ON b.id = r.batch_id "
+                                 "WHERE r.machine_id = ?1 AND (r.state IN ('leased', 'running') OR "
+                                 "(r.state IN ('failed', 'dead') AND r.last_error LIKE "
+                                 "'lease expired:%' AND r.finished_ms >= ?2))"));
+    runs.Bind(1, row).Bind(2, last_seen);
+    struct Held {
+      std::int64_t id;
+      bool live;
+      int attempts, interruptions, max_attempts;
+    };
+    std::vector<Held> held;
+    while (true) {
+      ASSIGN_OR_RETURN(bool more, runs.Step());
+      if (!more) break;
+      const std::string state = runs.Text(1);
+      held.push_back({runs.Int(0), state == "leased" || state == "running",
+                      static_cast<int>(runs.Int(2)), static_cast<int>(runs.Int(3)),
+                      static_cast<int>(runs.Int(4))});
+    }
+    ASSIGN_OR_RETURN(auto refund,
+                     db_.Prepare("UPDATE runs SET state = 'queued', attempts = max(0, attempts - 1), "
+                                 "interruptions = interruptions + 1, not_before_ms = 0, "
+                                 "last_error = ?, lease_expires_ms = NULL, started_ms = NULL, "
+                                 "finished_ms = NULL, worker = '', updated_ms = ? WHERE id = ?"));
+    ASSIGN_OR_RETURN(auto charge,
+                     db_.Prepare("UPDATE runs SET state = ?, not_before_ms = ?, last_error = ?, "
+                                 "lease_expires_ms = NULL, finished_ms = ?, updated_ms = ? "
+                                 "WHERE id = ?"));
+    int returned = 0;
+    for (const auto& h : held) {
+      if (h.interruptions < h.max_attempts) {
+        TRY(refund.Bind(1, "interrupted: machine lost: " + reason).Bind(2, now).Bind(3, h.id).Run());
+        ++returned;
+        continue;
+      }
+      // It lost a machine on every attempt it was given: the run is the
+      // likelier cause (it crashes or hangs its host), so this one counts.
+      if (!h.live) continue;  // already charged by its expiry
+      const bool dead = h.attempts >= h.max_attempts;
+      TRY(charge.Bind(1, dead ? "dead" : "failed")
+              .Bind(2, dead ? 0 : now + BackoffMs(h.attempts))
+              .Bind(3, "machine lost: " + reason + " (the run has now lost " +
+                           std::to_string(h.interruptions + 1) +
+                           " machines: this attempt counts)")
+              .Bind(4, now)
+              .Bind(5, now)
+              .Bind(6, h.id)
+              .Run());
+    }
+    // A gang run with a member on it (a node > 0: node 0's machine holds the
+    // run itself, above) stops as a whole, as in ForgetMachine.
+    ASSIGN_OR_RETURN(auto g,
+                     db_.Prepare("UPDATE runs SET state = 'queued', attempts = max(0, attempts - 1), "
+                                 "interruptions = interruptions + 1, not_before_ms = 0, "
+                                 "last_error = ?, lease_expires_ms = NULL, started_ms = NULL, "
+                                 "worker = '', updated_ms = ? WHERE state IN ('leased', 'running') "
+                                 "AND EXISTS (SELECT 1 FROM gang_members gm WHERE gm.run_id = "
+                                 "runs.id AND gm.machine_id = ? AND gm.token = runs.lease_token)"));
+    TRY(g.Bind(1, "interrupted: a machine of the gang was lost: " + reason)
+            .Bind(2, now)
+            .Bind(3, row)
+            .Run());
+    returned += db_.Changes();
+    ASSIGN_OR_RETURN(auto m, db_.Prepare("UPDATE machines SET state = 'failed', stopped_ms = "
+                                         "COALESCE(stopped_ms, ?), last_error = ? WHERE id = ?"));
+    TRY(m.Bind(1, now).Bind(2, std::string(kLostPrefix) + reason).Bind(3, row).Run());
+    TRY(RecordMachineEvent(row, "failed", now,
+                           "lost (" + std::to_string(returned) + " runs back to the queue): " +
                                reason));
     return returned;
   });

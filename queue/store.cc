@@ -4,6 +4,7 @@
 #include <cctype>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 
 namespace trainq {
 
@@ -711,7 +712,8 @@ const char* const Store::kLeasedRunSelect =
     "b.metric_name, b.metric_regex, repos.url, c.sha, b.timeout_s, b.gpus, "
     "COALESCE(json_extract(b.spec_json, '$.trainer'), ''), "
     "COALESCE(json_extract(b.spec_json, '$.resources.nodes'), 0), "
-    "COALESCE(json_extract(b.spec_json, '$.resources.processes_per_node'), 0) "
+    "COALESCE(json_extract(b.spec_json, '$.resources.processes_per_node'), 0), "
+    "json_extract(b.spec_json, '$.env_passthrough') "
     "FROM runs r JOIN batches b ON b.id = r.batch_id "
     "JOIN commits c ON c.id = b.commit_id JOIN repos ON repos.id = c.repo_id WHERE r.id = ?";
 
@@ -738,6 +740,17 @@ Result<LeasedRun> Store::ReadLeasedRun(sql::Stmt& info, std::int64_t id, TimeMs 
   l.trainer = info.Text(13);
   l.nodes = static_cast<int>(info.Int(14));
   l.procs_per_node = static_cast<int>(info.Int(15));
+  if (!info.IsNull(16)) {
+    // Written by agent/repo (Experiment::ToBatchSpec) as a list of strings.
+    auto list = nlohmann::json::parse(info.Text(16), nullptr, false);
+    std::vector<std::string> names;
+    if (list.is_array()) {
+      for (const auto& n : list) {
+        if (n.is_string()) names.push_back(n.get<std::string>());
+      }
+    }
+    l.env_passthrough = std::move(names);
+  }
   info.Reset();
   return l;
 }
@@ -827,8 +840,10 @@ Status Store::Complete(std::int64_t run_id, std::int64_t token, TimeMs now, doub
       auto state = StateOf(q.Text(0));
       bool same_lease = q.Int(1) == token;
       std::string last_error = q.Text(2);
+      // Also a run returned from a lost machine (its worker came back).
       bool expired = last_error.starts_with(kExpiredMarker) ||
-                     last_error.starts_with("interrupted: " + std::string(kExpiredMarker));
+                     last_error.starts_with("interrupted: " + std::string(kExpiredMarker)) ||
+                     last_error.starts_with("interrupted: machine lost: ");
       // The lease expired (the worker stalled, the server was away), nobody
       // else holds the run: the command's success stands.
       if (!(same_lease && expired &&

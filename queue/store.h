@@ -71,7 +71,8 @@ class Store {
                     TimeMs now);
   // A success from the run's lease. Also accepted after that lease expired,
   // as long as the run was not leased again (the same token): a command known
-  // to have succeeded is never made failed or dead by an expiry. A success
+  // to have succeeded is never made failed or dead by an expiry (nor by its
+  // machine being taken for lost, LoseMachine / ForgetMachine). A success
   // for a run already leased again is refused (kConflict), naming whether the
   // other holder already completed it.
   Status Complete(std::int64_t run_id, std::int64_t token, TimeMs now, double metric_value,
@@ -307,6 +308,15 @@ class Store {
   // The machine vanished (provider lost it) or was killed: `stopped`, and its
   // live leases go back to the queue without using an attempt. Returns how many.
   Result<int> ForgetMachine(std::int64_t row, TimeMs now, const std::string& reason);
+  // The machine is lost (cloud::ActionKind::kLost: its worker went silent, or
+  // never registered): `failed`, last_error "lost: <reason>". Its live leases
+  // go back to the queue without using an attempt, and so do its runs whose
+  // lease expired after the machine last called (ExpireLeases charged them
+  // for the machine's silence), unless not re-leased since. A run already
+  // interrupted max_attempts times is the likelier cause (it takes its host
+  // down): its attempt counts (failed after a backoff, or dead). Returns how
+  // many runs went back. The caller stops the machine through its provider.
+  Result<int> LoseMachine(std::int64_t row, TimeMs now, const std::string& reason);
 
   struct WorkerRegistration {
     std::string pool, name, hostname, resources_json = "{}";
@@ -356,6 +366,8 @@ class Store {
   Result<std::optional<MachineRow>> Machine(std::int64_t row,
                                             std::optional<TimeMs> now = std::nullopt);
   Result<std::optional<MachineRow>> MachineByName(const std::string& name);
+  // Machines marked lost (LoseMachine) at or after `since`, newest first.
+  Result<std::vector<MachineRow>> LostMachines(TimeMs since);
   // The machine a run is (or was last) leased to.
   Result<std::optional<std::int64_t>> RunMachine(std::int64_t run_id);
   // Checks that run_id is held under `token` (leased or running); kConflict when stale.

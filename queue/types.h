@@ -76,6 +76,10 @@ struct LeasedRun {
   int nodes = 0;
   int procs_per_node = 0;
   int node_rank = 0;
+  // trainq.yaml `env_passthrough:` (names or PREFIX*): narrows the variables
+  // the operator lets runs have (the pool's env_passthrough); nullopt: not
+  // narrowed.
+  std::optional<std::vector<std::string>> env_passthrough;
 };
 
 struct MetricPoint {
@@ -135,6 +139,9 @@ struct BatchProgress {
   bool active() const;  // anything left to run
 };
 
+// MachineRow::last_error of a machine the fleet marked lost (state `failed`).
+inline constexpr std::string_view kLostPrefix = "lost: ";
+
 struct MachineRow {
   std::int64_t id = 0;
   std::string pool;
@@ -153,6 +160,7 @@ struct MachineRow {
   std::optional<TimeMs> ready_ms;      // its worker registered
   std::optional<TimeMs> last_busy_ms;  // it last took, ran or finished a run
   std::optional<TimeMs> stopped_ms;
+  bool lost() const { return state == "failed" && last_error.starts_with(kLostPrefix); }
   // Computed on read:
   int live_leases = 0;     // leased/running runs on it
   int runs_done = 0;       // succeeded runs on it

@@ -11,6 +11,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "agent/cli/cli.h"
 #include "agent/results/analysis.h"
@@ -37,14 +38,6 @@ std::string Num(double v) {
   return buf;
 }
 
-std::string ParamsText(const json& params) {
-  std::string out;
-  for (const auto& [k, v] : params.items()) {
-    out += (out.empty() ? "" : " ") + k + "=" + ValueText(v);
-  }
-  return out;
-}
-
 json JsonOrNull(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
 json PointJson(const PointResult& p) {
@@ -67,6 +60,7 @@ std::string MeanText(const PointResult& p) {
 }
 
 Result<std::int64_t> Latest(Store& store, const std::optional<std::int64_t>& id);
+
 
 // How the parameters are searched, e.g. "bayes: lr, wd; grid: bs".
 std::string StrategyText(const SweepSpec& spec) {
@@ -248,7 +242,7 @@ Status Status_(const std::string& db, const ReadOptions& o, std::ostream& out) {
   for (const auto& p : v.points) {
     std::string mark = best.winner == &p ? " *" : "";
     t.Add({std::to_string(p.idx) + mark, p.state, std::to_string(p.summary.n), MeanText(p),
-           p.bound ? Num(*p.bound) : "-", ParamsText(p.params)});
+           p.bound ? Num(*p.bound) : "-", ShortParamsText(p.params)});
   }
   out << t.Render("  ");
   if (best.winner) out << "  * leader by the confidence bound (trainq sweep best " << v.row.id << ")\n";
@@ -256,8 +250,8 @@ Status Status_(const std::string& db, const ReadOptions& o, std::ostream& out) {
 }
 
 Status Best(const std::string& db, const ReadOptions& o, std::ostream& out) {
-  if (!o.as.empty() && o.as != "set") {
-    return Fail(ErrorKind::kInvalidArgument, "--as: expected set, got " + o.as);
+  if (!o.as.empty() && o.as != "set" && o.as != "yaml") {
+    return Fail(ErrorKind::kInvalidArgument, "--as: expected set or yaml, got " + o.as);
   }
   ASSIGN_OR_RETURN(auto store, Store::Open(db));
   ASSIGN_OR_RETURN(auto id, Latest(store, o.id));
@@ -268,12 +262,19 @@ Status Best(const std::string& db, const ReadOptions& o, std::ostream& out) {
                                           ": no point has 2 finished seeds yet");
   }
   const auto& w = *best.winner;
-  json spec = json::parse(v.row.batch_json).value("spec_json", "{}");
-  bool trainer = !json::parse(spec.get<std::string>()).value("trainer", "").empty();
+  json spec = json::parse(json::parse(v.row.batch_json).value("spec_json", "{}"));
+  bool trainer = !spec.value("trainer", "").empty();
   if (o.as == "set") {
     for (const auto& [k, val] : w.params.items()) {
       out << (trainer ? "--set " : "") << k << "=" << ValueText(val) << "\n";
     }
+    return {};
+  }
+  if (o.as == "yaml") {
+    auto lines = WinnerLines(v, best);
+    out << "# sweep " << id << " (" << v.row.experiment << "), the winner: " << lines[0] << "\n# "
+        << lines[1] << "\n";
+    out << WinnerPatch(v.row.experiment, spec, w.params);
     return {};
   }
   std::string verdict = "no runner-up";
@@ -300,13 +301,7 @@ Status Best(const std::string& db, const ReadOptions& o, std::ostream& out) {
   out << "sweep " << id << ": best of " << best.eligible
       << " points with at least 2 seeds, by the " << (v.goal == "min" ? "upper" : "lower")
       << " confidence bound\n";
-  out << "  point " << w.idx << ": " << ParamsText(w.params) << "\n";
-  out << "  " << v.metric << " " << MeanText(w) << " (mean [95% CI], n=" << w.summary.n << ")\n";
-  if (best.runner_up) {
-    out << "  vs point " << best.runner_up->idx << " (" << MeanText(*best.runner_up)
-        << ", n=" << best.runner_up->summary.n << "): "
-        << (verdict == "tie" ? "tie: " : "") << ComparisonText(*best.vs_runner_up) << "\n";
-  }
+  for (const auto& line : WinnerLines(v, best)) out << "  " << line << "\n";
   return {};
 }
 
@@ -362,7 +357,7 @@ void AddSweepCommands(CLI::App& app, const std::string* db, int* exit_code) {
   auto* c_best = c->add_subcommand("best", "The winner by its confidence bound, vs the runner-up");
   c_best->add_option("ID", best->id, "Sweep id (default: the newest)");
   c_best->add_flag("--json", best->json, "Print as JSON");
-  c_best->add_option("--as", best->as, "set: print the winner's values (--set lines for a trainer)");
+  c_best->add_option("--as", best->as, "set: the winner's values (--set lines for a trainer); yaml: a patch to commit (the spec's keys, or the experiment's command)");
   c_best->callback([=] { Report(Best(*db, *best, std::cout), exit_code); });
 
   auto plot = std::make_shared<PlotOptions>();

@@ -378,6 +378,14 @@ void RenderStatusText(const json& j, std::ostream& out) {
             << Money(p.value("cost", 0.0));
       }
       out << "\n";
+      if (p.contains("lost") && p["lost"].is_object()) {
+        const json& l = p["lost"];
+        const json& last = l["last"];
+        TimeMs at = last.value("at_ms", now);
+        out << "          lost in the last hour: " << l.value("last_hour", 0) << "; last "
+            << last.value("name", "") << " " << FormatDuration(now - at) << " ago ("
+            << Oneline(last.value("reason", ""), 120) << ")\n";
+      }
       if (p.value("failing", false)) {
         out << "          provider failing (" << p.value("provider_failures", 0)
             << " calls in a row";

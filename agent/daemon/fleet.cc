@@ -31,7 +31,10 @@ std::optional<cloud::MachineState> ParseMachineState(std::string_view s) {
   return std::nullopt;
 }
 
-cloud::Machine ToMachine(const MachineRow& m) {
+// heard_since: when this fleet started listening (or came back from a
+// stall): a worker could not be heard before that, so its silence counts
+// from then at the earliest.
+cloud::Machine ToMachine(const MachineRow& m, TimeMs heard_since = 0) {
   cloud::Machine cm;
   cm.row = m.id;
   cm.id = m.provider_id;
@@ -40,6 +43,7 @@ cloud::Machine ToMachine(const MachineRow& m) {
   cm.ready_at = m.ready_ms;
   cm.last_busy_at = m.last_busy_ms;
   cm.stopped_at = m.stopped_ms;
+  if (m.ready_ms) cm.last_seen_at = std::max(m.last_seen_ms, heard_since);
   cm.live_leases = m.live_leases;
   return cm;
 }
@@ -222,7 +226,9 @@ Status Fleet::RecordBootOutcome(const MachineRow& m, bool ok,
   if (!m.ready_ms) {
     auto r = stop_reason_.find(m.id);
     why = r != stop_reason_.end() ? r->second : "it went away before its worker registered";
-    if (!m.last_error.empty() && m.last_error != why) why += " (" + m.last_error + ")";
+    if (!m.last_error.empty() && m.last_error.find(why) == std::string::npos) {
+      why += " (" + m.last_error + ")";
+    }
   } else {
     why = "its worker left " + FormatDuration(m.stopped_ms.value_or(now) - *m.ready_ms) +
           " after registering, having run nothing";
@@ -503,6 +509,10 @@ Status Fleet::StopMachine(FleetPool& pool, std::int64_t row, const std::string& 
 
 Status Fleet::Step() {
   TimeMs now = clock_.Now();
+  // A pass long after the previous one: this serve was stopped or stalled, and
+  // answered no worker meanwhile; silence counts from now.
+  if (last_step_ms_ == 0 || now - last_step_ms_ > options_.stall_ms) heard_since_ = now;
+  last_step_ms_ = now;
   if (auto n = store_.ExpireLeases(now); n && *n > 0) {
     spdlog::warn("{} lease(s) expired: their runs failed (retried after a backoff, or dead), or "
                  "went back to the queue without using an attempt when serve was away",
@@ -582,7 +592,7 @@ Status Fleet::Step() {
     for (const auto& m : machines) {
       if (m.pool != pool.spec.name() || m.provider != pool.spec.provider) continue;
       if (!ParseMachineState(m.state)) continue;
-      in.machines.push_back(ToMachine(m));
+      in.machines.push_back(ToMachine(m, heard_since_));
     }
     if (now >= in.health.next_retry_at && now >= next_list_at_[pool.spec.name()]) {
       ++list_calls_[pool.spec.name()];
@@ -663,14 +673,34 @@ Status Fleet::Step() {
                      returned ? "; " + std::to_string(returned) + " run(s) back in the queue" : "");
         break;
       }
+      case cloud::ActionKind::kLost: {
+        std::string why = a.reason;
+        if (a.reason == "missed boot_timeout") {
+          why = "no worker registered within boot_timeout (" +
+                FormatDuration(pool->spec.scaling.boot_timeout_ms) + ")";
+          stop_reason_[a.row] = why;
+        }
+        ASSIGN_OR_RETURN(int returned, store_.LoseMachine(a.row, now, why));
+        spdlog::warn("pool {}: machine {} is lost: {}{}; stopping it", a.pool, a.machine, why,
+                     returned ? "; " + std::to_string(returned) +
+                                    " run(s) back in the queue, no attempt used"
+                              : "");
+        // While the provider backs off, the machine stays listed and a later
+        // pass stops it ("stopped but still listed").
+        if (now >= health_[a.pool].next_retry_at) {
+          auto st = pool->provider->Stop(a.machine);
+          Record(a.pool, st.has_value(), st ? "" : st.error().message);
+          if (!st) {
+            spdlog::warn("pool {}: stop of lost machine {} failed: {} (tried again while it is "
+                         "listed)",
+                         a.pool, a.machine, st.error().message);
+          }
+        }
+        break;
+      }
       case cloud::ActionKind::kStop:
         spdlog::info("pool {}: stopping {} ({})", a.pool, a.machine, a.reason);
-        if (a.reason == "missed boot_timeout") {
-          stop_reason_[a.row] = "no worker registered within boot_timeout (" +
-                                FormatDuration(pool->spec.scaling.boot_timeout_ms) + ")";
-        } else if (a.row) {
-          deliberate_.insert(a.row);  // budget, or a machine not wanted: no failed boot
-        }
+        if (a.row) deliberate_.insert(a.row);  // budget, or a machine not wanted: no failed boot
         TRY(StopMachine(*pool, a.row, a.machine));
         break;
       case cloud::ActionKind::kAdopt: {

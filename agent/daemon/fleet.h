@@ -7,6 +7,8 @@
 //      unless the pool's provider is backing off, the provider's List();
 //   3. calls cloud::Autoscale() and applies its actions in order:
 //        forget  -> Store::ForgetMachine (its leases back to the queue, no attempt used)
+//        lost    -> Store::LoseMachine (`failed`, "lost: why"; its leases back
+//                   to the queue, no attempt used), then Provider::Stop
 //        stop    -> Provider::Stop, then the machine is `stopped`
 //        adopt   -> the listed machine is recorded as `booting`
 //        drain   -> Store::DrainMachine (the drain transaction: refused when a
@@ -57,6 +59,10 @@ struct FleetOptions {
   // is taken for gone: its machine is stopped in the store, its runs queued.
   // Idle workers call at least every lease poll (20 s).
   TimeMs manual_silence_ms = 3 * 60'000;
+  // A pass this long after the previous one means serve answered nobody
+  // meanwhile (stopped, stalled): the silence of provider machines (pool
+  // lost_after) counts from that pass, not from their last call.
+  TimeMs stall_ms = 30'000;
   cloud::OverallBudget budget;  // all pools together (server config `budget:`)
   std::uint32_t seed = 0;       // List() jitter; 0 = random
   std::size_t log_tail_bytes = 2000;
@@ -136,6 +142,10 @@ class Fleet {
   std::set<std::int64_t> deliberate_;
   std::map<std::int64_t, std::string> stop_reason_;
   bool config_checked_ = false;
+  // Provider machines' silence counts from heard_since_ at the earliest (see
+  // FleetOptions::stall_ms).
+  TimeMs heard_since_ = 0;
+  TimeMs last_step_ms_ = 0;
   // List() pacing.
   std::map<std::string, TimeMs> next_list_at_;
   std::map<std::string, int> last_demand_;

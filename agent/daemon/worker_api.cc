@@ -93,7 +93,7 @@ std::optional<std::int64_t> ParseId(std::string_view s) {
 }
 
 json RunJson(const LeasedRun& r) {
-  return {{"run_id", r.run_id},         {"batch_id", r.batch_id},
+  json j = {{"run_id", r.run_id},         {"batch_id", r.batch_id},
           {"token", r.token},           {"seed", r.seed},
           {"repeat", r.repeat},         {"attempt", r.attempt},
           {"expires_ms", r.expires_ms}, {"experiment", r.experiment},
@@ -103,6 +103,8 @@ json RunJson(const LeasedRun& r) {
           {"gpus", r.gpus},             {"trainer", r.trainer},
           {"group", r.group},           {"nodes", r.nodes},
           {"procs_per_node", r.procs_per_node}, {"node_rank", r.node_rank}};
+  if (r.env_passthrough) j["env_passthrough"] = *r.env_passthrough;
+  return j;
 }
 
 // Whether a live member of gang run `run_id` is on `machine` (a node > 0

@@ -12,6 +12,7 @@
 
 #include "agent/repo/sweep_spec.h"
 #include "core/placeholders.h"
+#include "core/process.h"
 #include "core/strings.h"
 #include "core/yaml_reader.h"
 
@@ -119,6 +120,24 @@ class Parser : public YamlReader {
     if (auto n = map["max_attempts"]) {
       ASSIGN_OR_RETURN(auto v, Int(n, path + ".max_attempts", 1, "a positive integer"));
       e.max_attempts = static_cast<int>(v);
+    }
+    if (auto n = map["env_passthrough"]) {
+      const std::string ep = path + ".env_passthrough";
+      if (!n.IsSequence()) {
+        return Err(n, ep,
+                   "expected a list of variable names such as [WANDB_API_KEY, \"HF_*\"], got " +
+                       Show(n));
+      }
+      std::vector<std::string> names;
+      for (std::size_t i = 0; i < n.size(); ++i) {
+        const std::string at = ep + "[" + std::to_string(i) + "]";
+        ASSIGN_OR_RETURN(auto name, Str(n[i], at));
+        if (!ValidEnvPattern(name)) {
+          return Err(n[i], at, "expected a variable name or PREFIX*, got " + Show(n[i]));
+        }
+        names.push_back(std::move(name));
+      }
+      e.env_passthrough = std::move(names);
     }
     if (auto n = map["baseline"]) {
       ASSIGN_OR_RETURN(e.baseline, Str(n, path + ".baseline"));
@@ -280,6 +299,8 @@ BatchSpec Experiment::ToBatchSpec(std::string reason) const {
     j["resources"]["processes_per_node"] = processes_per_node;
   }
   if (baseline != "auto") j["baseline"] = baseline;
+  // Read by the store (json_extract) when it leases: the run's passthrough.
+  if (env_passthrough) j["env_passthrough"] = *env_passthrough;
   if (metric.min_effect) j["metric"]["min_effect"] = *metric.min_effect;
   if (adaptive) {
     nlohmann::json a = {{"min", repeats}, {"max", adaptive->max}, {"step", adaptive->step}};
@@ -327,7 +348,7 @@ Result<Manifest> ParseManifest(std::string_view text, std::string_view filename)
     if (!d.IsMap()) return p.Err(d, "defaults", "expected a mapping, got " + Parser::Show(d));
     TRY(p.CheckKeys(d, "defaults",
                     {"repeats", "seed", "metric", "resources", "timeout", "max_attempts",
-                     "baseline"}));
+                     "baseline", "env_passthrough"}));
     TRY(p.ApplyCommon(d, "defaults", defaults));
     m.defaults_definition = Normalise(d);
   }
@@ -352,7 +373,7 @@ Result<Manifest> ParseManifest(std::string_view text, std::string_view filename)
     if (!def.IsMap()) return p.Err(def, path, "expected a mapping, got " + Parser::Show(def));
     TRY(p.CheckKeys(def, path,
                     {"command", "trainer", "watch", "repeats", "seed", "metric", "resources",
-                     "timeout", "max_attempts", "baseline", "sweep"}));
+                     "timeout", "max_attempts", "baseline", "sweep", "env_passthrough"}));
     Experiment e = defaults;
     e.name = name;
     e.line = kv.first.Mark().line + 1;

@@ -51,6 +51,11 @@ struct Experiment {
   int processes_per_node = 1;
   std::int64_t timeout_s = 7200;
   int max_attempts = 3;
+  // `env_passthrough: [WANDB_API_KEY, "HF_*"]`: of the variables the operator
+  // lets runs have (the pool's env_passthrough in server.yaml, or serve's and
+  // the worker's --env-passthrough), only these; it can only narrow that set,
+  // since whoever can push writes this file. nullopt: the operator's set.
+  std::optional<std::vector<std::string>> env_passthrough;
   // What a batch of it is compared with when no batch exists at the base
   // commit or an ancestor with the same inputs: "auto" queues one there with
   // the same seeds, "reuse" only uses existing batches, "off" compares nothing.

@@ -464,6 +464,7 @@ json SweepSpec::ToJson() const {
   if (repeats_max > 0) j["repeats_max"] = repeats_max;
   if (repeats_step > 0) j["repeats_step"] = repeats_step;
   if (initial > 0) j["initial"] = initial;
+  if (failed_worst) j["failed_points"] = "worst";
   if (budget_points) j["budget"]["points"] = *budget_points;
   if (budget_runs) j["budget"]["runs"] = *budget_runs;
   return j;
@@ -506,6 +507,7 @@ Result<SweepSpec> SweepSpec::FromJson(const json& j) {
     s.repeats_max = j.value("repeats_max", 0);
     s.repeats_step = j.value("repeats_step", 0);
     s.initial = j.value("initial", 0);
+    s.failed_worst = j.value("failed_points", "exclude") == "worst";
     if (j.contains("budget")) {
       if (j["budget"].contains("points")) s.budget_points = j["budget"]["points"].get<int>();
       if (j["budget"].contains("runs")) s.budget_runs = j["budget"]["runs"].get<int>();
@@ -522,7 +524,7 @@ Result<SweepSpec> ParseSweep(const YAML::Node& node, const std::string& path,
   if (!node.IsMap()) return p.Err(node, path, "expected a mapping, got " + SweepParser::Show(node));
   TRY(p.CheckKeys(node, path,
              {"parameters", "points", "budget", "parallel", "repeats", "seed", "strategy",
-              "initial"}));
+              "initial", "failed_points"}));
   SweepSpec s;
   std::string default_strategy;
   if (auto n = node["strategy"]) {
@@ -659,6 +661,13 @@ Result<SweepSpec> ParseSweep(const YAML::Node& node, const std::string& path,
   if (auto n = node["initial"]) {
     ASSIGN_OR_RETURN(auto v, p.Int(n, path + ".initial", 1));
     s.initial = static_cast<int>(std::min<std::int64_t>(v, 100000));
+  }
+  if (auto n = node["failed_points"]) {
+    ASSIGN_OR_RETURN(auto v, p.Str(n, path + ".failed_points"));
+    if (v != "exclude" && v != "worst") {
+      return p.Err(n, path + ".failed_points", "expected exclude or worst, got " + v);
+    }
+    s.failed_worst = v == "worst";
   }
   if (auto n = node["seed"]) {
     ASSIGN_OR_RETURN(auto v, p.Int(n, path + ".seed", 0));

@@ -67,6 +67,10 @@ struct SweepSpec {
                          // -1: the experiment's repeats, until ResolveRepeats)
   int repeats_step = 0;  // adaptive: seeds added at a time (0: `repeats`)
   int initial = 0;       // points drawn at random before a model proposes (0: auto)
+  // A point whose every run died: left out of the models (false), or shown
+  // to them as the worst mean measured so far (true, `failed_points: worst`),
+  // so that they steer away from where runs crash. Never a winner either way.
+  bool failed_worst = false;
   std::uint64_t seed = 1;
 
   bool adaptive() const { return repeats_max > repeats; }

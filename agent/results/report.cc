@@ -1,6 +1,8 @@
 #include "agent/results/report.h"
 #include "agent/results/table.h"
 #include "agent/results/status.h"
+#include "agent/results/sweep.h"
+#include "agent/results/sweep_plot.h"
 
 #include <algorithm>
 #include <boost/math/distributions/fisher_f.hpp>
@@ -101,6 +103,15 @@ Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& wi
     return std::tie(x.created_ms, x.id) < std::tie(y.created_ms, y.id);
   });
   for (auto& b : batches) {
+    if (IsSweepPointExperiment(b.experiment)) {
+      // A sweep's points are shown in its own section, not as experiments.
+      auto base = b.experiment.substr(0, b.experiment.rfind("@sweep"));
+      if (!wanted.empty() && !wanted.count(base)) continue;
+      ASSIGN_OR_RETURN(auto runs, store.Runs(b.id, std::nullopt, 0));
+      r.runs += static_cast<int>(runs.size());
+      ++r.batches;
+      continue;
+    }
     if (!wanted.empty() && !wanted.count(b.experiment)) continue;
     auto& er = by_exp[{b.repo_url, b.experiment}];
     er.repo = b.repo;
@@ -121,6 +132,35 @@ Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& wi
     er.entries.push_back(std::move(e));
   }
   for (auto& [key, er] : by_exp) r.experiments.push_back(std::move(er));
+  ASSIGN_OR_RETURN(auto sweeps, store.Sweeps());
+  std::reverse(sweeps.begin(), sweeps.end());  // oldest first
+  for (const auto& row : sweeps) {
+    if (row.created_ms < since) continue;
+    if (!wanted.empty() && !wanted.count(row.experiment)) continue;
+    ASSIGN_OR_RETURN(auto v, LoadSweepView(store, row.id));
+    SweepReport sr;
+    sr.id = row.id;
+    sr.repo = row.repo_url;
+    for (const auto& p : v.points) {
+      if (p.batch) {
+        sr.repo = p.batch->repo;
+        break;
+      }
+    }
+    sr.experiment = row.experiment;
+    sr.sha = json::parse(row.commit_json).value("sha", "");
+    sr.state = row.state;
+    sr.metric = v.metric;
+    sr.goal = v.goal;
+    sr.points = static_cast<int>(v.points.size());
+    sr.budget_points = v.budget_points;
+    sr.runs_done = v.runs_done;
+    sr.runs_total = v.runs_total;
+    sr.winner = WinnerLines(v, PickBest(v));
+    for (const auto& imp : SweepImportance(v)) sr.importance.emplace_back(imp.name, imp.eta2);
+    sr.plots = SweepPlots(v);
+    r.sweeps.push_back(std::move(sr));
+  }
   return r;
 }
 
@@ -172,6 +212,26 @@ std::string RenderMarkdown(const ReportData& r) {
        "the verdict is better or worse only when that difference is beyond seed noise\n"
        "(two-sided test at alpha 0.05). \"spread grew\" flags a variance larger than the\n"
        "previous batch's (one-sided F-test, p < 0.05).\n";
+  if (!r.sweeps.empty()) {
+    o << "## Sweeps\n\n";
+    for (const auto& sw : r.sweeps) {
+      o << "### Sweep " << sw.id << ": " << Md(sw.repo) << " / " << Md(sw.experiment) << " at `"
+        << Short(sw.sha) << "` (" << sw.state << ")\n\n";
+      o << sw.points << "/" << sw.budget_points << " points, " << sw.runs_done << "/"
+        << sw.runs_total << " runs ended.\n\n";
+      if (sw.winner.empty()) {
+        o << "No winner yet: no point has 2 finished seeds.\n\n";
+      } else {
+        for (const auto& line : sw.winner) o << "- " << Md(line) << "\n";
+        o << "\n";
+      }
+      if (!sw.importance.empty()) {
+        o << "Importance (eta squared of the ranks of the points' means):";
+        for (const auto& [name, eta2] : sw.importance) o << " " << Md(name) << " " << Num(eta2, 2) << ";";
+        o << "\n\n";
+      }
+    }
+  }
   return o.str();
 }
 
@@ -307,7 +367,7 @@ std::string RenderHtml(const ReportData& r) {
        "th,td{border:1px solid #d0d7de;padding:0.25em 0.6em;text-align:left;font-size:0.9em}\n"
        "th{background:#f6f8fa}\ncode{font-size:0.95em}\n"
        ".better{color:#1a7f37;font-weight:600}.worse{color:#cf222e;font-weight:600}\n"
-       ".grew{color:#cf222e}\n</style>\n</head>\n<body>\n";
+       ".grew{color:#cf222e}\nfigure{margin:0.5em 0}\n</style>\n</head>\n<body>\n";
   o << "<h1>trainq spread report</h1>\n";
   o << "<p>Window: " << (r.window == "all" ? "all batches" : "last " + Html(r.window)) << "; "
     << r.batches << " batches, " << r.runs << " runs.</p>\n";
@@ -353,6 +413,36 @@ std::string RenderHtml(const ReportData& r) {
         << "</td></tr>\n";
     }
     o << "</table>\n";
+  }
+  if (!r.sweeps.empty()) o << "<h2>Sweeps</h2>\n";
+  for (const auto& sw : r.sweeps) {
+    o << "<h3 id=\"sweep-" << sw.id << "\">Sweep " << sw.id << ": " << Html(sw.repo) << " / "
+      << Html(sw.experiment) << " at <code>" << Short(sw.sha) << "</code> (" << Html(sw.state)
+      << ")</h3>\n<p>" << sw.points << "/" << sw.budget_points << " points, " << sw.runs_done
+      << "/" << sw.runs_total << " runs ended. ";
+    if (sw.winner.empty()) {
+      o << "No winner yet: no point has 2 finished seeds.</p>\n";
+    } else {
+      o << "The winner by its confidence bound:</p>\n<ul>\n";
+      for (const auto& line : sw.winner) o << "<li>" << Html(line) << "</li>\n";
+      o << "</ul>\n";
+    }
+    // The SVGs inline, without their XML declaration.
+    auto inline_svg = [&](const std::string& name) {
+      auto it = sw.plots.find(name);
+      if (it == sw.plots.end()) return;
+      std::string svg = it->second;
+      if (svg.rfind("<?xml", 0) == 0) svg = svg.substr(svg.find('\n') + 1);
+      o << "<figure class=\"sweep-plot\">" << svg << "</figure>\n";
+    };
+    o << "<p>The pick after each point against runs spent (its mean and 95% interval), every "
+         "point across its parameters, and what each parameter explains.</p>\n";
+    inline_svg("progress.svg");
+    inline_svg("parallel.svg");
+    inline_svg("importance.svg");
+    for (const auto& [name, svg] : sw.plots) {
+      if (name.rfind("param-", 0) == 0) inline_svg(name);
+    }
   }
   o << "</body>\n</html>\n";
   return o.str();
@@ -407,6 +497,22 @@ std::string RenderJson(const ReportData& r) {
     }
     j["experiments"].push_back(ej);
   }
+  j["sweeps"] = json::array();
+  for (const auto& sw : r.sweeps) {
+    json imp = json::object();
+    for (const auto& [name, eta2] : sw.importance) imp[name] = eta2;
+    j["sweeps"].push_back({{"id", sw.id},
+                           {"repo", sw.repo},
+                           {"experiment", sw.experiment},
+                           {"commit", sw.sha},
+                           {"state", sw.state},
+                           {"points", sw.points},
+                           {"budget_points", sw.budget_points},
+                           {"runs_done", sw.runs_done},
+                           {"runs_total", sw.runs_total},
+                           {"winner", sw.winner},
+                           {"importance", imp}});
+  }
   return j.dump(2) + "\n";
 }
 
@@ -445,7 +551,9 @@ std::string RenderReportFile(const ReportData& data, const std::string& format) 
 std::string ReportSummaryLine(const ReportData& data) {
   std::ostringstream s;
   s << data.batches << " batches, " << data.runs << " runs, " << data.experiments.size()
-    << " experiment(s)\n";
+    << " experiment(s)";
+  if (!data.sweeps.empty()) s << ", " << data.sweeps.size() << " sweep(s)";
+  s << "\n";
   return s.str();
 }
 

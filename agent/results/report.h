@@ -7,8 +7,10 @@
 // the dates of the batches it holds).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agent/results/analysis.h"
@@ -33,9 +35,21 @@ struct ExperimentReport {
   std::vector<ReportEntry> entries;  // oldest first
 };
 
+// A sweep started in the window: its state, winner and plots
+// (agent/results/sweep_plot.h).
+struct SweepReport {
+  std::int64_t id = 0;
+  std::string repo, experiment, sha, state, metric, goal;
+  int points = 0, budget_points = 0, runs_done = 0, runs_total = 0;
+  std::vector<std::string> winner;  // WinnerLines; empty before a point has 2 seeds
+  std::vector<std::pair<std::string, double>> importance;  // parameter, eta squared
+  std::map<std::string, std::string> plots;                // file name -> SVG
+};
+
 struct ReportData {
   std::string window;  // e.g. "7d"
   std::vector<ExperimentReport> experiments;  // by repo, then name
+  std::vector<SweepReport> sweeps;            // oldest first
   int batches = 0;
   int runs = 0;
 };

@@ -279,6 +279,19 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
                   {"log_tail", s.failed_boots > 0 || s.failing ? s.log_tail : ""}};
     p["budget"] = budget_json(s);
   }
+  // Machines lost in the last hour (their worker went silent or never
+  // registered): gone from the list above, so counted here with the newest.
+  ASSIGN_OR_RETURN(auto lost, store.LostMachines(now - 3'600'000));
+  for (const auto& m : lost) {
+    json& p = pool_json(m.pool);
+    if (!p.contains("lost")) {
+      p["lost"] = {{"last_hour", 0},
+                   {"last", {{"name", m.name},
+                             {"at_ms", m.stopped_ms.value_or(now)},
+                             {"reason", m.last_error.substr(kLostPrefix.size())}}}};
+    }
+    p["lost"]["last_hour"] = p["lost"]["last_hour"].get<int>() + 1;
+  }
   j["pools"] = json::array();
   for (auto& [name, p] : pools) j["pools"].push_back(std::move(p));
   j["costs"] = totals;
@@ -410,7 +423,8 @@ json MachineJson(const MachineRow& m, TimeMs now) {
           {"busy_ms", m.busy_ms},
           {"billed_ms", billed},
           {"cost", static_cast<double>(billed) / 3.6e6 * m.hourly_cost},
-          {"last_error", m.last_error}};
+          {"last_error", m.last_error},
+          {"lost", m.lost()}};
 }
 
 }  // namespace trainq

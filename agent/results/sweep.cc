@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <yaml-cpp/yaml.h>
 
 #include "core/strings.h"
 #include "stats/summary.h"
@@ -102,6 +103,17 @@ Result<std::vector<json>> SuggestPoints(const SweepSpec& space, const std::vecto
     out.push_back(std::move(complete));
   }
   return out;
+}
+
+bool IsSweepPointExperiment(std::string_view name) {
+  auto at = name.rfind("@sweep");
+  if (at == std::string_view::npos) return false;
+  auto rest = name.substr(at + 6);
+  auto dot = rest.find(".p");
+  auto digits = [](std::string_view d) {
+    return !d.empty() && std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  return dot != std::string_view::npos && digits(rest.substr(0, dot)) && digits(rest.substr(dot + 2));
 }
 
 std::string PointExperimentName(const std::string& experiment, std::int64_t sweep_id, int idx) {
@@ -235,6 +247,7 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
     bool active = false;
   };
   std::vector<Known> known;
+  std::vector<json> failed;
   for (const auto& p : points) {
     json params = json::parse(p.params_json, nullptr, false);
     existing.push_back(params);
@@ -260,8 +273,19 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
       history.observed.push_back(Observe(params, b->values));
     } else if (k.active) {
       history.pending.push_back(params);
+    } else if (b && spec.failed_worst) {
+      failed.push_back(params);  // every run died
     }
     known.push_back(k);
+  }
+  // `failed_points: worst`: the models see a dead point as the worst mean so
+  // far (one seed), so they steer away from where runs crash.
+  if (!failed.empty() && !history.observed.empty()) {
+    double worst = history.observed.front().mean;
+    for (const auto& o : history.observed) {
+      worst = maximise ? std::min(worst, o.mean) : std::max(worst, o.mean);
+    }
+    for (auto& params : failed) history.observed.push_back(Observe(params, {worst}));
   }
   auto runs_left = [&]() -> std::int64_t {
     return spec.budget_runs ? *spec.budget_runs - runs_used
@@ -394,6 +418,103 @@ SweepBest PickBest(const SweepView& v) {
     best.vs_runner_up = CompareBatches(*best.winner->batch, *best.runner_up->batch);
   }
   return best;
+}
+
+}  // namespace trainq
+
+namespace trainq {
+
+namespace {
+std::string Sig4(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+}  // namespace
+
+namespace {
+
+YAML::Node YamlValue(const json& v) {
+  if (v.is_boolean()) return YAML::Node(v.get<bool>());
+  if (v.is_number_integer()) return YAML::Node(v.get<std::int64_t>());
+  if (v.is_number()) return YAML::Node(v.get<double>());
+  if (v.is_string()) return YAML::Node(v.get<std::string>());
+  YAML::Node n(v.is_array() ? YAML::NodeType::Sequence : YAML::NodeType::Map);
+  for (const auto& [k, child] : v.items()) {
+    if (v.is_array()) {
+      n.push_back(YamlValue(child));
+    } else {
+      n[k] = YamlValue(child);
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
+std::string WinnerPatch(const std::string& experiment, const json& spec, const json& params) {
+  YAML::Emitter e;
+  e.SetDoublePrecision(17);
+  std::string trainer = spec.value("trainer", "");
+  std::string note;
+  if (!trainer.empty()) {
+    json nested = json::object();
+    for (const auto& [path, val] : params.items()) {
+      json* at = &nested;
+      for (const auto& part : Split(path, '.')) {
+        if (!at->is_object()) *at = json::object();
+        at = &(*at)[part];
+      }
+      *at = val;
+    }
+    e << YamlValue(nested);
+    note = "# merge into " + trainer + " (the values the sweep gave as --set)\n";
+  } else {
+    auto filled = FillSweepCommand(spec.value("command", ""), params, experiment);
+    if (!filled) return "# " + filled.error().message + "\n";
+    YAML::Node root;
+    root["experiments"][experiment]["command"] = *filled;
+    e << root;
+    note = "# in trainq.yaml: the experiment's command with the winning values "
+           "(drop or keep its sweep: for the next search)\n";
+  }
+  return note + e.c_str() + "\n";
+}
+
+std::string ShortParamsText(const nlohmann::json& params) {
+  std::string out;
+  for (const auto& [k, v] : params.items()) {
+    std::string text = v.is_number_float() ? Sig4(v.get<double>()) : ValueText(v);
+    out += (out.empty() ? "" : " ") + k + "=" + text;
+  }
+  return out;
+}
+
+std::string PointMeanText(const PointResult& p) {
+  if (p.summary.n == 0) return "-";
+  std::string t = Sig4(p.summary.mean);
+  if (p.summary.ci95) {
+    t += " [" + Sig4(p.summary.ci95->lo) + ", " + Sig4(p.summary.ci95->hi) + "]";
+  }
+  return t;
+}
+
+std::vector<std::string> WinnerLines(const SweepView& v, const SweepBest& best) {
+  std::vector<std::string> lines;
+  if (!best.winner) return lines;
+  const auto& w = *best.winner;
+  lines.push_back("point " + std::to_string(w.idx) + ": " + ShortParamsText(w.params));
+  lines.push_back(v.metric + " " + PointMeanText(w) + " (mean [95% CI], n=" +
+                  std::to_string(w.summary.n) + ")");
+  if (best.runner_up && best.vs_runner_up) {
+    bool tie = best.vs_runner_up->verdict != stats::Verdict::kBetter &&
+               best.vs_runner_up->verdict != stats::Verdict::kWorse;
+    lines.push_back("vs point " + std::to_string(best.runner_up->idx) + " (" +
+                    PointMeanText(*best.runner_up) + ", n=" +
+                    std::to_string(best.runner_up->summary.n) + "): " + (tie ? "tie: " : "") +
+                    ComparisonText(*best.vs_runner_up));
+  }
+  return lines;
 }
 
 }  // namespace trainq

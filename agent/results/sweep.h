@@ -38,6 +38,8 @@ Result<std::vector<nlohmann::json>> SuggestPoints(const SweepSpec& space,
 // `sweep_id` as point `idx`: experiment "EXP@sweepN.pK"; a `command:` gets its
 // `{name}` placeholders replaced by shell-quoted values, a `trainer:` spec
 // gets `--set name=value` per parameter.
+// Whether a batch's experiment name is a sweep point's ("EXP@sweepN.pK").
+bool IsSweepPointExperiment(std::string_view experiment);
 Result<BatchSpec> PointBatch(const BatchSpec& base, const nlohmann::json& params,
                              std::int64_t sweep_id, int idx);
 std::string PointExperimentName(const std::string& experiment, std::int64_t sweep_id, int idx);
@@ -101,5 +103,23 @@ struct SweepBest {
 // The winner by its lower confidence bound (mean - t * SE for goal max, the
 // upper bound for min) among points with at least 2 finished seeds.
 SweepBest PickBest(const SweepView& v);
+
+// "lr=0.03122 width=64": parameters as shown in tables and reports, numbers
+// to 4 significant digits (`sweep best --as set|yaml` keeps every digit).
+std::string ShortParamsText(const nlohmann::json& params);
+// "0.9001 [0.8967, 0.9035]": a point's mean and 95% interval.
+std::string PointMeanText(const PointResult& p);
+// The winner of `PickBest` in words, for `sweep best` and the report:
+// "point 8: lr=0.03122 width=64", "accuracy 0.9001 [0.8967, 0.9035] (mean
+// [95% CI], n=6)" and, with a runner-up, "vs point 12 (...): tie: ...".
+// Empty when there is no winner yet.
+std::vector<std::string> WinnerLines(const SweepView& v, const SweepBest& best);
+// `sweep best --as yaml`: what to commit so that plain pushes run the
+// winner. `spec` is the experiment's BatchSpec JSON ("command" or
+// "trainer"). A trainer experiment: the winning `--set` paths as a nested
+// mapping to merge into its spec. A command: the experiment in trainq.yaml
+// with the values written into its command. Comment lines say which.
+std::string WinnerPatch(const std::string& experiment, const nlohmann::json& spec,
+                        const nlohmann::json& params);
 
 }  // namespace trainq

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <vector>
 
@@ -171,7 +172,297 @@ std::string PointTitle(const PointResult& p) {
   return t;
 }
 
+
+bool IsNumeric(const SweepParam& p) {
+  return p.kind != ParamKind::kChoice && p.kind != ParamKind::kValues;
+}
+
+bool IsLog(const SweepParam& p) {
+  return p.kind == ParamKind::kLogUniform || (p.kind == ParamKind::kInt && p.log);
+}
+
+// A point's coordinate on a parameter's axis: the value (its log for log
+// parameters) or the option's index; empty when the point has no usable value.
+std::optional<double> Coordinate(const SweepParam& param, const json& params) {
+  if (!params.contains(param.name)) return std::nullopt;
+  const json& val = params[param.name];
+  if (IsNumeric(param)) {
+    if (!val.is_number()) return std::nullopt;
+    double x = val.get<double>();
+    if (!IsLog(param)) return x;
+    if (!(x > 0)) return std::nullopt;
+    return std::log(x);
+  }
+  auto it = std::find(param.options.begin(), param.options.end(), val);
+  if (it == param.options.end()) return std::nullopt;
+  return static_cast<double>(it - param.options.begin());
+}
+
+std::string OptionText(const json& o) { return o.is_string() ? o.get<std::string>() : o.dump(); }
+
+std::string SvgHead(double w, double h) {
+  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + Px(w) + "\" height=\"" + Px(h) +
+         "\" viewBox=\"0 0 " + Px(w) + " " + Px(h) +
+         "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+         "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+}
+
+// From red (worst mean) through yellow to green (best): t in [0, 1], 1 = best.
+std::string Ramp(double t) {
+  t = std::clamp(t, 0.0, 1.0);
+  auto mix = [](double a, double b, double u) { return static_cast<int>(std::lround(a + (b - a) * u)); };
+  int r, g, b;
+  if (t < 0.5) {
+    r = mix(215, 254, t * 2); g = mix(48, 224, t * 2); b = mix(39, 139, t * 2);
+  } else {
+    r = mix(254, 26, t * 2 - 1); g = mix(224, 152, t * 2 - 1); b = mix(139, 80, t * 2 - 1);
+  }
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "#%02x%02x%02x", r, g, b);
+  return buf;
+}
+
+// Parallel coordinates: one vertical axis per varying parameter and one for
+// the metric; each measured point is a line across them, coloured by its mean
+// (green best, red worst); the leader by the confidence bound is drawn last,
+// thick and dark.
+std::string ParallelSvg(const SweepView& v) {
+  std::vector<const SweepParam*> axes;
+  for (const auto& p : v.spec.params) {
+    if (p.kind != ParamKind::kValue) axes.push_back(&p);
+  }
+  std::vector<const PointResult*> pts;
+  for (const auto& p : v.points) {
+    if (p.summary.n > 0) pts.push_back(&p);
+  }
+  const double w = std::max(kW, 140.0 * static_cast<double>(axes.size() + 1) + 60), h = kH;
+  const double top = kTop + 10, bottom = kH - kBottom;
+  const std::size_t n_axes = axes.size() + 1;
+  auto ax_x = [&](std::size_t i) {
+    return n_axes == 1 ? w / 2 : 60 + (w - 120) * static_cast<double>(i) / static_cast<double>(n_axes - 1);
+  };
+  // Per axis: the coordinate range, and tick labels.
+  std::vector<double> lo(n_axes, std::numeric_limits<double>::infinity()), hi(n_axes, -lo[0]);
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    const auto& param = *axes[i];
+    if (!IsNumeric(param)) {
+      lo[i] = 0;
+      hi[i] = std::max(1.0, static_cast<double>(param.options.size()) - 1);
+      continue;
+    }
+    for (const auto* p : pts) {
+      if (auto c = Coordinate(param, p->params)) {
+        lo[i] = std::min(lo[i], *c);
+        hi[i] = std::max(hi[i], *c);
+      }
+    }
+  }
+  for (const auto* p : pts) {
+    lo[axes.size()] = std::min(lo[axes.size()], p->summary.mean);
+    hi[axes.size()] = std::max(hi[axes.size()], p->summary.mean);
+  }
+  for (std::size_t i = 0; i < n_axes; ++i) {
+    if (!(lo[i] <= hi[i])) lo[i] = 0, hi[i] = 1;
+    if (hi[i] - lo[i] <= 0) lo[i] -= 0.5, hi[i] += 0.5;
+  }
+  auto ax_y = [&](std::size_t i, double c) {
+    return bottom - (c - lo[i]) / (hi[i] - lo[i]) * (bottom - top);
+  };
+  auto label = [&](std::size_t i, double c) {
+    if (i == axes.size()) return Num(c);
+    const auto& param = *axes[i];
+    if (!IsNumeric(param)) {
+      auto k = static_cast<std::size_t>(std::lround(c));
+      return k < param.options.size() ? OptionText(param.options[k]) : std::string();
+    }
+    return Num(IsLog(param) ? std::exp(c) : c);
+  };
+  std::string s = SvgHead(w, h);
+  s += "<text x=\"" + Px(w / 2) + "\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">" +
+       Escape("sweep " + std::to_string(v.row.id) + ": every point across its parameters, "
+              "coloured by mean " + v.metric) + "</text>\n";
+  auto best = PickBest(v);
+  // Colour by rank, not by value: one far-off point would paint all others alike.
+  std::vector<double> sorted_means;
+  for (const auto* p : pts) sorted_means.push_back(p->summary.mean);
+  std::sort(sorted_means.begin(), sorted_means.end());
+  auto goodness = [&](double mean) {
+    if (sorted_means.size() < 2) return 1.0;
+    auto lo_it = std::lower_bound(sorted_means.begin(), sorted_means.end(), mean);
+    auto hi_it = std::upper_bound(sorted_means.begin(), sorted_means.end(), mean);
+    double r = (static_cast<double>(lo_it - sorted_means.begin()) +
+                static_cast<double>(hi_it - sorted_means.begin()) - 1) / 2;
+    double t = r / static_cast<double>(sorted_means.size() - 1);
+    return v.goal == "min" ? 1 - t : t;
+  };
+  // Worst first, so the better lines lie on top; the leader last.
+  std::vector<const PointResult*> order = pts;
+  std::stable_sort(order.begin(), order.end(), [&](const PointResult* a, const PointResult* b) {
+    bool la = a == best.winner, lb = b == best.winner;
+    if (la != lb) return lb;
+    return goodness(a->summary.mean) < goodness(b->summary.mean);
+  });
+  s += "<g class=\"lines\" fill=\"none\">\n";
+  for (const auto* p : order) {
+    std::string pts_attr;
+    bool ok = true;
+    for (std::size_t i = 0; i < n_axes && ok; ++i) {
+      std::optional<double> c = i == axes.size() ? std::optional<double>(p->summary.mean)
+                                                 : Coordinate(*axes[i], p->params);
+      if (!c) {
+        ok = false;
+        break;
+      }
+      pts_attr += Px(ax_x(i)) + "," + Px(ax_y(i, *c)) + " ";
+    }
+    if (!ok) continue;
+    bool leader = p == best.winner;
+    s += "<polyline class=\"point\" points=\"" + pts_attr + "\" stroke=\"" +
+         (leader ? std::string("#1f2328") : Ramp(goodness(p->summary.mean))) +
+         "\" stroke-width=\"" + (leader ? "3" : "1.5") + "\" stroke-opacity=\"" +
+         (leader ? "1" : "0.8") + "\"><title>" + Escape(PointTitle(*p) + (leader ? " (leader)" : "")) +
+         "</title></polyline>\n";
+  }
+  s += "</g>\n";
+  for (std::size_t i = 0; i < n_axes; ++i) {
+    double x = ax_x(i);
+    s += "<line x1=\"" + Px(x) + "\" x2=\"" + Px(x) + "\" y1=\"" + Px(top) + "\" y2=\"" +
+         Px(bottom) + "\" stroke=\"#444\"/>\n";
+    std::vector<double> ticks;
+    if (i < axes.size() && !IsNumeric(*axes[i])) {
+      for (std::size_t k = 0; k < axes[i]->options.size(); ++k) ticks.push_back(static_cast<double>(k));
+    } else {
+      for (int k = 0; k <= 4; ++k) ticks.push_back(lo[i] + (hi[i] - lo[i]) * k / 4);
+    }
+    for (double t : ticks) {
+      s += "<text x=\"" + Px(x + 4) + "\" y=\"" + Px(ax_y(i, t) + 4) + "\" font-size=\"10\">" +
+           Escape(label(i, t)) + "</text>\n";
+    }
+    std::string name = i == axes.size() ? v.metric + " (mean)"
+                                         : axes[i]->name + (IsLog(*axes[i]) ? " (log)" : "");
+    s += "<text x=\"" + Px(x) + "\" y=\"" + Px(bottom + 20) + "\" text-anchor=\"middle\">" +
+         Escape(name) + "</text>\n";
+  }
+  s += "<text x=\"" + Px(w / 2) + "\" y=\"" + Px(h - 15) +
+       "\" text-anchor=\"middle\" font-size=\"11\">colour by rank of the mean: green best, red worst; black: the leader by the confidence bound</text>\n";
+  s += "</svg>\n";
+  return s;
+}
+
+std::string ImportanceSvg(const SweepView& v, const std::vector<ParamImportance>& imp) {
+  const double row = 28, left = 150, right = 90;
+  const double h = std::max(kTop + 40 + row * static_cast<double>(imp.size()) + 40, 160.0);
+  std::string s = SvgHead(kW, h);
+  s += "<text x=\"" + Px(kW / 2) + "\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">" +
+       Escape("sweep " + std::to_string(v.row.id) + ": what each parameter explains of the ranks of mean " + v.metric +
+              " (eta squared)") +
+       "</text>\n";
+  if (imp.empty()) {
+    s += "<text x=\"" + Px(kW / 2) + "\" y=\"" + Px(h / 2) +
+         "\" text-anchor=\"middle\">too few measured points (3 needed)</text>\n";
+  }
+  double y = kTop + 10;
+  for (const auto& p : imp) {
+    double bw = (kW - left - right) * std::clamp(p.eta2, 0.0, 1.0);
+    double chance = p.points > 1 ? static_cast<double>(p.groups - 1) / (p.points - 1) : 1;
+    s += "<g><title>" + Escape(p.name + ": eta squared " + Num(p.eta2) + " over " +
+                               std::to_string(p.points) + " points in " +
+                               std::to_string(p.groups) + " groups (chance alone: about " +
+                               Num(chance) + ")") +
+         "</title>";
+    s += "<text x=\"" + Px(left - 8) + "\" y=\"" + Px(y + 14) + "\" text-anchor=\"end\">" +
+         Escape(p.name) + "</text>";
+    s += "<rect class=\"bar\" x=\"" + Px(left) + "\" y=\"" + Px(y + 2) + "\" width=\"" + Px(bw) +
+         "\" height=\"" + Px(row - 8) + "\" fill=\"#1f77b4\"/>";
+    double cx = left + (kW - left - right) * std::clamp(chance, 0.0, 1.0);
+    s += "<line x1=\"" + Px(cx) + "\" x2=\"" + Px(cx) + "\" y1=\"" + Px(y) + "\" y2=\"" +
+         Px(y + row - 4) + "\" stroke=\"#cf222e\" stroke-dasharray=\"3,2\"/>";
+    s += "<text x=\"" + Px(left + bw + 6) + "\" y=\"" + Px(y + 14) + "\">" + Num(p.eta2) +
+         "</text></g>\n";
+    y += row;
+  }
+  s += "<text x=\"" + Px(kW / 2) + "\" y=\"" + Px(h - 12) +
+       "\" text-anchor=\"middle\" font-size=\"11\">red dashes: what chance alone gives with that many groups and points</text>\n";
+  s += "</svg>\n";
+  return s;
+}
+
 }  // namespace
+
+std::vector<ParamImportance> SweepImportance(const SweepView& v) {
+  std::vector<ParamImportance> out;
+  for (const auto& param : v.spec.params) {
+    if (param.kind == ParamKind::kValue) continue;
+    std::vector<std::pair<double, double>> xs;  // (coordinate, mean)
+    for (const auto& p : v.points) {
+      if (p.summary.n == 0) continue;
+      if (auto c = Coordinate(param, p.params)) xs.emplace_back(*c, p.summary.mean);
+    }
+    if (xs.size() < 3) continue;
+    std::sort(xs.begin(), xs.end());
+    // Group ids: the option (lists) or the value when it has at most four
+    // distinct values, else four bins of equal counts (ties kept together).
+    std::vector<int> group(xs.size());
+    std::vector<double> distinct;
+    for (const auto& [c, m] : xs) {
+      if (distinct.empty() || distinct.back() != c) distinct.push_back(c);
+    }
+    if (!IsNumeric(param) || distinct.size() <= 4) {
+      for (std::size_t i = 0; i < xs.size(); ++i) {
+        group[i] = static_cast<int>(std::lower_bound(distinct.begin(), distinct.end(), xs[i].first) -
+                                    distinct.begin());
+      }
+    } else {
+      int g = 0;
+      for (std::size_t i = 0; i < xs.size(); ++i) {
+        if (i > 0 && xs[i].first != xs[i - 1].first &&
+            static_cast<int>(i * 4 / xs.size()) > g) {
+          g = static_cast<int>(i * 4 / xs.size());
+        }
+        group[i] = g;
+      }
+    }
+    // On the ranks of the means (ties share their mean rank), as in
+    // Kruskal-Wallis: one far-off point does not hide an ordering.
+    {
+      std::vector<std::size_t> order(xs.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::sort(order.begin(), order.end(),
+                [&](std::size_t a, std::size_t b) { return xs[a].second < xs[b].second; });
+      std::vector<double> rank(xs.size());
+      for (std::size_t i = 0; i < order.size();) {
+        std::size_t j = i;
+        while (j + 1 < order.size() && xs[order[j + 1]].second == xs[order[i]].second) ++j;
+        for (std::size_t k = i; k <= j; ++k) rank[order[k]] = (static_cast<double>(i + j) / 2) + 1;
+        i = j + 1;
+      }
+      for (std::size_t i = 0; i < xs.size(); ++i) xs[i].second = rank[i];
+    }
+    double mean = 0;
+    for (const auto& [c, m] : xs) mean += m;
+    mean /= static_cast<double>(xs.size());
+    std::map<int, std::pair<double, int>> sums;
+    double total = 0;
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      sums[group[i]].first += xs[i].second;
+      sums[group[i]].second += 1;
+      total += (xs[i].second - mean) * (xs[i].second - mean);
+    }
+    double between = 0;
+    for (const auto& [g, sc] : sums) {
+      double gm = sc.first / sc.second;
+      between += sc.second * (gm - mean) * (gm - mean);
+    }
+    ParamImportance pi;
+    pi.name = param.name;
+    pi.eta2 = total > 0 ? between / total : 0;
+    pi.groups = static_cast<int>(sums.size());
+    pi.points = static_cast<int>(xs.size());
+    out.push_back(pi);
+  }
+  return out;
+}
 
 std::map<std::string, std::string> SweepPlots(const SweepView& v) {
   std::map<std::string, std::string> files;
@@ -236,6 +527,8 @@ std::map<std::string, std::string> SweepPlots(const SweepView& v) {
   Plot plot("sweep " + std::to_string(v.row.id) + ": the pick (leader by the confidence bound)",
             "runs spent", ylabel, false);
   files["progress.svg"] = plot.Render(progress, true);
+  files["parallel.svg"] = ParallelSvg(v);
+  files["importance.svg"] = ImportanceSvg(v, SweepImportance(v));
   return files;
 }
 

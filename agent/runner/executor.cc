@@ -103,7 +103,7 @@ Status LocalExecutor::StartRun(const LeasedRun& run) {
   TRY(WriteFile(paths.metrics, ""));
   {
     std::ofstream log(paths.log, std::ios::app);
-    log << RunBanner(run, "", now);
+    log << RunBanner(run, "", now) << PassthroughNote(run, options_.env_passthrough);
   }
   ASSIGN_OR_RETURN(paths.workdir, Worktree(run));
 

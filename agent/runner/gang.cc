@@ -281,7 +281,8 @@ Status GangMember::Start() {
     log << RunBanner(run_, config_.where + fmt::format(" (node {} of {}, rendezvous {}:{})",
                                                         run_.node_rank, layout_.nodes,
                                                         layout_.master_addr, layout_.master_port),
-                     clock_.Now());
+                     clock_.Now())
+        << PassthroughNote(run_, config_.env_passthrough);
   }
   log_start_ = SizeOf(paths_.log);
   ASSIGN_OR_RETURN(paths_.workdir, io_.worktree(run_));

@@ -129,7 +129,8 @@ ProcessSpec BuildRunProcess(const LeasedRun& run, const RunPaths& paths, const s
   spec.cwd = paths.workdir;
   spec.output_path = paths.log;
   spec.inherit_env = false;
-  spec.pass_env = env_passthrough;
+  spec.pass_env = run.env_passthrough ? IntersectEnvPatterns(env_passthrough, *run.env_passthrough)
+                                      : env_passthrough;
   spec.env = {
       {"TRAINQ_SEED", std::to_string(run.seed)},
       {"TRAINQ_REPEAT", std::to_string(run.repeat)},
@@ -222,6 +223,20 @@ std::string RunBanner(const LeasedRun& run, const std::string& where, TimeMs now
   return "=== trainq: run " + std::to_string(run.run_id) + " (" + run.experiment + ", seed " +
          std::to_string(run.seed) + ", attempt " + std::to_string(run.attempt) + ")" +
          (where.empty() ? "" : " on " + where) + " at " + FormatTimestamp(now) + " UTC ===\n";
+}
+
+std::string PassthroughNote(const LeasedRun& run, const std::vector<std::string>& allowed) {
+  if (!run.env_passthrough) return "";
+  std::vector<std::string> refused;
+  for (const auto& p : *run.env_passthrough) {
+    if (IntersectEnvPatterns(allowed, {p}).empty()) refused.push_back(p);
+  }
+  if (refused.empty()) return "";
+  std::string names;
+  for (const auto& r : refused) names += (names.empty() ? "" : ", ") + r;
+  return "=== trainq: env_passthrough: " + names +
+         " not passed: the pool's env_passthrough (server.yaml or --env-passthrough) does not "
+         "allow " + (refused.size() == 1 ? "it" : "them") + " ===\n";
 }
 
 Attempt JudgeAttempt(const LeasedRun& run, const ExitStatus& status, bool timed_out,

@@ -40,7 +40,10 @@ struct RunPaths {
 
 // The process a run becomes: /bin/sh -c COMMAND with the run environment:
 // the TRAINQ_* run variables over RunEnvironment(env_passthrough) (a safe
-// base plus the variables the user chose), never the whole of ours.
+// base plus the variables the operator chose), never the whole of ours.
+// `env_passthrough` is the operator's (the pool's, serve's or the worker's
+// flag); a run whose trainq.yaml has `env_passthrough:` gets only what both
+// allow (IntersectEnvPatterns): the repository narrows, never widens.
 ProcessSpec BuildRunProcess(const LeasedRun& run, const RunPaths& paths,
                             const std::string& bin_dir, const std::string& cuda_devices,
                             const std::vector<std::string>& env_passthrough = {});
@@ -82,6 +85,12 @@ std::string MeaningfulTail(std::string_view log, int max_lines = 5, std::size_t 
 // The first line of an attempt's log:
 // "=== trainq: run 7 (exp, seed 3, attempt 1) on host at 2026-11-24 12:00:00 UTC ===".
 std::string RunBanner(const LeasedRun& run, const std::string& where, TimeMs now);
+
+// "=== trainq: ... ===" naming what the run's trainq.yaml env_passthrough
+// asked for that `allowed` (the operator's env_passthrough) does not let
+// through, so the run's log says why a variable is missing; "" when nothing.
+// Names only, never values.
+std::string PassthroughNote(const LeasedRun& run, const std::vector<std::string>& allowed);
 
 // Reads what the attempt measured and judges it: the metric from the metrics
 // file (or `regex` over the log), then JudgeRun. `fused`: one process ran

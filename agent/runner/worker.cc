@@ -88,6 +88,13 @@ Result<WorkerRun> ParseWorkerRun(const json& j) {
     l.nodes = Get<int>(j, "nodes", 0);
     l.procs_per_node = Get<int>(j, "procs_per_node", 0);
     l.node_rank = Get<int>(j, "node_rank", 0);
+    if (j.contains("env_passthrough") && j["env_passthrough"].is_array()) {
+      std::vector<std::string> names;
+      for (const auto& n : j["env_passthrough"]) {
+        if (n.is_string()) names.push_back(n.get<std::string>());
+      }
+      l.env_passthrough = std::move(names);
+    }
   } catch (const json::exception& e) {
     return Fail(ErrorKind::kInvalidArgument,
                 std::string("lease answer: a run lacks a field: ") + e.what());
@@ -190,6 +197,7 @@ Worker::Worker(HttpClient& http, ProcessRunner& runner, const Clock& clock, Work
       start_ms_(clock.Now()),
       orphan_timeout_ms_(config_.orphan_timeout_ms),
       self_stop_(config_.self_stop),
+      outbox_((fs::path(config_.data_dir) / "outbox").string()),
       last_contact_ms_(start_ms_) {}
 
 Worker::~Worker() = default;
@@ -505,6 +513,7 @@ Status Worker::StartProc(Job& job, const std::vector<std::int64_t>& run_ids) {
     TRY(WriteFile(p.log_path, ""));  // this attempt's output only; the server keeps the rest
     header = RunBanner(spec_run, where, now);
   }
+  header += PassthroughNote(spec_run, config_.env_passthrough);
   p.log_start = FileSize(p.log_path);
   {
     std::ofstream log(p.log_path, std::ios::app | std::ios::binary);
@@ -615,7 +624,8 @@ bool Worker::Heartbeat(RunSlot& r, const Proc* p) {
 }
 
 void Worker::Complete(std::int64_t run_id, const std::string& outcome, std::optional<double> metric,
-                      std::optional<int> exit_code, const std::string& error, bool config_error) {
+                      std::optional<int> exit_code, const std::string& error, bool config_error,
+                      const Proc* proc) {
   auto it = runs_.find(run_id);
   if (it == runs_.end()) return;
   const auto& run = it->second.run.lease;
@@ -633,7 +643,36 @@ void Worker::Complete(std::int64_t run_id, const std::string& outcome, std::opti
     if (attempt > 0) clock_.SleepFor(std::min<TimeMs>(1000 * attempt, 2000));
     a = Call(path, req);
   }
-  if (!a) {
+  if (!a && outcome != "interrupted") {
+    // Kept on disk, with what the server has not seen, and delivered when it
+    // is back (DeliverKept): the run's result is not lost with the connection.
+    const RunSlot& r = it->second;
+    PendingResult kept;
+    kept.run_id = run_id;
+    kept.complete = req;
+    auto reading = ReadRunMetric(ReadFile(r.paths.metrics).value_or(""), "", run.metric_name, "");
+    for (size_t i = r.points_sent; i < reading.points.size(); ++i) {
+      const auto& pt = reading.points[i];
+      if (!std::isfinite(pt.value)) continue;
+      json jp = {{"name", pt.name}, {"value", pt.value}, {"final", pt.final}};
+      if (pt.step) jp["step"] = *pt.step;
+      kept.points.push_back(std::move(jp));
+    }
+    if (proc) {
+      kept.log_offset = r.log_sent;
+      kept.log = ResultOutbox::LogTail(proc->log_path, proc->log_start + r.log_sent);
+    }
+    if (auto st = outbox_.Put(kept); st) {
+      kept_ = true;
+      next_deliver_ms_ = clock_.Now() + heartbeat_ms_;
+      spdlog::warn("run {}: server not reachable ({}); its result ({}) is kept in {} and "
+                   "delivered when the server is back",
+                   run_id, a.error().message, outcome, outbox_.PathOf(run_id));
+    } else {
+      spdlog::error("run {}: result not delivered ({}) and not kept ({}); its lease will expire",
+                    run_id, a.error().message, st.error().message);
+    }
+  } else if (!a) {
     spdlog::error("run {}: result not delivered ({}); its lease will expire", run_id,
                   a.error().message);
   } else if (a->status == 409) {
@@ -650,6 +689,39 @@ void Worker::Complete(std::int64_t run_id, const std::string& outcome, std::opti
     spdlog::warn("run {} failed: {} seed {}: {}", run_id, run.experiment, run.seed, error);
   }
   runs_.erase(it);
+}
+
+void Worker::DeliverKept() {
+  for (const auto& k : outbox_.All()) {
+    const std::string path = "/api/v1/runs/" + std::to_string(k.run_id);
+    // Points and output first (a 409 there: the lease expired; the result may
+    // still be taken), then the result itself.
+    if (!k.points.empty()) {
+      if (!Call(path + "/metrics", {{"token", k.token()}, {"points", k.points}})) return;
+    }
+    if (!k.log.empty()) {
+      HttpRequest req;
+      req.method = "POST";
+      req.url = config_.server + path + "/log";
+      req.headers = {{"Authorization", "Bearer " + config_.token},
+                     {"Content-Type", "application/octet-stream"},
+                     {"X-Trainq-Token", std::to_string(k.token())},
+                     {"X-Trainq-Offset", std::to_string(k.log_offset)}};
+      req.body = k.log;
+      if (!Post(req)) return;
+    }
+    auto a = Call(path + "/complete", k.complete);
+    if (!a) return;  // still away: after the backoff
+    const std::string outcome = k.complete.value("outcome", std::string());
+    if (a->status == 200) {
+      spdlog::info("run {}: kept result delivered ({})", k.run_id, outcome);
+    } else {
+      spdlog::warn("run {}: kept result ({}) refused: HTTP {} {}", k.run_id, outcome, a->status,
+                   ErrorOf(a->body));
+    }
+    outbox_.Remove(k.run_id);
+  }
+  kept_ = false;
 }
 
 void Worker::Forget(std::int64_t run_id) { runs_.erase(run_id); }
@@ -698,9 +770,9 @@ void Worker::FinishProc(Job& job, const ExitStatus& status) {
     std::optional<int> code;
     if (status.signal == 0) code = status.code;
     if (outcome.succeeded) {
-      Complete(id, "succeeded", reading.value, code, "");
+      Complete(id, "succeeded", reading.value, code, "", false, &p);
     } else {
-      Complete(id, "failed", std::nullopt, code, outcome.error, outcome.config_error);
+      Complete(id, "failed", std::nullopt, code, outcome.error, outcome.config_error, &p);
     }
   }
 }
@@ -804,6 +876,10 @@ Result<Worker::Phase> Worker::Step() {
       ++it;
     }
   }
+  if (kept_ && clock_.Now() >= next_deliver_ms_) {
+    next_deliver_ms_ = clock_.Now() + heartbeat_ms_;
+    DeliverKept();
+  }
   // Gang members.
   std::erase_if(gangs_, [](const std::unique_ptr<GangMember>& g) { return !g->Step(); });
   // Lease (a gang member holds the whole machine).
@@ -903,6 +979,8 @@ Result<int> Worker::Run(const std::atomic<bool>& stop) {
   }
   spdlog::info("stopping: {} run(s) go back to the queue", runs_.size());
   Interrupt("the worker was stopped (SIGTERM: preemption or shutdown)");
+  // A serve that stops its machines may still take what this worker kept.
+  if (kept_) DeliverKept();
   Leave();
   return 0;
 }

@@ -16,7 +16,8 @@
 //      up to lease_wait_ms while nothing runs, and of at most heartbeat_ms / 2
 //      while something runs, so a poll never delays a heartbeat much (one
 //      thread, no lease thread);
-//   5. the dead-man switch: no answer from the server for orphan_timeout_ms
+//   5. delivers results kept on disk while the server was away (ResultOutbox);
+//   6. the dead-man switch: no answer from the server for orphan_timeout_ms
 //      (counted from the start until the first registration) and nothing
 //      running: runs `self_stop` with /bin/sh -c and ends with exit code 3.
 //      A token the server refuses (401/403 at registration) also runs it
@@ -40,6 +41,7 @@
 #include "agent/runner/executor.h"
 #include "agent/runner/gang.h"
 #include "agent/runner/gpu_detect.h"
+#include "agent/runner/result_outbox.h"
 #include "core/clock.h"
 #include "core/http_client.h"
 #include "core/process.h"
@@ -201,8 +203,16 @@ class Worker {
   // Reports the run and forgets it. outcome: succeeded | failed | interrupted.
   // `config_error`: a failure that would repeat (agent/runner/run_process.h); the
   // server does not retry it.
+  // A result the server cannot take now (no answer) is kept in outbox_ with
+  // the metric points and the output (of `proc`, when given) it has not seen.
   void Complete(std::int64_t run_id, const std::string& outcome, std::optional<double> metric,
-                std::optional<int> exit_code, const std::string& error, bool config_error = false);
+                std::optional<int> exit_code, const std::string& error, bool config_error = false,
+                const Proc* proc = nullptr);
+  // Delivers the results kept in outbox_, oldest first; stops at the first
+  // one the server does not answer. Tried every heartbeat while something is
+  // kept, whatever the register/lease backoff (a delivery before the lease
+  // expires keeps the run's attempt), and once more when the worker stops.
+  void DeliverKept();
   void Forget(std::int64_t run_id);
   void Kill(Proc& p, TimeMs now);
   void StopProc(Proc& p);
@@ -227,6 +237,9 @@ class Worker {
   bool lease_came_back_empty_ = false;
   int exit_code_ = 0;
 
+  ResultOutbox outbox_;  // <data_dir>/outbox: results the server was away for
+  bool kept_ = true;     // outbox_ may hold something (checked at the start)
+  TimeMs next_deliver_ms_ = 0;  // the next try of DeliverKept
   TimeMs last_contact_ms_;
   TimeMs next_try_ms_ = 0;  // register/lease backoff
   TimeMs backoff_ms_ = 0;

@@ -9,6 +9,7 @@
 
 #include "agent/repo/change_detect.h"
 #include "cloud/provider.h"
+#include "core/process.h"
 #include "core/http_client.h"
 #include "core/strings.h"
 #include "core/yaml_reader.h"
@@ -196,7 +197,8 @@ class ConfigParser : public YamlReader {
     if (!n.IsMap()) return Err(n, path, "expected a mapping, got " + Show(n));
     TRY(CheckKeys(n, path,
                   {"name", "provider", "min", "max", "slots", "gpus", "runs_per_gpu", "fuse_max",
-                   "idle_grace", "boot_timeout", "orphan_timeout", "self_stop", "hourly_cost",
+                   "idle_grace", "boot_timeout", "lost_after", "orphan_timeout", "self_stop",
+                   "hourly_cost",
                    "token", "params", "env_passthrough", "allow_loopback", "failing_after",
                    "min_bill", "budget", "list_interval", "list_interval_idle", "boot_backoff"}));
     PoolSpec p;
@@ -251,6 +253,9 @@ class ConfigParser : public YamlReader {
     if (auto v = n["boot_timeout"]) {
       ASSIGN_OR_RETURN(p.scaling.boot_timeout_ms, DurationMs(v, path + ".boot_timeout"));
     }
+    if (auto v = n["lost_after"]) {
+      ASSIGN_OR_RETURN(p.scaling.lost_after_ms, ZeroOrDurationMs(v, path + ".lost_after"));
+    }
     if (auto v = n["orphan_timeout"]) {
       ASSIGN_OR_RETURN(p.orphan_timeout_ms, DurationMs(v, path + ".orphan_timeout"));
     }
@@ -264,13 +269,9 @@ class ConfigParser : public YamlReader {
       for (std::size_t i = 0; i < v.size(); ++i) {
         std::string at = path + ".env_passthrough[" + std::to_string(i) + "]";
         ASSIGN_OR_RETURN(auto name, Str(v[i], at));
-        std::string_view body(name);
-        if (body.ends_with('*')) body.remove_suffix(1);
-        bool ok = !body.empty();
-        for (char c : body) {
-          ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+        if (!ValidEnvPattern(name)) {
+          return Err(v[i], at, "expected a variable name or PREFIX*, got " + Show(v[i]));
         }
-        if (!ok) return Err(v[i], at, "expected a variable name or PREFIX*, got " + Show(v[i]));
         p.env_passthrough.push_back(name);
       }
     }

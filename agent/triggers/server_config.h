@@ -79,7 +79,8 @@ struct RepoConfig {
 //       runs_per_gpu: 1
 //       fuse_max: 10               # seeds of a trainer: experiment fused into one trainq-train
 //       idle_grace: 2m
-//       boot_timeout: 10m
+//       boot_timeout: 10m          # no worker registered by then: the machine is lost
+//       lost_after: 45s            # a registered worker silent this long: lost (0 = never)
 //       orphan_timeout: 10m        # worker's dead-man switch
 //       self_stop: "sudo shutdown -h now"   # what a worker runs on its dead-man switch
 //       env_passthrough: [WANDB_API_KEY, "CONDA_*"]  # the worker's variables runs also get

@@ -97,6 +97,29 @@ TEST_CASE("executor: BuildRunProcess hands out GPUs and prepends bin_dir to PATH
   CHECK(none.env.count("CUDA_VISIBLE_DEVICES") == 0);
 }
 
+TEST_CASE("executor: BuildRunProcess passes the operator's variables, narrowed by the run's "
+          "env_passthrough, and PassthroughNote names what the operator does not allow",
+          "[executor][env]") {
+  LeasedRun run = SampleRun();
+  const std::vector<std::string> allowed = {"WANDB_*", "HF_TOKEN"};
+  // trainq.yaml without env_passthrough: the operator's set as it is.
+  CHECK(BuildRunProcess(run, SamplePaths("/d"), "", "", allowed).pass_env == allowed);
+  CHECK(PassthroughNote(run, allowed).empty());
+  // With it: only what both allow, whatever the repository asks for.
+  run.env_passthrough = std::vector<std::string>{"WANDB_API_KEY", "AWS_*", "HF_*", "GITHUB_TOKEN"};
+  CHECK(BuildRunProcess(run, SamplePaths("/d"), "", "", allowed).pass_env ==
+        std::vector<std::string>{"WANDB_API_KEY", "HF_TOKEN"});
+  CHECK(PassthroughNote(run, allowed) ==
+        "=== trainq: env_passthrough: AWS_*, GITHUB_TOKEN not passed: the pool's env_passthrough "
+        "(server.yaml or --env-passthrough) does not allow them ===\n");
+  // An operator who passes nothing: a repository cannot get anything.
+  CHECK(BuildRunProcess(run, SamplePaths("/d"), "", "", {}).pass_env.empty());
+  // An empty list: nothing of the operator's either.
+  run.env_passthrough = std::vector<std::string>{};
+  CHECK(BuildRunProcess(run, SamplePaths("/d"), "", "", allowed).pass_env.empty());
+  CHECK(PassthroughNote(run, allowed).empty());
+}
+
 TEST_CASE("executor: a quoted {output_dir} with a space and a quote works in a real shell",
           "[executor][env]") {
   testing::TempDir tmp;

@@ -287,7 +287,7 @@ TEST_CASE("fleet e2e: local workers that cannot reach the server: boots back off
   CHECK(machines->size() == 3);
   TimeMs billed = 0;
   for (const auto& m : *machines) {
-    CHECK(m.state == "stopped");
+    CHECK(m.lost());  // no worker registered within boot_timeout
     CHECK_FALSE(m.ready_ms);
     billed += m.stopped_ms.value_or(0) - m.created_ms;
   }
@@ -320,6 +320,99 @@ TEST_CASE("fleet e2e: local workers that cannot reach the server: boots back off
   daemon.runner.KillGroup(daemon.pid, SIGTERM);
   daemon.runner.Wait(daemon.pid);
   daemon.pid = 0;
+}
+
+TEST_CASE("fleet e2e: a worker stopped with SIGSTOP is lost after lost_after, killed, its run "
+          "back in the queue with no attempt used and finished on a replacement",
+          "[fleet][e2e][lost]") {
+  testing::TempDir tmp;
+  testing::GitFixture repo(tmp / "repo");
+  repo.Commit({{"trainq.yaml",
+                "version: 1\n"
+                "defaults:\n"
+                "  repeats: 2\n"
+                "  timeout: 2m\n"
+                "  max_attempts: 1\n"
+                "experiments:\n"
+                "  slow:\n"
+                "    command: sh run.sh\n"},
+               {"run.sh", RunScript(tmp / "release")}},
+              "slow experiment");
+  const std::string db = tmp / "trainq.db";
+  const std::string trainq = ShellQuote(TRAINQ_BINARY) + " --db " + ShellQuote(db);
+  std::string out;
+  REQUIRE(testing::RunShell(trainq + " submit --repo " + ShellQuote(repo.dir()), &out) == 0);
+  REQUIRE(WriteFile(tmp / "server.yaml",
+                    "pools:\n"
+                    "  - name: cpu\n"
+                    "    max: 2\n"
+                    "    slots: 1\n"
+                    "    idle_grace: 1s\n"
+                    "    lost_after: 3s\n"
+                    "    params: {stop_grace: 1s}\n"));
+  Daemon daemon;
+  auto pid = daemon.runner.Spawn({{TRAINQ_BINARY, "--db", db, "serve", "--config",
+                                   tmp / "server.yaml", "--listen", "auto", "--until-idle",
+                                   "--poll-ms", "50", "--heartbeat", "1", "--lease", "30"},
+                                  {},
+                                  tmp.path().string(),
+                                  tmp / "serve.log"});
+  REQUIRE(pid);
+  daemon.pid = *pid;
+  INFO("serve log:\n" << testing::Slurp(tmp / "serve.log"));
+  auto store = Store::Open(db, {.create = false});
+  REQUIRE(store);
+  // Both runs start, one on each machine; stop one machine's worker.
+  MachineRow victim;
+  std::int64_t victim_run = 0;
+  REQUIRE(testing::WaitFor(
+      [&] {
+        auto running = store->Runs(std::nullopt, RunState::kRunning, 0);
+        auto machines = store->Machines(false);
+        if (!running || !machines || running->size() < 2) return false;
+        for (const auto& m : *machines) {
+          if (m.state == "ready" && m.name == running->front().worker) {
+            victim = m;
+            victim_run = running->front().id;
+            return true;
+          }
+        }
+        return false;
+      },
+      60s));
+  const int victim_pid = std::stoi(victim.provider_id);
+  REQUIRE(::kill(victim_pid, SIGSTOP) == 0);
+  REQUIRE(testing::WaitFor([&] { return store->Machine(victim.id).value()->lost(); }, 30s));
+  REQUIRE(testing::RunShell(trainq + " status", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("lost in the last hour: 1; last " + victim.name));
+  REQUIRE(WriteFile(tmp / "release", ""));
+  std::optional<ExitStatus> status;
+  REQUIRE(testing::WaitFor(
+      [&] {
+        status = daemon.runner.Poll(daemon.pid);
+        return status.has_value();
+      },
+      120s));
+  daemon.pid = 0;
+  CHECK(status->ok());
+  // max_attempts 1, yet the run whose worker was stopped succeeded: the loss
+  // was the machine's, not the run's.
+  auto final_runs = store->Runs(std::nullopt, std::nullopt, 0);
+  REQUIRE(final_runs);
+  for (const auto& r : *final_runs) {
+    INFO("run " << r.id << ": " << r.last_error);
+    CHECK(r.state == RunState::kSucceeded);
+    CHECK(r.attempts == 1);
+    if (r.id == victim_run) CHECK(r.worker != victim.name);
+  }
+  auto lost = store->Machine(victim.id).value();
+  CHECK(lost->state == "failed");
+  CHECK_THAT(lost->last_error, Catch::Contains("lost: worker silent for"));
+  // Killed through the local provider (a stopped process still dies of SIGKILL).
+  CHECK(testing::WaitFor([&] { return testing::ProcessGone(victim_pid); }, 20s));
+  CHECK(store->Machines(true).value().size() >= 3);  // its replacement was booted
+  REQUIRE(testing::RunShell(trainq + " machines --all", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("lost (worker silent for"));
 }
 
 }  // namespace

@@ -231,9 +231,14 @@ TEST_CASE("fleet: machines that never register back off, one at a time, and the 
   r.pool = "gpu";
   r.name = live->front().name;
   r.hostname = "gpu-host";
-  REQUIRE(f.store.RegisterWorker(r, f.clock.Now()));
-  Run(f, fleet, 3 * 60'000);
+  auto registered = f.store.RegisterWorker(r, f.clock.Now());
+  REQUIRE(registered);
+  for (int i = 0; i < 18; ++i) {  // 3 minutes, calling as an idle worker does
+    REQUIRE(f.store.TouchWorker(registered->id, f.clock.Now(), false));
+    Run(f, fleet, 10'000);
+  }
   CHECK(f.State("gpu")->failed_boots == 0);
+  CHECK(f.store.Machine(registered->id).value()->state == "ready");
 }
 
 TEST_CASE("fleet: a changed pool config forgets its failed boots", "[fleet]") {
@@ -261,6 +266,7 @@ TEST_CASE("fleet: a budget boots nothing past the cap and drains at it when told
         p.scaling.min_bill_ms = 10 * 60'000;  // a boot costs at least $1
         p.scaling.budget_per_day = 2.5;
         p.scaling.drain_at_cap = true;
+        p.scaling.lost_after_ms = 0;  // the workers below register, then never call
       },
       o);
   f.Queue(4);
@@ -325,9 +331,10 @@ TEST_CASE("fleet: provider List() calls per hour, idle and booting, before and a
   CHECK(booting_after >= 200);
 }
 
-TEST_CASE("fleet over the EC2 API: instances that never register back off, the pool ends "
-          "failing with their console output, DescribeInstances is paced, billed time bounded",
-          "[fleet][ec2]") {
+TEST_CASE("fleet over the EC2 API: instances that never register are lost and terminated, back "
+          "off, the pool ends failing with their console output, DescribeInstances is paced, "
+          "billed time bounded",
+          "[fleet][ec2][lost]") {
   // The real Fleet and the real EC2 provider against a loopback fake of EC2's
   // API (its XML, SigV4 checked), two hours at serve's pace on a fake clock.
   testing::FakeEc2 ec2;
@@ -388,6 +395,25 @@ TEST_CASE("fleet over the EC2 API: instances that never register back off, the p
   CHECK(std::count(actions.begin(), actions.end(), "TerminateInstances") == boots);
   CHECK(std::count(actions.begin(), actions.end(), "GetConsoleOutput") == boots);
   for (const auto& i : ec2.instances()) CHECK(i.state == "shutting-down");
+  // Each is marked lost, by the instance the provider booted; the runs were
+  // never leased: still queued, no attempt used.
+  auto machines = f.store.Machines(true);
+  REQUIRE(machines);
+  REQUIRE(machines->size() == static_cast<std::size_t>(boots));
+  for (const auto& m : *machines) {
+    CHECK(m.lost());
+    CHECK_THAT(m.last_error,
+               Catch::Contains("lost: no worker registered within boot_timeout (10m00s)"));
+  }
+  auto lost = f.store.LostMachines(0);
+  REQUIRE(lost);
+  CHECK(lost->size() == static_cast<std::size_t>(boots));
+  auto runs = f.store.Runs(std::nullopt, std::nullopt, 0);
+  REQUIRE(runs);
+  for (const auto& r : *runs) {
+    CHECK(r.state == RunState::kQueued);
+    CHECK(r.attempts == 0);
+  }
   auto costs = f.store.Costs(f.clock.Now(), false);
   REQUIRE(costs);
   REQUIRE(costs->size() == 1);
@@ -397,6 +423,143 @@ TEST_CASE("fleet over the EC2 API: instances that never register back off, the p
   CHECK(describes < 200);
   CHECK(fleet.list_calls().at("gpu") == describes);
   CHECK(f.clock.Now() - t0 == 2 * 3'600'000);
+}
+
+// A machine of the fixture's pool that registered (by the name the fleet gave
+// it) and leased one run.
+struct Registered {
+  MachineRow machine;
+  LeasedRun run;
+};
+Registered RegisterAndLease(FleetFixture& f, TimeMs lease_ms) {
+  auto live = f.store.Machines(false);
+  REQUIRE(live);
+  REQUIRE(live->size() == 1);
+  Store::WorkerRegistration r;
+  r.pool = "gpu";
+  r.name = live->front().name;
+  r.hostname = "gpu-host";
+  auto m = f.store.RegisterWorker(r, f.clock.Now());
+  REQUIRE(m);
+  auto leased = f.store.LeaseForMachine(m->id, {}, f.clock.Now(), lease_ms);
+  REQUIRE(leased);
+  REQUIRE(leased->size() == 1);
+  return {*m, leased->front()};
+}
+
+TEST_CASE("fleet: a machine whose worker goes silent is lost, stopped through its provider, "
+          "its run back in the queue with no attempt used, and replaced",
+          "[fleet][lost]") {
+  FleetFixture f;
+  Fleet fleet = f.Make([](PoolSpec& p) {
+    p.scaling.max = 1;
+    p.scaling.lost_after_ms = 45'000;
+  });
+  f.Queue(2);
+  REQUIRE(fleet.Step());
+  REQUIRE(f.provider->running().size() == 1);
+  const std::string first = f.provider->running().front();
+  // The lease (20 s) expires before the machine is taken for lost (45 s):
+  // the expiry charges an attempt, the loss gives it back.
+  auto [machine, run] = RegisterAndLease(f, 20'000);
+  Run(f, fleet, 30'000);
+  CHECK(f.store.Run(run.run_id).value()->state == RunState::kFailed);
+  CHECK(f.store.Machine(machine.id).value()->state == "ready");  // 30 s: not yet
+  Run(f, fleet, 17'000);
+  auto m = f.store.Machine(machine.id).value();
+  CHECK(m->state == "failed");
+  CHECK(m->lost());
+  CHECK_THAT(m->last_error, Catch::Contains("lost: worker silent for 4"));
+  auto r = f.store.Run(run.run_id).value();
+  CHECK(r->state == RunState::kQueued);
+  CHECK(r->attempts == 0);
+  CHECK_THAT(r->last_error, Catch::Contains("machine lost: worker silent"));
+  // Stopped through the provider, and a new machine booted for the queue.
+  bool stopped = false;
+  for (const auto& c : f.provider->calls()) {
+    stopped = stopped || (c.kind == cloud::FakeProvider::Call::Kind::kStop && c.arg == first);
+  }
+  CHECK(stopped);
+  REQUIRE(f.provider->running().size() == 1);
+  CHECK(f.provider->running().front() != first);
+  auto lost = f.store.LostMachines(0);
+  REQUIRE(lost);
+  REQUIRE(lost->size() == 1);
+  CHECK(lost->front().id == machine.id);
+  // A late success from the lost machine's worker (it came back) still counts,
+  // since nobody leased the run again.
+  REQUIRE(f.store.Complete(run.run_id, run.token, f.clock.Now(), 0.9));
+  CHECK(f.store.Run(run.run_id).value()->state == RunState::kSucceeded);
+}
+
+TEST_CASE("fleet: a worker that keeps calling is never lost, and silence while serve was stalled "
+          "does not count",
+          "[fleet][lost]") {
+  FleetFixture f;
+  Fleet fleet = f.Make([](PoolSpec& p) {
+    p.scaling.max = 1;
+    p.scaling.lost_after_ms = 45'000;
+    // Once the stall has let its lease expire the machine is idle: not drained
+    // meanwhile, so that only its silence can end it.
+    p.scaling.idle_grace_ms = 3'600'000;
+  });
+  f.Queue(1);
+  REQUIRE(fleet.Step());
+  auto [machine, run] = RegisterAndLease(f, 60'000);
+  for (int i = 0; i < 20; ++i) {  // 200 s, a heartbeat every 10 s
+    REQUIRE(f.store.Heartbeat(run.run_id, run.token, f.clock.Now(), 60'000));
+    REQUIRE(f.store.TouchWorker(machine.id, f.clock.Now(), true));
+    Run(f, fleet, 10'000);
+  }
+  CHECK(f.store.Machine(machine.id).value()->state == "ready");
+  // serve stalls for 10 minutes (no pass, no request answered) ...
+  f.clock.Advance(600'000);
+  Run(f, fleet, 40'000);
+  // ... so the worker's silence counts from serve's return, not from its last call.
+  CHECK(f.store.Machine(machine.id).value()->state == "ready");
+  Run(f, fleet, 10'000);
+  CHECK(f.store.Machine(machine.id).value()->lost());
+}
+
+TEST_CASE("fleet: a run that has lost max_attempts machines is charged for the next one",
+          "[fleet][lost]") {
+  FleetFixture f;
+  Fleet fleet = f.Make([](PoolSpec& p) {
+    p.scaling.max = 1;
+    p.scaling.lost_after_ms = 45'000;
+  });
+  BatchSpec b;
+  b.experiment = "crashes-its-host";
+  b.command = "true";
+  b.repeats = 1;
+  b.max_attempts = 2;
+  CommitInfo c;
+  c.sha = std::string(40, 'b');
+  c.message = "m";
+  REQUIRE(f.store.Submit("/repos/demo", c, {b}, f.clock.Now()));
+  std::int64_t run_id = 0;
+  for (int round = 1; round <= 4; ++round) {
+    INFO("machine " << round);
+    // Past any boot back-off, until the replacement is up.
+    for (int i = 0; i < 600 && f.provider->running().empty(); ++i) Run(f, fleet, 1000);
+    auto [machine, run] = RegisterAndLease(f, 600'000);
+    run_id = run.run_id;
+    Run(f, fleet, 47'000);  // the last pass 46 s after the worker's last call: past lost_after
+    REQUIRE(f.store.Machine(machine.id).value()->lost());
+    auto r = f.store.Run(run_id).value();
+    if (round <= 2) {
+      CHECK(r->state == RunState::kQueued);
+      CHECK(r->attempts == 0);
+    } else if (round == 3) {
+      CHECK(r->state == RunState::kFailed);
+      CHECK(r->attempts == 1);
+      CHECK_THAT(r->last_error, Catch::Contains("has now lost 3 machines: this attempt counts"));
+      f.clock.Advance(60'000);  // past the retry back-off
+    } else {
+      CHECK(r->state == RunState::kDead);
+      CHECK(r->attempts == 2);
+    }
+  }
 }
 
 }  // namespace

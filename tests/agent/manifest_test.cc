@@ -371,6 +371,54 @@ TEST_CASE("manifest: other per-key checks", "[manifest][errors]") {
         "trainq.yaml:5: experiments.a.watch: expected a string, got a list");
 }
 
+TEST_CASE("manifest: env_passthrough from defaults or the experiment, into the batch's spec",
+          "[manifest]") {
+  auto m = ParseManifest(R"(version: 1
+defaults:
+  env_passthrough: [WANDB_API_KEY, "HF_*"]
+experiments:
+  a:
+    command: x
+  b:
+    command: y
+    env_passthrough: []
+  c:
+    command: z
+    env_passthrough: [WANDB_MODE]
+)",
+                         "trainq.yaml");
+  REQUIRE(m);
+  using V = std::vector<std::string>;
+  REQUIRE(m->Find("a")->env_passthrough);
+  CHECK(*m->Find("a")->env_passthrough == V{"WANDB_API_KEY", "HF_*"});
+  CHECK(*m->Find("b")->env_passthrough == V{});  // an empty list: nothing passed
+  CHECK(*m->Find("c")->env_passthrough == V{"WANDB_MODE"});
+  auto spec = nlohmann::json::parse(m->Find("a")->ToBatchSpec("r").spec_json);
+  CHECK(spec.at("env_passthrough") == nlohmann::json::array({"WANDB_API_KEY", "HF_*"}));
+  CHECK(nlohmann::json::parse(m->Find("b")->ToBatchSpec("r").spec_json).at("env_passthrough") ==
+        nlohmann::json::array());
+  // Not written: the operator's set, and nothing in the spec.
+  auto plain = ParseManifest("version: 1\nexperiments:\n  a:\n    command: x\n", "trainq.yaml");
+  REQUIRE(plain);
+  CHECK_FALSE(plain->experiments[0].env_passthrough);
+  CHECK_FALSE(nlohmann::json::parse(plain->experiments[0].ToBatchSpec("r").spec_json)
+                  .contains("env_passthrough"));
+}
+
+TEST_CASE("manifest: env_passthrough mistakes", "[manifest][errors]") {
+  CHECK(ErrorOf("version: 1\nexperiments:\n  a:\n    command: x\n    env_passthrough: HOME\n") ==
+        "trainq.yaml:5: experiments.a.env_passthrough: expected a list of variable names such as "
+        "[WANDB_API_KEY, \"HF_*\"], got \"HOME\"");
+  CHECK(ErrorOf("version: 1\nexperiments:\n  a:\n    command: x\n"
+                "    env_passthrough: [OK, \"A B\"]\n") ==
+        "trainq.yaml:5: experiments.a.env_passthrough[1]: expected a variable name or PREFIX*, got "
+        "\"A B\"");
+  CHECK_THAT(ErrorOf("version: 1\ndefaults:\n  env_passthrough: [\"*\"]\nexperiments:\n  a:\n"
+                     "    command: x\n"),
+             Catch::StartsWith("trainq.yaml:3: defaults.env_passthrough[0]: expected a variable "
+                               "name or PREFIX*"));
+}
+
 TEST_CASE("manifest: an experiment defined twice", "[manifest][errors]") {
   CHECK(ErrorOf("version: 1\nexperiments:\n  a:\n    command: x\n  a:\n    command: y\n") ==
         "trainq.yaml:5: experiments.a: duplicate key (first written at line 3; YAML would keep "

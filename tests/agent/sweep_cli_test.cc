@@ -116,6 +116,30 @@ TEST_CASE("sweep cli: start, serve --until-idle, status, best, --as set", "[swee
   auto as_set = Trainq(db, "sweep best --as set");
   REQUIRE(as_set.code == 0);
   CHECK(as_set.text == "lr=0.3\nwidth=64\n");
+  auto as_yaml = Trainq(db, "sweep best 1 --as yaml");
+  INFO(as_yaml.text);
+  REQUIRE(as_yaml.code == 0);
+  CHECK_THAT(as_yaml.text, Catch::StartsWith("# sweep 1 (mlp), the winner: point 3: lr=0.3 width=64\n"));
+  CHECK_THAT(as_yaml.text, Catch::Contains("command: python3 train.py --lr '0.3' --width '64' --seed {seed}"));
+  CHECK(Trainq(db, "sweep best 1 --as toml").code != 0);
+
+  // The report shows the sweep in its own section, not its points as experiments.
+  auto report = Trainq(db, "report --out " + ShellQuote(tmp / "report"));
+  INFO(report.text);
+  REQUIRE(report.code == 0);
+  CHECK_THAT(report.text, Catch::Contains("6 batches, 18 runs, 0 experiment(s), 1 sweep(s)"));
+  auto md = testing::Slurp(tmp / "report/report.md");
+  CHECK_THAT(md, Catch::Contains("### Sweep 1: repo / mlp at `" + sha.substr(0, 7) + "` (done)"));
+  CHECK_THAT(md, Catch::Contains("- point 3: lr=0.3 width=64"));
+  CHECK_THAT(md, !Catch::Contains("mlp@sweep1"));
+  auto html = testing::Slurp(tmp / "report/report.html");
+  CHECK_THAT(html, Catch::Contains("<h3 id=\"sweep-1\">"));
+  CHECK_THAT(html, Catch::Contains("every point across its parameters"));
+  CHECK(html.find("<?xml") == std::string::npos);  // SVGs inline without their declaration
+  auto rj = json::parse(testing::Slurp(tmp / "report/report.json"));
+  REQUIRE(rj["sweeps"].size() == 1);
+  CHECK(rj["sweeps"][0]["winner"][0] == "point 3: lr=0.3 width=64");
+  CHECK(rj["sweeps"][0]["importance"].contains("lr"));
 
   // The points are ordinary batches: `trainq status` lists them.
   auto st = TrainqJson(db, "status --json");

@@ -7,11 +7,13 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <yaml-cpp/yaml.h>
 #include <string>
 
 #include "agent/results/sweep.h"
 #include "agent/results/sweep_plot.h"
 #include "core/strings.h"
+#include "stats/summary.h"
 #include "tests/support/temp_dir.h"
 
 namespace trainq {
@@ -213,6 +215,140 @@ TEST_CASE("adaptive sweep: bad points keep their first seeds, the contenders get
     CHECK(circles == 6);
     CHECK(lr.find("point 4: n=9") != std::string::npos);
   }
+}
+
+
+// A view of 12 measured points: `depth` (a grid of 4) decides the mean,
+// `noise` (a range) is drawn independently of it and does not.
+SweepView ImportanceFixture() {
+  SweepView v;
+  v.row.id = 3;
+  v.metric = "accuracy";
+  v.goal = "max";
+  SweepParam depth;
+  depth.name = "depth";
+  depth.kind = ParamKind::kValues;
+  depth.grid = true;
+  depth.options = {1, 2, 3, 4};
+  SweepParam noise;
+  noise.name = "noise";
+  noise.kind = ParamKind::kLogUniform;
+  noise.lo = 0.001;
+  noise.hi = 1;
+  SweepParam fixed;
+  fixed.name = "epochs";
+  fixed.kind = ParamKind::kValue;
+  fixed.options = {10};
+  v.spec.params = {depth, noise, fixed};
+  const double noises[12] = {0.5, 0.002, 0.03, 0.9, 0.01, 0.2, 0.004, 0.07, 0.6, 0.05, 0.003, 0.3};
+  for (int i = 0; i < 12; ++i) {
+    int d = 1 + i % 4;
+    std::vector<double> values;
+    for (int seed = 0; seed < 3; ++seed) values.push_back(0.6 + 0.08 * d + 0.004 * std::sin(i * 3.1 + seed));
+    PointResult p;
+    p.idx = i;
+    p.params = json{{"depth", d}, {"noise", noises[i]}, {"epochs", 10}};
+    p.summary = stats::Summarize(values);
+    p.bound = stats::MeanInterval(p.summary, 0.90)->lo;
+    BatchProgress b;
+    b.id = i + 1;
+    b.metric_goal = "max";
+    b.values = values;
+    b.seeds = {1, 2, 3};
+    p.batch = b;
+    p.state = "done";
+    v.points.push_back(p);
+  }
+  PointResult queued;
+  queued.idx = 12;
+  queued.params = json{{"depth", 2}, {"noise", 0.1}, {"epochs", 10}};
+  queued.state = "queued";
+  v.points.push_back(queued);
+  return v;
+}
+
+TEST_CASE("sweep importance: the parameter that decides the mean explains it, the other does not",
+          "[sweep][plot]") {
+  auto v = ImportanceFixture();
+  auto imp = SweepImportance(v);
+  REQUIRE(imp.size() == 2);  // `value` parameters are not searched
+  CHECK(imp[0].name == "depth");
+  CHECK(imp[0].groups == 4);
+  CHECK(imp[0].points == 12);  // the queued point has no mean
+  CHECK(imp[0].eta2 > 0.9);  // 135/143 on ranks
+  CHECK(imp[1].name == "noise");
+  CHECK(imp[1].groups == 4);  // four bins of three points on the log scale
+  CHECK(imp[1].eta2 < 0.3);
+
+  SECTION("too few points: nothing to say") {
+    v.points.resize(2);
+    CHECK(SweepImportance(v).empty());
+  }
+}
+
+TEST_CASE("sweep plots: parallel coordinates draw a line per measured point, the leader last",
+          "[sweep][plot]") {
+  auto v = ImportanceFixture();
+  auto files = SweepPlots(v);
+  REQUIRE(files.count("parallel.svg") == 1);
+  REQUIRE(files.count("importance.svg") == 1);
+  const auto& par = files["parallel.svg"];
+  std::vector<std::string> titles;
+  for (std::size_t at = 0; (at = par.find("<polyline class=\"point\"", at)) != std::string::npos; ++at) {
+    auto t = par.find("<title>", at);
+    titles.push_back(par.substr(t + 7, par.find("</title>", t) - t - 7));
+  }
+  REQUIRE(titles.size() == 12);
+  auto best = PickBest(v);
+  REQUIRE(best.winner != nullptr);
+  CHECK(best.winner->params["depth"] == 4);
+  CHECK_THAT(titles.back(), Catch::StartsWith("point " + std::to_string(best.winner->idx) + ":"));
+  CHECK_THAT(titles.back(), Catch::EndsWith("(leader)"));
+  // Axes: depth, noise on the log scale and the metric; none for `epochs`.
+  CHECK(par.find(">depth<") != std::string::npos);
+  CHECK(par.find(">noise (log)<") != std::string::npos);
+  CHECK(par.find(">accuracy (mean)<") != std::string::npos);
+  CHECK(par.find("epochs") == std::string::npos);
+  const auto& imp = files["importance.svg"];
+  std::size_t bars = 0;
+  for (std::size_t at = 0; (at = imp.find("class=\"bar\"", at)) != std::string::npos; ++at) ++bars;
+  CHECK(bars == 2);
+  CHECK(imp.find("depth: eta squared") != std::string::npos);
+}
+
+TEST_CASE("sweep text: parameters to 4 significant digits, the winner in words", "[sweep]") {
+  CHECK(ShortParamsText(json{{"lr", 0.031218529809207054}, {"width", 64}, {"act", "relu"}}) ==
+        "act=relu lr=0.03122 width=64");
+  auto v = ImportanceFixture();
+  auto best = PickBest(v);
+  auto lines = WinnerLines(v, best);
+  REQUIRE(lines.size() == 3);
+  CHECK_THAT(lines[0], Catch::StartsWith("point " + std::to_string(best.winner->idx) + ": depth=4"));
+  CHECK_THAT(lines[1], Catch::StartsWith("accuracy 0.9"));
+  CHECK_THAT(lines[1], Catch::EndsWith("(mean [95% CI], n=3)"));
+  CHECK_THAT(lines[2], Catch::StartsWith("vs point "));
+  CHECK(WinnerLines(v, SweepBest{}).empty());
+}
+
+TEST_CASE("sweep best --as yaml: nested spec keys for a trainer, the filled command otherwise",
+          "[sweep]") {
+  json params = {{"optimizer.lr", 0.0123}, {"model.width", 64}, {"trainer.shuffle", true},
+                 {"model.act", "relu"}};
+  auto trainer = WinnerPatch("mlp", json{{"trainer", "configs/mlp.yaml"}}, params);
+  INFO(trainer);
+  CHECK_THAT(trainer, Catch::StartsWith("# merge into configs/mlp.yaml"));
+  auto y = YAML::Load(trainer);
+  CHECK(y["optimizer"]["lr"].as<double>() == 0.0123);
+  CHECK(y["model"]["width"].as<int>() == 64);
+  CHECK(y["model"]["act"].as<std::string>() == "relu");
+  CHECK(y["trainer"]["shuffle"].as<bool>() == true);
+
+  auto command = WinnerPatch("mlp", json{{"command", "python3 t.py --lr {lr} --act {act} --seed {seed}"}},
+                             json{{"lr", 0.5}, {"act", "it's"}});
+  INFO(command);
+  auto c = YAML::Load(command);
+  CHECK(c["experiments"]["mlp"]["command"].as<std::string>() ==
+        "python3 t.py --lr '0.5' --act 'it'\\''s' --seed {seed}");
 }
 
 }  // namespace

@@ -133,6 +133,8 @@ TEST_CASE("sweep spec: mistakes name file, line and key, nothing parses", "[swee
       {P + "        lr: {choice: [[1]]}\n", "expected plain values"},
       {P + "        lr: {value: [1]}\n", "parameters.lr.value: expected a plain value"},
       {P + "        lr: {}\n", "parameters.lr: needs one of"},
+      {"      failed_points: skip\n" + P + "        lr: {uniform: [0, 1]}\n",
+       "trainq.yaml:6: experiments.m.sweep.failed_points: expected exclude or worst, got skip"},
       {P + "        lr: 0.1\n", "parameters.lr: expected a mapping"},
       {P + "        lr: {uniform: [0, 1], choice: [1]}\n", "has more than one of"},
       {P + "        lr: {uniform: [0, 1], color: red}\n",

@@ -259,6 +259,56 @@ TEST_CASE("sweep driver: keeps `parallel` points in flight until the budget, res
   CHECK(store.SweepPoints(id2)->empty());
 }
 
+// A 1-D search whose runs die above lr 0.6 and improve with lr below it.
+// Returns how many of its points landed where runs die.
+int PointsWhereRunsDie(const std::string& failed_points) {
+  testing::TempDir tmp;
+  auto store = std::move(*Store::Open(tmp / "t.db"));
+  auto spec = Space("        lr: {uniform: [0, 1]}\n",
+                    "      budget: {points: 16}\n      parallel: 1\n      repeats: 2\n"
+                    "      strategy: bayes\n      initial: 4\n      seed: 3\n" +
+                        (failed_points.empty() ? "" : "      failed_points: " + failed_points + "\n"));
+  CHECK(spec.failed_worst == (failed_points == "worst"));
+  auto id = AddSweep(store, spec, BaseSpec("python3 t.py {lr} --seed {seed}"));
+  for (int round = 0; round < 40 && (*store.GetSweep(id))->state != "done"; ++round) {
+    REQUIRE(StepSweep(store, id, kT0 + round));
+    auto points = *store.SweepPoints(id);
+    auto leased = *store.Lease("w", kT0 + round, 60'000, 1000);
+    for (const auto& r : leased) {
+      int idx = std::stoi(r.experiment.substr(r.experiment.rfind('p') + 1));
+      double lr = json::parse(points[static_cast<std::size_t>(idx)].params_json)["lr"].get<double>();
+      if (lr > 0.6) {
+        REQUIRE(store.FailRun(r.run_id, r.token, kT0 + round, "CUDA out of memory", 1, false));
+      } else {
+        REQUIRE(store.Complete(r.run_id, r.token, kT0 + round, lr + 0.01 * static_cast<double>(r.seed)));
+      }
+    }
+  }
+  REQUIRE((*store.GetSweep(id))->state == "done");
+  auto view = *LoadSweepView(store, id);
+  REQUIRE(view.points.size() == 16);
+  int dead = 0;
+  for (const auto& p : view.points) {
+    if (p.params["lr"].get<double>() > 0.6) {
+      ++dead;
+      CHECK(p.state == "failed");
+    }
+  }
+  auto best = PickBest(view);
+  REQUIRE(best.winner != nullptr);
+  CHECK(best.winner->params["lr"].get<double>() <= 0.6);  // a dead point never wins
+  return dead;
+}
+
+TEST_CASE("sweep failed_points: worst steers the model away from where runs die, exclude does not",
+          "[sweep]") {
+  int excluded = PointsWhereRunsDie("");
+  int worst = PointsWhereRunsDie("worst");
+  INFO("points where runs die: exclude " << excluded << ", worst " << worst);
+  CHECK(PointsWhereRunsDie("exclude") == excluded);  // the default
+  CHECK(worst < excluded);
+}
+
 TEST_CASE("sweep best: a lucky one-seed point loses to the better 10-seed mean", "[sweep]") {
   testing::TempDir tmp;
   auto store = std::move(*Store::Open(tmp / "t.db"));

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "agent/repo/git_repo.h"
+#include "agent/repo/manifest.h"
 #include "agent/repo/mirror.h"
 #include "agent/daemon/server.h"
 #include "agent/daemon/server_http.h"
@@ -205,20 +206,28 @@ struct Harness {
     so.heartbeat_ms = heartbeat_ms;
     so.lease_ms = 5'000;
     so.recheck_ms = 50;
-    server = std::make_unique<Server>(config, db, SystemClock::Get(), so);
+    options = so;
+    port = testing::FreeLoopbackPort();
+    StartServer();
+    url = "http://127.0.0.1:" + std::to_string(port);
+    repo = std::make_unique<testing::GitFixture>(tmp / "repo");
+    sha = repo->Commit({{"run.sh", kRunScript}, {"trainq.yaml", "version: 1\n"}}, "init");
+  }
+  ~Harness() { StopServer(); }
+
+  ServerOptions options;
+  int port = 0;
+  // A new server on the same port and database (as `trainq serve` restarted).
+  void StartServer() {
+    server = std::make_unique<Server>(config, db, SystemClock::Get(), options);
     REQUIRE(server->Open());
-    int port = testing::FreeLoopbackPort();
     auto l = HttpListener::Start(
         ListenAddress{"127.0.0.1", port}, 64 << 20,
         [srv = server.get()](const HttpServerRequest& r) { return srv->Handle(r); },
         [srv = server.get()](const HttpServerRequest& h) { return srv->Admit(h); });
     REQUIRE(l);
     listener = std::move(*l);
-    url = "http://127.0.0.1:" + std::to_string(port);
-    repo = std::make_unique<testing::GitFixture>(tmp / "repo");
-    sha = repo->Commit({{"run.sh", kRunScript}, {"trainq.yaml", "version: 1\n"}}, "init");
   }
-  ~Harness() { StopServer(); }
 
   void StopServer() {
     if (server) server->StopWaiting();
@@ -235,6 +244,10 @@ struct Harness {
     b.gpus = gpus;
     b.timeout_s = timeout_s;
     if (!trainer.empty()) b.spec_json = nlohmann::json{{"trainer", trainer}}.dump();
+    return SubmitSpec(b);
+  }
+
+  std::int64_t SubmitSpec(const BatchSpec& b) {
     CommitInfo c;
     c.sha = sha;
     c.message = "init";
@@ -736,6 +749,49 @@ TEST_CASE("worker e2e: a run holds only stdin, stdout and stderr, and gets the r
   CHECK(log.find("\nPATH=") != std::string::npos);
 }
 
+// Whoever can push writes trainq.yaml: its env_passthrough picks among the
+// variables the operator lets through (the worker's --env-passthrough here),
+// never beyond them.
+TEST_CASE("worker e2e: trainq.yaml's env_passthrough narrows the operator's passthrough and "
+          "cannot widen it, and the run's log names what was not passed without its value",
+          "[worker][e2e][env]") {
+  ::setenv("TRAINQ_TEST_ALLOWED_A", "value-a", 1);
+  ::setenv("TRAINQ_TEST_ALLOWED_B", "value-b", 1);
+  ::setenv("TRAINQ_TEST_SECRET", "s3cret-value", 1);
+  Harness h;
+  auto manifest = ParseManifest(
+      "version: 1\n"
+      "experiments:\n"
+      "  exp:\n"
+      "    command: env; echo acc=1\n"
+      "    metric: {name: accuracy, regex: 'acc=([0-9]+)'}\n"
+      "    repeats: 1\n"
+      "    env_passthrough: [TRAINQ_TEST_ALLOWED_A, TRAINQ_TEST_SECRET]\n",
+      "trainq.yaml");
+  INFO((manifest ? "" : manifest.error().message));
+  REQUIRE(manifest);
+  auto batch = h.SubmitSpec(manifest->experiments.at(0).ToBatchSpec("test"));
+  auto c = h.Config(1);
+  c.once = true;
+  c.env_passthrough = {"TRAINQ_TEST_ALLOWED_*"};
+  WorkerThread w(c);
+  REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 60s));
+  ::unsetenv("TRAINQ_TEST_ALLOWED_A");
+  ::unsetenv("TRAINQ_TEST_ALLOWED_B");
+  ::unsetenv("TRAINQ_TEST_SECRET");
+  auto runs = h.Runs(batch);
+  REQUIRE(runs.size() == 1);
+  INFO(runs[0].last_error);
+  CHECK(runs[0].state == RunState::kSucceeded);
+  auto log = ReadFile(RunLogPath(h.data, runs[0].id)).value_or("");
+  INFO(log);
+  CHECK(log.find("TRAINQ_TEST_ALLOWED_A=value-a\n") != std::string::npos);  // allowed and asked
+  CHECK(log.find("TRAINQ_TEST_ALLOWED_B") == std::string::npos);  // allowed, not asked
+  CHECK(log.find("s3cret-value") == std::string::npos);           // asked, not allowed
+  CHECK_THAT(log, Catch::Contains("=== trainq: env_passthrough: TRAINQ_TEST_SECRET not passed"));
+  CHECK(log.find("TRAINQ_SEED=") != std::string::npos);
+}
+
 // Issue 16: a self-stop that hung blocked the worker forever, SIGTERM included.
 TEST_CASE("worker e2e: a hanging self-stop is killed after its timeout, and at once on a stop "
           "signal",
@@ -770,6 +826,86 @@ TEST_CASE("worker e2e: a hanging self-stop is killed after its timeout, and at o
   int pid = ReadPid(tmp / "self-stop.pid");
   REQUIRE(pid > 0);
   CHECK(testing::WaitFor([&] { return ProcessGone(pid); }, 10s));
+}
+
+TEST_CASE("worker e2e: a run that ends while the server is away keeps its result on disk and "
+          "delivers it when the server is back: succeeded, with its metric, no attempt used",
+          "[worker][e2e][outbox]") {
+  Harness h;
+  const std::string go = h.tmp / "go";
+  auto batch = h.Submit(1, "while [ ! -e " + ShellQuote(go) + " ]; do sleep 0.05; done; PIDS=" +
+                               (h.tmp / "pids") + " sh run.sh");
+  auto c = h.Config(1);
+  // Register and lease back off for 10 minutes once the server is away: the
+  // kept result is tried every heartbeat (200 ms) all the same, so that it
+  // arrives before the lease expires.
+  c.retry_base_ms = 600'000;
+  c.retry_max_ms = 600'000;
+  WorkerThread w(c);
+  REQUIRE(testing::WaitFor([&] { return h.AllIn(batch, RunState::kRunning); }, 30s));
+  const std::int64_t run_id = h.Runs(batch)[0].id;
+  h.StopServer();
+  h.server.reset();
+  REQUIRE(WriteFile(go, ""));
+  // The worker cannot deliver: the result is kept in its data dir.
+  const fs::path kept = fs::path(c.data_dir) / "outbox" / (std::to_string(run_id) + ".json");
+  REQUIRE(testing::WaitFor([&] { return fs::exists(kept); }, 30s));
+  auto text = ReadFile(kept.string());
+  REQUIRE(text);
+  CHECK_THAT(*text, Catch::Contains("\"outcome\":\"succeeded\""));
+  CHECK_THAT(*text, Catch::Contains("hello from seed 1"));  // the output the server missed
+  CHECK(h.Runs(batch)[0].state == RunState::kRunning);
+  h.StartServer();
+  REQUIRE(testing::WaitFor([&] { return h.AllIn(batch, RunState::kSucceeded); }, 30s));
+  auto r = h.Runs(batch)[0];
+  REQUIRE(r.metric_value);
+  CHECK(*r.metric_value == Approx(0.51));
+  CHECK(r.attempts == 1);
+  auto points = h.store->Metrics(r.id);
+  REQUIRE(points);
+  CHECK(!points->empty());
+  CHECK_THAT(ReadFile(RunLogPath(h.data, r.id)).value_or(""),
+             Catch::Contains("hello from seed 1"));
+  CHECK(testing::WaitFor([&] { return !fs::exists(kept); }, 10s));
+}
+
+TEST_CASE("ResultOutbox keeps results across a restart, and sets aside a damaged file",
+          "[worker][outbox]") {
+  testing::TempDir tmp;
+  {
+    ResultOutbox box(tmp / "outbox");
+    CHECK(box.empty());
+    PendingResult r;
+    r.run_id = 7;
+    r.complete = {{"token", 3}, {"outcome", "succeeded"}, {"metric_value", 0.5}};
+    r.points = nlohmann::json::array({{{"name", "accuracy"}, {"value", 0.5}}});
+    r.log = std::string("bytes \xff not utf-8\n");
+    r.log_offset = 12;
+    REQUIRE(box.Put(r));
+    r.run_id = 3;
+    REQUIRE(box.Put(r));
+  }
+  REQUIRE(WriteFile(tmp / "outbox/9.json", "{\"run_id\": 9, trunc"));
+  ResultOutbox again(tmp / "outbox");
+  auto all = again.All();
+  REQUIRE(all.size() == 2);
+  CHECK(all[0].run_id == 3);
+  CHECK(all[1].run_id == 7);
+  CHECK(all[1].token() == 3);
+  CHECK(all[1].log_offset == 12);
+  CHECK(all[1].points.size() == 1);
+  CHECK(fs::exists(tmp / "outbox/9.json.bad"));
+  again.Remove(3);
+  again.Remove(7);
+  CHECK(again.empty());
+  // The output's tail: all of it when small, else the end after a note.
+  REQUIRE(WriteFile(tmp / "log", "0123456789"));
+  CHECK(ResultOutbox::LogTail(tmp / "log", 4) == "456789");
+  CHECK(ResultOutbox::LogTail(tmp / "log", 10) == "");
+  REQUIRE(WriteFile(tmp / "big", std::string(ResultOutbox::kMaxLogTail + 100, 'x') + "end\n"));
+  auto tail = ResultOutbox::LogTail(tmp / "big", 0);
+  CHECK_THAT(tail, Catch::StartsWith("[trainq: 104 bytes of output left out"));
+  CHECK_THAT(tail, Catch::EndsWith("end\n"));
 }
 
 }  // namespace

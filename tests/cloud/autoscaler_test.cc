@@ -65,6 +65,19 @@ std::string Describe(const std::vector<Action>& actions) {
   return out;
 }
 
+// Registered, its worker last heard from `ago` before now.
+Machine Silent(Machine m, TimeMs ago, int leases = -1) {
+  if (!m.ready_at) m.ready_at = m.booted_at;
+  m.last_seen_at = kNow - ago;
+  if (leases >= 0) m.live_leases = leases;
+  return m;
+}
+
+PoolConfig Never(PoolConfig c) {
+  c.lost_after_ms = 0;
+  return c;
+}
+
 Machine Row(std::int64_t row, Machine m) {
   m.row = row;
   return m;
@@ -143,13 +156,56 @@ TEST_CASE("Autoscale: boot, drain, stop and reconcile decisions") {
        {Ready("m-1", 2, 0), Ready("m-2", 0, 4 * kMin)},
        std::nullopt,
        "drain m-2"},
-      {"missed boot_timeout: stopped, and not replaced in the same pass (a failed boot: the "
+      {"missed boot_timeout: lost, and not replaced in the same pass (a failed boot: the "
        "boot back-off decides when)",
        Gpu(),
        1,
        {InState("m-1", MachineState::kBooting, 11 * kMin)},
        std::nullopt,
-       "stop m-1"},
+       "lost m-1"},
+      {"a ready machine silent past lost_after with runs waiting: lost and replaced",
+       Gpu(),
+       1,
+       {Silent(Ready("m-1", 1, 0), 46 * kSec)},
+       std::nullopt,
+       "lost m-1, boot 1"},
+      {"a ready machine silent for less than lost_after: kept",
+       Gpu(),
+       1,
+       {Silent(Ready("m-1", 1, 0), 44 * kSec)},
+       std::nullopt,
+       ""},
+      {"a silent idle machine with nothing queued: lost, and nothing booted",
+       Gpu(),
+       0,
+       {Silent(Ready("m-1", 0, 0), 10 * kMin)},
+       std::nullopt,
+       "lost m-1"},
+      {"lost_after 0: a silent machine is never lost",
+       Never(Gpu()),
+       1,
+       {Silent(Ready("m-1", 1, 0), 10 * kMin)},
+       std::nullopt,
+       ""},
+      {"a machine whose last call is unknown is never lost for silence",
+       Gpu(),
+       1,
+       {Ready("m-1", 1, 0)},
+       std::nullopt,
+       ""},
+      {"a draining machine still running runs that goes silent: lost, and its run (back in "
+       "the queue) gets a machine",
+       Gpu(),
+       0,
+       {Silent(InState("m-1", MachineState::kDraining, kMin), kMin, 1)},
+       std::nullopt,
+       "lost m-1, boot 1"},
+      {"a silent machine missing from the listing: forgotten (the provider lost it), not lost",
+       Gpu(),
+       0,
+       {Silent(Ready("m-1", 1, 0), kMin)},
+       std::vector<std::string>{},
+       "forget m-1, boot 1"},
       {"a Boot that never answered: forgotten, not replaced in the same pass",
        Gpu(),
        1,

@@ -181,7 +181,7 @@ TEST_CASE("EC2 provider: a crash between boot and record leaves the machine find
   CHECK(Autoscale({pool}, t0 + 600'000 - 1).actions.empty());
   d = Autoscale({pool}, t0 + 600'000 + 1);
   auto stop = std::find_if(d.actions.begin(), d.actions.end(),
-                           [](const Action& a) { return a.kind == ActionKind::kStop; });
+                           [](const Action& a) { return a.kind == ActionKind::kLost; });
   REQUIRE(stop != d.actions.end());
   CHECK(stop->machine == id);
   CHECK(stop->row == 1);

@@ -105,6 +105,36 @@ TEST_CASE("Spawn: the child holds only stdin, stdout and stderr, not our descrip
   CHECK(fds == std::set<std::string>{"0", "1", "2"});
 }
 
+TEST_CASE("IntersectEnvPatterns matches only names both sides match, ValidEnvPattern takes "
+          "NAME and PREFIX*",
+          "[process]") {
+  using V = std::vector<std::string>;
+  CHECK(IntersectEnvPatterns({"A", "B"}, {"B", "C"}) == V{"B"});
+  CHECK(IntersectEnvPatterns({"WANDB_*"}, {"WANDB_API_KEY"}) == V{"WANDB_API_KEY"});
+  CHECK(IntersectEnvPatterns({"WANDB_API_KEY"}, {"WANDB_*"}) == V{"WANDB_API_KEY"});
+  CHECK(IntersectEnvPatterns({"WANDB_*"}, {"W*"}) == V{"WANDB_*"});  // the narrower prefix
+  CHECK(IntersectEnvPatterns({"W*"}, {"WANDB_*"}) == V{"WANDB_*"});
+  CHECK(IntersectEnvPatterns({"HF_*"}, {"AWS_*", "AWS_SECRET_ACCESS_KEY"}).empty());
+  CHECK(IntersectEnvPatterns({}, {"*", "A"}).empty());  // nothing allowed: nothing at all
+  CHECK(IntersectEnvPatterns({"A", "B"}, {}).empty());
+  CHECK(IntersectEnvPatterns({"A*", "AB*"}, {"ABC"}) == V{"ABC"});  // once
+  // Every name the result matches is matched by both sides.
+  const V a = {"CONDA_*", "HF_TOKEN", "WANDB_*"}, b = {"C*", "HF_*", "WANDB_MODE", "X"};
+  const auto both = IntersectEnvPatterns(a, b);
+  for (const std::string name : {"CONDA_PREFIX", "CUDA_HOME", "HF_TOKEN", "HF_HOME", "WANDB_MODE",
+                                 "WANDB_API_KEY", "X"}) {
+    INFO(name);
+    CHECK(EnvNameMatches(name, both) == (EnvNameMatches(name, a) && EnvNameMatches(name, b)));
+  }
+  CHECK(ValidEnvPattern("WANDB_API_KEY"));
+  CHECK(ValidEnvPattern("CONDA_*"));
+  CHECK_FALSE(ValidEnvPattern("*"));
+  CHECK_FALSE(ValidEnvPattern(""));
+  CHECK_FALSE(ValidEnvPattern("A B"));
+  CHECK_FALSE(ValidEnvPattern("A*B"));
+  CHECK_FALSE(ValidEnvPattern("A=B"));
+}
+
 TEST_CASE("Spawn with inherit_env false gives RunEnvironment(pass_env) and spec.env, "
           "RunEnvironment keeps only the safe base and the chosen passthrough",
           "[process]") {

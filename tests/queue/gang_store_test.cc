@@ -261,6 +261,26 @@ TEST_CASE("A machine lost from a gang returns the whole run to the queue", "[gan
   CHECK((*r)->attempts == 0);
 }
 
+TEST_CASE("A gang member's machine marked lost (its worker silent) returns the whole run to the "
+          "queue",
+          "[gang][lost]") {
+  Fixture f;
+  f.Submit({GangSpec("ddp", 1, 2, 1)});
+  auto a = f.Register("a");
+  auto b = f.Register("b");
+  auto la = f.Lease(a);
+  REQUIRE(la.size() == 1);
+  auto returned = f.store.LoseMachine(b, f.clock.Now(), "worker silent for 46s");
+  REQUIRE(returned);
+  CHECK(*returned == 1);
+  auto r = f.store.Run(la[0].run_id);
+  REQUIRE(r);
+  CHECK((*r)->state == RunState::kQueued);
+  CHECK((*r)->attempts == 0);
+  CHECK_THAT((*r)->last_error, Catch::Contains("a machine of the gang was lost"));
+  CHECK(f.store.Machine(b).value()->lost());
+}
+
 TEST_CASE("The in-process executor's Lease skips gangs over several machines", "[gang]") {
   Fixture f;
   f.Submit({GangSpec("multi", 1, 2, 1), GangSpec("single", 1, 1, 2)});

@@ -559,3 +559,29 @@ TEST_CASE("Processes that open a new database at once migrate it once", "[store]
   REQUIRE(s);
   CHECK(s->schema_version() == Store::kSchemaVersion);
 }
+
+TEST_CASE("A lease carries the batch's env_passthrough from its spec, or none when not written",
+          "[store][env]") {
+  Fixture f;
+  BatchSpec narrowed = MakeSpec("narrowed", 1);
+  narrowed.spec_json = R"({"command": "x", "env_passthrough": ["WANDB_API_KEY", "HF_*"]})";
+  BatchSpec empty = MakeSpec("empty", 1);
+  empty.spec_json = R"({"env_passthrough": []})";
+  BatchSpec plain = MakeSpec("plain", 1);
+  REQUIRE(f.store.Submit("/repos/demo", MakeCommit(), {narrowed, empty, plain}, kT0));
+  auto leased = f.store.Lease("w1", kT0, kLease, 3);
+  REQUIRE(leased);
+  REQUIRE(leased->size() == 3);
+  for (const auto& l : *leased) {
+    INFO(l.experiment);
+    if (l.experiment == "narrowed") {
+      REQUIRE(l.env_passthrough);
+      CHECK(*l.env_passthrough == std::vector<std::string>{"WANDB_API_KEY", "HF_*"});
+    } else if (l.experiment == "empty") {
+      REQUIRE(l.env_passthrough);
+      CHECK(l.env_passthrough->empty());
+    } else {
+      CHECK_FALSE(l.env_passthrough);
+    }
+  }
+}
