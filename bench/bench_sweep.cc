@@ -12,7 +12,11 @@
 //                   best single value (study.best_trial)
 //   trainq          the daemon's suggester (SuggestPoints, GP with each
 //                   point's variance of the mean as its noise), 3 seeds per
-//                   point, pick = best one-sided 95% lower bound (PickBest)
+//                   point, pick = best one-sided 95% lower bound (PickBest),
+//                   then 3 fresh seeds of the pick out of the same budget
+//                   (`confirm`, the default): their mean is the claim
+//   trainq-noconfirm as trainq with confirm: 0 (the claim is the mean of the
+//                   3 seeds the pick was chosen on)
 //   trainq-adaptive as trainq with repeats {min: 2, max: 10}: StepSweep's rule
 //                   (PointsNeedingSeeds) gives 2 more seeds to points that could
 //                   still be the best before any new point (parallel: 1)
@@ -88,8 +92,8 @@ bool Close(double a, double b) { return std::abs(a - b) <= 1e-12 * std::max(1.0,
 // The pick and what it claims. Single: the best single value (1-seed
 // strategies). Otherwise the best one-sided 95% lower bound among points with
 // two or more seeds, first in point order on ties (PickBest's stable sort).
-void Pick(const Objective& obj, const std::vector<Point>& pts, bool single, double noise,
-          Outcome& out) {
+std::size_t Pick(const Objective& obj, const std::vector<Point>& pts, bool single, double noise,
+                 Outcome& out) {
   std::size_t best = pts.size();
   double best_v = -1e300;
   for (std::size_t i = 0; i < pts.size(); ++i) {
@@ -106,7 +110,7 @@ void Pick(const Objective& obj, const std::vector<Point>& pts, bool single, doub
       best = i;
     }
   }
-  if (best == pts.size()) return;
+  if (best == pts.size()) return best;
   const Point& p = pts[best];
   out.truth = obj.True(p.params);
   out.final_regret = obj.optimum() - out.truth;
@@ -122,6 +126,7 @@ void Pick(const Objective& obj, const std::vector<Point>& pts, bool single, doub
     auto ci = stats::MeanInterval(s, 0.95);
     out.ci_covers = ci->contains(out.truth) || Close(out.claim, out.truth);
   }
+  return best;
 }
 
 SweepHistory History(const std::vector<Point>& pts, bool naive) {
@@ -238,7 +243,9 @@ Outcome RunSweep(const Objective& obj, const std::string& strategy, std::uint64_
   if (strategy == "tpe") return RunTpe(obj, sweep, noise, budget);
   const bool naive = strategy == "random" || strategy == "gp-naive";
   const bool adaptive = strategy == "trainq-adaptive";
-  const int repeats = strategy == "trainq" ? 3 : adaptive ? 2 : 1;
+  const bool fixed3 = strategy == "trainq" || strategy == "trainq-noconfirm";
+  const int repeats = fixed3 ? 3 : adaptive ? 2 : 1;
+  const int confirm = strategy == "trainq" ? 3 : 0;  // SweepSpec::ConfirmSeeds's default
   const int max_seeds = std::min(10, obj.max_seeds()), step = 2;
   SweepSpec space;
   space.params = obj.params();
@@ -277,7 +284,7 @@ Outcome RunSweep(const Objective& obj, const std::string& strategy, std::uint64_
       }
       if (extended) continue;
     }
-    if (out.runs + repeats > budget) break;
+    if (out.runs + repeats > budget - confirm) break;
     auto t0 = std::chrono::steady_clock::now();
     auto next = SuggestPoints(space, existing, 1, sweep, History(pts, naive));
     ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -288,6 +295,26 @@ Outcome RunSweep(const Objective& obj, const std::string& strategy, std::uint64_
     existing.push_back(next->at(0));
     pts.push_back({obj.Snap(next->at(0)), {}});
     run(pts.back(), 1, repeats);
+  }
+  if (confirm > 0) {
+    // StepSweep once the search has ended: the pick gets fresh seeds, and
+    // their mean alone is its claimed value (PointResult::confirmed).
+    std::size_t w = Pick(obj, pts, false, noise, out);
+    if (w < pts.size()) {
+      Point& p = pts[w];
+      const int n = static_cast<int>(p.ys.size());
+      std::vector<double> fresh;
+      for (int s = n + 1; s <= n + confirm; ++s) fresh.push_back(obj.Run(p.params, s, sweep, noise));
+      p.ys.insert(p.ys.end(), fresh.begin(), fresh.end());
+      out.runs += confirm;
+      auto sum = stats::Summarize(fresh);
+      out.claim = sum.mean;
+      out.se = sum.se;
+      out.pick_n = confirm;
+      auto ci = stats::MeanInterval(sum, 0.95);
+      out.ci_covers = (ci && ci->contains(out.truth)) || Close(out.claim, out.truth);
+      out.trace.push_back({out.runs, out.final_regret});
+    }
   }
   out.points = static_cast<int>(pts.size());
   out.suggest_ms = pts.empty() ? 0 : ms / static_cast<double>(pts.size());
@@ -364,7 +391,7 @@ std::vector<std::string> Split(const std::string& s) {
 int Usage() {
   std::fprintf(stderr,
                "usage: bench_sweep [--objective branin|hartmann6|digits] [--noise SD[,SD...]] "
-               "[--reps N] [--first-seed S] [--budget RUNS] [--strategies random,gp-naive,tpe,trainq,trainq-adaptive] "
+               "[--reps N] [--first-seed S] [--budget RUNS] [--strategies random,gp-naive,tpe,trainq,trainq-noconfirm,trainq-adaptive] "
                "[--data digits_grid.csv] [--out DIR]\n");
   return 2;
 }
@@ -375,7 +402,7 @@ int main(int argc, char** argv) {
   int reps = 20, budget = 0, first = 1;
   std::string objective = "branin", noise_arg, out_dir;
   std::string data = std::string(TRAINQ_BENCH_DIR) + "/data/digits_grid.csv";
-  std::vector<std::string> strategies = {"random", "gp-naive", "tpe", "trainq", "trainq-adaptive"};
+  std::vector<std::string> strategies = {"random", "gp-naive", "tpe", "trainq", "trainq-noconfirm", "trainq-adaptive"};
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--reps") reps = std::atoi(argv[i + 1]);

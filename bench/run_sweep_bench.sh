@@ -15,7 +15,7 @@ part() { flock "$LOCK" "$B" --reps 20 --out "$OUT" "$@"; }
 for n in 0 0.5 2; do part --objective branin --noise "$n"; done
 for n in 0 1 2; do part --objective digits --noise "$n"; done
 for n in 0 0.05 0.2; do
-  part --objective hartmann6 --noise "$n" --strategies random,tpe,trainq,trainq-adaptive
+  part --objective hartmann6 --noise "$n" --strategies random,tpe,trainq,trainq-noconfirm,trainq-adaptive
   # the naive GP refits on every single run: ~25 s per sweep at 150 runs
   flock "$LOCK" "$B" --objective hartmann6 --noise "$n" --strategies gp-naive --reps 10 --out "$OUT"
   flock "$LOCK" "$B" --objective hartmann6 --noise "$n" --strategies gp-naive --reps 10 --first-seed 11 --out "$OUT"

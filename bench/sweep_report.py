@@ -23,11 +23,11 @@ import statistics
 import sys
 from collections import defaultdict
 
-STRATEGIES = ["random", "gp-naive", "tpe", "trainq", "trainq-adaptive"]
+STRATEGIES = ["random", "gp-naive", "tpe", "trainq-noconfirm", "trainq", "trainq-adaptive"]
 BASELINES = ["random", "gp-naive", "tpe"]
 OBJECTIVES = ["branin", "hartmann6", "digits"]
 COLOURS = {"random": "#999999", "gp-naive": "#d62728", "tpe": "#ff7f0e",
-           "trainq": "#1f77b4", "trainq-adaptive": "#2ca02c"}
+           "trainq-noconfirm": "#9ecae1", "trainq": "#1f77b4", "trainq-adaptive": "#2ca02c"}
 
 
 def quantile(v, q):
