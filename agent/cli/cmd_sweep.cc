@@ -49,6 +49,16 @@ json PointJson(const PointResult& p) {
             {"mean", p.summary.n ? json(p.summary.mean) : json(nullptr)},
             {"bound", JsonOrNull(p.bound)}};
   if (p.summary.ci95) j["ci95"] = {p.summary.ci95->lo, p.summary.ci95->hi};
+  if (p.confirming) {
+    // The fresh seeds after the search: the value to claim for the pick.
+    auto part = [](const stats::Summary& s) {
+      json k = {{"n", s.n}, {"mean", s.n ? json(s.mean) : json(nullptr)}};
+      if (s.ci95) k["ci95"] = {s.ci95->lo, s.ci95->hi};
+      return k;
+    };
+    j["search"] = part(p.search);
+    j["confirmed"] = part(p.confirmed);
+  }
   return j;
 }
 
@@ -151,6 +161,7 @@ Status Start(const std::string& db, const StartOptions& o, std::ostream& out) {
                 {"points", spec.PointBudget()},
                 {"repeats", spec.repeats},
                 {"repeats_max", spec.adaptive() ? spec.repeats_max : spec.repeats},
+                {"confirm", spec.adaptive() ? 0 : spec.ConfirmSeeds()},
                 {"strategy", StrategyText(spec)},
                 {"parallel", spec.parallel},
                 {"queued", added}}
@@ -166,6 +177,9 @@ Status Start(const std::string& db, const StartOptions& o, std::ostream& out) {
   } else {
     out << spec.PointBudget() << " points x " << spec.repeats << " seeds (seeds "
         << base.seed_start << ".." << base.seed_start + spec.repeats - 1 << ")";
+    if (spec.ConfirmSeeds() > 0) {
+      out << ", then " << spec.ConfirmSeeds() << " fresh seeds for the winner";
+    }
   }
   if (spec.budget_runs) out << ", at most " << *spec.budget_runs << " runs";
   out << ", " << StrategyText(spec) << ", " << spec.parallel << " in flight; " << added
@@ -245,7 +259,13 @@ Status Status_(const std::string& db, const ReadOptions& o, std::ostream& out) {
            p.bound ? Num(*p.bound) : "-", ShortParamsText(p.params)});
   }
   out << t.Render("  ");
-  if (best.winner) out << "  * leader by the confidence bound (trainq sweep best " << v.row.id << ")\n";
+  if (best.winner && best.winner->confirming) {
+    out << "  * the search's pick, " << (v.row.state == "running" ? "being confirmed" : "confirmed")
+        << " on " << v.spec.ConfirmSeeds() << " fresh seeds (trainq sweep best " << v.row.id
+        << ")\n";
+  } else if (best.winner) {
+    out << "  * leader by the confidence bound (trainq sweep best " << v.row.id << ")\n";
+  }
   return {};
 }
 

@@ -438,9 +438,17 @@ int SweepSpec::InitialPoints() const {
   return std::max(4, 2 * d);
 }
 
+int SweepSpec::ConfirmSeeds() const {
+  if (confirm >= 0) return confirm;
+  if (repeats_max != 0) return 0;  // adaptive (or until ResolveRepeats says)
+  if (budget_points && *budget_points < 3) return 0;
+  if (budget_runs && *budget_runs < 4 * repeats) return 0;
+  return repeats;
+}
+
 int SweepSpec::PointBudget() const {
   if (budget_points) return *budget_points;
-  if (budget_runs) return (*budget_runs + repeats - 1) / repeats;
+  if (budget_runs) return (*budget_runs - ConfirmSeeds() + repeats - 1) / repeats;
   return static_cast<int>(points.size() + GridSize());
 }
 
@@ -465,6 +473,7 @@ json SweepSpec::ToJson() const {
   if (repeats_step > 0) j["repeats_step"] = repeats_step;
   if (initial > 0) j["initial"] = initial;
   if (failed_worst) j["failed_points"] = "worst";
+  j["confirm"] = ConfirmSeeds();
   if (budget_points) j["budget"]["points"] = *budget_points;
   if (budget_runs) j["budget"]["runs"] = *budget_runs;
   return j;
@@ -508,6 +517,7 @@ Result<SweepSpec> SweepSpec::FromJson(const json& j) {
     s.repeats_step = j.value("repeats_step", 0);
     s.initial = j.value("initial", 0);
     s.failed_worst = j.value("failed_points", "exclude") == "worst";
+    s.confirm = j.value("confirm", 0);  // sweeps stored before `confirm` had none
     if (j.contains("budget")) {
       if (j["budget"].contains("points")) s.budget_points = j["budget"]["points"].get<int>();
       if (j["budget"].contains("runs")) s.budget_runs = j["budget"]["runs"].get<int>();
@@ -524,7 +534,7 @@ Result<SweepSpec> ParseSweep(const YAML::Node& node, const std::string& path,
   if (!node.IsMap()) return p.Err(node, path, "expected a mapping, got " + SweepParser::Show(node));
   TRY(p.CheckKeys(node, path,
              {"parameters", "points", "budget", "parallel", "repeats", "seed", "strategy",
-              "initial", "failed_points"}));
+              "initial", "failed_points", "confirm"}));
   SweepSpec s;
   std::string default_strategy;
   if (auto n = node["strategy"]) {
@@ -669,6 +679,16 @@ Result<SweepSpec> ParseSweep(const YAML::Node& node, const std::string& path,
     }
     s.failed_worst = v == "worst";
   }
+  if (auto n = node["confirm"]) {
+    ASSIGN_OR_RETURN(auto v, p.Int(n, path + ".confirm", 0));
+    if (v > 1000) return p.Err(n, path + ".confirm", "at most 1000 seeds");
+    if (v > 0 && s.repeats_max != 0) {
+      return p.Err(n, path + ".confirm",
+                   "applies to fixed repeats; adaptive repeats already give the leading "
+                   "points fresh seeds (drop confirm, or say repeats: N)");
+    }
+    s.confirm = static_cast<int>(v);
+  }
   if (auto n = node["seed"]) {
     ASSIGN_OR_RETURN(auto v, p.Int(n, path + ".seed", 0));
     s.seed = static_cast<std::uint64_t>(v);
@@ -676,6 +696,11 @@ Result<SweepSpec> ParseSweep(const YAML::Node& node, const std::string& path,
   if (s.budget_runs && *s.budget_runs < s.repeats) {
     return p.Err(node["budget"], path + ".budget.runs",
                  "smaller than one point's repeats (" + std::to_string(s.repeats) + ")");
+  }
+  if (s.budget_runs && s.confirm > 0 && *s.budget_runs < s.repeats + s.confirm) {
+    return p.Err(node["budget"], path + ".budget.runs",
+                 "smaller than one point's repeats plus confirm (" +
+                     std::to_string(s.repeats + s.confirm) + ")");
   }
   if (!s.budget_points && !s.budget_runs) {
     for (const auto& param : s.params) {

@@ -7,6 +7,9 @@
 //     repeats: 3                    # seeds s..s+2 for every point (points pair)
 //     # or repeats: {min: 3, max: 10, step: 2}: more seeds only for points
 //     # that could still be the best (agent/results/sweep.h, NeedsMoreSeeds)
+//     confirm: 3                    # fresh seeds for the winner once the search
+//                                   # ends (default: repeats; 0: none; fixed
+//                                   # repeats only): its claimed value
 //     seed: 7                       # the sweep's own RNG seed
 //     strategy: bayes               # default for ranges: random | bayes (GP) | tpe
 //     initial: 6                    # random points before a model proposes any
@@ -71,11 +74,19 @@ struct SweepSpec {
   // to them as the worst mean measured so far (true, `failed_points: worst`),
   // so that they steer away from where runs crash. Never a winner either way.
   bool failed_worst = false;
+  // Fresh seeds for the winner once the search has ended: the search's seeds
+  // picked it among many points, so their mean reads high (the winner's
+  // curse); the mean of seeds nobody selected on is the value to claim. -1:
+  // the default (repeats, or 0 with adaptive repeats, which already give the
+  // leaders more seeds, or when fewer than 3 points fit the budget).
+  int confirm = -1;
   std::uint64_t seed = 1;
 
   bool adaptive() const { return repeats_max > repeats; }
   void ResolveRepeats(int experiment_repeats);
   int step() const { return repeats_step > 0 ? repeats_step : repeats; }
+  // Seeds the winner gets after the search (`confirm`, resolved).
+  int ConfirmSeeds() const;
   // Random points before the model: `initial`, or max(4, 2 x model parameters).
   int InitialPoints() const;
   bool HasModel() const;
@@ -83,7 +94,8 @@ struct SweepSpec {
   const SweepParam* Find(std::string_view name) const;
   // Number of grid combinations (1 when no grid parameter).
   std::int64_t GridSize() const;
-  // How many points the sweep runs: budget points, runs / repeats rounded up,
+  // How many points the sweep runs: budget points, (runs - confirmation) /
+  // repeats rounded up,
   // or (without a budget, all parameters grid/value/expr) explicit + grid.
   int PointBudget() const;
   nlohmann::json ToJson() const;

@@ -287,8 +287,15 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
     }
     for (auto& params : failed) history.observed.push_back(Observe(params, {worst}));
   }
+  // `confirm`: once the search has ended, its pick gets fresh seeds. With
+  // fixed repeats that point is the one batch grown past `repeats`, so the
+  // store says whether it happened; its runs are kept out of the search's
+  // runs budget until then.
+  const int confirm = spec.adaptive() ? 0 : spec.ConfirmSeeds();
+  bool confirming = false;
+  for (const auto& k : known) confirming = confirming || (confirm > 0 && k.repeats > spec.repeats);
   auto runs_left = [&]() -> std::int64_t {
-    return spec.budget_runs ? *spec.budget_runs - runs_used
+    return spec.budget_runs ? *spec.budget_runs - runs_used - (confirming ? 0 : confirm)
                             : std::numeric_limits<std::int64_t>::max();
   };
 
@@ -317,6 +324,7 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
 
   int budget = spec.PointBudget();
   std::int64_t want = std::min(spec.parallel - in_flight, budget - static_cast<int>(points.size()));
+  if (confirming) want = 0;
   want = std::min<std::int64_t>(want, runs_left() / spec.repeats);
   int added = 0;
   if (want > 0) {
@@ -333,6 +341,16 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
     }
   }
   if (added == 0 && extended == 0 && in_flight == 0) {
+    if (confirm > 0 && !confirming) {
+      // The search is over: its pick gets `confirm` fresh seeds.
+      ASSIGN_OR_RETURN(auto view, LoadSweepView(store, id));
+      auto best = PickBest(view);
+      if (best.winner && best.winner->batch) {
+        ASSIGN_OR_RETURN(int n, store.ExtendBatch(best.winner->batch->id,
+                                                  best.winner->batch->repeats + confirm, now));
+        if (n > 0) return 1;
+      }
+    }
     TRY(store.SetSweepState(id, "done", now));
   }
   return added + extended;
@@ -368,7 +386,9 @@ Result<SweepView> LoadSweepView(Store& store, std::int64_t id) {
   v.goal = base.metric_goal;
   v.metric = base.metric_name;
   v.budget_points = v.spec.PointBudget();
-  v.runs_total = v.spec.budget_runs ? *v.spec.budget_runs : v.budget_points * v.spec.repeats;
+  const int confirm = v.spec.adaptive() ? 0 : v.spec.ConfirmSeeds();
+  v.runs_total = v.spec.budget_runs ? *v.spec.budget_runs
+                                    : v.budget_points * v.spec.repeats + confirm;
   ASSIGN_OR_RETURN(auto points, store.SweepPoints(id));
   for (const auto& p : points) {
     PointResult r;
@@ -394,6 +414,15 @@ Result<SweepView> LoadSweepView(Store& store, std::int64_t id) {
         auto ci = stats::MeanInterval(r.summary, 0.90);  // one-sided 95 % bounds
         if (ci) r.bound = v.goal == "min" ? ci->hi : ci->lo;
       }
+      if (confirm > 0 && b.repeats > v.spec.repeats) {
+        std::vector<double> search, fresh;
+        for (std::size_t i = 0; i < b.values.size() && i < b.seeds.size(); ++i) {
+          (b.seeds[i] < b.seed_start + v.spec.repeats ? search : fresh).push_back(b.values[i]);
+        }
+        r.confirming = true;
+        r.search = stats::Summarize(search);
+        r.confirmed = stats::Summarize(fresh);
+      }
     }
     v.points.push_back(std::move(r));
   }
@@ -408,8 +437,11 @@ SweepBest PickBest(const SweepView& v) {
   }
   best.eligible = static_cast<int>(eligible.size());
   bool max = v.goal != "min";
+  // The point being confirmed was the pick when the search ended; it stays
+  // the winner whatever its fresh seeds say (they are its claimed value).
   std::stable_sort(eligible.begin(), eligible.end(),
                    [max](const PointResult* a, const PointResult* b) {
+                     if (a->confirming != b->confirming) return a->confirming;
                      return max ? *a->bound > *b->bound : *a->bound < *b->bound;
                    });
   if (!eligible.empty()) best.winner = eligible[0];
@@ -506,6 +538,23 @@ std::vector<std::string> WinnerLines(const SweepView& v, const SweepBest& best) 
   lines.push_back("point " + std::to_string(w.idx) + ": " + ShortParamsText(w.params));
   lines.push_back(v.metric + " " + PointMeanText(w) + " (mean [95% CI], n=" +
                   std::to_string(w.summary.n) + ")");
+  if (w.confirming) {
+    const int want = v.spec.ConfirmSeeds();
+    PointResult fresh;
+    fresh.summary = w.confirmed;
+    std::string line = "confirmed on " + std::to_string(w.confirmed.n) + " fresh seed" +
+                       (w.confirmed.n == 1 ? "" : "s");
+    if (w.confirmed.n < static_cast<std::size_t>(want)) {
+      line += " (of " + std::to_string(want) + ", still running)";
+    }
+    line += ": " + PointMeanText(fresh);
+    if (w.confirmed.n > 0 && w.search.n > 0) {
+      double d = w.confirmed.mean - w.search.mean;
+      line += "; the " + std::to_string(w.search.n) + " seeds it was picked on read " +
+              Sig4(w.search.mean) + " (" + (d >= 0 ? "+" : "") + Sig4(d) + " fresh)";
+    }
+    lines.push_back(line);
+  }
   if (best.runner_up && best.vs_runner_up) {
     bool tie = best.vs_runner_up->verdict != stats::Verdict::kBetter &&
                best.vs_runner_up->verdict != stats::Verdict::kWorse;

@@ -81,6 +81,13 @@ struct PointResult {
   stats::Summary summary;
   std::optional<double> bound;  // the lower (goal max) / upper (min) 95% one-sided bound
   std::string state;            // queued | running | done | failed (no finished run)
+  // The point the search picked, given `confirm` fresh seeds after it ended
+  // (in fixed repeats, the one batch with more runs than `repeats`):
+  // `search` over the seeds it was picked on, `confirmed` over the fresh ones
+  // (n < confirm while they run).
+  bool confirming = false;
+  stats::Summary search;
+  stats::Summary confirmed;
 };
 struct SweepView {
   Store::SweepRow row;
@@ -101,7 +108,9 @@ struct SweepBest {
   int eligible = 0;  // points with at least two finished seeds
 };
 // The winner by its lower confidence bound (mean - t * SE for goal max, the
-// upper bound for min) among points with at least 2 finished seeds.
+// upper bound for min) among points with at least 2 finished seeds; once the
+// search has ended and its pick is being confirmed, that pick (the runner-up
+// is the best of the others).
 SweepBest PickBest(const SweepView& v);
 
 // "lr=0.03122 width=64": parameters as shown in tables and reports, numbers
@@ -111,7 +120,8 @@ std::string ShortParamsText(const nlohmann::json& params);
 std::string PointMeanText(const PointResult& p);
 // The winner of `PickBest` in words, for `sweep best` and the report:
 // "point 8: lr=0.03122 width=64", "accuracy 0.9001 [0.8967, 0.9035] (mean
-// [95% CI], n=6)" and, with a runner-up, "vs point 12 (...): tie: ...".
+// [95% CI], n=6)", with a confirmation "confirmed on 3 fresh seeds: ..."
+// and, with a runner-up, "vs point 12 (...): tie: ...".
 // Empty when there is no winner yet.
 std::vector<std::string> WinnerLines(const SweepView& v, const SweepBest& best);
 // `sweep best --as yaml`: what to commit so that plain pushes run the

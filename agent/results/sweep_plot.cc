@@ -510,6 +510,7 @@ std::map<std::string, std::string> SweepPlots(const SweepView& v) {
   double runs = 0;
   for (const auto& p : v.points) {
     so_far.points.push_back(p);
+    so_far.points.back().confirming = false;  // the pick as the search saw it then
     runs += static_cast<double>(p.summary.n);
     if (p.summary.n == 0) continue;
     auto best = PickBest(so_far);

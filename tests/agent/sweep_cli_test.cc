@@ -77,8 +77,9 @@ TEST_CASE("sweep cli: start, serve --until-idle, status, best, --as set", "[swee
   INFO(start.text);
   REQUIRE(start.code == 0);
   CHECK_THAT(start.text, Catch::Contains("sweep 1: mlp at " + sha.substr(0, 10) +
-                                         ", 6 points x 3 seeds (seeds 1..3), grid: lr, width, "
-                                         "2 in flight; 2 queued now"));
+                                         ", 6 points x 3 seeds (seeds 1..3), then 3 fresh "
+                                         "seeds for the winner, grid: lr, width, 2 in flight; "
+                                         "2 queued now"));
 
   auto serve = Trainq(db, "serve --slots 2 --until-idle --poll-ms 20");
   INFO(serve.text);
@@ -86,12 +87,12 @@ TEST_CASE("sweep cli: start, serve --until-idle, status, best, --as set", "[swee
 
   auto status = TrainqJson(db, "sweep status 1 --json");
   CHECK(status["state"] == "done");
-  CHECK(status["runs_done"] == 18);
+  CHECK(status["runs_done"] == 21);  // 6 points x 3 seeds + 3 fresh seeds for the winner
   REQUIRE(status["points"].size() == 6);
   std::set<std::string> combos;
   for (const auto& p : status["points"]) {
     CHECK(p["state"] == "done");
-    CHECK(p["n"] == 3);
+    CHECK(p["n"] == (p["point"] == 3 ? 6 : 3));
     combos.insert(p["params"].dump());
   }
   CHECK(combos.size() == 6);
@@ -99,7 +100,7 @@ TEST_CASE("sweep cli: start, serve --until-idle, status, best, --as set", "[swee
 
   auto text = Trainq(db, "sweep status 1");
   INFO(text.text);
-  CHECK_THAT(text.text, Catch::Contains("sweep 1: mlp, done, 6/6 points, 18/18 runs ended"));
+  CHECK_THAT(text.text, Catch::Contains("sweep 1: mlp, done, 6/6 points, 21/21 runs ended"));
   CHECK_THAT(text.text, Catch::Contains("lr=0.3 width=64"));
 
   auto list = TrainqJson(db, "sweep status --json");
@@ -108,7 +109,16 @@ TEST_CASE("sweep cli: start, serve --until-idle, status, best, --as set", "[swee
 
   auto best = TrainqJson(db, "sweep best 1 --json");
   CHECK(best["winner"]["params"] == json{{"lr", 0.3}, {"width", 64}});
-  CHECK(best["winner"]["mean"].get<double>() == Approx(0.902));
+  // Seeds 1..3 picked it (0.902); seeds 4..6 are its claimed value (0.905).
+  CHECK(best["winner"]["mean"].get<double>() == Approx(0.9035));
+  CHECK(best["winner"]["search"]["n"] == 3);
+  CHECK(best["winner"]["search"]["mean"].get<double>() == Approx(0.902));
+  CHECK(best["winner"]["confirmed"]["n"] == 3);
+  CHECK(best["winner"]["confirmed"]["mean"].get<double>() == Approx(0.905));
+  auto best_text = Trainq(db, "sweep best 1");
+  INFO(best_text.text);
+  CHECK_THAT(best_text.text, Catch::Contains("confirmed on 3 fresh seeds: 0.905 [0.9025, 0.9075]; "
+                                             "the 3 seeds it was picked on read 0.902 (+0.003 fresh)"));
   CHECK(best["runner_up"]["params"] == json{{"lr", 0.3}, {"width", 32}});
   CHECK(best["vs_runner_up"]["result"] == "better");
   CHECK(best["vs_runner_up"]["paired"] == true);
@@ -127,7 +137,7 @@ TEST_CASE("sweep cli: start, serve --until-idle, status, best, --as set", "[swee
   auto report = Trainq(db, "report --out " + ShellQuote(tmp / "report"));
   INFO(report.text);
   REQUIRE(report.code == 0);
-  CHECK_THAT(report.text, Catch::Contains("6 batches, 18 runs, 0 experiment(s), 1 sweep(s)"));
+  CHECK_THAT(report.text, Catch::Contains("6 batches, 21 runs, 0 experiment(s), 1 sweep(s)"));
   auto md = testing::Slurp(tmp / "report/report.md");
   CHECK_THAT(md, Catch::Contains("### Sweep 1: repo / mlp at `" + sha.substr(0, 7) + "` (done)"));
   CHECK_THAT(md, Catch::Contains("- point 3: lr=0.3 width=64"));
@@ -144,7 +154,7 @@ TEST_CASE("sweep cli: start, serve --until-idle, status, best, --as set", "[swee
   // The points are ordinary batches: `trainq status` lists them.
   auto st = TrainqJson(db, "status --json");
   CHECK(st["batches"].size() == 6);
-  CHECK(st["counts"]["succeeded"] == 18);
+  CHECK(st["counts"]["succeeded"] == 21);
 
   // Stop / resume of a finished sweep.
   auto stop = Trainq(db, "sweep stop 1");
@@ -214,7 +224,7 @@ TEST_CASE("sweep cli: the shell's dollar-brace variables in a swept command are 
   REQUIRE(serve.code == 0);
   auto status = TrainqJson(db, "sweep status 1 --json");
   CHECK(status["state"] == "done");
-  CHECK(status["runs_done"] == 18);
+  CHECK(status["runs_done"] == 21);  // 6 x 3 + 3 fresh seeds for the winner
 }
 
 TEST_CASE("sweep cli: kill -9 of serve mid-sweep, restart: no point lost or run twice",

@@ -135,6 +135,13 @@ TEST_CASE("sweep spec: mistakes name file, line and key, nothing parses", "[swee
       {P + "        lr: {}\n", "parameters.lr: needs one of"},
       {"      failed_points: skip\n" + P + "        lr: {uniform: [0, 1]}\n",
        "trainq.yaml:6: experiments.m.sweep.failed_points: expected exclude or worst, got skip"},
+      {"      confirm: -1\n" + P + "        lr: {uniform: [0, 1]}\n",
+       "trainq.yaml:6: experiments.m.sweep.confirm: "},
+      {"      confirm: 3\n      repeats: {min: 2, max: 6}\n" + P + "        lr: {uniform: [0, 1]}\n",
+       "trainq.yaml:6: experiments.m.sweep.confirm: applies to fixed repeats"},
+      {"      confirm: 3\n      repeats: 3\n      budget: {runs: 5}\n      parameters:\n"
+       "        lr: {uniform: [0, 1]}\n",
+       "experiments.m.sweep.budget.runs: smaller than one point's repeats plus confirm (6)"},
       {P + "        lr: 0.1\n", "parameters.lr: expected a mapping"},
       {P + "        lr: {uniform: [0, 1], choice: [1]}\n", "has more than one of"},
       {P + "        lr: {uniform: [0, 1], color: red}\n",

@@ -196,7 +196,8 @@ TEST_CASE("sweep driver: keeps `parallel` points in flight until the budget, res
   testing::TempDir tmp;
   auto store = std::move(*Store::Open(tmp / "t.db"));
   auto spec = Space("        lr: {uniform: [0, 1]}\n",
-                    "      budget: {points: 5}\n      parallel: 2\n      repeats: 2\n");
+                    "      budget: {points: 5}\n      parallel: 2\n      repeats: 2\n"
+                    "      confirm: 0\n");
   BatchSpec base = BaseSpec("python3 t.py {lr} --seed {seed}");
   auto id = AddSweep(store, spec, base);
 
@@ -257,6 +258,68 @@ TEST_CASE("sweep driver: keeps `parallel` points in flight until the budget, res
   REQUIRE(store.SetSweepState(id2, "stopped", kT0));
   CHECK(*StepSweeps(store, kT0) == 0);
   CHECK(store.SweepPoints(id2)->empty());
+}
+
+TEST_CASE("sweep confirm: the search's pick gets fresh seeds, which are its claimed value",
+          "[sweep]") {
+  testing::TempDir tmp;
+  auto store = std::move(*Store::Open(tmp / "t.db"));
+  // 6 grid points x 2 seeds; confirm defaults to repeats (2).
+  auto spec = Space("        lr: {values: [1, 2, 3, 4, 5, 6]}\n",
+                    "      parallel: 3\n      repeats: 2\n");
+  REQUIRE(spec.ConfirmSeeds() == 2);
+  BatchSpec base = BaseSpec("python3 t.py {lr} --seed {seed}");
+  base.seed_start = 1;
+  auto id = AddSweep(store, spec, base);
+  // Point k is worth 0.80 + 0.01 k; point 2's two search seeds were lucky
+  // (0.95): it wins the search, and its fresh seeds say what it is worth.
+  auto value = [](const std::string& exp, std::int64_t seed) {
+    int k = exp.back() - '0';
+    double noise = 0.001 * static_cast<double>(seed % 2);
+    if (k == 2 && seed <= 2) return 0.95 + noise;
+    return 0.80 + 0.01 * k + noise;
+  };
+  int runs = 0;
+  for (int round = 0; round < 20 && (*store.GetSweep(id))->state != "done"; ++round) {
+    REQUIRE(StepSweep(store, id, kT0 + round));
+    // A restarted driver decides the same: nothing more while runs are queued.
+    REQUIRE(*StepSweep(store, id, kT0 + round) == 0);
+    runs += FinishAll(store, kT0 + round, value);
+  }
+  REQUIRE((*store.GetSweep(id))->state == "done");
+  CHECK(runs == 6 * 2 + 2);
+  CHECK(*StepSweep(store, id, kT0 + 100) == 0);  // done: never extended twice
+
+  auto view = *LoadSweepView(store, id);
+  CHECK(view.runs_total == 14);
+  CHECK(view.runs_done == 14);
+  auto best = PickBest(view);
+  REQUIRE(best.winner != nullptr);
+  CHECK(best.winner->idx == 2);
+  CHECK(best.winner->confirming);
+  CHECK(best.winner->batch->seeds == std::vector<std::int64_t>{1, 2, 3, 4});
+  CHECK(best.winner->search.n == 2);
+  CHECK(best.winner->search.mean == Approx(0.9505));
+  CHECK(best.winner->confirmed.n == 2);
+  CHECK(best.winner->confirmed.mean == Approx(0.8205));
+  for (const auto& p : view.points) {
+    if (p.idx != 2) CHECK_FALSE(p.confirming);
+  }
+  auto lines = WinnerLines(view, best);
+  REQUIRE(lines.size() >= 3);
+  INFO(lines[2]);
+  CHECK_THAT(lines[2], Catch::StartsWith("confirmed on 2 fresh seeds: 0.8205 ["));
+  CHECK_THAT(lines[2], Catch::EndsWith("the 2 seeds it was picked on read 0.9505 (-0.13 fresh)"));
+
+  // Without confirmation (confirm: 0), and with adaptive repeats (which give
+  // the leaders fresh seeds already), nothing is added.
+  CHECK(Space("        lr: {values: [1, 2, 3]}\n", "      confirm: 0\n").ConfirmSeeds() == 0);
+  CHECK(Space("        lr: {values: [1, 2, 3]}\n", "      repeats: {min: 2, max: 6}\n")
+            .ConfirmSeeds() == 0);
+  // A budget of runs keeps room for them.
+  auto runs_budget = Space("        lr: {uniform: [0, 1]}\n", "      budget: {runs: 20}\n      repeats: 3\n");
+  CHECK(runs_budget.ConfirmSeeds() == 3);
+  CHECK(runs_budget.PointBudget() == 6);  // (20 - 3) / 3 rounded up
 }
 
 // A 1-D search whose runs die above lr 0.6 and improve with lr below it.
