@@ -294,6 +294,7 @@ Status Best(const std::string& db, const ReadOptions& o, std::ostream& out) {
     auto lines = WinnerLines(v, best);
     out << "# sweep " << id << " (" << v.row.experiment << "), the winner: " << lines[0] << "\n# "
         << lines[1] << "\n";
+    if (w.confirming) out << "# " << lines[2] << "\n";
     out << WinnerPatch(v.row.experiment, spec, w.params);
     return {};
   }

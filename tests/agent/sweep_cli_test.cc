@@ -130,6 +130,7 @@ TEST_CASE("sweep cli: start, serve --until-idle, status, best, --as set", "[swee
   INFO(as_yaml.text);
   REQUIRE(as_yaml.code == 0);
   CHECK_THAT(as_yaml.text, Catch::StartsWith("# sweep 1 (mlp), the winner: point 3: lr=0.3 width=64\n"));
+  CHECK_THAT(as_yaml.text, Catch::Contains("\n# confirmed on 3 fresh seeds: 0.905 ["));
   CHECK_THAT(as_yaml.text, Catch::Contains("command: python3 train.py --lr '0.3' --width '64' --seed {seed}"));
   CHECK(Trainq(db, "sweep best 1 --as toml").code != 0);
 
