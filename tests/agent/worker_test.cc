@@ -444,8 +444,9 @@ TEST_CASE("worker e2e: SIGTERM to `trainq worker` returns its runs to the queue,
   }
   if (child > 0) CHECK(testing::WaitFor([&] { return ProcessGone(child); }, 10s));
   // The token never reaches the log.
-  auto token = Trim(*ReadFile(h.token_file));
-  CHECK(ReadFile(h.tmp / "worker.log")->find(std::string(token)) == std::string::npos);
+  // A std::string: Trim's view into ReadFile's temporary died with it (ASan).
+  std::string token(Trim(*ReadFile(h.token_file)));
+  CHECK(ReadFile(h.tmp / "worker.log")->find(token) == std::string::npos);
 }
 
 TEST_CASE(
