@@ -134,7 +134,10 @@ TEST_CASE("fleet e2e: 2 local machines x 2 slots, 12 runs, one worker SIGKILLed 
   // Every machine ended stopped, and its worker process is gone.
   auto machines = store->Machines(true);
   REQUIRE(machines);
-  CHECK(machines->size() >= 3);  // two booted, the killed one replaced
+  // Two booted; a replacement for the killed one only if the queue still
+  // needed it when the loss was seen (the survivor may have finished the
+  // rest first), so at least the two.
+  CHECK(machines->size() >= 2);
   for (const auto& m : *machines) {
     INFO("machine " << m.name << " " << m.state);
     CHECK(m.state == "stopped");
