@@ -161,7 +161,7 @@ Status Start(const std::string& db, const StartOptions& o, std::ostream& out) {
                 {"points", spec.PointBudget()},
                 {"repeats", spec.repeats},
                 {"repeats_max", spec.adaptive() ? spec.repeats_max : spec.repeats},
-                {"confirm", spec.adaptive() ? 0 : spec.ConfirmSeeds()},
+                {"confirm", spec.ConfirmSeeds()},
                 {"strategy", StrategyText(spec)},
                 {"parallel", spec.parallel},
                 {"queued", added}}

@@ -439,8 +439,8 @@ int SweepSpec::InitialPoints() const {
 }
 
 int SweepSpec::ConfirmSeeds() const {
-  if (confirm >= 0) return confirm;
   if (repeats_max != 0) return 0;  // adaptive (or until ResolveRepeats says)
+  if (confirm >= 0) return confirm;
   if (budget_points && *budget_points < 3) return 0;
   if (budget_runs && *budget_runs < 4 * repeats) return 0;
   return repeats;

@@ -85,8 +85,14 @@ struct SweepSpec {
   bool adaptive() const { return repeats_max > repeats; }
   void ResolveRepeats(int experiment_repeats);
   int step() const { return repeats_step > 0 ? repeats_step : repeats; }
-  // Seeds the winner gets after the search (`confirm`, resolved).
+  // Seeds the winner gets after the search (`confirm`, resolved; 0 with
+  // adaptive repeats).
   int ConfirmSeeds() const;
+  // Whether a point's batch of `batch_repeats` runs is the search's pick
+  // being confirmed: with fixed repeats, the only batch grown past `repeats`.
+  bool IsConfirmBatch(int batch_repeats) const {
+    return ConfirmSeeds() > 0 && batch_repeats > repeats;
+  }
   // Random points before the model: `initial`, or max(4, 2 x model parameters).
   int InitialPoints() const;
   bool HasModel() const;

@@ -291,9 +291,9 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
   // fixed repeats that point is the one batch grown past `repeats`, so the
   // store says whether it happened; its runs are kept out of the search's
   // runs budget until then.
-  const int confirm = spec.adaptive() ? 0 : spec.ConfirmSeeds();
+  const int confirm = spec.ConfirmSeeds();
   bool confirming = false;
-  for (const auto& k : known) confirming = confirming || (confirm > 0 && k.repeats > spec.repeats);
+  for (const auto& k : known) confirming = confirming || spec.IsConfirmBatch(k.repeats);
   auto runs_left = [&]() -> std::int64_t {
     return spec.budget_runs ? *spec.budget_runs - runs_used - (confirming ? 0 : confirm)
                             : std::numeric_limits<std::int64_t>::max();
@@ -386,7 +386,7 @@ Result<SweepView> LoadSweepView(Store& store, std::int64_t id) {
   v.goal = base.metric_goal;
   v.metric = base.metric_name;
   v.budget_points = v.spec.PointBudget();
-  const int confirm = v.spec.adaptive() ? 0 : v.spec.ConfirmSeeds();
+  const int confirm = v.spec.ConfirmSeeds();
   v.runs_total = v.spec.budget_runs ? *v.spec.budget_runs
                                     : v.budget_points * v.spec.repeats + confirm;
   ASSIGN_OR_RETURN(auto points, store.SweepPoints(id));
@@ -414,7 +414,7 @@ Result<SweepView> LoadSweepView(Store& store, std::int64_t id) {
         auto ci = stats::MeanInterval(r.summary, 0.90);  // one-sided 95 % bounds
         if (ci) r.bound = v.goal == "min" ? ci->hi : ci->lo;
       }
-      if (confirm > 0 && b.repeats > v.spec.repeats) {
+      if (v.spec.IsConfirmBatch(b.repeats)) {
         std::vector<double> search, fresh;
         for (std::size_t i = 0; i < b.values.size() && i < b.seeds.size(); ++i) {
           (b.seeds[i] < b.seed_start + v.spec.repeats ? search : fresh).push_back(b.values[i]);
@@ -522,14 +522,16 @@ std::string ShortParamsText(const nlohmann::json& params) {
   return out;
 }
 
-std::string PointMeanText(const PointResult& p) {
-  if (p.summary.n == 0) return "-";
-  std::string t = Sig4(p.summary.mean);
-  if (p.summary.ci95) {
-    t += " [" + Sig4(p.summary.ci95->lo) + ", " + Sig4(p.summary.ci95->hi) + "]";
-  }
+namespace {
+std::string MeanText(const stats::Summary& s) {
+  if (s.n == 0) return "-";
+  std::string t = Sig4(s.mean);
+  if (s.ci95) t += " [" + Sig4(s.ci95->lo) + ", " + Sig4(s.ci95->hi) + "]";
   return t;
 }
+}  // namespace
+
+std::string PointMeanText(const PointResult& p) { return MeanText(p.summary); }
 
 std::vector<std::string> WinnerLines(const SweepView& v, const SweepBest& best) {
   std::vector<std::string> lines;
@@ -540,14 +542,12 @@ std::vector<std::string> WinnerLines(const SweepView& v, const SweepBest& best) 
                   std::to_string(w.summary.n) + ")");
   if (w.confirming) {
     const int want = v.spec.ConfirmSeeds();
-    PointResult fresh;
-    fresh.summary = w.confirmed;
     std::string line = "confirmed on " + std::to_string(w.confirmed.n) + " fresh seed" +
                        (w.confirmed.n == 1 ? "" : "s");
     if (w.confirmed.n < static_cast<std::size_t>(want)) {
       line += " (of " + std::to_string(want) + ", still running)";
     }
-    line += ": " + PointMeanText(fresh);
+    line += ": " + MeanText(w.confirmed);
     if (w.confirmed.n > 0 && w.search.n > 0) {
       double d = w.confirmed.mean - w.search.mean;
       line += "; the " + std::to_string(w.search.n) + " seeds it was picked on read " +
