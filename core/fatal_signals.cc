@@ -69,12 +69,7 @@ void OnFatalSignal(int sig) {
     Say(" worker process(es) it started (SIGTERM)");
   }
   Say("; exiting\n");
-  for (auto& g : g_groups) {
-    int pid = g.load(std::memory_order_relaxed);
-    if (pid <= 0) continue;
-    if (::kill(-pid, SIGTERM) != 0) ::kill(pid, SIGTERM);
-    ::kill(-pid, SIGCONT);  // a stopped worker acts on its SIGTERM only once it runs
-  }
+  StopRegisteredGroups();
   // SA_RESETHAND restored the default action: die of the same signal.
   ::raise(sig);
 }
@@ -93,6 +88,18 @@ void InstallFatalSignalHandlers() {
   sa.sa_flags = SA_RESETHAND | SA_ONSTACK | SA_NODEFER;
   for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL}) ::sigaction(sig, &sa, nullptr);
   ::signal(SIGXFSZ, SIG_IGN);
+}
+
+int StopRegisteredGroups() {
+  int n = 0;
+  for (auto& g : g_groups) {
+    int pid = g.load(std::memory_order_relaxed);
+    if (pid <= 0) continue;
+    if (::kill(-pid, SIGTERM) != 0) ::kill(pid, SIGTERM);
+    ::kill(-pid, SIGCONT);  // a stopped worker acts on its SIGTERM only once it runs
+    ++n;
+  }
+  return n;
 }
 
 bool StopOnCrash(int pid) {

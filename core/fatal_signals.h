@@ -22,5 +22,8 @@ void InstallFatalSignalHandlers();
 inline constexpr int kMaxStopOnCrash = 256;
 bool StopOnCrash(int pid);
 void ForgetStopOnCrash(int pid);
+// SIGTERM and SIGCONT to every registered group now (serve's last resort at
+// shutdown when its orderly stop failed); the number signalled.
+int StopRegisteredGroups();
 
 }  // namespace trainq

@@ -32,6 +32,7 @@
 #include "agent/triggers/webhook.h"
 #include "agent/daemon/worker_api.h"
 #include "cloud/provider.h"
+#include "core/fatal_signals.h"
 #include "core/http_client.h"
 #include "core/process.h"
 #include "core/strings.h"
@@ -545,7 +546,12 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
     // never is.
     server.StopWaiting();  // a worker in a long poll sees its SIGTERM at once
     auto st = fleet.StopAll(/*local_only=*/true);
-    if (!st) spdlog::warn("stopping local workers: {}", st.error().message);
+    if (!st) {
+      // The orderly stop failed (a full disk, say): the workers this serve
+      // started still get their SIGTERM, and hand their runs back.
+      spdlog::warn("stopping local workers: {}; sent SIGTERM to the {} this serve started",
+                   st.error().message, StopRegisteredGroups());
+    }
   }
   server.StopWaiting();  // lease long polls answer now, before the listener closes
   listener->Stop();
