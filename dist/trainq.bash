@@ -10,9 +10,12 @@ _trainq_help_words() {
     in_section && /^  [^ ]/ {
       sub(/^  /, "")
       n = split($0, parts, /[ ,]+/)
+      # A command: its first word. An option: its names, up to its value
+      # type or description ("-v,--verbose", "--db TEXT ...").
       for (i = 1; i <= n; i++) {
         if (section == "SUBCOMMANDS" || section == "Subcommands") { print parts[i]; break }
-        if (parts[i] ~ /^--?[A-Za-z]/) print parts[i]
+        if (parts[i] !~ /^--?[A-Za-z]/) break
+        print parts[i]
       }
     }'
 }

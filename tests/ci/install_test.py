@@ -90,7 +90,10 @@ def main():
             check(re.search(rf"^{re.escape(setting)}$", text, re.M) is not None,
                   f"the unit sets {setting}")
         if shutil.which("systemd-analyze"):
-            r = run(["systemd-analyze", "verify", unit])
+            # verify also runs `man trainq-serve` for the unit's Documentation=:
+            # the prefix's pages are found through MANPATH.
+            manpath = dict(os.environ, MANPATH=os.path.join(prefix, "share", "man"))
+            r = run(["systemd-analyze", "verify", unit], env=manpath)
             check(r.returncode == 0 and "trainq.service" not in r.stdout + r.stderr,
                   "systemd-analyze verify passes on the installed unit", r.stdout + r.stderr)
             # The same check fails for a unit whose binary is missing.
@@ -99,7 +102,7 @@ def main():
             broken = os.path.join(broken_dir, "trainq.service")
             with open(broken, "w") as f:
                 f.write(text.replace(f"{prefix}/bin/trainq", f"{prefix}/nowhere/trainq"))
-            r = run(["systemd-analyze", "verify", broken])
+            r = run(["systemd-analyze", "verify", broken], env=manpath)
             check(r.returncode != 0 and "nowhere/trainq" in r.stdout + r.stderr,
                   "systemd-analyze verify fails on a unit whose ExecStart is missing",
                   r.stdout + r.stderr)
