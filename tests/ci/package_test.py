@@ -89,7 +89,7 @@ def main():
         print(r.stdout.strip())
         depends = run(["dpkg-deb", "--field", deb, "Depends"]).stdout
         for dep in ("adduser", "libgit2-1.5", "libnlopt0", "libtorch"):
-            check(dep in depends, f"Depends names {dep} (shlibdeps)", depends)
+            check(dep in depends, f"Depends names {dep}", depends)
         contents = run(["dpkg-deb", "--contents", deb]).stdout
         for path in ("./usr/bin/trainq\n", "./usr/bin/trainq-train\n",
                      "./usr/lib/systemd/system/trainq.service\n",
