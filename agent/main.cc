@@ -6,10 +6,14 @@
 #include <string>
 
 #include "agent/cli/cli.h"
+#include "core/fatal_signals.h"
 #include "core/log.h"
 
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
+  // Fatal signals are logged (and serve's local workers stopped); SIGXFSZ is
+  // ignored, so that a write past `ulimit -f` fails with EFBIG and is reported.
+  trainq::InstallFatalSignalHandlers();
   CLI::App app{"trainq: repeat each training config N times and tell a real change from seed noise"};
   app.require_subcommand(1);
   // Global options (--db, -v, -q) may also follow the subcommand.

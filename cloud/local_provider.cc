@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/fatal_signals.h"
 #include "core/strings.h"
 
 namespace trainq::cloud {
@@ -95,6 +96,7 @@ Result<std::string> LocalProvider::Boot(const BootSpec& spec) {
   ps.output_path = (fs::path(dir_) / (spec.name + ".log")).string();
   auto pid = runner_->Spawn(ps);
   if (!pid) return std::unexpected(pid.error().Wrap("local: boot " + spec.name));
+  StopOnCrash(*pid);  // a serve that crashes takes its workers with it
   auto stat = ReadProcStat(*pid);  // a worker that ended at once is a zombie: still readable
   std::int64_t start = stat ? stat->start : -1;
   nlohmann::json j = {{"pid", *pid},          {"start", start},
@@ -110,6 +112,7 @@ Result<std::string> LocalProvider::Boot(const BootSpec& spec) {
     // Without its record the machine could never be found again: undo.
     runner_->KillGroup(*pid, SIGKILL);
     runner_->Wait(*pid);
+    ForgetStopOnCrash(*pid);
     return std::unexpected(written.error().Wrap("local: boot " + spec.name));
   }
   return std::to_string(*pid);
@@ -161,10 +164,12 @@ void LocalProvider::Sweep(std::vector<Record>& records) {
   std::erase_if(records, [&](const Record& r) {
     if (r.kill_at == 0) return false;
     if (!Alive(r)) {
+      ForgetStopOnCrash(r.pid);
       fs::remove(r.file);
       return true;
     }
     if (now >= r.kill_at) {
+      ForgetStopOnCrash(r.pid);
       runner_->KillGroup(r.pid, SIGKILL);
       // Dies at once; reap it so that no zombie is left behind (bounded).
       auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
@@ -185,10 +190,14 @@ Result<std::vector<ListedMachine>> LocalProvider::List(const MachineTag& tag) {
   for (const auto& r : records) {
     if (r.kill_at != 0 || !(r.tag == tag)) continue;
     if (!Alive(r)) {
+      ForgetStopOnCrash(r.pid);
       std::error_code ec;
       fs::remove(r.file, ec);
       continue;
     }
+    // One an earlier serve started is this serve's now: stopped with it if
+    // it crashes.
+    StopOnCrash(r.pid);
     out.push_back(ListedMachine{std::to_string(r.pid), r.tag, r.name});
   }
   return out;
@@ -201,6 +210,7 @@ Status LocalProvider::Stop(const std::string& id) {
     if (std::to_string(r.pid) != id || r.kill_at != 0) continue;
     std::error_code ec;
     if (!Alive(r)) {
+      ForgetStopOnCrash(r.pid);
       fs::remove(r.file, ec);
       return {};
     }
@@ -211,6 +221,7 @@ Status LocalProvider::Stop(const std::string& id) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(stop_wait_ms_);
     while (std::chrono::steady_clock::now() < deadline) {
       if (!Alive(r)) {
+        ForgetStopOnCrash(r.pid);
         fs::remove(r.file, ec);
         return {};
       }

@@ -5,8 +5,12 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "core/placeholders.h"
 
@@ -138,12 +142,60 @@ Result<std::string> ReadFile(const std::string& path) {
   return ss.str();
 }
 
+namespace {
+
+Status IoError(const std::string& path, const char* what, int err) {
+  return Fail(ErrorKind::kIo, path + ": " + what + ": " + std::strerror(err));
+}
+
+// Writes all of `contents` to `fd`, then fsyncs it when `sync`, then closes
+// it: the first error is returned (the descriptor is closed in any case).
+Status WriteAndClose(int fd, const std::string& path, std::string_view contents, bool sync) {
+  const char* p = contents.data();
+  std::size_t left = contents.size();
+  Status st;
+  while (left > 0 && st) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      st = IoError(path, "write", errno);
+    } else {
+      p += n;
+      left -= static_cast<std::size_t>(n);
+    }
+  }
+  if (st && sync && ::fsync(fd) != 0) st = IoError(path, "fsync", errno);
+  // close is not retried on EINTR (Linux frees the descriptor anyway).
+  if (::close(fd) != 0 && st) st = IoError(path, "close", errno);
+  return st;
+}
+
+}  // namespace
+
 Status WriteFile(const std::string& path, std::string_view contents) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return Fail(ErrorKind::kIo, path + ": " + std::strerror(errno));
-  out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-  if (!out) return Fail(ErrorKind::kIo, path + ": write failed");
-  return {};
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return IoError(path, "open", errno);
+  return WriteAndClose(fd, path, contents, false);
+}
+
+Status WriteFileDurably(const std::string& path, std::string_view contents) {
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return IoError(tmp, "open", errno);
+  Status st = WriteAndClose(fd, tmp, contents, true);
+  if (st && ::rename(tmp.c_str(), path.c_str()) != 0) st = IoError(path, "rename", errno);
+  if (!st) {
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return IoError(dir, "open", errno);
+  Status dst;
+  if (::fsync(dfd) != 0) dst = IoError(dir, "fsync", errno);
+  ::close(dfd);
+  return dst;
 }
 
 }  // namespace trainq

@@ -33,6 +33,14 @@ std::string ShellQuote(std::string_view s);
 std::string FormatDouble(double v, int precision);
 
 Result<std::string> ReadFile(const std::string& path);
+// Replaces `path` with `contents`. Every write and the close are checked (a
+// full disk often shows only at close): an error names the path and the
+// reason ("No space left on device").
 Status WriteFile(const std::string& path, std::string_view contents);
+// WriteFile for what must survive a crash or a power cut once this returns:
+// the bytes go to `path`.tmp, which is fsynced, closed and renamed over
+// `path`, and then the directory is fsynced. On any error `path` keeps its
+// old contents (or stays absent) and the temporary file is removed.
+Status WriteFileDurably(const std::string& path, std::string_view contents);
 
 }  // namespace trainq

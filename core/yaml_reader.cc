@@ -1,5 +1,6 @@
 #include "core/yaml_reader.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -30,14 +31,59 @@ std::string ChildPath(const std::string& path, const std::string& key) {
   return path.empty() ? key : path + "." + key;
 }
 
+namespace {
+
+// Values once aliases are expanded (every *name visits its anchor's nodes
+// again): far more than any real file, far fewer than an alias bomb.
+constexpr std::int64_t kMaxExpandedValues = 200'000;
+
+// False once more than `budget` values have been visited.
+bool WithinBudget(const YAML::Node& n, std::int64_t& budget) {
+  if (--budget < 0) return false;
+  if (n.IsMap()) {
+    for (const auto& kv : n) {
+      if (!WithinBudget(kv.first, budget) || !WithinBudget(kv.second, budget)) return false;
+    }
+  } else if (n.IsSequence()) {
+    for (const auto& item : n) {
+      if (!WithinBudget(item, budget)) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 Result<YAML::Node> YamlReader::Load(std::string_view text, std::string_view invalid) {
   YAML::Node root;
+  // yaml-cpp 0.7 accepts a quoted scalar left open when a line break ends
+  // the file: its scanner checks for the end of the input only within a line
+  // (src/scanscalar.cpp, ScanScalar: the EOF_IN_SCALAR throw is reached in
+  // phase 1 only), and the loop over lines just stops. A last line that is a
+  // comment without a line break puts the end of input within a line, so an
+  // open quote is "end of file reached without closing quote"; for any valid
+  // file the comment changes nothing (the line numbers included).
+  std::string input(text);
+  if (!input.empty() && input.back() != '\n' && input.back() != '\r') input += '\n';
+  input += "#";
   try {
-    root = YAML::Load(std::string(text));
+    root = YAML::Load(input);
   } catch (const YAML::Exception& e) {
+    // The added comment line is not the user's: an error there is at the
+    // file's last line.
+    const auto lines = std::count(text.begin(), text.end(), '\n') +
+                       (text.empty() || text.back() == '\n' ? 0 : 1);
+    const auto line = std::min<std::int64_t>(e.mark.line + 1, std::max<std::int64_t>(lines, 1));
     return Fail(ErrorKind::kInvalidArgument,
-                file_ + ":" + std::to_string(e.mark.line + 1) + ": " + std::string(invalid) + ": " +
-                    e.msg);
+                file_ + ":" + std::to_string(line) + ": " + std::string(invalid) + ": " + e.msg);
+  }
+  // Aliases share their anchor's nodes, so loading is cheap, but every walk
+  // below (and the callers') visits them once per alias: refuse an
+  // exponential expansion before any of that.
+  if (std::int64_t budget = kMaxExpandedValues; !WithinBudget(root, budget)) {
+    return Fail(ErrorKind::kInvalidArgument,
+                file_ + ": more than " + std::to_string(kMaxExpandedValues) +
+                    " values once its aliases (*name) are expanded: refused (an alias bomb?)");
   }
   IndexEmptyValues(root, "");
   TRY(CheckDuplicates(root, ""));

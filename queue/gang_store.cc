@@ -134,7 +134,7 @@ Result<std::vector<LeasedRun>> Store::FormGang(std::int64_t run_id, std::int64_t
 
   const TimeMs expires = now + lease_ms;
   ASSIGN_OR_RETURN(auto upd,
-                   db_.Prepare("UPDATE runs SET state = 'leased', lease_token = lease_token + 1, "
+                   db_.Prepare("UPDATE runs SET state = 'leased', lease_token = " + std::string(kNextLeaseToken) + ", "
                                "lease_expires_ms = ?, worker = ?, attempts = attempts + 1, "
                                "machine_id = ?, started_ms = NULL, finished_ms = NULL, "
                                "updated_ms = ? WHERE id = ?"));

@@ -651,7 +651,7 @@ Result<std::vector<LeasedRun>> Store::LeaseForMachine(std::int64_t machine,
     if (chosen.empty()) return out;
 
     ASSIGN_OR_RETURN(auto upd,
-                     db_.Prepare("UPDATE runs SET state = 'leased', lease_token = lease_token + 1, "
+                     db_.Prepare("UPDATE runs SET state = 'leased', lease_token = " + std::string(kNextLeaseToken) + ", "
                                  "lease_expires_ms = ?, worker = ?, attempts = attempts + 1, "
                                  "machine_id = ?, started_ms = NULL, finished_ms = NULL, "
                                  "updated_ms = ? WHERE id = ?"));

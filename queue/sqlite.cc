@@ -29,6 +29,10 @@ ErrorKind KindFor(int code) {
 
 }  // namespace
 
+// SQLITE_FULL with a mark of ours (SQLite has no extended codes of
+// SQLITE_FULL): a write refused with EFBIG.
+constexpr int kFileSizeLimit = SQLITE_FULL | (1 << 8);
+
 // SQLite reports a write on a full or read-only filesystem as a plain I/O
 // error at times (the -shm file, the WAL): the OS error tells them apart.
 // When SQLite kept no OS error, the filesystem of the file says it.
@@ -36,6 +40,10 @@ static int Classify(sqlite3* db, int code, const std::string& path) {
   if ((code & 0xff) != SQLITE_IOERR && (code & 0xff) != SQLITE_CANTOPEN) return code;
   int sys = db ? sqlite3_system_errno(db) : 0;
   if (sys == ENOSPC || sys == EDQUOT) return SQLITE_FULL;
+  // A write past the process's file size limit (ulimit -f; SIGXFSZ is
+  // ignored, core/fatal_signals.h): passes once the limit is raised, as a
+  // full disk does once space is freed. Marked for its own hint.
+  if (sys == EFBIG) return kFileSizeLimit;
   if (sys == EROFS) return SQLITE_READONLY;
   auto dir = std::filesystem::path(path).parent_path();
   struct statvfs fs {};
@@ -47,6 +55,10 @@ static int Classify(sqlite3* db, int code, const std::string& path) {
 }
 
 static std::string Hint(int code) {
+  if (code == kFileSizeLimit) {
+    return " (the database file reached this process's file size limit, ulimit -f: nothing "
+           "was written; raise the limit and retry)";
+  }
   switch (code & 0xff) {
     case SQLITE_FULL:
       return " (the disk holding the database is full: nothing was written; free space and retry)";

@@ -1,8 +1,15 @@
 #include "queue/store.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -461,13 +468,75 @@ Status ApplyMigrations(sql::Db& db, int from, int to) {
   return {};
 }
 
+namespace {
+
+// Seeds are seed_start .. seed_start + repeats - 1: that must not pass
+// INT64_MAX (signed overflow wrapped to negative seeds).
+Status CheckSeedRange(const std::string& what, std::int64_t seed_start, int repeats) {
+  if (repeats > 0 && seed_start > std::numeric_limits<std::int64_t>::max() - (repeats - 1)) {
+    return Fail(ErrorKind::kInvalidArgument,
+                what + ": seeds " + std::to_string(seed_start) + " + " +
+                    std::to_string(repeats) + " repeats pass the largest 64-bit integer; " +
+                    "choose a smaller seed");
+  }
+  return {};
+}
+
+}  // namespace
+
+// A new database appears at `path` whole: made and migrated under a
+// temporary name, then linked into place (link fails on an existing name, so
+// of processes creating it at once one wins and the others open its file).
+// Another process thus never sees an empty file at `path`, and an empty file
+// there can only be a damaged or emptied database (refused by Open).
+Status Store::CreateWhole(const std::string& path, const StoreOptions& options) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(path + "-wal", ec)) {
+    return Fail(ErrorKind::kInvalidArgument,
+                path + " does not exist, but its write-ahead log " + path +
+                    "-wal does (the database was deleted or moved without it): nothing was "
+                    "created, since a new database would replay that log. Restore the "
+                    "database beside it, or move " + path + "-wal away");
+  }
+  char tag[64];
+  std::snprintf(tag, sizeof tag, ".creating-%d-%llx", static_cast<int>(::getpid()),
+                static_cast<unsigned long long>(
+                    std::chrono::steady_clock::now().time_since_epoch().count()));
+  const std::string tmp = path + tag;
+  {
+    ASSIGN_OR_RETURN(auto db, sql::Db::Open(tmp, true, options.busy_timeout_ms));
+    StoreOptions o = options;
+    o.create = false;
+    TRY(db.Exec("PRAGMA journal_mode=WAL"));
+    Store store(std::move(db), o);
+    if (auto st = store.Migrate(); !st) {
+      fs::remove(tmp, ec);
+      return st;
+    }
+  }  // closed: the WAL is checkpointed into the file and removed
+  for (const char* suffix : {"-wal", "-shm"}) fs::remove(tmp + suffix, ec);
+  int linked = ::link(tmp.c_str(), path.c_str());
+  const int link_errno = errno;
+  fs::remove(tmp, ec);
+  if (linked != 0 && link_errno != EEXIST) {
+    return Fail(ErrorKind::kIo, path + ": cannot create the database: " +
+                                    std::strerror(link_errno));
+  }
+  return {};
+}
+
 Result<Store> Store::Open(const std::string& path, StoreOptions options) {
-  if (options.create) {
+  std::error_code exists_ec;
+  bool existed = std::filesystem::exists(path, exists_ec);
+  if (options.create && !existed) {
     auto parent = std::filesystem::path(path).parent_path();
     std::error_code ec;
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    TRY(CreateWhole(path, options));
+    existed = true;
   }
-  ASSIGN_OR_RETURN(auto db, sql::Db::Open(path, options.create, options.busy_timeout_ms));
+  ASSIGN_OR_RETURN(auto db, sql::Db::Open(path, false, options.busy_timeout_ms));
   // Another program's SQLite file (tables, but no trainq schema version) is
   // refused before anything is written to it.
   {
@@ -494,6 +563,17 @@ Result<Store> Store::Open(const std::string& path, StoreOptions options) {
                   path + ": not a trainq database (it holds other tables); pass --db with a "
                          "new file or a trainq store");
     }
+    if (*row && probe->Int(0) == 0 && probe->Int(1) == 0 && existed &&
+        !options.initialize_existing) {
+      std::error_code ec;
+      auto size = std::filesystem::file_size(path, ec);
+      return Fail(ErrorKind::kInvalidArgument,
+                  path + ": the file exists but holds no trainq queue (" +
+                      (ec ? std::string("empty") : std::to_string(size) + " bytes") +
+                      "); nothing was written to it. If it held your queue, restore it from a "
+                      "backup; to start a new queue in this file, run `trainq --db " + path +
+                      " init`");
+    }
   }
   // WAL lets readers (trainq status) work while the daemon writes.
   // synchronous=FULL makes every acknowledged commit durable.
@@ -512,6 +592,17 @@ Result<Store> Store::Open(const std::string& path, StoreOptions options) {
   Store store(std::move(db), options);
   TRY(store.Migrate());
   return store;
+}
+
+Result<std::vector<std::string>> Store::QuickCheck(int max_lines) {
+  ASSIGN_OR_RETURN(auto st, db_.Prepare("PRAGMA quick_check(" + std::to_string(max_lines) + ")"));
+  std::vector<std::string> lines;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    lines.push_back(st.Text(0));
+  }
+  return lines;
 }
 
 int Store::schema_version() {
@@ -623,6 +714,7 @@ Result<std::vector<SubmitResult>> Store::Submit(const std::string& repo_url,
       // Seeds follow the batch's recorded start, so a top-up never shifts them.
       std::int64_t seed_start = batch_sel.Int(1);
       batch_sel.Reset();
+      TRY(CheckSeedRange(spec.experiment, seed_start, spec.repeats));
       TRY(batch_grow.Bind(1, spec.repeats).Bind(2, res.batch_id).Bind(3, spec.repeats).Run());
       for (int i = 0; i < spec.repeats; ++i) {
         TRY(run_ins.Bind(1, res.batch_id)
@@ -648,6 +740,7 @@ Result<int> Store::ExtendBatch(std::int64_t batch_id, int repeats, TimeMs now) {
       return Fail(ErrorKind::kNotFound, "batch " + std::to_string(batch_id) + " does not exist");
     }
     std::int64_t seed_start = sel.Int(0);
+    TRY(CheckSeedRange("batch " + std::to_string(batch_id), seed_start, repeats));
     ASSIGN_OR_RETURN(auto grow,
                      db_.Prepare("UPDATE batches SET repeats = ? WHERE id = ? AND repeats < ?"));
     TRY(grow.Bind(1, repeats).Bind(2, batch_id).Bind(3, repeats).Run());
@@ -692,7 +785,7 @@ Result<std::vector<LeasedRun>> Store::Lease(const std::string& worker, TimeMs no
       ids.push_back(pick.Int(0));
     }
     ASSIGN_OR_RETURN(auto upd,
-                     db_.Prepare("UPDATE runs SET state = 'leased', lease_token = lease_token + 1, "
+                     db_.Prepare("UPDATE runs SET state = 'leased', lease_token = " + std::string(kNextLeaseToken) + ", "
                                  "lease_expires_ms = ?, worker = ?, attempts = attempts + 1, "
                                  "started_ms = NULL, finished_ms = NULL, updated_ms = ? "
                                  "WHERE id = ?"));
@@ -765,10 +858,12 @@ Status Store::CheckLease(std::int64_t run_id, std::int64_t token, std::string_vi
   auto state = StateOf(s.Text(0));
   std::int64_t current = s.Int(1);
   if (current != token) {
+    // The current token is never shown: it is what proves a lease.
     return Fail(ErrorKind::kConflict,
-                std::string(action) + " run " + std::to_string(run_id) + ": stale lease token " +
-                    std::to_string(token) + " (current " + std::to_string(current) +
-                    "); the run was leased again");
+                std::string(action) + " run " + std::to_string(run_id) + ": lease token " +
+                    std::to_string(token) +
+                    " is not the run's current lease (stale: the run was leased again; or never "
+                    "issued)");
   }
   if (state != RunState::kLeased && state != RunState::kRunning) {
     return Fail(ErrorKind::kConflict, std::string(action) + " run " + std::to_string(run_id) +
@@ -830,6 +925,10 @@ constexpr std::string_view kExpiredMarker = "lease expired: ";
 Status Store::Complete(std::int64_t run_id, std::int64_t token, TimeMs now, double metric_value,
                        int exit_code) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
+    // A run put back in the queue with its attempt given back (interrupted,
+    // its machine lost or gone from the provider's list) that succeeds after
+    // all: the attempt did run, so it counts again.
+    int attempt_back = 0;
     if (auto st = CheckLease(run_id, token, "complete"); !st) {
       if (st.error().kind != ErrorKind::kConflict) return st;
       ASSIGN_OR_RETURN(auto q, db_.Prepare("SELECT state, lease_token, last_error FROM runs "
@@ -855,11 +954,19 @@ Status Store::Complete(std::int64_t run_id, std::int64_t token, TimeMs now, doub
         }
         return std::unexpected(e);
       }
+      if (state == RunState::kQueued && last_error.starts_with("interrupted: ")) attempt_back = 1;
     }
     ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE runs SET state = 'succeeded', finished_ms = ?, "
                                          "metric_value = ?, exit_code = ?, last_error = '', "
+                                         "attempts = attempts + ?, "
                                          "lease_expires_ms = NULL, updated_ms = ? WHERE id = ?"));
-    return u.Bind(1, now).Bind(2, metric_value).Bind(3, exit_code).Bind(4, now).Bind(5, run_id).Run();
+    return u.Bind(1, now)
+        .Bind(2, metric_value)
+        .Bind(3, exit_code)
+        .Bind(4, attempt_back)
+        .Bind(5, now)
+        .Bind(6, run_id)
+        .Run();
   });
 }
 

@@ -33,11 +33,26 @@
 
 namespace trainq {
 
+// The SQL expression of a run's next lease (fencing) token: larger than the
+// last one (a stale token stays stale) by 1 + a random 32-bit step from
+// SQLite's random() (seeded from the OS's randomness), and never below 2^32.
+// The pool token is all a machine of a pool shows on run routes, so the lease
+// token is what keeps one machine from acting on another's lease: it must
+// not be guessable (a counter from 1 was). Stays below 2^53 for any real
+// number of leases of one run (2^20 of them), exact in any JSON reader.
+inline constexpr const char* kNextLeaseToken =
+    "max(lease_token, 4294967296) + 1 + (random() & 4294967295)";
+
 struct StoreOptions {
   int busy_timeout_ms = 5000;
   TimeMs backoff_base_ms = 10'000;    // first retry after 10 s, then 20 s, 40 s ...
   TimeMs backoff_cap_ms = 15 * 60'000;
   bool create = true;                 // create the file when missing
+  // Write the schema into a file that exists but holds none (0 bytes, or an
+  // empty SQLite file). Only `trainq init` sets it: otherwise such a file is
+  // refused, since a database emptied by a bad restore or an interrupted
+  // copy must not silently become an empty queue.
+  bool initialize_existing = false;
   bool read_only_ok = false;          // reserved
 };
 
@@ -46,6 +61,8 @@ class Store {
   static inline constexpr int kSchemaVersion = 11;
 
   static Result<Store> Open(const std::string& path, StoreOptions options = {});
+  // PRAGMA quick_check: "ok", or the problems it lists (at most `max_lines`).
+  Result<std::vector<std::string>> QuickCheck(int max_lines = 20);
   Store(Store&&) = default;
   Store& operator=(Store&&) = default;
 
@@ -143,6 +160,7 @@ class Store {
  private:
   Store(sql::Db db, StoreOptions options) : db_(std::move(db)), options_(options) {}
   Status Migrate();
+  static Status CreateWhole(const std::string& path, const StoreOptions& options);
   Result<std::vector<BatchProgress>> SelectBatches(const std::string& where,
                                                    const std::vector<std::string>& args,
                                                    int limit);

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <ctime>
 #include <filesystem>
 
@@ -32,10 +33,12 @@
 #include "agent/triggers/webhook.h"
 #include "agent/daemon/worker_api.h"
 #include "cloud/provider.h"
+#include "core/fatal_signals.h"
 #include "core/http_client.h"
 #include "core/process.h"
 #include "core/strings.h"
 #include "queue/store.h"
+#include "queue/wal_check.h"
 
 namespace fs = std::filesystem;
 
@@ -137,6 +140,45 @@ Status DeadRunsStatus(const OutcomeLog& outcomes) {
                                                 "dead` for why");
 }
 
+// The daemon's store. Before SQLite replays a WAL left by a crash, the WAL is
+// read for committed transactions SQLite would drop without a word
+// (queue/wal_check.h); the first serve creates a missing database, but an
+// existing file that holds none is refused (Store::Open); and PRAGMA
+// quick_check says whether the file is sound. Both findings are logged; serve
+// goes on either way (a refusal to start would not bring the data back).
+Result<Store> OpenServeStore(const std::string& db) {
+  if (auto wal = InspectWal(db); !wal) {
+    spdlog::warn("{}", wal.error().message);
+  } else if (auto problem = wal->Problem(db + "-wal"); !problem.empty()) {
+    spdlog::error("database {}: {}; restore the database from a backup if those "
+                  "transactions matter",
+                  db, problem);
+  } else if (wal->present) {
+    spdlog::info("database {}: WAL of {} bytes left by an earlier process: {} frame(s), {} "
+                 "commit(s), all replayed",
+                 db, wal->bytes, wal->replayed, wal->commits);
+  }
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(db, ec);
+  ASSIGN_OR_RETURN(auto store, Store::Open(db));
+  if (!existed) spdlog::info("database {}: created (the first serve)", db);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto check = store.QuickCheck();
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - t0)
+                      .count();
+  if (!check) {
+    spdlog::error("database {}: quick_check could not run: {}", db, check.error().message);
+  } else if (check->size() == 1 && (*check)[0] == "ok") {
+    spdlog::info("database {}: quick_check ok ({} ms)", db, ms);
+  } else {
+    spdlog::error("database {}: quick_check found {} problem(s) ({} ms): {}; stop serve and "
+                  "restore from a backup (or `sqlite3 {} .recover`) before more is written",
+                  db, check->size(), ms, fmt::join(*check, "; "), db);
+  }
+  return store;
+}
+
 // Watched repositories: the push worker (pushes, polls, statuses).
 Result<std::unique_ptr<ServerWorker>> StartPushWorker(const ServeOptions& o,
                                                       const ServerConfig& config,
@@ -166,7 +208,7 @@ Result<std::unique_ptr<ServerWorker>> StartPushWorker(const ServeOptions& o,
 Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
                       std::optional<ListenAddress> address, const std::string& listen,
                       const Clock& clock, const std::atomic<bool>& stop) {
-  ASSIGN_OR_RETURN(auto store, Store::Open(o.db));
+  ASSIGN_OR_RETURN(auto store, OpenServeStore(o.db));
   ExecutorOptions eo;
   eo.slots = o.slots;
   eo.data_dir = DataDir(o);
@@ -333,7 +375,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
   TRY(CheckWorkerUrls(config, default_server_url, listen));
 
   const std::string data_dir = DataDir(o);
-  ASSIGN_OR_RETURN(auto store, Store::Open(o.db));
+  ASSIGN_OR_RETURN(auto store, OpenServeStore(o.db));
   TRY(EnsurePoolTokens(store, config, data_dir, clock.Now()));
   ASSIGN_OR_RETURN(auto instance, InstanceId(data_dir));
 
@@ -499,7 +541,12 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
     // never is.
     server.StopWaiting();  // a worker in a long poll sees its SIGTERM at once
     auto st = fleet.StopAll(/*local_only=*/true);
-    if (!st) spdlog::warn("stopping local workers: {}", st.error().message);
+    if (!st) {
+      // The orderly stop failed (a full disk, say): the workers this serve
+      // started still get their SIGTERM, and hand their runs back.
+      spdlog::warn("stopping local workers: {}; sent SIGTERM to the {} this serve started",
+                   st.error().message, StopRegisteredGroups());
+    }
   }
   server.StopWaiting();  // lease long polls answer now, before the listener closes
   listener->Stop();

@@ -59,6 +59,29 @@ Result<Store> OpenExisting(const std::string& db) {
 
 std::string Short(const std::string& sha) { return sha.substr(0, 10); }
 
+// `trainq init`: the one command that writes a schema into a file that exists
+// but holds none (Store::Open refuses such a file everywhere else); a trainq
+// database is left as it is.
+Status CmdInit(const std::string& db, std::ostream& out) {
+  std::error_code ec;
+  const bool existed = fs::exists(db, ec);
+  StoreOptions so;
+  so.initialize_existing = true;
+  // A trainq database opens as it is; anything else that is not an empty
+  // file fails the same way below.
+  const bool before = existed && Store::Open(db, {.create = false}).has_value();
+  ASSIGN_OR_RETURN(auto store, Store::Open(db, so));
+  if (before) {
+    out << db << ": already a trainq database (schema version " << store.schema_version()
+        << "); nothing changed\n";
+  } else {
+    out << db << ": " << (existed ? "initialised a new trainq database in the empty file"
+                                  : "created a new trainq database")
+        << " (schema version " << store.schema_version() << ")\n";
+  }
+  return {};
+}
+
 std::string Oneline(std::string s, size_t max) {
   for (auto& c : s) {
     if (c == '\n' || c == '\r') c = ' ';
@@ -814,6 +837,11 @@ void AddQueueCommands(CLI::App& app, const CliContext& ctx) {
     cancel->db = *ctx.db;
     *ctx.exit_code = ReportStatus(CmdCancel(*cancel, *ctx.clock, std::cout));
   });
+
+  // init
+  auto* c_init = app.add_subcommand(
+      "init", "Create the database (--db), or write the schema into an existing empty file");
+  c_init->callback([=] { *ctx.exit_code = ReportStatus(CmdInit(*ctx.db, std::cout)); });
 }
 
 }  // namespace trainq

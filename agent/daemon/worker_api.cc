@@ -473,9 +473,20 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
     if (!*m || (*m)->pool != pool) {
       return ErrorReply(403, "run " + std::to_string(run_id) + " is leased to another pool's machine");
     }
-    if (body && body->contains("worker_id") && (*body)["worker_id"].is_number_integer() &&
-        (*body)["worker_id"].get<std::int64_t>() != machine &&
-        !GangMemberOn(*write_store_, run_id, (*body)["worker_id"].get<std::int64_t>())) {
+    // The calling machine must say who it is (the pool token is shared by
+    // all of the pool's machines): the body's worker_id, or the
+    // X-Trainq-Worker header where the body is not JSON (log).
+    std::optional<std::int64_t> caller;
+    if (body && body->contains("worker_id") && (*body)["worker_id"].is_number_integer()) {
+      caller = (*body)["worker_id"].get<std::int64_t>();
+    } else if (auto h = FindHeader(req.headers, "X-Trainq-Worker")) {
+      caller = ParseId(std::string(Trim(*h)));
+    }
+    if (!caller) {
+      return ErrorReply(400, what + ": \"worker_id\" (or an X-Trainq-Worker header) is "
+                                    "required: the machine the run is leased to");
+    }
+    if (*caller != machine && !GangMemberOn(*write_store_, run_id, *caller)) {
       return ErrorReply(403, "run " + std::to_string(run_id) + " is leased to machine " +
                             std::to_string(machine));
     }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <regex>
 #include <set>
@@ -19,6 +20,10 @@
 namespace trainq {
 
 namespace {
+
+// More seeds than any batch gets (repeats stop at 100000): what a seed must
+// leave room for below INT64_MAX.
+constexpr std::int64_t kMaxSeedCount = 1'000'000;
 
 // The trainq.yaml reader: the shared YAML layer (core/yaml_reader.h) plus
 // what only the manifest reads.
@@ -113,6 +118,15 @@ class Parser : public YamlReader {
   Status ApplyRest(const YAML::Node& map, const std::string& path, Experiment& e) const {
     if (auto n = map["seed"]) {
       ASSIGN_OR_RETURN(e.seed, Int(n, path + ".seed", 0, "a non-negative integer"));
+      // Seeds are seed .. seed + repeats - 1, and repeats go up to
+      // kMaxSeedCount (adaptive repeats, --repeats): that must stay a 64-bit
+      // integer, or the seeds wrap to negative ones.
+      if (e.seed > std::numeric_limits<std::int64_t>::max() - kMaxSeedCount) {
+        return Err(n, path + ".seed",
+                   "expected a seed of at most " +
+                       std::to_string(std::numeric_limits<std::int64_t>::max() - kMaxSeedCount) +
+                       " (the seeds seed, seed+1, ... must stay 64-bit integers), got " + Show(n));
+      }
     }
     if (auto n = map["timeout"]) {
       ASSIGN_OR_RETURN(e.timeout_s, DurationSeconds(n, path + ".timeout"));

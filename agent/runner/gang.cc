@@ -386,8 +386,10 @@ void GangMember::Finish(const ExitStatus& status) {
       if (pt.step) jp["step"] = *pt.step;
       points.push_back(std::move(jp));
     }
-    (void)io_.call("/api/v1/runs/" + std::to_string(run_.run_id) + "/metrics",
-                   {{"token", run_.token}, {"points", points}});
+    if (!io_.call("/api/v1/runs/" + std::to_string(run_.run_id) + "/metrics",
+                  {{"token", run_.token}, {"points", points}})) {
+      unsent_points_ = std::move(points);  // kept with the result
+    }
   }
   if (outcome.succeeded) {
     Report("succeeded", reading.value, code, "", false);
@@ -410,7 +412,14 @@ void GangMember::Report(const std::string& outcome, std::optional<double> metric
   if (!error.empty()) req["error"] = error.size() > 2000 ? error.substr(0, 2000) + "..." : error;
   if (config_error) req["retry"] = false;
   auto a = io_.call(Path(), req);
-  if (!a) {
+  if (!a && outcome != "interrupted" && io_.keep) {
+    PendingResult kept;
+    kept.run_id = run_.run_id;
+    kept.node_rank = run_.node_rank;
+    kept.complete = req;
+    kept.points = unsent_points_;
+    io_.keep(kept, "no answer");
+  } else if (!a) {
     spdlog::error("gang run {} node {}: result not delivered; its lease will expire",
                   run_.run_id, run_.node_rank);
   } else if (a->first != 200) {

@@ -17,7 +17,9 @@
 // listens; the others wait for it), starts the node's processes, beats every
 // beat_ms on POST /api/v1/runs/{id}/gang, and reports the node's outcome. A
 // 409 (the run failed elsewhere, was cancelled or re-leased) kills its
-// processes. Threading: one thread (the worker's) drives it.
+// processes. A result the server does not answer goes to the worker's
+// outbox (GangIo::keep) and is delivered when it is back, so that a gang that
+// ends while `trainq serve` is down is not run again. Threading: one thread (the worker's) drives it.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/runner/result_outbox.h"
 #include "agent/runner/run_process.h"
 #include "core/clock.h"
 #include "core/process.h"
@@ -100,6 +103,9 @@ struct GangIo {
       call;
   // The checkout of the run's commit.
   std::function<Result<std::string>(const LeasedRun& run)> worktree;
+  // Keeps a result the server did not take (`why`) in the worker's outbox
+  // (agent/runner/result_outbox.h), which delivers it when the server is back.
+  std::function<void(const PendingResult& kept, const std::string& why)> keep;
 };
 
 struct GangMemberConfig {
@@ -152,6 +158,7 @@ class GangMember {
   bool started_ = false;
   bool timed_out_ = false;
   bool done_ = false;
+  nlohmann::json unsent_points_ = nlohmann::json::array();  // node 0's, the server away
 };
 
 }  // namespace trainq

@@ -13,8 +13,10 @@ namespace trainq {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string ResultOutbox::PathOf(std::int64_t run_id) const {
-  return (fs::path(dir_) / (std::to_string(run_id) + ".json")).string();
+std::string ResultOutbox::PathOf(std::int64_t run_id, int node_rank) const {
+  std::string name = std::to_string(run_id);
+  if (node_rank >= 0) name += ".node" + std::to_string(node_rank);
+  return (fs::path(dir_) / (name + ".json")).string();
 }
 
 std::string ResultOutbox::LogTail(const std::string& log_path, std::int64_t from) {
@@ -36,21 +38,41 @@ std::string ResultOutbox::LogTail(const std::string& log_path, std::int64_t from
   return head + data;
 }
 
-Status ResultOutbox::Put(const PendingResult& r) {
+namespace {
+
+Status WriteKept(const std::string& dir, const std::string& path, const PendingResult& r) {
   std::error_code ec;
-  fs::create_directories(dir_, ec);
-  if (ec) return Fail(ErrorKind::kIo, dir_ + ": " + ec.message());
+  fs::create_directories(dir, ec);
+  if (ec) return Fail(ErrorKind::kIo, dir + ": " + ec.message());
   json j = {{"run_id", r.run_id},
             {"complete", r.complete},
             {"points", r.points},
             {"log", r.log},
             {"log_offset", r.log_offset}};
+  if (r.node_rank >= 0) j["node_rank"] = r.node_rank;
   // Output is bytes, JSON strings are UTF-8: replace what is not.
   const std::string text = j.dump(-1, ' ', false, json::error_handler_t::replace);
-  const std::string path = PathOf(r.run_id);
-  TRY(WriteFile(path + ".tmp", text + "\n"));
-  fs::rename(path + ".tmp", path, ec);
-  if (ec) return Fail(ErrorKind::kIo, path + ": " + ec.message());
+  return WriteFileDurably(path, text + "\n");
+}
+
+}  // namespace
+
+Status ResultOutbox::Put(const PendingResult& r) {
+  const std::string path = PathOf(r.run_id, r.node_rank);
+  auto st = WriteKept(dir_, path, r);
+  if (st) {
+    held_.erase(path);
+  } else {
+    held_[path] = r;
+  }
+  return st;
+}
+
+Status ResultOutbox::Persist() {
+  for (auto it = held_.begin(); it != held_.end();) {
+    TRY(WriteKept(dir_, it->first, it->second));
+    it = held_.erase(it);
+  }
   return {};
 }
 
@@ -60,6 +82,7 @@ std::vector<PendingResult> ResultOutbox::All() const {
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
     if (e.path().extension() != ".json") continue;
     const std::string path = e.path().string();
+    if (held_.contains(path)) continue;  // the newer copy is in memory
     auto text = ReadFile(path);
     json j = text ? json::parse(*text, nullptr, false) : json();
     PendingResult r;
@@ -73,6 +96,9 @@ std::vector<PendingResult> ResultOutbox::All() const {
       if (j.contains("log_offset") && j["log_offset"].is_number_integer()) {
         r.log_offset = j["log_offset"].get<std::int64_t>();
       }
+      if (j.contains("node_rank") && j["node_rank"].is_number_integer()) {
+        r.node_rank = j["node_rank"].get<int>();
+      }
       out.push_back(std::move(r));
     } else {
       spdlog::warn("{}: not a kept run result; set aside as {}.bad", path, path);
@@ -80,17 +106,22 @@ std::vector<PendingResult> ResultOutbox::All() const {
       fs::rename(path, path + ".bad", rename_ec);
     }
   }
-  std::sort(out.begin(), out.end(),
-            [](const PendingResult& a, const PendingResult& b) { return a.run_id < b.run_id; });
+  for (const auto& [path, r] : held_) out.push_back(r);
+  std::sort(out.begin(), out.end(), [](const PendingResult& a, const PendingResult& b) {
+    return std::pair(a.run_id, a.node_rank) < std::pair(b.run_id, b.node_rank);
+  });
   return out;
 }
 
-void ResultOutbox::Remove(std::int64_t run_id) {
+void ResultOutbox::Remove(std::int64_t run_id, int node_rank) {
+  const std::string path = PathOf(run_id, node_rank);
+  held_.erase(path);
   std::error_code ec;
-  fs::remove(PathOf(run_id), ec);
+  fs::remove(path, ec);
 }
 
 bool ResultOutbox::empty() const {
+  if (!held_.empty()) return false;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
     if (e.path().extension() == ".json") return false;

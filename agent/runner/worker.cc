@@ -18,6 +18,7 @@
 #include "agent/repo/git_repo.h"
 #include "agent/runner/gang.h"
 #include "agent/runner/run_process.h"
+#include "core/http_client.h"
 #include "core/strings.h"
 
 namespace fs = std::filesystem;
@@ -205,7 +206,13 @@ Worker::~Worker() = default;
 int Worker::active_runs() const { return static_cast<int>(runs_.size()); }
 
 Result<Worker::Answer> Worker::Post(const HttpRequest& request) {
-  auto resp = http_.Send(request);
+  // Run routes want to know which machine calls (its pool's token is shared):
+  // a body names it itself (worker_id), or this header does.
+  HttpRequest named = request;
+  if (worker_id_ && !FindHeader(named.headers, "X-Trainq-Worker")) {
+    named.headers.emplace_back("X-Trainq-Worker", std::to_string(*worker_id_));
+  }
+  auto resp = http_.Send(named);
   TimeMs now = clock_.Now();
   if (!resp) {
     NoteFailure(resp.error());
@@ -448,6 +455,9 @@ void Worker::StartGangMembers(std::vector<WorkerRun>& runs) {
       return std::make_pair(a->status, a->body);
     };
     io.worktree = [this](const LeasedRun& run) { return Worktree(run); };
+    io.keep = [this](const PendingResult& kept, const std::string& why) {
+      Keep(kept, fmt::format("gang run {} node {}", kept.run_id, kept.node_rank), why);
+    };
     spdlog::info("gang run {}: node {} of {} x {} process(es): {} seed {} (attempt {})",
                  r.lease.run_id, r.lease.node_rank, r.lease.nodes, r.lease.procs_per_node,
                  r.lease.experiment, r.lease.seed, r.lease.attempt);
@@ -633,6 +643,8 @@ void Worker::Complete(std::int64_t run_id, const std::string& outcome, std::opti
   if (it == runs_.end()) return;
   const auto& run = it->second.run.lease;
   json req = {{"token", run.token}, {"outcome", outcome}};
+  // A kept copy still names the machine the run was leased to after a restart.
+  if (worker_id_) req["worker_id"] = *worker_id_;
   if (metric) req["metric_value"] = *metric;
   if (exit_code) req["exit_code"] = *exit_code;
   if (!error.empty()) req["error"] = error;
@@ -665,16 +677,7 @@ void Worker::Complete(std::int64_t run_id, const std::string& outcome, std::opti
       kept.log_offset = r.log_sent;
       kept.log = ResultOutbox::LogTail(proc->log_path, proc->log_start + r.log_sent);
     }
-    if (auto st = outbox_.Put(kept); st) {
-      kept_ = true;
-      next_deliver_ms_ = clock_.Now() + heartbeat_ms_;
-      spdlog::warn("run {}: server not reachable ({}); its result ({}) is kept in {} and "
-                   "delivered when the server is back",
-                   run_id, a.error().message, outcome, outbox_.PathOf(run_id));
-    } else {
-      spdlog::error("run {}: result not delivered ({}) and not kept ({}); its lease will expire",
-                    run_id, a.error().message, st.error().message);
-    }
+    Keep(kept, "run " + std::to_string(run_id), a.error().message);
   } else if (!a) {
     spdlog::error("run {}: result not delivered ({}); its lease will expire", run_id,
                   a.error().message);
@@ -694,13 +697,53 @@ void Worker::Complete(std::int64_t run_id, const std::string& outcome, std::opti
   runs_.erase(it);
 }
 
+void Worker::Keep(const PendingResult& kept, const std::string& what, const std::string& why) {
+  const std::string outcome = kept.complete.value("outcome", std::string());
+  kept_ = true;
+  next_deliver_ms_ = clock_.Now() + heartbeat_ms_;
+  if (auto st = outbox_.Put(kept); st) {
+    spdlog::warn("{}: server not reachable ({}); its result ({}) is kept in {} and "
+                 "delivered when the server is back",
+                 what, why, outcome, outbox_.PathOf(kept.run_id, kept.node_rank));
+  } else {
+    // Not on disk: held in memory, written and delivered when either can be.
+    spdlog::error("{}: server not reachable ({}), and its result ({}) cannot be kept on disk "
+                  "({}); it is held in memory, and written to disk or delivered as soon as "
+                  "either works (it is lost only if this worker ends first)",
+                  what, why, outcome, st.error().message);
+    persist_failing_ = true;
+    persist_error_ = st.error().message;
+  }
+}
+
 void Worker::DeliverKept() {
+  if (outbox_.held() > 0) {
+    const std::size_t held = outbox_.held();
+    if (auto st = outbox_.Persist(); st) {
+      // Said again now, since a log on the full disk may have lost the first time.
+      spdlog::info("{} result(s) held in memory (not written then: {}) are now kept on disk in "
+                   "{}",
+                   held, persist_error_, (fs::path(config_.data_dir) / "outbox").string());
+      persist_failing_ = false;
+    } else if (!persist_failing_) {
+      spdlog::error("{} result(s) held in memory still cannot be written: {}", held,
+                    st.error().message);
+      persist_failing_ = true;
+      persist_error_ = st.error().message;
+    }
+  }
   for (const auto& k : outbox_.All()) {
     const std::string path = "/api/v1/runs/" + std::to_string(k.run_id);
     // Points and output first (a 409 there: the lease expired; the result may
     // still be taken), then the result itself.
+    // The machine the run was leased to (an earlier worker on this data dir
+    // may have kept it): named in what is delivered.
+    const auto leased_to = k.complete.find("worker_id");
+    const bool named = leased_to != k.complete.end() && leased_to->is_number_integer();
     if (!k.points.empty()) {
-      if (!Call(path + "/metrics", {{"token", k.token()}, {"points", k.points}})) return;
+      json body = {{"token", k.token()}, {"points", k.points}};
+      if (named) body["worker_id"] = *leased_to;
+      if (!Call(path + "/metrics", body)) return;
     }
     if (!k.log.empty()) {
       HttpRequest req;
@@ -710,21 +753,38 @@ void Worker::DeliverKept() {
                      {"Content-Type", "application/octet-stream"},
                      {"X-Trainq-Token", std::to_string(k.token())},
                      {"X-Trainq-Offset", std::to_string(k.log_offset)}};
+      if (named) req.headers.emplace_back("X-Trainq-Worker", leased_to->dump());
       req.body = k.log;
       if (!Post(req)) return;
     }
-    auto a = Call(path + "/complete", k.complete);
+    // A gang member's result goes where its beats went.
+    auto a = Call(path + (k.node_rank >= 0 ? "/gang" : "/complete"), k.complete);
     if (!a) return;  // still away: after the backoff
     const std::string outcome = k.complete.value("outcome", std::string());
+    const std::string what = k.node_rank >= 0 ? fmt::format("gang run {} node {}", k.run_id,
+                                                            k.node_rank)
+                                              : fmt::format("run {}", k.run_id);
     if (a->status == 200) {
-      spdlog::info("run {}: kept result delivered ({})", k.run_id, outcome);
+      spdlog::info("{}: kept result delivered ({})", what, outcome);
     } else {
-      spdlog::warn("run {}: kept result ({}) refused: HTTP {} {}", k.run_id, outcome, a->status,
+      spdlog::warn("{}: kept result ({}) refused: HTTP {} {}", what, outcome, a->status,
                    ErrorOf(a->body));
     }
-    outbox_.Remove(k.run_id);
+    outbox_.Remove(k.run_id, k.node_rank);
   }
   kept_ = false;
+  persist_failing_ = false;
+}
+
+void Worker::ReportHeldLost() {
+  for (const auto& k : outbox_.All()) {
+    if (outbox_.held() == 0) break;
+    const std::string path = outbox_.PathOf(k.run_id, k.node_rank);
+    if (fs::exists(path)) continue;
+    spdlog::error("run {}: its result ({}) was held in memory only (the disk was full) and is "
+                  "lost with this worker; the run's lease will expire and it runs again",
+                  k.run_id, k.complete.value("outcome", std::string()));
+  }
 }
 
 void Worker::Forget(std::int64_t run_id) { runs_.erase(run_id); }
@@ -905,6 +965,7 @@ Result<Worker::Phase> Worker::Step() {
     spdlog::warn("no answer from the server for {} and nothing running: {}",
                  FormatDuration(now - last_contact_ms_),
                  self_stop_.empty() ? "exiting" : "running the pool's self-stop command");
+    ReportHeldLost();
     RunSelfStop();
     exit_code_ = 3;
     return Phase::kDone;
@@ -984,6 +1045,7 @@ Result<int> Worker::Run(const std::atomic<bool>& stop) {
   Interrupt("the worker was stopped (SIGTERM: preemption or shutdown)");
   // A serve that stops its machines may still take what this worker kept.
   if (kept_) DeliverKept();
+  ReportHeldLost();
   Leave();
   return 0;
 }

@@ -213,6 +213,11 @@ class Worker {
   // kept, whatever the register/lease backoff (a delivery before the lease
   // expires keeps the run's attempt), and once more when the worker stops.
   void DeliverKept();
+  // Keeps `kept` in outbox_ (on disk, else in memory) and says so; `what`
+  // names the run, `why` the failed delivery.
+  void Keep(const PendingResult& kept, const std::string& what, const std::string& why);
+  // Names the results held in memory only, when the worker ends with them.
+  void ReportHeldLost();
   void Forget(std::int64_t run_id);
   void Kill(Proc& p, TimeMs now);
   void StopProc(Proc& p);
@@ -240,6 +245,8 @@ class Worker {
   ResultOutbox outbox_;  // <data_dir>/outbox: results the server was away for
   bool kept_ = true;     // outbox_ may hold something (checked at the start)
   TimeMs next_deliver_ms_ = 0;  // the next try of DeliverKept
+  bool persist_failing_ = false;  // outbox_ holds results the disk refused (said once)
+  std::string persist_error_;     // why, the last time
   TimeMs last_contact_ms_;
   TimeMs next_try_ms_ = 0;  // register/lease backoff
   TimeMs backoff_ms_ = 0;

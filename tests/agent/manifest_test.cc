@@ -1,6 +1,7 @@
 #include "agent/repo/manifest.h"
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 namespace trainq {
@@ -253,6 +254,54 @@ experiments:
   // A tab in the indentation.
   CHECK_THAT(ErrorOf("version: 1\nexperiments:\n  a:\n\tcommand: x\n"),
              Catch::StartsWith("trainq.yaml:4: invalid YAML: "));
+}
+
+TEST_CASE("manifest: an open quote at the end of the file is refused, with or without a "
+          "last line break",
+          "[manifest][errors]") {
+  for (const char* end : {"\n", "", "\n\n", "\r\n"}) {
+    INFO("file ends with " << end);
+    auto msg = ErrorOf(std::string("version: 1\nexperiments:\n  a:\n    command: \"./train.sh "
+                                   "{seed}") +
+                       end);
+    CHECK_THAT(msg, Catch::Matches("trainq\\.yaml:[45]: invalid YAML: .*"));
+  }
+  // A closed quote, and a comment or a block scalar as the last line: as before.
+  auto ok = ParseManifest("version: 1\nexperiments:\n  a:\n    command: \"./t.sh {seed}\"\n"
+                          "# the end",
+                          "trainq.yaml");
+  REQUIRE(ok);
+  CHECK(ok->experiments.at(0).command == "./t.sh {seed}");
+  auto block = ParseManifest("version: 1\nexperiments:\n  a:\n    command: |\n      ./t.sh "
+                             "{seed}\n",
+                             "trainq.yaml");
+  REQUIRE(block);
+  CHECK(block->experiments.at(0).command == "./t.sh {seed}\n");
+}
+
+TEST_CASE("manifest: an alias bomb is refused at once, before it is expanded",
+          "[manifest][errors]") {
+  // 10 values, then 7 levels of 10 aliases each: 10^8 values once expanded.
+  std::string text = "version: 1\nl0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 8; ++i) {
+    std::string prev = "*l" + std::to_string(i - 1);
+    text += "l" + std::to_string(i) + ": &l" + std::to_string(i) + " [";
+    for (int j = 0; j < 10; ++j) text += (j ? ", " : "") + prev;
+    text += "]\n";
+  }
+  text += "experiments:\n  a:\n    command: x\n";
+  auto t0 = std::chrono::steady_clock::now();
+  auto msg = ErrorOf(text);
+  auto took = std::chrono::steady_clock::now() - t0;
+  CHECK_THAT(msg, Catch::Contains("trainq.yaml: more than 200000 values once its aliases"));
+  // Refused before the 10^8 values are walked (that took 20 s).
+  CHECK(took < std::chrono::seconds(2));
+  // Aliases of a normal size are fine.
+  auto ok = ParseManifest("version: 1\nexperiments:\n  a: &base\n    command: x {seed}\n  b: "
+                          "*base\n",
+                          "trainq.yaml");
+  REQUIRE(ok);
+  CHECK(ok->experiments.at(1).command == "x {seed}");
 }
 
 TEST_CASE("manifest: the top level must be a mapping", "[manifest][errors]") {

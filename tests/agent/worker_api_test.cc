@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -72,6 +73,7 @@ struct World {
     listener->Stop();
   }
 
+  bool name_machine = true;  // see Post
   HttpResponse Post(const std::string& path, const std::string& body,
                     const std::optional<std::string>& token, HttpHeaders extra = {},
                     std::int64_t timeout_ms = 30'000) {
@@ -82,6 +84,16 @@ struct World {
     r.timeout_ms = timeout_ms;
     r.headers = std::move(extra);
     r.headers.emplace_back("Content-Type", "application/json");
+    // Run routes require the calling machine (worker_id or X-Trainq-Worker):
+    // unless a test names one, or asks for none, the run's own machine calls.
+    static const std::string kRuns = "/api/v1/runs/";
+    if (name_machine && path.starts_with(kRuns) && !FindHeader(r.headers, "X-Trainq-Worker") &&
+        body.find("\"worker_id\"") == std::string::npos) {
+      std::int64_t run = std::atoll(path.c_str() + kRuns.size());
+      if (auto m = store.RunMachine(run); m && *m) {
+        r.headers.emplace_back("X-Trainq-Worker", std::to_string(**m));
+      }
+    }
     if (token) r.headers.emplace_back("Authorization", "Bearer " + *token);
     auto resp = http.Send(r);
     REQUIRE(resp);
@@ -232,6 +244,25 @@ TEST_CASE("worker API: register, lease, heartbeat, metrics, log, complete", "[wo
     auto wrong_machine = w.Post(w.RunPath(id, "heartbeat"),
                                 json{{"token", token}, {"worker_id", gpu2}}.dump(), kGpuToken);
     CHECK(wrong_machine.status == 403);
+    // A machine of the pool that does not say which it is: refused too.
+    w.name_machine = false;
+    auto unnamed = w.Post(w.RunPath(id, "complete"),
+                          json{{"token", token}, {"outcome", "succeeded"}, {"metric_value", 1}}
+                              .dump(),
+                          kGpuToken);
+    CHECK(unnamed.status == 400);
+    CHECK_THAT(unnamed.body, Catch::Contains("worker_id"));
+    auto unnamed_log = w.Post(w.RunPath(id, "log"), "forged", kGpuToken,
+                              {{"X-Trainq-Token", std::to_string(token)},
+                               {"X-Trainq-Offset", "0"}});
+    CHECK(unnamed_log.status == 400);
+    auto other_log = w.Post(w.RunPath(id, "log"), "forged", kGpuToken,
+                            {{"X-Trainq-Token", std::to_string(token)},
+                             {"X-Trainq-Offset", "0"},
+                             {"X-Trainq-Worker", std::to_string(gpu2)}});
+    CHECK(other_log.status == 403);
+    w.name_machine = true;
+    CHECK(w.store.Run(id).value().value().state == RunState::kLeased);
     (void)cpu;
     auto missing = w.Post(w.RunPath(9999, "heartbeat"), json{{"token", 1}}.dump(), kGpuToken);
     CHECK(missing.status == 404);

@@ -26,6 +26,7 @@
 #include "queue/store.h"
 #include "tests/support/git_fixture.h"
 #include "tests/support/http_server.h"
+#include "tests/support/file_size_limit.h"
 #include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -868,6 +869,57 @@ TEST_CASE("worker e2e: a run that ends while the server is away keeps its result
   CHECK_THAT(ReadFile(RunLogPath(h.data, r.id)).value_or(""),
              Catch::Contains("hello from seed 1"));
   CHECK(testing::WaitFor([&] { return !fs::exists(kept); }, 10s));
+}
+
+TEST_CASE("ResultOutbox holds a result it cannot write in memory, says why, and writes it "
+          "once the disk takes it",
+          "[worker][outbox][disk]") {
+  testing::TempDir tmp;
+  ResultOutbox box(tmp / "outbox");
+  PendingResult r;
+  r.run_id = 12;
+  r.complete = {{"token", 5}, {"outcome", "succeeded"}, {"metric_value", 0.12}};
+  r.log = std::string(20'000, 'o');  // the output the server missed
+  PendingResult gang;
+  gang.run_id = 12;
+  gang.node_rank = 1;
+  gang.complete = {{"action", "complete"}, {"token", 5}, {"node_rank", 1}, {"outcome",
+                                                                          "succeeded"}};
+  {
+    // A write past the limit fails as a full disk does (EFBIG here, ENOSPC there).
+    testing::FileSizeLimit limit(4096);
+    auto st = box.Put(r);
+    REQUIRE_FALSE(st);
+    CHECK_THAT(st.error().message, Catch::Contains("outbox/12.json"));
+    CHECK_THAT(st.error().message, Catch::Contains("File too large"));
+    // Not on disk, not even an empty file: held in memory, and still listed.
+    CHECK_FALSE(fs::exists(tmp / "outbox/12.json"));
+    CHECK(box.held() == 1);
+    CHECK_FALSE(box.empty());
+    REQUIRE(box.Put(gang));  // a small one fits: on disk
+    auto all = box.All();
+    REQUIRE(all.size() == 2);
+    CHECK(all[0].node_rank == -1);
+    CHECK(all[0].log.size() == 20'000);
+    CHECK(all[1].node_rank == 1);
+    CHECK_FALSE(box.Persist());  // the disk still refuses
+    CHECK(box.held() == 1);
+  }
+  // Space again: written whole, and readable by a worker restarted later.
+  REQUIRE(box.Persist());
+  CHECK(box.held() == 0);
+  ResultOutbox again(tmp / "outbox");
+  auto all = again.All();
+  REQUIRE(all.size() == 2);
+  CHECK(all[0].run_id == 12);
+  CHECK(all[0].complete["metric_value"] == 0.12);
+  CHECK(all[0].log.size() == 20'000);
+  CHECK(all[1].node_rank == 1);
+  CHECK(all[1].complete["action"] == "complete");
+  again.Remove(12, 1);
+  again.Remove(12);
+  CHECK(again.empty());
+  CHECK_FALSE(fs::exists(tmp / "outbox/12.json.bad"));
 }
 
 TEST_CASE("ResultOutbox keeps results across a restart, and sets aside a damaged file",

@@ -1,7 +1,9 @@
 #include "core/strings.h"
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 
+#include "tests/support/file_size_limit.h"
 #include "tests/support/temp_dir.h"
 
 using namespace trainq;
@@ -73,4 +75,38 @@ TEST_CASE("ReadFile and WriteFile round trip, a missing file is not_found", "[st
   REQUIRE_FALSE(missing);
   CHECK(missing.error().kind == ErrorKind::kNotFound);
   CHECK(missing.error().message.find("nope.txt") != std::string::npos);
+}
+
+TEST_CASE("WriteFile reports a full disk with the path and the reason", "[strings][disk]") {
+  // /dev/full: every write fails with ENOSPC.
+  auto st = WriteFile("/dev/full", std::string(100'000, 'x'));
+  REQUIRE_FALSE(st);
+  CHECK(st.error().kind == ErrorKind::kIo);
+  CHECK_THAT(st.error().message, Catch::Contains("/dev/full"));
+  CHECK_THAT(st.error().message, Catch::Contains("No space left on device"));
+}
+
+TEST_CASE("WriteFileDurably replaces a file whole or not at all, and says why not",
+          "[strings][disk]") {
+  testing::TempDir dir;
+  const std::string path = dir / "kept.json";
+  REQUIRE(WriteFileDurably(path, "old contents\n"));
+  CHECK(ReadFile(path).value() == "old contents\n");
+  {
+    // A write past the limit fails (EFBIG): the old contents stay, no
+    // temporary file is left, and the error names the file.
+    testing::FileSizeLimit limit(4096);
+    auto st = WriteFileDurably(path, std::string(10'000, 'n'));
+    REQUIRE_FALSE(st);
+    CHECK_THAT(st.error().message, Catch::Contains("kept.json.tmp"));
+    CHECK_THAT(st.error().message, Catch::Contains("File too large"));
+  }
+  CHECK(ReadFile(path).value() == "old contents\n");
+  CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
+  // Into a folder that does not exist: refused, nothing made.
+  auto nowhere = WriteFileDurably(dir / "no/such/dir/x", "x");
+  REQUIRE_FALSE(nowhere);
+  CHECK_THAT(nowhere.error().message, Catch::Contains("no/such/dir/x.tmp"));
+  REQUIRE(WriteFileDurably(path, "new\n"));
+  CHECK(ReadFile(path).value() == "new\n");
 }

@@ -416,6 +416,9 @@ TEST_CASE("ForgetMachine returns its leases to the queue without using an attemp
   // the command's success stands (as after a lease expiry).
   REQUIRE(f.store.Complete(leased[0].run_id, leased[0].token, f.clock.Now(), 0.5));
   CHECK(f.store.Run(leased[0].run_id).value()->state == RunState::kSucceeded);
+  // The attempt that succeeded did run: it counts again (not "succeeded, 0
+  // attempts").
+  CHECK(f.store.Run(leased[0].run_id).value()->attempts == 1);
   // The others are leased again elsewhere, the attempt counting from 1; the
   // old holder's result for one of them is then refused.
   auto other = f.Register("local", "w2", 4);

@@ -1,10 +1,16 @@
 #include "queue/store.h"
 
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "core/strings.h"
+#include "queue/sqlite.h"
+#include "queue/wal_check.h"
 #include "tests/support/temp_dir.h"
 
 using namespace trainq;
@@ -113,7 +119,10 @@ TEST_CASE("Lease hands out each run once, oldest first, with a token", "[store]"
   REQUIRE(a.size() == 2);
   CHECK(a[0].seed == 1);
   CHECK(a[1].seed == 2);
-  CHECK(a[0].token == 1);
+  // Lease tokens prove a lease on run routes: never a small counter.
+  CHECK(a[0].token > (std::int64_t{1} << 32));
+  CHECK(a[0].token < (std::int64_t{1} << 53));
+  CHECK(a[1].token > (std::int64_t{1} << 32));
   CHECK(a[0].attempt == 1);
   CHECK(a[0].expires_ms == kT0 + kLease);
   CHECK(a[0].command == "python train.py --seed {seed}");
@@ -126,6 +135,20 @@ TEST_CASE("Lease hands out each run once, oldest first, with a token", "[store]"
   CHECK(f.Get(a[0].run_id).worker == "w1");
 }
 
+TEST_CASE("Lease tokens are not guessable: 200 first leases, 200 distinct tokens, none a "
+          "neighbour of another", "[store]") {
+  Fixture f;
+  f.Submit(200);
+  auto leased = f.store.Lease("w1", kT0, kLease, 200).value();
+  REQUIRE(leased.size() == 200);
+  std::set<std::int64_t> tokens;
+  for (const auto& l : leased) tokens.insert(l.token);
+  CHECK(tokens.size() == 200);
+  int neighbours = 0;
+  for (auto t : tokens) neighbours += tokens.contains(t + 1);
+  CHECK(neighbours == 0);
+}
+
 TEST_CASE("Complete stores the metric, a stale token is refused", "[store]") {
   Fixture f;
   f.Submit(1);
@@ -135,7 +158,9 @@ TEST_CASE("Complete stores the metric, a stale token is refused", "[store]") {
   auto stale = f.store.Complete(l.run_id, l.token + 1, kT0 + 2, 0.5);
   REQUIRE_FALSE(stale);
   CHECK(stale.error().kind == ErrorKind::kConflict);
-  CHECK(stale.error().message.find("stale lease token") != std::string::npos);
+  CHECK(stale.error().message.find("is not the run's current lease") != std::string::npos);
+  // The refusal does not give the current token away.
+  CHECK(stale.error().message.find(std::to_string(l.token)) == std::string::npos);
   REQUIRE(f.store.Complete(l.run_id, l.token, kT0 + 3, 0.66));
   auto row = f.Get(l.run_id);
   CHECK(row.state == RunState::kSucceeded);
@@ -165,7 +190,7 @@ TEST_CASE("An expired lease puts the run back, the old holder is fenced off", "[
   TimeMs later = kT0 + 50'000 + kLease + 1 + f.store.BackoffMs(1);
   auto fresh = f.store.Lease("w2", later, kLease, 1).value();
   REQUIRE(fresh.size() == 1);
-  CHECK(fresh[0].token == old.token + 1);
+  CHECK(fresh[0].token > old.token);  // fencing: a new lease's token is larger
   CHECK(fresh[0].attempt == 2);
   // The first worker wakes up and tries to report: refused.
   auto late = f.store.Complete(old.run_id, old.token, later + 1, 0.9);
@@ -584,4 +609,131 @@ TEST_CASE("A lease carries the batch's env_passthrough from its spec, or none wh
       CHECK_FALSE(l.env_passthrough);
     }
   }
+}
+
+namespace {
+
+std::int64_t FileSize(const std::string& path) {
+  std::error_code ec;
+  auto n = std::filesystem::file_size(path, ec);
+  return ec ? -1 : static_cast<std::int64_t>(n);
+}
+
+}  // namespace
+
+TEST_CASE("An existing file that holds no queue is refused, never initialised, except by "
+          "initialize_existing (trainq init)",
+          "[store][init]") {
+  testing::TempDir dir;
+  const std::string path = dir / "q.db";
+  REQUIRE(WriteFile(path, ""));  // emptied by a bad restore or a cut copy
+  for (bool create : {true, false}) {
+    StoreOptions o;
+    o.create = create;
+    auto s = Store::Open(path, o);
+    REQUIRE_FALSE(s);
+    CHECK(s.error().kind == ErrorKind::kInvalidArgument);
+    CHECK_THAT(s.error().message, Catch::Contains(path + ": the file exists but holds no "
+                                                         "trainq queue (0 bytes)"));
+    CHECK_THAT(s.error().message, Catch::Contains("trainq --db " + path + " init"));
+    CHECK(FileSize(path) == 0);
+    CHECK_FALSE(std::filesystem::exists(path + "-wal"));
+  }
+  StoreOptions init;
+  init.initialize_existing = true;
+  auto s = Store::Open(path, init);
+  REQUIRE(s);
+  CHECK(s->schema_version() == Store::kSchemaVersion);
+  // A missing file is still created where creating is allowed (the first
+  // submit or serve).
+  auto fresh = Store::Open(dir / "new.db");
+  REQUIRE(fresh);
+  CHECK(fresh->schema_version() == Store::kSchemaVersion);
+}
+
+TEST_CASE("QuickCheck says ok for a sound store", "[store]") {
+  Fixture f;
+  f.Submit(3);
+  auto check = f.store.QuickCheck();
+  REQUIRE(check);
+  CHECK(*check == std::vector<std::string>{"ok"});
+}
+
+TEST_CASE("Seeds that would pass INT64_MAX are refused, not wrapped", "[store]") {
+  Fixture f;
+  auto spec = MakeSpec("big", 2, 3);
+  spec.seed_start = std::numeric_limits<std::int64_t>::max();
+  auto r = f.store.Submit("/repos/demo", MakeCommit(), {spec}, kT0);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().kind == ErrorKind::kInvalidArgument);
+  CHECK_THAT(r.error().message, Catch::Contains("largest 64-bit integer"));
+  spec.repeats = 1;  // the largest seed itself is fine
+  REQUIRE(f.store.Submit("/repos/demo", MakeCommit(), {spec}, kT0));
+}
+
+TEST_CASE("InspectWal finds the committed transactions SQLite drops after a damaged WAL frame",
+          "[store][wal]") {
+  testing::TempDir dir;
+  const std::string live = dir / "live.db";
+  auto db = sql::Db::Open(live, true, 1000).value();
+  REQUIRE(db.Exec("PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; "
+                  "PRAGMA synchronous=FULL; CREATE TABLE t (x BLOB);"));
+  for (int i = 0; i < 8; ++i) REQUIRE(db.Exec("INSERT INTO t VALUES (randomblob(500))"));
+  // What a crash leaves: the main file and the WAL, nothing checkpointed.
+  auto crash = [&](const std::string& name) {
+    const std::string p = dir / name;
+    std::filesystem::copy_file(live, p);
+    std::filesystem::copy_file(live + "-wal", p + "-wal");
+    return p;
+  };
+  const std::string intact = crash("intact.db");
+  auto w = InspectWal(intact).value();
+  CHECK(w.present);
+  CHECK(w.header_ok);
+  CHECK(w.commits == 9);  // CREATE TABLE and 8 inserts
+  CHECK(w.replayed == w.frames);
+  CHECK(w.lost_commits == 0);
+  CHECK(w.Problem(intact + "-wal").empty());
+
+  // One byte of a frame in the middle flipped: SQLite keeps what is before it
+  // and drops the rest without a word; InspectWal names it.
+  const std::string damaged = crash("damaged.db");
+  const std::int64_t frame = 4096 + 24;
+  const std::int64_t k = w.frames / 2;
+  {
+    std::fstream f(damaged + "-wal", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(32 + k * frame + 24 + 200);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x5a);
+    f.seekp(32 + k * frame + 24 + 200);
+    f.write(&c, 1);
+  }
+  auto d = InspectWal(damaged).value();
+  CHECK(d.bad_frame == k + 1);
+  CHECK(d.lost_commits > 0);
+  CHECK(d.commits + d.lost_commits <= 9);
+  const std::string problem = d.Problem(damaged + "-wal");
+  CHECK_THAT(problem, Catch::Contains("frame " + std::to_string(k + 1) + " of "));
+  CHECK_THAT(problem, Catch::Contains("drops " + std::to_string(d.lost_commits) +
+                                      " committed transaction(s)"));
+  // What SQLite then reads agrees: the rows of the dropped commits are gone.
+  auto reread = sql::Db::Open(damaged, false, 1000).value();
+  auto count = reread.Prepare("SELECT count(*) FROM t").value();
+  REQUIRE(count.Step().value());
+  CHECK(count.Int(0) == 8 - d.lost_commits);
+
+  // A damaged header: the whole WAL is ignored, and said so.
+  const std::string headless = crash("headless.db");
+  {
+    std::fstream f(headless + "-wal", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(16);
+    f.write("XXXX", 4);  // salt-1: the header checksum fails
+  }
+  auto h = InspectWal(headless).value();
+  CHECK(h.present);
+  CHECK_FALSE(h.header_ok);
+  CHECK_THAT(h.Problem(headless + "-wal"), Catch::Contains("header is damaged"));
+  // No WAL at all: nothing to say.
+  CHECK_FALSE(InspectWal(dir / "none.db").value().present);
 }
