@@ -33,6 +33,9 @@ struct SubmitOptions {
   bool with_baseline = false;  // queue the parent's batch when no baseline exists
   SubmitLimits limits;  // --max-experiments, --max-runs
   bool allow_dirty = false;  // no warning about uncommitted changes to relevant files
+  // Queue runs even where an ancestor's batch has the same inputs (default:
+  // that batch is reused, agent/results/baseline.h FindReusableBatch).
+  bool rerun = false;
 };
 Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out);
 
@@ -187,6 +190,10 @@ void CatchStopSignals();
 // The exit code for a command line CLI11 refused: 2 with its message (or, for
 // an unknown command, one that names it and the known ones); 0 for --help.
 int ExitForParseError(CLI::App& app, const CLI::ParseError& e, int argc, char** argv);
+// A transform for options held in seconds: the durations server.yaml takes
+// (90s, 2m, 1h30m; a bare number is seconds), so the CLI and the YAML read
+// the same way. A bad one is a usage error (exit 2) naming the option.
+CLI::Validator DurationSeconds();
 
 void AddQueueCommands(CLI::App& app, const CliContext& ctx);     // submit, status, runs, cancel
 void AddServeCommand(CLI::App& app, const CliContext& ctx);      // agent/cli/cmd_serve.cc

@@ -533,7 +533,9 @@ void AddServeCommand(CLI::App& app, const CliContext& ctx) {
                       "trainq-train process")
       ->capture_default_str();
   c_serve->add_option("--idle-grace", serve->idle_grace_s,
-                      "Seconds a machine of the default local pool may idle before it is stopped")
+                      "How long a machine of the default local pool may idle before it is "
+                      "stopped (90s, 2m; a bare number is seconds)")
+      ->transform(DurationSeconds())
       ->capture_default_str();
   c_serve->add_flag("--inproc", serve->inproc,
                     "Run on this process's own slots: no workers, no machines");
@@ -541,13 +543,19 @@ void AddServeCommand(CLI::App& app, const CliContext& ctx) {
   c_serve->add_option("--data-dir", serve->data_dir,
                       "Run logs, metrics and checkouts (default: trainq-data next to the db)");
   c_serve->add_option("--gpus", serve->gpus, "GPU ids to hand out, e.g. 0,1 (CUDA_VISIBLE_DEVICES)");
-  c_serve->add_option("--lease", serve->lease_s, "Lease length in seconds")->capture_default_str();
-  c_serve->add_option("--heartbeat", serve->heartbeat_s, "Heartbeat interval in seconds")
+  c_serve->add_option("--lease", serve->lease_s, "Lease length (60s, 2m; a bare number is seconds)")
+      ->transform(DurationSeconds())
+      ->capture_default_str();
+  c_serve->add_option("--heartbeat", serve->heartbeat_s,
+                      "Heartbeat interval (10s; a bare number is seconds)")
+      ->transform(DurationSeconds())
       ->capture_default_str();
   c_serve->add_option("--poll-ms", serve->poll_ms, "Queue poll interval in milliseconds")
       ->capture_default_str();
   c_serve->add_option("--kill-grace", serve->kill_grace_s,
-                      "Seconds between SIGTERM and SIGKILL when a run is stopped")
+                      "Time between SIGTERM and SIGKILL when a run is stopped (10s; a bare "
+                      "number is seconds)")
+      ->transform(DurationSeconds())
       ->capture_default_str();
   c_serve->add_option("--listen", serve->listen,
                       "HTTP server address HOST:PORT, or off with --inproc (default: the config's, "

@@ -82,6 +82,27 @@ Result<BaselineSearch> FindEquivalentBatch(Store& store, const std::string& git_
   }
 }
 
+Result<std::optional<ReusableBatch>> FindReusableBatch(Store& store, const std::string& git_dir,
+                                                       const std::string& repo_url,
+                                                       const BatchSpec& spec,
+                                                       const std::string& sha, int max_steps) {
+  ASSIGN_OR_RETURN(auto search,
+                   FindEquivalentBatch(store, git_dir, repo_url, spec.experiment, sha, max_steps));
+  if (!search.batch || search.steps == 0) return std::optional<ReusableBatch>();
+  const BatchProgress& b = *search.batch;
+  bool same = b.spec_json == spec.spec_json && b.seed_start == spec.seed_start &&
+              b.repeats >= spec.repeats;
+  bool ended_empty = !b.active() && b.values.empty();
+  if (!same || ended_empty) return std::optional<ReusableBatch>();
+  return std::optional<ReusableBatch>(ReusableBatch{b, search.at_sha, search.steps});
+}
+
+std::string ReuseText(const BatchProgress& b) {
+  if (!b.reuses_batch_id) return "";
+  return "reused batch " + std::to_string(*b.reuses_batch_id) + " of " +
+         Short(b.reused_from_sha) + " (same inputs)";
+}
+
 Result<std::string> ChooseBaseline(Store& store, const std::string& git_dir,
                                    const BatchProgress& head, const std::string& base_sha,
                                    TimeMs now, BaselineOptions options) {

@@ -323,6 +323,9 @@ TEST_CASE("gang e2e: a gang larger than the pool is unservable, and serve says s
   REQUIRE(status);
   CHECK(status->code == 1);
   CHECK(g.Log().find("a gang of 3 machines, but pool local has at most 2") != std::string::npos);
+  // Issue 27: the knob named is the one serve has (there is no max_machines).
+  CHECK(g.Log().find("has at most 2 (trainq serve --machines)") != std::string::npos);
+  CHECK(g.Log().find("max_machines") == std::string::npos);
 }
 
 TEST_CASE("gang e2e: serve --inproc runs a one-machine gang of 3 processes", "[gang][e2e]") {
