@@ -1294,7 +1294,8 @@ Result<std::vector<RunRow>> Store::RunsFinishedAfter(TimeMs finished_ms, std::in
   std::string q = std::string("SELECT ") + kRunColumns +
                   " FROM runs r JOIN batches b ON b.id = r.batch_id "
                   "JOIN commits c ON c.id = b.commit_id "
-                  "WHERE r.state IN ('succeeded', 'failed', 'dead') AND r.finished_ms IS NOT NULL "
+                  "WHERE r.state IN ('succeeded', 'failed', 'dead', 'cancelled') AND "
+                  "r.finished_ms IS NOT NULL "
                   "AND (r.finished_ms > ?1 OR (r.finished_ms = ?1 AND r.id > ?2)) "
                   "ORDER BY r.finished_ms, r.id LIMIT ?3";
   ASSIGN_OR_RETURN(auto s, db_.Prepare(q));

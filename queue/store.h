@@ -131,7 +131,7 @@ class Store {
   // the repository of batch `batch_id` took (their last attempt), newest
   // first: what `trainq status` estimates a batch's end from.
   Result<std::vector<TimeMs>> RecentRunDurations(std::int64_t batch_id, int limit);
-  // Runs that ended an attempt (succeeded, failed, dead) after the cursor
+  // Runs that ended an attempt (succeeded, failed, dead) or were cancelled after the cursor
   // (finished_ms, id), oldest first: `trainq serve` logs each outcome once,
   // whichever worker reported it.
   Result<std::vector<RunRow>> RunsFinishedAfter(TimeMs finished_ms, std::int64_t run_id,

@@ -164,6 +164,23 @@ struct GateOptions {
 // regression, 3 undecided. Errors (exit 2 from main) come back as Error.
 Result<int> CmdGate(const GateOptions& o, std::ostream& out);
 
+// `trainq logs RUN [--rank K] [--follow]`: the run's output (every rank's
+// for a gang run without --rank, each under a header), from the database's
+// data folder or a server's GET /api/v1/logs. --follow prints what is added
+// until the run ends (or `stop` is set).
+struct LogsOptions {
+  std::string db;
+  std::int64_t run = 0;
+  std::optional<int> rank;
+  bool follow = false;
+  std::int64_t poll_ms = 500;
+  std::string server;
+  std::string token_file;
+  const std::atomic<bool>* stop = nullptr;
+};
+Status CmdLogs(const LogsOptions& o, std::ostream& out);
+void AddLogsCommand(CLI::App& app, const CliContext& ctx);  // agent/cli/cmd_logs.cc
+
 
 // The database when neither --db nor TRAINQ_DB names one: ./trainq.db when it
 // exists (setups from before), else UserDbPath(), outside any repository.

@@ -116,6 +116,9 @@ class OutcomeLog {
         if (r.state == RunState::kSucceeded) {
           spdlog::info("run {} succeeded: {}: {}", r.id, who,
                        r.metric_value ? FormatDouble(*r.metric_value, 4) : "-");
+        } else if (r.state == RunState::kCancelled) {
+          spdlog::info("run {} cancelled: {} seed {} (batch {})", r.id, r.experiment, r.seed,
+                       r.batch_id);
         } else if (r.state == RunState::kFailed) {
           spdlog::warn("run {} failed, will retry: {}: {}", r.id, who, r.last_error);
         } else {
@@ -246,6 +249,7 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
   if (listener) listener->Stop();
   if (worker) worker->Stop();
   exec.Shutdown(stop.load() ? "trainq serve was stopped" : "trainq serve exited");
+  spdlog::info("trainq serve stopped ({})", stop.load() ? "signal" : "nothing left to run");
   return result;
 }
 
@@ -317,6 +321,12 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
     std::optional<ListenAddress> address;
     if (listen != "off") { ASSIGN_OR_RETURN(address, ParseListenAddress(listen)); }
     return ServeInProcess(o, config, address, listen, clock, stop);
+  }
+  {
+    std::error_code ec;
+    auto abs = fs::absolute(o.db, ec);
+    spdlog::info("database {} (other trainq commands read it with --db or TRAINQ_DB)",
+                 ec ? o.db : abs.string());
   }
   if (listen == "off") {
     return Fail(ErrorKind::kInvalidArgument,
@@ -509,6 +519,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
   server.StopWaiting();  // lease long polls answer now, before the listener closes
   listener->Stop();
   if (worker) worker->Stop();
+  spdlog::info("trainq serve stopped ({})", stop.load() ? "signal" : "nothing left to run");
   return result;
 }
 

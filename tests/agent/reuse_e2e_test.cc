@@ -43,7 +43,8 @@ experiments:
 )";
 
 // The metric is 0.<lr><seed>: lr 6 gives 0.61, 0.62, 0.63.
-const char* kRun = R"(lr=$(sed -n 's/^lr: //p' "configs/$1.yaml")
+const char* kRun = R"(echo "training $1 seed $2"
+lr=$(sed -n 's/^lr: //p' "configs/$1.yaml")
 printf '{"name": "accuracy", "value": 0.%s%s}\n' "$lr" "$2" >> "$TRAINQ_METRICS_FILE"
 )";
 
@@ -252,6 +253,13 @@ TEST_CASE(
   CHECK(j["finished"] == true);
   CHECK(j["no_experiment_changed"] == true);
 
+  // serve's log names its database, and every refused webhook with its reason.
+  CHECK(s.Log().find("database " + s.db) != std::string::npos);
+  auto bad = s.Send(false, PushPayload(s.a, "not-a-sha", s.origin_url));
+  CHECK(bad.status == 400);
+  REQUIRE(testing::WaitFor(
+      [&] { return s.Log().find("github webhook refused (400): ") != std::string::npos; }, 10s));
+
   // A commit nothing processed stays undecided (exit 3), as before.
   std::string e = s.work->Commit({{"README.md", "# model\n\nUnpushed.\n"}}, "unpushed");
   code = testing::RunShell(std::string(TRAINQ_BINARY) + " --db " + ShellQuote(s.db) + " gate " +
@@ -328,6 +336,58 @@ TEST_CASE(
   CHECK(out.find("[reused batch " + std::to_string(at_b[0].id) + " of " + b.substr(0, 7)) !=
         std::string::npos);
   s.Stop();
+}
+
+TEST_CASE(
+    "e2e: trainq logs prints a run's output from the database and through --server; serve logs "
+    "each cancel and its shutdown",
+    "[server][e2e][logs]") {
+  Served s;
+  s.Start();
+  auto at_a = s.BatchesAt(s.a);
+  REQUIRE_FALSE(at_a.empty());
+  auto store = Store::Open(s.db).value();
+  auto runs = store.Runs(at_a[0].id, std::nullopt, 0).value();
+  REQUIRE_FALSE(runs.empty());
+  const RunRow& r = runs.front();
+  std::string want = "training " + r.experiment + " seed " + std::to_string(r.seed) + "\n";
+  REQUIRE(ReadFile(r.log_path).value_or("").find(want) != std::string::npos);
+
+  std::string tq = std::string(TRAINQ_BINARY) + " --db " + ShellQuote(s.db);
+  std::string local, remote, out;
+  CHECK(testing::RunShell(tq + " logs " + std::to_string(r.id), &local) == 0);
+  CHECK(local == ReadFile(r.log_path).value_or("?"));
+  CHECK(testing::RunShell(std::string(TRAINQ_BINARY) + " logs " + std::to_string(r.id) +
+                              " --server " + s.base_url + " --token-file " +
+                              ShellQuote(s.tmp / "read.token"),
+                          &remote) == 0);
+  CHECK(remote == local);
+  // --follow on an ended run prints it and returns.
+  CHECK(testing::RunShell(tq + " logs --follow " + std::to_string(r.id), &out) == 0);
+  CHECK(out == local);
+  // A rank a plain run does not have, and a run that does not exist.
+  CHECK(testing::RunShell(tq + " logs " + std::to_string(r.id) + " --rank 3 2>&1", &out) == 1);
+  CHECK(out.find("has no log of rank 3 (it has no rank logs)") != std::string::npos);
+  CHECK(testing::RunShell(tq + " logs 999 2>&1", &out) == 1);
+  CHECK(out.find("run 999 does not exist") != std::string::npos);
+
+  // A slow run, cancelled: serve's log says so.
+  s.work->Run("checkout -q -b slow");
+  std::string slow = s.work->Commit({{"run.sh", std::string("sleep 30\n") + kRun}}, "slow");
+  REQUIRE(testing::RunShell(tq + " submit --json -e a -n 1 --repo " + ShellQuote(s.work->dir()),
+                            &out) == 0);
+  std::int64_t batch = json::parse(out)["batches"][0]["id"];
+  REQUIRE(testing::RunShell(tq + " cancel " + std::to_string(batch), &out) == 0);
+  REQUIRE(testing::WaitFor(
+      [&] {
+        std::string log = s.Log();
+        return log.find("cancelled: a seed 1 (batch " + std::to_string(batch) + ")") !=
+               std::string::npos;
+      },
+      20s));
+  s.Stop();
+  CHECK(s.Log().find("trainq serve stopped (signal)") != std::string::npos);
+  (void)slow;
 }
 
 TEST_CASE(
