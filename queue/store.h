@@ -527,6 +527,10 @@ class Store {
   // The members of the run's current attempt, by node rank (empty: none live
   // or not a gang).
   Result<std::vector<GangMember>> GangMembers(std::int64_t run_id);
+  // The member row of node `node_rank` of the run's latest attempt, live or
+  // not (its token names the attempt): a member may still send its logs
+  // after the run failed.
+  Result<std::optional<GangMember>> GangMemberOf(std::int64_t run_id, int node_rank);
   // All live members (leased or running runs), for tests and status.
   Result<std::vector<GangMember>> LiveGangMembers();
   struct GangView {

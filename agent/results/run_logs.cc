@@ -27,6 +27,10 @@ Result<std::vector<RunLogFile>> RunLogFiles(Store& store, std::int64_t run_id) {
   }
   std::sort(ranks.begin(), ranks.end(),
             [](const RunLogFile& a, const RunLogFile& b) { return *a.rank < *b.rank; });
+  // A gang on one machine (serve --inproc): rank 0 writes the run's own log.
+  if (!ranks.empty() && *ranks.front().rank != 0) {
+    ranks.insert(ranks.begin(), {0, run->log_path, out.front().exists});
+  }
   out.insert(out.end(), ranks.begin(), ranks.end());
   return out;
 }
