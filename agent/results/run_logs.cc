@@ -29,7 +29,7 @@ Result<std::vector<RunLogFile>> RunLogFiles(Store& store, std::int64_t run_id) {
             [](const RunLogFile& a, const RunLogFile& b) { return *a.rank < *b.rank; });
   // A gang on one machine (serve --inproc): rank 0 writes the run's own log.
   if (!ranks.empty() && *ranks.front().rank != 0) {
-    ranks.insert(ranks.begin(), {0, run->log_path, out.front().exists});
+    ranks.insert(ranks.begin(), RunLogFile{0, run->log_path, out.front().exists});
   }
   out.insert(out.end(), ranks.begin(), ranks.end());
   return out;

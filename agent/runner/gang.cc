@@ -376,15 +376,15 @@ void GangMember::UploadLogs() {
   constexpr std::int64_t kMax = std::int64_t{1} << 20;
   for (size_t i = 0; i < procs_.size(); ++i) {
     const std::string& path = procs_.output_path(i);
-    std::int64_t from = path == paths_.log ? log_start_ : 0;
+    // From the start, banner included (what ran where); the last 1 MiB at most.
+    std::int64_t from = 0;
     std::int64_t size = SizeOf(path);
     std::string text;
     if (size - from > kMax) {
       text = "[... " + std::to_string(size - from - kMax) + " bytes cut ...]\n";
       from = size - kMax;
     }
-    // The banner too: what ran where, with which variables.
-    text += path == paths_.log ? ReadTail(path, 0) : ReadTail(path, from);
+    text += ReadTail(path, from);
     int rank = run_.node_rank * layout_.procs_per_node + static_cast<int>(i);
     json req = {{"action", "log"},
                 {"token", run_.token},

@@ -338,20 +338,21 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
     std::string names;
     std::string kept_names;
     for (const auto& r : results) {
+      // The commit had this batch already (a merged pull request's head):
+      // nothing is queued, and the log must not say otherwise.
       bool kept = !r.reuses_batch_id && !r.created && r.runs_added == 0;
       if (kept) {
-        // The commit has this batch already (a merged pull request's head).
         kept_names += (kept_names.empty() ? "" : ", ") + r.experiment + " (batch " +
                       std::to_string(r.batch_id) + ")";
-        continue;
+      } else if (!r.reuses_batch_id) {
+        names += (names.empty() ? "" : ", ") + r.experiment;
       }
-      if (!r.reuses_batch_id) names += (names.empty() ? "" : ", ") + r.experiment;
       // What this batch is compared with: found, reused from an equivalent
       // ancestor, or queued at the base with the same seeds.
       if (auto batch = store_.Batch(r.batch_id); batch && *batch && (*batch)->base_sha.empty()) {
         auto note = ChooseBaseline(store_, m->path(), **batch, commit_base, clock_.Now());
         if (note) {
-          if (!r.reuses_batch_id) names += " (baseline: " + *note + ")";
+          if (!r.reuses_batch_id && !kept) names += " (baseline: " + *note + ")";
         } else {
           spdlog::warn("push {}: choosing the baseline of batch {}: {}", push.id, r.batch_id,
                        note.error().message);
