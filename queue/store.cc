@@ -738,15 +738,20 @@ Result<bool> Store::StopReusing(std::int64_t batch_id) {
   });
 }
 
-Result<int> Store::ExtendBatch(std::int64_t batch_id, int repeats, TimeMs now) {
+Result<int> Store::ExtendBatch(std::int64_t requested_id, int repeats, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Result<int> {
-    ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT seed_start FROM batches WHERE id = ?"));
-    sel.Bind(1, batch_id);
+    // A batch that reuses another grows that one: the runs are its.
+    ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT b.seed_start, b.id FROM batches b WHERE b.id = "
+                                           "coalesce((SELECT reuses_batch_id FROM batches WHERE "
+                                           "id = ?1), ?1)"));
+    sel.Bind(1, requested_id);
     ASSIGN_OR_RETURN(bool found, sel.Step());
     if (!found) {
-      return Fail(ErrorKind::kNotFound, "batch " + std::to_string(batch_id) + " does not exist");
+      return Fail(ErrorKind::kNotFound,
+                  "batch " + std::to_string(requested_id) + " does not exist");
     }
     std::int64_t seed_start = sel.Int(0);
+    const std::int64_t batch_id = sel.Int(1);
     ASSIGN_OR_RETURN(auto grow,
                      db_.Prepare("UPDATE batches SET repeats = ? WHERE id = ? AND repeats < ?"));
     TRY(grow.Bind(1, repeats).Bind(2, batch_id).Bind(3, repeats).Run());
