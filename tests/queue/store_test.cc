@@ -594,7 +594,7 @@ TEST_CASE("A batch that reuses another has that batch's runs as its own and queu
   REQUIRE(leased.size() == 3);
   for (const auto& l : leased) {
     REQUIRE(f.store.MarkRunning(l.run_id, l.token, kT0, ""));
-    REQUIRE(f.store.Complete(l.run_id, l.token, kT0 + 1, 0.5 + 0.1 * static_cast<double>(l.seed)));
+    REQUIRE(f.store.Complete(l.run_id, l.token, kT0 + 1, 0.25 * static_cast<double>(l.seed)));
   }
   CommitInfo next = MakeCommit("cccccccccccccccccccccccccccccccccccccccc");
   next.parent_sha = MakeCommit().sha;
@@ -610,7 +610,7 @@ TEST_CASE("A batch that reuses another has that batch's runs as its own and queu
   CHECK(b.reuses_batch_id == source);
   CHECK(b.reused_from_sha == MakeCommit().sha);
   CHECK(b.count(RunState::kSucceeded) == 3);
-  CHECK(b.values == std::vector<double>{0.6, 0.7, 0.8});
+  CHECK(b.values == std::vector<double>{0.25, 0.5, 0.75});
   CHECK(b.seed_start == 1);
   CHECK(f.store.Runs(r->batch_id, std::nullopt, 0).value().size() == 3);
 
