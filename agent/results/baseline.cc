@@ -121,6 +121,20 @@ Result<std::string> ChooseBaseline(Store& store, const std::string& git_dir,
 
   ASSIGN_OR_RETURN(auto search, FindEquivalentBatch(store, git_dir, head.repo_url, head.experiment,
                                                     base_sha, options.max_steps));
+  if (search.batch && head.reuses_batch_id &&
+      search.batch->reuses_batch_id.value_or(search.batch->id) == *head.reuses_batch_id) {
+    // The base has the very runs this batch reuses: comparing them with
+    // themselves says nothing. It is compared as the batch it reuses is.
+    ASSIGN_OR_RETURN(auto source, store.Batch(*head.reuses_batch_id));
+    if (source && source->baseline_batch_id) {
+      std::string note = "as batch " + std::to_string(source->id) + " (the same runs): " +
+                         BaselineText(*source);
+      TRY(store.SetBaseline(head.id, source->base_sha, source->baseline_batch_id, note));
+      return note;
+    }
+    return record(std::nullopt, "the same runs as batch " + std::to_string(*head.reuses_batch_id) +
+                                    " at the base " + Short(base_sha) + ": nothing to compare");
+  }
   if (search.batch) {
     std::string note =
         search.steps == 0
