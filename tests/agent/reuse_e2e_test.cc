@@ -424,6 +424,23 @@ TEST_CASE(
     auto at_b = store.BatchesForCommit(b).value();
     REQUIRE(at_b.size() == 2);
   }
+  // b's runs at b are a's: not compared with themselves.
+  REQUIRE(testing::RunShell(std::string(TRAINQ_BINARY) + " --db " + ShellQuote(tmp / "t.db") +
+                                " show " + b + " --json",
+                            &out) == 0);
+  {
+    auto view = json::parse(out);
+    bool saw = false;
+    for (const auto& bj : view["batches"]) {
+      if (bj["experiment"] != "b") continue;
+      saw = true;
+      CHECK(bj["reuses_batch"] == b_id);
+      CHECK_FALSE(bj.contains("vs_parent"));
+      CHECK(bj.value("baseline_note", "").starts_with("the same runs as batch " +
+                                                      std::to_string(b_id)));
+    }
+    CHECK(saw);
+  }
   // Again: nothing new.
   REQUIRE(testing::RunShell(tq + " --json", &out) == 0);
   auto again = json::parse(out);
