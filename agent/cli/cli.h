@@ -179,7 +179,6 @@ struct LogsOptions {
   const std::atomic<bool>* stop = nullptr;
 };
 Status CmdLogs(const LogsOptions& o, std::ostream& out);
-void AddLogsCommand(CLI::App& app, const CliContext& ctx);  // agent/cli/cmd_logs.cc
 
 
 // The database when neither --db nor TRAINQ_DB names one: ./trainq.db when it
@@ -219,6 +218,7 @@ void AddMachinesCommands(CLI::App& app, const CliContext& ctx);  // machines, po
 void AddShowCommand(CLI::App& app, const CliContext& ctx);       // agent/cli/cmd_show.cc
 void AddReportCommand(CLI::App& app, const CliContext& ctx);     // agent/cli/cmd_report.cc
 void AddCompareCommands(CLI::App& app, const CliContext& ctx);   // compare, gate
+void AddLogsCommand(CLI::App& app, const CliContext& ctx);       // agent/cli/cmd_logs.cc
 // `trainq stats ...`: agent/cli/cmd_stats.cc.
 void AddStatsCommands(CLI::App& app, int* exit_code);
 // `trainq simulate TRACE`: agent/cli/cmd_simulate.cc.
