@@ -10,10 +10,15 @@
 //     yet, and `--rerun` queues them anyway.
 #include <signal.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 
+#include "agent/triggers/forge.h"
+#include "core/crypto.h"
 #include "core/process.h"
 #include "core/strings.h"
 #include "queue/store.h"
@@ -29,6 +34,10 @@ namespace trainq {
 namespace {
 
 using testing::GitCli;
+
+// A command whose stdout is compared or parsed: its log lines (stderr) are left out
+// (RunShell adds 2>&1 after the command).
+std::string StdoutOnly(const std::string& command) { return "{ " + command + " 2>/dev/null; }"; }
 
 const char* kManifest = R"(version: 1
 defaults:
@@ -242,9 +251,9 @@ TEST_CASE(
   CHECK(out.find("nothing to judge") != std::string::npos);
 
   // The same from the database, by name, as `trainq gate HEAD --baseline HEAD~1`.
-  code = testing::RunShell(std::string(TRAINQ_BINARY) + " --db " + ShellQuote(s.db) +
-                               " gate HEAD --baseline HEAD~1 --repo " +
-                               ShellQuote(s.work->dir()) + " --wait 60m --json 2>&1",
+  code = testing::RunShell(StdoutOnly(std::string(TRAINQ_BINARY) + " --db " + ShellQuote(s.db) +
+                                    " gate HEAD --baseline HEAD~1 --repo " +
+                                    ShellQuote(s.work->dir()) + " --wait 60m --json"),
                            &out);
   INFO(out);
   CHECK(code == 0);
@@ -355,15 +364,15 @@ TEST_CASE(
 
   std::string tq = std::string(TRAINQ_BINARY) + " --db " + ShellQuote(s.db);
   std::string local, remote, out;
-  CHECK(testing::RunShell(tq + " logs " + std::to_string(r.id), &local) == 0);
+  CHECK(testing::RunShell(StdoutOnly(tq + " logs " + std::to_string(r.id)), &local) == 0);
   CHECK(local == ReadFile(r.log_path).value_or("?"));
-  CHECK(testing::RunShell(std::string(TRAINQ_BINARY) + " logs " + std::to_string(r.id) +
-                              " --server " + s.base_url + " --token-file " +
-                              ShellQuote(s.tmp / "read.token"),
+  CHECK(testing::RunShell(StdoutOnly(std::string(TRAINQ_BINARY) + " logs " +
+                                     std::to_string(r.id) + " --server " + s.base_url +
+                                     " --token-file " + ShellQuote(s.tmp / "read.token")),
                           &remote) == 0);
   CHECK(remote == local);
   // --follow on an ended run prints it and returns.
-  CHECK(testing::RunShell(tq + " logs --follow " + std::to_string(r.id), &out) == 0);
+  CHECK(testing::RunShell(StdoutOnly(tq + " logs --follow " + std::to_string(r.id)), &out) == 0);
   CHECK(out == local);
   // A rank a plain run does not have, and a run that does not exist.
   CHECK(testing::RunShell(tq + " logs " + std::to_string(r.id) + " --rank 3 2>&1", &out) == 1);
@@ -374,8 +383,9 @@ TEST_CASE(
   // A slow run, cancelled: serve's log says so.
   s.work->Run("checkout -q -b slow");
   std::string slow = s.work->Commit({{"run.sh", std::string("sleep 30\n") + kRun}}, "slow");
-  REQUIRE(testing::RunShell(tq + " submit --json -e a -n 1 --repo " + ShellQuote(s.work->dir()),
-                            &out) == 0);
+  REQUIRE(testing::RunShell(
+              StdoutOnly(tq + " submit --json -e a -n 1 --repo " + ShellQuote(s.work->dir())),
+              &out) == 0);
   std::int64_t batch = json::parse(out)["batches"][0]["id"];
   REQUIRE(testing::RunShell(tq + " cancel " + std::to_string(batch), &out) == 0);
   REQUIRE(testing::WaitFor(
@@ -404,7 +414,7 @@ TEST_CASE(
   std::string tq = std::string(TRAINQ_BINARY) + " --db " + ShellQuote(tmp / "t.db") +
                    " submit --repo " + ShellQuote(work.dir());
   std::string out;
-  REQUIRE(testing::RunShell(tq + " --json", &out) == 0);
+  REQUIRE(testing::RunShell(StdoutOnly(tq + " --json"), &out) == 0);
   auto first = json::parse(out);
   REQUIRE(first["batches"].size() == 2);
   CHECK(first["batches"][0]["runs_added"] == 3);
@@ -425,8 +435,8 @@ TEST_CASE(
     REQUIRE(at_b.size() == 2);
   }
   // b's runs at b are a's: not compared with themselves.
-  REQUIRE(testing::RunShell(std::string(TRAINQ_BINARY) + " --db " + ShellQuote(tmp / "t.db") +
-                                " show " + b + " --json",
+  REQUIRE(testing::RunShell(StdoutOnly(std::string(TRAINQ_BINARY) + " --db " +
+                                     ShellQuote(tmp / "t.db") + " show " + b + " --json"),
                             &out) == 0);
   {
     auto view = json::parse(out);
@@ -442,7 +452,7 @@ TEST_CASE(
     CHECK(saw);
   }
   // Again: nothing new.
-  REQUIRE(testing::RunShell(tq + " --json", &out) == 0);
+  REQUIRE(testing::RunShell(StdoutOnly(tq + " --json"), &out) == 0);
   auto again = json::parse(out);
   for (const auto& x : again["batches"]) CHECK(x["runs_added"] == 0);
 
