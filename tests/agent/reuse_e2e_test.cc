@@ -426,7 +426,7 @@ TEST_CASE(
   INFO(out);
   CHECK(out.find("a: 3 runs queued (seeds 1..3)") != std::string::npos);
   std::int64_t b_id = first["batches"][1]["id"];
-  CHECK(out.find("b: reused batch " + std::to_string(b_id) + " of " + a.substr(0, 7) +
+  CHECK(out.find("b: reused batch " + std::to_string(b_id) + " of " + a.substr(0, 10) +
                  " (same inputs; --rerun runs it again)") != std::string::npos);
   {
     auto store = Store::Open(tmp / "t.db").value();
