@@ -17,6 +17,7 @@
 namespace CLI {
 class App;
 class ParseError;
+class Validator;
 }
 
 namespace trainq {
