@@ -161,7 +161,8 @@ struct Served {
   std::vector<BatchProgress> BatchesAt(const std::string& sha) {
     auto store = Store::Open(db).value();
     std::vector<BatchProgress> out;
-    for (auto& b : store.Batches(false, 0).value()) {
+    auto all = store.Batches(false, 0).value();
+    for (auto& b : all) {
       if (b.sha == sha) out.push_back(std::move(b));
     }
     return out;
