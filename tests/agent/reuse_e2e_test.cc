@@ -463,7 +463,8 @@ TEST_CASE(
   CHECK(out.find("b: already submitted; 3 more runs queued") != std::string::npos);
   auto store = Store::Open(tmp / "t.db").value();
   CHECK(store.Runs(std::nullopt, std::nullopt, 0).value().size() == 12);
-  for (const auto& x : store.BatchesForCommit(b).value()) CHECK_FALSE(x.reuses_batch_id);
+  auto at_b = store.BatchesForCommit(b).value();
+  for (const auto& x : at_b) CHECK_FALSE(x.reuses_batch_id);
 }
 
 }  // namespace
