@@ -184,8 +184,8 @@ TEST_CASE("trainq show compares each batch with the parent commit", "[analysis][
   INFO(out);
   CHECK(code == 0);
   // Issue 27: one word, "baseline:", whether it is the parent or not.
-  CHECK(out.find("baseline: accuracy 0.6875 (batch 1: the parent commit 1111") !=
-        std::string::npos);
+  CHECK(out.find("baseline: accuracy 0.6875 ± 0.0854 (n=4) (batch 1: the parent commit "
+                 "1111111)") != std::string::npos);
   CHECK(out.find("parent: ") == std::string::npos);
   CHECK(out.find("paired t") != std::string::npos);
   CHECK(out.find(": better") != std::string::npos);
