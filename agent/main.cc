@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   trainq::AddShowCommand(app, ctx);
   trainq::AddReportCommand(app, ctx);
   trainq::AddCompareCommands(app, ctx);
+  trainq::AddLogsCommand(app, ctx);
   trainq::AddWorkerCommand(app, ctx);
   trainq::AddStatsCommands(app, &exit_code);
   trainq::AddSweepCommands(app, &db, &exit_code);

@@ -50,6 +50,16 @@ Result<std::vector<Store::GangMember>> Store::GangMembers(std::int64_t run_id) {
   return ReadMembers(s);
 }
 
+Result<std::optional<Store::GangMember>> Store::GangMemberOf(std::int64_t run_id, int node_rank) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kMemberColumns +
+                                       " FROM gang_members g WHERE g.run_id = ? AND "
+                                       "g.node_rank = ?"));
+  s.Bind(1, run_id).Bind(2, node_rank);
+  ASSIGN_OR_RETURN(auto rows, ReadMembers(s));
+  if (rows.empty()) return std::optional<GangMember>();
+  return std::optional<GangMember>(rows.front());
+}
+
 Result<std::vector<Store::GangMember>> Store::LiveGangMembers() {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kMemberColumns +
                                        " FROM gang_members g JOIN runs r ON r.id = g.run_id "

@@ -263,7 +263,8 @@ Result<std::vector<std::int64_t>> Store::FinishedPendingStatuses(int limit) {
   ASSIGN_OR_RETURN(auto s,
                    db_.Prepare("SELECT cs.batch_id FROM commit_statuses cs WHERE cs.state = "
                                "'pending' AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.batch_id "
-                               "= cs.batch_id AND r.state IN ('queued', 'leased', 'running', "
+                               "= coalesce((SELECT reuses_batch_id FROM batches WHERE id = "
+                               "cs.batch_id), cs.batch_id) AND r.state IN ('queued', 'leased', 'running', "
                                "'failed')) ORDER BY cs.batch_id LIMIT ?"));
   s.Bind(1, limit);
   return Collect<std::int64_t>(s, [](const sql::Stmt& st) { return st.Int(0); });
@@ -292,7 +293,7 @@ Status Store::AddPushStatus(const CommitStatus& c, TimeMs now) {
     ASSIGN_OR_RETURN(auto u,
                      db_.Prepare("INSERT INTO push_statuses (push_id, repo_url, sha, context, "
                                  "state, description, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                                 "ON CONFLICT (push_id) DO NOTHING"));
+                                 "ON CONFLICT (push_id, context) DO NOTHING"));
     return u.Bind(1, c.push_id)
         .Bind(2, c.repo_url)
         .Bind(3, c.sha)
@@ -325,14 +326,16 @@ Result<std::vector<Store::CommitStatus>> Store::DueCommitStatuses(TimeMs now, in
 namespace {
 
 // The row of a status: a batch's, or a failed push's.
+// A push's statuses are keyed by context too.
 struct StatusRow {
   std::string table;
-  std::string key;
+  std::string where;  // binds ?9 (the id) and, for a push's, ?10 (the context)
   std::int64_t id;
+  std::string context;
 };
 StatusRow RowOf(const Store::CommitStatus& s) {
-  if (s.push_id) return {"push_statuses", "push_id", s.push_id};
-  return {"commit_statuses", "batch_id", s.batch_id};
+  if (s.push_id) return {"push_statuses", "push_id = ?9 AND context = ?10", s.push_id, s.context};
+  return {"commit_statuses", "batch_id = ?9", s.batch_id, ""};
 }
 
 }  // namespace
@@ -342,10 +345,12 @@ Status Store::CommitStatusPosted(const CommitStatus& c, const std::string& state
   auto row = RowOf(c);
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE " + row.table +
-                                         " SET posted_state = ?, posted_description = ?, "
-                                         "attempts = 0, last_error = '', updated_ms = ? WHERE " +
-                                         row.key + " = ?"));
-    return u.Bind(1, state).Bind(2, description).Bind(3, now).Bind(4, row.id).Run();
+                                         " SET posted_state = ?1, posted_description = ?2, "
+                                         "attempts = 0, last_error = '', updated_ms = ?3 WHERE " +
+                                         row.where));
+    u.Bind(1, state).Bind(2, description).Bind(3, now).Bind(9, row.id);
+    if (c.push_id) u.Bind(10, row.context);
+    return u.Run();
   });
 }
 
@@ -354,15 +359,50 @@ Status Store::CommitStatusFailed(const CommitStatus& c, const std::string& error
   auto row = RowOf(c);
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE " + row.table +
-                                         " SET attempts = attempts + 1, last_error = ?, "
-                                         "not_before_ms = ?, gave_up = ?, updated_ms = ? WHERE " +
-                                         row.key + " = ?"));
-    return u.Bind(1, error)
-        .Bind(2, not_before)
-        .Bind(3, give_up ? 1 : 0)
-        .Bind(4, now)
-        .Bind(5, row.id)
-        .Run();
+                                         " SET attempts = attempts + 1, last_error = ?1, "
+                                         "not_before_ms = ?2, gave_up = ?3, updated_ms = ?4 WHERE " +
+                                         row.where));
+    u.Bind(1, error).Bind(2, not_before).Bind(3, give_up ? 1 : 0).Bind(4, now).Bind(9, row.id);
+    if (c.push_id) u.Bind(10, row.context);
+    return u.Run();
+  });
+}
+
+Result<std::vector<Store::CommitStatus>> Store::GetPushStatuses(std::int64_t push_id) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT 0, " + std::string(kStatusColumns).substr(10) +
+                                       " FROM push_statuses WHERE push_id = ? ORDER BY context"));
+  s.Bind(1, push_id);
+  return Collect<CommitStatus>(s, [&](const sql::Stmt& st) {
+    auto c = ReadStatus(st);
+    c.push_id = push_id;
+    return c;
+  });
+}
+
+Status Store::AddQuietCommit(const QuietCommit& q, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("INSERT INTO quiet_commits (repo_url, sha, push_id, note, "
+                                         "created_ms) VALUES (?, ?, ?, ?, ?) "
+                                         "ON CONFLICT (repo_url, sha) DO NOTHING"));
+    return u.Bind(1, q.repo_url).Bind(2, q.sha).Bind(3, q.push_id).Bind(4, q.note).Bind(5, now).Run();
+  });
+}
+
+Result<std::vector<Store::QuietCommit>> Store::QuietCommits(const std::string& sha_prefix) {
+  for (char ch : sha_prefix) {
+    if (!std::isxdigit(static_cast<unsigned char>(ch))) {
+      return Fail(ErrorKind::kInvalidArgument, "'" + sha_prefix + "' is not a commit id");
+    }
+  }
+  if (sha_prefix.size() < 4) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "commit id '" + sha_prefix + "' is too short (give at least 4 hex digits)");
+  }
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT repo_url, sha, push_id, note FROM quiet_commits "
+                                       "WHERE sha LIKE ? ORDER BY created_ms"));
+  s.Bind(1, sha_prefix + "%");
+  return Collect<QuietCommit>(s, [](const sql::Stmt& st) {
+    return QuietCommit{st.Text(0), st.Text(1), st.Int(2), st.Text(3)};
   });
 }
 

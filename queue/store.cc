@@ -386,6 +386,48 @@ CREATE TABLE waiting_notes (
   PRIMARY KEY (pool, gpus, nodes)
 );
 )sql",
+    // 11 -> 12: nothing to judge, and inputs run once. A batch may reuse
+    // another batch (reuses_batch_id): a commit whose inputs for an
+    // experiment equal an earlier commit's takes that batch's runs as its own
+    // instead of queueing new ones. quiet_commits records pushed commits whose
+    // change touched no experiment (decided: nothing to judge). A push's
+    // statuses are keyed by context too, so such a commit gets one per
+    // experiment.
+    R"sql(
+ALTER TABLE batches ADD COLUMN reuses_batch_id INTEGER REFERENCES batches(id);
+CREATE TABLE quiet_commits (
+  repo_url TEXT NOT NULL,
+  sha TEXT NOT NULL,
+  push_id INTEGER NOT NULL REFERENCES pushes(id),
+  note TEXT NOT NULL DEFAULT '',
+  created_ms INTEGER NOT NULL,
+  PRIMARY KEY (repo_url, sha)
+);
+CREATE INDEX quiet_commits_by_sha ON quiet_commits (sha);
+CREATE TABLE push_statuses_v12 (
+  push_id INTEGER NOT NULL REFERENCES pushes(id),
+  repo_url TEXT NOT NULL,
+  sha TEXT NOT NULL,
+  context TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('pending', 'success', 'failure', 'error')),
+  description TEXT NOT NULL DEFAULT '',
+  posted_state TEXT NOT NULL DEFAULT '',
+  posted_description TEXT NOT NULL DEFAULT '',
+  attempts INTEGER NOT NULL DEFAULT 0,
+  not_before_ms INTEGER NOT NULL DEFAULT 0,
+  gave_up INTEGER NOT NULL DEFAULT 0,
+  last_error TEXT NOT NULL DEFAULT '',
+  updated_ms INTEGER NOT NULL,
+  PRIMARY KEY (push_id, context)
+);
+INSERT INTO push_statuses_v12 (push_id, repo_url, sha, context, state, description,
+  posted_state, posted_description, attempts, not_before_ms, gave_up, last_error, updated_ms)
+  SELECT push_id, repo_url, sha, context, state, description, posted_state,
+  posted_description, attempts, not_before_ms, gave_up, last_error, updated_ms FROM push_statuses;
+DROP TABLE push_statuses;
+ALTER TABLE push_statuses_v12 RENAME TO push_statuses;
+CREATE INDEX push_statuses_due ON push_statuses (gave_up, not_before_ms);
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 
@@ -630,39 +672,44 @@ TimeMs Store::BackoffMs(int attempt) const {
   return std::min(d, options_.backoff_cap_ms);
 }
 
+Result<std::int64_t> Store::UpsertCommit(const std::string& repo_url, const CommitInfo& commit,
+                                         TimeMs now) {
+  ASSIGN_OR_RETURN(auto repo_ins,
+                   db_.Prepare("INSERT INTO repos (url, name, created_ms) VALUES (?, ?, ?) "
+                               "ON CONFLICT (url) DO NOTHING"));
+  TRY(repo_ins.Bind(1, repo_url).Bind(2, RepoName(repo_url)).Bind(3, now).Run());
+  ASSIGN_OR_RETURN(auto repo_sel, db_.Prepare("SELECT id FROM repos WHERE url = ?"));
+  repo_sel.Bind(1, repo_url);
+  ASSIGN_OR_RETURN(bool has_repo, repo_sel.Step());
+  if (!has_repo) return Fail(ErrorKind::kInternal, "repository row vanished");
+  std::int64_t repo_id = repo_sel.Int(0);
+
+  ASSIGN_OR_RETURN(auto commit_ins,
+                   db_.Prepare("INSERT INTO commits (repo_id, sha, parent_sha, subject, author, "
+                               "committed_ms, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                               "ON CONFLICT (repo_id, sha) DO NOTHING"));
+  TRY(commit_ins.Bind(1, repo_id)
+          .Bind(2, commit.sha)
+          .Bind(3, commit.parent_sha)
+          .Bind(4, commit.message)
+          .Bind(5, commit.author)
+          .Bind(6, commit.committed_ms)
+          .Bind(7, now)
+          .Run());
+  ASSIGN_OR_RETURN(auto commit_sel,
+                   db_.Prepare("SELECT id FROM commits WHERE repo_id = ? AND sha = ?"));
+  commit_sel.Bind(1, repo_id).Bind(2, commit.sha);
+  ASSIGN_OR_RETURN(bool has_commit, commit_sel.Step());
+  if (!has_commit) return Fail(ErrorKind::kInternal, "commit row vanished");
+  return commit_sel.Int(0);
+}
+
 Result<std::vector<SubmitResult>> Store::Submit(const std::string& repo_url,
                                                 const CommitInfo& commit,
                                                 const std::vector<BatchSpec>& batches,
                                                 TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Result<std::vector<SubmitResult>> {
-    ASSIGN_OR_RETURN(auto repo_ins,
-                     db_.Prepare("INSERT INTO repos (url, name, created_ms) VALUES (?, ?, ?) "
-                                 "ON CONFLICT (url) DO NOTHING"));
-    TRY(repo_ins.Bind(1, repo_url).Bind(2, RepoName(repo_url)).Bind(3, now).Run());
-    ASSIGN_OR_RETURN(auto repo_sel, db_.Prepare("SELECT id FROM repos WHERE url = ?"));
-    repo_sel.Bind(1, repo_url);
-    ASSIGN_OR_RETURN(bool has_repo, repo_sel.Step());
-    if (!has_repo) return Fail(ErrorKind::kInternal, "repository row vanished");
-    std::int64_t repo_id = repo_sel.Int(0);
-
-    ASSIGN_OR_RETURN(auto commit_ins,
-                     db_.Prepare("INSERT INTO commits (repo_id, sha, parent_sha, subject, author, "
-                                 "committed_ms, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                                 "ON CONFLICT (repo_id, sha) DO NOTHING"));
-    TRY(commit_ins.Bind(1, repo_id)
-            .Bind(2, commit.sha)
-            .Bind(3, commit.parent_sha)
-            .Bind(4, commit.message)
-            .Bind(5, commit.author)
-            .Bind(6, commit.committed_ms)
-            .Bind(7, now)
-            .Run());
-    ASSIGN_OR_RETURN(auto commit_sel,
-                     db_.Prepare("SELECT id FROM commits WHERE repo_id = ? AND sha = ?"));
-    commit_sel.Bind(1, repo_id).Bind(2, commit.sha);
-    ASSIGN_OR_RETURN(bool has_commit, commit_sel.Step());
-    if (!has_commit) return Fail(ErrorKind::kInternal, "commit row vanished");
-    std::int64_t commit_id = commit_sel.Int(0);
+    ASSIGN_OR_RETURN(std::int64_t commit_id, UpsertCommit(repo_url, commit, now));
 
     ASSIGN_OR_RETURN(
         auto batch_ins,
@@ -672,7 +719,7 @@ Result<std::vector<SubmitResult>> Store::Submit(const std::string& repo_url,
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT (commit_id, experiment) DO NOTHING"));
     ASSIGN_OR_RETURN(auto batch_sel,
-                     db_.Prepare("SELECT id, seed_start, repeats FROM batches "
+                     db_.Prepare("SELECT id, seed_start, repeats, reuses_batch_id FROM batches "
                                  "WHERE commit_id = ? AND experiment = ?"));
     ASSIGN_OR_RETURN(auto batch_grow,
                      db_.Prepare("UPDATE batches SET repeats = ? WHERE id = ? AND repeats < ?"));
@@ -713,7 +760,14 @@ Result<std::vector<SubmitResult>> Store::Submit(const std::string& repo_url,
       res.batch_id = batch_sel.Int(0);
       // Seeds follow the batch's recorded start, so a top-up never shifts them.
       std::int64_t seed_start = batch_sel.Int(1);
+      if (!batch_sel.IsNull(3)) res.reuses_batch_id = batch_sel.Int(3);
       batch_sel.Reset();
+      if (res.reuses_batch_id) {
+        // Its runs are another batch's: nothing is queued here
+        // (StopReusing first to run it again).
+        out.push_back(res);
+        continue;
+      }
       TRY(CheckSeedRange(spec.experiment, seed_start, spec.repeats));
       TRY(batch_grow.Bind(1, spec.repeats).Bind(2, res.batch_id).Bind(3, spec.repeats).Run());
       for (int i = 0; i < spec.repeats; ++i) {
@@ -731,15 +785,65 @@ Result<std::vector<SubmitResult>> Store::Submit(const std::string& repo_url,
   });
 }
 
-Result<int> Store::ExtendBatch(std::int64_t batch_id, int repeats, TimeMs now) {
+Result<SubmitResult> Store::ReuseBatch(const std::string& repo_url, const CommitInfo& commit,
+                                      const std::string& experiment, std::int64_t source,
+                                      const std::string& reason, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<SubmitResult> {
+    // The batch that has the runs: a reusing source's own source.
+    ASSIGN_OR_RETURN(auto src, db_.Prepare("SELECT coalesce(reuses_batch_id, id) FROM batches "
+                                           "WHERE id = ?"));
+    src.Bind(1, source);
+    ASSIGN_OR_RETURN(bool found, src.Step());
+    if (!found) {
+      return Fail(ErrorKind::kNotFound, "batch " + std::to_string(source) + " does not exist");
+    }
+    std::int64_t root = src.Int(0);
+    ASSIGN_OR_RETURN(std::int64_t commit_id, UpsertCommit(repo_url, commit, now));
+    ASSIGN_OR_RETURN(auto ins, db_.Prepare(
+        "INSERT INTO batches (commit_id, experiment, command, metric_name, metric_goal, "
+        "metric_regex, repeats, seed_start, gpus, timeout_s, max_attempts, spec_json, reason, "
+        "created_ms, pool, reuses_batch_id) "
+        "SELECT ?1, ?2, command, metric_name, metric_goal, metric_regex, repeats, seed_start, "
+        "gpus, timeout_s, max_attempts, spec_json, ?3, ?4, pool, id FROM batches WHERE id = ?5 "
+        "ON CONFLICT (commit_id, experiment) DO NOTHING"));
+    TRY(ins.Bind(1, commit_id).Bind(2, experiment).Bind(3, reason).Bind(4, now).Bind(5, root).Run());
+    SubmitResult res;
+    res.experiment = experiment;
+    res.created = db_.Changes() > 0;
+    ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT id, reuses_batch_id FROM batches "
+                                           "WHERE commit_id = ? AND experiment = ?"));
+    sel.Bind(1, commit_id).Bind(2, experiment);
+    ASSIGN_OR_RETURN(bool has, sel.Step());
+    if (!has) return Fail(ErrorKind::kInternal, "batch row vanished");
+    res.batch_id = sel.Int(0);
+    if (!sel.IsNull(1)) res.reuses_batch_id = sel.Int(1);
+    return res;
+  });
+}
+
+Result<bool> Store::StopReusing(std::int64_t batch_id) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<bool> {
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE batches SET reuses_batch_id = NULL WHERE id = ? "
+                                         "AND reuses_batch_id IS NOT NULL"));
+    TRY(u.Bind(1, batch_id).Run());
+    return db_.Changes() > 0;
+  });
+}
+
+Result<int> Store::ExtendBatch(std::int64_t requested_id, int repeats, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Result<int> {
-    ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT seed_start FROM batches WHERE id = ?"));
-    sel.Bind(1, batch_id);
+    // A batch that reuses another grows that one: the runs are its.
+    ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT b.seed_start, b.id FROM batches b WHERE b.id = "
+                                           "coalesce((SELECT reuses_batch_id FROM batches WHERE "
+                                           "id = ?1), ?1)"));
+    sel.Bind(1, requested_id);
     ASSIGN_OR_RETURN(bool found, sel.Step());
     if (!found) {
-      return Fail(ErrorKind::kNotFound, "batch " + std::to_string(batch_id) + " does not exist");
+      return Fail(ErrorKind::kNotFound,
+                  "batch " + std::to_string(requested_id) + " does not exist");
     }
     std::int64_t seed_start = sel.Int(0);
+    const std::int64_t batch_id = sel.Int(1);
     TRY(CheckSeedRange("batch " + std::to_string(batch_id), seed_start, repeats));
     ASSIGN_OR_RETURN(auto grow,
                      db_.Prepare("UPDATE batches SET repeats = ? WHERE id = ? AND repeats < ?"));
@@ -1129,7 +1233,9 @@ const char* kBatchSelect =
     "SELECT b.id, repos.name, c.sha, c.parent_sha, c.subject, b.experiment, b.metric_name, "
     "b.metric_goal, b.reason, b.repeats, b.created_ms, b.spec_json, repos.url, c.committed_ms, "
     "b.base_sha, b.baseline_batch_id, b.baseline_note, "
-    "(SELECT min(seed) FROM runs WHERE runs.batch_id = b.id) "
+    "(SELECT min(seed) FROM runs WHERE runs.batch_id = coalesce(b.reuses_batch_id, b.id)), "
+    "b.reuses_batch_id, (SELECT rc.sha FROM batches rb JOIN commits rc ON rc.id = rb.commit_id "
+    "WHERE rb.id = b.reuses_batch_id) "
     "FROM batches b JOIN commits c ON c.id = b.commit_id JOIN repos ON repos.id = c.repo_id ";
 
 }  // namespace
@@ -1137,7 +1243,8 @@ const char* kBatchSelect =
 Result<std::vector<BatchProgress>> Store::Batches(bool only_active, int limit) {
   std::string where;
   if (only_active) {
-    where = "WHERE EXISTS (SELECT 1 FROM runs r WHERE r.batch_id = b.id AND r.state IN "
+    where = "WHERE EXISTS (SELECT 1 FROM runs r WHERE r.batch_id = coalesce(b.reuses_batch_id, "
+            "b.id) AND r.state IN "
             "('queued', 'leased', 'running', 'failed')) ";
   }
   return SelectBatches(where, {}, limit);
@@ -1197,6 +1304,8 @@ Result<std::vector<BatchProgress>> Store::SelectBatches(const std::string& where
     if (!s.IsNull(15)) b.baseline_batch_id = s.Int(15);
     b.baseline_note = s.Text(16);
     b.seed_start = s.IsNull(17) ? 1 : s.Int(17);
+    if (!s.IsNull(18)) b.reuses_batch_id = s.Int(18);
+    b.reused_from_sha = s.Text(19);
     out.push_back(std::move(b));
   }
   if (out.empty()) return out;
@@ -1206,14 +1315,16 @@ Result<std::vector<BatchProgress>> Store::SelectBatches(const std::string& where
                                             "batch_id = ? AND state = 'succeeded' AND "
                                             "metric_value IS NOT NULL ORDER BY repeat"));
   for (auto& b : out) {
-    counts.Bind(1, b.id);
+    // A batch that reuses another has that batch's runs as its own.
+    std::int64_t runs_of = b.reuses_batch_id.value_or(b.id);
+    counts.Bind(1, runs_of);
     while (true) {
       ASSIGN_OR_RETURN(bool row, counts.Step());
       if (!row) break;
       if (auto st = ParseRunState(counts.Text(0))) b.counts[static_cast<int>(*st)] = counts.Int(1);
     }
     counts.Reset();
-    values.Bind(1, b.id);
+    values.Bind(1, runs_of);
     while (true) {
       ASSIGN_OR_RETURN(bool row, values.Step());
       if (!row) break;
@@ -1245,10 +1356,18 @@ Result<std::vector<RunRow>> Store::Runs(std::optional<std::int64_t> batch_id,
   std::string q = std::string("SELECT ") + kRunColumns +
                   " FROM runs r JOIN batches b ON b.id = r.batch_id "
                   "JOIN commits c ON c.id = b.commit_id WHERE 1 = 1";
-  if (batch_id) q += " AND r.batch_id = ?1";
+  // A batch that reuses another lists that batch's runs.
+  if (batch_id) {
+    q += " AND r.batch_id = coalesce((SELECT reuses_batch_id FROM batches WHERE id = ?1), ?1)";
+  }
   if (state) q += " AND r.state = ?2";
-  q += " ORDER BY r.id";
-  if (limit > 0) q += " LIMIT " + std::to_string(limit);
+  // A limit keeps the newest runs, listed oldest first.
+  if (limit > 0) {
+    q += " ORDER BY r.id DESC LIMIT " + std::to_string(limit);
+    q = "SELECT * FROM (" + q + ") ORDER BY 1";
+  } else {
+    q += " ORDER BY r.id";
+  }
   ASSIGN_OR_RETURN(auto s, db_.Prepare(q));
   if (batch_id) s.Bind(1, *batch_id);
   if (state) s.Bind(2, RunStateName(*state));
@@ -1287,7 +1406,8 @@ Result<std::vector<RunRow>> Store::RunsFinishedAfter(TimeMs finished_ms, std::in
   std::string q = std::string("SELECT ") + kRunColumns +
                   " FROM runs r JOIN batches b ON b.id = r.batch_id "
                   "JOIN commits c ON c.id = b.commit_id "
-                  "WHERE r.state IN ('succeeded', 'failed', 'dead') AND r.finished_ms IS NOT NULL "
+                  "WHERE r.state IN ('succeeded', 'failed', 'dead', 'cancelled') AND "
+                  "r.finished_ms IS NOT NULL "
                   "AND (r.finished_ms > ?1 OR (r.finished_ms = ?1 AND r.id > ?2)) "
                   "ORDER BY r.finished_ms, r.id LIMIT ?3";
   ASSIGN_OR_RETURN(auto s, db_.Prepare(q));

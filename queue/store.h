@@ -58,7 +58,7 @@ struct StoreOptions {
 
 class Store {
  public:
-  static inline constexpr int kSchemaVersion = 11;
+  static inline constexpr int kSchemaVersion = 12;
 
   static Result<Store> Open(const std::string& path, StoreOptions options = {});
   // PRAGMA quick_check: "ok", or the problems it lists (at most `max_lines`).
@@ -74,6 +74,19 @@ class Store {
   // it lacks are added (a larger `repeats` tops a batch up).
   Result<std::vector<SubmitResult>> Submit(const std::string& repo_url, const CommitInfo& commit,
                                            const std::vector<BatchSpec>& batches, TimeMs now);
+
+  // Records that `commit` runs experiment `experiment` as batch `source`
+  // did (its inputs for it are the same): a batch at `commit` that reuses
+  // `source`'s runs (or, when `source` reuses another, that one's), queueing
+  // nothing. Keeps the batch `commit` has already, reusing or not. The
+  // SubmitResult's reuses_batch_id is set when the kept or new batch reuses.
+  Result<SubmitResult> ReuseBatch(const std::string& repo_url, const CommitInfo& commit,
+                                  const std::string& experiment, std::int64_t source,
+                                  const std::string& reason, TimeMs now);
+  // The batch of (commit, experiment) runs its own runs again (`submit
+  // --rerun`): it stops reusing; the next Submit queues its seeds. False when
+  // it reused nothing.
+  Result<bool> StopReusing(std::int64_t batch_id);
 
   // Grows a batch to `repeats` runs, adding the next seeds. Returns runs added.
   Result<int> ExtendBatch(std::int64_t batch_id, int repeats, TimeMs now);
@@ -135,7 +148,7 @@ class Store {
   // the repository of batch `batch_id` took (their last attempt), newest
   // first: what `trainq status` estimates a batch's end from.
   Result<std::vector<TimeMs>> RecentRunDurations(std::int64_t batch_id, int limit);
-  // Runs that ended an attempt (succeeded, failed, dead) after the cursor
+  // Runs that ended an attempt (succeeded, failed, dead) or were cancelled after the cursor
   // (finished_ms, id), oldest first: `trainq serve` logs each outcome once,
   // whichever worker reported it.
   Result<std::vector<RunRow>> RunsFinishedAfter(TimeMs finished_ms, std::int64_t run_id,
@@ -161,6 +174,10 @@ class Store {
   Store(sql::Db db, StoreOptions options) : db_(std::move(db)), options_(options) {}
   Status Migrate();
   static Status CreateWhole(const std::string& path, const StoreOptions& options);
+  // Inside a write transaction: the repository and commit rows (created
+  // when missing); returns the commit's id.
+  Result<std::int64_t> UpsertCommit(const std::string& repo_url, const CommitInfo& commit,
+                                    TimeMs now);
   Result<std::vector<BatchProgress>> SelectBatches(const std::string& where,
                                                    const std::vector<std::string>& args,
                                                    int limit);
@@ -258,6 +275,21 @@ class Store {
                             bool give_up, TimeMs now);
   Result<std::optional<CommitStatus>> GetCommitStatus(std::int64_t batch_id);
   Result<std::optional<CommitStatus>> GetPushStatus(std::int64_t push_id);
+  // A push's statuses, one per context (a commit with nothing to judge has
+  // one per experiment).
+  Result<std::vector<CommitStatus>> GetPushStatuses(std::int64_t push_id);
+
+  // A processed push found nothing to judge at `sha` (its change touched no
+  // experiment): decided, and `trainq gate` passes it. Kept as first recorded.
+  struct QuietCommit {
+    std::string repo_url;
+    std::string sha;
+    std::int64_t push_id = 0;
+    std::string note;  // "no watched path or experiment changed"
+  };
+  Status AddQuietCommit(const QuietCommit& q, TimeMs now);
+  // Quiet commits whose sha starts with `sha_prefix` (hex, >= 4 digits).
+  Result<std::vector<QuietCommit>> QuietCommits(const std::string& sha_prefix);
 
   // Pull request comments (schema 5): one per (repository, pull request).
   struct PrComment {
@@ -513,6 +545,10 @@ class Store {
   // The members of the run's current attempt, by node rank (empty: none live
   // or not a gang).
   Result<std::vector<GangMember>> GangMembers(std::int64_t run_id);
+  // The member row of node `node_rank` of the run's latest attempt, live or
+  // not (its token names the attempt): a member may still send its logs
+  // after the run failed.
+  Result<std::optional<GangMember>> GangMemberOf(std::int64_t run_id, int node_rank);
   // All live members (leased or running runs), for tests and status.
   Result<std::vector<GangMember>> LiveGangMembers();
   struct GangView {

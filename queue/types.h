@@ -51,6 +51,8 @@ struct SubmitResult {
   std::string experiment;
   bool created = false;  // false: the batch existed already
   int runs_added = 0;
+  // The existing batch reuses another (Store::ReuseBatch): nothing was added.
+  std::optional<std::int64_t> reuses_batch_id;
 };
 
 struct LeasedRun {
@@ -134,6 +136,11 @@ struct BatchProgress {
   std::string base_sha;
   std::optional<std::int64_t> baseline_batch_id;
   std::string baseline_note;
+  // Reuse (schema 12): the batch whose runs this one takes as its own (its
+  // inputs were the same at that commit), and that batch's commit. Counts,
+  // values and seeds above are that batch's.
+  std::optional<std::int64_t> reuses_batch_id;
+  std::string reused_from_sha;
 
   std::int64_t count(RunState s) const { return counts[static_cast<int>(s)]; }
   bool active() const;  // anything left to run

@@ -17,6 +17,7 @@
 namespace CLI {
 class App;
 class ParseError;
+class Validator;
 }
 
 namespace trainq {
@@ -33,6 +34,9 @@ struct SubmitOptions {
   bool with_baseline = false;  // queue the parent's batch when no baseline exists
   SubmitLimits limits;  // --max-experiments, --max-runs
   bool allow_dirty = false;  // no warning about uncommitted changes to relevant files
+  // Queue runs even where an ancestor's batch has the same inputs (default:
+  // that batch is reused, agent/results/baseline.h FindReusableBatch).
+  bool rerun = false;
 };
 Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out);
 
@@ -161,6 +165,22 @@ struct GateOptions {
 // regression, 3 undecided. Errors (exit 2 from main) come back as Error.
 Result<int> CmdGate(const GateOptions& o, std::ostream& out);
 
+// `trainq logs RUN [--rank K] [--follow]`: the run's output (every rank's
+// for a gang run without --rank, each under a header), from the database's
+// data folder or a server's GET /api/v1/logs. --follow prints what is added
+// until the run ends (or `stop` is set).
+struct LogsOptions {
+  std::string db;
+  std::int64_t run = 0;
+  std::optional<int> rank;
+  bool follow = false;
+  std::int64_t poll_ms = 500;
+  std::string server;
+  std::string token_file;
+  const std::atomic<bool>* stop = nullptr;
+};
+Status CmdLogs(const LogsOptions& o, std::ostream& out);
+
 
 // The database when neither --db nor TRAINQ_DB names one: ./trainq.db when it
 // exists (setups from before), else UserDbPath(), outside any repository.
@@ -187,6 +207,10 @@ void CatchStopSignals();
 // The exit code for a command line CLI11 refused: 2 with its message (or, for
 // an unknown command, one that names it and the known ones); 0 for --help.
 int ExitForParseError(CLI::App& app, const CLI::ParseError& e, int argc, char** argv);
+// A transform for options held in seconds: the durations server.yaml takes
+// (90s, 2m, 1h30m; a bare number is seconds), so the CLI and the YAML read
+// the same way. A bad one is a usage error (exit 2) naming the option.
+CLI::Validator DurationSeconds();
 
 void AddQueueCommands(CLI::App& app, const CliContext& ctx);     // submit, status, runs, cancel
 void AddServeCommand(CLI::App& app, const CliContext& ctx);      // agent/cli/cmd_serve.cc
@@ -195,6 +219,7 @@ void AddMachinesCommands(CLI::App& app, const CliContext& ctx);  // machines, po
 void AddShowCommand(CLI::App& app, const CliContext& ctx);       // agent/cli/cmd_show.cc
 void AddReportCommand(CLI::App& app, const CliContext& ctx);     // agent/cli/cmd_report.cc
 void AddCompareCommands(CLI::App& app, const CliContext& ctx);   // compare, gate
+void AddLogsCommand(CLI::App& app, const CliContext& ctx);       // agent/cli/cmd_logs.cc
 // `trainq stats ...`: agent/cli/cmd_stats.cc.
 void AddStatsCommands(CLI::App& app, int* exit_code);
 // `trainq simulate TRACE`: agent/cli/cmd_simulate.cc.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "agent/cli/cli.h"
+#include "core/strings.h"
 
 namespace trainq {
 
@@ -53,6 +54,17 @@ void CatchStopSignals() {
   sa.sa_flags = 0;  // no SA_RESTART: a sleep ends early so the loop sees the flag
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+}
+
+CLI::Validator DurationSeconds() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        auto d = ParseDurationSeconds(text);
+        if (!d) return d.error().message;
+        text = std::to_string(*d);
+        return "";
+      },
+      "DURATION");
 }
 
 int ExitForParseError(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {

@@ -114,6 +114,9 @@ class OutcomeLog {
         if (r.state == RunState::kSucceeded) {
           spdlog::info("run {} succeeded: {}: {}", r.id, who,
                        r.metric_value ? FormatDouble(*r.metric_value, 4) : "-");
+        } else if (r.state == RunState::kCancelled) {
+          spdlog::info("run {} cancelled: {} seed {} (batch {})", r.id, r.experiment, r.seed,
+                       r.batch_id);
         } else if (r.state == RunState::kFailed) {
           spdlog::warn("run {} failed, will retry: {}: {}", r.id, who, r.last_error);
         } else {
@@ -283,6 +286,7 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
   if (listener) listener->Stop();
   if (worker) worker->Stop();
   exec.Shutdown(stop.load() ? "trainq serve was stopped" : "trainq serve exited");
+  spdlog::info("trainq serve stopped ({})", stop.load() ? "signal" : "nothing left to run");
   return result;
 }
 
@@ -354,6 +358,12 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
     std::optional<ListenAddress> address;
     if (listen != "off") { ASSIGN_OR_RETURN(address, ParseListenAddress(listen)); }
     return ServeInProcess(o, config, address, listen, clock, stop);
+  }
+  {
+    std::error_code ec;
+    auto abs = fs::absolute(o.db, ec);
+    spdlog::info("database {} (other trainq commands read it with --db or TRAINQ_DB)",
+                 ec ? o.db : abs.string());
   }
   if (listen == "off") {
     return Fail(ErrorKind::kInvalidArgument,
@@ -551,6 +561,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
   server.StopWaiting();  // lease long polls answer now, before the listener closes
   listener->Stop();
   if (worker) worker->Stop();
+  spdlog::info("trainq serve stopped ({})", stop.load() ? "signal" : "nothing left to run");
   return result;
 }
 
@@ -575,7 +586,9 @@ void AddServeCommand(CLI::App& app, const CliContext& ctx) {
                       "trainq-train process")
       ->capture_default_str();
   c_serve->add_option("--idle-grace", serve->idle_grace_s,
-                      "Seconds a machine of the default local pool may idle before it is stopped")
+                      "How long a machine of the default local pool may idle before it is "
+                      "stopped (90s, 2m; a bare number is seconds)")
+      ->transform(DurationSeconds())
       ->capture_default_str();
   c_serve->add_flag("--inproc", serve->inproc,
                     "Run on this process's own slots: no workers, no machines");
@@ -583,13 +596,19 @@ void AddServeCommand(CLI::App& app, const CliContext& ctx) {
   c_serve->add_option("--data-dir", serve->data_dir,
                       "Run logs, metrics and checkouts (default: trainq-data next to the db)");
   c_serve->add_option("--gpus", serve->gpus, "GPU ids to hand out, e.g. 0,1 (CUDA_VISIBLE_DEVICES)");
-  c_serve->add_option("--lease", serve->lease_s, "Lease length in seconds")->capture_default_str();
-  c_serve->add_option("--heartbeat", serve->heartbeat_s, "Heartbeat interval in seconds")
+  c_serve->add_option("--lease", serve->lease_s, "Lease length (60s, 2m; a bare number is seconds)")
+      ->transform(DurationSeconds())
+      ->capture_default_str();
+  c_serve->add_option("--heartbeat", serve->heartbeat_s,
+                      "Heartbeat interval (10s; a bare number is seconds)")
+      ->transform(DurationSeconds())
       ->capture_default_str();
   c_serve->add_option("--poll-ms", serve->poll_ms, "Queue poll interval in milliseconds")
       ->capture_default_str();
   c_serve->add_option("--kill-grace", serve->kill_grace_s,
-                      "Seconds between SIGTERM and SIGKILL when a run is stopped")
+                      "Time between SIGTERM and SIGKILL when a run is stopped (10s; a bare "
+                      "number is seconds)")
+      ->transform(DurationSeconds())
       ->capture_default_str();
   c_serve->add_option("--listen", serve->listen,
                       "HTTP server address HOST:PORT, or off with --inproc (default: the config's, "

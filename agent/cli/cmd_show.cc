@@ -126,6 +126,10 @@ Result<json> LoadCommitView(Store& store, const std::string& prefix_in) {
                {"reason", b.reason},
                {"created_ms", b.created_ms},
                {"progress", Progress(b)}};
+    if (b.reuses_batch_id) {
+      bj["reuses_batch"] = *b.reuses_batch_id;
+      bj["reused_from"] = b.reused_from_sha;
+    }
     // The same experiment at the parent commit: difference, test, verdict.
     ASSIGN_OR_RETURN(auto parent, ParentBatch(store, b));
     if (parent) {
@@ -201,16 +205,22 @@ void RenderCommitView(const json& j, std::ostream& out) {
     for (const auto& b : batches) {
       out << "  batch " << b.value("id", std::int64_t{0}) << " " << b.value("experiment", "")
           << "\n    why:    " << b.value("reason", "") << "\n";
+      if (b.contains("reuses_batch")) {
+        out << "    reused: the runs of batch " << b.value("reuses_batch", std::int64_t{0})
+            << " at " << b.value("reused_from", "").substr(0, 10)
+            << " (same inputs; nothing queued here)\n";
+      }
       if (b.contains("vs_parent")) {
+        // One word for what a batch is compared with, wherever it was found.
         const json& vp = b["vs_parent"];
-        bool at_parent = vp.value("baseline_sha", "") == j.value("parent", "");
-        out << (at_parent ? "    parent: " : "    baseline: ") << vp.value("parent_spread", "")
-            << " (batch " << vp.value("parent_batch", std::int64_t{0});
-        if (!at_parent) out << ": " << vp.value("baseline_note", "");
-        out << ")\n"
+        out << "    baseline: " << vp.value("parent_spread", "") << " (batch "
+            << vp.value("parent_batch", std::int64_t{0}) << ": " << vp.value("baseline_note", "")
+            << ")\n"
             << "    change: " << vp.value("text", "") << "\n";
       } else if (b.contains("baseline_note")) {
         out << "    change: no baseline (" << b.value("baseline_note", "") << ")\n";
+      } else if (j.value("parent", "").empty()) {
+        out << "    change: no baseline (a root commit: nothing before it to compare with)\n";
       } else {
         out << "    change: no runs of this experiment at the parent commit\n";
       }

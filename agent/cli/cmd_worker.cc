@@ -38,22 +38,27 @@ void AddWorkerCommand(CLI::App& app, const CliContext& ctx) {
   c_worker->add_option("--data-dir", worker->data_dir,
                        "Checkouts, run logs and metrics (default: ./trainq-worker)");
   c_worker->add_option("--kill-grace", worker->kill_grace_s,
-                       "Seconds between SIGTERM and SIGKILL when a run is stopped")
+                       "Time between SIGTERM and SIGKILL when a run is stopped (10s; a bare "
+                       "number is seconds)")
+      ->transform(DurationSeconds())
       ->capture_default_str();
   c_worker->add_option("--source", worker->source,
                        "Checkouts from the lease's repository when reachable, else the server "
                        "(auto), or always from the server (server)")
       ->capture_default_str();
   c_worker->add_option("--orphan-timeout", worker->orphan_timeout_s,
-                       "Seconds without an answer from the server (nothing running) before the "
-                       "dead-man switch; the pool's value replaces it once registered")
+                       "Time without an answer from the server (nothing running) before the "
+                       "dead-man switch (10m; a bare number is seconds); the pool's value "
+                       "replaces it once registered")
+      ->transform(DurationSeconds())
       ->capture_default_str();
   c_worker->add_option("--self-stop", worker->self_stop,
                        "Shell command run by the dead-man switch or when the server refuses the "
                        "token (providers pass the pool's self_stop)");
   c_worker->add_option("--self-stop-timeout", worker->self_stop_timeout_s,
-                       "Seconds after which a self-stop command still running is killed (SIGTERM "
-                       "to the worker also ends it)")
+                       "Time after which a self-stop command still running is killed (2m; a bare "
+                       "number is seconds; SIGTERM to the worker also ends it)")
+      ->transform(DurationSeconds())
       ->capture_default_str();
   c_worker->add_flag("--once", worker->once,
                      "Exit when a lease comes back empty and nothing runs");

@@ -4,6 +4,7 @@
 
 #include "agent/cli/cli.h"
 
+#include "agent/results/analysis.h"
 #include "agent/results/baseline.h"
 
 #include <signal.h>
@@ -249,7 +250,44 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
   TRY(CheckSubmitLimits(specs, file_label, o.limits));
   if (!o.allow_dirty) WarnUncommitted(repo, commit, chosen, std::cerr);
   ASSIGN_OR_RETURN(auto store, Store::Open(o.db));
-  ASSIGN_OR_RETURN(auto results, store.Submit(repo.location(), commit, specs, clock.Now()));
+  // Inputs that already ran: an ancestor's batch with the same inputs is this
+  // commit's too (unless --rerun); only the others are queued.
+  std::vector<SubmitResult> results(specs.size());
+  std::vector<std::string> reused(specs.size());
+  std::vector<BatchSpec> to_queue;
+  std::vector<size_t> queued_at;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ASSIGN_OR_RETURN(auto here,
+                     BatchOfExperimentAt(store, repo.location(), specs[i].experiment, commit.sha));
+    if (o.rerun && here && here->reuses_batch_id) TRY(store.StopReusing(here->id));
+    if (!here && !o.rerun) {
+      ASSIGN_OR_RETURN(auto found, FindReusableBatch(store, repo.location(), repo.location(),
+                                                     specs[i], commit.sha));
+      if (found) {
+        ASSIGN_OR_RETURN(results[i],
+                         store.ReuseBatch(repo.location(), commit, specs[i].experiment,
+                                          found->batch.id,
+                                          "reused batch " + std::to_string(found->batch.id) +
+                                              " of " + Short(found->at_sha) +
+                                              ": same inputs (trainq submit)",
+                                          clock.Now()));
+        reused[i] = "reused batch " + std::to_string(found->batch.id) + " of " +
+                    Short(found->at_sha) + " (same inputs; --rerun runs it again)";
+        continue;
+      }
+    }
+    if (here && here->reuses_batch_id && !o.rerun) {
+      results[i] = SubmitResult{here->id, specs[i].experiment, false, 0, here->reuses_batch_id};
+      reused[i] = ReuseText(*here) + "; --rerun runs it again";
+      continue;
+    }
+    to_queue.push_back(specs[i]);
+    queued_at.push_back(i);
+  }
+  if (!to_queue.empty()) {
+    ASSIGN_OR_RETURN(auto submitted, store.Submit(repo.location(), commit, to_queue, clock.Now()));
+    for (size_t k = 0; k < submitted.size(); ++k) results[queued_at[k]] = submitted[k];
+  }
   WarnNoTrainer(store, chosen, std::cerr);
   // Each new batch is compared with its experiment at the parent commit, or
   // at the nearest ancestor with the same inputs (agent/results/baseline.h); with
@@ -274,6 +312,7 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
                               {"experiment", results[i].experiment},
                               {"created", results[i].created},
                               {"runs_added", results[i].runs_added},
+                              {"reused", reused[i].empty() ? json(nullptr) : json(reused[i])},
                               {"baseline", baselines[i]},
                               {"seeds", {specs[i].seed_start, specs[i].seed_start +
                                                                   specs[i].repeats - 1}}});
@@ -288,7 +327,9 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
     out << "  batch " << r.batch_id << "  " << r.experiment << ": ";
     const std::int64_t first = specs[i].seed_start;
     const std::int64_t last = first + specs[i].repeats - 1;
-    if (r.created) {
+    if (!reused[i].empty()) {
+      out << reused[i] << "\n";
+    } else if (r.created) {
       out << r.runs_added << (r.runs_added == 1 ? " run" : " runs") << " queued ("
           << (first == last ? "seed " + std::to_string(first)
                             : "seeds " + std::to_string(first) + ".." + std::to_string(last))
@@ -770,6 +811,9 @@ void AddQueueCommands(CLI::App& app, const CliContext& ctx) {
   c_submit->add_flag("--json", submit->json, "Print the result as JSON");
   c_submit->add_flag("--with-baseline", submit->with_baseline,
                      "Queue the parent commit's runs (same seeds) when no baseline batch exists");
+  c_submit->add_flag("--rerun", submit->rerun,
+                     "Queue runs even when an ancestor's batch had the same inputs (default: "
+                     "reuse that batch)");
   c_submit->add_flag("--allow-dirty", submit->allow_dirty,
                      "No warning when trainq.yaml, a trainer spec or a watched file has "
                      "uncommitted changes");
@@ -820,11 +864,13 @@ void AddQueueCommands(CLI::App& app, const CliContext& ctx) {
   auto* c_runs = app.add_subcommand("runs", "List runs with their state, metric and last error");
   c_runs->add_option("--batch,-b", runs->batch, "Only this batch");
   c_runs->add_option("--state", runs->state, "Only runs in this state");
-  c_runs->add_option("--limit", runs->limit, "At most this many (0: all)");
+  c_runs->add_option("--limit", runs->limit, "At most this many, the newest (0: all)");
   c_runs->add_flag("--json", runs->json, "Print as JSON");
   c_runs->callback([=] {
     runs->db = *ctx.db;
-    *ctx.exit_code = ReportStatus(CmdRuns(*runs, std::cout));
+    // An unknown --state is a usage error: exit 2, as documented.
+    bool bad_state = !runs->state.empty() && !ParseRunState(runs->state);
+    *ctx.exit_code = ReportStatus(CmdRuns(*runs, std::cout)) + (bad_state ? 1 : 0);
   });
 
   // cancel

@@ -72,6 +72,29 @@ Result<std::string> ReadClient::Report(const ReportQuery& q) {
   return Get("/api/v1/report", query);
 }
 
+Result<RemoteLogChunk> ReadClient::Logs(std::int64_t run, std::optional<int> rank,
+                                        std::int64_t offset) {
+  QueryParams query = {{"run", std::to_string(run)}, {"offset", std::to_string(offset)}};
+  if (rank) query.emplace_back("rank", std::to_string(*rank));
+  ASSIGN_OR_RETURN(auto body, Get("/api/v1/logs", query));
+  auto j = json::parse(body, nullptr, false);
+  if (!j.is_object() || !j.contains("bytes") || !j["bytes"].is_string() ||
+      !j.contains("next_offset") || !j["next_offset"].is_number_integer()) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "--server " + UrlForLog(base_) + ": GET /api/v1/logs did not answer a log");
+  }
+  RemoteLogChunk c;
+  c.bytes = j["bytes"].get<std::string>();
+  c.next_offset = j["next_offset"].get<std::int64_t>();
+  c.run_ended = j.value("run_ended", false);
+  if (j.contains("ranks") && j["ranks"].is_array()) {
+    for (const auto& k : j["ranks"]) {
+      if (k.is_number_integer()) c.ranks.push_back(k.get<int>());
+    }
+  }
+  return c;
+}
+
 Result<RemoteGate> ReadClient::Gate(const std::string& rev, const std::string& baseline,
                                     const std::string& repo,
                                     const std::vector<std::string>& experiments) {

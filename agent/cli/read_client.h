@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
@@ -30,9 +31,18 @@ struct RemoteGate {
   bool finished = false;
 };
 
+// A piece of a run's log from GET /api/v1/logs.
+struct RemoteLogChunk {
+  std::string bytes;
+  std::int64_t next_offset = 0;
+  bool run_ended = false;
+  std::vector<int> ranks;  // ranks with logs (a gang run)
+};
+
 class ReadClient {
  public:
   ReadClient(std::string server, std::string token);
+  Result<RemoteLogChunk> Logs(std::int64_t run, std::optional<int> rank, std::int64_t offset);
   Result<std::string> Report(const ReportQuery& q);
   Result<RemoteGate> Gate(const std::string& rev, const std::string& baseline,
                           const std::string& repo, const std::vector<std::string>& experiments);

@@ -87,17 +87,21 @@ std::string UnservableReason(const std::vector<FleetPool>& pools, const std::str
   if (nodes > 0) {
     // Unservable because of its size: no pool (of enough GPUs) boots that many.
     int most = 0;
-    std::string named;
+    const PoolSpec* named = nullptr;
     for (const auto& p : pools) {
       if (!pool.empty() ? p.spec.name() == pool : p.spec.gpus >= gpus) {
-        if (p.spec.scaling.max >= most) named = p.spec.name();
+        if (p.spec.scaling.max >= most) named = &p.spec;
         most = std::max(most, p.spec.scaling.max);
       }
     }
-    if (!named.empty() && most < nodes) {
-      return "unservable: a gang of " + std::to_string(nodes) +
-             " machines, but pool " + named + " has at most " + std::to_string(most) +
-             " (max_machines)";
+    if (named && most < nodes) {
+      // Name the knob the user has: serve's own pool comes from --machines,
+      // a configured one from its `max` key.
+      std::string knob = named->line > 0
+                             ? "its max in the server config, line " + std::to_string(named->line)
+                             : "trainq serve --machines";
+      return "unservable: a gang of " + std::to_string(nodes) + " machines, but pool " +
+             named->name() + " has at most " + std::to_string(most) + " (" + knob + ")";
     }
   }
   if (!pool.empty()) {

@@ -1,5 +1,6 @@
 #include "agent/daemon/read_api.h"
 
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include "agent/triggers/forge.h"
 #include "agent/results/gate.h"
 #include "agent/results/report.h"
+#include "agent/results/run_logs.h"
 #include "agent/repo/mirror.h"
 #include "agent/daemon/server.h"
 #include "core/strings.h"
@@ -123,6 +125,56 @@ const char* ContentType(const std::string& format) {
 
 }  // namespace
 
+// GET /api/v1/logs?run=N[&rank=K][&offset=O]: up to 1 MiB of a run's log
+// from O (agent/results/run_logs.h), with where to read next, whether the run
+// has ended, and which ranks have logs. The token was checked by ReadRoute.
+HttpServerReply Server::LogsRoute(const HttpServerRequest& req) {
+  const std::string path = "/api/v1/logs";
+  auto params = Params(req.query, {"run", "rank", "offset"});
+  if (!params) return ReadError(400, path + ": " + params.error().message);
+  auto number = [&](const std::string& key) -> Result<std::optional<std::int64_t>> {
+    std::string v = One(*params, key);
+    if (v.empty()) return std::optional<std::int64_t>();
+    std::int64_t n = -1;
+    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc() || end != v.data() + v.size() || n < 0) {
+      return Fail(ErrorKind::kInvalidArgument,
+                  key + ": expected a non-negative integer, got \"" + v + "\"");
+    }
+    return std::optional<std::int64_t>(n);
+  };
+  auto run = number("run");
+  auto rank = number("rank");
+  auto offset = number("offset");
+  for (const auto* r : {&run, &rank, &offset}) {
+    if (!*r) return ReadError(400, path + ": " + r->error().message);
+  }
+  if (!*run) return ReadError(400, path + ": run is required (a run id)");
+  StoreOptions so;
+  so.create = false;
+  auto store = Store::Open(db_path_, so);
+  if (!store) return ReadError(503, store.error().message);
+  std::optional<int> k;
+  if (*rank) k = static_cast<int>(**rank);
+  auto chunk = ReadRunLog(*store, **run, k, offset->value_or(0), std::int64_t{1} << 20);
+  if (!chunk) return ReadError(StatusFor(chunk.error()), path + ": " + chunk.error().message);
+  auto files = RunLogFiles(*store, **run);
+  json ranks = json::array();
+  if (files) {
+    for (const auto& f : *files) {
+      if (f.rank) ranks.push_back(*f.rank);
+    }
+  }
+  json body = {{"run", **run},
+               {"bytes", chunk->bytes},
+               {"next_offset", chunk->next_offset},
+               {"run_ended", chunk->run_ended},
+               {"ranks", ranks}};
+  // A log is bytes, not always UTF-8: invalid sequences become U+FFFD.
+  return {200, "application/json",
+          body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"};
+}
+
 HttpServerReply Server::ReadRoute(const HttpServerRequest& req, const std::string& path) {
   switch (CheckReadToken(config_, req.headers)) {
     case 0:
@@ -132,6 +184,7 @@ HttpServerReply Server::ReadRoute(const HttpServerRequest& req, const std::strin
     default:
       return ReadError(401, "missing or wrong read token");
   }
+  if (path == "/api/v1/logs") return LogsRoute(req);
   bool report = path == "/api/v1/report";
   auto params = report ? Params(req.query, {"format", "since", "experiment"})
                        : Params(req.query, {"rev", "baseline", "repo", "experiment"});

@@ -81,7 +81,9 @@ HttpServerReply Server::Handle(const HttpServerRequest& req) {
     if (!j) return Json(503, {{"result", "error"}, {"reason", j.error().message}});
     return {200, "application/json", j->dump(2) + "\n"};
   }
-  if (path == "/api/v1/report" || path == "/api/v1/gate") return ReadRoute(req, path);
+  if (path == "/api/v1/report" || path == "/api/v1/gate" || path == "/api/v1/logs") {
+    return ReadRoute(req, path);
+  }
   if (path == "/metrics") return {200, "text/plain; version=0.0.4; charset=utf-8", MetricsText()};
   return Json(404, {{"result", "error"}, {"reason", "no route " + path}});
 }

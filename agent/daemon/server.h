@@ -5,6 +5,7 @@
 //   GET  /metrics                                     Prometheus text format
 //   GET  /api/v1/report, /api/v1/gate                 reports and gate decisions for
 //                                                     hosted CI (agent/daemon/read_api.h)
+//   GET  /api/v1/logs                                 a run's log, for `trainq logs --server`
 //   POST /api/v1/workers/*, /api/v1/runs/*            the worker protocol
 //                                                     (agent/daemon/worker_api.h)
 // Every state-changing route is authenticated (webhooks by signature or
@@ -83,6 +84,8 @@ class Server {
   HttpServerReply Webhook(ForgeKind forge, const HttpServerRequest& request);
   // GET /api/v1/report and /api/v1/gate (agent/daemon/read_api.cc).
   HttpServerReply ReadRoute(const HttpServerRequest& request, const std::string& path);
+  // GET /api/v1/logs (agent/daemon/read_api.cc), after ReadRoute's token check.
+  HttpServerReply LogsRoute(const HttpServerRequest& request);
 
   // The worker protocol (agent/daemon/worker_api.cc).
   HttpServerReply WorkerRoute(const HttpServerRequest& request, const std::string& path);

@@ -676,8 +676,37 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
                       {"master_port", view->master_port},
                       {"expires_ms", view->expires_ms}});
   }
+  if (action == "log") {
+    // A rank's output, sent by its member before it reports: kept beside the
+    // run's output.log (rank 0's is that log), listed by `trainq logs`.
+    auto r = integer("rank");
+    auto text = body->find("text");
+    if (!r || *r < 0 || *r >= 100000 || text == body->end() || !text->is_string()) {
+      return ErrorReply(400, "gang: a log needs \"rank\" (0..99999) and \"text\"");
+    }
+    // This attempt's member, even after the run failed (a node killed
+    // because another failed still sends its ranks' logs).
+    auto member = store.GangMemberOf(run_id, rank);
+    if (!member) return ErrorReply(503, member.error().message);
+    if (!*member || (*member)->token != *token || (*member)->machine_id != *machine) {
+      return ErrorReply(409, "gang: run " + std::to_string(run_id) + " node " +
+                                 std::to_string(rank) + " is not this member's (stale token)");
+    }
+    fs::path run_log = RunLogPath(DataDir(), run_id);
+    std::error_code ec;
+    fs::create_directories(run_log.parent_path(), ec);
+    const std::string& bytes = text->get_ref<const std::string&>();
+    std::string rank_log = (run_log.parent_path() / ("rank-" + std::to_string(*r) + ".log")).string();
+    if (auto st = WriteFile(rank_log, bytes); !st) return ErrorReply(503, st.error().message);
+    if (*r == 0) {
+      if (auto st = WriteFile(run_log.string(), bytes); !st) {
+        return ErrorReply(503, st.error().message);
+      }
+    }
+    return Json(200, {{"rank", *r}, {"bytes", bytes.size()}});
+  }
   if (action != "complete") {
-    return ErrorReply(400, "gang: action must be beat or complete, got \"" + action + "\"");
+    return ErrorReply(400, "gang: action must be beat, log or complete, got \"" + action + "\"");
   }
   std::string outcome = body->value("outcome", std::string());
   std::string error = body->value("error", std::string());

@@ -156,8 +156,14 @@ Result<std::optional<BatchProgress>> ParentBatch(Store& store, const BatchProgre
     ASSIGN_OR_RETURN(auto chosen, store.Batch(*b.baseline_batch_id));
     if (chosen) return chosen;
   }
-  if (!b.base_sha.empty()) return BatchOfExperimentAt(store, b.repo_url, b.experiment, b.base_sha);
-  return BatchOfExperimentAt(store, b.repo_url, b.experiment, b.parent_sha);
+  ASSIGN_OR_RETURN(auto found,
+                   BatchOfExperimentAt(store, b.repo_url, b.experiment,
+                                       b.base_sha.empty() ? b.parent_sha : b.base_sha));
+  // A batch that reuses another is never compared with those same runs.
+  if (found && b.reuses_batch_id && found->reuses_batch_id.value_or(found->id) == *b.reuses_batch_id) {
+    return std::optional<BatchProgress>();
+  }
+  return found;
 }
 
 std::string BaselineText(const BatchProgress& b) {

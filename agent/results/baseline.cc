@@ -82,6 +82,27 @@ Result<BaselineSearch> FindEquivalentBatch(Store& store, const std::string& git_
   }
 }
 
+Result<std::optional<ReusableBatch>> FindReusableBatch(Store& store, const std::string& git_dir,
+                                                       const std::string& repo_url,
+                                                       const BatchSpec& spec,
+                                                       const std::string& sha, int max_steps) {
+  ASSIGN_OR_RETURN(auto search,
+                   FindEquivalentBatch(store, git_dir, repo_url, spec.experiment, sha, max_steps));
+  if (!search.batch || search.steps == 0) return std::optional<ReusableBatch>();
+  const BatchProgress& b = *search.batch;
+  bool same = b.spec_json == spec.spec_json && b.seed_start == spec.seed_start &&
+              b.repeats >= spec.repeats;
+  bool ended_empty = !b.active() && b.values.empty();
+  if (!same || ended_empty) return std::optional<ReusableBatch>();
+  return std::optional<ReusableBatch>(ReusableBatch{b, search.at_sha, search.steps});
+}
+
+std::string ReuseText(const BatchProgress& b) {
+  if (!b.reuses_batch_id) return "";
+  return "reused batch " + std::to_string(*b.reuses_batch_id) + " of " +
+         Short(b.reused_from_sha) + " (same inputs)";
+}
+
 Result<std::string> ChooseBaseline(Store& store, const std::string& git_dir,
                                    const BatchProgress& head, const std::string& base_sha,
                                    TimeMs now, BaselineOptions options) {
@@ -100,6 +121,20 @@ Result<std::string> ChooseBaseline(Store& store, const std::string& git_dir,
 
   ASSIGN_OR_RETURN(auto search, FindEquivalentBatch(store, git_dir, head.repo_url, head.experiment,
                                                     base_sha, options.max_steps));
+  if (search.batch && head.reuses_batch_id &&
+      search.batch->reuses_batch_id.value_or(search.batch->id) == *head.reuses_batch_id) {
+    // The base has the very runs this batch reuses: comparing them with
+    // themselves says nothing. It is compared as the batch it reuses is.
+    ASSIGN_OR_RETURN(auto source, store.Batch(*head.reuses_batch_id));
+    if (source && source->baseline_batch_id) {
+      std::string note = "as batch " + std::to_string(source->id) + " (the same runs): " +
+                         BaselineText(*source);
+      TRY(store.SetBaseline(head.id, source->base_sha, source->baseline_batch_id, note));
+      return note;
+    }
+    return record(std::nullopt, "the same runs as batch " + std::to_string(*head.reuses_batch_id) +
+                                    " at the base " + Short(base_sha) + ": nothing to compare");
+  }
   if (search.batch) {
     std::string note =
         search.steps == 0

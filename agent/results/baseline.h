@@ -40,6 +40,29 @@ Result<BaselineSearch> FindEquivalentBatch(Store& store, const std::string& git_
                                            const std::string& experiment,
                                            const std::string& base_sha, int max_steps = 200);
 
+// Heads reuse the same rule: the batch that commit `sha` can take as its own
+// for the experiment of `spec` instead of queueing runs. That is the batch
+// FindEquivalentBatch finds at a first-parent ancestor of `sha` (no commit in
+// between touched the experiment's inputs), when it was submitted with the
+// same resolved definition (`spec_json`: command or trainer spec, watch
+// globs, trainq.yaml entry with defaults, seeds, repeats) and the same first
+// seed, and it has not ended with nothing (all cancelled or dead). A batch
+// stored at `sha` itself is not a reuse: nullopt then.
+struct ReusableBatch {
+  BatchProgress batch;  // the batch found (it may itself reuse another)
+  std::string at_sha;   // its commit
+  int steps = 0;        // first-parent steps from `sha`
+};
+Result<std::optional<ReusableBatch>> FindReusableBatch(Store& store, const std::string& git_dir,
+                                                       const std::string& repo_url,
+                                                       const BatchSpec& spec,
+                                                       const std::string& sha,
+                                                       int max_steps = 200);
+
+// "reused batch 12 of 1a2b3c4 (same inputs)": what a batch that reuses
+// another says about it; "" for one with runs of its own.
+std::string ReuseText(const BatchProgress& b);
+
 struct BaselineOptions {
   bool queue_missing = true;  // queue a batch at the base when none is found
   int max_steps = 200;

@@ -54,6 +54,12 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
   if (shas.size() > 1) {
     return Fail(ErrorKind::kInvalidArgument, "commit id '" + req.rev + "' is ambiguous: give more digits");
   }
+  // A processed push that touched no experiment here: nothing to judge.
+  std::string quiet;
+  if (head_sha.size() >= 4) {
+    ASSIGN_OR_RETURN(auto q, store.QuietCommits(head_sha));
+    if (!q.empty()) quiet = q.front().note;
+  }
   std::set<std::string> wanted(req.experiments.begin(), req.experiments.end());
   std::vector<Outcome> outcomes;
   std::set<std::string> seen;
@@ -124,6 +130,7 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
     std::string mark = o.outcome == "pass" ? "✓  " : o.outcome == "regression" ? "✗  " : "?  ";
     o.line = mark + h.experiment + ": " +
              (o.line.empty() ? o.reason : o.line + (o.reason.empty() ? "" : "; " + o.reason));
+    if (h.reuses_batch_id) o.line += " [" + ReuseText(h) + "]";
     outcomes.push_back(std::move(o));
   }
 
@@ -133,6 +140,13 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
     if (seen.count(name)) continue;
     Outcome o;
     o.experiment = name;
+    if (!quiet.empty()) {
+      o.outcome = "pass";
+      o.reason = "no experiment changed at " + req.rev + " (" + Short(head_sha) + "): " + quiet;
+      o.line = "✓  " + name + ": " + o.reason;
+      outcomes.push_back(std::move(o));
+      continue;
+    }
     o.outcome = "undecided";
     o.may_change = true;
     o.reason = "no batch of " + name + " at " + req.rev + " (" + Short(head_sha) +
@@ -146,7 +160,11 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
     if (o.outcome == "undecided") ++undecided;
     if (o.may_change) any_change = true;
   }
-  if (outcomes.empty()) {
+  bool nothing_to_judge = outcomes.empty() && !quiet.empty();
+  if (nothing_to_judge) {
+    d.text = "✓  no experiment changed at " + req.rev + " (" + Short(head_sha) + "): " + quiet +
+             "\n";
+  } else if (outcomes.empty()) {
     any_change = true;
     ++undecided;
     d.text = "?  no batch at " + req.rev + " (" + Short(head_sha) +
@@ -164,6 +182,10 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
     decision = "undecided";
     d.text += "undecided: " + std::to_string(undecided) + " experiment" +
               (undecided == 1 ? "" : "s") + " could not be compared with " + req.baseline + "\n";
+  } else if (nothing_to_judge) {
+    d.exit_code = kGatePass;
+    decision = "pass";
+    d.text += "nothing to judge: no experiment changed\n";
   } else {
     d.exit_code = kGatePass;
     decision = "pass";
@@ -178,7 +200,8 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
   }
   d.json = {{"decision", decision},   {"exit_code", d.exit_code}, {"rev", req.rev},
             {"sha", head_sha},        {"baseline", req.baseline}, {"baseline_sha", baseline_sha},
-            {"base_sha", base_sha},   {"finished", d.finished},   {"experiments", exps}};
+            {"base_sha", base_sha},   {"finished", d.finished},   {"experiments", exps},
+            {"no_experiment_changed", nothing_to_judge}};
   return d;
 }
 

@@ -39,6 +39,12 @@ std::string ReadTail(const std::string& path, std::int64_t from) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// A log as a JSON string: invalid UTF-8 becomes U+FFFD (json::dump throws on it).
+std::string ValidUtf8(const std::string& text) {
+  return json::parse(json(text).dump(-1, ' ', false, json::error_handler_t::replace))
+      .get<std::string>();
+}
+
 std::string ErrorOf(const json& body) {
   if (body.is_object() && body.contains("error") && body["error"].is_string()) {
     return body["error"].get<std::string>();
@@ -142,6 +148,7 @@ Status GangProcesses::Start(const std::vector<ProcessSpec>& specs) {
       return std::unexpected(pid.error());
     }
     pids_.push_back(*pid);
+    outputs_.push_back(spec.output_path);
     ended_.emplace_back();
   }
   return {};
@@ -159,6 +166,7 @@ std::optional<ExitStatus> GangProcesses::Poll() {
       all_ok = false;
     } else if (!ended_[i]->ok()) {
       result_ = *ended_[i];
+      first_failed_ = i;
       KillAll();  // the others would wait for it in a collective
       return result_;
     }
@@ -354,11 +362,42 @@ bool GangMember::Step() {
     procs_.StopGently(now, config_.kill_grace_ms);
   }
   if (now - last_beat_ms_ >= config_.beat_ms && !Beat(true)) {
+    // The run failed elsewhere (or was cancelled): stop, but keep what the
+    // ranks here said, which may be the other half of the story.
     procs_.KillAll();
+    UploadLogs();
     done_ = true;
     return false;
   }
   return true;
+}
+
+void GangMember::UploadLogs() {
+  constexpr std::int64_t kMax = std::int64_t{1} << 20;
+  for (size_t i = 0; i < procs_.size(); ++i) {
+    const std::string& path = procs_.output_path(i);
+    // From the start, banner included (what ran where); the last 1 MiB at most.
+    std::int64_t from = 0;
+    std::int64_t size = SizeOf(path);
+    std::string text;
+    if (size - from > kMax) {
+      text = "[... " + std::to_string(size - from - kMax) + " bytes cut ...]\n";
+      from = size - kMax;
+    }
+    text += ReadTail(path, from);
+    int rank = run_.node_rank * layout_.procs_per_node + static_cast<int>(i);
+    json req = {{"action", "log"},
+                {"token", run_.token},
+                {"node_rank", run_.node_rank},
+                {"worker_id", config_.worker_id},
+                {"rank", rank},
+                {"text", ValidUtf8(text)}};
+    auto a = io_.call(Path(), req);
+    if (!a || a->first != 200) {
+      spdlog::warn("gang run {} node {}: log of rank {} not delivered{}", run_.run_id,
+                   run_.node_rank, rank, a ? ": HTTP " + std::to_string(a->first) : "");
+    }
+  }
 }
 
 void GangMember::Finish(const ExitStatus& status) {
@@ -366,15 +405,22 @@ void GangMember::Finish(const ExitStatus& status) {
   std::string metrics_text = run_.node_rank == 0 ? ReadFile(paths_.metrics).value_or("") : "";
   std::optional<int> code;
   if (status.signal == 0) code = status.code;
-  if (run_.node_rank != 0) {
+  UploadLogs();
+  if (!status.ok() || timed_out_ || run_.node_rank != 0) {
     if (status.ok() && !timed_out_) {
       Report("succeeded", std::nullopt, code, "", false);
-    } else {
-      RunOutcome o = JudgeRun(RunEnd{status, timed_out_, run_.timeout_s, run_.command,
-                                     run_.metric_name, false, log_text},
-                              MetricReading{});
-      Report("failed", std::nullopt, code, o.error, o.config_error);
+      return;
     }
+    // The rank that failed first: its exit and its last lines, not rank 0's.
+    size_t i = procs_.first_failed().value_or(0);
+    int rank = run_.node_rank * layout_.procs_per_node + static_cast<int>(i);
+    std::string path = i < procs_.size() ? procs_.output_path(i) : paths_.log;
+    std::string text = path == paths_.log ? log_text : ReadTail(path, 0);
+    RunOutcome o = JudgeRun(RunEnd{status, timed_out_, run_.timeout_s, run_.command,
+                                   run_.metric_name, false, text},
+                            MetricReading{});
+    Report("failed", std::nullopt, code, "rank " + std::to_string(rank) + ": " + o.error,
+           o.config_error);
     return;
   }
   auto [reading, outcome] = JudgeAttempt(run_, status, timed_out_, log_text, metrics_text);
@@ -434,6 +480,7 @@ void GangMember::Report(const std::string& outcome, std::optional<double> metric
 void GangMember::Interrupt(const std::string& reason) {
   if (done_) return;
   procs_.KillAll();
+  if (started_) UploadLogs();
   Report("interrupted", std::nullopt, std::nullopt, reason, false);
 }
 

@@ -17,9 +17,12 @@
 // listens; the others wait for it), starts the node's processes, beats every
 // beat_ms on POST /api/v1/runs/{id}/gang, and reports the node's outcome. A
 // 409 (the run failed elsewhere, was cancelled or re-leased) kills its
-// processes. A result the server does not answer goes to the worker's
-// outbox (GangIo::keep) and is delivered when it is back, so that a gang that
-// ends while `trainq serve` is down is not run again. Threading: one thread (the worker's) drives it.
+// processes. Before it reports, it sends every local rank's log to the server
+// (`trainq logs RUN --rank K`); a failed node's error is the failing rank's:
+// "rank 3: exit code 7: <its last lines>". A result the server does not answer
+// goes to the worker's outbox (GangIo::keep) and is delivered when it is back,
+// so that a gang that ends while `trainq serve` is down is not run again.
+// Threading: one thread (the worker's) drives it.
 #pragma once
 
 #include <cstdint>
@@ -78,10 +81,17 @@ class GangProcesses {
   void StopGently(TimeMs now, TimeMs grace_ms);
   const std::vector<int>& pids() const { return pids_; }
   bool running() const { return !pids_.empty() && !result_; }
+  // The process (index into the specs) whose failure ended the node, if one did.
+  std::optional<size_t> first_failed() const { return first_failed_; }
+  // Where process `i` writes its output (its spec's output_path).
+  const std::string& output_path(size_t i) const { return outputs_[i]; }
+  size_t size() const { return pids_.size(); }
 
  private:
   ProcessRunner& runner_;
   std::vector<int> pids_;
+  std::vector<std::string> outputs_;
+  std::optional<size_t> first_failed_;
   std::vector<std::optional<ExitStatus>> ended_;
   std::optional<ExitStatus> result_;
   std::optional<TimeMs> kill_sent_ms_;
@@ -139,6 +149,10 @@ class GangMember {
   bool Beat(bool started);
   Status Start();
   void Finish(const ExitStatus& status);
+  // Sends each local rank's output (its last 1 MiB) to the server, which
+  // keeps it as runs/<id>/rank-<R>.log (rank 0's also as the run's
+  // output.log), before the member reports: afterwards its token is stale.
+  void UploadLogs();
   void Report(const std::string& outcome, std::optional<double> metric,
               std::optional<int> exit_code, const std::string& error, bool config_error);
   std::string Path() const;

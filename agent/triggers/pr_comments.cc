@@ -126,6 +126,11 @@ std::string RenderPrComment(const PrCommentView& view) {
            " is better";
     if (base && !head.baseline_note.empty()) out += "; baseline: " + head.baseline_note;
     out += "\n\n";
+    if (head.reuses_batch_id) {
+      out += "Reused: the runs of batch " + std::to_string(*head.reuses_batch_id) + " at `" +
+             Short(head.reused_from_sha) + "`, whose inputs for `" + head.experiment +
+             "` are the same; nothing was queued for this head.\n\n";
+    }
     out += "| | commit | " + Cell(head.metric_name) +
            " (mean ± sd) | n | difference (95% CI) | test | verdict |\n";
     out += "|---|---|---|---|---|---|---|\n";

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "agent/results/analysis.h"
 #include "agent/results/baseline.h"
 #include "agent/repo/change_detect.h"
 #include "agent/repo/git_repo.h"
@@ -271,7 +272,26 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
       lines.push_back(Short(sha) + ": not queued (swept, no explicit point): " + not_queued);
     }
     if (triggers.empty()) {
-      if (not_queued.empty()) lines.push_back(Short(sha) + ": no watched path or experiment changed");
+      if (not_queued.empty()) {
+        // Nothing to judge: decided. `trainq gate` passes the commit, and
+        // each experiment's context gets a success status, so a required
+        // check turns green on a change that touched no experiment.
+        std::string note = "no watched path or experiment changed";
+        lines.push_back(Short(sha) + ": " + note);
+        TRY(store_.AddQuietCommit({repo.url, sha, push.id, note}, clock_.Now()));
+        if (repo.status) {
+          for (const auto& e : after->experiments) {
+            Store::CommitStatus cs;
+            cs.push_id = push.id;
+            cs.repo_url = repo.url;
+            cs.sha = sha;
+            cs.context = repo.status_context + "/" + e.name;
+            cs.state = "success";
+            cs.description = "no experiment changed";
+            TRY(store_.AddPushStatus(cs, clock_.Now()));
+          }
+        }
+      }
       continue;
     }
     // The experiments about to run are checked at this commit: a bad spec,
@@ -282,25 +302,57 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
     if (auto st = CheckExperiments(chosen, kManifestName, read); !st) {
       return std::unexpected(st.error().Wrap(repo.url + " at " + Short(sha)));
     }
+    ASSIGN_OR_RETURN(auto info, git.Resolve(sha));
     std::vector<BatchSpec> specs;
+    std::vector<SubmitResult> results;
+    std::string reused;
     for (const auto& t : triggers) {
       const Experiment* e = after->Find(t.experiment);
       std::string why = t.Reason();
       std::string reason = source + ": " + how + (how.empty() || why.empty() ? "" : "; ") + why;
-      specs.push_back(e->ToBatchSpec(reason));
+      BatchSpec spec = e->ToBatchSpec(reason);
+      // The same inputs at an ancestor (the previous head of a pull request,
+      // the commit before a docs-only change): that batch is this commit's.
+      ASSIGN_OR_RETURN(auto here, BatchOfExperimentAt(store_, git.location(), t.experiment, sha));
+      if (!here) {
+        ASSIGN_OR_RETURN(auto found,
+                         FindReusableBatch(store_, m->path(), git.location(), spec, sha));
+        if (found) {
+          std::string why_reused = "reused batch " + std::to_string(found->batch.id) + " of " +
+                                   Short(found->at_sha) + ": same inputs; " + reason;
+          ASSIGN_OR_RETURN(auto r, store_.ReuseBatch(git.location(), info, t.experiment,
+                                                     found->batch.id, why_reused, clock_.Now()));
+          reused += (reused.empty() ? "" : ", ") + t.experiment + " (batch " +
+                    std::to_string(found->batch.id) + " of " + Short(found->at_sha) + ")";
+          results.push_back(r);
+          continue;
+        }
+      }
+      specs.push_back(std::move(spec));
     }
     TRY(CheckSubmitLimits(specs, std::string(kManifestName) + " at " + Short(sha), repo.limits));
-    ASSIGN_OR_RETURN(auto info, git.Resolve(sha));
-    ASSIGN_OR_RETURN(auto results, store_.Submit(git.location(), info, specs, clock_.Now()));
+    if (!specs.empty()) {
+      ASSIGN_OR_RETURN(auto submitted, store_.Submit(git.location(), info, specs, clock_.Now()));
+      results.insert(results.end(), submitted.begin(), submitted.end());
+    }
     std::string names;
+    std::string kept_names;
     for (const auto& r : results) {
-      names += (names.empty() ? "" : ", ") + r.experiment;
+      // The commit had this batch already (a merged pull request's head):
+      // nothing is queued, and the log must not say otherwise.
+      bool kept = !r.reuses_batch_id && !r.created && r.runs_added == 0;
+      if (kept) {
+        kept_names += (kept_names.empty() ? "" : ", ") + r.experiment + " (batch " +
+                      std::to_string(r.batch_id) + ")";
+      } else if (!r.reuses_batch_id) {
+        names += (names.empty() ? "" : ", ") + r.experiment;
+      }
       // What this batch is compared with: found, reused from an equivalent
       // ancestor, or queued at the base with the same seeds.
       if (auto batch = store_.Batch(r.batch_id); batch && *batch && (*batch)->base_sha.empty()) {
         auto note = ChooseBaseline(store_, m->path(), **batch, commit_base, clock_.Now());
         if (note) {
-          names += " (baseline: " + *note + ")";
+          if (!r.reuses_batch_id && !kept) names += " (baseline: " + *note + ")";
         } else {
           spdlog::warn("push {}: choosing the baseline of batch {}: {}", push.id, r.batch_id,
                        note.error().message);
@@ -313,11 +365,17 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
         cs.sha = sha;
         cs.context = repo.status_context + "/" + r.experiment;
         cs.state = "pending";
-        cs.description = "queued: " + std::to_string(r.runs_added) + " runs";
+        cs.description = r.reuses_batch_id
+                             ? "reused batch " + std::to_string(*r.reuses_batch_id) + " (same inputs)"
+                             : "queued: " + std::to_string(r.runs_added) + " runs";
         TRY(store_.AddCommitStatus(cs, clock_.Now()));
       }
     }
-    lines.push_back(Short(sha) + ": queued " + names);
+    std::string line;
+    if (!names.empty()) line = "queued " + names;
+    if (!reused.empty()) line += (line.empty() ? "" : "; ") + ("reused " + reused);
+    if (!kept_names.empty()) line += (line.empty() ? "" : "; ") + ("already run " + kept_names);
+    lines.push_back(Short(sha) + ": " + line);
   }
   std::string out;
   for (const auto& l : lines) out += (out.empty() ? "" : "; ") + l;

@@ -128,7 +128,29 @@ std::string SkipReason(const RepoConfig& repo, const PushEvent& event) {
   return "";
 }
 
+namespace {
+
+WebhookReply AnswerWebhook(const ServerConfig& config, Store& store, ForgeKind forge,
+                           const HttpHeaders& headers, std::string_view body, TimeMs now);
+
+}  // namespace
+
 WebhookReply HandleWebhook(const ServerConfig& config, Store& store, ForgeKind forge,
+                           const HttpHeaders& headers, std::string_view body, TimeMs now) {
+  WebhookReply r = AnswerWebhook(config, store, forge, headers, body, now);
+  if (r.result == "malformed") {
+    // Refused with a reason: serve's log says why, as it does for a bad
+    // signature (the sender only sees the HTTP answer).
+    auto j = json::parse(r.body, nullptr, false);
+    std::string reason = j.is_object() ? j.value("reason", "") : "";
+    spdlog::warn("{} webhook refused ({}): {}", ForgeName(forge), r.status, reason);
+  }
+  return r;
+}
+
+namespace {
+
+WebhookReply AnswerWebhook(const ServerConfig& config, Store& store, ForgeKind forge,
                            const HttpHeaders& headers, std::string_view body, TimeMs now) {
   std::string forge_name(ForgeName(forge));
   if (body.size() > kMaxWebhookBodyBytes) {
@@ -213,5 +235,7 @@ WebhookReply HandleWebhook(const ServerConfig& config, Store& store, ForgeKind f
   r.push_id = **id;
   return r;
 }
+
+}  // namespace
 
 }  // namespace trainq

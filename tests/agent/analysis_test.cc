@@ -183,7 +183,10 @@ TEST_CASE("trainq show compares each batch with the parent commit", "[analysis][
                                &out);
   INFO(out);
   CHECK(code == 0);
-  CHECK(out.find("parent: accuracy 0.6875") != std::string::npos);
+  // Issue 27: one word, "baseline:", whether it is the parent or not.
+  CHECK(out.find("baseline: accuracy 0.6875 ± 0.0854 (n=4) (batch 1: the parent commit "
+                 "1111111)") != std::string::npos);
+  CHECK(out.find("parent: ") == std::string::npos);
   CHECK(out.find("paired t") != std::string::npos);
   CHECK(out.find(": better") != std::string::npos);
   code = testing::RunShell(std::string(TRAINQ_BINARY) + " --db " + (dir / "t.db") +
@@ -192,4 +195,12 @@ TEST_CASE("trainq show compares each batch with the parent commit", "[analysis][
   CHECK(code == 0);
   auto j = nlohmann::json::parse(out);
   CHECK_FALSE(j["batches"][0].contains("vs_parent"));
+  // 1111 is a root commit: there is no parent to speak of.
+  code = testing::RunShell(std::string(TRAINQ_BINARY) + " --db " + (dir / "t.db") + " show 1111",
+                           &out);
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(out.find("no baseline (a root commit: nothing before it to compare with)") !=
+        std::string::npos);
+  CHECK(out.find("at the parent commit") == std::string::npos);
 }

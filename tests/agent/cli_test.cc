@@ -491,6 +491,39 @@ TEST_CASE("cli: cancel and runs with a bad id or state", "[cli][errors]") {
   CHECK(Snapshot(t.db) == t.before);
 }
 
+TEST_CASE("cli: issue 27's names: runs --state bogus exits 2, --limit keeps the newest runs, "
+          "durations read as in server.yaml",
+          "[cli][errors]") {
+  BadInput t;
+  auto bogus = Trainq(t.db, "runs --state bogus");
+  CHECK(bogus.code == 2);  // a usage error, as documented
+  CHECK_THAT(bogus.text, Catch::Contains("unknown state 'bogus'"));
+
+  auto sub = Trainq(t.db, "submit --repo " + t.Repo() + " --experiment tiny --json");
+  REQUIRE(sub.code == 0);
+  auto all = AllRuns(t.db);
+  REQUIRE(all.size() == 12);
+  auto newest = TrainqJson(t.db, "runs --limit 3 --json");
+  REQUIRE(newest.size() == 3);
+  // The newest three, listed oldest first like the whole list.
+  CHECK(newest[0]["id"] == all[9].id);
+  CHECK(newest[1]["id"] == all[10].id);
+  CHECK(newest[2]["id"] == all[11].id);
+
+  // The CLI takes the durations the YAML takes; a bad one is a usage error.
+  auto bad = Trainq(t.db, "serve --until-idle --idle-grace 2x");
+  CHECK(bad.code == 2);
+  CHECK_THAT(bad.text, Catch::Contains("--idle-grace"));
+  CHECK_THAT(bad.text, Catch::Contains("expected a duration such as 90s, 15m, 2h or 1d"));
+  auto worker = Trainq(t.db, "worker --server http://127.0.0.1:1 --orphan-timeout 1h30x");
+  CHECK(worker.code == 2);
+  // An empty queue: serve starts with them and exits at once.
+  auto ok = Trainq(t.tmp / "empty.db", "serve --until-idle --inproc --idle-grace 2m "
+                                       "--lease 1m30s --heartbeat 5s --kill-grace 10");
+  INFO(ok.text);
+  CHECK(ok.code == 0);
+}
+
 TEST_CASE("cli: cancel a batch", "[cli]") {
   BadInput t;
   auto o = Trainq(t.db, "cancel 1");

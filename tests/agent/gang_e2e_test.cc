@@ -323,6 +323,75 @@ TEST_CASE("gang e2e: a gang larger than the pool is unservable, and serve says s
   REQUIRE(status);
   CHECK(status->code == 1);
   CHECK(g.Log().find("a gang of 3 machines, but pool local has at most 2") != std::string::npos);
+  // Issue 27: the knob named is the one serve has (there is no max_machines).
+  CHECK(g.Log().find("has at most 2 (trainq serve --machines)") != std::string::npos);
+  CHECK(g.Log().find("max_machines") == std::string::npos);
+}
+
+TEST_CASE("gang e2e: rank 3 fails on the second machine: the run's error is rank 3's, and "
+          "trainq logs prints every rank's log",
+          "[gang][e2e][logs]") {
+  GangServe g;
+  // Rank 3 prints a line, raises on stderr and exits 7 before the rendezvous;
+  // the others wait for it until their member is told the run failed.
+  std::string script = std::string("import os, sys\n"
+                                   "print('rank', os.environ['RANK'], 'starting', flush=True)\n"
+                                   "if os.environ.get('RANK') == os.environ.get('GANG_FAIL_RANK'):\n"
+                                   "    sys.stderr.write('RuntimeError: boom on rank 3\\n')\n"
+                                   "    sys.exit(7)\n") +
+                       kScript;
+  fs::create_directories(g.pids);
+  g.repo.Commit({{"trainq.yaml",
+                  "version: 1\n"
+                  "defaults: {repeats: 1, timeout: 3m, max_attempts: 1}\n"
+                  "experiments:\n"
+                  "  ddp:\n"
+                  "    command: python3 ddp.py\n"
+                  "    resources: {nodes: 2, processes_per_node: 2}\n"},
+                 {"ddp.py", script}},
+                "gang that fails");
+  std::string out;
+  REQUIRE(testing::RunShell(ShellQuote(TRAINQ_BINARY) + " --db " + ShellQuote(g.db) +
+                                " submit --repo " + ShellQuote(g.repo.dir()),
+                            &out) == 0);
+  g.Serve(2, {{"GANG_FAIL_RANK", "3"}});
+  auto status = g.WaitExit(120s);
+  INFO("serve log:\n" << g.Log());
+  REQUIRE(status);
+  CHECK(status->code == 1);  // a dead run
+
+  auto store = Store::Open(g.db, {.create = false});
+  REQUIRE(store);
+  auto runs = store->Runs(std::nullopt, std::nullopt, 0);
+  REQUIRE(runs);
+  REQUIRE(runs->size() == 1);
+  const RunRow run = runs->front();
+  INFO("error: " << run.last_error);
+  CHECK(run.state == RunState::kDead);
+  CHECK(run.last_error.starts_with("node 1 ("));
+  CHECK(run.last_error.find("): rank 3: exit code 7") != std::string::npos);
+  CHECK(run.last_error.find("RuntimeError: boom on rank 3") != std::string::npos);
+  CHECK(run.last_error.find("rank 3 starting") != std::string::npos);
+  CHECK(run.last_error.find("rank 2 starting") == std::string::npos);  // not node 1's rank 0
+
+  // Every rank's log is on the server, beside the run's output.log.
+  REQUIRE_FALSE(run.log_path.empty());
+  CHECK(fs::exists(run.log_path));
+  std::string tq = ShellQuote(TRAINQ_BINARY) + " --db " + ShellQuote(g.db);
+  REQUIRE(testing::RunShell(tq + " runs --json", &out) == 0);
+  CHECK(out.find(run.log_path) != std::string::npos);
+  REQUIRE(testing::RunShell(tq + " logs " + std::to_string(run.id), &out) == 0);
+  INFO(out);
+  for (int k = 0; k < 4; ++k) {
+    CHECK(out.find("==> run " + std::to_string(run.id) + " rank " + std::to_string(k) + " <==") !=
+          std::string::npos);
+  }
+  REQUIRE(testing::RunShell(tq + " logs " + std::to_string(run.id) + " --rank 3", &out) == 0);
+  CHECK(out.find("rank 3 starting") != std::string::npos);
+  CHECK(out.find("RuntimeError: boom on rank 3") != std::string::npos);
+  REQUIRE(testing::RunShell(tq + " logs " + std::to_string(run.id) + " --rank 2", &out) == 0);
+  CHECK(out.find("rank 2 starting") != std::string::npos);
+  CHECK(out.find("boom") == std::string::npos);
 }
 
 TEST_CASE("gang e2e: serve --inproc runs a one-machine gang of 3 processes", "[gang][e2e]") {

@@ -737,3 +737,100 @@ TEST_CASE("InspectWal finds the committed transactions SQLite drops after a dama
   // No WAL at all: nothing to say.
   CHECK_FALSE(InspectWal(dir / "none.db").value().present);
 }
+
+TEST_CASE("A batch that reuses another has that batch's runs as its own and queues nothing",
+          "[store][reuse]") {
+  Fixture f;
+  std::int64_t source = f.Submit(3);
+  auto leased = f.store.Lease("w", kT0, kLease, 3).value();
+  REQUIRE(leased.size() == 3);
+  for (const auto& l : leased) {
+    REQUIRE(f.store.MarkRunning(l.run_id, l.token, kT0, ""));
+    REQUIRE(f.store.Complete(l.run_id, l.token, kT0 + 1, 0.25 * static_cast<double>(l.seed)));
+  }
+  CommitInfo next = MakeCommit("cccccccccccccccccccccccccccccccccccccccc");
+  next.parent_sha = MakeCommit().sha;
+  auto r = f.store.ReuseBatch("/repos/demo", next, "mlp", source, "same inputs", kT0 + 2);
+  REQUIRE(r);
+  CHECK(r->created);
+  REQUIRE(r->reuses_batch_id);
+  CHECK(*r->reuses_batch_id == source);
+  CHECK(r->batch_id != source);
+
+  auto b = f.store.Batch(r->batch_id).value().value();
+  CHECK(b.sha == next.sha);
+  CHECK(b.reuses_batch_id == source);
+  CHECK(b.reused_from_sha == MakeCommit().sha);
+  CHECK(b.count(RunState::kSucceeded) == 3);
+  CHECK(b.values == std::vector<double>{0.25, 0.5, 0.75});
+  CHECK(b.seed_start == 1);
+  CHECK(f.store.Runs(r->batch_id, std::nullopt, 0).value().size() == 3);
+
+  // A reuse of the reusing batch points at the one with the runs.
+  CommitInfo third = MakeCommit("dddddddddddddddddddddddddddddddddddddddd");
+  auto r2 = f.store.ReuseBatch("/repos/demo", third, "mlp", r->batch_id, "same", kT0 + 3);
+  REQUIRE(r2);
+  CHECK(r2->reuses_batch_id == source);
+
+  // Submit keeps it as it is: nothing queued, no runs of its own.
+  auto again = f.store.Submit("/repos/demo", next, {MakeSpec("mlp", 3)}, kT0 + 4).value();
+  REQUIRE(again.size() == 1);
+  CHECK(again[0].batch_id == r->batch_id);
+  CHECK(again[0].runs_added == 0);
+  CHECK(again[0].reuses_batch_id == source);
+  CHECK(f.store.Runs(std::nullopt, std::nullopt, 0).value().size() == 3);
+
+  // Growing it grows the batch with the runs.
+  CHECK(f.store.ExtendBatch(r->batch_id, 4, kT0 + 5).value() == 1);
+  CHECK(f.store.Runs(source, std::nullopt, 0).value().size() == 4);
+
+  // --rerun: it stops reusing, and the next Submit queues its own seeds.
+  CHECK(f.store.StopReusing(r->batch_id).value());
+  CHECK_FALSE(f.store.StopReusing(r->batch_id).value());
+  auto own = f.store.Submit("/repos/demo", next, {MakeSpec("mlp", 3)}, kT0 + 6).value();
+  CHECK(own[0].runs_added == 3);
+  auto mine = f.store.Batch(r->batch_id).value().value();
+  CHECK_FALSE(mine.reuses_batch_id);
+  CHECK(mine.count(RunState::kQueued) == 3);
+}
+
+TEST_CASE("Quiet commits are found by prefix; a push's statuses are one per context",
+          "[store][reuse]") {
+  Fixture f;
+  Store::Push p;
+  p.source = "github";
+  p.delivery_id = "d1";
+  p.repo_url = "https://example.com/r.git";
+  p.ref = "refs/heads/main";
+  p.before_sha = std::string(40, 'b');
+  p.after_sha = std::string(40, 'e');
+  auto id = f.store.RecordPush(p, kT0).value().value();
+  REQUIRE(f.store.AddQuietCommit({p.repo_url, p.after_sha, id, "nothing changed"}, kT0));
+  REQUIRE(f.store.AddQuietCommit({p.repo_url, p.after_sha, id, "again"}, kT0));  // kept as first
+  auto q = f.store.QuietCommits("eeee").value();
+  REQUIRE(q.size() == 1);
+  CHECK(q[0].note == "nothing changed");
+  CHECK(f.store.QuietCommits("ffff").value().empty());
+  CHECK_FALSE(f.store.QuietCommits("zz12"));
+
+  for (std::string ctx : {"trainq/a", "trainq/b"}) {
+    Store::CommitStatus s;
+    s.push_id = id;
+    s.repo_url = p.repo_url;
+    s.sha = p.after_sha;
+    s.context = ctx;
+    s.state = "success";
+    s.description = "no experiment changed";
+    REQUIRE(f.store.AddPushStatus(s, kT0));
+  }
+  auto due = f.store.DueCommitStatuses(kT0, 10).value();
+  REQUIRE(due.size() == 2);
+  // Posting one leaves the other due.
+  REQUIRE(f.store.CommitStatusPosted(due[0], "success", "no experiment changed", kT0 + 1));
+  auto left = f.store.DueCommitStatuses(kT0 + 1, 10).value();
+  REQUIRE(left.size() == 1);
+  CHECK(left[0].context != due[0].context);
+  auto all = f.store.GetPushStatuses(id).value();
+  REQUIRE(all.size() == 2);
+  CHECK(all[0].context == "trainq/a");
+}

@@ -108,7 +108,9 @@ def build_fixture(trainq, tmp):
     with open(os.path.join(repo, "train.py"), "a") as f:
         f.write("# second commit\n")
     git("commit", "-qam", "second")
-    tq("submit", "-e", "plain", "--repo", repo)
+    # plain watches nothing, so its inputs did not change: --rerun runs it again
+    # (without it the second commit would reuse the first one's batch).
+    tq("submit", "-e", "plain", "--rerun", "--repo", repo)
     tq("sweep", "start", "mlp", "--repo", repo)
     tq("serve", "--slots", "2", "--until-idle", "--inproc", "--poll-ms", "20")
     status = json.loads(tq("sweep", "status", "1", "--json"))

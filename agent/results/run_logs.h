@@ -1,0 +1,40 @@
+// A run's logs as the server keeps them: `<data>/runs/<id>/output.log` (the
+// path stored on the run), and for a gang run one `rank-<K>.log` per process
+// beside it. `trainq logs` reads them from the database's data folder or
+// through `trainq serve`'s GET /api/v1/logs; both go through ReadRunLog, so
+// a CI job sees the bytes a shell on the server would.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "queue/store.h"
+
+namespace trainq {
+
+struct RunLogFile {
+  std::optional<int> rank;  // nullopt: the run's own output.log
+  std::string path;
+  bool exists = false;
+};
+
+// The run's log files: output.log, then rank-K.log by K. kNotFound for an
+// unknown run; a run that never started has no path yet (empty list).
+Result<std::vector<RunLogFile>> RunLogFiles(Store& store, std::int64_t run_id);
+
+struct RunLogChunk {
+  std::string bytes;            // at most max_bytes, from `offset`
+  std::int64_t next_offset = 0; // where the next read starts
+  bool run_ended = false;       // the run is in a final state (follow stops at the end)
+  std::string path;
+};
+
+// Up to `max_bytes` of the run's log (or of rank K's) from `offset`.
+// kNotFound names the run or the rank (and lists the ranks that have logs).
+Result<RunLogChunk> ReadRunLog(Store& store, std::int64_t run_id, std::optional<int> rank,
+                               std::int64_t offset, std::int64_t max_bytes);
+
+}  // namespace trainq
