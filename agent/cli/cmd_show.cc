@@ -10,6 +10,7 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <map>
 #include <set>
 
 #include "agent/results/analysis.h"
@@ -115,6 +116,18 @@ Result<json> LoadCommitView(Store& store, const std::string& prefix_in) {
   j["parent"] = batches.empty() ? "" : batches.front().parent_sha;
   j["repo"] = batches.empty() ? "" : batches.front().repo;
   j["batches"] = json::array();
+  // The batches of the commit are one family: their verdicts are corrected
+  // together (agent/results/analysis.h), as the commit status and the PR
+  // comment correct them.
+  std::map<std::int64_t, BatchComparison> corrected;
+  if (!batches.empty()) {
+    ASSIGN_OR_RETURN(auto family,
+                     CommitFamily(store, batches.front().repo_url, batches.front().sha));
+    auto comparisons = CompareFamily(family, /*compare_running=*/true);
+    for (size_t i = 0; i < family.size(); ++i) {
+      if (comparisons[i]) corrected.emplace(family[i].head.id, std::move(*comparisons[i]));
+    }
+  }
   // Oldest first: the order they were queued in.
   for (auto it = batches.rbegin(); it != batches.rend(); ++it) {
     const auto& b = *it;
@@ -126,10 +139,15 @@ Result<json> LoadCommitView(Store& store, const std::string& prefix_in) {
                {"reason", b.reason},
                {"created_ms", b.created_ms},
                {"progress", Progress(b)}};
+    ASSIGN_OR_RETURN(auto repro, ReproOf(store, b));
+    if (repro) bj["determinism"] = repro->text;
+    ASSIGN_OR_RETURN(auto drift, DriftOf(store, b));
+    if (drift) bj["drift"] = drift->text;
     // The same experiment at the parent commit: difference, test, verdict.
     ASSIGN_OR_RETURN(auto parent, ParentBatch(store, b));
     if (parent) {
-      auto c = CompareBatches(b, *parent);
+      auto found = corrected.find(b.id);
+      BatchComparison c = found != corrected.end() ? found->second : CompareBatches(b, *parent);
       json vp = ComparisonJson(c);
       vp["parent_batch"] = parent->id;
       vp["text"] = ComparisonText(c);
@@ -201,6 +219,8 @@ void RenderCommitView(const json& j, std::ostream& out) {
     for (const auto& b : batches) {
       out << "  batch " << b.value("id", std::int64_t{0}) << " " << b.value("experiment", "")
           << "\n    why:    " << b.value("reason", "") << "\n";
+      if (b.contains("determinism")) out << "    determinism: " << b.value("determinism", "") << "\n";
+      if (b.contains("drift")) out << "    drift:  " << b.value("drift", "") << "\n";
       if (b.contains("vs_parent")) {
         const json& vp = b["vs_parent"];
         bool at_parent = vp.value("baseline_sha", "") == j.value("parent", "");
@@ -209,6 +229,9 @@ void RenderCommitView(const json& j, std::ostream& out) {
         if (!at_parent) out << ": " << vp.value("baseline_note", "");
         out << ")\n"
             << "    change: " << vp.value("text", "") << "\n";
+        if (vp.contains("runs_needed") && vp["runs_needed"].is_string()) {
+          out << "    advice: " << vp["runs_needed"].get<std::string>() << "\n";
+        }
       } else if (b.contains("baseline_note")) {
         out << "    change: no baseline (" << b.value("baseline_note", "") << ")\n";
       } else {

@@ -57,11 +57,13 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
   std::set<std::string> wanted(req.experiments.begin(), req.experiments.end());
   std::vector<Outcome> outcomes;
   std::set<std::string> seen;
+  // First each experiment's baseline, then the comparisons, corrected over
+  // the family of every experiment gated.
+  std::vector<FamilyMember> family;
+  std::vector<std::string> hows;
   for (const auto& h : heads) {
     if (!wanted.empty() && !wanted.count(h.experiment)) continue;
     seen.insert(h.experiment);
-    Outcome o;
-    o.experiment = h.experiment;
     // The baseline batch.
     std::optional<BatchProgress> base;
     std::string how;
@@ -87,6 +89,26 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
       }
       how = "at " + Short(base_sha);
     }
+    FamilyMember member{h, std::move(base)};
+    // A side that is not reproducible for a fixed seed is compared unpaired.
+    ASSIGN_OR_RETURN(member.repro, ReproOf(store, h));
+    if (member.base) {
+      ASSIGN_OR_RETURN(member.base_repro, ReproOf(store, *member.base));
+    }
+    family.push_back(std::move(member));
+    hows.push_back(std::move(how));
+  }
+  size_t gated = family.size();
+  for (const auto& name : wanted) {
+    if (!seen.count(name)) family.push_back({});  // missing: p = 1 in the family
+  }
+  auto comparisons = CompareFamily(family, /*compare_running=*/false, req.correction);
+  for (size_t i = 0; i < gated; ++i) {
+    const BatchProgress& h = family[i].head;
+    const std::optional<BatchProgress>& base = family[i].base;
+    const std::string& how = hows[i];
+    Outcome o;
+    o.experiment = h.experiment;
     if (!base) {
       o.outcome = "undecided";
       o.reason = "no baseline batch of " + h.experiment + " at " + req.baseline + " (" +
@@ -98,7 +120,7 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
       o.reason = "runs unfinished: " + req.rev + " " + Progress(h) + ", baseline " +
                  Short(base->sha) + " " + Progress(*base);
     } else {
-      auto c = CompareBatches(h, *base);
+      const BatchComparison& c = *comparisons[i];
       std::int64_t failed = h.count(RunState::kDead) + h.count(RunState::kFailed);
       if (h.values.size() < 2 || base->values.size() < 2) {
         o.outcome = "undecided";
@@ -170,6 +192,12 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
     d.text += "no significant regression against " + req.baseline + "\n";
   }
   d.finished = !any_change;
+  std::string corr;
+  for (const auto& c : comparisons) {
+    if (c && !(corr = CorrectionText(*c)).empty()) break;
+  }
+  if (!corr.empty()) d.text += "verdicts corrected for " + std::to_string(family.size()) +
+                               " experiments at once: " + corr + "\n";
   nlohmann::json exps = nlohmann::json::array();
   for (const auto& o : outcomes) {
     nlohmann::json e = {{"experiment", o.experiment}, {"outcome", o.outcome}, {"reason", o.reason}};
@@ -178,7 +206,13 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
   }
   d.json = {{"decision", decision},   {"exit_code", d.exit_code}, {"rev", req.rev},
             {"sha", head_sha},        {"baseline", req.baseline}, {"baseline_sha", baseline_sha},
-            {"base_sha", base_sha},   {"finished", d.finished},   {"experiments", exps}};
+            {"base_sha", base_sha},   {"finished", d.finished},   {"experiments", exps},
+            {"correction",
+             {{"method", std::string(stats::CorrectionName(
+                             req.correction.value_or(family.empty() || gated == 0
+                                                         ? stats::Correction::kHolm
+                                                         : CorrectionOf(family.front().head))))},
+              {"family_size", family.size()}}}};
   return d;
 }
 

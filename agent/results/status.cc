@@ -11,6 +11,7 @@
 #include <queue>
 #include <set>
 
+#include "agent/results/analysis.h"
 #include "agent/results/baseline.h"
 #include "core/strings.h"
 #include "queue/store.h"
@@ -323,6 +324,12 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
   j["batches"] = json::array();
   for (const auto& b : batches) {
     json bj = BatchJson(b);
+    // `determinism: check`: whether the seed run twice agreed.
+    ASSIGN_OR_RETURN(auto repro, ReproOf(store, b));
+    bj["determinism"] = repro ? json(repro->text) : json(nullptr);
+    // Noise drift against earlier batches with the same inputs: said only when found.
+    ASSIGN_OR_RETURN(auto drift, DriftOf(store, b));
+    bj["drift"] = drift && drift->drift ? json(drift->text) : json(nullptr);
     bj["eta_ms"] = nullptr;
     bj["eta_measured_runs"] = 0;
     if (b.active()) {

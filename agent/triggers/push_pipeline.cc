@@ -289,11 +289,16 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
       std::string reason = source + ": " + how + (how.empty() || why.empty() ? "" : "; ") + why;
       specs.push_back(e->ToBatchSpec(reason));
     }
+    TRY(AddInputsFingerprints(git, sha, *after, specs));
+    specs = WithDeterminismChecks(std::move(specs));
     TRY(CheckSubmitLimits(specs, std::string(kManifestName) + " at " + Short(sha), repo.limits));
     ASSIGN_OR_RETURN(auto info, git.Resolve(sha));
     ASSIGN_OR_RETURN(auto results, store_.Submit(git.location(), info, specs, clock_.Now()));
     std::string names;
     for (const auto& r : results) {
+      // A determinism check's companion batch is read with its experiment's:
+      // no baseline and no commit status of its own.
+      if (IsReproExperiment(r.experiment)) continue;
       names += (names.empty() ? "" : ", ") + r.experiment;
       // What this batch is compared with: found, reused from an equivalent
       // ancestor, or queued at the base with the same seeds.
