@@ -68,8 +68,8 @@ double TwoSidedTPower(double df, double ncp, double alpha) {
   return boost::math::cdf(boost::math::complement(dist, crit)) + boost::math::cdf(dist, -crit);
 }
 
-Result<int> SmallestNForPower(double sd, double difference, double power, double alpha,
-                              double guess, const std::function<double(int)>& power_at) {
+Result<int> SmallestNForPower(double sd, double power, double guess,
+                              const std::function<double(int)>& power_at) {
   // The caller checked the arguments.
   if (sd == 0) return 2;
   // Boost reports a series or root search that fails to converge with an
@@ -108,7 +108,7 @@ Result<int> PairsForDifference(double sd_diff, double difference, double power, 
     return Fail(ErrorKind::kInvalidArgument,
                 "pairs need difference != 0, sd >= 0, 0 < power < 1 and 0 < alpha < 1");
   }
-  return SmallestNForPower(sd_diff, difference, power, alpha,
+  return SmallestNForPower(sd_diff, power,
                            NormalGuess(sd_diff, difference, power, alpha),
                            [&](int n) { return PairedTPower(n, sd_diff, difference, alpha); });
 }
@@ -119,7 +119,7 @@ Result<int> RunsPerSideForDifference(double sd, double difference, double power,
     return Fail(ErrorKind::kInvalidArgument,
                 "runs per side need difference != 0, sd >= 0, 0 < power < 1 and 0 < alpha < 1");
   }
-  return SmallestNForPower(sd, difference, power, alpha,
+  return SmallestNForPower(sd, power,
                            2 * NormalGuess(sd, difference, power, alpha),
                            [&](int n) { return TwoSampleTPower(n, sd, difference, alpha); });
 }

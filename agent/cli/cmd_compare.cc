@@ -67,7 +67,10 @@ Status CmdCompare(const CompareCommandOptions& o, std::ostream& out) {
     if (IsSweepPointExperiment(ba.experiment)) continue;
     for (const auto& bb : b) {
       if (bb.experiment == ba.experiment && bb.repo_url == ba.repo_url) {
-        family.push_back({ba, bb});
+        // A side not reproducible for a fixed seed is compared unpaired.
+        ASSIGN_OR_RETURN(auto repro_a, ReproOf(store, ba));
+        ASSIGN_OR_RETURN(auto repro_b, ReproOf(store, bb));
+        family.push_back({ba, bb, std::move(repro_a), std::move(repro_b)});
         seen.insert(ba.experiment);
       }
     }

@@ -89,7 +89,9 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
       }
       how = "at " + Short(base_sha);
     }
-    FamilyMember member{h, std::move(base)};
+    FamilyMember member;
+    member.head = h;
+    member.base = std::move(base);
     // A side that is not reproducible for a fixed seed is compared unpaired.
     ASSIGN_OR_RETURN(member.repro, ReproOf(store, h));
     if (member.base) {

@@ -37,8 +37,6 @@ std::string Signed(double v) {
   return (v >= 0 && s[0] != '-') ? "+" + s : s;
 }
 
-std::string PValue(double p) { return p < 0.001 ? "p<0.001" : "p=" + FormatDouble(p, 3); }
-
 // "0.6200 ± 0.0100", "0.6200" for one run, "-" for none.
 std::string MeanSd(const BatchProgress& b) {
   if (b.values.empty()) return "-";

@@ -114,7 +114,7 @@ TEST_CASE("determinism check: time-based noise is not reproducible, a pure funct
   auto report = Trainq(db, "report --out " + ShellQuote(tmp / "report") + " --format md");
   INFO(report.text);
   REQUIRE(report.code == 0);
-  std::string md = testing::Slurp(tmp / "report" / "report.md");
+  std::string md = testing::Slurp(tmp / "report/report.md");
   CHECK_THAT(md, Catch::Contains("; reproducible (seed 1 run twice: 0.5100)"));
   CHECK_THAT(md, Catch::Contains("; not reproducible (seed 1: "));
   CHECK_THAT(md, !Catch::Contains("det@repro"));
@@ -210,7 +210,7 @@ TEST_CASE("noise drift: an unchanged experiment whose environment moves its mean
   auto report = Trainq(db, "report --out " + ShellQuote(tmp / "report") + " --format md");
   INFO(report.text);
   REQUIRE(report.code == 0);
-  CHECK_THAT(testing::Slurp(tmp / "report" / "report.md"),
+  CHECK_THAT(testing::Slurp(tmp / "report/report.md"),
              Catch::Contains("drift: mean 0.5600 vs 0.5300"));
   (void)a;
 }

@@ -296,7 +296,7 @@ TEST_CASE("commit status over a family: waits for the others, then says Holm ove
   for (int k = 0; k < 20; ++k) {
     std::string name = "e" + std::to_string(k);
     family.push_back({FamilyBatch(100 + k, name, std::string(40, '2'), FamilyMean(k)),
-                      FamilyBatch(200 + k, name, std::string(40, '1'), std::nan(""))});
+                      FamilyBatch(200 + k, name, std::string(40, '1'), std::nan("")), {}, {}});
   }
   auto comparisons = CompareFamily(family, false);
   StatusFamily waiting;

@@ -203,8 +203,11 @@ void QueueTwenty(Store& store, bool with_broken, const std::string& head_spec) {
     s.spec_json = head_spec;
     head.push_back(s);
   }
-  CommitInfo b{.sha = kBase};
-  CommitInfo h{.sha = kHead, .parent_sha = kBase};
+  CommitInfo b;
+  b.sha = kBase;
+  CommitInfo h;
+  h.sha = kHead;
+  h.parent_sha = kBase;
   REQUIRE(store.Submit("/repo", b, base, kT0));
   REQUIRE(store.Submit("/repo", h, head, kT0));
   auto leased = store.Lease("w", kT0, 60'000, 1000).value();
