@@ -13,6 +13,7 @@
 
 #include "agent/cli/cli.h"
 #include "agent/results/gate.h"
+#include "agent/repo/manifest.h"
 #include "agent/results/sweep.h"
 #include "agent/repo/git_repo.h"
 #include "agent/cli/read_client.h"
@@ -64,7 +65,7 @@ Status CmdCompare(const CompareCommandOptions& o, std::ostream& out) {
   std::set<std::string> seen;
   for (const auto& ba : a) {
     if (!wanted.empty() && !wanted.count(ba.experiment)) continue;
-    if (IsSweepPointExperiment(ba.experiment)) continue;
+    if (IsSweepPointExperiment(ba.experiment) || IsReproExperiment(ba.experiment)) continue;
     for (const auto& bb : b) {
       if (bb.experiment == ba.experiment && bb.repo_url == ba.repo_url) {
         // A side not reproducible for a fixed seed is compared unpaired.
@@ -103,8 +104,13 @@ Status CmdCompare(const CompareCommandOptions& o, std::ostream& out) {
     out << "  A - B: " << ComparisonText(c) << "\n";
   }
   if (!comparisons.empty() && !CorrectionText(comparisons.front()).empty()) {
-    out << "verdicts corrected for " << comparisons.size()
-        << " experiments at once: " << CorrectionText(comparisons.front()) << "\n";
+    if (comparisons.front().correction == stats::Correction::kNone) {
+      out << "verdicts not corrected for the " << comparisons.size()
+          << " experiments (correction: none)\n";
+    } else {
+      out << "verdicts corrected for " << comparisons.size()
+          << " experiments at once: " << CorrectionText(comparisons.front()) << "\n";
+    }
   }
   return {};
 }

@@ -15,6 +15,7 @@
 
 #include "agent/results/analysis.h"
 #include "agent/repo/git_repo.h"
+#include "agent/repo/manifest.h"
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <memory>
@@ -139,6 +140,12 @@ Result<json> LoadCommitView(Store& store, const std::string& prefix_in) {
                {"reason", b.reason},
                {"created_ms", b.created_ms},
                {"progress", Progress(b)}};
+    if (IsReproExperiment(b.experiment)) {
+      // A determinism check's companion: read with its experiment's batch.
+      bj["repro_of"] = ReproTargetOf(b.experiment);
+      j["batches"].push_back(bj);
+      continue;
+    }
     ASSIGN_OR_RETURN(auto repro, ReproOf(store, b));
     if (repro) bj["determinism"] = repro->text;
     ASSIGN_OR_RETURN(auto drift, DriftOf(store, b));
@@ -220,8 +227,11 @@ void RenderCommitView(const json& j, std::ostream& out) {
       out << "  batch " << b.value("id", std::int64_t{0}) << " " << b.value("experiment", "")
           << "\n    why:    " << b.value("reason", "") << "\n";
       if (b.contains("determinism")) out << "    determinism: " << b.value("determinism", "") << "\n";
-      if (b.contains("drift")) out << "    drift:  " << b.value("drift", "") << "\n";
-      if (b.contains("vs_parent")) {
+      if (b.contains("drift")) out << "    " << b.value("drift", "") << "\n";
+      if (b.contains("repro_of")) {
+        out << "    check:  runs seeds of " << b.value("repro_of", "")
+            << " again (its determinism line says whether they agree)\n";
+      } else if (b.contains("vs_parent")) {
         const json& vp = b["vs_parent"];
         bool at_parent = vp.value("baseline_sha", "") == j.value("parent", "");
         out << (at_parent ? "    parent: " : "    baseline: ") << vp.value("parent_spread", "")

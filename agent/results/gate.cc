@@ -6,6 +6,7 @@
 #include "agent/results/analysis.h"
 #include "agent/results/baseline.h"
 #include "agent/repo/git_repo.h"
+#include "agent/repo/manifest.h"
 #include "agent/repo/mirror.h"
 #include "core/strings.h"
 
@@ -63,6 +64,7 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
   std::vector<std::string> hows;
   for (const auto& h : heads) {
     if (!wanted.empty() && !wanted.count(h.experiment)) continue;
+    if (IsReproExperiment(h.experiment)) continue;  // a determinism check, read with h's experiment
     seen.insert(h.experiment);
     // The baseline batch.
     std::optional<BatchProgress> base;
@@ -198,8 +200,16 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
   for (const auto& c : comparisons) {
     if (c && !(corr = CorrectionText(*c)).empty()) break;
   }
-  if (!corr.empty()) d.text += "verdicts corrected for " + std::to_string(family.size()) +
-                               " experiments at once: " + corr + "\n";
+  auto FamilyLine = [&](const auto& cs, size_t n) {
+    for (const auto& c : cs) {
+      if (c && c->correction == stats::Correction::kNone) {
+        return "verdicts not corrected for the " + std::to_string(n) +
+               " experiments (correction: none)\n";
+      }
+    }
+    return "verdicts corrected for " + std::to_string(n) + " experiments at once: " + corr + "\n";
+  };
+  if (!corr.empty()) d.text += FamilyLine(comparisons, family.size());
   nlohmann::json exps = nlohmann::json::array();
   for (const auto& o : outcomes) {
     nlohmann::json e = {{"experiment", o.experiment}, {"outcome", o.outcome}, {"reason", o.reason}};

@@ -338,3 +338,50 @@ TEST_CASE("adaptive looks and the family: looks * p is corrected", "[analysis][f
   CHECK(c[1]->interval_level == Approx(1 - 0.05 / 4 / 20));
   CHECK(CorrectionText(*c[1]) == "Holm over 20, 4 looks each");
 }
+
+TEST_CASE("CheckDrift: a moved mean is drift, the same numbers are not", "[analysis][drift]") {
+  auto earlier = MakeBatch({0.901, 0.902, 0.903, 0.904, 0.905});
+  auto same = MakeBatch({0.901, 0.902, 0.903, 0.904, 0.905});
+  auto moved = MakeBatch({0.904, 0.905, 0.906, 0.907, 0.908});
+  auto none = CheckDrift(same, {earlier, earlier});
+  REQUIRE(none);
+  CHECK_FALSE(none->drift);
+  CHECK(none->earlier_batches == 2);
+  CHECK(none->earlier_n == 5);  // a seed's value repeated exactly counts once
+  CHECK(none->paired);
+  CHECK(none->p_mean == 1);
+  auto d = CheckDrift(moved, {earlier, earlier});
+  REQUIRE(d);
+  CHECK(d->drift);
+  CHECK(d->p_mean < 0.001);
+  CHECK(d->brief == "drift: mean +0.0030 (p<0.001) vs 2 earlier batches, same inputs");
+  CHECK(d->text.starts_with("drift: mean 0.9060 vs 0.9030 (paired t on 5 seeds, p<0.001)"));
+  // The spread alone: same mean, ten times the spread, unpaired seeds.
+  auto wide = MakeBatch({0.873, 0.933, 0.843, 0.963, 0.903, 0.903});
+  for (auto& s : wide.seeds) s += 100;
+  auto spread = CheckDrift(wide, {earlier});
+  REQUIRE(spread);
+  CHECK_FALSE(spread->paired);
+  CHECK(spread->p_spread < 0.01);
+  CHECK(spread->drift);
+  CHECK(spread->brief.starts_with("drift: sd "));
+  // Nothing to test against.
+  CHECK_FALSE(CheckDrift(moved, {}));
+}
+
+TEST_CASE("CheckRepro: bit-identical values are reproducible", "[analysis][determinism]") {
+  auto b = MakeBatch({0.9012, 0.9020, 0.9031});
+  auto same = MakeBatch({0.9012});
+  auto r = CheckRepro(b, same);
+  CHECK(r.state == ReproCheck::State::kReproducible);
+  CHECK(r.text == "reproducible (seed 1 run twice: 0.9012)");
+  auto other = MakeBatch({0.9012, 0.9034});  // seeds 1, 2
+  r = CheckRepro(b, other);
+  CHECK(r.state == ReproCheck::State::kNotReproducible);
+  CHECK(r.text == "not reproducible (seed 2: 0.9020 vs 0.9034)");
+  auto close = MakeBatch({0.90120001});
+  CHECK(CheckRepro(b, close).text == "not reproducible (seed 1: 0.90120000 vs 0.90120001)");
+  auto running = MakeBatch({});
+  running.counts[static_cast<int>(RunState::kQueued)] = 1;
+  CHECK(CheckRepro(b, running).text == "determinism check running");
+}

@@ -145,6 +145,16 @@ TEST_CASE("determinism check: time-based noise is not reproducible, a pure funct
   const auto& d = BatchOf(show, "det")["vs_parent"];
   CHECK(d["paired"] == true);
   CHECK(d["pairing_unreliable"].is_null());
+  // The companion batches are no experiments of their own: the gate decides
+  // on det and noisy only (both unchanged in what they compute).
+  auto gate = Trainq(db, "gate " + second + " --baseline " + first + " --repo " +
+                             ShellQuote(git.dir()));
+  INFO(gate.text);
+  CHECK(gate.code == 0);
+  CHECK_THAT(gate.text, !Catch::Contains("@repro"));
+  CHECK_THAT(gate.text, Catch::Contains("Holm over 2"));
+  // show says what a companion is instead of comparing it.
+  CHECK(BatchOf(show, "det@repro")["repro_of"] == "det");
 }
 
 namespace {

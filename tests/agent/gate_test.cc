@@ -259,6 +259,8 @@ TEST_CASE("gate over twenty changed experiments: one at p=0.007 passes under Hol
   auto none = DecideWith(store, stats::Correction::kNone);
   CHECK(none.exit_code == kGateRegression);
   CHECK(none.json["correction"]["method"] == "none");
+  CHECK(none.text.find("verdicts not corrected for the 20 experiments (correction: none)") !=
+        std::string::npos);
   CHECK(DecideWith(store, stats::Correction::kBh).exit_code == kGatePass);
 }
 
