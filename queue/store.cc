@@ -1060,8 +1060,9 @@ Result<std::vector<BatchProgress>> Store::BatchesSince(TimeMs since) {
   return SelectBatches("WHERE b.created_ms >= ?1 ", {std::to_string(since)}, 0);
 }
 
-Result<std::vector<BatchProgress>> Store::BatchesOfExperiment(const std::string& experiment) {
-  return SelectBatches("WHERE b.experiment = ?1 ", {experiment}, 0);
+Result<std::vector<BatchProgress>> Store::BatchesOfExperiment(const std::string& experiment,
+                                                               int limit) {
+  return SelectBatches("WHERE b.experiment = ?1 ", {experiment}, limit);
 }
 
 Result<std::vector<BatchProgress>> Store::SelectBatches(const std::string& where,

@@ -315,7 +315,8 @@ std::optional<DriftCheck> CheckDrift(const BatchProgress& b,
   return d;
 }
 
-Result<std::optional<DriftCheck>> DriftOf(Store& store, const BatchProgress& b) {
+Result<std::optional<DriftCheck>> DriftOf(Store& store, const BatchProgress& b,
+                                          std::map<std::string, std::vector<BatchProgress>>* cache) {
   auto inputs_of = [](const BatchProgress& x) {
     auto j = nlohmann::json::parse(x.spec_json.empty() ? "{}" : x.spec_json, nullptr, false);
     return j.is_object() && j.contains("inputs") && j["inputs"].is_string()
@@ -324,12 +325,19 @@ Result<std::optional<DriftCheck>> DriftOf(Store& store, const BatchProgress& b) 
   };
   std::string inputs = inputs_of(b);
   if (inputs.empty() || b.active()) return std::optional<DriftCheck>();
-  ASSIGN_OR_RETURN(auto all, store.BatchesOfExperiment(b.experiment));
+  std::vector<BatchProgress> loaded;
+  const std::vector<BatchProgress>* all = &loaded;
+  if (cache && cache->count(b.experiment)) {
+    all = &(*cache)[b.experiment];
+  } else {
+    ASSIGN_OR_RETURN(loaded, store.BatchesOfExperiment(b.experiment, kDriftLookback));
+    if (cache) all = &((*cache)[b.experiment] = std::move(loaded));
+  }
   std::vector<BatchProgress> earlier;
-  for (auto& x : all) {
+  for (const auto& x : *all) {
     if (x.id >= b.id || x.repo_url != b.repo_url || x.sha == b.sha || x.active()) continue;
     if (inputs_of(x) != inputs) continue;
-    earlier.push_back(std::move(x));
+    earlier.push_back(x);
   }
   return CheckDrift(b, earlier);
 }

@@ -3,6 +3,7 @@
 // Pure functions over BatchProgress, plus thin store lookups.
 #pragma once
 
+#include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
@@ -83,7 +84,12 @@ std::optional<DriftCheck> CheckDrift(const BatchProgress& b,
 // The drift check of `b` against the store's earlier batches (by id) of its
 // experiment and repository with the same inputs; empty as CheckDrift, or
 // when `b` is still running or has no inputs fingerprint (queued before it).
-Result<std::optional<DriftCheck>> DriftOf(Store& store, const BatchProgress& b);
+// Looks at the kDriftLookback most recent batches of the experiment; a caller
+// checking many batches passes `cache` to read each experiment's once.
+inline constexpr int kDriftLookback = 200;
+Result<std::optional<DriftCheck>> DriftOf(
+    Store& store, const BatchProgress& b,
+    std::map<std::string, std::vector<BatchProgress>>* cache = nullptr);
 
 struct BatchComparison {
   BatchProgress a;  // the change

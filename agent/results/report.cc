@@ -114,6 +114,7 @@ Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& wi
   std::set<std::string> wanted(experiments.begin(), experiments.end());
   std::map<std::pair<std::string, std::string>, ExperimentReport> by_exp;
   std::map<std::pair<std::string, std::string>, std::map<std::int64_t, BatchComparison>> families;
+  std::map<std::string, std::vector<BatchProgress>> drift_cache;  // per experiment
   ReportData r;
   r.window = window;
   // Oldest first within an experiment: by commit time, then batch id.
@@ -146,7 +147,7 @@ Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& wi
     er.goal = b.metric_goal;
     ReportEntry e;
     ASSIGN_OR_RETURN(e.repro, ReproOf(store, b));
-    ASSIGN_OR_RETURN(auto drift, DriftOf(store, b));
+    ASSIGN_OR_RETURN(auto drift, DriftOf(store, b, &drift_cache));
     if (drift && drift->drift) e.drift = drift->text;
     ASSIGN_OR_RETURN(auto parent, ParentBatch(store, b));
     if (parent && !parent->values.empty()) {
