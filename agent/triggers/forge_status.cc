@@ -64,6 +64,7 @@ WantedStatus FinalStatus(const BatchProgress& b, const std::optional<BatchProgre
   WantedStatus w;
   w.state = BatchFinalState(b);
   w.description = BatchStatusDescription(b);
+  if (!family.repro.empty()) w.description += "; " + family.repro;
   if (!family.drift.empty()) w.description += "; " + family.drift;
   if (!baseline || b.values.empty()) return w;
   std::string base = baseline->sha.substr(0, 7);
@@ -191,6 +192,10 @@ Result<int> StatusReporter::Step() {
     if (family.empty() || CorrectionOf(*batch) == stats::Correction::kNone) sf.unfinished = 0;
     ASSIGN_OR_RETURN(auto drift, DriftOf(store_, *batch));
     if (drift && drift->drift) sf.drift = drift->brief;
+    ASSIGN_OR_RETURN(auto repro, ReproOf(store_, *batch));
+    if (repro && repro->state == ReproCheck::State::kNotReproducible) {
+      sf.repro = "not reproducible (seed " + std::to_string(repro->seed) + ")";
+    }
     auto want = FinalStatus(*batch, baseline, repo ? repo->fail_on : "worse", sf);
     std::string state(CommitStateName(want.state));
     if (state == row->state && want.description == row->description) continue;

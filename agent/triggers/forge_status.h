@@ -44,6 +44,7 @@ struct StatusFamily {
   int unfinished = 0;   // others of them (or their baselines) still running
   std::optional<BatchComparison> comparison;  // this batch's, corrected over the family
   std::string drift;  // DriftCheck::brief when the batch drifted, else ""
+  std::string repro;  // "not reproducible (seed 3)" when its determinism check failed
 };
 WantedStatus FinalStatus(const BatchProgress& b, const std::optional<BatchProgress>& baseline,
                          const std::string& fail_on, const StatusFamily& family = {});
