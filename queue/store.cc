@@ -1274,6 +1274,11 @@ Result<std::vector<BatchProgress>> Store::BatchesSince(TimeMs since) {
   return SelectBatches("WHERE b.created_ms >= ?1 ", {std::to_string(since)}, 0);
 }
 
+Result<std::vector<BatchProgress>> Store::BatchesOfExperiment(const std::string& experiment,
+                                                               int limit) {
+  return SelectBatches("WHERE b.experiment = ?1 ", {experiment}, limit);
+}
+
 Result<std::vector<BatchProgress>> Store::SelectBatches(const std::string& where,
                                                         const std::vector<std::string>& args,
                                                         int limit) {

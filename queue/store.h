@@ -138,6 +138,10 @@ class Store {
   Result<std::vector<BatchProgress>> BatchesForCommit(const std::string& sha_prefix);
   // Batches created at or after `since`, newest first.
   Result<std::vector<BatchProgress>> BatchesSince(TimeMs since);
+  // The batches of `experiment` (any repository), newest first; at most
+  // `limit` of them (0: all).
+  Result<std::vector<BatchProgress>> BatchesOfExperiment(const std::string& experiment,
+                                                         int limit = 0);
   // Records which batch `batch_id` is compared with (see BatchProgress).
   Status SetBaseline(std::int64_t batch_id, const std::string& base_sha,
                      std::optional<std::int64_t> baseline_batch_id, const std::string& note);

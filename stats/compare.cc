@@ -1,6 +1,7 @@
 #include "stats/compare.h"
 
 #include <algorithm>
+#include <boost/math/distributions/fisher_f.hpp>
 #include <boost/math/distributions/students_t.hpp>
 #include <cmath>
 #include <limits>
@@ -40,6 +41,39 @@ double TwoSidedP(double t, double df) {
   boost::math::students_t dist(df);
   double p = 2 * boost::math::cdf(boost::math::complement(dist, std::fabs(t)));
   return std::min(p, 1.0);
+}
+
+std::optional<SpreadTest> BrownForsytheTest(std::span<const double> a, std::span<const double> b) {
+  if (a.size() < 2 || b.size() < 2) return std::nullopt;
+  auto deviations = [](std::span<const double> x) {
+    double med = Summarize(x).median;
+    std::vector<double> z;
+    for (double v : x) z.push_back(std::fabs(v - med));
+    return z;
+  };
+  auto za = deviations(a), zb = deviations(b);
+  auto mean = [](const std::vector<double>& z) {
+    double s = 0;
+    for (double v : z) s += v;
+    return s / static_cast<double>(z.size());
+  };
+  double na = static_cast<double>(za.size()), nb = static_cast<double>(zb.size());
+  double ma = mean(za), mb = mean(zb), m = (ma * na + mb * nb) / (na + nb);
+  double between = na * (ma - m) * (ma - m) + nb * (mb - m) * (mb - m);  // df 1
+  double within = 0;
+  for (double v : za) within += (v - ma) * (v - ma);
+  for (double v : zb) within += (v - mb) * (v - mb);
+  SpreadTest t;
+  t.df2 = na + nb - 2;
+  if (within == 0) {
+    t.f = between == 0 ? 0 : std::numeric_limits<double>::infinity();
+    t.p = between == 0 ? 1 : 0;
+    return t;
+  }
+  t.f = between / (within / t.df2);
+  boost::math::fisher_f dist(t.df1, t.df2);
+  t.p = boost::math::cdf(boost::math::complement(dist, t.f));
+  return t;
 }
 
 Interval TInterval(const TTest& test, double level) {

@@ -57,6 +57,19 @@ struct MannWhitney {
 };
 std::optional<MannWhitney> MannWhitneyU(std::span<const double> a, std::span<const double> b);
 
+// Brown–Forsythe test of equal spread (Levene's test with the median as
+// centre, robust to non-normal data): the one-way ANOVA F on |x - median of
+// its group|, here for two groups (df 1, n_a + n_b - 2). Empty when a group
+// has fewer than 2 values. When every deviation equals its group's mean
+// deviation, F is 0 (equal) or +infinity (p = 0).
+struct SpreadTest {
+  double f = 0;
+  double df1 = 1;
+  double df2 = 0;
+  double p = 1;
+};
+std::optional<SpreadTest> BrownForsytheTest(std::span<const double> a, std::span<const double> b);
+
 struct CompareOptions {
   bool paired = false;  // also run the paired test; needs equal sizes
   BootstrapOptions bootstrap{};

@@ -28,4 +28,14 @@ Result<int> RunsPerSideForDifference(double sd, double difference, double power 
 // The power of that test with n runs per side (n >= 2).
 double TwoSampleTPower(int n, double sd, double difference, double alpha);
 
+// The same for a paired design: the smallest number of pairs n >= 2 for which
+// a two-sided one-sample t-test of the per-seed differences (df = n - 1, sd
+// of the differences `sd_diff`) at `alpha` detects a mean difference
+// `difference` with probability >= `power`. Fails as RunsPerSideForDifference.
+Result<int> PairsForDifference(double sd_diff, double difference, double power = 0.8,
+                               double alpha = 0.05);
+
+// The power of the paired test with n pairs (n >= 2).
+double PairedTPower(int n, double sd_diff, double difference, double alpha);
+
 }  // namespace trainq::stats

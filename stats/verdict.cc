@@ -34,14 +34,15 @@ Verdict Decide(const std::optional<TTest>& test, const VerdictOptions& options) 
   if (!test) return Verdict::kNotEnoughRuns;
   double min_effect = options.min_effect.value_or(0);
   double diff = test->estimate;
-  if (test->p < options.alpha && std::fabs(diff) >= min_effect) {
+  double p = options.adjusted_p.value_or(test->p);
+  if (p < options.alpha && std::fabs(diff) >= min_effect) {
     bool a_larger = diff > 0;
     return a_larger == (options.goal == Goal::kMax) ? Verdict::kBetter : Verdict::kWorse;
   }
   if (min_effect > 0) {
-    Interval ci = TInterval(*test, 1 - options.alpha);
+    Interval ci = TInterval(*test, options.interval_level.value_or(1 - options.alpha));
     if (-min_effect < ci.lo && ci.hi < min_effect) {
-      return test->p < options.alpha ? Verdict::kNegligible : Verdict::kNoDetectableChange;
+      return p < options.alpha ? Verdict::kNegligible : Verdict::kNoDetectableChange;
     }
     return Verdict::kNotEnoughRuns;
   }

@@ -25,11 +25,16 @@ struct VerdictOptions {
   double alpha = 0.05;  // two-sided significance level, 0 < alpha < 1
   // The smallest difference worth acting on, in the metric's units (>= 0).
   std::optional<double> min_effect{};
+  // After a multiple-comparison correction (stats/multiple.h): the test's
+  // adjusted p-value, used instead of its own p, and the confidence level of
+  // the interval checked against min_effect (absent: 1 - alpha).
+  std::optional<double> adjusted_p{};
+  std::optional<double> interval_level{};
 };
 
 // Decides from a t-test of A - B (paired or Welch):
 //  - no test (fewer than 2 runs on a side): not enough runs;
-//  - p < alpha and |difference| >= min_effect: better or worse, by the goal;
+//  - p < alpha (the adjusted p when given) and |difference| >= min_effect: better or worse, by the goal;
 //  - otherwise, with a min_effect: if the (1 - alpha) interval of the
 //    difference lies inside (-min_effect, +min_effect), no change that large
 //    is plausible: no detectable change; if not, the runs cannot yet tell a

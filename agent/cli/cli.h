@@ -37,6 +37,9 @@ struct SubmitOptions {
   // Queue runs even where an ancestor's batch has the same inputs (default:
   // that batch is reused, agent/results/baseline.h FindReusableBatch).
   bool rerun = false;
+  // `trainq repro`: run the first `repro_runs` seeds of each experiment a
+  // second time (a companion batch "x@repro"), whatever `determinism:` says.
+  std::optional<int> repro_runs;
 };
 Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out);
 
@@ -147,6 +150,7 @@ struct CompareCommandOptions {
   std::string repo = ".";  // resolves branch names; commit ids work without it
   std::vector<std::string> experiments;
   bool json = false;
+  std::string correction;  // holm | bh | none; "" = what trainq.yaml says (holm)
 };
 Status CmdCompare(const CompareCommandOptions& o, std::ostream& out);
 
@@ -160,6 +164,7 @@ struct GateOptions {
   std::int64_t wait_s = 0;  // poll until every run on both sides ended, at most this long
   std::string server;      // base URL of a `trainq serve`: its GET /api/v1/gate, not the db
   std::string token_file;  // the read token for --server (else $TRAINQ_READ_TOKEN)
+  std::string correction;  // holm | bh | none; "" = what trainq.yaml says (holm)
 };
 // Returns the exit code (agent/results/gate.h): 0 no significant regression, 1 a
 // regression, 3 undecided. Errors (exit 2 from main) come back as Error.

@@ -13,6 +13,8 @@
 
 #include "agent/cli/cli.h"
 #include "agent/results/gate.h"
+#include "agent/repo/manifest.h"
+#include "agent/results/sweep.h"
 #include "agent/repo/git_repo.h"
 #include "agent/cli/read_client.h"
 #include "core/strings.h"
@@ -53,17 +55,30 @@ Status CmdCompare(const CompareCommandOptions& o, std::ostream& out) {
   ASSIGN_OR_RETURN(auto store, Store::Open(o.db, so));
   ASSIGN_OR_RETURN(auto a, BatchesAt(store, o.rev_a, o.repo));
   ASSIGN_OR_RETURN(auto b, BatchesAt(store, o.rev_b, o.repo));
+  std::optional<stats::Correction> correction;
+  if (!o.correction.empty()) {
+    ASSIGN_OR_RETURN(correction, stats::ParseCorrection(o.correction));
+  }
   std::set<std::string> wanted(o.experiments.begin(), o.experiments.end());
-  std::vector<BatchComparison> comparisons;
+  // The experiments compared are one family: corrected together.
+  std::vector<FamilyMember> family;
   std::set<std::string> seen;
   for (const auto& ba : a) {
     if (!wanted.empty() && !wanted.count(ba.experiment)) continue;
+    if (IsSweepPointExperiment(ba.experiment) || IsReproExperiment(ba.experiment)) continue;
     for (const auto& bb : b) {
       if (bb.experiment == ba.experiment && bb.repo_url == ba.repo_url) {
-        comparisons.push_back(CompareBatches(ba, bb));
+        // A side not reproducible for a fixed seed is compared unpaired.
+        ASSIGN_OR_RETURN(auto repro_a, ReproOf(store, ba));
+        ASSIGN_OR_RETURN(auto repro_b, ReproOf(store, bb));
+        family.push_back({ba, bb, std::move(repro_a), std::move(repro_b)});
         seen.insert(ba.experiment);
       }
     }
+  }
+  std::vector<BatchComparison> comparisons;
+  for (auto& c : CompareFamily(family, /*compare_running=*/true, correction)) {
+    if (c) comparisons.push_back(std::move(*c));
   }
   for (const auto& name : wanted) {
     if (!seen.count(name)) {
@@ -88,6 +103,15 @@ Status CmdCompare(const CompareCommandOptions& o, std::ostream& out) {
     out << "  B " << c.b.sha.substr(0, 7) << "  " << SpreadText(c.b) << "\n";
     out << "  A - B: " << ComparisonText(c) << "\n";
   }
+  if (!comparisons.empty() && !CorrectionText(comparisons.front()).empty()) {
+    if (comparisons.front().correction == stats::Correction::kNone) {
+      out << "verdicts not corrected for the " << comparisons.size()
+          << " experiments (correction: none)\n";
+    } else {
+      out << "verdicts corrected for " << comparisons.size()
+          << " experiments at once: " << CorrectionText(comparisons.front()) << "\n";
+    }
+  }
   return {};
 }
 
@@ -101,6 +125,9 @@ Result<int> CmdGate(const GateOptions& o, std::ostream& out) {
   req.baseline = o.baseline;
   req.repo_dir = o.repo;
   req.experiments = o.experiments;
+  if (!o.correction.empty()) {
+    ASSIGN_OR_RETURN(req.correction, stats::ParseCorrection(o.correction));
+  }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.wait_s);
   while (true) {
     ASSIGN_OR_RETURN(auto d, DecideGate(store, req));
@@ -132,6 +159,10 @@ void AddCompareCommands(CLI::App& app, const CliContext& ctx) {
       ->capture_default_str();
   c_compare->add_option("--experiment,-e", compare->experiments, "Only this experiment");
   c_compare->add_flag("--json", compare->json, "Print as JSON");
+  c_compare->add_option("--correction", compare->correction,
+                        "Family correction over the experiments compared: holm (default, "
+                        "or trainq.yaml's defaults.correction), bh or none")
+      ->check(CLI::IsMember({"holm", "bh", "none"}));
   c_compare->callback([=] {
     compare->db = *ctx.db;
     *ctx.exit_code = ReportStatus(CmdCompare(*compare, std::cout));
@@ -150,6 +181,10 @@ void AddCompareCommands(CLI::App& app, const CliContext& ctx) {
       ->capture_default_str();
   c_gate->add_option("--experiment,-e", gate->experiments, "Only this experiment (repeatable)");
   c_gate->add_flag("--json", gate->json, "Print the decision as JSON");
+  c_gate->add_option("--correction", gate->correction,
+                     "Family correction over the experiments gated: holm (default, or "
+                     "trainq.yaml's defaults.correction), bh or none")
+      ->check(CLI::IsMember({"holm", "bh", "none"}));
   auto gate_wait = std::make_shared<std::string>();
   c_gate->add_option("--wait", *gate_wait,
                      "Wait up to this long (e.g. 30m) for the runs of both sides to end");

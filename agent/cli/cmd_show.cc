@@ -10,10 +10,12 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <map>
 #include <set>
 
 #include "agent/results/analysis.h"
 #include "agent/repo/git_repo.h"
+#include "agent/repo/manifest.h"
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <memory>
@@ -115,6 +117,18 @@ Result<json> LoadCommitView(Store& store, const std::string& prefix_in) {
   j["parent"] = batches.empty() ? "" : batches.front().parent_sha;
   j["repo"] = batches.empty() ? "" : batches.front().repo;
   j["batches"] = json::array();
+  // The batches of the commit are one family: their verdicts are corrected
+  // together (agent/results/analysis.h), as the commit status and the PR
+  // comment correct them.
+  std::map<std::int64_t, BatchComparison> corrected;
+  if (!batches.empty()) {
+    ASSIGN_OR_RETURN(auto family,
+                     CommitFamily(store, batches.front().repo_url, batches.front().sha));
+    auto comparisons = CompareFamily(family, /*compare_running=*/true);
+    for (size_t i = 0; i < family.size(); ++i) {
+      if (comparisons[i]) corrected.emplace(family[i].head.id, std::move(*comparisons[i]));
+    }
+  }
   // Oldest first: the order they were queued in.
   for (auto it = batches.rbegin(); it != batches.rend(); ++it) {
     const auto& b = *it;
@@ -130,10 +144,21 @@ Result<json> LoadCommitView(Store& store, const std::string& prefix_in) {
       bj["reuses_batch"] = *b.reuses_batch_id;
       bj["reused_from"] = b.reused_from_sha;
     }
+    if (IsReproExperiment(b.experiment)) {
+      // A determinism check's companion: read with its experiment's batch.
+      bj["repro_of"] = ReproTargetOf(b.experiment);
+      j["batches"].push_back(bj);
+      continue;
+    }
+    ASSIGN_OR_RETURN(auto repro, ReproOf(store, b));
+    if (repro) bj["determinism"] = repro->text;
+    ASSIGN_OR_RETURN(auto drift, DriftOf(store, b));
+    if (drift) bj["drift"] = drift->text;
     // The same experiment at the parent commit: difference, test, verdict.
     ASSIGN_OR_RETURN(auto parent, ParentBatch(store, b));
     if (parent) {
-      auto c = CompareBatches(b, *parent);
+      auto found = corrected.find(b.id);
+      BatchComparison c = found != corrected.end() ? found->second : CompareBatches(b, *parent);
       json vp = ComparisonJson(c);
       vp["parent_batch"] = parent->id;
       vp["text"] = ComparisonText(c);
@@ -210,13 +235,21 @@ void RenderCommitView(const json& j, std::ostream& out) {
             << " at " << b.value("reused_from", "").substr(0, 10)
             << " (same inputs; nothing queued here)\n";
       }
-      if (b.contains("vs_parent")) {
+      if (b.contains("determinism")) out << "    determinism: " << b.value("determinism", "") << "\n";
+      if (b.contains("drift")) out << "    " << b.value("drift", "") << "\n";
+      if (b.contains("repro_of")) {
+        out << "    check:  runs seeds of " << b.value("repro_of", "")
+            << " again (its determinism line says whether they agree)\n";
+      } else if (b.contains("vs_parent")) {
         // One word for what a batch is compared with, wherever it was found.
         const json& vp = b["vs_parent"];
         out << "    baseline: " << vp.value("parent_spread", "") << " (batch "
             << vp.value("parent_batch", std::int64_t{0}) << ": " << vp.value("baseline_note", "")
             << ")\n"
             << "    change: " << vp.value("text", "") << "\n";
+        if (vp.contains("runs_needed") && vp["runs_needed"].is_string()) {
+          out << "    advice: " << vp["runs_needed"].get<std::string>() << "\n";
+        }
       } else if (b.contains("baseline_note")) {
         out << "    change: no baseline (" << b.value("baseline_note", "") << ")\n";
       } else if (j.value("parent", "").empty()) {

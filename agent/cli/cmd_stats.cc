@@ -1,6 +1,7 @@
-// `trainq stats summary FILE` and `trainq stats compare FILE_A FILE_B`: the
-// statistics of stats/ on plain files of numbers, so that any results (ours or
-// another tool's) can be checked by hand.
+// `trainq stats summary FILE`, `trainq stats compare FILE_A FILE_B` and
+// `trainq stats power A [B --paired] --effect D`: the statistics of stats/ on
+// plain files of numbers, so that any results (ours or another tool's) can be
+// checked by hand.
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include "stats/bootstrap.h"
 #include "stats/compare.h"
 #include "stats/numbers.h"
+#include "stats/sample_size.h"
 #include "stats/summary.h"
 #include "stats/verdict.h"
 
@@ -43,6 +45,16 @@ struct StatsCompareOptions {
   double alpha = 0.05;
   std::optional<double> min_effect;
   stats::BootstrapOptions bootstrap;
+};
+
+struct StatsPowerOptions {
+  std::string path_a;
+  std::string path_b;  // with --paired: the sd is that of B - A, pair by pair
+  bool paired = false;
+  bool json = false;
+  double effect = 0;
+  double alpha = 0.05;
+  double power = 0.8;
 };
 
 // Enough digits to tell 0.6642 from 0.6651, without trailing noise. Plain
@@ -261,6 +273,82 @@ Status StatsCompare(const StatsCompareOptions& o, std::ostream& out, std::ostrea
   return {};
 }
 
+Status StatsPower(const StatsPowerOptions& o, std::ostream& out, std::ostream& err) {
+  if (!(o.alpha > 0 && o.alpha < 1)) {
+    return Fail(ErrorKind::kInvalidArgument, "--alpha must be between 0 and 1, got " + Num(o.alpha));
+  }
+  if (!(o.power > 0 && o.power < 1)) {
+    return Fail(ErrorKind::kInvalidArgument, "--power must be between 0 and 1, got " + Num(o.power));
+  }
+  if (!(o.effect != 0) || !std::isfinite(o.effect)) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "--effect must be a finite difference other than 0, in the metric's units");
+  }
+  if (o.paired == o.path_b.empty()) {
+    return Fail(ErrorKind::kInvalidArgument,
+                o.paired ? "--paired needs FILE_B: the sd is that of B - A, seed by seed"
+                         : "FILE_B is only read with --paired (two-sample power uses the sd of "
+                           "FILE_A)");
+  }
+  std::vector<double> values;
+  std::string sd_of;
+  ASSIGN_OR_RETURN(auto lines_a, ReadNumbers(o.path_a));
+  if (o.paired) {
+    ASSIGN_OR_RETURN(auto lines_b, ReadNumbers(o.path_b));
+    StatsCompareOptions names;
+    names.path_a = o.path_a;
+    names.path_b = o.path_b;
+    std::vector<double> a, b;
+    TRY(PairedValues(names, lines_a, lines_b, &a, &b, err));
+    for (size_t i = 0; i < a.size(); ++i) values.push_back(b[i] - a[i]);
+    sd_of = "B - A";
+  } else {
+    ASSIGN_OR_RETURN(values, FiniteValues(o.path_a, lines_a, err));
+    sd_of = "A";
+  }
+  if (values.size() < 2) {
+    return Fail(ErrorKind::kInvalidArgument,
+                (o.paired ? "--paired needs at least 2 pairs" : o.path_a + ": needs at least 2 values") +
+                    std::string(" to estimate the sd"));
+  }
+  stats::Summary s = stats::Summarize(values);
+  ASSIGN_OR_RETURN(int n, o.paired ? stats::PairsForDifference(s.sd, o.effect, o.power, o.alpha)
+                                   : stats::RunsPerSideForDifference(s.sd, o.effect, o.power,
+                                                                     o.alpha));
+  auto power_at = [&](int k) {
+    return o.paired ? stats::PairedTPower(k, s.sd, o.effect, o.alpha)
+                    : stats::TwoSampleTPower(k, s.sd, o.effect, o.alpha);
+  };
+  double achieved = power_at(n);
+  std::optional<double> below;
+  if (n > 2) below = power_at(n - 1);
+  if (o.json) {
+    out << json{{"n", n},
+                {"design", o.paired ? "paired" : "two-sample"},
+                {"per", o.paired ? "pairs" : "runs per side"},
+                {"sd", s.sd},
+                {"sd_of", sd_of},
+                {"sd_n", s.n},
+                {"effect", o.effect},
+                {"alpha", o.alpha},
+                {"target_power", o.power},
+                {"power", achieved},
+                {"power_at_n_minus_1", below ? json(*below) : json(nullptr)},
+                {"test", o.paired ? "paired t, two-sided" : "two-sample t, two-sided"}}
+                .dump(2)
+        << "\n";
+    return {};
+  }
+  out << "sd " << Num(s.sd) << " (of " << sd_of << ", n=" << s.n << "); effect ±"
+      << Num(std::fabs(o.effect)) << ", alpha " << Num(o.alpha) << " two-sided, power "
+      << Num(o.power) << "\n";
+  out << (o.paired ? "pairs (seeds on both sides): " : "runs per side: ") << n << "  (power "
+      << Num(achieved) << " with " << n;
+  if (below) out << ", " << Num(*below) << " with " << n - 1;
+  out << "; exact noncentral t, " << (o.paired ? "paired" : "two-sample") << " t-test)\n";
+  return {};
+}
+
 void Report(const Status& st, int* exit_code) {
   if (st) return;
   std::cerr << "trainq: error: " << st.error().message << "\n";
@@ -311,6 +399,28 @@ void AddStatsCommands(CLI::App& app, int* exit_code) {
   AddBootstrapOptions(c_compare, &compare->bootstrap);
   c_compare->callback(
       [compare, exit_code] { Report(StatsCompare(*compare, std::cout, std::cerr), exit_code); });
+
+  auto power = std::make_shared<StatsPowerOptions>();
+  auto* c_power = c_stats->add_subcommand(
+      "power",
+      "Runs needed: the smallest n per side (or pairs) whose two-sided t-test detects "
+      "--effect with the given power (exact noncentral t)");
+  c_power->add_option("FILE_A", power->path_a, "File of numbers: its sd is the per-run noise")
+      ->required();
+  c_power->add_option("FILE_B", power->path_b,
+                      "With --paired: the other side, line i the same seed as A's line i");
+  c_power->add_flag("--paired", power->paired,
+                    "Paired design: the sd is that of B - A, and n counts pairs");
+  c_power->add_option("--effect", power->effect,
+                      "The difference to detect, in the metric's units")
+      ->required();
+  c_power->add_option("--alpha", power->alpha, "Significance level (two-sided)")
+      ->capture_default_str();
+  c_power->add_option("--power", power->power, "Probability of detecting the effect")
+      ->capture_default_str();
+  c_power->add_flag("--json", power->json, "Print as JSON ({\"n\": N, ...})");
+  c_power->callback(
+      [power, exit_code] { Report(StatsPower(*power, std::cout, std::cerr), exit_code); });
 }
 
 }  // namespace trainq

@@ -247,6 +247,20 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
     if (o.repeats) b.repeats = *o.repeats;
     specs.push_back(std::move(b));
   }
+  TRY(AddInputsFingerprints(repo, commit.sha, *manifest, specs));
+  if (o.repro_runs) {
+    if (*o.repro_runs < 1) {
+      return Fail(ErrorKind::kInvalidArgument,
+                  "--runs: expected a positive integer, got " + std::to_string(*o.repro_runs));
+    }
+    size_t n = specs.size();
+    for (size_t i = 0; i < n; ++i) {
+      specs[i].repeats = std::max(specs[i].repeats, *o.repro_runs);
+      specs.push_back(ReproSpec(specs[i], *o.repro_runs));
+    }
+  } else {
+    specs = WithDeterminismChecks(std::move(specs));
+  }
   TRY(CheckSubmitLimits(specs, file_label, o.limits));
   if (!o.allow_dirty) WarnUncommitted(repo, commit, chosen, std::cerr);
   ASSIGN_OR_RETURN(auto store, Store::Open(o.db));
@@ -294,6 +308,7 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
   // --with-baseline a missing one is queued at the parent with the same seeds.
   std::vector<std::string> baselines(results.size());
   for (size_t i = 0; i < results.size(); ++i) {
+    if (IsReproExperiment(results[i].experiment)) continue;  // compared with its experiment
     ASSIGN_OR_RETURN(auto batch, store.Batch(results[i].batch_id));
     if (!batch || !batch->base_sha.empty() || commit.parent_sha.empty()) continue;
     BaselineOptions bo;
@@ -343,6 +358,16 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
     if (!baselines[i].empty()) out << "    baseline: " << baselines[i] << "\n";
   }
   for (const auto& why : skipped) out << "  not queued: " << why << "\n";
+  if (o.repro_runs) {
+    // What the determinism check says now (once the runs end, `trainq show`).
+    for (const auto& r : results) {
+      if (IsReproExperiment(r.experiment)) continue;
+      ASSIGN_OR_RETURN(auto batch, store.Batch(r.batch_id));
+      if (!batch) continue;
+      ASSIGN_OR_RETURN(auto check, ReproOf(store, *batch));
+      if (check) out << "  " << r.experiment << ": " << check->text << "\n";
+    }
+  }
   out << "Run them with `trainq serve --db " << o.db << "`; watch with `trainq status`.\n";
   return {};
 }
@@ -625,6 +650,17 @@ void RenderStatusText(const json& j, std::ostream& out) {
   if (hidden) {
     out << "  ... and " << hidden << " more (trainq status --json, trainq report)\n";
   }
+  // What the table has no column for: determinism checks and drift.
+  i = 0;
+  for (const auto& b : batches) {
+    if (i++ >= kShown) break;
+    for (const char* key : {"determinism", "drift"}) {
+      if (b.contains(key) && b[key].is_string()) {
+        out << "  batch " << b.value("id", std::int64_t{0}) << " " << b.value("experiment", "")
+            << ": " << b[key].get<std::string>() << "\n";
+      }
+    }
+  }
 }
 
 Result<json> FetchServerStatus(const std::string& server) {
@@ -796,8 +832,34 @@ Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out) 
   return {};
 }
 
-// `trainq submit`, `status`, `runs`, `cancel`.
+// `trainq submit`, `repro`, `status`, `runs`, `cancel`.
 void AddQueueCommands(CLI::App& app, const CliContext& ctx) {
+  // repro
+  auto repro = std::make_shared<SubmitOptions>();
+  auto repro_name = std::make_shared<std::string>();
+  auto* c_repro = app.add_subcommand(
+      "repro",
+      "Determinism check: run an experiment's first seed(s) a second time at a commit; "
+      "`trainq show` then says reproducible or not");
+  c_repro->add_option("EXPERIMENT", *repro_name, "Experiment to check")->required();
+  c_repro->add_option("--repo", repro->repo, "Git repository holding trainq.yaml")
+      ->capture_default_str();
+  c_repro->add_option("--commit", repro->commit, "Revision to check (sha, branch, tag)")
+      ->capture_default_str();
+  auto repro_runs = std::make_shared<int>(1);
+  c_repro->add_option("--runs", *repro_runs, "How many seeds to run twice (seeds s..s+K-1)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  c_repro->add_flag("--json", repro->json, "Print the result as JSON");
+  c_repro->add_flag("--allow-dirty", repro->allow_dirty,
+                    "No warning about uncommitted changes to its files");
+  c_repro->callback([=] {
+    repro->db = *ctx.db;
+    repro->experiments = {*repro_name};
+    repro->repro_runs = *repro_runs;
+    *ctx.exit_code = ReportStatus(CmdSubmit(*repro, *ctx.clock, std::cout));
+  });
+
   // submit
   auto submit = std::make_shared<SubmitOptions>();
   auto* c_submit = app.add_subcommand("submit", "Queue N repeated runs of experiments at a commit");

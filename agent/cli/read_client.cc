@@ -97,8 +97,10 @@ Result<RemoteLogChunk> ReadClient::Logs(std::int64_t run, std::optional<int> ran
 
 Result<RemoteGate> ReadClient::Gate(const std::string& rev, const std::string& baseline,
                                     const std::string& repo,
-                                    const std::vector<std::string>& experiments) {
+                                    const std::vector<std::string>& experiments,
+                                    const std::string& correction) {
   QueryParams query = {{"rev", rev}, {"baseline", baseline}};
+  if (!correction.empty()) query.emplace_back("correction", correction);
   if (!repo.empty()) query.emplace_back("repo", repo);
   for (const auto& e : experiments) query.emplace_back("experiment", e);
   ASSIGN_OR_RETURN(auto body, Get("/api/v1/gate", query));
@@ -124,7 +126,7 @@ Result<int> GateFromServer(const GateOptions& o, std::int64_t wait_ms, bool as_j
   ReadClient client(o.server, token);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   for (;;) {
-    auto g = client.Gate(o.rev, o.baseline, o.repo, o.experiments);
+    auto g = client.Gate(o.rev, o.baseline, o.repo, o.experiments, o.correction);
     bool waiting = std::chrono::steady_clock::now() < deadline;
     if (g && (g->finished || !waiting)) {
       if (as_json) {

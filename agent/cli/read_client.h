@@ -44,8 +44,10 @@ class ReadClient {
   ReadClient(std::string server, std::string token);
   Result<RemoteLogChunk> Logs(std::int64_t run, std::optional<int> rank, std::int64_t offset);
   Result<std::string> Report(const ReportQuery& q);
+  // `correction` ("" = the server's default for the experiments).
   Result<RemoteGate> Gate(const std::string& rev, const std::string& baseline,
-                          const std::string& repo, const std::vector<std::string>& experiments);
+                          const std::string& repo, const std::vector<std::string>& experiments,
+                          const std::string& correction = "");
 
  private:
   // GET `path?query` with the token; the body of a 2xx answer, else an

@@ -213,6 +213,11 @@ HttpServerReply Server::ReadRoute(const HttpServerRequest& req, const std::strin
   g.rev = One(*params, "rev");
   g.baseline = One(*params, "baseline", "main");
   g.experiments = experiments;
+  if (auto c = One(*params, "correction"); !c.empty()) {
+    auto parsed = stats::ParseCorrection(c);
+    if (!parsed) return ReadError(400, path + ": correction: " + parsed.error().message);
+    g.correction = *parsed;
+  }
   if (g.rev.empty()) return ReadError(400, path + ": rev is required (a commit, branch or tag)");
   auto repo = ResolveServerRepo(config_, One(*params, "repo"));
   if (!repo) return ReadError(StatusFor(repo.error()), path + ": " + repo.error().message);

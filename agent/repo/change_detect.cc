@@ -1,6 +1,9 @@
 #include "agent/repo/change_detect.h"
 
+#include <nlohmann/json.hpp>
 #include <vector>
+
+#include "core/crypto.h"
 
 namespace trainq {
 
@@ -136,6 +139,35 @@ std::vector<ExperimentTrigger> DetectChanges(const std::vector<ChangedPath>& cha
     if (!t.reasons.empty()) out.push_back(std::move(t));
   }
   return out;
+}
+
+}  // namespace trainq
+
+namespace trainq {
+
+std::string InputsFingerprint(const Manifest& m, const Experiment& e,
+                              const std::vector<std::pair<std::string, std::string>>& files) {
+  std::string text = "definition\n" + e.definition + "\ndefaults\n" + m.defaults_definition + "\n";
+  for (const auto& [path, oid] : files) {
+    bool read = !e.trainer.empty() && path == e.trainer;
+    for (const auto& glob : e.watch) read = read || GlobMatch(glob, path);
+    if (read) text += path + " " + oid + "\n";
+  }
+  return Sha256Hex(text).substr(0, 32);
+}
+
+Status AddInputsFingerprints(GitRepo& git, const std::string& sha, const Manifest& m,
+                             std::vector<BatchSpec>& specs) {
+  ASSIGN_OR_RETURN(auto files, git.TreeFiles(sha));
+  for (auto& s : specs) {
+    const Experiment* e = m.Find(s.experiment);
+    if (!e) continue;
+    auto j = nlohmann::json::parse(s.spec_json.empty() ? "{}" : s.spec_json, nullptr, false);
+    if (!j.is_object()) continue;
+    j["inputs"] = InputsFingerprint(m, *e, files);
+    s.spec_json = j.dump();
+  }
+  return {};
 }
 
 }  // namespace trainq

@@ -18,8 +18,10 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
 
 namespace trainq {
@@ -45,5 +47,17 @@ bool GlobMatch(std::string_view pattern, std::string_view path);
 // The result follows the order of `after.experiments`.
 std::vector<ExperimentTrigger> DetectChanges(const std::vector<ChangedPath>& changes,
                                              const Manifest* before, const Manifest& after);
+
+// A fingerprint of what experiment `e` of `m` reads at a commit, the inputs
+// DetectChanges looks at: its trainq.yaml entry, `defaults`, and the path and
+// content id of every file of the commit (`files`: GitRepo::TreeFiles) that
+// its trainer spec or watch globs name. Equal fingerprints: the same runs.
+// Noise drift (agent/results/analysis.h) pools batches with equal ones.
+std::string InputsFingerprint(const Manifest& m, const Experiment& e,
+                              const std::vector<std::pair<std::string, std::string>>& files);
+// Writes the fingerprint of each spec's experiment at `sha` into its
+// spec_json ("inputs"); specs of experiments `m` does not define are left alone.
+Status AddInputsFingerprints(GitRepo& git, const std::string& sha, const Manifest& m,
+                             std::vector<BatchSpec>& specs);
 
 }  // namespace trainq

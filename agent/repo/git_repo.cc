@@ -131,6 +131,34 @@ Result<std::string> GitRepo::ReadFile(const std::string& sha, const std::string&
                      static_cast<size_t>(git_blob_rawsize(blob.p)));
 }
 
+Result<std::vector<std::pair<std::string, std::string>>> GitRepo::TreeFiles(const std::string& sha) {
+  git_oid oid;
+  if (git_oid_fromstr(&oid, sha.c_str()) != 0) {
+    return Fail(ErrorKind::kInvalidArgument, "invalid commit id '" + sha + "'");
+  }
+  GitPtr<git_commit, git_commit_free> commit;
+  if (git_commit_lookup(&commit.p, repo_, &oid) != 0) {
+    return Fail(ErrorKind::kNotFound, location_ + ": no commit " + sha);
+  }
+  GitPtr<git_tree, git_tree_free> tree;
+  if (git_commit_tree(&tree.p, commit.p) != 0) {
+    return Fail(ErrorKind::kCorruption, location_ + ": cannot read tree of " + sha);
+  }
+  std::vector<std::pair<std::string, std::string>> files;
+  auto visit = [](const char* root, const git_tree_entry* entry, void* payload) -> int {
+    if (git_tree_entry_type(entry) != GIT_OBJECT_BLOB) return 0;
+    char hex[GIT_OID_HEXSZ + 1];
+    git_oid_tostr(hex, sizeof hex, git_tree_entry_id(entry));
+    static_cast<std::vector<std::pair<std::string, std::string>>*>(payload)->emplace_back(
+        std::string(root) + git_tree_entry_name(entry), hex);
+    return 0;
+  };
+  if (git_tree_walk(tree.p, GIT_TREEWALK_PRE, visit, &files) != 0) {
+    return Fail(ErrorKind::kCorruption, location_ + ": cannot walk the tree of " + sha);
+  }
+  return files;
+}
+
 Status GitRepo::CheckoutTo(const std::string& sha, const std::string& target) {
   git_oid oid;
   if (git_oid_fromstr(&oid, sha.c_str()) != 0) {

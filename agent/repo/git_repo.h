@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/result.h"
@@ -29,6 +30,9 @@ class GitRepo {
   Result<CommitInfo> Resolve(const std::string& rev);
   // The contents of `path` in the tree of commit `sha`; kNotFound when absent.
   Result<std::string> ReadFile(const std::string& sha, const std::string& path);
+  // Every file (blob) of the tree of commit `sha`: its path and object id
+  // (hex), in tree order.
+  Result<std::vector<std::pair<std::string, std::string>>> TreeFiles(const std::string& sha);
   // Writes the tree of `sha` into `target` (created; existing files overwritten).
   // Touches neither HEAD nor the index of the repository.
   Status CheckoutTo(const std::string& sha, const std::string& target);

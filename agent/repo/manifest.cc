@@ -153,6 +153,13 @@ class Parser : public YamlReader {
       }
       e.env_passthrough = std::move(names);
     }
+    if (auto n = map["determinism"]) {
+      ASSIGN_OR_RETURN(auto d, Str(n, path + ".determinism"));
+      if (d != "check" && d != "off") {
+        return Err(n, path + ".determinism", "expected check or off, got " + Show(n));
+      }
+      e.determinism_check = d == "check";
+    }
     if (auto n = map["baseline"]) {
       ASSIGN_OR_RETURN(e.baseline, Str(n, path + ".baseline"));
       if (e.baseline != "auto" && e.baseline != "reuse" && e.baseline != "off") {
@@ -313,6 +320,8 @@ BatchSpec Experiment::ToBatchSpec(std::string reason) const {
     j["resources"]["processes_per_node"] = processes_per_node;
   }
   if (baseline != "auto") j["baseline"] = baseline;
+  if (correction != "holm") j["correction"] = correction;
+  if (determinism_check) j["determinism"] = "check";
   // Read by the store (json_extract) when it leases: the run's passthrough.
   if (env_passthrough) j["env_passthrough"] = *env_passthrough;
   if (metric.min_effect) j["metric"]["min_effect"] = *metric.min_effect;
@@ -324,6 +333,48 @@ BatchSpec Experiment::ToBatchSpec(std::string reason) const {
   }
   b.spec_json = j.dump();
   return b;
+}
+
+bool IsReproExperiment(std::string_view experiment) {
+  return experiment.size() > kReproSuffix.size() && experiment.ends_with(kReproSuffix);
+}
+
+std::string ReproExperimentOf(std::string_view experiment) {
+  return std::string(experiment) + std::string(kReproSuffix);
+}
+
+std::string ReproTargetOf(std::string_view repro_experiment) {
+  if (!IsReproExperiment(repro_experiment)) return std::string(repro_experiment);
+  return std::string(repro_experiment.substr(0, repro_experiment.size() - kReproSuffix.size()));
+}
+
+BatchSpec ReproSpec(const BatchSpec& of, int runs) {
+  BatchSpec r = of;
+  r.experiment = ReproExperimentOf(of.experiment);
+  r.repeats = runs;
+  r.reason = "determinism check of " + of.experiment + ": seed" + (runs == 1 ? " " : "s ") +
+             std::to_string(of.seed_start) +
+             (runs == 1 ? "" : ".." + std::to_string(of.seed_start + runs - 1)) + " run again";
+  auto j = nlohmann::json::parse(of.spec_json.empty() ? "{}" : of.spec_json, nullptr, false);
+  if (!j.is_object()) j = nlohmann::json::object();
+  j["baseline"] = "off";
+  j["repro_of"] = of.experiment;
+  j.erase("adaptive");
+  r.spec_json = j.dump();
+  return r;
+}
+
+std::vector<BatchSpec> WithDeterminismChecks(std::vector<BatchSpec> specs) {
+  size_t n = specs.size();
+  for (size_t i = 0; i < n; ++i) {
+    auto j = nlohmann::json::parse(specs[i].spec_json.empty() ? "{}" : specs[i].spec_json, nullptr,
+                                   false);
+    if (j.is_object() && j.value("determinism", "") == "check" &&
+        !IsReproExperiment(specs[i].experiment)) {
+      specs.push_back(ReproSpec(specs[i], 1));
+    }
+  }
+  return specs;
 }
 
 const Experiment* Manifest::Find(std::string_view name) const {
@@ -362,9 +413,21 @@ Result<Manifest> ParseManifest(std::string_view text, std::string_view filename)
     if (!d.IsMap()) return p.Err(d, "defaults", "expected a mapping, got " + Parser::Show(d));
     TRY(p.CheckKeys(d, "defaults",
                     {"repeats", "seed", "metric", "resources", "timeout", "max_attempts",
-                     "baseline", "env_passthrough"}));
+                     "baseline", "env_passthrough", "correction", "determinism"}));
     TRY(p.ApplyCommon(d, "defaults", defaults));
-    m.defaults_definition = Normalise(d);
+    YAML::Node inputs = YAML::Clone(d);
+    if (auto c = d["correction"]) {
+      ASSIGN_OR_RETURN(auto text, p.Str(c, "defaults.correction"));
+      if (text != "holm" && text != "bh" && text != "none") {
+        return p.Err(c, "defaults.correction", "expected holm, bh or none, got " + Parser::Show(c));
+      }
+      defaults.correction = text;
+      // How verdicts are read is no input of a run: changing it reruns nothing.
+      inputs.remove("correction");
+    }
+    // Nor is whether a seed is run twice to check determinism.
+    inputs.remove("determinism");
+    m.defaults_definition = Normalise(inputs);
   }
 
   auto exps = root["experiments"];
@@ -387,7 +450,8 @@ Result<Manifest> ParseManifest(std::string_view text, std::string_view filename)
     if (!def.IsMap()) return p.Err(def, path, "expected a mapping, got " + Parser::Show(def));
     TRY(p.CheckKeys(def, path,
                     {"command", "trainer", "watch", "repeats", "seed", "metric", "resources",
-                     "timeout", "max_attempts", "baseline", "sweep", "env_passthrough"}));
+                     "timeout", "max_attempts", "baseline", "sweep", "env_passthrough",
+                     "determinism"}));
     Experiment e = defaults;
     e.name = name;
     e.line = kv.first.Mark().line + 1;
@@ -431,13 +495,17 @@ Result<Manifest> ParseManifest(std::string_view text, std::string_view filename)
       }
     }
     TRY(p.ApplyCommon(def, path, e));
-    e.definition = Normalise(def);
+    // `determinism` decides whether a seed runs twice, not what a run does:
+    // no input of the experiment (changing it reruns nothing).
+    YAML::Node def_inputs = YAML::Clone(def);
+    def_inputs.remove("determinism");
+    e.definition = Normalise(def_inputs);
     if (auto sw = def["sweep"]) {
       // A sweep (agent/repo/sweep_spec.h) is checked here, so that a mistake fails
       // the submission; it is not part of the experiment's inputs.
       ASSIGN_OR_RETURN(auto spec, ParseSweep(sw, path + ".sweep", filename));
       TRY(CheckSweepTarget(spec, e, sw, path + ".sweep", filename));
-      YAML::Node rest = YAML::Clone(def);
+      YAML::Node rest = YAML::Clone(def_inputs);
       rest.remove("sweep");
       e.definition = Normalise(rest);
       e.swept = true;

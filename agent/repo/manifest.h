@@ -60,6 +60,13 @@ struct Experiment {
   // commit or an ancestor with the same inputs: "auto" queues one there with
   // the same seeds, "reuse" only uses existing batches, "off" compares nothing.
   std::string baseline = "auto";
+  // `defaults: correction: holm | bh | none`: the family correction of the
+  // verdicts over the experiments one commit changed (stats/multiple.h).
+  std::string correction = "holm";
+  // `determinism: check` (on the experiment or in `defaults`): each batch
+  // runs its first seed a second time, in a companion batch named
+  // "NAME@repro" (ReproSpec), and says whether the two runs agree.
+  bool determinism_check = false;
   int line = 0;              // where the experiment is defined
   int command_line = 0;      // where `command` / `trainer` / `watch` are written (0: inherited/none)
   int trainer_line = 0;
@@ -82,6 +89,19 @@ struct Experiment {
   // The batch this experiment becomes at a commit.
   BatchSpec ToBatchSpec(std::string reason) const;
 };
+
+// The determinism check's companion batches: "x@repro" runs seeds of x's
+// batch at the same commit again (no baseline, no commit status of its own;
+// agent/results/analysis.h compares the two).
+inline constexpr std::string_view kReproSuffix = "@repro";
+bool IsReproExperiment(std::string_view experiment);
+std::string ReproExperimentOf(std::string_view experiment);  // "x" -> "x@repro"
+std::string ReproTargetOf(std::string_view repro_experiment);  // "x@repro" -> "x"
+// The companion of `of`: `runs` runs from its first seed, with no baseline.
+BatchSpec ReproSpec(const BatchSpec& of, int runs);
+// `specs` followed by the companion (one run) of each whose experiment asks
+// for `determinism: check`.
+std::vector<BatchSpec> WithDeterminismChecks(std::vector<BatchSpec> specs);
 
 inline constexpr int kMaxGangNodes = 1024;
 inline constexpr int kMaxProcessesPerNode = 256;

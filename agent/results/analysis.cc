@@ -5,7 +5,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "agent/repo/manifest.h"
+#include "agent/results/sweep.h"
 #include "core/strings.h"
+#include "stats/sample_size.h"
 #include "stats/summary.h"
 
 namespace trainq {
@@ -26,6 +29,9 @@ BatchRules RulesOf(const BatchProgress& b) {
       j["metric"]["min_effect"].is_number()) {
     r.min_effect = j["metric"]["min_effect"].get<double>();
   }
+  if (j.contains("correction") && j["correction"].is_string()) {
+    if (auto c = stats::ParseCorrection(j["correction"].get<std::string>())) r.correction = *c;
+  }
   if (j.contains("adaptive") && j["adaptive"].is_object()) {
     const auto& a = j["adaptive"];
     r.min_runs = a.value("min", 0);
@@ -41,8 +47,10 @@ BatchRules RulesOf(const BatchProgress& b) {
   return r;
 }
 
-BatchComparison CompareBatches(const BatchProgress& a, const BatchProgress& b) {
+BatchComparison CompareBatches(const BatchProgress& a, const BatchProgress& b,
+                               const std::string& pairing_note) {
   BatchComparison out;
+  out.pairing_note = pairing_note;
   out.a = a;
   out.b = b;
   BatchRules rules = RulesOf(a);
@@ -63,7 +71,7 @@ BatchComparison CompareBatches(const BatchProgress& a, const BatchProgress& b) {
     va.push_back(v);
     vb.push_back(it->second);
   }
-  bool same_seeds = va.size() >= 2;
+  bool same_seeds = va.size() >= 2 && pairing_note.empty();
   stats::CompareOptions co;
   if (same_seeds) {
     co.paired = true;
@@ -76,12 +84,282 @@ BatchComparison CompareBatches(const BatchProgress& a, const BatchProgress& b) {
   if (!cmp) return out;
   out.paired = same_seeds;
   out.cmp = *cmp;
-  stats::VerdictOptions vo;
-  vo.goal = rules.goal;
-  vo.alpha = out.alpha;
-  vo.min_effect = rules.min_effect;
-  out.verdict = stats::Decide(*cmp, vo);
+  std::vector<BatchComparison*> alone = {&out};
+  CorrectFamily(alone, 1, rules.correction);
   return out;
+}
+
+namespace {
+
+const std::optional<stats::TTest>& TestOf(const BatchComparison& c) {
+  return c.paired ? c.cmp->paired : c.cmp->welch;
+}
+
+}  // namespace
+
+void CorrectFamily(std::vector<BatchComparison*>& comparisons, int family_size,
+                   stats::Correction correction) {
+  const int m = std::max<int>(family_size, static_cast<int>(comparisons.size()));
+  // Each member's p after Bonferroni over its own adaptive looks: a valid
+  // p-value whatever the stopping rule did (docs/STATISTICS.md), so the
+  // family correction can take it as it is.
+  std::vector<double> p(static_cast<size_t>(m), 1.0);
+  for (size_t i = 0; i < comparisons.size(); ++i) {
+    BatchComparison& c = *comparisons[i];
+    c.looks = RulesOf(c.a).looks();
+    c.correction = correction;
+    c.family_size = m;
+    c.p_raw.reset();
+    c.p_adjusted.reset();
+    c.interval.reset();
+    if (!c.cmp || !TestOf(c)) continue;
+    c.p_raw = TestOf(c)->p;
+    p[i] = std::min(1.0, c.looks * *c.p_raw);
+  }
+  auto adjusted = stats::Adjust(correction, p);
+  int rejections = 0;
+  for (double q : adjusted) rejections += q < 0.05 ? 1 : 0;
+  for (size_t i = 0; i < comparisons.size(); ++i) {
+    BatchComparison& c = *comparisons[i];
+    BatchRules rules = RulesOf(c.a);
+    c.interval_level = stats::IntervalLevel(correction, 0.05 / c.looks, m, rejections);
+    if (!c.cmp) {
+      c.verdict = stats::Verdict::kNotEnoughRuns;
+      continue;
+    }
+    const auto& test = TestOf(c);
+    if (test) {
+      c.p_adjusted = adjusted[i];
+      c.interval = stats::TInterval(*test, c.interval_level);
+    }
+    stats::VerdictOptions vo;
+    vo.goal = rules.goal;
+    vo.alpha = 0.05;
+    vo.min_effect = rules.min_effect;
+    vo.adjusted_p = c.p_adjusted;
+    vo.interval_level = c.interval_level;
+    c.verdict = stats::Decide(test, vo);
+  }
+}
+
+stats::Correction CorrectionOf(const BatchProgress& b) { return RulesOf(b).correction; }
+
+std::vector<std::optional<BatchComparison>> CompareFamily(
+    const std::vector<FamilyMember>& members, bool compare_running,
+    std::optional<stats::Correction> correction) {
+  std::vector<std::optional<BatchComparison>> out(members.size());
+  std::vector<BatchComparison*> made;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const auto& m = members[i];
+    if (!m.base) continue;
+    if (!compare_running && (m.head.active() || m.base->active())) continue;
+    std::string note;
+    for (const auto* r : {&m.repro, &m.base_repro}) {
+      if (*r && (*r)->state == ReproCheck::State::kNotReproducible && note.empty()) {
+        note = std::string(r == &m.repro ? "this batch" : "the baseline") + " is " + (*r)->text;
+      }
+    }
+    out[i] = CompareBatches(m.head, *m.base, note);
+    made.push_back(&*out[i]);
+  }
+  stats::Correction c = correction.value_or(
+      members.empty() ? stats::Correction::kHolm : CorrectionOf(members.front().head));
+  // The members without a comparison are the family's p = 1 members.
+  CorrectFamily(made, static_cast<int>(members.size()), c);
+  return out;
+}
+
+std::string RunsNeededText(const BatchComparison& c) {
+  if (c.verdict != stats::Verdict::kNotEnoughRuns && c.verdict != stats::Verdict::kNegligible) {
+    return "";
+  }
+  auto min_effect = RulesOf(c.a).min_effect;
+  if (!min_effect || !(*min_effect > 0) || !c.cmp) return "";
+  const auto& test = TestOf(c);
+  double sd = 0;
+  int now = 0;
+  if (c.paired && test) {
+    now = c.shared_seeds;
+    sd = test->se * std::sqrt(static_cast<double>(now));
+  } else if (c.cmp->a.n >= 2) {
+    now = static_cast<int>(c.cmp->a.n);
+    sd = c.cmp->a.sd;
+  } else {
+    return "";
+  }
+  double alpha = std::clamp(1 - c.interval_level, 1e-12, 0.5);
+  auto k = c.paired ? stats::PairsForDifference(sd, *min_effect, 0.8, alpha)
+                    : stats::RunsPerSideForDifference(sd, *min_effect, 0.8, alpha);
+  std::string head = "to detect ±" + FormatDouble(*min_effect, 4) + " with power 0.8: ";
+  if (!k) return head + "more than " + std::to_string(stats::kMaxAdvisedRuns) + " seeds per side";
+  return head + "about " + std::to_string(*k) + " seeds per side (now " + std::to_string(now) + ")";
+}
+
+ReproCheck CheckRepro(const BatchProgress& b, const BatchProgress& repro) {
+  ReproCheck r;
+  std::map<std::int64_t, double> first;
+  for (size_t i = 0; i < b.values.size() && i < b.seeds.size(); ++i) first[b.seeds[i]] = b.values[i];
+  std::map<std::int64_t, double> second;
+  for (size_t i = 0; i < repro.values.size() && i < repro.seeds.size(); ++i) {
+    second[repro.seeds[i]] = repro.values[i];
+  }
+  for (const auto& [seed, v] : second) {
+    auto it = first.find(seed);
+    if (it == first.end()) continue;
+    ++r.seeds_checked;
+    // Bit for bit: a deterministic command prints the same number twice.
+    if (it->second != v && r.state != ReproCheck::State::kNotReproducible) {
+      r.state = ReproCheck::State::kNotReproducible;
+      r.seed = seed;
+      r.first = it->second;
+      r.second = v;
+    }
+  }
+  if (r.state == ReproCheck::State::kNotReproducible) {
+    // Four decimals, more when four do not show where they differ.
+    int d = 4;
+    while (d < 12 && FormatDouble(r.first, d) == FormatDouble(r.second, d)) ++d;
+    std::string a = FormatDouble(r.first, d), b2 = FormatDouble(r.second, d);
+    r.text = "not reproducible (seed " + std::to_string(r.seed) + ": " + a + " vs " + b2 + ")";
+    return r;
+  }
+  if (b.active() || repro.active() || r.seeds_checked == 0) {
+    r.state = ReproCheck::State::kPending;
+    r.text = (b.active() || repro.active()) ? "determinism check running"
+                                            : "determinism check: no seed finished twice";
+    return r;
+  }
+  r.state = ReproCheck::State::kReproducible;
+  r.text = "reproducible (" +
+           (r.seeds_checked == 1
+                ? "seed " + std::to_string(second.begin()->first) + " run twice: " +
+                      FormatDouble(first[second.begin()->first], 4)
+                : std::to_string(r.seeds_checked) + " seeds run twice, identical") +
+           ")";
+  return r;
+}
+
+Result<std::optional<ReproCheck>> ReproOf(Store& store, const BatchProgress& b) {
+  if (IsReproExperiment(b.experiment)) return std::optional<ReproCheck>();
+  ASSIGN_OR_RETURN(auto companion,
+                   BatchOfExperimentAt(store, b.repo_url, ReproExperimentOf(b.experiment), b.sha));
+  if (!companion) return std::optional<ReproCheck>();
+  return std::optional<ReproCheck>(CheckRepro(b, *companion));
+}
+
+std::optional<DriftCheck> CheckDrift(const BatchProgress& b,
+                                     const std::vector<BatchProgress>& earlier) {
+  if (b.values.size() < 2 || earlier.empty()) return std::nullopt;
+  // Earlier runs, each distinct (seed, value) once: a deterministic command
+  // gives the same value for a seed at every such commit, and repeating it
+  // adds no information.
+  std::map<std::int64_t, std::vector<double>> by_seed;
+  std::vector<double> pooled;
+  for (const auto& e : earlier) {
+    for (size_t i = 0; i < e.values.size() && i < e.seeds.size(); ++i) {
+      auto& seen = by_seed[e.seeds[i]];
+      if (std::find(seen.begin(), seen.end(), e.values[i]) != seen.end()) continue;
+      seen.push_back(e.values[i]);
+      pooled.push_back(e.values[i]);
+    }
+  }
+  if (pooled.size() < 2) return std::nullopt;
+  DriftCheck d;
+  d.earlier_batches = static_cast<int>(earlier.size());
+  d.earlier_n = static_cast<int>(pooled.size());
+  auto now = stats::Summarize(b.values), then = stats::Summarize(pooled);
+  d.mean = now.mean;
+  d.sd = now.sd;
+  d.earlier_mean = then.mean;
+  d.earlier_sd = then.sd;
+  // The mean: per seed against the earlier runs' mean at that seed.
+  std::vector<double> va, vb;
+  for (size_t i = 0; i < b.values.size() && i < b.seeds.size(); ++i) {
+    auto it = by_seed.find(b.seeds[i]);
+    if (it == by_seed.end()) continue;
+    double s = 0;
+    for (double v : it->second) s += v;
+    va.push_back(b.values[i]);
+    vb.push_back(s / static_cast<double>(it->second.size()));
+  }
+  std::optional<stats::TTest> mean_test;
+  if (va.size() >= 2) {
+    mean_test = stats::PairedTTest(va, vb);
+    d.paired = true;
+    d.shared_seeds = static_cast<int>(va.size());
+  } else {
+    mean_test = stats::WelchTTest(b.values, pooled);
+  }
+  auto spread_test = stats::BrownForsytheTest(b.values, pooled);
+  std::vector<double> p = {mean_test ? mean_test->p : 1.0, spread_test ? spread_test->p : 1.0};
+  auto adj = stats::HolmAdjust(p);
+  d.p_mean = adj[0];
+  d.p_spread = adj[1];
+  d.drift = d.p_mean < kDriftAlpha || d.p_spread < kDriftAlpha;
+  auto pv = [](double v) { return v < 0.001 ? std::string("p<0.001") : "p=" + FormatDouble(v, 3); };
+  std::string batches = std::to_string(d.earlier_batches) + " earlier batch" +
+                        (d.earlier_batches == 1 ? "" : "es");
+  d.text = std::string(d.drift ? "drift" : "no drift") + ": mean " + FormatDouble(d.mean, 4) +
+           " vs " + FormatDouble(d.earlier_mean, 4) + " (" +
+           (d.paired ? "paired t on " + std::to_string(d.shared_seeds) + " seeds" : "Welch t") +
+           ", " + pv(d.p_mean) + "), sd " + FormatDouble(d.sd, 4) + " vs " +
+           FormatDouble(d.earlier_sd, 4) + " (Brown-Forsythe, " + pv(d.p_spread) + ") against " +
+           batches + " (n=" + std::to_string(d.earlier_n) +
+           ") with the same inputs; Holm over the 2 tests, alpha " + FormatDouble(kDriftAlpha, 2);
+  std::string what = d.p_mean < kDriftAlpha
+                         ? "mean " + std::string(d.mean >= d.earlier_mean ? "+" : "") +
+                               FormatDouble(d.mean - d.earlier_mean, 4) + " (" + pv(d.p_mean) + ")"
+                         : "sd " + FormatDouble(d.sd, 4) + " vs " + FormatDouble(d.earlier_sd, 4) +
+                               " (" + pv(d.p_spread) + ")";
+  d.brief = d.drift ? "drift: " + what + " vs " + batches + ", same inputs" : "";
+  return d;
+}
+
+Result<std::optional<DriftCheck>> DriftOf(Store& store, const BatchProgress& b,
+                                          std::map<std::string, std::vector<BatchProgress>>* cache) {
+  auto inputs_of = [](const BatchProgress& x) {
+    auto j = nlohmann::json::parse(x.spec_json.empty() ? "{}" : x.spec_json, nullptr, false);
+    return j.is_object() && j.contains("inputs") && j["inputs"].is_string()
+               ? j["inputs"].get<std::string>()
+               : std::string();
+  };
+  std::string inputs = inputs_of(b);
+  if (inputs.empty() || b.active()) return std::optional<DriftCheck>();
+  std::vector<BatchProgress> loaded;
+  const std::vector<BatchProgress>* all = &loaded;
+  if (cache && cache->count(b.experiment)) {
+    all = &(*cache)[b.experiment];
+  } else {
+    ASSIGN_OR_RETURN(loaded, store.BatchesOfExperiment(b.experiment, kDriftLookback));
+    if (cache) all = &((*cache)[b.experiment] = std::move(loaded));
+  }
+  std::vector<BatchProgress> earlier;
+  for (const auto& x : *all) {
+    if (x.id >= b.id || x.repo_url != b.repo_url || x.sha == b.sha || x.active()) continue;
+    if (inputs_of(x) != inputs) continue;
+    earlier.push_back(x);
+  }
+  return CheckDrift(b, earlier);
+}
+
+std::string LevelText(double level) {
+  double pct = level * 100;
+  int decimals = 0;
+  while (decimals < 4 && std::fabs(pct - std::round(pct * std::pow(10, decimals)) /
+                                              std::pow(10, decimals)) > 1e-9) {
+    ++decimals;
+  }
+  return FormatDouble(pct, decimals) + "% CI";
+}
+
+std::string CorrectionText(const BatchComparison& c) {
+  if (c.family_size <= 1) return "";
+  std::string looks = c.looks > 1 ? ", " + std::to_string(c.looks) + " looks each" : "";
+  if (c.correction == stats::Correction::kNone) {
+    return "no correction, family of " + std::to_string(c.family_size) + looks;
+  }
+  return std::string(stats::CorrectionTitle(c.correction)) + " over " +
+         std::to_string(c.family_size) + looks;
 }
 
 std::string SpreadText(const BatchProgress& b) {
@@ -106,6 +384,17 @@ std::string PValue(double p) {
 
 }  // namespace
 
+std::string PText(const BatchComparison& c) {
+  if (!c.p_raw) return "";
+  std::string raw = PValue(*c.p_raw);
+  std::string corr = CorrectionText(c);
+  if (corr.empty() || c.correction == stats::Correction::kNone || !c.p_adjusted) {
+    return corr.empty() ? raw : raw + " (" + corr + ")";
+  }
+  std::string adj = PValue(*c.p_adjusted);
+  return raw + " raw, " + adj + " adjusted (" + corr + ")";
+}
+
 std::string ComparisonText(const BatchComparison& c) {
   if (!c.cmp) {
     return "no comparison: " +
@@ -116,13 +405,14 @@ std::string ComparisonText(const BatchComparison& c) {
   const auto& test = c.paired ? cmp.paired : cmp.welch;
   std::string text = Signed(cmp.diff, 4);
   if (test) {
-    text += " (95% CI " + Signed(test->ci95.lo, 4) + ".." + Signed(test->ci95.hi, 4) + ", " +
-            (c.paired ? "paired t " : "Welch t ");
+    stats::Interval ci = c.interval.value_or(test->ci95);
+    text += " (" + LevelText(c.interval ? c.interval_level : 0.95) + " " + Signed(ci.lo, 4) +
+            ".." + Signed(ci.hi, 4) + ", " + (c.paired ? "paired t " : "Welch t ");
     size_t n_max = std::max(c.a.values.size(), c.b.values.size());
     if (c.paired && static_cast<size_t>(c.shared_seeds) < n_max) {
       text += "on " + std::to_string(c.shared_seeds) + " shared seeds, ";
     }
-    text += PValue(test->p);
+    text += PText(c);
     if (cmp.hedges_g && std::isfinite(*cmp.hedges_g)) {
       text += ", g=" + FormatDouble(*cmp.hedges_g, 2);
     }
@@ -131,10 +421,13 @@ std::string ComparisonText(const BatchComparison& c) {
     text += " (fewer than 2 runs on a side: no test)";
   }
   text += ": " + std::string(stats::VerdictName(c.verdict));
+  if (!c.pairing_note.empty()) {
+    text += " (pairing unreliable: " + c.pairing_note + "; unpaired Welch t used)";
+  }
   if (c.verdict == stats::Verdict::kNegligible) {
     if (auto me = RulesOf(c.a).min_effect) text += " (below min_effect " + FormatDouble(*me, 4) + ")";
   }
-  if (c.alpha < 0.05) text += " (alpha " + FormatDouble(c.alpha, 4) + ", adaptive looks)";
+  if (c.alpha < 0.05 && c.family_size <= 1) text += " (alpha " + FormatDouble(c.alpha, 4) + ", adaptive looks)";
   return text;
 }
 
@@ -164,6 +457,41 @@ Result<std::optional<BatchProgress>> ParentBatch(Store& store, const BatchProgre
     return std::optional<BatchProgress>();
   }
   return found;
+}
+
+Result<std::vector<FamilyMember>> CommitFamily(Store& store, const std::string& repo_url,
+                                               const std::string& sha) {
+  ASSIGN_OR_RETURN(auto batches, store.BatchesForCommit(sha));
+  std::sort(batches.begin(), batches.end(),
+            [](const BatchProgress& x, const BatchProgress& y) { return x.id < y.id; });
+  std::vector<FamilyMember> out;
+  for (auto& b : batches) {
+    if (b.sha != sha || b.repo_url != repo_url || IsSweepPointExperiment(b.experiment)) continue;
+    if (IsReproExperiment(b.experiment)) continue;
+    FamilyMember m;
+    ASSIGN_OR_RETURN(m.base, ParentBatch(store, b));
+    ASSIGN_OR_RETURN(m.repro, ReproOf(store, b));
+    if (m.base) {
+      ASSIGN_OR_RETURN(m.base_repro, ReproOf(store, *m.base));
+    }
+    m.head = std::move(b);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+Result<std::optional<BatchComparison>> CompareInFamily(Store& store, const BatchProgress& b,
+                                                       bool compare_running,
+                                                       std::optional<stats::Correction> correction) {
+  ASSIGN_OR_RETURN(auto family, CommitFamily(store, b.repo_url, b.sha));
+  auto comparisons = CompareFamily(family, compare_running, correction);
+  for (size_t i = 0; i < family.size(); ++i) {
+    if (family[i].head.id == b.id) return comparisons[i];
+  }
+  // Not one of its commit's family (a sweep point): alone.
+  ASSIGN_OR_RETURN(auto base, ParentBatch(store, b));
+  if (!base) return std::optional<BatchComparison>();
+  return std::optional<BatchComparison>(CompareBatches(b, *base));
 }
 
 std::string BaselineText(const BatchProgress& b) {
@@ -239,7 +567,22 @@ nlohmann::json ComparisonJson(const BatchComparison& c) {
             {"paired", c.paired},
             {"shared_seeds", c.shared_seeds},
             {"alpha", c.alpha},
-            {"verdict", std::string(stats::VerdictName(c.verdict))}};
+            {"verdict", std::string(stats::VerdictName(c.verdict))},
+            {"pairing_unreliable", c.pairing_note.empty() ? nlohmann::json(nullptr)
+                                                          : nlohmann::json(c.pairing_note)},
+            {"runs_needed", RunsNeededText(c).empty() ? nlohmann::json(nullptr)
+                                                      : nlohmann::json(RunsNeededText(c))},
+            {"correction", {{"method", std::string(stats::CorrectionName(c.correction))},
+                            {"family_size", c.family_size},
+                            {"looks", c.looks},
+                            {"text", CorrectionText(c)},
+                            {"p_raw", c.p_raw ? nlohmann::json(*c.p_raw) : nlohmann::json(nullptr)},
+                            {"p_adjusted", c.p_adjusted ? nlohmann::json(*c.p_adjusted)
+                                                        : nlohmann::json(nullptr)},
+                            {"interval_level", c.interval_level},
+                            {"interval", c.interval ? nlohmann::json::array(
+                                                          {c.interval->lo, c.interval->hi})
+                                                    : nlohmann::json(nullptr)}}}};
   if (c.cmp) {
     j["diff"] = c.cmp->diff;
     j["welch"] = TestJson(c.cmp->welch);

@@ -3,6 +3,7 @@
 // Pure functions over BatchProgress, plus thin store lookups.
 #pragma once
 
+#include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
@@ -11,6 +12,7 @@
 #include "core/result.h"
 #include "queue/store.h"
 #include "stats/compare.h"
+#include "stats/multiple.h"
 #include "stats/verdict.h"
 
 namespace trainq {
@@ -25,6 +27,8 @@ struct BatchRules {
   int step = 0;
   std::optional<double> until_halfwidth;
   bool until_decided = false;
+  // trainq.yaml `defaults: correction:` (holm when not written).
+  stats::Correction correction = stats::Correction::kHolm;
   bool adaptive() const { return max_runs > 0; }
   // How many times the verdict may be looked at: 1, or one per round of an
   // adaptive `until: decided` batch.
@@ -35,6 +39,58 @@ struct BatchRules {
 };
 BatchRules RulesOf(const BatchProgress& b);
 
+// The determinism check of a batch (`determinism: check`, or `trainq repro`):
+// its companion batch "x@repro" ran some of its seeds again; a command is
+// reproducible when every seed run twice gave the same metric, bit for bit.
+struct ReproCheck {
+  enum class State { kPending, kReproducible, kNotReproducible };
+  State state = State::kPending;
+  int seeds_checked = 0;     // seeds with a value on both sides
+  std::int64_t seed = 0;     // the first seed that differed (kNotReproducible)
+  double first = 0;          // its value in the batch
+  double second = 0;         // its value in the companion
+  // "reproducible (seed 1 run twice: 0.9012)", "not reproducible (seed 3:
+  // 0.9012 vs 0.9034)", "determinism check running".
+  std::string text;
+};
+// Pure: `repro` is the companion batch of `b` (same commit).
+ReproCheck CheckRepro(const BatchProgress& b, const BatchProgress& repro);
+// The check of `b`, from its companion batch in the store; empty when none.
+Result<std::optional<ReproCheck>> ReproOf(Store& store, const BatchProgress& b);
+
+// Noise drift: the batches of one experiment at commits whose inputs for it
+// are identical (the same "inputs" fingerprint, agent/repo/change_detect.h)
+// are draws from one distribution. A new such batch is tested against the
+// earlier ones pooled: its mean (paired t against the per-seed mean of the
+// earlier runs on the seeds both have, else Welch) and its spread
+// (Brown–Forsythe), Holm over the two tests, drift when an adjusted p < 0.01.
+struct DriftCheck {
+  bool drift = false;
+  int earlier_batches = 0;
+  int earlier_n = 0;       // distinct earlier runs (exact repeats of a seed's value count once)
+  double mean = 0, earlier_mean = 0, sd = 0, earlier_sd = 0;
+  double p_mean = 1, p_spread = 1;  // Holm-adjusted over the two tests
+  bool paired = false;
+  int shared_seeds = 0;
+  std::string text;   // "drift: mean 0.9312 vs 0.9012 ..." or "no drift: ..."
+  std::string brief;  // "drift: mean +0.0300 (p<0.001) vs 2 earlier batches, same inputs"
+};
+inline constexpr double kDriftAlpha = 0.01;
+// Pure: `b` against `earlier` (finished batches of its experiment with the
+// same inputs at other commits). Empty when there is nothing to test: no
+// earlier batch, or fewer than 2 runs on a side.
+std::optional<DriftCheck> CheckDrift(const BatchProgress& b,
+                                     const std::vector<BatchProgress>& earlier);
+// The drift check of `b` against the store's earlier batches (by id) of its
+// experiment and repository with the same inputs; empty as CheckDrift, or
+// when `b` is still running or has no inputs fingerprint (queued before it).
+// Looks at the kDriftLookback most recent batches of the experiment; a caller
+// checking many batches passes `cache` to read each experiment's once.
+inline constexpr int kDriftLookback = 200;
+Result<std::optional<DriftCheck>> DriftOf(
+    Store& store, const BatchProgress& b,
+    std::map<std::string, std::vector<BatchProgress>>* cache = nullptr);
+
 struct BatchComparison {
   BatchProgress a;  // the change
   BatchProgress b;  // what it is compared with (parent, baseline)
@@ -42,11 +98,72 @@ struct BatchComparison {
   stats::Verdict verdict = stats::Verdict::kNotEnoughRuns;
   bool paired = false;  // paired on the seeds both sides ran (at least two)
   int shared_seeds = 0;  // how many runs were paired
-  double alpha = 0.05;
+  double alpha = 0.05;   // per look: 0.05 / looks (BatchRules::alpha)
+  // The family correction (docs/STATISTICS.md, "Many experiments at once").
+  // The verdict is p_adjusted < 0.05, where p_adjusted is the family's
+  // adjustment of min(1, looks * p_raw); `interval` is the test's interval
+  // at `interval_level`, the width that matches the corrected verdict.
+  stats::Correction correction = stats::Correction::kNone;
+  int family_size = 1;
+  int looks = 1;
+  std::optional<double> p_raw;       // the test's own two-sided p
+  std::optional<double> p_adjusted;  // after looks and the family correction
+  double interval_level = 0.95;
+  std::optional<stats::Interval> interval;
+  // Set when a side is not reproducible for a fixed seed: the runs were not
+  // paired (Welch instead), and this says why.
+  std::string pairing_note;
 };
 
-// Compares A against B with A's rules (goal, min_effect, alpha).
-BatchComparison CompareBatches(const BatchProgress& a, const BatchProgress& b);
+// Compares A against B with A's rules (goal, min_effect, alpha), alone: a
+// family of one. `pairing_note` non-empty: pairing is unreliable (a side is
+// not reproducible for a fixed seed), so the runs are compared unpaired and
+// the note says why.
+BatchComparison CompareBatches(const BatchProgress& a, const BatchProgress& b,
+                               const std::string& pairing_note = "");
+
+// The correction a batch asks for (its stored `correction`, holm by default).
+stats::Correction CorrectionOf(const BatchProgress& b);
+
+// One member of a family: a changed experiment's batch and its baseline.
+struct FamilyMember {
+  BatchProgress head;
+  std::optional<BatchProgress> base;
+  std::optional<ReproCheck> repro;       // of head
+  std::optional<ReproCheck> base_repro;  // of base
+};
+
+// Compares every member of a family and corrects over it: the experiments a
+// commit (or pull request) changed. Every member counts in the family size;
+// one without a comparison (no baseline, no finished run, or still running
+// when `compare_running` is false) counts as p = 1, so the others' answer
+// does not depend on which finish first. The correction is `correction`, else
+// that of the first member. The result is aligned with `members`.
+std::vector<std::optional<BatchComparison>> CompareFamily(
+    const std::vector<FamilyMember>& members, bool compare_running,
+    std::optional<stats::Correction> correction = std::nullopt);
+
+// Applies the correction to comparisons already made (a family of
+// `family_size` >= comparisons.size(); the missing members count as p = 1)
+// and decides their verdicts again.
+void CorrectFamily(std::vector<BatchComparison*>& comparisons, int family_size,
+                   stats::Correction correction);
+
+// "Holm over 20, p=0.007 raw, 0.14 adjusted"-style pieces for other renderers:
+// "Holm over 20" ("" for a family of one with no looks to correct).
+std::string CorrectionText(const BatchComparison& c);
+// "p=0.007" or "p=0.007 raw, p=0.140 adjusted (Holm over 20)".
+std::string PText(const BatchComparison& c);
+// Runs-needed advice for a comparison that is undecided (not enough runs) or
+// negligible, when the experiment has a min_effect:
+//   "to detect ±0.005 with power 0.8: about 9 seeds per side (now 5)"
+// from the exact noncentral-t power (stats/sample_size.h) of the test the
+// verdict uses: paired on the sd of the per-seed differences, else two-sample
+// on the sd of A, at the significance level the corrected verdict uses
+// (1 - interval_level). "" when not applicable.
+std::string RunsNeededText(const BatchComparison& c);
+// "95% CI", "99.75% CI".
+std::string LevelText(double level);
 
 // "accuracy 0.9262 ± 0.0096 (n=10)"; "(no finished runs)" when empty.
 std::string SpreadText(const BatchProgress& b);
@@ -67,6 +184,16 @@ Result<std::optional<BatchProgress>> ParentBatch(Store& store, const BatchProgre
 inline Result<std::optional<BatchProgress>> BaselineBatch(Store& store, const BatchProgress& b) {
   return ParentBatch(store, b);
 }
+// The family of the commit `sha` of `repo_url`: its batches that are not
+// sweep points, oldest first, each with its baseline (ParentBatch).
+Result<std::vector<FamilyMember>> CommitFamily(Store& store, const std::string& repo_url,
+                                               const std::string& sha);
+// `b` against its baseline, corrected over its commit's family; empty when it
+// has no baseline.
+Result<std::optional<BatchComparison>> CompareInFamily(
+    Store& store, const BatchProgress& b, bool compare_running,
+    std::optional<stats::Correction> correction = std::nullopt);
+
 // How the baseline of `b` was chosen, for people: "at the base 1a2b3c4", ...
 std::string BaselineText(const BatchProgress& b);
 

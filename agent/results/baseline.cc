@@ -163,6 +163,11 @@ Result<std::string> ChooseBaseline(Store& store, const std::string& git_dir,
                                   " at " + Short(base_sha) + " or an ancestor with its inputs");
   spec.repeats = head.repeats;
   spec.seed_start = head.seed_start;
+  {
+    std::vector<BatchSpec> one = {spec};
+    TRY(AddInputsFingerprints(git, base_sha, *manifest, one));
+    spec = std::move(one.front());
+  }
   ASSIGN_OR_RETURN(auto info, git.Resolve(base_sha));
   ASSIGN_OR_RETURN(auto results, store.Submit(head.repo_url, info, {spec}, now));
   if (results.empty()) return Fail(ErrorKind::kInternal, "baseline batch not created");

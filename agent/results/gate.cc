@@ -6,6 +6,7 @@
 #include "agent/results/analysis.h"
 #include "agent/results/baseline.h"
 #include "agent/repo/git_repo.h"
+#include "agent/repo/manifest.h"
 #include "agent/repo/mirror.h"
 #include "core/strings.h"
 
@@ -63,11 +64,14 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
   std::set<std::string> wanted(req.experiments.begin(), req.experiments.end());
   std::vector<Outcome> outcomes;
   std::set<std::string> seen;
+  // First each experiment's baseline, then the comparisons, corrected over
+  // the family of every experiment gated.
+  std::vector<FamilyMember> family;
+  std::vector<std::string> hows;
   for (const auto& h : heads) {
     if (!wanted.empty() && !wanted.count(h.experiment)) continue;
+    if (IsReproExperiment(h.experiment)) continue;  // a determinism check, read with h's experiment
     seen.insert(h.experiment);
-    Outcome o;
-    o.experiment = h.experiment;
     // The baseline batch.
     std::optional<BatchProgress> base;
     std::string how;
@@ -93,6 +97,28 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
       }
       how = "at " + Short(base_sha);
     }
+    FamilyMember member;
+    member.head = h;
+    member.base = std::move(base);
+    // A side that is not reproducible for a fixed seed is compared unpaired.
+    ASSIGN_OR_RETURN(member.repro, ReproOf(store, h));
+    if (member.base) {
+      ASSIGN_OR_RETURN(member.base_repro, ReproOf(store, *member.base));
+    }
+    family.push_back(std::move(member));
+    hows.push_back(std::move(how));
+  }
+  size_t gated = family.size();
+  for (const auto& name : wanted) {
+    if (!seen.count(name)) family.push_back({});  // missing: p = 1 in the family
+  }
+  auto comparisons = CompareFamily(family, /*compare_running=*/false, req.correction);
+  for (size_t i = 0; i < gated; ++i) {
+    const BatchProgress& h = family[i].head;
+    const std::optional<BatchProgress>& base = family[i].base;
+    const std::string& how = hows[i];
+    Outcome o;
+    o.experiment = h.experiment;
     if (!base) {
       o.outcome = "undecided";
       o.reason = "no baseline batch of " + h.experiment + " at " + req.baseline + " (" +
@@ -104,7 +130,7 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
       o.reason = "runs unfinished: " + req.rev + " " + Progress(h) + ", baseline " +
                  Short(base->sha) + " " + Progress(*base);
     } else {
-      auto c = CompareBatches(h, *base);
+      const BatchComparison& c = *comparisons[i];
       std::int64_t failed = h.count(RunState::kDead) + h.count(RunState::kFailed);
       if (h.values.size() < 2 || base->values.size() < 2) {
         o.outcome = "undecided";
@@ -192,6 +218,20 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
     d.text += "no significant regression against " + req.baseline + "\n";
   }
   d.finished = !any_change;
+  std::string corr;
+  for (const auto& c : comparisons) {
+    if (c && !(corr = CorrectionText(*c)).empty()) break;
+  }
+  auto FamilyLine = [&](const auto& cs, size_t n) {
+    for (const auto& c : cs) {
+      if (c && c->correction == stats::Correction::kNone) {
+        return "verdicts not corrected for the " + std::to_string(n) +
+               " experiments (correction: none)\n";
+      }
+    }
+    return "verdicts corrected for " + std::to_string(n) + " experiments at once: " + corr + "\n";
+  };
+  if (!corr.empty()) d.text += FamilyLine(comparisons, family.size());
   nlohmann::json exps = nlohmann::json::array();
   for (const auto& o : outcomes) {
     nlohmann::json e = {{"experiment", o.experiment}, {"outcome", o.outcome}, {"reason", o.reason}};
@@ -201,7 +241,13 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
   d.json = {{"decision", decision},   {"exit_code", d.exit_code}, {"rev", req.rev},
             {"sha", head_sha},        {"baseline", req.baseline}, {"baseline_sha", baseline_sha},
             {"base_sha", base_sha},   {"finished", d.finished},   {"experiments", exps},
-            {"no_experiment_changed", nothing_to_judge}};
+            {"no_experiment_changed", nothing_to_judge},
+            {"correction",
+             {{"method", std::string(stats::CorrectionName(
+                             req.correction.value_or(family.empty() || gated == 0
+                                                         ? stats::Correction::kHolm
+                                                         : CorrectionOf(family.front().head))))},
+              {"family_size", family.size()}}}};
   return d;
 }
 

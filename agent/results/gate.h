@@ -8,17 +8,23 @@
 //      runs failed, too few runs for a test).
 // (2 is left to errors: a bad option, an unreadable store or server.)
 //
+// The experiments gated are one family: their verdicts are corrected together
+// (Holm unless trainq.yaml or --correction says otherwise), and the text says
+// which correction and over how many.
+//
 // The baseline of experiment X is X at the merge base of REV and BRANCH, else
 // at the nearest ancestor of it with the same inputs for X (agent/results/baseline.h);
 // when REV's batch recorded its baseline against that same base, that one.
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/result.h"
 #include "queue/types.h"
+#include "stats/multiple.h"
 
 namespace trainq {
 
@@ -33,6 +39,9 @@ struct GateRequest {
   std::string baseline = "main";
   std::string repo_dir;  // a git repository to resolve names and walk history in ("" = none)
   std::vector<std::string> experiments;  // empty: every experiment at REV
+  // The family correction over the experiments gated (empty: the one their
+  // trainq.yaml asks for, holm by default).
+  std::optional<stats::Correction> correction;
 };
 
 struct GateDecision {

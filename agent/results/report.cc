@@ -1,4 +1,5 @@
 #include "agent/results/report.h"
+#include "agent/repo/manifest.h"
 #include "agent/results/table.h"
 #include "agent/results/status.h"
 #include "agent/results/sweep.h"
@@ -63,9 +64,25 @@ bool Significant(const ReportEntry& e) {
                          e.vs_parent->verdict == stats::Verdict::kWorse);
 }
 
+std::string VerdictText(const ReportEntry& e);
+
 std::string VerdictOf(const ReportEntry& e) {
-  if (!e.vs_parent) return "no baseline runs";
-  return std::string(stats::VerdictName(e.vs_parent->verdict));
+  std::string checks;
+  if (e.repro) checks += "; " + e.repro->text;
+  if (e.drift) checks += "; " + *e.drift;
+  if (!e.vs_parent) return "no baseline runs" + checks;
+  return VerdictText(e) + checks;
+}
+
+std::string VerdictText(const ReportEntry& e) {
+  std::string text(stats::VerdictName(e.vs_parent->verdict));
+  // In a family: which correction, and the raw p beside the adjusted one.
+  if (!CorrectionText(*e.vs_parent).empty() && e.vs_parent->p_raw) {
+    text += " (" + PText(*e.vs_parent) + ")";
+  }
+  if (auto advice = RunsNeededText(*e.vs_parent); !advice.empty()) text += "; " + advice;
+  if (!e.vs_parent->pairing_note.empty()) text += "; unpaired: " + e.vs_parent->pairing_note;
+  return text;
 }
 
 std::string CiText(const stats::Summary& s) {
@@ -96,6 +113,8 @@ Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& wi
   ASSIGN_OR_RETURN(auto batches, store.BatchesSince(since));
   std::set<std::string> wanted(experiments.begin(), experiments.end());
   std::map<std::pair<std::string, std::string>, ExperimentReport> by_exp;
+  std::map<std::pair<std::string, std::string>, std::map<std::int64_t, BatchComparison>> families;
+  std::map<std::string, std::vector<BatchProgress>> drift_cache;  // per experiment
   ReportData r;
   r.window = window;
   // Oldest first within an experiment: by commit time, then batch id.
@@ -112,6 +131,14 @@ Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& wi
       ++r.batches;
       continue;
     }
+    if (IsReproExperiment(b.experiment)) {
+      // A determinism check's runs: counted, and shown with its experiment.
+      if (!wanted.empty() && !wanted.count(ReproTargetOf(b.experiment))) continue;
+      ASSIGN_OR_RETURN(auto runs, store.Runs(b.id, std::nullopt, 0));
+      r.runs += static_cast<int>(runs.size());
+      ++r.batches;
+      continue;
+    }
     if (!wanted.empty() && !wanted.count(b.experiment)) continue;
     auto& er = by_exp[{b.repo_url, b.experiment}];
     er.repo = b.repo;
@@ -119,8 +146,26 @@ Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& wi
     er.metric = b.metric_name;
     er.goal = b.metric_goal;
     ReportEntry e;
+    ASSIGN_OR_RETURN(e.repro, ReproOf(store, b));
+    ASSIGN_OR_RETURN(auto drift, DriftOf(store, b, &drift_cache));
+    if (drift && drift->drift) e.drift = drift->text;
     ASSIGN_OR_RETURN(auto parent, ParentBatch(store, b));
-    if (parent && !parent->values.empty()) e.vs_parent = CompareBatches(b, *parent);
+    if (parent && !parent->values.empty()) {
+      // Corrected over the family of its commit (all of it, not only the
+      // part inside the window), as `show` and the commit status are.
+      auto key = std::pair{b.repo_url, b.sha};
+      if (!families.count(key)) {
+        ASSIGN_OR_RETURN(auto family, CommitFamily(store, b.repo_url, b.sha));
+        auto comparisons = CompareFamily(family, /*compare_running=*/true);
+        auto& by_id = families[key];
+        for (size_t i = 0; i < family.size(); ++i) {
+          if (comparisons[i]) by_id.emplace(family[i].head.id, std::move(*comparisons[i]));
+        }
+      }
+      auto& by_id = families[key];
+      auto it = by_id.find(b.id);
+      e.vs_parent = it != by_id.end() ? it->second : CompareBatches(b, *parent);
+    }
     ASSIGN_OR_RETURN(e.runs, store.Runs(b.id, std::nullopt, 0));
     if (!er.entries.empty()) {
       e.spread_p = SpreadGrowthP(er.entries.back().batch.values, b.values);
@@ -210,7 +255,8 @@ std::string RenderMarkdown(const ReportData& r) {
        "experiment at the base commit, or at the nearest ancestor with the same inputs\n"
        "(paired on the seeds both ran);\n"
        "the verdict is better or worse only when that difference is beyond seed noise\n"
-       "(two-sided test at alpha 0.05). \"spread grew\" flags a variance larger than the\n"
+       "(two-sided test at alpha 0.05; the experiments one commit changed are corrected\n"
+       "together, Holm unless trainq.yaml says otherwise). \"spread grew\" flags a variance larger than the\n"
        "previous batch's (one-sided F-test, p < 0.05).\n";
   if (!r.sweeps.empty()) {
     o << "## Sweeps\n\n";
@@ -477,6 +523,8 @@ std::string RenderJson(const ReportData& r) {
       }
       bj["sd"] = s.n > 1 ? json(s.sd) : json(nullptr);
       bj["ci95"] = s.ci95 ? json::array({s.ci95->lo, s.ci95->hi}) : json(nullptr);
+      bj["determinism"] = e.repro ? json(e.repro->text) : json(nullptr);
+      bj["drift"] = e.drift ? json(*e.drift) : json(nullptr);
       if (e.vs_parent) {
         json vp = {{"verdict", std::string(stats::VerdictName(e.vs_parent->verdict))},
                    {"paired", e.vs_parent->paired},
@@ -489,6 +537,10 @@ std::string RenderJson(const ReportData& r) {
             vp["ci95"] = {t->ci95.lo, t->ci95.hi};
           }
         }
+        auto cj = ComparisonJson(*e.vs_parent);
+        vp["correction"] = cj["correction"];
+        vp["runs_needed"] = cj["runs_needed"];
+        vp["pairing_unreliable"] = cj["pairing_unreliable"];
         bj["vs_parent"] = vp;
       } else {
         bj["vs_parent"] = nullptr;

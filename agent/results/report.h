@@ -25,6 +25,8 @@ struct ReportEntry {
   std::optional<BatchComparison> vs_parent;  // same experiment at the parent commit
   bool spread_grew = false;  // variance up against the previous batch (F-test, p < 0.05)
   double spread_p = 1;
+  std::optional<ReproCheck> repro;   // `determinism: check`
+  std::optional<std::string> drift;  // "drift: ..." (agent/results/analysis.h)
 };
 
 struct ExperimentReport {

@@ -11,6 +11,7 @@
 #include <queue>
 #include <set>
 
+#include "agent/results/analysis.h"
 #include "agent/results/baseline.h"
 #include "core/strings.h"
 #include "queue/store.h"
@@ -321,8 +322,15 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
   // ready slots not held by other batches' runs (at least those it holds).
   int busy_total = static_cast<int>(running.size());
   j["batches"] = json::array();
+  std::map<std::string, std::vector<BatchProgress>> drift_cache;  // per experiment
   for (const auto& b : batches) {
     json bj = BatchJson(b);
+    // `determinism: check`: whether the seed run twice agreed.
+    ASSIGN_OR_RETURN(auto repro, ReproOf(store, b));
+    bj["determinism"] = repro ? json(repro->text) : json(nullptr);
+    // Noise drift against earlier batches with the same inputs: said only when found.
+    ASSIGN_OR_RETURN(auto drift, DriftOf(store, b, &drift_cache));
+    bj["drift"] = drift && drift->drift ? json(drift->text) : json(nullptr);
     bj["eta_ms"] = nullptr;
     bj["eta_measured_runs"] = 0;
     if (b.active()) {

@@ -60,10 +60,12 @@ std::string SignedFixed(double v, int d) {
 }  // namespace
 
 WantedStatus FinalStatus(const BatchProgress& b, const std::optional<BatchProgress>& baseline,
-                         const std::string& fail_on) {
+                         const std::string& fail_on, const StatusFamily& family) {
   WantedStatus w;
   w.state = BatchFinalState(b);
   w.description = BatchStatusDescription(b);
+  if (!family.repro.empty()) w.description += "; " + family.repro;
+  if (!family.drift.empty()) w.description += "; " + family.drift;
   if (!baseline || b.values.empty()) return w;
   std::string base = baseline->sha.substr(0, 7);
   if (baseline->active()) {
@@ -71,7 +73,14 @@ WantedStatus FinalStatus(const BatchProgress& b, const std::optional<BatchProgre
     w.description += "; waiting for the baseline " + base;
     return w;
   }
-  auto c = CompareBatches(b, *baseline);
+  if (family.unfinished > 0) {
+    w.state = CommitState::kPending;
+    w.description += "; waiting for " + std::to_string(family.unfinished) + " other experiment" +
+                     (family.unfinished == 1 ? "" : "s") + " of this commit (" +
+                     (family.comparison ? CorrectionText(*family.comparison) : "corrected") + ")";
+    return w;
+  }
+  BatchComparison c = family.comparison ? *family.comparison : CompareBatches(b, *baseline);
   if (!c.cmp) {
     w.description += "; baseline " + base + " has no finished runs";
     if (fail_on == "not_better" && w.state == CommitState::kSuccess) w.state = CommitState::kFailure;
@@ -80,14 +89,31 @@ WantedStatus FinalStatus(const BatchProgress& b, const std::optional<BatchProgre
   const auto& test = c.paired ? c.cmp->paired : c.cmp->welch;
   auto s = stats::Summarize(b.values);
   int d = Decimals(s.sd);
-  if (test) d = std::max(d, Decimals((test->ci95.hi - test->ci95.lo) / 4));
+  stats::Interval ci{};
+  if (test) ci = c.interval.value_or(test->ci95);
+  if (test) d = std::max(d, Decimals((ci.hi - ci.lo) / 4));
   std::string verdict(stats::VerdictName(c.verdict));
   std::string diff = SignedFixed(c.cmp->diff, d);
-  std::string with_ci = test ? diff + " [" + SignedFixed(test->ci95.lo, d) + ", " +
-                                   SignedFixed(test->ci95.hi, d) + "]"
-                             : diff;
-  std::string text = w.description + "; " + with_ci + " vs " + base + ": " + verdict;
-  if (text.size() > 140) text = w.description + "; " + diff + " vs " + base + ": " + verdict;
+  std::string with_ci =
+      test ? diff + " [" + SignedFixed(ci.lo, d) + ", " + SignedFixed(ci.hi, d) + "]" : diff;
+  // The correction and the raw p beside the adjusted one, when there is one.
+  std::string corr = CorrectionText(c), corr_long, corr_short;
+  if (!corr.empty() && c.p_raw) {
+    auto num = [](double v) { return v < 0.001 ? std::string("<0.001") : FormatDouble(v, 3); };
+    std::string raw = num(*c.p_raw);
+    corr_long = " (" + corr + ": p" + (raw[0] == '<' ? raw : "=" + raw);
+    if (c.correction != stats::Correction::kNone && c.p_adjusted) {
+      corr_long += ", adj " + num(*c.p_adjusted);
+    }
+    corr_long += ")";
+    corr_short = " (" + corr + ")";
+  }
+  std::string text;
+  for (const auto& [shown, note] : {std::pair{with_ci, corr_long}, std::pair{diff, corr_long},
+                                    std::pair{diff, corr_short}, std::pair{diff, std::string()}}) {
+    text = w.description + "; " + shown + " vs " + base + ": " + verdict + note;
+    if (text.size() <= 140) break;
+  }
   w.description = text;
   bool fail = (fail_on == "worse" && c.verdict == stats::Verdict::kWorse) ||
               (fail_on == "not_better" && c.verdict != stats::Verdict::kBetter);
@@ -148,8 +174,29 @@ Result<int> StatusReporter::Step() {
     const RepoConfig* repo = config_.FindRepo(row->repo_url);
     ASSIGN_OR_RETURN(auto baseline, ParentBatch(store_, *batch));
     // A baseline still running keeps the status pending (its description
-    // says so); once it ends, the verdict is posted.
-    auto want = FinalStatus(*batch, baseline, repo ? repo->fail_on : "worse");
+    // says so); once it ends, the verdict is posted. So does, with a family
+    // correction, another experiment of the same commit still running: the
+    // verdict depends on all of them.
+    ASSIGN_OR_RETURN(auto family, CommitFamily(store_, batch->repo_url, batch->sha));
+    StatusFamily sf;
+    sf.size = static_cast<int>(family.size());
+    auto comparisons = CompareFamily(family, /*compare_running=*/false);
+    for (size_t i = 0; i < family.size(); ++i) {
+      const auto& m = family[i];
+      if (m.head.id == batch->id) {
+        sf.comparison = comparisons[i];
+        continue;
+      }
+      if (m.head.active() || (m.base && m.base->active())) ++sf.unfinished;
+    }
+    if (family.empty() || CorrectionOf(*batch) == stats::Correction::kNone) sf.unfinished = 0;
+    ASSIGN_OR_RETURN(auto drift, DriftOf(store_, *batch));
+    if (drift && drift->drift) sf.drift = drift->brief;
+    ASSIGN_OR_RETURN(auto repro, ReproOf(store_, *batch));
+    if (repro && repro->state == ReproCheck::State::kNotReproducible) {
+      sf.repro = "not reproducible (seed " + std::to_string(repro->seed) + ")";
+    }
+    auto want = FinalStatus(*batch, baseline, repo ? repo->fail_on : "worse", sf);
     std::string state(CommitStateName(want.state));
     if (state == row->state && want.description == row->description) continue;
     TRY(store_.SetCommitStatusWanted(id, state, want.description, clock_.Now()));

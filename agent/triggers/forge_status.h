@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "agent/results/analysis.h"
 #include "agent/triggers/forge.h"
 #include "agent/triggers/server_config.h"
 #include "core/clock.h"
@@ -33,8 +34,20 @@ struct WantedStatus {
 //   "accuracy 0.706 ± 0.005 (n=6); +0.012 [+0.009, +0.015] vs 1a2b3c4: better"
 // pending while the baseline still runs; `failure` when runs failed, and as
 // `fail_on` says ("worse", "not_better", "never") for the verdict.
+//
+// The experiments of one commit are one family (agent/results/analysis.h):
+// with a correction, the status waits until every one of them ended, then
+// uses `family.comparison` (corrected over them) and says so:
+//   "...; +0.012 [+0.004, +0.020] vs 1a2b3c4: better (Holm over 20: p=0.001, adj 0.020)"
+struct StatusFamily {
+  int size = 1;         // experiments at the commit
+  int unfinished = 0;   // others of them (or their baselines) still running
+  std::optional<BatchComparison> comparison;  // this batch's, corrected over the family
+  std::string drift;  // DriftCheck::brief when the batch drifted, else ""
+  std::string repro;  // "not reproducible (seed 3)" when its determinism check failed
+};
 WantedStatus FinalStatus(const BatchProgress& b, const std::optional<BatchProgress>& baseline,
-                         const std::string& fail_on);
+                         const std::string& fail_on, const StatusFamily& family = {});
 
 struct StatusReporterOptions {
   TimeMs retry_base_ms = 5'000;  // 5 s, 10 s, 20 s, ...

@@ -7,6 +7,7 @@
 
 #include "agent/results/analysis.h"
 #include "agent/triggers/forge.h"
+#include "agent/repo/manifest.h"
 #include "agent/repo/mirror.h"
 #include "core/strings.h"
 #include "stats/summary.h"
@@ -35,8 +36,6 @@ std::string Signed(double v) {
   std::string s = FormatDouble(v, 4);
   return (v >= 0 && s[0] != '-') ? "+" + s : s;
 }
-
-std::string PValue(double p) { return p < 0.001 ? "p<0.001" : "p=" + FormatDouble(p, 3); }
 
 // "0.6200 ± 0.0100", "0.6200" for one run, "-" for none.
 std::string MeanSd(const BatchProgress& b) {
@@ -94,8 +93,20 @@ std::string RenderPrComment(const PrCommentView& view) {
         ", each experiment against its baseline (the same experiment at the merge-base, or "
         "the batch trainq chose for it).\n";
   }
+  // The experiments of the pull request are one family: corrected together.
+  std::vector<FamilyMember> family;
+  auto repro_of = [&](const BatchProgress& b) {
+    auto it = view.repro.find(b.id);
+    return it == view.repro.end() ? std::optional<ReproCheck>() : std::optional(it->second);
+  };
   for (const auto& [head, base] : view.experiments) {
-    std::string verdict, difference, test;
+    family.push_back({head, base, repro_of(head), base ? repro_of(*base) : std::nullopt});
+  }
+  auto comparisons = CompareFamily(family, /*compare_running=*/false, view.correction);
+  std::string family_note;
+  for (size_t i = 0; i < view.experiments.size(); ++i) {
+    const auto& [head, base] = view.experiments[i];
+    std::string verdict, difference, test, advice;
     if (head.active()) {
       verdict = "running: " + std::to_string(Ended(head)) + "/" + std::to_string(Total(head)) +
                 " runs ended";
@@ -105,15 +116,23 @@ std::string RenderPrComment(const PrCommentView& view) {
       verdict = "baseline running: " + std::to_string(Ended(*base)) + "/" +
                 std::to_string(Total(*base)) + " runs ended";
     } else {
-      BatchComparison c = CompareBatches(head, *base);
+      const BatchComparison& c = *comparisons[i];
       verdict = std::string(stats::VerdictName(c.verdict));
+      if (family_note.empty()) family_note = CorrectionText(c);
+      advice = RunsNeededText(c);
       if (c.cmp) {
         const auto& t = c.paired ? c.cmp->paired : c.cmp->welch;
         difference = Signed(c.cmp->diff);
         if (t) {
-          difference += " (" + Signed(t->ci95.lo) + ".." + Signed(t->ci95.hi) + ")";
-          test = std::string(c.paired ? "paired t" : "Welch t") + ", " + PValue(t->p);
-          if (c.alpha < 0.05) test += " (alpha " + FormatDouble(c.alpha, 4) + ")";
+          stats::Interval ci = c.interval.value_or(t->ci95);
+          difference += " (" + Signed(ci.lo) + ".." + Signed(ci.hi) + ")";
+          if (c.interval_level != 0.95 && c.interval) {
+            difference += " " + LevelText(c.interval_level);
+          }
+          test = std::string(c.paired ? "paired t" : "Welch t") + ", " + PText(c);
+          if (c.alpha < 0.05 && c.family_size <= 1) {
+            test += " (alpha " + FormatDouble(c.alpha, 4) + ")";
+          }
         } else {
           test = "fewer than 2 runs on a side: no test";
         }
@@ -125,6 +144,7 @@ std::string RenderPrComment(const PrCommentView& view) {
     out += head.metric_name + ", " + (head.metric_goal == "min" ? "lower" : "higher") +
            " is better";
     if (base && !head.baseline_note.empty()) out += "; baseline: " + head.baseline_note;
+    if (auto r = repro_of(head)) out += "; determinism: " + r->text;
     out += "\n\n";
     if (head.reuses_batch_id) {
       out += "Reused: the runs of batch " + std::to_string(*head.reuses_batch_id) + " at `" +
@@ -142,6 +162,12 @@ std::string RenderPrComment(const PrCommentView& view) {
     }
     out += "| head | `" + Short(head.sha) + "` | " + MeanSd(head) + " | " + Count(head) + " | " +
            difference + " | " + test + " | " + Cell(verdict) + " |\n";
+    if (!advice.empty()) out += "\n" + advice + "\n";
+  }
+  if (!family_note.empty()) {
+    out += "\nVerdicts are corrected for " + std::to_string(family.size()) +
+           " experiments changed at once (" + family_note +
+           "): each p is shown raw, then adjusted, and the intervals are widened to match.\n";
   }
   if (!view.report_url.empty()) out += "\n[Full report](" + view.report_url + ")\n";
   return out;
@@ -174,7 +200,14 @@ Status PrCommentReporter::Render(const RepoConfig& repo, const Store::Push& push
   });
   for (auto& b : batches) {
     if (b.sha != push.after_sha || NormaliseRepoUrl(b.repo_url) != mirror) continue;
+    if (IsReproExperiment(b.experiment)) continue;  // shown with its experiment
     ASSIGN_OR_RETURN(auto base, ParentBatch(store_, b));
+    ASSIGN_OR_RETURN(auto repro, ReproOf(store_, b));
+    if (repro) view.repro[b.id] = *repro;
+    if (base) {
+      ASSIGN_OR_RETURN(auto base_repro, ReproOf(store_, *base));
+      if (base_repro) view.repro[base->id] = *base_repro;
+    }
     view.experiments.emplace_back(std::move(b), std::move(base));
   }
   // Nothing ran and nothing was said yet: no comment at all.

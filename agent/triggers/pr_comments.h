@@ -9,12 +9,15 @@
 // reporter runs on the server's status thread with that thread's Store.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "agent/triggers/server_config.h"
+#include "agent/results/analysis.h"
+#include "stats/multiple.h"
 #include "core/clock.h"
 #include "core/http_client.h"
 #include "queue/store.h"
@@ -31,6 +34,11 @@ struct PrCommentView {
   std::string push_result;  // what the push queued or why nothing ran
   std::vector<std::pair<BatchProgress, std::optional<BatchProgress>>> experiments;
   std::string report_url;  // "" = no link
+  // The family correction over `experiments` (empty: what their trainq.yaml
+  // says, holm by default).
+  std::optional<stats::Correction> correction;
+  // Determinism checks of the batches shown (head and base), by batch id.
+  std::map<std::int64_t, ReproCheck> repro;
 };
 
 // The comment's markdown: one table per experiment (base and head mean ± sd

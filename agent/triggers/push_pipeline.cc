@@ -330,6 +330,8 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
       }
       specs.push_back(std::move(spec));
     }
+    TRY(AddInputsFingerprints(git, sha, *after, specs));
+    specs = WithDeterminismChecks(std::move(specs));
     TRY(CheckSubmitLimits(specs, std::string(kManifestName) + " at " + Short(sha), repo.limits));
     if (!specs.empty()) {
       ASSIGN_OR_RETURN(auto submitted, store_.Submit(git.location(), info, specs, clock_.Now()));
@@ -338,6 +340,9 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
     std::string names;
     std::string kept_names;
     for (const auto& r : results) {
+      // A determinism check's companion batch is read with its experiment's:
+      // no baseline and no commit status of its own.
+      if (IsReproExperiment(r.experiment)) continue;
       // The commit had this batch already (a merged pull request's head):
       // nothing is queued, and the log must not say otherwise.
       bool kept = !r.reuses_batch_id && !r.created && r.runs_added == 0;

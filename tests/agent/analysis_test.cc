@@ -204,3 +204,197 @@ TEST_CASE("trainq show compares each batch with the parent commit", "[analysis][
         std::string::npos);
   CHECK(out.find("at the parent commit") == std::string::npos);
 }
+
+namespace {
+
+// Twenty experiments changed by one commit, with fixed per-seed values: at
+// every seed s (1..10) the baseline is 0.90 + 0.002 s and the change adds
+// mean_k + 0.003 z_s, z = (1, -1, 2, -2, .5, -.5, 1.5, -1.5, .25, -.25)
+// (mean 0, so the per-seed differences have sd 0.0038891 whatever mean_k).
+// Paired t on 10 seeds: t = mean_k sqrt(10) / 0.0038891.
+//   noisy    mean -0.0043: t = -3.496, p = 0.0068 (~0.007)
+//   broken   mean -0.03:   t = -24.4,  p < 1e-7
+//   the rest mean 0.0001 ((k % 11) - 5): |t| <= 0.41, p > 0.35
+constexpr double kZ[10] = {1, -1, 2, -2, 0.5, -0.5, 1.5, -1.5, 0.25, -0.25};
+
+std::vector<double> BaseValues() {
+  std::vector<double> v;
+  for (int s = 1; s <= 10; ++s) v.push_back(0.90 + 0.002 * s);
+  return v;
+}
+
+std::vector<double> Shifted(double mean) {
+  auto v = BaseValues();
+  for (int i = 0; i < 10; ++i) v[i] += mean + 0.003 * kZ[i];
+  return v;
+}
+
+// Experiment k's change: 0 is `noisy`, 1 is `broken` when `with_broken`.
+double MeanOf(int k, bool with_broken) {
+  if (k == 0) return -0.0043;
+  if (k == 1 && with_broken) return -0.03;
+  return 0.0001 * ((k % 11) - 5);
+}
+
+std::vector<FamilyMember> TwentyChanged(bool with_broken, const std::string& spec = "{}") {
+  std::vector<FamilyMember> family;
+  for (int k = 0; k < 20; ++k) {
+    FamilyMember m;
+    m.head = MakeBatch(Shifted(MeanOf(k, with_broken)), spec);
+    m.head.id = 100 + k;
+    m.head.experiment = "e" + std::to_string(k);
+    m.base = MakeBatch(BaseValues(), spec);
+    m.base->id = 200 + k;
+    family.push_back(std::move(m));
+  }
+  return family;
+}
+
+}  // namespace
+
+TEST_CASE("twenty changed experiments: Holm calls p=0.007 noise and p<1e-7 worse", "[analysis][family]") {
+  auto family = TwentyChanged(/*with_broken=*/true);
+  auto c = CompareFamily(family, false);
+  REQUIRE(c.size() == 20);
+  for (const auto& x : c) REQUIRE(x);
+  // The fixed values give the p-values the table says.
+  CHECK(*c[0]->p_raw == Approx(0.0068).margin(0.0005));
+  CHECK(*c[1]->p_raw < 1e-7);
+  for (int k = 2; k < 20; ++k) CHECK(*c[k]->p_raw > 0.35);
+  // Holm over 20: the smallest p times 20, the next times 19, ...
+  CHECK(c[1]->correction == stats::Correction::kHolm);
+  CHECK(c[1]->family_size == 20);
+  CHECK(*c[1]->p_adjusted == Approx(20 * *c[1]->p_raw));
+  CHECK(*c[0]->p_adjusted == Approx(19 * *c[0]->p_raw));
+  CHECK(c[0]->verdict == stats::Verdict::kNoDetectableChange);
+  CHECK(c[1]->verdict == stats::Verdict::kWorse);
+  for (int k = 2; k < 20; ++k) CHECK(c[k]->verdict == stats::Verdict::kNoDetectableChange);
+  // Bonferroni-width interval: 1 - 0.05/20 = 99.75 %, wider than the 95 % one,
+  // and it covers 0 for the noise verdict.
+  CHECK(c[0]->interval_level == Approx(0.9975));
+  REQUIRE(c[0]->interval);
+  CHECK(c[0]->interval->lo < c[0]->cmp->paired->ci95.lo);
+  CHECK(c[0]->interval->lo < 0);
+  CHECK(c[0]->interval->hi > 0);
+  CHECK(c[0]->cmp->paired->ci95.hi < 0);  // the uncorrected interval excludes 0
+  // Every text says which correction, over how many, with the raw p beside
+  // the adjusted one.
+  std::string text = ComparisonText(*c[0]);
+  CHECK(text.find("99.75% CI") != std::string::npos);
+  CHECK(text.find("p=0.007 raw, p=0.128 adjusted (Holm over 20)") != std::string::npos);
+  CHECK(text.ends_with(": no detectable change"));
+  auto j = ComparisonJson(*c[0]);
+  CHECK(j["correction"]["method"] == "holm");
+  CHECK(j["correction"]["family_size"] == 20);
+  CHECK(j["correction"]["text"] == "Holm over 20");
+  CHECK(j["correction"]["p_raw"].get<double>() == Approx(*c[0]->p_raw));
+  CHECK(j["correction"]["p_adjusted"].get<double>() == Approx(*c[0]->p_adjusted));
+  CHECK(j["verdict"] == "no detectable change");
+}
+
+TEST_CASE("twenty changed experiments: correction none restores the uncorrected verdicts", "[analysis][family]") {
+  auto family = TwentyChanged(/*with_broken=*/true, R"({"correction":"none"})");
+  CHECK(CorrectionOf(family[0].head) == stats::Correction::kNone);
+  auto c = CompareFamily(family, false);
+  CHECK(c[0]->verdict == stats::Verdict::kWorse);
+  CHECK(c[1]->verdict == stats::Verdict::kWorse);
+  CHECK(*c[0]->p_adjusted == Approx(*c[0]->p_raw));
+  CHECK(c[0]->interval_level == Approx(0.95));
+  CHECK(c[0]->interval->lo == Approx(c[0]->cmp->paired->ci95.lo));
+  // The same answer as each comparison on its own.
+  for (int k = 0; k < 20; ++k) {
+    CHECK(c[k]->verdict == CompareBatches(family[k].head, *family[k].base).verdict);
+  }
+  CHECK(ComparisonText(*c[0]).find("(no correction, family of 20)") != std::string::npos);
+  // An explicit correction wins over the stored one.
+  auto holm = CompareFamily(family, false, stats::Correction::kHolm);
+  CHECK(holm[0]->verdict == stats::Verdict::kNoDetectableChange);
+}
+
+TEST_CASE("twenty changed experiments: BH also calls p=0.007 noise", "[analysis][family]") {
+  auto c = CompareFamily(TwentyChanged(true), false, stats::Correction::kBh);
+  // BH: 0.0068 * 20 / 2 = 0.068 > 0.05.
+  CHECK(*c[0]->p_adjusted == Approx(10 * *c[0]->p_raw));
+  CHECK(c[0]->verdict == stats::Verdict::kNoDetectableChange);
+  CHECK(c[1]->verdict == stats::Verdict::kWorse);
+  // One rejection: the false-coverage-rate interval is at 1 - 1 * 0.05 / 20.
+  CHECK(c[1]->interval_level == Approx(0.9975));
+  CHECK(ComparisonText(*c[0]).find("adjusted (BH over 20)") != std::string::npos);
+}
+
+TEST_CASE("a family member without a comparison counts as p = 1", "[analysis][family]") {
+  auto family = TwentyChanged(true);
+  family[5].base.reset();                                               // no baseline
+  family[6].head.counts[static_cast<int>(RunState::kRunning)] = 1;     // still running
+  auto c = CompareFamily(family, /*compare_running=*/false);
+  CHECK_FALSE(c[5]);
+  CHECK_FALSE(c[6]);
+  CHECK(c[1]->family_size == 20);
+  CHECK(*c[1]->p_adjusted == Approx(20 * *c[1]->p_raw));
+  // Compared alone, a batch is a family of one: no correction text at all.
+  auto alone = CompareBatches(family[0].head, *family[0].base);
+  CHECK(alone.family_size == 1);
+  CHECK(alone.verdict == stats::Verdict::kWorse);
+  CHECK(ComparisonText(alone).find("over") == std::string::npos);
+}
+
+TEST_CASE("adaptive looks and the family: looks * p is corrected", "[analysis][family]") {
+  // until: decided with min 5, max 20, step 5: 4 looks.
+  std::string spec = R"({"adaptive":{"min":5,"max":20,"step":5,"until":"decided"}})";
+  auto family = TwentyChanged(true, spec);
+  auto c = CompareFamily(family, false);
+  CHECK(c[1]->looks == 4);
+  CHECK(*c[1]->p_adjusted == Approx(20 * 4 * *c[1]->p_raw));
+  CHECK(c[1]->verdict == stats::Verdict::kWorse);
+  CHECK(c[1]->interval_level == Approx(1 - 0.05 / 4 / 20));
+  CHECK(CorrectionText(*c[1]) == "Holm over 20, 4 looks each");
+}
+
+TEST_CASE("CheckDrift: a moved mean is drift, the same numbers are not", "[analysis][drift]") {
+  auto earlier = MakeBatch({0.901, 0.902, 0.903, 0.904, 0.905});
+  auto same = MakeBatch({0.901, 0.902, 0.903, 0.904, 0.905});
+  auto moved = MakeBatch({0.904, 0.905, 0.906, 0.907, 0.908});
+  auto none = CheckDrift(same, {earlier, earlier});
+  REQUIRE(none);
+  CHECK_FALSE(none->drift);
+  CHECK(none->earlier_batches == 2);
+  CHECK(none->earlier_n == 5);  // a seed's value repeated exactly counts once
+  CHECK(none->paired);
+  CHECK(none->p_mean == 1);
+  auto d = CheckDrift(moved, {earlier, earlier});
+  REQUIRE(d);
+  CHECK(d->drift);
+  CHECK(d->p_mean < 0.001);
+  CHECK(d->brief == "drift: mean +0.0030 (p<0.001) vs 2 earlier batches, same inputs");
+  CHECK(d->text.starts_with("drift: mean 0.9060 vs 0.9030 (paired t on 5 seeds, p<0.001)"));
+  // The spread alone: same mean, ten times the spread, unpaired seeds.
+  // Brown-Forsythe p = 9.5e-6 against the five earlier runs (SciPy's
+  // levene(center="median")); the mean is the same 0.903.
+  auto wide = MakeBatch({0.883, 0.923, 0.878, 0.928, 0.873, 0.933, 0.868, 0.938, 0.888, 0.918});
+  for (auto& s : wide.seeds) s += 100;
+  auto spread = CheckDrift(wide, {earlier});
+  REQUIRE(spread);
+  CHECK_FALSE(spread->paired);
+  CHECK(spread->p_spread < 0.01);
+  CHECK(spread->drift);
+  CHECK(spread->brief.starts_with("drift: sd "));
+  // Nothing to test against.
+  CHECK_FALSE(CheckDrift(moved, {}));
+}
+
+TEST_CASE("CheckRepro: bit-identical values are reproducible", "[analysis][determinism]") {
+  auto b = MakeBatch({0.9012, 0.9020, 0.9031});
+  auto same = MakeBatch({0.9012});
+  auto r = CheckRepro(b, same);
+  CHECK(r.state == ReproCheck::State::kReproducible);
+  CHECK(r.text == "reproducible (seed 1 run twice: 0.9012)");
+  auto other = MakeBatch({0.9012, 0.9034});  // seeds 1, 2
+  r = CheckRepro(b, other);
+  CHECK(r.state == ReproCheck::State::kNotReproducible);
+  CHECK(r.text == "not reproducible (seed 2: 0.9020 vs 0.9034)");
+  auto close = MakeBatch({0.90120001});
+  CHECK(CheckRepro(b, close).text == "not reproducible (seed 1: 0.90120000 vs 0.90120001)");
+  auto running = MakeBatch({});
+  running.counts[static_cast<int>(RunState::kQueued)] = 1;
+  CHECK(CheckRepro(b, running).text == "determinism check running");
+}

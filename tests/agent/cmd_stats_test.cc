@@ -356,5 +356,49 @@ TEST_CASE("trainq binary: stats errors exit 1") {
   CHECK(rc == 0);
 }
 
+TEST_CASE("stats power: runs per side from A's sd, pairs from B - A's (SciPy's nct answers)") {
+  // Expected n from tests/stats/power_reference.py's functions (scipy.stats.nct)
+  // on these files: sd(A) = 0.0059292, sd(B - A) = 0.0032998.
+  Files f;
+  auto a = f.Write("a.txt", kAccA), b = f.Write("b.txt", kAccB);
+  auto two = RunStats({"power", a, "--effect", "0.005"});
+  INFO(two.out << two.err);
+  REQUIRE(two.exit_code == 0);
+  CHECK(Has(two.out, "sd 0.00592921 (of A, n=10); effect ±0.005, alpha 0.05 two-sided, power 0.8\n"));
+  CHECK(Has(two.out, "runs per side: 24  (power 0.815878 with 24, 0.798655 with 23; exact "
+                     "noncentral t, two-sample t-test)\n"));
+  auto j = json::parse(RunStats({"power", a, "--effect", "0.005", "--alpha", "0.01", "--power",
+                                 "0.9", "--json"})
+                           .out);
+  CHECK(j["n"] == 44);
+  CHECK(j["design"] == "two-sample");
+  auto paired = json::parse(RunStats({"power", a, b, "--paired", "--effect", "-0.005", "--json"}).out);
+  CHECK(paired["n"] == 6);
+  CHECK(paired["sd_of"] == "B - A");
+  CHECK(paired["sd"].get<double>() == Approx(0.0032998316));
+  CHECK(json::parse(RunStats({"power", a, b, "--paired", "--effect", "0.002", "--json"}).out)["n"] ==
+        24);
+}
+
+TEST_CASE("stats power: mistakes are errors that say what to do") {
+  Files f;
+  auto a = f.Write("a.txt", kAccA), b = f.Write("b.txt", kAccB);
+  auto no_b = RunStats({"power", a, "--paired", "--effect", "0.01"});
+  CHECK(no_b.exit_code != 0);
+  CHECK(Has(no_b.err, "--paired needs FILE_B"));
+  auto stray_b = RunStats({"power", a, b, "--effect", "0.01"});
+  CHECK(stray_b.exit_code != 0);
+  CHECK(Has(stray_b.err, "FILE_B is only read with --paired"));
+  auto zero = RunStats({"power", a, "--effect", "0"});
+  CHECK(zero.exit_code != 0);
+  CHECK(Has(zero.err, "--effect must be"));
+  auto one = RunStats({"power", f.Write("one.txt", "0.5\n"), "--effect", "0.1"});
+  CHECK(one.exit_code != 0);
+  CHECK(Has(one.err, "needs at least 2 values"));
+  auto short_b = RunStats({"power", a, f.Write("c.txt", "0.5\n0.6\n"), "--paired", "--effect", "0.1"});
+  CHECK(short_b.exit_code != 0);
+  CHECK(Has(short_b.err, "the same number of values"));
+}
+
 }  // namespace
 }  // namespace trainq

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "agent/daemon/fleet.h"
@@ -260,6 +261,66 @@ TEST_CASE("forge status: a waiting description is cut at 140 characters", "[forg
   auto long_one = WaitingStatusDescription(std::string(300, 'x'));
   CHECK(long_one.size() == 140);
   CHECK(long_one.ends_with("..."));
+}
+
+
+// Twenty experiments changed at once, fixed per-seed values (the table of
+// tests/agent/analysis_test.cc): e0 at p = 0.0068, e1 at p < 1e-7, the rest
+// at p > 0.35, paired on seeds 1..10.
+BatchProgress FamilyBatch(std::int64_t id, const std::string& experiment, const std::string& sha,
+                          double mean, const std::string& spec = "{}") {
+  constexpr double kZ[10] = {1, -1, 2, -2, 0.5, -0.5, 1.5, -1.5, 0.25, -0.25};
+  BatchProgress b;
+  b.id = id;
+  b.experiment = experiment;
+  b.sha = sha;
+  b.metric_name = "accuracy";
+  b.metric_goal = "max";
+  b.spec_json = spec;
+  for (int s = 1; s <= 10; ++s) {
+    double v = 0.90 + 0.002 * s;
+    if (!std::isnan(mean)) v += mean + 0.003 * kZ[s - 1];
+    b.values.push_back(v);
+    b.seeds.push_back(s);
+  }
+  b.counts[static_cast<int>(RunState::kSucceeded)] = 10;
+  b.repeats = 10;
+  return b;
+}
+
+double FamilyMean(int k) { return k == 0 ? -0.0043 : k == 1 ? -0.03 : 0.0001 * ((k % 11) - 5); }
+
+TEST_CASE("commit status over a family: waits for the others, then says Holm over 20 and both p",
+          "[forge_status][family]") {
+  std::vector<FamilyMember> family;
+  for (int k = 0; k < 20; ++k) {
+    std::string name = "e" + std::to_string(k);
+    family.push_back({FamilyBatch(100 + k, name, std::string(40, '2'), FamilyMean(k)),
+                      FamilyBatch(200 + k, name, std::string(40, '1'), std::nan("")), {}, {}});
+  }
+  auto comparisons = CompareFamily(family, false);
+  StatusFamily waiting;
+  waiting.size = 20;
+  waiting.unfinished = 3;
+  waiting.comparison = comparisons[0];
+  auto w = FinalStatus(family[0].head, family[0].base, "worse", waiting);
+  CHECK(w.state == CommitState::kPending);
+  CHECK(w.description ==
+        "accuracy 0.907 ± 0.007 (n=10); waiting for 3 other experiments of this commit (Holm "
+        "over 20)");
+  StatusFamily done;
+  done.size = 20;
+  done.comparison = comparisons[0];
+  w = FinalStatus(family[0].head, family[0].base, "worse", done);
+  INFO(w.description);
+  CHECK(w.description.size() <= 140);
+  CHECK(w.state == CommitState::kSuccess);  // noise after the correction
+  CHECK(w.description.find(": no detectable change (Holm over 20: p=0.007, adj 0.128)") !=
+        std::string::npos);
+  done.comparison = comparisons[1];
+  w = FinalStatus(family[1].head, family[1].base, "worse", done);
+  CHECK(w.state == CommitState::kFailure);
+  CHECK(w.description.find(": worse (Holm over 20: p<0.001, adj <0.001)") != std::string::npos);
 }
 
 }  // namespace

@@ -184,3 +184,105 @@ TEST_CASE("gate: full commit ids and a --repo that is not a repository: decided 
   CHECK(d->exit_code == kGateRegression);
   CHECK(std::filesystem::is_empty(dir / "plain"));
 }
+
+namespace {
+
+// Twenty experiments changed at kHead (the table of analysis_test.cc's
+// family tests): e0 at p = 0.0068, e1 at p < 1e-7 when `with_broken`, the
+// others at p > 0.35, paired on seeds 1..10.
+constexpr double kZ[10] = {1, -1, 2, -2, 0.5, -0.5, 1.5, -1.5, 0.25, -0.25};
+
+void QueueTwenty(Store& store, bool with_broken, const std::string& head_spec) {
+  std::vector<BatchSpec> base, head;
+  for (int k = 0; k < 20; ++k) {
+    BatchSpec s;
+    s.experiment = "e" + std::to_string(k);
+    s.command = "true";
+    s.repeats = 10;
+    base.push_back(s);
+    s.spec_json = head_spec;
+    head.push_back(s);
+  }
+  CommitInfo b;
+  b.sha = kBase;
+  CommitInfo h;
+  h.sha = kHead;
+  h.parent_sha = kBase;
+  REQUIRE(store.Submit("/repo", b, base, kT0));
+  REQUIRE(store.Submit("/repo", h, head, kT0));
+  auto leased = store.Lease("w", kT0, 60'000, 1000).value();
+  REQUIRE(leased.size() == 400);
+  for (const auto& l : leased) {
+    double v = 0.90 + 0.002 * static_cast<double>(l.seed);
+    if (l.sha == kHead) {
+      int k = std::stoi(l.experiment.substr(1));
+      double mean = k == 0 ? -0.0043 : (k == 1 && with_broken) ? -0.03 : 0.0001 * ((k % 11) - 5);
+      v += mean + 0.003 * kZ[l.seed - 1];
+    }
+    REQUIRE(store.Complete(l.run_id, l.token, kT0, v));
+  }
+}
+
+const nlohmann::json& Outcome(const GateDecision& d, const std::string& experiment) {
+  for (const auto& e : d.json["experiments"]) {
+    if (e["experiment"] == experiment) return e;
+  }
+  FAIL("no outcome for " + experiment);
+  throw;
+}
+
+GateDecision DecideWith(Store& store, std::optional<stats::Correction> c) {
+  GateRequest req;
+  req.rev = kHead;
+  req.baseline = kBase;
+  req.correction = c;
+  auto d = DecideGate(store, req);
+  REQUIRE(d);
+  return *d;
+}
+
+}  // namespace
+
+TEST_CASE("gate over twenty changed experiments: one at p=0.007 passes under Holm", "[gate][family]") {
+  testing::TempDir dir;
+  auto store = Store::Open(dir / "t.db").value();
+  QueueTwenty(store, /*with_broken=*/false, "{}");
+  auto d = DecideWith(store, std::nullopt);
+  CHECK(d.exit_code == kGatePass);
+  CHECK(d.text.find("p=0.007 raw, p=0.135 adjusted (Holm over 20)") != std::string::npos);
+  CHECK(d.text.find("verdicts corrected for 20 experiments at once: Holm over 20") !=
+        std::string::npos);
+  CHECK(d.json["correction"]["method"] == "holm");
+  CHECK(d.json["correction"]["family_size"] == 20);
+  CHECK(Outcome(d, "e0")["comparison"]["correction"]["family_size"] == 20);
+  // Uncorrected, the same runs fail the gate: the false alarm of issue 26.
+  auto none = DecideWith(store, stats::Correction::kNone);
+  CHECK(none.exit_code == kGateRegression);
+  CHECK(none.json["correction"]["method"] == "none");
+  CHECK(none.text.find("verdicts not corrected for the 20 experiments (correction: none)") !=
+        std::string::npos);
+  CHECK(DecideWith(store, stats::Correction::kBh).exit_code == kGatePass);
+}
+
+TEST_CASE("gate over twenty changed experiments: p<1e-7 still fails under Holm", "[gate][family]") {
+  testing::TempDir dir;
+  auto store = Store::Open(dir / "t.db").value();
+  QueueTwenty(store, /*with_broken=*/true, "{}");
+  auto d = DecideWith(store, std::nullopt);
+  CHECK(d.exit_code == kGateRegression);
+  CHECK(d.text.find("1 experiment significantly worse") != std::string::npos);
+  CHECK(Outcome(d, "e1")["outcome"] == "regression");
+  CHECK(Outcome(d, "e0")["outcome"] == "pass");
+}
+
+TEST_CASE("gate: trainq.yaml's correction none restores the uncorrected answer", "[gate][family]") {
+  testing::TempDir dir;
+  auto store = Store::Open(dir / "t.db").value();
+  QueueTwenty(store, /*with_broken=*/false, R"({"correction":"none"})");
+  auto d = DecideWith(store, std::nullopt);
+  CHECK(d.exit_code == kGateRegression);
+  CHECK(Outcome(d, "e0")["outcome"] == "regression");
+  CHECK(d.text.find("(no correction, family of 20)") != std::string::npos);
+  // --correction holm overrides it.
+  CHECK(DecideWith(store, stats::Correction::kHolm).exit_code == kGatePass);
+}

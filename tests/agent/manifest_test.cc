@@ -582,5 +582,54 @@ TEST_CASE("manifest: bad gang sizes name the file, line and key", "[manifest][ga
              Catch::StartsWith("trainq.yaml:5: experiments.a.resources.node: unknown key"));
 }
 
+TEST_CASE("manifest: correction and determinism are read, and are no input of the runs",
+          "[manifest]") {
+  auto plain = ParseManifest(R"(version: 1
+defaults: {repeats: 3}
+experiments:
+  a: {command: "true", watch: [a.py]}
+)", "trainq.yaml");
+  REQUIRE(plain);
+  CHECK(plain->experiments[0].correction == "holm");
+  CHECK_FALSE(plain->experiments[0].determinism_check);
+  auto m = ParseManifest(R"(version: 1
+defaults: {repeats: 3, correction: bh, determinism: check}
+experiments:
+  a: {command: "true", watch: [a.py]}
+  b: {command: "true", determinism: "off"}
+)", "trainq.yaml");
+  REQUIRE(m);
+  CHECK(m->experiments[0].correction == "bh");
+  CHECK(m->experiments[0].determinism_check);
+  CHECK_FALSE(m->experiments[1].determinism_check);
+  // Neither key changes what a run does: the same inputs as without them.
+  CHECK(m->defaults_definition == plain->defaults_definition);
+  CHECK(m->experiments[0].definition == plain->experiments[0].definition);
+  auto spec = nlohmann::json::parse(m->experiments[0].ToBatchSpec("r").spec_json);
+  CHECK(spec["correction"] == "bh");
+  CHECK(spec["determinism"] == "check");
+  // The companion batch of a determinism check.
+  auto specs = WithDeterminismChecks({m->experiments[0].ToBatchSpec("r"),
+                                      m->experiments[1].ToBatchSpec("r")});
+  REQUIRE(specs.size() == 3);
+  CHECK(specs[2].experiment == "a@repro");
+  CHECK(specs[2].repeats == 1);
+  CHECK(specs[2].seed_start == specs[0].seed_start);
+  CHECK(nlohmann::json::parse(specs[2].spec_json)["baseline"] == "off");
+  CHECK(IsReproExperiment("a@repro"));
+  CHECK_FALSE(IsReproExperiment("a"));
+  CHECK(ReproTargetOf("a@repro") == "a");
+}
+
+TEST_CASE("manifest: a wrong correction or determinism names the key", "[manifest][errors]") {
+  CHECK(ErrorOf("version: 1\ndefaults: {correction: bonferroni}\nexperiments:\n  a: {command: x}\n") ==
+        "trainq.yaml:2: defaults.correction: expected holm, bh or none, got \"bonferroni\"");
+  CHECK(ErrorOf("version: 1\nexperiments:\n  a: {command: x, determinism: yes}\n") ==
+        "trainq.yaml:3: experiments.a.determinism: expected check or off, got \"yes\"");
+  // correction is a family-wide setting: only in defaults.
+  CHECK(ErrorOf("version: 1\nexperiments:\n  a: {command: x, correction: bh}\n").find(
+            "correction") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace trainq

@@ -5,6 +5,7 @@
 #include "queue/store.h"
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "agent/triggers/forge.h"
@@ -248,6 +249,80 @@ TEST_CASE(
   off.PrPush("github", 6, kHead);
   CHECK(quiet.Step().value() == 0);
   CHECK(off.store.GetPrComment(off.url, 6).value()->body.empty());
+}
+
+
+// Twenty experiments changed at once, fixed per-seed values (the table of
+// tests/agent/analysis_test.cc): e0 at p = 0.0068, e1 at p < 1e-7, the rest
+// at p > 0.35, paired on seeds 1..10.
+BatchProgress FamilyBatch(std::int64_t id, const std::string& experiment, const std::string& sha,
+                          double mean, const std::string& spec = "{}") {
+  constexpr double kZ[10] = {1, -1, 2, -2, 0.5, -0.5, 1.5, -1.5, 0.25, -0.25};
+  BatchProgress b;
+  b.id = id;
+  b.experiment = experiment;
+  b.sha = sha;
+  b.metric_name = "accuracy";
+  b.metric_goal = "max";
+  b.spec_json = spec;
+  for (int s = 1; s <= 10; ++s) {
+    double v = 0.90 + 0.002 * s;
+    if (!std::isnan(mean)) v += mean + 0.003 * kZ[s - 1];
+    b.values.push_back(v);
+    b.seeds.push_back(s);
+  }
+  b.counts[static_cast<int>(RunState::kSucceeded)] = 10;
+  b.repeats = 10;
+  return b;
+}
+
+double FamilyMean(int k) { return k == 0 ? -0.0043 : k == 1 ? -0.03 : 0.0001 * ((k % 11) - 5); }
+
+TEST_CASE("PR comment over twenty experiments: Holm, raw and adjusted p, widened intervals",
+          "[pr_comments][family]") {
+  PrCommentView view;
+  view.forge = "github";
+  view.pr_number = 3;
+  view.head_sha = std::string(40, '2');
+  view.target_branch = "main";
+  for (int k = 0; k < 20; ++k) {
+    std::string name = "e" + std::string(k < 10 ? "0" : "") + std::to_string(k);
+    view.experiments.emplace_back(FamilyBatch(100 + k, name, view.head_sha, FamilyMean(k)),
+                                  FamilyBatch(200 + k, name, std::string(40, '1'), std::nan("")));
+  }
+  std::string body = RenderPrComment(view);
+  INFO(body);
+  CHECK(body.find("#### `e00`: no detectable change") != std::string::npos);
+  CHECK(body.find("#### `e01`: worse") != std::string::npos);
+  CHECK(body.find("paired t, p=0.007 raw, p=0.128 adjusted (Holm over 20)") != std::string::npos);
+  CHECK(body.find("99.75% CI") != std::string::npos);
+  CHECK(body.find("Verdicts are corrected for 20 experiments changed at once (Holm over 20)") !=
+        std::string::npos);
+  // correction none: the uncorrected answer.
+  view.correction = stats::Correction::kNone;
+  std::string none = RenderPrComment(view);
+  CHECK(none.find("#### `e00`: worse") != std::string::npos);
+}
+
+TEST_CASE("PR comment: runs-needed advice for an undecided comparison with a min_effect",
+          "[pr_comments][power]") {
+  PrCommentView view;
+  view.forge = "github";
+  view.pr_number = 4;
+  view.head_sha = std::string(40, '2');
+  view.target_branch = "main";
+  std::string spec = R"({"metric":{"min_effect":0.002}})";
+  // A change of -0.0005 whose per-seed differences have sd 0.0038891 over 10
+  // seeds: the interval reaches past ±0.002, so 10 seeds cannot tell.
+  view.experiments.emplace_back(FamilyBatch(1, "e", view.head_sha, -0.0005, spec),
+                                FamilyBatch(2, "e", std::string(40, '1'), std::nan(""), spec));
+  std::string body = RenderPrComment(view);
+  INFO(body);
+  CHECK(body.find("#### `e`: not enough runs") != std::string::npos);
+  // Paired, sd of the differences 0.0038891, d = 0.002, alpha 0.05, power
+  // 0.8: 32 pairs (scipy.stats.nct, as tests/stats/power_reference.py).
+  CHECK(body.find("to detect ±0.0020 with power 0.8: about 32 seeds per side (now 10)") !=
+        std::string::npos);
 }
 
 }  // namespace

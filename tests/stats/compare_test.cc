@@ -273,3 +273,28 @@ TEST_CASE("Compare: n = 1 against n = 1 still gives U and the difference") {
 
 }  // namespace
 }  // namespace trainq::stats
+
+TEST_CASE("BrownForsytheTest equals SciPy's levene(center='median')", "[compare]") {
+  // scipy.stats.levene(a, b, center="median"), SciPy 1.10.1.
+  using trainq::stats::BrownForsytheTest;
+  std::vector<double> sleep1 = {0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0};
+  std::vector<double> sleep2 = {1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4};
+  auto t = BrownForsytheTest(sleep1, sleep2);
+  REQUIRE(t);
+  CHECK(t->f == Approx(0.2482049608355091).epsilon(1e-10));
+  CHECK(t->p == Approx(0.6243742854148879).epsilon(1e-10));
+  CHECK(t->df2 == 18);
+  std::vector<double> wide = {0.70, 0.60, 0.80, 0.65, 0.75};
+  std::vector<double> narrow = {0.701, 0.699, 0.702, 0.698, 0.700, 0.7005};
+  t = BrownForsytheTest(wide, narrow);
+  REQUIRE(t);
+  CHECK(t->f == Approx(12.165854463242606).epsilon(1e-10));
+  CHECK(t->p == Approx(0.00685213739229344).epsilon(1e-8));
+  std::vector<double> x = {1.7, 0.2, -1.1, 2.5, 0.3, 4.4, -2.0};
+  std::vector<double> y = {0.1, 0.3, 0.2, 0.25};
+  t = BrownForsytheTest(x, y);
+  REQUIRE(t);
+  CHECK(t->f == Approx(4.774368053772914).epsilon(1e-10));
+  CHECK(t->p == Approx(0.05670750934678912).epsilon(1e-8));
+  CHECK_FALSE(BrownForsytheTest(std::vector<double>{1}, y));
+}

@@ -1,6 +1,10 @@
 #include "stats/sample_size.h"
 
 #include <catch2/catch.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
 
 namespace trainq::stats {
 namespace {
@@ -73,3 +77,43 @@ TEST_CASE("RunsPerSideForDifference: other power and alpha, and edge cases") {
 
 }  // namespace
 }  // namespace trainq::stats
+
+using namespace trainq::stats;
+
+TEST_CASE("power: the smallest n equals SciPy's on 28 cases, two-sample and paired") {
+  // Written by tests/stats/power_reference.py (scipy.stats.nct).
+  std::ifstream in(std::string(TRAINQ_SOURCE_DIR) + "/tests/stats/data/power_reference.json");
+  REQUIRE(in);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto j = nlohmann::json::parse(text.str());
+  int checked = 0;
+  for (const auto& c : j.at("cases")) {
+    double sd = c.at("sd"), d = c.at("effect"), alpha = c.at("alpha"), power = c.at("power");
+    int want = c.at("n");
+    bool paired = c.at("design") == "paired";
+    INFO(c.dump());
+    auto n = paired ? PairsForDifference(sd, d, power, alpha)
+                    : RunsPerSideForDifference(sd, d, power, alpha);
+    REQUIRE(n);
+    CHECK(*n == want);
+    double at_n = paired ? PairedTPower(want, sd, d, alpha) : TwoSampleTPower(want, sd, d, alpha);
+    CHECK(at_n == Approx(c.at("power_at_n").get<double>()).epsilon(1e-7));
+    if (!c.at("power_at_n_minus_1").is_null()) {
+      double below = paired ? PairedTPower(want - 1, sd, d, alpha)
+                            : TwoSampleTPower(want - 1, sd, d, alpha);
+      CHECK(below == Approx(c.at("power_at_n_minus_1").get<double>()).epsilon(1e-7));
+      CHECK(below < power);
+    }
+    ++checked;
+  }
+  CHECK(checked == 28);
+}
+
+TEST_CASE("PairsForDifference: bad input is an error, sd 0 needs 2 pairs") {
+  CHECK_FALSE(PairsForDifference(1, 0));
+  CHECK_FALSE(PairsForDifference(-1, 1));
+  CHECK_FALSE(PairsForDifference(1, 1, 1.0));
+  CHECK_FALSE(PairsForDifference(1, 1, 0.8, 0));
+  CHECK(PairsForDifference(0, 1) == 2);
+}
