@@ -27,7 +27,15 @@ ErrorKind KindFor(int code) {
   }
 }
 
+thread_local std::int64_t vm_steps = 0;
+
 }  // namespace
+
+std::int64_t VmSteps() { return vm_steps; }
+
+void Stmt::CountSteps() {
+  if (stmt_) vm_steps += sqlite3_stmt_status(stmt_, SQLITE_STMTSTATUS_VM_STEP, /*reset=*/1);
+}
 
 // SQLite reports a write on a full or read-only filesystem as a plain I/O
 // error at times (the -shm file, the WAL): the OS error tells them apart.
@@ -67,6 +75,7 @@ static std::string Hint(int code) {
 
 Stmt& Stmt::operator=(Stmt&& o) noexcept {
   if (this != &o) {
+    CountSteps();
     if (stmt_) sqlite3_finalize(stmt_);
     db_ = o.db_;
     stmt_ = o.stmt_;
@@ -76,6 +85,7 @@ Stmt& Stmt::operator=(Stmt&& o) noexcept {
 }
 
 Stmt::~Stmt() {
+  CountSteps();
   if (stmt_) sqlite3_finalize(stmt_);
 }
 
@@ -121,6 +131,7 @@ Status Stmt::Run() {
 }
 
 void Stmt::Reset() {
+  CountSteps();
   sqlite3_reset(stmt_);
   sqlite3_clear_bindings(stmt_);
 }

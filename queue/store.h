@@ -43,7 +43,7 @@ struct StoreOptions {
 
 class Store {
  public:
-  static inline constexpr int kSchemaVersion = 11;
+  static inline constexpr int kSchemaVersion = 12;
 
   static Result<Store> Open(const std::string& path, StoreOptions options = {});
   Store(Store&&) = default;
@@ -116,7 +116,8 @@ class Store {
   Result<std::optional<RunRow>> Run(std::int64_t run_id);
   // How long the last `limit` succeeded runs of experiment `experiment` in
   // the repository of batch `batch_id` took (their last attempt), newest
-  // first: what `trainq status` estimates a batch's end from.
+  // first: what `trainq status` estimates a batch's end from. At most 50
+  // (the store keeps that many per repository and experiment).
   Result<std::vector<TimeMs>> RecentRunDurations(std::int64_t batch_id, int limit);
   // Runs that ended an attempt (succeeded, failed, dead) after the cursor
   // (finished_ms, id), oldest first: `trainq serve` logs each outcome once,
