@@ -31,6 +31,13 @@ for n in $SIZES; do
   part "queue-$n" --runs "$n" --queued "$n" --trainq "$T"
 done
 for m in $MACHINES; do part "fleet-$m" --fleet "$m"; done
+# 1,000 heartbeats/s from 10,000 workers over HTTP, 20 webhooks/s meanwhile.
+HB=$BUILD/bench/bench_heartbeats
+for w in ${WORKERS:-"1000 10000"}; do
+  flock "$LOCK" sh -c 'echo "load $(cut -d" " -f1-3 /proc/loadavg)"; "$@"; echo "load_after $(cut -d" " -f1-3 /proc/loadavg)"' \
+    sh "$HB" --workers "$w" --rate $((w / 10)) --seconds "${HB_SECONDS:-30}" --trainq "$T" >"$OUT/workers-$w.txt"
+  echo "workers-$w: $(grep -c '^figure' "$OUT/workers-$w.txt") figures"
+done
 {
   echo "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo ' (with local changes)')"
   echo "date $(date -u +%Y-%m-%dT%H:%MZ)"

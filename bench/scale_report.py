@@ -20,7 +20,7 @@ COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17
 def load(directory):
     parts = {}
     for name in sorted(os.listdir(directory)):
-        m = re.fullmatch(r"(history|queue|fleet)-(\d+)\.txt", name)
+        m = re.fullmatch(r"(history|queue|fleet|workers)-(\d+)\.txt", name)
         if not m:
             continue
         figures, load_before, load_after = {}, "", ""
@@ -144,6 +144,13 @@ def main():
           [("tick, all busy", series("fleet", "fleet_tick_busy_ms")),
            ("tick, a tenth idle", series("fleet", "fleet_tick_some_idle_ms"))])
 
+    chart(os.path.join(images, "scale_heartbeats.svg"),
+          "Heartbeats over HTTP: N workers, one each per 10 s", "workers", "ms (log)",
+          [("heartbeat p50", series("workers", "heartbeat_p50_ms")),
+           ("heartbeat p99", series("workers", "heartbeat_p99_ms")),
+           ("webhook p50 (meanwhile)", series("workers", "webhook_p50_ms")),
+           ("webhook p99 (meanwhile)", series("workers", "webhook_p99_ms"))])
+
     def table(kind, rows):
         sizes = sorted(n for (k, n) in parts if k == kind)
         if not sizes:
@@ -191,6 +198,18 @@ def main():
                     ("fleet tick, a tenth idle, ms", "fleet_tick_some_idle_ms"),
                     ("heartbeats through the store, /s", "store_heartbeat_per_s"),
                     ("VM steps per heartbeat", "store_heartbeat_vm_steps")])
+    table("workers", [("register + lease over HTTP, workers/s", "register_lease_per_s"),
+                      ("heartbeats sent, /s", "heartbeats_per_s"),
+                      ("heartbeat p50, ms", "heartbeat_p50_ms"),
+                      ("heartbeat p99, ms", "heartbeat_p99_ms"),
+                      ("heartbeat max, ms", "heartbeat_max_ms"),
+                      ("heartbeats failed", "heartbeat_failed"),
+                      ("webhook p50, ms", "webhook_p50_ms"),
+                      ("webhook p99, ms", "webhook_p99_ms"),
+                      ("webhooks failed", "webhook_failed"),
+                      ("serve RSS before, MB", "serve_rss_before_mb"),
+                      ("serve RSS max, MB", "serve_rss_max_mb"),
+                      ("serve RSS after, MB", "serve_rss_after_mb")])
 
 
 if __name__ == "__main__":
