@@ -13,7 +13,8 @@ BUILD=${1:-build}
 B=$BUILD/bench/bench_scale
 T=$BUILD/agent/trainq
 OUT=bench/results/scale
-LOCK=/tmp/trainq-build.lock
+LOCK=${LOCK:-/tmp/trainq-build.lock}  # LOCK=none: the caller holds it
+locked() { if [ "$LOCK" = none ]; then "$@"; else flock "$LOCK" "$@"; fi; }
 SIZES=${SIZES:-"10000 100000 1000000"}
 MACHINES=${MACHINES:-"1000 10000"}
 mkdir -p "$OUT"
@@ -22,7 +23,7 @@ base=()
 part() {  # part NAME ARGS...: one run of bench_scale into $OUT/NAME.txt
   local name=$1
   shift
-  flock "$LOCK" sh -c 'echo "load $(cut -d" " -f1-3 /proc/loadavg)"; "$@"; echo "load_after $(cut -d" " -f1-3 /proc/loadavg)"' \
+  locked sh -c 'echo "load $(cut -d" " -f1-3 /proc/loadavg)"; "$@"; echo "load_after $(cut -d" " -f1-3 /proc/loadavg)"' \
     sh "$B" "$@" >"$OUT/$name.txt"
   echo "$name: $(grep -c '^figure' "$OUT/$name.txt") figures"
 }
@@ -34,7 +35,7 @@ for m in $MACHINES; do part "fleet-$m" --fleet "$m"; done
 # 1,000 heartbeats/s from 10,000 workers over HTTP, 20 webhooks/s meanwhile.
 HB=$BUILD/bench/bench_heartbeats
 for w in ${WORKERS:-"1000 10000"}; do
-  flock "$LOCK" sh -c 'echo "load $(cut -d" " -f1-3 /proc/loadavg)"; "$@"; echo "load_after $(cut -d" " -f1-3 /proc/loadavg)"' \
+  locked sh -c 'echo "load $(cut -d" " -f1-3 /proc/loadavg)"; "$@"; echo "load_after $(cut -d" " -f1-3 /proc/loadavg)"' \
     sh "$HB" --workers "$w" --rate $((w / 10)) --seconds "${HB_SECONDS:-30}" --trainq "$T" >"$OUT/workers-$w.txt"
   echo "workers-$w: $(grep -c '^figure' "$OUT/workers-$w.txt") figures"
 done
