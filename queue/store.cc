@@ -1213,6 +1213,13 @@ Result<std::vector<BatchProgress>> Store::Batches(bool only_active, int limit) {
   return SelectBatches(where, {}, limit);
 }
 
+Result<std::int64_t> Store::CountActiveBatches() {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT count(DISTINCT batch_id) FROM batch_counts WHERE "
+                                       "state IN ('queued', 'leased', 'running', 'failed')"));
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  return row ? s.Int(0) : 0;
+}
+
 Result<std::optional<BatchProgress>> Store::Batch(std::int64_t batch_id) {
   ASSIGN_OR_RETURN(auto found, SelectBatches("WHERE b.id = ?1 ", {std::to_string(batch_id)}, 0));
   if (found.empty()) return std::optional<BatchProgress>();

@@ -104,6 +104,8 @@ class Store {
   // Batches, newest first. only_active: those with runs left; limit 0 = all.
   Result<std::vector<BatchProgress>> Batches(bool only_active, int limit);
   Result<std::optional<BatchProgress>> Batch(std::int64_t batch_id);
+  // How many batches have runs left (queued, leased, running or failed).
+  Result<std::int64_t> CountActiveBatches();
   // Batches of the commits whose sha starts with `sha_prefix` (>= 4 hex digits).
   Result<std::vector<BatchProgress>> BatchesForCommit(const std::string& sha_prefix);
   // Batches created at or after `since`, newest first.

@@ -216,5 +216,51 @@ TEST_CASE("status reads about the same rows with ten times the history", "[statu
   CHECK(after["machines"][0]["busy_ms"] == 30'000);
 }
 
+
+TEST_CASE("status text reads the newest 20 active batches of a deep queue and counts the rest",
+          "[status][scale]") {
+  testing::TempDir tmp;
+  FakeClock clock;
+  const std::string path = tmp / "t.db";
+  Store store = Store::Open(path).value();
+  auto queue = [&](int batches) {
+    static int next = 0;
+    for (int i = 0; i < batches; ++i, ++next) {
+      char sha[41];
+      std::snprintf(sha, sizeof sha, "%040x", 0x2000 + next);
+      BatchSpec spec;
+      spec.experiment = "exp";
+      spec.command = "true";
+      spec.repeats = 5;
+      REQUIRE(store.Submit("/srv/model", {sha, "", "s", "me", 0}, {spec}, clock.Now()));
+    }
+  };
+  auto steps = [&](int max_active) {
+    std::int64_t s0 = sql::VmSteps();
+    auto j = StatusJson(store, path, clock.Now(), max_active);
+    REQUIRE(j);
+    return std::pair(sql::VmSteps() - s0, *j);
+  };
+  queue(30);
+  auto [small, j30] = steps(20);
+  CHECK(j30["batches"].size() == 20);
+  CHECK(j30["batches_total"] == 30);
+  CHECK(j30["batches"][0]["id"].get<std::int64_t>() > j30["batches"][19]["id"].get<std::int64_t>());
+  queue(270);
+  auto [large, j300] = steps(20);
+  CHECK(j300["batches"].size() == 20);
+  CHECK(j300["batches_total"] == 300);
+  INFO("VM steps with 30 active batches: " << small << ", with 300: " << large);
+  CHECK(large < small * 3 / 2);
+  // All of them without a limit (--json, the read API).
+  CHECK(steps(0).second["batches"].size() == 300);
+  // The text says how many are not shown.
+  StatusOptions so;
+  so.db = path;
+  std::ostringstream out;
+  REQUIRE(CmdStatus(so, clock, out));
+  CHECK_THAT(out.str(), Catch::Contains("... and 280 more"));
+}
+
 }  // namespace
 }  // namespace trainq
