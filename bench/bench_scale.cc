@@ -18,6 +18,7 @@
 //
 //   bench_scale --runs 1000000 [--queued 10000] [--dir /tmp] [--trainq build/agent/trainq]
 //               [--keep] [--db PATH: measure an existing store, no fill]
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
