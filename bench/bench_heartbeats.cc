@@ -134,6 +134,7 @@ int main(int argc, char** argv) {
     trainq = (fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "agent/trainq")
                  .string();
   }
+  trainq = fs::absolute(trainq).string();  // serve starts in its own directory
   std::string dir = base + "/bench-heartbeats-" + std::to_string(getpid());
   fs::create_directories(dir);
   const std::string secret = "bench-secret", token = "bench-pool-token-0123456789";

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 B=$BUILD/bench/bench_scale
-T=$BUILD/agent/trainq
+T=$(realpath "$BUILD/agent/trainq")
 OUT=bench/results/scale
 LOCK=${LOCK:-/tmp/trainq-build.lock}  # LOCK=none: the caller holds it
 locked() { if [ "$LOCK" = none ]; then "$@"; else flock "$LOCK" "$@"; fi; }

@@ -31,6 +31,12 @@ std::optional<cloud::MachineState> ParseMachineState(std::string_view s) {
 constexpr const char* kRunnable =
     "(r.state = 'queued' OR (r.state = 'failed' AND r.not_before_ms <= ?))";
 
+// The pool of run r's batch, as a correlated lookup: a join would let the
+// planner scan batches (or build a Bloom filter over them) before the runs,
+// which costs the whole history; this keeps runs_by_state's order and stops at
+// the LIMIT.
+constexpr const char* kPoolOfR = "(SELECT pb.pool FROM batches pb WHERE pb.id = r.batch_id)";
+
 // Runnable runs counted per batch, ?1 = now: queued ones from batch_counts
 // (kept by triggers, a row per batch), failed ones past their backoff from
 // runs_by_state. Reads the live batches, never the whole queue or history.
@@ -126,11 +132,13 @@ Result<std::vector<MachineRow>> Store::SelectMachines(const std::string& where,
 }
 
 Result<std::vector<MachineRow>> Store::Machines(bool include_stopped, std::optional<TimeMs> now) {
-  // The live states by name, so that machines_by_state finds them without
-  // visiting every machine the fleet ever had.
+  // The live states by name, through machines_by_state, so that this does not
+  // visit every machine the fleet ever had (left to itself the planner walks
+  // the table in id order to skip the sort).
   return SelectMachines(include_stopped ? ""
-                                        : "WHERE m.state IN ('requested', 'booting', 'ready', "
-                                          "'draining', 'stopping')",
+                                        : "INDEXED BY machines_by_state WHERE m.state IN "
+                                          "('requested', 'booting', 'ready', 'draining', "
+                                          "'stopping')",
                         {},
                         now);
 }
@@ -621,14 +629,14 @@ Result<std::vector<LeasedRun>> Store::LeaseForMachine(std::int64_t machine,
     // order through runs_by_state (a plain OR would walk every run).
     ASSIGN_OR_RETURN(
         auto pick,
-        db_.Prepare("SELECT r.id, r.batch_id, r.seed, b.gpus, "
+        db_.Prepare(std::string("SELECT r.id, r.batch_id, r.seed, b.gpus, ") +
                     "COALESCE(json_extract(b.spec_json, '$.trainer'), '') != '', "
                     "json_extract(b.spec_json, '$.resources.nodes') IS NOT NULL "
-                    "FROM (SELECT id FROM (SELECT r.id FROM runs r JOIN batches b ON b.id = "
-                    "r.batch_id WHERE r.state = 'queued' AND r.id > ?3 AND (b.pool = '' OR "
-                    "b.pool = ?2) ORDER BY r.id LIMIT ?4) UNION ALL SELECT id FROM (SELECT r.id "
-                    "FROM runs r JOIN batches b ON b.id = r.batch_id WHERE r.state = 'failed' "
-                    "AND r.not_before_ms <= ?1 AND r.id > ?3 AND (b.pool = '' OR b.pool = ?2) "
+                    "FROM (SELECT id FROM (SELECT r.id FROM runs r WHERE r.state = 'queued' "
+                    "AND r.id > ?3 AND " + std::string(kPoolOfR) + " IN ('', ?2) "
+                    "ORDER BY r.id LIMIT ?4) UNION ALL SELECT id FROM (SELECT r.id "
+                    "FROM runs r WHERE r.state = 'failed' AND r.not_before_ms <= ?1 AND "
+                    "r.id > ?3 AND " + std::string(kPoolOfR) + " IN ('', ?2) "
                     "ORDER BY r.id LIMIT ?4) ORDER BY id LIMIT ?4) p "
                     "JOIN runs r ON r.id = p.id JOIN batches b ON b.id = r.batch_id ORDER BY r.id"));
     ASSIGN_OR_RETURN(auto companions,
@@ -714,13 +722,12 @@ Result<std::vector<LeasedRun>> Store::LeaseForMachine(std::int64_t machine,
 }
 
 Result<bool> Store::MayLease(std::int64_t machine, TimeMs now) {
-  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT m.state != 'ready' OR EXISTS (SELECT 1 "
-                                       "FROM batch_counts x JOIN batches b ON b.id = x.batch_id "
-                                       "WHERE x.state = 'queued' AND (b.pool = '' OR b.pool = "
-                                       "m.pool)) OR EXISTS (SELECT 1 FROM runs r JOIN batches b "
-                                       "ON b.id = r.batch_id WHERE r.state = 'failed' AND "
-                                       "r.not_before_ms <= ?1 AND (b.pool = '' OR b.pool = "
-                                       "m.pool)) "
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT m.state != 'ready' OR EXISTS ("
+                                       "SELECT 1 FROM batch_counts x WHERE x.state = 'queued' "
+                                       "AND (SELECT b.pool FROM batches b WHERE b.id = "
+                                       "x.batch_id) IN ('', m.pool)) OR EXISTS (SELECT 1 FROM "
+                                       "runs r WHERE r.state = 'failed' AND r.not_before_ms <= "
+                                       "?1 AND ") + kPoolOfR + " IN ('', m.pool)) "
                                                    "OR EXISTS (SELECT 1 FROM gang_members g "
                                                    "WHERE g.machine_id = m.id AND g.delivered "
                                                    "= 0) FROM machines m WHERE m.id = ?"));
@@ -974,8 +981,9 @@ Result<std::vector<Store::CostRow>> Store::Costs(TimeMs now, bool per_batch) {
         db_.Prepare("SELECT p.pool, sum(p.machines), sum(p.billed_ms), sum(p.cost_ms), "
                     "COALESCE((SELECT busy_ms FROM pool_runs WHERE pool = p.pool), 0) + "
                     "(SELECT COALESCE(sum(max(0, ?1 - r.started_ms)), 0) FROM runs r "
-                    "JOIN machines rm ON rm.id = r.machine_id WHERE r.state = 'running' AND "
-                    "r.finished_ms IS NULL AND r.started_ms IS NOT NULL AND rm.pool = p.pool) "
+                    "WHERE r.state = 'running' AND r.finished_ms IS NULL AND r.started_ms IS "
+                    "NOT NULL AND (SELECT rm.pool FROM machines rm WHERE rm.id = r.machine_id) "
+                    "= p.pool) "
                     "FROM (SELECT pool, machines, billed_ms, cost_ms FROM pool_ended UNION ALL "
                     "SELECT pool, 1, max(0, ?1 - booted_ms), max(0, ?1 - booted_ms) * hourly_cost "
                     "FROM machines WHERE stopped_ms IS NULL) p "
