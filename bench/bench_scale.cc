@@ -33,6 +33,8 @@
 #include <string>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "agent/cli/cli.h"
 #include "agent/daemon/fleet.h"
 #include "cloud/provider.h"
@@ -108,7 +110,7 @@ void Fill(const std::string& path, std::int64_t runs, std::int64_t queued, TimeM
        " - 4000000, " + n(now) + " - 3000000, 'old-' || i, 0.1, " + n(now) + " - 3900000, " +
        n(now) + " - 3000000 FROM k");
   std::int64_t hist = hist_batches * per_batch;
-  exec("WITH RECURSIVE k(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i < " + n(hist) +
+  if (hist > 0) exec("WITH RECURSIVE k(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i < " + n(hist) +
        " - 1) INSERT INTO runs (id, batch_id, seed, repeat, state, attempts, lease_token, worker, "
        "started_ms, finished_ms, exit_code, metric_value, created_ms, updated_ms, machine_id) "
        "SELECT i + 1, i / " + n(per_batch) + " + 1, i % " + n(per_batch) + " + 1, i % " +
@@ -120,7 +122,7 @@ void Fill(const std::string& path, std::int64_t runs, std::int64_t queued, TimeM
        "SELECT id, 'acc', 100, metric_value - 0.01, 0, finished_ms - 1000 FROM runs");
   exec("INSERT INTO metrics (run_id, name, step, value, final, recorded_ms) "
        "SELECT id, 'acc', NULL, metric_value, 1, finished_ms FROM runs");
-  exec("WITH RECURSIVE k(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i < " + n(queued) +
+  if (queued > 0) exec("WITH RECURSIVE k(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i < " + n(queued) +
        " - 1) INSERT INTO runs (id, batch_id, seed, repeat, state, created_ms, updated_ms) "
        "SELECT " + n(hist) + " + i + 1, " + n(hist_batches) + " + i / " + n(per_batch) +
        " + 1, i % " + n(per_batch) + " + 1, i % " + n(per_batch) + ", 'queued', " + n(now) + ", " +
@@ -284,6 +286,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  spdlog::set_level(spdlog::level::warn);  // the fleet logs every boot
   queued = std::min(queued, runs);
   const TimeMs now = SystemClock::Get().Now();
   std::string dir = base + "/trainq-scale-" + std::to_string(getpid());

@@ -151,7 +151,8 @@ Result<std::optional<MachineRow>> Store::Machine(std::int64_t row, std::optional
 
 Result<std::vector<MachineRow>> Store::LostMachines(TimeMs since) {
   ASSIGN_OR_RETURN(auto lost,
-                   SelectMachines("WHERE m.state = 'failed' AND m.last_error LIKE 'lost: %' AND "
+                   SelectMachines("INDEXED BY machines_by_state WHERE m.state = 'failed' AND "
+                                  "m.last_error LIKE 'lost: %' AND "
                                   "m.stopped_ms >= CAST(?2 AS INTEGER)",
                                   {std::to_string(since)}, std::nullopt));
   std::stable_sort(lost.begin(), lost.end(), [](const MachineRow& a, const MachineRow& b) {
@@ -643,7 +644,9 @@ Result<std::vector<LeasedRun>> Store::LeaseForMachine(std::int64_t machine,
                      db_.Prepare("SELECT r.id FROM runs r WHERE r.batch_id = ?2 AND "
                                  "(r.state = 'queued' OR (r.state = 'failed' AND "
                                  "r.not_before_ms <= ?1)) ORDER BY r.seed"));
-    constexpr std::int64_t kPage = 256;
+    // The first page fits the slots asked for (a lease of 1 reads a few
+    // rows, not 256); each further page doubles, up to 256.
+    std::int64_t page_size = std::max(8, 2 * limits.max_runs * std::max(1, limits.fuse_max));
     double free_gpus = limits.free_gpus;
     int slots = limits.max_runs;
     std::vector<std::pair<std::int64_t, std::int64_t>> chosen;  // (run, group)
@@ -652,7 +655,7 @@ Result<std::vector<LeasedRun>> Store::LeaseForMachine(std::int64_t machine,
     std::int64_t after = 0;
     while (slots > 0) {
       std::vector<Candidate> page;
-      pick.Bind(1, now).Bind(2, pool).Bind(3, after).Bind(4, kPage);
+      pick.Bind(1, now).Bind(2, pool).Bind(3, after).Bind(4, page_size);
       while (true) {
         ASSIGN_OR_RETURN(bool row, pick.Step());
         if (!row) break;
@@ -698,7 +701,8 @@ Result<std::vector<LeasedRun>> Store::LeaseForMachine(std::int64_t machine,
           companions.Reset();
         }
       }
-      if (static_cast<std::int64_t>(page.size()) < kPage) break;
+      if (static_cast<std::int64_t>(page.size()) < page_size) break;
+      page_size = std::min<std::int64_t>(256, page_size * 2);
     }
     if (chosen.empty()) return out;
 
