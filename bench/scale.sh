@@ -17,6 +17,7 @@ LOCK=${LOCK:-/tmp/trainq-build.lock}  # LOCK=none: the caller holds it
 locked() { if [ "$LOCK" = none ]; then "$@"; else flock "$LOCK" "$@"; fi; }
 SIZES=${SIZES:-"10000 100000 1000000"}
 MACHINES=${MACHINES:-"1000 10000"}
+WORKERS=${WORKERS:-"1000 10000"}
 mkdir -p "$OUT"
 base=()
 [ -n "${BASE_TRAINQ:-}" ] && base=(--base-trainq "$BASE_TRAINQ")
@@ -34,7 +35,7 @@ done
 for m in $MACHINES; do part "fleet-$m" --fleet "$m"; done
 # 1,000 heartbeats/s from 10,000 workers over HTTP, 20 webhooks/s meanwhile.
 HB=$BUILD/bench/bench_heartbeats
-for w in ${WORKERS:-"1000 10000"}; do
+for w in $WORKERS; do
   locked sh -c 'echo "load $(cut -d" " -f1-3 /proc/loadavg)"; "$@"; echo "load_after $(cut -d" " -f1-3 /proc/loadavg)"' \
     sh "$HB" --workers "$w" --rate $((w / 10)) --seconds "${HB_SECONDS:-30}" --trainq "$T" >"$OUT/workers-$w.txt"
   echo "workers-$w: $(grep -c '^figure' "$OUT/workers-$w.txt") figures"
