@@ -132,8 +132,7 @@ void Fill(const std::string& path, std::int64_t runs, std::int64_t queued, TimeM
        "result, received_ms, updated_ms) SELECT 'github', 'd-' || id, '/bench/repo', "
        "'refs/heads/main', parent_sha, sha, 'done', 'queued', created_ms, created_ms FROM commits");
   exec("COMMIT");
-  // What a store that grew through the API would have: statistics for the planner.
-  exec("ANALYZE");
+  // No ANALYZE: a store that grew through trainq has no planner statistics.
   // The fill went through the WAL: fold it into the file now, so that no
   // figure below pays for checkpointing hundreds of megabytes.
   exec("PRAGMA wal_checkpoint(TRUNCATE)");
