@@ -808,6 +808,13 @@ Status Store::SetWaitingNotes(const std::vector<WaitingNote>& notes, TimeMs now)
 }
 
 Result<std::vector<Store::WaitingBatch>> Store::WaitingBatches(TimeMs now) {
+  // Usually there is no note (every pool can serve its runs): then nothing
+  // to join, however many batches are queued.
+  {
+    ASSIGN_OR_RETURN(auto any, db_.Prepare("SELECT EXISTS (SELECT 1 FROM waiting_notes)"));
+    ASSIGN_OR_RETURN(bool row, any.Step());
+    if (!row || any.Int(0) == 0) return std::vector<WaitingBatch>{};
+  }
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT b.id, sum(x.n), w.note FROM ") +
                                        kRunnableByBatch +
                                        " x JOIN batches b ON b.id = x.batch_id "

@@ -391,13 +391,13 @@ CREATE TABLE waiting_notes (
 CREATE TABLE run_counts (
   state TEXT PRIMARY KEY,
   n INTEGER NOT NULL
-) WITHOUT ROWID;
+);
 CREATE TABLE batch_counts (
   batch_id INTEGER NOT NULL,
   state TEXT NOT NULL,
   n INTEGER NOT NULL,
   PRIMARY KEY (batch_id, state)
-) WITHOUT ROWID;
+);
 CREATE INDEX batch_counts_by_state ON batch_counts (state, batch_id);
 INSERT INTO run_counts (state, n) SELECT state, count(*) FROM runs GROUP BY state;
 INSERT INTO batch_counts (batch_id, state, n)
@@ -409,7 +409,7 @@ CREATE TABLE recent_durations (
   run_id INTEGER NOT NULL,
   duration_ms INTEGER NOT NULL,
   PRIMARY KEY (repo_id, experiment, finished_ms, run_id)
-) WITHOUT ROWID;
+);
 INSERT INTO recent_durations (repo_id, experiment, finished_ms, run_id, duration_ms)
   SELECT repo_id, experiment, finished_ms, id, duration_ms FROM (
     SELECT c.repo_id, b.experiment, r.finished_ms, r.id, r.finished_ms - r.started_ms AS duration_ms,
@@ -452,13 +452,13 @@ CREATE TABLE machine_runs (
 CREATE TABLE pool_runs (
   pool TEXT PRIMARY KEY,
   busy_ms INTEGER NOT NULL
-) WITHOUT ROWID;
+);
 CREATE TABLE pool_ended (
   pool TEXT PRIMARY KEY,
   machines INTEGER NOT NULL,
   billed_ms INTEGER NOT NULL,
   cost_ms REAL NOT NULL
-) WITHOUT ROWID;
+);
 CREATE INDEX machines_live ON machines (pool) WHERE stopped_ms IS NULL;
 INSERT INTO machine_runs (machine_id, busy_ms, done)
   SELECT r.machine_id, sum((CASE WHEN r.started_ms IS NULL OR (r.state = 'running' AND r.finished_ms IS NULL) THEN 0 ELSE max(0, COALESCE(r.finished_ms, r.updated_ms) - r.started_ms) END)), sum((r.state = 'succeeded')) FROM runs r
@@ -521,7 +521,7 @@ END;
 CREATE TABLE push_counts (
   state TEXT PRIMARY KEY,
   n INTEGER NOT NULL
-) WITHOUT ROWID;
+);
 INSERT INTO push_counts (state, n) SELECT state, count(*) FROM pushes GROUP BY state;
 CREATE TRIGGER pushes_counted_insert AFTER INSERT ON pushes BEGIN
   INSERT INTO push_counts (state, n) VALUES (new.state, 1)

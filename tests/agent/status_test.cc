@@ -250,10 +250,14 @@ TEST_CASE("status text reads the newest 20 active batches of a deep queue and co
   auto [large, j300] = steps(20);
   CHECK(j300["batches"].size() == 20);
   CHECK(j300["batches_total"] == 300);
-  INFO("VM steps with 30 active batches: " << small << ", with 300: " << large);
-  CHECK(large < small * 3 / 2);
-  // All of them without a limit (--json, the read API).
-  CHECK(steps(0).second["batches"].size() == 300);
+  // Finding and counting the active batches is an index range (a few steps
+  // per batch); reading each one's runs, values and ETA costs hundreds.
+  auto [all, j_all] = steps(0);  // all of them (--json, the read API)
+  CHECK(j_all["batches"].size() == 300);
+  INFO("VM steps with 30 active batches: " << small << ", with 300: " << large
+                                           << ", with 300 and no limit: " << all);
+  CHECK((large - small) / 270 < 25);
+  CHECK(all > 3 * large);  // the limit is what keeps it flat
   // The text says how many are not shown.
   StatusOptions so;
   so.db = path;
