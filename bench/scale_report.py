@@ -170,7 +170,6 @@ def main():
     table("history", [("fill, s", "fill_s"), ("database, MB", "db_mb"),
                       ("`trainq status`, ms", "cli_status_ms"),
                       ("`trainq status`, before (schema 11), ms", "base_cli_status_ms"),
-                      ("`trainq status` RSS, MB", "cli_status_rss_mb"),
                       ("`trainq status --json`, ms", "cli_status_json_ms"),
                       ("status in process, ms", "status_ms"),
                       ("status in process, VM steps", "status_vm_steps"),
