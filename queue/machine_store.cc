@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "queue/store.h"
 
@@ -30,6 +31,19 @@ std::optional<cloud::MachineState> ParseMachineState(std::string_view s) {
 constexpr const char* kRunnable =
     "(r.state = 'queued' OR (r.state = 'failed' AND r.not_before_ms <= ?))";
 
+// The pool of run r's batch, as a correlated lookup: a join would let the
+// planner scan batches (or build a Bloom filter over them) before the runs,
+// which costs the whole history; this keeps runs_by_state's order and stops at
+// the LIMIT.
+constexpr const char* kPoolOfR = "(SELECT pb.pool FROM batches pb WHERE pb.id = r.batch_id)";
+
+// Runnable runs counted per batch, ?1 = now: queued ones from batch_counts
+// (kept by triggers, a row per batch), failed ones past their backoff from
+// runs_by_state. Reads the live batches, never the whole queue or history.
+constexpr const char* kRunnableByBatch =
+    "(SELECT batch_id, n FROM batch_counts WHERE state = 'queued' "
+    "UNION ALL SELECT batch_id, 1 AS n FROM runs WHERE state = 'failed' AND not_before_ms <= ?1)";
+
 // Live gang members of nodes 1.. on machine m.id (node 0's machine is the
 // run's machine_id, counted with the run itself).
 constexpr const char* kLiveGangMembersOnM =
@@ -44,6 +58,13 @@ constexpr const char* kRunTime =
     "max(0, COALESCE(r.finished_ms, CASE WHEN r.state = 'running' THEN ?1 END, r.updated_ms) "
     "- r.started_ms) END";
 
+// The part of kRunTime that moves with `now`, summed over the runs running
+// now on machine m.id (machine_runs holds the rest). Parameter: now (nullable).
+constexpr const char* kRunningTimeOnM =
+    "(SELECT COALESCE(sum(max(0, COALESCE(?1, r.updated_ms) - r.started_ms)), 0) FROM runs r "
+    "WHERE r.machine_id = m.id AND r.state = 'running' AND r.finished_ms IS NULL "
+    "AND r.started_ms IS NOT NULL)";
+
 double GpuCost(int gpus, int runs_per_gpu) {
   if (gpus <= 0) return 0;
   if (gpus == 1) return 1.0 / std::max(1, runs_per_gpu);
@@ -57,9 +78,9 @@ std::string MachineColumns() {
              "m.ready_ms, m.last_busy_ms, m.stopped_ms, "
              "(SELECT count(*) FROM runs r WHERE r.machine_id = m.id AND r.state IN "
              "('leased', 'running')) + ") + kLiveGangMembersOnM + ", " + std::string(
-             "(SELECT count(*) FROM runs r WHERE r.machine_id = m.id AND r.state = 'succeeded'), "
-             "(SELECT COALESCE(sum(") +
-         kRunTime + "), 0) FROM runs r WHERE r.machine_id = m.id) ";
+             "COALESCE((SELECT done FROM machine_runs WHERE machine_id = m.id), 0), "
+             "COALESCE((SELECT busy_ms FROM machine_runs WHERE machine_id = m.id), 0) + ") +
+         kRunningTimeOnM + " ";
 }
 
 MachineRow ReadMachine(const sql::Stmt& s) {
@@ -111,7 +132,14 @@ Result<std::vector<MachineRow>> Store::SelectMachines(const std::string& where,
 }
 
 Result<std::vector<MachineRow>> Store::Machines(bool include_stopped, std::optional<TimeMs> now) {
-  return SelectMachines(include_stopped ? "" : "WHERE m.state NOT IN ('stopped', 'failed')", {},
+  // The live states by name, through machines_by_state, so that this does not
+  // visit every machine the fleet ever had (left to itself the planner walks
+  // the table in id order to skip the sort).
+  return SelectMachines(include_stopped ? ""
+                                        : "INDEXED BY machines_by_state WHERE m.state IN "
+                                          "('requested', 'booting', 'ready', 'draining', "
+                                          "'stopping')",
+                        {},
                         now);
 }
 
@@ -123,7 +151,8 @@ Result<std::optional<MachineRow>> Store::Machine(std::int64_t row, std::optional
 
 Result<std::vector<MachineRow>> Store::LostMachines(TimeMs since) {
   ASSIGN_OR_RETURN(auto lost,
-                   SelectMachines("WHERE m.state = 'failed' AND m.last_error LIKE 'lost: %' AND "
+                   SelectMachines("INDEXED BY machines_by_state WHERE m.state = 'failed' AND "
+                                  "m.last_error LIKE 'lost: %' AND "
                                   "m.stopped_ms >= CAST(?2 AS INTEGER)",
                                   {std::to_string(since)}, std::nullopt));
   std::stable_sort(lost.begin(), lost.end(), [](const MachineRow& a, const MachineRow& b) {
@@ -587,66 +616,93 @@ Result<std::vector<LeasedRun>> Store::LeaseForMachine(std::int64_t machine,
     std::vector<LeasedRun> out;
     if (limits.max_runs <= 0) return out;
 
-    // Candidates, oldest first. A slot's fused companions come from the same
-    // batch by seed.
+    // Candidates, oldest first, read a page at a time: the scan stops once
+    // the slots are filled, so a lease costs the same with a million runs
+    // queued as with ten. A slot's fused companions come from the same batch
+    // by seed.
     struct Candidate {
       std::int64_t id, batch_id, seed;
       int gpus;
       bool trainer;
       bool gang;
     };
+    // Queued runs and failed ones past their backoff, each walked in id
+    // order through runs_by_state (a plain OR would walk every run).
     ASSIGN_OR_RETURN(
         auto pick,
-        db_.Prepare(std::string("SELECT r.id, r.batch_id, r.seed, b.gpus, "
-                                "COALESCE(json_extract(b.spec_json, '$.trainer'), '') != '', "
-                                "json_extract(b.spec_json, '$.resources.nodes') IS NOT NULL "
-                                "FROM runs r JOIN batches b ON b.id = r.batch_id WHERE ") +
-                    kRunnable + " AND (b.pool = '' OR b.pool = ?) ORDER BY r.id"));
-    pick.Bind(1, now).Bind(2, pool);
-    std::vector<Candidate> candidates;
-    while (true) {
-      ASSIGN_OR_RETURN(bool row, pick.Step());
-      if (!row) break;
-      candidates.push_back({pick.Int(0), pick.Int(1), pick.Int(2), static_cast<int>(pick.Int(3)),
-                            pick.Int(4) != 0, pick.Int(5) != 0});
-    }
-    pick.Reset();
-    // The oldest gang that can form on this machine, when nothing is picked
-    // before it: it takes the whole machine (and its partners) or nothing.
-    for (const auto& c : candidates) {
-      if (!c.gang) break;
-      ASSIGN_OR_RETURN(auto formed, FormGang(c.id, machine, pool, worker, now, lease_ms));
-      if (!formed.empty()) return formed;
-    }
-    std::erase_if(candidates, [](const Candidate& c) { return c.gang; });
-
+        db_.Prepare(std::string("SELECT r.id, r.batch_id, r.seed, b.gpus, ") +
+                    "COALESCE(json_extract(b.spec_json, '$.trainer'), '') != '', "
+                    "json_extract(b.spec_json, '$.resources.nodes') IS NOT NULL "
+                    "FROM (SELECT id FROM (SELECT r.id FROM runs r WHERE r.state = 'queued' "
+                    "AND r.id > ?3 AND " + std::string(kPoolOfR) + " IN ('', ?2) "
+                    "ORDER BY r.id LIMIT ?4) UNION ALL SELECT id FROM (SELECT r.id "
+                    "FROM runs r WHERE r.state = 'failed' AND r.not_before_ms <= ?1 AND "
+                    "r.id > ?3 AND " + std::string(kPoolOfR) + " IN ('', ?2) "
+                    "ORDER BY r.id LIMIT ?4) ORDER BY id LIMIT ?4) p "
+                    "JOIN runs r ON r.id = p.id JOIN batches b ON b.id = r.batch_id ORDER BY r.id"));
+    ASSIGN_OR_RETURN(auto companions,
+                     db_.Prepare("SELECT r.id FROM runs r WHERE r.batch_id = ?2 AND "
+                                 "(r.state = 'queued' OR (r.state = 'failed' AND "
+                                 "r.not_before_ms <= ?1)) ORDER BY r.seed"));
+    // The first page fits the slots asked for (a lease of 1 reads a few
+    // rows, not 256); each further page doubles, up to 256.
+    std::int64_t page_size = std::max(8, 2 * limits.max_runs * std::max(1, limits.fuse_max));
     double free_gpus = limits.free_gpus;
     int slots = limits.max_runs;
     std::vector<std::pair<std::int64_t, std::int64_t>> chosen;  // (run, group)
-    std::map<std::int64_t, bool> taken;
-    for (size_t i = 0; i < candidates.size() && slots > 0; ++i) {
-      const auto& c = candidates[i];
-      if (taken.count(c.id)) continue;
-      double cost = GpuCost(c.gpus, limits.runs_per_gpu);
-      if (cost > free_gpus + 1e-9) continue;  // does not fit: a later, smaller run may
-      free_gpus -= cost;
-      --slots;
-      taken[c.id] = true;
-      if (limits.fuse_max > 1 && c.trainer) {
-        std::vector<const Candidate*> same;
-        for (const auto& o : candidates) {
-          if (o.batch_id == c.batch_id && !taken.count(o.id)) same.push_back(&o);
-        }
-        std::sort(same.begin(), same.end(),
-                  [](const Candidate* a, const Candidate* b) { return a->seed < b->seed; });
-        chosen.emplace_back(c.id, c.id);
-        for (size_t k = 0; k < same.size() && static_cast<int>(k) + 1 < limits.fuse_max; ++k) {
-          taken[same[k]->id] = true;
-          chosen.emplace_back(same[k]->id, c.id);
-        }
-      } else {
-        chosen.emplace_back(c.id, 0);
+    std::set<std::int64_t> taken;
+    bool leading_gangs = true;  // gangs before the first other run may form
+    std::int64_t after = 0;
+    while (slots > 0) {
+      std::vector<Candidate> page;
+      pick.Bind(1, now).Bind(2, pool).Bind(3, after).Bind(4, page_size);
+      while (true) {
+        ASSIGN_OR_RETURN(bool row, pick.Step());
+        if (!row) break;
+        page.push_back({pick.Int(0), pick.Int(1), pick.Int(2), static_cast<int>(pick.Int(3)),
+                        pick.Int(4) != 0, pick.Int(5) != 0});
       }
+      pick.Reset();
+      if (page.empty()) break;
+      after = page.back().id;
+      for (size_t i = 0; i < page.size() && slots > 0; ++i) {
+        const auto& c = page[i];
+        // The oldest gang that can form on this machine, when nothing is
+        // picked before it: it takes the whole machine (and its partners) or
+        // nothing.
+        if (c.gang) {
+          if (leading_gangs) {
+            ASSIGN_OR_RETURN(auto formed, FormGang(c.id, machine, pool, worker, now, lease_ms));
+            if (!formed.empty()) return formed;
+          }
+          continue;
+        }
+        leading_gangs = false;
+        if (taken.count(c.id)) continue;
+        double cost = GpuCost(c.gpus, limits.runs_per_gpu);
+        if (cost > free_gpus + 1e-9) continue;  // does not fit: a later, smaller run may
+        free_gpus -= cost;
+        --slots;
+        taken.insert(c.id);
+        chosen.emplace_back(c.id, limits.fuse_max > 1 && c.trainer ? c.id : 0);
+        if (limits.fuse_max > 1 && c.trainer) {
+          // Runnable runs of the same batch by seed (a batch is a gang or not
+          // as a whole, so none of them is a gang).
+          companions.Bind(1, now).Bind(2, c.batch_id);
+          int fused = 1;
+          while (fused < limits.fuse_max) {
+            ASSIGN_OR_RETURN(bool row, companions.Step());
+            if (!row) break;
+            std::int64_t id = companions.Int(0);
+            if (!taken.insert(id).second) continue;
+            chosen.emplace_back(id, c.id);
+            ++fused;
+          }
+          companions.Reset();
+        }
+      }
+      if (static_cast<std::int64_t>(page.size()) < page_size) break;
+      page_size = std::min<std::int64_t>(256, page_size * 2);
     }
     if (chosen.empty()) return out;
 
@@ -670,10 +726,12 @@ Result<std::vector<LeasedRun>> Store::LeaseForMachine(std::int64_t machine,
 }
 
 Result<bool> Store::MayLease(std::int64_t machine, TimeMs now) {
-  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT m.state != 'ready' OR EXISTS (SELECT 1 "
-                                                   "FROM runs r JOIN batches b ON b.id = "
-                                                   "r.batch_id WHERE ") +
-                                       kRunnable + " AND (b.pool = '' OR b.pool = m.pool)) "
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT m.state != 'ready' OR EXISTS ("
+                                       "SELECT 1 FROM batch_counts x WHERE x.state = 'queued' "
+                                       "AND (SELECT b.pool FROM batches b WHERE b.id = "
+                                       "x.batch_id) IN ('', m.pool)) OR EXISTS (SELECT 1 FROM "
+                                       "runs r WHERE r.state = 'failed' AND r.not_before_ms <= "
+                                       "?1 AND ") + kPoolOfR + " IN ('', m.pool)) "
                                                    "OR EXISTS (SELECT 1 FROM gang_members g "
                                                    "WHERE g.machine_id = m.id AND g.delivered "
                                                    "= 0) FROM machines m WHERE m.id = ?"));
@@ -683,12 +741,13 @@ Result<bool> Store::MayLease(std::int64_t machine, TimeMs now) {
 }
 
 Result<std::vector<Store::DemandRow>> Store::RunnableDemand(TimeMs now) {
-  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT b.pool, b.gpus, count(*), "
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT b.pool, b.gpus, sum(x.n), "
                                                    "COALESCE(json_extract(b.spec_json, "
-                                                   "'$.resources.nodes'), 0) AS nodes FROM runs r "
-                                                   "JOIN batches b ON b.id = r.batch_id WHERE ") +
-                                       kRunnable + " GROUP BY b.pool, b.gpus, nodes ORDER BY "
-                                                   "b.pool, b.gpus, nodes"));
+                                                   "'$.resources.nodes'), 0) AS nodes FROM ") +
+                                       kRunnableByBatch +
+                                       " x JOIN batches b ON b.id = x.batch_id "
+                                       "GROUP BY b.pool, b.gpus, nodes ORDER BY "
+                                       "b.pool, b.gpus, nodes"));
   s.Bind(1, now);
   std::vector<DemandRow> out;
   while (true) {
@@ -749,13 +808,21 @@ Status Store::SetWaitingNotes(const std::vector<WaitingNote>& notes, TimeMs now)
 }
 
 Result<std::vector<Store::WaitingBatch>> Store::WaitingBatches(TimeMs now) {
-  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT b.id, count(*), w.note FROM runs r "
-                                                   "JOIN batches b ON b.id = r.batch_id "
-                                                   "JOIN waiting_notes w ON w.pool = b.pool AND "
-                                                   "w.gpus = b.gpus AND w.nodes = COALESCE("
-                                                   "json_extract(b.spec_json, "
-                                                   "'$.resources.nodes'), 0) WHERE ") +
-                                       kRunnable + " GROUP BY b.id, w.note ORDER BY b.id"));
+  // Usually there is no note (every pool can serve its runs): then nothing
+  // to join, however many batches are queued.
+  {
+    ASSIGN_OR_RETURN(auto any, db_.Prepare("SELECT EXISTS (SELECT 1 FROM waiting_notes)"));
+    ASSIGN_OR_RETURN(bool row, any.Step());
+    if (!row || any.Int(0) == 0) return std::vector<WaitingBatch>{};
+  }
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT b.id, sum(x.n), w.note FROM ") +
+                                       kRunnableByBatch +
+                                       " x JOIN batches b ON b.id = x.batch_id "
+                                       "JOIN waiting_notes w ON w.pool = b.pool AND "
+                                       "w.gpus = b.gpus AND w.nodes = COALESCE("
+                                       "json_extract(b.spec_json, "
+                                       "'$.resources.nodes'), 0) "
+                                       "GROUP BY b.id, w.note ORDER BY b.id"));
   s.Bind(1, now);
   std::vector<WaitingBatch> out;
   while (true) {
@@ -917,16 +984,21 @@ Result<std::vector<Store::CostRow>> Store::Costs(TimeMs now, bool per_batch) {
   std::vector<CostRow> out;
   if (!per_batch) {
     // Billed: boot to stop (or now); busy: run time on the pool's machines.
+    // Stopped machines' billing comes summed per pool (pool_ended) and run
+    // time that no longer moves per pool (pool_runs), both kept by triggers:
+    // this reads the live machines and the running runs only.
     ASSIGN_OR_RETURN(
         auto s,
-        db_.Prepare(std::string("SELECT m.pool, count(*), "
-                                "sum(max(0, COALESCE(m.stopped_ms, ?1) - m.booted_ms)), "
-                                "sum(max(0, COALESCE(m.stopped_ms, ?1) - m.booted_ms) * "
-                                "m.hourly_cost), "
-                                "sum((SELECT COALESCE(sum(") +
-                    kRunTime +
-                    "), 0) FROM runs r WHERE r.machine_id = m.id)) "
-                    "FROM machines m GROUP BY m.pool ORDER BY m.pool"));
+        db_.Prepare("SELECT p.pool, sum(p.machines), sum(p.billed_ms), sum(p.cost_ms), "
+                    "COALESCE((SELECT busy_ms FROM pool_runs WHERE pool = p.pool), 0) + "
+                    "(SELECT COALESCE(sum(max(0, ?1 - r.started_ms)), 0) FROM runs r "
+                    "WHERE r.state = 'running' AND r.finished_ms IS NULL AND r.started_ms IS "
+                    "NOT NULL AND (SELECT rm.pool FROM machines rm WHERE rm.id = r.machine_id) "
+                    "= p.pool) "
+                    "FROM (SELECT pool, machines, billed_ms, cost_ms FROM pool_ended UNION ALL "
+                    "SELECT pool, 1, max(0, ?1 - booted_ms), max(0, ?1 - booted_ms) * hourly_cost "
+                    "FROM machines WHERE stopped_ms IS NULL) p "
+                    "GROUP BY p.pool HAVING sum(p.machines) > 0 ORDER BY p.pool"));
     s.Bind(1, now);
     while (true) {
       ASSIGN_OR_RETURN(bool row, s.Step());

@@ -203,7 +203,7 @@ Result<std::vector<Store::Push>> Store::RecentPushes(int limit) {
 
 Result<std::vector<std::pair<std::string, std::int64_t>>> Store::CountPushesByState() {
   ASSIGN_OR_RETURN(auto s,
-                   db_.Prepare("SELECT state, count(*) FROM pushes GROUP BY state ORDER BY state"));
+                   db_.Prepare("SELECT state, n FROM push_counts WHERE n > 0 ORDER BY state"));
   return Collect<std::pair<std::string, std::int64_t>>(
       s, [](const sql::Stmt& st) { return std::make_pair(st.Text(0), st.Int(1)); });
 }
@@ -217,8 +217,9 @@ Result<std::vector<Store::Push>> Store::PushesForCommit(const std::string& sha_p
   std::string lower = sha_prefix;
   for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kPushColumns +
-                                       " FROM pushes WHERE after_sha LIKE ? ORDER BY id DESC"));
-  s.Bind(1, lower + "%");
+                                       " FROM pushes WHERE after_sha >= ?1 AND after_sha < ?2 "
+                                       "ORDER BY id DESC"));
+  s.Bind(1, lower).Bind(2, lower + "g");  // a range on pushes_by_after
   return Collect<Push>(s, ReadPush);
 }
 

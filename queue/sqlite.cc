@@ -27,11 +27,19 @@ ErrorKind KindFor(int code) {
   }
 }
 
+thread_local std::int64_t vm_steps = 0;
+
 }  // namespace
 
 // SQLITE_FULL with a mark of ours (SQLite has no extended codes of
 // SQLITE_FULL): a write refused with EFBIG.
 constexpr int kFileSizeLimit = SQLITE_FULL | (1 << 8);
+
+std::int64_t VmSteps() { return vm_steps; }
+
+void Stmt::CountSteps() {
+  if (stmt_) vm_steps += sqlite3_stmt_status(stmt_, SQLITE_STMTSTATUS_VM_STEP, /*reset=*/1);
+}
 
 // SQLite reports a write on a full or read-only filesystem as a plain I/O
 // error at times (the -shm file, the WAL): the OS error tells them apart.
@@ -79,6 +87,7 @@ static std::string Hint(int code) {
 
 Stmt& Stmt::operator=(Stmt&& o) noexcept {
   if (this != &o) {
+    CountSteps();
     if (stmt_) sqlite3_finalize(stmt_);
     db_ = o.db_;
     stmt_ = o.stmt_;
@@ -88,6 +97,7 @@ Stmt& Stmt::operator=(Stmt&& o) noexcept {
 }
 
 Stmt::~Stmt() {
+  CountSteps();
   if (stmt_) sqlite3_finalize(stmt_);
 }
 
@@ -133,6 +143,7 @@ Status Stmt::Run() {
 }
 
 void Stmt::Reset() {
+  CountSteps();
   sqlite3_reset(stmt_);
   sqlite3_clear_bindings(stmt_);
 }

@@ -13,6 +13,13 @@
 
 namespace trainq::sql {
 
+// SQLite virtual-machine steps run by this thread's statements so far (read
+// from sqlite3_stmt_status(SQLITE_STMTSTATUS_VM_STEP) whenever a statement is
+// reset or finalized). A query that visits every row of a table runs a step
+// per row, so tests compare this count at two history sizes to catch a read
+// path that grows with history (not a timing).
+std::int64_t VmSteps();
+
 class Stmt {
  public:
   Stmt() = default;
@@ -50,6 +57,8 @@ class Stmt {
   std::optional<double> OptDouble(int col) const;
 
  private:
+  void CountSteps();
+
   sqlite3* db_ = nullptr;
   sqlite3_stmt* stmt_ = nullptr;
 };

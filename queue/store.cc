@@ -428,6 +428,182 @@ DROP TABLE push_statuses;
 ALTER TABLE push_statuses_v12 RENAME TO push_statuses;
 CREATE INDEX push_statuses_due ON push_statuses (gave_up, not_before_ms);
 )sql",
+    // 12 -> 13: reads that stay flat as history grows (bench/README.md,
+    // Scale). Run counts per state, overall and per batch, kept by triggers
+    // on runs, so `trainq status` counts without visiting every run and finds
+    // the active batches without visiting every batch (a batch_counts row
+    // whose count falls to 0 is deleted); and the durations of the latest
+    // succeeded runs per (repository, experiment), the newest 50 kept, for
+    // the ETA estimate (RecentRunDurations) without sorting all of history;
+    // run time per machine and pool and stopped machines' billing (below).
+    R"sql(
+CREATE TABLE run_counts (
+  state TEXT PRIMARY KEY,
+  n INTEGER NOT NULL
+);
+CREATE TABLE batch_counts (
+  batch_id INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  n INTEGER NOT NULL,
+  PRIMARY KEY (batch_id, state)
+);
+CREATE INDEX batch_counts_by_state ON batch_counts (state, batch_id);
+INSERT INTO run_counts (state, n) SELECT state, count(*) FROM runs GROUP BY state;
+INSERT INTO batch_counts (batch_id, state, n)
+  SELECT batch_id, state, count(*) FROM runs GROUP BY batch_id, state;
+CREATE TABLE recent_durations (
+  repo_id INTEGER NOT NULL,
+  experiment TEXT NOT NULL,
+  finished_ms INTEGER NOT NULL,
+  run_id INTEGER NOT NULL,
+  duration_ms INTEGER NOT NULL,
+  PRIMARY KEY (repo_id, experiment, finished_ms, run_id)
+);
+INSERT INTO recent_durations (repo_id, experiment, finished_ms, run_id, duration_ms)
+  SELECT repo_id, experiment, finished_ms, id, duration_ms FROM (
+    SELECT c.repo_id, b.experiment, r.finished_ms, r.id, r.finished_ms - r.started_ms AS duration_ms,
+           row_number() OVER (PARTITION BY c.repo_id, b.experiment
+                              ORDER BY r.finished_ms DESC, r.id DESC) AS k
+    FROM runs r JOIN batches b ON b.id = r.batch_id JOIN commits c ON c.id = b.commit_id
+    WHERE r.state = 'succeeded' AND r.started_ms IS NOT NULL AND r.finished_ms IS NOT NULL)
+  WHERE k <= 50;
+CREATE TRIGGER runs_counted_insert AFTER INSERT ON runs BEGIN
+  INSERT INTO run_counts (state, n) VALUES (new.state, 1)
+    ON CONFLICT (state) DO UPDATE SET n = n + 1;
+  INSERT INTO batch_counts (batch_id, state, n) VALUES (new.batch_id, new.state, 1)
+    ON CONFLICT (batch_id, state) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER runs_counted_delete AFTER DELETE ON runs BEGIN
+  UPDATE run_counts SET n = n - 1 WHERE state = old.state;
+  UPDATE batch_counts SET n = n - 1 WHERE batch_id = old.batch_id AND state = old.state;
+  DELETE FROM batch_counts WHERE batch_id = old.batch_id AND state = old.state AND n <= 0;
+END;
+CREATE TRIGGER runs_counted_update AFTER UPDATE OF state, batch_id ON runs
+  WHEN old.state IS NOT new.state OR old.batch_id IS NOT new.batch_id BEGIN
+  UPDATE run_counts SET n = n - 1 WHERE state = old.state;
+  INSERT INTO run_counts (state, n) VALUES (new.state, 1)
+    ON CONFLICT (state) DO UPDATE SET n = n + 1;
+  UPDATE batch_counts SET n = n - 1 WHERE batch_id = old.batch_id AND state = old.state;
+  DELETE FROM batch_counts WHERE batch_id = old.batch_id AND state = old.state AND n <= 0;
+  INSERT INTO batch_counts (batch_id, state, n) VALUES (new.batch_id, new.state, 1)
+    ON CONFLICT (batch_id, state) DO UPDATE SET n = n + 1;
+END;
+-- Run time per machine and per pool (Machines, Costs): the time of runs
+-- whose time no longer moves (all but those running now), and succeeded
+-- runs per machine, kept by triggers; the running ones are added at read
+-- time. And the billing of stopped machines per pool, so Costs reads the
+-- live machines only.
+CREATE TABLE machine_runs (
+  machine_id INTEGER PRIMARY KEY,
+  busy_ms INTEGER NOT NULL,
+  done INTEGER NOT NULL
+);
+CREATE TABLE pool_runs (
+  pool TEXT PRIMARY KEY,
+  busy_ms INTEGER NOT NULL
+);
+CREATE TABLE pool_ended (
+  pool TEXT PRIMARY KEY,
+  machines INTEGER NOT NULL,
+  billed_ms INTEGER NOT NULL,
+  cost_ms REAL NOT NULL
+);
+CREATE INDEX machines_live ON machines (pool) WHERE stopped_ms IS NULL;
+-- A batch that reuses another is active while that one is (Batches).
+CREATE INDEX batches_by_reused ON batches (reuses_batch_id);
+INSERT INTO machine_runs (machine_id, busy_ms, done)
+  SELECT r.machine_id, sum((CASE WHEN r.started_ms IS NULL OR (r.state = 'running' AND r.finished_ms IS NULL) THEN 0 ELSE max(0, COALESCE(r.finished_ms, r.updated_ms) - r.started_ms) END)), sum((r.state = 'succeeded')) FROM runs r
+  WHERE r.machine_id IS NOT NULL GROUP BY r.machine_id;
+INSERT INTO pool_runs (pool, busy_ms)
+  SELECT m.pool, sum(x.busy_ms) FROM machine_runs x JOIN machines m ON m.id = x.machine_id
+  GROUP BY m.pool;
+INSERT INTO pool_ended (pool, machines, billed_ms, cost_ms)
+  SELECT m.pool, count(*), sum(max(0, m.stopped_ms - m.booted_ms)), sum(max(0, m.stopped_ms - m.booted_ms) * m.hourly_cost) FROM machines m
+  WHERE m.stopped_ms IS NOT NULL GROUP BY m.pool;
+CREATE TRIGGER runs_time_insert AFTER INSERT ON runs WHEN new.machine_id IS NOT NULL BEGIN
+  INSERT INTO machine_runs (machine_id, busy_ms, done) VALUES (new.machine_id, (CASE WHEN new.started_ms IS NULL OR (new.state = 'running' AND new.finished_ms IS NULL) THEN 0 ELSE max(0, COALESCE(new.finished_ms, new.updated_ms) - new.started_ms) END), (new.state = 'succeeded'))
+    ON CONFLICT (machine_id) DO UPDATE SET busy_ms = busy_ms + excluded.busy_ms,
+    done = done + excluded.done;
+  INSERT INTO pool_runs (pool, busy_ms) SELECT pool, (CASE WHEN new.started_ms IS NULL OR (new.state = 'running' AND new.finished_ms IS NULL) THEN 0 ELSE max(0, COALESCE(new.finished_ms, new.updated_ms) - new.started_ms) END) FROM machines
+    WHERE id = new.machine_id ON CONFLICT (pool) DO UPDATE SET busy_ms = busy_ms + excluded.busy_ms;
+END;
+CREATE TRIGGER runs_time_delete AFTER DELETE ON runs WHEN old.machine_id IS NOT NULL BEGIN
+  UPDATE machine_runs SET busy_ms = busy_ms - (CASE WHEN old.started_ms IS NULL OR (old.state = 'running' AND old.finished_ms IS NULL) THEN 0 ELSE max(0, COALESCE(old.finished_ms, old.updated_ms) - old.started_ms) END), done = done - (old.state = 'succeeded')
+    WHERE machine_id = old.machine_id;
+  UPDATE pool_runs SET busy_ms = busy_ms - (CASE WHEN old.started_ms IS NULL OR (old.state = 'running' AND old.finished_ms IS NULL) THEN 0 ELSE max(0, COALESCE(old.finished_ms, old.updated_ms) - old.started_ms) END)
+    WHERE pool = (SELECT pool FROM machines WHERE id = old.machine_id);
+END;
+CREATE TRIGGER runs_time_update AFTER UPDATE ON runs
+  WHEN (old.machine_id IS NOT NULL OR new.machine_id IS NOT NULL)
+   AND (old.machine_id IS NOT new.machine_id OR (CASE WHEN old.started_ms IS NULL OR (old.state = 'running' AND old.finished_ms IS NULL) THEN 0 ELSE max(0, COALESCE(old.finished_ms, old.updated_ms) - old.started_ms) END) != (CASE WHEN new.started_ms IS NULL OR (new.state = 'running' AND new.finished_ms IS NULL) THEN 0 ELSE max(0, COALESCE(new.finished_ms, new.updated_ms) - new.started_ms) END)
+        OR (old.state = 'succeeded') != (new.state = 'succeeded')) BEGIN
+  UPDATE machine_runs SET busy_ms = busy_ms - (CASE WHEN old.started_ms IS NULL OR (old.state = 'running' AND old.finished_ms IS NULL) THEN 0 ELSE max(0, COALESCE(old.finished_ms, old.updated_ms) - old.started_ms) END), done = done - (old.state = 'succeeded')
+    WHERE machine_id = old.machine_id;
+  UPDATE pool_runs SET busy_ms = busy_ms - (CASE WHEN old.started_ms IS NULL OR (old.state = 'running' AND old.finished_ms IS NULL) THEN 0 ELSE max(0, COALESCE(old.finished_ms, old.updated_ms) - old.started_ms) END)
+    WHERE pool = (SELECT pool FROM machines WHERE id = old.machine_id);
+  INSERT INTO machine_runs (machine_id, busy_ms, done)
+    SELECT new.machine_id, (CASE WHEN new.started_ms IS NULL OR (new.state = 'running' AND new.finished_ms IS NULL) THEN 0 ELSE max(0, COALESCE(new.finished_ms, new.updated_ms) - new.started_ms) END), (new.state = 'succeeded') WHERE new.machine_id IS NOT NULL
+    ON CONFLICT (machine_id) DO UPDATE SET busy_ms = busy_ms + excluded.busy_ms,
+    done = done + excluded.done;
+  INSERT INTO pool_runs (pool, busy_ms) SELECT pool, (CASE WHEN new.started_ms IS NULL OR (new.state = 'running' AND new.finished_ms IS NULL) THEN 0 ELSE max(0, COALESCE(new.finished_ms, new.updated_ms) - new.started_ms) END) FROM machines
+    WHERE id = new.machine_id ON CONFLICT (pool) DO UPDATE SET busy_ms = busy_ms + excluded.busy_ms;
+END;
+CREATE TRIGGER machines_ended_insert AFTER INSERT ON machines WHEN new.stopped_ms IS NOT NULL BEGIN
+  INSERT INTO pool_ended (pool, machines, billed_ms, cost_ms)
+    VALUES (new.pool, 1, max(0, new.stopped_ms - new.booted_ms), max(0, new.stopped_ms - new.booted_ms) * new.hourly_cost)
+    ON CONFLICT (pool) DO UPDATE SET machines = machines + 1,
+    billed_ms = billed_ms + excluded.billed_ms, cost_ms = cost_ms + excluded.cost_ms;
+END;
+CREATE TRIGGER machines_ended_delete AFTER DELETE ON machines WHEN old.stopped_ms IS NOT NULL BEGIN
+  UPDATE pool_ended SET machines = machines - 1, billed_ms = billed_ms - max(0, old.stopped_ms - old.booted_ms),
+    cost_ms = cost_ms - max(0, old.stopped_ms - old.booted_ms) * old.hourly_cost WHERE pool = old.pool;
+END;
+CREATE TRIGGER machines_ended_update AFTER UPDATE OF stopped_ms, booted_ms, hourly_cost, pool
+  ON machines WHEN old.stopped_ms IS NOT NULL OR new.stopped_ms IS NOT NULL BEGIN
+  UPDATE pool_ended SET machines = machines - 1, billed_ms = billed_ms - max(0, old.stopped_ms - old.booted_ms),
+    cost_ms = cost_ms - max(0, old.stopped_ms - old.booted_ms) * old.hourly_cost
+    WHERE pool = old.pool AND old.stopped_ms IS NOT NULL;
+  INSERT INTO pool_ended (pool, machines, billed_ms, cost_ms)
+    SELECT new.pool, 1, max(0, new.stopped_ms - new.booted_ms), max(0, new.stopped_ms - new.booted_ms) * new.hourly_cost WHERE new.stopped_ms IS NOT NULL
+    ON CONFLICT (pool) DO UPDATE SET machines = machines + 1,
+    billed_ms = billed_ms + excluded.billed_ms, cost_ms = cost_ms + excluded.cost_ms;
+END;
+-- Pushes per state (status), kept by triggers like run_counts.
+CREATE TABLE push_counts (
+  state TEXT PRIMARY KEY,
+  n INTEGER NOT NULL
+);
+INSERT INTO push_counts (state, n) SELECT state, count(*) FROM pushes GROUP BY state;
+CREATE TRIGGER pushes_counted_insert AFTER INSERT ON pushes BEGIN
+  INSERT INTO push_counts (state, n) VALUES (new.state, 1)
+    ON CONFLICT (state) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER pushes_counted_delete AFTER DELETE ON pushes BEGIN
+  UPDATE push_counts SET n = n - 1 WHERE state = old.state;
+END;
+CREATE TRIGGER pushes_counted_update AFTER UPDATE OF state ON pushes
+  WHEN old.state IS NOT new.state BEGIN
+  UPDATE push_counts SET n = n - 1 WHERE state = old.state;
+  INSERT INTO push_counts (state, n) VALUES (new.state, 1)
+    ON CONFLICT (state) DO UPDATE SET n = n + 1;
+END;
+-- `trainq report --since`, GET /api/v1/report?since=: batches by creation.
+CREATE INDEX batches_by_created ON batches (created_ms);
+CREATE TRIGGER runs_duration_kept AFTER UPDATE OF state ON runs
+  WHEN new.state = 'succeeded' AND old.state IS NOT 'succeeded'
+       AND new.started_ms IS NOT NULL AND new.finished_ms IS NOT NULL BEGIN
+  INSERT OR REPLACE INTO recent_durations (repo_id, experiment, finished_ms, run_id, duration_ms)
+    SELECT c.repo_id, b.experiment, new.finished_ms, new.id, new.finished_ms - new.started_ms
+    FROM batches b JOIN commits c ON c.id = b.commit_id WHERE b.id = new.batch_id;
+  DELETE FROM recent_durations
+    WHERE (repo_id, experiment) = (SELECT c.repo_id, b.experiment FROM batches b
+                                   JOIN commits c ON c.id = b.commit_id WHERE b.id = new.batch_id)
+      AND (finished_ms, run_id) < (SELECT finished_ms, run_id FROM recent_durations d
+             WHERE (d.repo_id, d.experiment) = (SELECT c.repo_id, b.experiment FROM batches b
+                    JOIN commits c ON c.id = b.commit_id WHERE b.id = new.batch_id)
+             ORDER BY finished_ms DESC, run_id DESC LIMIT 1 OFFSET 49);
+END;
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 
@@ -1218,7 +1394,8 @@ Result<int> Store::CancelRun(std::int64_t run_id, TimeMs now) {
 
 Result<std::array<std::int64_t, kRunStateCount>> Store::CountByState() {
   std::array<std::int64_t, kRunStateCount> counts{};
-  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT state, count(*) FROM runs GROUP BY state"));
+  // Kept by triggers on runs (schema 12): a row per state, not a row per run.
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT state, n FROM run_counts"));
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
@@ -1243,11 +1420,22 @@ const char* kBatchSelect =
 Result<std::vector<BatchProgress>> Store::Batches(bool only_active, int limit) {
   std::string where;
   if (only_active) {
-    where = "WHERE EXISTS (SELECT 1 FROM runs r WHERE r.batch_id = coalesce(b.reuses_batch_id, "
-            "b.id) AND r.state IN "
+    // batch_counts has rows only for counts above 0: the active batches are
+    // found through its state index, without visiting finished batches; a
+    // batch that reuses another is active while that one is.
+    where = "WHERE b.id IN (SELECT batch_id FROM batch_counts WHERE state IN "
+            "('queued', 'leased', 'running', 'failed')) OR b.reuses_batch_id IN (SELECT batch_id "
+            "FROM batch_counts WHERE state IN "
             "('queued', 'leased', 'running', 'failed')) ";
   }
   return SelectBatches(where, {}, limit);
+}
+
+Result<std::int64_t> Store::CountActiveBatches() {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT count(DISTINCT batch_id) FROM batch_counts WHERE "
+                                       "state IN ('queued', 'leased', 'running', 'failed')"));
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  return row ? s.Int(0) : 0;
 }
 
 Result<std::optional<BatchProgress>> Store::Batch(std::int64_t batch_id) {
@@ -1267,7 +1455,10 @@ Result<std::vector<BatchProgress>> Store::BatchesForCommit(const std::string& sh
     return Fail(ErrorKind::kInvalidArgument,
                 "commit id '" + sha_prefix + "' is too short (give at least 4 hex digits)");
   }
-  return SelectBatches("WHERE c.sha LIKE ?1 ", {sha_prefix + "%"}, 0);
+  // A range on commits_by_sha (a LIKE would visit every commit).
+  std::string lower;
+  for (char ch : sha_prefix) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return SelectBatches("WHERE c.sha >= ?1 AND c.sha < ?2 ", {lower, lower + "g"}, 0);
 }
 
 Result<std::vector<BatchProgress>> Store::BatchesSince(TimeMs since) {
@@ -1314,8 +1505,7 @@ Result<std::vector<BatchProgress>> Store::SelectBatches(const std::string& where
     out.push_back(std::move(b));
   }
   if (out.empty()) return out;
-  ASSIGN_OR_RETURN(auto counts, db_.Prepare("SELECT state, count(*) FROM runs WHERE batch_id = ? "
-                                            "GROUP BY state"));
+  ASSIGN_OR_RETURN(auto counts, db_.Prepare("SELECT state, n FROM batch_counts WHERE batch_id = ?"));
   ASSIGN_OR_RETURN(auto values, db_.Prepare("SELECT metric_value, seed FROM runs WHERE "
                                             "batch_id = ? AND state = 'succeeded' AND "
                                             "metric_value IS NOT NULL ORDER BY repeat"));
@@ -1386,16 +1576,14 @@ Result<std::vector<RunRow>> Store::Runs(std::optional<std::int64_t> batch_id,
 }
 
 Result<std::vector<TimeMs>> Store::RecentRunDurations(std::int64_t batch_id, int limit) {
-  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT r.finished_ms - r.started_ms FROM runs r "
-                                       "JOIN batches b ON b.id = r.batch_id "
-                                       "JOIN commits c ON c.id = b.commit_id "
-                                       "JOIN batches me ON me.id = ?1 "
+  // recent_durations keeps the newest 50 per (repository, experiment),
+  // written by a trigger when a run succeeds (schema 12).
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT d.duration_ms FROM batches me "
                                        "JOIN commits mc ON mc.id = me.commit_id "
-                                       "WHERE r.state = 'succeeded' AND r.started_ms IS NOT NULL "
-                                       "AND r.finished_ms IS NOT NULL "
-                                       "AND b.experiment = me.experiment "
-                                       "AND c.repo_id = mc.repo_id "
-                                       "ORDER BY r.finished_ms DESC, r.id DESC LIMIT ?2"));
+                                       "JOIN recent_durations d ON d.repo_id = mc.repo_id "
+                                       "AND d.experiment = me.experiment "
+                                       "WHERE me.id = ?1 "
+                                       "ORDER BY d.finished_ms DESC, d.run_id DESC LIMIT ?2"));
   s.Bind(1, batch_id).Bind(2, static_cast<std::int64_t>(limit));
   std::vector<TimeMs> out;
   while (true) {

@@ -58,7 +58,7 @@ struct StoreOptions {
 
 class Store {
  public:
-  static inline constexpr int kSchemaVersion = 12;
+  static inline constexpr int kSchemaVersion = 13;
 
   static Result<Store> Open(const std::string& path, StoreOptions options = {});
   // PRAGMA quick_check: "ok", or the problems it lists (at most `max_lines`).
@@ -134,6 +134,8 @@ class Store {
   // Batches, newest first. only_active: those with runs left; limit 0 = all.
   Result<std::vector<BatchProgress>> Batches(bool only_active, int limit);
   Result<std::optional<BatchProgress>> Batch(std::int64_t batch_id);
+  // How many batches have runs left (queued, leased, running or failed).
+  Result<std::int64_t> CountActiveBatches();
   // Batches of the commits whose sha starts with `sha_prefix` (>= 4 hex digits).
   Result<std::vector<BatchProgress>> BatchesForCommit(const std::string& sha_prefix);
   // Batches created at or after `since`, newest first.
@@ -150,7 +152,8 @@ class Store {
   Result<std::optional<RunRow>> Run(std::int64_t run_id);
   // How long the last `limit` succeeded runs of experiment `experiment` in
   // the repository of batch `batch_id` took (their last attempt), newest
-  // first: what `trainq status` estimates a batch's end from.
+  // first: what `trainq status` estimates a batch's end from. At most 50
+  // (the store keeps that many per repository and experiment).
   Result<std::vector<TimeMs>> RecentRunDurations(std::int64_t batch_id, int limit);
   // Runs that ended an attempt (succeeded, failed, dead) or were cancelled after the cursor
   // (finished_ms, id), oldest first: `trainq serve` logs each outcome once,

@@ -281,7 +281,9 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
       }
     }
     outcomes.Step(store);
-    clock.SleepFor(o.poll_ms);
+    // A run's process ending wakes the loop at once: short runs are reaped
+    // and their slot refilled without waiting out the poll interval.
+    if (!exec.WaitForExit(o.poll_ms)) clock.SleepFor(o.poll_ms);
   }
   if (listener) listener->Stop();
   if (worker) worker->Stop();

@@ -632,7 +632,10 @@ void RenderStatusText(const json& j, std::ostream& out) {
   Table t({"BATCH", "COMMIT", "EXPERIMENT", "PROGRESS", "METRIC (mean ± sd)"});
   // A terminal shows the newest batches; --json and `trainq report` have them all.
   constexpr size_t kShown = 20;
-  size_t hidden = batches.size() > kShown ? batches.size() - kShown : 0;
+  // batches_total: the list's full length when only the newest were read.
+  const size_t total =
+      std::max<size_t>(batches.size(), j.value("batches_total", std::int64_t{0}));
+  size_t hidden = total > kShown ? total - kShown : 0;
   size_t i = 0;
   for (const auto& b : batches) {
     if (i++ >= kShown) break;
@@ -706,7 +709,7 @@ Status WatchStatus(const StatusOptions& o, const Clock& clock, std::ostream& out
   while (true) {
     json j;
     if (store) {
-      ASSIGN_OR_RETURN(j, StatusJson(*store, o.db, clock.Now()));
+      ASSIGN_OR_RETURN(j, StatusJson(*store, o.db, clock.Now(), 20));
     } else {
       ASSIGN_OR_RETURN(j, FetchServerStatus(o.server));
     }
@@ -759,7 +762,9 @@ Status CmdStatus(const StatusOptions& o, const Clock& clock, std::ostream& out) 
     ASSIGN_OR_RETURN(j, FetchServerStatus(o.server));
   } else {
     ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
-    ASSIGN_OR_RETURN(j, StatusJson(store, o.db, clock.Now()));
+    // The text view shows the newest 20 batches: read only those (and count
+    // the rest), so a deep queue costs what the screen shows.
+    ASSIGN_OR_RETURN(j, StatusJson(store, o.db, clock.Now(), o.json ? 0 : 20));
   }
   if (o.json) {
     out << j.dump(2) << "\n";

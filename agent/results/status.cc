@@ -133,7 +133,7 @@ std::optional<TimeMs> EstimateRemaining(std::vector<TimeMs> durations,
   return end;
 }
 
-Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
+Result<json> StatusJson(Store& store, const std::string& db, TimeMs now, int max_active) {
   ASSIGN_OR_RETURN(auto counts, store.CountByState());
   ASSIGN_OR_RETURN(auto machines, store.Machines(false, now));
   ASSIGN_OR_RETURN(auto costs, store.Costs(now, false));
@@ -143,16 +143,25 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
   ASSIGN_OR_RETURN(auto leased, store.Runs(std::nullopt, RunState::kLeased, 0));
   running.insert(running.end(), leased.begin(), leased.end());
   // Active batches always; the most recent finished ones after them.
-  ASSIGN_OR_RETURN(auto batches, store.Batches(true, 0));
+  ASSIGN_OR_RETURN(auto batches, store.Batches(true, std::max(0, max_active)));
+  std::int64_t active_total = static_cast<std::int64_t>(batches.size());
+  if (max_active > 0 && active_total >= max_active) {
+    ASSIGN_OR_RETURN(active_total, store.CountActiveBatches());
+  }
   ASSIGN_OR_RETURN(auto recent, store.Batches(false, 10));
   std::set<std::int64_t> seen;
   for (const auto& b : batches) seen.insert(b.id);
+  std::int64_t recent_added = 0;
   for (auto& b : recent) {
     // A batch cancelled as a whole is gone from view (`trainq runs` still has it).
     std::int64_t total = 0;
     for (auto c : b.counts) total += c;
     if (total > 0 && b.count(RunState::kCancelled) == total) continue;
-    if (!seen.count(b.id)) batches.push_back(std::move(b));
+    if (seen.count(b.id)) continue;
+    // Active but past max_active: counted in active_total already.
+    if (max_active > 0 && b.active()) continue;
+    batches.push_back(std::move(b));
+    ++recent_added;
   }
   ASSIGN_OR_RETURN(auto push_counts, store.CountPushesByState());
   ASSIGN_OR_RETURN(auto pushes, store.RecentPushes(10));
@@ -348,16 +357,24 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
     }
     j["batches"].push_back(std::move(bj));
   }
+  j["batches_total"] = active_total + recent_added;
   // Why runnable runs wait: notes `trainq serve` keeps (no pool can serve
   // them, their pool fails to boot), and runs in backoff before a retry.
   ASSIGN_OR_RETURN(auto waiting, store.WaitingBatches(now));
   ASSIGN_OR_RETURN(auto failed, store.Runs(std::nullopt, RunState::kFailed, 0));
   std::map<std::int64_t, std::string> experiment_of;
   for (const auto& b : batches) experiment_of[b.id] = b.experiment;
+  // A waiting batch past max_active: its experiment read on its own.
+  auto experiment = [&](std::int64_t id) -> Result<std::string> {
+    if (auto it = experiment_of.find(id); it != experiment_of.end()) return it->second;
+    ASSIGN_OR_RETURN(auto b, store.Batch(id));
+    return experiment_of[id] = b ? b->experiment : "";
+  };
   j["waiting"] = json::array();
   for (const auto& w : waiting) {
+    ASSIGN_OR_RETURN(auto exp, experiment(w.batch_id));
     j["waiting"].push_back({{"batch", w.batch_id},
-                            {"experiment", experiment_of[w.batch_id]},
+                            {"experiment", exp},
                             {"runs", w.runs},
                             {"reason", w.note}});
   }
@@ -369,8 +386,9 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now) {
     at = std::min(at, *r.not_before_ms);
   }
   for (const auto& [batch, v] : backoff) {
+    ASSIGN_OR_RETURN(auto exp, experiment(batch));
     j["waiting"].push_back({{"batch", batch},
-                            {"experiment", experiment_of[batch]},
+                            {"experiment", exp},
                             {"runs", v.first},
                             {"reason", "backoff until " + FormatTimestamp(v.second) +
                                            " UTC after a failed attempt"},

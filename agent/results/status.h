@@ -20,7 +20,12 @@ struct BatchProgress;
 struct RunRow;
 
 // The status document: counts, slots, machines, running runs, batches, pushes.
-Result<nlohmann::json> StatusJson(Store& store, const std::string& db, TimeMs now);
+// max_active > 0: only the newest max_active active batches are read (the
+// terminal view shows 20; with a million runs queued in 10,000 batches the
+// rest would cost seconds), and "batches_total" says how many the full list
+// has. 0: all of them (--json, GET /api/v1/status).
+Result<nlohmann::json> StatusJson(Store& store, const std::string& db, TimeMs now,
+                                  int max_active = 0);
 // One machine: state, times, runs done, billed time and cost so far.
 nlohmann::json MachineJson(const MachineRow& m, TimeMs now);
 // A run as `trainq runs --json` prints it.

@@ -1,6 +1,9 @@
 #include "agent/runner/executor.h"
 
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -234,6 +237,21 @@ void LocalExecutor::KillNow(Active& a) {
   }
   runner_.KillGroup(a.pid, SIGKILL);
   runner_.Wait(a.pid);
+}
+
+bool LocalExecutor::WaitForExit(TimeMs max_ms) {
+  // A real wait only: a FakeClock's time would not move through it.
+  if (active_.empty() || dynamic_cast<const SystemClock*>(&clock_) == nullptr) return false;
+  std::vector<pollfd> fds;
+  for (const auto& [id, a] : active_) {
+    int pid = a.gang ? a.gang->pids().front() : a.pid;
+    int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+  }
+  if (fds.empty()) return false;
+  ::poll(fds.data(), fds.size(), static_cast<int>(std::max<TimeMs>(0, max_ms)));
+  for (const auto& f : fds) ::close(f.fd);
+  return true;
 }
 
 Status LocalExecutor::Step() {

@@ -53,6 +53,12 @@ class LocalExecutor {
   // Registers this executor as a machine in the store.
   Status Register(const std::string& provider_id);
   Status Step();
+  // Waits up to `max_ms` for a running run's process to end (pidfd_open +
+  // poll), so a loop that calls Step() after it reaps and refills a slot at
+  // once instead of after a poll interval. False without waiting when there
+  // is nothing to wait on (no run, no pidfd, a clock other than the system's):
+  // the caller sleeps on its clock instead.
+  bool WaitForExit(TimeMs max_ms);
   int active() const { return static_cast<int>(active_.size()); }
   // True when nothing is queued, leased, running or waiting for a retry.
   Result<bool> QueueDrained();

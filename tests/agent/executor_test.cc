@@ -460,6 +460,29 @@ TEST_CASE("executor: slots run at the same time", "[executor][local]") {
   CHECK(AllIn(runs, RunState::kSucceeded));
 }
 
+TEST_CASE("executor: a run's exit ends WaitForExit at once, not after the poll interval",
+          "[executor][local][scale]") {
+  // serve --inproc waits here between passes: short runs must not each wait
+  // out a poll interval (issue 30: ~10 runs/s with --slots 4, poll-bound).
+  Rig rig;
+  auto batch = rig.Submit(rig.Spec(WriteAccuracy("0.5"), 3));
+  LocalExecutor exec(rig.store, rig.runner, rig.clock, rig.Options(1));
+  StopAtEnd stop{exec};
+  CHECK_FALSE(exec.WaitForExit(60'000));  // nothing runs: the caller sleeps instead
+  // Each run: one Step starts it, one wait sees it end, one Step reaps it and
+  // starts the next. With a 60 s interval, three runs finish long before 60 s.
+  auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(exec.Step().has_value());
+  for (int i = 0; i < 10 && !exec.QueueDrained().value(); ++i) {
+    if (exec.active() > 0) CHECK(exec.WaitForExit(60'000));
+    REQUIRE(exec.Step().has_value());
+  }
+  auto waited = std::chrono::steady_clock::now() - t0;
+  CHECK(exec.QueueDrained().value());
+  CHECK(AllIn(rig.Runs(batch), RunState::kSucceeded));
+  CHECK(waited < 30s);
+}
+
 TEST_CASE("executor: children left behind by a finished run are killed", "[executor][local]") {
   Rig rig;
   auto batch = rig.Submit(rig.Spec(

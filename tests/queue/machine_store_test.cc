@@ -651,3 +651,63 @@ TEST_CASE("NoteMachine sets a machine's last error without changing its state", 
 
 }  // namespace
 }  // namespace trainq
+
+// ---- scale (issue 30): reads bounded by live work, counted in VM steps ------
+
+TEST_CASE("LeaseForMachine, RunnableDemand, WaitingBatches and MayLease do not read the whole "
+          "queue",
+          "[machines][scale]") {
+  // A count of SQLite VM steps (sql::VmSteps), not a timing: reading every
+  // queued run would take 20x the steps with 20x the queue.
+  Fixture f;
+  auto m = f.Register("cpu", "w1", 4);
+  REQUIRE(f.store.SetWaitingNotes({{"gpu", 1, "no pool has GPUs", 0}}, f.clock.Now()));
+  auto measure = [&] {
+    std::int64_t s0 = sql::VmSteps();
+    auto leased = f.Lease(m.id, 2);
+    REQUIRE(leased.size() == 2);
+    for (const auto& l : leased) {
+      REQUIRE(f.store.Complete(l.run_id, l.token, f.clock.Now(), 0.5));
+    }
+    std::int64_t lease = sql::VmSteps() - s0;
+    s0 = sql::VmSteps();
+    auto demand = f.store.RunnableDemand(f.clock.Now());
+    REQUIRE(demand);
+    auto waiting = f.store.WaitingBatches(f.clock.Now());
+    REQUIRE(waiting);
+    REQUIRE(f.store.MayLease(m.id, f.clock.Now()).value());
+    return std::pair(lease, sql::VmSteps() - s0);
+  };
+  f.Submit(Spec("small", 1000));
+  f.Submit(Spec("gpu", 10, /*gpus=*/1, "gpu"));
+  auto [lease_small, reads_small] = measure();
+  // 20 times the queue, behind and after the runs leased first.
+  auto commit = MakeCommit("cccccccccccccccccccccccccccccccccccccccc");
+  REQUIRE(f.store.Submit("/repos/demo", commit, {Spec("deep", 20'000)}, f.clock.Now()));
+  auto [lease_deep, reads_deep] = measure();
+  INFO("lease+complete steps " << lease_small << " -> " << lease_deep << "; demand reads "
+                               << reads_small << " -> " << reads_deep);
+  CHECK(lease_deep < lease_small * 3 / 2);
+  CHECK(reads_deep < reads_small * 3 / 2);
+  // And what they read is right.
+  auto demand = f.store.RunnableDemand(f.clock.Now()).value();
+  std::int64_t runnable = 0;
+  for (const auto& d : demand) runnable += d.runnable;
+  CHECK(runnable == 1000 + 10 + 20'000 - 4);
+  auto waiting = f.store.WaitingBatches(f.clock.Now()).value();
+  REQUIRE(waiting.size() == 1);
+  CHECK(waiting[0].runs == 10);
+}
+
+TEST_CASE("LeaseForMachine pages past runs that do not fit to one that does", "[machines][scale]") {
+  // 600 one-GPU runs (more than a page of candidates) before a CPU run: a
+  // machine without free GPUs still finds the CPU run.
+  Fixture f;
+  auto m = f.Register("", "w1", 4);
+  f.Submit(Spec("gpu", 600, /*gpus=*/1));
+  auto commit = MakeCommit("cccccccccccccccccccccccccccccccccccccccc");
+  REQUIRE(f.store.Submit("/repos/demo", commit, {Spec("cpu", 1)}, f.clock.Now()));
+  auto leased = f.Lease(m.id, 4, /*free_gpus=*/0);
+  REQUIRE(leased.size() == 1);
+  CHECK(leased[0].experiment == "cpu");
+}

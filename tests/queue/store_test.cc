@@ -368,6 +368,73 @@ TEST_CASE("Machines are upserted by pool and provider id", "[store]") {
   CHECK(all[0].last_seen_ms == kT0 + 5);
 }
 
+TEST_CASE("A store at schema version 11 gets its counts, durations and costs from its rows",
+          "[store][migration][scale]") {
+  // Schema 12's summaries are filled from the rows already there; afterwards
+  // the triggers keep them, and every read agrees with a count over the rows.
+  testing::TempDir dir;
+  std::string path = dir / "old.db";
+  {
+    auto db = sql::Db::Open(path, true, 1000).value();
+    REQUIRE(ApplyMigrations(db, 0, 11));
+    REQUIRE(db.Exec(
+        "INSERT INTO repos (url, name, created_ms) VALUES ('/r', 'r', 1);"
+        "INSERT INTO commits (repo_id, sha, created_ms) VALUES (1, 'abc', 1);"
+        "INSERT INTO batches (commit_id, experiment, command, metric_name, metric_goal, repeats,"
+        " seed_start, timeout_s, max_attempts, created_ms) VALUES (1, 'e', 'true', 'accuracy',"
+        " 'max', 4, 1, 60, 3, 1);"
+        "INSERT INTO machines (pool, provider, state, slots, hourly_cost, created_ms, booted_ms,"
+        " stopped_ms, last_seen_ms) VALUES ('cpu', 'fake', 'stopped', 1, 2.0, 0, 0, 3600000, 0);"
+        "INSERT INTO runs (batch_id, seed, repeat, state, metric_value, started_ms, finished_ms,"
+        " machine_id, created_ms, updated_ms) VALUES"
+        " (1, 1, 0, 'succeeded', 0.5, 1000, 61000, 1, 1, 1),"
+        " (1, 2, 1, 'succeeded', 0.6, 2000, 32000, 1, 1, 1),"
+        " (1, 3, 2, 'queued', NULL, NULL, NULL, NULL, 1, 1),"
+        " (1, 4, 3, 'failed', NULL, 5000, 6000, 1, 1, 1);"
+        "INSERT INTO pushes (source, delivery_id, repo_url, ref, before_sha, after_sha, state,"
+        " received_ms, updated_ms) VALUES ('github', 'd1', '/r', 'refs/heads/main', 'a', 'b',"
+        " 'done', 1, 1);"));
+  }
+  auto store = Store::Open(path).value();
+  CHECK(store.schema_version() == Store::kSchemaVersion);
+  auto counts = store.CountByState().value();
+  CHECK(counts[static_cast<int>(RunState::kSucceeded)] == 2);
+  CHECK(counts[static_cast<int>(RunState::kQueued)] == 1);
+  CHECK(counts[static_cast<int>(RunState::kFailed)] == 1);
+  auto active = store.Batches(true, 0).value();
+  REQUIRE(active.size() == 1);
+  CHECK(active[0].count(RunState::kSucceeded) == 2);
+  CHECK(active[0].count(RunState::kFailed) == 1);
+  // Newest first: finished 61000 (60 s), then 32000 (30 s).
+  CHECK(store.RecentRunDurations(active[0].id, 20).value() == std::vector<TimeMs>{60'000, 30'000});
+  auto costs = store.Costs(7'200'000, false).value();
+  REQUIRE(costs.size() == 1);
+  CHECK(costs[0].machines == 1);
+  CHECK(costs[0].billed_ms == 3'600'000);
+  CHECK(costs[0].cost == Approx(2.0));
+  CHECK(costs[0].busy_ms == 60'000 + 30'000 + 1'000);
+  auto pushes = store.CountPushesByState().value();
+  REQUIRE(pushes.size() == 1);
+  CHECK(pushes[0] == std::pair<std::string, std::int64_t>{"done", 1});
+
+  // From here the triggers keep them: the queued run and the failed one (its
+  // backoff long past) are leased and fail for good; the batch is no longer
+  // active.
+  auto leased = store.Lease("w", 10'000, 60'000, 5).value();
+  REQUIRE(leased.size() == 2);
+  CHECK(store.CountByState().value()[static_cast<int>(RunState::kLeased)] == 2);
+  for (const auto& l : leased) {
+    REQUIRE(store.FailRun(l.run_id, l.token, 10'001, "boom", 1, false));
+  }
+  CHECK(store.Batches(true, 0).value().empty());
+  counts = store.CountByState().value();
+  CHECK(counts[static_cast<int>(RunState::kDead)] == 2);
+  CHECK(counts[static_cast<int>(RunState::kSucceeded)] == 2);
+  CHECK(counts[static_cast<int>(RunState::kQueued)] == 0);
+  CHECK(counts[static_cast<int>(RunState::kFailed)] == 0);
+  CHECK(counts[static_cast<int>(RunState::kLeased)] == 0);
+}
+
 TEST_CASE("A store at schema version 1 is migrated and keeps its rows", "[store][migration]") {
   testing::TempDir dir;
   std::string path = dir / "old.db";

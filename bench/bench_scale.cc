@@ -1,0 +1,425 @@
+// One coordinator at scale (issue 30): how the store's read and dispatch
+// paths grow with history and with the depth of the queue.
+//
+// Builds a store of --runs runs with bulk SQL in one transaction (history:
+// succeeded runs with metric points, done by machines long stopped, one push
+// per commit), with --queued queued runs on top (the live queue), then
+// measures, each figure with the SQLite VM steps it took (the count that the
+// regression tests bound; a timing only shows what it costs here):
+//   - `trainq status` in process (StatusJson + the text view) and as the
+//     binary (process start included), `trainq show <commit>`, `trainq report
+//     --since 1d`;
+//   - lease + complete cycles against the deep queue, through Store::Lease
+//     (serve --inproc) and Store::LeaseForMachine (the worker API);
+//   - the fleet's read of demand (RunnableDemand) and the waiting notes;
+//   - the file's size.
+// Prints one `figure name=value` line per figure (bench/scale.sh collects
+// them into bench/results/scale/*.csv).
+//
+//   bench_scale --runs 1000000 [--queued 10000] [--dir /tmp] [--trainq build/agent/trainq]
+//               [--keep] [--db PATH: measure an existing store, no fill]
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "agent/cli/cli.h"
+#include "agent/daemon/fleet.h"
+#include "cloud/provider.h"
+#include "agent/results/status.h"
+#include "queue/sqlite.h"
+#include "queue/store.h"
+
+extern char** environ;
+
+using namespace trainq;
+using Steady = std::chrono::steady_clock;
+
+namespace {
+
+double Ms(Steady::time_point a, Steady::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+void Die(const std::string& what, const Error& e) {
+  std::fprintf(stderr, "bench_scale: %s: %s\n", what.c_str(), e.message.c_str());
+  std::exit(1);
+}
+
+template <typename T>
+T Must(Result<T> r, const std::string& what) {
+  if (!r) Die(what, r.error());
+  return std::move(*r);
+}
+void Must(Status s, const std::string& what) {
+  if (!s) Die(what, s.error());
+}
+
+void Figure(const std::string& name, double value) {
+  std::printf("figure %s=%.6g\n", name.c_str(), value);
+  std::fflush(stdout);
+}
+
+// The history and the queue, written in one transaction with set-based SQL
+// (a recursive counter), never through the per-run API.
+void Fill(const std::string& path, std::int64_t runs, std::int64_t queued, TimeMs now) {
+  { auto s = Must(Store::Open(path), "open"); }  // the schema
+  auto db = Must(sql::Db::Open(path, false, 60'000), "open raw");
+  const std::int64_t per_batch = 100, experiments = 5;
+  const std::int64_t hist_batches = std::max<std::int64_t>(0, (runs - queued) / per_batch);
+  const std::int64_t live_batches = (queued + per_batch - 1) / per_batch;
+  const std::int64_t batches = hist_batches + live_batches;
+  const std::int64_t commits = (batches + experiments - 1) / experiments;
+  const std::int64_t old_machines = std::max<std::int64_t>(1, hist_batches);
+  auto exec = [&](const std::string& sql) { Must(db.Exec(sql), sql.substr(0, 60)); };
+  auto n = [](std::int64_t v) { return std::to_string(v); };
+  auto t0 = Steady::now();
+  exec("PRAGMA synchronous=OFF; PRAGMA cache_size=-200000; BEGIN IMMEDIATE");
+  exec("INSERT INTO repos (id, url, name, created_ms) VALUES (1, '/bench/repo', 'repo', 0)");
+  // Commit k: sha = k as 40 hex digits; a batch per (commit, experiment);
+  // history runs an hour apart per batch, each run 60 s.
+  exec("WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < " + n(commits) +
+       ") INSERT INTO commits (id, repo_id, sha, parent_sha, subject, committed_ms, created_ms) "
+       "SELECT i, 1, printf('%040x', i), printf('%040x', i - 1), 'commit ' || i, " + n(now) +
+       " - (" + n(commits) + " - i) * 3600000, " + n(now) + " - (" + n(commits) +
+       " - i) * 3600000 FROM k");
+  exec("WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < " + n(batches) +
+       ") INSERT INTO batches (id, commit_id, experiment, command, metric_name, metric_goal, "
+       "repeats, seed_start, timeout_s, max_attempts, created_ms) SELECT i, (i - 1) / " +
+       n(experiments) + " + 1, 'exp' || ((i - 1) % " + n(experiments) +
+       "), 'true', 'acc', 'max', " + n(per_batch) + ", 1, 3600, 3, " + n(now) + " - (" +
+       n(batches) + " - i) * 720000 FROM k");
+  // Machines of the past, stopped: each did one batch.
+  exec("WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < " +
+       n(old_machines) +
+       ") INSERT INTO machines (id, pool, provider, provider_id, state, slots, gpus, created_ms, "
+       "booted_ms, last_seen_ms, name, hourly_cost, ready_ms, stopped_ms) SELECT i, 'cpu', 'fake', "
+       "'old-' || i, 'stopped', 4, 0, " + n(now) + " - 4000000, " + n(now) +
+       " - 4000000, " + n(now) + " - 3000000, 'old-' || i, 0.1, " + n(now) + " - 3900000, " +
+       n(now) + " - 3000000 FROM k");
+  std::int64_t hist = hist_batches * per_batch;
+  if (hist > 0) exec("WITH RECURSIVE k(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i < " + n(hist) +
+       " - 1) INSERT INTO runs (id, batch_id, seed, repeat, state, attempts, lease_token, worker, "
+       "started_ms, finished_ms, exit_code, metric_value, created_ms, updated_ms, machine_id) "
+       "SELECT i + 1, i / " + n(per_batch) + " + 1, i % " + n(per_batch) + " + 1, i % " +
+       n(per_batch) + ", 'succeeded', 1, 1, 'old', b.created_ms + 1000, b.created_ms + 61000, 0, "
+       "0.9 + (i % 97) / 1000.0, b.created_ms, b.created_ms + 61000, i / " + n(per_batch) +
+       " + 1 FROM k JOIN batches b ON b.id = i / " + n(per_batch) + " + 1");
+  // Two metric points per history run (a step and the final value).
+  exec("INSERT INTO metrics (run_id, name, step, value, final, recorded_ms) "
+       "SELECT id, 'acc', 100, metric_value - 0.01, 0, finished_ms - 1000 FROM runs");
+  exec("INSERT INTO metrics (run_id, name, step, value, final, recorded_ms) "
+       "SELECT id, 'acc', NULL, metric_value, 1, finished_ms FROM runs");
+  if (queued > 0) exec("WITH RECURSIVE k(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i < " + n(queued) +
+       " - 1) INSERT INTO runs (id, batch_id, seed, repeat, state, created_ms, updated_ms) "
+       "SELECT " + n(hist) + " + i + 1, " + n(hist_batches) + " + i / " + n(per_batch) +
+       " + 1, i % " + n(per_batch) + " + 1, i % " + n(per_batch) + ", 'queued', " + n(now) + ", " +
+       n(now) + " FROM k");
+  // One push per commit, processed.
+  exec("INSERT INTO pushes (source, delivery_id, repo_url, ref, before_sha, after_sha, state, "
+       "result, received_ms, updated_ms) SELECT 'github', 'd-' || id, '/bench/repo', "
+       "'refs/heads/main', parent_sha, sha, 'done', 'queued', created_ms, created_ms FROM commits");
+  exec("COMMIT");
+  // No ANALYZE: a store that grew through trainq has no planner statistics.
+  // The fill went through the WAL: fold it into the file now, so that no
+  // figure below pays for checkpointing hundreds of megabytes.
+  exec("PRAGMA wal_checkpoint(TRUNCATE)");
+  auto t1 = Steady::now();
+  Figure("fill_s", Ms(t0, t1) / 1000);
+}
+
+// Median wall time of `reps` calls, and the VM steps of one.
+template <typename Fn>
+void Measure(const std::string& name, int reps, Fn&& fn) {
+  std::vector<double> times;
+  std::int64_t steps = 0;
+  for (int i = 0; i < reps; ++i) {
+    std::int64_t s0 = sql::VmSteps();
+    auto t0 = Steady::now();
+    fn();
+    times.push_back(Ms(t0, Steady::now()));
+    steps = sql::VmSteps() - s0;
+  }
+  std::sort(times.begin(), times.end());
+  Figure(name + "_ms", times[times.size() / 2]);
+  Figure(name + "_vm_steps", static_cast<double>(steps));
+}
+
+// A command as its own process: median wall time and peak RSS.
+void MeasureProcess(const std::string& name, const std::vector<std::string>& args, int reps) {
+  std::vector<double> times;
+  long rss_kb = 0;
+  for (int i = 0; i < reps; ++i) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    auto t0 = Steady::now();
+    pid_t pid = 0;
+    if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) {
+      std::fprintf(stderr, "bench_scale: cannot start %s\n", argv[0]);
+      std::exit(1);
+    }
+    int status = 0;
+    struct rusage ru {};
+    wait4(pid, &status, 0, &ru);
+    times.push_back(Ms(t0, Steady::now()));
+    posix_spawn_file_actions_destroy(&fa);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::fprintf(stderr, "bench_scale: %s exited %d\n", name.c_str(), status);
+    }
+    rss_kb = std::max(rss_kb, ru.ru_maxrss);
+  }
+  std::sort(times.begin(), times.end());
+  Figure(name + "_ms", times[times.size() / 2]);
+  // ru_maxrss survives execve: the child starts from this process's size, so
+  // this is an upper bound (serve's RSS comes from bench_heartbeats, /proc).
+  Figure(name + "_rss_bound_mb", rss_kb / 1024.0);
+}
+
+
+// The fleet at `machines` machines: one pool of an instant provider, the
+// queue 4 runs deep per machine. Boots them all (first Step), registers each
+// worker, leases every slot, then times Steps with nothing to change (the
+// steady state of a busy fleet) and with a tenth of the machines idle.
+void FleetBench(const std::string& dir, int machines, TimeMs now) {
+  std::string path = dir + "/fleet.db";
+  auto store = Must(Store::Open(path), "open");
+  FakeClock clock(now);
+  PoolSpec spec;
+  spec.scaling.name = "cpu";
+  spec.scaling.max = machines;
+  spec.scaling.slots = 4;
+  spec.scaling.lost_after_ms = 0;
+  spec.provider = "command";
+  auto provider = std::make_unique<cloud::FakeProvider>();
+  std::vector<FleetPool> pools;
+  pools.push_back({spec, std::move(provider)});
+  FleetOptions fo;
+  fo.instance = "bench";
+  fo.server_url = "http://127.0.0.1:1";
+  fo.trainq_path = "/usr/bin/trainq";
+  fo.data_dir = dir + "/data";
+  Fleet fleet(store, clock, std::move(pools), fo);
+  BatchSpec b;
+  b.experiment = "exp";
+  b.command = "true";
+  b.repeats = machines * 4;
+  CommitInfo c;
+  c.sha = std::string(40, 'a');
+  Must(store.Submit("/bench/repo", c, {b}, now), "submit");
+  auto t0 = Steady::now();
+  Must(fleet.Step(), "fleet boot step");
+  Figure("fleet_boot_step_s", Ms(t0, Steady::now()) / 1000);
+  auto live = Must(store.Machines(false, now), "machines");
+  Figure("fleet_machines_booted", static_cast<double>(live.size()));
+  t0 = Steady::now();
+  std::vector<std::int64_t> ids;
+  for (const auto& m : live) {
+    Store::WorkerRegistration r;
+    r.pool = "cpu";
+    r.name = m.name;
+    r.hostname = m.name;
+    r.slots = 4;
+    ids.push_back(Must(store.RegisterWorker(r, now), "register").id);
+  }
+  Figure("fleet_register_per_s", ids.size() / (Ms(t0, Steady::now()) / 1000));
+  Store::LeaseLimits lim;
+  lim.max_runs = 4;
+  t0 = Steady::now();
+  std::vector<LeasedRun> held;
+  for (auto id : ids) {
+    auto l = Must(store.LeaseForMachine(id, lim, now, 3'600'000), "lease");
+    held.insert(held.end(), l.begin(), l.end());
+  }
+  Figure("fleet_lease4_per_s", ids.size() / (Ms(t0, Steady::now()) / 1000));
+  Measure("fleet_tick_busy", 5, [&] { Must(fleet.Step(), "fleet step"); });
+  // Heartbeats through the store, one per run, as the worker API records them.
+  t0 = Steady::now();
+  std::int64_t s0 = sql::VmSteps();
+  int beats = 0;
+  for (size_t i = 0; i < held.size() && i < 5000; ++i, ++beats) {
+    Must(store.Heartbeat(held[i].run_id, held[i].token, now, 3'600'000), "heartbeat");
+  }
+  Figure("store_heartbeat_per_s", beats / (Ms(t0, Steady::now()) / 1000));
+  Figure("store_heartbeat_vm_steps", (sql::VmSteps() - s0) / double(std::max(1, beats)));
+  // A tenth of the machines finish their runs and go idle.
+  for (size_t i = 0; i < held.size() / 10; ++i) {
+    Must(store.Complete(held[i].run_id, held[i].token, now, 0.5), "complete");
+  }
+  Measure("fleet_tick_some_idle", 5, [&] { Must(fleet.Step(), "fleet step"); });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::int64_t runs = 100'000, queued = 10'000;
+  int cycles = 2'000;
+  std::string base = std::filesystem::temp_directory_path().string();
+  std::string trainq_bin, base_bin, existing;
+  bool keep = false;
+  int fleet_machines = 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--runs") runs = std::atoll(next().c_str());
+    else if (a == "--queued") queued = std::atoll(next().c_str());
+    else if (a == "--cycles") cycles = std::atoi(next().c_str());
+    else if (a == "--dir") base = next();
+    else if (a == "--trainq") trainq_bin = next();
+    else if (a == "--base-trainq") base_bin = next();
+    else if (a == "--db") existing = next();
+    else if (a == "--keep") keep = true;
+    else if (a == "--fleet") fleet_machines = std::atoi(next().c_str());
+    else {
+      std::fprintf(stderr, "bench_scale: unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  spdlog::set_level(spdlog::level::warn);  // the fleet logs every boot
+  queued = std::min(queued, runs);
+  const TimeMs now = SystemClock::Get().Now();
+  std::string dir = base + "/trainq-scale-" + std::to_string(getpid());
+  if (fleet_machines > 0) {
+    std::filesystem::create_directories(dir);
+    Figure("machines", fleet_machines);
+    FleetBench(dir, fleet_machines, now);
+    if (!keep) std::filesystem::remove_all(dir);
+    return 0;
+  }
+  std::string path = existing;
+  if (path.empty()) {
+    std::filesystem::create_directories(dir);
+    path = dir + "/scale.db";
+    Fill(path, runs, queued, now);
+  }
+  Figure("runs", static_cast<double>(runs));
+  Figure("queued", static_cast<double>(queued));
+  Figure("db_mb", std::filesystem::file_size(path) / 1e6);
+  auto store = Must(Store::Open(path), "open");
+  // Live machines: 10 registered workers.
+  std::vector<std::int64_t> machines;
+  for (int i = 0; i < 10; ++i) {
+    Store::WorkerRegistration r;
+    r.pool = "cpu";
+    r.name = "live-" + std::to_string(i);
+    r.hostname = "h" + std::to_string(i);
+    r.slots = 4;
+    machines.push_back(Must(store.RegisterWorker(r, now), "register").id);
+  }
+
+  StatusOptions so;
+  so.db = path;
+  std::ostringstream sink;
+  const auto& clock = SystemClock::Get();
+  Measure("status_json", 5, [&] { Must(StatusJson(store, path, now), "status json"); });
+  Measure("status", 5, [&] {
+    sink.str("");
+    Must(CmdStatus(so, clock, sink), "status");
+  });
+  Measure("count_by_state", 5, [&] { Must(store.CountByState(), "counts"); });
+  Measure("active_batches", 5, [&] { Must(store.Batches(true, 0), "batches"); });
+  Measure("costs", 5, [&] { Must(store.Costs(now, false), "costs"); });
+  Measure("machines", 5, [&] { Must(store.Machines(false, now), "machines"); });
+  Measure("runnable_demand", 5, [&] { Must(store.RunnableDemand(now), "demand"); });
+  Measure("waiting_batches", 5, [&] { Must(store.WaitingBatches(now), "waiting"); });
+  Measure("may_lease", 5, [&] { Must(store.MayLease(machines[0], now), "may lease"); });
+  Measure("batches_since_1d", 3, [&] { Must(store.BatchesSince(now - 86'400'000), "since"); });
+  if (!trainq_bin.empty()) {
+    MeasureProcess("cli_status", {trainq_bin, "--db", path, "status"}, 5);
+    MeasureProcess("cli_status_json", {trainq_bin, "--db", path, "status", "--json"}, 3);
+    char sha[64];
+    std::snprintf(sha, sizeof sha, "%040x", 1);
+    MeasureProcess("cli_show", {trainq_bin, "--db", path, "show", sha}, 3);
+    MeasureProcess("cli_report_1d", {trainq_bin, "--db", path, "report", "--since", "1d"}, 3);
+  }
+
+  // The same commands from a build before schema 12 (--base-trainq), on a
+  // copy of this store taken back to schema 11.
+  if (!base_bin.empty()) {
+    std::string old_path = dir + "/schema11.db";
+    std::filesystem::create_directories(dir);
+    {
+      auto src = Must(sql::Db::Open(path, false, 60'000), "open");
+      Must(src.Exec("VACUUM INTO '" + old_path + "'"), "copy");
+    }
+    auto db = Must(sql::Db::Open(old_path, false, 60'000), "open copy");
+    auto drop = Must(db.Prepare("SELECT type, name FROM sqlite_master WHERE name IN ("
+                                "'run_counts', 'batch_counts', 'recent_durations', "
+                                "'machine_runs', 'pool_runs', 'pool_ended', 'push_counts') "
+                                "OR (type = 'trigger') OR name IN ('machines_live', "
+                                "'batches_by_created', 'batch_counts_by_state')"),
+                     "list");
+    std::vector<std::string> stmts;
+    while (Must(drop.Step(), "list")) {
+      if (drop.Text(0) == "table" || drop.Text(0) == "trigger" || drop.Text(0) == "index") {
+        stmts.push_back("DROP " + drop.Text(0) + " IF EXISTS " + drop.Text(1));
+      }
+    }
+    drop.Reset();
+    for (const auto& st : stmts) Must(db.Exec(st), st);
+    Must(db.Exec("PRAGMA user_version = 11"), "downgrade");
+    char sha[64];
+    std::snprintf(sha, sizeof sha, "%040x", 1);
+    MeasureProcess("base_cli_status", {base_bin, "--db", old_path, "status"}, 3);
+    MeasureProcess("base_cli_show", {base_bin, "--db", old_path, "show", sha}, 3);
+    MeasureProcess("base_cli_report_1d",
+                   {base_bin, "--db", old_path, "report", "--since", "1d"}, 3);
+  }
+
+  // Dispatch with the queue deep: lease + complete, one run per transaction
+  // pair, as serve --inproc does (Lease) and as the worker API does
+  // (LeaseForMachine).
+  // Each of the four takes at most a quarter of the queue, so the last one
+  // still leases from a queue as deep as the first did (within 25 %).
+  cycles = static_cast<int>(std::min<std::int64_t>(cycles, queued / 4));
+  auto dispatch = [&](const std::string& name, auto&& lease, int max_runs) {
+    int done = 0;
+    std::int64_t s0 = sql::VmSteps();
+    auto t0 = Steady::now();
+    while (done < cycles) {
+      auto leased = lease(max_runs);
+      if (leased.empty()) break;
+      for (auto& r : leased) {
+        Must(store.Complete(r.run_id, r.token, now + 1, 0.5), "complete");
+        ++done;
+      }
+    }
+    double ms = Ms(t0, Steady::now());
+    Figure(name + "_runs_per_s", done / (ms / 1000));
+    Figure(name + "_vm_steps_per_run", done ? (sql::VmSteps() - s0) / double(done) : 0);
+  };
+  if (queued > 0) {
+    dispatch("lease1", [&](int k) { return Must(store.Lease("bench", now, 60'000, k), "lease"); },
+             1);
+    dispatch("lease8", [&](int k) { return Must(store.Lease("bench", now, 60'000, k), "lease"); },
+             8);
+    Store::LeaseLimits lim;
+    lim.max_runs = 1;
+    dispatch("machine_lease1", [&](int k) {
+      lim.max_runs = k;
+      return Must(store.LeaseForMachine(machines[1], lim, now, 60'000), "lease for machine");
+    }, 1);
+    dispatch("machine_lease4", [&](int k) {
+      lim.max_runs = k;
+      return Must(store.LeaseForMachine(machines[2], lim, now, 60'000), "lease for machine");
+    }, 4);
+  }
+  if (!keep && existing.empty()) std::filesystem::remove_all(dir);
+  if (keep) std::printf("store: %s\n", path.c_str());
+  return 0;
+}
