@@ -100,6 +100,9 @@ struct GangIo {
       call;
   // The checkout of the run's commit.
   std::function<Result<std::string>(const LeasedRun& run)> worktree;
+  // Puts a process of the run in the worker's sandbox (agent/runner/sandbox.h);
+  // `several`: the node runs several processes, which share /dev/shm and IPC.
+  std::function<void(ProcessSpec& spec, const RunPaths& paths, bool several)> sandbox;
 };
 
 struct GangMemberConfig {
