@@ -53,7 +53,9 @@ TEST_CASE("sandbox: a command inside sees no other process, cannot read hidden p
     WARN("bwrap is not installed (ci/install-deps installs bubblewrap): sandbox not tested");
     return;
   }
-  testing::TempDir tmp;
+  // Outside /tmp: inside the sandbox /tmp is the run's own, which would hide
+  // everything under it whatever the hide list says.
+  testing::TempDir tmp{"/var/tmp"};
   fs::create_directories(tmp / "data/tokens");
   fs::create_directories(tmp / "data/runs/7/output");
   fs::create_directories(tmp / "checkout");
