@@ -23,6 +23,7 @@
 
 #include "agent/cli/cli.h"
 #include "agent/runner/executor.h"
+#include "agent/runner/run_process.h"
 #include "agent/runner/sandbox.h"
 #include "agent/daemon/fleet.h"
 #include "agent/results/sweep.h"
@@ -67,12 +68,6 @@ std::string DataDir(const ServeOptions& o) {
   std::string d = o.data_dir;
   if (d.empty()) d = (fs::absolute(o.db).parent_path() / "trainq-data").string();
   return fs::absolute(d).string();
-}
-
-std::string SelfDir() {
-  std::error_code ec;
-  auto self = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string() : self.parent_path().string();
 }
 
 // A free TCP port on 127.0.0.1 (for a listener that only local workers use).

@@ -25,6 +25,7 @@
 
 #include "agent/repo/change_detect.h"
 #include "agent/runner/executor.h"
+#include "agent/runner/run_process.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
 #include "agent/repo/mirror.h"
@@ -84,6 +85,50 @@ std::string DefaultDbPath() {
   std::error_code ec;
   if (fs::exists("trainq.db", ec)) return "trainq.db";
   return UserDbPath();
+}
+
+// `trainer:` runs need trainq-train where they run. Each worker reports at
+// register the trainq-train it found (beside itself or on PATH; "" = none).
+// Warns when the machines of an experiment's pool that reported have none, or,
+// when none reported, when this trainq has none (a `trainq serve` started
+// from here could not run it).
+static void WarnNoTrainer(Store& store, const std::vector<const Experiment*>& chosen,
+                          std::ostream& err) {
+  auto machines = store.Machines(/*include_stopped=*/true);
+  if (!machines) return;
+  for (const auto* e : chosen) {
+    if (e->trainer.empty()) continue;
+    std::set<std::string> without;
+    bool with = false;
+    for (const auto& m : *machines) {
+      if (!e->pool.empty() && m.pool != e->pool) continue;
+      auto r = nlohmann::json::parse(m.resources_json, nullptr, false);
+      if (!r.is_object() || !r.contains("trainer") || !r["trainer"].is_string()) continue;
+      if (!r["trainer"].get<std::string>().empty()) {
+        with = true;
+        break;
+      }
+      without.insert(m.name.empty() ? m.hostname : m.name);
+    }
+    if (with) continue;
+    const std::string where = e->pool.empty() ? "any pool" : "pool '" + e->pool + "'";
+    if (!without.empty()) {
+      std::string names;
+      size_t i = 0;
+      for (const auto& n : without) {
+        if (i++ == 5) break;
+        names += (names.empty() ? "" : ", ") + n;
+      }
+      if (without.size() > 5) names += " and " + std::to_string(without.size() - 5) + " more";
+      err << "trainq: warning: " << e->name << " is a `trainer:` experiment, but no worker of "
+          << where << " has trainq-train (they reported none beside trainq or on PATH: " << names
+          << "); its runs fail until trainq-train and libtorch are installed there\n";
+    } else if (FindTrainqTrain(SelfDir(), PathEnv()).empty()) {
+      err << "trainq: warning: " << e->name << " is a `trainer:` experiment, but trainq-train is "
+          << "neither beside this trainq (" << SelfDir() << ") nor on PATH: a `trainq serve` "
+          << "started from here cannot run it (install trainq-train beside trainq)\n";
+    }
+  }
 }
 
 // `trainq submit` of the checked-out commit: the runs use the committed files,
@@ -182,6 +227,7 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
   if (!o.allow_dirty) WarnUncommitted(repo, commit, chosen, std::cerr);
   ASSIGN_OR_RETURN(auto store, Store::Open(o.db));
   ASSIGN_OR_RETURN(auto results, store.Submit(repo.location(), commit, specs, clock.Now()));
+  WarnNoTrainer(store, chosen, std::cerr);
   // Each new batch is compared with its experiment at the parent commit, or
   // at the nearest ancestor with the same inputs (agent/results/baseline.h); with
   // --with-baseline a missing one is queued at the parent with the same seeds.

@@ -272,7 +272,7 @@ HttpServerReply Server::Register(const std::string& pool, const HttpServerReques
     }
     resources["gpus"] = *g;
   }
-  for (const char* k : {"cpus", "memory_mb", "runs_per_gpu", "version", "pid"}) {
+  for (const char* k : {"cpus", "memory_mb", "runs_per_gpu", "version", "pid", "trainer"}) {
     if (body->contains(k)) resources[k] = (*body)[k];
   }
   if (r.name.empty() && r.hostname.empty()) {

@@ -51,6 +51,9 @@ Status LocalExecutor::Register(const std::string& provider_id) {
   m.state = "ready";
   m.slots = options_.slots;
   m.gpus = static_cast<int>(options_.gpus.size());
+  // As a worker reports at register: whether `trainer:` runs can start here.
+  m.resources_json =
+      nlohmann::json{{"trainer", FindTrainqTrain(options_.bin_dir, PathEnv())}}.dump();
   ASSIGN_OR_RETURN(auto id, store_.UpsertMachine(m, clock_.Now()));
   machine_id_ = id;
   last_machine_touch_ = clock_.Now();

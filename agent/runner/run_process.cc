@@ -1,9 +1,11 @@
 #include "agent/runner/run_process.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -155,6 +157,34 @@ ProcessSpec BuildRunProcess(const LeasedRun& run, const RunPaths& paths, const s
     spec.env["PATH"] = bin_dir + ":" + (path ? path : "/usr/bin:/bin");
   }
   return spec;
+}
+
+std::string FindTrainqTrain(const std::string& bin_dir, std::string_view path) {
+  namespace fs = std::filesystem;
+  auto executable = [](const fs::path& p) {
+    std::error_code ec;
+    return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
+  };
+  if (!bin_dir.empty() && executable(fs::path(bin_dir) / "trainq-train")) {
+    return (fs::path(bin_dir) / "trainq-train").string();
+  }
+  for (const auto& dir : Split(path, ':')) {
+    if (dir.empty()) continue;  // the current folder: not where a worker's run starts
+    fs::path candidate = fs::path(dir) / "trainq-train";
+    if (executable(candidate)) return candidate.string();
+  }
+  return "";
+}
+
+std::string PathEnv() {
+  const char* p = std::getenv("PATH");
+  return p ? p : "";
+}
+
+std::string SelfDir() {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : self.parent_path().string();
 }
 
 MetricReading ReadRunMetric(const std::string& metrics_text, const std::string& log_text,

@@ -48,6 +48,17 @@ ProcessSpec BuildRunProcess(const LeasedRun& run, const RunPaths& paths,
                             const std::string& bin_dir, const std::string& cuda_devices,
                             const std::vector<std::string>& env_passthrough = {});
 
+// The `trainq-train` a trainer run's shell finds: the one beside the running
+// trainq (`bin_dir`, which BuildRunProcess puts first on PATH), else the first
+// executable one on `path` (a PATH value). "" when there is none.
+std::string FindTrainqTrain(const std::string& bin_dir, std::string_view path);
+
+// $PATH ("" when unset).
+std::string PathEnv();
+
+// The folder of the running executable ("" when /proc/self/exe is unreadable).
+std::string SelfDir();
+
 // The run's final metric: the last `name` point of the metrics file (one tagged
 // final wins over untagged ones), else the last match of `regex`'s first group
 // in `log_text`. Also returns every parsed point for the store.

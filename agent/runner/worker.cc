@@ -320,7 +320,10 @@ Status Worker::Register() {
               {"gpus", gpus},
               {"cpus", config_.cpus},
               {"memory_mb", config_.memory_mb},
-              {"version", config_.version}};
+              {"version", config_.version},
+              // Whether `trainer:` runs can start here: `trainq submit` warns
+              // when no worker of an experiment's pool has trainq-train.
+              {"trainer", FindTrainqTrain(config_.bin_dir, PathEnv())}};
   if (config_.runs_per_gpu > 0) req["runs_per_gpu"] = config_.runs_per_gpu;
   auto a = Call("/api/v1/workers/register", req);
   if (!a) return {};  // retried after the backoff
@@ -1122,6 +1125,11 @@ Result<int> CmdWorker(const WorkerCommandOptions& o, const Clock& clock,
   }
   auto self = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) c.bin_dir = self.parent_path().string();
+  if (FindTrainqTrain(c.bin_dir, PathEnv()).empty()) {
+    spdlog::warn("trainq-train is neither beside this trainq ({}) nor on PATH: `trainer:` runs "
+                 "will fail here (install it, and libtorch, on each worker)",
+                 c.bin_dir.empty() ? "?" : c.bin_dir);
+  }
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
   c.hostname = host;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "agent/runner/run_process.h"
 #include "core/clock.h"
 #include "core/strings.h"
 #include "queue/store.h"
@@ -182,6 +183,22 @@ TEST_CASE("cli: submit then serve runs every seed and stores the results", "[cli
     CHECK_THAT(Slurp(r.log_path), Catch::Contains("seed " + std::to_string(r.seed) + ": accuracy"));
   }
   CHECK(seeds == std::set<std::int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+
+  // serve's workers said at register which trainq-train they found: the one
+  // beside the binary, as FindTrainqTrain finds it here, or "" without one.
+  {
+    auto store = Store::Open(p.db).value();
+    auto machines = store.Machines(/*include_stopped=*/true).value();
+    REQUIRE_FALSE(machines.empty());
+    const std::string expected =
+        FindTrainqTrain(fs::path(TRAINQ_BINARY).parent_path().string(), PathEnv());
+    for (const auto& m : machines) {
+      INFO(m.name << ": " << m.resources_json);
+      auto r = json::parse(m.resources_json);
+      REQUIRE(r.contains("trainer"));
+      CHECK(r["trainer"] == expected);
+    }
+  }
 
   // status --json
   auto status = TrainqJson(p.db, "status --json");
@@ -1113,6 +1130,91 @@ TEST_CASE("cli: status --watch refuses --json, and --interval needs --watch", "[
   CHECK(once.code == 0);
   CHECK(Count(once.text, "trainq status, every") == 1);
   CHECK(once.text.find("\x1b[") == std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainq
+
+namespace trainq {
+namespace {
+
+// A trainer: experiment on the iris spec of examples/ (checked at submit).
+struct TrainerProject : Project {
+  std::string sha = git.Commit(
+      {{"trainq.yaml",
+        "version: 1\nexperiments:\n  iris:\n    trainer: configs/iris_mlp.yaml\n    repeats: 2\n"},
+       {"configs/iris_mlp.yaml",
+        Slurp(fs::path(TRAINQ_SOURCE_DIR) / "examples" / "configs" / "iris_mlp.yaml")},
+       {"data/iris.csv", Slurp(fs::path(TRAINQ_SOURCE_DIR) / "examples" / "data" / "iris.csv")}},
+      "iris");
+
+  void AddMachine(const std::string& pool, const std::string& name, const std::string& trainer) {
+    auto store = Store::Open(db).value();
+    MachineRow m;
+    m.pool = pool;
+    m.provider = "static";
+    m.provider_id = name;
+    m.name = name;
+    m.state = "ready";
+    m.slots = 1;
+    m.resources_json = json{{"trainer", trainer}}.dump();
+    REQUIRE(store.UpsertMachine(m, 1000));
+  }
+};
+
+TEST_CASE("cli: submit warns when the workers that reported have no trainq-train",
+          "[cli][trainer]") {
+  TrainerProject p;
+  // Before any worker registered, this trainq is judged: a build with
+  // trainq-train beside it does not warn (tested below without one).
+  p.AddMachine("gpu", "gpu-1", "");
+  p.AddMachine("gpu", "gpu-2", "");
+  auto warned = Trainq(p.db, "submit --repo " + ShellQuote(p.git.dir()));
+  INFO(warned.text);
+  REQUIRE(warned.code == 0);
+  CHECK_THAT(warned.text, Catch::Contains("2 runs queued"));
+  CHECK_THAT(warned.text,
+             Catch::Contains("trainq: warning: iris is a `trainer:` experiment, but no worker of "
+                             "any pool has trainq-train (they reported none beside trainq or on "
+                             "PATH: gpu-1, gpu-2)"));
+  // One worker with it is enough.
+  p.AddMachine("gpu", "gpu-3", "/opt/trainq/bin/trainq-train");
+  auto quiet = Trainq(p.db, "submit --repo " + ShellQuote(p.git.dir()) + " --repeats 3");
+  INFO(quiet.text);
+  REQUIRE(quiet.code == 0);
+  CHECK_THAT(quiet.text, !Catch::Contains("warning"));
+}
+
+TEST_CASE("cli: submit warns when trainq-train is neither beside trainq nor on PATH",
+          "[cli][trainer]") {
+  TrainerProject p;
+  // A copy of trainq alone in a folder, PATH without trainq-train: the
+  // newcomer's `cp trainq /usr/local/bin` (issue 27).
+  fs::path bin = p.tmp / "bin";
+  fs::create_directories(bin);
+  fs::copy_file(TRAINQ_BINARY, bin / "trainq");
+  const std::string env = "env PATH=/usr/bin:/bin ";
+  auto submit = [&](const std::string& args) {
+    Out o;
+    o.code = testing::RunShell(env + ShellQuote((bin / "trainq").string()) + " --db " +
+                                   ShellQuote(p.db) + " " + args,
+                               &o.text);
+    return o;
+  };
+  REQUIRE(FindTrainqTrain("", "/usr/bin:/bin").empty());  // else this machine has one installed
+  auto alone = submit("submit --repo " + ShellQuote(p.git.dir()));
+  INFO(alone.text);
+  REQUIRE(alone.code == 0);
+  CHECK_THAT(alone.text, Catch::Contains("trainq: warning: iris is a `trainer:` experiment, but "
+                                         "trainq-train is neither beside this trainq (" +
+                                         bin.string() + ") nor on PATH"));
+  // An executable trainq-train beside it: no warning.
+  Spit(bin / "trainq-train", "#!/bin/sh\nexit 0\n");
+  fs::permissions(bin / "trainq-train", fs::perms::owner_all);
+  auto beside = submit("submit --repo " + ShellQuote(p.git.dir()) + " --repeats 3");
+  INFO(beside.text);
+  REQUIRE(beside.code == 0);
+  CHECK_THAT(beside.text, !Catch::Contains("warning"));
 }
 
 }  // namespace

@@ -4,6 +4,10 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <filesystem>
+
+#include "tests/agent/agent_test_util.h"
+#include "tests/support/temp_dir.h"
 
 namespace trainq {
 namespace {
@@ -124,6 +128,34 @@ TEST_CASE("run outcome: the tail skips banners and blank lines, keeps the last d
   CHECK(t.starts_with("..."));
   CHECK(t.ends_with("ERROR at the end"));
   CHECK(MeaningfulTail("=== trainq: only a banner ===\n").empty());
+}
+
+}  // namespace
+}  // namespace trainq
+
+namespace trainq {
+namespace {
+
+TEST_CASE("FindTrainqTrain: beside trainq first, then PATH, only executable files",
+          "[run_outcome][trainer]") {
+  namespace fs = std::filesystem;
+  testing::TempDir tmp;
+  fs::path self = tmp / "self", on_path = tmp / "path", other = tmp / "other";
+  for (const auto& d : {self, on_path, other}) fs::create_directories(d);
+  auto make = [](const fs::path& p, bool executable) {
+    testing::Spit(p, "#!/bin/sh\n");
+    fs::permissions(p, executable ? fs::perms::owner_all : fs::perms::owner_read);
+  };
+  const std::string path = other.string() + "::" + on_path.string();
+  CHECK(FindTrainqTrain(self.string(), path).empty());
+  make(on_path / "trainq-train", true);
+  CHECK(FindTrainqTrain(self.string(), path) == (on_path / "trainq-train").string());
+  CHECK(FindTrainqTrain("", path) == (on_path / "trainq-train").string());
+  make(other / "trainq-train", false);  // not executable: skipped
+  CHECK(FindTrainqTrain(self.string(), path) == (on_path / "trainq-train").string());
+  make(self / "trainq-train", true);
+  CHECK(FindTrainqTrain(self.string(), path) == (self / "trainq-train").string());
+  CHECK(FindTrainqTrain(self.string(), "") == (self / "trainq-train").string());
 }
 
 }  // namespace

@@ -165,6 +165,22 @@ TEST_CASE("worker API: 401 without a token or with a wrong one", "[worker_api]")
   CHECK(w.store.Machines(true).value().empty());
 }
 
+TEST_CASE("worker API: register keeps the trainq-train the worker found (or none)",
+          "[worker_api][trainer]") {
+  World w;
+  auto with = w.PostJson("/api/v1/workers/register",
+                         {{"name", ""}, {"hostname", "node1"}, {"pid", 1},
+                          {"trainer", "/usr/bin/trainq-train"}},
+                         kGpuToken);
+  auto without = w.PostJson("/api/v1/workers/register",
+                            {{"name", ""}, {"hostname", "node2"}, {"pid", 2}, {"trainer", ""}},
+                            kCpuToken);
+  auto m1 = w.store.Machine(with["worker_id"].get<std::int64_t>()).value().value();
+  auto m2 = w.store.Machine(without["worker_id"].get<std::int64_t>()).value().value();
+  CHECK(json::parse(m1.resources_json)["trainer"] == "/usr/bin/trainq-train");
+  CHECK(json::parse(m2.resources_json)["trainer"] == "");
+}
+
 TEST_CASE("worker API: register, lease, heartbeat, metrics, log, complete", "[worker_api]") {
   World w;
   w.Submit(1, "gpu", 1);
