@@ -66,6 +66,10 @@ struct ServeOptions {
   std::int64_t idle_grace_s = 60;
   std::int64_t scale_interval_ms = 1000;  // autoscaler passes
   bool inproc = false;  // run on this process's own slots; no workers
+  // The default local pool's sandbox (agent/runner/sandbox.h) and the
+  // directories its runs may write besides their own.
+  std::string sandbox = "auto";
+  std::vector<std::string> sandbox_writable;
 };
 // Runs until *stop becomes true (a signal) or, with until_idle, the queue is empty.
 Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<bool>& stop);

@@ -6,6 +6,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,6 +25,7 @@
 #include "agent/cli/cli.h"
 #include "agent/runner/executor.h"
 #include "agent/runner/run_process.h"
+#include "agent/runner/sandbox.h"
 #include "agent/daemon/fleet.h"
 #include "agent/results/sweep.h"
 #include "agent/repo/git_repo.h"
@@ -313,6 +316,34 @@ std::string UnservableOnly(Store& store, const Fleet& fleet,
   return std::to_string(runs) + " queued run(s) can never start (" + why + ")";
 }
 
+// What runs of local workers must not see (FleetOptions::sandbox_hide): the
+// database and its side files, the config, every `{file:}` secret and ssh
+// key it names, and serve's data dir (tokens, outbox, other runs).
+std::vector<std::string> SandboxHidden(const ServeOptions& o, const ServerConfig& config,
+                                       const std::string& data_dir) {
+  std::vector<std::string> out;
+  std::string db = fs::absolute(o.db).string();
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) out.push_back(db + suffix);
+  if (!config.path.empty()) out.push_back(fs::absolute(config.path).string());
+  auto secret = [&](const SecretValue& s) {
+    if (s.source.starts_with("file ")) out.push_back(fs::absolute(s.source.substr(5)).string());
+  };
+  for (const auto& r : config.repositories) {
+    secret(r.secret);
+    secret(r.token);
+    if (!r.ssh_key.empty()) out.push_back(fs::absolute(r.ssh_key).string());
+  }
+  secret(config.read_token);
+  for (const auto& p : config.pools) {
+    secret(p.token);
+    if (auto it = p.params.find("token_file"); it != p.params.end()) {
+      out.push_back(fs::absolute(it->second).string());
+    }
+  }
+  out.push_back(data_dir);
+  return out;
+}
+
 // The pool used when the config names none: local worker processes.
 PoolSpec DefaultLocalPool(const ServeOptions& o) {
   PoolSpec p;
@@ -322,6 +353,8 @@ PoolSpec DefaultLocalPool(const ServeOptions& o) {
   p.scaling.slots = o.slots;
   p.fuse_max = o.fuse_max;
   p.env_passthrough = o.env_passthrough;
+  p.sandbox = o.sandbox;
+  p.sandbox_writable = o.sandbox_writable;
   p.scaling.idle_grace_ms = o.idle_grace_s * 1000;
   p.scaling.boot_timeout_ms = 60'000;
   p.provider = "local";
@@ -336,6 +369,17 @@ PoolSpec DefaultLocalPool(const ServeOptions& o) {
 }  // namespace
 
 Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<bool>& stop) {
+  // Not dumpable: /proc/<serve>/environ, mem and fd links become root's only,
+  // and no process of the same user may ptrace this one (its secrets).
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  // Room for the HTTP listener's connections (1,024 at most) beside the
+  // database and the workers' pipes: the soft descriptor limit up to the hard.
+  if (rlimit rl{}; getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536 &&
+                   rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = std::min<rlim_t>(rl.rlim_max, 65536);
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  TRY(CheckSandboxMode(o.sandbox, "--sandbox"));
   if (o.slots <= 0) {
     return Fail(ErrorKind::kInvalidArgument,
                 "--slots: expected a positive integer, got " + std::to_string(o.slots));
@@ -387,6 +431,21 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
   TRY(CheckWorkerUrls(config, default_server_url, listen));
 
   const std::string data_dir = DataDir(o);
+  for (const auto& p : config.pools) {
+    // A sandbox asked for but not installed is said now, not at each boot.
+    if (p.provider != "local") continue;
+    auto bwrap = ResolveSandbox(p.sandbox);
+    if (!bwrap) {
+      return Fail(ErrorKind::kInvalidArgument, (config.path.empty() ? "" : config.path + ": ") +
+                                                   "pool " + p.name() + ": " +
+                                                   bwrap.error().message);
+    }
+    if (bwrap->empty()) {
+      spdlog::warn("pool {}: runs start without a sandbox ({}): a run can read what serve's user "
+                   "can read (see docs/deployment.md#security)",
+                   p.name(), p.sandbox == "none" ? "sandbox: none" : "bwrap is not installed");
+    }
+  }
   ASSIGN_OR_RETURN(auto store, OpenServeStore(o.db));
   TRY(EnsurePoolTokens(store, config, data_dir, clock.Now()));
   ASSIGN_OR_RETURN(auto instance, InstanceId(data_dir));
@@ -439,6 +498,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
   fo.server_url = default_server_url;
   fo.trainq_path = (fs::path(SelfDir()) / "trainq").string();
   fo.data_dir = data_dir;
+  fo.sandbox_hide = SandboxHidden(o, config, data_dir);
   fo.budget = config.budget;
   if (config.budget.per_day > 0 || config.budget.per_month > 0) {
     spdlog::info("budget of all pools: {}{}{}",
@@ -592,6 +652,13 @@ void AddServeCommand(CLI::App& app, const CliContext& ctx) {
                       "stopped (90s, 2m; a bare number is seconds)")
       ->transform(DurationSeconds())
       ->capture_default_str();
+  c_serve->add_option("--sandbox", serve->sandbox,
+                      "Where runs of the default local pool start: bwrap, none, or auto (bwrap "
+                      "when installed); see docs/deployment.md#security")
+      ->capture_default_str();
+  c_serve->add_option("--sandbox-writable", serve->sandbox_writable,
+                      "A directory runs of the default local pool may write besides their own "
+                      "(repeatable)");
   c_serve->add_flag("--inproc", serve->inproc,
                     "Run on this process's own slots: no workers, no machines");
   c_serve->add_flag("--until-idle", serve->until_idle, "Exit once the queue is empty");

@@ -60,6 +60,17 @@ void AddWorkerCommand(CLI::App& app, const CliContext& ctx) {
                        "number is seconds; SIGTERM to the worker also ends it)")
       ->transform(DurationSeconds())
       ->capture_default_str();
+  c_worker->add_option("--sandbox", worker->sandbox,
+                       "Where runs start: bwrap (a bubblewrap sandbox: no view of this worker, "
+                       "its files or its token; an error without bwrap), none, or auto (bwrap "
+                       "when installed)")
+      ->capture_default_str();
+  c_worker->add_option("--sandbox-hide", worker->sandbox_hide,
+                       "A file or directory runs must not see (repeatable; the data dir and the "
+                       "token file always are)");
+  c_worker->add_option("--sandbox-writable", worker->sandbox_writable,
+                       "A directory runs may write besides their checkout, run directory and "
+                       "/tmp (repeatable)");
   c_worker->add_flag("--once", worker->once,
                      "Exit when a lease comes back empty and nothing runs");
   c_worker->callback([=] {

@@ -406,6 +406,19 @@ std::vector<std::string> Fleet::WorkerArgv(const PoolSpec& pool, const std::stri
     argv.push_back("--env-passthrough");
     argv.push_back(name);
   }
+  argv.push_back("--sandbox");
+  argv.push_back(pool.sandbox);
+  for (const auto& dir : pool.sandbox_writable) {
+    argv.push_back("--sandbox-writable");
+    argv.push_back(dir);
+  }
+  // This host's files: only a local worker shares them.
+  if (pool.provider == "local" && pool.sandbox != "none") {
+    for (const auto& path : options_.sandbox_hide) {
+      argv.push_back("--sandbox-hide");
+      argv.push_back(path);
+    }
+  }
   return argv;
 }
 

@@ -54,6 +54,10 @@ struct FleetOptions {
   std::string server_url;   // what workers on this host connect to (http://127.0.0.1:PORT)
   std::string trainq_path;  // the trainq binary workers run
   std::string data_dir;     // serve's data dir (tokens/, machines/)
+  // What runs of local workers must not see besides their worker's own files
+  // (the worker's --sandbox-hide): serve's database, config, `{file:}`
+  // secrets and data dir.
+  std::vector<std::string> sandbox_hide;
   cloud::AutoscalerOptions autoscaler;
   // A worker started by hand (no provider) that has not called for this long
   // is taken for gone: its machine is stopped in the store, its runs queued.

@@ -97,7 +97,8 @@ Admission Server::Admit(const HttpServerRequest& head) {
     probe.headers_only = true;
     HttpServerReply r = WorkerRoute(probe, path);
     if (r.status != 0) return {0, r};  // no or a wrong token: the body is never read
-    return {kMaxWorkerBodyBytes, std::nullopt};
+    // A machine of a pool: never evicted for anonymous traffic (server_http.h).
+    return {kMaxWorkerBodyBytes, std::nullopt, /*trusted=*/true};
   }
   return {kMaxOtherBodyBytes, std::nullopt};
 }

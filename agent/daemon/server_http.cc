@@ -1,6 +1,7 @@
 // The only translation unit that includes Boost.Beast (heavy headers).
 #include "agent/daemon/server_http.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -21,6 +22,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -123,6 +125,12 @@ Result<ListenAddress> ParseListenAddress(const std::string& text) {
   return a;
 }
 
+std::int64_t TransferDeadlineMs(const ListenerLimits& limits, std::size_t bytes) {
+  const std::size_t rate = std::max<std::size_t>(1, limits.min_rate);
+  return limits.body_timeout_ms + static_cast<std::int64_t>(bytes / rate * 1000 +
+                                                            bytes % rate * 1000 / rate);
+}
+
 // Shared by the accept thread and every connection's thread, so that a
 // connection still finishing after Stop() gave up waiting never touches freed
 // memory.
@@ -134,16 +142,25 @@ struct HttpListener::Impl {
   std::size_t max_body_bytes = 0;
   ListenerLimits limits;
 
+  struct Conn {
+    int fd = -1;
+    std::string address;     // the peer's, numeric
+    bool evictable = true;   // not inside a trusted request or a handler
+    bool evicted = false;    // shut down to make room; its thread is ending
+  };
+
   std::mutex mu;
   std::condition_variable cv;
   bool open = false;
   bool stopping = false;
-  int connections = 0;         // threads serving a connection
-  std::set<int> sockets;       // their descriptors, shut down by Stop()
+  std::map<std::uint64_t, Conn> conns;  // by accept order: the first is the oldest
+  std::uint64_t next_conn = 0;
+  int live = 0;                // conns not evicted
   std::size_t body_bytes = 0;  // request bodies being read or handled, all connections
+  std::uint64_t evictions = 0;
 
   void AcceptLoop(const std::shared_ptr<Impl>& self);
-  void Serve(int fd);
+  void Serve(int fd, std::uint64_t id);
   bool Reserve(std::size_t n) {
     std::lock_guard lock(mu);
     if (body_bytes + n > limits.max_inflight_body_bytes) return false;
@@ -154,6 +171,23 @@ struct HttpListener::Impl {
     std::lock_guard lock(mu);
     body_bytes -= n;
   }
+  void SetEvictable(std::uint64_t id, bool evictable) {
+    std::lock_guard lock(mu);
+    if (auto it = conns.find(id); it != conns.end()) it->second.evictable = evictable;
+  }
+  // The oldest evictable connection (of `address` when given) is shut down;
+  // false when there is none. Under mu.
+  bool EvictOldest(const std::string* address) {
+    for (auto& [id, c] : conns) {
+      if (!c.evictable || c.evicted || (address && c.address != *address)) continue;
+      c.evicted = true;
+      --live;
+      ++evictions;
+      ::shutdown(c.fd, SHUT_RDWR);
+      return true;
+    }
+    return false;
+  }
 };
 
 namespace {
@@ -163,8 +197,17 @@ namespace {
 // sending mid-request, or never reads its reply, frees its thread).
 class TimedSocket {
  public:
+  using Time = std::chrono::steady_clock::time_point;
   explicit TimedSocket(int fd) : fd_(fd) {}
   int fd() const { return fd_; }
+  // Every read and write from now on ends by `deadline` (a whole request's,
+  // not a per-read limit: a byte every few seconds does not extend it).
+  void SetDeadline(Time deadline) { deadline_ = deadline; }
+  // Waits until the peer sent something (or closed), by the deadline.
+  bool WaitReadable() {
+    beast::error_code ec;
+    return Wait(POLLIN, ec);
+  }
 
   template <class Buffers>
   std::size_t read_some(const Buffers& buffers, beast::error_code& ec) {
@@ -242,7 +285,14 @@ class TimedSocket {
     pollfd p{fd_, events, 0};
     int r;
     do {
-      r = ::poll(&p, 1, kIoTimeoutS * 1000);
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      deadline_ - std::chrono::steady_clock::now())
+                      .count();
+      if (left <= 0) {
+        r = 0;
+        break;
+      }
+      r = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left, kIoTimeoutS * 1000)));
     } while (r < 0 && errno == EINTR);
     if (r == 0) {
       ec = asio::error::timed_out;
@@ -255,6 +305,7 @@ class TimedSocket {
     return true;
   }
   int fd_;
+  Time deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(kIoTimeoutS);
 };
 
 void Write(TimedSocket& socket, const HttpServerReply& reply, unsigned version, bool keep_alive,
@@ -290,16 +341,44 @@ void Linger(int fd) {
 
 }  // namespace
 
+namespace {
+
+std::string PeerAddress(const sockaddr_storage& a) {
+  char host[INET6_ADDRSTRLEN] = {0};
+  if (a.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, host, sizeof host);
+  } else if (a.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, host, sizeof host);
+  }
+  return host;
+}
+
+}  // namespace
+
 void HttpListener::Impl::AcceptLoop(const std::shared_ptr<Impl>& self) {
+  std::uint64_t told_evictions = 0;
+  auto told_at = std::chrono::steady_clock::now();
   for (;;) {
     pollfd p{listen_fd, POLLIN, 0};
     int r = ::poll(&p, 1, 200);
     {
       std::lock_guard lock(mu);
       if (stopping) return;
+      // One line a minute at most about connections closed to make room.
+      auto now = std::chrono::steady_clock::now();
+      if (evictions > told_evictions && now - told_at > std::chrono::seconds(60)) {
+        spdlog::warn("HTTP listener: {} slow or idle connection(s) closed to make room for new "
+                     "ones ({} open; limits: {} in all, {} evictable per address)",
+                     evictions - told_evictions, live, limits.max_connections,
+                     limits.max_per_address);
+        told_evictions = evictions;
+        told_at = now;
+      }
     }
     if (r <= 0) continue;
-    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    sockaddr_storage peer{};
+    socklen_t peer_len = sizeof peer;
+    int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &peer_len, SOCK_CLOEXEC);
     if (fd < 0) {
       // EMFILE and friends: the next accept may work once a connection ends.
       if (errno != EINTR && errno != EAGAIN) {
@@ -307,27 +386,39 @@ void HttpListener::Impl::AcceptLoop(const std::shared_ptr<Impl>& self) {
       }
       continue;
     }
+    std::uint64_t id = 0;
     {
       std::lock_guard lock(mu);
-      if (connections >= limits.max_connections) {
-        ::close(fd);  // over the cap: refused at once rather than queued
+      std::string address = PeerAddress(peer);
+      int same = 0;
+      for (const auto& [cid, c] : conns) {
+        if (c.evictable && !c.evicted && c.address == address) ++same;
+      }
+      if (same >= limits.max_per_address) EvictOldest(&address);
+      if (live >= limits.max_connections && !EvictOldest(nullptr)) {
+        ::close(fd);  // every connection is inside a trusted request or a handler
         continue;
       }
-      ++connections;
-      sockets.insert(fd);
+      id = next_conn++;
+      conns[id] = Conn{fd, std::move(address)};
+      ++live;
     }
-    auto done = [self, fd] {
+    auto done = [self, fd, id] {
       {
         std::lock_guard lock(self->mu);
-        self->sockets.erase(fd);  // before close: Stop() never shuts down a reused number
+        auto it = self->conns.find(id);
+        if (it != self->conns.end()) {
+          if (!it->second.evicted) --self->live;
+          self->conns.erase(it);  // before close: Stop() never shuts down a reused number
+        }
       }
       ::close(fd);
       std::lock_guard lock(self->mu);
-      if (--self->connections == 0) self->cv.notify_all();
+      if (self->conns.empty()) self->cv.notify_all();
     };
     try {
-      std::thread([self, fd, done] {
-        self->Serve(fd);
+      std::thread([self, fd, id, done] {
+        self->Serve(fd, id);
         done();
       }).detach();
     } catch (const std::system_error& e) {
@@ -339,13 +430,27 @@ void HttpListener::Impl::AcceptLoop(const std::shared_ptr<Impl>& self) {
 
 // One connection, request after request (keep-alive). Bodies are read only
 // after the headers were admitted, and never past the route's limit.
-void HttpListener::Impl::Serve(int fd) {
+void HttpListener::Impl::Serve(int fd, std::uint64_t id) {
+  using Clock = std::chrono::steady_clock;
+  using Ms = std::chrono::milliseconds;
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   TimedSocket socket(fd);
   beast::flat_buffer buffer;
-  for (;;) {
+  // The first request's header is due header_timeout after the accept.
+  socket.SetDeadline(Clock::now() + Ms(limits.header_timeout_ms));
+  for (bool first = true;; first = false) {
     beast::error_code ec;
+    SetEvictable(id, true);
+    if (!first) {
+      // Keep-alive: the next request starts within idle_timeout, and its
+      // header is due header_timeout after it started.
+      if (buffer.size() == 0) {
+        socket.SetDeadline(Clock::now() + Ms(limits.idle_timeout_ms));
+        if (!socket.WaitReadable()) return;
+      }
+      socket.SetDeadline(Clock::now() + Ms(limits.header_timeout_ms));
+    }
     bhttp::request_parser<bhttp::empty_body> head_parser;
     head_parser.header_limit(kHeaderLimit);
     head_parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // ours, below
@@ -357,6 +462,7 @@ void HttpListener::Impl::Serve(int fd) {
           ec != asio::error::bad_descriptor && ec != asio::error::not_connected &&
           ec != asio::error::shut_down && ec != asio::error::broken_pipe) {
         beast::error_code ignored;
+        socket.SetDeadline(Clock::now() + Ms(limits.body_timeout_ms));
         Write(socket, Refusal(ec == bhttp::error::header_limit ? 431 : 400, "malformed request"),
               11, false, ignored);
         Linger(fd);
@@ -384,6 +490,10 @@ void HttpListener::Impl::Serve(int fd) {
       }
       admission.max_body_bytes = std::min(admission.max_body_bytes, max_body_bytes);
     }
+    if (admission.trusted) SetEvictable(id, false);
+    auto reply_deadline = [&](const HttpServerReply& r) {
+      socket.SetDeadline(Clock::now() + Ms(TransferDeadlineMs(limits, r.body.size())));
+    };
     auto length = head_parser.content_length();
     bool has_body = head_parser.chunked() || (length && *length > 0);
     HttpServerReply reply;
@@ -400,6 +510,7 @@ void HttpListener::Impl::Serve(int fd) {
       read_body = true;
     }
     if (!read_body) {
+      reply_deadline(reply);
       Write(socket, reply, version, false, ec);
       if (has_body) Linger(fd);
       return;
@@ -407,13 +518,19 @@ void HttpListener::Impl::Serve(int fd) {
 
     std::size_t n = length.value_or(0);
     if (n == 0) {
+      SetEvictable(id, false);  // inside the handler
       reply = SafeCall(handler, req);
+      // An anonymous client that does not read its reply makes room too.
+      if (!admission.trusted) SetEvictable(id, true);
+      reply_deadline(reply);
       Write(socket, reply, version, keep_alive, ec);
       if (ec || !keep_alive) return;
       std::lock_guard lock(mu);
       if (stopping) return;
       continue;
     }
+    // The whole body is due by its deadline, however it trickles in.
+    socket.SetDeadline(Clock::now() + Ms(TransferDeadlineMs(limits, n)));
     if (!Reserve(n)) {
       Write(socket, Refusal(503, "too many request bodies at once; retry"), version, false, ec);
       if (has_body) Linger(fd);
@@ -435,15 +552,20 @@ void HttpListener::Impl::Serve(int fd) {
     if (ec) {
       if (ec == bhttp::error::body_limit) {
         req.body_too_large = true;
-        Write(socket, SafeCall(handler, req), version, false, ec);
+        auto too_large = SafeCall(handler, req);
+        reply_deadline(too_large);
+        Write(socket, too_large, version, false, ec);
         Linger(fd);
       }
       return;  // the client went away or stalled mid-body
     }
     req.body = std::move(parser.get().body());
+    SetEvictable(id, false);  // inside the handler
     reply = SafeCall(handler, req);
+    if (!admission.trusted) SetEvictable(id, true);
     req.body.clear();
     req.body.shrink_to_fit();
+    reply_deadline(reply);
     Write(socket, reply, version, keep_alive, ec);
     if (ec || !keep_alive) return;
     std::lock_guard lock(mu);
@@ -512,9 +634,9 @@ void HttpListener::Stop() {
   std::unique_lock lock(impl_->mu);
   // Connections waiting for a next request end now; a handler under way
   // finishes (its reply may not reach the client).
-  for (int fd : impl_->sockets) ::shutdown(fd, SHUT_RD);
+  for (const auto& [id, c] : impl_->conns) ::shutdown(c.fd, SHUT_RD);
   if (!impl_->cv.wait_for(lock, std::chrono::seconds(30),
-                          [&] { return impl_->connections == 0; })) {
+                          [&] { return impl_->conns.empty(); })) {
     spdlog::warn("closing the HTTP listener: requests still being handled after 30 s");
   }
 }

@@ -6,9 +6,24 @@
 // such as a missing token), a Content-Length over the limit is refused
 // without reading the body, chunked bodies are refused (411), and all the
 // bodies being read or handled at once share one memory budget.
+//
+// Slow and many clients (issue 25): every request has a whole-request
+// deadline (headers within header_timeout of their first byte, the body within
+// body_timeout plus its size at min_rate, the reply likewise), a keep-alive
+// connection idle for idle_timeout is closed, and connections (each one
+// thread) are capped. Capacity is kept for the machines and /healthz by
+// eviction rather than by refusal: a connection that is not in the middle of
+// an authenticated request (Admission::trusted: a worker's token checked from
+// its headers) is evictable while it waits for headers, idles between
+// requests or sends an anonymous body; a new connection that finds the cap
+// reached, or its address over max_per_address evictable connections, closes
+// the oldest evictable one (of its address first). So a flood of slow
+// anonymous connections only ever evicts itself, and a worker, whose headers
+// arrive at once, is served.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -53,14 +68,29 @@ Result<ListenAddress> ParseListenAddress(const std::string& text);
 struct Admission {
   std::size_t max_body_bytes = 0;         // this route's limit (capped by Start's)
   std::optional<HttpServerReply> refuse;  // set: the answer, and the body is never read
+  // The headers carry a valid credential (a worker's token): the request is
+  // never evicted to make room for another connection.
+  bool trusted = false;
 };
 
 struct ListenerLimits {
   // Bytes of request bodies being read or handled at once, all connections
   // together: a request that would go over is answered 503 unread.
   std::size_t max_inflight_body_bytes = 128u << 20;
-  int max_connections = 1024;  // more are closed at once
+  // Connections (threads) at once; a new one over the cap evicts the oldest
+  // evictable connection, or is closed when none is.
+  int max_connections = 1024;
+  // Evictable connections (waiting for headers, idle, anonymous bodies) of
+  // one peer address; a new one over it evicts that address's oldest.
+  int max_per_address = 128;
+  int header_timeout_ms = 10'000;  // first byte of a request -> its whole header
+  int idle_timeout_ms = 30'000;    // a keep-alive connection between requests
+  int body_timeout_ms = 30'000;    // plus the body's size at min_rate
+  std::size_t min_rate = 64 * 1024;  // bytes per second a body or reply must keep up
 };
+
+// The whole-request deadline of a body or reply of `bytes` (ms).
+std::int64_t TransferDeadlineMs(const ListenerLimits& limits, std::size_t bytes);
 
 class HttpListener {
  public:

@@ -296,6 +296,7 @@ Status GangMember::Start() {
   ASSIGN_OR_RETURN(paths_.workdir, io_.worktree(run_));
   ProcessSpec base = BuildRunProcess(run_, paths_, config_.bin_dir, "", config_.env_passthrough);
   if (config_.devices.empty()) base.env["CUDA_VISIBLE_DEVICES"] = "";
+  if (io_.sandbox) io_.sandbox(base, paths_, layout_.procs_per_node > 1);
   TRY(procs_.Start(GangSpecs(base, layout_, config_.devices, paths_.dir)));
   started_ = true;
   started_ms_ = clock_.Now();

@@ -116,6 +116,9 @@ struct GangIo {
   // Keeps a result the server did not take (`why`) in the worker's outbox
   // (agent/runner/result_outbox.h), which delivers it when the server is back.
   std::function<void(const PendingResult& kept, const std::string& why)> keep;
+  // Puts a process of the run in the worker's sandbox (agent/runner/sandbox.h);
+  // `several`: the node runs several processes, which share /dev/shm and IPC.
+  std::function<void(ProcessSpec& spec, const RunPaths& paths, bool several)> sandbox;
 };
 
 struct GangMemberConfig {

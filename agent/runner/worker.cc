@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -281,6 +282,32 @@ Result<std::string> Worker::Worktree(const LeasedRun& run) {
   return CachedWorktree(config_.data_dir, source_dir, run.sha, tag);
 }
 
+Result<std::string> Worker::RunCheckout(const LeasedRun& run, const std::string& run_dir) {
+  ASSIGN_OR_RETURN(auto cached, Worktree(run));
+  fs::path dir = fs::path(run_dir) / "checkout";
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir.parent_path(), ec);
+  fs::copy(cached, dir, fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
+  if (ec) return Fail(ErrorKind::kIo, "cannot copy the checkout into " + dir.string() + ": " +
+                                          ec.message());
+  fs::remove(dir / ".trainq-checkout-complete", ec);
+  return dir.string();
+}
+
+void Worker::Sandbox(ProcessSpec& spec, const std::vector<std::string>& writable,
+                     const std::string& run_dir, bool share_ipc) {
+  if (config_.bwrap.empty()) return;
+  SandboxRun sr;
+  sr.writable = writable;
+  sr.share_ipc = share_ipc;
+  fs::path tmp = fs::path(run_dir) / "tmp";
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  if (fs::create_directories(tmp, ec); !ec) sr.tmp = tmp.string();
+  WrapInSandbox(spec, config_.bwrap, config_.sandbox, sr);
+}
+
 void Worker::NoteFailure(const Error& e) {
   backoff_ms_ =
       backoff_ms_ == 0 ? config_.retry_base_ms : std::min(backoff_ms_ * 2, config_.retry_max_ms);
@@ -454,7 +481,13 @@ void Worker::StartGangMembers(std::vector<WorkerRun>& runs) {
       if (!a) return std::nullopt;
       return std::make_pair(a->status, a->body);
     };
-    io.worktree = [this](const LeasedRun& run) { return Worktree(run); };
+    io.worktree = [this](const LeasedRun& run) {
+      return RunCheckout(run, (fs::path(config_.data_dir) / "runs" /
+                               std::to_string(run.run_id)).string());
+    };
+    io.sandbox = [this](ProcessSpec& spec, const RunPaths& paths, bool several) {
+      Sandbox(spec, {paths.workdir, paths.dir}, paths.dir, several);
+    };
     io.keep = [this](const PendingResult& kept, const std::string& why) {
       Keep(kept, fmt::format("gang run {} node {}", kept.run_id, kept.node_rank), why);
     };
@@ -534,13 +567,19 @@ Status Worker::StartProc(Job& job, const std::vector<std::int64_t>& run_ids) {
   }
   RunPaths paths = first.paths;
   paths.log = p.log_path;
-  ASSIGN_OR_RETURN(paths.workdir, Worktree(spec_run));
+  ASSIGN_OR_RETURN(paths.workdir, RunCheckout(spec_run, first.paths.dir));
   std::string cuda;
   for (int d : job.devices) cuda += (cuda.empty() ? "" : ",") + std::to_string(d);
   auto spec = BuildRunProcess(spec_run, paths, config_.bin_dir, cuda, config_.env_passthrough);
   // The trainer substitutes {seed} in its paths itself: not the run's seed.
   if (fused) spec.argv = {"/bin/sh", "-c", spec_run.command};
   if (job.gpus == 0) spec.env["CUDA_VISIBLE_DEVICES"] = "";
+  {
+    std::vector<std::string> writable = {paths.workdir};
+    for (auto id : run_ids) writable.push_back(runs_.at(id).paths.dir);
+    if (fused) writable.push_back(fs::path(p.log_path).parent_path().string());
+    Sandbox(spec, writable, first.paths.dir, false);
+  }
   ASSIGN_OR_RETURN(p.pid, runner_.Spawn(spec));
   p.started_ms = now;
   for (auto id : run_ids) {
@@ -797,6 +836,12 @@ void Worker::FinishProc(Job& job, const ExitStatus& status) {
   Proc p = std::move(*job.proc);
   job.proc.reset();
   const bool fused = p.run_ids.size() > 1;
+  if (auto it = runs_.find(p.run_ids.front()); it != runs_.end()) {
+    // The run's own checkout and /tmp go; its output dir and files stay.
+    std::error_code ec;
+    fs::remove_all(fs::path(it->second.paths.dir) / "checkout", ec);
+    fs::remove_all(fs::path(it->second.paths.dir) / "tmp", ec);
+  }
   std::string log_text = ReadFrom(p.log_path, p.log_start, std::int64_t{1} << 30);
   for (auto id : p.run_ids) {
     auto it = runs_.find(id);
@@ -1083,6 +1128,9 @@ Result<std::string> ReadTokenFile(const std::string& path) {
 
 Result<int> CmdWorker(const WorkerCommandOptions& o, const Clock& clock,
                       const std::atomic<bool>& stop) {
+  // Not dumpable: its environment and token stay away from processes of the
+  // same user (a run without a sandbox included).
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   if (o.server.empty()) {
     return Fail(ErrorKind::kInvalidArgument, "--server (or TRAINQ_SERVER) is required");
   }
@@ -1121,6 +1169,22 @@ Result<int> CmdWorker(const WorkerCommandOptions& o, const Clock& clock,
   std::error_code ec;
   fs::create_directories(c.data_dir, ec);
   if (ec) return Fail(ErrorKind::kIo, "--data-dir " + c.data_dir + ": " + ec.message());
+  TRY(CheckSandboxMode(o.sandbox, "--sandbox"));
+  ASSIGN_OR_RETURN(c.bwrap, ResolveSandbox(o.sandbox));
+  c.sandbox.mode = o.sandbox;
+  // Runs never see this worker's files (other runs, the outbox) nor its token.
+  c.sandbox.hide = {c.data_dir, fs::absolute(o.token_file).string()};
+  for (const auto& h : o.sandbox_hide) c.sandbox.hide.push_back(fs::absolute(h).string());
+  for (const auto& w : o.sandbox_writable) c.sandbox.writable.push_back(fs::absolute(w).string());
+  if (c.bwrap.empty()) {
+    spdlog::warn("runs start without a sandbox ({}): a run can read what this worker's user "
+                 "can read, its token file included",
+                 o.sandbox == "none" ? "--sandbox none" : "no bwrap installed");
+  } else {
+    spdlog::info("runs start in a bwrap sandbox ({}); writable: their checkout, run directory "
+                 "and /tmp{}", c.bwrap, c.sandbox.writable.empty() ? "" : " and " +
+                 fmt::format("{}", fmt::join(c.sandbox.writable, ", ")));
+  }
   auto self = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) c.bin_dir = self.parent_path().string();
   if (FindTrainqTrain(c.bin_dir, PathEnv()).empty()) {

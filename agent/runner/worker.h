@@ -42,6 +42,7 @@
 #include "agent/runner/gang.h"
 #include "agent/runner/gpu_detect.h"
 #include "agent/runner/result_outbox.h"
+#include "agent/runner/sandbox.h"
 #include "core/clock.h"
 #include "core/http_client.h"
 #include "core/process.h"
@@ -87,6 +88,11 @@ struct WorkerConfig {
   // the worker.
   TimeMs self_stop_timeout_ms = 5 * 60'000;
   std::int64_t max_log_chunk = 1 << 20;    // log bytes per request
+  // The sandbox runs start in (agent/runner/sandbox.h): `bwrap` is the binary
+  // ("" = none); `sandbox.hide` holds this worker's data dir and token file
+  // and, for a local pool, what serve passed (its database, config, secrets).
+  SandboxConfig sandbox;
+  std::string bwrap;
 };
 
 // The run of a lease answer: the store's LeasedRun plus the fusion fields.
@@ -186,6 +192,13 @@ class Worker {
   };
   // The checkout of a run's commit (see WorkerConfig::source).
   Result<std::string> Worktree(const LeasedRun& run);
+  // A copy of Worktree(run) that is the run's own, <run dir>/checkout (fresh
+  // for each attempt): seeds of one commit never see each other's changes.
+  Result<std::string> RunCheckout(const LeasedRun& run, const std::string& run_dir);
+  // `spec` inside the sandbox when there is one: writable are `writable`
+  // (checkout, run and group directories) and a /tmp of the run's own.
+  void Sandbox(ProcessSpec& spec, const std::vector<std::string>& writable,
+               const std::string& run_dir, bool share_ipc);
   Result<Answer> Call(const std::string& path, const nlohmann::json& body,
                       TimeMs timeout_ms = 15'000);
   Result<Answer> Post(const HttpRequest& request);
@@ -274,6 +287,9 @@ struct WorkerCommandOptions {
   std::string self_stop;
   int self_stop_timeout_s = 300;
   std::vector<std::string> env_passthrough;
+  std::string sandbox = "auto";              // auto | bwrap | none
+  std::vector<std::string> sandbox_hide;     // more paths runs must not see
+  std::vector<std::string> sandbox_writable; // more directories runs may write
 };
 
 // The token in `path`, trailing whitespace trimmed. A missing or empty file is

@@ -200,7 +200,8 @@ class ConfigParser : public YamlReader {
                    "idle_grace", "boot_timeout", "lost_after", "orphan_timeout", "self_stop",
                    "hourly_cost",
                    "token", "params", "env_passthrough", "allow_loopback", "failing_after",
-                   "min_bill", "budget", "list_interval", "list_interval_idle", "boot_backoff"}));
+                   "min_bill", "budget", "list_interval", "list_interval_idle", "boot_backoff",
+                   "sandbox", "sandbox_writable"}));
     PoolSpec p;
     p.line = n.Mark().line + 1;
     if (!n["name"]) return Err(n, path + ".name", "missing (the pool's name, such as gpu)");
@@ -273,6 +274,24 @@ class ConfigParser : public YamlReader {
           return Err(v[i], at, "expected a variable name or PREFIX*, got " + Show(v[i]));
         }
         p.env_passthrough.push_back(name);
+      }
+    }
+    if (auto v = n["sandbox"]) {
+      ASSIGN_OR_RETURN(p.sandbox, Str(v, path + ".sandbox"));
+      if (p.sandbox != "auto" && p.sandbox != "bwrap" && p.sandbox != "none") {
+        return Err(v, path + ".sandbox", "expected auto, bwrap or none, got " + Show(v));
+      }
+    }
+    if (auto v = n["sandbox_writable"]) {
+      if (!v.IsSequence()) {
+        return Err(v, path + ".sandbox_writable",
+                   "expected a list of directories such as [/data/cache], got " + Show(v));
+      }
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        std::string at = path + ".sandbox_writable[" + std::to_string(i) + "]";
+        ASSIGN_OR_RETURN(auto dir, Str(v[i], at));
+        if (!dir.starts_with("/")) return Err(v[i], at, "expected an absolute path, got " + Show(v[i]));
+        p.sandbox_writable.push_back(dir);
       }
     }
     if (auto v = n["hourly_cost"]) {

@@ -108,6 +108,10 @@ struct PoolSpec {
   // Variables runs get from their worker's environment beside the safe base
   // (RunEnvironment); a local pool's workers get them from serve's.
   std::vector<std::string> env_passthrough;
+  // The worker's --sandbox (agent/runner/sandbox.h): auto | bwrap | none, and
+  // the directories runs may write besides their checkout and run directory.
+  std::string sandbox = "auto";
+  std::vector<std::string> sandbox_writable;
   SecretValue token;  // empty: serve generates one (<data>/tokens/<pool>.token, mode 0600)
   std::map<std::string, std::string> params;
   bool allow_loopback = false;

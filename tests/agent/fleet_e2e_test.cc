@@ -59,7 +59,8 @@ TEST_CASE("fleet e2e: 2 local machines x 2 slots, 12 runs, one worker SIGKILLed 
   Daemon daemon;
   auto pid = daemon.runner.Spawn(
       {{TRAINQ_BINARY, "--db", db, "serve", "--machines", "2", "--slots", "2", "--until-idle",
-        "--idle-grace", "1", "--poll-ms", "50", "--heartbeat", "1", "--lease", "30"},
+        "--idle-grace", "1", "--poll-ms", "50", "--heartbeat", "1", "--lease", "30",
+        "--sandbox-writable", tmp.path().string()},  // the runs wait for `release` there
        {},
        tmp.path().string(),
        tmp / "serve.log"});
@@ -352,6 +353,7 @@ TEST_CASE("fleet e2e: a worker stopped with SIGSTOP is lost after lost_after, ki
                     "    slots: 1\n"
                     "    idle_grace: 1s\n"
                     "    lost_after: 3s\n"
+                    "    sandbox_writable: [" + tmp.path().string() + "]\n"
                     "    params: {stop_grace: 1s}\n"));
   Daemon daemon;
   auto pid = daemon.runner.Spawn({{TRAINQ_BINARY, "--db", db, "serve", "--config",

@@ -125,6 +125,9 @@ struct GangServe {
   testing::GitFixture repo{tmp / "repo"};
   std::string db = tmp / "trainq.db";
   fs::path pids = tmp / "pids";
+  // The local pool's sandbox; the test's directory is writable in it (rank
+  // files, the hold file), and "none" where a test signals a rank by its pid.
+  std::string sandbox = "auto";
   Daemon daemon;
 
   void Submit(const std::string& manifest) {
@@ -140,7 +143,8 @@ struct GangServe {
     std::vector<std::string> argv = {TRAINQ_BINARY, "--db", db, "serve", "--machines",
                                      std::to_string(machines), "--slots", "1", "--until-idle",
                                      "--idle-grace", "1", "--poll-ms", "50", "--heartbeat", "1",
-                                     "--kill-grace", "1"};
+                                     "--kill-grace", "1", "--sandbox", sandbox,
+                                     "--sandbox-writable", tmp.path().string()};
     for (const auto& [k, v] : env) {
       argv.push_back("--env-passthrough");
       argv.push_back(k);
@@ -262,6 +266,7 @@ TEST_CASE("gang e2e: kill -9 of one member stops every process of the run, which
   g.Submit(Manifest(1, 2, 2));
   const fs::path hold = g.tmp / "hold";
   REQUIRE(WriteFile(hold, ""));
+  g.sandbox = "none";  // rank 3 is killed by its pid on this host
   g.Serve(2, {{"GANG_HOLD", hold.string()}});
   INFO("serve log:\n" << g.Log());
   auto store = Store::Open(g.db, {.create = false});
@@ -448,6 +453,7 @@ TEST_CASE("gang e2e on real Slurm: a 2-node gang over two sbatch jobs", "[gang][
                     "    boot_timeout: 2m\n"
                     "    allow_loopback: true\n"  // a one-node cluster on this host
                     "    env_passthrough: [GANG_PIDS]\n"
+                    "    sandbox_writable: [" + g.tmp.path().string() + "]\n"
                     "    params:\n"
                     "      partition: " + (*cluster)->partition() + "\n"
                     "      slurm_conf: " + (*cluster)->conf() + "\n"

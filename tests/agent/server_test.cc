@@ -357,5 +357,141 @@ TEST_CASE("listener: keep-alive requests on one connection, and Expect: 100-cont
   CHECK(c.ReadReply().find("HTTP/1.1 100 Continue") != std::string::npos);
 }
 
+
+// ---- slow and many clients (issue 25): whole-request deadlines, eviction ----
+
+// True when the server closed `fd` (EOF or a reset) within `within`.
+bool ClosedWithin(int fd, std::chrono::milliseconds within) {
+  auto until = std::chrono::steady_clock::now() + within;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    until - std::chrono::steady_clock::now())
+                    .count();
+    if (left <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left)) <= 0) return false;
+    char buf[4096];
+    ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n <= 0) return true;  // EOF or reset (the answer, if any, is skipped)
+  }
+}
+
+// A listener with its own routes: 200 for anything; a request whose headers
+// carry "Authorization: Bearer good" is trusted, as a worker's is.
+struct PlainListener {
+  int port = testing::FreeLoopbackPort();
+  std::unique_ptr<HttpListener> listener;
+  explicit PlainListener(ListenerLimits limits) {
+    auto l = HttpListener::Start(
+        {"127.0.0.1", port}, 1 << 20,
+        [](const HttpServerRequest&) { return HttpServerReply{200, "text/plain", "ok\n"}; },
+        [](const HttpServerRequest& h) {
+          Admission a;
+          a.max_body_bytes = 1 << 20;
+          for (const auto& [k, v] : h.headers) {
+            if (k == "Authorization" && v == "Bearer good") a.trusted = true;
+          }
+          return a;
+        },
+        limits);
+    REQUIRE(l);
+    listener = std::move(*l);
+  }
+};
+
+TEST_CASE("listener: a header trickled a byte at a time is cut at its deadline, not kept alive "
+          "by each byte",
+          "[server][limits][slow]") {
+  ListenerLimits limits;
+  limits.header_timeout_ms = 1000;
+  PlainListener pl(limits);
+  RawClient c(pl.port);
+  auto start = std::chrono::steady_clock::now();
+  bool closed = false;
+  // A byte every 200 ms: a per-read limit would never fire.
+  const std::string head = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaa";
+  for (std::size_t i = 0; i < head.size() && !closed; ++i) {
+    if (::send(c.fd, head.data() + i, 1, MSG_NOSIGNAL) != 1) break;
+    closed = ClosedWithin(c.fd, std::chrono::milliseconds(200));
+  }
+  if (!closed) closed = ClosedWithin(c.fd, std::chrono::seconds(3));
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(closed);
+  CHECK(s >= 0.9);
+  CHECK(s < 3.0);
+}
+
+TEST_CASE("listener: a body trickled a byte at a time is cut at its deadline",
+          "[server][limits][slow]") {
+  ListenerLimits limits;
+  limits.body_timeout_ms = 800;
+  limits.min_rate = 1 << 20;  // 100 bytes take no time at that rate: 800 ms in all
+  CHECK(TransferDeadlineMs(limits, 100) == 800);
+  CHECK(TransferDeadlineMs(limits, 3u << 20) == 3800);
+  PlainListener pl(limits);
+  RawClient c(pl.port);
+  c.Send(Post("/hooks/x", 100));
+  auto start = std::chrono::steady_clock::now();
+  bool closed = false;
+  for (int i = 0; i < 100 && !closed; ++i) {
+    if (::send(c.fd, "a", 1, MSG_NOSIGNAL) != 1) break;
+    closed = ClosedWithin(c.fd, std::chrono::milliseconds(150));
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(closed);
+  CHECK(s < 3.0);
+}
+
+TEST_CASE("listener: an idle keep-alive connection is closed after idle_timeout",
+          "[server][limits][slow]") {
+  ListenerLimits limits;
+  limits.idle_timeout_ms = 500;
+  PlainListener pl(limits);
+  RawClient c(pl.port);
+  c.Send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  CHECK(c.ReadReply().starts_with("HTTP/1.1 200"));
+  auto start = std::chrono::steady_clock::now();
+  CHECK(ClosedWithin(c.fd, std::chrono::seconds(5)));
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(s >= 0.4);
+  CHECK(s < 3.0);
+}
+
+TEST_CASE("listener: slow anonymous connections are evicted, oldest first, so /healthz and a "
+          "trusted request are served past the caps",
+          "[server][limits][slow]") {
+  ListenerLimits limits;
+  limits.max_connections = 8;
+  limits.max_per_address = 4;
+  PlainListener pl(limits);
+  std::vector<std::unique_ptr<RawClient>> slow;
+  for (int i = 0; i < 20; ++i) {
+    slow.push_back(std::make_unique<RawClient>(pl.port));
+    slow.back()->Send("G");  // a header that never ends
+  }
+  {
+    RawClient h(pl.port);
+    h.Send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    CHECK(h.ReadReply(std::chrono::seconds(5)).starts_with("HTTP/1.1 200"));
+  }
+  // Only the newest slow ones of this address are still open (at most 4).
+  int open = 0;
+  for (auto& c : slow) open += ClosedWithin(c->fd, std::chrono::milliseconds(50)) ? 0 : 1;
+  CHECK(open <= 4);
+  CHECK(open >= 1);
+  // A trusted request in the middle of its body is never evicted by newcomers.
+  RawClient worker(pl.port);
+  worker.Send(Post("/api/v1/runs/1/log", 10,
+                   "Authorization: Bearer good\r\nExpect: 100-continue\r\n"));
+  CHECK(worker.ReadReply().starts_with("HTTP/1.1 100 Continue"));  // admitted: trusted
+  std::vector<std::unique_ptr<RawClient>> more;
+  for (int i = 0; i < 12; ++i) {
+    more.push_back(std::make_unique<RawClient>(pl.port));
+    more.back()->Send("G");
+  }
+  worker.Send("0123456789");
+  CHECK(worker.ReadReply(std::chrono::seconds(5)).starts_with("HTTP/1.1 200"));
+}
+
 }  // namespace
 }  // namespace trainq

@@ -11,6 +11,9 @@ namespace trainq::testing {
 class TempDir {
  public:
   TempDir();
+  // Under `base` instead of $TMPDIR or /tmp (a sandbox test needs a
+  // directory outside the /tmp that the sandbox replaces).
+  explicit TempDir(const std::filesystem::path& base);
   ~TempDir();
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
