@@ -214,6 +214,7 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
                          [s = server.get()](const HttpServerRequest& r) { return s->Handle(r); },
                          [s = server.get()](const HttpServerRequest& h) { return s->Admit(h); }));
     spdlog::info("listening on http://{}", listen);
+    spdlog::info("dashboard: {}", server->DashboardUrl(listen));
   }
 
   OutcomeLog outcomes(clock.Now(), /*log=*/false);  // the executor logs its own runs
@@ -243,6 +244,7 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
     outcomes.Step(store);
     clock.SleepFor(o.poll_ms);
   }
+  if (server) server->StopWaiting();  // the dashboard's event streams answer now
   if (listener) listener->Stop();
   if (worker) worker->Stop();
   exec.Shutdown(stop.load() ? "trainq serve was stopped" : "trainq serve exited");
@@ -384,6 +386,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
   }
   spdlog::info("listening on http://{} (webhooks, worker API, /api/v1/status, /metrics)",
                listen);
+  spdlog::info("dashboard: {}", server.DashboardUrl(listen));
 
   FleetOptions fo;
   fo.instance = instance;

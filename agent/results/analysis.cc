@@ -234,6 +234,8 @@ nlohmann::json ComparisonJson(const BatchComparison& c) {
             {"shared_seeds", c.shared_seeds},
             {"alpha", c.alpha},
             {"verdict", std::string(stats::VerdictName(c.verdict))}};
+  auto rules = RulesOf(c.a);
+  j["min_effect"] = rules.min_effect ? nlohmann::json(*rules.min_effect) : nlohmann::json(nullptr);
   if (c.cmp) {
     j["diff"] = c.cmp->diff;
     j["welch"] = TestJson(c.cmp->welch);
