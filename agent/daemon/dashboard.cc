@@ -267,6 +267,25 @@ HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string&
     for (auto& [k, v] : by) out.push_back(std::move(v));
     return JsonReply(200, {{"experiments", out}});
   }
+  if (rest == "sweeps") {
+    // Sweeps still adding points: the overview's list (the sweeps page reads
+    // the report's sweeps, with winners).
+    auto sweeps = store->Sweeps("running");
+    if (!sweeps) return Refuse(503, sweeps.error().message);
+    json out = json::array();
+    for (const auto& sw : *sweeps) {
+      auto points = store->SweepPoints(sw.id);
+      if (!points) return Refuse(503, points.error().message);
+      json commit = json::parse(sw.commit_json, nullptr, false);
+      out.push_back({{"id", sw.id},
+                     {"experiment", sw.experiment},
+                     {"commit", commit.is_object() ? commit.value("sha", "") : ""},
+                     {"state", sw.state},
+                     {"points", points->size()},
+                     {"created_ms", sw.created_ms}});
+    }
+    return JsonReply(200, {{"sweeps", out}});
+  }
   if (rest == "report" || rest.starts_with("experiment/")) {
     // The report's JSON (report.json of `trainq report --out`), for one
     // experiment or all.

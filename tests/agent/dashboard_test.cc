@@ -104,7 +104,7 @@ struct Fixture {
 TEST_CASE("dashboard: without a session every page and data route answers 401 and no data",
           "[dashboard]") {
   Fixture f;
-  for (std::string path : {"/", "/experiment/digits", "/commit/" + f.sha_a, "/run/1", "/machines",
+  for (const std::string& path : std::vector<std::string>{"/", "/experiment/digits", "/commit/" + f.sha_a, "/run/1", "/machines",
                            "/sweeps", "/dash/app.js", "/dash/api/status",
                            "/dash/api/commit/" + f.sha_a, "/dash/api/experiments",
                            "/dash/api/run/1/log", "/dash/events"}) {

@@ -133,7 +133,8 @@ function progress(b) {
 // ---- pages -----------------------------------------------------------------
 
 async function overview() {
-  const [st, ex] = await Promise.all([getJSON('/dash/api/status'), getJSON('/dash/api/experiments')]);
+  const [st, ex, sw] = await Promise.all([getJSON('/dash/api/status'), getJSON('/dash/api/experiments'),
+    getJSON('/dash/api/sweeps')]);
   const c = st.counts || {};
   const order = ['queued', 'leased', 'running', 'failed', 'succeeded', 'dead', 'cancelled'];
   const counts = '<div class="counts" id="counts">' + order.map(k =>
@@ -170,6 +171,9 @@ async function overview() {
     pg.slice.map(e => `<tr data-experiment="${esc(e.experiment)}"><td>${expLink(e.experiment)}</td><td class="muted">${esc(e.repo)}</td><td>${esc(e.metric)}</td>` +
       `<td class="num">${e.batches}</td><td>${commitLink(e.latest_commit)} <span class="muted">${esc(e.latest_subject)}</span></td></tr>`),
     'No experiment has batches yet: <code>trainq submit</code> queues some.') + pg.pager;
+  const sweeps = table(['sweep', 'experiment', 'commit', '#points', 'started'],
+    (sw.sweeps || []).map(s => `<tr><td><a href="/sweeps">${s.id}</a></td><td>${expLink(s.experiment)}</td><td>${s.commit ? commitLink(s.commit) : '–'}</td>` +
+      `<td class="num">${s.points}</td><td>${when(s.created_ms)}</td></tr>`), 'No sweep in progress.');
   render([
     {key: 'title', html: '<h1>Overview</h1>'},
     {key: 'counts', html: card('Queue', counts)},
@@ -177,7 +181,7 @@ async function overview() {
     {key: 'running', html: card('Running', running, ' id="running"')},
     {key: 'waiting', html: card('Waiting', waiting)},
     {key: 'experiments', html: card('Experiments', expTable, ' id="experiments"')},
-    {key: 'lower', html: '<div class="grid">' + card('Pools', pools) + card('Recent pushes', pushes) + '</div>'},
+    {key: 'lower', html: '<div class="grid">' + card('Pools', pools) + card('Recent pushes', pushes) + card('Sweeps in progress', sweeps) + '</div>'},
   ]);
 }
 
