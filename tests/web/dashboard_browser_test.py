@@ -280,7 +280,7 @@ def run_checks(fx, driver):
     check(len(driver.find_elements(By.CSS_SELECTOR, "svg.history rect.band")) == 1,
           "the min_effect band is drawn at the compared commit")
     link = driver.find_elements(By.CSS_SELECTOR, "svg.history a circle.point")[1]
-    check(link.find_element(By.XPATH, "..").get_attribute("href").endswith("/commit/" + fx.sha2),
+    check(js("return arguments[0].parentNode.getAttribute('href')", link) == "/commit/" + fx.sha2,
           "a point links to its commit page")
     shot(driver, "experiment")
 
