@@ -46,7 +46,7 @@ if slow:
         mf.write(json.dumps({"name": "loss", "value": 1.0 / (step + 1), "step": step}) + "\n")
         mf.flush()
         time.sleep(0.2)
-acc = 0.80 + shift + 0.002 * seed + (0.001 if seed % 2 else -0.001)
+acc = 0.80 + shift + 0.003 * ((seed * 7 + int(shift * 300)) % 5)
 for step in range(5):
     mf.write(json.dumps({"name": "loss", "value": 1.0 / (step + 1), "step": step}) + "\n")
 print(f"seed {seed}: accuracy {acc}")
@@ -218,10 +218,15 @@ def open_browser(tmp):
 
 
 def shot(driver, name):
+    """A 1280x800 viewport screenshot into $TRAINQ_SCREENSHOTS, when set."""
     out = os.environ.get("TRAINQ_SCREENSHOTS")
     if out:
         os.makedirs(out, exist_ok=True)
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                               {"width": 1280, "height": 800, "deviceScaleFactor": 1,
+                                "mobile": False})
         driver.save_screenshot(os.path.join(out, name + ".png"))
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
 def run_checks(fx, driver):

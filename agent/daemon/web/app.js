@@ -15,6 +15,7 @@ function esc(s) {
 }
 function num(v, d = 4) { return (v == null || !isFinite(v)) ? '–' : Number(v).toFixed(d); }
 function signed(v, d = 4) { return v == null ? '–' : (v >= 0 ? '+' : '') + Number(v).toFixed(d); }
+function pText(p) { return p == null ? '–' : (p < 1e-4 ? '<0.0001' : '=' + Number(p).toFixed(4)); }
 function short(sha) { return esc(String(sha || '').slice(0, 10)); }
 function dur(ms) {
   if (ms == null) return '–';
@@ -190,12 +191,12 @@ function seedPlot(vp) {
   const a = vp.a || {}, b = vp.b || {};
   const all = (a.values || []).concat(b.values || []);
   if (!all.length) return '<p class="muted">No finished runs on either side yet.</p>';
-  const W = 360, H = 220, L = 64, R = 16, T = 14, B = 30;
+  const W = 460, H = 240, L = 64, R = 16, T = 14, B = 34;
   let lo = Math.min(...all), hi = Math.max(...all);
   if (hi - lo < 1e-12) { lo -= 0.5; hi += 0.5; }
   const pad = (hi - lo) * 0.08; lo -= pad; hi += pad;
   const y = v => T + (H - T - B) * (1 - (v - lo) / (hi - lo));
-  const xb = L + (W - L - R) * 0.28, xa = L + (W - L - R) * 0.72;
+  const xb = L + (W - L - R) * 0.25, xa = L + (W - L - R) * 0.75;
   let s = `<svg class="seeds" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="seeds of ${esc(vp.experiment)}">`;
   for (let i = 0; i <= 4; i++) {
     const v = lo + (hi - lo) * i / 4, yy = y(v);
@@ -222,7 +223,7 @@ function effectText(vp) {
   if (t && t.ci95) s += ` (95% CI ${signed(t.ci95[0])}..${signed(t.ci95[1])})`;
   else if (t && t.ci95_lo != null) s += ` (95% CI ${signed(t.ci95_lo)}..${signed(t.ci95_hi)})`;
   s += `, ${test}`;
-  if (t && t.p != null) s += `, p=${num(t.p, 4)}`;
+  if (t && t.p != null) s += `, p${pText(t.p)}`;
   s += ` → ${verdictWord(vp.verdict)}</div>`;
   if (vp.min_effect != null) s += `<div class="muted">min_effect ${num(vp.min_effect)}, alpha ${num(vp.alpha, 3)}</div>`;
   return s;
@@ -320,7 +321,7 @@ async function experimentPage(name) {
       return `<tr data-commit="${esc(en.commit)}"><td>${commitLink(en.commit)}</td><td>${esc(en.subject)}</td><td class="num">${en.n}</td>` +
         `<td class="num">${num(en.mean)}</td><td>${en.ci95 ? num(en.ci95[0]) + '..' + num(en.ci95[1]) : '–'}</td>` +
         `<td>${vp ? commitLink(vp.baseline_commit || en.parent) : '–'}</td><td class="num">${vp ? signed(vp.diff) : '–'}</td>` +
-        `<td class="num">${vp && vp.p != null ? num(vp.p, 4) : '–'}</td><td>${vp ? verdictWord(vp.verdict) : verdictWord(null)}</td></tr>`;
+        `<td class="num">${vp && vp.p != null ? esc(pText(vp.p).replace(/^=/, '')) : '–'}</td><td>${vp ? verdictWord(vp.verdict) : verdictWord(null)}</td></tr>`;
     });
     sections.push({key: 'e' + k, html: `<section class="card"><h2>${esc(e.repo)} · ${esc(e.metric)} (${esc(e.goal)})</h2>` +
       `<p class="legend muted"><span>● mean, bar: 95% CI</span><span>shaded: ± min_effect around the baseline</span><span>word: verdict vs the baseline</span></p>` +
