@@ -141,7 +141,7 @@ async function overview() {
   const counts = '<div class="counts" id="counts">' + order.map(k =>
     `<div class="count" data-state="${k}"><b>${c[k] || 0}</b><span>${k}</span></div>`).join('') +
     `<div class="count"><b>${st.slots ? st.slots.busy : 0}/${st.slots ? st.slots.total : 0}</b><span>slots busy</span></div></div>`;
-  const running = table(['run', 'experiment', 'commit', 'seed', 'attempt', 'elapsed', 'latest', 'worker'],
+  const running = table(['run', 'experiment', 'commit', '#seed', '#attempt', 'elapsed', 'latest', 'worker'],
     (st.running || []).map(r => {
       const l = r.latest;
       const latest = l ? (l.step != null ? `step ${l.step} ` : '') +
@@ -150,7 +150,7 @@ async function overview() {
         `<td class="num">${r.seed}</td><td class="num">${r.attempts}/${r.max_attempts}</td><td>${dur(r.elapsed_ms)}</td>` +
         `<td>${latest}</td><td>${esc(r.worker)} ${runActions(r)}</td></tr>`;
     }), 'Nothing is running.');
-  const waiting = table(['batch', 'experiment', 'runs', 'why it waits'],
+  const waiting = table(['batch', 'experiment', '#runs', 'why it waits'],
     (st.waiting || []).map(w => `<tr><td>${w.batch}</td><td>${expLink(w.experiment)}</td><td class="num">${w.runs}</td><td>${esc(w.reason)}</td></tr>`),
     'No batch is held back.');
   const active = (st.batches || []).filter(b => (b.counts.queued || 0) + (b.counts.leased || 0) + (b.counts.running || 0) + (b.counts.failed || 0) > 0);
@@ -158,7 +158,7 @@ async function overview() {
     active.map(b => `<tr data-batch="${b.id}"><td>${b.id}</td><td>${expLink(b.experiment)}</td><td>${commitLink(b.commit)} <span class="muted">${esc(b.subject)}</span></td>` +
       `<td class="progress">${progress(b)}${batchActions(b.id)}</td><td class="num">${num(b.summary && b.summary.mean)}</td><td>${b.eta_ms ? when(b.eta_ms) : '–'}</td></tr>`),
     'No batch in progress.');
-  const pools = table(['pool', 'machines', 'slots busy', 'cost', 'health'],
+  const pools = table(['pool', 'machines', '#slots busy', '#cost', 'health'],
     (st.pools || []).map(p => `<tr><td>${esc(p.pool)}</td><td>${Object.entries(p.machines || {}).map(([k, v]) => `${v} ${esc(k)}`).join(', ') || '–'}</td>` +
       `<td class="num">${p.slots.busy}/${p.slots.total}</td><td class="num">$${num(p.cost, 2)}</td><td>${p.failing ? '<span class="state-dead">failing</span> ' + esc(p.provider_error) : 'ok'}</td></tr>`),
     'No machines (runs use serve\'s own slots).');
@@ -243,7 +243,7 @@ async function commitPage(sha) {
     } else {
       cmp = `<p class="muted">No baseline: ${esc(b.baseline_note || 'no runs of this experiment at the parent commit')}</p>`;
     }
-    const runs = table(['run', 'seed', 'state', '#attempts', '#metric', 'error', ''],
+    const runs = table(['run', '#seed', 'state', '#attempts', '#metric', 'error', ''],
       (b.runs || []).map(r => `<tr data-run="${r.id}" data-state="${esc(r.state)}"><td>${runLink(r.id)}</td><td class="num">${r.seed}</td><td>${stateCls(r.state)}</td>` +
         `<td class="num">${r.attempts}/${r.max_attempts}</td><td class="num">${num(r.metric)}</td><td class="err">${esc(r.error)}</td><td>${runActions(r)}</td></tr>`),
       'No runs.');
@@ -388,7 +388,7 @@ async function pollLog() {
 async function runPage(id) {
   const j = await getJSON('/dash/api/run/' + encodeURIComponent(id));
   const r = j.run;
-  const info = table(['run', 'experiment', 'commit', 'seed', 'state', '#attempts', 'worker', 'started', 'finished', '#metric', 'exit'],
+  const info = table(['run', 'experiment', 'commit', '#seed', 'state', '#attempts', 'worker', 'started', 'finished', '#metric', 'exit'],
     [`<tr><td>${r.id}</td><td>${expLink(r.experiment)}</td><td>${commitLink(r.commit)}</td><td class="num">${r.seed}</td><td id="run-state">${stateCls(r.state)} ${runActions(r)}</td>` +
      `<td class="num">${r.attempts}/${r.max_attempts}</td><td>${esc(r.worker)}</td><td>${when(r.started_ms)}</td><td>${when(r.finished_ms)}</td>` +
      `<td class="num">${num(r.metric)}</td><td>${r.exit_code == null ? '–' : r.exit_code}</td></tr>`], '');
@@ -407,14 +407,14 @@ async function runPage(id) {
 
 async function machinesPage() {
   const st = await getJSON('/dash/api/status');
-  const pools = table(['pool', 'machines', 'slots busy', 'booted', 'billed', 'cost', 'provider'],
+  const pools = table(['pool', 'machines', '#slots busy', '#booted', 'billed', '#cost', 'provider'],
     (st.pools || []).map(p => `<tr><td>${esc(p.pool)}</td><td>${Object.entries(p.machines || {}).map(([k, v]) => `${v} ${esc(k)}`).join(', ') || '–'}</td>` +
       `<td class="num">${p.slots.busy}/${p.slots.total}</td><td class="num">${p.machines_booted}</td><td>${dur(p.billed_ms)}</td><td class="num">$${num(p.cost, 2)}</td>` +
       `<td>${p.failing ? '<span class="state-dead">failing</span> ' : ''}${esc(p.provider_error || '')}${p.boots && p.boots.error ? '<div class="err">' + esc(p.boots.error) + '</div>' : ''}</td></tr>`),
     'No pools have machines.');
   const ms = (st.machines || []);
   const pg = paged('machines', ms);
-  const machines = table(['id', 'pool', 'name', 'state', 'slots', 'busy', 'idle', 'runs done', 'cost', 'last error'],
+  const machines = table(['id', 'pool', 'name', 'state', '#slots', '#busy', 'idle', '#runs done', '#cost', 'last error'],
     pg.slice.map(m => `<tr><td>${m.id}</td><td>${esc(m.pool)}</td><td>${esc(m.name || m.hostname)}</td><td>${stateCls(m.state)}${m.silent ? ' <span class="state-dead">silent</span>' : ''}</td>` +
       `<td class="num">${m.slots}</td><td class="num">${m.busy}</td><td>${m.idle_ms == null ? '–' : dur(m.idle_ms)}</td><td class="num">${m.runs_done}</td>` +
       `<td class="num">$${num(m.cost, 2)}</td><td class="err">${esc(m.last_error)}</td></tr>`),
