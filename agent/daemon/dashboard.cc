@@ -133,10 +133,14 @@ Dashboard::Dashboard(const ServerConfig& config, std::string db_path, std::strin
       clock_(clock),
       options_(options) {
   read_token_ = config_.read_token.value;
-  if (read_token_.empty()) read_token_ = RandomHex(16).value_or("");
+  // The token in the logged address: made at each start, so that the
+  // configured read_token (a secret CI holds) never reaches the log.
+  login_token_ = RandomHex(16).value_or("");
   // Derived from the tokens: cookies outlive a restart of serve and die with
   // a changed token.
-  key_ = Sha256Hex("trainq dashboard cookie key\n" + read_token_ + "\n" +
+  // Without a configured read_token the key is this start's own.
+  key_ = Sha256Hex("trainq dashboard cookie key\n" +
+                   (read_token_.empty() ? login_token_ : read_token_) + "\n" +
                    config_.admin_token.value);
   boot_ = RandomHex(4).value_or("0");
 }
@@ -151,7 +155,7 @@ bool Dashboard::Owns(const std::string& path) {
 }
 
 std::string Dashboard::Url(const std::string& listen) const {
-  return "http://" + listen + "/?token=" + read_token_;
+  return "http://" + listen + "/?token=" + login_token_;
 }
 
 void Dashboard::Stop() {
@@ -180,7 +184,7 @@ HttpServerReply Dashboard::Login(const HttpServerRequest& req, const std::string
   const char* role = nullptr;
   if (SameSecret(token, config_.admin_token.value)) {
     role = "a";
-  } else if (SameSecret(token, read_token_)) {
+  } else if (SameSecret(token, read_token_) || SameSecret(token, login_token_)) {
     role = "r";
   }
   if (!role) {

@@ -48,7 +48,8 @@ class Dashboard {
   // Whether `path` (trailing slashes removed) is one of the dashboard's.
   static bool Owns(const std::string& path);
   HttpServerReply Handle(const HttpServerRequest& request, const std::string& path);
-  // "http://HOST:PORT/?token=READ_TOKEN" for `listen` ("127.0.0.1:8080").
+  // "http://HOST:PORT/?token=TOKEN" for `listen` ("127.0.0.1:8080"): a read
+  // token made at this start, never the configured read_token.
   std::string Url(const std::string& listen) const;
   // Waiting event streams answer now and new ones do not wait (shutdown).
   void Stop();
@@ -74,7 +75,8 @@ class Dashboard {
   std::string data_dir_;
   const Clock& clock_;
   DashboardOptions options_;
-  std::string read_token_;  // the config's, or one made at start when it has none
+  std::string read_token_;   // the config's (may be empty)
+  std::string login_token_;  // made at start: the logged address's, a read session
   std::string key_;         // signs cookies and CSRF tokens
   std::string boot_;        // this process's event ids start with it
 

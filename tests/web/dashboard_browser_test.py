@@ -343,7 +343,7 @@ def run_checks(fx, driver):
                       {"Cookie": "trainq_dash=" + rc, "X-CSRF-Token": sess["csrf"],
                        "Content-Type": "application/json"}, body)
     check(code == 403 and sess["role"] == "read", f"cancel with the read session: {code}")
-    driver.get(fx.url.replace(fx.read_token, fx.admin_token).replace("/?", f"/run/{run_id}?"))
+    driver.get(f"{fx.base}/run/{run_id}?token={fx.admin_token}")
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "button[data-action='cancel_run']"))
     ac = driver.get_cookie("trainq_dash")["value"]
     code, _, _ = http(fx.base + "/dash/api/action", "POST",
@@ -357,6 +357,8 @@ def run_checks(fx, driver):
     wait_for(lambda: state() == "cancelled", "the run cancelled in the store", 20)
     check(True, "the cancel button cancelled the run (trainq runs --json says cancelled)")
     wait.until(lambda d: "cancelled" in d.find_element(By.ID, "run-state").text)
+    check(not any(fx.read_token in x or fx.admin_token in x for x in fx.lines),
+          "serve's log holds neither configured token")
     check(any("dashboard: admin session" in x and f"cancelled run {run_id}" in x for x in fx.lines),
           "serve logged who cancelled what")
 
