@@ -257,6 +257,7 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
                          [s = server.get()](const HttpServerRequest& r) { return s->Handle(r); },
                          [s = server.get()](const HttpServerRequest& h) { return s->Admit(h); }));
     spdlog::info("listening on http://{}", listen);
+    spdlog::info("dashboard: {}", server->DashboardUrl(listen));
   }
 
   OutcomeLog outcomes(clock.Now(), /*log=*/false);  // the executor logs its own runs
@@ -288,6 +289,7 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
     // and their slot refilled without waiting out the poll interval.
     if (!exec.WaitForExit(o.poll_ms)) clock.SleepFor(o.poll_ms);
   }
+  if (server) server->StopWaiting();  // the dashboard's event streams answer now
   if (listener) listener->Stop();
   if (worker) worker->Stop();
   exec.Shutdown(stop.load() ? "trainq serve was stopped" : "trainq serve exited");
@@ -492,6 +494,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
   }
   spdlog::info("listening on http://{} (webhooks, worker API, /api/v1/status, /metrics)",
                listen);
+  spdlog::info("dashboard: {}", server.DashboardUrl(listen));
 
   FleetOptions fo;
   fo.instance = instance;

@@ -36,7 +36,9 @@ std::string Label(const std::string& s) {
 
 Server::Server(const ServerConfig& config, std::string db_path, const Clock& clock,
                ServerOptions options)
-    : config_(config), db_path_(std::move(db_path)), clock_(clock), options_(std::move(options)) {}
+    : config_(config), db_path_(std::move(db_path)), clock_(clock), options_(std::move(options)) {
+  dashboard_ = std::make_unique<Dashboard>(config_, db_path_, DataDir(), clock_);
+}
 
 Server::~Server() { StopWaiting(); }
 
@@ -65,6 +67,7 @@ HttpServerReply Server::Handle(const HttpServerRequest& req) {
   if (path.starts_with("/api/v1/workers/") || path.starts_with("/api/v1/runs/")) {
     return WorkerRoute(req, path);
   }
+  if (Dashboard::Owns(path)) return dashboard_->Handle(req, path);
   if (req.method != "GET" && req.method != "HEAD") {
     return Json(405, {{"result", "error"}, {"reason", req.method + " is not allowed here"}});
   }

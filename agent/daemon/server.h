@@ -8,6 +8,8 @@
 //   GET  /api/v1/logs                                 a run's log, for `trainq logs --server`
 //   POST /api/v1/workers/*, /api/v1/runs/*            the worker protocol
 //                                                     (agent/daemon/worker_api.h)
+//   GET  /, /dash/* and the dashboard's pages          the web dashboard
+//                                                     (agent/daemon/dashboard.h)
 // Every state-changing route is authenticated (webhooks by signature or
 // token), and so are the report and the gate (the config's read_token); status,
 // health and metrics are open, which is why the default listen address is
@@ -25,12 +27,14 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "agent/triggers/server_config.h"
+#include "agent/daemon/dashboard.h"
 #include "agent/daemon/server_http.h"
 #include "core/clock.h"
 #include "queue/store.h"
@@ -78,6 +82,8 @@ class Server {
   void StopWaiting();
   // Lease calls waiting right now.
   int WaitingPolls();
+  // The dashboard's address with its read token, for the log line at start.
+  std::string DashboardUrl(const std::string& listen) const { return dashboard_->Url(listen); }
   const ServerOptions& options() const { return options_; }
 
  private:
@@ -144,6 +150,7 @@ class Server {
   std::optional<Store> write_store_;
   std::mutex read_mu_;
   std::optional<Store> read_store_;
+  std::unique_ptr<Dashboard> dashboard_;
 
   // Webhook deliveries by (forge, result) since start, and how long
   // receive-to-stored took (a histogram, seconds).

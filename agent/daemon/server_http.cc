@@ -312,6 +312,7 @@ void Write(TimedSocket& socket, const HttpServerReply& reply, unsigned version, 
            beast::error_code& ec) {
   bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(reply.status), version};
   res.set(bhttp::field::content_type, reply.content_type);
+  for (const auto& [name, value] : reply.headers) res.insert(name, value);
   res.body() = reply.body;
   res.keep_alive(keep_alive);
   res.prepare_payload();

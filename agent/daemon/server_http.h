@@ -54,6 +54,7 @@ struct HttpServerReply {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
+  HttpHeaders headers = {};  // more response headers (Set-Cookie, Location, Cache-Control)
 };
 
 // "127.0.0.1:8080" -> host and port. kInvalidArgument names the flag.

@@ -184,6 +184,7 @@ void Server::StopWaiting() {
     stop_waiting_ = true;
   }
   work_cv_.notify_all();
+  if (dashboard_) dashboard_->Stop();  // its event streams answer now
 }
 
 HttpServerReply Server::WorkerRoute(const HttpServerRequest& req, const std::string& path) {

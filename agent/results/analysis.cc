@@ -583,6 +583,8 @@ nlohmann::json ComparisonJson(const BatchComparison& c) {
                             {"interval", c.interval ? nlohmann::json::array(
                                                           {c.interval->lo, c.interval->hi})
                                                     : nlohmann::json(nullptr)}}}};
+  auto rules = RulesOf(c.a);
+  j["min_effect"] = rules.min_effect ? nlohmann::json(*rules.min_effect) : nlohmann::json(nullptr);
   if (c.cmp) {
     j["diff"] = c.cmp->diff;
     j["welch"] = TestJson(c.cmp->welch);

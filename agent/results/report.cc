@@ -528,7 +528,10 @@ std::string RenderJson(const ReportData& r) {
       if (e.vs_parent) {
         json vp = {{"verdict", std::string(stats::VerdictName(e.vs_parent->verdict))},
                    {"paired", e.vs_parent->paired},
-                   {"alpha", e.vs_parent->alpha}};
+                   {"alpha", e.vs_parent->alpha},
+                   {"baseline_commit", e.vs_parent->b.sha}};
+        auto rules = RulesOf(e.batch);
+        vp["min_effect"] = rules.min_effect ? json(*rules.min_effect) : json(nullptr);
         if (e.vs_parent->cmp) {
           vp["diff"] = e.vs_parent->cmp->diff;
           const auto& t = e.vs_parent->paired ? e.vs_parent->cmp->paired : e.vs_parent->cmp->welch;

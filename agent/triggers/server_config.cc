@@ -407,10 +407,11 @@ Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view f
   c.path = std::string(filename);
   if (!root || root.IsNull()) return c;
   if (!root.IsMap()) return p.Err(root, "", "expected a mapping at the top level");
-  TRY(p.CheckKeys(root, "", {"listen", "repositories", "pools", "read_token", "budget"}));
+  TRY(p.CheckKeys(root, "", {"listen", "repositories", "pools", "read_token", "admin_token", "budget"}));
   if (auto b = root["budget"]) { ASSIGN_OR_RETURN(c.budget, p.Budget(b, "budget")); }
   if (auto l = root["listen"]) { ASSIGN_OR_RETURN(c.listen, p.Str(l, "listen")); }
   if (auto t = root["read_token"]) { ASSIGN_OR_RETURN(c.read_token, p.Secret(t, "read_token")); }
+  if (auto t = root["admin_token"]) { ASSIGN_OR_RETURN(c.admin_token, p.Secret(t, "admin_token")); }
   if (auto repos = root["repositories"]) {
     if (!repos.IsSequence()) {
       return p.Err(repos, "repositories", "expected a list, got " + ConfigParser::Show(repos));

@@ -16,6 +16,7 @@
 //       pr_comments: true           # one comment per pull request (default: = status)
 //       report_url: https://ci.example/trainq/report.html   # linked from the comment
 //   read_token: {env: TRAINQ_READ_TOKEN}   # GET /api/v1/report and /api/v1/gate
+//   admin_token: {file: /etc/trainq/admin-token}   # the dashboard's actions
 //
 // Secrets and tokens are read from an environment variable or a file, never
 // written in the config itself, and never logged. Every error names the file,
@@ -133,6 +134,7 @@ struct ServerConfig {
   // reports can neither lease runs nor forge a push. Empty: those routes
   // answer 403.
   SecretValue read_token;
+  SecretValue admin_token;  // the dashboard's actions (agent/daemon/dashboard.h)
   cloud::OverallBudget budget;  // `budget:` at the top level (spend is filled by the fleet)
 
   const PoolSpec* FindPool(std::string_view name) const {

@@ -1,0 +1,496 @@
+#include "agent/daemon/dashboard.h"
+
+#include <spdlog/spdlog.h>
+#include <strings.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "agent/results/commit_view.h"
+#include "agent/results/report.h"
+#include "agent/results/status.h"
+#include "core/crypto.h"
+#include "core/strings.h"
+#include "queue/sqlite.h"
+#include "queue/store.h"
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace trainq {
+
+// agent/daemon/web/*, compiled in by agent/daemon/web/embed.cmake: the file's
+// bytes, empty for a name that is not there.
+std::string_view DashboardAsset(std::string_view name);
+
+namespace {
+
+constexpr const char* kCookie = "trainq_dash";
+
+HttpServerReply JsonReply(int status, const json& body) {
+  HttpServerReply r{status, "application/json",
+                    body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"};
+  r.headers.push_back({"Cache-Control", "no-store"});
+  return r;
+}
+
+HttpServerReply Refuse(int status, const std::string& reason) {
+  return JsonReply(status, {{"result", "error"}, {"reason", reason}});
+}
+
+HttpServerReply Unauthorized() {
+  HttpServerReply r{401, "text/plain; charset=utf-8",
+                    "401: not signed in. Open the address `trainq serve` logged at start "
+                    "(\"dashboard: http://HOST:PORT/?token=...\").\n"};
+  r.headers.push_back({"Cache-Control", "no-store"});
+  return r;
+}
+
+int StatusFor(const trainq::Error& e) {
+  switch (e.kind) {
+    case ErrorKind::kInvalidArgument:
+      return 400;
+    case ErrorKind::kNotFound:
+      return 404;
+    case ErrorKind::kConflict:
+      return 409;
+    default:
+      return 503;
+  }
+}
+
+bool IsPage(const std::string& path) {
+  return path == "/" || path == "/machines" || path == "/sweeps" ||
+         path.starts_with("/experiment/") || path.starts_with("/commit/") ||
+         path.starts_with("/run/");
+}
+
+std::optional<std::string> Param(const HttpServerRequest& req, const std::string& name) {
+  for (const auto& [k, v] : req.query) {
+    if (k == name) return v;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::int64_t> ParseId(std::string_view s) {
+  if (s.empty() || s.size() > 18) return std::nullopt;
+  std::int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+// The value of cookie `name` in the request's Cookie header(s).
+std::string CookieValue(const HttpHeaders& headers, std::string_view name) {
+  for (const auto& [k, v] : headers) {
+    if (k.size() != 6 || strncasecmp(k.c_str(), "cookie", 6) != 0) continue;
+    for (const auto& part : Split(v, ';')) {
+      auto t = Trim(part);
+      if (t.size() > name.size() && t.starts_with(name) && t[name.size()] == '=') {
+        return std::string(t.substr(name.size() + 1));
+      }
+    }
+  }
+  return "";
+}
+
+bool SameSecret(const std::string& given, const std::string& want) {
+  if (want.empty() || given.empty()) return false;
+  return ConstantTimeEquals(Sha256Hex(given), Sha256Hex(want));
+}
+
+// A query string of `query` without `drop`, for the redirect after login.
+std::string QueryWithout(const HttpServerRequest& req, const std::string& drop) {
+  std::string q;
+  for (const auto& [k, v] : req.query) {
+    if (k == drop) continue;
+    q += (q.empty() ? "?" : "&") + UrlEncode(k) + "=" + UrlEncode(v);
+  }
+  return q;
+}
+
+std::optional<Store> OpenRead(const std::string& db) {
+  StoreOptions so;
+  so.create = false;
+  auto s = Store::Open(db, so);
+  if (!s) return std::nullopt;
+  return std::move(*s);
+}
+
+}  // namespace
+
+Dashboard::Dashboard(const ServerConfig& config, std::string db_path, std::string data_dir,
+                     const Clock& clock, DashboardOptions options)
+    : config_(config),
+      db_path_(std::move(db_path)),
+      data_dir_(std::move(data_dir)),
+      clock_(clock),
+      options_(options) {
+  read_token_ = config_.read_token.value;
+  // The token in the logged address: made at each start, so that the
+  // configured read_token (a secret CI holds) never reaches the log.
+  login_token_ = RandomHex(16).value_or("");
+  // Derived from the tokens: cookies outlive a restart of serve and die with
+  // a changed token.
+  // Without a configured read_token the key is this start's own.
+  key_ = Sha256Hex("trainq dashboard cookie key\n" +
+                   (read_token_.empty() ? login_token_ : read_token_) + "\n" +
+                   config_.admin_token.value);
+  boot_ = RandomHex(4).value_or("0");
+}
+
+Dashboard::~Dashboard() {
+  Stop();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+bool Dashboard::Owns(const std::string& path) {
+  return IsPage(path) || path.starts_with("/dash/");
+}
+
+std::string Dashboard::Url(const std::string& listen) const {
+  return "http://" + listen + "/?token=" + login_token_;
+}
+
+void Dashboard::Stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stopping_ = true;
+  cv_.notify_all();
+}
+
+Dashboard::Session Dashboard::SessionOf(const HttpServerRequest& req) const {
+  // "<r|a>.<nonce>.<hmac>"
+  std::string c = CookieValue(req.headers, kCookie);
+  auto parts = Split(c, '.');
+  if (parts.size() != 3 || (parts[0] != "r" && parts[0] != "a")) return {};
+  std::string want = HmacSha256Hex(key_, parts[0] + "." + parts[1]);
+  if (!ConstantTimeEquals(Sha256Hex(parts[2]), Sha256Hex(want))) return {};
+  if (parts[0] == "a" && config_.admin_token.empty()) return {};
+  return {parts[0] == "a" ? Role::kAdmin : Role::kRead, parts[1]};
+}
+
+std::string Dashboard::CsrfToken(const Session& s) const {
+  return HmacSha256Hex(key_, "csrf." + s.id);
+}
+
+HttpServerReply Dashboard::Login(const HttpServerRequest& req, const std::string& path,
+                                 const std::string& token) {
+  const char* role = nullptr;
+  if (SameSecret(token, config_.admin_token.value)) {
+    role = "a";
+  } else if (SameSecret(token, read_token_) || SameSecret(token, login_token_)) {
+    role = "r";
+  }
+  if (!role) {
+    spdlog::warn("dashboard: a wrong token was given for {}", path);
+    return Unauthorized();
+  }
+  auto nonce = RandomHex(12);
+  if (!nonce) return Refuse(503, nonce.error().message);
+  std::string value = std::string(role) + "." + *nonce;
+  value += "." + HmacSha256Hex(key_, value);
+  HttpServerReply r{303, "text/plain; charset=utf-8", "signed in\n"};
+  r.headers.push_back({"Location", path + QueryWithout(req, "token")});
+  r.headers.push_back({"Set-Cookie", std::string(kCookie) + "=" + value +
+                                         "; Path=/; HttpOnly; SameSite=Strict; Max-Age=2592000"});
+  r.headers.push_back({"Cache-Control", "no-store"});
+  spdlog::info("dashboard: {} session {} signed in", role[0] == 'a' ? "admin" : "read",
+               nonce->substr(0, 8));
+  return r;
+}
+
+HttpServerReply Dashboard::Handle(const HttpServerRequest& req, const std::string& path) {
+  if (auto token = Param(req, "token"); token && req.method == "GET" && IsPage(path)) {
+    return Login(req, path, *token);
+  }
+  Session s = SessionOf(req);
+  if (s.role == Role::kNone) return Unauthorized();
+  if (path == "/dash/api/action") {
+    if (req.method != "POST") return Refuse(405, "actions are POSTed");
+    return Action(req, s);
+  }
+  if (req.method != "GET" && req.method != "HEAD") {
+    return Refuse(405, req.method + " is not allowed here");
+  }
+  if (IsPage(path) || path == "/dash/app.js" || path == "/dash/app.css") {
+    std::string name = IsPage(path) ? "index.html" : path.substr(6);
+    std::string type = name.ends_with(".js")    ? "text/javascript; charset=utf-8"
+                       : name.ends_with(".css") ? "text/css; charset=utf-8"
+                                                : "text/html; charset=utf-8";
+    HttpServerReply r{200, type, std::string(DashboardAsset(name))};
+    r.headers.push_back({"Cache-Control", "no-cache"});
+    r.headers.push_back({"X-Content-Type-Options", "nosniff"});
+    r.headers.push_back({"X-Frame-Options", "DENY"});
+    r.headers.push_back(
+        {"Content-Security-Policy",
+         "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'"});
+    return r;
+  }
+  if (path == "/dash/events") return Events(req);
+  if (path.starts_with("/dash/api/")) return Data(req, path, s);
+  return Refuse(404, "no route " + path);
+}
+
+HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string& path,
+                                const Session& s) {
+  std::string rest = path.substr(std::string("/dash/api/").size());
+  if (rest == "session") {
+    return JsonReply(200, {{"role", s.role == Role::kAdmin ? "admin" : "read"},
+                           {"session", s.id.substr(0, 8)},
+                           {"csrf", CsrfToken(s)}});
+  }
+  auto store = OpenRead(db_path_);
+  if (!store) return Refuse(503, "the store " + db_path_ + " cannot be opened");
+  TimeMs now = clock_.Now();
+  if (rest == "status") {
+    auto j = StatusJson(*store, db_path_, now);
+    if (!j) return Refuse(503, j.error().message);
+    return JsonReply(200, *j);
+  }
+  if (rest == "experiments") {
+    // Every experiment with batches: how many, and its newest commit.
+    auto batches = store->Batches(false, 0);
+    if (!batches) return Refuse(503, batches.error().message);
+    std::map<std::pair<std::string, std::string>, json> by;
+    for (const auto& b : *batches) {  // newest first
+      auto& e = by[{b.repo, b.experiment}];
+      if (e.is_null()) {
+        e = {{"repo", b.repo}, {"experiment", b.experiment}, {"metric", b.metric_name},
+             {"batches", 0}, {"latest_commit", b.sha}, {"latest_subject", b.subject},
+             {"latest_created_ms", b.created_ms}};
+      }
+      e["batches"] = e["batches"].get<int>() + 1;
+    }
+    json out = json::array();
+    for (auto& [k, v] : by) out.push_back(std::move(v));
+    return JsonReply(200, {{"experiments", out}});
+  }
+  if (rest == "sweeps") {
+    // Sweeps still adding points: the overview's list (the sweeps page reads
+    // the report's sweeps, with winners).
+    auto sweeps = store->Sweeps("running");
+    if (!sweeps) return Refuse(503, sweeps.error().message);
+    json out = json::array();
+    for (const auto& sw : *sweeps) {
+      auto points = store->SweepPoints(sw.id);
+      if (!points) return Refuse(503, points.error().message);
+      json commit = json::parse(sw.commit_json, nullptr, false);
+      out.push_back({{"id", sw.id},
+                     {"experiment", sw.experiment},
+                     {"commit", commit.is_object() ? commit.value("sha", "") : ""},
+                     {"state", sw.state},
+                     {"points", points->size()},
+                     {"created_ms", sw.created_ms}});
+    }
+    return JsonReply(200, {{"sweeps", out}});
+  }
+  if (rest == "report" || rest.starts_with("experiment/")) {
+    // The report's JSON (report.json of `trainq report --out`), for one
+    // experiment or all.
+    ReportQuery q;
+    q.format = "json";
+    if (rest != "report") {
+      q.experiments.push_back(rest.substr(std::string("experiment/").size()));
+      if (auto st = CheckReportExperiments(*store, q.experiments, "experiment", "the store"); !st) {
+        return Refuse(StatusFor(st.error()), st.error().message);
+      }
+    }
+    if (auto since = Param(req, "since")) q.since = *since;
+    auto bytes = ReportBytes(*store, q, now);
+    if (!bytes) return Refuse(StatusFor(bytes.error()), bytes.error().message);
+    HttpServerReply r{200, "application/json", std::move(*bytes)};
+    r.headers.push_back({"Cache-Control", "no-store"});
+    return r;
+  }
+  if (rest.starts_with("commit/")) {
+    auto j = LoadCommitView(*store, rest.substr(7));
+    if (!j) return Refuse(StatusFor(j.error()), j.error().message);
+    return JsonReply(200, *j);
+  }
+  if (rest.starts_with("run/")) {
+    auto parts = Split(rest.substr(4), '/');
+    auto id = parts.empty() ? std::nullopt : ParseId(parts[0]);
+    if (!id || parts.size() > 2) return Refuse(400, "expected /dash/api/run/ID[/log]");
+    auto run = store->Run(*id);
+    if (!run) return Refuse(503, run.error().message);
+    if (!*run) return Refuse(404, "no run " + parts[0]);
+    if (parts.size() == 1) {
+      json j = {{"run", RunJson(**run)}};
+      // The metric's curve: at most 1000 points, evenly thinned.
+      auto points = store->Metrics(*id);
+      if (!points) return Refuse(503, points.error().message);
+      std::vector<const MetricPoint*> curve;
+      for (const auto& p : *points) curve.push_back(&p);
+      json pts = json::array();
+      size_t stride = std::max<size_t>(1, curve.size() / 1000);
+      for (size_t i = 0; i < curve.size(); i += stride) {
+        const auto* p = curve[i];
+        pts.push_back({{"name", p->name},
+                       {"value", p->value},
+                       {"step", p->step ? json(*p->step) : json(nullptr)},
+                       {"final", p->final}});
+      }
+      j["metrics"] = pts;
+      j["metric_points"] = curve.size();
+      return JsonReply(200, j);
+    }
+    if (parts[1] != "log") return Refuse(404, "no route " + path);
+    // The log's bytes from `from` (the client's last size), at most
+    // max_log_bytes: the newest part when more is there.
+    std::string file = (*run)->log_path;
+    if (file.empty()) file = (fs::path(data_dir_) / "runs" / parts[0] / "output.log").string();
+    std::error_code ec;
+    std::int64_t size = fs::exists(file, ec) ? static_cast<std::int64_t>(fs::file_size(file, ec)) : 0;
+    if (ec) size = 0;
+    std::int64_t from = 0;
+    if (auto f = Param(req, "from")) from = ParseId(*f).value_or(0);
+    if (from > size) from = 0;  // a new attempt started the file again
+    bool skipped = size - from > options_.max_log_bytes;
+    if (skipped) from = size - options_.max_log_bytes;
+    std::string text;
+    if (size > from) {
+      std::ifstream in(file, std::ios::binary);
+      in.seekg(from);
+      text.resize(static_cast<size_t>(size - from));
+      in.read(text.data(), static_cast<std::streamsize>(text.size()));
+      text.resize(static_cast<size_t>(in.gcount()));
+    }
+    return JsonReply(200, {{"run", *id},
+                           {"state", std::string(RunStateName((*run)->state))},
+                           {"from", from},
+                           {"size", from + static_cast<std::int64_t>(text.size())},
+                           {"skipped", skipped},
+                           {"text", text}});
+  }
+  return Refuse(404, "no route " + path);
+}
+
+HttpServerReply Dashboard::Action(const HttpServerRequest& req, const Session& s) {
+  if (s.role != Role::kAdmin) {
+    spdlog::warn("dashboard: read session {} was refused an action", s.id.substr(0, 8));
+    return Refuse(403, "actions need an admin session (open the dashboard with the admin token)");
+  }
+  auto csrf = FindHeader(req.headers, "X-CSRF-Token");
+  if (!csrf || !ConstantTimeEquals(Sha256Hex(*csrf), Sha256Hex(CsrfToken(s)))) {
+    spdlog::warn("dashboard: admin session {}: an action without its CSRF token was refused",
+                 s.id.substr(0, 8));
+    return Refuse(403, "missing or wrong X-CSRF-Token");
+  }
+  if (req.body_too_large) return Refuse(413, "body too large");
+  json body = json::parse(req.body, nullptr, false);
+  if (!body.is_object()) return Refuse(400, "the body is not a JSON object");
+  std::string what = body.value("action", "");
+  auto num = [&](const char* k) -> std::optional<std::int64_t> {
+    if (!body.contains(k) || !body[k].is_number_integer()) return std::nullopt;
+    return body[k].get<std::int64_t>();
+  };
+  StoreOptions so;
+  so.create = false;
+  auto store = Store::Open(db_path_, so);
+  if (!store) return Refuse(503, store.error().message);
+  TimeMs now = clock_.Now();
+  std::string who = "admin session " + s.id.substr(0, 8);
+  if (what == "cancel_batch" || what == "cancel_run") {
+    bool batch = what == "cancel_batch";
+    auto id = num(batch ? "batch" : "run");
+    if (!id) return Refuse(400, std::string(batch ? "batch" : "run") + ": expected an id");
+    auto n = batch ? store->CancelBatch(*id, now) : store->CancelRun(*id, now);
+    if (!n) return Refuse(StatusFor(n.error()), n.error().message);
+    spdlog::info("dashboard: {} cancelled {} {} ({} run(s))", who, batch ? "batch" : "run", *id,
+                 *n);
+    return JsonReply(200, {{"result", "ok"}, {"cancelled", *n}});
+  }
+  if (what == "add_seeds") {
+    auto id = num("batch");
+    auto k = num("seeds");
+    if (!id) return Refuse(400, "batch: expected an id");
+    if (!k || *k < 1 || *k > 100) return Refuse(400, "seeds: expected 1 to 100");
+    auto b = store->Batch(*id);
+    if (!b) return Refuse(503, b.error().message);
+    if (!*b) return Refuse(404, "no batch " + std::to_string(*id));
+    std::int64_t total = 0;
+    for (auto c : (*b)->counts) total += c;
+    auto n = store->ExtendBatch(*id, static_cast<int>(total + *k), now);
+    if (!n) return Refuse(StatusFor(n.error()), n.error().message);
+    spdlog::info("dashboard: {} added {} seed(s) to batch {}", who, *n, *id);
+    return JsonReply(200, {{"result", "ok"}, {"added", *n}});
+  }
+  return Refuse(400, "action: expected cancel_batch, cancel_run or add_seeds, got \"" + what + "\"");
+}
+
+void Dashboard::StartWatcher() {
+  // REQUIRES: mu_ held.
+  if (watcher_.joinable() || stopping_) return;
+  watcher_ = std::thread([this] { Watch(); });
+}
+
+void Dashboard::Watch() {
+  // PRAGMA data_version changes when another connection commits: the
+  // server's own writes, workers' results and CLI submits alike.
+  std::optional<sql::Db> db;
+  std::int64_t last = -1;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    lock.unlock();
+    if (!db) {
+      auto d = sql::Db::Open(db_path_, false, 1000);
+      if (d) db.emplace(std::move(*d));
+    }
+    std::int64_t v = -1;
+    if (db) {
+      auto st = db->Prepare("PRAGMA data_version");
+      if (st && st->Step().value_or(false)) v = st->Int(0);
+    }
+    lock.lock();
+    if (v >= 0 && v != last) {
+      if (last >= 0) {
+        ++generation_;
+        cv_.notify_all();
+      }
+      last = v;
+    }
+    cv_.wait_for(lock, std::chrono::milliseconds(options_.watch_ms), [&] { return stopping_; });
+  }
+}
+
+HttpServerReply Dashboard::Events(const HttpServerRequest& req) {
+  // Last-Event-ID (or ?last=): "<boot>-<generation>". A client that missed a
+  // change (another boot, an older generation) hears at once; else the
+  // request waits for the next change, up to event_hold_ms, and the browser's
+  // EventSource comes back after `retry`.
+  std::string last = FindHeader(req.headers, "Last-Event-ID").value_or("");
+  if (last.empty()) last = Param(req, "last").value_or("");
+  std::unique_lock<std::mutex> lock(mu_);
+  StartWatcher();
+  auto dash = last.find('-');
+  bool known = dash != std::string::npos && last.substr(0, dash) == boot_;
+  std::uint64_t seen = known ? ParseId(last.substr(dash + 1)).value_or(0) : 0;
+  bool changed = !known || seen < generation_;
+  if (!changed && !stopping_ && streams_ < options_.max_streams) {
+    ++streams_;
+    cv_.wait_for(lock, std::chrono::milliseconds(options_.event_hold_ms),
+                 [&] { return stopping_ || generation_ > seen; });
+    --streams_;
+    changed = generation_ > seen;
+  }
+  std::string id = boot_ + "-" + std::to_string(generation_);
+  lock.unlock();
+  std::string body = "retry: 300\n";
+  if (changed) {
+    body += "id: " + id + "\nevent: change\ndata: {\"id\":\"" + id + "\"}\n\n";
+  } else {
+    body += ": nothing changed\n\n";
+  }
+  HttpServerReply r{200, "text/event-stream; charset=utf-8", body};
+  r.headers.push_back({"Cache-Control", "no-store"});
+  r.headers.push_back({"X-Accel-Buffering", "no"});
+  return r;
+}
+
+}  // namespace trainq

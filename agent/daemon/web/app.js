@@ -1,0 +1,545 @@
+// The trainq dashboard: plain JS and SVG, no build step, no outside requests.
+// Every number shown comes from the server's documents (the same JSON the CLI
+// prints); no verdict is computed here. Live: server-sent events from
+// /dash/events trigger a refetch of the page's documents; sections whose HTML
+// did not change are left alone, so scroll and selection stay.
+'use strict';
+
+const $ = (s, r = document) => r.querySelector(s);
+const LOG_KEEP = 256 * 1024;   // characters of a log kept in the page
+const PAGE = 40;               // rows or points per page
+
+function esc(s) {
+  return String(s == null ? '' : s).replace(/[&<>"']/g,
+    c => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;'}[c]));
+}
+function num(v, d = 4) { return (v == null || !isFinite(v)) ? '–' : Number(v).toFixed(d); }
+function signed(v, d = 4) { return v == null ? '–' : (v >= 0 ? '+' : '') + Number(v).toFixed(d); }
+function pText(p) { return p == null ? '–' : (p < 1e-4 ? '<0.0001' : '=' + Number(p).toFixed(4)); }
+function short(sha) { return esc(String(sha || '').slice(0, 10)); }
+function dur(ms) {
+  if (ms == null) return '–';
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 60) return s + 's';
+  if (s < 3600) return Math.floor(s / 60) + 'm' + String(s % 60).padStart(2, '0') + 's';
+  return Math.floor(s / 3600) + 'h' + String(Math.floor(s / 60) % 60).padStart(2, '0') + 'm';
+}
+function when(ms) { return ms ? new Date(ms).toISOString().replace('T', ' ').slice(0, 19) + ' UTC' : '–'; }
+function commitLink(sha) { return `<a class="mono" href="/commit/${encodeURIComponent(sha)}">${short(sha)}</a>`; }
+function expLink(name) { return `<a href="/experiment/${encodeURIComponent(name)}">${esc(name)}</a>`; }
+function runLink(id) { return `<a href="/run/${id}">${id}</a>`; }
+function verdictWord(v) {
+  if (!v) return '<span class="muted">no baseline</span>';
+  const w = v.replace(/_/g, ' ');
+  return `<span class="verdict v-${esc(v)}">${esc(w)}</span>`;
+}
+function stateCls(s) { return `<span class="state-${esc(s)}">${esc(s)}</span>`; }
+
+const session = {role: 'read', csrf: ''};
+const admin = () => session.role === 'admin';
+
+async function getJSON(url) {
+  const r = await fetch(url, {credentials: 'same-origin', headers: {Accept: 'application/json'}});
+  if (r.status === 401) { signedOut(); throw new Error('signed out'); }
+  const j = await r.json();
+  if (!r.ok) throw new Error(j.reason || ('HTTP ' + r.status));
+  return j;
+}
+
+function signedOut() {
+  $('#main').innerHTML = '<section class="card"><h1>Signed out</h1><p>Open the address ' +
+    '<code>trainq serve</code> logged at start (<code>dashboard: http://HOST:PORT/?token=…</code>).</p></section>';
+  stopLive();
+}
+
+function toast(text, bad) {
+  const t = $('#toast');
+  t.textContent = text;
+  t.className = 'toast' + (bad ? ' bad' : '');
+  t.hidden = false;
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => { t.hidden = true; }, 4000);
+}
+
+// Sections of the page by key; a section's DOM is replaced only when its HTML changed.
+function render(sections) {
+  const main = $('#main');
+  const keys = new Set(sections.map(s => s.key));
+  for (const el of Array.from(main.children)) {
+    if (!el.dataset.key || !keys.has(el.dataset.key)) el.remove();
+  }
+  let prev = null;
+  for (const s of sections) {
+    let el = main.querySelector(`:scope > [data-key="${s.key}"]`);
+    if (!el) {
+      el = document.createElement('div');
+      el.dataset.key = s.key;
+      if (prev) prev.after(el); else main.prepend(el);
+    }
+    if (el.dataset.html !== s.html) {
+      el.innerHTML = s.html;
+      el.dataset.html = s.html;
+    }
+    prev = el;
+  }
+}
+
+function card(title, body, extra = '') {
+  return `<section class="card"${extra}><h2>${title}</h2>${body}</section>`;
+}
+
+function table(head, rows, empty) {
+  if (!rows.length) return `<p class="muted">${empty}</p>`;
+  return '<table><thead><tr>' + head.map(h => {
+    const n = h.startsWith('#');
+    return `<th${n ? ' class="num"' : ''}>${esc(n ? h.slice(1) : h)}</th>`;
+  }).join('') + '</tr></thead><tbody>' + rows.join('') + '</tbody></table>';
+}
+
+// Paging of long lists, kept across refreshes.
+const pages = {};
+function paged(key, items) {
+  const n = Math.max(1, Math.ceil(items.length / PAGE));
+  const p = Math.min(pages[key] || 0, n - 1);
+  const slice = items.slice(p * PAGE, (p + 1) * PAGE);
+  const pager = n > 1 ? `<div class="pager"><button data-page="${key}" data-to="${p - 1}"${p === 0 ? ' disabled' : ''}>‹ newer</button>` +
+    `<span class="muted">page ${p + 1} of ${n} (${items.length})</span>` +
+    `<button data-page="${key}" data-to="${p + 1}"${p >= n - 1 ? ' disabled' : ''}>older ›</button></div>` : '';
+  return {slice, pager};
+}
+
+function batchActions(b) {
+  if (!admin()) return '';
+  return `<span class="actions"><button class="danger" data-action="cancel_batch" data-batch="${b}">cancel batch</button>` +
+    `<input type="number" min="1" max="100" value="5" aria-label="seeds to add" data-seeds-for="${b}">` +
+    `<button data-action="add_seeds" data-batch="${b}">add seeds</button></span>`;
+}
+function runActions(r) {
+  if (!admin() || !['queued', 'leased', 'running', 'failed'].includes(r.state)) return '';
+  return `<button class="danger" data-action="cancel_run" data-run="${r.id}">cancel</button>`;
+}
+
+function progress(b) {
+  const c = b.counts || {};
+  const total = b.runs || 0;
+  const done = c.succeeded || 0;
+  const pct = total ? Math.round(100 * done / total) : 0;
+  const running = (c.running || 0) + (c.leased || 0);
+  const failed = (c.dead || 0) + (c.failed || 0);
+  return `<svg class="bar" width="140" height="10" viewBox="0 0 100 10" preserveAspectRatio="none" aria-hidden="true"><rect class="bar-bg" width="100" height="10" rx="4"/><rect class="bar-done" width="${pct}" height="10" rx="4"/></svg>${done}/${total} done` +
+    (running ? `, ${running} running` : '') + (failed ? `, <span class="state-dead">${failed} failed</span>` : '') +
+    (c.cancelled ? `, ${c.cancelled} cancelled` : '');
+}
+
+// ---- pages -----------------------------------------------------------------
+
+async function overview() {
+  const [st, ex, sw] = await Promise.all([getJSON('/dash/api/status'), getJSON('/dash/api/experiments'),
+    getJSON('/dash/api/sweeps')]);
+  const c = st.counts || {};
+  const order = ['queued', 'leased', 'running', 'failed', 'succeeded', 'dead', 'cancelled'];
+  const counts = '<div class="counts" id="counts">' + order.map(k =>
+    `<div class="count" data-state="${k}"><b>${c[k] || 0}</b><span>${k}</span></div>`).join('') +
+    `<div class="count"><b>${st.slots ? st.slots.busy : 0}/${st.slots ? st.slots.total : 0}</b><span>slots busy</span></div></div>`;
+  const running = table(['run', 'experiment', 'commit', '#seed', '#attempt', 'elapsed', 'latest', 'worker'],
+    (st.running || []).map(r => {
+      const l = r.latest;
+      const latest = l ? (l.step != null ? `step ${l.step} ` : '') +
+        Object.entries(l.metrics || {}).map(([k, v]) => `${esc(k)} ${num(v)}`).join(', ') : '–';
+      return `<tr data-run="${r.id}"><td>${runLink(r.id)}</td><td>${expLink(r.experiment)}</td><td>${commitLink(r.commit)}</td>` +
+        `<td class="num">${r.seed}</td><td class="num">${r.attempts}/${r.max_attempts}</td><td>${dur(r.elapsed_ms)}</td>` +
+        `<td>${latest}</td><td>${esc(r.worker)} ${runActions(r)}</td></tr>`;
+    }), 'Nothing is running.');
+  const waiting = table(['batch', 'experiment', '#runs', 'why it waits'],
+    (st.waiting || []).map(w => `<tr><td>${w.batch}</td><td>${expLink(w.experiment)}</td><td class="num">${w.runs}</td><td>${esc(w.reason)}</td></tr>`),
+    'No batch is held back.');
+  const active = (st.batches || []).filter(b => (b.counts.queued || 0) + (b.counts.leased || 0) + (b.counts.running || 0) + (b.counts.failed || 0) > 0);
+  const batches = table(['batch', 'experiment', 'commit', 'progress', 'mean', 'eta'],
+    active.map(b => `<tr data-batch="${b.id}"><td>${b.id}</td><td>${expLink(b.experiment)}</td><td>${commitLink(b.commit)} <span class="muted">${esc(b.subject)}</span></td>` +
+      `<td class="progress">${progress(b)}${batchActions(b.id)}</td><td class="num">${num(b.summary && b.summary.mean)}</td><td>${b.eta_ms ? when(b.eta_ms) : '–'}</td></tr>`),
+    'No batch in progress.');
+  const pools = table(['pool', 'machines', '#slots busy', '#cost', 'health'],
+    (st.pools || []).map(p => `<tr><td>${esc(p.pool)}</td><td>${Object.entries(p.machines || {}).map(([k, v]) => `${v} ${esc(k)}`).join(', ') || '–'}</td>` +
+      `<td class="num">${p.slots.busy}/${p.slots.total}</td><td class="num">$${num(p.cost, 2)}</td><td>${p.failing ? '<span class="state-dead">failing</span> ' + esc(p.provider_error) : 'ok'}</td></tr>`),
+    'No machines (runs use serve\'s own slots).');
+  const pushes = table(['push', 'ref', 'commits', 'state', 'result', 'received'],
+    ((st.pushes && st.pushes.recent) || []).map(p => `<tr><td>${p.id}</td><td>${esc(p.ref)}</td><td>${short(p.before)}..${commitLink(p.after)}</td>` +
+      `<td>${stateCls(p.state)}</td><td>${esc(p.error || p.result)}</td><td>${when(p.received_ms)}</td></tr>`),
+    'No pushes recorded.');
+  const exps = ex.experiments || [];
+  const pg = paged('experiments', exps);
+  const expTable = table(['experiment', 'repo', 'metric', '#batches', 'latest commit'],
+    pg.slice.map(e => `<tr data-experiment="${esc(e.experiment)}"><td>${expLink(e.experiment)}</td><td class="muted">${esc(e.repo)}</td><td>${esc(e.metric)}</td>` +
+      `<td class="num">${e.batches}</td><td>${commitLink(e.latest_commit)} <span class="muted">${esc(e.latest_subject)}</span></td></tr>`),
+    'No experiment has batches yet: <code>trainq submit</code> queues some.') + pg.pager;
+  const sweeps = table(['sweep', 'experiment', 'commit', '#points', 'started'],
+    (sw.sweeps || []).map(s => `<tr><td><a href="/sweeps">${s.id}</a></td><td>${expLink(s.experiment)}</td><td>${s.commit ? commitLink(s.commit) : '–'}</td>` +
+      `<td class="num">${s.points}</td><td>${when(s.created_ms)}</td></tr>`), 'No sweep in progress.');
+  render([
+    {key: 'title', html: '<h1>Overview</h1>'},
+    {key: 'counts', html: card('Queue', counts)},
+    {key: 'batches', html: card('Batches in progress', batches, ' id="batches"')},
+    {key: 'running', html: card('Running', running, ' id="running"')},
+    {key: 'waiting', html: card('Waiting', waiting)},
+    {key: 'experiments', html: card('Experiments', expTable, ' id="experiments"')},
+    {key: 'lower', html: '<div class="grid">' + card('Pools', pools) + card('Recent pushes', pushes) + card('Sweeps in progress', sweeps) + '</div>'},
+  ]);
+}
+
+// Seeds of both sides as dots, the same seed joined by a line; means as bars.
+function seedPlot(vp) {
+  const a = vp.a || {}, b = vp.b || {};
+  const all = (a.values || []).concat(b.values || []);
+  if (!all.length) return '<p class="muted">No finished runs on either side yet.</p>';
+  const W = 460, H = 240, L = 64, R = 16, T = 14, B = 34;
+  let lo = Math.min(...all), hi = Math.max(...all);
+  if (hi - lo < 1e-12) { lo -= 0.5; hi += 0.5; }
+  const pad = (hi - lo) * 0.08; lo -= pad; hi += pad;
+  const y = v => T + (H - T - B) * (1 - (v - lo) / (hi - lo));
+  const xb = L + (W - L - R) * 0.25, xa = L + (W - L - R) * 0.75;
+  let s = `<svg class="seeds" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="seeds of ${esc(vp.experiment)}">`;
+  for (let i = 0; i <= 4; i++) {
+    const v = lo + (hi - lo) * i / 4, yy = y(v);
+    s += `<line class="gridline" x1="${L}" x2="${W - R}" y1="${yy}" y2="${yy}"/><text x="${L - 6}" y="${yy + 4}" text-anchor="end">${num(v, 4)}</text>`;
+  }
+  const seedsB = new Map((b.seeds || []).map((sd, i) => [sd, b.values[i]]));
+  (a.seeds || []).forEach((sd, i) => {
+    if (seedsB.has(sd)) s += `<line class="pair" x1="${xb}" y1="${y(seedsB.get(sd))}" x2="${xa}" y2="${y(a.values[i])}"/>`;
+  });
+  const dots = (side, x, cls) => (side.values || []).map((v, i) =>
+    `<circle class="seed ${cls}" data-seed="${side.seeds ? side.seeds[i] : ''}" data-value="${v}" cx="${x + ((i % 3) - 1) * 3}" cy="${y(v)}" r="4"><title>seed ${side.seeds ? side.seeds[i] : '?'}: ${num(v, 5)}</title></circle>`).join('');
+  if (b.mean != null) s += `<line class="mean" x1="${xb - 22}" x2="${xb + 22}" y1="${y(b.mean)}" y2="${y(b.mean)}"/>`;
+  if (a.mean != null) s += `<line class="mean" x1="${xa - 22}" x2="${xa + 22}" y1="${y(a.mean)}" y2="${y(a.mean)}"/>`;
+  s += dots(b, xb, 'seed-b') + dots(a, xa, 'seed-a');
+  s += `<text x="${xb}" y="${H - 10}" text-anchor="middle">baseline ${short(b.commit).slice(0, 7)} (n=${b.n || 0})</text>`;
+  s += `<text x="${xa}" y="${H - 10}" text-anchor="middle">this commit (n=${a.n || 0})</text>`;
+  return s + '</svg>';
+}
+
+function effectText(vp) {
+  const t = vp.paired ? vp.paired_test : vp.welch;
+  const test = vp.paired ? `paired t on ${vp.shared_seeds} shared seeds` : 'Welch t';
+  let s = `<div class="effect">effect <b class="diff">${signed(vp.diff)}</b>`;
+  if (t && t.ci95) s += ` (95% CI ${signed(t.ci95[0])}..${signed(t.ci95[1])})`;
+  else if (t && t.ci95_lo != null) s += ` (95% CI ${signed(t.ci95_lo)}..${signed(t.ci95_hi)})`;
+  s += `, ${test}`;
+  if (t && t.p != null) s += `, p${pText(t.p)}`;
+  s += ` → ${verdictWord(vp.verdict)}</div>`;
+  if (vp.min_effect != null) s += `<div class="muted">min_effect ${num(vp.min_effect)}, alpha ${num(vp.alpha, 3)}</div>`;
+  return s;
+}
+
+async function commitPage(sha) {
+  const j = await getJSON('/dash/api/commit/' + encodeURIComponent(sha));
+  const sections = [{key: 'title', html: `<h1>Commit <span class="mono">${short(j.commit)}</span> <span class="muted">${esc(j.subject)}</span></h1>` +
+    `<p class="muted">${esc(j.repo)} · parent ${j.parent ? commitLink(j.parent) : '–'}</p>`}];
+  for (const b of j.batches || []) {
+    const vp = b.vs_parent;
+    let cmp;
+    if (vp) {
+      cmp = `<div class="grid"><div>${seedPlot(vp)}</div><div>${effectText(vp)}` +
+        `<p>this commit: ${num(vp.a.mean)} ± ${num(vp.a.sd)} (n=${vp.a.n})<br>baseline ${commitLink(vp.baseline_sha)}: ${num(vp.b.mean)} ± ${num(vp.b.sd)} (n=${vp.b.n})` +
+        `<br><span class="muted">${esc(vp.baseline_note)}</span></p></div></div>`;
+    } else {
+      cmp = `<p class="muted">No baseline: ${esc(b.baseline_note || 'no runs of this experiment at the parent commit')}</p>`;
+    }
+    const runs = table(['run', '#seed', 'state', '#attempts', '#metric', 'error', ''],
+      (b.runs || []).map(r => `<tr data-run="${r.id}" data-state="${esc(r.state)}"><td>${runLink(r.id)}</td><td class="num">${r.seed}</td><td>${stateCls(r.state)}</td>` +
+        `<td class="num">${r.attempts}/${r.max_attempts}</td><td class="num">${num(r.metric)}</td><td class="err">${esc(r.error)}</td><td>${runActions(r)}</td></tr>`),
+      'No runs.');
+    const p = b.progress || {};
+    const prog = progress({counts: p.counts || {}, runs: p.runs || 0});
+    sections.push({key: 'b' + b.id, html: `<section class="card batch" data-batch="${b.id}" data-experiment="${esc(b.experiment)}">` +
+      `<h2>${expLink(b.experiment)} <span class="muted">batch ${b.id} · ${esc(b.metric)} (${esc(b.goal)})</span></h2>` +
+      `<p>${prog}${batchActions(b.id)}</p><p class="muted">why: ${esc(b.reason)}</p>${cmp}<h3>Runs</h3>${runs}</section>`});
+  }
+  if (!(j.batches || []).length) sections.push({key: 'none', html: card('Batches', '<p class="muted">No batches at this commit.</p>')});
+  render(sections);
+}
+
+// Mean and 95% CI per commit, oldest left; the marker's colour and word are
+// the stored verdict against that commit's baseline; the band is ± min_effect
+// around the baseline's mean.
+function historyPlot(e, entries) {
+  const W = 1180, H = 300, L = 70, R = 20, T = 18, B = 40;
+  const pts = entries.filter(x => x.mean != null);
+  if (!pts.length) return '<p class="muted">No finished runs yet.</p>';
+  const vals = [];
+  for (const x of pts) {
+    vals.push(x.mean);
+    if (x.ci95) vals.push(x.ci95[0], x.ci95[1]);
+    const vp = x.vs_parent;
+    if (vp && vp.min_effect != null && vp.diff != null) {
+      const base = x.mean - vp.diff;
+      vals.push(base + vp.min_effect, base - vp.min_effect);
+    }
+  }
+  let lo = Math.min(...vals), hi = Math.max(...vals);
+  if (hi - lo < 1e-12) { lo -= 0.5; hi += 0.5; }
+  const pad = (hi - lo) * 0.1; lo -= pad; hi += pad;
+  const n = entries.length;
+  const step = (W - L - R) / Math.max(1, n);
+  const x = i => L + step * (i + 0.5);
+  const y = v => T + (H - T - B) * (1 - (v - lo) / (hi - lo));
+  let s = `<svg class="history" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="history of ${esc(e.experiment)}">`;
+  for (let i = 0; i <= 4; i++) {
+    const v = lo + (hi - lo) * i / 4, yy = y(v);
+    s += `<line class="gridline" x1="${L}" x2="${W - R}" y1="${yy}" y2="${yy}"/><text x="${L - 6}" y="${yy + 4}" text-anchor="end">${num(v, 4)}</text>`;
+  }
+  s += `<line class="axis" x1="${L}" x2="${L}" y1="${T}" y2="${H - B}"/><line class="axis" x1="${L}" x2="${W - R}" y1="${H - B}" y2="${H - B}"/>`;
+  entries.forEach((en, i) => {
+    const vp = en.vs_parent;
+    if (en.mean == null) return;
+    if (vp && vp.min_effect != null && vp.diff != null) {
+      const base = en.mean - vp.diff;
+      s += `<rect class="band" x="${x(i) - step * 0.4}" width="${step * 0.8}" y="${y(base + vp.min_effect)}" height="${Math.max(1, y(base - vp.min_effect) - y(base + vp.min_effect))}"><title>min_effect band ±${num(vp.min_effect)} around the baseline ${num(base)}</title></rect>`;
+    }
+  });
+  entries.forEach((en, i) => {
+    if (en.mean == null) return;
+    const vp = en.vs_parent;
+    const v = vp ? vp.verdict : 'none';
+    if (en.ci95) s += `<line class="ci" x1="${x(i)}" x2="${x(i)}" y1="${y(en.ci95[0])}" y2="${y(en.ci95[1])}"/>`;
+    s += `<a href="/commit/${encodeURIComponent(en.commit)}"><circle class="point p-${esc(v)}" data-commit="${esc(en.commit)}" data-verdict="${esc(v)}" cx="${x(i)}" cy="${y(en.mean)}" r="6">` +
+      `<title>${short(en.commit)} ${esc(en.subject)}: ${num(en.mean)}${en.ci95 ? ` (95% CI ${num(en.ci95[0])}..${num(en.ci95[1])})` : ''}, n=${en.n}${vp ? ', ' + esc(vp.verdict) : ''}</title></circle></a>`;
+    if (vp) s += `<text class="vword v-${esc(v)}" x="${x(i)}" y="${T + 10}" text-anchor="middle">${esc(v.replace(/_/g, ' '))}</text>`;
+    if (n <= 24 || i % Math.ceil(n / 24) === 0) s += `<text x="${x(i)}" y="${H - B + 16}" text-anchor="middle" class="mono">${short(en.commit).slice(0, 7)}</text>`;
+  });
+  return s + '</svg>';
+}
+
+async function experimentPage(name) {
+  const j = await getJSON('/dash/api/experiment/' + encodeURIComponent(name));
+  const sections = [{key: 'title', html: `<h1>Experiment ${esc(name)}</h1>`}];
+  (j.experiments || []).forEach((e, k) => {
+    const all = e.batches || [];
+    // Pages of PAGE commits, newest page first.
+    const pg = paged('hist' + k, all.slice().reverse());
+    const entries = pg.slice.slice().reverse();
+    const rows = pg.slice.map(en => {
+      const vp = en.vs_parent;
+      return `<tr data-commit="${esc(en.commit)}"><td>${commitLink(en.commit)}</td><td>${esc(en.subject)}</td><td class="num">${en.n}</td>` +
+        `<td class="num">${num(en.mean)}</td><td>${en.ci95 ? num(en.ci95[0]) + '..' + num(en.ci95[1]) : '–'}</td>` +
+        `<td>${vp ? commitLink(vp.baseline_commit || en.parent) : '–'}</td><td class="num">${vp ? signed(vp.diff) : '–'}</td>` +
+        `<td class="num">${vp && vp.p != null ? esc(pText(vp.p).replace(/^=/, '')) : '–'}</td><td>${vp ? verdictWord(vp.verdict) : verdictWord(null)}</td></tr>`;
+    });
+    sections.push({key: 'e' + k, html: `<section class="card"><h2>${esc(e.repo)} · ${esc(e.metric)} (${esc(e.goal)})</h2>` +
+      `<p class="legend muted"><span>● mean, bar: 95% CI</span><span>shaded: ± min_effect around the baseline</span><span>word: verdict vs the baseline</span></p>` +
+      historyPlot(e, entries) + pg.pager +
+      table(['commit', 'subject', '#n', '#mean', '95% CI', 'baseline', '#effect', '#p', 'verdict'], rows, 'No batches.') + '</section>'});
+  });
+  render(sections);
+}
+
+function curvePlot(points) {
+  const byName = {};
+  for (const p of points) (byName[p.name] = byName[p.name] || []).push(p);
+  let out = '';
+  for (const [name, ps] of Object.entries(byName)) {
+    const stepped = ps.filter(p => p.step != null);
+    if (stepped.length < 2) {
+      out += `<p>${esc(name)}: ${ps.map(p => num(p.value)).join(', ')}</p>`;
+      continue;
+    }
+    const W = 560, H = 200, L = 60, R = 12, T = 10, B = 26;
+    const xs = stepped.map(p => p.step), ys = stepped.map(p => p.value);
+    let x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
+    if (x1 === x0) x1 = x0 + 1;
+    if (y1 - y0 < 1e-12) { y0 -= 0.5; y1 += 0.5; }
+    const fx = v => L + (W - L - R) * (v - x0) / (x1 - x0), fy = v => T + (H - T - B) * (1 - (v - y0) / (y1 - y0));
+    out += `<svg class="curve-plot" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="curve of ${esc(name)}">` +
+      `<line class="axis" x1="${L}" x2="${L}" y1="${T}" y2="${H - B}"/><line class="axis" x1="${L}" x2="${W - R}" y1="${H - B}" y2="${H - B}"/>` +
+      `<text x="${L - 6}" y="${fy(y1) + 4}" text-anchor="end">${num(y1)}</text><text x="${L - 6}" y="${fy(y0) + 4}" text-anchor="end">${num(y0)}</text>` +
+      `<text x="${L}" y="${H - 8}">step ${x0}</text><text x="${W - R}" y="${H - 8}" text-anchor="end">step ${x1}</text>` +
+      `<polyline class="curve" points="${stepped.map(p => fx(p.step).toFixed(1) + ',' + fy(p.value).toFixed(1)).join(' ')}"/>` +
+      `<text x="${W - R}" y="${T + 10}" text-anchor="end">${esc(name)}</text></svg>`;
+  }
+  return out || '<p class="muted">No metric points yet.</p>';
+}
+
+// The log: appended from the server's size, at most LOG_KEEP characters kept.
+const log = {run: 0, size: 0, text: '', timer: 0, busy: false};
+async function pollLog() {
+  if (log.busy) return;
+  log.busy = true;
+  try {
+    const j = await getJSON(`/dash/api/run/${log.run}/log?from=${log.size}`);
+    if (j.from < log.size || j.skipped) log.text = j.skipped ? '… (earlier output skipped)\n' : '';
+    log.text += j.text;
+    if (log.text.length > LOG_KEEP) log.text = '…\n' + log.text.slice(log.text.length - LOG_KEEP);
+    log.size = j.size;
+    const pre = $('#log');
+    if (pre && (j.text || pre.textContent !== log.text)) {
+      const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+      pre.textContent = log.text;
+      if (atEnd) pre.scrollTop = pre.scrollHeight;
+    }
+    const live = ['running', 'leased', 'queued', 'failed'].includes(j.state);
+    clearTimeout(log.timer);
+    if (live && !document.hidden) log.timer = setTimeout(pollLog, 1000);
+  } catch (e) {
+    clearTimeout(log.timer);
+    log.timer = setTimeout(pollLog, 3000);
+  } finally {
+    log.busy = false;
+  }
+}
+
+async function runPage(id) {
+  const j = await getJSON('/dash/api/run/' + encodeURIComponent(id));
+  const r = j.run;
+  const info = table(['run', 'experiment', 'commit', '#seed', 'state', '#attempts', 'worker', 'started', 'finished', '#metric', 'exit'],
+    [`<tr><td>${r.id}</td><td>${expLink(r.experiment)}</td><td>${commitLink(r.commit)}</td><td class="num">${r.seed}</td><td id="run-state">${stateCls(r.state)} ${runActions(r)}</td>` +
+     `<td class="num">${r.attempts}/${r.max_attempts}</td><td>${esc(r.worker)}</td><td>${when(r.started_ms)}</td><td>${when(r.finished_ms)}</td>` +
+     `<td class="num">${num(r.metric)}</td><td>${r.exit_code == null ? '–' : r.exit_code}</td></tr>`], '');
+  const sections = [
+    {key: 'title', html: `<h1>Run ${r.id} <span class="muted">${esc(r.experiment)} seed ${r.seed}</span></h1>`},
+    {key: 'info', html: card('Run', info + (r.error ? `<h3>Last error</h3><div class="err">${esc(r.error)}</div>` : ''))},
+    {key: 'curve', html: card(`Metrics <span class="muted">(${j.metric_points} points)</span>`, curvePlot(j.metrics || []))},
+    {key: 'log', html: card('Output', '<pre class="log" id="log"></pre>')},
+  ];
+  render(sections);
+  const pre = $('#log');
+  if (pre && !pre.textContent && log.text) pre.textContent = log.text;
+  if (log.run !== r.id) { log.run = r.id; log.size = 0; log.text = ''; }
+  pollLog();
+}
+
+async function machinesPage() {
+  const st = await getJSON('/dash/api/status');
+  const pools = table(['pool', 'machines', '#slots busy', '#booted', 'billed', '#cost', 'provider'],
+    (st.pools || []).map(p => `<tr><td>${esc(p.pool)}</td><td>${Object.entries(p.machines || {}).map(([k, v]) => `${v} ${esc(k)}`).join(', ') || '–'}</td>` +
+      `<td class="num">${p.slots.busy}/${p.slots.total}</td><td class="num">${p.machines_booted}</td><td>${dur(p.billed_ms)}</td><td class="num">$${num(p.cost, 2)}</td>` +
+      `<td>${p.failing ? '<span class="state-dead">failing</span> ' : ''}${esc(p.provider_error || '')}${p.boots && p.boots.error ? '<div class="err">' + esc(p.boots.error) + '</div>' : ''}</td></tr>`),
+    'No pools have machines.');
+  const ms = (st.machines || []);
+  const pg = paged('machines', ms);
+  const machines = table(['id', 'pool', 'name', 'state', '#slots', '#busy', 'idle', '#runs done', '#cost', 'last error'],
+    pg.slice.map(m => `<tr><td>${m.id}</td><td>${esc(m.pool)}</td><td>${esc(m.name || m.hostname)}</td><td>${stateCls(m.state)}${m.silent ? ' <span class="state-dead">silent</span>' : ''}</td>` +
+      `<td class="num">${m.slots}</td><td class="num">${m.busy}</td><td>${m.idle_ms == null ? '–' : dur(m.idle_ms)}</td><td class="num">${m.runs_done}</td>` +
+      `<td class="num">$${num(m.cost, 2)}</td><td class="err">${esc(m.last_error)}</td></tr>`),
+    'No machines: runs use serve\'s own slots, or no pool booted one yet.') + pg.pager;
+  const costs = st.costs || {};
+  render([
+    {key: 'title', html: '<h1>Machines and pools</h1>'},
+    {key: 'pools', html: card('Pools', pools + `<p class="muted">All pools: ${costs.machines_booted || 0} machines booted, billed ${dur(costs.billed_ms)}, $${num(costs.cost, 2)}.</p>`)},
+    {key: 'machines', html: card('Machines', machines)},
+  ]);
+}
+
+async function sweepsPage() {
+  const j = await getJSON('/dash/api/report');
+  const sw = (j.sweeps || []).slice().reverse();
+  const pg = paged('sweeps', sw);
+  const rows = pg.slice.map(s => `<tr><td>${s.id}</td><td>${expLink(s.experiment)}</td><td>${commitLink(s.commit)}</td><td>${stateCls(s.state)}</td>` +
+    `<td class="num">${s.points}/${s.budget_points}</td><td>${progress({counts: {succeeded: s.runs_done}, runs: s.runs_total})}</td>` +
+    `<td>${(s.winner || []).map(esc).join('<br>') || '<span class="muted">no winner yet</span>'}</td>` +
+    `<td>${Object.entries(s.importance || {}).map(([k, v]) => `${esc(k)} ${num(v, 2)}`).join(', ') || '–'}</td></tr>`);
+  render([
+    {key: 'title', html: '<h1>Sweeps</h1>'},
+    {key: 'list', html: card('Sweeps', table(['sweep', 'experiment', 'commit', 'state', '#points', 'runs', 'winner', 'importance (η²)'], rows, 'No sweeps: <code>trainq sweep start</code> starts one.') + pg.pager)},
+  ]);
+}
+
+// ---- routing, live updates, actions ----------------------------------------
+
+function route() {
+  const p = decodeURIComponent(location.pathname);
+  let m;
+  if ((m = p.match(/^\/commit\/([^/]+)/))) return {nav: 'overview', load: () => commitPage(m[1])};
+  if ((m = p.match(/^\/experiment\/(.+?)\/?$/))) return {nav: 'overview', load: () => experimentPage(m[1])};
+  if ((m = p.match(/^\/run\/(\d+)/))) return {nav: 'overview', load: () => runPage(m[1])};
+  if (p.startsWith('/machines')) return {nav: 'machines', load: machinesPage};
+  if (p.startsWith('/sweeps')) return {nav: 'sweeps', load: sweepsPage};
+  return {nav: 'overview', load: overview};
+}
+const current = route();
+
+let loading = null, again = false;
+async function refresh() {
+  if (loading) { again = true; return loading; }
+  loading = (async () => {
+    do {
+      again = false;
+      try {
+        await current.load();
+        window.trainqRefreshes = (window.trainqRefreshes || 0) + 1;
+      } catch (e) {
+        if (e.message !== 'signed out') toast(e.message, true);
+      }
+    } while (again);
+  })();
+  await loading;
+  loading = null;
+}
+
+let source = null, pollTimer = 0, failures = 0;
+function setLive(cls, text) { const l = $('#live'); l.className = 'live ' + cls; l.textContent = text; }
+function startLive() {
+  stopLive();
+  if (!window.EventSource) { startPolling(); return; }
+  source = new EventSource('/dash/events');
+  source.addEventListener('change', () => { failures = 0; setLive('on', 'live'); refresh(); });
+  source.onopen = () => { failures = 0; setLive('on', 'live'); };
+  source.onerror = () => {
+    // The server ends each stream after a change or a quiet while and the
+    // browser reconnects; only a closed source or repeated errors mean polling.
+    if (source && (source.readyState === EventSource.CLOSED || ++failures > 5)) startPolling();
+  };
+}
+function startPolling() {
+  if (source) { source.close(); source = null; }
+  setLive('poll', 'polling');
+  clearInterval(pollTimer);
+  pollTimer = setInterval(refresh, 2000);
+}
+function stopLive() {
+  if (source) { source.close(); source = null; }
+  clearInterval(pollTimer);
+  pollTimer = 0;
+}
+
+async function act(btn) {
+  const body = {action: btn.dataset.action};
+  if (btn.dataset.batch) body.batch = Number(btn.dataset.batch);
+  if (btn.dataset.run) body.run = Number(btn.dataset.run);
+  if (body.action === 'add_seeds') {
+    const input = document.querySelector(`[data-seeds-for="${btn.dataset.batch}"]`);
+    body.seeds = Number(input ? input.value : 1);
+  }
+  btn.disabled = true;
+  try {
+    const r = await fetch('/dash/api/action', {method: 'POST', credentials: 'same-origin',
+      headers: {'Content-Type': 'application/json', 'X-CSRF-Token': session.csrf}, body: JSON.stringify(body)});
+    const j = await r.json();
+    if (!r.ok) throw new Error(j.reason || ('HTTP ' + r.status));
+    toast(body.action === 'add_seeds' ? `added ${j.added} run(s)` : `cancelled ${j.cancelled} run(s)`);
+    refresh();
+  } catch (e) {
+    toast('refused: ' + e.message, true);
+  } finally {
+    btn.disabled = false;
+  }
+}
+
+document.addEventListener('click', ev => {
+  const b = ev.target.closest('button');
+  if (!b) return;
+  if (b.dataset.action) { ev.preventDefault(); act(b); }
+  if (b.dataset.page) { pages[b.dataset.page] = Number(b.dataset.to); refresh(); }
+});
+window.addEventListener('pagehide', stopLive);
+window.addEventListener('pageshow', ev => { if (ev.persisted) { startLive(); refresh(); } });
+
+(async function main() {
+  for (const a of document.querySelectorAll('[data-nav]')) a.classList.toggle('current', a.dataset.nav === current.nav);
+  try {
+    const s = await getJSON('/dash/api/session');
+    Object.assign(session, s);
+    $('#role').textContent = s.role === 'admin' ? 'admin session' : 'read-only session';
+  } catch (e) {
+    return;
+  }
+  await refresh();
+  startLive();
+})();

@@ -1,0 +1,207 @@
+// The dashboard's routes through Server::Handle, without sockets: access by
+// token and signed cookie, the documents it serves (the CLI's), actions only
+// for an admin session with its CSRF token, and the event stream woken by a
+// commit from another connection. tests/web/dashboard_browser_test.py drives
+// the same routes from a real browser against a real `trainq serve`.
+#include "agent/daemon/dashboard.h"
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <future>
+#include <nlohmann/json.hpp>
+
+#include "agent/daemon/server.h"
+#include "agent/results/commit_view.h"
+#include "core/strings.h"
+#include "queue/store.h"
+#include "tests/support/temp_dir.h"
+
+using nlohmann::json;
+
+namespace trainq {
+namespace {
+
+constexpr const char* kRead = "dashboard-read-token";
+constexpr const char* kAdmin = "dashboard-admin-token";
+
+HttpServerRequest Req(std::string method, std::string path, HttpHeaders headers = {},
+                      std::vector<std::pair<std::string, std::string>> query = {},
+                      std::string body = "") {
+  HttpServerRequest r;
+  r.method = std::move(method);
+  r.path = std::move(path);
+  r.headers = std::move(headers);
+  r.query = std::move(query);
+  r.body = std::move(body);
+  return r;
+}
+
+std::string Header(const HttpServerReply& r, const std::string& name) {
+  for (const auto& [k, v] : r.headers) {
+    if (k == name) return v;
+  }
+  return "";
+}
+
+struct Fixture {
+  testing::TempDir tmp;
+  std::string db = tmp / "t.db";
+  const Clock& clock = SystemClock::Get();
+  ServerConfig config;
+  std::unique_ptr<Server> server;
+  std::string sha_a = std::string(40, 'a'), sha_b = std::string(40, 'b');
+
+  explicit Fixture(bool admin = true) {
+    REQUIRE(WriteFile(tmp / "read", std::string(kRead) + "\n"));
+    REQUIRE(WriteFile(tmp / "admin", std::string(kAdmin) + "\n"));
+    std::string yaml = "read_token: {file: " + (tmp / "read") + "}\n";
+    if (admin) yaml += "admin_token: {file: " + (tmp / "admin") + "}\n";
+    config = ParseServerConfig(yaml, "server.yaml").value();
+    auto store = Store::Open(db).value();
+    Add(store, sha_a, "", {0.90, 0.91, 0.92}, true);
+    Add(store, sha_b, sha_a, {0.95, 0.96, 0.97}, false);  // queued
+    server = std::make_unique<Server>(config, db, clock);
+    REQUIRE(server->Open());
+  }
+  void Add(Store& store, const std::string& sha, const std::string& parent,
+           const std::vector<double>& values, bool finish) {
+    CommitInfo c;
+    c.sha = sha;
+    c.parent_sha = parent;
+    c.message = "commit " + sha.substr(0, 7);
+    BatchSpec s;
+    s.experiment = "digits";
+    s.command = "true";
+    s.repeats = static_cast<int>(values.size());
+    REQUIRE(store.Submit("/repos/model", c, {s}, clock.Now()));
+    if (!finish) return;
+    auto leased = store.Lease("w", clock.Now(), 60'000, 10).value();
+    for (const auto& l : leased) {
+      REQUIRE(store.Complete(l.run_id, l.token, clock.Now(), values[static_cast<size_t>(l.repeat)]));
+    }
+  }
+  // Signs in with `token`: the cookie header value to send back.
+  std::string SignIn(const std::string& token) {
+    auto r = server->Handle(Req("GET", "/commit/" + sha_b, {}, {{"token", token}, {"x", "1"}}));
+    REQUIRE(r.status == 303);
+    CHECK(Header(r, "Location") == "/commit/" + sha_b + "?x=1");
+    std::string cookie = Header(r, "Set-Cookie");
+    CHECK(cookie.find("HttpOnly") != std::string::npos);
+    CHECK(cookie.find("SameSite=Strict") != std::string::npos);
+    return cookie.substr(0, cookie.find(';'));
+  }
+  HttpServerReply Get(const std::string& path, const std::string& cookie,
+                      std::vector<std::pair<std::string, std::string>> query = {}) {
+    return server->Handle(Req("GET", path, {{"Cookie", cookie}}, std::move(query)));
+  }
+  HttpServerReply Act(const std::string& cookie, const std::string& csrf, const json& body) {
+    HttpHeaders h = {{"Cookie", cookie}, {"Content-Type", "application/json"}};
+    if (!csrf.empty()) h.emplace_back("X-CSRF-Token", csrf);
+    return server->Handle(Req("POST", "/dash/api/action", h, {}, body.dump()));
+  }
+};
+
+TEST_CASE("dashboard: without a session every page and data route answers 401 and no data",
+          "[dashboard]") {
+  Fixture f;
+  for (const std::string& path : std::vector<std::string>{"/", "/experiment/digits", "/commit/" + f.sha_a, "/run/1", "/machines",
+                           "/sweeps", "/dash/app.js", "/dash/api/status",
+                           "/dash/api/commit/" + f.sha_a, "/dash/api/experiments",
+                           "/dash/api/run/1/log", "/dash/events"}) {
+    for (const auto& cookie : {std::string(), std::string("trainq_dash=r.abc.def"),
+                               std::string("trainq_dash=a.") + kAdmin}) {
+      INFO(path << " cookie " << cookie);
+      auto r = f.server->Handle(
+          Req("GET", path, cookie.empty() ? HttpHeaders{} : HttpHeaders{{"Cookie", cookie}}));
+      CHECK(r.status == 401);
+      CHECK(r.body.find("digits") == std::string::npos);
+      CHECK(r.body.find(f.sha_a) == std::string::npos);
+    }
+  }
+  CHECK(f.server->Handle(Req("GET", "/", {}, {{"token", "wrong"}})).status == 401);
+  CHECK(f.server->Handle(Req("POST", "/dash/api/action", {}, {}, "{}")).status == 401);
+}
+
+TEST_CASE("dashboard: the read token signs in and the documents are the CLI's", "[dashboard]") {
+  Fixture f;
+  std::string cookie = f.SignIn(kRead);
+  auto page = f.Get("/", cookie);
+  CHECK(page.status == 200);
+  CHECK(page.body.find("/dash/app.js") != std::string::npos);
+  auto session = json::parse(f.Get("/dash/api/session", cookie).body);
+  CHECK(session["role"] == "read");
+  auto commit = f.Get("/dash/api/commit/" + f.sha_b.substr(0, 8), cookie);
+  REQUIRE(commit.status == 200);
+  auto store = Store::Open(f.db).value();
+  CHECK(json::parse(commit.body) == LoadCommitView(store, f.sha_b.substr(0, 8)).value());
+  auto exps = json::parse(f.Get("/dash/api/experiments", cookie).body);
+  REQUIRE(exps["experiments"].size() == 1);
+  CHECK(exps["experiments"][0]["batches"] == 2);
+  CHECK(f.Get("/dash/api/experiment/nothing", cookie).status == 404);
+  auto log = f.Get("/dash/api/run/1/log", cookie, {{"from", "0"}});
+  CHECK(log.status == 200);
+  CHECK(f.Get("/dash/api/run/999", cookie).status == 404);
+}
+
+TEST_CASE("dashboard: actions are refused to a read session and need the admin's CSRF token",
+          "[dashboard]") {
+  Fixture f;
+  std::string read = f.SignIn(kRead);
+  std::string read_csrf = json::parse(f.Get("/dash/api/session", read).body)["csrf"];
+  auto store = Store::Open(f.db).value();
+  auto batch = store.Batches(false, 0).value().front();  // newest: the queued one
+  json cancel = {{"action", "cancel_batch"}, {"batch", batch.id}};
+  CHECK(f.Act(read, read_csrf, cancel).status == 403);
+
+  std::string admin = f.SignIn(kAdmin);
+  std::string csrf = json::parse(f.Get("/dash/api/session", admin).body)["csrf"];
+  CHECK(json::parse(f.Get("/dash/api/session", admin).body)["role"] == "admin");
+  CHECK(f.Act(admin, "", cancel).status == 403);
+  CHECK(f.Act(admin, read_csrf, cancel).status == 403);  // another session's token
+  CHECK(store.Batch(batch.id).value()->count(RunState::kCancelled) == 0);
+  CHECK(f.Act(admin, csrf, {{"action", "add_seeds"}, {"batch", batch.id}, {"seeds", 2}}).status ==
+        200);
+  CHECK(store.Runs(batch.id, std::nullopt, 0).value().size() == 5);
+  auto r = f.Act(admin, csrf, cancel);
+  CHECK(r.status == 200);
+  CHECK(json::parse(r.body)["cancelled"] == 5);
+  CHECK(store.Batch(batch.id).value()->count(RunState::kCancelled) == 5);
+  CHECK(f.Act(admin, csrf, {{"action", "reboot"}}).status == 400);
+}
+
+TEST_CASE("dashboard: an admin cookie is refused when the config has no admin token",
+          "[dashboard]") {
+  Fixture f(/*admin=*/false);
+  CHECK(f.server->Handle(Req("GET", "/", {}, {{"token", kAdmin}})).status == 401);
+}
+
+TEST_CASE("dashboard: events answer at once to a stale id and otherwise wait for a commit",
+          "[dashboard]") {
+  Fixture f;
+  std::string cookie = f.SignIn(kRead);
+  auto first = f.Get("/dash/events", cookie, {{"last", "other-boot-7"}});
+  REQUIRE(first.status == 200);
+  CHECK(first.content_type.starts_with("text/event-stream"));
+  auto pos = first.body.find("id: ");
+  REQUIRE(pos != std::string::npos);
+  std::string id = first.body.substr(pos + 4, first.body.find('\n', pos) - pos - 4);
+  // The watcher is running now; a commit from another connection wakes a
+  // request that waits with the current id.
+  auto waiting = std::async(std::launch::async, [&] {
+    return f.Get("/dash/events", cookie, {{"last", id}});
+  });
+  CHECK(waiting.wait_for(std::chrono::milliseconds(300)) == std::future_status::timeout);
+  auto t0 = std::chrono::steady_clock::now();
+  {
+    auto store = Store::Open(f.db).value();
+    f.Add(store, std::string(40, 'c'), f.sha_b, {0.5}, false);
+  }
+  REQUIRE(waiting.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  auto r = waiting.get();
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  CHECK(r.body.find("event: change") != std::string::npos);
+  CHECK(r.body.find("id: " + id) == std::string::npos);  // a newer id
+}
+
+}  // namespace
+}  // namespace trainq

@@ -1,0 +1,402 @@
+#!/usr/bin/env python3
+"""The dashboard of `trainq serve` in a real browser: headless Debian Chromium
+driven by Selenium, against a real `trainq serve --inproc` running real runs.
+
+The fixture: a git repository with a `plain` experiment (3 seeds, min_effect)
+at two commits and a `slow` experiment whose run prints a line every 0.2 s
+until it is cancelled. serve reads read_token and admin_token from files and
+logs `dashboard: http://HOST:PORT/?token=...`; the test opens that address.
+
+Checks: 401 and no data without the token or cookie; the token sets a cookie
+and the address loses the token; the overview lists the experiments and the
+queue; the experiment page has one point per commit and the verdict words
+`trainq show --json` gives; the commit page has every seed of both sides and
+the effect; a commit submitted from the CLI while the overview is open shows
+up without a reload (a page-level JS marker survives); the slow run's log
+tail grows; actions are refused with the read session (403) and the admin's
+cancel button cancels the run (checked in the store); no console errors.
+Screenshots (1280x800) go to $TRAINQ_SCREENSHOTS when set.
+
+Usage: dashboard_browser_test.py TRAINQ_BINARY
+"""
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+DEADLINE_S = 20  # for each wait in the browser
+
+TRAIN_PY = r'''import json, os, sys, time
+a = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+seed, shift, slow = int(a["--seed"]), float(a.get("--shift", "0")), a.get("--slow") == "1"
+mf = open(os.environ["TRAINQ_METRICS_FILE"], "a")
+if slow:
+    for step in range(600):  # a minute at most, unless cancelled
+        print(f"tick {step}", flush=True)
+        mf.write(json.dumps({"name": "loss", "value": 1.0 / (step + 1), "step": step}) + "\n")
+        mf.flush()
+        time.sleep(0.2)
+acc = 0.80 + shift + 0.003 * ((seed * 7 + int(shift * 300)) % 5)
+for step in range(5):
+    mf.write(json.dumps({"name": "loss", "value": 1.0 / (step + 1), "step": step}) + "\n")
+print(f"seed {seed}: accuracy {acc}")
+mf.write(json.dumps({"name": "accuracy", "value": acc, "final": True}) + "\n")
+'''
+
+YAML = """version: 1
+experiments:
+  plain:
+    command: python3 train.py --seed {seed} --shift SHIFT
+    repeats: 4
+    metric: {name: accuracy, goal: max, min_effect: 0.005}
+  slow:
+    command: python3 train.py --seed {seed} --slow 1
+    repeats: 1
+    max_attempts: 1
+    baseline: "off"
+    metric: {name: accuracy, goal: max}
+"""
+
+failures = 0
+
+
+def check(cond, what):
+    global failures
+    print(("ok: " if cond else "FAIL: ") + what, flush=True)
+    if not cond:
+        failures += 1
+    return cond
+
+
+def die(msg):
+    print("FAIL: " + msg, file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def require_browser():
+    missing = [p for p, path in (("chromium", CHROMIUM), ("chromium-driver", CHROMEDRIVER))
+               if not os.access(path, os.X_OK)]
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        missing.append(f"python3-selenium (not importable by {sys.executable}; "
+                       "Debian's package is seen by /usr/bin/python3)")
+    if missing:
+        die("the browser test needs the Debian packages " + ", ".join(missing) +
+            "; run ci/install-deps")
+
+
+def sh(args, cwd=None, env=None, timeout=120):
+    p = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        die(f"{' '.join(args)} exited {p.returncode}:\n{p.stdout}{p.stderr}")
+    return p.stdout
+
+
+def wait_for(cond, what, timeout=60):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.05)
+    die("timed out waiting for " + what)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Fixture:
+    def __init__(self, trainq, tmp):
+        self.trainq, self.tmp = trainq, tmp
+        self.repo, self.db = os.path.join(tmp, "repo"), os.path.join(tmp, "t.db")
+        self.genv = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com",
+                         GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.com",
+                         GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
+        self.lines, self.serve = [], None
+
+    def git(self, *a):
+        return sh(["git", *a], cwd=self.repo, env=self.genv)
+
+    def tq(self, *a):
+        return sh([self.trainq, "--db", self.db, *a])
+
+    def commit(self, shift, msg):
+        with open(os.path.join(self.repo, "trainq.yaml"), "w") as f:
+            f.write(YAML.replace("SHIFT", shift))
+        self.git("add", "-A")
+        self.git("commit", "-qm", msg)
+        return self.git("rev-parse", "HEAD").strip()
+
+    def build(self):
+        os.makedirs(self.repo)
+        self.git("init", "-q", "-b", "main")
+        with open(os.path.join(self.repo, "train.py"), "w") as f:
+            f.write(TRAIN_PY)
+        self.sha1 = self.commit("0", "first")
+        self.tq("submit", "-e", "plain", "--repo", self.repo)
+        self.sha2 = self.commit("0.02", "better accuracy")
+        self.tq("submit", "-e", "plain", "--repo", self.repo)
+        self.read_token, self.admin_token = "r" * 8 + "readtoken1234", "a" * 8 + "admintoken5678"
+        for name, tok in (("read", self.read_token), ("admin", self.admin_token)):
+            with open(os.path.join(self.tmp, name), "w") as f:
+                f.write(tok + "\n")
+        cfg = os.path.join(self.tmp, "server.yaml")
+        with open(cfg, "w") as f:
+            f.write(f"read_token: {{file: {self.tmp}/read}}\nadmin_token: {{file: {self.tmp}/admin}}\n")
+        self.port = free_port()
+        self.serve = subprocess.Popen(
+            [self.trainq, "--db", self.db, "serve", "--inproc", "--slots", "3", "--poll-ms", "50",
+             "--config", cfg, "--listen", f"127.0.0.1:{self.port}"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+        line = wait_for(lambda: next((x for x in self.lines if "dashboard: " in x), None),
+                        "serve's dashboard line", 30)
+        self.url = re.search(r"dashboard: (\S+)", line).group(1)
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def _read(self):
+        for line in self.serve.stdout:
+            self.lines.append(line)
+
+    def status(self):
+        return json.loads(self.tq("status", "--json"))
+
+    def show(self, sha):
+        return json.loads(self.tq("show", sha, "--json"))
+
+    def stop(self):
+        if self.serve and self.serve.poll() is None:
+            self.serve.terminate()
+            try:
+                self.serve.wait(20)
+            except subprocess.TimeoutExpired:
+                self.serve.kill()
+
+
+def http(url, method="GET", headers=None, body=None):
+    req = urllib.request.Request(url, method=method, headers=headers or {}, data=body)
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(req, timeout=10) as r:
+            return r.status, dict(r.headers), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read().decode()
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *a, **k):
+        return None
+
+
+def open_browser(tmp):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--window-size=1280,800",
+                 "--user-data-dir=" + os.path.join(tmp, "chromium-profile")):
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    service = Service(executable_path=CHROMEDRIVER, log_path=os.path.join(tmp, "chromedriver.log"))
+    return webdriver.Chrome(service=service, options=opts)
+
+
+def shot(driver, name):
+    """A 1280x800 viewport screenshot into $TRAINQ_SCREENSHOTS, when set."""
+    out = os.environ.get("TRAINQ_SCREENSHOTS")
+    if out:
+        os.makedirs(out, exist_ok=True)
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                               {"width": 1280, "height": 800, "deviceScaleFactor": 1,
+                                "mobile": False})
+        driver.save_screenshot(os.path.join(out, name + ".png"))
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def run_checks(fx, driver):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    wait = WebDriverWait(driver, DEADLINE_S, poll_frequency=0.05)
+    js = driver.execute_script
+
+    # Access: nothing without the token or a cookie.
+    for path in ("/", "/experiment/plain", f"/commit/{fx.sha2}", "/dash/api/status",
+                 "/dash/api/experiments", "/dash/events", "/dash/app.js"):
+        code, _, body = http(fx.base + path)
+        check(code == 401 and "plain" not in body and fx.sha2 not in body,
+              f"GET {path} without token or cookie: {code}, no data")
+    code, _, _ = http(fx.base + "/?token=wrong")
+    check(code == 401, f"a wrong token: {code}")
+    code, headers, _ = http(fx.url)
+    cookie = headers.get("Set-Cookie", "")
+    check(code == 303 and headers.get("Location") == "/" and "HttpOnly" in cookie and
+          "SameSite=Strict" in cookie, f"the logged address: {code}, Location "
+          f"{headers.get('Location')}, cookie flags in {cookie.split(';', 1)[-1]!r}")
+
+    # The runs of `plain` at both commits finish first.
+    wait_for(lambda: all(b["progress"]["counts"]["succeeded"] == 4
+                         for b in fx.show(fx.sha2)["batches"]) and
+             all(b["progress"]["counts"]["succeeded"] == 4 for b in fx.show(fx.sha1)["batches"]),
+             "the plain runs", 90)
+
+    # Overview, with the read token.
+    driver.get(fx.url)
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-experiment='plain']"))
+    check("token" not in driver.current_url, f"the token left the address: {driver.current_url}")
+    names = [e.get_attribute("data-experiment")
+             for e in driver.find_elements(By.CSS_SELECTOR, "#experiments tr[data-experiment]")]
+    check(names == ["plain"], f"the overview lists the experiments with batches: {names}")
+    st = fx.status()
+    shown = {e.get_attribute("data-state"): e.find_element(By.TAG_NAME, "b").text
+             for e in driver.find_elements(By.CSS_SELECTOR, "#counts .count[data-state]")}
+    check(shown.get("succeeded") == str(st["counts"]["succeeded"]),
+          f"the queue counts are the status document's: succeeded {shown.get('succeeded')} "
+          f"vs {st['counts']['succeeded']}")
+    check(not driver.find_elements(By.CSS_SELECTOR, "[data-action]"),
+          "a read session shows no action controls")
+    shot(driver, "overview")
+
+    # Experiment page: one point per commit, the verdict words of `trainq show --json`.
+    driver.get(fx.base + "/experiment/plain")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "svg.history circle.point"))
+    pts = [(e.get_attribute("data-commit"), e.get_attribute("data-verdict"))
+           for e in driver.find_elements(By.CSS_SELECTOR, "svg.history circle.point")]
+    check([c for c, _ in pts] == [fx.sha1, fx.sha2], f"one point per commit, oldest first: {pts}")
+    cli_verdict = fx.show(fx.sha2)["batches"][0]["vs_parent"]["verdict"]
+    words = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "svg.history text.vword")]
+    check(words == [cli_verdict.replace("_", " ")] and pts[1][1] == cli_verdict,
+          f"the verdict word is the CLI's ({cli_verdict}): {words}")
+    check(len(driver.find_elements(By.CSS_SELECTOR, "svg.history rect.band")) == 1,
+          "the min_effect band is drawn at the compared commit")
+    link = driver.find_elements(By.CSS_SELECTOR, "svg.history a circle.point")[1]
+    check(js("return arguments[0].parentNode.getAttribute('href')", link) == "/commit/" + fx.sha2,
+          "a point links to its commit page")
+    shot(driver, "experiment")
+
+    # Commit page: every seed of both sides, the effect.
+    driver.get(fx.base + "/commit/" + fx.sha2)
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "svg.seeds circle.seed"))
+    vp = fx.show(fx.sha2)["batches"][0]["vs_parent"]
+    a = sorted(int(e.get_attribute("data-seed"))
+               for e in driver.find_elements(By.CSS_SELECTOR, "svg.seeds circle.seed-a"))
+    b = sorted(int(e.get_attribute("data-seed"))
+               for e in driver.find_elements(By.CSS_SELECTOR, "svg.seeds circle.seed-b"))
+    check(a == sorted(vp["a"]["seeds"]) and b == sorted(vp["b"]["seeds"]) and len(a) == 4,
+          f"every seed of both sides is a dot: {a} / {b}")
+    pairs = len(driver.find_elements(By.CSS_SELECTOR, "svg.seeds line.pair"))
+    check(pairs == vp["shared_seeds"], f"a pairing line per shared seed: {pairs}")
+    diff = driver.find_element(By.CSS_SELECTOR, ".effect .diff").text
+    want = ("+" if vp["diff"] >= 0 else "") + f"{vp['diff']:.4f}"
+    effect = driver.find_element(By.CSS_SELECTOR, ".effect").text
+    check(diff == want and vp["verdict"].replace("_", " ") in effect,
+          f"the effect is the CLI's ({want}, {vp['verdict']}): {effect!r}")
+    shot(driver, "commit")
+
+    # Live: a commit submitted from the CLI appears on the open overview.
+    driver.get(fx.base + "/")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#experiments tr[data-experiment]"))
+    wait.until(lambda d: js("return document.getElementById('live').textContent") == "live")
+    js("window.trainqMarker = 'no reload';")
+    t0 = time.monotonic()
+    fx.commit("0.0", "slow one")
+    fx.tq("submit", "-e", "slow", "--repo", fx.repo)
+    slow_batch = next(b for b in fx.status()["batches"] if b["experiment"] == "slow")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#experiments tr[data-experiment='slow']"))
+    took = time.monotonic() - t0
+    check(js("return window.trainqMarker") == "no reload",
+          f"the new experiment appeared without a reload ({took:.2f}s after the submit returned)")
+    check(took < 5, f"within a few seconds of the store change ({took:.2f}s)")
+
+    # The slow run's log tail grows on its run page.
+    run_id = wait_for(lambda: next((r["id"] for r in fx.status()["running"]
+                                    if r["experiment"] == "slow"), None), "the slow run to start")
+    driver.get(f"{fx.base}/run/{run_id}")
+    wait.until(lambda d: "tick 2" in d.find_element(By.ID, "log").text)
+    n1 = len(driver.find_element(By.ID, "log").text.splitlines())
+    t1 = time.monotonic()
+    wait.until(lambda d: len(d.find_element(By.ID, "log").text.splitlines()) >= n1 + 5)
+    check(True, f"the log tail grew by 5 lines in {time.monotonic() - t1:.2f}s "
+          f"(the run prints one each 0.2 s)")
+    shot(driver, "run")
+
+    # Actions: refused with the read session, done with the admin's.
+    rc = driver.get_cookie("trainq_dash")["value"]
+    sess = json.loads(http(fx.base + "/dash/api/session", headers={"Cookie": "trainq_dash=" + rc})[2])
+    body = json.dumps({"action": "cancel_run", "run": run_id}).encode()
+    code, _, _ = http(fx.base + "/dash/api/action", "POST",
+                      {"Cookie": "trainq_dash=" + rc, "X-CSRF-Token": sess["csrf"],
+                       "Content-Type": "application/json"}, body)
+    check(code == 403 and sess["role"] == "read", f"cancel with the read session: {code}")
+    driver.get(f"{fx.base}/run/{run_id}?token={fx.admin_token}")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "button[data-action='cancel_run']"))
+    ac = driver.get_cookie("trainq_dash")["value"]
+    code, _, _ = http(fx.base + "/dash/api/action", "POST",
+                      {"Cookie": "trainq_dash=" + ac, "Content-Type": "application/json"}, body)
+    check(code == 403, f"an admin action without the CSRF header: {code}")
+    state = lambda: next(r["state"] for r in json.loads(fx.tq("runs", "--batch", str(slow_batch["id"]), "--json"))  # noqa: E731
+                         if r["id"] == run_id)
+    check(state() == "running", "the slow run is still running before the click")
+    shot(driver, "run-admin")
+    driver.find_element(By.CSS_SELECTOR, "button[data-action='cancel_run']").click()
+    wait_for(lambda: state() == "cancelled", "the run cancelled in the store", 20)
+    check(True, "the cancel button cancelled the run (trainq runs --json says cancelled)")
+    wait.until(lambda d: "cancelled" in d.find_element(By.ID, "run-state").text)
+    check(not any(fx.read_token in x or fx.admin_token in x for x in fx.lines),
+          "serve's log holds neither configured token")
+    check(any("dashboard: admin session" in x and f"cancelled run {run_id}" in x for x in fx.lines),
+          "serve logged who cancelled what")
+
+    for page in ("/machines", "/sweeps"):
+        driver.get(fx.base + page)
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "section.card"))
+        shot(driver, page.strip("/"))
+
+    errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+    check(not errors, "no console errors" + "".join(f"\n  {e['message']}" for e in errors))
+
+
+def main():
+    if len(sys.argv) != 2:
+        die(__doc__.strip().splitlines()[-1])
+    trainq = os.path.abspath(sys.argv[1])
+    if not os.access(trainq, os.X_OK):
+        die(f"no trainq binary at {trainq}")
+    require_browser()
+    tmp = tempfile.mkdtemp(prefix="trainq-dash-")
+    fx, driver = Fixture(trainq, tmp), None
+    t0 = time.monotonic()
+    try:
+        fx.build()
+        driver = open_browser(tmp)
+        run_checks(fx, driver)
+        print(f"all in {time.monotonic() - t0:.1f}s", flush=True)
+    finally:
+        if driver is not None:
+            driver.quit()
+        fx.stop()
+        if failures:
+            sys.stdout.write("".join(fx.lines[-40:]))
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        die(f"{failures} check(s) failed")
+    print("dashboard_browser_test: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
