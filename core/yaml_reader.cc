@@ -69,11 +69,11 @@ Result<YAML::Node> YamlReader::Load(std::string_view text, std::string_view inva
   try {
     root = YAML::Load(input);
   } catch (const YAML::Exception& e) {
-    // The added comment line is not the user's: an error there is at the
-    // file's last line.
-    const auto lines = std::count(text.begin(), text.end(), '\n') +
-                       (text.empty() || text.back() == '\n' ? 0 : 1);
-    const auto line = std::min<std::int64_t>(e.mark.line + 1, std::max<std::int64_t>(lines, 1));
+    // The added comment line is not the user's: an error there is where the
+    // file ends (the line after a final line break, as yaml-cpp says
+    // without the comment).
+    const std::int64_t end_line = std::count(text.begin(), text.end(), '\n') + 1;
+    const auto line = std::min<std::int64_t>(e.mark.line + 1, end_line);
     return Fail(ErrorKind::kInvalidArgument,
                 file_ + ":" + std::to_string(line) + ": " + std::string(invalid) + ": " + e.msg);
   }

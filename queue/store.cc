@@ -509,8 +509,6 @@ CREATE TABLE pool_ended (
   cost_ms REAL NOT NULL
 );
 CREATE INDEX machines_live ON machines (pool) WHERE stopped_ms IS NULL;
--- A batch that reuses another is active while that one is (Batches).
-CREATE INDEX batches_by_reused ON batches (reuses_batch_id);
 INSERT INTO machine_runs (machine_id, busy_ms, done)
   SELECT r.machine_id, sum((CASE WHEN r.started_ms IS NULL OR (r.state = 'running' AND r.finished_ms IS NULL) THEN 0 ELSE max(0, COALESCE(r.finished_ms, r.updated_ms) - r.started_ms) END)), sum((r.state = 'succeeded')) FROM runs r
   WHERE r.machine_id IS NOT NULL GROUP BY r.machine_id;
@@ -1421,11 +1419,10 @@ Result<std::vector<BatchProgress>> Store::Batches(bool only_active, int limit) {
   std::string where;
   if (only_active) {
     // batch_counts has rows only for counts above 0: the active batches are
-    // found through its state index, without visiting finished batches; a
-    // batch that reuses another is active while that one is.
+    // found through its state index, without visiting finished batches. A
+    // batch that reuses another has no runs of its own: the one it reuses is
+    // the active one.
     where = "WHERE b.id IN (SELECT batch_id FROM batch_counts WHERE state IN "
-            "('queued', 'leased', 'running', 'failed')) OR b.reuses_batch_id IN (SELECT batch_id "
-            "FROM batch_counts WHERE state IN "
             "('queued', 'leased', 'running', 'failed')) ";
   }
   return SelectBatches(where, {}, limit);

@@ -306,11 +306,19 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
     std::vector<BatchSpec> specs;
     std::vector<SubmitResult> results;
     std::string reused;
+    // Each experiment's spec with the fingerprint of its inputs at this
+    // commit, which an equal ancestor's batch carries too.
+    std::vector<BatchSpec> candidates;
     for (const auto& t : triggers) {
-      const Experiment* e = after->Find(t.experiment);
       std::string why = t.Reason();
       std::string reason = source + ": " + how + (how.empty() || why.empty() ? "" : "; ") + why;
-      BatchSpec spec = e->ToBatchSpec(reason);
+      candidates.push_back(after->Find(t.experiment)->ToBatchSpec(reason));
+    }
+    TRY(AddInputsFingerprints(git, sha, *after, candidates));
+    for (size_t i = 0; i < triggers.size(); ++i) {
+      const auto& t = triggers[i];
+      BatchSpec& spec = candidates[i];
+      const std::string& reason = spec.reason;
       // The same inputs at an ancestor (the previous head of a pull request,
       // the commit before a docs-only change): that batch is this commit's.
       ASSIGN_OR_RETURN(auto here, BatchOfExperimentAt(store_, git.location(), t.experiment, sha));
@@ -330,7 +338,6 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
       }
       specs.push_back(std::move(spec));
     }
-    TRY(AddInputsFingerprints(git, sha, *after, specs));
     specs = WithDeterminismChecks(std::move(specs));
     TRY(CheckSubmitLimits(specs, std::string(kManifestName) + " at " + Short(sha), repo.limits));
     if (!specs.empty()) {

@@ -185,8 +185,10 @@ TEST_CASE("noise drift: an unchanged experiment whose environment moves its mean
   testing::TempDir tmp;
   testing::GitFixture git{tmp / "repo"};
   std::string db = tmp / "t.db";
+  // --rerun: the same inputs are otherwise reused, not run again (issue 27);
+  // drift is what a deliberate rerun of unchanged inputs finds.
   auto submit = [&] {
-    auto sub = Trainq(db, "submit --repo " + ShellQuote(git.dir()));
+    auto sub = Trainq(db, "submit --rerun --repo " + ShellQuote(git.dir()));
     INFO(sub.text);
     REQUIRE(sub.code == 0);
     Serve(db);

@@ -887,7 +887,8 @@ TEST_CASE("cli: status while serving, and SIGTERM puts running runs back", "[cli
     fs::remove(bg.pid_file);
     fs::remove(bg.rc_file);
     std::string inner = "echo $$ > " + ShellQuote(bg.pid_file) + "; exec " +
-                        Cmd(p.db, "serve --slots 2 --until-idle --poll-ms 20 --heartbeat 1");
+                        Cmd(p.db, "serve --slots 2 --until-idle --poll-ms 20 --heartbeat 1 "
+                                  "--sandbox-writable " + ShellQuote(p.tmp.path().string()));  // the go file
     REQUIRE(testing::RunShell("( sh -c " + ShellQuote(inner) + "; echo $? > " +
                               ShellQuote(bg.rc_file) + " ) > " + ShellQuote(bg.log_file) +
                               " 2>&1 &") == 0);

@@ -281,7 +281,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "e2e: a second push to a pull request with unchanged inputs queues nothing; its comment "
+    "e2e: a second push to a pull request with unchanged inputs queues nothing, and its comment "
     "and status show the reused batch",
     "[server][e2e][pr][reuse]") {
   Served s;
@@ -349,7 +349,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "e2e: trainq logs prints a run's output from the database and through --server; serve logs "
+    "e2e: trainq logs prints a run's output from the database and through --server, and serve logs "
     "each cancel and its shutdown",
     "[server][e2e][logs]") {
   Served s;
@@ -402,7 +402,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "trainq submit queues only the experiments whose inputs have no batch yet; --rerun queues "
+    "trainq submit queues only the experiments whose inputs have no batch yet, and --rerun queues "
     "them anyway",
     "[cli][reuse]") {
   testing::TempDir tmp;

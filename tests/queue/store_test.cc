@@ -861,7 +861,7 @@ TEST_CASE("A batch that reuses another has that batch's runs as its own and queu
   CHECK(mine.count(RunState::kQueued) == 3);
 }
 
-TEST_CASE("Quiet commits are found by prefix; a push's statuses are one per context",
+TEST_CASE("Quiet commits are found by prefix, and a push's statuses are one per context",
           "[store][reuse]") {
   Fixture f;
   Store::Push p;
