@@ -69,11 +69,15 @@ Result<YAML::Node> YamlReader::Load(std::string_view text, std::string_view inva
   try {
     root = YAML::Load(input);
   } catch (const YAML::Exception& e) {
-    // The added comment line is not the user's: an error there is where the
-    // file ends (the line after a final line break, as yaml-cpp says
-    // without the comment).
-    const std::int64_t end_line = std::count(text.begin(), text.end(), '\n') + 1;
-    const auto line = std::min<std::int64_t>(e.mark.line + 1, end_line);
+    // The added comment line is not the user's. A quote left open is at the
+    // file's last line; any other error there is where the file ends (the
+    // line after a final line break, as yaml-cpp says without the comment).
+    const std::int64_t breaks = std::count(text.begin(), text.end(), '\n');
+    const bool open_quote = e.msg == YAML::ErrorMsg::EOF_IN_SCALAR;
+    const std::int64_t last_line =
+        open_quote ? std::max<std::int64_t>(breaks + (text.empty() || text.back() == '\n' ? 0 : 1), 1)
+                   : breaks + 1;
+    const auto line = std::min<std::int64_t>(e.mark.line + 1, last_line);
     return Fail(ErrorKind::kInvalidArgument,
                 file_ + ":" + std::to_string(line) + ": " + std::string(invalid) + ": " + e.msg);
   }
