@@ -32,6 +32,13 @@ std::string Drain(int fd) {
 TEST_CASE("A fatal signal is logged, the registered process groups get SIGTERM, and the "
           "process dies of the signal",
           "[fatal_signals]") {
+#if defined(__SANITIZE_THREAD__)
+  // TSan defers and re-delivers signals through its own handlers: the
+  // handler's kill() of the registered group does not reach the stand-in
+  // (ci/sanitize tsan-quick). ASan and the plain build run this test.
+  WARN("not run under ThreadSanitizer: it takes over signal delivery");
+  return;
+#endif
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   // The sanitizers take SIGSEGV and SIGBUS for their own reports.
   const int sig = GENERATE(SIGABRT, SIGILL);
