@@ -15,6 +15,23 @@ constexpr auto LastGitError = git::LastError;
 template <typename T, void (*Free)(T*)>
 using GitPtr = git::Owned<T, Free>;
 
+// The root tree of commit `sha` in `repo` (`location` names it in errors).
+Status CommitTree(git_repository* repo, const std::string& location, const std::string& sha,
+                  GitPtr<git_tree, git_tree_free>& tree) {
+  git_oid oid;
+  if (git_oid_fromstr(&oid, sha.c_str()) != 0) {
+    return Fail(ErrorKind::kInvalidArgument, "invalid commit id '" + sha + "'");
+  }
+  GitPtr<git_commit, git_commit_free> commit;
+  if (git_commit_lookup(&commit.p, repo, &oid) != 0) {
+    return Fail(ErrorKind::kNotFound, location + ": no commit " + sha);
+  }
+  if (git_commit_tree(&tree.p, commit.p) != 0) {
+    return Fail(ErrorKind::kCorruption, location + ": cannot read tree of " + sha);
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<GitRepo> GitRepo::Open(const std::string& dir) {
@@ -103,18 +120,8 @@ Result<CommitInfo> GitRepo::Resolve(const std::string& rev) {
 }
 
 Result<std::string> GitRepo::ReadFile(const std::string& sha, const std::string& path) {
-  git_oid oid;
-  if (git_oid_fromstr(&oid, sha.c_str()) != 0) {
-    return Fail(ErrorKind::kInvalidArgument, "invalid commit id '" + sha + "'");
-  }
-  GitPtr<git_commit, git_commit_free> commit;
-  if (git_commit_lookup(&commit.p, repo_, &oid) != 0) {
-    return Fail(ErrorKind::kNotFound, location_ + ": no commit " + sha);
-  }
   GitPtr<git_tree, git_tree_free> tree;
-  if (git_commit_tree(&tree.p, commit.p) != 0) {
-    return Fail(ErrorKind::kCorruption, location_ + ": cannot read tree of " + sha);
-  }
+  TRY(CommitTree(repo_, location_, sha, tree));
   GitPtr<git_tree_entry, git_tree_entry_free> entry;
   if (git_tree_entry_bypath(&entry.p, tree.p, path.c_str()) != 0) {
     return Fail(ErrorKind::kNotFound,
@@ -132,18 +139,8 @@ Result<std::string> GitRepo::ReadFile(const std::string& sha, const std::string&
 }
 
 Result<std::vector<std::pair<std::string, std::string>>> GitRepo::TreeFiles(const std::string& sha) {
-  git_oid oid;
-  if (git_oid_fromstr(&oid, sha.c_str()) != 0) {
-    return Fail(ErrorKind::kInvalidArgument, "invalid commit id '" + sha + "'");
-  }
-  GitPtr<git_commit, git_commit_free> commit;
-  if (git_commit_lookup(&commit.p, repo_, &oid) != 0) {
-    return Fail(ErrorKind::kNotFound, location_ + ": no commit " + sha);
-  }
   GitPtr<git_tree, git_tree_free> tree;
-  if (git_commit_tree(&tree.p, commit.p) != 0) {
-    return Fail(ErrorKind::kCorruption, location_ + ": cannot read tree of " + sha);
-  }
+  TRY(CommitTree(repo_, location_, sha, tree));
   std::vector<std::pair<std::string, std::string>> files;
   auto visit = [](const char* root, const git_tree_entry* entry, void* payload) -> int {
     if (git_tree_entry_type(entry) != GIT_OBJECT_BLOB) return 0;
