@@ -513,6 +513,16 @@ void RenderStatusText(const json& j, std::ostream& out) {
             << Money(p.value("cost", 0.0));
       }
       out << "\n";
+      // Why a booting machine is not up yet, as its provider says (a pod's
+      // scheduler message).
+      for (const auto& m : machines) {
+        const std::string st = m.value("state", "");
+        if (m.value("pool", "") != pool || (st != "booting" && st != "requested")) continue;
+        if (m.value("last_error", "").empty()) continue;
+        out << "          " << m.value("name", "") << ": " << st << " for "
+            << FormatDuration(now - m.value("booted_ms", now)) << ": "
+            << Oneline(m.value("last_error", ""), 160) << "\n";
+      }
       if (p.contains("lost") && p["lost"].is_object()) {
         const json& l = p["lost"];
         const json& last = l["last"];

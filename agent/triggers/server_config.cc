@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "agent/repo/change_detect.h"
 #include "cloud/provider.h"
 #include "core/process.h"
@@ -17,6 +19,23 @@
 namespace trainq {
 
 namespace {
+
+// A YAML value as JSON; scalars stay strings (the reader of the JSON
+// converts what it needs).
+nlohmann::json YamlToJson(const YAML::Node& n) {
+  if (n.IsMap()) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& kv : n) j[kv.first.Scalar()] = YamlToJson(kv.second);
+    return j;
+  }
+  if (n.IsSequence()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& item : n) j.push_back(YamlToJson(item));
+    return j;
+  }
+  if (n.IsScalar()) return n.Scalar();
+  return nullptr;
+}
 
 // The server.yaml reader: the shared YAML layer (core/yaml_reader.h) plus
 // what only server.yaml reads.
@@ -313,6 +332,13 @@ class ConfigParser : public YamlReader {
       for (const auto& kv : v) {
         std::string key = kv.first.Scalar();
         if (!kv.second.IsScalar()) {
+          // Kubernetes' node_selector, tolerations, labels...: mappings and
+          // lists, carried as their JSON text (the provider checks them).
+          if (p.provider == "kubernetes" && (kv.second.IsMap() || kv.second.IsSequence())) {
+            p.params[key] = YamlToJson(kv.second).dump();
+            p.param_lines[key] = kv.first.Mark().line + 1;
+            continue;
+          }
           return Err(kv.second, path + ".params." + key,
                      "expected a string or number, got " + Show(kv.second));
         }
@@ -347,7 +373,7 @@ class ConfigParser : public YamlReader {
     if (p.provider == "ec2" || p.provider == "command") {
       p.scaling.list_interval_ms = 15'000;
       p.scaling.list_interval_idle_ms = 120'000;
-    } else if (p.provider == "slurm") {
+    } else if (p.provider == "slurm" || p.provider == "kubernetes") {
       p.scaling.list_interval_ms = 5'000;
       p.scaling.list_interval_idle_ms = 60'000;
     }

@@ -119,9 +119,12 @@ struct PoolSpec {
   int line = 0;
   std::map<std::string, int> param_lines;  // params key -> its line, for messages
   const std::string& name() const { return scaling.name; }
-  // Machines elsewhere (slurm, ec2, command): their workers need a server URL
-  // that is not this host's loopback.
-  bool remote() const { return provider == "slurm" || provider == "ec2" || provider == "command"; }
+  // Machines elsewhere (slurm, ec2, kubernetes, command): their workers need
+  // a server URL that is not this host's loopback.
+  bool remote() const {
+    return provider == "slurm" || provider == "ec2" || provider == "command" ||
+           provider == "kubernetes";
+  }
 };
 
 struct ServerConfig {
