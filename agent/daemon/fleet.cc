@@ -789,7 +789,7 @@ Status Fleet::NoteListed(FleetPool& pool, const std::vector<MachineRow>& machine
 Status Fleet::EndMachine(FleetPool& pool, const cloud::Action& a) {
   const TimeMs now = clock_.Now();
   ASSIGN_OR_RETURN(auto row, store_.Machine(a.row));
-  const bool registered = row && (*row)->ready_ms.has_value();
+  const bool registered = row && row->ready_ms.has_value();
   int returned = 0;
   if (a.disrupted) {
     // The cluster took it: no failure of the pool's machines.
