@@ -792,14 +792,25 @@ Status KubernetesProvider::Stop(const std::string& id) {
     return std::unexpected(ApiError(r, "delete", "pods"));
   }
   deleting_.insert(id);
-  return DeleteSecretIfUnused();
+  // The pool the pod was of (the DELETE answers with the pod), else the
+  // pool of the last Boot or List.
+  std::optional<MachineTag> tag = tag_;
+  if (r.status != 404 && r.body.is_object()) {
+    const json meta = r.body.value("metadata", json::object());
+    const json labels = meta.value("labels", json::object());
+    MachineTag t{Str(meta.value("annotations", json::object()), kLabelPool),
+                 Str(labels, kLabelInstance)};
+    if (t.pool.empty()) t.pool = Str(labels, kLabelPool);
+    if (!t.pool.empty() && !t.instance.empty()) tag = t;
+  }
+  if (!tag) return {};
+  return DeleteSecretIfUnused(*tag);
 }
 
-Status KubernetesProvider::DeleteSecretIfUnused() {
-  if (!tag_) return {};
+Status KubernetesProvider::DeleteSecretIfUnused(const MachineTag& tag) {
   ASSIGN_OR_RETURN(auto r, Call("GET",
                                 "/api/v1/namespaces/" + namespace_ +
-                                    "/pods?labelSelector=" + UrlEncode(Selector(*tag_)),
+                                    "/pods?labelSelector=" + UrlEncode(Selector(tag)),
                                 nullptr));
   if (r.status != 200) return std::unexpected(ApiError(r, "list", "pods"));
   for (const auto& pod : r.body.value("items", json::array())) {
@@ -808,7 +819,7 @@ Status KubernetesProvider::DeleteSecretIfUnused() {
   }
   json options = {{"apiVersion", "v1"}, {"kind", "DeleteOptions"}};
   ASSIGN_OR_RETURN(auto d, Call("DELETE",
-                                "/api/v1/namespaces/" + namespace_ + "/secrets/" + SecretName(*tag_),
+                                "/api/v1/namespaces/" + namespace_ + "/secrets/" + SecretName(tag),
                                 &options));
   if (d.status != 200 && d.status != 202 && d.status != 404) {
     return std::unexpected(ApiError(d, "delete", "secrets"));

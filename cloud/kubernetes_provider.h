@@ -108,7 +108,7 @@ class KubernetesProvider final : public Provider {
   // what was refused ("create", "pods").
   Error ApiError(const Reply& r, const std::string& verb, const std::string& resource) const;
   Status EnsureSecret(const BootSpec& spec);
-  Status DeleteSecretIfUnused();
+  Status DeleteSecretIfUnused(const MachineTag& tag);
   std::string Selector(const MachineTag& tag) const;
   std::string Param(const std::string& key) const;
   // The last FailedScheduling event's message for pod `name`, "" if none.

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "cloud/ec2_provider.h"  // Base64Encode
 #include "cloud/provider.h"
 #include "core/strings.h"
 #include "tests/support/fake_kube.h"
@@ -131,7 +132,7 @@ TEST_CASE("kubeconfig: the context's server, CA, tokenFile and namespace; plugin
   CHECK(e->namespace_ == "team");
   auto b = ReadKubeconfig(tmp / "config", "b");
   REQUIRE(!b);
-  CHECK(b.error().message.starts_with(tmp / "config" + ":16: users.gke.user.exec: credential "
+  CHECK(b.error().message.starts_with(tmp / "config" + ":15: users.gke.user.exec: credential "
                                                         "plugins are not supported"));
   auto missing = ReadKubeconfig(tmp / "config", "nope");
   REQUIRE(!missing);
@@ -255,9 +256,9 @@ TEST_CASE("kubernetes List: Unschedulable shows FailedScheduling; image pull err
       },
       10s));
   CHECK(!m->disrupted);
-  CHECK(m->ended.starts_with("its container cannot start: ErrImagePull: Failed to pull image "
-                             "\"registry.invalid/trainq:nope\"") ||
-        m->ended.starts_with("its container cannot start: ImagePullBackOff"));
+  CHECK((m->ended.starts_with("its container cannot start: ErrImagePull: Failed to pull image "
+                              "\"registry.invalid/trainq:nope\"") ||
+         m->ended.starts_with("its container cannot start: ImagePullBackOff")));
 }
 
 TEST_CASE("kubernetes List: preemption (DisruptionTarget), eviction, deletion by others, exit",

@@ -469,7 +469,11 @@ class Cluster:
                             os.killpg(self.procs[key].pid, signal.SIGKILL)
                         except OSError:
                             pass
-                    gone_at = self.gone_at.setdefault(key, time.time() + self.args.linger) \
+                    # A pod that never ran goes at once; one that ran stays a
+                    # moment after its container ended.
+                    ran = "startTime" in pod["status"]
+                    gone_at = self.gone_at.setdefault(
+                        key, time.time() + (self.args.linger if ran else 0)) \
                         if key not in self.procs else None
                     if gone_at is not None and time.time() >= gone_at:
                         del self.pods[key]
