@@ -234,8 +234,9 @@ class ConfigParser : public YamlReader {
     if (auto v = n["provider"]) {
       ASSIGN_OR_RETURN(p.provider, Str(v, path + ".provider"));
       if (p.provider != "local" && p.provider != "slurm" && p.provider != "ec2" &&
-          p.provider != "command") {
-        return Err(v, path + ".provider", "expected local, slurm, ec2 or command, got " + Show(v));
+          p.provider != "kubernetes" && p.provider != "command") {
+        return Err(v, path + ".provider",
+                   "expected local, slurm, ec2, kubernetes or command, got " + Show(v));
       }
     }
     if (auto v = n["min"]) {
@@ -394,7 +395,8 @@ class ConfigParser : public YamlReader {
         if (kv.first.Scalar() == "params") at.reset(kv.first);
       }
       if (m.starts_with("params.") && n["params"]) {
-        std::string key = m.substr(7, m.find(':') - 7);
+        // "params.tolerations[0].effect: ..." points at tolerations.
+        std::string key = m.substr(7, m.find_first_of(":.[", 7) - 7);
         for (const auto& kv : n["params"]) {
           if (kv.first.Scalar() == key) at.reset(kv.first);
         }
