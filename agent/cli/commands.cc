@@ -482,6 +482,8 @@ void RenderStatusText(const json& j, std::ostream& out) {
       }
     } else if (state == "requested" || state == "booting") {
       out << " for " << FormatDuration(now - m.value("booted_ms", now));
+      // Why it is not up yet, as its provider says (a pod's scheduler message).
+      if (auto why = m.value("last_error", ""); !why.empty()) out << ": " << Oneline(why, 160);
     } else {
       out << ", " << m.value("slots", 0) << " slot(s)";
     }
@@ -513,16 +515,6 @@ void RenderStatusText(const json& j, std::ostream& out) {
             << Money(p.value("cost", 0.0));
       }
       out << "\n";
-      // Why a booting machine is not up yet, as its provider says (a pod's
-      // scheduler message).
-      for (const auto& m : machines) {
-        const std::string st = m.value("state", "");
-        if (m.value("pool", "") != pool || (st != "booting" && st != "requested")) continue;
-        if (m.value("last_error", "").empty()) continue;
-        out << "          " << m.value("name", "") << ": " << st << " for "
-            << FormatDuration(now - m.value("booted_ms", now)) << ": "
-            << Oneline(m.value("last_error", ""), 160) << "\n";
-      }
       if (p.contains("lost") && p["lost"].is_object()) {
         const json& l = p["lost"];
         const json& last = l["last"];

@@ -38,15 +38,15 @@ using testing::FakeKube;
 
 // Each run waits for `release` (when given) and reports its seed.
 std::string Manifest(int repeats, const std::string& release = "") {
-  std::string wait =
-      release.empty() ? ""
-                      : "i=0; while [ ! -e " + ShellQuote(release) +
-                            " ] && [ $i -lt 1200 ]; do i=$((i+1)); sleep 0.05; done; ";
+  std::string wait = release.empty() ? ""
+                                     : "i=0; while [ ! -e " + release +
+                                           " ] && [ $i -lt 1200 ]; do i=$((i+1)); sleep 0.05; done; ";
   return "version: 1\n"
          "defaults: {repeats: " + std::to_string(repeats) + ", timeout: 3m}\n"
          "experiments:\n"
          "  quick:\n"
-         "    command: " + ShellQuote(wait + "echo \"{\\\"name\\\":\\\"accuracy\\\",\\\"value\\\":0.$TRAINQ_SEED}\" >> \"$TRAINQ_METRICS_FILE\"") + "\n";
+         "    command: >-\n"
+         "      " + wait + "echo \"{\\\"name\\\":\\\"accuracy\\\",\\\"value\\\":0.$TRAINQ_SEED}\" >> \"$TRAINQ_METRICS_FILE\"\n";
 }
 
 struct KubeServe {
