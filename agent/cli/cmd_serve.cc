@@ -293,7 +293,9 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
   if (listener) listener->Stop();
   if (worker) worker->Stop();
   exec.Shutdown(stop.load() ? "trainq serve was stopped" : "trainq serve exited");
-  spdlog::info("trainq serve stopped ({})", stop.load() ? "signal" : "nothing left to run");
+  spdlog::info("trainq serve stopped ({})", stop.load() ? "signal"
+                                            : result  ? "nothing left to run"
+                                                      : "error: " + result.error().message);
   return result;
 }
 
@@ -489,8 +491,8 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
                        [&server](const HttpServerRequest& r) { return server.Handle(r); },
                        [&server](const HttpServerRequest& h) { return server.Admit(h); }));
   if (!address.loopback()) {
-    spdlog::warn("listening beyond loopback on {}: /api/v1/status and /metrics are readable by "
-                 "anyone who can reach it", listen);
+    spdlog::warn("listening beyond loopback on {}: webhooks and /healthz answer anyone who can "
+                 "reach it (everything that shows runs needs a token)", listen);
   }
   spdlog::info("listening on http://{} (webhooks, worker API, /api/v1/status, /metrics)",
                listen);
@@ -609,7 +611,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
     outcomes.Step(store);
     clock.SleepFor(o.poll_ms);
   }
-  if (stop.load()) {
+  if (stop.load() || !result) {
     // Local workers are this host's processes: stop them with the daemon
     // (their runs go back to the queue). Cloud machines keep running and
     // reconnect when serve is back; their dead-man switch stops them if it
@@ -626,7 +628,9 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
   server.StopWaiting();  // lease long polls answer now, before the listener closes
   listener->Stop();
   if (worker) worker->Stop();
-  spdlog::info("trainq serve stopped ({})", stop.load() ? "signal" : "nothing left to run");
+  spdlog::info("trainq serve stopped ({})", stop.load() ? "signal"
+                                            : result  ? "nothing left to run"
+                                                      : "error: " + result.error().message);
   return result;
 }
 
