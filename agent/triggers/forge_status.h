@@ -16,6 +16,7 @@
 #include "core/clock.h"
 #include "core/http_client.h"
 #include "queue/store.h"
+#include "queue/types.h"
 
 namespace trainq {
 
