@@ -38,9 +38,11 @@ Pushes::Push ReadPush(const sql::Stmt& s) {
   return p;
 }
 
+// One table holds both kinds of status (schema 14): a batch's (batch_id set)
+// and a push's (push_id set, one per context); the absent id reads as 0.
 const char* kStatusColumns =
-    "batch_id, repo_url, sha, context, state, description, posted_state, attempts, "
-    "not_before_ms, gave_up, last_error, posted_description";
+    "coalesce(batch_id, 0), repo_url, sha, context, state, description, posted_state, "
+    "attempts, not_before_ms, gave_up, last_error, posted_description, coalesce(push_id, 0)";
 
 Pushes::CommitStatus ReadStatus(const sql::Stmt& s) {
   Pushes::CommitStatus c;
@@ -56,6 +58,7 @@ Pushes::CommitStatus ReadStatus(const sql::Stmt& s) {
   c.gave_up = s.Int(9) != 0;
   c.last_error = s.Text(10);
   c.posted_description = s.Text(11);
+  c.push_id = s.Int(12);
   return c;
 }
 
@@ -233,9 +236,9 @@ Status Pushes::SetRefHead(const std::string& repo_url, const std::string& ref,
 Status Pushes::AddCommitStatus(const CommitStatus& c, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u,
-                     db_.Prepare("INSERT INTO commit_statuses (batch_id, repo_url, sha, context, "
+                     db_.Prepare("INSERT INTO statuses (batch_id, repo_url, sha, context, "
                                  "state, description, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                                 "ON CONFLICT (batch_id) DO NOTHING"));
+                                 "ON CONFLICT (batch_id) WHERE batch_id IS NOT NULL DO NOTHING"));
     return u.Bind(1, c.batch_id)
         .Bind(2, c.repo_url)
         .Bind(3, c.sha)
@@ -249,8 +252,8 @@ Status Pushes::AddCommitStatus(const CommitStatus& c, TimeMs now) {
 
 Result<std::vector<std::int64_t>> Pushes::FinishedPendingStatuses(int limit) {
   ASSIGN_OR_RETURN(auto s,
-                   db_.Prepare("SELECT cs.batch_id FROM commit_statuses cs WHERE cs.state = "
-                               "'pending' AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.batch_id "
+                   db_.Prepare("SELECT cs.batch_id FROM statuses cs WHERE cs.batch_id IS NOT NULL "
+                               "AND cs.state = 'pending' AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.batch_id "
                                "= coalesce((SELECT reuses_batch_id FROM batches WHERE id = "
                                "cs.batch_id), cs.batch_id) AND r.state IN ('queued', 'leased', 'running', "
                                "'failed')) ORDER BY cs.batch_id LIMIT ?"));
@@ -260,8 +263,9 @@ Result<std::vector<std::int64_t>> Pushes::FinishedPendingStatuses(int limit) {
 
 Result<std::vector<Pushes::CommitStatus>> Pushes::PendingCommitStatuses(const std::string& prefix) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kStatusColumns +
-                                       " FROM commit_statuses WHERE state = 'pending' AND "
-                                       "substr(description, 1, ?) = ? ORDER BY batch_id"));
+                                       " FROM statuses WHERE batch_id IS NOT NULL AND state = "
+                                       "'pending' AND substr(description, 1, ?) = ? ORDER BY "
+                                       "batch_id"));
   s.Bind(1, static_cast<std::int64_t>(prefix.size())).Bind(2, prefix);
   return Collect<CommitStatus>(s, ReadStatus);
 }
@@ -269,9 +273,9 @@ Result<std::vector<Pushes::CommitStatus>> Pushes::PendingCommitStatuses(const st
 Status Pushes::SetCommitStatusWanted(std::int64_t batch_id, const std::string& state,
                                     const std::string& description, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
-    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE commit_statuses SET state = ?, description = ?, "
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE statuses SET state = ?, description = ?, "
                                          "attempts = 0, not_before_ms = 0, gave_up = 0, "
-                                         "updated_ms = ? WHERE batch_id = ?"));
+                                         "updated_ms = ? WHERE batch_id = ? AND batch_id IS NOT NULL"));
     return u.Bind(1, state).Bind(2, description).Bind(3, now).Bind(4, batch_id).Run();
   });
 }
@@ -279,9 +283,10 @@ Status Pushes::SetCommitStatusWanted(std::int64_t batch_id, const std::string& s
 Status Pushes::AddPushStatus(const CommitStatus& c, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u,
-                     db_.Prepare("INSERT INTO push_statuses (push_id, repo_url, sha, context, "
+                     db_.Prepare("INSERT INTO statuses (push_id, repo_url, sha, context, "
                                  "state, description, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                                 "ON CONFLICT (push_id, context) DO NOTHING"));
+                                 "ON CONFLICT (push_id, context) WHERE push_id IS NOT NULL DO "
+                                 "NOTHING"));
     return u.Bind(1, c.push_id)
         .Bind(2, c.repo_url)
         .Bind(3, c.sha)
@@ -298,17 +303,11 @@ Result<std::vector<Pushes::CommitStatus>> Pushes::DueCommitStatuses(TimeMs now, 
       " WHERE gave_up = 0 AND not_before_ms <= ? AND (state != posted_state OR "
       "description != posted_description)";
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kStatusColumns +
-                                       ", 0 AS push_id FROM commit_statuses" + due +
-                                       " UNION ALL SELECT 0, " +
-                                       std::string(kStatusColumns).substr(10) +
-                                       ", push_id FROM push_statuses" + due +
-                                       " ORDER BY not_before_ms, batch_id, push_id LIMIT ?"));
-  s.Bind(1, now).Bind(2, now).Bind(3, limit);
-  return Collect<CommitStatus>(s, [](const sql::Stmt& st) {
-    auto c = ReadStatus(st);
-    c.push_id = st.Int(12);
-    return c;
-  });
+                                       " FROM statuses" + due +
+                                       " ORDER BY not_before_ms, coalesce(batch_id, 0), "
+                                       "coalesce(push_id, 0) LIMIT ?"));
+  s.Bind(1, now).Bind(2, limit);
+  return Collect<CommitStatus>(s, ReadStatus);
 }
 
 namespace {
@@ -322,8 +321,8 @@ struct StatusRow {
   std::string context;
 };
 StatusRow RowOf(const Pushes::CommitStatus& s) {
-  if (s.push_id) return {"push_statuses", "push_id = ?9 AND context = ?10", s.push_id, s.context};
-  return {"commit_statuses", "batch_id = ?9", s.batch_id, ""};
+  if (s.push_id) return {"statuses", "push_id = ?9 AND context = ?10", s.push_id, s.context};
+  return {"statuses", "batch_id = ?9", s.batch_id, ""};
 }
 
 }  // namespace
@@ -357,14 +356,10 @@ Status Pushes::CommitStatusFailed(const CommitStatus& c, const std::string& erro
 }
 
 Result<std::vector<Pushes::CommitStatus>> Pushes::GetPushStatuses(std::int64_t push_id) {
-  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT 0, " + std::string(kStatusColumns).substr(10) +
-                                       " FROM push_statuses WHERE push_id = ? ORDER BY context"));
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kStatusColumns +
+                                       " FROM statuses WHERE push_id = ? ORDER BY context"));
   s.Bind(1, push_id);
-  return Collect<CommitStatus>(s, [&](const sql::Stmt& st) {
-    auto c = ReadStatus(st);
-    c.push_id = push_id;
-    return c;
-  });
+  return Collect<CommitStatus>(s, ReadStatus);
 }
 
 Status Pushes::AddQuietCommit(const QuietCommit& q, TimeMs now) {
@@ -395,19 +390,17 @@ Result<std::vector<Pushes::QuietCommit>> Pushes::QuietCommits(const std::string&
 }
 
 Result<std::optional<Pushes::CommitStatus>> Pushes::GetPushStatus(std::int64_t push_id) {
-  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT 0, " + std::string(kStatusColumns).substr(10) +
-                                       " FROM push_statuses WHERE push_id = ?"));
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kStatusColumns +
+                                       " FROM statuses WHERE push_id = ? ORDER BY context LIMIT 1"));
   s.Bind(1, push_id);
   ASSIGN_OR_RETURN(bool row, s.Step());
   if (!row) return std::optional<CommitStatus>();
-  auto c = ReadStatus(s);
-  c.push_id = push_id;
-  return std::optional<CommitStatus>(c);
+  return std::optional<CommitStatus>(ReadStatus(s));
 }
 
 Result<std::optional<Pushes::CommitStatus>> Pushes::GetCommitStatus(std::int64_t batch_id) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kStatusColumns +
-                                       " FROM commit_statuses WHERE batch_id = ?"));
+                                       " FROM statuses WHERE batch_id = ?"));
   s.Bind(1, batch_id);
   ASSIGN_OR_RETURN(bool row, s.Step());
   if (!row) return std::optional<CommitStatus>();

@@ -589,6 +589,45 @@ CREATE TRIGGER runs_duration_kept AFTER UPDATE OF state ON runs
              ORDER BY finished_ms DESC, run_id DESC LIMIT 1 OFFSET 49);
 END;
 )sql",
+    // 13 -> 14: one table of commit statuses. A batch's status (batch_id
+    // set) and the status of a push that failed or had nothing to judge
+    // (push_id set, one per context) were two tables doing one job; their
+    // rows move here unchanged.
+    R"sql(
+CREATE TABLE statuses (
+  id INTEGER PRIMARY KEY,
+  batch_id INTEGER REFERENCES batches(id),
+  push_id INTEGER REFERENCES pushes(id),
+  repo_url TEXT NOT NULL,
+  sha TEXT NOT NULL,
+  context TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('pending', 'success', 'failure', 'error')),
+  description TEXT NOT NULL DEFAULT '',
+  posted_state TEXT NOT NULL DEFAULT '',
+  posted_description TEXT NOT NULL DEFAULT '',
+  attempts INTEGER NOT NULL DEFAULT 0,
+  not_before_ms INTEGER NOT NULL DEFAULT 0,
+  gave_up INTEGER NOT NULL DEFAULT 0,
+  last_error TEXT NOT NULL DEFAULT '',
+  updated_ms INTEGER NOT NULL,
+  CHECK ((batch_id IS NULL) != (push_id IS NULL))
+);
+CREATE UNIQUE INDEX statuses_by_batch ON statuses (batch_id) WHERE batch_id IS NOT NULL;
+CREATE UNIQUE INDEX statuses_by_push ON statuses (push_id, context) WHERE push_id IS NOT NULL;
+CREATE INDEX statuses_due ON statuses (gave_up, not_before_ms);
+INSERT INTO statuses (batch_id, repo_url, sha, context, state, description, posted_state,
+  posted_description, attempts, not_before_ms, gave_up, last_error, updated_ms)
+  SELECT batch_id, repo_url, sha, context, state, description, posted_state,
+  posted_description, attempts, not_before_ms, gave_up, last_error, updated_ms
+  FROM commit_statuses ORDER BY batch_id;
+INSERT INTO statuses (push_id, repo_url, sha, context, state, description, posted_state,
+  posted_description, attempts, not_before_ms, gave_up, last_error, updated_ms)
+  SELECT push_id, repo_url, sha, context, state, description, posted_state,
+  posted_description, attempts, not_before_ms, gave_up, last_error, updated_ms
+  FROM push_statuses ORDER BY push_id, context;
+DROP TABLE commit_statuses;
+DROP TABLE push_statuses;
+)sql",
 };
 static_assert(std::size(kMigrations) == kStoreSchemaVersion);
 

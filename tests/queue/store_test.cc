@@ -1,6 +1,3 @@
-#include "queue/machines.h"
-#include "queue/pushes.h"
-#include "queue/run_queue.h"
 #include "queue/store.h"
 
 #include <catch2/catch.hpp>
@@ -12,6 +9,9 @@
 #include <vector>
 
 #include "core/strings.h"
+#include "queue/machines.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 #include "queue/sqlite.h"
 #include "queue/wal_check.h"
 #include "tests/support/temp_dir.h"
@@ -903,4 +903,62 @@ TEST_CASE("Quiet commits are found by prefix, and a push's statuses are one per 
   auto all = f.store.pushes().GetPushStatuses(id).value();
   REQUIRE(all.size() == 2);
   CHECK(all[0].context == "trainq/a");
+}
+
+TEST_CASE("A store at schema version 13 keeps its batch and push statuses in the one status table",
+          "[store][migration]") {
+  testing::TempDir dir;
+  std::string path = dir / "v13.db";
+  {
+    auto db = sql::Db::Open(path, true, 1000).value();
+    REQUIRE(ApplyMigrations(db, 0, 13));
+    REQUIRE(db.Exec(
+        "INSERT INTO repos (id, url, name, created_ms) VALUES (1, 'u', 'u', 1);"
+        "INSERT INTO commits (id, repo_id, sha, created_ms) VALUES (1, 1, 'abc', 1);"
+        "INSERT INTO batches (id, commit_id, experiment, command, metric_name, metric_goal, "
+        "repeats, seed_start, timeout_s, max_attempts, created_ms) VALUES (1, 1, 'e', 'true', "
+        "'m', 'min', 1, 1, 60, 1, 1);"
+        "INSERT INTO commit_statuses (batch_id, repo_url, sha, context, state, description, "
+        "posted_state, posted_description, attempts, not_before_ms, gave_up, last_error, "
+        "updated_ms) VALUES (1, 'u', 'abc', 'trainq/e', 'success', 'better', 'pending', "
+        "'queued', 2, 5, 0, 'forge down', 1);"
+        "INSERT INTO pushes (id, source, delivery_id, repo_url, ref, before_sha, after_sha, "
+        "state, received_ms, updated_ms) VALUES (1, 'github', 'd1', 'u', 'refs/heads/main', "
+        "'a', 'def', 'done', 1, 1);"
+        "INSERT INTO push_statuses (push_id, repo_url, sha, context, state, description, "
+        "updated_ms) VALUES (1, 'u', 'def', 'trainq/b', 'success', 'nothing to judge', 1);"
+        "INSERT INTO push_statuses (push_id, repo_url, sha, context, state, description, "
+        "updated_ms) VALUES (1, 'u', 'def', 'trainq/a', 'success', 'nothing to judge', 1);"));
+  }
+  auto store = Store::Open(path).value();
+  CHECK(store.schema_version() == Store::kSchemaVersion);
+  auto batch = store.pushes().GetCommitStatus(1).value();
+  REQUIRE(batch);
+  CHECK(batch->batch_id == 1);
+  CHECK(batch->push_id == 0);
+  CHECK(batch->state == "success");
+  CHECK(batch->posted_state == "pending");
+  CHECK(batch->posted_description == "queued");
+  CHECK(batch->attempts == 2);
+  CHECK(batch->last_error == "forge down");
+  auto pushed = store.pushes().GetPushStatuses(1).value();
+  REQUIRE(pushed.size() == 2);
+  CHECK(pushed[0].context == "trainq/a");
+  CHECK(pushed[1].context == "trainq/b");
+  CHECK(pushed[0].push_id == 1);
+  CHECK(pushed[0].batch_id == 0);
+  CHECK(store.pushes().GetPushStatus(1).value()->context == "trainq/a");
+  // Both kinds are due from the one table, by not_before_ms: the pushes' (0)
+  // before the batch's (5).
+  auto due = store.pushes().DueCommitStatuses(kT0, 10).value();
+  REQUIRE(due.size() == 3);
+  CHECK(due[0].push_id == 1);
+  CHECK(due[2].batch_id == 1);
+  // The old tables are gone.
+  auto db = sql::Db::Open(path, false, 1000).value();
+  auto q = db.Prepare("SELECT count(*) FROM sqlite_master WHERE name IN ('commit_statuses', "
+                      "'push_statuses')")
+               .value();
+  REQUIRE(q.Step().value());
+  CHECK(q.Int(0) == 0);
 }
