@@ -296,7 +296,9 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
   if (listener) listener->Stop();
   if (worker) worker->Stop();
   exec.Shutdown(stop.load() ? "trainq serve was stopped" : "trainq serve exited");
-  spdlog::info("trainq serve stopped ({})", stop.load() ? "signal" : "nothing left to run");
+  spdlog::info("trainq serve stopped ({})", stop.load() ? "signal"
+                                            : result  ? "nothing left to run"
+                                                      : "error: " + result.error().message);
   return result;
 }
 
@@ -612,7 +614,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
     outcomes.Step(store);
     clock.SleepFor(o.poll_ms);
   }
-  if (stop.load()) {
+  if (stop.load() || !result) {
     // Local workers are this host's processes: stop them with the daemon
     // (their runs go back to the queue). Cloud machines keep running and
     // reconnect when serve is back; their dead-man switch stops them if it
@@ -629,7 +631,9 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
   server.StopWaiting();  // lease long polls answer now, before the listener closes
   listener->Stop();
   if (worker) worker->Stop();
-  spdlog::info("trainq serve stopped ({})", stop.load() ? "signal" : "nothing left to run");
+  spdlog::info("trainq serve stopped ({})", stop.load() ? "signal"
+                                            : result  ? "nothing left to run"
+                                                      : "error: " + result.error().message);
   return result;
 }
 
