@@ -97,6 +97,12 @@ class Store {
   Status MarkRunning(std::int64_t run_id, std::int64_t token, TimeMs now,
                      const std::string& log_path);
   Result<TimeMs> Heartbeat(std::int64_t run_id, std::int64_t token, TimeMs now, TimeMs lease_ms);
+  // Runs `fn` in one write transaction: the Store calls it makes join it, and
+  // commit together (or roll back together when fn fails).
+  template <typename Fn>
+  auto InWriteTransaction(Fn&& fn) -> decltype(fn()) {
+    return sql::WithWriteTransaction(db_, std::forward<Fn>(fn));
+  }
   Status AddMetrics(std::int64_t run_id, std::int64_t token, const std::vector<MetricPoint>& points,
                     TimeMs now);
   // A success from the run's lease. Also accepted after that lease expired,
