@@ -54,9 +54,9 @@
 #include <string>
 #include <vector>
 
-#include "agent/runner/executor.h"
 #include "agent/runner/gang.h"
 #include "agent/runner/gpu_detect.h"
+#include "agent/runner/run_process.h"
 #include "agent/runner/lease_client.h"
 #include "agent/runner/protocol.h"
 #include "agent/runner/result_outbox.h"

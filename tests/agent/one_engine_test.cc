@@ -52,13 +52,15 @@ experiments:
     repeats: 1
 )";
 
-// The log without trainq's own lines (they name the machine, the attempt's
-// run id and the time).
+// The log without trainq's own lines: the banners name the machine, the run
+// id and the time; the server's line between attempts names the lease token.
 std::string RunOutput(const std::string& log) {
   std::istringstream in(log);
   std::string line, out;
   while (std::getline(in, line)) {
-    if (!line.starts_with("=== trainq")) out += line + "\n";
+    if (!line.starts_with("=== trainq") && !line.starts_with("--- trainq: lease ")) {
+      out += line + "\n";
+    }
   }
   return out;
 }
