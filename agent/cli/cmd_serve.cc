@@ -332,7 +332,9 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
   engine_thread.join();
   if (listener) listener->Stop();
   if (worker) worker->Stop();
-  spdlog::info("trainq serve stopped ({})", stop.load() ? "signal" : "nothing left to run");
+  spdlog::info("trainq serve stopped ({})", stop.load() ? "signal"
+                                            : result  ? "nothing left to run"
+                                                      : "error: " + result.error().message);
   return result;
 }
 
@@ -648,7 +650,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
     outcomes.Step(store);
     clock.SleepFor(o.poll_ms);
   }
-  if (stop.load()) {
+  if (stop.load() || !result) {
     // Local workers are this host's processes: stop them with the daemon
     // (their runs go back to the queue). Cloud machines keep running and
     // reconnect when serve is back; their dead-man switch stops them if it
@@ -665,7 +667,9 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
   server.StopWaiting();  // lease long polls answer now, before the listener closes
   listener->Stop();
   if (worker) worker->Stop();
-  spdlog::info("trainq serve stopped ({})", stop.load() ? "signal" : "nothing left to run");
+  spdlog::info("trainq serve stopped ({})", stop.load() ? "signal"
+                                            : result  ? "nothing left to run"
+                                                      : "error: " + result.error().message);
   return result;
 }
 
