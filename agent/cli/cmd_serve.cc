@@ -291,11 +291,12 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
   Status result;
   SweepDriver sweeps;
   while (!stop.load()) {
-    if (engine_done.load()) {
-      if (!engine_result) {
-        result = std::unexpected(engine_result.error());
+    if (engine_done.load()) {  // it ends only on an error: nothing would run the queue
+      if (engine_result) {
+        result = Fail(ErrorKind::kUnavailable, "the in-process worker ended (exit code " +
+                                                   std::to_string(*engine_result) + ")");
       } else {
-        spdlog::warn("the in-process worker ended (exit code {})", *engine_result);
+        result = std::unexpected(engine_result.error());
       }
       break;
     }
