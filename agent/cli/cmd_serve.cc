@@ -24,25 +24,28 @@
 #include <thread>
 
 #include "agent/cli/cli.h"
+#include "agent/daemon/fleet.h"
+#include "agent/daemon/inproc_lease_client.h"
+#include "agent/daemon/server.h"
+#include "agent/daemon/server_http.h"
+#include "agent/daemon/worker_api.h"
+#include "agent/repo/git_repo.h"
+#include "agent/results/sweep.h"
 #include "agent/runner/gpu_detect.h"
 #include "agent/runner/run_process.h"
 #include "agent/runner/sandbox.h"
 #include "agent/runner/worker.h"
-#include "agent/daemon/fleet.h"
-#include "agent/daemon/inproc_lease_client.h"
-#include "agent/results/sweep.h"
-#include "agent/repo/git_repo.h"
-#include "agent/daemon/server.h"
-#include "agent/triggers/server_config.h"
-#include "agent/daemon/server_http.h"
 #include "agent/triggers/push_pipeline.h"
+#include "agent/triggers/server_config.h"
 #include "agent/triggers/webhook.h"
-#include "agent/daemon/worker_api.h"
 #include "cloud/provider.h"
 #include "core/fatal_signals.h"
 #include "core/http_client.h"
 #include "core/process.h"
 #include "core/strings.h"
+#include "queue/machines.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "queue/wal_check.h"
 
@@ -104,7 +107,7 @@ class OutcomeLog {
 
   void Step(Store& store) {
     while (true) {
-      auto rows = store.RunsFinishedAfter(finished_ms_, run_id_, 200);
+      auto rows = store.runs().RunsFinishedAfter(finished_ms_, run_id_, 200);
       if (!rows) {
         spdlog::warn("run outcomes: {}", rows.error().message);
         return;
@@ -303,7 +306,7 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
     const TimeMs now = clock.Now();
     StepSweepsLogged(sweeps, store, now);
     // Leases of a silent holder (a serve killed before this one) go back.
-    if (auto expired = store.ExpireLeases(now); !expired) {
+    if (auto expired = store.runs().ExpireLeases(now); !expired) {
       spdlog::warn("{} (will retry)", expired.error().message);
     } else if (*expired > 0) {
       spdlog::warn("{} run(s) whose lease expired went back to the queue", *expired);
@@ -311,12 +314,12 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
     if (o.until_idle) {
       // Nothing queued, leased, running or waiting for a retry: every run the
       // worker holds is leased or running in the store until it reports.
-      auto counts = store.CountByState();
+      auto counts = store.runs().CountByState();
       bool drained = counts.has_value();
       for (auto s : {RunState::kQueued, RunState::kLeased, RunState::kRunning, RunState::kFailed}) {
         if (drained && (*counts)[static_cast<int>(s)] > 0) drained = false;
       }
-      auto pending_push = store.NextPushDue();
+      auto pending_push = store.pushes().NextPushDue();
       if (drained && (!worker || (pending_push && !*pending_push)) &&
           !SweepsQueuedMore(store, clock.Now())) {
         spdlog::info("queue is empty; exiting (--until-idle)");
@@ -347,7 +350,7 @@ std::string UnservableOnly(Store& store, const Fleet& fleet,
     if (counts[static_cast<int>(s)] > 0) return "";
   }
   if (counts[static_cast<int>(RunState::kQueued)] == 0) return "";
-  auto demand = store.RunnableDemand(now);
+  auto demand = store.machines().RunnableDemand(now);
   if (!demand || demand->empty()) return "";
   std::int64_t runs = 0;
   std::string why;
@@ -581,7 +584,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
   // Leases that expired while no serve could take a heartbeat (it was down or
   // restarting) were not the workers' fault: one more lease to come back,
   // and no attempt used if they do not.
-  if (auto n = store.GraceLeases(clock.Now(), clock.Now(), so.lease_ms,
+  if (auto n = store.runs().GraceLeases(clock.Now(), clock.Now(), so.lease_ms,
                                  "trainq serve was down when it expired");
       n && *n > 0) {
     spdlog::info("{} run(s) whose lease expired while trainq serve was down get {} to report back",
@@ -597,7 +600,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
     if (now - last_loop > std::max<TimeMs>(so.lease_ms / 2, 5'000)) {
       // This process stalled (stopped, swapped, a slow disk): heartbeats were
       // not taken meanwhile either.
-      if (auto n = store.GraceLeases(now, now, so.lease_ms, "trainq serve stalled for " +
+      if (auto n = store.runs().GraceLeases(now, now, so.lease_ms, "trainq serve stalled for " +
                                                                 FormatDuration(now - last_loop));
           n && *n > 0) {
         spdlog::warn("trainq serve stalled for {}: {} expired lease(s) renewed",
@@ -619,8 +622,8 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
       next_step = now + o.scale_interval_ms;
     }
     if (o.until_idle) {
-      auto counts = store.CountByState();
-      auto pending_push = store.NextPushDue();
+      auto counts = store.runs().CountByState();
+      auto pending_push = store.pushes().NextPushDue();
       bool drained = counts.has_value();
       if (counts) {
         for (auto s : {RunState::kQueued, RunState::kLeased, RunState::kRunning,

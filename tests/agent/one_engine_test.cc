@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/strings.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/git_fixture.h"
@@ -72,7 +73,7 @@ std::map<std::tuple<std::string, std::int64_t>, std::string> Records(const std::
   so.create = false;
   auto store = Store::Open(db, so);
   REQUIRE(store);
-  auto runs = store->Runs(std::nullopt, std::nullopt, 0);
+  auto runs = store->runs().Runs(std::nullopt, std::nullopt, 0);
   REQUIRE(runs);
   std::map<std::tuple<std::string, std::int64_t>, std::string> out;
   for (const auto& r : *runs) {
@@ -83,7 +84,7 @@ std::map<std::tuple<std::string, std::int64_t>, std::string> Records(const std::
       << " metric=" << (r.metric_value ? FormatDouble(*r.metric_value, 6) : "-")
       << " started=" << r.started_ms.has_value() << " finished=" << r.finished_ms.has_value()
       << " last_error=" << r.last_error << "\n";
-    auto points = store->Metrics(r.id);
+    auto points = store->runs().Metrics(r.id);
     REQUIRE(points);
     for (const auto& p : *points) {
       s << "  point " << p.name << " step=" << (p.step ? std::to_string(*p.step) : "-")
