@@ -182,4 +182,8 @@ void Store::UseFineBusyWait() {
                            static_cast<std::intptr_t>(parts_->options.busy_timeout_ms)));
 }
 
+Status Store::InWriteTransaction(const std::function<Status()>& fn) {
+  return sql::WithWriteTransaction(parts_->db, fn);
+}
+
 }  // namespace trainq
