@@ -124,10 +124,10 @@ std::string RunLogPath(const std::string& data_dir, std::int64_t run_id) {
 
 Status EnsurePoolTokens(Store& store, const ServerConfig& config, const std::string& data_dir,
                         TimeMs now) {
-  std::vector<std::pair<std::string, const SecretValue*>> pools;
-  for (const auto& p : config.pools) pools.emplace_back(p.name(), &p.token);
-  if (pools.empty()) pools.emplace_back(kDefaultPool, nullptr);
-  for (const auto& [name, secret] : pools) {
+  std::vector<std::string> pools;
+  for (const auto& p : config.pools) pools.push_back(p.name());
+  if (pools.empty()) pools.push_back(kDefaultPool);
+  for (const auto& name : pools) {
     ASSIGN_OR_RETURN(std::string token, PoolToken(config, data_dir, name));
     TRY(store.SetPoolTokenHash(name, Sha256Hex(token), now));
   }
