@@ -46,12 +46,13 @@ TEST_CASE("protocol: a leased run read back from its JSON is the same run", "[pr
 
 TEST_CASE("protocol: a lease answer names a run it cannot read and keeps the others",
           "[protocol]") {
-  json j = {{"state", "draining"},
-            {"runs", json::array({json{{"run_id", 1}}, ToJson(LeasedRun{.run_id = 2,
-                                                                        .token = 5,
-                                                                        .command = "true",
-                                                                        .repo_url = "/r",
-                                                                        .sha = "abc"})})}};
+  LeasedRun good;
+  good.run_id = 2;
+  good.token = 5;
+  good.command = "true";
+  good.repo_url = "/r";
+  good.sha = "abc";
+  json j = {{"state", "draining"}, {"runs", json::array({json{{"run_id", 1}}, ToJson(good)})}};
   std::vector<WorkerRun> runs;
   std::vector<std::string> bad;
   auto answer = ParseLeaseAnswer(j, runs, bad);
