@@ -102,6 +102,8 @@ Result<WorkerRun> ParseWorkerRun(const json& j) {
     l.gpus = Get<int>(j, "gpus", 0);
     w.trainer = Get<std::string>(j, "trainer", "");
     w.group = Get<std::int64_t>(j, "group", 0);
+    l.trainer = w.trainer;
+    l.group = w.group;
     l.nodes = Get<int>(j, "nodes", 0);
     l.procs_per_node = Get<int>(j, "procs_per_node", 0);
     l.node_rank = Get<int>(j, "node_rank", 0);
