@@ -531,8 +531,8 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
                        [&server](const HttpServerRequest& r) { return server.Handle(r); },
                        [&server](const HttpServerRequest& h) { return server.Admit(h); }));
   if (!address.loopback()) {
-    spdlog::warn("listening beyond loopback on {}: /api/v1/status and /metrics are readable by "
-                 "anyone who can reach it", listen);
+    spdlog::warn("listening beyond loopback on {}: webhooks and /healthz answer anyone who can "
+                 "reach it (everything that shows runs needs a token)", listen);
   }
   spdlog::info("listening on http://{} (webhooks, worker API, /api/v1/status, /metrics)",
                listen);

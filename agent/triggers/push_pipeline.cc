@@ -1,5 +1,7 @@
 #include "agent/triggers/push_pipeline.h"
 
+#include "agent/triggers/coalesce.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -51,7 +53,23 @@ Status PushProcessor::Process(const Store::Push& push) {
   if (outcome) {
     spdlog::info("push {} ({} {} {}): {}", push.id, push.source, RefName(push.ref),
                  Short(push.after_sha), *outcome);
-    return store_.FinishPush(push.id, "done", *outcome, "", now);
+    TRY(store_.FinishPush(push.id, "done", *outcome, "", now));
+    // The heads this push superseded stop waiting for machines (coalesce.h).
+    auto coalesced = [&]() -> Result<CoalesceOutcome> {
+      ASSIGN_OR_RETURN(Mirror * m, mirrors_.Get(repo->url));
+      ASSIGN_OR_RETURN(auto git, GitRepo::Open(m->path()));
+      return CoalesceSuperseded(store_, *repo, push, git.location(), now);
+    }();
+    if (!coalesced) {
+      spdlog::warn("push {}: cancelling the runs it superseded: {}", push.id,
+                   coalesced.error().message);
+    } else if (coalesced->runs > 0) {
+      spdlog::info("push {} ({}): cancelled {} queued run(s) of {} batch(es) it superseded "
+                   "(coalesce: {})",
+                   push.id, RefName(push.ref), coalesced->runs, coalesced->batches,
+                   repo->coalesce == RepoConfig::Coalesce::kAll ? "all" : "branches");
+    }
+    return {};
   }
   const Error& e = outcome.error();
   int attempt = push.attempts + 1;

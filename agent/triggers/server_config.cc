@@ -35,7 +35,8 @@ class ConfigParser : public YamlReader {
                   {"url", "forge", "project", "branches", "default_branch", "secret", "token",
                    "username", "ssh_key", "api_url", "status", "status_context", "poll_interval",
                    "per_commit", "tags", "fail_on", "limits", "pull_requests",
-                   "fork_pull_requests", "pr_comments", "report_url"}));
+                   "fork_pull_requests", "pr_comments", "report_url", "webhook_rate_limit",
+                   "coalesce"}));
     RepoConfig r;
     r.line = n.Mark().line + 1;
     if (!n["url"]) return Err(n, path + ".url", "missing (the repository to fetch)");
@@ -106,6 +107,22 @@ class ConfigParser : public YamlReader {
     r.pr_comments = r.status;
     if (auto p = n["pr_comments"]) { ASSIGN_OR_RETURN(r.pr_comments, Bool(p, path + ".pr_comments")); }
     if (auto u = n["report_url"]) { ASSIGN_OR_RETURN(r.report_url, Str(u, path + ".report_url")); }
+    if (auto w = n["webhook_rate_limit"]) {
+      ASSIGN_OR_RETURN(auto v, Int(w, path + ".webhook_rate_limit", 0));
+      r.webhook_rate_limit = static_cast<int>(std::min<std::int64_t>(v, 1'000'000));
+    }
+    if (auto c = n["coalesce"]) {
+      ASSIGN_OR_RETURN(auto v, Str(c, path + ".coalesce"));
+      if (v == "branches") {
+        r.coalesce = RepoConfig::Coalesce::kBranches;
+      } else if (v == "all") {
+        r.coalesce = RepoConfig::Coalesce::kAll;
+      } else if (v == "off") {
+        r.coalesce = RepoConfig::Coalesce::kOff;
+      } else {
+        return Err(c, path + ".coalesce", "expected branches, all or off, got \"" + v + "\"");
+      }
+    }
     if (r.fork_pull_requests && !r.pull_requests) {
       return Err(n["fork_pull_requests"], path + ".fork_pull_requests",
                  "needs `pull_requests: true` (forks are pull requests too)");
