@@ -34,6 +34,7 @@
 #include "core/http_client.h"
 #include "core/process.h"
 #include "core/strings.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 
 namespace fs = std::filesystem;
@@ -178,7 +179,7 @@ int main(int argc, char** argv) {
     b.pool = "cpu";
     CommitInfo c;
     c.sha = std::string(40, 'a');
-    if (auto r = store->Submit("/bench/held", c, {b}, SystemClock::Get().Now()); !r) {
+    if (auto r = store->runs().Submit("/bench/held", c, {b}, SystemClock::Get().Now()); !r) {
       Die(r.error().message);
     }
   }
@@ -273,7 +274,8 @@ int main(int argc, char** argv) {
         int w = i % workers;
         if (run[w] == 0) return false;
         auto r = c.Send({"POST", base_url + "/api/v1/runs/" + std::to_string(run[w]) + "/heartbeat",
-                         auth, json{{"token", fence[w]}}.dump(), 10'000});
+                         auth, json{{"token", fence[w]}, {"worker_id", machine[w]}}.dump(),
+                         10'000});
         return r && r->status == 200;
       });
   double beat_s = std::chrono::duration<double>(Steady::now() - start).count();

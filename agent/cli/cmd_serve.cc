@@ -21,25 +21,31 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <memory>
+#include <thread>
 
 #include "agent/cli/cli.h"
-#include "agent/runner/executor.h"
+#include "agent/daemon/fleet.h"
+#include "agent/daemon/inproc_lease_client.h"
+#include "agent/daemon/server.h"
+#include "agent/daemon/server_http.h"
+#include "agent/daemon/worker_api.h"
+#include "agent/repo/git_repo.h"
+#include "agent/results/sweep.h"
+#include "agent/runner/gpu_detect.h"
 #include "agent/runner/run_process.h"
 #include "agent/runner/sandbox.h"
-#include "agent/daemon/fleet.h"
-#include "agent/results/sweep.h"
-#include "agent/repo/git_repo.h"
-#include "agent/daemon/server.h"
-#include "agent/triggers/server_config.h"
-#include "agent/daemon/server_http.h"
+#include "agent/runner/worker.h"
 #include "agent/triggers/push_pipeline.h"
+#include "agent/triggers/server_config.h"
 #include "agent/triggers/webhook.h"
-#include "agent/daemon/worker_api.h"
 #include "cloud/provider.h"
 #include "core/fatal_signals.h"
 #include "core/http_client.h"
 #include "core/process.h"
 #include "core/strings.h"
+#include "queue/machines.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "queue/wal_check.h"
 
@@ -101,7 +107,7 @@ class OutcomeLog {
 
   void Step(Store& store) {
     while (true) {
-      auto rows = store.RunsFinishedAfter(finished_ms_, run_id_, 200);
+      auto rows = store.runs().RunsFinishedAfter(finished_ms_, run_id_, 200);
       if (!rows) {
         spdlog::warn("run outcomes: {}", rows.error().message);
         return;
@@ -211,72 +217,110 @@ Result<std::unique_ptr<ServerWorker>> StartPushWorker(const ServeOptions& o,
   return worker;
 }
 
+// `--inproc`: the runs on this process's own slots, by the one run engine: a
+// Worker (agent/runner/worker.h) on a thread, leasing through an in-process
+// LeaseClient from this serve's Server (agent/daemon/inproc_lease_client.h),
+// so each call goes through the same server code as a worker's over HTTP.
+// The worker registers as a machine of the `local` pool (a hand-started one:
+// it is stopped when serve ends) and shares serve's data dir: worktrees/,
+// runs/<id>/ (output/, metrics.jsonl, the server's output.log). Runs start
+// without a sandbox, as they always did here. This loop steps the sweeps,
+// returns expired leases to the queue and decides --until-idle.
 Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
                       std::optional<ListenAddress> address, const std::string& listen,
                       const Clock& clock, const std::atomic<bool>& stop) {
   ASSIGN_OR_RETURN(auto store, OpenServeStore(o.db));
-  ExecutorOptions eo;
-  eo.slots = o.slots;
-  eo.data_dir = DataDir(o);
+  const std::string data_dir = DataDir(o);
+  TRY(EnsurePoolTokens(store, config, data_dir, clock.Now()));
+  const std::string pool = config.pools.empty() || config.FindPool(kDefaultPool)
+                               ? kDefaultPool
+                               : config.pools.front().name();
+  ASSIGN_OR_RETURN(const std::string token, PoolToken(config, data_dir, pool));
+
+  ServerOptions so;
+  so.data_dir = data_dir;
+  so.lease_ms = o.lease_s * 1000;
+  so.heartbeat_ms = o.heartbeat_s * 1000;
+  Server server(config, o.db, clock, so);
+  TRY(server.Open());
+
+  WorkerConfig wc;
+  wc.server = "http://127.0.0.1";  // this host (a one-machine gang's address)
+  wc.token = token;
+  wc.slots = o.slots;
+  if (!o.gpus.empty()) { ASSIGN_OR_RETURN(wc.gpus, ResolveGpus(o.gpus)); }
+  wc.fuse_max = o.fuse_max;
+  wc.data_dir = data_dir;
+  wc.process_log = "process.log";
+  wc.bin_dir = SelfDir();
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
-  std::string id = std::string(host) + ":" + std::to_string(getpid());
-  eo.worker = "local/" + id;
-  eo.lease_ms = o.lease_s * 1000;
-  eo.heartbeat_ms = o.heartbeat_s * 1000;
-  eo.kill_grace_ms = o.kill_grace_s * 1000;
-  eo.bin_dir = SelfDir();
-  eo.env_passthrough = o.env_passthrough;
-  if (!o.gpus.empty()) {
-    for (const auto& g : Split(o.gpus, ',')) {
-      if (!Trim(g).empty()) eo.gpus.emplace_back(Trim(g));
-    }
-  }
+  wc.hostname = host;
+  wc.pid = static_cast<int>(getpid());
+  wc.cpus = static_cast<int>(std::thread::hardware_concurrency());
+  wc.lease_wait_ms = o.poll_ms;  // how soon a free slot sees work submitted elsewhere
+  wc.kill_grace_ms = o.kill_grace_s * 1000;
+  wc.env_passthrough = o.env_passthrough;
   PosixProcessRunner runner;
-  LocalExecutor exec(store, runner, clock, eo);
-  TRY(exec.Register(id));
-  spdlog::info("serving {} with {} in-process slot(s); run files in {}", o.db, o.slots,
-               eo.data_dir);
+  InProcLeaseClient client(server, token);
+  Worker engine(client, runner, clock, std::move(wc));
+  spdlog::info("serving {} with {} in-process slot(s); run files in {}", o.db, o.slots, data_dir);
 
   CurlHttpClient http;
   std::unique_ptr<ServerWorker> worker;
-  std::unique_ptr<Server> server;
   std::unique_ptr<HttpListener> listener;
   if (address || !config.repositories.empty()) {
-    ASSIGN_OR_RETURN(worker, StartPushWorker(o, config, http, clock, eo.data_dir));
+    ASSIGN_OR_RETURN(worker, StartPushWorker(o, config, http, clock, data_dir));
   }
   if (address) {
-    ServerOptions so;
-    so.data_dir = eo.data_dir;
-    server = std::make_unique<Server>(config, o.db, clock, so);
-    TRY(server->Open());
-    server->set_on_push([w = worker.get()] { w->Wake(); });
+    server.set_on_push([w = worker.get()] { w->Wake(); });
     ASSIGN_OR_RETURN(listener,
                      HttpListener::Start(
                          *address, kMaxWebhookBodyBytes,
-                         [s = server.get()](const HttpServerRequest& r) { return s->Handle(r); },
-                         [s = server.get()](const HttpServerRequest& h) { return s->Admit(h); }));
+                         [&server](const HttpServerRequest& r) { return server.Handle(r); },
+                         [&server](const HttpServerRequest& h) { return server.Admit(h); }));
     spdlog::info("listening on http://{}", listen);
-    spdlog::info("dashboard: {}", server->DashboardUrl(listen));
+    spdlog::info("dashboard: {}", server.DashboardUrl(listen));
   }
 
-  OutcomeLog outcomes(clock.Now(), /*log=*/false);  // the executor logs its own runs
+  std::atomic<bool> engine_stop{false};
+  std::atomic<bool> engine_done{false};
+  Result<int> engine_result = 0;
+  std::thread engine_thread([&] {
+    engine_result = engine.Run(engine_stop);
+    engine_done = true;
+  });
+  OutcomeLog outcomes(clock.Now(), /*log=*/false);  // the worker logs its own runs
   Status result;
   SweepDriver sweeps;
   while (!stop.load()) {
-    StepSweepsLogged(sweeps, store, clock.Now());
-    auto st = exec.Step();
-    if (!st) {
-      if (!st.error().retryable()) {
-        result = st;
-        break;
+    if (engine_done.load()) {  // it ends only on an error: nothing would run the queue
+      if (engine_result) {
+        result = Fail(ErrorKind::kUnavailable, "the in-process worker ended (exit code " +
+                                                   std::to_string(*engine_result) + ")");
+      } else {
+        result = std::unexpected(engine_result.error());
       }
-      spdlog::warn("{} (will retry)", st.error().message);
+      break;
+    }
+    const TimeMs now = clock.Now();
+    StepSweepsLogged(sweeps, store, now);
+    // Leases of a silent holder (a serve killed before this one) go back.
+    if (auto expired = store.runs().ExpireLeases(now); !expired) {
+      spdlog::warn("{} (will retry)", expired.error().message);
+    } else if (*expired > 0) {
+      spdlog::warn("{} run(s) whose lease expired went back to the queue", *expired);
     }
     if (o.until_idle) {
-      auto drained = exec.QueueDrained();
-      auto pending_push = store.NextPushDue();
-      if (drained && *drained && (!worker || (pending_push && !*pending_push)) &&
+      // Nothing queued, leased, running or waiting for a retry: every run the
+      // worker holds is leased or running in the store until it reports.
+      auto counts = store.runs().CountByState();
+      bool drained = counts.has_value();
+      for (auto s : {RunState::kQueued, RunState::kLeased, RunState::kRunning, RunState::kFailed}) {
+        if (drained && (*counts)[static_cast<int>(s)] > 0) drained = false;
+      }
+      auto pending_push = store.pushes().NextPushDue();
+      if (drained && (!worker || (pending_push && !*pending_push)) &&
           !SweepsQueuedMore(store, clock.Now())) {
         spdlog::info("queue is empty; exiting (--until-idle)");
         outcomes.Step(store);
@@ -285,14 +329,13 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
       }
     }
     outcomes.Step(store);
-    // A run's process ending wakes the loop at once: short runs are reaped
-    // and their slot refilled without waiting out the poll interval.
-    if (!exec.WaitForExit(o.poll_ms)) clock.SleepFor(o.poll_ms);
+    clock.SleepFor(o.poll_ms);
   }
-  if (server) server->StopWaiting();  // the dashboard's event streams answer now
+  engine_stop = true;
+  server.StopWaiting();  // a waiting lease answers now; so do the dashboard's event streams
+  engine_thread.join();
   if (listener) listener->Stop();
   if (worker) worker->Stop();
-  exec.Shutdown(stop.load() ? "trainq serve was stopped" : "trainq serve exited");
   spdlog::info("trainq serve stopped ({})", stop.load() ? "signal"
                                             : result  ? "nothing left to run"
                                                       : "error: " + result.error().message);
@@ -307,7 +350,7 @@ std::string UnservableOnly(Store& store, const Fleet& fleet,
     if (counts[static_cast<int>(s)] > 0) return "";
   }
   if (counts[static_cast<int>(RunState::kQueued)] == 0) return "";
-  auto demand = store.RunnableDemand(now);
+  auto demand = store.machines().RunnableDemand(now);
   if (!demand || demand->empty()) return "";
   std::int64_t runs = 0;
   std::string why;
@@ -541,7 +584,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
   // Leases that expired while no serve could take a heartbeat (it was down or
   // restarting) were not the workers' fault: one more lease to come back,
   // and no attempt used if they do not.
-  if (auto n = store.GraceLeases(clock.Now(), clock.Now(), so.lease_ms,
+  if (auto n = store.runs().GraceLeases(clock.Now(), clock.Now(), so.lease_ms,
                                  "trainq serve was down when it expired");
       n && *n > 0) {
     spdlog::info("{} run(s) whose lease expired while trainq serve was down get {} to report back",
@@ -557,7 +600,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
     if (now - last_loop > std::max<TimeMs>(so.lease_ms / 2, 5'000)) {
       // This process stalled (stopped, swapped, a slow disk): heartbeats were
       // not taken meanwhile either.
-      if (auto n = store.GraceLeases(now, now, so.lease_ms, "trainq serve stalled for " +
+      if (auto n = store.runs().GraceLeases(now, now, so.lease_ms, "trainq serve stalled for " +
                                                                 FormatDuration(now - last_loop));
           n && *n > 0) {
         spdlog::warn("trainq serve stalled for {}: {} expired lease(s) renewed",
@@ -579,8 +622,8 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
       next_step = now + o.scale_interval_ms;
     }
     if (o.until_idle) {
-      auto counts = store.CountByState();
-      auto pending_push = store.NextPushDue();
+      auto counts = store.runs().CountByState();
+      auto pending_push = store.pushes().NextPushDue();
       bool drained = counts.has_value();
       if (counts) {
         for (auto s : {RunState::kQueued, RunState::kLeased, RunState::kRunning,

@@ -49,6 +49,7 @@
 #include "cloud/provider.h"
 #include "core/clock.h"
 #include "core/result.h"
+#include "queue/machines.h"
 #include "queue/store.h"
 
 namespace trainq {
@@ -123,9 +124,9 @@ class Fleet {
   // Judges machines whose boot outcome is pending; records failures and
   // successes in the pool's boot health.
   Status JudgeBoots(const std::vector<MachineRow>& live,
-                    std::map<std::string, Store::PoolStateRow>& states);
+                    std::map<std::string, Machines::PoolStateRow>& states);
   Status RecordBootOutcome(const MachineRow& m, bool ok,
-                           std::map<std::string, Store::PoolStateRow>& states);
+                           std::map<std::string, Machines::PoolStateRow>& states);
   // Spend per pool and overall, into `inputs`; writes the pool_state budget
   // columns when they change.
   Status ComputeSpend(std::vector<cloud::PoolInput>& inputs, cloud::OverallBudget& overall,
@@ -146,7 +147,7 @@ class Fleet {
   std::map<std::string, cloud::ProviderHealth> health_;
   std::set<std::string> health_written_;  // pools whose health row this process wrote
   cloud::Decision last_;
-  std::optional<std::vector<Store::WaitingNote>> last_notes_;  // as last written
+  std::optional<std::vector<Machines::WaitingNote>> last_notes_;  // as last written
   // Boot outcomes: machines seen live and not judged yet; machines the fleet
   // stopped on purpose (idle, budget), which are no failed boots; why a
   // machine was stopped, for the message.

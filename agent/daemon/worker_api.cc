@@ -1,5 +1,8 @@
 // The worker protocol on the server (agent/daemon/worker_api.h).
 #include "agent/daemon/worker_api.h"
+#include "queue/gangs.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 
 #include <fcntl.h>
@@ -20,6 +23,7 @@
 #include "agent/repo/git_repo.h"
 #include "agent/repo/mirror.h"
 #include "agent/daemon/server.h"
+#include "agent/runner/protocol.h"
 #include "core/crypto.h"
 #include "core/strings.h"
 
@@ -92,25 +96,10 @@ std::optional<std::int64_t> ParseId(std::string_view s) {
   return v;
 }
 
-json RunJson(const LeasedRun& r) {
-  json j = {{"run_id", r.run_id},         {"batch_id", r.batch_id},
-          {"token", r.token},           {"seed", r.seed},
-          {"repeat", r.repeat},         {"attempt", r.attempt},
-          {"expires_ms", r.expires_ms}, {"experiment", r.experiment},
-          {"command", r.command},       {"metric_name", r.metric_name},
-          {"metric_regex", r.metric_regex}, {"repo_url", r.repo_url},
-          {"sha", r.sha},               {"timeout_s", r.timeout_s},
-          {"gpus", r.gpus},             {"trainer", r.trainer},
-          {"group", r.group},           {"nodes", r.nodes},
-          {"procs_per_node", r.procs_per_node}, {"node_rank", r.node_rank}};
-  if (r.env_passthrough) j["env_passthrough"] = *r.env_passthrough;
-  return j;
-}
-
 // Whether a live member of gang run `run_id` is on `machine` (a node > 0
 // fetches the source of a run whose machine_id is node 0's).
 bool GangMemberOn(Store& store, std::int64_t run_id, std::int64_t machine) {
-  auto members = store.GangMembers(run_id);
+  auto members = store.gangs().GangMembers(run_id);
   if (!members) return false;
   for (const auto& g : *members) {
     if (g.machine_id == machine) return true;
@@ -138,23 +127,30 @@ std::string RunLogPath(const std::string& data_dir, std::int64_t run_id) {
 
 Status EnsurePoolTokens(Store& store, const ServerConfig& config, const std::string& data_dir,
                         TimeMs now) {
-  std::vector<std::pair<std::string, const SecretValue*>> pools;
-  for (const auto& p : config.pools) pools.emplace_back(p.name(), &p.token);
-  if (pools.empty()) pools.emplace_back(kDefaultPool, nullptr);
-  for (const auto& [name, secret] : pools) {
-    std::string token;
-    if (secret && !secret->empty()) {
-      token = std::string(Trim(secret->value));
-    } else {
-      ASSIGN_OR_RETURN(token, ReadOrCreateToken(TokenFilePath(data_dir, name)));
-    }
-    if (token.size() < 16) {
-      return Fail(ErrorKind::kInvalidArgument,
-                  "pool " + name + ": the worker token is too short (at least 16 characters)");
-    }
-    TRY(store.SetPoolTokenHash(name, Sha256Hex(token), now));
+  std::vector<std::string> pools;
+  for (const auto& p : config.pools) pools.push_back(p.name());
+  if (pools.empty()) pools.push_back(kDefaultPool);
+  for (const auto& name : pools) {
+    ASSIGN_OR_RETURN(std::string token, PoolToken(config, data_dir, name));
+    TRY(store.machines().SetPoolTokenHash(name, Sha256Hex(token), now));
   }
   return {};
+}
+
+Result<std::string> PoolToken(const ServerConfig& config, const std::string& data_dir,
+                              const std::string& pool) {
+  const PoolSpec* spec = config.FindPool(pool);
+  std::string token;
+  if (spec && !spec->token.empty()) {
+    token = std::string(Trim(spec->token.value));
+  } else {
+    ASSIGN_OR_RETURN(token, ReadOrCreateToken(TokenFilePath(data_dir, pool)));
+  }
+  if (token.size() < 16) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "pool " + pool + ": the worker token is too short (at least 16 characters)");
+  }
+  return token;
 }
 
 // ---- Server's worker routes ------------------------------------------------------
@@ -237,7 +233,7 @@ HttpServerReply Server::WorkerRouteInner(const HttpServerRequest& req, const std
   std::optional<std::string> pool;
   {
     std::lock_guard<std::mutex> lock(write_mu_);
-    auto found = write_store_->PoolForTokenHash(hash);
+    auto found = write_store_->machines().PoolForTokenHash(hash);
     if (!found) return ErrorReply(503, found.error().message);
     pool = *found;
   }
@@ -256,7 +252,7 @@ HttpServerReply Server::WorkerRouteInner(const HttpServerRequest& req, const std
 HttpServerReply Server::Register(const std::string& pool, const HttpServerRequest& req) {
   auto body = Body(req);
   if (!body) return ErrorReply(400, "register: the body is not a JSON object");
-  Store::WorkerRegistration r;
+  Machines::WorkerRegistration r;
   r.pool = pool;
   r.name = body->value("name", std::string());
   r.hostname = body->value("hostname", std::string());
@@ -283,7 +279,7 @@ HttpServerReply Server::Register(const std::string& pool, const HttpServerReques
   Result<MachineRow> m;
   {
     std::lock_guard<std::mutex> lock(write_mu_);
-    m = write_store_->RegisterWorker(r, clock_.Now());
+    m = write_store_->machines().RegisterWorker(r, clock_.Now());
   }
   if (!m) {
     // A name of another pool is not this token's machine.
@@ -311,7 +307,7 @@ HttpServerReply Server::Register(const std::string& pool, const HttpServerReques
 // the queue); a provider's machine stays for the fleet, which stops it.
 HttpServerReply Server::LeaveRoute(const std::string& pool, std::int64_t machine) {
   std::lock_guard<std::mutex> lock(write_mu_);
-  auto m = write_store_->Machine(machine);
+  auto m = write_store_->machines().Machine(machine);
   if (!m) return ErrorReply(503, m.error().message);
   if (!*m) return ErrorReply(404, "machine " + std::to_string(machine) + " does not exist");
   if ((*m)->pool != pool) {
@@ -319,7 +315,7 @@ HttpServerReply Server::LeaveRoute(const std::string& pool, std::int64_t machine
   }
   if ((*m)->provider != "manual") return Json(200, {{"state", (*m)->state}});
   if ((*m)->state == "stopped") return Json(200, {{"state", "stopped"}});
-  auto returned = write_store_->ForgetMachine(machine, clock_.Now(), "its worker left");
+  auto returned = write_store_->machines().ForgetMachine(machine, clock_.Now(), "its worker left");
   if (!returned) return ErrorReply(StatusOf(returned.error()), returned.error().message);
   spdlog::info("worker {} ({}) of pool {} left{}", machine, (*m)->name, pool,
                *returned ? "; " + std::to_string(*returned) + " run(s) back in the queue" : "");
@@ -332,17 +328,19 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
   auto body = Body(req);
   if (!body) return ErrorReply(400, "lease: the body is not a JSON object");
   const PoolSpec* spec = config_.FindPool(pool);
-  Store::LeaseLimits limits;
-  limits.max_runs = body->value("max_runs", 1);
-  limits.free_gpus = body->value("free_gpus", 0.0);
-  limits.runs_per_gpu = std::max(1, body->value("runs_per_gpu", spec ? spec->runs_per_gpu : 1));
-  limits.fuse_max = std::max(1, body->value("fuse_max", 1));
-  TimeMs wait_ms = std::clamp<TimeMs>(body->value("wait_ms", TimeMs{0}), 0, options_.max_wait_ms);
+  const LeaseRequest request = ParseLeaseRequest(*body);
+  Machines::LeaseLimits limits;
+  limits.max_runs = request.max_runs;
+  limits.free_gpus = request.free_gpus;
+  limits.runs_per_gpu =
+      std::max(1, request.runs_per_gpu.value_or(spec ? spec->runs_per_gpu : 1));
+  limits.fuse_max = std::max(1, request.fuse_max);
+  TimeMs wait_ms = std::clamp<TimeMs>(request.wait_ms, 0, options_.max_wait_ms);
   if (limits.max_runs <= 0) wait_ms = 0;  // no free slot: nothing to wait for
 
   {
     std::lock_guard<std::mutex> lock(write_mu_);
-    auto m = write_store_->Machine(machine);
+    auto m = write_store_->machines().Machine(machine);
     if (!m) return ErrorReply(503, m.error().message);
     if (!*m) return ErrorReply(404, "machine " + std::to_string(machine) + " does not exist");
     if ((*m)->pool != pool) {
@@ -373,33 +371,31 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
     bool may = true;
     if (counted) {
       std::lock_guard<std::mutex> lock(read_mu_);
-      auto m = read_store_->MayLease(machine, clock_.Now());
+      auto m = read_store_->machines().MayLease(machine, clock_.Now());
       may = !m || *m;
     }
     Result<std::vector<LeasedRun>> leased = std::vector<LeasedRun>{};
     if (may) {
       std::lock_guard<std::mutex> lock(write_mu_);
-      leased = write_store_->LeaseForMachine(machine, limits, clock_.Now(), options_.lease_ms);
+      leased = write_store_->machines().LeaseForMachine(machine, limits, clock_.Now(), options_.lease_ms);
     }
     if (!leased) {
       uncount();
       if (leased.error().kind == ErrorKind::kConflict) {
         // Draining (or stopping, stopped, failed): lease nothing more, finish, exit.
-        return Json(200, {{"state", "draining"}, {"runs", json::array()}});
+        return Json(200, ToJson(LeaseAnswer{"draining", {}}));
       }
       return ErrorReply(StatusOf(leased.error()), leased.error().message);
     }
     if (!leased->empty()) {
       uncount();
-      json runs = json::array();
-      for (const auto& r : *leased) runs.push_back(RunJson(r));
-      return Json(200, {{"state", "ready"}, {"runs", runs}});
+      return Json(200, ToJson(LeaseAnswer{"ready", std::move(*leased)}));
     }
     std::unique_lock<std::mutex> lock(work_mu_);
     if (!counted) {
       if (waiting_polls_ >= options_.max_long_polls) {
         lock.unlock();
-        return Json(200, {{"state", "ready"}, {"runs", json::array()}});
+        return Json(200, ToJson(LeaseAnswer{"ready", {}}));
       }
       ++waiting_polls_;
       counted = true;
@@ -410,9 +406,9 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
       uncount();
       if (wait_ms > 0) {  // the worker is still there at the end of its wait
         std::lock_guard<std::mutex> write(write_mu_);
-        (void)write_store_->TouchWorker(machine, clock_.Now(), false);
+        (void)write_store_->machines().TouchWorker(machine, clock_.Now(), false);
       }
-      return Json(200, {{"state", "ready"}, {"runs", json::array()}});
+      return Json(200, ToJson(LeaseAnswer{"ready", {}}));
     }
     clock_.WaitUntil(lock, work_cv_, std::min<TimeMs>(deadline, now + options_.recheck_ms),
                      [&] { return stop_waiting_ || work_generation_ != seen; });
@@ -456,20 +452,20 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
   TimeMs now = clock_.Now();
   {
     std::lock_guard<std::mutex> lock(write_mu_);
-    if (auto st = write_store_->CheckRunLease(run_id, token); !st) {
+    if (auto st = write_store_->machines().CheckRunLease(run_id, token); !st) {
       // A success after the lease expired goes on: Store::Complete takes it
       // when nobody else holds the run, and refuses (and we log) otherwise.
       bool late_success = what == "complete" && st.error().kind == ErrorKind::kConflict &&
                           body && body->value("outcome", std::string()) == "succeeded";
       if (!late_success) return ErrorReply(StatusOf(st.error()), st.error().message);
     }
-    auto mid = write_store_->RunMachine(run_id);
+    auto mid = write_store_->machines().RunMachine(run_id);
     if (!mid) return ErrorReply(StatusOf(mid.error()), mid.error().message);
     if (!*mid) {
       return ErrorReply(403, "run " + std::to_string(run_id) + " is not leased to a worker machine");
     }
     machine = **mid;
-    auto m = write_store_->Machine(machine);
+    auto m = write_store_->machines().Machine(machine);
     if (!m) return ErrorReply(503, m.error().message);
     if (!*m || (*m)->pool != pool) {
       return ErrorReply(403, "run " + std::to_string(run_id) + " is leased to another pool's machine");
@@ -500,7 +496,7 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
 HttpServerReply Server::RunSourceRoute(RunCall& c) {
   {
     std::lock_guard<std::mutex> lock(write_mu_);
-    (void)write_store_->TouchWorker(c.machine, c.now, false);
+    (void)write_store_->machines().TouchWorker(c.machine, c.now, false);
   }
   return SourceRoute(c.run_id);
 }
@@ -508,125 +504,107 @@ HttpServerReply Server::RunSourceRoute(RunCall& c) {
 HttpServerReply Server::LogRoute(RunCall& c) {
   auto reply = AppendLog(c.run_id, c.token, c.req);
   std::lock_guard<std::mutex> lock(write_mu_);
-  (void)write_store_->TouchWorker(c.machine, c.now, false);
+  (void)write_store_->machines().TouchWorker(c.machine, c.now, false);
   return reply;
 }
 
 HttpServerReply Server::HeartbeatRoute(RunCall& c) {
+  const HeartbeatRequest beat = ParseHeartbeatRequest(c.body);
   std::lock_guard<std::mutex> lock(write_mu_);
   Store& store = *write_store_;
-  json* body = &c.body;
   const std::int64_t run_id = c.run_id, token = c.token, machine = c.machine;
   const TimeMs now = c.now;
-  if (body->value("started", false)) {
-    auto run = store.Run(run_id);
-    if (run && *run && (*run)->state == RunState::kLeased) {
-      if (auto st = store.MarkRunning(run_id, token, now, RunLogPath(DataDir(), run_id)); !st) {
-        return ErrorReply(StatusOf(st.error()), st.error().message);
+  // One transaction, one commit: the start (the first beat), the lease's new
+  // expiry and the machine's last_seen_ms.
+  TimeMs expires = 0;
+  auto beaten = store.InWriteTransaction([&]() -> Status {
+    if (beat.started) {
+      auto run = store.runs().Run(run_id);
+      if (run && *run && (*run)->state == RunState::kLeased) {
+        TRY(store.runs().MarkRunning(run_id, token, now, RunLogPath(DataDir(), run_id)));
       }
     }
-  }
-  auto expires = store.Heartbeat(run_id, token, now, options_.lease_ms);
-  if (!expires) return ErrorReply(StatusOf(expires.error()), expires.error().message);
-  (void)store.TouchWorker(machine, now, true);
-  return Json(200, {{"expires_ms", *expires}});
+    ASSIGN_OR_RETURN(expires, store.runs().Heartbeat(run_id, token, now, options_.lease_ms));
+    (void)store.machines().TouchWorker(machine, now, true);
+    return {};
+  });
+  if (!beaten) return ErrorReply(StatusOf(beaten.error()), beaten.error().message);
+  return Json(200, ToJson(HeartbeatAnswer{expires}));
 }
 
 HttpServerReply Server::MetricsRoute(RunCall& c) {
+  auto request = ParseMetricsRequest(c.body);
+  if (!request) return ErrorReply(400, request.error().message);
   std::lock_guard<std::mutex> lock(write_mu_);
   Store& store = *write_store_;
-  json* body = &c.body;
   const std::int64_t run_id = c.run_id, token = c.token, machine = c.machine;
   const TimeMs now = c.now;
-  std::vector<MetricPoint> points;
-  auto p = body->find("points");
-  if (p != body->end()) {
-    if (!p->is_array()) return ErrorReply(400, "metrics: \"points\" must be a list");
-    for (const auto& pt : *p) {
-      if (!pt.is_object() || !pt.contains("name") || !pt.contains("value") ||
-          !pt["value"].is_number()) {
-        return ErrorReply(400, "metrics: each point needs a \"name\" and a numeric \"value\"");
-      }
-      MetricPoint mp;
-      mp.name = pt["name"].get<std::string>();
-      mp.value = pt["value"].get<double>();
-      if (pt.contains("step") && pt["step"].is_number_integer()) {
-        mp.step = pt["step"].get<std::int64_t>();
-      }
-      mp.final = pt.value("final", false);
-      points.push_back(std::move(mp));
-    }
-  }
-  auto stored = store.MetricCount(run_id);
+  const std::vector<MetricPoint>& points = request->points;
+  auto stored = store.runs().MetricCount(run_id);
   if (!stored) return ErrorReply(StatusOf(stored.error()), stored.error().message);
   if (*stored + static_cast<std::int64_t>(points.size()) > kMaxMetricPointsPerRun) {
     return ErrorReply(413, "metrics: run " + std::to_string(run_id) + " would have over " +
                                std::to_string(kMaxMetricPointsPerRun) + " points");
   }
-  if (auto st = store.AddMetrics(run_id, token, points, now); !st) {
+  if (auto st = store.runs().AddMetrics(run_id, token, points, now); !st) {
     return ErrorReply(StatusOf(st.error()), st.error().message);
   }
-  (void)store.TouchWorker(machine, now, true);
+  (void)store.machines().TouchWorker(machine, now, true);
   return Json(200, json::object());
 }
 
 HttpServerReply Server::CompleteRoute(RunCall& c) {
+  auto request = ParseCompleteRequest(c.body);
+  if (!request) return ErrorReply(400, request.error().message);
+  const CompleteRequest& r = *request;
   std::lock_guard<std::mutex> lock(write_mu_);
   Store& store = *write_store_;
-  json* body = &c.body;
   const std::int64_t run_id = c.run_id, token = c.token, machine = c.machine;
   const TimeMs now = c.now;
-  std::string outcome = body->value("outcome", std::string());
-  std::string error = body->value("error", std::string());
-  std::optional<int> exit_code;
-  if (body->contains("exit_code") && (*body)["exit_code"].is_number_integer()) {
-    exit_code = (*body)["exit_code"].get<int>();
-  }
+  // One transaction: the result, the machine's last_seen_ms and the adaptive
+  // repeats it calls for commit together, so nobody reading the queue (serve
+  // --until-idle) sees a batch finished that is about to grow.
+  bool grew = false;
   std::string state;
-  if (outcome == "succeeded") {
-    if (!body->contains("metric_value") || !(*body)["metric_value"].is_number()) {
-      return ErrorReply(400, "complete: a succeeded run needs a numeric \"metric_value\"");
+  auto decided = store.InWriteTransaction([&]() -> Status {
+    if (r.outcome == "succeeded") {
+      TRY(store.runs().Complete(run_id, token, now, *r.metric_value, r.exit_code.value_or(0)));
+      state = "succeeded";
+    } else if (r.outcome == "failed") {
+      // retry false: a configuration error (agent/runner/run_process.h), dead now.
+      ASSIGN_OR_RETURN(RunState next,
+                       store.runs().FailRun(run_id, token, now,
+                                     r.error.empty() ? "failed on the worker" : r.error,
+                                     r.exit_code, r.retry));
+      state = std::string(RunStateName(next));
+    } else {  // interrupted
+      TRY(store.runs().Interrupt(run_id, token, now, r.error.empty() ? "worker stopped" : r.error));
+      state = "queued";
     }
-    auto st = store.Complete(run_id, token, now, (*body)["metric_value"].get<double>(),
-                             exit_code.value_or(0));
-    if (!st) {
-      if (st.error().kind == ErrorKind::kConflict) {
-        spdlog::warn("run {}: a success refused: {}", run_id, st.error().message);
-      }
-      return ErrorReply(StatusOf(st.error()), st.error().message);
-    }
-    state = "succeeded";
-  } else if (outcome == "failed") {
-    // "retry": false: a configuration error (agent/runner/run_process.h), dead now.
-    bool retry = !(body->contains("retry") && (*body)["retry"].is_boolean() &&
-                   !(*body)["retry"].get<bool>());
-    auto st = store.FailRun(run_id, token, now, error.empty() ? "failed on the worker" : error,
-                            exit_code, retry);
-    if (!st) return ErrorReply(StatusOf(st.error()), st.error().message);
-    state = std::string(RunStateName(*st));
-  } else if (outcome == "interrupted") {
-    auto st = store.Interrupt(run_id, token, now, error.empty() ? "worker stopped" : error);
-    if (!st) return ErrorReply(StatusOf(st.error()), st.error().message);
-    state = "queued";
-  } else {
-    return ErrorReply(400, "complete: outcome must be succeeded, failed or interrupted, got \"" +
-                          outcome + "\"");
-  }
-  (void)store.TouchWorker(machine, now, true);
-  if (state != "queued") {
-    // Adaptive repeats: a batch whose spread is still too wide for its
-    // `until` grows by `step` runs (agent/results/analysis.h), as with local slots.
-    if (auto row = store.Run(run_id); row && *row) {
-      auto added = ExtendIfNeeded(store, (*row)->batch_id, now);
-      if (!added) {
-        spdlog::warn("run {}: adaptive repeats: {}", run_id, added.error().message);
-      } else if (*added > 0) {
-        NotifyWork();
+    (void)store.machines().TouchWorker(machine, now, true);
+    if (state != "queued") {
+      // Adaptive repeats: a batch whose spread is still too wide for its
+      // `until` grows by `step` runs (agent/results/analysis.h).
+      if (auto row = store.runs().Run(run_id); row && *row) {
+        auto added = ExtendIfNeeded(store, (*row)->batch_id, now);
+        if (!added) {
+          spdlog::warn("run {}: adaptive repeats: {}", run_id, added.error().message);
+        } else if (*added > 0) {
+          grew = true;
+        }
       }
     }
+    return {};
+  });
+  if (!decided) {
+    if (r.outcome == "succeeded" && decided.error().kind == ErrorKind::kConflict) {
+      spdlog::warn("run {}: a success refused: {}", run_id, decided.error().message);
+    }
+    return ErrorReply(StatusOf(decided.error()), decided.error().message);
   }
+  if (grew) NotifyWork();
   if (state == "queued") NotifyWork();  // back in the queue: a waiting worker may take it
-  return Json(200, {{"state", state}});
+  return Json(200, ToJson(CompleteAnswer{state}));
 }
 
 // POST /api/v1/runs/{id}/gang: a gang member's heartbeat ("beat") or result
@@ -652,7 +630,7 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
   TimeMs now = clock_.Now();
   std::lock_guard<std::mutex> lock(write_mu_);
   Store& store = *write_store_;
-  auto m = store.Machine(*machine);
+  auto m = store.machines().Machine(*machine);
   if (!m) return ErrorReply(503, m.error().message);
   if (!*m || (*m)->pool != pool) {
     return ErrorReply(403, "machine " + std::to_string(*machine) + " is not of this token's pool");
@@ -661,18 +639,18 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
   if (action == "beat") {
     bool started = body->value("started", false);
     if (started && rank == 0) {
-      auto run = store.Run(run_id);
+      auto run = store.runs().Run(run_id);
       if (run && *run && (*run)->state == RunState::kLeased) {
-        if (auto st = store.MarkRunning(run_id, *token, now, RunLogPath(DataDir(), run_id)); !st) {
+        if (auto st = store.runs().MarkRunning(run_id, *token, now, RunLogPath(DataDir(), run_id)); !st) {
           return ErrorReply(StatusOf(st.error()), st.error().message);
         }
       }
     }
-    auto view = store.GangBeat(run_id, *token, rank, *machine, now, options_.lease_ms, started,
+    auto view = store.gangs().GangBeat(run_id, *token, rank, *machine, now, options_.lease_ms, started,
                                body->value("master_addr", std::string()),
                                static_cast<int>(integer("master_port").value_or(0)));
     if (!view) return ErrorReply(StatusOf(view.error()), view.error().message);
-    (void)store.TouchWorker(*machine, now, true);
+    (void)store.machines().TouchWorker(*machine, now, true);
     return Json(200, {{"master_addr", view->master_addr},
                       {"master_port", view->master_port},
                       {"expires_ms", view->expires_ms}});
@@ -687,7 +665,7 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
     }
     // This attempt's member, even after the run failed (a node killed
     // because another failed still sends its ranks' logs).
-    auto member = store.GangMemberOf(run_id, rank);
+    auto member = store.gangs().GangMemberOf(run_id, rank);
     if (!member) return ErrorReply(503, member.error().message);
     if (!*member || (*member)->token != *token || (*member)->machine_id != *machine) {
       return ErrorReply(409, "gang: run " + std::to_string(run_id) + " node " +
@@ -722,12 +700,12 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
     if (rank == 0 && !metric) {
       return ErrorReply(400, "gang: node 0's success needs a numeric \"metric_value\"");
     }
-    auto done = store.GangMemberSucceeded(run_id, *token, rank, *machine, now, metric);
+    auto done = store.gangs().GangMemberSucceeded(run_id, *token, rank, *machine, now, metric);
     if (!done) return ErrorReply(StatusOf(done.error()), done.error().message);
     state = *done ? "succeeded" : "running";
   } else if (outcome == "failed" || outcome == "interrupted") {
     // Check the member first: a stale or foreign call changes nothing.
-    auto view = store.GangBeat(run_id, *token, rank, *machine, now, options_.lease_ms, false, "",
+    auto view = store.gangs().GangBeat(run_id, *token, rank, *machine, now, options_.lease_ms, false, "",
                                0);
     if (!view) return ErrorReply(StatusOf(view.error()), view.error().message);
     std::string why = "node " + std::to_string(rank) + " (" + (*m)->name + "): " +
@@ -735,11 +713,11 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
     if (outcome == "failed") {
       bool retry = !(body->contains("retry") && (*body)["retry"].is_boolean() &&
                      !(*body)["retry"].get<bool>());
-      auto st = store.FailRun(run_id, *token, now, why, exit_code, retry);
+      auto st = store.runs().FailRun(run_id, *token, now, why, exit_code, retry);
       if (!st) return ErrorReply(StatusOf(st.error()), st.error().message);
       state = std::string(RunStateName(*st));
     } else {
-      auto st = store.Interrupt(run_id, *token, now, why);
+      auto st = store.runs().Interrupt(run_id, *token, now, why);
       if (!st) return ErrorReply(StatusOf(st.error()), st.error().message);
       state = "queued";
     }
@@ -748,7 +726,7 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
     return ErrorReply(400, "gang: outcome must be succeeded, failed or interrupted, got \"" +
                                outcome + "\"");
   }
-  (void)store.TouchWorker(*machine, now, true);
+  (void)store.machines().TouchWorker(*machine, now, true);
   if (state != "running") NotifyWork();  // its machines are free again
   return Json(200, {{"state", state}});
 }
@@ -760,10 +738,10 @@ HttpServerReply Server::SourceRoute(std::int64_t run_id) {
   std::string repo_url, sha;
   {
     std::lock_guard<std::mutex> lock(write_mu_);
-    auto run = write_store_->Run(run_id);
+    auto run = write_store_->runs().Run(run_id);
     if (!run) return ErrorReply(503, run.error().message);
     if (!*run) return ErrorReply(404, "source: no run " + std::to_string(run_id));
-    auto batch = write_store_->Batch((*run)->batch_id);
+    auto batch = write_store_->runs().Batch((*run)->batch_id);
     if (!batch) return ErrorReply(503, batch.error().message);
     if (!*batch) return ErrorReply(404, "source: run " + std::to_string(run_id) + " has no batch");
     repo_url = (*batch)->repo_url;

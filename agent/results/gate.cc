@@ -1,4 +1,6 @@
 #include "agent/results/gate.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 
 #include <set>
@@ -49,7 +51,7 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
     }
   }
 
-  ASSIGN_OR_RETURN(auto heads, store.BatchesForCommit(head_sha));
+  ASSIGN_OR_RETURN(auto heads, store.runs().BatchesForCommit(head_sha));
   std::set<std::string> shas;
   for (const auto& b : heads) shas.insert(b.sha);
   if (shas.size() > 1) {
@@ -58,7 +60,7 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
   // A processed push that touched no experiment here: nothing to judge.
   std::string quiet;
   if (head_sha.size() >= 4) {
-    ASSIGN_OR_RETURN(auto q, store.QuietCommits(head_sha));
+    ASSIGN_OR_RETURN(auto q, store.pushes().QuietCommits(head_sha));
     if (!q.empty()) quiet = q.front().note;
   }
   std::set<std::string> wanted(req.experiments.begin(), req.experiments.end());
@@ -91,7 +93,7 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
         how = found.stopped;
       }
     } else {
-      ASSIGN_OR_RETURN(auto candidates, store.BatchesForCommit(base_sha));
+      ASSIGN_OR_RETURN(auto candidates, store.runs().BatchesForCommit(base_sha));
       for (auto& c : candidates) {
         if (c.experiment == h.experiment && c.repo_url == h.repo_url) base = c;
       }

@@ -14,6 +14,9 @@
 #include "agent/results/analysis.h"
 #include "agent/results/baseline.h"
 #include "core/strings.h"
+#include "queue/machines.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "stats/summary.h"
 
@@ -134,21 +137,21 @@ std::optional<TimeMs> EstimateRemaining(std::vector<TimeMs> durations,
 }
 
 Result<json> StatusJson(Store& store, const std::string& db, TimeMs now, int max_active) {
-  ASSIGN_OR_RETURN(auto counts, store.CountByState());
-  ASSIGN_OR_RETURN(auto machines, store.Machines(false, now));
-  ASSIGN_OR_RETURN(auto costs, store.Costs(now, false));
-  ASSIGN_OR_RETURN(auto health, store.PoolHealth());
-  ASSIGN_OR_RETURN(auto pool_states, store.PoolStates());
-  ASSIGN_OR_RETURN(auto running, store.Runs(std::nullopt, RunState::kRunning, 0));
-  ASSIGN_OR_RETURN(auto leased, store.Runs(std::nullopt, RunState::kLeased, 0));
+  ASSIGN_OR_RETURN(auto counts, store.runs().CountByState());
+  ASSIGN_OR_RETURN(auto machines, store.machines().List(false, now));
+  ASSIGN_OR_RETURN(auto costs, store.machines().Costs(now, false));
+  ASSIGN_OR_RETURN(auto health, store.machines().PoolHealth());
+  ASSIGN_OR_RETURN(auto pool_states, store.machines().PoolStates());
+  ASSIGN_OR_RETURN(auto running, store.runs().Runs(std::nullopt, RunState::kRunning, 0));
+  ASSIGN_OR_RETURN(auto leased, store.runs().Runs(std::nullopt, RunState::kLeased, 0));
   running.insert(running.end(), leased.begin(), leased.end());
   // Active batches always; the most recent finished ones after them.
-  ASSIGN_OR_RETURN(auto batches, store.Batches(true, std::max(0, max_active)));
+  ASSIGN_OR_RETURN(auto batches, store.runs().Batches(true, std::max(0, max_active)));
   std::int64_t active_total = static_cast<std::int64_t>(batches.size());
   if (max_active > 0 && active_total >= max_active) {
-    ASSIGN_OR_RETURN(active_total, store.CountActiveBatches());
+    ASSIGN_OR_RETURN(active_total, store.runs().CountActiveBatches());
   }
-  ASSIGN_OR_RETURN(auto recent, store.Batches(false, 10));
+  ASSIGN_OR_RETURN(auto recent, store.runs().Batches(false, 10));
   std::set<std::int64_t> seen;
   for (const auto& b : batches) seen.insert(b.id);
   std::int64_t recent_added = 0;
@@ -163,8 +166,8 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now, int max
     batches.push_back(std::move(b));
     ++recent_added;
   }
-  ASSIGN_OR_RETURN(auto push_counts, store.CountPushesByState());
-  ASSIGN_OR_RETURN(auto pushes, store.RecentPushes(10));
+  ASSIGN_OR_RETURN(auto push_counts, store.pushes().CountPushesByState());
+  ASSIGN_OR_RETURN(auto pushes, store.pushes().RecentPushes(10));
 
   // Runs a machine holds: fleet workers lease with the machine's id
   // (live_leases); the in-process executor (`serve --inproc`) leases under its
@@ -265,7 +268,7 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now, int max
     p["failing"] = h.consecutive_failures >= kPoolFailingAfter;
   }
   // Boot outcomes and budgets (the fleet's pool_state rows; "*" is all pools).
-  auto budget_json = [](const Store::PoolStateRow& s) -> json {
+  auto budget_json = [](const Machines::PoolStateRow& s) -> json {
     if (s.budget_per_day <= 0 && s.budget_per_month <= 0) return nullptr;
     return {{"per_day", s.budget_per_day},     {"per_month", s.budget_per_month},
             {"spent_day", s.spent_day},        {"spent_month", s.spent_month},
@@ -291,7 +294,7 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now, int max
   }
   // Machines lost in the last hour (their worker went silent or never
   // registered): gone from the list above, so counted here with the newest.
-  ASSIGN_OR_RETURN(auto lost, store.LostMachines(now - 3'600'000));
+  ASSIGN_OR_RETURN(auto lost, store.machines().LostMachines(now - 3'600'000));
   for (const auto& m : lost) {
     json& p = pool_json(m.pool);
     if (!p.contains("lost")) {
@@ -313,7 +316,7 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now, int max
     rj["elapsed_ms"] = r.started_ms ? now - *r.started_ms : 0;
     // Live progress: the latest value of each metric the run has reported so
     // far (workers ship new points with every heartbeat), and its last step.
-    ASSIGN_OR_RETURN(auto points, store.Metrics(r.id));
+    ASSIGN_OR_RETURN(auto points, store.runs().Metrics(r.id));
     if (!points.empty()) {
       json latest = json::object();
       std::optional<std::int64_t> step;
@@ -347,7 +350,7 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now, int max
       for (const auto& r : running) {
         if (r.batch_id == b.id) elapsed.push_back(r.started_ms ? now - *r.started_ms : 0);
       }
-      ASSIGN_OR_RETURN(auto durations, store.RecentRunDurations(b.id, 20));
+      ASSIGN_OR_RETURN(auto durations, store.runs().RecentRunDurations(b.id, 20));
       const int usable = slots - (busy_total - static_cast<int>(elapsed.size()));
       const std::int64_t waiting = b.count(RunState::kQueued) + b.count(RunState::kFailed);
       bj["eta_measured_runs"] = durations.size();
@@ -360,14 +363,14 @@ Result<json> StatusJson(Store& store, const std::string& db, TimeMs now, int max
   j["batches_total"] = active_total + recent_added;
   // Why runnable runs wait: notes `trainq serve` keeps (no pool can serve
   // them, their pool fails to boot), and runs in backoff before a retry.
-  ASSIGN_OR_RETURN(auto waiting, store.WaitingBatches(now));
-  ASSIGN_OR_RETURN(auto failed, store.Runs(std::nullopt, RunState::kFailed, 0));
+  ASSIGN_OR_RETURN(auto waiting, store.machines().WaitingBatches(now));
+  ASSIGN_OR_RETURN(auto failed, store.runs().Runs(std::nullopt, RunState::kFailed, 0));
   std::map<std::int64_t, std::string> experiment_of;
   for (const auto& b : batches) experiment_of[b.id] = b.experiment;
   // A waiting batch past max_active: its experiment read on its own.
   auto experiment = [&](std::int64_t id) -> Result<std::string> {
     if (auto it = experiment_of.find(id); it != experiment_of.end()) return it->second;
-    ASSIGN_OR_RETURN(auto b, store.Batch(id));
+    ASSIGN_OR_RETURN(auto b, store.runs().Batch(id));
     return experiment_of[id] = b ? b->experiment : "";
   };
   j["waiting"] = json::array();

@@ -4,12 +4,13 @@
 #include <string>
 
 #include "agent/triggers/forge.h"
+#include "queue/run_queue.h"
 
 namespace trainq {
 
 namespace {
 
-bool Coalesces(const RepoConfig& repo, const Store::Push& push) {
+bool Coalesces(const RepoConfig& repo, const Pushes::Push& push) {
   if (repo.coalesce == RepoConfig::Coalesce::kOff) return false;
   if (push.ref.starts_with("refs/tags/")) return false;  // a tag is never superseded
   if (repo.coalesce == RepoConfig::Coalesce::kAll) return true;
@@ -23,12 +24,12 @@ bool Coalesces(const RepoConfig& repo, const Store::Push& push) {
 }  // namespace
 
 Result<CoalesceOutcome> CoalesceSuperseded(Store& store, const RepoConfig& repo,
-                                           const Store::Push& push,
+                                           const Pushes::Push& push,
                                            const std::string& batches_repo, TimeMs now,
                                            int history) {
   CoalesceOutcome out;
   if (!Coalesces(repo, push) || IsZeroSha(push.after_sha)) return out;
-  ASSIGN_OR_RETURN(auto pushes, store.RecentPushes(history));
+  ASSIGN_OR_RETURN(auto pushes, store.pushes().RecentPushes(history));
   // The heads older pushes to this ref left, and the heads something else
   // still names: another ref's push, or a push newer than this one.
   std::set<std::string> superseded, named;
@@ -47,7 +48,7 @@ Result<CoalesceOutcome> CoalesceSuperseded(Store& store, const RepoConfig& repo,
   // What the new push's batches stand on.
   std::set<std::string> kept_shas = {push.before_sha};
   std::set<std::int64_t> kept_batches;
-  ASSIGN_OR_RETURN(auto fresh, store.BatchesForCommit(push.after_sha));
+  ASSIGN_OR_RETURN(auto fresh, store.runs().BatchesForCommit(push.after_sha));
   for (const auto& b : fresh) {
     if (b.repo_url != batches_repo) continue;
     kept_shas.insert(b.base_sha);
@@ -57,15 +58,15 @@ Result<CoalesceOutcome> CoalesceSuperseded(Store& store, const RepoConfig& repo,
   }
   for (const auto& sha : superseded) {
     if (named.contains(sha) || kept_shas.contains(sha)) continue;
-    ASSIGN_OR_RETURN(auto batches, store.BatchesForCommit(sha));
+    ASSIGN_OR_RETURN(auto batches, store.runs().BatchesForCommit(sha));
     for (const auto& b : batches) {
       if (b.repo_url != batches_repo || b.sha != sha || kept_batches.contains(b.id)) continue;
       int cancelled = 0;
       // Waiting runs only: queued, or failed and waiting for their retry.
       for (RunState state : {RunState::kQueued, RunState::kFailed}) {
-        ASSIGN_OR_RETURN(auto runs, store.Runs(b.id, state, 1'000'000));
+        ASSIGN_OR_RETURN(auto runs, store.runs().Runs(b.id, state, 1'000'000));
         for (const auto& r : runs) {
-          ASSIGN_OR_RETURN(int n, store.CancelRun(r.id, now));
+          ASSIGN_OR_RETURN(int n, store.runs().CancelRun(r.id, now));
           cancelled += n;
         }
       }

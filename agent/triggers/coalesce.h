@@ -18,6 +18,7 @@
 #include "agent/triggers/server_config.h"
 #include "core/clock.h"
 #include "core/result.h"
+#include "queue/pushes.h"
 #include "queue/store.h"
 
 namespace trainq {
@@ -31,7 +32,7 @@ struct CoalesceOutcome {
 // the repository's batches are recorded (its mirror's location). Looks at the
 // newest `history` pushes of the store.
 Result<CoalesceOutcome> CoalesceSuperseded(Store& store, const RepoConfig& repo,
-                                           const Store::Push& push,
+                                           const Pushes::Push& push,
                                            const std::string& batches_repo, TimeMs now,
                                            int history = 500);
 

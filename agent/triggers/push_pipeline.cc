@@ -6,13 +6,15 @@
 
 #include <algorithm>
 
-#include "agent/results/analysis.h"
-#include "agent/results/baseline.h"
 #include "agent/repo/change_detect.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
 #include "agent/repo/manifest_check.h"
+#include "agent/results/analysis.h"
+#include "agent/results/baseline.h"
 #include "core/strings.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 
 namespace trainq {
 
@@ -37,15 +39,15 @@ PushProcessor::PushProcessor(Store& store, const ServerConfig& config, MirrorCac
       options_(std::move(options)) {}
 
 Result<int> PushProcessor::ProcessDue(int limit) {
-  ASSIGN_OR_RETURN(auto due, store_.DuePushes(clock_.Now(), limit));
+  ASSIGN_OR_RETURN(auto due, store_.pushes().DuePushes(clock_.Now(), limit));
   for (const auto& p : due) TRY(Process(p));
   return static_cast<int>(due.size());
 }
 
-Status PushProcessor::Process(const Store::Push& push) {
+Status PushProcessor::Process(const Pushes::Push& push) {
   const RepoConfig* repo = config_.FindRepo(push.repo_url);
   if (!repo) {
-    return store_.FinishPush(push.id, "failed", "",
+    return store_.pushes().FinishPush(push.id, "failed", "",
                              push.repo_url + " is no longer in the server config", clock_.Now());
   }
   auto outcome = Run(*repo, push);
@@ -53,7 +55,7 @@ Status PushProcessor::Process(const Store::Push& push) {
   if (outcome) {
     spdlog::info("push {} ({} {} {}): {}", push.id, push.source, RefName(push.ref),
                  Short(push.after_sha), *outcome);
-    TRY(store_.FinishPush(push.id, "done", *outcome, "", now));
+    TRY(store_.pushes().FinishPush(push.id, "done", *outcome, "", now));
     // The heads this push superseded stop waiting for machines (coalesce.h).
     auto coalesced = [&]() -> Result<CoalesceOutcome> {
       ASSIGN_OR_RETURN(Mirror * m, mirrors_.Get(repo->url));
@@ -79,22 +81,22 @@ Status PushProcessor::Process(const Store::Push& push) {
     spdlog::warn("push {} ({} {}): {} (attempt {}/{}, next in {})", push.id, repo->url,
                  RefName(push.ref), e.message, attempt, options_.fetch_attempts,
                  FormatDuration(delay));
-    return store_.RetryPush(push.id, e.message, now + delay, now);
+    return store_.pushes().RetryPush(push.id, e.message, now + delay, now);
   }
   spdlog::error("push {} ({} {}) failed: {}", push.id, repo->url, RefName(push.ref), e.message);
-  TRY(store_.FinishPush(push.id, "failed", "", e.message, now));
+  TRY(store_.pushes().FinishPush(push.id, "failed", "", e.message, now));
   if (repo->status && !IsZeroSha(push.after_sha)) {
     // Nothing was queued, so no batch will ever report on this commit: its
     // status says why instead. A bad trainq.yaml fails the commit; a fetch
     // that kept failing is trainq's error, not the commit's.
-    Store::CommitStatus cs;
+    Pushes::CommitStatus cs;
     cs.push_id = push.id;
     cs.repo_url = repo->url;
     cs.sha = push.after_sha;
     cs.context = repo->status_context;
     cs.state = e.kind == ErrorKind::kInvalidArgument ? "failure" : "error";
     cs.description = FailedPushDescription(e.message, repo->url);
-    TRY(store_.AddPushStatus(cs, now));
+    TRY(store_.pushes().AddPushStatus(cs, now));
   }
   return Status{};
 }
@@ -119,7 +121,7 @@ std::string FailedPushDescription(std::string_view message, std::string_view rep
   return text;
 }
 
-Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push& push) {
+Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Pushes::Push& push) {
   ASSIGN_OR_RETURN(Mirror * m, mirrors_.Get(repo.url));
   FetchAuth auth{repo.username, repo.token.value, repo.ssh_key};
   bool fetched = false;
@@ -296,17 +298,17 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
         // check turns green on a change that touched no experiment.
         std::string note = "no watched path or experiment changed";
         lines.push_back(Short(sha) + ": " + note);
-        TRY(store_.AddQuietCommit({repo.url, sha, push.id, note}, clock_.Now()));
+        TRY(store_.pushes().AddQuietCommit({repo.url, sha, push.id, note}, clock_.Now()));
         if (repo.status) {
           for (const auto& e : after->experiments) {
-            Store::CommitStatus cs;
+            Pushes::CommitStatus cs;
             cs.push_id = push.id;
             cs.repo_url = repo.url;
             cs.sha = sha;
             cs.context = repo.status_context + "/" + e.name;
             cs.state = "success";
             cs.description = "no experiment changed";
-            TRY(store_.AddPushStatus(cs, clock_.Now()));
+            TRY(store_.pushes().AddPushStatus(cs, clock_.Now()));
           }
         }
       }
@@ -346,7 +348,7 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
         if (found) {
           std::string why_reused = "reused batch " + std::to_string(found->batch.id) + " of " +
                                    Short(found->at_sha) + ": same inputs; " + reason;
-          ASSIGN_OR_RETURN(auto r, store_.ReuseBatch(git.location(), info, t.experiment,
+          ASSIGN_OR_RETURN(auto r, store_.runs().ReuseBatch(git.location(), info, t.experiment,
                                                      found->batch.id, why_reused, clock_.Now()));
           reused += (reused.empty() ? "" : ", ") + t.experiment + " (batch " +
                     std::to_string(found->batch.id) + " of " + Short(found->at_sha) + ")";
@@ -359,7 +361,7 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
     specs = WithDeterminismChecks(std::move(specs));
     TRY(CheckSubmitLimits(specs, std::string(kManifestName) + " at " + Short(sha), repo.limits));
     if (!specs.empty()) {
-      ASSIGN_OR_RETURN(auto submitted, store_.Submit(git.location(), info, specs, clock_.Now()));
+      ASSIGN_OR_RETURN(auto submitted, store_.runs().Submit(git.location(), info, specs, clock_.Now()));
       results.insert(results.end(), submitted.begin(), submitted.end());
     }
     std::string names;
@@ -379,7 +381,7 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
       }
       // What this batch is compared with: found, reused from an equivalent
       // ancestor, or queued at the base with the same seeds.
-      if (auto batch = store_.Batch(r.batch_id); batch && *batch && (*batch)->base_sha.empty()) {
+      if (auto batch = store_.runs().Batch(r.batch_id); batch && *batch && (*batch)->base_sha.empty()) {
         auto note = ChooseBaseline(store_, m->path(), **batch, commit_base, clock_.Now());
         if (note) {
           if (!r.reuses_batch_id && !kept) names += " (baseline: " + *note + ")";
@@ -389,7 +391,7 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
         }
       }
       if (r.created && repo.status) {
-        Store::CommitStatus cs;
+        Pushes::CommitStatus cs;
         cs.batch_id = r.batch_id;
         cs.repo_url = repo.url;
         cs.sha = sha;
@@ -398,7 +400,7 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
         cs.description = r.reuses_batch_id
                              ? "reused batch " + std::to_string(*r.reuses_batch_id) + " (same inputs)"
                              : "queued: " + std::to_string(r.runs_added) + " runs";
-        TRY(store_.AddCommitStatus(cs, clock_.Now()));
+        TRY(store_.pushes().AddCommitStatus(cs, clock_.Now()));
       }
     }
     std::string line;
@@ -481,7 +483,7 @@ void ServerWorker::PushLoop(Store store) {
     }
     TimeMs now = clock_.Now();
     TimeMs wait = options_.idle_wait_ms;
-    if (auto next = store.NextPushDue(); next && *next) wait = std::min(wait, **next - now);
+    if (auto next = store.pushes().NextPushDue(); next && *next) wait = std::min(wait, **next - now);
     if (auto next = poller.NextDue()) wait = std::min(wait, *next - now);
     Wait(wait, push_woken_);
   }

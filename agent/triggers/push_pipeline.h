@@ -33,13 +33,14 @@
 #include <string>
 #include <thread>
 
-#include "agent/triggers/forge_status.h"
 #include "agent/repo/mirror.h"
+#include "agent/triggers/forge_status.h"
 #include "agent/triggers/poller.h"
 #include "agent/triggers/pr_comments.h"
 #include "agent/triggers/server_config.h"
 #include "core/clock.h"
 #include "core/http_client.h"
+#include "queue/pushes.h"
 #include "queue/store.h"
 
 namespace trainq {
@@ -66,11 +67,11 @@ class PushProcessor {
   // Handles the pushes that are due; returns how many.
   Result<int> ProcessDue(int limit);
   // Handles one push and records its outcome (done, failed, or a retry).
-  Status Process(const Store::Push& push);
+  Status Process(const Pushes::Push& push);
 
  private:
   // What was queued, as one line; an Error when nothing could be decided.
-  Result<std::string> Run(const RepoConfig& repo, const Store::Push& push);
+  Result<std::string> Run(const RepoConfig& repo, const Pushes::Push& push);
 
   Store& store_;
   const ServerConfig& config_;

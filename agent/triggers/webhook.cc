@@ -1,4 +1,5 @@
 #include "agent/triggers/webhook.h"
+#include "queue/pushes.h"
 #include "queue/store.h"
 
 #include <spdlog/spdlog.h>
@@ -90,7 +91,7 @@ WebhookReply PullRequestWebhook(const std::vector<const RepoConfig*>& candidates
                                  (forge == ForgeKind::kGitlab ? "merge" : "pull") +
                                  " request or new commits do)"}});
   }
-  Store::Push row;
+  Pushes::Push row;
   row.source = forge_name;
   row.delivery_id = WebhookDeliveryId(forge, headers, body);
   row.repo_url = repo->url;
@@ -114,7 +115,7 @@ WebhookReply PullRequestWebhook(const std::vector<const RepoConfig*>& candidates
     row.result = skip;
   }
   if (auto limited = RateLimited(limiter, *repo, now)) return *limited;
-  auto id = store.RecordPush(row, now);
+  auto id = store.pushes().RecordPush(row, now);
   if (!id) {
     spdlog::error("{} {} of {} not recorded: {}", forge_name, name, repo->url,
                   id.error().message);
@@ -245,7 +246,7 @@ WebhookReply AnswerWebhook(const ServerConfig& config, Store& store, ForgeKind f
                  {{"reason", "repository " + name + " is not configured under this secret"}});
   }
 
-  Store::Push row;
+  Pushes::Push row;
   row.source = forge_name;
   row.delivery_id = WebhookDeliveryId(forge, headers, body);
   row.repo_url = repo->url;
@@ -259,7 +260,7 @@ WebhookReply AnswerWebhook(const ServerConfig& config, Store& store, ForgeKind f
     row.result = skip;
   }
   if (auto limited = RateLimited(limiter, *repo, now)) return *limited;
-  auto id = store.RecordPush(row, now);
+  auto id = store.pushes().RecordPush(row, now);
   if (!id) {
     spdlog::error("{} push to {} not recorded: {}", forge_name, repo->url, id.error().message);
     return Reply(503, "error", {{"reason", "could not record the push; deliver it again"}});

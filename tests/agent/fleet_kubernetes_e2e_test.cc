@@ -19,6 +19,8 @@
 
 #include "core/process.h"
 #include "core/strings.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/fake_kube.h"
@@ -162,11 +164,11 @@ TEST_CASE("kubernetes e2e: pods boot trainq workers that run the queue, then pod
 
   auto store = Store::Open(k.db, {.create = false});
   REQUIRE(store);
-  auto runs = store->Runs(std::nullopt, std::nullopt, 0);
+  auto runs = store->runs().Runs(std::nullopt, std::nullopt, 0);
   REQUIRE(runs);
   REQUIRE(runs->size() == 4);
   for (const auto& r : *runs) CHECK(r.state == RunState::kSucceeded);
-  auto machines = store->Machines(true);
+  auto machines = store->machines().List(true);
   REQUIRE(machines);
   REQUIRE(!machines->empty());
   std::set<std::string> names;
@@ -218,12 +220,12 @@ TEST_CASE("kubernetes e2e: an image that cannot be pulled fails boots at once, t
   // The first failed boot: seconds, not boot_timeout (10 minutes).
   REQUIRE(testing::WaitFor(
       [&] {
-        auto ms = store->Machines(true);
+        auto ms = store->machines().List(true);
         return ms && !ms->empty() && ms->front().state == "failed";
       },
       30s));
   CHECK(std::chrono::steady_clock::now() - start < 20s);
-  auto machines = store->Machines(true);
+  auto machines = store->machines().List(true);
   REQUIRE(machines);
   CHECK(machines->front().last_error.find("boot: its container cannot start: ") == 0);
   CHECK((machines->front().last_error.find("ErrImagePull") != std::string::npos ||
@@ -231,7 +233,7 @@ TEST_CASE("kubernetes e2e: an image that cannot be pulled fails boots at once, t
   // failing_after 2: the second failed boot makes the pool failing.
   REQUIRE(testing::WaitFor(
       [&] {
-        auto states = store->PoolStates();
+        auto states = store->machines().PoolStates();
         return states && !states->empty() && states->front().failing;
       },
       30s));
@@ -282,7 +284,7 @@ TEST_CASE("kubernetes e2e: an unschedulable pod shows FailedScheduling, then run
   CHECK(rc == 0);
   auto store = Store::Open(k.db, {.create = false});
   REQUIRE(store);
-  auto machines = store->Machines(false);
+  auto machines = store->machines().List(false);
   REQUIRE(machines);
   REQUIRE(machines->size() == 1);
   CHECK(kubectl.find(machines->front().name) != std::string::npos);
@@ -293,7 +295,7 @@ TEST_CASE("kubernetes e2e: an unschedulable pod shows FailedScheduling, then run
   auto status = k.WaitExit(90s);
   REQUIRE(status);
   CHECK(status->ok());
-  auto runs = store->Runs(std::nullopt, std::nullopt, 0);
+  auto runs = store->runs().Runs(std::nullopt, std::nullopt, 0);
   REQUIRE(runs);
   REQUIRE(runs->size() == 1);
   CHECK(runs->front().state == RunState::kSucceeded);
@@ -313,7 +315,7 @@ TEST_CASE("kubernetes e2e: a pod preempted mid-run (DisruptionTarget) requeues i
   std::string victim;
   REQUIRE(testing::WaitFor(
       [&] {
-        auto running = store->Runs(std::nullopt, RunState::kRunning, 0);
+        auto running = store->runs().Runs(std::nullopt, RunState::kRunning, 0);
         if (!running || running->empty()) return false;
         victim = running->front().worker;
         return true;
@@ -323,7 +325,7 @@ TEST_CASE("kubernetes e2e: a pod preempted mid-run (DisruptionTarget) requeues i
   // The machine is lost (the cluster took it), and the run goes back to the queue.
   REQUIRE(testing::WaitFor(
       [&] {
-        auto m = store->MachineByName(victim);
+        auto m = store->machines().MachineByName(victim);
         return m && *m && (*m)->state == "failed";
       },
       30s));
@@ -331,20 +333,20 @@ TEST_CASE("kubernetes e2e: a pod preempted mid-run (DisruptionTarget) requeues i
   auto status = k.WaitExit(90s);
   REQUIRE(status);
   CHECK(status->ok());
-  auto runs = store->Runs(std::nullopt, std::nullopt, 0);
+  auto runs = store->runs().Runs(std::nullopt, std::nullopt, 0);
   REQUIRE(runs);
   REQUIRE(runs->size() == 1);
   const auto& run = runs->front();
   CHECK(run.state == RunState::kSucceeded);
   CHECK(run.attempts == 1);  // the preemption used no attempt
   CHECK(run.worker != victim);
-  auto m = store->MachineByName(victim);
+  auto m = store->machines().MachineByName(victim);
   REQUIRE(m);
   REQUIRE(*m);
   CHECK((*m)->lost());
   CHECK((*m)->last_error.find("DisruptionTarget: PreemptionByScheduler") != std::string::npos);
   // The pool is not failing: a preemption is no failed boot.
-  auto states = store->PoolStates();
+  auto states = store->machines().PoolStates();
   REQUIRE(states);
   for (const auto& s : *states) CHECK(s.failed_boots == 0);
   CHECK(testing::WaitFor([&] { return k.NothingLeft(); }, 20s));
@@ -360,7 +362,7 @@ TEST_CASE("kubernetes e2e: kill -9 of serve, restart: every pod adopted or stopp
   REQUIRE(store);
   REQUIRE(testing::WaitFor(
       [&] {
-        auto running = store->Runs(std::nullopt, RunState::kRunning, 0);
+        auto running = store->runs().Runs(std::nullopt, RunState::kRunning, 0);
         return running && running->size() == 2;
       },
       60s));
@@ -403,14 +405,14 @@ TEST_CASE("kubernetes e2e: kill -9 of serve, restart: every pod adopted or stopp
   auto status = k.WaitExit(120s);
   REQUIRE(status);
   CHECK(status->ok());
-  auto runs = store->Runs(std::nullopt, std::nullopt, 0);
+  auto runs = store->runs().Runs(std::nullopt, std::nullopt, 0);
   REQUIRE(runs);
   REQUIRE(runs->size() == 2);
   for (const auto& r : *runs) CHECK(r.state == RunState::kSucceeded);
   CHECK(k.Log().find("gpu-orphan") != std::string::npos);
   // Every pod, the orphan included, was deleted; so was the Secret.
   CHECK(testing::WaitFor([&] { return k.NothingLeft(); }, 30s));
-  auto machines = store->Machines(true);
+  auto machines = store->machines().List(true);
   REQUIRE(machines);
   for (const auto& m : *machines) {
     INFO("machine " << m.name << " " << m.state << " " << m.last_error);
@@ -432,11 +434,11 @@ TEST_CASE("kubernetes e2e: a 403 exceeded-quota answer backs the pool off; the r
                            60s));
   REQUIRE(testing::WaitFor(
       [&] {
-        auto h = store->PoolHealth();
+        auto h = store->machines().PoolHealth();
         return h && !h->empty() && h->front().consecutive_failures > 0;
       },
       10s));
-  auto health = store->PoolHealth();
+  auto health = store->machines().PoolHealth();
   CHECK(health->front().last_error.find("exceeded quota") != std::string::npos);
   // Backed off: the refused creations come 5 s, then 10 s apart (the
   // provider back-off), not at every pass.
@@ -452,7 +454,7 @@ TEST_CASE("kubernetes e2e: a 403 exceeded-quota answer backs the pool off; the r
   auto status = k.WaitExit(120s);
   REQUIRE(status);
   CHECK(status->ok());
-  auto runs = store->Runs(std::nullopt, std::nullopt, 0);
+  auto runs = store->runs().Runs(std::nullopt, std::nullopt, 0);
   REQUIRE(runs);
   for (const auto& r : *runs) CHECK(r.state == RunState::kSucceeded);
   CHECK(testing::WaitFor([&] { return k.NothingLeft(); }, 20s));
@@ -505,7 +507,7 @@ TEST_CASE("kubernetes e2e: a two-pod gang rendezvouses at the rank-0 pod's addre
   CHECK(status->ok());
   auto store = Store::Open(k.db, {.create = false});
   REQUIRE(store);
-  auto runs = store->Runs(std::nullopt, std::nullopt, 0);
+  auto runs = store->runs().Runs(std::nullopt, std::nullopt, 0);
   REQUIRE(runs);
   REQUIRE(runs->size() == 1);
   CHECK(runs->front().state == RunState::kSucceeded);
