@@ -459,7 +459,8 @@ TEST_CASE(
   {
     auto store = Store::Open(tmp / "t.db").value();
     std::int64_t reusing = 0;
-    for (const auto& x : store.runs().BatchesForCommit(b).value()) {
+    auto at_b = store.runs().BatchesForCommit(b).value();
+    for (const auto& x : at_b) {
       if (x.reuses_batch_id) reusing = x.id;
     }
     REQUIRE(reusing > 0);
