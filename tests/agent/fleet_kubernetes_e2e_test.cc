@@ -420,7 +420,7 @@ TEST_CASE("kubernetes e2e: kill -9 of serve, restart: every pod adopted or stopp
   }
 }
 
-TEST_CASE("kubernetes e2e: a 403 exceeded-quota answer backs the pool off; the runs still finish",
+TEST_CASE("kubernetes e2e: a 403 exceeded-quota answer backs the pool off and the runs still finish",
           "[fleet][kubernetes][e2e]") {
   KubeServe k;
   REQUIRE(k.kube->Control("quota", {{"pods", 1}}));

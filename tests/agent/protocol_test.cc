@@ -87,7 +87,7 @@ TEST_CASE("protocol: a result read back is the same, and a bad one is refused by
         "complete: outcome must be succeeded, failed or interrupted, got \"done\"");
 }
 
-TEST_CASE("protocol: metric points keep step and final; non-finite ones are not sent",
+TEST_CASE("protocol: metric points keep step and final, non-finite ones are not sent",
           "[protocol]") {
   MetricsRequest m;
   m.token = 3;

@@ -102,7 +102,7 @@ TEST_CASE("kubernetes params: unknown keys, required image, credentials, quantit
         std::string::npos);
 }
 
-TEST_CASE("kubeconfig: the context's server, CA, tokenFile and namespace; plugins refused by line",
+TEST_CASE("kubeconfig: the context's server, CA, tokenFile and namespace, and plugins refused by line",
           "[kubernetes]") {
   testing::TempDir tmp;
   REQUIRE(WriteFile(tmp / "ca.crt", "-----BEGIN CERTIFICATE-----\n"));
@@ -139,7 +139,7 @@ TEST_CASE("kubeconfig: the context's server, CA, tokenFile and namespace; plugin
   CHECK(missing.error().message.find("contexts: no entry named \"nope\"") != std::string::npos);
 }
 
-TEST_CASE("kubernetes Boot: a schema-valid pod and Secret; the token only in the Secret",
+TEST_CASE("kubernetes Boot: a schema-valid pod and Secret, the token only in the Secret",
           "[kubernetes]") {
   Fixture f({.token = "fake-api-token-0123", .node_gpus = 2},
             {{"cpu", "2"},
@@ -228,7 +228,7 @@ TEST_CASE("kubernetes Boot: a schema-valid pod and Secret; the token only in the
   CHECK(f.provider->List({"gpu", "abcd1234"})->empty());
 }
 
-TEST_CASE("kubernetes List: Unschedulable shows FailedScheduling; image pull errors end at once",
+TEST_CASE("kubernetes List: Unschedulable shows FailedScheduling, image pull errors end at once",
           "[kubernetes]") {
   Fixture f;  // a node without GPUs
   auto gpu = f.provider->Boot(Spec("tq-abcd1234-gpu-a", 1));
