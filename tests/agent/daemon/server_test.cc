@@ -15,7 +15,6 @@
 #include <mutex>
 #include <thread>
 
-#include "agent/cli/cli.h"
 #include "agent/results/status.h"
 #include "agent/triggers/forge.h"
 #include "agent/daemon/server_http.h"

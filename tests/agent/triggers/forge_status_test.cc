@@ -12,7 +12,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "agent/daemon/fleet.h"
+#include "tests/agent/triggers/forge_status_fixture.h"
 #include "cloud/provider.h"
 #include "core/strings.h"
 #include "tests/support/http_server.h"
@@ -23,48 +23,7 @@ using nlohmann::json;
 namespace trainq {
 namespace {
 
-const std::string kSha = "4c4e1bd81f7a4a2e9d7c2b6c1f0e9a114c4e1bd8";
-
-struct World {
-  testing::TempDir tmp;
-  FakeClock clock;
-  Store store = Store::Open(tmp / "t.db").value();
-  ServerConfig config;
-  std::int64_t batch = 0;
-
-  explicit World(const std::string& api_url) {
-    REQUIRE(WriteFile(tmp / "token", "forge-token"));
-    auto c = ParseServerConfig("repositories:\n  - url: https://github.com/acme/model.git\n"
-                               "    forge: github\n    status: true\n    api_url: " +
-                                   api_url + "\n    token: {file: " + (tmp / "token") + "}\n",
-                               "server.yaml");
-    REQUIRE(c);
-    config = *c;
-    BatchSpec spec;
-    spec.experiment = "lstm";
-    spec.command = "true";
-    spec.repeats = 3;
-    auto r = store.runs().Submit("/srv/mirror.git", {kSha, "", "s", "me", 0}, {spec}, clock.Now());
-    REQUIRE(r);
-    batch = r->front().batch_id;
-    Pushes::CommitStatus cs;
-    cs.batch_id = batch;
-    cs.repo_url = "https://github.com/acme/model.git";
-    cs.sha = kSha;
-    cs.context = "trainq/lstm";
-    cs.state = "pending";
-    cs.description = "queued: 3 runs";
-    REQUIRE(store.pushes().AddCommitStatus(cs, clock.Now()));
-  }
-
-  void FinishRuns(const std::vector<double>& values) {
-    auto leased = store.runs().Lease("w", clock.Now(), 60'000, 10).value();
-    REQUIRE(leased.size() == values.size());
-    for (size_t i = 0; i < values.size(); ++i) {
-      REQUIRE(store.runs().Complete(leased[i].run_id, leased[i].token, clock.Now(), values[i]));
-    }
-  }
-};
+using namespace testing::forge_status;
 
 TEST_CASE("forge status: descriptions and final states", "[forge_status]") {
   BatchProgress b;
@@ -182,83 +141,6 @@ TEST_CASE("forge status: an HTTP error from the forge is retried too", "[forge_s
 namespace trainq {
 namespace {
 
-TEST_CASE("forge status: a batch held back by a budget cap says so, and says queued once the cap "
-          "lifts",
-          "[forge_status][fleet]") {
-  testing::TestHttpServer forge([](const testing::TestHttpRequest&) {
-    return testing::TestHttpResponse{201, R"({"id": 1})", {}};
-  });
-  World w(forge.url());
-  CurlHttpClient http;
-  StatusReporter reporter(w.store, w.config, http, w.clock);
-  REQUIRE(reporter.Step().value() == 1);  // "queued: 3 runs"
-
-  // Earlier today the gpu pool ran a machine for 6 h at $10/h: $60 of its $50.
-  const TimeMs day = 1'767'225'600'000;  // 2026-01-01 00:00 UTC
-  w.clock.Set(day + 3'600'000);
-  MachineRow m;
-  m.pool = "gpu";
-  m.provider = "command";
-  m.name = "tq-test-gpu-1";
-  m.state = "booting";
-  m.hourly_cost = 10.0;
-  auto row = w.store.machines().AddMachine(m, w.clock.Now());
-  REQUIRE(row);
-  w.clock.Advance(6 * 3'600'000);
-  REQUIRE(w.store.machines().SetMachineState(*row, "stopped", w.clock.Now()));
-
-  auto make_fleet = [&](double per_day, cloud::FakeProvider*& provider) {
-    PoolSpec spec;
-    spec.scaling.name = "gpu";
-    spec.scaling.max = 2;
-    spec.scaling.hourly_cost = 10.0;
-    spec.scaling.budget_per_day = per_day;
-    spec.provider = "command";
-    auto p = std::make_unique<cloud::FakeProvider>();
-    provider = p.get();
-    std::vector<FleetPool> pools;
-    pools.push_back({spec, std::move(p)});
-    FleetOptions o;
-    o.instance = "test";
-    o.server_url = "http://10.0.0.1:8080";
-    o.trainq_path = "/usr/bin/trainq";
-    o.data_dir = w.tmp / "data";
-    return Fleet(w.store, w.clock, std::move(pools), o);
-  };
-  cloud::FakeProvider* provider = nullptr;
-  {
-    Fleet capped = make_fleet(50.0, provider);
-    REQUIRE(capped.Step());
-    CHECK(provider->running().empty());
-    auto waiting = w.store.machines().WaitingBatches(w.clock.Now()).value();
-    REQUIRE(waiting.size() == 1);
-    CHECK(waiting[0].batch_id == w.batch);
-    CHECK(waiting[0].note == "pool gpu at its per_day budget $50.00 reached ($60.00 spent)");
-  }
-  CHECK(reporter.Step().value() == 1);
-  auto seen = forge.requests();
-  REQUIRE(seen.size() == 2);
-  auto held = json::parse(seen[1].body);
-  CHECK(held["state"] == "pending");
-  CHECK(held["context"] == "trainq/lstm");
-  CHECK(held["description"] == "waiting: pool gpu at its per_day budget $50.00 reached ($60.00 "
-                               "spent)");
-  CHECK(reporter.Step().value() == 0);  // said once
-
-  // The budget is raised (serve restarted with a new config): it boots, and
-  // the status no longer says it waits.
-  Fleet raised = make_fleet(100.0, provider);
-  REQUIRE(raised.Step());
-  CHECK(provider->running().size() == 2);
-  CHECK(w.store.machines().WaitingBatches(w.clock.Now()).value().empty());
-  CHECK(reporter.Step().value() == 1);
-  seen = forge.requests();
-  REQUIRE(seen.size() == 3);
-  auto queued = json::parse(seen[2].body);
-  CHECK(queued["state"] == "pending");
-  CHECK(queued["description"] == "queued: 3 runs left");
-}
-
 TEST_CASE("forge status: a waiting description is cut at 140 characters", "[forge_status]") {
   CHECK(WaitingStatusDescription("pool gpu at its cap") == "waiting: pool gpu at its cap");
   auto long_one = WaitingStatusDescription(std::string(300, 'x'));
@@ -268,7 +150,7 @@ TEST_CASE("forge status: a waiting description is cut at 140 characters", "[forg
 
 
 // Twenty experiments changed at once, fixed per-seed values (the table of
-// tests/agent/analysis_test.cc): e0 at p = 0.0068, e1 at p < 1e-7, the rest
+// tests/agent/results/analysis_test.cc): e0 at p = 0.0068, e1 at p < 1e-7, the rest
 // at p > 0.35, paired on seeds 1..10.
 BatchProgress FamilyBatch(std::int64_t id, const std::string& experiment, const std::string& sha,
                           double mean, const std::string& spec = "{}") {

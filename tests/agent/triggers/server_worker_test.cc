@@ -10,7 +10,6 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "agent/cli/cli.h"
 #include "agent/results/status.h"
 #include "agent/triggers/forge.h"
 #include "agent/triggers/forge_status.h"
