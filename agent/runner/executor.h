@@ -1,6 +1,6 @@
 // LocalExecutor: runs leased runs as child processes on N local slots.
 // No longer used by `trainq serve` (--inproc runs the one engine, Worker, on
-// a thread: agent/runner/worker.h); kept while tests/agent/executor_test.cc
+// a thread: agent/runner/worker.h); kept while tests/agent/runner/executor_test.cc
 // drives it.
 //
 // One thread drives it. Each pass of Step():

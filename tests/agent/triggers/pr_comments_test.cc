@@ -255,7 +255,7 @@ TEST_CASE(
 
 
 // Twenty experiments changed at once, fixed per-seed values (the table of
-// tests/agent/analysis_test.cc): e0 at p = 0.0068, e1 at p < 1e-7, the rest
+// tests/agent/results/analysis_test.cc): e0 at p = 0.0068, e1 at p < 1e-7, the rest
 // at p > 0.35, paired on seeds 1..10.
 BatchProgress FamilyBatch(std::int64_t id, const std::string& experiment, const std::string& sha,
                           double mean, const std::string& spec = "{}") {
