@@ -71,8 +71,6 @@ TimeMs IdleSince(const Machine& m) {
   return t;
 }
 
-// Appends this pool's actions in the order the caller should apply them:
-// forget, lost, stop, adopt, drain, boot.
 // How many more machines the caps let this pool boot (each assumed to cost
 // `each`), and which cap binds ("" when none).
 struct Headroom {
@@ -95,49 +93,60 @@ void ApplyCap(Headroom& h, const char* what, double cap, double spent, double ea
   }
 }
 
-PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& o,
-                      OverallBudget& overall, std::vector<Action>& out) {
+// The budget caps this pass: how many boots each leaves room for, and whether
+// one that is reached drains the pool.
+struct Caps {
+  double each = 0;  // the least a boot costs: min_bill at hourly_cost
+  Headroom pool, all;
+  bool drain = false;
+};
+
+Caps CapsOf(const PoolInput& in, const OverallBudget& overall) {
   const PoolConfig& c = in.config;
-  const std::string& pool = c.name;
-  const int slots = std::max(1, c.slots);
-  const int max = std::max(c.min, c.max);
-  const bool provider_ok = now >= in.health.next_retry_at;
+  Caps k;
+  k.each = c.hourly_cost * static_cast<double>(c.min_bill_ms) / 3'600'000.0;
+  ApplyCap(k.pool, "per_day budget", c.budget_per_day, in.spend.day, k.each);
+  ApplyCap(k.pool, "per_month budget", c.budget_per_month, in.spend.month, k.each);
+  ApplyCap(k.all, "overall per_day budget", overall.per_day, overall.spend.day, k.each);
+  ApplyCap(k.all, "overall per_month budget", overall.per_month, overall.spend.month, k.each);
+  k.drain = (k.pool.at_cap && c.drain_at_cap) || (k.all.at_cap && overall.drain_at_cap);
+  return k;
+}
 
-  PoolReport report;
-  report.pool = pool;
-  report.backing_off = !provider_ok;
-  report.failing = in.health.consecutive_failures >= o.report_after;
-  report.boot_failing = in.boot.failing;
-  report.boot_backing_off = !in.boot.failing && now < in.boot.next_boot_at;
-  const bool boot_ok = !report.boot_failing && !report.boot_backing_off;
-
-  const double each = c.hourly_cost * static_cast<double>(c.min_bill_ms) / 3'600'000.0;
-  Headroom pool_room, all_room;
-  ApplyCap(pool_room, "per_day budget", c.budget_per_day, in.spend.day, each);
-  ApplyCap(pool_room, "per_month budget", c.budget_per_month, in.spend.month, each);
-  ApplyCap(all_room, "overall per_day budget", overall.per_day, overall.spend.day, each);
-  ApplyCap(all_room, "overall per_month budget", overall.per_month, overall.spend.month, each);
-  const bool cap_drain = (pool_room.at_cap && c.drain_at_cap) ||
-                         (all_room.at_cap && overall.drain_at_cap);
-
+// Machines the demand needs: the runnable runs and live leases over the
+// slots, and for a gang (leased only to idle machines, all at once) the busy
+// machines plus its nodes.
+int MachinesNeeded(const PoolInput& in) {
+  const int slots = std::max(1, in.config.slots);
   int leases = 0;
   for (const Machine& m : in.machines) {
     if (!Gone(m.state)) leases += m.live_leases;
   }
-  report.needed = (std::max(0, in.demand) + leases + slots - 1) / slots;
+  int needed = (std::max(0, in.demand) + leases + slots - 1) / slots;
   if (in.gang_nodes > 0) {
-    // A gang is leased only to idle machines, all at once.
     int busy = 0;
     for (const Machine& m : in.machines) {
       if (!Gone(m.state) && m.live_leases > 0) ++busy;
     }
-    report.needed = std::max(report.needed, busy + in.gang_nodes);
+    needed = std::max(needed, busy + in.gang_nodes);
   }
-  report.wanted = std::clamp(report.needed, c.min, max);
+  return needed;
+}
 
+// One pool's pass: each machine of the store judged against the provider's
+// listing (Judge), the listed machines the store does not know (JudgeUnknown),
+// the idle ones drained (DrainIdle), the actions handed out in the order the
+// caller applies them (Emit: forget, lost, stop, adopt, drain), then boots
+// (PlanBoots).
+struct PoolPass {
+  const PoolInput& in;
+  const PoolConfig& c = in.config;
+  const std::string& pool = c.name;
+  TimeMs now;
+  const AutoscalerOptions& o;
+  bool provider_ok;
+  bool cap_drain;
   std::set<std::string> listed;
-  if (in.listing) listed.insert(in.listing->begin(), in.listing->end());
-
   std::vector<Action> forget, lost, stop, adopt, drain;
   std::vector<const Machine*> idle;
   std::set<std::string> known;  // ids the store has, any state
@@ -147,14 +156,21 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
   // caller records it (RecordBoot) and the back-off decides the next boot,
   // so none is booted in its place in the same pass.
   bool failed_boot = false;
-  for (const Machine& m : in.machines) {
+
+  PoolPass(const PoolInput& input, TimeMs t, const AutoscalerOptions& options, bool ok,
+           bool drain_cap)
+      : in(input), now(t), o(options), provider_ok(ok), cap_drain(drain_cap) {
+    if (in.listing) listed.insert(in.listing->begin(), in.listing->end());
+  }
+
+  void Judge(const Machine& m) {
     if (!m.id.empty()) known.insert(m.id);
     if (Gone(m.state)) {
       // Stopped in the store but still running at the provider: stop it again.
       if (provider_ok && !m.id.empty() && listed.contains(m.id)) {
         stop.push_back({ActionKind::kStop, pool, m.id, m.row, 0, "stopped but still listed", {}});
       }
-      continue;
+      return;
     }
     bool vanished = in.listing && !m.id.empty() && !listed.contains(m.id) &&
                     !(m.state == MachineState::kBooting && now - m.booted_at < o.listing_lag_ms);
@@ -163,48 +179,21 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
       Action a{ActionKind::kEnded, pool, m.id, m.row, 0, e->second.reason, {}};
       a.disrupted = e->second.disrupted;
       lost.push_back(std::move(a));
-      continue;
+      return;
     }
     if (vanished) {
       failed_boot = failed_boot || !m.ready_at;
       forget.push_back(
           {ActionKind::kForget, pool, m.id, m.row, 0, "no longer listed by the provider", {}});
-      continue;
+      return;
     }
     switch (m.state) {
       case MachineState::kRequested:
       case MachineState::kBooting:
-        if (cap_drain && !m.id.empty() && provider_ok) {
-          stop.push_back({ActionKind::kStop, pool, m.id, m.row, 0, "budget cap reached", {}});
-        } else if (now - m.booted_at > c.boot_timeout_ms) {
-          if (m.id.empty()) {
-            // Boot never answered: nothing to stop by id. If the machine
-            // exists after all, reconcile finds it as an unknown one.
-            forget.push_back(
-                {ActionKind::kForget, pool, m.id, m.row, 0, "boot never answered", {}});
-          } else {
-            lost.push_back({ActionKind::kLost, pool, m.id, m.row, 0, "missed boot_timeout", {}});
-          }
-          failed_boot = true;
-        } else {
-          ++live;
-          ++booting;
-        }
+        JudgeBooting(m);
         break;
       case MachineState::kReady:
-        if (Silent(m, c, now)) {
-          lost.push_back({ActionKind::kLost, pool, m.id, m.row, 0, SilentFor(m, now), {}});
-          break;
-        }
-        ++live;
-        if (cap_drain && provider_ok) {
-          // Busy or not: a busy one finishes its runs and leases nothing more.
-          DrainGuard g{m.last_busy_at, true};
-          drain.push_back({ActionKind::kDrain, pool, m.id, m.row, 0, "budget cap reached", g});
-          --live;
-        } else if (m.live_leases == 0 && in.demand == 0 && now - IdleSince(m) > c.idle_grace_ms) {
-          idle.push_back(&m);
-        }
+        JudgeReady(m);
         break;
       case MachineState::kDraining:
         // Only a budget drain leaves leases on a draining machine: it is
@@ -225,7 +214,43 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
     }
   }
 
-  if (in.listing) {
+  void JudgeBooting(const Machine& m) {
+    if (cap_drain && !m.id.empty() && provider_ok) {
+      stop.push_back({ActionKind::kStop, pool, m.id, m.row, 0, "budget cap reached", {}});
+    } else if (now - m.booted_at > c.boot_timeout_ms) {
+      if (m.id.empty()) {
+        // Boot never answered: nothing to stop by id. If the machine
+        // exists after all, reconcile finds it as an unknown one.
+        forget.push_back({ActionKind::kForget, pool, m.id, m.row, 0, "boot never answered", {}});
+      } else {
+        lost.push_back({ActionKind::kLost, pool, m.id, m.row, 0, "missed boot_timeout", {}});
+      }
+      failed_boot = true;
+    } else {
+      ++live;
+      ++booting;
+    }
+  }
+
+  void JudgeReady(const Machine& m) {
+    if (Silent(m, c, now)) {
+      lost.push_back({ActionKind::kLost, pool, m.id, m.row, 0, SilentFor(m, now), {}});
+      return;
+    }
+    ++live;
+    if (cap_drain && provider_ok) {
+      // Busy or not: a busy one finishes its runs and leases nothing more.
+      DrainGuard g{m.last_busy_at, true};
+      drain.push_back({ActionKind::kDrain, pool, m.id, m.row, 0, "budget cap reached", g});
+      --live;
+    } else if (m.live_leases == 0 && in.demand == 0 && now - IdleSince(m) > c.idle_grace_ms) {
+      idle.push_back(&m);
+    }
+  }
+
+  // Tagged machines the store does not know: stopped when over or not
+  // wanted, else adopted up to `wanted`.
+  void JudgeUnknown(int wanted) {
     for (const std::string& id : *in.listing) {
       if (known.contains(id)) continue;
       if (in.ended.contains(id)) {
@@ -236,7 +261,7 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
         }
         continue;
       }
-      if (live < report.wanted) {
+      if (live < wanted) {
         adopt.push_back(
             {ActionKind::kAdopt, pool, id, 0, 0, "tagged machine unknown to the store", {}});
         ++live;
@@ -246,8 +271,8 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
     }
   }
 
-  if (provider_ok) {
-    // Longest idle first; keep `min` live machines.
+  // Longest idle first; keep `min` live machines.
+  void DrainIdle() {
     std::stable_sort(idle.begin(), idle.end(), [](const Machine* a, const Machine* b) {
       return IdleSince(*a) < IdleSince(*b);
     });
@@ -259,10 +284,19 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
     }
   }
 
-  for (auto* group : {&forget, &lost, &stop, &adopt, &drain}) {
-    out.insert(out.end(), group->begin(), group->end());
+  void Emit(std::vector<Action>& out) const {
+    for (const auto* group : {&forget, &lost, &stop, &adopt, &drain}) {
+      out.insert(out.end(), group->begin(), group->end());
+    }
   }
-  if (provider_ok && live < report.wanted) {
+
+  // Boots up to `wanted`: none while boots fail or back off, a cap drains or
+  // a boot failed this pass; one at a time after failed boots; no more than
+  // the caps leave room for (their spend counted against the pools after
+  // this one).
+  void PlanBoots(const Caps& caps, PoolReport& report, OverallBudget& overall,
+                 std::vector<Action>& out) {
+    const bool boot_ok = !report.boot_failing && !report.boot_backing_off;
     int n = report.wanted - live;
     std::string why = "demand";
     if (!boot_ok || cap_drain || failed_boot) {
@@ -272,24 +306,48 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
       n = std::min(n, std::max(0, 1 - booting));
       why = "demand; one at a time after " + std::to_string(in.boot.failed) + " failed boot(s)";
     }
-    const int by_budget = std::min(pool_room.boots, all_room.boots);
+    const int by_budget = std::min(caps.pool.boots, caps.all.boots);
     if (n > by_budget) {
       n = by_budget;
-      report.cap = !pool_room.cap.empty() ? pool_room.cap : all_room.cap;
+      report.cap = !caps.pool.cap.empty() ? caps.pool.cap : caps.all.cap;
       if (report.cap.empty()) report.cap = "budget: no room for more machines";
     }
     report.boots_held = report.wanted - live - n;
     if (n > 0) {
       out.push_back({ActionKind::kBoot, pool, "", 0, n, why, {}});
       live += n;
-      overall.spend.day += n * each;
-      overall.spend.month += n * each;
+      overall.spend.day += n * caps.each;
+      overall.spend.month += n * caps.each;
     }
   }
-  if (report.cap.empty() && cap_drain) {
-    report.cap = !pool_room.cap.empty() ? pool_room.cap : all_room.cap;
+};
+
+// Appends this pool's actions in the order the caller should apply them:
+// forget, lost, stop, adopt, drain, boot.
+PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& o,
+                      OverallBudget& overall, std::vector<Action>& out) {
+  const PoolConfig& c = in.config;
+  const bool provider_ok = now >= in.health.next_retry_at;
+  PoolReport report;
+  report.pool = c.name;
+  report.backing_off = !provider_ok;
+  report.failing = in.health.consecutive_failures >= o.report_after;
+  report.boot_failing = in.boot.failing;
+  report.boot_backing_off = !in.boot.failing && now < in.boot.next_boot_at;
+  const Caps caps = CapsOf(in, overall);
+  report.needed = MachinesNeeded(in);
+  report.wanted = std::clamp(report.needed, c.min, std::max(c.min, c.max));
+
+  PoolPass pass(in, now, o, provider_ok, caps.drain);
+  for (const Machine& m : in.machines) pass.Judge(m);
+  if (in.listing) pass.JudgeUnknown(report.wanted);
+  if (provider_ok) pass.DrainIdle();
+  pass.Emit(out);
+  if (provider_ok && pass.live < report.wanted) pass.PlanBoots(caps, report, overall, out);
+  if (report.cap.empty() && caps.drain) {
+    report.cap = !caps.pool.cap.empty() ? caps.pool.cap : caps.all.cap;
   }
-  report.live = live;
+  report.live = pass.live;
   return report;
 }
 

@@ -229,6 +229,8 @@ class ConfigParser : public YamlReader {
     return b;
   }
 
+  // A pool's entry, read in named steps. The steps read the keys in the order
+  // the checks always ran, so the first bad key is still the one reported.
   Result<PoolSpec> Pool(const YAML::Node& n, const std::string& path) const {
     if (!n.IsMap()) return Err(n, path, "expected a mapping, got " + Show(n));
     TRY(CheckKeys(n, path,
@@ -240,6 +242,26 @@ class ConfigParser : public YamlReader {
                    "sandbox", "sandbox_writable"}));
     PoolSpec p;
     p.line = n.Mark().line + 1;
+    TRY(PoolNameAndProvider(n, path, p));
+    TRY(PoolSize(n, path, p));
+    TRY(PoolTimeouts(n, path, p));
+    TRY(PoolRunEnvironment(n, path, p));
+    if (auto v = n["hourly_cost"]) {
+      ASSIGN_OR_RETURN(p.scaling.hourly_cost, HourlyCost(v, path + ".hourly_cost"));
+    }
+    if (auto v = n["token"]) { ASSIGN_OR_RETURN(p.token, Secret(v, path + ".token")); }
+    if (auto v = n["params"]) { TRY(PoolParams(v, path + ".params", p)); }
+    if (auto v = n["allow_loopback"]) {
+      ASSIGN_OR_RETURN(p.allow_loopback, Bool(v, path + ".allow_loopback"));
+    }
+    TRY(PoolBootsAndBudget(n, path, p));
+    TRY(PoolListIntervals(n, path, p));
+    TRY(CheckPoolParams(n, path, p));
+    return p;
+  }
+
+  // name (lowercase letters, digits and -) and provider.
+  Status PoolNameAndProvider(const YAML::Node& n, const std::string& path, PoolSpec& p) const {
     if (!n["name"]) return Err(n, path + ".name", "missing (the pool's name, such as gpu)");
     ASSIGN_OR_RETURN(p.scaling.name, Str(n["name"], path + ".name"));
     for (char c : p.scaling.name) {
@@ -256,6 +278,11 @@ class ConfigParser : public YamlReader {
                    "expected local, slurm, ec2, kubernetes or command, got " + Show(v));
       }
     }
+    return {};
+  }
+
+  // min <= max machines, and each machine's slots, gpus, runs_per_gpu, fuse_max.
+  Status PoolSize(const YAML::Node& n, const std::string& path, PoolSpec& p) const {
     if (auto v = n["min"]) {
       ASSIGN_OR_RETURN(auto x, Int(v, path + ".min", 0));
       p.scaling.min = static_cast<int>(x);
@@ -285,6 +312,11 @@ class ConfigParser : public YamlReader {
       ASSIGN_OR_RETURN(auto x, Int(v, path + ".fuse_max", 1));
       p.fuse_max = static_cast<int>(x);
     }
+    return {};
+  }
+
+  // idle_grace, boot_timeout, lost_after, orphan_timeout, and the self_stop command.
+  Status PoolTimeouts(const YAML::Node& n, const std::string& path, PoolSpec& p) const {
     if (auto v = n["idle_grace"]) {
       ASSIGN_OR_RETURN(p.scaling.idle_grace_ms, DurationMs(v, path + ".idle_grace"));
     }
@@ -298,6 +330,11 @@ class ConfigParser : public YamlReader {
       ASSIGN_OR_RETURN(p.orphan_timeout_ms, DurationMs(v, path + ".orphan_timeout"));
     }
     if (auto v = n["self_stop"]) { ASSIGN_OR_RETURN(p.self_stop, Str(v, path + ".self_stop")); }
+    return {};
+  }
+
+  // What a run on the pool's machines sees: env_passthrough, sandbox, sandbox_writable.
+  Status PoolRunEnvironment(const YAML::Node& n, const std::string& path, PoolSpec& p) const {
     if (auto v = n["env_passthrough"]) {
       if (!v.IsSequence()) {
         return Err(v, path + ".env_passthrough",
@@ -331,42 +368,46 @@ class ConfigParser : public YamlReader {
         p.sandbox_writable.push_back(dir);
       }
     }
-    if (auto v = n["hourly_cost"]) {
-      bool ok = false;
-      if (v.IsScalar()) {
-        try {
-          size_t used = 0;
-          double x = std::stod(v.Scalar(), &used);
-          ok = used == v.Scalar().size() && x >= 0 && x < 1e9;
-          p.scaling.hourly_cost = x;
-        } catch (...) {
-        }
-      }
-      if (!ok) return Err(v, path + ".hourly_cost", "expected a cost >= 0, got " + Show(v));
-    }
-    if (auto v = n["token"]) { ASSIGN_OR_RETURN(p.token, Secret(v, path + ".token")); }
-    if (auto v = n["params"]) {
-      if (!v.IsMap()) return Err(v, path + ".params", "expected a mapping, got " + Show(v));
-      for (const auto& kv : v) {
-        std::string key = kv.first.Scalar();
-        if (!kv.second.IsScalar()) {
-          // Kubernetes' node_selector, tolerations, labels...: mappings and
-          // lists, carried as their JSON text (the provider checks them).
-          if (p.provider == "kubernetes" && (kv.second.IsMap() || kv.second.IsSequence())) {
-            p.params[key] = YamlToJson(kv.second).dump();
-            p.param_lines[key] = kv.first.Mark().line + 1;
-            continue;
-          }
-          return Err(kv.second, path + ".params." + key,
-                     "expected a string or number, got " + Show(kv.second));
-        }
-        p.params[key] = kv.second.Scalar();
-        p.param_lines[key] = kv.first.Mark().line + 1;
+    return {};
+  }
+
+  Result<double> HourlyCost(const YAML::Node& v, const std::string& path) const {
+    if (v.IsScalar()) {
+      try {
+        size_t used = 0;
+        double x = std::stod(v.Scalar(), &used);
+        if (used == v.Scalar().size() && x >= 0 && x < 1e9) return x;
+      } catch (...) {
       }
     }
-    if (auto v = n["allow_loopback"]) {
-      ASSIGN_OR_RETURN(p.allow_loopback, Bool(v, path + ".allow_loopback"));
+    return Err(v, path, "expected a cost >= 0, got " + Show(v));
+  }
+
+  // params (at `path`): strings and numbers; for kubernetes also mappings and
+  // lists, carried as their JSON text (the provider checks them).
+  Status PoolParams(const YAML::Node& v, const std::string& path, PoolSpec& p) const {
+    if (!v.IsMap()) return Err(v, path, "expected a mapping, got " + Show(v));
+    for (const auto& kv : v) {
+      std::string key = kv.first.Scalar();
+      if (!kv.second.IsScalar()) {
+        // Kubernetes' node_selector, tolerations, labels...
+        if (p.provider == "kubernetes" && (kv.second.IsMap() || kv.second.IsSequence())) {
+          p.params[key] = YamlToJson(kv.second).dump();
+          p.param_lines[key] = kv.first.Mark().line + 1;
+          continue;
+        }
+        return Err(kv.second, path + "." + key,
+                   "expected a string or number, got " + Show(kv.second));
+      }
+      p.params[key] = kv.second.Scalar();
+      p.param_lines[key] = kv.first.Mark().line + 1;
     }
+    return {};
+  }
+
+  // When boots count as failing, the back-off after one, the billing
+  // minimum, and the pool's budget (which needs hourly_cost).
+  Status PoolBootsAndBudget(const YAML::Node& n, const std::string& path, PoolSpec& p) const {
     if (auto v = n["failing_after"]) {
       ASSIGN_OR_RETURN(auto x, Int(v, path + ".failing_after", 1));
       p.scaling.failing_after = static_cast<int>(x);
@@ -387,6 +428,12 @@ class ConfigParser : public YamlReader {
                                         "hourly_cost)");
       }
     }
+    return {};
+  }
+
+  // How often the provider is listed: its default, then list_interval and
+  // list_interval_idle.
+  Status PoolListIntervals(const YAML::Node& n, const std::string& path, PoolSpec& p) const {
     // Cloud APIs throttle list calls per account; local processes and files do not.
     if (p.provider == "ec2" || p.provider == "command") {
       p.scaling.list_interval_ms = 15'000;
@@ -402,25 +449,29 @@ class ConfigParser : public YamlReader {
       ASSIGN_OR_RETURN(p.scaling.list_interval_idle_ms,
                        ZeroOrDurationMs(v, path + ".list_interval_idle"));
     }
-    if (auto st = cloud::CheckProviderParams(p.provider, p.params); !st) {
-      // The message starts with "params.<key>: ..."; point at that key, else
-      // at `params:` (reset() rebinds; yaml-cpp's operator= would overwrite).
-      const auto& m = st.error().message;
-      YAML::Node at;
-      at.reset(n);
-      for (const auto& kv : n) {
-        if (kv.first.Scalar() == "params") at.reset(kv.first);
-      }
-      if (m.starts_with("params.") && n["params"]) {
-        // "params.tolerations[0].effect: ..." points at tolerations.
-        std::string key = m.substr(7, m.find_first_of(":.[", 7) - 7);
-        for (const auto& kv : n["params"]) {
-          if (kv.first.Scalar() == key) at.reset(kv.first);
-        }
-      }
-      return Err(at, path + " (" + p.provider + " pool " + p.scaling.name + ")", m);
+    return {};
+  }
+
+  // The provider's own check of its params, the error pointed at the key.
+  Status CheckPoolParams(const YAML::Node& n, const std::string& path, const PoolSpec& p) const {
+    auto st = cloud::CheckProviderParams(p.provider, p.params);
+    if (st) return {};
+    // The message starts with "params.<key>: ..."; point at that key, else
+    // at `params:` (reset() rebinds; yaml-cpp's operator= would overwrite).
+    const auto& m = st.error().message;
+    YAML::Node at;
+    at.reset(n);
+    for (const auto& kv : n) {
+      if (kv.first.Scalar() == "params") at.reset(kv.first);
     }
-    return p;
+    if (m.starts_with("params.") && n["params"]) {
+      // "params.tolerations[0].effect: ..." points at tolerations.
+      std::string key = m.substr(7, m.find_first_of(":.[", 7) - 7);
+      for (const auto& kv : n["params"]) {
+        if (kv.first.Scalar() == key) at.reset(kv.first);
+      }
+    }
+    return Err(at, path + " (" + p.provider + " pool " + p.scaling.name + ")", m);
   }
 
 };
