@@ -30,7 +30,7 @@ std::string RefName(const std::string& ref) {
 }  // namespace
 
 PushProcessor::PushProcessor(Store& store, const ServerConfig& config, MirrorCache& mirrors,
-                             const Clock& clock, WorkerOptions options)
+                             const Clock& clock, PushPipelineOptions options)
     : store_(store), config_(config), mirrors_(mirrors), clock_(clock),
       options_(std::move(options)) {}
 
@@ -394,14 +394,14 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push
   return out;
 }
 
-ServerWorker::ServerWorker(std::string db_path, const ServerConfig& config, HttpClient& http,
-                           const Clock& clock, WorkerOptions options)
+PushPipeline::PushPipeline(std::string db_path, const ServerConfig& config, HttpClient& http,
+                           const Clock& clock, PushPipelineOptions options)
     : db_path_(std::move(db_path)), config_(config), http_(http), clock_(clock),
       options_(std::move(options)) {}
 
-ServerWorker::~ServerWorker() { Stop(); }
+PushPipeline::~PushPipeline() { Stop(); }
 
-Status ServerWorker::Start() {
+Status PushPipeline::Start() {
   ASSIGN_OR_RETURN(auto push_store, Store::Open(db_path_));
   ASSIGN_OR_RETURN(auto status_store, Store::Open(db_path_));
   push_thread_ = std::thread(
@@ -411,7 +411,7 @@ Status ServerWorker::Start() {
   return {};
 }
 
-void ServerWorker::Wake() {
+void PushPipeline::Wake() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     push_woken_ = true;
@@ -419,7 +419,7 @@ void ServerWorker::Wake() {
   cv_.notify_all();
 }
 
-void ServerWorker::Stop() {
+void PushPipeline::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -429,14 +429,14 @@ void ServerWorker::Stop() {
   if (status_thread_.joinable()) status_thread_.join();
 }
 
-void ServerWorker::Wait(TimeMs ms, bool& woken) {
+void PushPipeline::Wait(TimeMs ms, bool& woken) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, std::chrono::milliseconds(std::max<TimeMs>(ms, 0)),
                [&] { return stop_ || woken; });
   woken = false;
 }
 
-void ServerWorker::PushLoop(Store store) {
+void PushPipeline::PushLoop(Store store) {
   store.UseFineBusyWait();
   MirrorCache mirrors(options_.data_dir);
   PushProcessor processor(store, config_, mirrors, clock_, options_);
@@ -469,7 +469,7 @@ void ServerWorker::PushLoop(Store store) {
   }
 }
 
-void ServerWorker::StatusLoop(Store store) {
+void PushPipeline::StatusLoop(Store store) {
   StatusReporter reporter(store, config_, http_, clock_, options_.status);
   PrCommentReporter comments(store, config_, http_, clock_, options_.data_dir, options_.comments);
   while (true) {

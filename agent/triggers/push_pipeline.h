@@ -21,7 +21,7 @@
 // bad trainq.yaml ("trainq.yaml:12: unknown key 'repats'"), `error` for a
 // fetch that kept failing.
 //
-// ServerWorker runs that and the Poller on one thread, and the
+// PushPipeline runs that and the Poller on one thread, and the
 // StatusReporter and the PrCommentReporter on a second (a slow forge never
 // delays a push); each thread has its own Store connection.
 #pragma once
@@ -44,7 +44,7 @@
 
 namespace trainq {
 
-struct WorkerOptions {
+struct PushPipelineOptions {
   std::string data_dir;              // mirrors/ lives here
   TimeMs fetch_retry_base_ms = 2'000;
   int fetch_attempts = 5;
@@ -62,7 +62,7 @@ std::string FailedPushDescription(std::string_view message, std::string_view rep
 class PushProcessor {
  public:
   PushProcessor(Store& store, const ServerConfig& config, MirrorCache& mirrors, const Clock& clock,
-                WorkerOptions options);
+                PushPipelineOptions options);
   // Handles the pushes that are due; returns how many.
   Result<int> ProcessDue(int limit);
   // Handles one push and records its outcome (done, failed, or a retry).
@@ -76,16 +76,16 @@ class PushProcessor {
   const ServerConfig& config_;
   MirrorCache& mirrors_;
   const Clock& clock_;
-  WorkerOptions options_;
+  PushPipelineOptions options_;
 };
 
-class ServerWorker {
+class PushPipeline {
  public:
-  ServerWorker(std::string db_path, const ServerConfig& config, HttpClient& http,
-               const Clock& clock, WorkerOptions options);
-  ~ServerWorker();
-  ServerWorker(const ServerWorker&) = delete;
-  ServerWorker& operator=(const ServerWorker&) = delete;
+  PushPipeline(std::string db_path, const ServerConfig& config, HttpClient& http,
+               const Clock& clock, PushPipelineOptions options);
+  ~PushPipeline();
+  PushPipeline(const PushPipeline&) = delete;
+  PushPipeline& operator=(const PushPipeline&) = delete;
 
   // Opens the threads' stores and starts them.
   Status Start();
@@ -103,7 +103,7 @@ class ServerWorker {
   const ServerConfig& config_;
   HttpClient& http_;
   const Clock& clock_;
-  WorkerOptions options_;
+  PushPipelineOptions options_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
