@@ -1,5 +1,6 @@
 // Worker: `trainq worker`, the client side of the worker protocol
-// (docs: "Workers" in README.md; wire format in agent/daemon/server.cc's worker routes).
+// (docs/pools.md, "Workers: trainq worker"; the server's side of the wire is
+// agent/daemon/worker_api.cc's routes).
 //
 // It registers its machine with a `trainq serve` over HTTP, leases runs that
 // fit its free slots and GPUs, runs each in a cached checkout of its commit

@@ -34,6 +34,9 @@
 #include <thread>
 
 #include "agent/triggers/forge_status.h"
+#include "agent/repo/change_detect.h"
+#include "agent/repo/git_repo.h"
+#include "agent/repo/manifest.h"
 #include "agent/repo/mirror.h"
 #include "agent/triggers/poller.h"
 #include "agent/triggers/pr_comments.h"
@@ -69,8 +72,27 @@ class PushProcessor {
   Status Process(const Store::Push& push);
 
  private:
+  // One push's commits, and what they are compared with.
+  struct PushCommit {
+    const RepoConfig& repo;
+    const Store::Push& push;
+    Mirror& mirror;
+    GitRepo& git;        // the mirror, opened as batches name it
+    std::string source;  // "github push to main"
+    std::string how;     // how the base was chosen
+    bool everything;     // every experiment runs (a tag)
+  };
   // What was queued, as one line; an Error when nothing could be decided.
+  // The steps: fetch what is missing, choose the base, then per commit
+  // QueueCommit (detect, check) -> QueueTriggered (reuse or submit,
+  // baseline, pending status) or RecordQuietCommit.
   Result<std::string> Run(const RepoConfig& repo, const Store::Push& push);
+  Result<std::string> QueueCommit(const PushCommit& c, const std::string& sha,
+                                  const std::string& commit_base);
+  Status RecordQuietCommit(const PushCommit& c, const std::string& sha, const Manifest& after);
+  Result<std::string> QueueTriggered(const PushCommit& c, const std::string& sha,
+                                     const std::string& commit_base, const Manifest& after,
+                                     const std::vector<ExperimentTrigger>& triggers);
 
   Store& store_;
   const ServerConfig& config_;
