@@ -1,5 +1,6 @@
 #include "queue/sqlite.h"
 
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 
 #include <cerrno>
@@ -41,6 +42,20 @@ void Stmt::CountSteps() {
   if (stmt_) vm_steps += sqlite3_stmt_status(stmt_, SQLITE_STMTSTATUS_VM_STEP, /*reset=*/1);
 }
 
+// True when this process has a file size limit (ulimit -f) and the database,
+// its WAL or its journal is within a WAL frame or two of it.
+static bool AtFileSizeLimit(const std::string& path) {
+  struct rlimit lim {};
+  if (::getrlimit(RLIMIT_FSIZE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return false;
+  constexpr std::uintmax_t kMargin = 64 * 1024;
+  for (const char* suffix : {"", "-wal", "-journal"}) {
+    std::error_code ec;
+    auto size = std::filesystem::file_size(path + suffix, ec);
+    if (!ec && size + kMargin >= static_cast<std::uintmax_t>(lim.rlim_cur)) return true;
+  }
+  return false;
+}
+
 // SQLite reports a write on a full or read-only filesystem as a plain I/O
 // error at times (the -shm file, the WAL): the OS error tells them apart.
 // When SQLite kept no OS error, the filesystem of the file says it.
@@ -53,6 +68,10 @@ static int Classify(sqlite3* db, int code, const std::string& path) {
   // full disk does once space is freed. Marked for its own hint.
   if (sys == EFBIG) return kFileSizeLimit;
   if (sys == EROFS) return SQLITE_READONLY;
+  // SQLite keeps the OS error of its last call on the VFS, not of the write
+  // that failed, so EFBIG is often lost: a finite file size limit that the
+  // database or its WAL has reached says it instead.
+  if ((code & 0xff) == SQLITE_IOERR && AtFileSizeLimit(path)) return kFileSizeLimit;
   auto dir = std::filesystem::path(path).parent_path();
   struct statvfs fs {};
   if (::statvfs(dir.empty() ? "." : dir.c_str(), &fs) == 0) {

@@ -264,7 +264,7 @@ struct Daemon::Parts {
   Status StepQueue(TimeMs now);
   std::optional<Status> IdleExit(TimeMs now);
   void Wait();
-  void Shutdown(bool signalled);
+  void Shutdown(bool signalled, const Status& result);
 };
 
 Daemon::Daemon(std::unique_ptr<Parts> parts) : p_(std::move(parts)) {}
@@ -416,7 +416,7 @@ Status Daemon::Run(const std::atomic<bool>& stop) {
     p.outcomes.Step(*p.store);
     p.Wait();
   }
-  p.Shutdown(stop.load());
+  p.Shutdown(stop.load(), result);
   return result;
 }
 
@@ -485,9 +485,10 @@ void Daemon::Parts::Wait() {
   clock.SleepFor(options.poll_ms);
 }
 
-void Daemon::Parts::Shutdown(bool signalled) {
-  if (signalled && fleet) {
+void Daemon::Parts::Shutdown(bool signalled, const Status& result) {
+  if ((signalled || !result) && fleet) {
     // Local workers are this host's processes: stop them with the daemon
+    // (on a signal, or when the loop ended on an error)
     // (their runs go back to the queue). Cloud machines keep running and
     // reconnect when serve is back; their dead-man switch stops them if it
     // never is.
@@ -506,7 +507,9 @@ void Daemon::Parts::Shutdown(bool signalled) {
   if (listener) listener->Stop();
   if (pipeline) pipeline->Stop();
   if (executor) executor->Shutdown(signalled ? "trainq serve was stopped" : "trainq serve exited");
-  spdlog::info("trainq serve stopped ({})", signalled ? "signal" : "nothing left to run");
+  spdlog::info("trainq serve stopped ({})", signalled ? "signal"
+                                            : result  ? "nothing left to run"
+                                                      : "error: " + result.error().message);
 }
 
 }  // namespace trainq

@@ -57,7 +57,7 @@ class Daemon {
 
   // Runs until *stop becomes true (a signal) or, with until_idle, nothing is
   // left to run; then stops the listener, the push pipeline and (on a
-  // signal) this host's workers. The error: a pass that failed for good, or
+  // signal or an error) this host's workers. The error: a pass that failed for good, or
   // (until_idle) runs that ended dead or can never start.
   Status Run(const std::atomic<bool>& stop);
 
