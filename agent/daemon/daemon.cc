@@ -487,9 +487,9 @@ void Daemon::Parts::Wait() {
 
 void Daemon::Parts::Shutdown(bool signalled, const Status& result) {
   if ((signalled || !result) && fleet) {
-    // Local workers are this host's processes: stop them with the daemon
-    // (on a signal, or when the loop ended on an error)
-    // (their runs go back to the queue). Cloud machines keep running and
+    // Local workers are this host's processes: stop them with the daemon,
+    // on a signal or when the loop ended on an error (their runs go back to
+    // the queue). Cloud machines keep running and
     // reconnect when serve is back; their dead-man switch stops them if it
     // never is.
     server->StopWaiting();  // a worker in a long poll sees its SIGTERM at once
