@@ -34,6 +34,7 @@
 #include "core/http_client.h"
 #include "core/process.h"
 #include "core/strings.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 
 namespace fs = std::filesystem;
@@ -178,7 +179,7 @@ int main(int argc, char** argv) {
     b.pool = "cpu";
     CommitInfo c;
     c.sha = std::string(40, 'a');
-    if (auto r = store->Submit("/bench/held", c, {b}, SystemClock::Get().Now()); !r) {
+    if (auto r = store->runs().Submit("/bench/held", c, {b}, SystemClock::Get().Now()); !r) {
       Die(r.error().message);
     }
   }

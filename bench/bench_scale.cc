@@ -37,8 +37,10 @@
 
 #include "agent/cli/cli.h"
 #include "agent/daemon/fleet.h"
-#include "cloud/provider.h"
 #include "agent/results/status.h"
+#include "cloud/provider.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
 #include "queue/sqlite.h"
 #include "queue/store.h"
 
@@ -221,29 +223,29 @@ void FleetBench(const std::string& dir, int machines, TimeMs now) {
   b.repeats = machines * 4;
   CommitInfo c;
   c.sha = std::string(40, 'a');
-  Must(store.Submit("/bench/repo", c, {b}, now), "submit");
+  Must(store.runs().Submit("/bench/repo", c, {b}, now), "submit");
   auto t0 = Steady::now();
   Must(fleet.Step(), "fleet boot step");
   Figure("fleet_boot_step_s", Ms(t0, Steady::now()) / 1000);
-  auto live = Must(store.Machines(false, now), "machines");
+  auto live = Must(store.machines().List(false, now), "machines");
   Figure("fleet_machines_booted", static_cast<double>(live.size()));
   t0 = Steady::now();
   std::vector<std::int64_t> ids;
   for (const auto& m : live) {
-    Store::WorkerRegistration r;
+    Machines::WorkerRegistration r;
     r.pool = "cpu";
     r.name = m.name;
     r.hostname = m.name;
     r.slots = 4;
-    ids.push_back(Must(store.RegisterWorker(r, now), "register").id);
+    ids.push_back(Must(store.machines().RegisterWorker(r, now), "register").id);
   }
   Figure("fleet_register_per_s", ids.size() / (Ms(t0, Steady::now()) / 1000));
-  Store::LeaseLimits lim;
+  Machines::LeaseLimits lim;
   lim.max_runs = 4;
   t0 = Steady::now();
   std::vector<LeasedRun> held;
   for (auto id : ids) {
-    auto l = Must(store.LeaseForMachine(id, lim, now, 3'600'000), "lease");
+    auto l = Must(store.machines().LeaseForMachine(id, lim, now, 3'600'000), "lease");
     held.insert(held.end(), l.begin(), l.end());
   }
   Figure("fleet_lease4_per_s", ids.size() / (Ms(t0, Steady::now()) / 1000));
@@ -253,13 +255,13 @@ void FleetBench(const std::string& dir, int machines, TimeMs now) {
   std::int64_t s0 = sql::VmSteps();
   int beats = 0;
   for (size_t i = 0; i < held.size() && i < 5000; ++i, ++beats) {
-    Must(store.Heartbeat(held[i].run_id, held[i].token, now, 3'600'000), "heartbeat");
+    Must(store.runs().Heartbeat(held[i].run_id, held[i].token, now, 3'600'000), "heartbeat");
   }
   Figure("store_heartbeat_per_s", beats / (Ms(t0, Steady::now()) / 1000));
   Figure("store_heartbeat_vm_steps", (sql::VmSteps() - s0) / double(std::max(1, beats)));
   // A tenth of the machines finish their runs and go idle.
   for (size_t i = 0; i < held.size() / 10; ++i) {
-    Must(store.Complete(held[i].run_id, held[i].token, now, 0.5), "complete");
+    Must(store.runs().Complete(held[i].run_id, held[i].token, now, 0.5), "complete");
   }
   Measure("fleet_tick_some_idle", 5, [&] { Must(fleet.Step(), "fleet step"); });
 }
@@ -314,12 +316,12 @@ int main(int argc, char** argv) {
   // Live machines: 10 registered workers.
   std::vector<std::int64_t> machines;
   for (int i = 0; i < 10; ++i) {
-    Store::WorkerRegistration r;
+    Machines::WorkerRegistration r;
     r.pool = "cpu";
     r.name = "live-" + std::to_string(i);
     r.hostname = "h" + std::to_string(i);
     r.slots = 4;
-    machines.push_back(Must(store.RegisterWorker(r, now), "register").id);
+    machines.push_back(Must(store.machines().RegisterWorker(r, now), "register").id);
   }
 
   StatusOptions so;
@@ -331,14 +333,14 @@ int main(int argc, char** argv) {
     sink.str("");
     Must(CmdStatus(so, clock, sink), "status");
   });
-  Measure("count_by_state", 5, [&] { Must(store.CountByState(), "counts"); });
-  Measure("active_batches", 5, [&] { Must(store.Batches(true, 0), "batches"); });
-  Measure("costs", 5, [&] { Must(store.Costs(now, false), "costs"); });
-  Measure("machines", 5, [&] { Must(store.Machines(false, now), "machines"); });
-  Measure("runnable_demand", 5, [&] { Must(store.RunnableDemand(now), "demand"); });
-  Measure("waiting_batches", 5, [&] { Must(store.WaitingBatches(now), "waiting"); });
-  Measure("may_lease", 5, [&] { Must(store.MayLease(machines[0], now), "may lease"); });
-  Measure("batches_since_1d", 3, [&] { Must(store.BatchesSince(now - 86'400'000), "since"); });
+  Measure("count_by_state", 5, [&] { Must(store.runs().CountByState(), "counts"); });
+  Measure("active_batches", 5, [&] { Must(store.runs().Batches(true, 0), "batches"); });
+  Measure("costs", 5, [&] { Must(store.machines().Costs(now, false), "costs"); });
+  Measure("machines", 5, [&] { Must(store.machines().List(false, now), "machines"); });
+  Measure("runnable_demand", 5, [&] { Must(store.machines().RunnableDemand(now), "demand"); });
+  Measure("waiting_batches", 5, [&] { Must(store.machines().WaitingBatches(now), "waiting"); });
+  Measure("may_lease", 5, [&] { Must(store.machines().MayLease(machines[0], now), "may lease"); });
+  Measure("batches_since_1d", 3, [&] { Must(store.runs().BatchesSince(now - 86'400'000), "since"); });
   if (!trainq_bin.empty()) {
     MeasureProcess("cli_status", {trainq_bin, "--db", path, "status"}, 5);
     MeasureProcess("cli_status_json", {trainq_bin, "--db", path, "status", "--json"}, 3);
@@ -395,7 +397,7 @@ int main(int argc, char** argv) {
       auto leased = lease(max_runs);
       if (leased.empty()) break;
       for (auto& r : leased) {
-        Must(store.Complete(r.run_id, r.token, now + 1, 0.5), "complete");
+        Must(store.runs().Complete(r.run_id, r.token, now + 1, 0.5), "complete");
         ++done;
       }
     }
@@ -404,19 +406,19 @@ int main(int argc, char** argv) {
     Figure(name + "_vm_steps_per_run", done ? (sql::VmSteps() - s0) / double(done) : 0);
   };
   if (queued > 0) {
-    dispatch("lease1", [&](int k) { return Must(store.Lease("bench", now, 60'000, k), "lease"); },
+    dispatch("lease1", [&](int k) { return Must(store.runs().Lease("bench", now, 60'000, k), "lease"); },
              1);
-    dispatch("lease8", [&](int k) { return Must(store.Lease("bench", now, 60'000, k), "lease"); },
+    dispatch("lease8", [&](int k) { return Must(store.runs().Lease("bench", now, 60'000, k), "lease"); },
              8);
-    Store::LeaseLimits lim;
+    Machines::LeaseLimits lim;
     lim.max_runs = 1;
     dispatch("machine_lease1", [&](int k) {
       lim.max_runs = k;
-      return Must(store.LeaseForMachine(machines[1], lim, now, 60'000), "lease for machine");
+      return Must(store.machines().LeaseForMachine(machines[1], lim, now, 60'000), "lease for machine");
     }, 1);
     dispatch("machine_lease4", [&](int k) {
       lim.max_runs = k;
-      return Must(store.LeaseForMachine(machines[2], lim, now, 60'000), "lease for machine");
+      return Must(store.machines().LeaseForMachine(machines[2], lim, now, 60'000), "lease for machine");
     }, 4);
   }
   if (!keep && existing.empty()) std::filesystem::remove_all(dir);

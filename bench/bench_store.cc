@@ -16,6 +16,7 @@
 #include <string>
 
 #include "agent/cli/cli.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 
 using namespace trainq;
@@ -62,7 +63,7 @@ int main(int argc, char** argv) {
     s.experiment = "exp" + std::to_string(b % 10);
     s.command = "true";
     s.repeats = per_batch;
-    if (auto r = store->Submit("/bench/repo", c, {s}, now); !r) Die(r.error());
+    if (auto r = store->runs().Submit("/bench/repo", c, {s}, now); !r) Die(r.error());
   }
   auto t1 = Steady::now();
   std::printf("fill: %d queued runs in %.2f s\n", runs, Seconds(t0, t1));
@@ -89,11 +90,11 @@ int main(int argc, char** argv) {
   // Lease + complete, one run at a time (the worst case: two commits per run).
   auto c0 = Steady::now();
   for (int i = 0; i < cycles; ++i) {
-    auto l = store->Lease("bench", now, 60'000, 1);
+    auto l = store->runs().Lease("bench", now, 60'000, 1);
     if (!l) Die(l.error());
     if (l->empty()) break;
     auto& run = l->front();
-    if (auto st = store->Complete(run.run_id, run.token, now, 0.5); !st) Die(st.error());
+    if (auto st = store->runs().Complete(run.run_id, run.token, now, 0.5); !st) Die(st.error());
   }
   auto c1 = Steady::now();
   double rate = cycles / Seconds(c0, c1);
@@ -104,11 +105,11 @@ int main(int argc, char** argv) {
   auto d0 = Steady::now();
   int done = 0;
   while (done < cycles) {
-    auto l = store->Lease("bench", now, 60'000, 8);
+    auto l = store->runs().Lease("bench", now, 60'000, 8);
     if (!l) Die(l.error());
     if (l->empty()) break;
     for (auto& run : *l) {
-      if (auto st = store->Complete(run.run_id, run.token, now, 0.5); !st) Die(st.error());
+      if (auto st = store->runs().Complete(run.run_id, run.token, now, 0.5); !st) Die(st.error());
       ++done;
     }
   }

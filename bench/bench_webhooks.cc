@@ -36,6 +36,7 @@
 #include "core/http_client.h"
 #include "core/process.h"
 #include "core/strings.h"
+#include "queue/pushes.h"
 #include "queue/store.h"
 
 namespace fs = std::filesystem;
@@ -231,7 +232,7 @@ int main(int argc, char** argv) {
     auto sent_done = Steady::now();
     // Wait for the worker to process every push.
     while (true) {
-      auto due = store->NextPushDue();
+      auto due = store->pushes().NextPushDue();
       if (due && !*due) break;
       if (Steady::now() - sent_done > std::chrono::seconds(120)) Die("pushes not processed");
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -260,7 +261,7 @@ int main(int argc, char** argv) {
     rss_before = rss_after;
     failures += errors.load();
   }
-  auto counts = store->CountPushesByState().value_or(
+  auto counts = store->pushes().CountPushesByState().value_or(
       std::vector<std::pair<std::string, std::int64_t>>{});
   std::printf("pushes by state:");
   for (const auto& [s, n] : counts) std::printf(" %s %lld", s.c_str(), static_cast<long long>(n));

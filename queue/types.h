@@ -73,7 +73,7 @@ struct LeasedRun {
   int gpus = 0;
   std::string trainer;     // the experiment's `trainer:` spec path, "" for a plain command
   std::int64_t group = 0;  // runs leased fused (one process) share a group id > 0
-  // A gang run (resources.nodes / processes_per_node; queue/gang_store.cc):
+  // A gang run (resources.nodes / processes_per_node; queue/gangs.cc):
   // nodes > 0, and this lease is the member of node `node_rank` on the machine.
   int nodes = 0;
   int procs_per_node = 0;

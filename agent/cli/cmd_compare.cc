@@ -12,12 +12,13 @@
 #include <memory>
 
 #include "agent/cli/cli.h"
-#include "agent/results/gate.h"
-#include "agent/repo/manifest.h"
-#include "agent/results/sweep.h"
-#include "agent/repo/git_repo.h"
 #include "agent/cli/read_client.h"
+#include "agent/repo/git_repo.h"
+#include "agent/repo/manifest.h"
+#include "agent/results/gate.h"
+#include "agent/results/sweep.h"
 #include "core/strings.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 
 using nlohmann::json;
@@ -31,7 +32,7 @@ namespace {
 Result<std::vector<BatchProgress>> BatchesAt(Store& store, const std::string& rev,
                                              const std::string& repo_dir) {
   ASSIGN_OR_RETURN(std::string sha, ResolveRevision(rev, repo_dir));
-  ASSIGN_OR_RETURN(auto batches, store.BatchesForCommit(sha));
+  ASSIGN_OR_RETURN(auto batches, store.runs().BatchesForCommit(sha));
   std::set<std::string> shas;
   for (const auto& b : batches) shas.insert(b.sha);
   if (shas.size() > 1) {

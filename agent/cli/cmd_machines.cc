@@ -15,6 +15,7 @@
 #include "agent/results/status.h"
 #include "agent/results/table.h"
 #include "core/strings.h"
+#include "queue/machines.h"
 #include "queue/store.h"
 
 using nlohmann::json;
@@ -25,11 +26,11 @@ namespace trainq {
 Status CmdMachines(const MachinesOptions& o, const Clock& clock, std::ostream& out) {
   ASSIGN_OR_RETURN(auto store, Store::Open(o.db, {.create = false}));
   TimeMs now = clock.Now();
-  ASSIGN_OR_RETURN(auto machines, store.Machines(o.all));
-  ASSIGN_OR_RETURN(auto costs, store.Costs(now, false));
-  ASSIGN_OR_RETURN(auto health, store.PoolHealth());
-  std::vector<Store::CostRow> batch_costs;
-  if (o.batches) { ASSIGN_OR_RETURN(batch_costs, store.Costs(now, true)); }
+  ASSIGN_OR_RETURN(auto machines, store.machines().List(o.all));
+  ASSIGN_OR_RETURN(auto costs, store.machines().Costs(now, false));
+  ASSIGN_OR_RETURN(auto health, store.machines().PoolHealth());
+  std::vector<Machines::CostRow> batch_costs;
+  if (o.batches) { ASSIGN_OR_RETURN(batch_costs, store.machines().Costs(now, true)); }
 
   if (o.json) {
     json j;
@@ -98,8 +99,8 @@ Status CmdMachines(const MachinesOptions& o, const Clock& clock, std::ostream& o
 
 Status CmdPoolsReset(const PoolsResetOptions& o, const Clock& clock, std::ostream& out) {
   ASSIGN_OR_RETURN(auto store, Store::Open(o.db, {.create = false}));
-  ASSIGN_OR_RETURN(auto states, store.PoolStates());
-  const Store::PoolStateRow* row = nullptr;
+  ASSIGN_OR_RETURN(auto states, store.machines().PoolStates());
+  const Machines::PoolStateRow* row = nullptr;
   for (const auto& s : states) {
     if (s.pool == o.pool) row = &s;
   }
@@ -109,7 +110,7 @@ Status CmdPoolsReset(const PoolsResetOptions& o, const Clock& clock, std::ostrea
   }
   const int failed = row->failed_boots;
   const bool failing = row->failing;
-  ASSIGN_OR_RETURN(bool changed, store.ResetPoolBoots(o.pool, clock.Now()));
+  ASSIGN_OR_RETURN(bool changed, store.machines().ResetPoolBoots(o.pool, clock.Now()));
   if (!changed) {
     out << "pool " << o.pool << ": no failed boots on record; nothing to reset\n";
     return Status{};

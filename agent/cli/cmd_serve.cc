@@ -25,6 +25,23 @@
 #include "agent/runner/sandbox.h"
 #include "agent/triggers/server_config.h"
 #include "core/strings.h"
+#include "agent/daemon/fleet.h"
+#include "agent/daemon/server.h"
+#include "agent/daemon/server_http.h"
+#include "agent/daemon/worker_api.h"
+#include "agent/repo/git_repo.h"
+#include "agent/results/sweep.h"
+#include "agent/triggers/push_pipeline.h"
+#include "agent/triggers/webhook.h"
+#include "cloud/provider.h"
+#include "core/fatal_signals.h"
+#include "core/http_client.h"
+#include "core/process.h"
+#include "queue/machines.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
+#include "queue/store.h"
+#include "queue/wal_check.h"
 
 namespace fs = std::filesystem;
 

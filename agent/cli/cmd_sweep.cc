@@ -14,14 +14,15 @@
 #include <vector>
 
 #include "agent/cli/cli.h"
-#include "agent/results/analysis.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
+#include "agent/results/analysis.h"
 #include "agent/results/sweep.h"
 #include "agent/results/sweep_plot.h"
 #include "agent/results/table.h"
 #include "core/clock.h"
 #include "core/strings.h"
+#include "queue/sweeps.h"
 #include "stats/verdict.h"
 
 using nlohmann::json;
@@ -137,7 +138,7 @@ Status Start(const std::string& db, const StartOptions& o, std::ostream& out) {
   TRY(PointBatch(base, first.at(0), 0, 0));
 
   ASSIGN_OR_RETURN(auto store, Store::Open(db));
-  Store::SweepRow row;
+  Sweeps::SweepRow row;
   row.repo_url = repo.location();
   row.commit_json = json{{"sha", commit.sha},
                          {"parent_sha", commit.parent_sha},
@@ -149,7 +150,7 @@ Status Start(const std::string& db, const StartOptions& o, std::ostream& out) {
   row.spec_json = spec.ToJson().dump();
   row.batch_json = BatchSpecJson(base).dump();
   TimeMs now = SystemClock::Get().Now();
-  ASSIGN_OR_RETURN(auto id, store.AddSweep(row, now));
+  ASSIGN_OR_RETURN(auto id, store.sweeps().AddSweep(row, now));
   ASSIGN_OR_RETURN(int added, StepSweep(store, id, now));
   if (o.json) {
     out << json{{"sweep", id},
@@ -188,7 +189,7 @@ Status Start(const std::string& db, const StartOptions& o, std::ostream& out) {
 
 Result<std::int64_t> Latest(Store& store, const std::optional<std::int64_t>& id) {
   if (id) return *id;
-  ASSIGN_OR_RETURN(auto all, store.Sweeps());
+  ASSIGN_OR_RETURN(auto all, store.sweeps().List());
   if (all.empty()) return Fail(ErrorKind::kNotFound, "no sweeps yet (start one: trainq sweep start EXP)");
   return all.front().id;
 }
@@ -199,7 +200,7 @@ Status Status_(const std::string& db, const ReadOptions& o, std::ostream& out) {
   if (!o.id) {
     // Steps every running sweep (so sweeps move on even when nothing serves).
     TRY(StepSweeps(store, now));
-    ASSIGN_OR_RETURN(auto all, store.Sweeps());
+    ASSIGN_OR_RETURN(auto all, store.sweeps().List());
     json arr = json::array();
     Table t({"ID", "EXPERIMENT", "COMMIT", "STATE", "POINTS", "RUNS"});
     for (const auto& s : all) {
@@ -326,14 +327,14 @@ Status Best(const std::string& db, const ReadOptions& o, std::ostream& out) {
 Status SetState(const std::string& db, std::int64_t id, const std::string& state,
                 std::ostream& out) {
   ASSIGN_OR_RETURN(auto store, Store::Open(db));
-  ASSIGN_OR_RETURN(auto row, store.GetSweep(id));
+  ASSIGN_OR_RETURN(auto row, store.sweeps().GetSweep(id));
   if (!row) return Fail(ErrorKind::kNotFound, "no sweep " + std::to_string(id));
   TimeMs now = SystemClock::Get().Now();
   if (state == "running" && row->state == "done") {
     out << "sweep " << id << " is done; nothing to resume\n";
     return {};
   }
-  TRY(store.SetSweepState(id, state, now));
+  TRY(store.sweeps().SetSweepState(id, state, now));
   if (state == "running") {
     ASSIGN_OR_RETURN(int added, StepSweep(store, id, now));
     out << "sweep " << id << " resumed; " << added << " points queued now\n";

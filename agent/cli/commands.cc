@@ -24,22 +24,24 @@
 #include <set>
 #include <sstream>
 
+#include "agent/daemon/server.h"
+#include "agent/daemon/server_http.h"
 #include "agent/repo/change_detect.h"
-#include "agent/runner/executor.h"
-#include "agent/runner/run_process.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
 #include "agent/repo/mirror.h"
-#include "agent/daemon/server.h"
-#include "agent/triggers/server_config.h"
-#include "agent/daemon/server_http.h"
-#include "agent/triggers/push_pipeline.h"
-#include "agent/triggers/webhook.h"
 #include "agent/results/status.h"
 #include "agent/results/table.h"
+#include "agent/runner/executor.h"
+#include "agent/runner/run_process.h"
+#include "agent/triggers/push_pipeline.h"
+#include "agent/triggers/server_config.h"
+#include "agent/triggers/webhook.h"
 #include "core/http_client.h"
 #include "core/process.h"
 #include "core/strings.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "stats/summary.h"
 
@@ -113,7 +115,7 @@ std::string DefaultDbPath() {
 // from here could not run it).
 static void WarnNoTrainer(Store& store, const std::vector<const Experiment*>& chosen,
                           std::ostream& err) {
-  auto machines = store.Machines(/*include_stopped=*/true);
+  auto machines = store.machines().List(/*include_stopped=*/true);
   if (!machines) return;
   for (const auto* e : chosen) {
     if (e->trainer.empty()) continue;
@@ -285,13 +287,13 @@ Result<Submitted> QueueOrReuse(Store& store, GitRepo& repo, const CommitInfo& co
   for (size_t i = 0; i < specs.size(); ++i) {
     ASSIGN_OR_RETURN(auto here,
                      BatchOfExperimentAt(store, repo.location(), specs[i].experiment, commit.sha));
-    if (o.rerun && here && here->reuses_batch_id) TRY(store.StopReusing(here->id));
+    if (o.rerun && here && here->reuses_batch_id) TRY(store.runs().StopReusing(here->id));
     if (!here && !o.rerun) {
       ASSIGN_OR_RETURN(auto found, FindReusableBatch(store, repo.location(), repo.location(),
                                                      specs[i], commit.sha));
       if (found) {
         ASSIGN_OR_RETURN(out.results[i],
-                         store.ReuseBatch(repo.location(), commit, specs[i].experiment,
+                         store.runs().ReuseBatch(repo.location(), commit, specs[i].experiment,
                                           found->batch.id,
                                           "reused batch " + std::to_string(found->batch.id) +
                                               " of " + ShortSha(found->at_sha) +
@@ -311,7 +313,7 @@ Result<Submitted> QueueOrReuse(Store& store, GitRepo& repo, const CommitInfo& co
     queued_at.push_back(i);
   }
   if (!to_queue.empty()) {
-    ASSIGN_OR_RETURN(auto submitted, store.Submit(repo.location(), commit, to_queue, now));
+    ASSIGN_OR_RETURN(auto submitted, store.runs().Submit(repo.location(), commit, to_queue, now));
     for (size_t k = 0; k < submitted.size(); ++k) out.results[queued_at[k]] = submitted[k];
   }
   return out;
@@ -328,13 +330,13 @@ Result<std::vector<std::string>> SubmitBaselines(Store& store, GitRepo& repo,
   std::vector<std::string> baselines(results.size());
   for (size_t i = 0; i < results.size(); ++i) {
     if (IsReproExperiment(results[i].experiment)) continue;  // compared with its experiment
-    ASSIGN_OR_RETURN(auto batch, store.Batch(results[i].batch_id));
+    ASSIGN_OR_RETURN(auto batch, store.runs().Batch(results[i].batch_id));
     if (!batch || !batch->base_sha.empty() || commit.parent_sha.empty()) continue;
     BaselineOptions bo;
     bo.queue_missing = o.with_baseline;
     ASSIGN_OR_RETURN(baselines[i], ChooseBaseline(store, repo.location(), *batch,
                                                   commit.parent_sha, now, bo));
-    ASSIGN_OR_RETURN(batch, store.Batch(results[i].batch_id));
+    ASSIGN_OR_RETURN(batch, store.runs().Batch(results[i].batch_id));
     if (!batch->baseline_batch_id) baselines[i].clear();
   }
   return baselines;
@@ -424,7 +426,7 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
     // What the determinism check says now (once the runs end, `trainq show`).
     for (const auto& r : submitted.results) {
       if (IsReproExperiment(r.experiment)) continue;
-      ASSIGN_OR_RETURN(auto batch, store.Batch(r.batch_id));
+      ASSIGN_OR_RETURN(auto batch, store.runs().Batch(r.batch_id));
       if (!batch) continue;
       ASSIGN_OR_RETURN(auto check, ReproOf(store, *batch));
       if (check) out << "  " << r.experiment << ": " << check->text << "\n";
@@ -874,11 +876,11 @@ Status CmdRuns(const RunsOptions& o, std::ostream& out) {
   }
   ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
   if (o.batch) {
-    ASSIGN_OR_RETURN(auto b, store.Batch(*o.batch));
+    ASSIGN_OR_RETURN(auto b, store.runs().Batch(*o.batch));
     if (!b) return Fail(ErrorKind::kNotFound, "batch " + std::to_string(*o.batch) +
                                                   " does not exist");
   }
-  ASSIGN_OR_RETURN(auto runs, store.Runs(o.batch, state, o.limit));
+  ASSIGN_OR_RETURN(auto runs, store.runs().Runs(o.batch, state, o.limit));
   if (o.json) {
     json j = json::array();
     for (const auto& r : runs) j.push_back(RunJson(r));
@@ -907,7 +909,7 @@ Status CmdRuns(const RunsOptions& o, std::ostream& out) {
 Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out) {
   ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
   if (o.run) {
-    ASSIGN_OR_RETURN(int n, store.CancelRun(o.id, clock.Now()));
+    ASSIGN_OR_RETURN(int n, store.runs().CancelRun(o.id, clock.Now()));
     if (o.json) {
       out << json{{"run", o.id}, {"cancelled", n}}.dump(2) << "\n";
       return {};
@@ -916,7 +918,7 @@ Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out) 
               : "run " + std::to_string(o.id) + " had already ended; nothing to cancel\n");
     return {};
   }
-  ASSIGN_OR_RETURN(int n, store.CancelBatch(o.id, clock.Now()));
+  ASSIGN_OR_RETURN(int n, store.runs().CancelBatch(o.id, clock.Now()));
   if (o.json) {
     out << json{{"batch", o.id}, {"cancelled", n}}.dump(2) << "\n";
     return {};

@@ -23,6 +23,9 @@
 #include "core/http_client.h"
 #include "core/process.h"
 #include "core/strings.h"
+#include "queue/machines.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "queue/wal_check.h"
 
@@ -41,7 +44,7 @@ class OutcomeLog {
 
   void Step(Store& store) {
     while (true) {
-      auto rows = store.RunsFinishedAfter(finished_ms_, run_id_, 200);
+      auto rows = store.runs().RunsFinishedAfter(finished_ms_, run_id_, 200);
       if (!rows) {
         spdlog::warn("run outcomes: {}", rows.error().message);
         return;
@@ -180,7 +183,7 @@ std::string UnservableOnly(Store& store, const Fleet& fleet,
     if (counts[static_cast<int>(s)] > 0) return "";
   }
   if (counts[static_cast<int>(RunState::kQueued)] == 0) return "";
-  auto demand = store.RunnableDemand(now);
+  auto demand = store.machines().RunnableDemand(now);
   if (!demand || demand->empty()) return "";
   std::int64_t runs = 0;
   std::string why;
@@ -334,7 +337,7 @@ Status Daemon::Parts::OpenFleet() {
   fleet = std::make_unique<Fleet>(*store, clock, std::move(pools), fo);
   for (const auto& p : fleet->pools()) LogPool(p);
 
-  if (auto n = store->GraceLeases(clock.Now(), clock.Now(), options.lease_ms,
+  if (auto n = store->runs().GraceLeases(clock.Now(), clock.Now(), options.lease_ms,
                                   "trainq serve was down when it expired");
       n && *n > 0) {
     spdlog::info("{} run(s) whose lease expired while trainq serve was down get {} to report back",
@@ -425,7 +428,7 @@ void Daemon::Parts::RenewLeasesAfterStall(TimeMs now) {
   if (now - last_pass > std::max<TimeMs>(options.lease_ms / 2, 5'000)) {
     // This process stalled (stopped, swapped, a slow disk): heartbeats were
     // not taken meanwhile either.
-    if (auto n = store->GraceLeases(now, now, options.lease_ms,
+    if (auto n = store->runs().GraceLeases(now, now, options.lease_ms,
                                     "trainq serve stalled for " + FormatDuration(now - last_pass));
         n && *n > 0) {
       spdlog::warn("trainq serve stalled for {}: {} expired lease(s) renewed",
@@ -447,7 +450,7 @@ Status Daemon::Parts::StepQueue(TimeMs now) {
 
 // Set when --until-idle is done: the loop's result.
 std::optional<Status> Daemon::Parts::IdleExit(TimeMs now) {
-  auto pending_push = store->NextPushDue();
+  auto pending_push = store->pushes().NextPushDue();
   const bool no_push_due = !pipeline || (pending_push && !*pending_push);
   if (executor) {
     auto drained = executor->QueueDrained();
@@ -458,7 +461,7 @@ std::optional<Status> Daemon::Parts::IdleExit(TimeMs now) {
     }
     return std::nullopt;
   }
-  auto counts = store->CountByState();
+  auto counts = store->runs().CountByState();
   bool drained = counts.has_value();
   if (counts) {
     for (auto s : {RunState::kQueued, RunState::kLeased, RunState::kRunning, RunState::kFailed}) {

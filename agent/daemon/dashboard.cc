@@ -15,8 +15,10 @@
 #include "agent/results/status.h"
 #include "core/crypto.h"
 #include "core/strings.h"
+#include "queue/run_queue.h"
 #include "queue/sqlite.h"
 #include "queue/store.h"
+#include "queue/sweeps.h"
 
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -255,7 +257,7 @@ HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string&
   }
   if (rest == "experiments") {
     // Every experiment with batches: how many, and its newest commit.
-    auto batches = store->Batches(false, 0);
+    auto batches = store->runs().Batches(false, 0);
     if (!batches) return Refuse(503, batches.error().message);
     std::map<std::pair<std::string, std::string>, json> by;
     for (const auto& b : *batches) {  // newest first
@@ -274,11 +276,11 @@ HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string&
   if (rest == "sweeps") {
     // Sweeps still adding points: the overview's list (the sweeps page reads
     // the report's sweeps, with winners).
-    auto sweeps = store->Sweeps("running");
+    auto sweeps = store->sweeps().List("running");
     if (!sweeps) return Refuse(503, sweeps.error().message);
     json out = json::array();
     for (const auto& sw : *sweeps) {
-      auto points = store->SweepPoints(sw.id);
+      auto points = store->sweeps().SweepPoints(sw.id);
       if (!points) return Refuse(503, points.error().message);
       json commit = json::parse(sw.commit_json, nullptr, false);
       out.push_back({{"id", sw.id},
@@ -317,13 +319,13 @@ HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string&
     auto parts = Split(rest.substr(4), '/');
     auto id = parts.empty() ? std::nullopt : ParseId(parts[0]);
     if (!id || parts.size() > 2) return Refuse(400, "expected /dash/api/run/ID[/log]");
-    auto run = store->Run(*id);
+    auto run = store->runs().Run(*id);
     if (!run) return Refuse(503, run.error().message);
     if (!*run) return Refuse(404, "no run " + parts[0]);
     if (parts.size() == 1) {
       json j = {{"run", RunJson(**run)}};
       // The metric's curve: at most 1000 points, evenly thinned.
-      auto points = store->Metrics(*id);
+      auto points = store->runs().Metrics(*id);
       if (!points) return Refuse(503, points.error().message);
       std::vector<const MetricPoint*> curve;
       for (const auto& p : *points) curve.push_back(&p);
@@ -400,7 +402,7 @@ HttpServerReply Dashboard::Action(const HttpServerRequest& req, const Session& s
     bool batch = what == "cancel_batch";
     auto id = num(batch ? "batch" : "run");
     if (!id) return Refuse(400, std::string(batch ? "batch" : "run") + ": expected an id");
-    auto n = batch ? store->CancelBatch(*id, now) : store->CancelRun(*id, now);
+    auto n = batch ? store->runs().CancelBatch(*id, now) : store->runs().CancelRun(*id, now);
     if (!n) return Refuse(StatusFor(n.error()), n.error().message);
     spdlog::info("dashboard: {} cancelled {} {} ({} run(s))", who, batch ? "batch" : "run", *id,
                  *n);
@@ -411,12 +413,12 @@ HttpServerReply Dashboard::Action(const HttpServerRequest& req, const Session& s
     auto k = num("seeds");
     if (!id) return Refuse(400, "batch: expected an id");
     if (!k || *k < 1 || *k > 100) return Refuse(400, "seeds: expected 1 to 100");
-    auto b = store->Batch(*id);
+    auto b = store->runs().Batch(*id);
     if (!b) return Refuse(503, b.error().message);
     if (!*b) return Refuse(404, "no batch " + std::to_string(*id));
     std::int64_t total = 0;
     for (auto c : (*b)->counts) total += c;
-    auto n = store->ExtendBatch(*id, static_cast<int>(total + *k), now);
+    auto n = store->runs().ExtendBatch(*id, static_cast<int>(total + *k), now);
     if (!n) return Refuse(StatusFor(n.error()), n.error().message);
     spdlog::info("dashboard: {} added {} seed(s) to batch {}", who, *n, *id);
     return JsonReply(200, {{"result", "ok"}, {"added", *n}});

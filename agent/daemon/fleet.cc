@@ -14,6 +14,8 @@
 
 #include "agent/daemon/worker_api.h"
 #include "core/strings.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
 
 namespace trainq {
 
@@ -171,7 +173,7 @@ FleetPool* Fleet::FindPool(const std::string& name) {
 }
 
 Status Fleet::JudgeBoots(const std::vector<MachineRow>& live,
-                         std::map<std::string, Store::PoolStateRow>& states) {
+                         std::map<std::string, Machines::PoolStateRow>& states) {
   const TimeMs now = clock_.Now();
   std::map<std::int64_t, const MachineRow*> live_rows;
   for (const auto& m : live) {
@@ -185,7 +187,7 @@ Status Fleet::JudgeBoots(const std::vector<MachineRow>& live,
     if (auto l = live_rows.find(row); l != live_rows.end()) {
       m = *l->second;
     } else {
-      ASSIGN_OR_RETURN(auto found, store_.Machine(row));
+      ASSIGN_OR_RETURN(auto found, store_.machines().Machine(row));
       if (!found) {
         it = watched_.erase(it);
         continue;
@@ -209,9 +211,9 @@ Status Fleet::JudgeBoots(const std::vector<MachineRow>& live,
 }
 
 Status Fleet::RecordBootOutcome(const MachineRow& m, bool ok,
-                                std::map<std::string, Store::PoolStateRow>& states) {
+                                std::map<std::string, Machines::PoolStateRow>& states) {
   const TimeMs now = clock_.Now();
-  Store::PoolStateRow& row = states[m.pool];
+  Machines::PoolStateRow& row = states[m.pool];
   row.pool = m.pool;
   cloud::BootHealth h{row.failed_boots, row.next_boot_ms, row.failing};
   FleetPool* pool = FindPool(m.pool);
@@ -223,7 +225,7 @@ Status Fleet::RecordBootOutcome(const MachineRow& m, bool ok,
     row.failed_boots = 0;
     row.next_boot_ms = 0;
     row.failing = false;
-    return store_.SetPoolBoots(row, now);
+    return store_.machines().SetPoolBoots(row, now);
   }
   if (m.provider == "manual") return Status{};  // a hand-started worker is no boot
   std::string why;
@@ -266,7 +268,7 @@ Status Fleet::RecordBootOutcome(const MachineRow& m, bool ok,
                  m.pool, h.failed, row.boot_error, FormatDuration(h.next_boot_at - now),
                  tail.empty() ? "" : "; the end of its log:" + Indent(tail));
   }
-  return store_.SetPoolBoots(row, now);
+  return store_.machines().SetPoolBoots(row, now);
 }
 
 Status Fleet::ComputeSpend(std::vector<cloud::PoolInput>& inputs, cloud::OverallBudget& overall,
@@ -276,7 +278,7 @@ Status Fleet::ComputeSpend(std::vector<cloud::PoolInput>& inputs, cloud::Overall
     any = any || p.spec.scaling.budget_per_day > 0 || p.spec.scaling.budget_per_month > 0;
   }
   if (!any) return Status{};
-  ASSIGN_OR_RETURN(auto all, store_.Machines(true));
+  ASSIGN_OR_RETURN(auto all, store_.machines().List(true));
   const TimeMs day = cloud::UtcDayStart(now);
   const TimeMs month = cloud::UtcMonthStart(now);
   std::map<std::string, std::vector<cloud::BilledMachine>> by_pool;
@@ -322,14 +324,14 @@ void Fleet::ReportBudget(const cloud::Decision& d, const std::vector<cloud::Pool
     auto& at = budget_written_at_[pool];
     if (!changed && at != 0 && now - at < 10'000) return;  // status within 10 s
     at = now;
-    Store::PoolStateRow row;
+    Machines::PoolStateRow row;
     row.pool = pool;
     row.spent_day = day;
     row.spent_month = month;
     row.budget_per_day = per_day;
     row.budget_per_month = per_month;
     row.cap = cap;
-    if (auto st = store_.SetPoolBudget(row, now); !st) {
+    if (auto st = store_.machines().SetPoolBudget(row, now); !st) {
       spdlog::warn("pool {}: cannot record its budget: {}", pool, st.error().message);
     }
   };
@@ -431,12 +433,12 @@ void Fleet::Record(const std::string& pool, bool ok, const std::string& error) {
   // earlier serve must not outlive a provider that works again.
   bool first = health_written_.insert(pool).second;
   if (!ok || was_failing || first) {
-    Store::PoolHealthRow row;
+    Machines::PoolHealthRow row;
     row.pool = pool;
     row.consecutive_failures = h.consecutive_failures;
     row.next_retry_ms = h.next_retry_at;
     row.last_error = ok ? "" : error;
-    if (auto st = store_.SetPoolHealth(row, now); !st) {
+    if (auto st = store_.machines().SetPoolHealth(row, now); !st) {
       spdlog::warn("pool {}: cannot record provider health: {}", pool, st.error().message);
     }
   }
@@ -456,7 +458,7 @@ Status Fleet::Boot(FleetPool& pool, int count) {
     m.gpus = spec.gpus;
     m.hourly_cost = spec.scaling.hourly_cost;
     m.name = "tq-" + options_.instance + "-" + spec.name() + "-" + Base36(now) + std::to_string(i);
-    ASSIGN_OR_RETURN(auto row, store_.AddMachine(m, now));
+    ASSIGN_OR_RETURN(auto row, store_.machines().AddMachine(m, now));
     cloud::BootSpec b;
     b.tag = {spec.name(), options_.instance};
     b.name = m.name;
@@ -476,10 +478,10 @@ Status Fleet::Boot(FleetPool& pool, int count) {
     Record(spec.name(), id.has_value(), id ? "" : id.error().message);
     if (!id) {
       spdlog::warn("pool {}: boot of {} failed: {}", spec.name(), m.name, id.error().message);
-      TRY(store_.SetMachineState(row, "failed", clock_.Now(), "boot: " + id.error().message));
+      TRY(store_.machines().SetMachineState(row, "failed", clock_.Now(), "boot: " + id.error().message));
       return Status{};  // backoff; the next pass retries
     }
-    TRY(store_.SetMachineProviderId(row, *id, clock_.Now()));
+    TRY(store_.machines().SetMachineProviderId(row, *id, clock_.Now()));
     spdlog::info("pool {}: booted {} ({} {})", spec.name(), m.name, spec.provider, *id);
   }
   return Status{};
@@ -494,10 +496,10 @@ namespace {
 
 // One note per (pool, gpus): the store keeps one, so several reasons are
 // joined, in the order they were found.
-std::vector<Store::WaitingNote> MergeNotes(std::vector<Store::WaitingNote> notes) {
-  std::vector<Store::WaitingNote> out;
+std::vector<Machines::WaitingNote> MergeNotes(std::vector<Machines::WaitingNote> notes) {
+  std::vector<Machines::WaitingNote> out;
   for (auto& n : notes) {
-    auto same = std::find_if(out.begin(), out.end(), [&](const Store::WaitingNote& o) {
+    auto same = std::find_if(out.begin(), out.end(), [&](const Machines::WaitingNote& o) {
       return o.pool == n.pool && o.gpus == n.gpus && o.nodes == n.nodes;
     });
     if (same == out.end()) {
@@ -513,14 +515,14 @@ std::vector<Store::WaitingNote> MergeNotes(std::vector<Store::WaitingNote> notes
 
 Status Fleet::StopMachine(FleetPool& pool, std::int64_t row, const std::string& id) {
   TimeMs now = clock_.Now();
-  if (row) TRY(store_.SetMachineState(row, "stopping", now));
+  if (row) TRY(store_.machines().SetMachineState(row, "stopping", now));
   auto st = pool.provider->Stop(id);
   Record(pool.spec.name(), st.has_value(), st ? "" : st.error().message);
   if (!st) {
     spdlog::warn("pool {}: stop of {} failed: {}", pool.spec.name(), id, st.error().message);
     return Status{};  // stays `stopping`; the next pass tries again
   }
-  if (row) TRY(store_.SetMachineState(row, "stopped", clock_.Now()));
+  if (row) TRY(store_.machines().SetMachineState(row, "stopped", clock_.Now()));
   return Status{};
 }
 
@@ -530,13 +532,13 @@ Status Fleet::Step() {
   // answered no worker meanwhile; silence counts from now.
   if (last_step_ms_ == 0 || now - last_step_ms_ > options_.stall_ms) heard_since_ = now;
   last_step_ms_ = now;
-  if (auto n = store_.ExpireLeases(now); n && *n > 0) {
+  if (auto n = store_.runs().ExpireLeases(now); n && *n > 0) {
     spdlog::warn("{} lease(s) expired: their runs failed (retried after a backoff, or dead), or "
                  "went back to the queue without using an attempt when serve was away",
                  *n);
   }
   // Gather: machines, boot health, demand, and (paced) the providers' lists.
-  ASSIGN_OR_RETURN(auto machines, store_.Machines(false));
+  ASSIGN_OR_RETURN(auto machines, store_.machines().Machines(false));
   TRY(ForgetSilentWorkers(machines, now));
   ASSIGN_OR_RETURN(auto states, PoolStates(now));
   TRY(JudgeBoots(machines, states));
@@ -562,7 +564,7 @@ Status Fleet::ForgetSilentWorkers(const std::vector<MachineRow>& machines, TimeM
     if (now - m.last_seen_ms < options_.manual_silence_ms) continue;
     std::string why = "hand-started worker silent for " + FormatDuration(now - m.last_seen_ms);
     // Stopped when last heard from: that is when it was last of any use.
-    ASSIGN_OR_RETURN(int returned, store_.ForgetMachine(m.id, m.last_seen_ms, why));
+    ASSIGN_OR_RETURN(int returned, store_.machines().ForgetMachine(m.id, m.last_seen_ms, why));
     spdlog::warn("pool {}: machine {} ({}) is gone: {}{}", m.pool, m.id, m.name, why,
                  returned ? "; " + std::to_string(returned) + " run(s) back in the queue" : "");
   }
@@ -571,9 +573,9 @@ Status Fleet::ForgetSilentWorkers(const std::vector<MachineRow>& machines, TimeM
 
 // Boot health lives in the store: `trainq pools reset` writes it too. On the
 // first pass, a pool whose config changed forgets its failed boots.
-Result<std::map<std::string, Store::PoolStateRow>> Fleet::PoolStates(TimeMs now) {
-  ASSIGN_OR_RETURN(auto state_rows, store_.PoolStates());
-  std::map<std::string, Store::PoolStateRow> states;
+Result<std::map<std::string, Machines::PoolStateRow>> Fleet::PoolStates(TimeMs now) {
+  ASSIGN_OR_RETURN(auto state_rows, store_.machines().PoolStates());
+  std::map<std::string, Machines::PoolStateRow> states;
   for (auto& r : state_rows) states[r.pool] = std::move(r);
   if (config_checked_) return states;
   config_checked_ = true;
@@ -589,15 +591,15 @@ Result<std::map<std::string, Store::PoolStateRow>> Fleet::PoolStates(TimeMs now)
     row.next_boot_ms = 0;
     row.failing = false;
     row.config_hash = hash;
-    TRY(store_.SetPoolBoots(row, now));
+    TRY(store_.machines().SetPoolBoots(row, now));
   }
   return states;
 }
 
 // The runnable runs per pool that serves them, and why the others wait.
 Result<Fleet::Demand> Fleet::ReadDemand(TimeMs now) {
-  ASSIGN_OR_RETURN(auto demand, store_.RunnableDemand(now));
-  ASSIGN_OR_RETURN(auto health, store_.PoolHealth());
+  ASSIGN_OR_RETURN(auto demand, store_.machines().RunnableDemand(now));
+  ASSIGN_OR_RETURN(auto health, store_.machines().PoolHealth());
   Demand out;
   for (const auto& d : demand) {
     const PoolSpec* p = PoolForDemand(pools_, d.pool, d.gpus, d.nodes);
@@ -627,7 +629,7 @@ Result<Fleet::Demand> Fleet::ReadDemand(TimeMs now) {
 // The autoscaler's input per pool: its machines, demand and health, and the
 // provider's list when it is due (the listed machines' names into `listed`).
 std::vector<cloud::PoolInput> Fleet::Inputs(const std::vector<MachineRow>& machines,
-                                            const std::map<std::string, Store::PoolStateRow>& states,
+                                            const std::map<std::string, Machines::PoolStateRow>& states,
                                             Demand& demand, TimeMs now, ListedNames& listed) {
   std::vector<cloud::PoolInput> inputs;
   for (auto& pool : pools_) {
@@ -673,14 +675,14 @@ Status Fleet::NoteWaiting(Demand& demand, TimeMs now) {
     if (p.cap.empty() || p.boots_held <= 0) continue;
     for (const auto& [key, pool] : demand.served) {
       if (pool != p.pool) continue;
-      Store::WaitingNote n = key;
+      Machines::WaitingNote n = key;
       n.note = BudgetNote(p.pool, p.cap);
       demand.notes.push_back(std::move(n));
     }
   }
   auto notes = MergeNotes(std::move(demand.notes));
   if (!last_notes_ || notes != *last_notes_) {
-    TRY(store_.SetWaitingNotes(notes, now));
+    TRY(store_.machines().SetWaitingNotes(notes, now));
     last_notes_ = notes;
   }
   return {};
@@ -724,7 +726,7 @@ Status Fleet::Apply(const cloud::Action& a, const ListedNames& listed) {
       } else {
         stop_reason_[a.row] = "the provider stopped listing it before its worker registered";
       }
-      ASSIGN_OR_RETURN(int returned, store_.ForgetMachine(a.row, now, a.reason));
+      ASSIGN_OR_RETURN(int returned, store_.machines().ForgetMachine(a.row, now, a.reason));
       spdlog::info("pool {}: machine {} is gone ({}){}", a.pool, a.machine, a.reason,
                    returned ? "; " + std::to_string(returned) + " run(s) back in the queue" : "");
       return {};
@@ -747,12 +749,12 @@ Status Fleet::Apply(const cloud::Action& a, const ListedNames& listed) {
         if (auto n = p->second.find(a.machine); n != p->second.end()) m.name = n->second;
       }
       spdlog::info("pool {}: adopting {} ({})", a.pool, a.machine, a.reason);
-      ASSIGN_OR_RETURN(auto row, store_.AddMachine(m, now));
+      ASSIGN_OR_RETURN(auto row, store_.machines().AddMachine(m, now));
       (void)row;
       return {};
     }
     case cloud::ActionKind::kDrain: {
-      ASSIGN_OR_RETURN(bool drained, store_.DrainMachine(a, now));
+      ASSIGN_OR_RETURN(bool drained, store_.machines().DrainMachine(a, now));
       if (!drained) {
         spdlog::info("pool {}: drain of {} called off: it took work meanwhile", a.pool,
                      a.machine);
@@ -781,7 +783,7 @@ Status Fleet::ApplyLost(FleetPool& pool, const cloud::Action& a, TimeMs now) {
           FormatDuration(pool.spec.scaling.boot_timeout_ms) + ")";
     stop_reason_[a.row] = why;
   }
-  ASSIGN_OR_RETURN(int returned, store_.LoseMachine(a.row, now, why));
+  ASSIGN_OR_RETURN(int returned, store_.machines().LoseMachine(a.row, now, why));
   spdlog::warn("pool {}: machine {} is lost: {}{}; stopping it", a.pool, a.machine, why,
                returned ? "; " + std::to_string(returned) +
                               " run(s) back in the queue, no attempt used"
@@ -801,7 +803,7 @@ Status Fleet::ApplyLost(FleetPool& pool, const cloud::Action& a, TimeMs now) {
 }
 
 Result<int> Fleet::LiveMachines() {
-  ASSIGN_OR_RETURN(auto machines, store_.Machines(false));
+  ASSIGN_OR_RETURN(auto machines, store_.machines().List(false));
   int n = 0;
   for (const auto& m : machines) {
     for (const auto& p : pools_) {
@@ -815,7 +817,7 @@ Result<int> Fleet::LiveMachines() {
 }
 
 Status Fleet::StopAll(bool local_only) {
-  ASSIGN_OR_RETURN(auto machines, store_.Machines(false));
+  ASSIGN_OR_RETURN(auto machines, store_.machines().List(false));
   for (auto& pool : pools_) {
     if (local_only && pool.spec.provider != "local") continue;
     for (const auto& m : machines) {
@@ -826,7 +828,7 @@ Status Fleet::StopAll(bool local_only) {
           auto st = pool.provider->Stop(m.provider_id);
           if (!st) spdlog::warn("pool {}: stop of {}: {}", m.pool, m.name, st.error().message);
         }
-        ASSIGN_OR_RETURN(int returned, store_.ForgetMachine(m.id, clock_.Now(),
+        ASSIGN_OR_RETURN(int returned, store_.machines().ForgetMachine(m.id, clock_.Now(),
                                                             "trainq serve stopped"));
         if (returned) spdlog::info("{} run(s) of {} back in the queue", returned, m.name);
         continue;
@@ -838,14 +840,14 @@ Status Fleet::StopAll(bool local_only) {
         drain.machine = m.provider_id;
         drain.row = m.id;
         drain.guard.last_busy_at = m.last_busy_ms;
-        ASSIGN_OR_RETURN(bool ok, store_.DrainMachine(drain, clock_.Now()));
+        ASSIGN_OR_RETURN(bool ok, store_.machines().DrainMachine(drain, clock_.Now()));
         if (!ok) {
           spdlog::warn("pool {}: {} holds work; not stopped", m.pool, m.name);
           continue;
         }
       }
       if (m.provider_id.empty()) {
-        TRY(store_.SetMachineState(m.id, "stopped", clock_.Now(), "never booted"));
+        TRY(store_.machines().SetMachineState(m.id, "stopped", clock_.Now(), "never booted"));
         continue;
       }
       spdlog::info("pool {}: stopping {} (queue empty, exiting)", m.pool, m.name);

@@ -45,6 +45,7 @@
 #include "cloud/provider.h"
 #include "core/clock.h"
 #include "core/result.h"
+#include "queue/machines.h"
 #include "queue/store.h"
 
 namespace trainq {
@@ -118,14 +119,14 @@ class Fleet {
   struct Demand {
     std::map<std::string, int> runs;        // runnable runs per serving pool
     std::map<std::string, int> gang_nodes;  // the largest gang of each pool
-    std::vector<Store::WaitingNote> notes;  // why runs wait
-    std::vector<std::pair<Store::WaitingNote, std::string>> served;  // demand key -> its pool
+    std::vector<Machines::WaitingNote> notes;  // why runs wait
+    std::vector<std::pair<Machines::WaitingNote, std::string>> served;  // demand key -> its pool
   };
   Status ForgetSilentWorkers(const std::vector<MachineRow>& machines, TimeMs now);
-  Result<std::map<std::string, Store::PoolStateRow>> PoolStates(TimeMs now);
+  Result<std::map<std::string, Machines::PoolStateRow>> PoolStates(TimeMs now);
   Result<Demand> ReadDemand(TimeMs now);
   std::vector<cloud::PoolInput> Inputs(const std::vector<MachineRow>& machines,
-                                       const std::map<std::string, Store::PoolStateRow>& states,
+                                       const std::map<std::string, Machines::PoolStateRow>& states,
                                        Demand& demand, TimeMs now, ListedNames& listed);
   Status NoteWaiting(Demand& demand, TimeMs now);
   void PaceListing(const std::vector<cloud::PoolInput>& inputs, TimeMs now);
@@ -138,9 +139,9 @@ class Fleet {
   // Judges machines whose boot outcome is pending; records failures and
   // successes in the pool's boot health.
   Status JudgeBoots(const std::vector<MachineRow>& live,
-                    std::map<std::string, Store::PoolStateRow>& states);
+                    std::map<std::string, Machines::PoolStateRow>& states);
   Status RecordBootOutcome(const MachineRow& m, bool ok,
-                           std::map<std::string, Store::PoolStateRow>& states);
+                           std::map<std::string, Machines::PoolStateRow>& states);
   // Spend per pool and overall, into `inputs`; writes the pool_state budget
   // columns when they change.
   Status ComputeSpend(std::vector<cloud::PoolInput>& inputs, cloud::OverallBudget& overall,
@@ -156,7 +157,7 @@ class Fleet {
   std::map<std::string, cloud::ProviderHealth> health_;
   std::set<std::string> health_written_;  // pools whose health row this process wrote
   cloud::Decision last_;
-  std::optional<std::vector<Store::WaitingNote>> last_notes_;  // as last written
+  std::optional<std::vector<Machines::WaitingNote>> last_notes_;  // as last written
   // Boot outcomes: machines seen live and not judged yet; machines the fleet
   // stopped on purpose (idle, budget), which are no failed boots; why a
   // machine was stopped, for the message.

@@ -8,6 +8,9 @@
 
 #include "agent/results/status.h"
 #include "agent/triggers/webhook.h"
+#include "queue/machines.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 
 using nlohmann::json;
 
@@ -136,7 +139,7 @@ std::string Server::MetricsText() {
   std::ostringstream out;
   {
     std::lock_guard<std::mutex> lock(read_mu_);
-    auto counts = read_store_->CountByState();
+    auto counts = read_store_->runs().CountByState();
     if (counts) {
       out << "# HELP trainq_runs Runs by state; queued, leased, running and failed are the "
              "queue.\n# TYPE trainq_runs gauge\n";
@@ -151,7 +154,7 @@ std::string Server::MetricsText() {
             << (*counts)[static_cast<int>(s)] << "\n";
       }
     }
-    if (auto pushes = read_store_->CountPushesByState()) {
+    if (auto pushes = read_store_->pushes().CountPushesByState()) {
       out << "# HELP trainq_pushes Pushes recorded (webhooks and polls), by state.\n"
              "# TYPE trainq_pushes gauge\n";
       std::map<std::string, std::int64_t> by_state = {
@@ -161,7 +164,7 @@ std::string Server::MetricsText() {
         out << "trainq_pushes{state=\"" << Label(s) << "\"} " << n << "\n";
       }
     }
-    if (auto machines = read_store_->Machines(true)) {
+    if (auto machines = read_store_->machines().List(true)) {
       std::map<std::string, std::int64_t> by_state;
       for (const auto& m : *machines) ++by_state[m.state];
       out << "# HELP trainq_machines Machines by state.\n# TYPE trainq_machines gauge\n";
@@ -169,7 +172,7 @@ std::string Server::MetricsText() {
         out << "trainq_machines{state=\"" << Label(s) << "\"} " << n << "\n";
       }
     }
-    if (auto states = read_store_->PoolStates()) {
+    if (auto states = read_store_->machines().PoolStates()) {
       out << "# HELP trainq_pool_failed_boots Failed boots in a row (machines that never became a "
              "working worker).\n# TYPE trainq_pool_failed_boots gauge\n";
       for (const auto& s : *states) {

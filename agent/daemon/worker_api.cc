@@ -1,5 +1,8 @@
 // The worker protocol on the server (agent/daemon/worker_api.h).
 #include "agent/daemon/worker_api.h"
+#include "queue/gangs.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 
 #include <fcntl.h>
@@ -110,7 +113,7 @@ json RunJson(const LeasedRun& r) {
 // Whether a live member of gang run `run_id` is on `machine` (a node > 0
 // fetches the source of a run whose machine_id is node 0's).
 bool GangMemberOn(Store& store, std::int64_t run_id, std::int64_t machine) {
-  auto members = store.GangMembers(run_id);
+  auto members = store.gangs().GangMembers(run_id);
   if (!members) return false;
   for (const auto& g : *members) {
     if (g.machine_id == machine) return true;
@@ -132,7 +135,7 @@ std::optional<json> Body(const HttpServerRequest& req) {
 std::expected<MachineRow, HttpServerReply> MachineOfPool(Store& store, std::int64_t machine,
                                                          const std::string& pool,
                                                          bool unknown_is_forbidden = false) {
-  auto m = store.Machine(machine);
+  auto m = store.machines().Machine(machine);
   if (!m) return std::unexpected(ErrorReply(503, m.error().message));
   const std::string refused = "machine " + std::to_string(machine) + " is not of this token's pool";
   if (!*m) {
@@ -170,7 +173,7 @@ Status EnsurePoolTokens(Store& store, const ServerConfig& config, const std::str
       return Fail(ErrorKind::kInvalidArgument,
                   "pool " + name + ": the worker token is too short (at least 16 characters)");
     }
-    TRY(store.SetPoolTokenHash(name, Sha256Hex(token), now));
+    TRY(store.machines().SetPoolTokenHash(name, Sha256Hex(token), now));
   }
   return {};
 }
@@ -255,7 +258,7 @@ HttpServerReply Server::WorkerRouteInner(const HttpServerRequest& req, const std
   std::optional<std::string> pool;
   {
     std::lock_guard<std::mutex> lock(write_mu_);
-    auto found = write_store_->PoolForTokenHash(hash);
+    auto found = write_store_->machines().PoolForTokenHash(hash);
     if (!found) return ErrorReply(503, found.error().message);
     pool = *found;
   }
@@ -274,7 +277,7 @@ HttpServerReply Server::WorkerRouteInner(const HttpServerRequest& req, const std
 HttpServerReply Server::Register(const std::string& pool, const HttpServerRequest& req) {
   auto body = Body(req);
   if (!body) return ErrorReply(400, "register: the body is not a JSON object");
-  Store::WorkerRegistration r;
+  Machines::WorkerRegistration r;
   r.pool = pool;
   r.name = body->value("name", std::string());
   r.hostname = body->value("hostname", std::string());
@@ -301,7 +304,7 @@ HttpServerReply Server::Register(const std::string& pool, const HttpServerReques
   Result<MachineRow> m;
   {
     std::lock_guard<std::mutex> lock(write_mu_);
-    m = write_store_->RegisterWorker(r, clock_.Now());
+    m = write_store_->machines().RegisterWorker(r, clock_.Now());
   }
   if (!m) {
     // A name of another pool is not this token's machine.
@@ -333,7 +336,7 @@ HttpServerReply Server::LeaveRoute(const std::string& pool, std::int64_t machine
   if (!m) return m.error();
   if (m->provider != "manual") return Json(200, {{"state", m->state}});
   if (m->state == "stopped") return Json(200, {{"state", "stopped"}});
-  auto returned = write_store_->ForgetMachine(machine, clock_.Now(), "its worker left");
+  auto returned = write_store_->machines().ForgetMachine(machine, clock_.Now(), "its worker left");
   if (!returned) return ErrorReply(StatusOf(returned.error()), returned.error().message);
   spdlog::info("worker {} ({}) of pool {} left{}", machine, m->name, pool,
                *returned ? "; " + std::to_string(*returned) + " run(s) back in the queue" : "");
@@ -346,7 +349,7 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
   auto body = Body(req);
   if (!body) return ErrorReply(400, "lease: the body is not a JSON object");
   const PoolSpec* spec = config_.FindPool(pool);
-  Store::LeaseLimits limits;
+  Machines::LeaseLimits limits;
   limits.max_runs = body->value("max_runs", 1);
   limits.free_gpus = body->value("free_gpus", 0.0);
   limits.runs_per_gpu = std::max(1, body->value("runs_per_gpu", spec ? spec->runs_per_gpu : 1));
@@ -383,13 +386,13 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
     bool may = true;
     if (counted) {
       std::lock_guard<std::mutex> lock(read_mu_);
-      auto m = read_store_->MayLease(machine, clock_.Now());
+      auto m = read_store_->machines().MayLease(machine, clock_.Now());
       may = !m || *m;
     }
     Result<std::vector<LeasedRun>> leased = std::vector<LeasedRun>{};
     if (may) {
       std::lock_guard<std::mutex> lock(write_mu_);
-      leased = write_store_->LeaseForMachine(machine, limits, clock_.Now(), options_.lease_ms);
+      leased = write_store_->machines().LeaseForMachine(machine, limits, clock_.Now(), options_.lease_ms);
     }
     if (!leased) {
       uncount();
@@ -420,7 +423,7 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
       uncount();
       if (wait_ms > 0) {  // the worker is still there at the end of its wait
         std::lock_guard<std::mutex> write(write_mu_);
-        (void)write_store_->TouchWorker(machine, clock_.Now(), false);
+        (void)write_store_->machines().TouchWorker(machine, clock_.Now(), false);
       }
       return Json(200, {{"state", "ready"}, {"runs", json::array()}});
     }
@@ -466,20 +469,20 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
   TimeMs now = clock_.Now();
   {
     std::lock_guard<std::mutex> lock(write_mu_);
-    if (auto st = write_store_->CheckRunLease(run_id, token); !st) {
+    if (auto st = write_store_->machines().CheckRunLease(run_id, token); !st) {
       // A success after the lease expired goes on: Store::Complete takes it
       // when nobody else holds the run, and refuses (and we log) otherwise.
       bool late_success = what == "complete" && st.error().kind == ErrorKind::kConflict &&
                           body && body->value("outcome", std::string()) == "succeeded";
       if (!late_success) return ErrorReply(StatusOf(st.error()), st.error().message);
     }
-    auto mid = write_store_->RunMachine(run_id);
+    auto mid = write_store_->machines().RunMachine(run_id);
     if (!mid) return ErrorReply(StatusOf(mid.error()), mid.error().message);
     if (!*mid) {
       return ErrorReply(403, "run " + std::to_string(run_id) + " is not leased to a worker machine");
     }
     machine = **mid;
-    auto m = write_store_->Machine(machine);
+    auto m = write_store_->machines().Machine(machine);
     if (!m) return ErrorReply(503, m.error().message);
     if (!*m || (*m)->pool != pool) {
       return ErrorReply(403, "run " + std::to_string(run_id) + " is leased to another pool's machine");
@@ -510,7 +513,7 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
 HttpServerReply Server::RunSourceRoute(RunCall& c) {
   {
     std::lock_guard<std::mutex> lock(write_mu_);
-    (void)write_store_->TouchWorker(c.machine, c.now, false);
+    (void)write_store_->machines().TouchWorker(c.machine, c.now, false);
   }
   return SourceRoute(c.run_id);
 }
@@ -518,7 +521,7 @@ HttpServerReply Server::RunSourceRoute(RunCall& c) {
 HttpServerReply Server::LogRoute(RunCall& c) {
   auto reply = AppendLog(c.run_id, c.token, c.req);
   std::lock_guard<std::mutex> lock(write_mu_);
-  (void)write_store_->TouchWorker(c.machine, c.now, false);
+  (void)write_store_->machines().TouchWorker(c.machine, c.now, false);
   return reply;
 }
 
@@ -529,16 +532,16 @@ HttpServerReply Server::HeartbeatRoute(RunCall& c) {
   const std::int64_t run_id = c.run_id, token = c.token, machine = c.machine;
   const TimeMs now = c.now;
   if (body->value("started", false)) {
-    auto run = store.Run(run_id);
+    auto run = store.runs().Run(run_id);
     if (run && *run && (*run)->state == RunState::kLeased) {
-      if (auto st = store.MarkRunning(run_id, token, now, RunLogPath(DataDir(), run_id)); !st) {
+      if (auto st = store.runs().MarkRunning(run_id, token, now, RunLogPath(DataDir(), run_id)); !st) {
         return ErrorReply(StatusOf(st.error()), st.error().message);
       }
     }
   }
-  auto expires = store.Heartbeat(run_id, token, now, options_.lease_ms);
+  auto expires = store.runs().Heartbeat(run_id, token, now, options_.lease_ms);
   if (!expires) return ErrorReply(StatusOf(expires.error()), expires.error().message);
-  (void)store.TouchWorker(machine, now, true);
+  (void)store.machines().TouchWorker(machine, now, true);
   return Json(200, {{"expires_ms", *expires}});
 }
 
@@ -567,16 +570,16 @@ HttpServerReply Server::MetricsRoute(RunCall& c) {
       points.push_back(std::move(mp));
     }
   }
-  auto stored = store.MetricCount(run_id);
+  auto stored = store.runs().MetricCount(run_id);
   if (!stored) return ErrorReply(StatusOf(stored.error()), stored.error().message);
   if (*stored + static_cast<std::int64_t>(points.size()) > kMaxMetricPointsPerRun) {
     return ErrorReply(413, "metrics: run " + std::to_string(run_id) + " would have over " +
                                std::to_string(kMaxMetricPointsPerRun) + " points");
   }
-  if (auto st = store.AddMetrics(run_id, token, points, now); !st) {
+  if (auto st = store.runs().AddMetrics(run_id, token, points, now); !st) {
     return ErrorReply(StatusOf(st.error()), st.error().message);
   }
-  (void)store.TouchWorker(machine, now, true);
+  (void)store.machines().TouchWorker(machine, now, true);
   return Json(200, json::object());
 }
 
@@ -597,7 +600,7 @@ HttpServerReply Server::CompleteRoute(RunCall& c) {
     if (!body->contains("metric_value") || !(*body)["metric_value"].is_number()) {
       return ErrorReply(400, "complete: a succeeded run needs a numeric \"metric_value\"");
     }
-    auto st = store.Complete(run_id, token, now, (*body)["metric_value"].get<double>(),
+    auto st = store.runs().Complete(run_id, token, now, (*body)["metric_value"].get<double>(),
                              exit_code.value_or(0));
     if (!st) {
       if (st.error().kind == ErrorKind::kConflict) {
@@ -610,23 +613,23 @@ HttpServerReply Server::CompleteRoute(RunCall& c) {
     // "retry": false: a configuration error (agent/runner/run_process.h), dead now.
     bool retry = !(body->contains("retry") && (*body)["retry"].is_boolean() &&
                    !(*body)["retry"].get<bool>());
-    auto st = store.FailRun(run_id, token, now, error.empty() ? "failed on the worker" : error,
+    auto st = store.runs().FailRun(run_id, token, now, error.empty() ? "failed on the worker" : error,
                             exit_code, retry);
     if (!st) return ErrorReply(StatusOf(st.error()), st.error().message);
     state = std::string(RunStateName(*st));
   } else if (outcome == "interrupted") {
-    auto st = store.Interrupt(run_id, token, now, error.empty() ? "worker stopped" : error);
+    auto st = store.runs().Interrupt(run_id, token, now, error.empty() ? "worker stopped" : error);
     if (!st) return ErrorReply(StatusOf(st.error()), st.error().message);
     state = "queued";
   } else {
     return ErrorReply(400, "complete: outcome must be succeeded, failed or interrupted, got \"" +
                           outcome + "\"");
   }
-  (void)store.TouchWorker(machine, now, true);
+  (void)store.machines().TouchWorker(machine, now, true);
   if (state != "queued") {
     // Adaptive repeats: a batch whose spread is still too wide for its
     // `until` grows by `step` runs (agent/results/analysis.h), as with local slots.
-    if (auto row = store.Run(run_id); row && *row) {
+    if (auto row = store.runs().Run(run_id); row && *row) {
       auto added = ExtendIfNeeded(store, (*row)->batch_id, now);
       if (!added) {
         spdlog::warn("run {}: adaptive repeats: {}", run_id, added.error().message);
@@ -668,18 +671,18 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
   if (action == "beat") {
     bool started = body->value("started", false);
     if (started && rank == 0) {
-      auto run = store.Run(run_id);
+      auto run = store.runs().Run(run_id);
       if (run && *run && (*run)->state == RunState::kLeased) {
-        if (auto st = store.MarkRunning(run_id, *token, now, RunLogPath(DataDir(), run_id)); !st) {
+        if (auto st = store.runs().MarkRunning(run_id, *token, now, RunLogPath(DataDir(), run_id)); !st) {
           return ErrorReply(StatusOf(st.error()), st.error().message);
         }
       }
     }
-    auto view = store.GangBeat(run_id, *token, rank, *machine, now, options_.lease_ms, started,
+    auto view = store.gangs().GangBeat(run_id, *token, rank, *machine, now, options_.lease_ms, started,
                                body->value("master_addr", std::string()),
                                static_cast<int>(integer("master_port").value_or(0)));
     if (!view) return ErrorReply(StatusOf(view.error()), view.error().message);
-    (void)store.TouchWorker(*machine, now, true);
+    (void)store.machines().TouchWorker(*machine, now, true);
     return Json(200, {{"master_addr", view->master_addr},
                       {"master_port", view->master_port},
                       {"expires_ms", view->expires_ms}});
@@ -694,7 +697,7 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
     }
     // This attempt's member, even after the run failed (a node killed
     // because another failed still sends its ranks' logs).
-    auto member = store.GangMemberOf(run_id, rank);
+    auto member = store.gangs().GangMemberOf(run_id, rank);
     if (!member) return ErrorReply(503, member.error().message);
     if (!*member || (*member)->token != *token || (*member)->machine_id != *machine) {
       return ErrorReply(409, "gang: run " + std::to_string(run_id) + " node " +
@@ -729,12 +732,12 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
     if (rank == 0 && !metric) {
       return ErrorReply(400, "gang: node 0's success needs a numeric \"metric_value\"");
     }
-    auto done = store.GangMemberSucceeded(run_id, *token, rank, *machine, now, metric);
+    auto done = store.gangs().GangMemberSucceeded(run_id, *token, rank, *machine, now, metric);
     if (!done) return ErrorReply(StatusOf(done.error()), done.error().message);
     state = *done ? "succeeded" : "running";
   } else if (outcome == "failed" || outcome == "interrupted") {
     // Check the member first: a stale or foreign call changes nothing.
-    auto view = store.GangBeat(run_id, *token, rank, *machine, now, options_.lease_ms, false, "",
+    auto view = store.gangs().GangBeat(run_id, *token, rank, *machine, now, options_.lease_ms, false, "",
                                0);
     if (!view) return ErrorReply(StatusOf(view.error()), view.error().message);
     std::string why = "node " + std::to_string(rank) + " (" + m->name + "): " +
@@ -742,11 +745,11 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
     if (outcome == "failed") {
       bool retry = !(body->contains("retry") && (*body)["retry"].is_boolean() &&
                      !(*body)["retry"].get<bool>());
-      auto st = store.FailRun(run_id, *token, now, why, exit_code, retry);
+      auto st = store.runs().FailRun(run_id, *token, now, why, exit_code, retry);
       if (!st) return ErrorReply(StatusOf(st.error()), st.error().message);
       state = std::string(RunStateName(*st));
     } else {
-      auto st = store.Interrupt(run_id, *token, now, why);
+      auto st = store.runs().Interrupt(run_id, *token, now, why);
       if (!st) return ErrorReply(StatusOf(st.error()), st.error().message);
       state = "queued";
     }
@@ -755,7 +758,7 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
     return ErrorReply(400, "gang: outcome must be succeeded, failed or interrupted, got \"" +
                                outcome + "\"");
   }
-  (void)store.TouchWorker(*machine, now, true);
+  (void)store.machines().TouchWorker(*machine, now, true);
   if (state != "running") NotifyWork();  // its machines are free again
   return Json(200, {{"state", state}});
 }
@@ -767,10 +770,10 @@ HttpServerReply Server::SourceRoute(std::int64_t run_id) {
   std::string repo_url, sha;
   {
     std::lock_guard<std::mutex> lock(write_mu_);
-    auto run = write_store_->Run(run_id);
+    auto run = write_store_->runs().Run(run_id);
     if (!run) return ErrorReply(503, run.error().message);
     if (!*run) return ErrorReply(404, "source: no run " + std::to_string(run_id));
-    auto batch = write_store_->Batch((*run)->batch_id);
+    auto batch = write_store_->runs().Batch((*run)->batch_id);
     if (!batch) return ErrorReply(503, batch.error().message);
     if (!*batch) return ErrorReply(404, "source: run " + std::to_string(run_id) + " has no batch");
     repo_url = (*batch)->repo_url;

@@ -8,6 +8,7 @@
 #include "agent/repo/manifest.h"
 #include "agent/results/sweep.h"
 #include "core/strings.h"
+#include "queue/run_queue.h"
 #include "stats/sample_size.h"
 #include "stats/summary.h"
 
@@ -330,7 +331,7 @@ Result<std::optional<DriftCheck>> DriftOf(Store& store, const BatchProgress& b,
   if (cache && cache->count(b.experiment)) {
     all = &(*cache)[b.experiment];
   } else {
-    ASSIGN_OR_RETURN(loaded, store.BatchesOfExperiment(b.experiment, kDriftLookback));
+    ASSIGN_OR_RETURN(loaded, store.runs().BatchesOfExperiment(b.experiment, kDriftLookback));
     if (cache) all = &((*cache)[b.experiment] = std::move(loaded));
   }
   std::vector<BatchProgress> earlier;
@@ -435,7 +436,7 @@ Result<std::optional<BatchProgress>> BatchOfExperimentAt(Store& store, const std
                                                          const std::string& experiment,
                                                          const std::string& sha) {
   if (sha.size() < 4) return std::optional<BatchProgress>();
-  ASSIGN_OR_RETURN(auto candidates, store.BatchesForCommit(sha));
+  ASSIGN_OR_RETURN(auto candidates, store.runs().BatchesForCommit(sha));
   for (auto& c : candidates) {
     if (c.experiment == experiment && c.repo_url == repo_url && c.sha == sha) {
       return std::optional<BatchProgress>(std::move(c));
@@ -446,7 +447,7 @@ Result<std::optional<BatchProgress>> BatchOfExperimentAt(Store& store, const std
 
 Result<std::optional<BatchProgress>> ParentBatch(Store& store, const BatchProgress& b) {
   if (b.baseline_batch_id) {
-    ASSIGN_OR_RETURN(auto chosen, store.Batch(*b.baseline_batch_id));
+    ASSIGN_OR_RETURN(auto chosen, store.runs().Batch(*b.baseline_batch_id));
     if (chosen) return chosen;
   }
   ASSIGN_OR_RETURN(auto found,
@@ -461,7 +462,7 @@ Result<std::optional<BatchProgress>> ParentBatch(Store& store, const BatchProgre
 
 Result<std::vector<FamilyMember>> CommitFamily(Store& store, const std::string& repo_url,
                                                const std::string& sha) {
-  ASSIGN_OR_RETURN(auto batches, store.BatchesForCommit(sha));
+  ASSIGN_OR_RETURN(auto batches, store.runs().BatchesForCommit(sha));
   std::sort(batches.begin(), batches.end(),
             [](const BatchProgress& x, const BatchProgress& y) { return x.id < y.id; });
   std::vector<FamilyMember> out;
@@ -528,12 +529,12 @@ int RunsToAdd(const BatchProgress& b, const std::optional<BatchProgress>& parent
 }
 
 Result<int> ExtendIfNeeded(Store& store, std::int64_t batch_id, TimeMs now) {
-  ASSIGN_OR_RETURN(auto batch, store.Batch(batch_id));
+  ASSIGN_OR_RETURN(auto batch, store.runs().Batch(batch_id));
   if (!batch || !RulesOf(*batch).adaptive() || batch->active()) return 0;
   ASSIGN_OR_RETURN(auto parent, ParentBatch(store, *batch));
   int add = RunsToAdd(*batch, parent);
   if (add <= 0) return 0;
-  ASSIGN_OR_RETURN(int added, store.ExtendBatch(batch_id, batch->repeats + add, now));
+  ASSIGN_OR_RETURN(int added, store.runs().ExtendBatch(batch_id, batch->repeats + add, now));
   return added;
 }
 

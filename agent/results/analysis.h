@@ -11,6 +11,7 @@
 
 #include "core/result.h"
 #include "queue/store.h"
+#include "queue/types.h"
 #include "stats/compare.h"
 #include "stats/multiple.h"
 #include "stats/verdict.h"

@@ -3,11 +3,13 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "agent/results/analysis.h"
 #include "agent/repo/change_detect.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
 #include "core/strings.h"
+#include "agent/repo/mirror.h"
+#include "agent/results/analysis.h"
+#include "queue/run_queue.h"
 
 namespace trainq {
 
@@ -102,7 +104,7 @@ Result<std::string> ChooseBaseline(Store& store, const std::string& git_dir,
                                    const BatchProgress& head, const std::string& base_sha,
                                    TimeMs now, BaselineOptions options) {
   auto record = [&](std::optional<std::int64_t> id, std::string note) -> Result<std::string> {
-    TRY(store.SetBaseline(head.id, base_sha, id, note));
+    TRY(store.runs().SetBaseline(head.id, base_sha, id, note));
     return note;
   };
   if (base_sha.empty()) return record(std::nullopt, "no base commit: nothing to compare with");
@@ -120,11 +122,11 @@ Result<std::string> ChooseBaseline(Store& store, const std::string& git_dir,
       search.batch->reuses_batch_id.value_or(search.batch->id) == *head.reuses_batch_id) {
     // The base has the very runs this batch reuses: comparing them with
     // themselves says nothing. It is compared as the batch it reuses is.
-    ASSIGN_OR_RETURN(auto source, store.Batch(*head.reuses_batch_id));
+    ASSIGN_OR_RETURN(auto source, store.runs().Batch(*head.reuses_batch_id));
     if (source && source->baseline_batch_id) {
       std::string note = "as batch " + std::to_string(source->id) + " (the same runs): " +
                          BaselineText(*source);
-      TRY(store.SetBaseline(head.id, source->base_sha, source->baseline_batch_id, note));
+      TRY(store.runs().SetBaseline(head.id, source->base_sha, source->baseline_batch_id, note));
       return note;
     }
     return record(std::nullopt, "the same runs as batch " + std::to_string(*head.reuses_batch_id) +
@@ -164,10 +166,10 @@ Result<std::string> ChooseBaseline(Store& store, const std::string& git_dir,
     spec = std::move(one.front());
   }
   ASSIGN_OR_RETURN(auto info, git.Resolve(base_sha));
-  ASSIGN_OR_RETURN(auto results, store.Submit(head.repo_url, info, {spec}, now));
+  ASSIGN_OR_RETURN(auto results, store.runs().Submit(head.repo_url, info, {spec}, now));
   if (results.empty()) return Fail(ErrorKind::kInternal, "baseline batch not created");
   // The baseline batch itself is compared with nothing.
-  TRY(store.SetBaseline(results[0].batch_id, "", std::nullopt,
+  TRY(store.runs().SetBaseline(results[0].batch_id, "", std::nullopt,
                         "baseline queued for batch " + std::to_string(head.id)));
   return record(results[0].batch_id, "batch " + std::to_string(results[0].batch_id) +
                                          " queued at the base " + ShortSha(base_sha, kReportShaChars) +

@@ -21,6 +21,7 @@
 
 #include "core/result.h"
 #include "queue/store.h"
+#include "queue/types.h"
 
 namespace trainq {
 

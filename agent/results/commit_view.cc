@@ -12,6 +12,8 @@
 #include "agent/results/analysis.h"
 #include "agent/results/status.h"
 #include "core/strings.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 #include "stats/summary.h"
 
 using nlohmann::json;
@@ -56,7 +58,7 @@ Result<json> LoadCommitView(Store& store, const std::string& prefix_in) {
     return Fail(ErrorKind::kInvalidArgument,
                 "COMMIT: expected a commit id (at least 4 hex digits), got \"" + prefix_in + "\"");
   }
-  ASSIGN_OR_RETURN(auto all, store.Batches(false, 0));
+  ASSIGN_OR_RETURN(auto all, store.runs().Batches(false, 0));
   std::vector<BatchProgress> batches;
   std::set<std::string> shas;
   for (auto& b : all) {
@@ -65,7 +67,7 @@ Result<json> LoadCommitView(Store& store, const std::string& prefix_in) {
       batches.push_back(std::move(b));
     }
   }
-  ASSIGN_OR_RETURN(auto pushes, store.PushesForCommit(prefix));
+  ASSIGN_OR_RETURN(auto pushes, store.pushes().PushesForCommit(prefix));
   for (const auto& p : pushes) shas.insert(p.after_sha);
   if (shas.size() > 1) {
     std::string list;
@@ -138,7 +140,7 @@ Result<json> LoadCommitView(Store& store, const std::string& prefix_in) {
     }
     // Failed attempts, with the run's own last output (agent/runner/run_process.h).
     if (b.count(RunState::kDead) + b.count(RunState::kFailed) > 0) {
-      ASSIGN_OR_RETURN(auto runs, store.Runs(b.id, std::nullopt, 0));
+      ASSIGN_OR_RETURN(auto runs, store.runs().Runs(b.id, std::nullopt, 0));
       json failures = json::array();
       for (const auto& r : runs) {
         if (r.state != RunState::kDead && r.state != RunState::kFailed) continue;
@@ -150,7 +152,7 @@ Result<json> LoadCommitView(Store& store, const std::string& prefix_in) {
       }
       bj["failures"] = failures;
     }
-    ASSIGN_OR_RETURN(auto status, store.GetCommitStatus(b.id));
+    ASSIGN_OR_RETURN(auto status, store.pushes().GetCommitStatus(b.id));
     if (status) {
       bj["forge_status"] = {{"context", status->context},
                             {"wanted", status->state},
@@ -161,7 +163,7 @@ Result<json> LoadCommitView(Store& store, const std::string& prefix_in) {
     }
     // Every run with its state, attempts and last error (the dashboard's
     // runs table); a reusing batch's are the batch it reuses.
-    ASSIGN_OR_RETURN(auto all_runs, store.Runs(b.reuses_batch_id.value_or(b.id), std::nullopt, 0));
+    ASSIGN_OR_RETURN(auto all_runs, store.runs().Runs(b.reuses_batch_id.value_or(b.id), std::nullopt, 0));
     bj["runs"] = json::array();
     for (const auto& r : all_runs) bj["runs"].push_back(RunJson(r));
     j["batches"].push_back(bj);

@@ -1,4 +1,6 @@
 #include "agent/results/gate.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 
 #include <set>
@@ -78,7 +80,7 @@ Result<std::pair<std::optional<BatchProgress>, std::string>> GateBaseline(
       how = found.stopped;
     }
   } else {
-    ASSIGN_OR_RETURN(auto candidates, store.BatchesForCommit(base_sha));
+    ASSIGN_OR_RETURN(auto candidates, store.runs().BatchesForCommit(base_sha));
     for (auto& cand : candidates) {
       if (cand.experiment == h.experiment && cand.repo_url == h.repo_url) base = cand;
     }
@@ -223,7 +225,7 @@ std::string GateText(const GateRequest& req, const GateCommits& c,
 
 Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
   ASSIGN_OR_RETURN(auto commits, ResolveGateCommits(req));
-  ASSIGN_OR_RETURN(auto heads, store.BatchesForCommit(commits.head_sha));
+  ASSIGN_OR_RETURN(auto heads, store.runs().BatchesForCommit(commits.head_sha));
   std::set<std::string> shas;
   for (const auto& b : heads) shas.insert(b.sha);
   if (shas.size() > 1) {
@@ -232,7 +234,7 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
   // A processed push that touched no experiment here: nothing to judge.
   std::string quiet;
   if (commits.head_sha.size() >= 4) {
-    ASSIGN_OR_RETURN(auto q, store.QuietCommits(commits.head_sha));
+    ASSIGN_OR_RETURN(auto q, store.pushes().QuietCommits(commits.head_sha));
     if (!q.empty()) quiet = q.front().note;
   }
   std::set<std::string> wanted(req.experiments.begin(), req.experiments.end());

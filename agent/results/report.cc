@@ -14,6 +14,8 @@
 #include <sstream>
 
 #include "core/strings.h"
+#include "queue/run_queue.h"
+#include "queue/sweeps.h"
 #include "stats/summary.h"
 
 namespace trainq {
@@ -95,7 +97,7 @@ double SpreadGrowthP(const std::vector<double>& earlier, const std::vector<doubl
 
 Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& window,
                                const std::vector<std::string>& experiments) {
-  ASSIGN_OR_RETURN(auto batches, store.BatchesSince(since));
+  ASSIGN_OR_RETURN(auto batches, store.runs().BatchesSince(since));
   std::set<std::string> wanted(experiments.begin(), experiments.end());
   std::map<std::pair<std::string, std::string>, ExperimentReport> by_exp;
   std::map<std::pair<std::string, std::string>, std::map<std::int64_t, BatchComparison>> families;
@@ -111,7 +113,7 @@ Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& wi
       // A sweep's points are shown in its own section, not as experiments.
       auto base = b.experiment.substr(0, b.experiment.rfind("@sweep"));
       if (!wanted.empty() && !wanted.count(base)) continue;
-      ASSIGN_OR_RETURN(auto runs, store.Runs(b.id, std::nullopt, 0));
+      ASSIGN_OR_RETURN(auto runs, store.runs().Runs(b.id, std::nullopt, 0));
       r.runs += static_cast<int>(runs.size());
       ++r.batches;
       continue;
@@ -119,7 +121,7 @@ Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& wi
     if (IsReproExperiment(b.experiment)) {
       // A determinism check's runs: counted, and shown with its experiment.
       if (!wanted.empty() && !wanted.count(ReproTargetOf(b.experiment))) continue;
-      ASSIGN_OR_RETURN(auto runs, store.Runs(b.id, std::nullopt, 0));
+      ASSIGN_OR_RETURN(auto runs, store.runs().Runs(b.id, std::nullopt, 0));
       r.runs += static_cast<int>(runs.size());
       ++r.batches;
       continue;
@@ -151,7 +153,7 @@ Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& wi
       auto it = by_id.find(b.id);
       e.vs_parent = it != by_id.end() ? it->second : CompareBatches(b, *parent);
     }
-    ASSIGN_OR_RETURN(e.runs, store.Runs(b.id, std::nullopt, 0));
+    ASSIGN_OR_RETURN(e.runs, store.runs().Runs(b.id, std::nullopt, 0));
     if (!er.entries.empty()) {
       e.spread_p = SpreadGrowthP(er.entries.back().batch.values, b.values);
       e.spread_grew = e.spread_p < 0.05;
@@ -162,7 +164,7 @@ Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& wi
     er.entries.push_back(std::move(e));
   }
   for (auto& [key, er] : by_exp) r.experiments.push_back(std::move(er));
-  ASSIGN_OR_RETURN(auto sweeps, store.Sweeps());
+  ASSIGN_OR_RETURN(auto sweeps, store.sweeps().List());
   std::reverse(sweeps.begin(), sweeps.end());  // oldest first
   for (const auto& row : sweeps) {
     if (row.created_ms < since) continue;
@@ -626,7 +628,7 @@ Status CheckReportExperiments(Store& store, const std::vector<std::string>& expe
                               const std::string& option, const std::string& where) {
   if (experiments.empty()) return {};
   // A misspelt name is an error, not an empty report.
-  ASSIGN_OR_RETURN(auto all, store.Batches(false, 0));
+  ASSIGN_OR_RETURN(auto all, store.runs().Batches(false, 0));
   std::set<std::string> known;
   for (const auto& b : all) known.insert(b.experiment);
   for (const auto& e : experiments) {
@@ -659,7 +661,7 @@ Result<std::string> ReportBytes(Store& store, const ReportQuery& q, TimeMs now) 
                 "format: unknown format '" + q.format +
                     "' (md, html, json, csv, summary, table, batches)");
   }
-  ASSIGN_OR_RETURN(auto batches, store.BatchesSince(since));
+  ASSIGN_OR_RETURN(auto batches, store.runs().BatchesSince(since));
   std::set<std::string> wanted(q.experiments.begin(), q.experiments.end());
   std::erase_if(batches, [&](const BatchProgress& b) {
     return !wanted.empty() && !wanted.count(b.experiment);

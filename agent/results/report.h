@@ -16,6 +16,7 @@
 #include "agent/results/analysis.h"
 #include "core/result.h"
 #include "queue/store.h"
+#include "queue/types.h"
 
 namespace trainq {
 

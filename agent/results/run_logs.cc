@@ -1,4 +1,5 @@
 #include "agent/results/run_logs.h"
+#include "queue/run_queue.h"
 
 #include <algorithm>
 #include <cctype>
@@ -10,7 +11,7 @@ namespace trainq {
 namespace fs = std::filesystem;
 
 Result<std::vector<RunLogFile>> RunLogFiles(Store& store, std::int64_t run_id) {
-  ASSIGN_OR_RETURN(auto run, store.Run(run_id));
+  ASSIGN_OR_RETURN(auto run, store.runs().Run(run_id));
   if (!run) return Fail(ErrorKind::kNotFound, "run " + std::to_string(run_id) + " does not exist");
   std::vector<RunLogFile> out;
   if (run->log_path.empty()) return out;
@@ -38,7 +39,7 @@ Result<std::vector<RunLogFile>> RunLogFiles(Store& store, std::int64_t run_id) {
 Result<RunLogChunk> ReadRunLog(Store& store, std::int64_t run_id, std::optional<int> rank,
                                std::int64_t offset, std::int64_t max_bytes) {
   ASSIGN_OR_RETURN(auto files, RunLogFiles(store, run_id));
-  ASSIGN_OR_RETURN(auto run, store.Run(run_id));
+  ASSIGN_OR_RETURN(auto run, store.runs().Run(run_id));
   RunLogChunk c;
   c.run_ended = run && IsTerminal(run->state);
   c.next_offset = std::max<std::int64_t>(offset, 0);

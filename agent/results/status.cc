@@ -14,6 +14,9 @@
 #include "agent/results/analysis.h"
 #include "agent/results/baseline.h"
 #include "core/strings.h"
+#include "queue/machines.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "stats/summary.h"
 
@@ -143,9 +146,9 @@ class StatusDocument {
   StatusDocument(Store& store, TimeMs now) : store_(store), now_(now) {}
 
   Result<json> Build(const std::string& db, int max_active) {
-    ASSIGN_OR_RETURN(machines_, store_.Machines(false, now_));
-    ASSIGN_OR_RETURN(running_, store_.Runs(std::nullopt, RunState::kRunning, 0));
-    ASSIGN_OR_RETURN(auto leased, store_.Runs(std::nullopt, RunState::kLeased, 0));
+    ASSIGN_OR_RETURN(machines_, store_.machines().Machines(false, now_));
+    ASSIGN_OR_RETURN(running_, store_.runs().Runs(std::nullopt, RunState::kRunning, 0));
+    ASSIGN_OR_RETURN(auto leased, store_.runs().Runs(std::nullopt, RunState::kLeased, 0));
     running_.insert(running_.end(), leased.begin(), leased.end());
     for (const auto& r : running_) ++by_worker_[r.worker];
     for (const auto& m : machines_) {
@@ -180,12 +183,12 @@ class StatusDocument {
 
   // Active batches always; the most recent finished ones after them.
   Status ReadBatches(int max_active) {
-    ASSIGN_OR_RETURN(batches_, store_.Batches(true, std::max(0, max_active)));
+    ASSIGN_OR_RETURN(batches_, store_.runs().Batches(true, std::max(0, max_active)));
     active_total_ = static_cast<std::int64_t>(batches_.size());
     if (max_active > 0 && active_total_ >= max_active) {
-      ASSIGN_OR_RETURN(active_total_, store_.CountActiveBatches());
+      ASSIGN_OR_RETURN(active_total_, store_.runs().CountActiveBatches());
     }
-    ASSIGN_OR_RETURN(auto recent, store_.Batches(false, 10));
+    ASSIGN_OR_RETURN(auto recent, store_.runs().Batches(false, 10));
     std::set<std::int64_t> seen;
     for (const auto& b : batches_) seen.insert(b.id);
     for (auto& b : recent) {
@@ -219,7 +222,7 @@ class StatusDocument {
   }
 
   Result<json> Counts() {
-    ASSIGN_OR_RETURN(auto counts, store_.CountByState());
+    ASSIGN_OR_RETURN(auto counts, store_.runs().CountByState());
     json c = json::object();
     for (int i = 0; i < kRunStateCount; ++i) {
       c[std::string(RunStateName(static_cast<RunState>(i)))] = counts[i];
@@ -250,7 +253,7 @@ class StatusDocument {
   }
 
   // Boot outcomes and budgets (the fleet's pool_state rows; "*" is all pools).
-  static json BudgetJson(const Store::PoolStateRow& s) {
+  static json BudgetJson(const Machines::PoolStateRow& s) {
     if (s.budget_per_day <= 0 && s.budget_per_month <= 0) return nullptr;
     return {{"per_day", s.budget_per_day},     {"per_month", s.budget_per_month},
             {"spent_day", s.spent_day},        {"spent_month", s.spent_month},
@@ -262,9 +265,9 @@ class StatusDocument {
   // provider's health. Pools in name order: every pool with a machine now,
   // with a machine once (costs), or with a provider failure on record.
   Result<PoolSections> Pools() {
-    ASSIGN_OR_RETURN(auto costs, store_.Costs(now_, false));
-    ASSIGN_OR_RETURN(auto health, store_.PoolHealth());
-    ASSIGN_OR_RETURN(auto pool_states, store_.PoolStates());
+    ASSIGN_OR_RETURN(auto costs, store_.machines().Costs(now_, false));
+    ASSIGN_OR_RETURN(auto health, store_.machines().PoolHealth());
+    ASSIGN_OR_RETURN(auto pool_states, store_.machines().PoolStates());
     std::map<std::string, json> pools;
     auto pool_json = [&](const std::string& name) -> json& {
       auto [it, fresh] = pools.try_emplace(name);
@@ -331,7 +334,7 @@ class StatusDocument {
     }
     // Machines lost in the last hour (their worker went silent or never
     // registered): gone from the list above, so counted here with the newest.
-    ASSIGN_OR_RETURN(auto lost, store_.LostMachines(now_ - 3'600'000));
+    ASSIGN_OR_RETURN(auto lost, store_.machines().LostMachines(now_ - 3'600'000));
     for (const auto& m : lost) {
       json& p = pool_json(m.pool);
       if (!p.contains("lost")) {
@@ -356,7 +359,7 @@ class StatusDocument {
     for (const auto& r : running_) {
       json rj = RunJson(r);
       rj["elapsed_ms"] = r.started_ms ? now_ - *r.started_ms : 0;
-      ASSIGN_OR_RETURN(auto points, store_.Metrics(r.id));
+      ASSIGN_OR_RETURN(auto points, store_.runs().Metrics(r.id));
       if (!points.empty()) {
         json latest = json::object();
         std::optional<std::int64_t> step;
@@ -395,7 +398,7 @@ class StatusDocument {
         for (const auto& r : running_) {
           if (r.batch_id == b.id) elapsed.push_back(r.started_ms ? now_ - *r.started_ms : 0);
         }
-        ASSIGN_OR_RETURN(auto durations, store_.RecentRunDurations(b.id, 20));
+        ASSIGN_OR_RETURN(auto durations, store_.runs().RecentRunDurations(b.id, 20));
         const int usable = slots_ - (busy_total - static_cast<int>(elapsed.size()));
         const std::int64_t waiting = b.count(RunState::kQueued) + b.count(RunState::kFailed);
         bj["eta_measured_runs"] = durations.size();
@@ -414,15 +417,15 @@ class StatusDocument {
       for (const auto& b : batches_) experiment_of_[b.id] = b.experiment;
     }
     if (auto it = experiment_of_.find(id); it != experiment_of_.end()) return it->second;
-    ASSIGN_OR_RETURN(auto b, store_.Batch(id));
+    ASSIGN_OR_RETURN(auto b, store_.runs().Batch(id));
     return experiment_of_[id] = b ? b->experiment : "";
   }
 
   // Why runnable runs wait: notes `trainq serve` keeps (no pool can serve
   // them, their pool fails to boot), and runs in backoff before a retry.
   Result<json> Waiting() {
-    ASSIGN_OR_RETURN(auto waiting, store_.WaitingBatches(now_));
-    ASSIGN_OR_RETURN(auto failed, store_.Runs(std::nullopt, RunState::kFailed, 0));
+    ASSIGN_OR_RETURN(auto waiting, store_.machines().WaitingBatches(now_));
+    ASSIGN_OR_RETURN(auto failed, store_.runs().Runs(std::nullopt, RunState::kFailed, 0));
     json out = json::array();
     for (const auto& w : waiting) {
       ASSIGN_OR_RETURN(auto exp, ExperimentOf(w.batch_id));
@@ -452,8 +455,8 @@ class StatusDocument {
 
   // Pushes received by webhook or seen by polling, newest first.
   Result<json> Pushes() {
-    ASSIGN_OR_RETURN(auto push_counts, store_.CountPushesByState());
-    ASSIGN_OR_RETURN(auto pushes, store_.RecentPushes(10));
+    ASSIGN_OR_RETURN(auto push_counts, store_.pushes().CountPushesByState());
+    ASSIGN_OR_RETURN(auto pushes, store_.pushes().RecentPushes(10));
     json pc = json::object();
     for (const auto& [state, n] : push_counts) pc[state] = n;
     json out = {{"counts", pc}, {"recent", json::array()}};

@@ -12,6 +12,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/strings.h"
+#include "queue/run_queue.h"
+#include "queue/sweeps.h"
 #include "stats/summary.h"
 
 namespace trainq {
@@ -212,7 +214,7 @@ PointObservation Observe(const json& params, const std::vector<double>& values) 
 }  // namespace
 
 Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
-  ASSIGN_OR_RETURN(auto row, store.GetSweep(id));
+  ASSIGN_OR_RETURN(auto row, store.sweeps().GetSweep(id));
   if (!row) return Fail(ErrorKind::kNotFound, "no sweep " + std::to_string(id));
   if (row->state != "running") return 0;
   auto spec_j = json::parse(row->spec_json, nullptr, false);
@@ -223,14 +225,14 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
   ASSIGN_OR_RETURN(auto spec, SweepSpec::FromJson(spec_j));
   ASSIGN_OR_RETURN(auto base, BatchSpecFromJson(batch_j));
   ASSIGN_OR_RETURN(auto commit, CommitFromJson(row->commit_json));
-  ASSIGN_OR_RETURN(auto points, store.SweepPoints(id));
+  ASSIGN_OR_RETURN(auto points, store.sweeps().SweepPoints(id));
   const bool maximise = base.metric_goal != "min";
 
-  auto submit = [&](const Store::SweepPointRow& p) -> Status {
+  auto submit = [&](const Sweeps::SweepPointRow& p) -> Status {
     json params = json::parse(p.params_json, nullptr, false);
     ASSIGN_OR_RETURN(auto b, PointBatch(base, params, id, p.idx));
-    ASSIGN_OR_RETURN(auto res, store.Submit(row->repo_url, commit, {b}, now));
-    return store.SetSweepPointBatch(id, p.idx, res.at(0).batch_id);
+    ASSIGN_OR_RETURN(auto res, store.runs().Submit(row->repo_url, commit, {b}, now));
+    return store.sweeps().SetSweepPointBatch(id, p.idx, res.at(0).batch_id);
   };
 
   // Everything below is derived from the store, so a restarted serve makes
@@ -262,7 +264,7 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
       known.push_back(k);
       continue;
     }
-    ASSIGN_OR_RETURN(auto b, store.Batch(*p.batch_id));
+    ASSIGN_OR_RETURN(auto b, store.runs().Batch(*p.batch_id));
     k.batch_id = p.batch_id;
     k.repeats = b ? b->repeats : spec.repeats;
     runs_used += k.repeats;
@@ -314,7 +316,7 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
       int target = std::min(known[i].repeats + spec.step(), spec.repeats_max);
       int add = target - known[i].repeats;
       if (add <= 0 || add > runs_left()) continue;
-      ASSIGN_OR_RETURN(int n, store.ExtendBatch(*known[i].batch_id, target, now));
+      ASSIGN_OR_RETURN(int n, store.runs().ExtendBatch(*known[i].batch_id, target, now));
       (void)n;
       runs_used += add;
       ++in_flight;
@@ -331,11 +333,11 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
     ASSIGN_OR_RETURN(auto fresh,
                      SuggestPoints(spec, existing, static_cast<int>(want), spec.seed, history));
     for (const auto& params : fresh) {
-      Store::SweepPointRow p;
+      Sweeps::SweepPointRow p;
       p.sweep_id = id;
       p.idx = static_cast<int>(points.size()) + added;
       p.params_json = params.dump();
-      ASSIGN_OR_RETURN(auto stored, store.AddSweepPoint(p, now));
+      ASSIGN_OR_RETURN(auto stored, store.sweeps().AddSweepPoint(p, now));
       if (!stored.batch_id) TRY(submit(stored));
       ++added;
     }
@@ -346,18 +348,18 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
       ASSIGN_OR_RETURN(auto view, LoadSweepView(store, id));
       auto best = PickBest(view);
       if (best.winner && best.winner->batch) {
-        ASSIGN_OR_RETURN(int n, store.ExtendBatch(best.winner->batch->id,
+        ASSIGN_OR_RETURN(int n, store.runs().ExtendBatch(best.winner->batch->id,
                                                   best.winner->batch->repeats + confirm, now));
         if (n > 0) return 1;
       }
     }
-    TRY(store.SetSweepState(id, "done", now));
+    TRY(store.sweeps().SetSweepState(id, "done", now));
   }
   return added + extended;
 }
 
 Result<int> StepSweeps(Store& store, TimeMs now) {
-  ASSIGN_OR_RETURN(auto running, store.Sweeps("running"));
+  ASSIGN_OR_RETURN(auto running, store.sweeps().List("running"));
   int added = 0;
   for (const auto& s : running) {
     ASSIGN_OR_RETURN(int n, StepSweep(store, s.id, now));
@@ -367,17 +369,17 @@ Result<int> StepSweeps(Store& store, TimeMs now) {
 }
 
 Result<int> SweepDriver::Step(Store& store, TimeMs now) {
-  ASSIGN_OR_RETURN(auto mark, store.SweepActivity());
+  ASSIGN_OR_RETURN(auto mark, store.sweeps().SweepActivity());
   if (mark == last_mark_ && now < next_full_ms_) return 0;
   ASSIGN_OR_RETURN(int n, StepSweeps(store, now));
   // What the pass itself changed (points queued, sweeps done) is not news.
-  ASSIGN_OR_RETURN(last_mark_, store.SweepActivity());
+  ASSIGN_OR_RETURN(last_mark_, store.sweeps().SweepActivity());
   next_full_ms_ = now + kFullPassMs;
   return n;
 }
 
 Result<SweepView> LoadSweepView(Store& store, std::int64_t id) {
-  ASSIGN_OR_RETURN(auto row, store.GetSweep(id));
+  ASSIGN_OR_RETURN(auto row, store.sweeps().GetSweep(id));
   if (!row) return Fail(ErrorKind::kNotFound, "no sweep " + std::to_string(id));
   SweepView v;
   v.row = *row;
@@ -389,14 +391,14 @@ Result<SweepView> LoadSweepView(Store& store, std::int64_t id) {
   const int confirm = v.spec.ConfirmSeeds();
   v.runs_total = v.spec.budget_runs ? *v.spec.budget_runs
                                     : v.budget_points * v.spec.repeats + confirm;
-  ASSIGN_OR_RETURN(auto points, store.SweepPoints(id));
+  ASSIGN_OR_RETURN(auto points, store.sweeps().SweepPoints(id));
   for (const auto& p : points) {
     PointResult r;
     r.idx = p.idx;
     r.params = json::parse(p.params_json, nullptr, false);
     r.state = "queued";
     if (p.batch_id) {
-      ASSIGN_OR_RETURN(r.batch, store.Batch(*p.batch_id));
+      ASSIGN_OR_RETURN(r.batch, store.runs().Batch(*p.batch_id));
     }
     if (r.batch) {
       const auto& b = *r.batch;

@@ -11,12 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "agent/results/analysis.h"
 #include "agent/repo/sweep_spec.h"
+#include "agent/results/analysis.h"
 #include "agent/results/sweep_model.h"
 #include "core/clock.h"
 #include "core/result.h"
 #include "queue/store.h"
+#include "queue/sweeps.h"
 
 namespace trainq {
 
@@ -90,7 +91,7 @@ struct PointResult {
   stats::Summary confirmed;
 };
 struct SweepView {
-  Store::SweepRow row;
+  Sweeps::SweepRow row;
   SweepSpec spec;
   std::string goal = "max";
   std::string metric;

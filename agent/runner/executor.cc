@@ -12,11 +12,13 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "agent/results/analysis.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/mirror.h"
+#include "agent/results/analysis.h"
 #include "agent/runner/run_process.h"
 #include "core/strings.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
 
 namespace fs = std::filesystem;
 
@@ -57,7 +59,7 @@ Status LocalExecutor::Register(const std::string& provider_id) {
   // As a worker reports at register: whether `trainer:` runs can start here.
   m.resources_json =
       nlohmann::json{{"trainer", FindTrainqTrain(options_.bin_dir, PathEnv())}}.dump();
-  ASSIGN_OR_RETURN(auto id, store_.UpsertMachine(m, clock_.Now()));
+  ASSIGN_OR_RETURN(auto id, store_.machines().UpsertMachine(m, clock_.Now()));
   machine_id_ = id;
   last_machine_touch_ = clock_.Now();
   return {};
@@ -131,7 +133,7 @@ Status LocalExecutor::StartRun(const LeasedRun& run) {
   a.pid = *pid;
   a.started_ms = now;
   a.last_heartbeat_ms = now;
-  if (auto st = store_.MarkRunning(run.run_id, run.token, now, paths.log); !st) {
+  if (auto st = store_.runs().MarkRunning(run.run_id, run.token, now, paths.log); !st) {
     // The lease is gone already (cancelled in the meantime): stop at once.
     KillNow(a);
     free_gpus_.insert(free_gpus_.end(), a.gpus.begin(), a.gpus.end());
@@ -155,13 +157,13 @@ void LocalExecutor::Finish(Active& a, const ExitStatus& status) {
   // a non-finite final metric failed the run already.
   std::erase_if(reading.points, [](const MetricPoint& p) { return !std::isfinite(p.value); });
   if (!reading.points.empty()) {
-    if (auto st = store_.AddMetrics(run.run_id, run.token, reading.points, now); !st) {
+    if (auto st = store_.runs().AddMetrics(run.run_id, run.token, reading.points, now); !st) {
       spdlog::warn("run {}: metrics not stored: {}", run.run_id, st.error().message);
     }
   }
 
   if (outcome.succeeded) {
-    if (auto st = store_.Complete(run.run_id, run.token, now, *reading.value,
+    if (auto st = store_.runs().Complete(run.run_id, run.token, now, *reading.value,
                                   status.code); !st) {
       spdlog::warn("run {}: result refused: {}", run.run_id, st.error().message);
     } else {
@@ -173,7 +175,7 @@ void LocalExecutor::Finish(Active& a, const ExitStatus& status) {
     if (full.size() > 2000) full = full.substr(0, 2000) + "...";
     std::optional<int> code;
     if (status.signal == 0) code = status.code;
-    auto next = store_.FailRun(run.run_id, run.token, now, full, code, !outcome.config_error);
+    auto next = store_.runs().FailRun(run.run_id, run.token, now, full, code, !outcome.config_error);
     if (!next) {
       spdlog::warn("run {}: failure not recorded: {}", run.run_id, next.error().message);
     } else {
@@ -278,7 +280,7 @@ Status LocalExecutor::Step() {
       Kill(a, now);
     }
     if (now - a.last_heartbeat_ms >= options_.heartbeat_ms) {
-      auto hb = store_.Heartbeat(a.run.run_id, a.run.token, now, options_.lease_ms);
+      auto hb = store_.runs().Heartbeat(a.run.run_id, a.run.token, now, options_.lease_ms);
       if (!hb && hb.error().kind == ErrorKind::kConflict) {
         spdlog::info("run {}: lease lost ({}); stopping it", a.run.run_id, hb.error().message);
         KillNow(a);
@@ -295,19 +297,19 @@ Status LocalExecutor::Step() {
     ++it;
   }
   if (machine_id_ && now - last_machine_touch_ >= options_.heartbeat_ms) {
-    if (store_.TouchMachine(*machine_id_, now, "ready")) last_machine_touch_ = now;
+    if (store_.machines().TouchMachine(*machine_id_, now, "ready")) last_machine_touch_ = now;
   }
   // 4. Leases of silent executors.
-  ASSIGN_OR_RETURN(int expired, store_.ExpireLeases(now));
+  ASSIGN_OR_RETURN(int expired, store_.runs().ExpireLeases(now));
   if (expired > 0) spdlog::warn("{} run(s) whose lease expired went back to the queue", expired);
   // 5. Fill free slots.
   int free_slots = options_.slots - static_cast<int>(active_.size());
   if (free_slots <= 0) return {};
-  ASSIGN_OR_RETURN(auto leased, store_.Lease(options_.worker, now, options_.lease_ms, free_slots));
+  ASSIGN_OR_RETURN(auto leased, store_.runs().Lease(options_.worker, now, options_.lease_ms, free_slots));
   for (const auto& run : leased) {
     if (auto st = StartRun(run); !st) {
       spdlog::error("run {}: cannot start: {}", run.run_id, st.error().message);
-      (void)store_.FailRun(run.run_id, run.token, clock_.Now(),
+      (void)store_.runs().FailRun(run.run_id, run.token, clock_.Now(),
                            "cannot start: " + st.error().message, std::nullopt);
     }
   }
@@ -316,7 +318,7 @@ Status LocalExecutor::Step() {
 
 Result<bool> LocalExecutor::QueueDrained() {
   if (!active_.empty()) return false;
-  ASSIGN_OR_RETURN(auto counts, store_.CountByState());
+  ASSIGN_OR_RETURN(auto counts, store_.runs().CountByState());
   for (auto s : {RunState::kQueued, RunState::kLeased, RunState::kRunning, RunState::kFailed}) {
     if (counts[static_cast<int>(s)] > 0) return false;
   }
@@ -349,14 +351,14 @@ void LocalExecutor::Shutdown(const std::string& reason) {
       }
       clock_.SleepFor(20);
     }
-    if (auto st = store_.Interrupt(id, a.run.token, clock_.Now(), reason); !st) {
+    if (auto st = store_.runs().Interrupt(id, a.run.token, clock_.Now(), reason); !st) {
       spdlog::warn("run {}: {}", id, st.error().message);
     } else {
       spdlog::info("run {} interrupted and returned to the queue", id);
     }
   }
   active_.clear();
-  if (machine_id_) (void)store_.TouchMachine(*machine_id_, clock_.Now(), "stopped");
+  if (machine_id_) (void)store_.machines().TouchMachine(*machine_id_, clock_.Now(), "stopped");
 }
 
 }  // namespace trainq

@@ -23,6 +23,7 @@
 #include "agent/runner/gang.h"
 #include "agent/runner/run_process.h"
 #include "queue/store.h"
+#include "queue/types.h"
 
 namespace trainq {
 

@@ -38,7 +38,7 @@
 #include "core/clock.h"
 #include "core/process.h"
 #include "core/result.h"
-#include "queue/store.h"
+#include "queue/types.h"
 
 namespace trainq {
 

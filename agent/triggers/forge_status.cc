@@ -9,6 +9,9 @@
 #include "agent/results/analysis.h"
 #include "agent/triggers/forge.h"
 #include "core/strings.h"
+#include "queue/machines.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 #include "stats/summary.h"
 
 namespace trainq {
@@ -132,38 +135,38 @@ std::string WaitingStatusDescription(const std::string& note) {
 
 Status StatusReporter::UpdateWaiting() {
   TimeMs now = clock_.Now();
-  ASSIGN_OR_RETURN(auto waiting, store_.WaitingBatches(now));
+  ASSIGN_OR_RETURN(auto waiting, store_.machines().WaitingBatches(now));
   std::map<std::int64_t, std::string> note_of;
   for (const auto& w : waiting) {
     auto& n = note_of[w.batch_id];
     n += (n.empty() ? "" : "; ") + w.note;
   }
   for (const auto& [id, note] : note_of) {
-    ASSIGN_OR_RETURN(auto row, store_.GetCommitStatus(id));
+    ASSIGN_OR_RETURN(auto row, store_.pushes().GetCommitStatus(id));
     if (!row || row->state != "pending") continue;
     std::string want = WaitingStatusDescription(note);
-    if (row->description != want) TRY(store_.SetCommitStatusWanted(id, "pending", want, now));
+    if (row->description != want) TRY(store_.pushes().SetCommitStatusWanted(id, "pending", want, now));
   }
   // No longer waiting (the cap lifted, a pool came back): queued again.
-  ASSIGN_OR_RETURN(auto marked, store_.PendingCommitStatuses("waiting: "));
+  ASSIGN_OR_RETURN(auto marked, store_.pushes().PendingCommitStatuses("waiting: "));
   for (const auto& row : marked) {
     if (note_of.count(row.batch_id)) continue;
-    ASSIGN_OR_RETURN(auto batch, store_.Batch(row.batch_id));
+    ASSIGN_OR_RETURN(auto batch, store_.runs().Batch(row.batch_id));
     if (!batch) continue;
     std::int64_t left = batch->count(RunState::kQueued) + batch->count(RunState::kFailed) +
                         batch->count(RunState::kLeased) + batch->count(RunState::kRunning);
-    TRY(store_.SetCommitStatusWanted(row.batch_id, "pending",
+    TRY(store_.pushes().SetCommitStatusWanted(row.batch_id, "pending",
                                      "queued: " + std::to_string(left) + " runs left", now));
   }
   return Status{};
 }
 
 Result<int> StatusReporter::Step() {
-  ASSIGN_OR_RETURN(auto finished, store_.FinishedPendingStatuses(100));
+  ASSIGN_OR_RETURN(auto finished, store_.pushes().FinishedPendingStatuses(100));
   for (auto id : finished) {
-    ASSIGN_OR_RETURN(auto batch, store_.Batch(id));
+    ASSIGN_OR_RETURN(auto batch, store_.runs().Batch(id));
     if (!batch) continue;
-    ASSIGN_OR_RETURN(auto row, store_.GetCommitStatus(id));
+    ASSIGN_OR_RETURN(auto row, store_.pushes().GetCommitStatus(id));
     if (!row) continue;
     const RepoConfig* repo = config_.FindRepo(row->repo_url);
     ASSIGN_OR_RETURN(auto baseline, ParentBatch(store_, *batch));
@@ -193,16 +196,16 @@ Result<int> StatusReporter::Step() {
     auto want = FinalStatus(*batch, baseline, repo ? repo->fail_on : "worse", sf);
     std::string state(CommitStateName(want.state));
     if (state == row->state && want.description == row->description) continue;
-    TRY(store_.SetCommitStatusWanted(id, state, want.description, clock_.Now()));
+    TRY(store_.pushes().SetCommitStatusWanted(id, state, want.description, clock_.Now()));
   }
   TRY(UpdateWaiting());
-  ASSIGN_OR_RETURN(auto due, store_.DueCommitStatuses(clock_.Now(), 20));
+  ASSIGN_OR_RETURN(auto due, store_.pushes().DueCommitStatuses(clock_.Now(), 20));
   int tried = 0;
   for (const auto& s : due) {
     const RepoConfig* repo = config_.FindRepo(s.repo_url);
     auto state = ParseCommitState(s.state);
     if (!repo || !repo->status || !state) {
-      TRY(store_.CommitStatusFailed(s, "status reporting is off for " + s.repo_url, 0,
+      TRY(store_.pushes().CommitStatusFailed(s, "status reporting is off for " + s.repo_url, 0,
                                     /*give_up=*/true, clock_.Now()));
       continue;
     }
@@ -214,7 +217,7 @@ Result<int> StatusReporter::Step() {
       spdlog::info("commit status {} for {} {} posted to {}: {}", s.state, ShortSha(s.sha),
                    s.context, repo->forge == ForgeKind::kNone ? "" : ForgeName(repo->forge),
                    s.description);
-      TRY(store_.CommitStatusPosted(s, s.state, s.description, now));
+      TRY(store_.pushes().CommitStatusPosted(s, s.state, s.description, now));
       continue;
     }
     const std::string error =
@@ -228,7 +231,7 @@ Result<int> StatusReporter::Step() {
                    s.state, ShortSha(s.sha), s.context, retry.attempt, options_.max_attempts,
                    FormatDuration(retry.delay_ms), error);
     }
-    TRY(store_.CommitStatusFailed(s, error, now + retry.delay_ms, retry.give_up, now));
+    TRY(store_.pushes().CommitStatusFailed(s, error, now + retry.delay_ms, retry.give_up, now));
   }
   return tried;
 }

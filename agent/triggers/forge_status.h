@@ -1,7 +1,7 @@
 // Commit statuses back to the forge: `pending` when a batch is queued, then
 // `success` or `failure` with a one-line summary when its runs have ended.
 //
-// The wanted status of each batch lives in the store (commit_statuses), so a
+// The wanted status of each batch lives in the store (statuses), so a
 // restart loses none. Posting goes through HttpClient; a forge that is down is
 // retried with backoff and then given up with a log line. Nothing else waits
 // for it: the reporter runs on its own thread with its own Store.
@@ -16,6 +16,7 @@
 #include "core/clock.h"
 #include "core/http_client.h"
 #include "queue/store.h"
+#include "queue/types.h"
 
 namespace trainq {
 

@@ -5,6 +5,7 @@
 #include "agent/triggers/forge.h"
 #include "agent/triggers/webhook.h"
 #include "core/strings.h"
+#include "queue/pushes.h"
 
 namespace trainq {
 
@@ -51,7 +52,7 @@ Result<int> Poller::PollRepository(const RepoConfig& repo) {
   ASSIGN_OR_RETURN(Mirror * mirror, mirrors_.Get(repo.url));
   TRY(mirror->Fetch({repo.username, repo.token.value, repo.ssh_key}));
   ASSIGN_OR_RETURN(auto refs, mirror->Refs());
-  ASSIGN_OR_RETURN(auto heads_list, store_.RefHeads(repo.url));
+  ASSIGN_OR_RETURN(auto heads_list, store_.pushes().RefHeads(repo.url));
   std::map<std::string, std::string> heads(heads_list.begin(), heads_list.end());
   TimeMs now = clock_.Now();
   if (!looked_.count(repo.url)) {
@@ -62,7 +63,7 @@ Result<int> Poller::PollRepository(const RepoConfig& repo) {
     int fresh = 0;
     for (const auto& [ref, sha] : refs) {
       if (heads.count(ref)) continue;
-      TRY(store_.SetRefHead(repo.url, ref, sha, now));
+      TRY(store_.pushes().SetRefHead(repo.url, ref, sha, now));
       heads[ref] = sha;
       ++fresh;
     }
@@ -74,7 +75,7 @@ Result<int> Poller::PollRepository(const RepoConfig& repo) {
   auto record = [&](const std::string& ref, const std::string& before,
                     const std::string& after) -> Status {
     PushEvent e{ref, before, after, {}, {}, "", default_branch};
-    Store::Push p;
+    Pushes::Push p;
     p.source = "poll";
     p.delivery_id = "poll:" + ref + ":" + before + ".." + after;
     p.repo_url = repo.url;
@@ -87,7 +88,7 @@ Result<int> Poller::PollRepository(const RepoConfig& repo) {
       p.state = "skipped";
       p.result = skip;
     }
-    ASSIGN_OR_RETURN(auto id, store_.RecordPush(p, now));
+    ASSIGN_OR_RETURN(auto id, store_.pushes().RecordPush(p, now));
     if (id) {
       ++recorded;
       spdlog::info("polling {}: {} moved {}..{}, recorded as push {}{}", repo.url, ref,

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cmath>
 
-#include "agent/results/analysis.h"
-#include "agent/triggers/forge.h"
 #include "agent/repo/manifest.h"
 #include "agent/repo/mirror.h"
+#include "agent/results/analysis.h"
+#include "agent/triggers/forge.h"
 #include "core/strings.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 #include "stats/summary.h"
 
 namespace trainq {
@@ -182,9 +184,9 @@ PrCommentReporter::PrCommentReporter(Store& store, const ServerConfig& config, H
       data_dir_(std::move(data_dir)),
       options_(options) {}
 
-Status PrCommentReporter::Render(const RepoConfig& repo, const Store::Push& push) {
+Status PrCommentReporter::Render(const RepoConfig& repo, const Pushes::Push& push) {
   TimeMs now = clock_.Now();
-  ASSIGN_OR_RETURN(auto existing, store_.GetPrComment(repo.url, push.pr_number));
+  ASSIGN_OR_RETURN(auto existing, store_.pushes().GetPrComment(repo.url, push.pr_number));
   PrCommentView view;
   view.forge = push.source;
   view.pr_number = push.pr_number;
@@ -193,7 +195,7 @@ Status PrCommentReporter::Render(const RepoConfig& repo, const Store::Push& push
   view.push_result = push.result;
   view.report_url = repo.report_url;
   std::string mirror = NormaliseRepoUrl(Mirror::PathFor(data_dir_, repo.url));
-  ASSIGN_OR_RETURN(auto batches, store_.BatchesForCommit(push.after_sha));
+  ASSIGN_OR_RETURN(auto batches, store_.runs().BatchesForCommit(push.after_sha));
   std::sort(batches.begin(), batches.end(), [](const BatchProgress& a, const BatchProgress& b) {
     return a.experiment < b.experiment;
   });
@@ -211,14 +213,14 @@ Status PrCommentReporter::Render(const RepoConfig& repo, const Store::Push& push
   }
   // Nothing ran and nothing was said yet: no comment at all.
   if (view.experiments.empty() && (!existing || existing->comment_id.empty())) {
-    return store_.SetPrCommentWanted(repo.url, push.pr_number, push.after_sha, "", "", true, now);
+    return store_.pushes().SetPrCommentWanted(repo.url, push.pr_number, push.after_sha, "", "", true, now);
   }
   std::string body = RenderPrComment(view);
-  return store_.SetPrCommentWanted(repo.url, push.pr_number, push.after_sha, body, Sha256Hex(body),
+  return store_.pushes().SetPrCommentWanted(repo.url, push.pr_number, push.after_sha, body, Sha256Hex(body),
                                    PrCommentSettled(view), now);
 }
 
-Status PrCommentReporter::Post(const RepoConfig& repo, const Store::PrComment& c) {
+Status PrCommentReporter::Post(const RepoConfig& repo, const Pushes::PrComment& c) {
   StatusTarget target{repo.forge, repo.api_url, repo.project, repo.token.value};
   bool create = c.comment_id.empty();
   HttpRequest req = create ? CreateCommentRequest(target, c.pr_number, c.body)
@@ -239,12 +241,12 @@ Status PrCommentReporter::Post(const RepoConfig& repo, const Store::PrComment& c
     }
     if (error.empty()) {
       spdlog::info("comment {} on {} {}", id, what, create ? "created" : "edited");
-      return store_.PrCommentPosted(repo.url, c.pr_number, id, c.body_sha256, now);
+      return store_.pushes().PrCommentPosted(repo.url, c.pr_number, id, c.body_sha256, now);
     }
   } else if (resp && resp->status == 404 && !create) {
     // Deleted on the forge: the next post creates a new one.
     spdlog::warn("comment {} on {} is gone (HTTP 404): creating a new one", c.comment_id, what);
-    return store_.ForgetPrCommentId(repo.url, c.pr_number, now);
+    return store_.pushes().ForgetPrCommentId(repo.url, c.pr_number, now);
   } else if (resp) {
     error = ForgeHttpError(*resp, req.method + " " + UrlForLog(req.url));
   } else {
@@ -258,24 +260,24 @@ Status PrCommentReporter::Post(const RepoConfig& repo, const Store::PrComment& c
     spdlog::warn("comment on {} not posted (attempt {}/{}, next in {}): {}", what, retry.attempt,
                  options_.max_attempts, FormatDuration(retry.delay_ms), error);
   }
-  return store_.PrCommentFailed(repo.url, c.pr_number, error, now + retry.delay_ms,
+  return store_.pushes().PrCommentFailed(repo.url, c.pr_number, error, now + retry.delay_ms,
                                 retry.give_up, now);
 }
 
 Result<int> PrCommentReporter::Step() {
-  ASSIGN_OR_RETURN(auto prs, store_.PullRequestsToRender(options_.render_limit));
+  ASSIGN_OR_RETURN(auto prs, store_.pushes().PullRequestsToRender(options_.render_limit));
   for (const auto& p : prs) {
     const RepoConfig* repo = config_.FindRepo(p.repo_url);
     if (!repo || !repo->pr_comments) {
       // Comments are off: remember the head as settled so it is not looked at again.
-      TRY(store_.SetPrCommentWanted(p.repo_url, p.pr_number, p.after_sha, "", "", true,
+      TRY(store_.pushes().SetPrCommentWanted(p.repo_url, p.pr_number, p.after_sha, "", "", true,
                                     clock_.Now()));
       continue;
     }
     TRY(Render(*repo, p));
   }
   TimeMs now = clock_.Now();
-  ASSIGN_OR_RETURN(auto due, store_.DuePrComments(now, 20));
+  ASSIGN_OR_RETURN(auto due, store_.pushes().DuePrComments(now, 20));
   int tried = 0;
   for (const auto& c : due) {
     const RepoConfig* repo = config_.FindRepo(c.repo_url);

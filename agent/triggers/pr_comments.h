@@ -15,12 +15,13 @@
 #include <utility>
 #include <vector>
 
-#include "agent/triggers/server_config.h"
 #include "agent/results/analysis.h"
-#include "stats/multiple.h"
+#include "agent/triggers/server_config.h"
 #include "core/clock.h"
 #include "core/http_client.h"
+#include "queue/pushes.h"
 #include "queue/store.h"
+#include "stats/multiple.h"
 
 namespace trainq {
 
@@ -65,8 +66,8 @@ class PrCommentReporter {
   Result<int> Step();
 
  private:
-  Status Render(const RepoConfig& repo, const Store::Push& push);
-  Status Post(const RepoConfig& repo, const Store::PrComment& c);
+  Status Render(const RepoConfig& repo, const Pushes::Push& push);
+  Status Post(const RepoConfig& repo, const Pushes::PrComment& c);
 
   Store& store_;
   const ServerConfig& config_;

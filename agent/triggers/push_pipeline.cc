@@ -4,13 +4,15 @@
 
 #include <algorithm>
 
-#include "agent/results/analysis.h"
-#include "agent/results/baseline.h"
 #include "agent/repo/change_detect.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
 #include "agent/repo/manifest_check.h"
+#include "agent/results/analysis.h"
+#include "agent/results/baseline.h"
 #include "core/strings.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 
 namespace trainq {
 
@@ -31,15 +33,15 @@ PushProcessor::PushProcessor(Store& store, const ServerConfig& config, MirrorCac
       options_(std::move(options)) {}
 
 Result<int> PushProcessor::ProcessDue(int limit) {
-  ASSIGN_OR_RETURN(auto due, store_.DuePushes(clock_.Now(), limit));
+  ASSIGN_OR_RETURN(auto due, store_.pushes().DuePushes(clock_.Now(), limit));
   for (const auto& p : due) TRY(Process(p));
   return static_cast<int>(due.size());
 }
 
-Status PushProcessor::Process(const Store::Push& push) {
+Status PushProcessor::Process(const Pushes::Push& push) {
   const RepoConfig* repo = config_.FindRepo(push.repo_url);
   if (!repo) {
-    return store_.FinishPush(push.id, "failed", "",
+    return store_.pushes().FinishPush(push.id, "failed", "",
                              push.repo_url + " is no longer in the server config", clock_.Now());
   }
   auto outcome = Run(*repo, push);
@@ -47,7 +49,7 @@ Status PushProcessor::Process(const Store::Push& push) {
   if (outcome) {
     spdlog::info("push {} ({} {} {}): {}", push.id, push.source, RefName(push.ref),
                  ShortSha(push.after_sha), *outcome);
-    return store_.FinishPush(push.id, "done", *outcome, "", now);
+    return store_.pushes().FinishPush(push.id, "done", *outcome, "", now);
   }
   const Error& e = outcome.error();
   int attempt = push.attempts + 1;
@@ -57,22 +59,22 @@ Status PushProcessor::Process(const Store::Push& push) {
     spdlog::warn("push {} ({} {}): {} (attempt {}/{}, next in {})", push.id, repo->url,
                  RefName(push.ref), e.message, attempt, options_.fetch_attempts,
                  FormatDuration(delay));
-    return store_.RetryPush(push.id, e.message, now + delay, now);
+    return store_.pushes().RetryPush(push.id, e.message, now + delay, now);
   }
   spdlog::error("push {} ({} {}) failed: {}", push.id, repo->url, RefName(push.ref), e.message);
-  TRY(store_.FinishPush(push.id, "failed", "", e.message, now));
+  TRY(store_.pushes().FinishPush(push.id, "failed", "", e.message, now));
   if (repo->status && !IsZeroSha(push.after_sha)) {
     // Nothing was queued, so no batch will ever report on this commit: its
     // status says why instead. A bad trainq.yaml fails the commit; a fetch
     // that kept failing is trainq's error, not the commit's.
-    Store::CommitStatus cs;
+    Pushes::CommitStatus cs;
     cs.push_id = push.id;
     cs.repo_url = repo->url;
     cs.sha = push.after_sha;
     cs.context = repo->status_context;
     cs.state = e.kind == ErrorKind::kInvalidArgument ? "failure" : "error";
     cs.description = FailedPushDescription(e.message, repo->url);
-    TRY(store_.AddPushStatus(cs, now));
+    TRY(store_.pushes().AddPushStatus(cs, now));
   }
   return Status{};
 }
@@ -98,7 +100,7 @@ namespace {
 // is now), else only when a commit the push names is missing.
 class PushFetch {
  public:
-  PushFetch(Mirror& mirror, const RepoConfig& repo, const Store::Push& push)
+  PushFetch(Mirror& mirror, const RepoConfig& repo, const Pushes::Push& push)
       : mirror_(mirror), auth_{repo.username, repo.token.value, repo.ssh_key}, push_(push) {}
   Status Once() {
     if (fetched_) return {};
@@ -111,7 +113,7 @@ class PushFetch {
  private:
   Mirror& mirror_;
   FetchAuth auth_;
-  const Store::Push& push_;
+  const Pushes::Push& push_;
   bool fetched_ = false;
 };
 
@@ -137,7 +139,7 @@ Result<std::optional<std::string>> BranchHead(Mirror& m, PushFetch& fetch,
 
 // A pull request: its head against the merge-base with its target branch,
 // which is what merging it would change.
-Result<PushBase> PullRequestBase(Mirror& m, const Store::Push& push) {
+Result<PushBase> PullRequestBase(Mirror& m, const Pushes::Push& push) {
   PushBase out;
   ASSIGN_OR_RETURN(auto target, m.ResolveRef("refs/heads/" + push.target_branch));
   std::optional<std::string> mb;
@@ -153,7 +155,7 @@ Result<PushBase> PullRequestBase(Mirror& m, const Store::Push& push) {
 }
 
 // A branch whose old head is unknown (new, or rewritten and never fetched).
-Result<PushBase> UnknownOldHeadBase(Mirror& m, PushFetch& fetch, const Store::Push& push,
+Result<PushBase> UnknownOldHeadBase(Mirror& m, PushFetch& fetch, const Pushes::Push& push,
                                     const std::string& default_branch) {
   PushBase out;
   std::string what = IsZeroSha(push.before_sha)
@@ -188,7 +190,7 @@ Result<PushBase> UnknownOldHeadBase(Mirror& m, PushFetch& fetch, const Store::Pu
 
 // What the push compares with (push_pipeline.h lists the cases).
 Result<PushBase> ChooseBase(Mirror& m, PushFetch& fetch, const RepoConfig& repo,
-                            const Store::Push& push) {
+                            const Pushes::Push& push) {
   const std::string default_branch = !repo.default_branch.empty()  ? repo.default_branch
                                      : !push.default_branch.empty() ? push.default_branch
                                                                     : m.DefaultBranch();
@@ -221,7 +223,7 @@ Result<PushBase> ChooseBase(Mirror& m, PushFetch& fetch, const RepoConfig& repo,
 }
 
 // "github push to main", "poll of main", "github pull request #7 into main".
-std::string PushSource(const Store::Push& push) {
+std::string PushSource(const Pushes::Push& push) {
   if (push.pr_number > 0) {
     return push.source + (push.source == "gitlab" ? " merge request !" : " pull request #") +
            std::to_string(push.pr_number) + " into " + push.target_branch;
@@ -251,7 +253,7 @@ Result<std::optional<Manifest>> ManifestAt(GitRepo& git, const RepoConfig& repo,
 
 // The push's commits (the head, or each new one with per_commit), each
 // planned and queued by QueueCommit.
-Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Store::Push& push) {
+Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Pushes::Push& push) {
   ASSIGN_OR_RETURN(Mirror * m, mirrors_.Get(repo.url));
   PushFetch fetch(*m, repo, push);
   // A pull request is compared with its target as it is now.
@@ -355,17 +357,17 @@ Result<std::string> PushProcessor::QueueCommit(const PushCommit& c, const std::s
 Status PushProcessor::RecordQuietCommit(const PushCommit& c, const std::string& sha,
                                         const Manifest& after) {
   const std::string note = "no watched path or experiment changed";
-  TRY(store_.AddQuietCommit({c.repo.url, sha, c.push.id, note}, clock_.Now()));
+  TRY(store_.pushes().AddQuietCommit({c.repo.url, sha, c.push.id, note}, clock_.Now()));
   if (!c.repo.status) return {};
   for (const auto& e : after.experiments) {
-    Store::CommitStatus cs;
+    Pushes::CommitStatus cs;
     cs.push_id = c.push.id;
     cs.repo_url = c.repo.url;
     cs.sha = sha;
     cs.context = c.repo.status_context + "/" + e.name;
     cs.state = "success";
     cs.description = "no experiment changed";
-    TRY(store_.AddPushStatus(cs, clock_.Now()));
+    TRY(store_.pushes().AddPushStatus(cs, clock_.Now()));
   }
   return {};
 }
@@ -406,7 +408,7 @@ Result<std::string> PushProcessor::QueueTriggered(const PushCommit& c, const std
       if (found) {
         std::string why_reused = "reused batch " + std::to_string(found->batch.id) + " of " +
                                  ShortSha(found->at_sha) + ": same inputs; " + reason;
-        ASSIGN_OR_RETURN(auto r, store_.ReuseBatch(git.location(), info, t.experiment,
+        ASSIGN_OR_RETURN(auto r, store_.runs().ReuseBatch(git.location(), info, t.experiment,
                                                    found->batch.id, why_reused, clock_.Now()));
         reused += (reused.empty() ? "" : ", ") + t.experiment + " (batch " +
                   std::to_string(found->batch.id) + " of " + ShortSha(found->at_sha) + ")";
@@ -419,7 +421,7 @@ Result<std::string> PushProcessor::QueueTriggered(const PushCommit& c, const std
   specs = WithDeterminismChecks(std::move(specs));
   TRY(CheckSubmitLimits(specs, std::string(kManifestName) + " at " + ShortSha(sha), repo.limits));
   if (!specs.empty()) {
-    ASSIGN_OR_RETURN(auto submitted, store_.Submit(git.location(), info, specs, clock_.Now()));
+    ASSIGN_OR_RETURN(auto submitted, store_.runs().Submit(git.location(), info, specs, clock_.Now()));
     results.insert(results.end(), submitted.begin(), submitted.end());
   }
   std::string names;
@@ -439,7 +441,7 @@ Result<std::string> PushProcessor::QueueTriggered(const PushCommit& c, const std
     }
     // What this batch is compared with: found, reused from an equivalent
     // ancestor, or queued at the base with the same seeds.
-    if (auto batch = store_.Batch(r.batch_id); batch && *batch && (*batch)->base_sha.empty()) {
+    if (auto batch = store_.runs().Batch(r.batch_id); batch && *batch && (*batch)->base_sha.empty()) {
       auto note = ChooseBaseline(store_, c.mirror.path(), **batch, commit_base, clock_.Now());
       if (note) {
         if (!r.reuses_batch_id && !kept) names += " (baseline: " + *note + ")";
@@ -449,7 +451,7 @@ Result<std::string> PushProcessor::QueueTriggered(const PushCommit& c, const std
       }
     }
     if (r.created && repo.status) {
-      Store::CommitStatus cs;
+      Pushes::CommitStatus cs;
       cs.batch_id = r.batch_id;
       cs.repo_url = repo.url;
       cs.sha = sha;
@@ -458,7 +460,7 @@ Result<std::string> PushProcessor::QueueTriggered(const PushCommit& c, const std
       cs.description = r.reuses_batch_id
                            ? "reused batch " + std::to_string(*r.reuses_batch_id) + " (same inputs)"
                            : "queued: " + std::to_string(r.runs_added) + " runs";
-      TRY(store_.AddCommitStatus(cs, clock_.Now()));
+      TRY(store_.pushes().AddCommitStatus(cs, clock_.Now()));
     }
   }
   std::string line;
@@ -537,7 +539,7 @@ void PushPipeline::PushLoop(Store store) {
     }
     TimeMs now = clock_.Now();
     TimeMs wait = options_.idle_wait_ms;
-    if (auto next = store.NextPushDue(); next && *next) wait = std::min(wait, **next - now);
+    if (auto next = store.pushes().NextPushDue(); next && *next) wait = std::min(wait, **next - now);
     if (auto next = poller.NextDue()) wait = std::min(wait, *next - now);
     Wait(wait, push_woken_);
   }

@@ -38,11 +38,13 @@
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
 #include "agent/repo/mirror.h"
+#include "agent/triggers/forge_status.h"
 #include "agent/triggers/poller.h"
 #include "agent/triggers/pr_comments.h"
 #include "agent/triggers/server_config.h"
 #include "core/clock.h"
 #include "core/http_client.h"
+#include "queue/pushes.h"
 #include "queue/store.h"
 
 namespace trainq {
@@ -69,13 +71,13 @@ class PushProcessor {
   // Handles the pushes that are due; returns how many.
   Result<int> ProcessDue(int limit);
   // Handles one push and records its outcome (done, failed, or a retry).
-  Status Process(const Store::Push& push);
+  Status Process(const Pushes::Push& push);
 
  private:
   // One push's commits, and what they are compared with.
   struct PushCommit {
     const RepoConfig& repo;
-    const Store::Push& push;
+    const Pushes::Push& push;
     Mirror& mirror;
     GitRepo& git;        // the mirror, opened as batches name it
     std::string source;  // "github push to main"
@@ -86,7 +88,7 @@ class PushProcessor {
   // The steps: fetch what is missing, choose the base, then per commit
   // QueueCommit (detect, check) -> QueueTriggered (reuse or submit,
   // baseline, pending status) or RecordQuietCommit.
-  Result<std::string> Run(const RepoConfig& repo, const Store::Push& push);
+  Result<std::string> Run(const RepoConfig& repo, const Pushes::Push& push);
   Result<std::string> QueueCommit(const PushCommit& c, const std::string& sha,
                                   const std::string& commit_base);
   Status RecordQuietCommit(const PushCommit& c, const std::string& sha, const Manifest& after);

@@ -1,4 +1,5 @@
 #include "agent/triggers/webhook.h"
+#include "queue/pushes.h"
 #include "queue/store.h"
 #include "core/strings.h"
 
@@ -69,7 +70,7 @@ WebhookReply PullRequestWebhook(const std::vector<const RepoConfig*>& candidates
                                  (forge == ForgeKind::kGitlab ? "merge" : "pull") +
                                  " request or new commits do)"}});
   }
-  Store::Push row;
+  Pushes::Push row;
   row.source = forge_name;
   row.delivery_id = WebhookDeliveryId(forge, headers, body);
   row.repo_url = repo->url;
@@ -92,7 +93,7 @@ WebhookReply PullRequestWebhook(const std::vector<const RepoConfig*>& candidates
     row.state = "skipped";
     row.result = skip;
   }
-  auto id = store.RecordPush(row, now);
+  auto id = store.pushes().RecordPush(row, now);
   if (!id) {
     spdlog::error("{} {} of {} not recorded: {}", forge_name, name, repo->url,
                   id.error().message);
@@ -205,7 +206,7 @@ WebhookReply AnswerWebhook(const ServerConfig& config, Store& store, ForgeKind f
                  {{"reason", "repository " + name + " is not configured under this secret"}});
   }
 
-  Store::Push row;
+  Pushes::Push row;
   row.source = forge_name;
   row.delivery_id = WebhookDeliveryId(forge, headers, body);
   row.repo_url = repo->url;
@@ -218,7 +219,7 @@ WebhookReply AnswerWebhook(const ServerConfig& config, Store& store, ForgeKind f
     row.state = "skipped";
     row.result = skip;
   }
-  auto id = store.RecordPush(row, now);
+  auto id = store.pushes().RecordPush(row, now);
   if (!id) {
     spdlog::error("{} push to {} not recorded: {}", forge_name, repo->url, id.error().message);
     return Reply(503, "error", {{"reason", "could not record the push; deliver it again"}});

@@ -1,4 +1,5 @@
 #include "agent/results/analysis.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 
 #include <catch2/catch.hpp>
@@ -38,12 +39,12 @@ std::int64_t Run(Store& store, const std::string& sha, const std::string& parent
   s.command = "true";
   s.repeats = static_cast<int>(values.size());
   s.spec_json = spec_json;
-  auto r = store.Submit("/repo", c, {s}, kT0);
+  auto r = store.runs().Submit("/repo", c, {s}, kT0);
   REQUIRE(r);
-  auto leased = store.Lease("w", kT0, 60'000, static_cast<int>(values.size())).value();
+  auto leased = store.runs().Lease("w", kT0, 60'000, static_cast<int>(values.size())).value();
   REQUIRE(leased.size() == values.size());
   for (size_t i = 0; i < leased.size(); ++i) {
-    REQUIRE(store.Complete(leased[i].run_id, leased[i].token, kT0, values[leased[i].repeat]));
+    REQUIRE(store.runs().Complete(leased[i].run_id, leased[i].token, kT0, values[leased[i].repeat]));
   }
   return r->front().batch_id;
 }
@@ -138,7 +139,7 @@ TEST_CASE("ExtendIfNeeded queues the next seeds of an adaptive batch", "[analysi
       R"({"adaptive": {"min": 3, "max": 6, "step": 3, "until": {"ci_halfwidth": 0.001}}})";
   auto id = Run(store, kChild, kParent, {0.6, 0.7, 0.8}, spec);
   CHECK(ExtendIfNeeded(store, id, kT0).value() == 3);
-  auto runs = store.Runs(id, std::nullopt, 0).value();
+  auto runs = store.runs().Runs(id, std::nullopt, 0).value();
   REQUIRE(runs.size() == 6);
   CHECK(runs[5].seed == 6);
   CHECK(runs[5].state == RunState::kQueued);
@@ -151,11 +152,11 @@ TEST_CASE("ParentBatch finds the same experiment at the parent commit", "[analys
   auto store = Store::Open(dir / "t.db").value();
   auto parent_id = Run(store, kParent, "", {0.6, 0.7});
   auto child_id = Run(store, kChild, kParent, {0.65, 0.75});
-  auto child = store.Batch(child_id).value().value();
+  auto child = store.runs().Batch(child_id).value().value();
   auto parent = ParentBatch(store, child).value();
   REQUIRE(parent);
   CHECK(parent->id == parent_id);
-  auto root = store.Batch(parent_id).value().value();
+  auto root = store.runs().Batch(parent_id).value().value();
   CHECK_FALSE(ParentBatch(store, root).value());
 }
 

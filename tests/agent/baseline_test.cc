@@ -1,5 +1,6 @@
 // Choosing a batch's baseline over a real git history.
 #include "agent/results/baseline.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 
 #include <catch2/catch.hpp>
@@ -42,18 +43,18 @@ struct History {
     s.command = "true";
     s.repeats = n;
     s.seed_start = seed;
-    auto r = store.Submit(repo.location(), info, {s}, kT0).value();
+    auto r = store.runs().Submit(repo.location(), info, {s}, kT0).value();
     if (finish) {
-      auto leased = store.Lease("w", kT0, 60'000, 100).value();
+      auto leased = store.runs().Lease("w", kT0, 60'000, 100).value();
       for (const auto& l : leased) {
-        auto done = store.Complete(l.run_id, l.token, kT0, 0.5 + 0.01 * l.repeat);
+        auto done = store.runs().Complete(l.run_id, l.token, kT0, 0.5 + 0.01 * l.repeat);
         INFO((done ? std::string() : done.error().message));
         REQUIRE(done);
       }
     }
     return r.front().batch_id;
   }
-  BatchProgress Batch(std::int64_t id) { return store.Batch(id).value().value(); }
+  BatchProgress Batch(std::int64_t id) { return store.runs().Batch(id).value().value(); }
 };
 
 }  // namespace
@@ -84,7 +85,7 @@ TEST_CASE("baseline: commits that did not touch the experiment are skipped", "[b
   CHECK(*note == "batch " + std::to_string(at_a) + " at " + a.substr(0, 7) +
                      ", 2 commits before the base " + b2.substr(0, 7) + " with the same inputs");
   CHECK(h.Batch(head).baseline_batch_id == at_a);
-  CHECK(h.store.Batches(false, 0).value().size() == 2);  // nothing queued
+  CHECK(h.store.runs().Batches(false, 0).value().size() == 2);  // nothing queued
   (void)b1;
 }
 
@@ -107,7 +108,7 @@ TEST_CASE("baseline: a commit that changed the experiment stops the walk, the ba
   CHECK(queued.seed_start == 7);
   CHECK(*note == "batch " + std::to_string(*chosen) + " queued at the base " + b.substr(0, 7) +
                      " with the same seeds");
-  auto runs = h.store.Runs(*chosen, std::nullopt, 0).value();
+  auto runs = h.store.runs().Runs(*chosen, std::nullopt, 0).value();
   REQUIRE(runs.size() == 4);
   CHECK(runs.front().seed == 7);
   CHECK(runs.back().seed == 10);
@@ -123,7 +124,7 @@ TEST_CASE("baseline: reuse and off queue nothing, a new experiment has none", "[
   auto note = ChooseBaseline(h.store, h.git.dir(), h.Batch(head), a, kT0, reuse);
   REQUIRE(note);
   CHECK(note->starts_with("no batch of x at the base " + a.substr(0, 7)));
-  CHECK(h.store.Batches(false, 0).value().size() == 1);
+  CHECK(h.store.runs().Batches(false, 0).value().size() == 1);
   CHECK_FALSE(h.Batch(head).baseline_batch_id);
 
   std::string with_z = std::string(kManifest) + "  z:\n    command: echo z\n";

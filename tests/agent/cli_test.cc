@@ -14,6 +14,8 @@
 #include "agent/runner/run_process.h"
 #include "core/clock.h"
 #include "core/strings.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/agent/mistakes_table.h"
@@ -106,7 +108,7 @@ Store OpenStore(const std::string& db) {
 
 std::vector<RunRow> AllRuns(const std::string& db) {
   auto store = OpenStore(db);
-  auto runs = store.Runs(std::nullopt, std::nullopt, 0);
+  auto runs = store.runs().Runs(std::nullopt, std::nullopt, 0);
   REQUIRE(runs.has_value());
   return *runs;
 }
@@ -188,7 +190,7 @@ TEST_CASE("cli: submit then serve runs every seed and stores the results", "[cli
   // beside the binary, as FindTrainqTrain finds it here, or "" without one.
   {
     auto store = Store::Open(p.db).value();
-    auto machines = store.Machines(/*include_stopped=*/true).value();
+    auto machines = store.machines().List(/*include_stopped=*/true).value();
     REQUIRE_FALSE(machines.empty());
     const std::string expected =
         FindTrainqTrain(fs::path(TRAINQ_BINARY).parent_path().string(), PathEnv());
@@ -979,8 +981,8 @@ TEST_CASE("cli: status shows each pool's machines, cost totals and a failing pro
     old.provider_id = "i-old";
     old.slots = 4;
     old.hourly_cost = 1.5;
-    auto old_row = store.AddMachine(old, now - 180 * kMin).value();
-    REQUIRE(store.SetMachineState(old_row, "stopped", now - 60 * kMin));
+    auto old_row = store.machines().AddMachine(old, now - 180 * kMin).value();
+    REQUIRE(store.machines().SetMachineState(old_row, "stopped", now - 60 * kMin));
     // gpu: booted 10 min ago at $2/h, its worker registered 5 min ago, no run since.
     MachineRow gpu;
     gpu.pool = "gpu";
@@ -991,19 +993,19 @@ TEST_CASE("cli: status shows each pool's machines, cost totals and a failing pro
     gpu.slots = 2;
     gpu.gpus = 1;
     gpu.hourly_cost = 2.0;
-    auto gpu_row = store.AddMachine(gpu, now - 10 * kMin).value();
-    Store::WorkerRegistration reg;
+    auto gpu_row = store.machines().AddMachine(gpu, now - 10 * kMin).value();
+    Machines::WorkerRegistration reg;
     reg.pool = "gpu";
     reg.name = "gpu-box-1";
     reg.hostname = "gpu-host";
     reg.slots = 2;
     reg.gpus = 1;
-    REQUIRE(store.RegisterWorker(reg, now - 5 * kMin));
-    REQUIRE(store.TouchWorker(gpu_row, now, /*busy=*/false));
+    REQUIRE(store.machines().RegisterWorker(reg, now - 5 * kMin));
+    REQUIRE(store.machines().TouchWorker(gpu_row, now, /*busy=*/false));
     // cloud: its provider failed three calls in a row; gpu's only twice.
-    REQUIRE(store.SetPoolHealth(
+    REQUIRE(store.machines().SetPoolHealth(
         {"cloud", 3, now + 10 * kMin, "RunInstances: InsufficientInstanceCapacity"}, now));
-    REQUIRE(store.SetPoolHealth({"gpu", 2, now + kMin, "timed out"}, now));
+    REQUIRE(store.machines().SetPoolHealth({"gpu", 2, now + kMin, "timed out"}, now));
   }
 
   auto text = Trainq(p.db, "status");
@@ -1119,11 +1121,11 @@ TEST_CASE("cli: status --watch redraws in place on a terminal as runs finish, an
   spec.experiment = "mlp";
   spec.command = "true";
   spec.repeats = 3;
-  REQUIRE(store.Submit("/srv/model", {std::string(40, 'a'), "", "s", "me", 0}, {spec},
+  REQUIRE(store.runs().Submit("/srv/model", {std::string(40, 'a'), "", "s", "me", 0}, {spec},
                        clock.Now()));
-  auto leased = store.Lease("local/1", clock.Now(), 600'000, 3).value();
+  auto leased = store.runs().Lease("local/1", clock.Now(), 600'000, 3).value();
   REQUIRE(leased.size() == 3);
-  REQUIRE(store.MarkRunning(leased[0].run_id, leased[0].token, clock.Now(), ""));
+  REQUIRE(store.runs().MarkRunning(leased[0].run_id, leased[0].token, clock.Now(), ""));
 
   Tmux tmux;
   const std::string watch = Cmd(db, "status --watch --interval 0.2 --until-idle");
@@ -1135,17 +1137,17 @@ TEST_CASE("cli: status --watch redraws in place on a terminal as runs finish, an
   };
   INFO(tmux.Capture(true));
   REQUIRE(shows("0/3 done, 0 failed, 3 running"));
-  REQUIRE(store.Complete(leased[0].run_id, leased[0].token, clock.Now(), 0.9));
+  REQUIRE(store.runs().Complete(leased[0].run_id, leased[0].token, clock.Now(), 0.9));
   REQUIRE(shows("1/3 done, 0 failed, 2 running"));
   CHECK(tmux.Capture().find("0/3 done") == std::string::npos);
-  REQUIRE(store.Complete(leased[1].run_id, leased[1].token, clock.Now(), 0.8));
+  REQUIRE(store.runs().Complete(leased[1].run_id, leased[1].token, clock.Now(), 0.8));
   REQUIRE(shows("2/3 done, 0 failed, 1 running"));
   // In place: one frame on the screen, none scrolled into the history.
   const std::string all = tmux.Capture(true);
   CHECK(Count(all, "trainq status, every 0.2s at") == 1);
   CHECK(Count(all, "batches:") == 1);
   // The last run ends: nothing left to run, the watch stops by itself.
-  REQUIRE(store.Complete(leased[2].run_id, leased[2].token, clock.Now(), 0.7));
+  REQUIRE(store.runs().Complete(leased[2].run_id, leased[2].token, clock.Now(), 0.7));
   REQUIRE(shows("watch-exit=0"));
   CHECK(tmux.Capture().find("3/3 done, 0 failed") != std::string::npos);
 }
@@ -1192,7 +1194,7 @@ struct TrainerProject : Project {
     m.state = "ready";
     m.slots = 1;
     m.resources_json = json{{"trainer", trainer}}.dump();
-    REQUIRE(store.UpsertMachine(m, 1000));
+    REQUIRE(store.machines().UpsertMachine(m, 1000));
   }
 };
 

@@ -13,6 +13,7 @@
 #include "agent/daemon/server.h"
 #include "agent/results/commit_view.h"
 #include "core/strings.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/support/temp_dir.h"
 
@@ -73,11 +74,11 @@ struct Fixture {
     s.experiment = "digits";
     s.command = "true";
     s.repeats = static_cast<int>(values.size());
-    REQUIRE(store.Submit("/repos/model", c, {s}, clock.Now()));
+    REQUIRE(store.runs().Submit("/repos/model", c, {s}, clock.Now()));
     if (!finish) return;
-    auto leased = store.Lease("w", clock.Now(), 60'000, 10).value();
+    auto leased = store.runs().Lease("w", clock.Now(), 60'000, 10).value();
     for (const auto& l : leased) {
-      REQUIRE(store.Complete(l.run_id, l.token, clock.Now(), values[static_cast<size_t>(l.repeat)]));
+      REQUIRE(store.runs().Complete(l.run_id, l.token, clock.Now(), values[static_cast<size_t>(l.repeat)]));
     }
   }
   // Signs in with `token`: the cookie header value to send back.
@@ -149,7 +150,7 @@ TEST_CASE("dashboard: actions are refused to a read session and need the admin's
   std::string read = f.SignIn(kRead);
   std::string read_csrf = json::parse(f.Get("/dash/api/session", read).body)["csrf"];
   auto store = Store::Open(f.db).value();
-  auto batch = store.Batches(false, 0).value().front();  // newest: the queued one
+  auto batch = store.runs().Batches(false, 0).value().front();  // newest: the queued one
   json cancel = {{"action", "cancel_batch"}, {"batch", batch.id}};
   CHECK(f.Act(read, read_csrf, cancel).status == 403);
 
@@ -158,14 +159,14 @@ TEST_CASE("dashboard: actions are refused to a read session and need the admin's
   CHECK(json::parse(f.Get("/dash/api/session", admin).body)["role"] == "admin");
   CHECK(f.Act(admin, "", cancel).status == 403);
   CHECK(f.Act(admin, read_csrf, cancel).status == 403);  // another session's token
-  CHECK(store.Batch(batch.id).value()->count(RunState::kCancelled) == 0);
+  CHECK(store.runs().Batch(batch.id).value()->count(RunState::kCancelled) == 0);
   CHECK(f.Act(admin, csrf, {{"action", "add_seeds"}, {"batch", batch.id}, {"seeds", 2}}).status ==
         200);
-  CHECK(store.Runs(batch.id, std::nullopt, 0).value().size() == 5);
+  CHECK(store.runs().Runs(batch.id, std::nullopt, 0).value().size() == 5);
   auto r = f.Act(admin, csrf, cancel);
   CHECK(r.status == 200);
   CHECK(json::parse(r.body)["cancelled"] == 5);
-  CHECK(store.Batch(batch.id).value()->count(RunState::kCancelled) == 5);
+  CHECK(store.runs().Batch(batch.id).value()->count(RunState::kCancelled) == 5);
   CHECK(f.Act(admin, csrf, {{"action", "reboot"}}).status == 400);
 }
 

@@ -1,4 +1,6 @@
 #include "agent/runner/executor.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 
 #include <signal.h>
@@ -319,7 +321,7 @@ struct Rig {
     auto commit = repo->Resolve("HEAD");
     REQUIRE(commit.has_value());
     REQUIRE(commit->sha == sha);
-    auto r = store.Submit(repo->location(), *commit, {spec}, clock.Now());
+    auto r = store.runs().Submit(repo->location(), *commit, {spec}, clock.Now());
     if (!r) FAIL("Submit: " << r.error().message);
     REQUIRE(r->size() == 1);
     return (*r)[0].batch_id;
@@ -337,12 +339,12 @@ struct Rig {
   }
 
   std::vector<RunRow> Runs(std::int64_t batch) {
-    auto r = store.Runs(batch, std::nullopt, 0);
+    auto r = store.runs().Runs(batch, std::nullopt, 0);
     REQUIRE(r.has_value());
     return *r;
   }
   RunRow Run(std::int64_t id) {
-    auto r = store.Run(id);
+    auto r = store.runs().Run(id);
     REQUIRE(r.has_value());
     REQUIRE(r->has_value());
     return **r;
@@ -412,7 +414,7 @@ TEST_CASE("executor: a successful run stores its metric and sees the run environ
     // The script wrote its own $TRAINQ_SEED as the metric.
     REQUIRE(r.metric_value.has_value());
     CHECK(*r.metric_value == Approx(static_cast<double>(r.seed)));
-    auto points = rig.store.Metrics(r.id);
+    auto points = rig.store.runs().Metrics(r.id);
     REQUIRE(points.has_value());
     REQUIRE(points->size() == 3);
     CHECK((*points)[0].name == "repeat");
@@ -429,12 +431,12 @@ TEST_CASE("executor: a successful run stores its metric and sees the run environ
   }
   CHECK(runs[0].seed == 7);
   CHECK(runs[1].seed == 8);
-  auto b = rig.store.Batch(batch);
+  auto b = rig.store.runs().Batch(batch);
   REQUIRE(b.has_value());
   REQUIRE(b->has_value());
   CHECK((*b)->values.size() == 2);
 
-  auto machines = rig.store.Machines(false);
+  auto machines = rig.store.machines().List(false);
   REQUIRE(machines.has_value());
   REQUIRE(machines->size() == 1);
   CHECK((*machines)[0].provider_id == "test-machine");
@@ -701,7 +703,7 @@ TEST_CASE("executor: cancelling a batch kills its running process at the next he
 
   // Another connection, as `trainq cancel` would use.
   auto other = MustOpen(rig.tmp / "queue.db", {});
-  auto n = other.CancelBatch(batch, rig.clock.Now());
+  auto n = other.runs().CancelBatch(batch, rig.clock.Now());
   REQUIRE(n.has_value());
   CHECK(*n == 2);  // the running one and the queued one
   REQUIRE(StepUntil(exec, [&] { return exec.active() == 0; }, 10s));
@@ -745,7 +747,7 @@ TEST_CASE("executor: Shutdown puts a running run back in the queue without using
     CHECK(run.attempts == 0);
     CHECK_THAT(run.last_error, Catch::Contains("interrupted: maintenance"));
     CHECK(testing::WaitFor([&] { return ProcessGone(child); }, 5s));
-    auto machines = rig.store.Machines(true);
+    auto machines = rig.store.machines().List(true);
     REQUIRE(machines.has_value());
     REQUIRE(machines->size() == 1);
     CHECK((*machines)[0].state == "stopped");
@@ -830,7 +832,7 @@ TEST_CASE("executor: a run held by a silent executor is taken back and run",
   spec.max_attempts = 2;
   auto batch = rig.Submit(spec);
   // Another worker leased it and went silent: its lease ran out a while ago.
-  auto ghost = rig.store.Lease("ghost", rig.clock.Now() - 60'000, 1'000, 1);
+  auto ghost = rig.store.runs().Lease("ghost", rig.clock.Now() - 60'000, 1'000, 1);
   REQUIRE(ghost.has_value());
   REQUIRE(ghost->size() == 1);
   LocalExecutor exec(rig.store, rig.runner, rig.clock, rig.Options());
@@ -842,7 +844,7 @@ TEST_CASE("executor: a run held by a silent executor is taken back and run",
   CHECK(run.attempts == 2);  // the silent worker's lease counted as one
   CHECK(run.worker == "test-worker");
   // The ghost's token is fenced off.
-  auto late = rig.store.Complete(run.id, (*ghost)[0].token, rig.clock.Now(), 0.1);
+  auto late = rig.store.runs().Complete(run.id, (*ghost)[0].token, rig.clock.Now(), 0.1);
   REQUIRE_FALSE(late.has_value());
   CHECK(late.error().kind == ErrorKind::kConflict);
   CHECK(rig.Run(run.id).metric_value.value_or(-1) == Approx(0.5));
@@ -891,9 +893,9 @@ struct FakeRig {
     REQUIRE(repo);
     auto commit = repo->Resolve("HEAD");
     REQUIRE(commit);
-    auto r = store.Submit(repo->location(), *commit, {b}, clock.Now());
+    auto r = store.runs().Submit(repo->location(), *commit, {b}, clock.Now());
     REQUIRE(r);
-    return store.Runs(r->front().batch_id, std::nullopt, 0).value().at(0).id;
+    return store.runs().Runs(r->front().batch_id, std::nullopt, 0).value().at(0).id;
   }
   ExecutorOptions Options() {
     ExecutorOptions o;
@@ -905,7 +907,7 @@ struct FakeRig {
     o.kill_grace_ms = 2'000;
     return o;
   }
-  RunRow Run(std::int64_t id) { return store.Run(id).value().value(); }
+  RunRow Run(std::int64_t id) { return store.runs().Run(id).value().value(); }
   // The one process spawned so far.
   int Pid() {
     auto pids = runner.pids();
@@ -999,8 +1001,8 @@ TEST_CASE("executor with a fake process: a lease lost while the executor was sil
   // it and another worker takes the run.
   rig.clock.Advance(31'000);
   auto other = MustOpen(rig.tmp / "queue.db", {});
-  REQUIRE(other.ExpireLeases(rig.clock.Now()).value() == 1);
-  auto taken = other.Lease("thief", rig.clock.Now() + 20'000, 30'000, 1).value();
+  REQUIRE(other.runs().ExpireLeases(rig.clock.Now()).value() == 1);
+  auto taken = other.runs().Lease("thief", rig.clock.Now() + 20'000, 30'000, 1).value();
   REQUIRE(taken.size() == 1);
   rig.clock.Advance(20'000);
   // Its next heartbeat is refused: the process is killed, no outcome reported.

@@ -13,6 +13,8 @@
 
 #include "core/process.h"
 #include "core/strings.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/git_fixture.h"
@@ -77,8 +79,8 @@ TEST_CASE("fleet e2e: 2 local machines x 2 slots, 12 runs, one worker SIGKILLed 
   std::vector<std::int64_t> victim_runs;
   REQUIRE(testing::WaitFor(
       [&] {
-        auto machines = store->Machines(false);
-        auto running = store->Runs(std::nullopt, RunState::kRunning, 0);
+        auto machines = store->machines().List(false);
+        auto running = store->runs().Runs(std::nullopt, RunState::kRunning, 0);
         if (!machines || !running || running->size() < 4) return false;
         for (const auto& m : *machines) {
           if (m.state != "ready") continue;
@@ -109,7 +111,7 @@ TEST_CASE("fleet e2e: 2 local machines x 2 slots, 12 runs, one worker SIGKILLed 
   CHECK(status->ok());
 
   // Every seed ran to completion exactly once: 12 succeeded runs, one value each.
-  auto runs = store->Runs(std::nullopt, std::nullopt, 0);
+  auto runs = store->runs().Runs(std::nullopt, std::nullopt, 0);
   REQUIRE(runs);
   REQUIRE(runs->size() == 12);
   std::set<std::int64_t> seeds;
@@ -123,7 +125,7 @@ TEST_CASE("fleet e2e: 2 local machines x 2 slots, 12 runs, one worker SIGKILLed 
   REQUIRE(!victim_runs.empty());
   for (std::int64_t id : victim_runs) {
     INFO("run " << id << " was running on the killed worker");
-    auto r = store->Run(id);
+    auto r = store->runs().Run(id);
     REQUIRE(r);
     REQUIRE(*r);
     // Leased again, on another machine; the killed attempt did not count.
@@ -133,7 +135,7 @@ TEST_CASE("fleet e2e: 2 local machines x 2 slots, 12 runs, one worker SIGKILLed 
   }
 
   // Every machine ended stopped, and its worker process is gone.
-  auto machines = store->Machines(true);
+  auto machines = store->machines().List(true);
   REQUIRE(machines);
   // Two booted; a replacement for the killed one only if the queue still
   // needed it when the loss was seen (the survivor may have finished the
@@ -147,7 +149,7 @@ TEST_CASE("fleet e2e: 2 local machines x 2 slots, 12 runs, one worker SIGKILLed 
 
   // The history: no machine drained or stopped by trainq while it held a lease.
   // (The killed machine is `stopped` by ForgetMachine, which returns its lease.)
-  auto history = store->MachineHistory(std::nullopt);
+  auto history = store->machines().MachineHistory(std::nullopt);
   REQUIRE(history);
   bool killed_forgotten = false;
   for (const auto& e : *history) {
@@ -199,16 +201,16 @@ TEST_CASE("fleet e2e: an idle machine is drained after idle_grace, not before, a
   REQUIRE(store);
   REQUIRE(testing::WaitFor(
       [&] {
-        auto machines = store->Machines(true);
+        auto machines = store->machines().List(true);
         return machines && machines->size() == 1 && machines->front().state == "stopped";
       },
       60s));
-  auto runs = store->Runs(std::nullopt, std::nullopt, 0);
+  auto runs = store->runs().Runs(std::nullopt, std::nullopt, 0);
   REQUIRE(runs);
   for (const auto& r : *runs) CHECK(r.state == RunState::kSucceeded);
-  auto m = store->Machines(true).value().front();
+  auto m = store->machines().List(true).value().front();
   REQUIRE(m.last_busy_ms);
-  auto history = store->MachineHistory(m.id);
+  auto history = store->machines().MachineHistory(m.id);
   REQUIRE(history);
   std::optional<TimeMs> drained_at;
   for (const auto& e : *history) {
@@ -277,7 +279,7 @@ TEST_CASE("fleet e2e: local workers that cannot reach the server: boots back off
   auto store = Store::Open(db, {.create = false});
   REQUIRE(store);
   auto failing = [&] {
-    auto states = store->PoolStates();
+    auto states = store->machines().PoolStates();
     if (!states) return false;
     for (const auto& s : *states) {
       if (s.pool == "cpu" && s.failing) return true;
@@ -286,7 +288,7 @@ TEST_CASE("fleet e2e: local workers that cannot reach the server: boots back off
   };
   // Boot, 3 s, back-off 1 s, boot, 3 s, back-off 2 s, boot, 3 s: failing.
   REQUIRE(testing::WaitFor(failing, 90s));
-  auto machines = store->Machines(true);
+  auto machines = store->machines().List(true);
   REQUIRE(machines);
   CHECK(machines->size() == 3);
   TimeMs billed = 0;
@@ -297,7 +299,7 @@ TEST_CASE("fleet e2e: local workers that cannot reach the server: boots back off
   }
   // Each one billed about boot_timeout (3 s) plus the stop; loose for a loaded host.
   CHECK(billed < 3 * 10'000);
-  auto states = store->PoolStates().value();
+  auto states = store->machines().PoolStates().value();
   REQUIRE(states.size() >= 1);
   const auto& st = states.front();
   CHECK(st.failed_boots == 3);
@@ -313,12 +315,12 @@ TEST_CASE("fleet e2e: local workers that cannot reach the server: boots back off
   CHECK_THAT(testing::Slurp(tmp / "serve.log"), Catch::Contains("pool cpu: failing: 3 boots"));
 
   // Nothing more is booted while failing ...
-  auto before = store->Machines(true).value().size();
+  auto before = store->machines().List(true).value().size();
   CHECK(before == 3);
   REQUIRE(testing::RunShell(trainq + " pools reset cpu", &out) == 0);
   CHECK_THAT(out, Catch::Contains("pool cpu: 3 failed boot(s) forgotten; it was failing"));
   // ... and after the reset the running serve boots again.
-  REQUIRE(testing::WaitFor([&] { return store->Machines(true).value().size() > before; }, 30s));
+  REQUIRE(testing::WaitFor([&] { return store->machines().List(true).value().size() > before; }, 30s));
   REQUIRE(testing::RunShell(trainq + " pools reset nosuch", &out) == 0);
   CHECK_THAT(out, Catch::Contains("nothing to reset"));
   daemon.runner.KillGroup(daemon.pid, SIGTERM);
@@ -372,8 +374,8 @@ TEST_CASE("fleet e2e: a worker stopped with SIGSTOP is lost after lost_after, ki
   std::int64_t victim_run = 0;
   REQUIRE(testing::WaitFor(
       [&] {
-        auto running = store->Runs(std::nullopt, RunState::kRunning, 0);
-        auto machines = store->Machines(false);
+        auto running = store->runs().Runs(std::nullopt, RunState::kRunning, 0);
+        auto machines = store->machines().List(false);
         if (!running || !machines || running->size() < 2) return false;
         for (const auto& m : *machines) {
           if (m.state == "ready" && m.name == running->front().worker) {
@@ -387,7 +389,7 @@ TEST_CASE("fleet e2e: a worker stopped with SIGSTOP is lost after lost_after, ki
       60s));
   const int victim_pid = std::stoi(victim.provider_id);
   REQUIRE(::kill(victim_pid, SIGSTOP) == 0);
-  REQUIRE(testing::WaitFor([&] { return store->Machine(victim.id).value()->lost(); }, 30s));
+  REQUIRE(testing::WaitFor([&] { return store->machines().Machine(victim.id).value()->lost(); }, 30s));
   REQUIRE(testing::RunShell(trainq + " status", &out) == 0);
   CHECK_THAT(out, Catch::Contains("lost in the last hour: 1; last " + victim.name));
   REQUIRE(WriteFile(tmp / "release", ""));
@@ -402,7 +404,7 @@ TEST_CASE("fleet e2e: a worker stopped with SIGSTOP is lost after lost_after, ki
   CHECK(status->ok());
   // max_attempts 1, yet the run whose worker was stopped succeeded: the loss
   // was the machine's, not the run's.
-  auto final_runs = store->Runs(std::nullopt, std::nullopt, 0);
+  auto final_runs = store->runs().Runs(std::nullopt, std::nullopt, 0);
   REQUIRE(final_runs);
   for (const auto& r : *final_runs) {
     INFO("run " << r.id << ": " << r.last_error);
@@ -410,12 +412,12 @@ TEST_CASE("fleet e2e: a worker stopped with SIGSTOP is lost after lost_after, ki
     CHECK(r.attempts == 1);
     if (r.id == victim_run) CHECK(r.worker != victim.name);
   }
-  auto lost = store->Machine(victim.id).value();
+  auto lost = store->machines().Machine(victim.id).value();
   CHECK(lost->state == "failed");
   CHECK_THAT(lost->last_error, Catch::Contains("lost: worker silent for"));
   // Killed through the local provider (a stopped process still dies of SIGKILL).
   CHECK(testing::WaitFor([&] { return testing::ProcessGone(victim_pid); }, 20s));
-  CHECK(store->Machines(true).value().size() >= 3);  // its replacement was booted
+  CHECK(store->machines().List(true).value().size() >= 3);  // its replacement was booted
   REQUIRE(testing::RunShell(trainq + " machines --all", &out) == 0);
   CHECK_THAT(out, Catch::Contains("lost (worker silent for"));
 }

@@ -12,6 +12,8 @@
 
 #include "core/process.h"
 #include "core/strings.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/git_fixture.h"
@@ -98,10 +100,10 @@ TEST_CASE("fleet e2e on real Slurm: runs execute in a worker that sbatch started
 
   auto store = Store::Open(db, {.create = false});
   REQUIRE(store);
-  auto runs = store->Runs(std::nullopt, std::nullopt, 0);
+  auto runs = store->runs().Runs(std::nullopt, std::nullopt, 0);
   REQUIRE(runs);
   REQUIRE(runs->size() == 4);
-  auto machines = store->Machines(true);
+  auto machines = store->machines().List(true);
   REQUIRE(machines);
   REQUIRE(machines->size() == 1);
   const auto& m = machines->front();
@@ -127,7 +129,7 @@ TEST_CASE("fleet e2e on real Slurm: runs execute in a worker that sbatch started
         std::string::npos);
 
   // No machine was drained or stopped while it held a lease.
-  auto history = store->MachineHistory(std::nullopt);
+  auto history = store->machines().MachineHistory(std::nullopt);
   REQUIRE(history);
   std::set<std::string> states;
   for (const auto& e : *history) {

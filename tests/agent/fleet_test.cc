@@ -7,9 +7,11 @@
 #include "agent/daemon/fleet.h"
 #include "cloud/provider.h"
 #include "core/clock.h"
-#include "queue/store.h"
 #include "core/http_client.h"
 #include "core/strings.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
+#include "queue/store.h"
 #include "tests/support/fake_ec2.h"
 #include "tests/support/temp_dir.h"
 
@@ -47,11 +49,11 @@ struct FleetFixture {
     CommitInfo c;
     c.sha = std::string(40, 'a');
     c.message = "m";
-    REQUIRE(store.Submit("/repos/demo", c, {b}, clock.Now()));
+    REQUIRE(store.runs().Submit("/repos/demo", c, {b}, clock.Now()));
   }
 
-  std::optional<Store::PoolStateRow> State(const std::string& pool) {
-    auto rows = store.PoolStates();
+  std::optional<Machines::PoolStateRow> State(const std::string& pool) {
+    auto rows = store.machines().PoolStates();
     REQUIRE(rows);
     for (const auto& r : *rows) {
       if (r.pool == pool) return r;
@@ -69,7 +71,7 @@ void Run(FleetFixture& f, Fleet& fleet, TimeMs span, TimeMs step = 1000) {
 }
 
 int Failures(Store& store, const std::string& pool) {
-  auto rows = store.PoolHealth();
+  auto rows = store.machines().PoolHealth();
   REQUIRE(rows);
   for (const auto& h : *rows) {
     if (h.pool == pool) return h.consecutive_failures;
@@ -146,25 +148,25 @@ TEST_CASE("fleet: a hand-started worker that stops calling is taken for gone, on
           "[fleet]") {
   FleetFixture f;
   Fleet fleet = f.Make();
-  Store::WorkerRegistration r;
+  Machines::WorkerRegistration r;
   r.pool = "gpu";
   r.hostname = "laptop";
   r.pid = 1;
-  auto silent = f.store.RegisterWorker(r, f.clock.Now());
+  auto silent = f.store.machines().RegisterWorker(r, f.clock.Now());
   REQUIRE(silent);
   r.pid = 2;
-  auto alive = f.store.RegisterWorker(r, f.clock.Now());
+  auto alive = f.store.machines().RegisterWorker(r, f.clock.Now());
   REQUIRE(alive);
   f.clock.Advance(2 * 60'000);
-  REQUIRE(f.store.TouchWorker(alive->id, f.clock.Now(), false));
+  REQUIRE(f.store.machines().TouchWorker(alive->id, f.clock.Now(), false));
   REQUIRE(fleet.Step());
-  CHECK(f.store.Machine(silent->id).value()->state == "ready");  // 2 min: not yet
+  CHECK(f.store.machines().Machine(silent->id).value()->state == "ready");  // 2 min: not yet
   f.clock.Advance(90'000);  // silent for 3m30s, alive for 1m30s
   REQUIRE(fleet.Step());
-  auto s = f.store.Machine(silent->id).value();
+  auto s = f.store.machines().Machine(silent->id).value();
   CHECK(s->state == "stopped");
   CHECK(s->last_error.find("silent for 3m30s") != std::string::npos);
-  CHECK(f.store.Machine(alive->id).value()->state == "ready");
+  CHECK(f.store.machines().Machine(alive->id).value()->state == "ready");
   CHECK(f.provider->running().empty());  // no provider call for either
 }
 
@@ -203,7 +205,7 @@ TEST_CASE("fleet: machines that never register back off, one at a time, and the 
   CHECK_THAT(state->boot_error, Catch::Contains("no worker registered within boot_timeout (10m00s)"));
   CHECK_THAT(state->log_tail, Catch::Contains("worker: cannot reach http://127.0.0.1:8080"));
   CHECK(boots() == 3);
-  auto costs = f.store.Costs(f.clock.Now(), false);
+  auto costs = f.store.machines().Costs(f.clock.Now(), false);
   REQUIRE(costs);
   REQUIRE(costs->size() == 1);
   // 3 x 10 min of machine time, and nothing after (before: 12 boots, 2 h).
@@ -211,11 +213,11 @@ TEST_CASE("fleet: machines that never register back off, one at a time, and the 
   CHECK(f.provider->running().empty());
   TimeMs billed = costs->front().billed_ms;
   Run(f, fleet, 3'600'000, 10'000);
-  CHECK(f.store.Costs(f.clock.Now(), false)->front().billed_ms == billed);
+  CHECK(f.store.machines().Costs(f.clock.Now(), false)->front().billed_ms == billed);
   CHECK(boots() == 3);
 
   // `trainq pools reset` (the store's side): the pool boots again.
-  REQUIRE(f.store.ResetPoolBoots("gpu", f.clock.Now()).value());
+  REQUIRE(f.store.machines().ResetPoolBoots("gpu", f.clock.Now()).value());
   REQUIRE(fleet.Step());
   CHECK(f.provider->running().size() == 1);
   Run(f, fleet, 11 * 60'000);  // that one fails too
@@ -224,31 +226,31 @@ TEST_CASE("fleet: machines that never register back off, one at a time, and the 
   Run(f, fleet, 2 * 60'000);  // after the back-off, the next boot
   REQUIRE(f.provider->running().size() == 1);
   // Its worker registers and stays: the failures are forgotten.
-  auto live = f.store.Machines(false);
+  auto live = f.store.machines().List(false);
   REQUIRE(live);
   REQUIRE(live->size() == 1);
-  Store::WorkerRegistration r;
+  Machines::WorkerRegistration r;
   r.pool = "gpu";
   r.name = live->front().name;
   r.hostname = "gpu-host";
-  auto registered = f.store.RegisterWorker(r, f.clock.Now());
+  auto registered = f.store.machines().RegisterWorker(r, f.clock.Now());
   REQUIRE(registered);
   for (int i = 0; i < 18; ++i) {  // 3 minutes, calling as an idle worker does
-    REQUIRE(f.store.TouchWorker(registered->id, f.clock.Now(), false));
+    REQUIRE(f.store.machines().TouchWorker(registered->id, f.clock.Now(), false));
     Run(f, fleet, 10'000);
   }
   CHECK(f.State("gpu")->failed_boots == 0);
-  CHECK(f.store.Machine(registered->id).value()->state == "ready");
+  CHECK(f.store.machines().Machine(registered->id).value()->state == "ready");
 }
 
 TEST_CASE("fleet: a changed pool config forgets its failed boots", "[fleet]") {
   FleetFixture f;
-  Store::PoolStateRow row;
+  Machines::PoolStateRow row;
   row.pool = "gpu";
   row.failed_boots = 3;
   row.failing = true;
   row.config_hash = "an older config";
-  REQUIRE(f.store.SetPoolBoots(row, f.clock.Now()));
+  REQUIRE(f.store.machines().SetPoolBoots(row, f.clock.Now()));
   f.Queue(1);
   Fleet fleet = f.Make();
   REQUIRE(fleet.Step());
@@ -276,14 +278,14 @@ TEST_CASE("fleet: a budget boots nothing past the cap and drains at it when told
   REQUIRE(st);
   CHECK(st->cap.empty());
   // Both register and work; at $6/h each, the $2.50 is spent after 12.5 min.
-  auto live = f.store.Machines(false);
+  auto live = f.store.machines().List(false);
   REQUIRE(live);
   for (const auto& m : *live) {
-    Store::WorkerRegistration r;
+    Machines::WorkerRegistration r;
     r.pool = "gpu";
     r.name = m.name;
     r.hostname = m.name;
-    REQUIRE(f.store.RegisterWorker(r, f.clock.Now()));
+    REQUIRE(f.store.machines().RegisterWorker(r, f.clock.Now()));
   }
   Run(f, fleet, 13 * 60'000, 5000);
   st = f.State("gpu");
@@ -291,7 +293,7 @@ TEST_CASE("fleet: a budget boots nothing past the cap and drains at it when told
   CHECK(st->spent_day >= 2.5);
   // drain_at_cap: the idle machines were drained although runs are queued.
   CHECK(f.provider->running().empty());
-  CHECK(f.store.Machines(false)->empty());
+  CHECK(f.store.machines().List(false)->empty());
   const double spent = st->spent_day;
   Run(f, fleet, 60 * 60'000, 10'000);
   CHECK(f.provider->running().empty());  // nothing more today
@@ -397,7 +399,7 @@ TEST_CASE("fleet over the EC2 API: instances that never register are lost and te
   for (const auto& i : ec2.instances()) CHECK(i.state == "shutting-down");
   // Each is marked lost, by the instance the provider booted; the runs were
   // never leased: still queued, no attempt used.
-  auto machines = f.store.Machines(true);
+  auto machines = f.store.machines().List(true);
   REQUIRE(machines);
   REQUIRE(machines->size() == static_cast<std::size_t>(boots));
   for (const auto& m : *machines) {
@@ -405,16 +407,16 @@ TEST_CASE("fleet over the EC2 API: instances that never register are lost and te
     CHECK_THAT(m.last_error,
                Catch::Contains("lost: no worker registered within boot_timeout (10m00s)"));
   }
-  auto lost = f.store.LostMachines(0);
+  auto lost = f.store.machines().LostMachines(0);
   REQUIRE(lost);
   CHECK(lost->size() == static_cast<std::size_t>(boots));
-  auto runs = f.store.Runs(std::nullopt, std::nullopt, 0);
+  auto runs = f.store.runs().Runs(std::nullopt, std::nullopt, 0);
   REQUIRE(runs);
   for (const auto& r : *runs) {
     CHECK(r.state == RunState::kQueued);
     CHECK(r.attempts == 0);
   }
-  auto costs = f.store.Costs(f.clock.Now(), false);
+  auto costs = f.store.machines().Costs(f.clock.Now(), false);
   REQUIRE(costs);
   REQUIRE(costs->size() == 1);
   CHECK(costs->front().billed_ms <= 3 * 10 * 60'000 + 3 * 2000);
@@ -432,16 +434,16 @@ struct Registered {
   LeasedRun run;
 };
 Registered RegisterAndLease(FleetFixture& f, TimeMs lease_ms) {
-  auto live = f.store.Machines(false);
+  auto live = f.store.machines().List(false);
   REQUIRE(live);
   REQUIRE(live->size() == 1);
-  Store::WorkerRegistration r;
+  Machines::WorkerRegistration r;
   r.pool = "gpu";
   r.name = live->front().name;
   r.hostname = "gpu-host";
-  auto m = f.store.RegisterWorker(r, f.clock.Now());
+  auto m = f.store.machines().RegisterWorker(r, f.clock.Now());
   REQUIRE(m);
-  auto leased = f.store.LeaseForMachine(m->id, {}, f.clock.Now(), lease_ms);
+  auto leased = f.store.machines().LeaseForMachine(m->id, {}, f.clock.Now(), lease_ms);
   REQUIRE(leased);
   REQUIRE(leased->size() == 1);
   return {*m, leased->front()};
@@ -463,14 +465,14 @@ TEST_CASE("fleet: a machine whose worker goes silent is lost, stopped through it
   // the expiry charges an attempt, the loss gives it back.
   auto [machine, run] = RegisterAndLease(f, 20'000);
   Run(f, fleet, 30'000);
-  CHECK(f.store.Run(run.run_id).value()->state == RunState::kFailed);
-  CHECK(f.store.Machine(machine.id).value()->state == "ready");  // 30 s: not yet
+  CHECK(f.store.runs().Run(run.run_id).value()->state == RunState::kFailed);
+  CHECK(f.store.machines().Machine(machine.id).value()->state == "ready");  // 30 s: not yet
   Run(f, fleet, 17'000);
-  auto m = f.store.Machine(machine.id).value();
+  auto m = f.store.machines().Machine(machine.id).value();
   CHECK(m->state == "failed");
   CHECK(m->lost());
   CHECK_THAT(m->last_error, Catch::Contains("lost: worker silent for 4"));
-  auto r = f.store.Run(run.run_id).value();
+  auto r = f.store.runs().Run(run.run_id).value();
   CHECK(r->state == RunState::kQueued);
   CHECK(r->attempts == 0);
   CHECK_THAT(r->last_error, Catch::Contains("machine lost: worker silent"));
@@ -482,14 +484,14 @@ TEST_CASE("fleet: a machine whose worker goes silent is lost, stopped through it
   CHECK(stopped);
   REQUIRE(f.provider->running().size() == 1);
   CHECK(f.provider->running().front() != first);
-  auto lost = f.store.LostMachines(0);
+  auto lost = f.store.machines().LostMachines(0);
   REQUIRE(lost);
   REQUIRE(lost->size() == 1);
   CHECK(lost->front().id == machine.id);
   // A late success from the lost machine's worker (it came back) still counts,
   // since nobody leased the run again.
-  REQUIRE(f.store.Complete(run.run_id, run.token, f.clock.Now(), 0.9));
-  CHECK(f.store.Run(run.run_id).value()->state == RunState::kSucceeded);
+  REQUIRE(f.store.runs().Complete(run.run_id, run.token, f.clock.Now(), 0.9));
+  CHECK(f.store.runs().Run(run.run_id).value()->state == RunState::kSucceeded);
 }
 
 TEST_CASE("fleet: a worker that keeps calling is never lost, and silence while serve was stalled "
@@ -507,18 +509,18 @@ TEST_CASE("fleet: a worker that keeps calling is never lost, and silence while s
   REQUIRE(fleet.Step());
   auto [machine, run] = RegisterAndLease(f, 60'000);
   for (int i = 0; i < 20; ++i) {  // 200 s, a heartbeat every 10 s
-    REQUIRE(f.store.Heartbeat(run.run_id, run.token, f.clock.Now(), 60'000));
-    REQUIRE(f.store.TouchWorker(machine.id, f.clock.Now(), true));
+    REQUIRE(f.store.runs().Heartbeat(run.run_id, run.token, f.clock.Now(), 60'000));
+    REQUIRE(f.store.machines().TouchWorker(machine.id, f.clock.Now(), true));
     Run(f, fleet, 10'000);
   }
-  CHECK(f.store.Machine(machine.id).value()->state == "ready");
+  CHECK(f.store.machines().Machine(machine.id).value()->state == "ready");
   // serve stalls for 10 minutes (no pass, no request answered) ...
   f.clock.Advance(600'000);
   Run(f, fleet, 40'000);
   // ... so the worker's silence counts from serve's return, not from its last call.
-  CHECK(f.store.Machine(machine.id).value()->state == "ready");
+  CHECK(f.store.machines().Machine(machine.id).value()->state == "ready");
   Run(f, fleet, 10'000);
-  CHECK(f.store.Machine(machine.id).value()->lost());
+  CHECK(f.store.machines().Machine(machine.id).value()->lost());
 }
 
 TEST_CASE("fleet: a run that has lost max_attempts machines is charged for the next one",
@@ -536,7 +538,7 @@ TEST_CASE("fleet: a run that has lost max_attempts machines is charged for the n
   CommitInfo c;
   c.sha = std::string(40, 'b');
   c.message = "m";
-  REQUIRE(f.store.Submit("/repos/demo", c, {b}, f.clock.Now()));
+  REQUIRE(f.store.runs().Submit("/repos/demo", c, {b}, f.clock.Now()));
   std::int64_t run_id = 0;
   for (int round = 1; round <= 4; ++round) {
     INFO("machine " << round);
@@ -545,8 +547,8 @@ TEST_CASE("fleet: a run that has lost max_attempts machines is charged for the n
     auto [machine, run] = RegisterAndLease(f, 600'000);
     run_id = run.run_id;
     Run(f, fleet, 47'000);  // the last pass 46 s after the worker's last call: past lost_after
-    REQUIRE(f.store.Machine(machine.id).value()->lost());
-    auto r = f.store.Run(run_id).value();
+    REQUIRE(f.store.machines().Machine(machine.id).value()->lost());
+    auto r = f.store.runs().Run(run_id).value();
     if (round <= 2) {
       CHECK(r->state == RunState::kQueued);
       CHECK(r->attempts == 0);

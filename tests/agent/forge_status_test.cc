@@ -2,6 +2,9 @@
 // pending when queued, the spread when done; a down forge is retried, then
 // given up.
 #include "agent/triggers/forge_status.h"
+#include "queue/machines.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 
 #include <atomic>
@@ -41,24 +44,24 @@ struct World {
     spec.experiment = "lstm";
     spec.command = "true";
     spec.repeats = 3;
-    auto r = store.Submit("/srv/mirror.git", {kSha, "", "s", "me", 0}, {spec}, clock.Now());
+    auto r = store.runs().Submit("/srv/mirror.git", {kSha, "", "s", "me", 0}, {spec}, clock.Now());
     REQUIRE(r);
     batch = r->front().batch_id;
-    Store::CommitStatus cs;
+    Pushes::CommitStatus cs;
     cs.batch_id = batch;
     cs.repo_url = "https://github.com/acme/model.git";
     cs.sha = kSha;
     cs.context = "trainq/lstm";
     cs.state = "pending";
     cs.description = "queued: 3 runs";
-    REQUIRE(store.AddCommitStatus(cs, clock.Now()));
+    REQUIRE(store.pushes().AddCommitStatus(cs, clock.Now()));
   }
 
   void FinishRuns(const std::vector<double>& values) {
-    auto leased = store.Lease("w", clock.Now(), 60'000, 10).value();
+    auto leased = store.runs().Lease("w", clock.Now(), 60'000, 10).value();
     REQUIRE(leased.size() == values.size());
     for (size_t i = 0; i < values.size(); ++i) {
-      REQUIRE(store.Complete(leased[i].run_id, leased[i].token, clock.Now(), values[i]));
+      REQUIRE(store.runs().Complete(leased[i].run_id, leased[i].token, clock.Now(), values[i]));
     }
   }
 };
@@ -117,7 +120,7 @@ TEST_CASE("forge status: pending when queued, then the spread", "[forge_status]"
   auto done = json::parse(seen[1].body);
   CHECK(done["state"] == "success");
   CHECK(done["description"] == "accuracy 0.664 ± 0.015 (n=3)");
-  auto row = w.store.GetCommitStatus(w.batch).value();
+  auto row = w.store.pushes().GetCommitStatus(w.batch).value();
   REQUIRE(row);
   CHECK(row->posted_state == "success");
   CHECK(reporter.Step().value() == 0);
@@ -129,7 +132,7 @@ TEST_CASE("forge status: a down forge is retried with backoff, then given up", "
   CurlHttpClient http;
   StatusReporter reporter(w.store, w.config, http, w.clock, {1000, 3});
   CHECK(reporter.Step().value() == 1);
-  auto row = w.store.GetCommitStatus(w.batch).value();
+  auto row = w.store.pushes().GetCommitStatus(w.batch).value();
   CHECK(row->attempts == 1);
   CHECK(row->not_before_ms == w.clock.Now() + 1000);
   CHECK_FALSE(row->gave_up);
@@ -138,10 +141,10 @@ TEST_CASE("forge status: a down forge is retried with backoff, then given up", "
   CHECK(reporter.Step().value() == 0);  // waiting for the backoff
   w.clock.Advance(1000);
   CHECK(reporter.Step().value() == 1);
-  CHECK(w.store.GetCommitStatus(w.batch).value()->not_before_ms == w.clock.Now() + 2000);
+  CHECK(w.store.pushes().GetCommitStatus(w.batch).value()->not_before_ms == w.clock.Now() + 2000);
   w.clock.Advance(2000);
   CHECK(reporter.Step().value() == 1);
-  row = w.store.GetCommitStatus(w.batch).value();
+  row = w.store.pushes().GetCommitStatus(w.batch).value();
   CHECK(row->gave_up);
   CHECK(row->attempts == 3);
   w.clock.Advance(60'000);
@@ -150,7 +153,7 @@ TEST_CASE("forge status: a down forge is retried with backoff, then given up", "
   // The batch's final status gets its own tries even after pending was given up.
   w.FinishRuns({0.5, 0.6, 0.7});
   CHECK(reporter.Step().value() == 1);
-  row = w.store.GetCommitStatus(w.batch).value();
+  row = w.store.pushes().GetCommitStatus(w.batch).value();
   CHECK(row->state == "success");
   CHECK(row->attempts == 1);
   CHECK_FALSE(row->gave_up);
@@ -166,11 +169,11 @@ TEST_CASE("forge status: an HTTP error from the forge is retried too", "[forge_s
   CurlHttpClient http;
   StatusReporter reporter(w.store, w.config, http, w.clock, {1000, 3});
   reporter.Step().value();
-  auto row = w.store.GetCommitStatus(w.batch).value();
+  auto row = w.store.pushes().GetCommitStatus(w.batch).value();
   CHECK(row->last_error == "HTTP 502 from " + forge.url() + ": bad gateway");
   w.clock.Advance(1000);
   reporter.Step().value();
-  CHECK(w.store.GetCommitStatus(w.batch).value()->posted_state == "pending");
+  CHECK(w.store.pushes().GetCommitStatus(w.batch).value()->posted_state == "pending");
 }
 
 }  // namespace
@@ -199,10 +202,10 @@ TEST_CASE("forge status: a batch held back by a budget cap says so, and says que
   m.name = "tq-test-gpu-1";
   m.state = "booting";
   m.hourly_cost = 10.0;
-  auto row = w.store.AddMachine(m, w.clock.Now());
+  auto row = w.store.machines().AddMachine(m, w.clock.Now());
   REQUIRE(row);
   w.clock.Advance(6 * 3'600'000);
-  REQUIRE(w.store.SetMachineState(*row, "stopped", w.clock.Now()));
+  REQUIRE(w.store.machines().SetMachineState(*row, "stopped", w.clock.Now()));
 
   auto make_fleet = [&](double per_day, cloud::FakeProvider*& provider) {
     PoolSpec spec;
@@ -227,7 +230,7 @@ TEST_CASE("forge status: a batch held back by a budget cap says so, and says que
     Fleet capped = make_fleet(50.0, provider);
     REQUIRE(capped.Step());
     CHECK(provider->running().empty());
-    auto waiting = w.store.WaitingBatches(w.clock.Now()).value();
+    auto waiting = w.store.machines().WaitingBatches(w.clock.Now()).value();
     REQUIRE(waiting.size() == 1);
     CHECK(waiting[0].batch_id == w.batch);
     CHECK(waiting[0].note == "pool gpu at its per_day budget $50.00 reached ($60.00 spent)");
@@ -247,7 +250,7 @@ TEST_CASE("forge status: a batch held back by a budget cap says so, and says que
   Fleet raised = make_fleet(100.0, provider);
   REQUIRE(raised.Step());
   CHECK(provider->running().size() == 2);
-  CHECK(w.store.WaitingBatches(w.clock.Now()).value().empty());
+  CHECK(w.store.machines().WaitingBatches(w.clock.Now()).value().empty());
   CHECK(reporter.Step().value() == 1);
   seen = forge.requests();
   REQUIRE(seen.size() == 3);

@@ -16,6 +16,9 @@
 
 #include "core/process.h"
 #include "core/strings.h"
+#include "queue/gangs.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/git_fixture.h"
@@ -179,7 +182,7 @@ TEST_CASE("gang e2e: a 2-machine x 2-process run rendezvouses over TCP through t
 
   auto store = Store::Open(g.db, {.create = false});
   REQUIRE(store);
-  auto runs = store->Runs(std::nullopt, std::nullopt, 0);
+  auto runs = store->runs().Runs(std::nullopt, std::nullopt, 0);
   REQUIRE(runs);
   REQUIRE(runs->size() == 1);
   const auto& run = runs->front();
@@ -196,7 +199,7 @@ TEST_CASE("gang e2e: a 2-machine x 2-process run rendezvouses over TCP through t
   CHECK(ranks[0].cwd == ranks[1].cwd);
   CHECK(ranks[2].cwd == ranks[3].cwd);
   CHECK(ranks[0].cwd != ranks[2].cwd);
-  auto machines = store->Machines(true);
+  auto machines = store->machines().List(true);
   REQUIRE(machines);
   CHECK(machines->size() == 2);
 }
@@ -218,7 +221,7 @@ TEST_CASE("gang e2e: two gangs competing for two machines both finish, one after
     auto watch = Store::Open(g.db, {.create = false});
     if (!watch) return;
     while (!stop.load()) {
-      auto live = watch->LiveGangMembers();
+      auto live = watch->gangs().LiveGangMembers();
       if (live) {
         std::map<std::int64_t, std::set<std::int64_t>> machines;
         for (const auto& m : *live) machines[m.run_id].insert(m.machine_id);
@@ -242,7 +245,7 @@ TEST_CASE("gang e2e: two gangs competing for two machines both finish, one after
   CHECK(partial == 0);
   CHECK(overlapping == 0);
 
-  auto runs = store->Runs(std::nullopt, std::nullopt, 0);
+  auto runs = store->runs().Runs(std::nullopt, std::nullopt, 0);
   REQUIRE(runs);
   REQUIRE(runs->size() == 2);
   for (const auto& r : *runs) {
@@ -277,14 +280,14 @@ TEST_CASE("gang e2e: kill -9 of one member stops every process of the run, which
   std::map<int, RankFile> first;
   REQUIRE(testing::WaitFor(
       [&] {
-        auto runs = store->Runs(std::nullopt, RunState::kRunning, 0);
+        auto runs = store->runs().Runs(std::nullopt, RunState::kRunning, 0);
         if (!runs || runs->empty()) return false;
         run_id = runs->front().id;
         first = Ranks(g.pids, run_id, 1);
         return first.size() == 4;
       },
       90s));
-  auto members = store->GangMembers(run_id);
+  auto members = store->gangs().GangMembers(run_id);
   REQUIRE(members);
   REQUIRE(members->size() == 2);
   CHECK((*members)[0].machine_id != (*members)[1].machine_id);
@@ -302,7 +305,7 @@ TEST_CASE("gang e2e: kill -9 of one member stops every process of the run, which
   auto status = g.WaitExit(180s);
   REQUIRE(status);
   CHECK(status->ok());
-  auto run = store->Run(run_id);
+  auto run = store->runs().Run(run_id);
   REQUIRE(run);
   REQUIRE(*run);
   CHECK((*run)->state == RunState::kSucceeded);
@@ -367,7 +370,7 @@ TEST_CASE("gang e2e: rank 3 fails on the second machine: the run's error is rank
 
   auto store = Store::Open(g.db, {.create = false});
   REQUIRE(store);
-  auto runs = store->Runs(std::nullopt, std::nullopt, 0);
+  auto runs = store->runs().Runs(std::nullopt, std::nullopt, 0);
   REQUIRE(runs);
   REQUIRE(runs->size() == 1);
   const RunRow run = runs->front();
@@ -416,7 +419,7 @@ TEST_CASE("gang e2e: serve --inproc runs a one-machine gang of 3 processes", "[g
   CHECK(status->ok());
   auto store = Store::Open(g.db, {.create = false});
   REQUIRE(store);
-  auto runs = store->Runs(std::nullopt, std::nullopt, 0);
+  auto runs = store->runs().Runs(std::nullopt, std::nullopt, 0);
   REQUIRE(runs);
   REQUIRE(runs->size() == 1);
   CHECK(runs->front().state == RunState::kSucceeded);
@@ -475,13 +478,13 @@ TEST_CASE("gang e2e on real Slurm: a 2-node gang over two sbatch jobs", "[gang][
   CHECK(status->ok());
   auto store = Store::Open(g.db, {.create = false});
   REQUIRE(store);
-  auto runs = store->Runs(std::nullopt, std::nullopt, 0);
+  auto runs = store->runs().Runs(std::nullopt, std::nullopt, 0);
   REQUIRE(runs);
   REQUIRE(runs->size() == 1);
   CHECK(runs->front().state == RunState::kSucceeded);
   REQUIRE(runs->front().metric_value);
   CHECK(*runs->front().metric_value == Approx(0.03));
-  auto machines = store->Machines(true);
+  auto machines = store->machines().List(true);
   REQUIRE(machines);
   REQUIRE(machines->size() == 2);
   std::set<std::string> jobs;

@@ -1,5 +1,6 @@
 // `trainq gate`: three outcomes, and never a pass for what it could not decide.
 #include "agent/results/gate.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 
 #include <catch2/catch.hpp>
@@ -29,20 +30,20 @@ std::int64_t Queue(Store& store, const std::string& sha, const std::string& pare
   s.command = "true";
   s.repeats = n;
   s.max_attempts = max_attempts;
-  auto r = store.Submit("/repo", c, {s}, kT0);
+  auto r = store.runs().Submit("/repo", c, {s}, kT0);
   REQUIRE(r);
   return r->front().batch_id;
 }
 
 // Leases every queued run and completes it with values[repeat] (NaN: fails it).
 void Finish(Store& store, const std::vector<double>& values) {
-  auto leased = store.Lease("w", kT0, 60'000, 100).value();
+  auto leased = store.runs().Lease("w", kT0, 60'000, 100).value();
   for (const auto& l : leased) {
     double v = values[l.repeat % values.size()];
     if (std::isnan(v)) {
-      REQUIRE(store.FailRun(l.run_id, l.token, kT0, "boom", 1));
+      REQUIRE(store.runs().FailRun(l.run_id, l.token, kT0, "boom", 1));
     } else {
-      REQUIRE(store.Complete(l.run_id, l.token, kT0, v));
+      REQUIRE(store.runs().Complete(l.run_id, l.token, kT0, v));
     }
   }
 }
@@ -208,9 +209,9 @@ void QueueTwenty(Store& store, bool with_broken, const std::string& head_spec) {
   CommitInfo h;
   h.sha = kHead;
   h.parent_sha = kBase;
-  REQUIRE(store.Submit("/repo", b, base, kT0));
-  REQUIRE(store.Submit("/repo", h, head, kT0));
-  auto leased = store.Lease("w", kT0, 60'000, 1000).value();
+  REQUIRE(store.runs().Submit("/repo", b, base, kT0));
+  REQUIRE(store.runs().Submit("/repo", h, head, kT0));
+  auto leased = store.runs().Lease("w", kT0, 60'000, 1000).value();
   REQUIRE(leased.size() == 400);
   for (const auto& l : leased) {
     double v = 0.90 + 0.002 * static_cast<double>(l.seed);
@@ -219,7 +220,7 @@ void QueueTwenty(Store& store, bool with_broken, const std::string& head_spec) {
       double mean = k == 0 ? -0.0043 : (k == 1 && with_broken) ? -0.03 : 0.0001 * ((k % 11) - 5);
       v += mean + 0.003 * kZ[l.seed - 1];
     }
-    REQUIRE(store.Complete(l.run_id, l.token, kT0, v));
+    REQUIRE(store.runs().Complete(l.run_id, l.token, kT0, v));
   }
 }
 

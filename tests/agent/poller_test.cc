@@ -1,6 +1,8 @@
 // Poller: moved heads of a real repository become pushes, deduplicated with
 // webhooks, and go through the same processing.
 #include "agent/triggers/poller.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 
 #include <catch2/catch.hpp>
@@ -40,13 +42,13 @@ TEST_CASE("poller: the first look records heads, a moved head is a push, once", 
   w.git.Run("branch old-branch");
   Poller poller(w.store, w.config, w.mirrors, w.clock);
   CHECK(poller.PollRepository(w.repo()).value() == 0);
-  auto heads = w.store.RefHeads(w.url).value();
+  auto heads = w.store.pushes().RefHeads(w.url).value();
   CHECK(heads.size() == 2);
-  CHECK(w.store.RecentPushes(10).value().empty());
+  CHECK(w.store.pushes().RecentPushes(10).value().empty());
 
   std::string c2 = w.git.Commit({{"a", "2"}}, "two");
   CHECK(poller.PollRepository(w.repo()).value() == 1);
-  auto pushes = w.store.RecentPushes(10).value();
+  auto pushes = w.store.pushes().RecentPushes(10).value();
   REQUIRE(pushes.size() == 1);
   CHECK(pushes[0].source == "poll");
   CHECK(pushes[0].ref == "refs/heads/main");
@@ -58,7 +60,7 @@ TEST_CASE("poller: the first look records heads, a moved head is a push, once", 
 
   // Nothing moved: nothing recorded.
   CHECK(poller.PollRepository(w.repo()).value() == 0);
-  CHECK(w.store.RecentPushes(10).value().size() == 1);
+  CHECK(w.store.pushes().RecentPushes(10).value().size() == 1);
 }
 
 TEST_CASE("poller: new, deleted and unwatched branches", "[poller]") {
@@ -70,8 +72,8 @@ TEST_CASE("poller: new, deleted and unwatched branches", "[poller]") {
   std::string f = w.git.Commit({{"b", "1"}}, "feature");
   w.git.Run("branch elsewhere");
   CHECK(poller.PollRepository(w.repo()).value() == 2);
-  auto pushes = w.store.RecentPushes(10).value();
-  std::map<std::string, Store::Push> by_ref;
+  auto pushes = w.store.pushes().RecentPushes(10).value();
+  std::map<std::string, Pushes::Push> by_ref;
   for (const auto& p : pushes) by_ref[p.ref] = p;
   CHECK(by_ref["refs/heads/feature"].before_sha == std::string(kZeroSha));
   CHECK(by_ref["refs/heads/feature"].after_sha == f);
@@ -81,7 +83,7 @@ TEST_CASE("poller: new, deleted and unwatched branches", "[poller]") {
   w.git.Run("checkout -q main");
   w.git.Run("branch -D feature");
   CHECK(poller.PollRepository(w.repo()).value() == 1);
-  auto deleted = w.store.RecentPushes(1).value().front();
+  auto deleted = w.store.pushes().RecentPushes(1).value().front();
   CHECK(deleted.ref == "refs/heads/feature");
   CHECK(deleted.after_sha == std::string(kZeroSha));
   CHECK(deleted.state == "skipped");
@@ -94,16 +96,16 @@ TEST_CASE("poller: a head a webhook already recorded is not recorded again", "[p
   Poller poller(w.store, w.config, w.mirrors, w.clock);
   REQUIRE(poller.PollRepository(w.repo()));
   std::string c2 = w.git.Commit({{"a", "2"}}, "two");
-  Store::Push hook;
+  Pushes::Push hook;
   hook.source = "github";
   hook.delivery_id = "gh-1";
   hook.repo_url = w.url;
   hook.ref = "refs/heads/main";
   hook.before_sha = c1;
   hook.after_sha = c2;
-  REQUIRE(w.store.RecordPush(hook, w.clock.Now()).value());
+  REQUIRE(w.store.pushes().RecordPush(hook, w.clock.Now()).value());
   CHECK(poller.PollRepository(w.repo()).value() == 0);
-  CHECK(w.store.RecentPushes(10).value().size() == 1);
+  CHECK(w.store.pushes().RecentPushes(10).value().size() == 1);
 }
 
 TEST_CASE("poller: Step keeps the interval, survives a failing fetch, and feeds processing",
@@ -125,7 +127,7 @@ TEST_CASE("poller: Step keeps the interval, survives a failing fetch, and feeds 
   o.data_dir = w.tmp / "data";
   PushProcessor proc(w.store, w.config, w.mirrors, w.clock, o);
   CHECK(proc.ProcessDue(10).value() == 1);
-  auto batches = w.store.Batches(false, 0).value();
+  auto batches = w.store.runs().Batches(false, 0).value();
   REQUIRE(batches.size() == 2);  // a at c2, and its baseline queued at the first commit
   CHECK(batches[0].reason.starts_with("baseline for "));  // newest first
   CHECK(batches[1].sha == c2);

@@ -15,6 +15,7 @@
 #include "agent/triggers/forge.h"
 #include "core/process.h"
 #include "core/strings.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/git_cli.h"
@@ -217,7 +218,7 @@ TEST_CASE(
   auto store = Store::Open(db).value();
   auto batches_at = [&](const std::string& sha) {
     std::vector<BatchProgress> out;
-    auto all = store.Batches(false, 0).value();
+    auto all = store.runs().Batches(false, 0).value();
     for (auto& b : all) {
       if (b.sha == sha) out.push_back(std::move(b));
     }

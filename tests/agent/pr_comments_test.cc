@@ -2,6 +2,8 @@
 // GitLab's and Gitea's comment APIs, with a real store: one comment created,
 // then edited in place (the same id) as runs end and new heads are pushed.
 #include "agent/triggers/pr_comments.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 
 #include <catch2/catch.hpp>
@@ -62,22 +64,22 @@ struct World {
     spec.experiment = "lstm";
     spec.command = "true";
     spec.repeats = 3;
-    auto r = store.Submit(mirror, {sha, parent, "s", "me", 0}, {spec}, clock.Now());
+    auto r = store.runs().Submit(mirror, {sha, parent, "s", "me", 0}, {spec}, clock.Now());
     REQUIRE(r);
     return r->front().batch_id;
   }
 
   void FinishRuns(const std::vector<double>& values) {
-    auto leased = store.Lease("w", clock.Now(), 60'000, 10).value();
+    auto leased = store.runs().Lease("w", clock.Now(), 60'000, 10).value();
     REQUIRE(leased.size() == values.size());
     for (size_t i = 0; i < values.size(); ++i) {
-      REQUIRE(store.Complete(leased[i].run_id, leased[i].token, clock.Now(), values[i]));
+      REQUIRE(store.runs().Complete(leased[i].run_id, leased[i].token, clock.Now(), values[i]));
     }
   }
 
   // A processed pull request push, as the push worker leaves it.
   void PrPush(const std::string& source, std::int64_t pr, const std::string& head) {
-    Store::Push p;
+    Pushes::Push p;
     p.source = source;
     p.delivery_id = "d" + std::to_string(++deliveries);
     p.repo_url = url;
@@ -86,9 +88,9 @@ struct World {
     p.after_sha = head;
     p.pr_number = pr;
     p.target_branch = "main";
-    auto id = store.RecordPush(p, clock.Now()).value();
+    auto id = store.pushes().RecordPush(p, clock.Now()).value();
     REQUIRE(id);
-    REQUIRE(store.FinishPush(*id, "done", "queued lstm", "", clock.Now()));
+    REQUIRE(store.pushes().FinishPush(*id, "done", "queued lstm", "", clock.Now()));
   }
 };
 
@@ -115,7 +117,7 @@ TEST_CASE(
   CHECK(reqs[0].Header("Accept") == "application/vnd.github+json");
   std::string first = json::parse(reqs[0].body)["body"];
   CHECK(first.find("#### `lstm`: running: 0/3 runs ended") != std::string::npos);
-  auto row = w.store.GetPrComment(w.url, 7).value();
+  auto row = w.store.pushes().GetPrComment(w.url, 7).value();
   REQUIRE(row);
   CHECK(row->comment_id == "900");
   CHECK_FALSE(row->settled);
@@ -143,7 +145,7 @@ TEST_CASE(
         "| base | `1111111111` | 0.6100 ± 0.0100 | 3 | | | |\n"
         "| head | `2222222222` | 0.7100 ± 0.0100 | 3 | +0.1000 (+0.0752..+0.1248) | paired t, "
         "p=0.003 | better |\n");
-  CHECK(w.store.GetPrComment(w.url, 7).value()->settled);
+  CHECK(w.store.pushes().GetPrComment(w.url, 7).value()->settled);
   CHECK(reporter.Step().value() == 0);
 
   // A new push to the pull request: the same comment is edited for the new head.
@@ -203,7 +205,7 @@ TEST_CASE("pr comments: Gitea, and a comment deleted on the forge is created aga
   gone = true;
   w.FinishRuns({0.5, 0.6, 0.7});
   REQUIRE(reporter.Step().value() == 1);  // PATCH: 404
-  CHECK(w.store.GetPrComment(w.url, 2).value()->comment_id.empty());
+  CHECK(w.store.pushes().GetPrComment(w.url, 2).value()->comment_id.empty());
   REQUIRE(reporter.Step().value() == 1);  // POST again
   auto reqs = server.requests();
   REQUIRE(reqs.size() == 3);
@@ -212,7 +214,7 @@ TEST_CASE("pr comments: Gitea, and a comment deleted on the forge is created aga
   CHECK(reqs[1].method == "PATCH");
   CHECK(reqs[1].target == "/repos/o/model/issues/comments/40");
   CHECK(reqs[2].method == "POST");
-  CHECK(w.store.GetPrComment(w.url, 2).value()->comment_id == "41");
+  CHECK(w.store.pushes().GetPrComment(w.url, 2).value()->comment_id == "41");
 }
 
 TEST_CASE(
@@ -233,7 +235,7 @@ TEST_CASE(
   w.Submit(kHead, kBase);
   w.PrPush("github", 6, kHead);
   REQUIRE(reporter.Step().value() == 1);
-  auto row = w.store.GetPrComment(w.url, 6).value();
+  auto row = w.store.pushes().GetPrComment(w.url, 6).value();
   REQUIRE(row);
   CHECK(row->attempts == 1);
   CHECK(row->last_error.starts_with("HTTP 502 from POST "));
@@ -248,7 +250,7 @@ TEST_CASE(
   off.Submit(kHead, kBase);
   off.PrPush("github", 6, kHead);
   CHECK(quiet.Step().value() == 0);
-  CHECK(off.store.GetPrComment(off.url, 6).value()->body.empty());
+  CHECK(off.store.pushes().GetPrComment(off.url, 6).value()->body.empty());
 }
 
 

@@ -4,8 +4,9 @@
 // `trainq serve` on loopback, compared byte for byte with the local commands
 // on the same store.
 #include "agent/cli/read_client.h"
-#include "queue/store.h"
 #include "agent/daemon/read_api.h"
+#include "queue/run_queue.h"
+#include "queue/store.h"
 
 #include <signal.h>
 
@@ -50,22 +51,22 @@ void AddBatch(Store& store, const std::string& sha, const std::string& parent,
   s.experiment = experiment;
   s.command = "true";
   s.repeats = static_cast<int>(values.size());
-  REQUIRE(store.Submit("/repos/model", c, {s}, at));
+  REQUIRE(store.runs().Submit("/repos/model", c, {s}, at));
   if (!finish) return;
-  auto leased = store.Lease("w", at, 60'000, static_cast<int>(values.size())).value();
+  auto leased = store.runs().Lease("w", at, 60'000, static_cast<int>(values.size())).value();
   REQUIRE(leased.size() == values.size());
   for (const auto& l : leased) {
-    REQUIRE(store.Complete(l.run_id, l.token, at, values[static_cast<size_t>(l.repeat)]));
+    REQUIRE(store.runs().Complete(l.run_id, l.token, at, values[static_cast<size_t>(l.repeat)]));
   }
 }
 
 // Finishes every queued run of the store with `values` by repeat.
 void FinishQueued(const std::string& db, const std::vector<double>& values, TimeMs at) {
   auto store = Store::Open(db).value();
-  auto leased = store.Lease("w", at, 60'000, 100).value();
+  auto leased = store.runs().Lease("w", at, 60'000, 100).value();
   REQUIRE_FALSE(leased.empty());
   for (const auto& l : leased) {
-    REQUIRE(store.Complete(l.run_id, l.token, at, values[static_cast<size_t>(l.repeat)]));
+    REQUIRE(store.runs().Complete(l.run_id, l.token, at, values[static_cast<size_t>(l.repeat)]));
   }
 }
 

@@ -1,4 +1,5 @@
 #include "agent/results/report.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 
 #include <catch2/catch.hpp>
@@ -23,11 +24,11 @@ std::int64_t Run(Store& store, const std::string& sha, const std::string& parent
   s.experiment = "digits";
   s.command = "true";
   s.repeats = static_cast<int>(values.size());
-  auto r = store.Submit("/repos/model", c, {s}, at);
+  auto r = store.runs().Submit("/repos/model", c, {s}, at);
   REQUIRE(r);
-  auto leased = store.Lease("w", at, 60'000, static_cast<int>(values.size())).value();
+  auto leased = store.runs().Lease("w", at, 60'000, static_cast<int>(values.size())).value();
   for (const auto& l : leased) {
-    REQUIRE(store.Complete(l.run_id, l.token, at, values[static_cast<size_t>(l.repeat)]));
+    REQUIRE(store.runs().Complete(l.run_id, l.token, at, values[static_cast<size_t>(l.repeat)]));
   }
   return r->front().batch_id;
 }

@@ -21,6 +21,8 @@
 #include "core/crypto.h"
 #include "core/process.h"
 #include "core/strings.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/git_cli.h"
@@ -161,7 +163,7 @@ struct Served {
   std::vector<BatchProgress> BatchesAt(const std::string& sha) {
     auto store = Store::Open(db).value();
     std::vector<BatchProgress> out;
-    auto all = store.Batches(false, 0).value();
+    auto all = store.runs().Batches(false, 0).value();
     for (auto& b : all) {
       if (b.sha == sha) out.push_back(std::move(b));
     }
@@ -177,11 +179,11 @@ struct Served {
   }
   std::int64_t RunCount() {
     auto store = Store::Open(db).value();
-    return static_cast<std::int64_t>(store.Runs(std::nullopt, std::nullopt, 0).value().size());
+    return static_cast<std::int64_t>(store.runs().Runs(std::nullopt, std::nullopt, 0).value().size());
   }
   bool PushDone(const std::string& sha) {
     auto store = Store::Open(db).value();
-    auto pushes = store.PushesForCommit(sha).value();
+    auto pushes = store.pushes().PushesForCommit(sha).value();
     return !pushes.empty() && pushes.front().state == "done";
   }
   // The statuses the fake forge accepted for `sha`: context -> "state description".
@@ -357,7 +359,7 @@ TEST_CASE(
   auto at_a = s.BatchesAt(s.a);
   REQUIRE_FALSE(at_a.empty());
   auto store = Store::Open(s.db).value();
-  auto runs = store.Runs(at_a[0].id, std::nullopt, 0).value();
+  auto runs = store.runs().Runs(at_a[0].id, std::nullopt, 0).value();
   REQUIRE_FALSE(runs.empty());
   const RunRow& r = runs.front();
   std::string want = "training " + r.experiment + " seed " + std::to_string(r.seed) + "\n";
@@ -431,8 +433,8 @@ TEST_CASE(
                  " (same inputs; --rerun runs it again)") != std::string::npos);
   {
     auto store = Store::Open(tmp / "t.db").value();
-    CHECK(store.Runs(std::nullopt, std::nullopt, 0).value().size() == 9);
-    auto at_b = store.BatchesForCommit(b).value();
+    CHECK(store.runs().Runs(std::nullopt, std::nullopt, 0).value().size() == 9);
+    auto at_b = store.runs().BatchesForCommit(b).value();
     REQUIRE(at_b.size() == 2);
   }
   // b's runs at b are a's: not compared with themselves.
@@ -462,8 +464,8 @@ TEST_CASE(
   INFO(out);
   CHECK(out.find("b: already submitted; 3 more runs queued") != std::string::npos);
   auto store = Store::Open(tmp / "t.db").value();
-  CHECK(store.Runs(std::nullopt, std::nullopt, 0).value().size() == 12);
-  auto at_b = store.BatchesForCommit(b).value();
+  CHECK(store.runs().Runs(std::nullopt, std::nullopt, 0).value().size() == 12);
+  auto at_b = store.runs().BatchesForCommit(b).value();
   for (const auto& x : at_b) CHECK_FALSE(x.reuses_batch_id);
 }
 

@@ -13,6 +13,8 @@
 #include "agent/triggers/forge.h"
 #include "core/process.h"
 #include "core/strings.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/git_cli.h"
@@ -121,7 +123,7 @@ TEST_CASE("e2e: git push -> signed webhook -> exactly the touched experiment run
   auto store = Store::Open(db).value();
   auto batches_of = [&](const std::string& commit) {
     std::vector<BatchProgress> out;
-    auto all = store.Batches(false, 0).value();
+    auto all = store.runs().Batches(false, 0).value();
     for (auto& b : all) {
       if (b.sha == commit) out.push_back(std::move(b));
     }
@@ -138,8 +140,8 @@ TEST_CASE("e2e: git push -> signed webhook -> exactly the touched experiment run
   CHECK(batches[0].reason == "github push to main: configs/b.yaml matches watch 'configs/b.yaml'");
   // Nothing else was queued but b's baseline: the base commit never ran b (its
   // push came before the daemon), so b is queued there with the same seeds.
-  REQUIRE(testing::WaitFor([&] { return store.Batches(false, 0).value().size() == 2; }, 20s));
-  auto all = store.Batches(false, 0).value();  // newest first
+  REQUIRE(testing::WaitFor([&] { return store.runs().Batches(false, 0).value().size() == 2; }, 20s));
+  auto all = store.runs().Batches(false, 0).value();  // newest first
   CHECK(all[0].experiment == "b");
   CHECK(all[0].sha == work.Run("rev-parse HEAD~1"));
 
@@ -165,13 +167,13 @@ TEST_CASE("e2e: git push -> signed webhook -> exactly the touched experiment run
       },
       30s));
   CHECK(forge_states().back() == final_status);
-  CHECK(store.Batch(batches[0].id).value()->baseline_batch_id == all[0].id);
+  CHECK(store.runs().Batch(batches[0].id).value()->baseline_batch_id == all[0].id);
   INFO(ReadFile(tmp / "serve.log").value_or(""));
   // pending, perhaps "waiting for the baseline" while its runs went on, then the verdict.
   CHECK(forge_states().front() == "pending trainq/b: queued: 3 runs");
   CHECK(forge_states().size() <= 3);
   CHECK(forge.requests()[0].Header("Authorization") == "Bearer e2e-forge-token");
-  auto runs = store.Runs(batches[0].id, std::nullopt, 0).value();
+  auto runs = store.runs().Runs(batches[0].id, std::nullopt, 0).value();
   REQUIRE(runs.size() == 3);
   for (const auto& r : runs) CHECK(r.state == RunState::kSucceeded);
   // Checked out by the worker machine that ran them (the local provider's).
@@ -201,7 +203,7 @@ TEST_CASE("e2e: git push -> signed webhook -> exactly the touched experiment run
                            body, 5000});
   REQUIRE(forged);
   CHECK(forged->status == 401);
-  CHECK(store.RecentPushes(10).value().size() == 1);
+  CHECK(store.pushes().RecentPushes(10).value().size() == 1);
 
   // `trainq status --server` reads the API; `trainq show` explains the batch.
   std::string status;

@@ -1,6 +1,8 @@
 // The HTTP server: routes without sockets, then the real listener on
 // loopback.
 #include "agent/daemon/server.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 
 #include <netinet/in.h>
@@ -51,7 +53,7 @@ struct World {
       spec.experiment = "lstm";
       spec.command = "true";
       spec.repeats = 3;
-      REQUIRE(store.Submit("/srv/model", {std::string(40, 'c'), "", "subject", "me", 0}, {spec},
+      REQUIRE(store.runs().Submit("/srv/model", {std::string(40, 'c'), "", "subject", "me", 0}, {spec},
                            clock.Now()));
     }
     server = std::make_unique<Server>(config, db, clock);
@@ -182,7 +184,7 @@ TEST_CASE("server: real HTTP on loopback, several clients at once", "[server]") 
   for (const auto& e : errors) UNSCOPED_INFO(e);
   CHECK(accepted == 40);
   auto store = Store::Open(w.db).value();
-  CHECK(store.RecentPushes(100).value().size() == 40);
+  CHECK(store.pushes().RecentPushes(100).value().size() == 40);
 
   // Forged over the wire: 401 and nothing stored.
   std::string body = World::PushBody(std::string(40, 'e'));
@@ -191,7 +193,7 @@ TEST_CASE("server: real HTTP on loopback, several clients at once", "[server]") 
                            body, 5000});
   REQUIRE(forged);
   CHECK(forged->status == 401);
-  CHECK(store.RecentPushes(100).value().size() == 40);
+  CHECK(store.pushes().RecentPushes(100).value().size() == 40);
 
   // A body over 25 MB is refused from its Content-Length.
   std::string big(kMaxWebhookBodyBytes + 10, 'x');

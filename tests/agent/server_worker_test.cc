@@ -1,6 +1,8 @@
 // PushProcessor with real git: what each kind of push queues, and what a
 // failing fetch or a bad trainq.yaml leaves behind.
 #include "agent/triggers/push_pipeline.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 
 #include <algorithm>
@@ -67,25 +69,25 @@ struct World {
   }
 
   // Records a push as a webhook would and processes everything that is due.
-  Store::Push Push(const std::string& ref, const std::string& before, const std::string& after) {
-    Store::Push p;
+  Pushes::Push Push(const std::string& ref, const std::string& before, const std::string& after) {
+    Pushes::Push p;
     p.source = "github";
     p.delivery_id = "d" + std::to_string(++deliveries);
     p.repo_url = url;
     p.ref = ref;
     p.before_sha = before;
     p.after_sha = after;
-    auto id = store.RecordPush(p, clock.Now()).value();
+    auto id = store.pushes().RecordPush(p, clock.Now()).value();
     REQUIRE(id);
     MirrorCache mirrors(tmp / "data");
     PushProcessor proc(store, config, mirrors, clock, Options());
     REQUIRE(proc.ProcessDue(10));
-    return *store.GetPush(*id).value();
+    return *store.pushes().GetPush(*id).value();
   }
 
   // Records a pull request's head as the webhook does and processes it.
-  Store::Push PullRequest(std::int64_t number, const std::string& head, const std::string& target) {
-    Store::Push p;
+  Pushes::Push PullRequest(std::int64_t number, const std::string& head, const std::string& target) {
+    Pushes::Push p;
     p.source = "github";
     p.delivery_id = "d" + std::to_string(++deliveries);
     p.repo_url = url;
@@ -94,18 +96,18 @@ struct World {
     p.after_sha = head;
     p.pr_number = number;
     p.target_branch = target;
-    auto id = store.RecordPush(p, clock.Now()).value();
+    auto id = store.pushes().RecordPush(p, clock.Now()).value();
     REQUIRE(id);
     MirrorCache mirrors(tmp / "data");
     PushProcessor proc(store, config, mirrors, clock, Options());
     REQUIRE(proc.ProcessDue(10));
-    return *store.GetPush(*id).value();
+    return *store.pushes().GetPush(*id).value();
   }
 
   // experiment -> reason, for the batches of `sha`.
   std::map<std::string, std::string> Batches(const std::string& sha) {
     std::map<std::string, std::string> out;
-    auto all = store.Batches(false, 0).value();
+    auto all = store.runs().Batches(false, 0).value();
     for (const auto& b : all) {
       // What the push triggered; baselines queued for it are counted apart.
       if (b.sha == sha && !b.reason.starts_with("baseline for ")) out[b.experiment] = b.reason;
@@ -134,10 +136,10 @@ TEST_CASE("push: a commit touching one experiment's config queues exactly that o
   REQUIRE(Keys(batches) == std::vector<std::string>{"b"});
   CHECK(batches["b"] == "github push to main: configs/b.yaml matches watch 'configs/b.yaml'");
   // The batch runs from the mirror, with 3 seeds.
-  auto b = w.store.Batches(false, 0).value().back();
+  auto b = w.store.runs().Batches(false, 0).value().back();
   CHECK(b.sha == c);
   CHECK(b.repeats == 3);
-  auto leased = w.store.Lease("t", w.clock.Now(), 60'000, 10).value();
+  auto leased = w.store.runs().Lease("t", w.clock.Now(), 60'000, 10).value();
   REQUIRE(leased.size() == 6);  // its 3 seeds, and the same 3 at the base
   CHECK(leased[0].repo_url.find("/data/mirrors/") != std::string::npos);
   CHECK(leased[0].sha == c);
@@ -277,7 +279,7 @@ TEST_CASE("push: each usual mistake fails the push at once with file:line:key, n
       CHECK(p.attempts == 0);
       CHECK_THAT(p.error, Catch::Contains(c.substr(0, 10)));
       for (const auto& e : m.expected) CHECK_THAT(p.error, Catch::Contains(e));
-      CHECK(w.store.Batches(false, 0).value().empty());
+      CHECK(w.store.runs().Batches(false, 0).value().empty());
     }
   }
 }
@@ -307,13 +309,13 @@ TEST_CASE("push: a fetch that keeps failing is retried with backoff, then the pu
   CHECK(proc.ProcessDue(10).value() == 0);  // not due yet
   w.clock.Advance(1000);
   CHECK(proc.ProcessDue(10).value() == 1);
-  auto p2 = *w.store.GetPush(p.id).value();
+  auto p2 = *w.store.pushes().GetPush(p.id).value();
   CHECK(p2.state == "pending");
   CHECK(p2.attempts == 2);
   CHECK(p2.not_before_ms == w.clock.Now() + 2000);  // doubled
   w.clock.Advance(2000);
   CHECK(proc.ProcessDue(10).value() == 1);
-  auto p3 = *w.store.GetPush(p.id).value();
+  auto p3 = *w.store.pushes().GetPush(p.id).value();
   CHECK(p3.state == "failed");
   CHECK(p3.error.find("fetching file://") != std::string::npos);
 
@@ -394,7 +396,7 @@ TEST_CASE("push: a pull request whose head was already pushed to a branch queues
   CHECK(p.state == "done");
   CHECK(w.Batches(head).size() == 1);
   CHECK(w.Batches(head)["b"] == reason);  // the batch of the branch push, kept
-  auto all = w.store.Batches(false, 0).value();
+  auto all = w.store.runs().Batches(false, 0).value();
   CHECK(std::count_if(all.begin(), all.end(), [&](const BatchProgress& b) {
           return b.sha == head;
         }) == 1);
@@ -441,7 +443,7 @@ TEST_CASE("push: a push whose trainq.yaml is bad gets a failure status naming fi
       {{"trainq.yaml", std::string(kManifest) + "    repats: 5\n"}}, "typo");
   auto p = s.w.Push("refs/heads/main", s.w.base, c);
   REQUIRE(p.state == "failed");
-  auto row = s.w.store.GetPushStatus(p.id).value();
+  auto row = s.w.store.pushes().GetPushStatus(p.id).value();
   REQUIRE(row);
   CHECK(row->state == "failure");
   CHECK(row->batch_id == 0);
@@ -454,7 +456,7 @@ TEST_CASE("push: a push whose trainq.yaml is bad gets a failure status naming fi
   CHECK_THAT(sent[0]["description"].get<std::string>(),
              Catch::StartsWith("trainq.yaml:11: experiments.b.repats: unknown key"));
   CHECK(sent[0]["description"].get<std::string>().size() <= 140);
-  CHECK(s.w.store.GetPushStatus(p.id).value()->posted_state == "failure");
+  CHECK(s.w.store.pushes().GetPushStatus(p.id).value()->posted_state == "failure");
   CHECK(s.Post().size() == 1);  // posted once
 }
 
@@ -464,14 +466,14 @@ TEST_CASE("push: a push whose fetch kept failing gets an error status", "[server
   std::filesystem::rename(s.w.tmp / "origin", s.w.tmp / "moved");
   auto p = s.w.Push("refs/heads/main", s.w.base, c);
   CHECK(p.state == "pending");
-  CHECK_FALSE(s.w.store.GetPushStatus(p.id).value());  // still retried: no status yet
+  CHECK_FALSE(s.w.store.pushes().GetPushStatus(p.id).value());  // still retried: no status yet
   MirrorCache mirrors(s.w.tmp / "data");
   PushProcessor proc(s.w.store, s.w.config, mirrors, s.w.clock, s.w.Options());
   s.w.clock.Advance(1000);
   REQUIRE(proc.ProcessDue(10));
   s.w.clock.Advance(2000);
   REQUIRE(proc.ProcessDue(10));
-  REQUIRE(s.w.store.GetPush(p.id).value()->state == "failed");
+  REQUIRE(s.w.store.pushes().GetPush(p.id).value()->state == "failed");
   auto sent = s.Post();
   REQUIRE(sent.size() == 1);
   CHECK(sent[0]["state"] == "error");

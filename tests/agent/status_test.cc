@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "agent/cli/cli.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
 #include "queue/sqlite.h"
 #include "queue/store.h"
 #include "tests/support/temp_dir.h"
@@ -53,7 +55,7 @@ TEST_CASE("status eta: a batch's estimated end from its own finished runs, and e
   spec.experiment = "mlp";
   spec.command = "true";
   spec.repeats = 4;
-  auto sub = store.Submit("/srv/model", {std::string(40, 'a'), "", "s", "me", 0}, {spec},
+  auto sub = store.runs().Submit("/srv/model", {std::string(40, 'a'), "", "s", "me", 0}, {spec},
                           clock.Now());
   REQUIRE(sub);
   const std::int64_t batch = sub->front().batch_id;
@@ -65,9 +67,9 @@ TEST_CASE("status eta: a batch's estimated end from its own finished runs, and e
     return std::pair{j["batches"][0], text.str()};
   };
   // Nothing measured: unknown.
-  auto leased = store.Lease("local/1", clock.Now(), 600'000, 1).value();
+  auto leased = store.runs().Lease("local/1", clock.Now(), 600'000, 1).value();
   REQUIRE(leased.size() == 1);
-  REQUIRE(store.MarkRunning(leased[0].run_id, leased[0].token, clock.Now(), ""));
+  REQUIRE(store.runs().MarkRunning(leased[0].run_id, leased[0].token, clock.Now(), ""));
   auto [first, first_text] = status();
   CHECK(first["eta_ms"].is_null());
   CHECK(first["eta_measured_runs"] == 0);
@@ -76,10 +78,10 @@ TEST_CASE("status eta: a batch's estimated end from its own finished runs, and e
   // The first run took 60 s; the second has run 20 s; two wait. No machine
   // rows: the batch has the one slot it holds, so 40 s + 2 x 60 s are left.
   clock.Advance(60'000);
-  REQUIRE(store.Complete(leased[0].run_id, leased[0].token, clock.Now(), 0.9));
-  leased = store.Lease("local/1", clock.Now(), 600'000, 1).value();
+  REQUIRE(store.runs().Complete(leased[0].run_id, leased[0].token, clock.Now(), 0.9));
+  leased = store.runs().Lease("local/1", clock.Now(), 600'000, 1).value();
   REQUIRE(leased.size() == 1);
-  REQUIRE(store.MarkRunning(leased[0].run_id, leased[0].token, clock.Now(), ""));
+  REQUIRE(store.runs().MarkRunning(leased[0].run_id, leased[0].token, clock.Now(), ""));
   clock.Advance(20'000);
   auto [second, second_text] = status();
   CHECK(second["id"] == batch);
@@ -89,7 +91,7 @@ TEST_CASE("status eta: a batch's estimated end from its own finished runs, and e
   CHECK_THAT(second_text, Catch::Contains("1/4 done, 0 failed, 1 running, eta 2m40s"));
 
   // A later batch of the same experiment starts with the earlier durations.
-  auto again = store.Submit("/srv/model", {std::string(40, 'b'), "", "s2", "me", 0}, {spec},
+  auto again = store.runs().Submit("/srv/model", {std::string(40, 'b'), "", "s2", "me", 0}, {spec},
                             clock.Now());
   REQUIRE(again);
   auto j = StatusJson(store, tmp / "t.db", clock.Now()).value();
@@ -105,11 +107,11 @@ TEST_CASE("status eta: a batch's estimated end from its own finished runs, and e
 
   // A finished batch has no estimate.
   clock.Advance(40'000);
-  REQUIRE(store.Complete(leased[0].run_id, leased[0].token, clock.Now(), 0.9));
+  REQUIRE(store.runs().Complete(leased[0].run_id, leased[0].token, clock.Now(), 0.9));
   for (int i = 0; i < 6; ++i) {
-    auto l = store.Lease("local/1", clock.Now(), 600'000, 1).value();
+    auto l = store.runs().Lease("local/1", clock.Now(), 600'000, 1).value();
     if (l.empty()) break;
-    REQUIRE(store.Complete(l[0].run_id, l[0].token, clock.Now(), 0.9));
+    REQUIRE(store.runs().Complete(l[0].run_id, l[0].token, clock.Now(), 0.9));
   }
   auto done = StatusJson(store, tmp / "t.db", clock.Now()).value();
   for (const auto& b : done["batches"]) CHECK(b["eta_ms"].is_null());
@@ -131,7 +133,7 @@ void AddHistory(Store& store, const std::string& db_path, int batches, TimeMs no
     spec.experiment = "exp" + std::to_string(next % 3);
     spec.command = "true";
     spec.repeats = 100;
-    auto sub = store.Submit("/srv/model", {sha, "", "s", "me", 0}, {spec}, now - 3'600'000);
+    auto sub = store.runs().Submit("/srv/model", {sha, "", "s", "me", 0}, {spec}, now - 3'600'000);
     REQUIRE(sub);
     MachineRow m;
     m.pool = "cpu";
@@ -139,9 +141,9 @@ void AddHistory(Store& store, const std::string& db_path, int batches, TimeMs no
     m.provider_id = "old-" + std::to_string(next);
     m.slots = 4;
     m.hourly_cost = 1.0;
-    auto id = store.AddMachine(m, now - 3'600'000);
+    auto id = store.machines().AddMachine(m, now - 3'600'000);
     REQUIRE(id);
-    REQUIRE(store.SetMachineState(*id, "stopped", now - 1'800'000));
+    REQUIRE(store.machines().SetMachineState(*id, "stopped", now - 1'800'000));
     auto u = db.Prepare("UPDATE runs SET state = 'succeeded', machine_id = ?1, attempts = 1, "
                         "started_ms = ?2, finished_ms = ?2 + 60000, metric_value = 0.9, "
                         "updated_ms = ?2 + 60000 WHERE batch_id = ?3");
@@ -163,20 +165,20 @@ TEST_CASE("status reads about the same rows with ten times the history", "[statu
   spec.experiment = "exp0";
   spec.command = "true";
   spec.repeats = 10;
-  REQUIRE(store.Submit("/srv/model", {std::string(40, 'a'), "", "s", "me", 0}, {spec},
+  REQUIRE(store.runs().Submit("/srv/model", {std::string(40, 'a'), "", "s", "me", 0}, {spec},
                        clock.Now()));
-  Store::WorkerRegistration w;
+  Machines::WorkerRegistration w;
   w.pool = "cpu";
   w.name = "live";
   w.slots = 2;
-  auto m = store.RegisterWorker(w, clock.Now());
+  auto m = store.machines().RegisterWorker(w, clock.Now());
   REQUIRE(m);
-  Store::LeaseLimits lim;
+  Machines::LeaseLimits lim;
   lim.max_runs = 2;
-  auto leased = store.LeaseForMachine(m->id, lim, clock.Now(), 60'000);
+  auto leased = store.machines().LeaseForMachine(m->id, lim, clock.Now(), 60'000);
   REQUIRE(leased);
   REQUIRE(leased->size() == 2);
-  REQUIRE(store.MarkRunning((*leased)[0].run_id, (*leased)[0].token, clock.Now(), ""));
+  REQUIRE(store.runs().MarkRunning((*leased)[0].run_id, (*leased)[0].token, clock.Now(), ""));
   clock.Advance(30'000);
 
   auto steps = [&] {
@@ -232,7 +234,7 @@ TEST_CASE("status text reads the newest 20 active batches of a deep queue and co
       spec.experiment = "exp";
       spec.command = "true";
       spec.repeats = 5;
-      REQUIRE(store.Submit("/srv/model", {sha, "", "s", "me", 0}, {spec}, clock.Now()));
+      REQUIRE(store.runs().Submit("/srv/model", {sha, "", "s", "me", 0}, {spec}, clock.Now()));
     }
   };
   auto steps = [&](int max_active) {

@@ -13,6 +13,8 @@
 #include "agent/results/sweep.h"
 #include "agent/results/sweep_plot.h"
 #include "core/strings.h"
+#include "queue/run_queue.h"
+#include "queue/sweeps.h"
 #include "stats/summary.h"
 #include "tests/support/temp_dir.h"
 
@@ -157,13 +159,13 @@ TEST_CASE("adaptive sweep: bad points keep their first seeds, the contenders get
   base.seed_start = 1;
   base.metric_goal = "max";
   base.spec_json = json{{"command", base.command}}.dump();
-  Store::SweepRow row;
+  Sweeps::SweepRow row;
   row.repo_url = "/repo";
   row.commit_json = json{{"sha", Commit().sha}}.dump();
   row.experiment = "m";
   row.spec_json = spec.ToJson().dump();
   row.batch_json = BatchSpecJson(base).dump();
-  auto id = *store.AddSweep(row, kT0);
+  auto id = *store.sweeps().AddSweep(row, kT0);
   // True means: point lr=5 best (0.90), lr=4 close (0.897), the rest far below.
   std::map<int, double> truth = {{1, 0.5}, {2, 0.6}, {3, 0.7}, {4, 0.897}, {5, 0.90}, {6, 0.4}};
   auto value = [&](const std::string& exp, std::int64_t seed) {
@@ -174,11 +176,11 @@ TEST_CASE("adaptive sweep: bad points keep their first seeds, the contenders get
   for (int round = 0; round < 40; ++round) {
     auto st = StepSweep(store, id, kT0 + round);
     REQUIRE(st.has_value());
-    if ((*store.GetSweep(id))->state == "done") break;
-    auto leased = *store.Lease("w", kT0 + round, 60'000, 1000);
-    for (const auto& r : leased) REQUIRE(store.Complete(r.run_id, r.token, kT0 + round, value(r.experiment, r.seed)));
+    if ((*store.sweeps().GetSweep(id))->state == "done") break;
+    auto leased = *store.runs().Lease("w", kT0 + round, 60'000, 1000);
+    for (const auto& r : leased) REQUIRE(store.runs().Complete(r.run_id, r.token, kT0 + round, value(r.experiment, r.seed)));
   }
-  REQUIRE((*store.GetSweep(id))->state == "done");
+  REQUIRE((*store.sweeps().GetSweep(id))->state == "done");
   auto view = *LoadSweepView(store, id);
   REQUIRE(view.points.size() == 6);
   std::map<double, int> n_by_lr;
@@ -187,7 +189,7 @@ TEST_CASE("adaptive sweep: bad points keep their first seeds, the contenders get
   CHECK(n_by_lr[6] == 3);
   CHECK(n_by_lr[4] == 9);
   CHECK(n_by_lr[5] == 9);
-  auto runs = *store.Runs(std::nullopt, std::nullopt, 0);
+  auto runs = *store.runs().Runs(std::nullopt, std::nullopt, 0);
   std::set<std::pair<std::int64_t, std::int64_t>> seen;
   for (const auto& r : runs) CHECK(seen.insert({r.batch_id, r.seed}).second);
   CHECK(runs.size() < 6u * 9u);

@@ -1,7 +1,6 @@
 // `sweep:` in trainq.yaml: every parameter type parses, every mistake names
 // file:line and the key path, and the manifest (so the submission) fails.
 #include "agent/repo/sweep_spec.h"
-#include "queue/store.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>

@@ -1,7 +1,9 @@
 // The sweep suggester (a pure function), point batches, the driver over a real
 // SQLite store (restart-safe), and the winner by a confidence bound.
 #include "agent/results/sweep.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
+#include "queue/sweeps.h"
 
 #include <boost/math/distributions/chi_squared.hpp>
 #include <catch2/catch.hpp>
@@ -169,13 +171,13 @@ CommitInfo Commit() {
 }
 
 std::int64_t AddSweep(Store& store, const SweepSpec& spec, const BatchSpec& base) {
-  Store::SweepRow row;
+  Sweeps::SweepRow row;
   row.repo_url = "/repo";
   row.commit_json = json{{"sha", Commit().sha}, {"message", "sweep me"}}.dump();
   row.experiment = base.experiment;
   row.spec_json = spec.ToJson().dump();
   row.batch_json = BatchSpecJson(base).dump();
-  auto id = store.AddSweep(row, kT0);
+  auto id = store.sweeps().AddSweep(row, kT0);
   REQUIRE(id.has_value());
   return *id;
 }
@@ -183,10 +185,10 @@ std::int64_t AddSweep(Store& store, const SweepSpec& spec, const BatchSpec& base
 // Finishes every queued run; value(batch experiment, seed) is its metric.
 template <typename F>
 int FinishAll(Store& store, TimeMs now, F value) {
-  auto leased = store.Lease("w", now, 60'000, 1000);
+  auto leased = store.runs().Lease("w", now, 60'000, 1000);
   REQUIRE(leased.has_value());
   for (const auto& r : *leased) {
-    REQUIRE(store.Complete(r.run_id, r.token, now, value(r.experiment, r.seed)));
+    REQUIRE(store.runs().Complete(r.run_id, r.token, now, value(r.experiment, r.seed)));
   }
   return static_cast<int>(leased->size());
 }
@@ -203,9 +205,9 @@ TEST_CASE("sweep driver: keeps `parallel` points in flight until the budget, res
 
   REQUIRE(*StepSweep(store, id, kT0) == 2);
   REQUIRE(*StepSweep(store, id, kT0) == 0);  // both in flight
-  auto points = *store.SweepPoints(id);
+  auto points = *store.sweeps().SweepPoints(id);
   REQUIRE(points.size() == 2);
-  auto b0 = *store.Batch(*points[0].batch_id);
+  auto b0 = *store.runs().Batch(*points[0].batch_id);
   CHECK(b0->experiment == "m@sweep1.p0");
   CHECK(b0->seeds.empty());
   CHECK(b0->count(RunState::kQueued) == 2);
@@ -214,19 +216,19 @@ TEST_CASE("sweep driver: keeps `parallel` points in flight until the budget, res
   // the next step submits exactly one batch for it.
   auto pts = *SuggestPoints(spec, {json::parse(points[0].params_json),
                                    json::parse(points[1].params_json)}, 1, spec.seed);
-  Store::SweepPointRow orphan;
+  Sweeps::SweepPointRow orphan;
   orphan.sweep_id = id;
   orphan.idx = 2;
   orphan.params_json = pts[0].dump();
-  REQUIRE(store.AddSweepPoint(orphan, kT0));
+  REQUIRE(store.sweeps().AddSweepPoint(orphan, kT0));
   // ... or killed after Submit but before recording the batch id.
-  REQUIRE(store.Submit("/repo", Commit(), {*PointBatch(base, pts[0], id, 2)}, kT0));
+  REQUIRE(store.runs().Submit("/repo", Commit(), {*PointBatch(base, pts[0], id, 2)}, kT0));
   FinishAll(store, kT0 + 1, [](const std::string&, std::int64_t s) { return 0.1 * s; });
   REQUIRE(*StepSweep(store, id, kT0 + 2) == 1);  // point 2 re-submitted (same batch) + point 3
-  points = *store.SweepPoints(id);
+  points = *store.sweeps().SweepPoints(id);
   REQUIRE(points.size() == 4);
   for (const auto& p : points) REQUIRE(p.batch_id.has_value());
-  auto batches = *store.Batches(false, 0);
+  auto batches = *store.runs().Batches(false, 0);
   CHECK(batches.size() == 4);  // no second batch for point 2
 
   // Same point values whether the driver ran step by step or not.
@@ -240,10 +242,10 @@ TEST_CASE("sweep driver: keeps `parallel` points in flight until the budget, res
     });
     REQUIRE(StepSweep(store, id, kT0 + 10 + round));
   }
-  CHECK((*store.GetSweep(id))->state == "done");
-  points = *store.SweepPoints(id);
+  CHECK((*store.sweeps().GetSweep(id))->state == "done");
+  points = *store.sweeps().SweepPoints(id);
   CHECK(points.size() == 5);
-  auto all_runs = *store.Runs(std::nullopt, std::nullopt, 0);
+  auto all_runs = *store.runs().Runs(std::nullopt, std::nullopt, 0);
   CHECK(all_runs.size() == 10);  // 5 points x 2 seeds, none twice
   std::map<std::int64_t, std::set<std::int64_t>> seeds;
   for (const auto& r : all_runs) {
@@ -255,9 +257,9 @@ TEST_CASE("sweep driver: keeps `parallel` points in flight until the budget, res
 
   // Stopped: no new points.
   auto id2 = AddSweep(store, spec, base);
-  REQUIRE(store.SetSweepState(id2, "stopped", kT0));
+  REQUIRE(store.sweeps().SetSweepState(id2, "stopped", kT0));
   CHECK(*StepSweeps(store, kT0) == 0);
-  CHECK(store.SweepPoints(id2)->empty());
+  CHECK(store.sweeps().SweepPoints(id2)->empty());
 }
 
 TEST_CASE("sweep confirm: the search's pick gets fresh seeds, which are its claimed value",
@@ -280,13 +282,13 @@ TEST_CASE("sweep confirm: the search's pick gets fresh seeds, which are its clai
     return 0.80 + 0.01 * k + noise;
   };
   int runs = 0;
-  for (int round = 0; round < 20 && (*store.GetSweep(id))->state != "done"; ++round) {
+  for (int round = 0; round < 20 && (*store.sweeps().GetSweep(id))->state != "done"; ++round) {
     REQUIRE(StepSweep(store, id, kT0 + round));
     // A restarted driver decides the same: nothing more while runs are queued.
     REQUIRE(*StepSweep(store, id, kT0 + round) == 0);
     runs += FinishAll(store, kT0 + round, value);
   }
-  REQUIRE((*store.GetSweep(id))->state == "done");
+  REQUIRE((*store.sweeps().GetSweep(id))->state == "done");
   CHECK(runs == 6 * 2 + 2);
   CHECK(*StepSweep(store, id, kT0 + 100) == 0);  // done: never extended twice
 
@@ -333,21 +335,21 @@ int PointsWhereRunsDie(const std::string& failed_points) {
                         (failed_points.empty() ? "" : "      failed_points: " + failed_points + "\n"));
   CHECK(spec.failed_worst == (failed_points == "worst"));
   auto id = AddSweep(store, spec, BaseSpec("python3 t.py {lr} --seed {seed}"));
-  for (int round = 0; round < 40 && (*store.GetSweep(id))->state != "done"; ++round) {
+  for (int round = 0; round < 40 && (*store.sweeps().GetSweep(id))->state != "done"; ++round) {
     REQUIRE(StepSweep(store, id, kT0 + round));
-    auto points = *store.SweepPoints(id);
-    auto leased = *store.Lease("w", kT0 + round, 60'000, 1000);
+    auto points = *store.sweeps().SweepPoints(id);
+    auto leased = *store.runs().Lease("w", kT0 + round, 60'000, 1000);
     for (const auto& r : leased) {
       int idx = std::stoi(r.experiment.substr(r.experiment.rfind('p') + 1));
       double lr = json::parse(points[static_cast<std::size_t>(idx)].params_json)["lr"].get<double>();
       if (lr > 0.6) {
-        REQUIRE(store.FailRun(r.run_id, r.token, kT0 + round, "CUDA out of memory", 1, false));
+        REQUIRE(store.runs().FailRun(r.run_id, r.token, kT0 + round, "CUDA out of memory", 1, false));
       } else {
-        REQUIRE(store.Complete(r.run_id, r.token, kT0 + round, lr + 0.01 * static_cast<double>(r.seed)));
+        REQUIRE(store.runs().Complete(r.run_id, r.token, kT0 + round, lr + 0.01 * static_cast<double>(r.seed)));
       }
     }
   }
-  REQUIRE((*store.GetSweep(id))->state == "done");
+  REQUIRE((*store.sweeps().GetSweep(id))->state == "done");
   auto view = *LoadSweepView(store, id);
   REQUIRE(view.points.size() == 16);
   int dead = 0;
@@ -389,14 +391,14 @@ TEST_CASE("sweep best: a lucky one-seed point loses to the better 10-seed mean",
     json params = {{"lr", idx + 1}};
     auto b = *PointBatch(base, params, id, idx);
     b.repeats = what.first;
-    auto res = store.Submit("/repo", Commit(), {b}, kT0);
+    auto res = store.runs().Submit("/repo", Commit(), {b}, kT0);
     REQUIRE(res.has_value());
-    Store::SweepPointRow p;
+    Sweeps::SweepPointRow p;
     p.sweep_id = id;
     p.idx = idx++;
     p.params_json = params.dump();
     p.batch_id = res->at(0).batch_id;
-    REQUIRE(store.AddSweepPoint(p, kT0));
+    REQUIRE(store.sweeps().AddSweepPoint(p, kT0));
   }
   // Seed effect shared across points (+-0.02), point noise small.
   auto seed_effect = [](std::int64_t s) { return 0.02 * std::sin(static_cast<double>(s) * 1.7); };

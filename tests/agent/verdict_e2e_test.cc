@@ -14,6 +14,7 @@
 #include "agent/triggers/forge.h"
 #include "core/process.h"
 #include "core/strings.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/git_cli.h"
@@ -137,7 +138,7 @@ struct Setup {
 
   std::vector<BatchProgress> Batches() {
     auto store = Store::Open(db).value();
-    return store.Batches(false, 0).value();
+    return store.runs().Batches(false, 0).value();
   }
 
   int Trainq(const std::string& args, std::string* out) {

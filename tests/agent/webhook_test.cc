@@ -8,6 +8,7 @@
 #include "agent/triggers/forge.h"
 #include "agent/triggers/server_config.h"
 #include "core/strings.h"
+#include "queue/pushes.h"
 #include "queue/store.h"
 #include "tests/support/temp_dir.h"
 
@@ -60,7 +61,7 @@ repositories:
 )");
   Store store = Store::Open(tmp / "t.db").value();
 
-  size_t Pushes() { return store.RecentPushes(1000).value().size(); }
+  size_t Pushes() { return store.pushes().RecentPushes(1000).value().size(); }
 };
 
 HttpHeaders GithubHeaders(const std::string& event, const std::string& body,
@@ -108,7 +109,7 @@ TEST_CASE("webhook: a signed GitHub push is recorded once, a redelivery is a dup
   auto j = json::parse(r.body);
   CHECK(j["result"] == "accepted");
   REQUIRE(r.push_id > 0);
-  auto p = f.store.GetPush(r.push_id).value();
+  auto p = f.store.pushes().GetPush(r.push_id).value();
   REQUIRE(p);
   CHECK(p->source == "github");
   CHECK(p->delivery_id == "delivery-1");
@@ -211,7 +212,7 @@ TEST_CASE("webhook: tag pushes and deleted refs are recorded as skipped", "[webh
                            GithubHeaders("push", body, "It's a Secret to Everybody", file), body, 1);
     CHECK(r.status == 200);
     CHECK(r.result == "ignored");
-    auto p = f.store.GetPush(r.push_id).value();
+    auto p = f.store.pushes().GetPush(r.push_id).value();
     REQUIRE(p);
     CHECK(p->state == "skipped");
     CHECK(p->result.find("tag pushes are ignored") != std::string::npos);
@@ -225,11 +226,11 @@ TEST_CASE("webhook: tag pushes and deleted refs are recorded as skipped", "[webh
   auto r = HandleWebhook(f.config, f.store, ForgeKind::kGithub,
                          GithubHeaders("push", body, "It's a Secret to Everybody", "del"), body, 1);
   CHECK(r.status == 200);
-  auto p = f.store.GetPush(r.push_id).value();
+  auto p = f.store.pushes().GetPush(r.push_id).value();
   REQUIRE(p);
   CHECK(p->state == "skipped");
   CHECK(p->result == "branch master deleted: nothing runs");
-  CHECK(f.store.DuePushes(10, 10).value().empty());
+  CHECK(f.store.pushes().DuePushes(10, 10).value().empty());
 }
 
 TEST_CASE("webhook: GitLab token and Idempotency-Key", "[webhook]") {
@@ -242,7 +243,7 @@ TEST_CASE("webhook: GitLab token and Idempotency-Key", "[webhook]") {
   auto r = HandleWebhook(f.config, f.store, ForgeKind::kGitlab, h, body, 1);
   INFO(r.body);
   CHECK(r.status == 202);
-  auto p = f.store.GetPush(r.push_id).value();
+  auto p = f.store.pushes().GetPush(r.push_id).value();
   REQUIRE(p);
   CHECK(p->delivery_id == "8f1a-key");
   CHECK(p->repo_url == "http://example.com/mike/diaspora.git");
@@ -261,7 +262,7 @@ TEST_CASE("webhook: GitLab token and Idempotency-Key", "[webhook]") {
   HttpHeaders no_id = {{"X-Gitlab-Event", "Push Hook"}, {"X-Gitlab-Token", "gitlab-token-123"}};
   auto first = HandleWebhook(f.config, f.store, ForgeKind::kGitlab, no_id, body, 4);
   CHECK(first.status == 202);
-  CHECK(f.store.GetPush(first.push_id).value()->delivery_id.starts_with("sha256:"));
+  CHECK(f.store.pushes().GetPush(first.push_id).value()->delivery_id.starts_with("sha256:"));
   CHECK(HandleWebhook(f.config, f.store, ForgeKind::kGitlab, no_id, body, 5).result ==
         "duplicate");
   CHECK(f.Pushes() == 2);
@@ -277,7 +278,7 @@ TEST_CASE("webhook: Gitea signature, and branches outside `branches`", "[webhook
   INFO(r.body);
   CHECK(r.status == 200);
   CHECK(r.result == "ignored");
-  auto p = f.store.GetPush(r.push_id).value();
+  auto p = f.store.pushes().GetPush(r.push_id).value();
   REQUIRE(p);
   CHECK(p->state == "skipped");
   CHECK(p->result ==
@@ -291,7 +292,7 @@ TEST_CASE("webhook: Gitea signature, and branches outside `branches`", "[webhook
                     {"X-Gitea-Signature", HmacSha256Hex("gitea-secret", release)}};
   r = HandleWebhook(f.config, f.store, ForgeKind::kGitea, h2, release, 2);
   CHECK(r.status == 202);
-  CHECK(f.store.GetPush(r.push_id).value()->state == "pending");
+  CHECK(f.store.pushes().GetPush(r.push_id).value()->state == "pending");
 
   HttpHeaders unsigned_h = {{"X-Gitea-Event", "push"}, {"X-Gitea-Delivery", "gitea-3"}};
   CHECK(HandleWebhook(f.config, f.store, ForgeKind::kGitea, unsigned_h, release, 3).status == 401);
@@ -318,7 +319,7 @@ TEST_CASE("webhook: a GitHub pull request is recorded as a push of refs/pull/N/h
   INFO(r.body);
   CHECK(r.status == 202);
   CHECK(json::parse(r.body)["pull_request"] == 2);
-  auto p = f.store.GetPush(r.push_id).value();
+  auto p = f.store.pushes().GetPush(r.push_id).value();
   REQUIRE(p);
   CHECK(p->ref == "refs/pull/2/head");
   CHECK(p->after_sha == "ec26c3e57ca3a959ca5aad62de7213c562f8c821");
@@ -326,7 +327,7 @@ TEST_CASE("webhook: a GitHub pull request is recorded as a push of refs/pull/N/h
   CHECK(p->target_branch == "master");
   CHECK(p->state == "pending");
   // The forge's pull ref is no branch head: the poller never sees it.
-  CHECK(f.store.RefHeads(p->repo_url).value().empty());
+  CHECK(f.store.pushes().RefHeads(p->repo_url).value().empty());
 
   // The same delivery again: a duplicate.
   auto again = HandleWebhook(f.config, f.store, ForgeKind::kGithub,
@@ -376,12 +377,12 @@ repositories:
   CHECK(json::parse(off.body)["reason"] ==
         "pull request #2 comes from a fork: its code would run on your machines, so forks are "
         "ignored unless `fork_pull_requests: true`");
-  CHECK(store.GetPush(off.push_id).value()->state == "skipped");
+  CHECK(store.pushes().GetPush(off.push_id).value()->state == "skipped");
 
   auto on = HandleWebhook(Config(repo + "    fork_pull_requests: true\n"), store,
                           ForgeKind::kGithub, headers("f2"), body, 2000);
   CHECK(on.status == 202);
-  CHECK(store.GetPush(on.push_id).value()->state == "pending");
+  CHECK(store.pushes().GetPush(on.push_id).value()->state == "pending");
 
   auto none = HandleWebhook(Config(repo + "    pull_requests: false\n"), store, ForgeKind::kGithub,
                             headers("f3"), body, 3000);
@@ -421,7 +422,7 @@ repositories:
   auto open = gitlab(Fixture("gitlab/merge_request_open.json"), "u1");
   INFO(open.body);
   CHECK(open.status == 202);
-  auto p = store.GetPush(open.push_id).value();
+  auto p = store.pushes().GetPush(open.push_id).value();
   REQUIRE(p);
   CHECK(p->ref == "refs/merge-requests/1/head");
   CHECK(p->pr_number == 1);
@@ -442,7 +443,7 @@ repositories:
                          body, 2000);
   INFO(r.body);
   CHECK(r.status == 202);
-  auto g = store.GetPush(r.push_id).value();
+  auto g = store.pushes().GetPush(r.push_id).value();
   REQUIRE(g);
   CHECK(g->ref == "refs/pull/2/head");
   CHECK(g->after_sha == "d3c6e8f2a1b4c5d6e7f8091a2b3c4d5e6f708192");

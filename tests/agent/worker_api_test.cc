@@ -1,6 +1,8 @@
 // The worker protocol on the server: real HTTP on loopback through the
 // HTTP listener and libcurl, a real SQLite file.
 #include "agent/daemon/worker_api.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 
 #include <sys/stat.h>
@@ -90,7 +92,7 @@ struct World {
     if (name_machine && path.starts_with(kRuns) && !FindHeader(r.headers, "X-Trainq-Worker") &&
         body.find("\"worker_id\"") == std::string::npos) {
       std::int64_t run = std::atoll(path.c_str() + kRuns.size());
-      if (auto m = store.RunMachine(run); m && *m) {
+      if (auto m = store.machines().RunMachine(run); m && *m) {
         r.headers.emplace_back("X-Trainq-Worker", std::to_string(**m));
       }
     }
@@ -127,7 +129,7 @@ struct World {
     spec.repeats = repeats;
     spec.pool = pool;
     spec.gpus = gpus;
-    auto r = store.Submit("/srv/model", {sha, "", "subject", "me", 0}, {spec}, clock.Now());
+    auto r = store.runs().Submit("/srv/model", {sha, "", "subject", "me", 0}, {spec}, clock.Now());
     REQUIRE(r);
     return r->front().batch_id;
   }
@@ -154,8 +156,8 @@ TEST_CASE("worker API: pool tokens are generated once, stored hashed, mode 0600"
   struct stat st {};
   REQUIRE(::stat(path.c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0600);
-  CHECK(store.PoolForTokenHash(Sha256Hex(t)).value() == "local");
-  CHECK(store.PoolForTokenHash(t).value() == std::nullopt);  // never the token itself
+  CHECK(store.machines().PoolForTokenHash(Sha256Hex(t)).value() == "local");
+  CHECK(store.machines().PoolForTokenHash(t).value() == std::nullopt);  // never the token itself
   // A restart keeps the token.
   REQUIRE(EnsurePoolTokens(store, config, tmp / "data", kT0 + 1));
   CHECK(ReadFile(path).value() == *token);
@@ -174,7 +176,7 @@ TEST_CASE("worker API: 401 without a token or with a wrong one", "[worker_api]")
   CHECK(lease.status == 401);
   auto hb = w.Post("/api/v1/runs/1/heartbeat", R"({"token": 1})", std::nullopt);
   CHECK(hb.status == 401);
-  CHECK(w.store.Machines(true).value().empty());
+  CHECK(w.store.machines().List(true).value().empty());
 }
 
 TEST_CASE("worker API: register keeps the trainq-train the worker found (or none)",
@@ -187,8 +189,8 @@ TEST_CASE("worker API: register keeps the trainq-train the worker found (or none
   auto without = w.PostJson("/api/v1/workers/register",
                             {{"name", ""}, {"hostname", "node2"}, {"pid", 2}, {"trainer", ""}},
                             kCpuToken);
-  auto m1 = w.store.Machine(with["worker_id"].get<std::int64_t>()).value().value();
-  auto m2 = w.store.Machine(without["worker_id"].get<std::int64_t>()).value().value();
+  auto m1 = w.store.machines().Machine(with["worker_id"].get<std::int64_t>()).value().value();
+  auto m2 = w.store.machines().Machine(without["worker_id"].get<std::int64_t>()).value().value();
   CHECK(json::parse(m1.resources_json)["trainer"] == "/usr/bin/trainq-train");
   CHECK(json::parse(m2.resources_json)["trainer"] == "");
 }
@@ -201,7 +203,7 @@ TEST_CASE("worker API: register, lease, heartbeat, metrics, log, complete", "[wo
   boot.pool = "gpu";
   boot.provider = "slurm";
   boot.name = "tq-gpu-1";
-  auto row = w.store.AddMachine(boot, w.clock.Now()).value();
+  auto row = w.store.machines().AddMachine(boot, w.clock.Now()).value();
   w.clock.Advance(5000);
   auto reg = w.PostJson("/api/v1/workers/register",
                         {{"name", "tq-gpu-1"}, {"hostname", "node7"}, {"pid", 99}, {"slots", 2},
@@ -213,7 +215,7 @@ TEST_CASE("worker API: register, lease, heartbeat, metrics, log, complete", "[wo
   CHECK(reg["heartbeat_ms"] == 10'000);
   CHECK(reg["orphan_timeout_ms"] == 123'000);
   CHECK(reg["self_stop"] == "sudo shutdown -h now");
-  auto m = w.store.Machine(row).value().value();
+  auto m = w.store.machines().Machine(row).value().value();
   CHECK(m.state == "ready");
   CHECK(m.ready_ms == kT0 + 5000);
   CHECK(m.gpus == 1);
@@ -262,7 +264,7 @@ TEST_CASE("worker API: register, lease, heartbeat, metrics, log, complete", "[wo
                              {"X-Trainq-Worker", std::to_string(gpu2)}});
     CHECK(other_log.status == 403);
     w.name_machine = true;
-    CHECK(w.store.Run(id).value().value().state == RunState::kLeased);
+    CHECK(w.store.runs().Run(id).value().value().state == RunState::kLeased);
     (void)cpu;
     auto missing = w.Post(w.RunPath(9999, "heartbeat"), json{{"token", 1}}.dump(), kGpuToken);
     CHECK(missing.status == 404);
@@ -272,7 +274,7 @@ TEST_CASE("worker API: register, lease, heartbeat, metrics, log, complete", "[wo
   auto hb = w.PostJson(w.RunPath(id, "heartbeat"),
                        {{"token", token}, {"started", true}, {"worker_id", row}}, kGpuToken);
   CHECK(hb["expires_ms"] == w.clock.Now() + 60'000);
-  auto r = w.store.Run(id).value().value();
+  auto r = w.store.runs().Run(id).value().value();
   CHECK(r.state == RunState::kRunning);
   CHECK(r.started_ms == w.clock.Now());
   CHECK(r.log_path == RunLogPath(w.data, id));
@@ -282,7 +284,7 @@ TEST_CASE("worker API: register, lease, heartbeat, metrics, log, complete", "[wo
               {"points", json::array({{{"name", "accuracy"}, {"value", 0.5}, {"step", 1}},
                                       {{"name", "loss"}, {"value", 1.5}, {"final", false}}})}},
              kGpuToken);
-  auto points = w.store.Metrics(id).value();
+  auto points = w.store.runs().Metrics(id).value();
   REQUIRE(points.size() == 2);
   CHECK(points[0].name == "accuracy");
   CHECK(points[0].step == 1);
@@ -315,10 +317,10 @@ TEST_CASE("worker API: register, lease, heartbeat, metrics, log, complete", "[wo
                           {"exit_code", 0}},
                          kGpuToken);
   CHECK(done["state"] == "succeeded");
-  r = w.store.Run(id).value().value();
+  r = w.store.runs().Run(id).value().value();
   CHECK(r.state == RunState::kSucceeded);
   CHECK(r.metric_value == 0.93);
-  auto after = w.store.Machine(row).value().value();
+  auto after = w.store.machines().Machine(row).value().value();
   CHECK(after.last_busy_ms == w.clock.Now());
   CHECK(after.runs_done == 1);
   CHECK(after.busy_ms == 60'000);
@@ -348,7 +350,7 @@ TEST_CASE("worker API: failed and interrupted outcomes", "[worker_api]") {
                             {"error", "exit status 3"}},
                            kCpuToken);
   CHECK(failed["state"] == "failed");
-  auto r0 = w.store.Run(runs[0]["run_id"]).value().value();
+  auto r0 = w.store.runs().Run(runs[0]["run_id"]).value().value();
   CHECK(r0.exit_code == 3);
   CHECK(r0.attempts == 1);
   auto interrupted = w.PostJson(w.RunPath(runs[1]["run_id"], "complete"),
@@ -356,7 +358,7 @@ TEST_CASE("worker API: failed and interrupted outcomes", "[worker_api]") {
                                  {"error", "SIGTERM"}},
                                 kCpuToken);
   CHECK(interrupted["state"] == "queued");
-  auto r1 = w.store.Run(runs[1]["run_id"]).value().value();
+  auto r1 = w.store.runs().Run(runs[1]["run_id"]).value().value();
   CHECK(r1.state == RunState::kQueued);
   CHECK(r1.attempts == 0);
   auto bad = w.Post(w.RunPath(runs[1]["run_id"], "complete"),
@@ -375,7 +377,7 @@ TEST_CASE("worker API: a stale token gets 409 after the lease expired and was re
   std::int64_t old_token = first[0]["token"];
   // Worker a goes silent; the lease expires and, after the backoff, b takes the run.
   w.clock.Advance(61'000);
-  REQUIRE(w.store.ExpireLeases(w.clock.Now()).value() == 1);
+  REQUIRE(w.store.runs().ExpireLeases(w.clock.Now()).value() == 1);
   w.clock.Advance(60'000);
   auto b = w.Register(kCpuToken, "b");
   auto second = w.Lease(b, kCpuToken)["runs"];
@@ -398,10 +400,10 @@ TEST_CASE("worker API: a stale token gets 409 after the lease expired and was re
   w.PostJson(w.RunPath(id, "complete"),
              {{"token", second[0]["token"]}, {"outcome", "succeeded"}, {"metric_value", 0.7}},
              kCpuToken);
-  auto r = w.store.Run(id).value().value();
+  auto r = w.store.runs().Run(id).value().value();
   CHECK(r.state == RunState::kSucceeded);
   CHECK(r.metric_value == 0.7);
-  CHECK(w.store.RunMachine(id).value() == b);
+  CHECK(w.store.machines().RunMachine(id).value() == b);
 }
 
 TEST_CASE("worker API: a long poll answers with a run submitted while it waits",
@@ -451,12 +453,12 @@ TEST_CASE("worker API: a draining machine is told so, and cannot register again"
           "[worker_api]") {
   World w;
   auto worker = w.Register(kCpuToken, "drainee");
-  REQUIRE(w.store.SetMachineState(worker, "draining", w.clock.Now()));
+  REQUIRE(w.store.machines().SetMachineState(worker, "draining", w.clock.Now()));
   w.Submit(1);
   auto answer = w.Lease(worker, kCpuToken, 5'000);
   CHECK(answer["state"] == "draining");
   CHECK(answer["runs"].empty());
-  CHECK(w.store.Runs(std::nullopt, RunState::kQueued, 0).value().size() == 1);
+  CHECK(w.store.runs().Runs(std::nullopt, RunState::kQueued, 0).value().size() == 1);
   auto again = w.Post("/api/v1/workers/register",
                       json{{"name", "drainee"}, {"hostname", "node1"}, {"pid", 1}}.dump(),
                       kCpuToken);
@@ -471,7 +473,7 @@ TEST_CASE("worker API: a draining machine is told so, and cannot register again"
 TEST_CASE("worker API: a hand-started worker gets its own machine row", "[worker_api]") {
   World w;
   auto id = w.Register(kCpuToken, "");
-  auto m = w.store.Machine(id).value().value();
+  auto m = w.store.machines().Machine(id).value().value();
   CHECK(m.name == "node1-1234");
   CHECK(m.provider == "manual");
   CHECK(m.pool == "cpu");
@@ -548,7 +550,7 @@ TEST_CASE("worker API: source answers the leased run's commit as a packfile, to 
   spec.experiment = "mlp";
   spec.command = "python train.py";
   spec.repeats = 1;
-  REQUIRE(w.store.Submit(repo.dir(), {sha, "", "v2", "me", 0}, {spec}, w.clock.Now()));
+  REQUIRE(w.store.runs().Submit(repo.dir(), {sha, "", "v2", "me", 0}, {spec}, w.clock.Now()));
   auto a = w.Register(kCpuToken, "a");
   auto runs = w.Lease(a, kCpuToken)["runs"];
   REQUIRE(runs.size() == 1);
@@ -603,9 +605,9 @@ TEST_CASE("worker API: leave stops a hand-started machine and queues what it hel
   CHECK(w.Post(leave, "{}", std::nullopt).status == 401);
   CHECK(w.Post("/api/v1/workers/999/leave", "{}", kCpuToken).status == 404);
   CHECK(w.PostJson(leave, json::object(), kCpuToken)["state"] == "stopped");
-  auto m = w.store.Machine(a).value().value();
+  auto m = w.store.machines().Machine(a).value().value();
   CHECK(m.state == "stopped");
-  auto run = w.store.Run(runs[0]["run_id"].get<std::int64_t>()).value().value();
+  auto run = w.store.runs().Run(runs[0]["run_id"].get<std::int64_t>()).value().value();
   CHECK(run.state == RunState::kQueued);
   CHECK(run.attempts == 0);  // not the run's fault
   // Twice is harmless.
@@ -641,7 +643,7 @@ TEST_CASE("worker API: max_runs is capped by the machine's registered slots, a r
                          .dump(),
                      kCpuToken);
   CHECK(over.status == 413);
-  CHECK(w.store.MetricCount(id).value() == Server::kMaxMetricPointsPerRun);
+  CHECK(w.store.runs().MetricCount(id).value() == Server::kMaxMetricPointsPerRun);
 }
 
 }  // namespace trainq

@@ -16,17 +16,19 @@
 #include <set>
 #include <thread>
 
-#include "agent/repo/git_repo.h"
-#include "agent/repo/manifest.h"
-#include "agent/repo/mirror.h"
 #include "agent/daemon/server.h"
 #include "agent/daemon/server_http.h"
 #include "agent/daemon/worker_api.h"
+#include "agent/repo/git_repo.h"
+#include "agent/repo/manifest.h"
+#include "agent/repo/mirror.h"
 #include "core/strings.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
+#include "tests/support/file_size_limit.h"
 #include "tests/support/git_fixture.h"
 #include "tests/support/http_server.h"
-#include "tests/support/file_size_limit.h"
 #include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -252,7 +254,7 @@ struct Harness {
     CommitInfo c;
     c.sha = sha;
     c.message = "init";
-    auto r = store->Submit(repo->dir(), c, {b}, SystemClock::Get().Now());
+    auto r = store->runs().Submit(repo->dir(), c, {b}, SystemClock::Get().Now());
     REQUIRE(r);
     server->NotifyWork();
     return (*r)[0].batch_id;
@@ -275,7 +277,7 @@ struct Harness {
   }
 
   std::vector<RunRow> Runs(std::int64_t batch) {
-    auto r = store->Runs(batch, std::nullopt, 0);
+    auto r = store->runs().Runs(batch, std::nullopt, 0);
     REQUIRE(r);
     return *r;
   }
@@ -344,7 +346,7 @@ TEST_CASE("worker e2e: runs succeed with their seeds' metrics and their logs rea
     REQUIRE(r.metric_value);
     CHECK(*r.metric_value == Approx(std::stod("0.5" + std::to_string(r.seed))));
     CHECK(r.attempts == 1);
-    auto points = h.store->Metrics(r.id);
+    auto points = h.store->runs().Metrics(r.id);
     REQUIRE(points);
     REQUIRE(!points->empty());
     CHECK(points->front().step == 1);
@@ -356,7 +358,7 @@ TEST_CASE("worker e2e: runs succeed with their seeds' metrics and their logs rea
   }
   // The worker registered as a manual machine with its resources, and said it
   // left when --once ended it.
-  auto machines = h.store->Machines(true);
+  auto machines = h.store->machines().List(true);
   REQUIRE(machines);
   REQUIRE(machines->size() == 1);
   CHECK(machines->front().provider == "manual");
@@ -393,7 +395,7 @@ TEST_CASE("worker e2e: a cancelled batch's run is killed (409 on its heartbeat)"
   REQUIRE(testing::WaitFor(
       [&] { return h.AllIn(batch, RunState::kRunning) && ReadPid(pid_file) > 0; }, 30s));
   int pid = ReadPid(pid_file);
-  REQUIRE(h.store->CancelBatch(batch, SystemClock::Get().Now()));
+  REQUIRE(h.store->runs().CancelBatch(batch, SystemClock::Get().Now()));
   CHECK(testing::WaitFor([&] { return ProcessGone(pid); }, 30s));
   CHECK(h.AllIn(batch, RunState::kCancelled));
   w.Join();
@@ -518,9 +520,9 @@ TEST_CASE("worker e2e: a machine that is draining is told 409 at registration, t
   m.name = "tq-test-1";
   m.state = "booting";
   m.slots = 1;
-  auto row = h.store->AddMachine(m, SystemClock::Get().Now());
+  auto row = h.store->machines().AddMachine(m, SystemClock::Get().Now());
   REQUIRE(row);
-  REQUIRE(h.store->SetMachineState(*row, "draining", SystemClock::Get().Now()));
+  REQUIRE(h.store->machines().SetMachineState(*row, "draining", SystemClock::Get().Now()));
   auto batch = h.Submit(1, "PIDS=" + (h.tmp / "pids") + " sh run.sh");
   auto c = h.Config(1);
   c.machine = "tq-test-1";
@@ -541,10 +543,10 @@ TEST_CASE(
   c.machine = "tq-drain-1";
   WorkerThread w(c);
   REQUIRE(testing::WaitFor([&] { return ReadPid((h.tmp / "pids") + "/1.pid") > 0; }, 30s));
-  auto m = h.store->MachineByName("tq-drain-1");
+  auto m = h.store->machines().MachineByName("tq-drain-1");
   REQUIRE(m);
   REQUIRE(*m);
-  REQUIRE(h.store->SetMachineState((*m)->id, "draining", SystemClock::Get().Now()));
+  REQUIRE(h.store->machines().SetMachineState((*m)->id, "draining", SystemClock::Get().Now()));
   REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 30s));
   REQUIRE(w.result);
   CHECK(*w.result == 0);
@@ -648,7 +650,7 @@ TEST_CASE("worker e2e: a worker that cannot reach the repository checks out from
   b.repeats = 2;
   CommitInfo c;
   c.sha = h.sha;
-  auto sub = h.store->Submit(url, c, {b}, SystemClock::Get().Now());
+  auto sub = h.store->runs().Submit(url, c, {b}, SystemClock::Get().Now());
   REQUIRE(sub);
   std::int64_t batch = (*sub)[0].batch_id;
   h.server->NotifyWork();
@@ -701,7 +703,7 @@ TEST_CASE("worker e2e: a commit neither the worker nor the server has fails the 
   CommitInfo c;
   c.sha = h.sha;
   const std::string url = "file:///nonexistent-trainq-test/other.git";
-  auto sub = h.store->Submit(url, c, {b}, SystemClock::Get().Now());
+  auto sub = h.store->runs().Submit(url, c, {b}, SystemClock::Get().Now());
   REQUIRE(sub);
   h.server->NotifyWork();
   auto cfg = h.Config(1);
@@ -863,7 +865,7 @@ TEST_CASE("worker e2e: a run that ends while the server is away keeps its result
   REQUIRE(r.metric_value);
   CHECK(*r.metric_value == Approx(0.51));
   CHECK(r.attempts == 1);
-  auto points = h.store->Metrics(r.id);
+  auto points = h.store->runs().Metrics(r.id);
   REQUIRE(points);
   CHECK(!points->empty());
   CHECK_THAT(ReadFile(RunLogPath(h.data, r.id)).value_or(""),

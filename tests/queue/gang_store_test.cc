@@ -6,6 +6,9 @@
 #include <map>
 
 #include "core/clock.h"
+#include "queue/gangs.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/support/temp_dir.h"
 
@@ -46,29 +49,29 @@ struct Fixture {
     CommitInfo c;
     c.sha = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     c.committed_ms = kT0;
-    REQUIRE(store.Submit("/repos/demo", c, specs, clock.Now()));
+    REQUIRE(store.runs().Submit("/repos/demo", c, specs, clock.Now()));
   }
   std::int64_t Register(const std::string& name, const std::string& pool = "local") {
-    Store::WorkerRegistration r;
+    Machines::WorkerRegistration r;
     r.pool = pool;
     r.name = name;
     r.hostname = "host";
     r.pid = 1;
     r.slots = 1;
-    auto m = store.RegisterWorker(r, clock.Now());
+    auto m = store.machines().RegisterWorker(r, clock.Now());
     REQUIRE(m);
     return m->id;
   }
   std::vector<LeasedRun> Lease(std::int64_t machine) {
-    Store::LeaseLimits l;
+    Machines::LeaseLimits l;
     l.max_runs = 1;
-    auto r = store.LeaseForMachine(machine, l, clock.Now(), kLease);
+    auto r = store.machines().LeaseForMachine(machine, l, clock.Now(), kLease);
     REQUIRE(r);
     return *r;
   }
   // Every live run's member count: each must be its gang's full size.
   void CheckNoPartialGang(int nodes) {
-    auto live = store.LiveGangMembers();
+    auto live = store.gangs().LiveGangMembers();
     REQUIRE(live);
     std::map<std::int64_t, int> per_run;
     for (const auto& g : *live) ++per_run[g.run_id];
@@ -89,10 +92,10 @@ TEST_CASE("A gang is leased to all its machines at once or not at all", "[gang]"
   // Two idle machines for a gang of three: nothing is leased, nothing held.
   CHECK(f.Lease(a).empty());
   CHECK(f.Lease(b).empty());
-  auto live = f.store.LiveGangMembers();
+  auto live = f.store.gangs().LiveGangMembers();
   REQUIRE(live);
   CHECK(live->empty());
-  auto queued = f.store.Runs(std::nullopt, RunState::kQueued, 0);
+  auto queued = f.store.runs().Runs(std::nullopt, RunState::kQueued, 0);
   REQUIRE(queued);
   CHECK(queued->size() == 1);
 
@@ -103,7 +106,7 @@ TEST_CASE("A gang is leased to all its machines at once or not at all", "[gang]"
   CHECK(leased[0].nodes == 3);
   CHECK(leased[0].procs_per_node == 2);
   CHECK(leased[0].node_rank == 0);
-  auto members = f.store.GangMembers(leased[0].run_id);
+  auto members = f.store.gangs().GangMembers(leased[0].run_id);
   REQUIRE(members);
   REQUIRE(members->size() == 3);
   CHECK((*members)[0].machine_id == c);  // the asking machine is node 0
@@ -121,7 +124,7 @@ TEST_CASE("A gang is leased to all its machines at once or not at all", "[gang]"
   REQUIRE(lb.size() == 1);
   CHECK(lb[0].node_rank == 2);
   // Their machines count the member as a live lease (drain contract, autoscaler).
-  auto ma = f.store.Machine(a);
+  auto ma = f.store.machines().Machine(a);
   REQUIRE(ma);
   CHECK((*ma)->live_leases == 1);
 }
@@ -139,7 +142,7 @@ TEST_CASE("A machine in a gang leases nothing else, and a busy machine joins no 
   auto lb = f.Lease(b);
   REQUIRE(lb.size() == 1);
   CHECK(lb[0].nodes == 2);
-  auto members = f.store.GangMembers(lb[0].run_id);
+  auto members = f.store.gangs().GangMembers(lb[0].run_id);
   REQUIRE(members);
   REQUIRE(members->size() == 2);
   CHECK((*members)[1].machine_id == c);
@@ -164,21 +167,21 @@ TEST_CASE("Two gangs competing for too few machines run one after the other", "[
   CHECK(f.Lease(a).size() == 1);  // a is c's partner (lowest id)
   CHECK(f.Lease(b).empty());
   f.CheckNoPartialGang(2);
-  auto live = f.store.LiveGangMembers();
+  auto live = f.store.gangs().LiveGangMembers();
   REQUIRE(live);
   CHECK(live->size() == 2);
 
   // The first gang finishes: node 1 first, then node 0 with the metric.
   const auto run = lc[0];
-  REQUIRE(f.store.GangBeat(run.run_id, run.token, 0, c, f.clock.Now(), kLease, true, "10.0.0.3",
+  REQUIRE(f.store.gangs().GangBeat(run.run_id, run.token, 0, c, f.clock.Now(), kLease, true, "10.0.0.3",
                            29500));
-  auto done1 = f.store.GangMemberSucceeded(run.run_id, run.token, 1, a, f.clock.Now(), {});
+  auto done1 = f.store.gangs().GangMemberSucceeded(run.run_id, run.token, 1, a, f.clock.Now(), {});
   REQUIRE(done1);
   CHECK_FALSE(*done1);
-  auto done0 = f.store.GangMemberSucceeded(run.run_id, run.token, 0, c, f.clock.Now(), 0.75);
+  auto done0 = f.store.gangs().GangMemberSucceeded(run.run_id, run.token, 0, c, f.clock.Now(), 0.75);
   REQUIRE(done0);
   CHECK(*done0);
-  auto r = f.store.Run(run.run_id);
+  auto r = f.store.runs().Run(run.run_id);
   REQUIRE(r);
   CHECK((*r)->state == RunState::kSucceeded);
   CHECK((*r)->metric_value == Approx(0.75));
@@ -201,46 +204,46 @@ TEST_CASE("A silent gang member fails the whole run, which is leased again as a 
   REQUIRE(lb.size() == 1);
   const auto run = la[0];
   // Node 0 says where it listens; node 1 learns it from its own beat.
-  auto v0 = f.store.GangBeat(run.run_id, run.token, 0, a, f.clock.Now(), kLease, true,
+  auto v0 = f.store.gangs().GangBeat(run.run_id, run.token, 0, a, f.clock.Now(), kLease, true,
                              "10.0.0.1", 29400);
   REQUIRE(v0);
-  auto v1 = f.store.GangBeat(run.run_id, run.token, 1, b, f.clock.Now(), kLease, true, "", 0);
+  auto v1 = f.store.gangs().GangBeat(run.run_id, run.token, 1, b, f.clock.Now(), kLease, true, "", 0);
   REQUIRE(v1);
   CHECK(v1->master_addr == "10.0.0.1");
   CHECK(v1->master_port == 29400);
   // A member's beat from the wrong machine is refused.
-  auto wrong = f.store.GangBeat(run.run_id, run.token, 1, a, f.clock.Now(), kLease, true, "", 0);
+  auto wrong = f.store.gangs().GangBeat(run.run_id, run.token, 1, a, f.clock.Now(), kLease, true, "", 0);
   REQUIRE_FALSE(wrong);
   CHECK(wrong.error().kind == ErrorKind::kConflict);
 
   // Node 0 keeps beating; node 1 goes silent. The run expires with node 1's lease.
   f.clock.Advance(kLease / 2);
-  REQUIRE(f.store.GangBeat(run.run_id, run.token, 0, a, f.clock.Now(), kLease, true, "", 0));
+  REQUIRE(f.store.gangs().GangBeat(run.run_id, run.token, 0, a, f.clock.Now(), kLease, true, "", 0));
   f.clock.Advance(kLease / 2 + 1);
-  auto expired = f.store.ExpireLeases(f.clock.Now());
+  auto expired = f.store.runs().ExpireLeases(f.clock.Now());
   REQUIRE(expired);
   CHECK(*expired == 1);
-  auto r = f.store.Run(run.run_id);
+  auto r = f.store.runs().Run(run.run_id);
   REQUIRE(r);
   CHECK((*r)->state == RunState::kFailed);
   CHECK((*r)->attempts == 1);
   // Node 0's next beat is refused: its worker stops its processes.
-  auto stale = f.store.GangBeat(run.run_id, run.token, 0, a, f.clock.Now(), kLease, true, "", 0);
+  auto stale = f.store.gangs().GangBeat(run.run_id, run.token, 0, a, f.clock.Now(), kLease, true, "", 0);
   REQUIRE_FALSE(stale);
   CHECK(stale.error().kind == ErrorKind::kConflict);
-  auto live = f.store.LiveGangMembers();
+  auto live = f.store.gangs().LiveGangMembers();
   REQUIRE(live);
   CHECK(live->empty());
 
   // After the backoff the run is leased again, as a whole, with a new token.
   f.clock.Advance(60'000);
-  REQUIRE(f.store.TouchWorker(a, f.clock.Now(), false));  // a's worker still polls
+  REQUIRE(f.store.machines().TouchWorker(a, f.clock.Now(), false));  // a's worker still polls
   auto again = f.Lease(b);
   REQUIRE(again.size() == 1);
   CHECK(again[0].run_id == run.run_id);
   CHECK(again[0].attempt == 2);
   CHECK(again[0].token > run.token);
-  auto members = f.store.GangMembers(run.run_id);
+  auto members = f.store.gangs().GangMembers(run.run_id);
   REQUIRE(members);
   CHECK(members->size() == 2);
 }
@@ -252,10 +255,10 @@ TEST_CASE("A machine lost from a gang returns the whole run to the queue", "[gan
   auto b = f.Register("b");
   auto la = f.Lease(a);
   REQUIRE(la.size() == 1);
-  auto returned = f.store.ForgetMachine(b, f.clock.Now(), "preempted");
+  auto returned = f.store.machines().ForgetMachine(b, f.clock.Now(), "preempted");
   REQUIRE(returned);
   CHECK(*returned == 1);
-  auto r = f.store.Run(la[0].run_id);
+  auto r = f.store.runs().Run(la[0].run_id);
   REQUIRE(r);
   CHECK((*r)->state == RunState::kQueued);
   CHECK((*r)->attempts == 0);
@@ -270,27 +273,27 @@ TEST_CASE("A gang member's machine marked lost (its worker silent) returns the w
   auto b = f.Register("b");
   auto la = f.Lease(a);
   REQUIRE(la.size() == 1);
-  auto returned = f.store.LoseMachine(b, f.clock.Now(), "worker silent for 46s");
+  auto returned = f.store.machines().LoseMachine(b, f.clock.Now(), "worker silent for 46s");
   REQUIRE(returned);
   CHECK(*returned == 1);
-  auto r = f.store.Run(la[0].run_id);
+  auto r = f.store.runs().Run(la[0].run_id);
   REQUIRE(r);
   CHECK((*r)->state == RunState::kQueued);
   CHECK((*r)->attempts == 0);
   CHECK_THAT((*r)->last_error, Catch::Contains("a machine of the gang was lost"));
-  CHECK(f.store.Machine(b).value()->lost());
+  CHECK(f.store.machines().Machine(b).value()->lost());
 }
 
 TEST_CASE("The in-process executor's Lease skips gangs over several machines", "[gang]") {
   Fixture f;
   f.Submit({GangSpec("multi", 1, 2, 1), GangSpec("single", 1, 1, 2)});
-  auto leased = f.store.Lease("local", f.clock.Now(), kLease, 5);
+  auto leased = f.store.runs().Lease("local", f.clock.Now(), kLease, 5);
   REQUIRE(leased);
   REQUIRE(leased->size() == 1);
   CHECK(leased->front().experiment == "single");
   CHECK(leased->front().nodes == 1);
   CHECK(leased->front().procs_per_node == 2);
-  auto demand = f.store.RunnableDemand(f.clock.Now());
+  auto demand = f.store.machines().RunnableDemand(f.clock.Now());
   REQUIRE(demand);
   REQUIRE(demand->size() == 1);
   CHECK(demand->front().nodes == 2);

@@ -4,6 +4,8 @@
 
 #include "cloud/autoscaler.h"
 #include "core/clock.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/support/temp_dir.h"
 
@@ -42,37 +44,37 @@ struct Fixture {
   FakeClock clock{kT0};
 
   std::int64_t Submit(const BatchSpec& spec) {
-    auto r = store.Submit("/repos/demo", MakeCommit(), {spec}, clock.Now());
+    auto r = store.runs().Submit("/repos/demo", MakeCommit(), {spec}, clock.Now());
     REQUIRE(r);
     return r->front().batch_id;
   }
   MachineRow Register(const std::string& pool, const std::string& name, int slots = 2,
                       int gpus = 0) {
-    Store::WorkerRegistration r;
+    Machines::WorkerRegistration r;
     r.pool = pool;
     r.name = name;
     r.hostname = "node1";
     r.pid = 42;
     r.slots = slots;
     r.gpus = gpus;
-    auto m = store.RegisterWorker(r, clock.Now());
+    auto m = store.machines().RegisterWorker(r, clock.Now());
     REQUIRE(m);
     return *m;
   }
   std::vector<LeasedRun> Lease(std::int64_t machine, int max_runs, double free_gpus = 0,
                                int runs_per_gpu = 1, int fuse_max = 1) {
-    Store::LeaseLimits l;
+    Machines::LeaseLimits l;
     l.max_runs = max_runs;
     l.free_gpus = free_gpus;
     l.runs_per_gpu = runs_per_gpu;
     l.fuse_max = fuse_max;
-    auto r = store.LeaseForMachine(machine, l, clock.Now(), kLease);
+    auto r = store.machines().LeaseForMachine(machine, l, clock.Now(), kLease);
     REQUIRE(r);
     return *r;
   }
   // The autoscaler's drain proposal, from a snapshot of the machine.
   cloud::Action DrainOf(std::int64_t machine) {
-    auto m = store.Machine(machine).value().value();
+    auto m = store.machines().Machine(machine).value().value();
     cloud::Action a;
     a.kind = cloud::ActionKind::kDrain;
     a.pool = m.pool;
@@ -109,7 +111,7 @@ TEST_CASE("A version 3 store migrates to version 4 and keeps its machines and ru
   auto store = Store::Open(path);
   REQUIRE(store);
   CHECK(store->schema_version() == Store::kSchemaVersion);
-  auto machines = store->Machines(true).value();
+  auto machines = store->machines().List(true).value();
   REQUIRE(machines.size() == 2);
   CHECK(machines[0].provider_id == "host-1");
   CHECK(machines[0].state == "ready");
@@ -119,8 +121,8 @@ TEST_CASE("A version 3 store migrates to version 4 and keeps its machines and ru
   CHECK(machines[0].resources_json == "{}");
   CHECK_FALSE(machines[0].stopped_ms);
   CHECK(machines[1].stopped_ms == 300);
-  CHECK(store->RunMachine(1).value() == std::nullopt);
-  auto demand = store->RunnableDemand(kT0).value();
+  CHECK(store->machines().RunMachine(1).value() == std::nullopt);
+  auto demand = store->machines().RunnableDemand(kT0).value();
   REQUIRE(demand.size() == 1);
   CHECK(demand[0].pool.empty());  // the new batches.pool column defaults to any pool
   CHECK(demand[0].runnable == 1);
@@ -131,8 +133,8 @@ TEST_CASE("A version 3 store migrates to version 4 and keeps its machines and ru
   m.provider_id = "host-1";
   m.state = "ready";
   m.slots = 8;
-  CHECK(store->UpsertMachine(m, 500).value() == machines[0].id);
-  CHECK(store->Machine(machines[0].id).value()->slots == 8);
+  CHECK(store->machines().UpsertMachine(m, 500).value() == machines[0].id);
+  CHECK(store->machines().Machine(machines[0].id).value()->slots == 8);
 }
 
 TEST_CASE("RegisterWorker: a booted machine becomes ready, a hand-started one gets a row",
@@ -143,10 +145,10 @@ TEST_CASE("RegisterWorker: a booted machine becomes ready, a hand-started one ge
   boot.provider = "slurm";
   boot.name = "tq-1-gpu-1";
   boot.hourly_cost = 2.0;
-  auto id = f.store.AddMachine(boot, f.clock.Now()).value();
-  CHECK(f.store.Machine(id).value()->state == "requested");
-  REQUIRE(f.store.SetMachineProviderId(id, "job-17", f.clock.Now()));
-  CHECK(f.store.Machine(id).value()->state == "booting");
+  auto id = f.store.machines().AddMachine(boot, f.clock.Now()).value();
+  CHECK(f.store.machines().Machine(id).value()->state == "requested");
+  REQUIRE(f.store.machines().SetMachineProviderId(id, "job-17", f.clock.Now()));
+  CHECK(f.store.machines().Machine(id).value()->state == "booting");
 
   f.clock.Advance(90'000);
   auto m = f.Register("gpu", "tq-1-gpu-1", 2, 1);
@@ -163,20 +165,20 @@ TEST_CASE("RegisterWorker: a booted machine becomes ready, a hand-started one ge
   }
   SECTION("a draining or stopped machine is refused") {
     for (const char* state : {"draining", "stopping", "stopped", "failed"}) {
-      REQUIRE(f.store.SetMachineState(id, state, f.clock.Now()));
-      Store::WorkerRegistration r;
+      REQUIRE(f.store.machines().SetMachineState(id, state, f.clock.Now()));
+      Machines::WorkerRegistration r;
       r.pool = "gpu";
       r.name = "tq-1-gpu-1";
-      auto again = f.store.RegisterWorker(r, f.clock.Now());
+      auto again = f.store.machines().RegisterWorker(r, f.clock.Now());
       REQUIRE_FALSE(again);
       CHECK(again.error().kind == ErrorKind::kConflict);
     }
   }
   SECTION("a machine of another pool is refused") {
-    Store::WorkerRegistration r;
+    Machines::WorkerRegistration r;
     r.pool = "cpu";
     r.name = "tq-1-gpu-1";
-    auto other = f.store.RegisterWorker(r, f.clock.Now());
+    auto other = f.store.machines().RegisterWorker(r, f.clock.Now());
     REQUIRE_FALSE(other);
     CHECK(other.error().kind == ErrorKind::kInvalidArgument);
   }
@@ -189,7 +191,7 @@ TEST_CASE("RegisterWorker: a booted machine becomes ready, a hand-started one ge
     auto named = f.Register("gpu", "my-box");
     CHECK(named.name == "my-box");
     CHECK(named.provider == "manual");
-    CHECK(f.store.MachineByName("my-box").value()->id == named.id);
+    CHECK(f.store.machines().MachineByName("my-box").value()->id == named.id);
   }
 }
 
@@ -197,14 +199,14 @@ TEST_CASE("LeaseForMachine leases only to a ready machine", "[machines][lease]")
   Fixture f;
   f.Submit(Spec("mlp", 3));
   auto m = f.Register("local", "w1");
-  REQUIRE(f.store.SetMachineState(m.id, "draining", f.clock.Now()));
-  Store::LeaseLimits l;
+  REQUIRE(f.store.machines().SetMachineState(m.id, "draining", f.clock.Now()));
+  Machines::LeaseLimits l;
   l.max_runs = 2;
-  auto r = f.store.LeaseForMachine(m.id, l, f.clock.Now(), kLease);
+  auto r = f.store.machines().LeaseForMachine(m.id, l, f.clock.Now(), kLease);
   REQUIRE_FALSE(r);
   CHECK(r.error().kind == ErrorKind::kConflict);
   CHECK(r.error().message.find("draining") != std::string::npos);
-  CHECK(f.store.Runs(std::nullopt, RunState::kQueued, 0).value().size() == 3);
+  CHECK(f.store.runs().Runs(std::nullopt, RunState::kQueued, 0).value().size() == 3);
 }
 
 TEST_CASE("LeaseForMachine fits runs into the free GPUs", "[machines][lease]") {
@@ -241,11 +243,11 @@ TEST_CASE("LeaseForMachine fits runs into the free GPUs", "[machines][lease]") {
   }
   SECTION("leased runs remember the machine, and the machine its last lease") {
     auto got = f.Lease(m.id, 1, 2.0);
-    CHECK(f.store.RunMachine(got[0].run_id).value() == m.id);
-    auto row = f.store.Machine(m.id).value().value();
+    CHECK(f.store.machines().RunMachine(got[0].run_id).value() == m.id);
+    auto row = f.store.machines().Machine(m.id).value().value();
     CHECK(row.last_busy_ms == f.clock.Now());
     CHECK(row.live_leases == 1);
-    CHECK(f.store.Run(got[0].run_id).value()->worker == "w1");
+    CHECK(f.store.runs().Run(got[0].run_id).value()->worker == "w1");
   }
 }
 
@@ -263,7 +265,7 @@ TEST_CASE("LeaseForMachine serves a batch's pool only to that pool's machines",
   REQUIRE(g.size() == 2);
   CHECK(g[0].experiment == "on-gpu");
   CHECK(g[1].experiment == "on-gpu");
-  auto demand = f.store.RunnableDemand(f.clock.Now()).value();
+  auto demand = f.store.machines().RunnableDemand(f.clock.Now()).value();
   CHECK(demand.empty());
 }
 
@@ -271,7 +273,7 @@ TEST_CASE("RunnableDemand groups runnable runs by pool and GPUs", "[machines]") 
   Fixture f;
   f.Submit(Spec("a", 3, 1, "gpu"));
   f.Submit(Spec("b", 2, 0, ""));
-  auto d = f.store.RunnableDemand(f.clock.Now()).value();
+  auto d = f.store.machines().RunnableDemand(f.clock.Now()).value();
   REQUIRE(d.size() == 2);
   CHECK(d[0].pool == "");
   CHECK(d[0].gpus == 0);
@@ -312,38 +314,38 @@ TEST_CASE("DrainMachine applies the drain contract", "[machines][drain]") {
 
   SECTION("an idle machine with an empty queue is drained") {
     auto a = f.DrainOf(m.id);
-    CHECK(f.store.DrainMachine(a, f.clock.Now()).value());
-    CHECK(f.store.Machine(m.id).value()->state == "draining");
-    Store::LeaseLimits l;
-    CHECK_FALSE(f.store.LeaseForMachine(m.id, l, f.clock.Now(), kLease));
+    CHECK(f.store.machines().DrainMachine(a, f.clock.Now()).value());
+    CHECK(f.store.machines().Machine(m.id).value()->state == "draining");
+    Machines::LeaseLimits l;
+    CHECK_FALSE(f.store.machines().LeaseForMachine(m.id, l, f.clock.Now(), kLease));
   }
   SECTION("refused while it holds a lease") {
     f.Submit(Spec("mlp", 1));
     auto leased = f.Lease(m.id, 1);
     REQUIRE(leased.size() == 1);
     auto a = f.DrainOf(m.id);  // even a snapshot taken after the lease
-    CHECK_FALSE(f.store.DrainMachine(a, f.clock.Now()).value());
-    CHECK(f.store.Machine(m.id).value()->state == "ready");
+    CHECK_FALSE(f.store.machines().DrainMachine(a, f.clock.Now()).value());
+    CHECK(f.store.machines().Machine(m.id).value()->state == "ready");
   }
   SECTION("refused while a run it could take is queued") {
     f.Submit(Spec("mlp", 1));
     auto a = f.DrainOf(m.id);
-    CHECK_FALSE(f.store.DrainMachine(a, f.clock.Now()).value());
-    CHECK(f.store.Machine(m.id).value()->state == "ready");
+    CHECK_FALSE(f.store.machines().DrainMachine(a, f.clock.Now()).value());
+    CHECK(f.store.machines().Machine(m.id).value()->state == "ready");
   }
   SECTION("a queued run of another pool does not keep it") {
     f.Submit(Spec("elsewhere", 1, 0, "gpu"));
-    CHECK(f.store.DrainMachine(f.DrainOf(m.id), f.clock.Now()).value());
+    CHECK(f.store.machines().DrainMachine(f.DrainOf(m.id), f.clock.Now()).value());
   }
   SECTION("refused when it was busy since the decision") {
     auto a = f.DrainOf(m.id);
     f.clock.Advance(1000);
-    REQUIRE(f.store.TouchWorker(m.id, f.clock.Now(), true));
-    CHECK_FALSE(f.store.DrainMachine(a, f.clock.Now()).value());
+    REQUIRE(f.store.machines().TouchWorker(m.id, f.clock.Now(), true));
+    CHECK_FALSE(f.store.machines().DrainMachine(a, f.clock.Now()).value());
   }
   SECTION("refused when the machine is not ready") {
-    REQUIRE(f.store.SetMachineState(m.id, "stopping", f.clock.Now()));
-    CHECK_FALSE(f.store.DrainMachine(f.DrainOf(m.id), f.clock.Now()).value());
+    REQUIRE(f.store.machines().SetMachineState(m.id, "stopping", f.clock.Now()));
+    CHECK_FALSE(f.store.machines().DrainMachine(f.DrainOf(m.id), f.clock.Now()).value());
   }
 }
 
@@ -359,13 +361,13 @@ TEST_CASE("A lease that arrives while a drain is decided wins, and the drain is 
   auto leased = f.Lease(m.id, 1);
   REQUIRE(leased.size() == 1);
   f.clock.Advance(10);
-  CHECK_FALSE(f.store.DrainMachine(decided, f.clock.Now()).value());
-  CHECK(f.store.Machine(m.id).value()->state == "ready");
+  CHECK_FALSE(f.store.machines().DrainMachine(decided, f.clock.Now()).value());
+  CHECK(f.store.machines().Machine(m.id).value()->state == "ready");
   // The run finishes: even with no lease left, the old decision is stale
   // (last_busy moved), so a fresh pass must decide again.
-  REQUIRE(f.store.Complete(leased[0].run_id, leased[0].token, f.clock.Now(), 0.9));
-  CHECK_FALSE(f.store.DrainMachine(decided, f.clock.Now()).value());
-  CHECK(f.store.DrainMachine(f.DrainOf(m.id), f.clock.Now()).value());
+  REQUIRE(f.store.runs().Complete(leased[0].run_id, leased[0].token, f.clock.Now(), 0.9));
+  CHECK_FALSE(f.store.machines().DrainMachine(decided, f.clock.Now()).value());
+  CHECK(f.store.machines().DrainMachine(f.DrainOf(m.id), f.clock.Now()).value());
 }
 
 TEST_CASE("A drain that commits first makes the following lease refuse",
@@ -373,15 +375,15 @@ TEST_CASE("A drain that commits first makes the following lease refuse",
   Fixture f;
   auto m = f.Register("local", "w1", 1);
   auto decided = f.DrainOf(m.id);
-  CHECK(f.store.DrainMachine(decided, f.clock.Now()).value());
+  CHECK(f.store.machines().DrainMachine(decided, f.clock.Now()).value());
   f.Submit(Spec("mlp", 1));  // queued just after the drain committed
-  Store::LeaseLimits l;
-  auto r = f.store.LeaseForMachine(m.id, l, f.clock.Now(), kLease);
+  Machines::LeaseLimits l;
+  auto r = f.store.machines().LeaseForMachine(m.id, l, f.clock.Now(), kLease);
   REQUIRE_FALSE(r);
   CHECK(r.error().kind == ErrorKind::kConflict);
-  CHECK(f.store.Runs(std::nullopt, RunState::kQueued, 0).value().size() == 1);
+  CHECK(f.store.runs().Runs(std::nullopt, RunState::kQueued, 0).value().size() == 1);
   // The history shows the machine held no lease when it was drained.
-  auto h = f.store.MachineHistory(m.id).value();
+  auto h = f.store.machines().MachineHistory(m.id).value();
   REQUIRE(h.size() == 2);
   CHECK(h[1].state == "draining");
   CHECK(h[1].live_leases == 0);
@@ -395,40 +397,40 @@ TEST_CASE("ForgetMachine returns its leases to the queue without using an attemp
   auto m = f.Register("local", "w1", 2);
   auto leased = f.Lease(m.id, 2);
   REQUIRE(leased.size() == 2);
-  REQUIRE(f.store.MarkRunning(leased[0].run_id, leased[0].token, f.clock.Now(), ""));
+  REQUIRE(f.store.runs().MarkRunning(leased[0].run_id, leased[0].token, f.clock.Now(), ""));
   f.clock.Advance(5000);
-  CHECK(f.store.ForgetMachine(m.id, f.clock.Now(), "preempted").value() == 2);
+  CHECK(f.store.machines().ForgetMachine(m.id, f.clock.Now(), "preempted").value() == 2);
   for (const auto& l : leased) {
-    auto run = f.store.Run(l.run_id).value().value();
+    auto run = f.store.runs().Run(l.run_id).value().value();
     CHECK(run.state == RunState::kQueued);
     CHECK(run.attempts == 0);
     CHECK(run.last_error.find("preempted") != std::string::npos);
   }
-  auto row = f.store.Machine(m.id).value().value();
+  auto row = f.store.machines().Machine(m.id).value().value();
   CHECK(row.state == "stopped");
   CHECK(row.stopped_ms == f.clock.Now());
   CHECK(row.live_leases == 0);
-  auto h = f.store.MachineHistory(m.id).value();
+  auto h = f.store.machines().MachineHistory(m.id).value();
   REQUIRE(h.size() == 2);
   CHECK(h[1].state == "stopped");
   CHECK(h[1].live_leases == 0);  // counted after the leases went back
   // The old holder comes back with a success for a run nobody leased again:
   // the command's success stands (as after a lease expiry).
-  REQUIRE(f.store.Complete(leased[0].run_id, leased[0].token, f.clock.Now(), 0.5));
-  CHECK(f.store.Run(leased[0].run_id).value()->state == RunState::kSucceeded);
+  REQUIRE(f.store.runs().Complete(leased[0].run_id, leased[0].token, f.clock.Now(), 0.5));
+  CHECK(f.store.runs().Run(leased[0].run_id).value()->state == RunState::kSucceeded);
   // The attempt that succeeded did run: it counts again (not "succeeded, 0
   // attempts").
-  CHECK(f.store.Run(leased[0].run_id).value()->attempts == 1);
+  CHECK(f.store.runs().Run(leased[0].run_id).value()->attempts == 1);
   // The others are leased again elsewhere, the attempt counting from 1; the
   // old holder's result for one of them is then refused.
   auto other = f.Register("local", "w2", 4);
   auto again = f.Lease(other.id, 4);
   REQUIRE(again.size() == 2);
   CHECK(again[0].attempt == 1);
-  auto late = f.store.Complete(leased[1].run_id, leased[1].token, f.clock.Now(), 0.5);
+  auto late = f.store.runs().Complete(leased[1].run_id, leased[1].token, f.clock.Now(), 0.5);
   REQUIRE_FALSE(late);
   CHECK(late.error().kind == ErrorKind::kConflict);
-  CHECK(f.store.Run(leased[1].run_id).value()->state == RunState::kLeased);
+  CHECK(f.store.runs().Run(leased[1].run_id).value()->state == RunState::kLeased);
 }
 
 TEST_CASE("MachineHistory records every state change with its live leases", "[machines]") {
@@ -437,16 +439,16 @@ TEST_CASE("MachineHistory records every state change with its live leases", "[ma
   boot.pool = "local";
   boot.provider = "local";
   boot.name = "tq-local-1";
-  auto id = f.store.AddMachine(boot, f.clock.Now()).value();
-  REQUIRE(f.store.SetMachineProviderId(id, "pid-7", f.clock.Now()));
+  auto id = f.store.machines().AddMachine(boot, f.clock.Now()).value();
+  REQUIRE(f.store.machines().SetMachineProviderId(id, "pid-7", f.clock.Now()));
   f.Register("local", "tq-local-1", 1);
   f.Submit(Spec("mlp", 1));
   auto leased = f.Lease(id, 1);
   REQUIRE(leased.size() == 1);
   // A stop while a lease is live is recorded with it (tests assert on this).
-  REQUIRE(f.store.SetMachineState(id, "stopping", f.clock.Now(), "operator"));
-  REQUIRE(f.store.SetMachineState(id, "failed", f.clock.Now(), "disk full"));
-  auto h = f.store.MachineHistory(id).value();
+  REQUIRE(f.store.machines().SetMachineState(id, "stopping", f.clock.Now(), "operator"));
+  REQUIRE(f.store.machines().SetMachineState(id, "failed", f.clock.Now(), "disk full"));
+  auto h = f.store.machines().MachineHistory(id).value();
   REQUIRE(h.size() == 5);
   CHECK(h[0].state == "requested");
   CHECK(h[1].state == "booting");
@@ -456,10 +458,10 @@ TEST_CASE("MachineHistory records every state change with its live leases", "[ma
   CHECK(h[3].live_leases == 1);
   CHECK(h[3].note == "operator");
   CHECK(h[4].state == "failed");
-  auto row = f.store.Machine(id).value().value();
+  auto row = f.store.machines().Machine(id).value().value();
   CHECK(row.last_error == "disk full");
   CHECK(row.stopped_ms == f.clock.Now());
-  CHECK(f.store.MachineHistory(std::nullopt).value().size() == 5);
+  CHECK(f.store.machines().MachineHistory(std::nullopt).value().size() == 5);
 }
 
 TEST_CASE("A stopped machine's provider id can be reused, a live machine's cannot",
@@ -472,62 +474,62 @@ TEST_CASE("A stopped machine's provider id can be reused, a live machine's canno
     m.pool = "gpu";
     m.provider = "ec2";
     m.name = name;
-    return f.store.AddMachine(m, f.clock.Now()).value();
+    return f.store.machines().AddMachine(m, f.clock.Now()).value();
   };
   auto first = add("tq-gpu-1");
-  REQUIRE(f.store.SetMachineProviderId(first, "i-0abc", f.clock.Now()));
-  REQUIRE(f.store.SetMachineState(first, "stopped", f.clock.Now()));
+  REQUIRE(f.store.machines().SetMachineProviderId(first, "i-0abc", f.clock.Now()));
+  REQUIRE(f.store.machines().SetMachineState(first, "stopped", f.clock.Now()));
 
   auto second = add("tq-gpu-2");
-  REQUIRE(f.store.SetMachineProviderId(second, "i-0abc", f.clock.Now()));
-  CHECK(f.store.Machine(second).value().value().state == "booting");
+  REQUIRE(f.store.machines().SetMachineProviderId(second, "i-0abc", f.clock.Now()));
+  CHECK(f.store.machines().Machine(second).value().value().state == "booting");
   auto ready = f.Register("gpu", "tq-gpu-2", 1);
   CHECK(ready.id == second);
   CHECK(ready.state == "ready");
   f.Submit(Spec("mlp", 1));
   CHECK(f.Lease(second, 1).size() == 1);
   // Adopting a listed machine also records a row under a stopped one's id.
-  REQUIRE(f.store.SetMachineState(second, "stopped", f.clock.Now()));
+  REQUIRE(f.store.machines().SetMachineState(second, "stopped", f.clock.Now()));
   MachineRow adopted;
   adopted.pool = "gpu";
   adopted.provider = "ec2";
   adopted.provider_id = "i-0abc";
   adopted.state = "booting";
-  auto third = f.store.AddMachine(adopted, f.clock.Now());
+  auto third = f.store.machines().AddMachine(adopted, f.clock.Now());
   REQUIRE(third);
 
   // Two live machines of a pool never share an id.
   auto fourth = add("tq-gpu-4");
-  auto clash = f.store.SetMachineProviderId(fourth, "i-0abc", f.clock.Now());
+  auto clash = f.store.machines().SetMachineProviderId(fourth, "i-0abc", f.clock.Now());
   REQUIRE_FALSE(clash);
   CHECK(clash.error().kind == ErrorKind::kConflict);
-  CHECK(f.store.Machine(fourth).value().value().provider_id.empty());
-  auto twice = f.store.AddMachine(adopted, f.clock.Now());
+  CHECK(f.store.machines().Machine(fourth).value().value().provider_id.empty());
+  auto twice = f.store.machines().AddMachine(adopted, f.clock.Now());
   REQUIRE_FALSE(twice);
   CHECK(twice.error().kind == ErrorKind::kConflict);
   // Another pool may hold the same id.
   adopted.pool = "cpu";
-  CHECK(f.store.AddMachine(adopted, f.clock.Now()));
+  CHECK(f.store.machines().AddMachine(adopted, f.clock.Now()));
 }
 
 TEST_CASE("Pool health and pool token hashes are stored", "[machines]") {
   Fixture f;
-  REQUIRE(f.store.SetPoolHealth({"gpu", 3, kT0 + 20'000, "quota exceeded"}, f.clock.Now()));
-  REQUIRE(f.store.SetPoolHealth({"gpu", 4, kT0 + 40'000, "quota exceeded"}, f.clock.Now()));
-  auto h = f.store.PoolHealth().value();
+  REQUIRE(f.store.machines().SetPoolHealth({"gpu", 3, kT0 + 20'000, "quota exceeded"}, f.clock.Now()));
+  REQUIRE(f.store.machines().SetPoolHealth({"gpu", 4, kT0 + 40'000, "quota exceeded"}, f.clock.Now()));
+  auto h = f.store.machines().PoolHealth().value();
   REQUIRE(h.size() == 1);
   CHECK(h[0].consecutive_failures == 4);
   CHECK(h[0].next_retry_ms == kT0 + 40'000);
   CHECK(h[0].last_error == "quota exceeded");
 
   std::string a(64, 'a'), b(64, 'b');
-  REQUIRE(f.store.SetPoolTokenHash("gpu", a, f.clock.Now()));
-  REQUIRE(f.store.SetPoolTokenHash("cpu", b, f.clock.Now()));
-  CHECK(f.store.PoolForTokenHash(a).value() == "gpu");
-  CHECK(f.store.PoolForTokenHash(b).value() == "cpu");
-  CHECK(f.store.PoolForTokenHash(std::string(64, 'c')).value() == std::nullopt);
-  CHECK(f.store.PoolForTokenHash("").value() == std::nullopt);
-  CHECK(f.store.PoolForTokenHash(a.substr(0, 10)).value() == std::nullopt);
+  REQUIRE(f.store.machines().SetPoolTokenHash("gpu", a, f.clock.Now()));
+  REQUIRE(f.store.machines().SetPoolTokenHash("cpu", b, f.clock.Now()));
+  CHECK(f.store.machines().PoolForTokenHash(a).value() == "gpu");
+  CHECK(f.store.machines().PoolForTokenHash(b).value() == "cpu");
+  CHECK(f.store.machines().PoolForTokenHash(std::string(64, 'c')).value() == std::nullopt);
+  CHECK(f.store.machines().PoolForTokenHash("").value() == std::nullopt);
+  CHECK(f.store.machines().PoolForTokenHash(a.substr(0, 10)).value() == std::nullopt);
 }
 
 TEST_CASE("Costs: billed machine time against busy time, per pool and per batch",
@@ -540,23 +542,23 @@ TEST_CASE("Costs: billed machine time against busy time, per pool and per batch"
   boot.name = "g1";
   boot.hourly_cost = 3.0;
   boot.state = "booting";
-  auto id = f.store.AddMachine(boot, f.clock.Now()).value();
+  auto id = f.store.machines().AddMachine(boot, f.clock.Now()).value();
   f.clock.Advance(60'000);  // one minute to boot
   f.Register("gpu", "g1", 2);
   auto leased = f.Lease(id, 2);
   REQUIRE(leased.size() == 2);
   for (const auto& l : leased) {
-    REQUIRE(f.store.MarkRunning(l.run_id, l.token, f.clock.Now(), ""));
+    REQUIRE(f.store.runs().MarkRunning(l.run_id, l.token, f.clock.Now(), ""));
   }
   f.clock.Advance(30 * 60'000);  // both run 30 minutes
   for (const auto& l : leased) {
-    REQUIRE(f.store.Complete(l.run_id, l.token, f.clock.Now(), 0.9));
+    REQUIRE(f.store.runs().Complete(l.run_id, l.token, f.clock.Now(), 0.9));
   }
   f.clock.Advance(29 * 60'000);  // idle, then stopped: 1 h billed in all
-  REQUIRE(f.store.SetMachineState(id, "stopped", f.clock.Now()));
+  REQUIRE(f.store.machines().SetMachineState(id, "stopped", f.clock.Now()));
   f.clock.Advance(3'600'000);    // time after the stop is not billed
 
-  auto pools = f.store.Costs(f.clock.Now(), false).value();
+  auto pools = f.store.machines().Costs(f.clock.Now(), false).value();
   REQUIRE(pools.size() == 1);
   CHECK(pools[0].pool == "gpu");
   CHECK(pools[0].machines == 1);
@@ -564,7 +566,7 @@ TEST_CASE("Costs: billed machine time against busy time, per pool and per batch"
   CHECK(pools[0].busy_ms == 2 * 30 * 60'000);
   CHECK(pools[0].cost == Approx(3.0));
 
-  auto batches = f.store.Costs(f.clock.Now(), true).value();
+  auto batches = f.store.machines().Costs(f.clock.Now(), true).value();
   REQUIRE(batches.size() == 1);
   CHECK(batches[0].batch_id == batch);
   CHECK(batches[0].busy_ms == 2 * 30 * 60'000);
@@ -572,7 +574,7 @@ TEST_CASE("Costs: billed machine time against busy time, per pool and per batch"
   CHECK(batches[0].cost == Approx(1.5));
   CHECK(batches[0].machines == 1);
 
-  auto row = f.store.Machine(id).value().value();
+  auto row = f.store.machines().Machine(id).value().value();
   CHECK(row.runs_done == 2);
   CHECK(row.busy_ms == 2 * 30 * 60'000);
 }
@@ -582,9 +584,9 @@ TEST_CASE("Machines() counts a running run's time up to now", "[machines][cost]"
   f.Submit(Spec("mlp", 1));
   auto m = f.Register("local", "w1", 1);
   auto leased = f.Lease(m.id, 1);
-  REQUIRE(f.store.MarkRunning(leased[0].run_id, leased[0].token, f.clock.Now(), ""));
+  REQUIRE(f.store.runs().MarkRunning(leased[0].run_id, leased[0].token, f.clock.Now(), ""));
   f.clock.Advance(10'000);
-  auto rows = f.store.Machines(false, f.clock.Now()).value();
+  auto rows = f.store.machines().List(false, f.clock.Now()).value();
   REQUIRE(rows.size() == 1);
   CHECK(rows[0].busy_ms == 10'000);
   CHECK(rows[0].live_leases == 1);
@@ -597,7 +599,7 @@ TEST_CASE("pool state: boot and budget columns are written apart, and a reset cl
           "boots", "[machines]") {
   testing::TempDir dir;
   Store store = Store::Open(dir / "trainq.db").value();
-  Store::PoolStateRow boots;
+  Machines::PoolStateRow boots;
   boots.pool = "gpu";
   boots.failed_boots = 3;
   boots.next_boot_ms = 5000;
@@ -605,25 +607,25 @@ TEST_CASE("pool state: boot and budget columns are written apart, and a reset cl
   boots.boot_error = "tq-1: no worker registered within boot_timeout (10m00s)";
   boots.log_tail = "cannot reach the server\n";
   boots.config_hash = "abc";
-  REQUIRE(store.SetPoolBoots(boots, 1000));
-  Store::PoolStateRow budget;
+  REQUIRE(store.machines().SetPoolBoots(boots, 1000));
+  Machines::PoolStateRow budget;
   budget.pool = "gpu";
   budget.spent_day = 12.5;
   budget.spent_month = 100;
   budget.budget_per_day = 50;
   budget.cap = "";
-  REQUIRE(store.SetPoolBudget(budget, 2000));  // leaves the boot columns alone
-  auto rows = store.PoolStates().value();
+  REQUIRE(store.machines().SetPoolBudget(budget, 2000));  // leaves the boot columns alone
+  auto rows = store.machines().PoolStates().value();
   REQUIRE(rows.size() == 1);
   CHECK(rows[0].failing);
   CHECK(rows[0].failed_boots == 3);
   CHECK(rows[0].log_tail == "cannot reach the server\n");
   CHECK(rows[0].spent_day == 12.5);
   CHECK(rows[0].budget_per_day == 50);
-  CHECK(store.ResetPoolBoots("gpu", 3000).value());
-  CHECK_FALSE(store.ResetPoolBoots("gpu", 3000).value());   // nothing left to reset
-  CHECK_FALSE(store.ResetPoolBoots("other", 3000).value());  // no such row
-  rows = store.PoolStates().value();
+  CHECK(store.machines().ResetPoolBoots("gpu", 3000).value());
+  CHECK_FALSE(store.machines().ResetPoolBoots("gpu", 3000).value());   // nothing left to reset
+  CHECK_FALSE(store.machines().ResetPoolBoots("other", 3000).value());  // no such row
+  rows = store.machines().PoolStates().value();
   CHECK_FALSE(rows[0].failing);
   CHECK(rows[0].failed_boots == 0);
   CHECK(rows[0].next_boot_ms == 0);
@@ -639,14 +641,14 @@ TEST_CASE("NoteMachine sets a machine's last error without changing its state", 
   m.provider = "ec2";
   m.state = "booting";
   m.name = "tq-1";
-  auto row = store.AddMachine(m, 1000).value();
-  REQUIRE(store.NoteMachine(row, "its worker token was refused (HTTP 401)", 2000));
-  auto after = store.Machine(row).value();
+  auto row = store.machines().AddMachine(m, 1000).value();
+  REQUIRE(store.machines().NoteMachine(row, "its worker token was refused (HTTP 401)", 2000));
+  auto after = store.machines().Machine(row).value();
   CHECK(after->state == "booting");
   CHECK(after->last_error == "its worker token was refused (HTTP 401)");
-  auto history = store.MachineHistory(row).value();
+  auto history = store.machines().MachineHistory(row).value();
   CHECK(history.back().note == "its worker token was refused (HTTP 401)");
-  CHECK(store.NoteMachine(row + 100, "x", 3000).error().kind == ErrorKind::kNotFound);
+  CHECK(store.machines().NoteMachine(row + 100, "x", 3000).error().kind == ErrorKind::kNotFound);
 }
 
 }  // namespace
@@ -661,21 +663,21 @@ TEST_CASE("LeaseForMachine, RunnableDemand, WaitingBatches and MayLease do not r
   // queued run would take 20x the steps with 20x the queue.
   Fixture f;
   auto m = f.Register("cpu", "w1", 4);
-  REQUIRE(f.store.SetWaitingNotes({{"gpu", 1, "no pool has GPUs", 0}}, f.clock.Now()));
+  REQUIRE(f.store.machines().SetWaitingNotes({{"gpu", 1, "no pool has GPUs", 0}}, f.clock.Now()));
   auto measure = [&] {
     std::int64_t s0 = sql::VmSteps();
     auto leased = f.Lease(m.id, 2);
     REQUIRE(leased.size() == 2);
     for (const auto& l : leased) {
-      REQUIRE(f.store.Complete(l.run_id, l.token, f.clock.Now(), 0.5));
+      REQUIRE(f.store.runs().Complete(l.run_id, l.token, f.clock.Now(), 0.5));
     }
     std::int64_t lease = sql::VmSteps() - s0;
     s0 = sql::VmSteps();
-    auto demand = f.store.RunnableDemand(f.clock.Now());
+    auto demand = f.store.machines().RunnableDemand(f.clock.Now());
     REQUIRE(demand);
-    auto waiting = f.store.WaitingBatches(f.clock.Now());
+    auto waiting = f.store.machines().WaitingBatches(f.clock.Now());
     REQUIRE(waiting);
-    REQUIRE(f.store.MayLease(m.id, f.clock.Now()).value());
+    REQUIRE(f.store.machines().MayLease(m.id, f.clock.Now()).value());
     return std::pair(lease, sql::VmSteps() - s0);
   };
   f.Submit(Spec("small", 1000));
@@ -683,18 +685,18 @@ TEST_CASE("LeaseForMachine, RunnableDemand, WaitingBatches and MayLease do not r
   auto [lease_small, reads_small] = measure();
   // 20 times the queue, behind and after the runs leased first.
   auto commit = MakeCommit("cccccccccccccccccccccccccccccccccccccccc");
-  REQUIRE(f.store.Submit("/repos/demo", commit, {Spec("deep", 20'000)}, f.clock.Now()));
+  REQUIRE(f.store.runs().Submit("/repos/demo", commit, {Spec("deep", 20'000)}, f.clock.Now()));
   auto [lease_deep, reads_deep] = measure();
   INFO("lease+complete steps " << lease_small << " -> " << lease_deep << "; demand reads "
                                << reads_small << " -> " << reads_deep);
   CHECK(lease_deep < lease_small * 3 / 2);
   CHECK(reads_deep < reads_small * 3 / 2);
   // And what they read is right.
-  auto demand = f.store.RunnableDemand(f.clock.Now()).value();
+  auto demand = f.store.machines().RunnableDemand(f.clock.Now()).value();
   std::int64_t runnable = 0;
   for (const auto& d : demand) runnable += d.runnable;
   CHECK(runnable == 1000 + 10 + 20'000 - 4);
-  auto waiting = f.store.WaitingBatches(f.clock.Now()).value();
+  auto waiting = f.store.machines().WaitingBatches(f.clock.Now()).value();
   REQUIRE(waiting.size() == 1);
   CHECK(waiting[0].runs == 10);
 }
@@ -706,7 +708,7 @@ TEST_CASE("LeaseForMachine pages past runs that do not fit to one that does", "[
   auto m = f.Register("", "w1", 4);
   f.Submit(Spec("gpu", 600, /*gpus=*/1));
   auto commit = MakeCommit("cccccccccccccccccccccccccccccccccccccccc");
-  REQUIRE(f.store.Submit("/repos/demo", commit, {Spec("cpu", 1)}, f.clock.Now()));
+  REQUIRE(f.store.runs().Submit("/repos/demo", commit, {Spec("cpu", 1)}, f.clock.Now()));
   auto leased = f.Lease(m.id, 4, /*free_gpus=*/0);
   REQUIRE(leased.size() == 1);
   CHECK(leased[0].experiment == "cpu");

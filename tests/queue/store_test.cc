@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "core/strings.h"
+#include "queue/machines.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
 #include "queue/sqlite.h"
 #include "queue/wal_check.h"
 #include "tests/support/temp_dir.h"
@@ -53,11 +56,11 @@ struct Fixture {
     return o;
   }
   std::int64_t Submit(int repeats = 3, int max_attempts = 3, const std::string& name = "mlp") {
-    auto r = store.Submit("/repos/demo", MakeCommit(), {MakeSpec(name, repeats, max_attempts)}, kT0);
+    auto r = store.runs().Submit("/repos/demo", MakeCommit(), {MakeSpec(name, repeats, max_attempts)}, kT0);
     REQUIRE(r);
     return r->front().batch_id;
   }
-  RunRow Get(std::int64_t id) { return store.Run(id).value().value(); }
+  RunRow Get(std::int64_t id) { return store.runs().Run(id).value().value(); }
 };
 
 }  // namespace
@@ -69,13 +72,13 @@ TEST_CASE("A new store is at the current schema version", "[store]") {
 
 TEST_CASE("Submit creates one batch per experiment and one run per seed", "[store]") {
   Fixture f;
-  auto r = f.store.Submit("/repos/demo", MakeCommit(), {MakeSpec("a", 3), MakeSpec("b", 2)}, kT0);
+  auto r = f.store.runs().Submit("/repos/demo", MakeCommit(), {MakeSpec("a", 3), MakeSpec("b", 2)}, kT0);
   REQUIRE(r);
   REQUIRE(r->size() == 2);
   CHECK(r->at(0).created);
   CHECK(r->at(0).runs_added == 3);
   CHECK(r->at(1).runs_added == 2);
-  auto runs = f.store.Runs(r->at(0).batch_id, std::nullopt, 0).value();
+  auto runs = f.store.runs().Runs(r->at(0).batch_id, std::nullopt, 0).value();
   REQUIRE(runs.size() == 3);
   for (int i = 0; i < 3; ++i) {
     CHECK(runs[i].seed == 1 + i);
@@ -87,35 +90,35 @@ TEST_CASE("Submit creates one batch per experiment and one run per seed", "[stor
 TEST_CASE("Submitting the same commit twice creates nothing, more repeats top up", "[store]") {
   Fixture f;
   auto first = f.Submit(3);
-  auto again = f.store.Submit("/repos/demo", MakeCommit(), {MakeSpec("mlp", 3)}, kT0 + 5);
+  auto again = f.store.runs().Submit("/repos/demo", MakeCommit(), {MakeSpec("mlp", 3)}, kT0 + 5);
   REQUIRE(again);
   CHECK_FALSE(again->front().created);
   CHECK(again->front().batch_id == first);
   CHECK(again->front().runs_added == 0);
-  auto more = f.store.Submit("/repos/demo", MakeCommit(), {MakeSpec("mlp", 5)}, kT0 + 6);
+  auto more = f.store.runs().Submit("/repos/demo", MakeCommit(), {MakeSpec("mlp", 5)}, kT0 + 6);
   REQUIRE(more);
   CHECK(more->front().runs_added == 2);
-  auto runs = f.store.Runs(first, std::nullopt, 0).value();
+  auto runs = f.store.runs().Runs(first, std::nullopt, 0).value();
   REQUIRE(runs.size() == 5);
   CHECK(runs.back().seed == 5);  // seeds continue, never shift
-  CHECK(f.store.Batch(first).value()->repeats == 5);
+  CHECK(f.store.runs().Batch(first).value()->repeats == 5);
 }
 
 TEST_CASE("A failed submission writes nothing (no half-written batch)", "[store]") {
   Fixture f;
   auto bad = MakeSpec("bad", 0);
-  auto r = f.store.Submit("/repos/demo", MakeCommit(), {MakeSpec("good", 3), bad}, kT0);
+  auto r = f.store.runs().Submit("/repos/demo", MakeCommit(), {MakeSpec("good", 3), bad}, kT0);
   REQUIRE_FALSE(r);
   CHECK(r.error().kind == ErrorKind::kInvalidArgument);
-  CHECK(f.store.Batches(false, 0).value().empty());
-  auto counts = f.store.CountByState().value();
+  CHECK(f.store.runs().Batches(false, 0).value().empty());
+  auto counts = f.store.runs().CountByState().value();
   for (auto c : counts) CHECK(c == 0);
 }
 
 TEST_CASE("Lease hands out each run once, oldest first, with a token", "[store]") {
   Fixture f;
   f.Submit(3);
-  auto a = f.store.Lease("w1", kT0, kLease, 2).value();
+  auto a = f.store.runs().Lease("w1", kT0, kLease, 2).value();
   REQUIRE(a.size() == 2);
   CHECK(a[0].seed == 1);
   CHECK(a[1].seed == 2);
@@ -127,10 +130,10 @@ TEST_CASE("Lease hands out each run once, oldest first, with a token", "[store]"
   CHECK(a[0].expires_ms == kT0 + kLease);
   CHECK(a[0].command == "python train.py --seed {seed}");
   CHECK(a[0].repo_url == "/repos/demo");
-  auto b = f.store.Lease("w2", kT0, kLease, 5).value();
+  auto b = f.store.runs().Lease("w2", kT0, kLease, 5).value();
   REQUIRE(b.size() == 1);
   CHECK(b[0].seed == 3);
-  CHECK(f.store.Lease("w3", kT0, kLease, 5).value().empty());
+  CHECK(f.store.runs().Lease("w3", kT0, kLease, 5).value().empty());
   CHECK(f.Get(a[0].run_id).state == RunState::kLeased);
   CHECK(f.Get(a[0].run_id).worker == "w1");
 }
@@ -139,7 +142,7 @@ TEST_CASE("Lease tokens are not guessable: 200 first leases, 200 distinct tokens
           "neighbour of another", "[store]") {
   Fixture f;
   f.Submit(200);
-  auto leased = f.store.Lease("w1", kT0, kLease, 200).value();
+  auto leased = f.store.runs().Lease("w1", kT0, kLease, 200).value();
   REQUIRE(leased.size() == 200);
   std::set<std::int64_t> tokens;
   for (const auto& l : leased) tokens.insert(l.token);
@@ -152,22 +155,22 @@ TEST_CASE("Lease tokens are not guessable: 200 first leases, 200 distinct tokens
 TEST_CASE("Complete stores the metric, a stale token is refused", "[store]") {
   Fixture f;
   f.Submit(1);
-  auto l = f.store.Lease("w1", kT0, kLease, 1).value().at(0);
-  REQUIRE(f.store.MarkRunning(l.run_id, l.token, kT0 + 1, "/tmp/log"));
+  auto l = f.store.runs().Lease("w1", kT0, kLease, 1).value().at(0);
+  REQUIRE(f.store.runs().MarkRunning(l.run_id, l.token, kT0 + 1, "/tmp/log"));
   CHECK(f.Get(l.run_id).state == RunState::kRunning);
-  auto stale = f.store.Complete(l.run_id, l.token + 1, kT0 + 2, 0.5);
+  auto stale = f.store.runs().Complete(l.run_id, l.token + 1, kT0 + 2, 0.5);
   REQUIRE_FALSE(stale);
   CHECK(stale.error().kind == ErrorKind::kConflict);
   CHECK(stale.error().message.find("is not the run's current lease") != std::string::npos);
   // The refusal does not give the current token away.
   CHECK(stale.error().message.find(std::to_string(l.token)) == std::string::npos);
-  REQUIRE(f.store.Complete(l.run_id, l.token, kT0 + 3, 0.66));
+  REQUIRE(f.store.runs().Complete(l.run_id, l.token, kT0 + 3, 0.66));
   auto row = f.Get(l.run_id);
   CHECK(row.state == RunState::kSucceeded);
   CHECK(row.metric_value.value() == Approx(0.66));
   CHECK(row.finished_ms.value() == kT0 + 3);
   // A second completion (a retried request) is refused: the run is no longer leased.
-  auto twice = f.store.Complete(l.run_id, l.token, kT0 + 4, 0.1);
+  auto twice = f.store.runs().Complete(l.run_id, l.token, kT0 + 4, 0.1);
   REQUIRE_FALSE(twice);
   CHECK(twice.error().kind == ErrorKind::kConflict);
   CHECK(f.Get(l.run_id).metric_value.value() == Approx(0.66));
@@ -176,27 +179,27 @@ TEST_CASE("Complete stores the metric, a stale token is refused", "[store]") {
 TEST_CASE("An expired lease puts the run back, the old holder is fenced off", "[store]") {
   Fixture f;
   f.Submit(1);
-  auto old = f.store.Lease("w1", kT0, kLease, 1).value().at(0);
+  auto old = f.store.runs().Lease("w1", kT0, kLease, 1).value().at(0);
   // Heartbeats extend the lease.
-  auto hb = f.store.Heartbeat(old.run_id, old.token, kT0 + 50'000, kLease);
+  auto hb = f.store.runs().Heartbeat(old.run_id, old.token, kT0 + 50'000, kLease);
   REQUIRE(hb);
   CHECK(*hb == kT0 + 50'000 + kLease);
-  CHECK(f.store.ExpireLeases(kT0 + kLease + 1).value() == 0);  // extended: not expired
-  CHECK(f.store.ExpireLeases(kT0 + 50'000 + kLease + 1).value() == 1);
+  CHECK(f.store.runs().ExpireLeases(kT0 + kLease + 1).value() == 0);  // extended: not expired
+  CHECK(f.store.runs().ExpireLeases(kT0 + 50'000 + kLease + 1).value() == 1);
   auto row = f.Get(old.run_id);
   CHECK(row.state == RunState::kFailed);
   CHECK(row.last_error.find("lease expired") != std::string::npos);
   // Leasable again once the backoff has passed.
   TimeMs later = kT0 + 50'000 + kLease + 1 + f.store.BackoffMs(1);
-  auto fresh = f.store.Lease("w2", later, kLease, 1).value();
+  auto fresh = f.store.runs().Lease("w2", later, kLease, 1).value();
   REQUIRE(fresh.size() == 1);
   CHECK(fresh[0].token > old.token);  // fencing: a new lease's token is larger
   CHECK(fresh[0].attempt == 2);
   // The first worker wakes up and tries to report: refused.
-  auto late = f.store.Complete(old.run_id, old.token, later + 1, 0.9);
+  auto late = f.store.runs().Complete(old.run_id, old.token, later + 1, 0.9);
   REQUIRE_FALSE(late);
   CHECK(late.error().kind == ErrorKind::kConflict);
-  REQUIRE(f.store.Complete(fresh[0].run_id, fresh[0].token, later + 2, 0.7));
+  REQUIRE(f.store.runs().Complete(fresh[0].run_id, fresh[0].token, later + 2, 0.7));
   CHECK(f.Get(old.run_id).metric_value.value() == Approx(0.7));
 }
 
@@ -210,73 +213,73 @@ TEST_CASE("Failures back off exponentially, then the run is dead", "[store]") {
 
   TimeMs now = kT0;
   for (int attempt = 1; attempt <= 3; ++attempt) {
-    auto l = f.store.Lease("w", now, kLease, 1).value();
+    auto l = f.store.runs().Lease("w", now, kLease, 1).value();
     REQUIRE(l.size() == 1);
     CHECK(l[0].attempt == attempt);
-    auto next = f.store.FailRun(l[0].run_id, l[0].token, now, "exit code 1", 1);
+    auto next = f.store.runs().FailRun(l[0].run_id, l[0].token, now, "exit code 1", 1);
     REQUIRE(next);
     if (attempt < 3) {
       CHECK(*next == RunState::kFailed);
       auto row = f.Get(l[0].run_id);
       CHECK(row.not_before_ms.value() == now + f.store.BackoffMs(attempt));
       // Not leasable before the backoff has passed.
-      CHECK(f.store.Lease("w", now + f.store.BackoffMs(attempt) - 1, kLease, 1).value().empty());
+      CHECK(f.store.runs().Lease("w", now + f.store.BackoffMs(attempt) - 1, kLease, 1).value().empty());
       now += f.store.BackoffMs(attempt);
     } else {
       CHECK(*next == RunState::kDead);
     }
   }
-  auto row = f.store.Runs(std::nullopt, std::nullopt, 0).value().at(0);
+  auto row = f.store.runs().Runs(std::nullopt, std::nullopt, 0).value().at(0);
   CHECK(row.state == RunState::kDead);
   CHECK(row.attempts == 3);
   CHECK(row.last_error == "exit code 1");
   CHECK(row.exit_code.value() == 1);
-  CHECK(f.store.Lease("w", now + 10'000'000, kLease, 1).value().empty());
+  CHECK(f.store.runs().Lease("w", now + 10'000'000, kLease, 1).value().empty());
 }
 
 TEST_CASE("A failure not worth retrying is dead at once, outcomes are listed once each",
           "[store]") {
   Fixture f;
   f.Submit(3, 3);  // 3 runs, 3 attempts each
-  auto l = f.store.Lease("w", kT0, kLease, 3).value();
+  auto l = f.store.runs().Lease("w", kT0, kLease, 3).value();
   REQUIRE(l.size() == 3);
-  CHECK(f.store.FailRun(l[0].run_id, l[0].token, kT0 + 5, "exit code 2 (configuration error)", 2,
+  CHECK(f.store.runs().FailRun(l[0].run_id, l[0].token, kT0 + 5, "exit code 2 (configuration error)", 2,
                         /*retry=*/false)
             .value() == RunState::kDead);
   CHECK(f.Get(l[0].run_id).attempts == 1);
-  CHECK(f.store.FailRun(l[1].run_id, l[1].token, kT0 + 5, "exit code 1", 1).value() ==
+  CHECK(f.store.runs().FailRun(l[1].run_id, l[1].token, kT0 + 5, "exit code 1", 1).value() ==
         RunState::kFailed);
-  REQUIRE(f.store.Complete(l[2].run_id, l[2].token, kT0 + 7, 0.5));
-  auto all = f.store.RunsFinishedAfter(kT0, 0, 10).value();
+  REQUIRE(f.store.runs().Complete(l[2].run_id, l[2].token, kT0 + 7, 0.5));
+  auto all = f.store.runs().RunsFinishedAfter(kT0, 0, 10).value();
   REQUIRE(all.size() == 3);
   CHECK(all[0].id == l[0].run_id);
   CHECK(all[0].state == RunState::kDead);
   CHECK(all[1].id == l[1].run_id);
   CHECK(all[2].state == RunState::kSucceeded);
   // After the cursor (finished_ms, id): only what came later.
-  auto later = f.store.RunsFinishedAfter(kT0 + 5, l[1].run_id, 10).value();
+  auto later = f.store.runs().RunsFinishedAfter(kT0 + 5, l[1].run_id, 10).value();
   REQUIRE(later.size() == 1);
   CHECK(later[0].id == l[2].run_id);
-  CHECK(f.store.RunsFinishedAfter(kT0 + 7, l[2].run_id, 10).value().empty());
+  CHECK(f.store.runs().RunsFinishedAfter(kT0 + 7, l[2].run_id, 10).value().empty());
 }
 
 TEST_CASE("An expired lease on the last attempt makes the run dead", "[store]") {
   Fixture f;
   f.Submit(1, 1);
-  auto l = f.store.Lease("w", kT0, kLease, 1).value().at(0);
-  CHECK(f.store.ExpireLeases(kT0 + kLease + 1).value() == 1);
+  auto l = f.store.runs().Lease("w", kT0, kLease, 1).value().at(0);
+  CHECK(f.store.runs().ExpireLeases(kT0 + kLease + 1).value() == 1);
   CHECK(f.Get(l.run_id).state == RunState::kDead);
 }
 
 TEST_CASE("Interrupt returns the run without using an attempt", "[store]") {
   Fixture f;
   f.Submit(1, 1);
-  auto l = f.store.Lease("w", kT0, kLease, 1).value().at(0);
-  REQUIRE(f.store.Interrupt(l.run_id, l.token, kT0 + 1, "preempted"));
+  auto l = f.store.runs().Lease("w", kT0, kLease, 1).value().at(0);
+  REQUIRE(f.store.runs().Interrupt(l.run_id, l.token, kT0 + 1, "preempted"));
   auto row = f.Get(l.run_id);
   CHECK(row.state == RunState::kQueued);
   CHECK(row.attempts == 0);
-  auto again = f.store.Lease("w", kT0 + 2, kLease, 1).value();
+  auto again = f.store.runs().Lease("w", kT0 + 2, kLease, 1).value();
   REQUIRE(again.size() == 1);
   CHECK(again[0].attempt == 1);  // max_attempts = 1 still allows this try
 }
@@ -284,69 +287,69 @@ TEST_CASE("Interrupt returns the run without using an attempt", "[store]") {
 TEST_CASE("Cancel stops queued and leased runs and fences their holders", "[store]") {
   Fixture f;
   auto batch = f.Submit(3);
-  auto l = f.store.Lease("w", kT0, kLease, 1).value().at(0);
-  REQUIRE(f.store.Complete(l.run_id, l.token, kT0 + 1, 0.5));
-  auto l2 = f.store.Lease("w", kT0, kLease, 1).value().at(0);
-  CHECK(f.store.CancelBatch(batch, kT0 + 2).value() == 2);
-  auto hb = f.store.Heartbeat(l2.run_id, l2.token, kT0 + 3, kLease);
+  auto l = f.store.runs().Lease("w", kT0, kLease, 1).value().at(0);
+  REQUIRE(f.store.runs().Complete(l.run_id, l.token, kT0 + 1, 0.5));
+  auto l2 = f.store.runs().Lease("w", kT0, kLease, 1).value().at(0);
+  CHECK(f.store.runs().CancelBatch(batch, kT0 + 2).value() == 2);
+  auto hb = f.store.runs().Heartbeat(l2.run_id, l2.token, kT0 + 3, kLease);
   REQUIRE_FALSE(hb);
   CHECK(hb.error().kind == ErrorKind::kConflict);
   CHECK(hb.error().message.find("cancelled") != std::string::npos);
   CHECK(f.Get(l.run_id).state == RunState::kSucceeded);  // finished runs keep their result
-  CHECK(f.store.Lease("w", kT0 + 4, kLease, 5).value().empty());
-  auto missing = f.store.CancelBatch(999, kT0);
+  CHECK(f.store.runs().Lease("w", kT0 + 4, kLease, 5).value().empty());
+  auto missing = f.store.runs().CancelBatch(999, kT0);
   REQUIRE_FALSE(missing);
   CHECK(missing.error().kind == ErrorKind::kNotFound);
   // Cancelling one run.
-  auto other = f.store.Submit("/repos/demo", MakeCommit(), {MakeSpec("other", 2)}, kT0).value();
-  auto runs = f.store.Runs(other.front().batch_id, std::nullopt, 0).value();
-  CHECK(f.store.CancelRun(runs[0].id, kT0).value() == 1);
-  CHECK(f.store.CancelRun(runs[0].id, kT0).value() == 0);
+  auto other = f.store.runs().Submit("/repos/demo", MakeCommit(), {MakeSpec("other", 2)}, kT0).value();
+  auto runs = f.store.runs().Runs(other.front().batch_id, std::nullopt, 0).value();
+  CHECK(f.store.runs().CancelRun(runs[0].id, kT0).value() == 1);
+  CHECK(f.store.runs().CancelRun(runs[0].id, kT0).value() == 0);
   CHECK(f.Get(runs[1].id).state == RunState::kQueued);
 }
 
 TEST_CASE("Metrics are stored per run in order", "[store]") {
   Fixture f;
   f.Submit(1);
-  auto l = f.store.Lease("w", kT0, kLease, 1).value().at(0);
+  auto l = f.store.runs().Lease("w", kT0, kLease, 1).value().at(0);
   std::vector<MetricPoint> pts = {{"loss", 1.5, 10, false}, {"accuracy", 0.7, 10, true}};
-  REQUIRE(f.store.AddMetrics(l.run_id, l.token, pts, kT0));
-  auto got = f.store.Metrics(l.run_id).value();
+  REQUIRE(f.store.runs().AddMetrics(l.run_id, l.token, pts, kT0));
+  auto got = f.store.runs().Metrics(l.run_id).value();
   REQUIRE(got.size() == 2);
   CHECK(got[0].name == "loss");
   CHECK(got[0].step.value() == 10);
   CHECK(got[1].final);
-  auto stale = f.store.AddMetrics(l.run_id, l.token + 7, pts, kT0);
+  auto stale = f.store.runs().AddMetrics(l.run_id, l.token + 7, pts, kT0);
   REQUIRE_FALSE(stale);
-  CHECK(f.store.Metrics(l.run_id).value().size() == 2);
+  CHECK(f.store.runs().Metrics(l.run_id).value().size() == 2);
 }
 
 TEST_CASE("Batches report progress and the values of succeeded runs", "[store]") {
   Fixture f;
   auto batch = f.Submit(3);
-  auto ls = f.store.Lease("w", kT0, kLease, 3).value();
-  REQUIRE(f.store.Complete(ls[0].run_id, ls[0].token, kT0, 0.6));
-  REQUIRE(f.store.Complete(ls[2].run_id, ls[2].token, kT0, 0.8));
-  auto b = f.store.Batch(batch).value().value();
+  auto ls = f.store.runs().Lease("w", kT0, kLease, 3).value();
+  REQUIRE(f.store.runs().Complete(ls[0].run_id, ls[0].token, kT0, 0.6));
+  REQUIRE(f.store.runs().Complete(ls[2].run_id, ls[2].token, kT0, 0.8));
+  auto b = f.store.runs().Batch(batch).value().value();
   CHECK(b.count(RunState::kSucceeded) == 2);
   CHECK(b.count(RunState::kLeased) == 1);
   CHECK(b.values == std::vector<double>{0.6, 0.8});
   CHECK(b.seeds == std::vector<std::int64_t>{1, 3});
   CHECK(b.active());
   CHECK(b.subject == "tweak lr");
-  CHECK(f.store.Batches(true, 0).value().size() == 1);
-  REQUIRE(f.store.Complete(ls[1].run_id, ls[1].token, kT0, 0.7));
-  CHECK(f.store.Batches(true, 0).value().empty());
-  CHECK(f.store.Batches(false, 0).value().size() == 1);
+  CHECK(f.store.runs().Batches(true, 0).value().size() == 1);
+  REQUIRE(f.store.runs().Complete(ls[1].run_id, ls[1].token, kT0, 0.7));
+  CHECK(f.store.runs().Batches(true, 0).value().empty());
+  CHECK(f.store.runs().Batches(false, 0).value().size() == 1);
 }
 
 TEST_CASE("Deliveries are recorded once", "[store]") {
   Fixture f;
   DeliveryRow d{"github", "abc-123", "push", "https://x/y.git", "refs/heads/main", "0", "1"};
-  CHECK(f.store.RecordDelivery(d, kT0).value());
-  CHECK_FALSE(f.store.RecordDelivery(d, kT0 + 1).value());
+  CHECK(f.store.pushes().RecordDelivery(d, kT0).value());
+  CHECK_FALSE(f.store.pushes().RecordDelivery(d, kT0 + 1).value());
   d.forge = "gitea";
-  CHECK(f.store.RecordDelivery(d, kT0 + 2).value());
+  CHECK(f.store.pushes().RecordDelivery(d, kT0 + 2).value());
 }
 
 TEST_CASE("Machines are upserted by pool and provider id", "[store]") {
@@ -357,12 +360,12 @@ TEST_CASE("Machines are upserted by pool and provider id", "[store]") {
   m.provider_id = "host:1";
   m.state = "ready";
   m.slots = 2;
-  auto id = f.store.UpsertMachine(m, kT0).value();
+  auto id = f.store.machines().UpsertMachine(m, kT0).value();
   m.slots = 4;
-  CHECK(f.store.UpsertMachine(m, kT0 + 1).value() == id);
-  REQUIRE(f.store.TouchMachine(id, kT0 + 5, "stopped"));
-  CHECK(f.store.Machines(false).value().empty());
-  auto all = f.store.Machines(true).value();
+  CHECK(f.store.machines().UpsertMachine(m, kT0 + 1).value() == id);
+  REQUIRE(f.store.machines().TouchMachine(id, kT0 + 5, "stopped"));
+  CHECK(f.store.machines().List(false).value().empty());
+  auto all = f.store.machines().List(true).value();
   REQUIRE(all.size() == 1);
   CHECK(all[0].slots == 4);
   CHECK(all[0].last_seen_ms == kT0 + 5);
@@ -397,37 +400,37 @@ TEST_CASE("A store at schema version 11 gets its counts, durations and costs fro
   }
   auto store = Store::Open(path).value();
   CHECK(store.schema_version() == Store::kSchemaVersion);
-  auto counts = store.CountByState().value();
+  auto counts = store.runs().CountByState().value();
   CHECK(counts[static_cast<int>(RunState::kSucceeded)] == 2);
   CHECK(counts[static_cast<int>(RunState::kQueued)] == 1);
   CHECK(counts[static_cast<int>(RunState::kFailed)] == 1);
-  auto active = store.Batches(true, 0).value();
+  auto active = store.runs().Batches(true, 0).value();
   REQUIRE(active.size() == 1);
   CHECK(active[0].count(RunState::kSucceeded) == 2);
   CHECK(active[0].count(RunState::kFailed) == 1);
   // Newest first: finished 61000 (60 s), then 32000 (30 s).
-  CHECK(store.RecentRunDurations(active[0].id, 20).value() == std::vector<TimeMs>{60'000, 30'000});
-  auto costs = store.Costs(7'200'000, false).value();
+  CHECK(store.runs().RecentRunDurations(active[0].id, 20).value() == std::vector<TimeMs>{60'000, 30'000});
+  auto costs = store.machines().Costs(7'200'000, false).value();
   REQUIRE(costs.size() == 1);
   CHECK(costs[0].machines == 1);
   CHECK(costs[0].billed_ms == 3'600'000);
   CHECK(costs[0].cost == Approx(2.0));
   CHECK(costs[0].busy_ms == 60'000 + 30'000 + 1'000);
-  auto pushes = store.CountPushesByState().value();
+  auto pushes = store.pushes().CountPushesByState().value();
   REQUIRE(pushes.size() == 1);
   CHECK(pushes[0] == std::pair<std::string, std::int64_t>{"done", 1});
 
   // From here the triggers keep them: the queued run and the failed one (its
   // backoff long past) are leased and fail for good; the batch is no longer
   // active.
-  auto leased = store.Lease("w", 10'000, 60'000, 5).value();
+  auto leased = store.runs().Lease("w", 10'000, 60'000, 5).value();
   REQUIRE(leased.size() == 2);
-  CHECK(store.CountByState().value()[static_cast<int>(RunState::kLeased)] == 2);
+  CHECK(store.runs().CountByState().value()[static_cast<int>(RunState::kLeased)] == 2);
   for (const auto& l : leased) {
-    REQUIRE(store.FailRun(l.run_id, l.token, 10'001, "boom", 1, false));
+    REQUIRE(store.runs().FailRun(l.run_id, l.token, 10'001, "boom", 1, false));
   }
-  CHECK(store.Batches(true, 0).value().empty());
-  counts = store.CountByState().value();
+  CHECK(store.runs().Batches(true, 0).value().empty());
+  counts = store.runs().CountByState().value();
   CHECK(counts[static_cast<int>(RunState::kDead)] == 2);
   CHECK(counts[static_cast<int>(RunState::kSucceeded)] == 2);
   CHECK(counts[static_cast<int>(RunState::kQueued)] == 0);
@@ -456,7 +459,7 @@ TEST_CASE("A store at schema version 1 is migrated and keeps its rows", "[store]
   auto store = Store::Open(path);
   REQUIRE(store);
   CHECK(store->schema_version() == Store::kSchemaVersion);
-  auto b = store->Batches(false, 0).value();
+  auto b = store->runs().Batches(false, 0).value();
   REQUIRE(b.size() == 1);
   CHECK(b[0].reason.empty());  // the column added by version 2
   CHECK(b[0].values == std::vector<double>{0.5});
@@ -474,12 +477,12 @@ TEST_CASE("A store at schema version 7 gains pull request pushes and comments", 
   }
   auto store = Store::Open(path).value();
   CHECK(store.schema_version() == Store::kSchemaVersion);
-  auto old = store.GetPush(1).value();
+  auto old = store.pushes().GetPush(1).value();
   REQUIRE(old);
   CHECK(old->pr_number == 0);  // a branch push
   CHECK(old->target_branch.empty());
 
-  Store::Push pr;
+  Pushes::Push pr;
   pr.source = "github";
   pr.delivery_id = "d2";
   pr.repo_url = "u";
@@ -488,35 +491,35 @@ TEST_CASE("A store at schema version 7 gains pull request pushes and comments", 
   pr.after_sha = "c";
   pr.pr_number = 3;
   pr.target_branch = "main";
-  auto id = store.RecordPush(pr, 10).value();
+  auto id = store.pushes().RecordPush(pr, 10).value();
   REQUIRE(id);
-  CHECK(store.GetPush(*id).value()->pr_number == 3);
-  CHECK(store.RefHeads("u").value().empty());  // pull refs are not branch heads
-  CHECK(store.PullRequestsToRender(10).value().empty());  // not processed yet
-  REQUIRE(store.FinishPush(*id, "done", "queued x", "", 11));
-  auto todo = store.PullRequestsToRender(10).value();
+  CHECK(store.pushes().GetPush(*id).value()->pr_number == 3);
+  CHECK(store.pushes().RefHeads("u").value().empty());  // pull refs are not branch heads
+  CHECK(store.pushes().PullRequestsToRender(10).value().empty());  // not processed yet
+  REQUIRE(store.pushes().FinishPush(*id, "done", "queued x", "", 11));
+  auto todo = store.pushes().PullRequestsToRender(10).value();
   REQUIRE(todo.size() == 1);
   CHECK(todo[0].after_sha == "c");
 
   // Wanted, posted, then the same body again: nothing due; a new body: due again.
-  REQUIRE(store.SetPrCommentWanted("u", 3, "c", "body 1", "h1", false, 12));
-  REQUIRE(store.DuePrComments(12, 10).value().size() == 1);
-  REQUIRE(store.PrCommentFailed("u", 3, "HTTP 502", 5000, false, 13));
-  CHECK(store.DuePrComments(100, 10).value().empty());  // backing off
-  REQUIRE(store.SetPrCommentWanted("u", 3, "c", "body 1", "h1", false, 14));
-  CHECK(store.GetPrComment("u", 3).value()->attempts == 1);  // same body: backoff kept
-  REQUIRE(store.PrCommentPosted("u", 3, "77", "h1", 5000));
-  CHECK(store.DuePrComments(6000, 10).value().empty());
-  REQUIRE(store.SetPrCommentWanted("u", 3, "c", "body 2", "h2", true, 6001));
-  auto due = store.DuePrComments(6001, 10).value();
+  REQUIRE(store.pushes().SetPrCommentWanted("u", 3, "c", "body 1", "h1", false, 12));
+  REQUIRE(store.pushes().DuePrComments(12, 10).value().size() == 1);
+  REQUIRE(store.pushes().PrCommentFailed("u", 3, "HTTP 502", 5000, false, 13));
+  CHECK(store.pushes().DuePrComments(100, 10).value().empty());  // backing off
+  REQUIRE(store.pushes().SetPrCommentWanted("u", 3, "c", "body 1", "h1", false, 14));
+  CHECK(store.pushes().GetPrComment("u", 3).value()->attempts == 1);  // same body: backoff kept
+  REQUIRE(store.pushes().PrCommentPosted("u", 3, "77", "h1", 5000));
+  CHECK(store.pushes().DuePrComments(6000, 10).value().empty());
+  REQUIRE(store.pushes().SetPrCommentWanted("u", 3, "c", "body 2", "h2", true, 6001));
+  auto due = store.pushes().DuePrComments(6001, 10).value();
   REQUIRE(due.size() == 1);
   CHECK(due[0].comment_id == "77");
   CHECK(due[0].attempts == 0);
   CHECK(due[0].settled);
-  REQUIRE(store.PrCommentPosted("u", 3, "77", "h2", 6002));
-  CHECK(store.PullRequestsToRender(10).value().empty());  // settled at its head
-  REQUIRE(store.ForgetPrCommentId("u", 3, 6003));
-  CHECK(store.GetPrComment("u", 3).value()->comment_id.empty());
+  REQUIRE(store.pushes().PrCommentPosted("u", 3, "77", "h2", 6002));
+  CHECK(store.pushes().PullRequestsToRender(10).value().empty());  // settled at its head
+  REQUIRE(store.pushes().ForgetPrCommentId("u", 3, 6003));
+  CHECK(store.pushes().GetPrComment("u", 3).value()->comment_id.empty());
 }
 
 TEST_CASE("A store written by a newer trainq is refused, untouched", "[store][migration]") {
@@ -561,15 +564,15 @@ TEST_CASE("A locked database makes writes fail cleanly after the busy timeout", 
   // The first connection holds the write lock.
   auto locker = sql::Db::Open(f.path, false, 50).value();
   REQUIRE(locker.Exec("BEGIN IMMEDIATE"));
-  auto r = second.Lease("w", kT0, kLease, 1);
+  auto r = second.runs().Lease("w", kT0, kLease, 1);
   REQUIRE_FALSE(r);
   CHECK(r.error().kind == ErrorKind::kUnavailable);
   CHECK(r.error().retryable());
   CHECK(r.error().message.find("lock") != std::string::npos);
   // Readers still work under WAL.
-  CHECK(second.CountByState().value()[static_cast<int>(RunState::kQueued)] == 2);
+  CHECK(second.runs().CountByState().value()[static_cast<int>(RunState::kQueued)] == 2);
   REQUIRE(locker.Exec("ROLLBACK"));
-  CHECK(second.Lease("w", kT0, kLease, 1).value().size() == 1);
+  CHECK(second.runs().Lease("w", kT0, kLease, 1).value().size() == 1);
 }
 
 // Issue 16: a stall or a coordinator crash turned a run whose command
@@ -578,11 +581,11 @@ TEST_CASE("A success reported after the lease expired counts when nobody else ho
           "[store]") {
   Fixture f;
   f.Submit(1, 1);
-  auto l = f.store.Lease("w", kT0, kLease, 1).value().at(0);
-  CHECK(f.store.ExpireLeases(kT0 + kLease + 1).value() == 1);
+  auto l = f.store.runs().Lease("w", kT0, kLease, 1).value().at(0);
+  CHECK(f.store.runs().ExpireLeases(kT0 + kLease + 1).value() == 1);
   CHECK(f.Get(l.run_id).state == RunState::kDead);
   // The worker was stopped (SIGSTOP) past its lease; its command had succeeded.
-  REQUIRE(f.store.Complete(l.run_id, l.token, kT0 + kLease + 2, 0.8));
+  REQUIRE(f.store.runs().Complete(l.run_id, l.token, kT0 + kLease + 2, 0.8));
   auto row = f.Get(l.run_id);
   CHECK(row.state == RunState::kSucceeded);
   CHECK(row.metric_value.value() == Approx(0.8));
@@ -593,12 +596,12 @@ TEST_CASE("A success for a run another holder already completed is refused, nami
           "[store]") {
   Fixture f;
   f.Submit(1, 3);
-  auto old = f.store.Lease("w1", kT0, kLease, 1).value().at(0);
-  CHECK(f.store.ExpireLeases(kT0 + kLease + 1).value() == 1);
+  auto old = f.store.runs().Lease("w1", kT0, kLease, 1).value().at(0);
+  CHECK(f.store.runs().ExpireLeases(kT0 + kLease + 1).value() == 1);
   TimeMs later = kT0 + kLease + 1 + f.store.BackoffMs(1);
-  auto fresh = f.store.Lease("w2", later, kLease, 1).value().at(0);
-  REQUIRE(f.store.Complete(fresh.run_id, fresh.token, later + 1, 0.7));
-  auto late = f.store.Complete(old.run_id, old.token, later + 2, 0.9);
+  auto fresh = f.store.runs().Lease("w2", later, kLease, 1).value().at(0);
+  REQUIRE(f.store.runs().Complete(fresh.run_id, fresh.token, later + 1, 0.7));
+  auto late = f.store.runs().Complete(old.run_id, old.token, later + 2, 0.9);
   REQUIRE_FALSE(late);
   CHECK(late.error().kind == ErrorKind::kConflict);
   CHECK(late.error().message.find("already completed") != std::string::npos);
@@ -610,26 +613,26 @@ TEST_CASE("A lease that expired while serve was down gets one more lease, its la
           "[store]") {
   Fixture f;
   f.Submit(2, 1);
-  auto leases = f.store.Lease("w", kT0, kLease, 2).value();
+  auto leases = f.store.runs().Lease("w", kT0, kLease, 2).value();
   REQUIRE(leases.size() == 2);
   // serve restarts long after both leases ran out.
   TimeMs restart = kT0 + 10 * kLease;
-  CHECK(f.store.GraceLeases(restart, restart, kLease, "trainq serve was down").value() == 2);
-  CHECK(f.store.ExpireLeases(restart + 1).value() == 0);  // renewed
+  CHECK(f.store.runs().GraceLeases(restart, restart, kLease, "trainq serve was down").value() == 2);
+  CHECK(f.store.runs().ExpireLeases(restart + 1).value() == 0);  // renewed
   // One worker comes back and heartbeats; the other never does.
-  REQUIRE(f.store.Heartbeat(leases[0].run_id, leases[0].token, restart + 1'000, kLease));
-  CHECK(f.store.ExpireLeases(restart + kLease + 1).value() == 1);
+  REQUIRE(f.store.runs().Heartbeat(leases[0].run_id, leases[0].token, restart + 1'000, kLease));
+  CHECK(f.store.runs().ExpireLeases(restart + kLease + 1).value() == 1);
   auto gone = f.Get(leases[1].run_id);
   CHECK(gone.state == RunState::kQueued);  // not dead, although max_attempts is 1
   CHECK(gone.attempts == 0);
   CHECK(gone.last_error.find("trainq serve was away") != std::string::npos);
   // The one that came back is the worker's own again: its silence counts.
-  CHECK(f.store.ExpireLeases(restart + 1'000 + kLease + 1).value() == 1);
+  CHECK(f.store.runs().ExpireLeases(restart + 1'000 + kLease + 1).value() == 1);
   CHECK(f.Get(leases[0].run_id).state == RunState::kDead);
   // Leases still valid are not touched.
-  auto again = f.store.Lease("w", restart + 2 * kLease, kLease, 1).value();
+  auto again = f.store.runs().Lease("w", restart + 2 * kLease, kLease, 1).value();
   REQUIRE(again.size() == 1);
-  CHECK(f.store.GraceLeases(restart + 2 * kLease, restart + 2 * kLease, kLease, "x").value() == 0);
+  CHECK(f.store.runs().GraceLeases(restart + 2 * kLease, restart + 2 * kLease, kLease, "x").value() == 0);
 }
 
 // Found by ci/faults: four `trainq submit` creating the same new database at
@@ -660,8 +663,8 @@ TEST_CASE("A lease carries the batch's env_passthrough from its spec, or none wh
   BatchSpec empty = MakeSpec("empty", 1);
   empty.spec_json = R"({"env_passthrough": []})";
   BatchSpec plain = MakeSpec("plain", 1);
-  REQUIRE(f.store.Submit("/repos/demo", MakeCommit(), {narrowed, empty, plain}, kT0));
-  auto leased = f.store.Lease("w1", kT0, kLease, 3);
+  REQUIRE(f.store.runs().Submit("/repos/demo", MakeCommit(), {narrowed, empty, plain}, kT0));
+  auto leased = f.store.runs().Lease("w1", kT0, kLease, 3);
   REQUIRE(leased);
   REQUIRE(leased->size() == 3);
   for (const auto& l : *leased) {
@@ -730,12 +733,12 @@ TEST_CASE("Seeds that would pass INT64_MAX are refused, not wrapped", "[store]")
   Fixture f;
   auto spec = MakeSpec("big", 2, 3);
   spec.seed_start = std::numeric_limits<std::int64_t>::max();
-  auto r = f.store.Submit("/repos/demo", MakeCommit(), {spec}, kT0);
+  auto r = f.store.runs().Submit("/repos/demo", MakeCommit(), {spec}, kT0);
   REQUIRE_FALSE(r);
   CHECK(r.error().kind == ErrorKind::kInvalidArgument);
   CHECK_THAT(r.error().message, Catch::Contains("largest 64-bit integer"));
   spec.repeats = 1;  // the largest seed itself is fine
-  REQUIRE(f.store.Submit("/repos/demo", MakeCommit(), {spec}, kT0));
+  REQUIRE(f.store.runs().Submit("/repos/demo", MakeCommit(), {spec}, kT0));
 }
 
 TEST_CASE("InspectWal finds the committed transactions SQLite drops after a damaged WAL frame",
@@ -809,54 +812,54 @@ TEST_CASE("A batch that reuses another has that batch's runs as its own and queu
           "[store][reuse]") {
   Fixture f;
   std::int64_t source = f.Submit(3);
-  auto leased = f.store.Lease("w", kT0, kLease, 3).value();
+  auto leased = f.store.runs().Lease("w", kT0, kLease, 3).value();
   REQUIRE(leased.size() == 3);
   for (const auto& l : leased) {
-    REQUIRE(f.store.MarkRunning(l.run_id, l.token, kT0, ""));
-    REQUIRE(f.store.Complete(l.run_id, l.token, kT0 + 1, 0.25 * static_cast<double>(l.seed)));
+    REQUIRE(f.store.runs().MarkRunning(l.run_id, l.token, kT0, ""));
+    REQUIRE(f.store.runs().Complete(l.run_id, l.token, kT0 + 1, 0.25 * static_cast<double>(l.seed)));
   }
   CommitInfo next = MakeCommit("cccccccccccccccccccccccccccccccccccccccc");
   next.parent_sha = MakeCommit().sha;
-  auto r = f.store.ReuseBatch("/repos/demo", next, "mlp", source, "same inputs", kT0 + 2);
+  auto r = f.store.runs().ReuseBatch("/repos/demo", next, "mlp", source, "same inputs", kT0 + 2);
   REQUIRE(r);
   CHECK(r->created);
   REQUIRE(r->reuses_batch_id);
   CHECK(*r->reuses_batch_id == source);
   CHECK(r->batch_id != source);
 
-  auto b = f.store.Batch(r->batch_id).value().value();
+  auto b = f.store.runs().Batch(r->batch_id).value().value();
   CHECK(b.sha == next.sha);
   CHECK(b.reuses_batch_id == source);
   CHECK(b.reused_from_sha == MakeCommit().sha);
   CHECK(b.count(RunState::kSucceeded) == 3);
   CHECK(b.values == std::vector<double>{0.25, 0.5, 0.75});
   CHECK(b.seed_start == 1);
-  CHECK(f.store.Runs(r->batch_id, std::nullopt, 0).value().size() == 3);
+  CHECK(f.store.runs().Runs(r->batch_id, std::nullopt, 0).value().size() == 3);
 
   // A reuse of the reusing batch points at the one with the runs.
   CommitInfo third = MakeCommit("dddddddddddddddddddddddddddddddddddddddd");
-  auto r2 = f.store.ReuseBatch("/repos/demo", third, "mlp", r->batch_id, "same", kT0 + 3);
+  auto r2 = f.store.runs().ReuseBatch("/repos/demo", third, "mlp", r->batch_id, "same", kT0 + 3);
   REQUIRE(r2);
   CHECK(r2->reuses_batch_id == source);
 
   // Submit keeps it as it is: nothing queued, no runs of its own.
-  auto again = f.store.Submit("/repos/demo", next, {MakeSpec("mlp", 3)}, kT0 + 4).value();
+  auto again = f.store.runs().Submit("/repos/demo", next, {MakeSpec("mlp", 3)}, kT0 + 4).value();
   REQUIRE(again.size() == 1);
   CHECK(again[0].batch_id == r->batch_id);
   CHECK(again[0].runs_added == 0);
   CHECK(again[0].reuses_batch_id == source);
-  CHECK(f.store.Runs(std::nullopt, std::nullopt, 0).value().size() == 3);
+  CHECK(f.store.runs().Runs(std::nullopt, std::nullopt, 0).value().size() == 3);
 
   // Growing it grows the batch with the runs.
-  CHECK(f.store.ExtendBatch(r->batch_id, 4, kT0 + 5).value() == 1);
-  CHECK(f.store.Runs(source, std::nullopt, 0).value().size() == 4);
+  CHECK(f.store.runs().ExtendBatch(r->batch_id, 4, kT0 + 5).value() == 1);
+  CHECK(f.store.runs().Runs(source, std::nullopt, 0).value().size() == 4);
 
   // --rerun: it stops reusing, and the next Submit queues its own seeds.
-  CHECK(f.store.StopReusing(r->batch_id).value());
-  CHECK_FALSE(f.store.StopReusing(r->batch_id).value());
-  auto own = f.store.Submit("/repos/demo", next, {MakeSpec("mlp", 3)}, kT0 + 6).value();
+  CHECK(f.store.runs().StopReusing(r->batch_id).value());
+  CHECK_FALSE(f.store.runs().StopReusing(r->batch_id).value());
+  auto own = f.store.runs().Submit("/repos/demo", next, {MakeSpec("mlp", 3)}, kT0 + 6).value();
   CHECK(own[0].runs_added == 3);
-  auto mine = f.store.Batch(r->batch_id).value().value();
+  auto mine = f.store.runs().Batch(r->batch_id).value().value();
   CHECK_FALSE(mine.reuses_batch_id);
   CHECK(mine.count(RunState::kQueued) == 3);
 }
@@ -864,40 +867,98 @@ TEST_CASE("A batch that reuses another has that batch's runs as its own and queu
 TEST_CASE("Quiet commits are found by prefix, and a push's statuses are one per context",
           "[store][reuse]") {
   Fixture f;
-  Store::Push p;
+  Pushes::Push p;
   p.source = "github";
   p.delivery_id = "d1";
   p.repo_url = "https://example.com/r.git";
   p.ref = "refs/heads/main";
   p.before_sha = std::string(40, 'b');
   p.after_sha = std::string(40, 'e');
-  auto id = f.store.RecordPush(p, kT0).value().value();
-  REQUIRE(f.store.AddQuietCommit({p.repo_url, p.after_sha, id, "nothing changed"}, kT0));
-  REQUIRE(f.store.AddQuietCommit({p.repo_url, p.after_sha, id, "again"}, kT0));  // kept as first
-  auto q = f.store.QuietCommits("eeee").value();
+  auto id = f.store.pushes().RecordPush(p, kT0).value().value();
+  REQUIRE(f.store.pushes().AddQuietCommit({p.repo_url, p.after_sha, id, "nothing changed"}, kT0));
+  REQUIRE(f.store.pushes().AddQuietCommit({p.repo_url, p.after_sha, id, "again"}, kT0));  // kept as first
+  auto q = f.store.pushes().QuietCommits("eeee").value();
   REQUIRE(q.size() == 1);
   CHECK(q[0].note == "nothing changed");
-  CHECK(f.store.QuietCommits("ffff").value().empty());
-  CHECK_FALSE(f.store.QuietCommits("zz12"));
+  CHECK(f.store.pushes().QuietCommits("ffff").value().empty());
+  CHECK_FALSE(f.store.pushes().QuietCommits("zz12"));
 
   for (std::string ctx : {"trainq/a", "trainq/b"}) {
-    Store::CommitStatus s;
+    Pushes::CommitStatus s;
     s.push_id = id;
     s.repo_url = p.repo_url;
     s.sha = p.after_sha;
     s.context = ctx;
     s.state = "success";
     s.description = "no experiment changed";
-    REQUIRE(f.store.AddPushStatus(s, kT0));
+    REQUIRE(f.store.pushes().AddPushStatus(s, kT0));
   }
-  auto due = f.store.DueCommitStatuses(kT0, 10).value();
+  auto due = f.store.pushes().DueCommitStatuses(kT0, 10).value();
   REQUIRE(due.size() == 2);
   // Posting one leaves the other due.
-  REQUIRE(f.store.CommitStatusPosted(due[0], "success", "no experiment changed", kT0 + 1));
-  auto left = f.store.DueCommitStatuses(kT0 + 1, 10).value();
+  REQUIRE(f.store.pushes().CommitStatusPosted(due[0], "success", "no experiment changed", kT0 + 1));
+  auto left = f.store.pushes().DueCommitStatuses(kT0 + 1, 10).value();
   REQUIRE(left.size() == 1);
   CHECK(left[0].context != due[0].context);
-  auto all = f.store.GetPushStatuses(id).value();
+  auto all = f.store.pushes().GetPushStatuses(id).value();
   REQUIRE(all.size() == 2);
   CHECK(all[0].context == "trainq/a");
+}
+
+TEST_CASE("A store at schema version 13 keeps its batch and push statuses in the one status table",
+          "[store][migration]") {
+  testing::TempDir dir;
+  std::string path = dir / "v13.db";
+  {
+    auto db = sql::Db::Open(path, true, 1000).value();
+    REQUIRE(ApplyMigrations(db, 0, 13));
+    REQUIRE(db.Exec(
+        "INSERT INTO repos (id, url, name, created_ms) VALUES (1, 'u', 'u', 1);"
+        "INSERT INTO commits (id, repo_id, sha, created_ms) VALUES (1, 1, 'abc', 1);"
+        "INSERT INTO batches (id, commit_id, experiment, command, metric_name, metric_goal, "
+        "repeats, seed_start, timeout_s, max_attempts, created_ms) VALUES (1, 1, 'e', 'true', "
+        "'m', 'min', 1, 1, 60, 1, 1);"
+        "INSERT INTO commit_statuses (batch_id, repo_url, sha, context, state, description, "
+        "posted_state, posted_description, attempts, not_before_ms, gave_up, last_error, "
+        "updated_ms) VALUES (1, 'u', 'abc', 'trainq/e', 'success', 'better', 'pending', "
+        "'queued', 2, 5, 0, 'forge down', 1);"
+        "INSERT INTO pushes (id, source, delivery_id, repo_url, ref, before_sha, after_sha, "
+        "state, received_ms, updated_ms) VALUES (1, 'github', 'd1', 'u', 'refs/heads/main', "
+        "'a', 'def', 'done', 1, 1);"
+        "INSERT INTO push_statuses (push_id, repo_url, sha, context, state, description, "
+        "updated_ms) VALUES (1, 'u', 'def', 'trainq/b', 'success', 'nothing to judge', 1);"
+        "INSERT INTO push_statuses (push_id, repo_url, sha, context, state, description, "
+        "updated_ms) VALUES (1, 'u', 'def', 'trainq/a', 'success', 'nothing to judge', 1);"));
+  }
+  auto store = Store::Open(path).value();
+  CHECK(store.schema_version() == Store::kSchemaVersion);
+  auto batch = store.pushes().GetCommitStatus(1).value();
+  REQUIRE(batch);
+  CHECK(batch->batch_id == 1);
+  CHECK(batch->push_id == 0);
+  CHECK(batch->state == "success");
+  CHECK(batch->posted_state == "pending");
+  CHECK(batch->posted_description == "queued");
+  CHECK(batch->attempts == 2);
+  CHECK(batch->last_error == "forge down");
+  auto pushed = store.pushes().GetPushStatuses(1).value();
+  REQUIRE(pushed.size() == 2);
+  CHECK(pushed[0].context == "trainq/a");
+  CHECK(pushed[1].context == "trainq/b");
+  CHECK(pushed[0].push_id == 1);
+  CHECK(pushed[0].batch_id == 0);
+  CHECK(store.pushes().GetPushStatus(1).value()->context == "trainq/a");
+  // Both kinds are due from the one table, by not_before_ms: the pushes' (0)
+  // before the batch's (5).
+  auto due = store.pushes().DueCommitStatuses(kT0, 10).value();
+  REQUIRE(due.size() == 3);
+  CHECK(due[0].push_id == 1);
+  CHECK(due[2].batch_id == 1);
+  // The old tables are gone.
+  auto db = sql::Db::Open(path, false, 1000).value();
+  auto q = db.Prepare("SELECT count(*) FROM sqlite_master WHERE name IN ('commit_statuses', "
+                      "'push_statuses')")
+               .value();
+  REQUIRE(q.Step().value());
+  CHECK(q.Int(0) == 0);
 }

@@ -1,12 +1,12 @@
-// Store: the commit-trigger section (pushes, ref heads, commit statuses).
-// Declared at the end of class Store in queue/store.h.
+// Pushes (queue/pushes.h): pushes, deliveries, ref heads, commit statuses,
+// quiet commits and pull request comments.
 #include <time.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
 
-#include "queue/store.h"
+#include "queue/store_parts.h"
 
 namespace trainq {
 
@@ -16,8 +16,8 @@ const char* kPushColumns =
     "id, source, delivery_id, repo_url, ref, before_sha, after_sha, default_branch, state, "
     "attempts, not_before_ms, result, error, received_ms, updated_ms, pr_number, target_branch";
 
-Store::Push ReadPush(const sql::Stmt& s) {
-  Store::Push p;
+Pushes::Push ReadPush(const sql::Stmt& s) {
+  Pushes::Push p;
   p.id = s.Int(0);
   p.source = s.Text(1);
   p.delivery_id = s.Text(2);
@@ -38,12 +38,14 @@ Store::Push ReadPush(const sql::Stmt& s) {
   return p;
 }
 
+// One table holds both kinds of status (schema 14): a batch's (batch_id set)
+// and a push's (push_id set, one per context); the absent id reads as 0.
 const char* kStatusColumns =
-    "batch_id, repo_url, sha, context, state, description, posted_state, attempts, "
-    "not_before_ms, gave_up, last_error, posted_description";
+    "coalesce(batch_id, 0), repo_url, sha, context, state, description, posted_state, "
+    "attempts, not_before_ms, gave_up, last_error, posted_description, coalesce(push_id, 0)";
 
-Store::CommitStatus ReadStatus(const sql::Stmt& s) {
-  Store::CommitStatus c;
+Pushes::CommitStatus ReadStatus(const sql::Stmt& s) {
+  Pushes::CommitStatus c;
   c.batch_id = s.Int(0);
   c.repo_url = s.Text(1);
   c.sha = s.Text(2);
@@ -56,6 +58,7 @@ Store::CommitStatus ReadStatus(const sql::Stmt& s) {
   c.gave_up = s.Int(9) != 0;
   c.last_error = s.Text(10);
   c.posted_description = s.Text(11);
+  c.push_id = s.Int(12);
   return c;
 }
 
@@ -74,24 +77,11 @@ Result<std::vector<T>> Collect(sql::Stmt& s, Read read) {
   return out;
 }
 
-int FineBusyWait(void* timeout_ms, int count) {
-  // ~0.1 ms for the first 10 tries, then 1 ms: `count` tries take at most
-  // about count - 9 ms after the first millisecond.
-  auto limit = reinterpret_cast<std::intptr_t>(timeout_ms);  // the value, not a pointer
-  if (count >= 10 && count - 9 > limit) return 0;
-  struct timespec ts{0, count < 10 ? 100'000L : 1'000'000L};
-  nanosleep(&ts, nullptr);
-  return 1;
-}
-
 }  // namespace
 
-void Store::UseFineBusyWait() {
-  sqlite3_busy_handler(db_.raw(), FineBusyWait,
-                       reinterpret_cast<void*>(static_cast<std::intptr_t>(options_.busy_timeout_ms)));
-}
+Pushes::Pushes(StoreParts& parts) : parts_(parts), db_(parts.db) {}
 
-Result<std::optional<std::int64_t>> Store::RecordPush(const Push& push, TimeMs now) {
+Result<std::optional<std::int64_t>> Pushes::RecordPush(const Push& push, TimeMs now) {
   using Out = std::optional<std::int64_t>;
   return sql::WithWriteTransaction(db_, [&]() -> Result<Out> {
     ASSIGN_OR_RETURN(auto d,
@@ -147,7 +137,7 @@ Result<std::optional<std::int64_t>> Store::RecordPush(const Push& push, TimeMs n
   });
 }
 
-Result<std::vector<Store::Push>> Store::DuePushes(TimeMs now, int limit) {
+Result<std::vector<Pushes::Push>> Pushes::DuePushes(TimeMs now, int limit) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kPushColumns +
                                        " FROM pushes WHERE state = 'pending' AND "
                                        "not_before_ms <= ? ORDER BY id LIMIT ?"));
@@ -155,7 +145,7 @@ Result<std::vector<Store::Push>> Store::DuePushes(TimeMs now, int limit) {
   return Collect<Push>(s, ReadPush);
 }
 
-Result<std::optional<TimeMs>> Store::NextPushDue() {
+Result<std::optional<TimeMs>> Pushes::NextPushDue() {
   ASSIGN_OR_RETURN(auto s,
                    db_.Prepare("SELECT min(not_before_ms) FROM pushes WHERE state = 'pending'"));
   ASSIGN_OR_RETURN(bool row, s.Step());
@@ -163,7 +153,7 @@ Result<std::optional<TimeMs>> Store::NextPushDue() {
   return std::optional<TimeMs>(s.Int(0));
 }
 
-Status Store::FinishPush(std::int64_t id, const std::string& state, const std::string& result,
+Status Pushes::FinishPush(std::int64_t id, const std::string& state, const std::string& result,
                          const std::string& error, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE pushes SET state = ?, result = ?, error = ?, "
@@ -176,7 +166,7 @@ Status Store::FinishPush(std::int64_t id, const std::string& state, const std::s
   });
 }
 
-Status Store::RetryPush(std::int64_t id, const std::string& error, TimeMs not_before, TimeMs now) {
+Status Pushes::RetryPush(std::int64_t id, const std::string& error, TimeMs not_before, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE pushes SET attempts = attempts + 1, error = ?, "
                                          "not_before_ms = ?, updated_ms = ? WHERE id = ? AND "
@@ -185,7 +175,7 @@ Status Store::RetryPush(std::int64_t id, const std::string& error, TimeMs not_be
   });
 }
 
-Result<std::optional<Store::Push>> Store::GetPush(std::int64_t id) {
+Result<std::optional<Pushes::Push>> Pushes::GetPush(std::int64_t id) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kPushColumns +
                                        " FROM pushes WHERE id = ?"));
   s.Bind(1, id);
@@ -194,21 +184,21 @@ Result<std::optional<Store::Push>> Store::GetPush(std::int64_t id) {
   return std::optional<Push>(ReadPush(s));
 }
 
-Result<std::vector<Store::Push>> Store::RecentPushes(int limit) {
+Result<std::vector<Pushes::Push>> Pushes::RecentPushes(int limit) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kPushColumns +
                                        " FROM pushes ORDER BY id DESC LIMIT ?"));
   s.Bind(1, limit);
   return Collect<Push>(s, ReadPush);
 }
 
-Result<std::vector<std::pair<std::string, std::int64_t>>> Store::CountPushesByState() {
+Result<std::vector<std::pair<std::string, std::int64_t>>> Pushes::CountPushesByState() {
   ASSIGN_OR_RETURN(auto s,
                    db_.Prepare("SELECT state, n FROM push_counts WHERE n > 0 ORDER BY state"));
   return Collect<std::pair<std::string, std::int64_t>>(
       s, [](const sql::Stmt& st) { return std::make_pair(st.Text(0), st.Int(1)); });
 }
 
-Result<std::vector<Store::Push>> Store::PushesForCommit(const std::string& sha_prefix) {
+Result<std::vector<Pushes::Push>> Pushes::PushesForCommit(const std::string& sha_prefix) {
   if (sha_prefix.empty() || !std::all_of(sha_prefix.begin(), sha_prefix.end(), [](char c) {
         return std::isxdigit(static_cast<unsigned char>(c));
       })) {
@@ -223,7 +213,7 @@ Result<std::vector<Store::Push>> Store::PushesForCommit(const std::string& sha_p
   return Collect<Push>(s, ReadPush);
 }
 
-Result<std::vector<std::pair<std::string, std::string>>> Store::RefHeads(
+Result<std::vector<std::pair<std::string, std::string>>> Pushes::RefHeads(
     const std::string& repo_url) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT ref, sha FROM ref_heads WHERE repo_url = ? "
                                        "ORDER BY ref"));
@@ -232,7 +222,7 @@ Result<std::vector<std::pair<std::string, std::string>>> Store::RefHeads(
       s, [](const sql::Stmt& st) { return std::make_pair(st.Text(0), st.Text(1)); });
 }
 
-Status Store::SetRefHead(const std::string& repo_url, const std::string& ref,
+Status Pushes::SetRefHead(const std::string& repo_url, const std::string& ref,
                          const std::string& sha, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u, db_.Prepare("INSERT INTO ref_heads (repo_url, ref, sha, updated_ms) "
@@ -243,12 +233,12 @@ Status Store::SetRefHead(const std::string& repo_url, const std::string& ref,
   });
 }
 
-Status Store::AddCommitStatus(const CommitStatus& c, TimeMs now) {
+Status Pushes::AddCommitStatus(const CommitStatus& c, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u,
-                     db_.Prepare("INSERT INTO commit_statuses (batch_id, repo_url, sha, context, "
+                     db_.Prepare("INSERT INTO statuses (batch_id, repo_url, sha, context, "
                                  "state, description, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                                 "ON CONFLICT (batch_id) DO NOTHING"));
+                                 "ON CONFLICT (batch_id) WHERE batch_id IS NOT NULL DO NOTHING"));
     return u.Bind(1, c.batch_id)
         .Bind(2, c.repo_url)
         .Bind(3, c.sha)
@@ -260,10 +250,10 @@ Status Store::AddCommitStatus(const CommitStatus& c, TimeMs now) {
   });
 }
 
-Result<std::vector<std::int64_t>> Store::FinishedPendingStatuses(int limit) {
+Result<std::vector<std::int64_t>> Pushes::FinishedPendingStatuses(int limit) {
   ASSIGN_OR_RETURN(auto s,
-                   db_.Prepare("SELECT cs.batch_id FROM commit_statuses cs WHERE cs.state = "
-                               "'pending' AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.batch_id "
+                   db_.Prepare("SELECT cs.batch_id FROM statuses cs WHERE cs.batch_id IS NOT NULL "
+                               "AND cs.state = 'pending' AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.batch_id "
                                "= coalesce((SELECT reuses_batch_id FROM batches WHERE id = "
                                "cs.batch_id), cs.batch_id) AND r.state IN ('queued', 'leased', 'running', "
                                "'failed')) ORDER BY cs.batch_id LIMIT ?"));
@@ -271,30 +261,32 @@ Result<std::vector<std::int64_t>> Store::FinishedPendingStatuses(int limit) {
   return Collect<std::int64_t>(s, [](const sql::Stmt& st) { return st.Int(0); });
 }
 
-Result<std::vector<Store::CommitStatus>> Store::PendingCommitStatuses(const std::string& prefix) {
+Result<std::vector<Pushes::CommitStatus>> Pushes::PendingCommitStatuses(const std::string& prefix) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kStatusColumns +
-                                       " FROM commit_statuses WHERE state = 'pending' AND "
-                                       "substr(description, 1, ?) = ? ORDER BY batch_id"));
+                                       " FROM statuses WHERE batch_id IS NOT NULL AND state = "
+                                       "'pending' AND substr(description, 1, ?) = ? ORDER BY "
+                                       "batch_id"));
   s.Bind(1, static_cast<std::int64_t>(prefix.size())).Bind(2, prefix);
   return Collect<CommitStatus>(s, ReadStatus);
 }
 
-Status Store::SetCommitStatusWanted(std::int64_t batch_id, const std::string& state,
+Status Pushes::SetCommitStatusWanted(std::int64_t batch_id, const std::string& state,
                                     const std::string& description, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
-    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE commit_statuses SET state = ?, description = ?, "
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE statuses SET state = ?, description = ?, "
                                          "attempts = 0, not_before_ms = 0, gave_up = 0, "
-                                         "updated_ms = ? WHERE batch_id = ?"));
+                                         "updated_ms = ? WHERE batch_id = ? AND batch_id IS NOT NULL"));
     return u.Bind(1, state).Bind(2, description).Bind(3, now).Bind(4, batch_id).Run();
   });
 }
 
-Status Store::AddPushStatus(const CommitStatus& c, TimeMs now) {
+Status Pushes::AddPushStatus(const CommitStatus& c, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u,
-                     db_.Prepare("INSERT INTO push_statuses (push_id, repo_url, sha, context, "
+                     db_.Prepare("INSERT INTO statuses (push_id, repo_url, sha, context, "
                                  "state, description, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                                 "ON CONFLICT (push_id, context) DO NOTHING"));
+                                 "ON CONFLICT (push_id, context) WHERE push_id IS NOT NULL DO "
+                                 "NOTHING"));
     return u.Bind(1, c.push_id)
         .Bind(2, c.repo_url)
         .Bind(3, c.sha)
@@ -306,22 +298,16 @@ Status Store::AddPushStatus(const CommitStatus& c, TimeMs now) {
   });
 }
 
-Result<std::vector<Store::CommitStatus>> Store::DueCommitStatuses(TimeMs now, int limit) {
+Result<std::vector<Pushes::CommitStatus>> Pushes::DueCommitStatuses(TimeMs now, int limit) {
   const std::string due =
       " WHERE gave_up = 0 AND not_before_ms <= ? AND (state != posted_state OR "
       "description != posted_description)";
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kStatusColumns +
-                                       ", 0 AS push_id FROM commit_statuses" + due +
-                                       " UNION ALL SELECT 0, " +
-                                       std::string(kStatusColumns).substr(10) +
-                                       ", push_id FROM push_statuses" + due +
-                                       " ORDER BY not_before_ms, batch_id, push_id LIMIT ?"));
-  s.Bind(1, now).Bind(2, now).Bind(3, limit);
-  return Collect<CommitStatus>(s, [](const sql::Stmt& st) {
-    auto c = ReadStatus(st);
-    c.push_id = st.Int(12);
-    return c;
-  });
+                                       " FROM statuses" + due +
+                                       " ORDER BY not_before_ms, coalesce(batch_id, 0), "
+                                       "coalesce(push_id, 0) LIMIT ?"));
+  s.Bind(1, now).Bind(2, limit);
+  return Collect<CommitStatus>(s, ReadStatus);
 }
 
 namespace {
@@ -334,14 +320,14 @@ struct StatusRow {
   std::int64_t id;
   std::string context;
 };
-StatusRow RowOf(const Store::CommitStatus& s) {
-  if (s.push_id) return {"push_statuses", "push_id = ?9 AND context = ?10", s.push_id, s.context};
-  return {"commit_statuses", "batch_id = ?9", s.batch_id, ""};
+StatusRow RowOf(const Pushes::CommitStatus& s) {
+  if (s.push_id) return {"statuses", "push_id = ?9 AND context = ?10", s.push_id, s.context};
+  return {"statuses", "batch_id = ?9", s.batch_id, ""};
 }
 
 }  // namespace
 
-Status Store::CommitStatusPosted(const CommitStatus& c, const std::string& state,
+Status Pushes::CommitStatusPosted(const CommitStatus& c, const std::string& state,
                                  const std::string& description, TimeMs now) {
   auto row = RowOf(c);
   return sql::WithWriteTransaction(db_, [&]() -> Status {
@@ -355,7 +341,7 @@ Status Store::CommitStatusPosted(const CommitStatus& c, const std::string& state
   });
 }
 
-Status Store::CommitStatusFailed(const CommitStatus& c, const std::string& error,
+Status Pushes::CommitStatusFailed(const CommitStatus& c, const std::string& error,
                                  TimeMs not_before, bool give_up, TimeMs now) {
   auto row = RowOf(c);
   return sql::WithWriteTransaction(db_, [&]() -> Status {
@@ -369,18 +355,14 @@ Status Store::CommitStatusFailed(const CommitStatus& c, const std::string& error
   });
 }
 
-Result<std::vector<Store::CommitStatus>> Store::GetPushStatuses(std::int64_t push_id) {
-  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT 0, " + std::string(kStatusColumns).substr(10) +
-                                       " FROM push_statuses WHERE push_id = ? ORDER BY context"));
+Result<std::vector<Pushes::CommitStatus>> Pushes::GetPushStatuses(std::int64_t push_id) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kStatusColumns +
+                                       " FROM statuses WHERE push_id = ? ORDER BY context"));
   s.Bind(1, push_id);
-  return Collect<CommitStatus>(s, [&](const sql::Stmt& st) {
-    auto c = ReadStatus(st);
-    c.push_id = push_id;
-    return c;
-  });
+  return Collect<CommitStatus>(s, ReadStatus);
 }
 
-Status Store::AddQuietCommit(const QuietCommit& q, TimeMs now) {
+Status Pushes::AddQuietCommit(const QuietCommit& q, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u, db_.Prepare("INSERT INTO quiet_commits (repo_url, sha, push_id, note, "
                                          "created_ms) VALUES (?, ?, ?, ?, ?) "
@@ -389,7 +371,7 @@ Status Store::AddQuietCommit(const QuietCommit& q, TimeMs now) {
   });
 }
 
-Result<std::vector<Store::QuietCommit>> Store::QuietCommits(const std::string& sha_prefix) {
+Result<std::vector<Pushes::QuietCommit>> Pushes::QuietCommits(const std::string& sha_prefix) {
   for (char ch : sha_prefix) {
     if (!std::isxdigit(static_cast<unsigned char>(ch))) {
       return Fail(ErrorKind::kInvalidArgument, "'" + sha_prefix + "' is not a commit id");
@@ -407,20 +389,18 @@ Result<std::vector<Store::QuietCommit>> Store::QuietCommits(const std::string& s
   });
 }
 
-Result<std::optional<Store::CommitStatus>> Store::GetPushStatus(std::int64_t push_id) {
-  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT 0, " + std::string(kStatusColumns).substr(10) +
-                                       " FROM push_statuses WHERE push_id = ?"));
+Result<std::optional<Pushes::CommitStatus>> Pushes::GetPushStatus(std::int64_t push_id) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kStatusColumns +
+                                       " FROM statuses WHERE push_id = ? ORDER BY context LIMIT 1"));
   s.Bind(1, push_id);
   ASSIGN_OR_RETURN(bool row, s.Step());
   if (!row) return std::optional<CommitStatus>();
-  auto c = ReadStatus(s);
-  c.push_id = push_id;
-  return std::optional<CommitStatus>(c);
+  return std::optional<CommitStatus>(ReadStatus(s));
 }
 
-Result<std::optional<Store::CommitStatus>> Store::GetCommitStatus(std::int64_t batch_id) {
+Result<std::optional<Pushes::CommitStatus>> Pushes::GetCommitStatus(std::int64_t batch_id) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kStatusColumns +
-                                       " FROM commit_statuses WHERE batch_id = ?"));
+                                       " FROM statuses WHERE batch_id = ?"));
   s.Bind(1, batch_id);
   ASSIGN_OR_RETURN(bool row, s.Step());
   if (!row) return std::optional<CommitStatus>();
@@ -433,8 +413,8 @@ const char* kPrCommentColumns =
     "repo_url, pr_number, head_sha, comment_id, body, body_sha256, posted_sha256, settled, "
     "attempts, not_before_ms, gave_up, last_error, posted_ms";
 
-Store::PrComment ReadPrComment(const sql::Stmt& s) {
-  Store::PrComment c;
+Pushes::PrComment ReadPrComment(const sql::Stmt& s) {
+  Pushes::PrComment c;
   c.repo_url = s.Text(0);
   c.pr_number = s.Int(1);
   c.head_sha = s.Text(2);
@@ -453,7 +433,7 @@ Store::PrComment ReadPrComment(const sql::Stmt& s) {
 
 }  // namespace
 
-Result<std::vector<Store::Push>> Store::PullRequestsToRender(int limit) {
+Result<std::vector<Pushes::Push>> Pushes::PullRequestsToRender(int limit) {
   std::string cols;
   for (std::string_view c : {"id", "source", "delivery_id", "repo_url", "ref", "before_sha",
                              "after_sha", "default_branch", "state", "attempts", "not_before_ms",
@@ -473,7 +453,7 @@ Result<std::vector<Store::Push>> Store::PullRequestsToRender(int limit) {
   return Collect<Push>(s, ReadPush);
 }
 
-Result<std::optional<Store::PrComment>> Store::GetPrComment(const std::string& repo_url,
+Result<std::optional<Pushes::PrComment>> Pushes::GetPrComment(const std::string& repo_url,
                                                             std::int64_t pr_number) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kPrCommentColumns +
                                        " FROM pr_comments WHERE repo_url = ? AND pr_number = ?"));
@@ -483,7 +463,7 @@ Result<std::optional<Store::PrComment>> Store::GetPrComment(const std::string& r
   return std::optional<PrComment>(ReadPrComment(s));
 }
 
-Status Store::SetPrCommentWanted(const std::string& repo_url, std::int64_t pr_number,
+Status Pushes::SetPrCommentWanted(const std::string& repo_url, std::int64_t pr_number,
                                  const std::string& head_sha, const std::string& body,
                                  const std::string& body_sha256, bool settled, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
@@ -511,7 +491,7 @@ Status Store::SetPrCommentWanted(const std::string& repo_url, std::int64_t pr_nu
   });
 }
 
-Result<std::vector<Store::PrComment>> Store::DuePrComments(TimeMs now, int limit) {
+Result<std::vector<Pushes::PrComment>> Pushes::DuePrComments(TimeMs now, int limit) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kPrCommentColumns +
                                        " FROM pr_comments WHERE gave_up = 0 AND body != '' AND "
                                        "body_sha256 != posted_sha256 AND not_before_ms <= ? "
@@ -520,7 +500,7 @@ Result<std::vector<Store::PrComment>> Store::DuePrComments(TimeMs now, int limit
   return Collect<PrComment>(s, ReadPrComment);
 }
 
-Status Store::PrCommentPosted(const std::string& repo_url, std::int64_t pr_number,
+Status Pushes::PrCommentPosted(const std::string& repo_url, std::int64_t pr_number,
                               const std::string& comment_id, const std::string& body_sha256,
                               TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
@@ -537,7 +517,7 @@ Status Store::PrCommentPosted(const std::string& repo_url, std::int64_t pr_numbe
   });
 }
 
-Status Store::PrCommentFailed(const std::string& repo_url, std::int64_t pr_number,
+Status Pushes::PrCommentFailed(const std::string& repo_url, std::int64_t pr_number,
                               const std::string& error, TimeMs not_before, bool give_up,
                               TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
@@ -554,12 +534,31 @@ Status Store::PrCommentFailed(const std::string& repo_url, std::int64_t pr_numbe
   });
 }
 
-Status Store::ForgetPrCommentId(const std::string& repo_url, std::int64_t pr_number, TimeMs now) {
+Status Pushes::ForgetPrCommentId(const std::string& repo_url, std::int64_t pr_number, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE pr_comments SET comment_id = '', "
                                          "posted_sha256 = '', updated_ms = ? WHERE repo_url = ? "
                                          "AND pr_number = ?"));
     return u.Bind(1, now).Bind(2, repo_url).Bind(3, pr_number).Run();
+  });
+}
+
+Result<bool> Pushes::RecordDelivery(const DeliveryRow& d, TimeMs now) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<bool> {
+    ASSIGN_OR_RETURN(auto u,
+                     db_.Prepare("INSERT INTO deliveries (forge, delivery_id, event, repo_url, ref, "
+                                 "before_sha, after_sha, received_ms) VALUES (?, ?, ?, ?, ?, ?, ?, "
+                                 "?) ON CONFLICT (forge, delivery_id) DO NOTHING"));
+    TRY(u.Bind(1, d.forge)
+            .Bind(2, d.delivery_id)
+            .Bind(3, d.event)
+            .Bind(4, d.repo_url)
+            .Bind(5, d.ref)
+            .Bind(6, d.before_sha)
+            .Bind(7, d.after_sha)
+            .Bind(8, now)
+            .Run());
+    return db_.Changes() > 0;
   });
 }
 

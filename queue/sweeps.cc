@@ -1,8 +1,7 @@
-// Store: the sweeps section (hyperparameter searches). Declared at the end of
-// class Store in queue/store.h.
+// Sweeps (queue/sweeps.h): hyperparameter searches and their points.
 #include <cstdint>
 
-#include "queue/store.h"
+#include "queue/store_parts.h"
 
 namespace trainq {
 
@@ -11,8 +10,8 @@ namespace {
 const char* kSweepColumns =
     "id, repo_url, commit_json, experiment, spec_json, batch_json, state, created_ms, updated_ms";
 
-Store::SweepRow ReadSweep(const sql::Stmt& s) {
-  Store::SweepRow r;
+Sweeps::SweepRow ReadSweep(const sql::Stmt& s) {
+  Sweeps::SweepRow r;
   r.id = s.Int(0);
   r.repo_url = s.Text(1);
   r.commit_json = s.Text(2);
@@ -25,8 +24,8 @@ Store::SweepRow ReadSweep(const sql::Stmt& s) {
   return r;
 }
 
-Store::SweepPointRow ReadPoint(const sql::Stmt& s) {
-  Store::SweepPointRow p;
+Sweeps::SweepPointRow ReadPoint(const sql::Stmt& s) {
+  Sweeps::SweepPointRow p;
   p.sweep_id = s.Int(0);
   p.idx = static_cast<int>(s.Int(1));
   p.params_json = s.Text(2);
@@ -37,7 +36,9 @@ Store::SweepPointRow ReadPoint(const sql::Stmt& s) {
 
 }  // namespace
 
-Result<std::int64_t> Store::AddSweep(const SweepRow& r, TimeMs now) {
+Sweeps::Sweeps(StoreParts& parts) : parts_(parts), db_(parts.db) {}
+
+Result<std::int64_t> Sweeps::AddSweep(const SweepRow& r, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Result<std::int64_t> {
     ASSIGN_OR_RETURN(auto st, db_.Prepare(
                                   "INSERT INTO sweeps (repo_url, commit_json, experiment, "
@@ -50,7 +51,7 @@ Result<std::int64_t> Store::AddSweep(const SweepRow& r, TimeMs now) {
   });
 }
 
-Result<std::optional<Store::SweepRow>> Store::GetSweep(std::int64_t id) {
+Result<std::optional<Sweeps::SweepRow>> Sweeps::GetSweep(std::int64_t id) {
   ASSIGN_OR_RETURN(auto st, db_.Prepare(std::string("SELECT ") + kSweepColumns +
                                         " FROM sweeps WHERE id = ?"));
   st.Bind(1, id);
@@ -59,7 +60,7 @@ Result<std::optional<Store::SweepRow>> Store::GetSweep(std::int64_t id) {
   return std::optional<SweepRow>(ReadSweep(st));
 }
 
-Result<std::vector<Store::SweepRow>> Store::Sweeps(const std::string& state) {
+Result<std::vector<Sweeps::SweepRow>> Sweeps::List(const std::string& state) {
   ASSIGN_OR_RETURN(auto st, db_.Prepare(std::string("SELECT ") + kSweepColumns +
                                         " FROM sweeps WHERE ? = '' OR state = ? ORDER BY id DESC"));
   st.Bind(1, state).Bind(2, state);
@@ -72,7 +73,7 @@ Result<std::vector<Store::SweepRow>> Store::Sweeps(const std::string& state) {
   return out;
 }
 
-Status Store::SetSweepState(std::int64_t id, const std::string& state, TimeMs now) {
+Status Sweeps::SetSweepState(std::int64_t id, const std::string& state, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto st,
                      db_.Prepare("UPDATE sweeps SET state = ?, updated_ms = ? WHERE id = ?"));
@@ -85,7 +86,7 @@ Status Store::SetSweepState(std::int64_t id, const std::string& state, TimeMs no
   });
 }
 
-Result<Store::SweepPointRow> Store::AddSweepPoint(const SweepPointRow& p, TimeMs now) {
+Result<Sweeps::SweepPointRow> Sweeps::AddSweepPoint(const SweepPointRow& p, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Result<SweepPointRow> {
     ASSIGN_OR_RETURN(auto ins, db_.Prepare(
                                    "INSERT OR IGNORE INTO sweep_points (sweep_id, idx, "
@@ -102,7 +103,7 @@ Result<Store::SweepPointRow> Store::AddSweepPoint(const SweepPointRow& p, TimeMs
   });
 }
 
-Status Store::SetSweepPointBatch(std::int64_t sweep_id, int idx, std::int64_t batch_id) {
+Status Sweeps::SetSweepPointBatch(std::int64_t sweep_id, int idx, std::int64_t batch_id) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto st, db_.Prepare("UPDATE sweep_points SET batch_id = ? "
                                           "WHERE sweep_id = ? AND idx = ?"));
@@ -111,7 +112,7 @@ Status Store::SetSweepPointBatch(std::int64_t sweep_id, int idx, std::int64_t ba
   });
 }
 
-Result<std::vector<Store::SweepPointRow>> Store::SweepPoints(std::int64_t sweep_id) {
+Result<std::vector<Sweeps::SweepPointRow>> Sweeps::SweepPoints(std::int64_t sweep_id) {
   ASSIGN_OR_RETURN(auto st, db_.Prepare("SELECT sweep_id, idx, params_json, batch_id, created_ms "
                                         "FROM sweep_points WHERE sweep_id = ? ORDER BY idx"));
   st.Bind(1, sweep_id);
@@ -124,7 +125,7 @@ Result<std::vector<Store::SweepPointRow>> Store::SweepPoints(std::int64_t sweep_
   return out;
 }
 
-Result<std::string> Store::SweepActivity() {
+Result<std::string> Sweeps::SweepActivity() {
   ASSIGN_OR_RETURN(auto st, db_.Prepare(
       "SELECT (SELECT COUNT(*) || ':' || COALESCE(MAX(updated_ms), 0) FROM sweeps "
       "        WHERE state = 'running') || '/' || "

@@ -1,4 +1,4 @@
-// The machines section of the Store (queue/store.h): machine rows and their
+// Machines (queue/machines.h), a part of the Store: machine rows and their
 // event history, leasing to a machine, the drain transaction, provider health,
 // pool tokens and cost.
 #include <algorithm>
@@ -7,7 +7,7 @@
 #include <map>
 #include <set>
 
-#include "queue/store.h"
+#include "queue/store_parts.h"
 
 namespace trainq {
 
@@ -112,9 +112,11 @@ std::string MachineLabel(std::int64_t id) { return "machine " + std::to_string(i
 
 }  // namespace
 
+Machines::Machines(StoreParts& parts) : parts_(parts), db_(parts.db) {}
+
 // ---- rows -------------------------------------------------------------------
 
-Result<std::vector<MachineRow>> Store::SelectMachines(const std::string& where,
+Result<std::vector<MachineRow>> Machines::SelectMachines(const std::string& where,
                                                       const std::vector<std::string>& args,
                                                       std::optional<TimeMs> now) {
   // ?1 is `now` (kRunTime); the caller's arguments are ?2 ...
@@ -131,7 +133,7 @@ Result<std::vector<MachineRow>> Store::SelectMachines(const std::string& where,
   return out;
 }
 
-Result<std::vector<MachineRow>> Store::Machines(bool include_stopped, std::optional<TimeMs> now) {
+Result<std::vector<MachineRow>> Machines::List(bool include_stopped, std::optional<TimeMs> now) {
   // The live states by name, through machines_by_state, so that this does not
   // visit every machine the fleet ever had (left to itself the planner walks
   // the table in id order to skip the sort).
@@ -143,13 +145,13 @@ Result<std::vector<MachineRow>> Store::Machines(bool include_stopped, std::optio
                         now);
 }
 
-Result<std::optional<MachineRow>> Store::Machine(std::int64_t row, std::optional<TimeMs> now) {
+Result<std::optional<MachineRow>> Machines::Machine(std::int64_t row, std::optional<TimeMs> now) {
   ASSIGN_OR_RETURN(auto found, SelectMachines("WHERE m.id = ?2", {std::to_string(row)}, now));
   if (found.empty()) return std::optional<MachineRow>();
   return std::optional<MachineRow>(std::move(found.front()));
 }
 
-Result<std::vector<MachineRow>> Store::LostMachines(TimeMs since) {
+Result<std::vector<MachineRow>> Machines::LostMachines(TimeMs since) {
   ASSIGN_OR_RETURN(auto lost,
                    SelectMachines("INDEXED BY machines_by_state WHERE m.state = 'failed' AND "
                                   "m.last_error LIKE 'lost: %' AND "
@@ -161,14 +163,14 @@ Result<std::vector<MachineRow>> Store::LostMachines(TimeMs since) {
   return lost;
 }
 
-Result<std::optional<MachineRow>> Store::MachineByName(const std::string& name) {
+Result<std::optional<MachineRow>> Machines::MachineByName(const std::string& name) {
   if (name.empty()) return std::optional<MachineRow>();
   ASSIGN_OR_RETURN(auto found, SelectMachines("WHERE m.name = ?2", {name}, std::nullopt));
   if (found.empty()) return std::optional<MachineRow>();
   return std::optional<MachineRow>(std::move(found.front()));
 }
 
-Result<int> Store::LiveLeases(std::int64_t machine) {
+Result<int> Machines::LiveLeases(std::int64_t machine) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT (SELECT count(*) FROM runs WHERE "
                                                    "machine_id = m.id AND state IN ('leased', "
                                                    "'running')) + ") +
@@ -178,7 +180,7 @@ Result<int> Store::LiveLeases(std::int64_t machine) {
   return row ? static_cast<int>(s.Int(0)) : 0;
 }
 
-Status Store::RecordMachineEvent(std::int64_t machine, std::string_view state, TimeMs now,
+Status Machines::RecordMachineEvent(std::int64_t machine, std::string_view state, TimeMs now,
                                  const std::string& note) {
   ASSIGN_OR_RETURN(int live, LiveLeases(machine));
   ASSIGN_OR_RETURN(auto ins, db_.Prepare("INSERT INTO machine_events (machine_id, at_ms, state, "
@@ -186,7 +188,7 @@ Status Store::RecordMachineEvent(std::int64_t machine, std::string_view state, T
   return ins.Bind(1, machine).Bind(2, now).Bind(3, state).Bind(4, live).Bind(5, note).Run();
 }
 
-Result<std::int64_t> Store::UpsertMachine(const MachineRow& m, TimeMs now) {
+Result<std::int64_t> Machines::UpsertMachine(const MachineRow& m, TimeMs now) {
   if (!ValidMachineState(m.state)) {
     return Fail(ErrorKind::kInvalidArgument, "unknown machine state '" + m.state + "'");
   }
@@ -247,7 +249,7 @@ Result<std::int64_t> Store::UpsertMachine(const MachineRow& m, TimeMs now) {
   });
 }
 
-Status Store::TouchMachine(std::int64_t id, TimeMs now, const std::string& state) {
+Status Machines::TouchMachine(std::int64_t id, TimeMs now, const std::string& state) {
   if (!ValidMachineState(state)) {
     return Fail(ErrorKind::kInvalidArgument, "unknown machine state '" + state + "'");
   }
@@ -267,7 +269,7 @@ Status Store::TouchMachine(std::int64_t id, TimeMs now, const std::string& state
   });
 }
 
-Result<std::int64_t> Store::AddMachine(const MachineRow& m, TimeMs now) {
+Result<std::int64_t> Machines::AddMachine(const MachineRow& m, TimeMs now) {
   std::string state = m.state.empty() ? "requested" : m.state;
   if (state != "requested" && state != "booting") {
     return Fail(ErrorKind::kInvalidArgument,
@@ -307,7 +309,7 @@ Result<std::int64_t> Store::AddMachine(const MachineRow& m, TimeMs now) {
   });
 }
 
-Status Store::SetMachineProviderId(std::int64_t row, const std::string& provider_id, TimeMs now) {
+Status Machines::SetMachineProviderId(std::int64_t row, const std::string& provider_id, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT state FROM machines WHERE id = ?"));
     sel.Bind(1, row);
@@ -333,7 +335,7 @@ Status Store::SetMachineProviderId(std::int64_t row, const std::string& provider
   });
 }
 
-Status Store::SetMachineState(std::int64_t row, std::string_view state, TimeMs now,
+Status Machines::SetMachineState(std::int64_t row, std::string_view state, TimeMs now,
                               const std::string& note) {
   if (!ValidMachineState(state)) {
     return Fail(ErrorKind::kInvalidArgument, "unknown machine state '" + std::string(state) + "'");
@@ -351,7 +353,7 @@ Status Store::SetMachineState(std::int64_t row, std::string_view state, TimeMs n
   });
 }
 
-Status Store::NoteMachine(std::int64_t row, const std::string& note, TimeMs now) {
+Status Machines::NoteMachine(std::int64_t row, const std::string& note, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE machines SET last_error = ? WHERE id = ?"));
     TRY(u.Bind(1, note).Bind(2, row).Run());
@@ -365,7 +367,7 @@ Status Store::NoteMachine(std::int64_t row, const std::string& note, TimeMs now)
 
 // ---- the drain transaction and forgetting -------------------------------------
 
-Result<bool> Store::DrainMachine(const cloud::Action& drain, TimeMs now) {
+Result<bool> Machines::DrainMachine(const cloud::Action& drain, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Result<bool> {
     ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT state, last_busy_ms, pool, gpus FROM machines "
                                            "WHERE id = ?"));
@@ -397,7 +399,7 @@ Result<bool> Store::DrainMachine(const cloud::Action& drain, TimeMs now) {
   });
 }
 
-Result<int> Store::ForgetMachine(std::int64_t row, TimeMs now, const std::string& reason) {
+Result<int> Machines::ForgetMachine(std::int64_t row, TimeMs now, const std::string& reason) {
   return sql::WithWriteTransaction(db_, [&]() -> Result<int> {
     ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT 1 FROM machines WHERE id = ?"));
     sel.Bind(1, row);
@@ -437,7 +439,7 @@ Result<int> Store::ForgetMachine(std::int64_t row, TimeMs now, const std::string
   });
 }
 
-Result<int> Store::LoseMachine(std::int64_t row, TimeMs now, const std::string& reason) {
+Result<int> Machines::LoseMachine(std::int64_t row, TimeMs now, const std::string& reason) {
   return sql::WithWriteTransaction(db_, [&]() -> Result<int> {
     ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT last_seen_ms FROM machines WHERE id = ?"));
     sel.Bind(1, row);
@@ -489,7 +491,7 @@ Result<int> Store::LoseMachine(std::int64_t row, TimeMs now, const std::string& 
       if (!h.live) continue;  // already charged by its expiry
       const bool dead = h.attempts >= h.max_attempts;
       TRY(charge.Bind(1, dead ? "dead" : "failed")
-              .Bind(2, dead ? 0 : now + BackoffMs(h.attempts))
+              .Bind(2, dead ? 0 : now + parts_.BackoffMs(h.attempts))
               .Bind(3, "machine lost: " + reason + " (the run has now lost " +
                            std::to_string(h.interruptions + 1) +
                            " machines: this attempt counts)")
@@ -524,7 +526,7 @@ Result<int> Store::LoseMachine(std::int64_t row, TimeMs now, const std::string& 
 
 // ---- workers ------------------------------------------------------------------
 
-Result<MachineRow> Store::RegisterWorker(const WorkerRegistration& r, TimeMs now) {
+Result<MachineRow> Machines::RegisterWorker(const WorkerRegistration& r, TimeMs now) {
   ASSIGN_OR_RETURN(std::int64_t id, sql::WithWriteTransaction(db_, [&]() -> Result<std::int64_t> {
     std::string resources = r.resources_json.empty() ? "{}" : r.resources_json;
     if (!r.name.empty()) {
@@ -593,7 +595,7 @@ Result<MachineRow> Store::RegisterWorker(const WorkerRegistration& r, TimeMs now
   return *m;
 }
 
-Result<std::vector<LeasedRun>> Store::LeaseForMachine(std::int64_t machine,
+Result<std::vector<LeasedRun>> Machines::LeaseForMachine(std::int64_t machine,
                                                       const LeaseLimits& limits, TimeMs now,
                                                       TimeMs lease_ms) {
   return sql::WithWriteTransaction(db_, [&]() -> Result<std::vector<LeasedRun>> {
@@ -611,7 +613,7 @@ Result<std::vector<LeasedRun>> Store::LeaseForMachine(std::int64_t machine,
     ASSIGN_OR_RETURN(auto touch, db_.Prepare("UPDATE machines SET last_seen_ms = ? WHERE id = ?"));
     TRY(touch.Bind(1, now).Bind(2, machine).Run());
     // A machine in a gang runs only its member (delivered on its next poll).
-    ASSIGN_OR_RETURN(auto gang, DeliverGangMembers(machine, now));
+    ASSIGN_OR_RETURN(auto gang, parts_.gangs.DeliverGangMembers(machine, now));
     if (gang.second) return std::move(gang.first);
     std::vector<LeasedRun> out;
     if (limits.max_runs <= 0) return out;
@@ -672,7 +674,7 @@ Result<std::vector<LeasedRun>> Store::LeaseForMachine(std::int64_t machine,
         // nothing.
         if (c.gang) {
           if (leading_gangs) {
-            ASSIGN_OR_RETURN(auto formed, FormGang(c.id, machine, pool, worker, now, lease_ms));
+            ASSIGN_OR_RETURN(auto formed, parts_.gangs.FormGang(c.id, machine, pool, worker, now, lease_ms));
             if (!formed.empty()) return formed;
           }
           continue;
@@ -711,11 +713,11 @@ Result<std::vector<LeasedRun>> Store::LeaseForMachine(std::int64_t machine,
                                  "lease_expires_ms = ?, worker = ?, attempts = attempts + 1, "
                                  "machine_id = ?, started_ms = NULL, finished_ms = NULL, "
                                  "updated_ms = ? WHERE id = ?"));
-    ASSIGN_OR_RETURN(auto info, db_.Prepare(kLeasedRunSelect));
+    ASSIGN_OR_RETURN(auto info, db_.Prepare(RunQueue::kLeasedRunSelect));
     for (const auto& [id, group] : chosen) {
       TRY(upd.Bind(1, now + lease_ms).Bind(2, worker).Bind(3, machine).Bind(4, now).Bind(5, id)
               .Run());
-      ASSIGN_OR_RETURN(auto l, ReadLeasedRun(info, id, now + lease_ms));
+      ASSIGN_OR_RETURN(auto l, RunQueue::ReadLeasedRun(info, id, now + lease_ms));
       l.group = group;
       out.push_back(std::move(l));
     }
@@ -725,7 +727,7 @@ Result<std::vector<LeasedRun>> Store::LeaseForMachine(std::int64_t machine,
   });
 }
 
-Result<bool> Store::MayLease(std::int64_t machine, TimeMs now) {
+Result<bool> Machines::MayLease(std::int64_t machine, TimeMs now) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT m.state != 'ready' OR EXISTS ("
                                        "SELECT 1 FROM batch_counts x WHERE x.state = 'queued' "
                                        "AND (SELECT b.pool FROM batches b WHERE b.id = "
@@ -740,7 +742,7 @@ Result<bool> Store::MayLease(std::int64_t machine, TimeMs now) {
   return !row || s.Int(0) != 0;  // an unknown machine: LeaseForMachine says so
 }
 
-Result<std::vector<Store::DemandRow>> Store::RunnableDemand(TimeMs now) {
+Result<std::vector<Machines::DemandRow>> Machines::RunnableDemand(TimeMs now) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT b.pool, b.gpus, sum(x.n), "
                                                    "COALESCE(json_extract(b.spec_json, "
                                                    "'$.resources.nodes'), 0) AS nodes FROM ") +
@@ -758,7 +760,7 @@ Result<std::vector<Store::DemandRow>> Store::RunnableDemand(TimeMs now) {
   return out;
 }
 
-Result<std::optional<std::int64_t>> Store::RunMachine(std::int64_t run_id) {
+Result<std::optional<std::int64_t>> Machines::RunMachine(std::int64_t run_id) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT machine_id FROM runs WHERE id = ?"));
   s.Bind(1, run_id);
   ASSIGN_OR_RETURN(bool row, s.Step());
@@ -766,11 +768,11 @@ Result<std::optional<std::int64_t>> Store::RunMachine(std::int64_t run_id) {
   return s.OptInt(0);
 }
 
-Status Store::CheckRunLease(std::int64_t run_id, std::int64_t token) {
-  return CheckLease(run_id, token, "write to");
+Status Machines::CheckRunLease(std::int64_t run_id, std::int64_t token) {
+  return parts_.runs.CheckLease(run_id, token, "write to");
 }
 
-Status Store::TouchWorker(std::int64_t machine, TimeMs now, bool busy) {
+Status Machines::TouchWorker(std::int64_t machine, TimeMs now, bool busy) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE machines SET last_seen_ms = ?1, last_busy_ms = "
                                          "CASE WHEN ?2 THEN ?1 ELSE last_busy_ms END WHERE id = ?3"));
@@ -778,7 +780,7 @@ Status Store::TouchWorker(std::int64_t machine, TimeMs now, bool busy) {
   });
 }
 
-Result<std::vector<Store::MachineEvent>> Store::MachineHistory(
+Result<std::vector<Machines::MachineEvent>> Machines::MachineHistory(
     std::optional<std::int64_t> machine) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT machine_id, at_ms, state, live_leases, note FROM "
                                        "machine_events WHERE ?1 IS NULL OR machine_id = ?1 "
@@ -795,7 +797,7 @@ Result<std::vector<Store::MachineEvent>> Store::MachineHistory(
 
 // ---- pools ----------------------------------------------------------------------
 
-Status Store::SetWaitingNotes(const std::vector<WaitingNote>& notes, TimeMs now) {
+Status Machines::SetWaitingNotes(const std::vector<WaitingNote>& notes, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     TRY(db_.Exec("DELETE FROM waiting_notes"));
     for (const auto& n : notes) {
@@ -807,7 +809,7 @@ Status Store::SetWaitingNotes(const std::vector<WaitingNote>& notes, TimeMs now)
   });
 }
 
-Result<std::vector<Store::WaitingBatch>> Store::WaitingBatches(TimeMs now) {
+Result<std::vector<Machines::WaitingBatch>> Machines::WaitingBatches(TimeMs now) {
   // Usually there is no note (every pool can serve its runs): then nothing
   // to join, however many batches are queued.
   {
@@ -833,7 +835,7 @@ Result<std::vector<Store::WaitingBatch>> Store::WaitingBatches(TimeMs now) {
   return out;
 }
 
-Status Store::SetPoolHealth(const PoolHealthRow& h, TimeMs now) {
+Status Machines::SetPoolHealth(const PoolHealthRow& h, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u,
                      db_.Prepare("INSERT INTO pool_health (pool, consecutive_failures, "
@@ -851,7 +853,7 @@ Status Store::SetPoolHealth(const PoolHealthRow& h, TimeMs now) {
   });
 }
 
-Result<std::vector<Store::PoolHealthRow>> Store::PoolHealth() {
+Result<std::vector<Machines::PoolHealthRow>> Machines::PoolHealth() {
   ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT pool, consecutive_failures, next_retry_ms, "
                                        "last_error FROM pool_health ORDER BY pool"));
   std::vector<PoolHealthRow> out;
@@ -863,7 +865,7 @@ Result<std::vector<Store::PoolHealthRow>> Store::PoolHealth() {
   return out;
 }
 
-Result<std::vector<Store::PoolStateRow>> Store::PoolStates() {
+Result<std::vector<Machines::PoolStateRow>> Machines::PoolStates() {
   ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT pool, failed_boots, next_boot_ms, failing, "
                                        "boot_error, log_tail, config_hash, spent_day, "
                                        "spent_month, budget_per_day, budget_per_month, cap, "
@@ -891,7 +893,7 @@ Result<std::vector<Store::PoolStateRow>> Store::PoolStates() {
   return out;
 }
 
-Status Store::SetPoolBoots(const PoolStateRow& r, TimeMs now) {
+Status Machines::SetPoolBoots(const PoolStateRow& r, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u,
                      db_.Prepare("INSERT INTO pool_state (pool, failed_boots, next_boot_ms, "
@@ -913,7 +915,7 @@ Status Store::SetPoolBoots(const PoolStateRow& r, TimeMs now) {
   });
 }
 
-Status Store::SetPoolBudget(const PoolStateRow& r, TimeMs now) {
+Status Machines::SetPoolBudget(const PoolStateRow& r, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u,
                      db_.Prepare("INSERT INTO pool_state (pool, spent_day, spent_month, "
@@ -934,7 +936,7 @@ Status Store::SetPoolBudget(const PoolStateRow& r, TimeMs now) {
   });
 }
 
-Result<bool> Store::ResetPoolBoots(const std::string& pool, TimeMs now) {
+Result<bool> Machines::ResetPoolBoots(const std::string& pool, TimeMs now) {
   bool changed = false;
   TRY(sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE pool_state SET failed_boots = 0, next_boot_ms "
@@ -947,7 +949,7 @@ Result<bool> Store::ResetPoolBoots(const std::string& pool, TimeMs now) {
   return changed;
 }
 
-Status Store::SetPoolTokenHash(const std::string& pool, const std::string& sha256_hex,
+Status Machines::SetPoolTokenHash(const std::string& pool, const std::string& sha256_hex,
                                TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u,
@@ -959,7 +961,7 @@ Status Store::SetPoolTokenHash(const std::string& pool, const std::string& sha25
   });
 }
 
-Result<std::optional<std::string>> Store::PoolForTokenHash(const std::string& sha256_hex) {
+Result<std::optional<std::string>> Machines::PoolForTokenHash(const std::string& sha256_hex) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT pool, sha256 FROM pool_tokens ORDER BY pool"));
   std::optional<std::string> match;
   while (true) {
@@ -980,7 +982,7 @@ Result<std::optional<std::string>> Store::PoolForTokenHash(const std::string& sh
 
 // ---- cost -----------------------------------------------------------------------
 
-Result<std::vector<Store::CostRow>> Store::Costs(TimeMs now, bool per_batch) {
+Result<std::vector<Machines::CostRow>> Machines::Costs(TimeMs now, bool per_batch) {
   std::vector<CostRow> out;
   if (!per_batch) {
     // Billed: boot to stop (or now); busy: run time on the pool's machines.

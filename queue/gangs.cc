@@ -1,11 +1,11 @@
-// Gang runs: one run leased to several machines at once (the gangs section of
-// queue/store.h). Everything here runs inside one write transaction, so a
+// Gang runs: one run leased to several machines at once (queue/gangs.h, a part of
+// the Store). Everything here runs inside one write transaction, so a
 // gang either has all its machines or none.
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "queue/store.h"
+#include "queue/store_parts.h"
 
 namespace trainq {
 
@@ -16,12 +16,12 @@ namespace {
 constexpr const char* kLiveMember =
     "g.token = r.lease_token AND r.state IN ('leased', 'running')";
 
-Result<std::vector<Store::GangMember>> ReadMembers(sql::Stmt& s) {
-  std::vector<Store::GangMember> out;
+Result<std::vector<Gangs::GangMember>> ReadMembers(sql::Stmt& s) {
+  std::vector<Gangs::GangMember> out;
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
-    Store::GangMember g;
+    Gangs::GangMember g;
     g.run_id = s.Int(0);
     g.node_rank = static_cast<int>(s.Int(1));
     g.token = s.Int(2);
@@ -41,7 +41,9 @@ constexpr const char* kMemberColumns =
 
 }  // namespace
 
-Result<std::vector<Store::GangMember>> Store::GangMembers(std::int64_t run_id) {
+Gangs::Gangs(StoreParts& parts) : parts_(parts), db_(parts.db) {}
+
+Result<std::vector<Gangs::GangMember>> Gangs::GangMembers(std::int64_t run_id) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kMemberColumns +
                                        " FROM gang_members g JOIN runs r ON r.id = g.run_id "
                                        "WHERE g.run_id = ? AND " + kLiveMember +
@@ -50,7 +52,7 @@ Result<std::vector<Store::GangMember>> Store::GangMembers(std::int64_t run_id) {
   return ReadMembers(s);
 }
 
-Result<std::optional<Store::GangMember>> Store::GangMemberOf(std::int64_t run_id, int node_rank) {
+Result<std::optional<Gangs::GangMember>> Gangs::GangMemberOf(std::int64_t run_id, int node_rank) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kMemberColumns +
                                        " FROM gang_members g WHERE g.run_id = ? AND "
                                        "g.node_rank = ?"));
@@ -60,7 +62,7 @@ Result<std::optional<Store::GangMember>> Store::GangMemberOf(std::int64_t run_id
   return std::optional<GangMember>(rows.front());
 }
 
-Result<std::vector<Store::GangMember>> Store::LiveGangMembers() {
+Result<std::vector<Gangs::GangMember>> Gangs::LiveGangMembers() {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT ") + kMemberColumns +
                                        " FROM gang_members g JOIN runs r ON r.id = g.run_id "
                                        "WHERE " + kLiveMember +
@@ -68,7 +70,7 @@ Result<std::vector<Store::GangMember>> Store::LiveGangMembers() {
   return ReadMembers(s);
 }
 
-Result<std::pair<std::vector<LeasedRun>, bool>> Store::DeliverGangMembers(std::int64_t machine,
+Result<std::pair<std::vector<LeasedRun>, bool>> Gangs::DeliverGangMembers(std::int64_t machine,
                                                                           TimeMs now) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT g.run_id, g.node_rank, g.delivered, "
                                                    "g.expires_ms FROM gang_members g JOIN runs r "
@@ -91,20 +93,20 @@ Result<std::pair<std::vector<LeasedRun>, bool>> Store::DeliverGangMembers(std::i
   s.Reset();
   std::vector<LeasedRun> out;
   if (rows.empty()) return std::make_pair(std::move(out), false);
-  ASSIGN_OR_RETURN(auto info, db_.Prepare(kLeasedRunSelect));
+  ASSIGN_OR_RETURN(auto info, db_.Prepare(RunQueue::kLeasedRunSelect));
   ASSIGN_OR_RETURN(auto mark, db_.Prepare("UPDATE gang_members SET delivered = 1, updated_ms = ? "
                                           "WHERE run_id = ? AND node_rank = ?"));
   for (const auto& r : rows) {
     if (r.delivered) continue;
     TRY(mark.Bind(1, now).Bind(2, r.run_id).Bind(3, r.node_rank).Run());
-    ASSIGN_OR_RETURN(auto l, ReadLeasedRun(info, r.run_id, r.expires_ms));
+    ASSIGN_OR_RETURN(auto l, RunQueue::ReadLeasedRun(info, r.run_id, r.expires_ms));
     l.node_rank = r.node_rank;
     out.push_back(std::move(l));
   }
   return std::make_pair(std::move(out), true);
 }
 
-Result<std::vector<LeasedRun>> Store::FormGang(std::int64_t run_id, std::int64_t machine,
+Result<std::vector<LeasedRun>> Gangs::FormGang(std::int64_t run_id, std::int64_t machine,
                                                const std::string& pool, const std::string& worker,
                                                TimeMs now, TimeMs lease_ms) {
   std::vector<LeasedRun> out;
@@ -149,8 +151,8 @@ Result<std::vector<LeasedRun>> Store::FormGang(std::int64_t run_id, std::int64_t
                                "machine_id = ?, started_ms = NULL, finished_ms = NULL, "
                                "updated_ms = ? WHERE id = ?"));
   TRY(upd.Bind(1, expires).Bind(2, worker).Bind(3, machine).Bind(4, now).Bind(5, run_id).Run());
-  ASSIGN_OR_RETURN(auto info, db_.Prepare(kLeasedRunSelect));
-  ASSIGN_OR_RETURN(auto lease, ReadLeasedRun(info, run_id, expires));
+  ASSIGN_OR_RETURN(auto info, db_.Prepare(RunQueue::kLeasedRunSelect));
+  ASSIGN_OR_RETURN(auto lease, RunQueue::ReadLeasedRun(info, run_id, expires));
   ASSIGN_OR_RETURN(auto clear, db_.Prepare("DELETE FROM gang_members WHERE run_id = ?"));
   TRY(clear.Bind(1, run_id).Run());
   ASSIGN_OR_RETURN(auto ins, db_.Prepare("INSERT INTO gang_members (run_id, node_rank, token, "
@@ -173,12 +175,12 @@ Result<std::vector<LeasedRun>> Store::FormGang(std::int64_t run_id, std::int64_t
   return out;
 }
 
-Result<Store::GangView> Store::GangBeat(std::int64_t run_id, std::int64_t token, int node_rank,
+Result<Gangs::GangView> Gangs::GangBeat(std::int64_t run_id, std::int64_t token, int node_rank,
                                         std::int64_t machine, TimeMs now, TimeMs lease_ms,
                                         bool started, const std::string& master_addr,
                                         int master_port) {
   return sql::WithWriteTransaction(db_, [&]() -> Result<GangView> {
-    TRY(CheckLease(run_id, token, "heartbeat"));
+    TRY(parts_.runs.CheckLease(run_id, token, "heartbeat"));
     ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT machine_id FROM gang_members WHERE run_id = ? "
                                            "AND node_rank = ? AND token = ?"));
     sel.Bind(1, run_id).Bind(2, node_rank).Bind(3, token);
@@ -227,11 +229,11 @@ Result<Store::GangView> Store::GangBeat(std::int64_t run_id, std::int64_t token,
   });
 }
 
-Result<bool> Store::GangMemberSucceeded(std::int64_t run_id, std::int64_t token, int node_rank,
+Result<bool> Gangs::GangMemberSucceeded(std::int64_t run_id, std::int64_t token, int node_rank,
                                         std::int64_t machine, TimeMs now,
                                         std::optional<double> metric_value) {
   ASSIGN_OR_RETURN(auto done, sql::WithWriteTransaction(db_, [&]() -> Result<std::optional<double>> {
-    TRY(CheckLease(run_id, token, "complete"));
+    TRY(parts_.runs.CheckLease(run_id, token, "complete"));
     ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE gang_members SET state = 'done', metric_value = "
                                          "?, updated_ms = ? WHERE run_id = ? AND node_rank = ? "
                                          "AND token = ? AND machine_id = ?"));
@@ -273,7 +275,7 @@ Result<bool> Store::GangMemberSucceeded(std::int64_t run_id, std::int64_t token,
     return value;
   }));
   if (!done) return false;
-  TRY(Complete(run_id, token, now, *done));
+  TRY(parts_.runs.Complete(run_id, token, now, *done));
   return true;
 }
 

@@ -1,0 +1,152 @@
+// RunQueue: the store's batches and runs, and the lease protocol (a part of
+// Store, queue/store.h, over its one SQLite connection; `store.runs()`).
+//
+//   queued -> leased -> running -> succeeded | failed | cancelled
+//   failed -> (after backoff) leased again ... -> dead after max_attempts
+//
+// A lease carries an expiry and a fencing token (incremented on every lease of
+// the run). Heartbeats extend the expiry; a write that carries a stale token is
+// refused with ErrorKind::kConflict. ExpireLeases() puts runs whose holder went
+// silent back in the queue (that counts as an attempt).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/result.h"
+#include "queue/sqlite.h"
+#include "queue/types.h"
+#include <array>
+
+namespace trainq {
+
+struct StoreParts;
+
+class RunQueue {
+ public:
+  // Submission: all batches of one submission are written in one transaction.
+  // Idempotent: an existing (commit, experiment) batch is kept, and only seeds
+  // it lacks are added (a larger `repeats` tops a batch up).
+  Result<std::vector<SubmitResult>> Submit(const std::string& repo_url, const CommitInfo& commit,
+                                           const std::vector<BatchSpec>& batches, TimeMs now);
+
+  // Records that `commit` runs experiment `experiment` as batch `source`
+  // did (its inputs for it are the same): a batch at `commit` that reuses
+  // `source`'s runs (or, when `source` reuses another, that one's), queueing
+  // nothing. Keeps the batch `commit` has already, reusing or not. The
+  // SubmitResult's reuses_batch_id is set when the kept or new batch reuses.
+  Result<SubmitResult> ReuseBatch(const std::string& repo_url, const CommitInfo& commit,
+                                  const std::string& experiment, std::int64_t source,
+                                  const std::string& reason, TimeMs now);
+  // The batch of (commit, experiment) runs its own runs again (`submit
+  // --rerun`): it stops reusing; the next Submit queues its seeds. False when
+  // it reused nothing.
+  Result<bool> StopReusing(std::int64_t batch_id);
+
+  // Grows a batch to `repeats` runs, adding the next seeds. Returns runs added.
+  Result<int> ExtendBatch(std::int64_t batch_id, int repeats, TimeMs now);
+
+  // The lease protocol.
+  Result<std::vector<LeasedRun>> Lease(const std::string& worker, TimeMs now, TimeMs lease_ms,
+                                       int max_runs);
+  Status MarkRunning(std::int64_t run_id, std::int64_t token, TimeMs now,
+                     const std::string& log_path);
+  Result<TimeMs> Heartbeat(std::int64_t run_id, std::int64_t token, TimeMs now, TimeMs lease_ms);
+  Status AddMetrics(std::int64_t run_id, std::int64_t token, const std::vector<MetricPoint>& points,
+                    TimeMs now);
+  // A success from the run's lease. Also accepted after that lease expired,
+  // as long as the run was not leased again (the same token): a command known
+  // to have succeeded is never made failed or dead by an expiry (nor by its
+  // machine being taken for lost, LoseMachine / ForgetMachine). A success
+  // for a run already leased again is refused (kConflict), naming whether the
+  // other holder already completed it.
+  Status Complete(std::int64_t run_id, std::int64_t token, TimeMs now, double metric_value,
+                  int exit_code = 0);
+  // Records a failed attempt: back to the queue after a backoff, or dead when
+  // the attempts are used up or `retry` is false (a configuration error that
+  // would fail the same way again). Returns the new state.
+  Result<RunState> FailRun(std::int64_t run_id, std::int64_t token, TimeMs now,
+                           const std::string& error, std::optional<int> exit_code,
+                           bool retry = true);
+  // The run was stopped from outside (preemption, daemon shutdown): back to the
+  // queue at once, without using up an attempt.
+  Status Interrupt(std::int64_t run_id, std::int64_t token, TimeMs now, const std::string& reason);
+  // Runs whose lease expired go back to the queue (or die). Returns how many.
+  // An expiry the coordinator caused (see GraceLeases) uses no attempt.
+  Result<int> ExpireLeases(TimeMs now);
+  // Leases that expired before `expired_before` while no heartbeat could be
+  // accepted (trainq serve was down, restarting or stalled) get one more
+  // lease from `now`, so that workers still running them can come back; if
+  // they do not, the later expiry returns the run to the queue without using
+  // an attempt. Returns how many.
+  Result<int> GraceLeases(TimeMs expired_before, TimeMs now, TimeMs lease_ms,
+                          const std::string& reason);
+  Result<int> CancelBatch(std::int64_t batch_id, TimeMs now);
+  Result<int> CancelRun(std::int64_t run_id, TimeMs now);
+
+  // Reads.
+  Result<std::array<std::int64_t, kRunStateCount>> CountByState();
+  // Batches, newest first. only_active: those with runs left; limit 0 = all.
+  Result<std::vector<BatchProgress>> Batches(bool only_active, int limit);
+  Result<std::optional<BatchProgress>> Batch(std::int64_t batch_id);
+  // How many batches have runs left (queued, leased, running or failed).
+  Result<std::int64_t> CountActiveBatches();
+  // Batches of the commits whose sha starts with `sha_prefix` (>= 4 hex digits).
+  Result<std::vector<BatchProgress>> BatchesForCommit(const std::string& sha_prefix);
+  // Batches created at or after `since`, newest first.
+  Result<std::vector<BatchProgress>> BatchesSince(TimeMs since);
+  // The batches of `experiment` (any repository), newest first; at most
+  // `limit` of them (0: all).
+  Result<std::vector<BatchProgress>> BatchesOfExperiment(const std::string& experiment,
+                                                         int limit = 0);
+  // Records which batch `batch_id` is compared with (see BatchProgress).
+  Status SetBaseline(std::int64_t batch_id, const std::string& base_sha,
+                     std::optional<std::int64_t> baseline_batch_id, const std::string& note);
+  Result<std::vector<RunRow>> Runs(std::optional<std::int64_t> batch_id,
+                                   std::optional<RunState> state, int limit);
+  Result<std::optional<RunRow>> Run(std::int64_t run_id);
+  // How long the last `limit` succeeded runs of experiment `experiment` in
+  // the repository of batch `batch_id` took (their last attempt), newest
+  // first: what `trainq status` estimates a batch's end from. At most 50
+  // (the store keeps that many per repository and experiment).
+  Result<std::vector<TimeMs>> RecentRunDurations(std::int64_t batch_id, int limit);
+  // Runs that ended an attempt (succeeded, failed, dead) or were cancelled after the cursor
+  // (finished_ms, id), oldest first: `trainq serve` logs each outcome once,
+  // whichever worker reported it.
+  Result<std::vector<RunRow>> RunsFinishedAfter(TimeMs finished_ms, std::int64_t run_id,
+                                                int limit);
+  Result<std::vector<MetricPoint>> Metrics(std::int64_t run_id);
+  Result<std::int64_t> MetricCount(std::int64_t run_id);
+
+ private:
+  friend struct StoreParts;
+  friend class Machines;
+  friend class Gangs;
+  explicit RunQueue(StoreParts& parts);
+  RunQueue(const RunQueue&) = delete;
+  RunQueue& operator=(const RunQueue&) = delete;
+
+  // Inside a write transaction: the repository and commit rows (created
+  // when missing); returns the commit's id.
+  Result<std::int64_t> UpsertCommit(const std::string& repo_url, const CommitInfo& commit,
+                                    TimeMs now);
+  Result<std::vector<BatchProgress>> SelectBatches(const std::string& where,
+                                                   const std::vector<std::string>& args,
+                                                   int limit);
+  // Checks that run_id is held under `token` in one of the live states.
+  Status CheckLease(std::int64_t run_id, std::int64_t token, std::string_view action);
+  // What a lease hands out about run `id` (Lease and LeaseForMachine):
+  // kLeasedRunSelect bound to the run id, read into a LeasedRun.
+  static const char* const kLeasedRunSelect;
+  static Result<LeasedRun> ReadLeasedRun(sql::Stmt& info, std::int64_t id, TimeMs expires_ms);
+
+  StoreParts& parts_;  // the Store's connection, options and the other concerns
+  sql::Db& db_;        // parts_.db
+};
+
+}  // namespace trainq
