@@ -274,7 +274,8 @@ int main(int argc, char** argv) {
         int w = i % workers;
         if (run[w] == 0) return false;
         auto r = c.Send({"POST", base_url + "/api/v1/runs/" + std::to_string(run[w]) + "/heartbeat",
-                         auth, json{{"token", fence[w]}}.dump(), 10'000});
+                         auth, json{{"token", fence[w]}, {"worker_id", machine[w]}}.dump(),
+                         10'000});
         return r && r->status == 200;
       });
   double beat_s = std::chrono::duration<double>(Steady::now() - start).count();

@@ -45,6 +45,8 @@ std::string_view ActionKindName(ActionKind k) {
       return "forget";
     case ActionKind::kLost:
       return "lost";
+    case ActionKind::kEnded:
+      return "ended";
   }
   return "?";
 }
@@ -156,6 +158,13 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
     }
     bool vanished = in.listing && !m.id.empty() && !listed.contains(m.id) &&
                     !(m.state == MachineState::kBooting && now - m.booted_at < o.listing_lag_ms);
+    if (auto e = in.ended.find(m.id); in.listing && !m.id.empty() && e != in.ended.end()) {
+      failed_boot = failed_boot || (!e->second.disrupted && !m.ready_at);
+      Action a{ActionKind::kEnded, pool, m.id, m.row, 0, e->second.reason, {}};
+      a.disrupted = e->second.disrupted;
+      lost.push_back(std::move(a));
+      continue;
+    }
     if (vanished) {
       failed_boot = failed_boot || !m.ready_at;
       forget.push_back(
@@ -219,6 +228,14 @@ PoolReport DecidePool(const PoolInput& in, TimeMs now, const AutoscalerOptions& 
   if (in.listing) {
     for (const std::string& id : *in.listing) {
       if (known.contains(id)) continue;
+      if (in.ended.contains(id)) {
+        if (provider_ok) {
+          stop.push_back({ActionKind::kStop, pool, id, 0, 0,
+                          "tagged machine unknown to the store, over: " + in.ended.at(id).reason,
+                          {}});
+        }
+        continue;
+      }
       if (live < report.wanted) {
         adopt.push_back(
             {ActionKind::kAdopt, pool, id, 0, 0, "tagged machine unknown to the store", {}});

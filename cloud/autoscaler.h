@@ -39,6 +39,11 @@
 //   drain_at_cap, ready machines are drained at once (regardless of min,
 //   idle_grace and the queue; a busy one leases nothing more, finishes its
 //   runs, and is stopped once it holds none) and booting ones stopped.
+//   A machine the provider still lists but reports over (PoolInput::ended:
+//   a pod whose image cannot be pulled, one preempted or evicted) ends at
+//   once (kEnded), without waiting for boot_timeout; a disrupted one is no
+//   failed boot. An unknown listed machine that is over is stopped, never
+//   adopted.
 //   Provider errors: the caller records each provider call's outcome with
 //   RecordProviderCall(); while health.next_retry_at is in the future the pool
 //   gets no provider action (Boot, Stop), and after `report_after` consecutive
@@ -61,6 +66,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -150,6 +156,12 @@ struct PoolInput {
   // The ids List() reported this pass; nullopt when List() was not called or
   // failed (nothing is adopted or forgotten then).
   std::optional<std::vector<std::string>> listing;
+  // Listed machines the provider reports over (ListedMachine::ended), by id.
+  struct Ended {
+    std::string reason;
+    bool disrupted = false;
+  };
+  std::map<std::string, Ended> ended;
   ProviderHealth health;
   BootHealth boot;
   Spend spend;  // this pool's
@@ -178,6 +190,11 @@ enum class ActionKind {
   kLost,    // mark `failed` ("lost: <reason>"), its leases back to the queue
             // (attempt refunded), then Provider::Stop when the provider is not
             // backing off (else the "stopped but still listed" rule stops it)
+  kEnded,   // the provider reports the machine over though it still lists it
+            // (PoolInput::ended): disrupted -> as kLost; else a machine that
+            // never registered is `failed` ("boot: <reason>", a failed boot)
+            // and a registered one `stopped`; its leases back to the queue
+            // (attempt refunded); then Provider::Stop as for kLost
 };
 std::string_view ActionKindName(ActionKind k);
 
@@ -195,6 +212,7 @@ struct Action {
   int count = 0;         // kBoot only
   std::string reason;    // one line for the log
   DrainGuard guard;      // kDrain only
+  bool disrupted = false;  // kEnded only: the cluster took the machine away
 
   friend bool operator==(const Action& a, const Action& b) {
     return a.kind == b.kind && a.pool == b.pool && a.machine == b.machine && a.row == b.row &&

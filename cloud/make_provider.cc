@@ -3,6 +3,7 @@
 
 #include "cloud/command_provider.h"
 #include "cloud/ec2_provider.h"
+#include "cloud/kubernetes_provider.h"
 #include "cloud/local_provider.h"
 #include "cloud/provider.h"
 #include "cloud/slurm_provider.h"
@@ -102,13 +103,18 @@ Status CheckProviderParams(const std::string& kind,
     }
     return {};
   }
+  if (kind == "kubernetes") {
+    TRY(CheckParams(kind, params, KubernetesParams(), {"image"}));
+    return CheckKubernetesParams(params);
+  }
   if (kind == "command") {
     TRY(CheckParams(kind, params, {"boot", "list", "stop", "timeout"}, {"boot", "list", "stop"}));
     TRY(DurationMs(params, "timeout", 0));
     return {};
   }
   return Fail(ErrorKind::kInvalidArgument,
-              "provider: unknown kind \"" + kind + "\" (expected local, slurm, ec2 or command)");
+              "provider: unknown kind \"" + kind +
+                  "\" (expected local, slurm, ec2, kubernetes or command)");
 }
 
 Result<std::unique_ptr<Provider>> MakeProvider(const std::string& kind,
@@ -130,6 +136,11 @@ Result<std::unique_ptr<Provider>> MakeProvider(const std::string& kind,
   if (kind == "ec2") {
     TRY(Need(deps.http != nullptr, kind, "an HTTP client"));
     return std::make_unique<Ec2Provider>(deps.http, params);
+  }
+  if (kind == "kubernetes") {
+    TRY(Need(deps.http != nullptr, kind, "an HTTP client"));
+    ASSIGN_OR_RETURN(auto endpoint, ResolveKubeEndpoint(params));
+    return std::make_unique<KubernetesProvider>(deps.http, params, std::move(endpoint));
   }
   TRY(Need(deps.runner != nullptr, kind, "a process runner"));
   return std::make_unique<CommandProvider>(deps.runner, params, scratch);

@@ -56,6 +56,19 @@ struct ListedMachine {
   std::string id;  // the provider's id (instance id, Slurm job id, pid)
   MachineTag tag;
   std::string name;  // BootSpec::name when the provider knows it, else ""
+  // What a provider that knows more than "it exists" says (kubernetes):
+  // `note`: why the machine is not up yet, shown while it boots ("waiting
+  // for a node: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.").
+  std::string note = {};
+  // `ended`: why the machine is over though still listed (an image that
+  // cannot be pulled, a preempted or evicted pod, a worker that exited);
+  // "" while it is not. trainq records it and stops (deletes) it at once
+  // instead of waiting for boot_timeout. `disrupted`: the cluster took it
+  // away (preemption, eviction, deleted by someone else): no failure of the
+  // machine, so no failed boot; its runs go back to the queue without using
+  // an attempt either way.
+  std::string ended = {};
+  bool disrupted = false;
 };
 
 class Provider {
@@ -129,12 +142,12 @@ class FakeProvider final : public Provider {
 // must outlive the provider.
 struct ProviderDeps {
   ProcessRunner* runner = nullptr;  // local, slurm, command
-  HttpClient* http = nullptr;       // ec2
+  HttpClient* http = nullptr;       // ec2, kubernetes
   const Clock* clock = nullptr;     // all
   std::string state_dir;            // local: <state_dir>/local/; scratch files
 };
 
-// The provider `kind` (local | slurm | ec2 | command) with the pool's
+// The provider `kind` (local | slurm | ec2 | kubernetes | command) with the pool's
 // parameters. Unknown kinds and unknown or missing parameters are refused with
 // a message naming them ("params.region: required by ec2"); callers prefix the
 // pool ("pool gpu: ..."). The parameters each kind takes are listed in

@@ -418,6 +418,7 @@ class Simulation {
           break;
         case ActionKind::kAdopt:
         case ActionKind::kForget:
+        case ActionKind::kEnded:  // the simulation reports no machine over
           return Fail(
               ErrorKind::kInternal,
               "simulate: unexpected " + std::string(ActionKindName(a.kind)) + " of " + a.machine);

@@ -202,6 +202,25 @@ Result<HttpResponse> CurlHttpClient::Send(const HttpRequest& request) {
     curl_easy_setopt(h, CURLOPT_USERNAME, sig.access_key.c_str());
     curl_easy_setopt(h, CURLOPT_PASSWORD, sig.secret_key.c_str());
   }
+  if (!request.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, request.ca_file.c_str());
+  // The blobs are copied by libcurl (CURL_BLOB_COPY).
+  auto blob = [](const std::string& s) {
+    return curl_blob{const_cast<char*>(s.data()), s.size(), CURL_BLOB_COPY};
+  };
+  if (!request.ca_pem.empty()) {
+    curl_blob b = blob(request.ca_pem);
+    curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &b);
+  }
+  if (!request.client_cert_pem.empty()) {
+    curl_blob b = blob(request.client_cert_pem);
+    curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &b);
+    curl_easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
+  }
+  if (!request.client_key_pem.empty()) {
+    curl_blob b = blob(request.client_key_pem);
+    curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &b);
+    curl_easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
+  }
   if (request.method == "GET") {
     curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
   } else if (request.method == "HEAD") {

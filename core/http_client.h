@@ -41,6 +41,13 @@ struct HttpRequest {
   std::string body;
   std::int64_t timeout_ms = 10'000;  // the whole exchange, connection included
   std::optional<AwsSigV4> aws_sigv4 = std::nullopt;  // sign the request (last: keeps {m, url, ...})
+  // TLS: trust these certificate authorities instead of the system's (a
+  // file, or PEM text), and present a client certificate (PEM text of the
+  // certificate and of its key). Never in messages.
+  std::string ca_file = {};
+  std::string ca_pem = {};
+  std::string client_cert_pem = {};
+  std::string client_key_pem = {};
 };
 
 struct HttpResponse {

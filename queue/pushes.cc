@@ -77,6 +77,26 @@ Result<std::vector<T>> Collect(sql::Stmt& s, Read read) {
   return out;
 }
 
+// One row of the status table, named by its batch or by its push (`key` is
+// "batch_id" or "push_id"); a row that exists already is kept.
+Status InsertStatus(sql::Db& db, const char* key, std::int64_t id, const char* conflict,
+                    const Pushes::CommitStatus& c, TimeMs now) {
+  return sql::WithWriteTransaction(db, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto u, db.Prepare(std::string("INSERT INTO statuses (") + key +
+                                        ", repo_url, sha, context, state, description, "
+                                        "updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT " +
+                                        conflict + " DO NOTHING"));
+    return u.Bind(1, id)
+        .Bind(2, c.repo_url)
+        .Bind(3, c.sha)
+        .Bind(4, c.context)
+        .Bind(5, c.state)
+        .Bind(6, c.description)
+        .Bind(7, now)
+        .Run();
+  });
+}
+
 }  // namespace
 
 Pushes::Pushes(StoreParts& parts) : parts_(parts), db_(parts.db) {}
@@ -234,20 +254,8 @@ Status Pushes::SetRefHead(const std::string& repo_url, const std::string& ref,
 }
 
 Status Pushes::AddCommitStatus(const CommitStatus& c, TimeMs now) {
-  return sql::WithWriteTransaction(db_, [&]() -> Status {
-    ASSIGN_OR_RETURN(auto u,
-                     db_.Prepare("INSERT INTO statuses (batch_id, repo_url, sha, context, "
-                                 "state, description, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                                 "ON CONFLICT (batch_id) WHERE batch_id IS NOT NULL DO NOTHING"));
-    return u.Bind(1, c.batch_id)
-        .Bind(2, c.repo_url)
-        .Bind(3, c.sha)
-        .Bind(4, c.context)
-        .Bind(5, c.state)
-        .Bind(6, c.description)
-        .Bind(7, now)
-        .Run();
-  });
+  return InsertStatus(db_, "batch_id", c.batch_id, "(batch_id) WHERE batch_id IS NOT NULL", c,
+                      now);
 }
 
 Result<std::vector<std::int64_t>> Pushes::FinishedPendingStatuses(int limit) {
@@ -281,21 +289,8 @@ Status Pushes::SetCommitStatusWanted(std::int64_t batch_id, const std::string& s
 }
 
 Status Pushes::AddPushStatus(const CommitStatus& c, TimeMs now) {
-  return sql::WithWriteTransaction(db_, [&]() -> Status {
-    ASSIGN_OR_RETURN(auto u,
-                     db_.Prepare("INSERT INTO statuses (push_id, repo_url, sha, context, "
-                                 "state, description, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                                 "ON CONFLICT (push_id, context) WHERE push_id IS NOT NULL DO "
-                                 "NOTHING"));
-    return u.Bind(1, c.push_id)
-        .Bind(2, c.repo_url)
-        .Bind(3, c.sha)
-        .Bind(4, c.context)
-        .Bind(5, c.state)
-        .Bind(6, c.description)
-        .Bind(7, now)
-        .Run();
-  });
+  return InsertStatus(db_, "push_id", c.push_id,
+                      "(push_id, context) WHERE push_id IS NOT NULL", c, now);
 }
 
 Result<std::vector<Pushes::CommitStatus>> Pushes::DueCommitStatuses(TimeMs now, int limit) {

@@ -91,8 +91,11 @@ class Db {
 };
 
 // Runs `fn` inside BEGIN IMMEDIATE ... COMMIT; rolls back when fn fails.
+// Called inside such a transaction already, `fn` joins it: the outer one
+// commits (one commit for both) or rolls back.
 template <typename Fn>
 auto WithWriteTransaction(Db& db, Fn&& fn) -> decltype(fn()) {
+  if (sqlite3_get_autocommit(db.raw()) == 0) return fn();
   if (auto st = db.Exec("BEGIN IMMEDIATE"); !st) return std::unexpected(st.error());
   auto result = fn();
   if (!result) {

@@ -69,8 +69,6 @@ Status Store::CreateWhole(const std::string& path, const StoreOptions& options) 
   const std::string tmp = path + tag;
   {
     ASSIGN_OR_RETURN(auto db, sql::Db::Open(tmp, true, options.busy_timeout_ms));
-    StoreOptions o = options;
-    o.create = false;
     TRY(db.Exec("PRAGMA journal_mode=WAL"));
     if (auto st = MigrateToCurrent(db); !st) {
       fs::remove(tmp, ec);
@@ -180,6 +178,10 @@ void Store::UseFineBusyWait() {
   sqlite3_busy_handler(parts_->db.raw(), FineBusyWait,
                        reinterpret_cast<void*>(
                            static_cast<std::intptr_t>(parts_->options.busy_timeout_ms)));
+}
+
+Status Store::InWriteTransaction(const std::function<Status()>& fn) {
+  return sql::WithWriteTransaction(parts_->db, fn);
 }
 
 }  // namespace trainq

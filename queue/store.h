@@ -22,6 +22,7 @@
 // may open the same file (the daemon writes, `trainq status` reads).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,6 +74,10 @@ class Store {
   // busy timeout) instead of SQLite's default back-off, whose sleeps grow to
   // 100 ms: for connections that answer webhooks while other threads write.
   void UseFineBusyWait();
+
+  // Runs `fn` in one write transaction: the calls it makes on the parts join
+  // it and commit together (or roll back together when fn fails).
+  Status InWriteTransaction(const std::function<Status()>& fn);
 
   // The parts, by concern; each lives as long as this Store (and moves with it).
   RunQueue& runs();

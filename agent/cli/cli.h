@@ -97,6 +97,7 @@ struct StatusOptions {
   std::string db;
   bool json = false;
   std::string server;  // base URL of a `trainq serve`: read its /api/v1/status instead
+  std::string token_file;  // the server's read token (else $TRAINQ_READ_TOKEN)
   // --watch: redraw every `interval_ms` (in place on a terminal) until `stop`
   // is set (SIGINT, SIGTERM) or, with until_idle, nothing is left to run.
   bool watch = false;

@@ -68,7 +68,9 @@ Status CmdMachines(const MachinesOptions& o, const Clock& clock, std::ostream& o
       TimeMs billed = Billed(m, now);
       t.Add({std::to_string(m.id), m.pool, m.name.empty() ? m.provider_id : m.name,
              m.lost() ? "lost (" + m.last_error.substr(kLostPrefix.size()) + ")"
-             : m.state + (m.last_error.empty() || m.state != "failed" ? "" : " (" + m.last_error + ")"),
+             : m.state + (m.last_error.empty() || (m.state != "failed" && m.state != "booting")
+                              ? ""
+                              : " (" + m.last_error + ")"),
              FormatDuration(billed), Idle(m, now), std::to_string(m.runs_done),
              FormatDuration(m.busy_ms), FormatDuration(billed),
              Money(static_cast<double>(billed) / 3.6e6 * m.hourly_cost)});

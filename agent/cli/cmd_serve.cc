@@ -20,7 +20,8 @@
 
 #include "agent/cli/cli.h"
 #include "agent/daemon/daemon.h"
-#include "agent/runner/executor.h"
+#include "agent/runner/gpu_detect.h"
+#include "agent/runner/worker.h"
 #include "agent/runner/run_process.h"
 #include "agent/runner/sandbox.h"
 #include "agent/triggers/server_config.h"
@@ -176,31 +177,28 @@ Status CheckLocalSandboxes(const ServerConfig& config) {
   return {};
 }
 
-// `--inproc`: the executor on this process's slots; a listener only when
-// asked for (or the config names one).
+// `--inproc`: the one run engine on this process's slots (a Worker on a
+// thread of serve, daemon.h); a listener only when asked for (or the config
+// names one).
 Result<DaemonOptions> InProcessOptions(const ServeOptions& o, std::string listen) {
   DaemonOptions d;
   d.db = o.db;
   d.data_dir = DataDir(o);
   d.until_idle = o.until_idle;
   d.poll_ms = o.poll_ms;
+  d.lease_ms = o.lease_s * 1000;
+  d.heartbeat_ms = o.heartbeat_s * 1000;
   if (listen == "auto") listen = "off";
   if (listen != "off") { ASSIGN_OR_RETURN(d.address, ParseListenAddress(listen)); }
   d.listen = listen;
-  ExecutorOptions eo;
-  eo.slots = o.slots;
-  eo.data_dir = d.data_dir;
-  eo.lease_ms = o.lease_s * 1000;
-  eo.heartbeat_ms = o.heartbeat_s * 1000;
-  eo.kill_grace_ms = o.kill_grace_s * 1000;
-  eo.bin_dir = SelfDir();
-  eo.env_passthrough = o.env_passthrough;
-  if (!o.gpus.empty()) {
-    for (const auto& g : Split(o.gpus, ',')) {
-      if (!Trim(g).empty()) eo.gpus.emplace_back(Trim(g));
-    }
-  }
-  d.inproc = std::move(eo);
+  WorkerConfig wc;
+  wc.slots = o.slots;
+  if (!o.gpus.empty()) { ASSIGN_OR_RETURN(wc.gpus, ResolveGpus(o.gpus)); }
+  wc.fuse_max = o.fuse_max;
+  wc.kill_grace_ms = o.kill_grace_s * 1000;
+  wc.env_passthrough = o.env_passthrough;
+  wc.bin_dir = SelfDir();
+  d.inproc = std::move(wc);
   return d;
 }
 

@@ -27,6 +27,7 @@
 #include "agent/daemon/server.h"
 #include "agent/daemon/server_http.h"
 #include "agent/repo/change_detect.h"
+#include "agent/cli/read_client.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
 #include "agent/repo/mirror.h"
@@ -525,6 +526,8 @@ void RenderMachineLine(const json& m, TimeMs now, std::ostream& out) {
     }
   } else if (state == "requested" || state == "booting") {
     out << " for " << FormatDuration(now - m.value("booted_ms", now));
+    // Why it is not up yet, as its provider says (a pod's scheduler message).
+    if (auto why = m.value("last_error", ""); !why.empty()) out << ": " << Oneline(why, 160);
   } else {
     out << ", " << m.value("slots", 0) << " slot(s)";
   }
@@ -756,14 +759,22 @@ void RenderStatusText(const json& j, std::ostream& out) {
   RenderBatches(j, now, out);
 }
 
-Result<json> FetchServerStatus(const std::string& server) {
+Result<json> FetchServerStatus(const std::string& server, const std::string& token_file) {
   std::string base = server;
   while (!base.empty() && base.back() == '/') base.pop_back();
+  ASSIGN_OR_RETURN(auto token, ReadToken(token_file));
   CurlHttpClient http;
-  ASSIGN_OR_RETURN(auto resp, http.Send({"GET", base + "/api/v1/status", {}, "", 10'000}));
+  ASSIGN_OR_RETURN(auto resp, http.Send({"GET", base + "/api/v1/status",
+                                         {{"Authorization", "Bearer " + token}}, "", 10'000}));
   if (!resp.ok()) {
-    return Fail(ErrorKind::kUnavailable, "--server " + UrlForLog(base) + ": HTTP " +
-                                             std::to_string(resp.status) + " from /api/v1/status");
+    std::string reason;
+    auto err = json::parse(resp.body, nullptr, false);
+    if (err.is_object() && err.contains("reason") && err["reason"].is_string()) {
+      reason = ": " + err["reason"].get<std::string>();
+    }
+    return Fail(resp.status >= 500 ? ErrorKind::kUnavailable : ErrorKind::kInvalidArgument,
+                "--server " + UrlForLog(base) + ": HTTP " + std::to_string(resp.status) +
+                    " from /api/v1/status" + reason);
   }
   json j = json::parse(resp.body, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("counts")) {
@@ -801,7 +812,7 @@ Status WatchStatus(const StatusOptions& o, const Clock& clock, std::ostream& out
     if (store) {
       ASSIGN_OR_RETURN(j, StatusJson(*store, o.db, clock.Now(), 20));
     } else {
-      ASSIGN_OR_RETURN(j, FetchServerStatus(o.server));
+      ASSIGN_OR_RETURN(j, FetchServerStatus(o.server, o.token_file));
     }
     const bool idle = IdleJson(j);
     std::ostringstream frame;
@@ -849,7 +860,7 @@ Status CmdStatus(const StatusOptions& o, const Clock& clock, std::ostream& out) 
   }
   json j;
   if (!o.server.empty()) {
-    ASSIGN_OR_RETURN(j, FetchServerStatus(o.server));
+    ASSIGN_OR_RETURN(j, FetchServerStatus(o.server, o.token_file));
   } else {
     ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
     // The text view shows the newest 20 batches: read only those (and count
@@ -916,6 +927,20 @@ Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out) 
     }
     out << (n ? "run " + std::to_string(o.id) + " cancelled\n"
               : "run " + std::to_string(o.id) + " had already ended; nothing to cancel\n");
+    return {};
+  }
+  ASSIGN_OR_RETURN(auto batch, store.runs().Batch(o.id));
+  if (batch && batch->reuses_batch_id) {
+    // Its runs are another batch's: cancelling them here would take them
+    // from every commit that reuses them, so that is said, not done.
+    std::int64_t source = *batch->reuses_batch_id;
+    if (o.json) {
+      out << json{{"batch", o.id}, {"cancelled", 0}, {"reuses_batch", source}}.dump(2) << "\n";
+      return {};
+    }
+    out << "batch " << o.id << ": nothing to cancel: it has no runs of its own, it reuses batch "
+        << source << "'s (at " << ShortSha(batch->reused_from_sha) << "); `trainq cancel "
+        << source << "` cancels those, for every commit that reuses them\n";
     return {};
   }
   ASSIGN_OR_RETURN(int n, store.runs().CancelBatch(o.id, clock.Now()));
@@ -992,8 +1017,11 @@ void AddQueueCommands(CLI::App& app, const CliContext& ctx) {
   auto* c_status = app.add_subcommand("status", "Queue depth, running runs, slots and batch progress");
   c_status->add_flag("--json", status->json, "Print as JSON");
   c_status->add_option("--server", status->server,
-                       "Ask a running `trainq serve` (its base URL) instead of the database")
+                       "Ask a running `trainq serve` (its base URL; needs its read token) "
+                       "instead of the database")
       ->envname("TRAINQ_SERVER");
+  c_status->add_option("--token-file", status->token_file,
+                       "File holding the server's read token (default: $TRAINQ_READ_TOKEN)");
   auto status_interval_s = std::make_shared<double>(2.0);
   auto* watch_flag = c_status->add_flag(
       "--watch", status->watch, "Redraw every --interval seconds (in place on a terminal) until Ctrl-C");

@@ -5,11 +5,13 @@
 
 #include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "agent/daemon/inproc_lease_client.h"
 #include "agent/daemon/server.h"
 #include "agent/daemon/worker_api.h"
 #include "agent/repo/git_repo.h"
@@ -227,13 +229,6 @@ void LogPool(const FleetPool& p) {
                FormatDuration(sc.idle_grace_ms), budget, listing);
 }
 
-// "host:pid": this process as a machine of the store (the in-process executor).
-std::string ThisProcessId() {
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  return std::string(host) + ":" + std::to_string(getpid());
-}
-
 }  // namespace
 
 // Declared in the order they are built; destroyed in reverse (the listener
@@ -242,6 +237,12 @@ struct Daemon::Parts {
   Parts(ServerConfig c, DaemonOptions o, const Clock& clk)
       : clock(clk), config(std::move(c)), options(std::move(o)),
         outcomes(clk.Now(), /*log=*/!options.inproc) {}
+  // Run() joins the worker thread; this covers a Daemon never run.
+  ~Parts() {
+    engine_stop = true;
+    if (server) server->StopWaiting();
+    if (engine_thread.joinable()) engine_thread.join();
+  }
 
   const Clock& clock;
   const ServerConfig config;
@@ -249,11 +250,17 @@ struct Daemon::Parts {
   std::optional<Store> store;
   CurlHttpClient http;
   PosixProcessRunner runner;
-  std::unique_ptr<LocalExecutor> executor;  // inproc
   std::unique_ptr<PushPipeline> pipeline;
   std::unique_ptr<Server> server;
   std::unique_ptr<HttpListener> listener;
   std::unique_ptr<Fleet> fleet;  // not inproc
+  // inproc: the Worker on its thread, leasing from `server` in-process.
+  std::unique_ptr<InProcLeaseClient> inproc_client;
+  std::unique_ptr<Worker> engine;
+  std::thread engine_thread;
+  std::atomic<bool> engine_stop{false};
+  std::atomic<bool> engine_done{false};
+  Result<int> engine_result = 0;
   SweepDriver sweeps;
   OutcomeLog outcomes;
   TimeMs next_fleet_step = 0;
@@ -262,7 +269,10 @@ struct Daemon::Parts {
   Status OpenInProcess();
   Status OpenFleet();
   Result<std::vector<FleetPool>> MakePools();
-  Status StartServer(const ServerOptions& so);
+  Status OpenServer();
+  Status Listen();
+  Status StartEngine(std::string token);
+  Status EngineEnded() const;
   void RenewLeasesAfterStall(TimeMs now);
   Status StepQueue(TimeMs now);
   std::optional<Status> IdleExit(TimeMs now);
@@ -282,28 +292,64 @@ Result<std::unique_ptr<Daemon>> Daemon::Open(ServerConfig config, DaemonOptions 
   return std::unique_ptr<Daemon>(new Daemon(std::move(parts)));
 }
 
-// The executor on this process's slots; the push pipeline when there is a
-// listener or a watched repository; the server only with a listener.
+// The one run engine on this process's slots: a Worker (agent/runner/
+// worker.h) on a thread, leasing through an in-process LeaseClient from this
+// serve's Server, so each call goes through the same server code as a
+// worker's over HTTP. It registers as a machine of the `local` pool (a
+// hand-started one: stopped when serve ends) and shares serve's data dir:
+// worktrees/, runs/<id>/ (output/, metrics.jsonl, the server's output.log).
+// Runs start without a sandbox, as they always did here. The push pipeline
+// runs when there is a listener or a watched repository; the listener only
+// when asked for.
 Status Daemon::Parts::OpenInProcess() {
-  ExecutorOptions eo = *options.inproc;
-  const std::string id = ThisProcessId();
-  eo.worker = "local/" + id;
-  executor = std::make_unique<LocalExecutor>(*store, runner, clock, eo);
-  TRY(executor->Register(id));
-  spdlog::info("serving {} with {} in-process slot(s); run files in {}", options.db, eo.slots,
-               eo.data_dir);
+  TRY(EnsurePoolTokens(*store, config, options.data_dir, clock.Now()));
+  const std::string pool = config.pools.empty() || config.FindPool(kDefaultPool)
+                               ? kDefaultPool
+                               : config.pools.front().name();
+  ASSIGN_OR_RETURN(std::string token, PoolToken(config, options.data_dir, pool));
   if (options.address || !config.repositories.empty()) {
     ASSIGN_OR_RETURN(pipeline,
                      StartPushPipeline(options.db, config, http, clock, options.data_dir));
   }
+  TRY(OpenServer());
   if (options.address) {
-    ServerOptions so;
-    so.data_dir = options.data_dir;
-    TRY(StartServer(so));
+    TRY(Listen());
     spdlog::info("listening on http://{}", options.listen);
     spdlog::info("dashboard: {}", server->DashboardUrl(options.listen));
   }
+  return StartEngine(std::move(token));
+}
+
+Status Daemon::Parts::StartEngine(std::string token) {
+  WorkerConfig wc = *options.inproc;
+  wc.server = "http://127.0.0.1";  // this host (a one-machine gang's address)
+  wc.token = token;
+  wc.data_dir = options.data_dir;
+  wc.process_log = "process.log";
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  wc.hostname = host;
+  wc.pid = static_cast<int>(getpid());
+  wc.cpus = static_cast<int>(std::thread::hardware_concurrency());
+  wc.lease_wait_ms = options.poll_ms;  // how soon a free slot sees work submitted elsewhere
+  const int slots = wc.slots;
+  inproc_client = std::make_unique<InProcLeaseClient>(*server, std::move(token));
+  engine = std::make_unique<Worker>(*inproc_client, runner, clock, std::move(wc));
+  spdlog::info("serving {} with {} in-process slot(s); run files in {}", options.db, slots,
+               options.data_dir);
+  engine_thread = std::thread([this] {
+    engine_result = engine->Run(engine_stop);
+    engine_done = true;
+  });
   return {};
+}
+
+// The in-process worker ends only on an error: nothing would run the queue.
+Status Daemon::Parts::EngineEnded() const {
+  if (!engine_done.load()) return {};
+  if (!engine_result) return std::unexpected(engine_result.error());
+  return Fail(ErrorKind::kUnavailable,
+              "the in-process worker ended (exit code " + std::to_string(*engine_result) + ")");
 }
 
 // Pool tokens and providers, the push pipeline (unless a one-off
@@ -320,14 +366,11 @@ Status Daemon::Parts::OpenFleet() {
     ASSIGN_OR_RETURN(pipeline,
                      StartPushPipeline(options.db, config, http, clock, options.data_dir));
   }
-  ServerOptions so;
-  so.data_dir = options.data_dir;
-  so.lease_ms = options.lease_ms;
-  so.heartbeat_ms = options.heartbeat_ms;
-  TRY(StartServer(so));
+  TRY(OpenServer());
+  TRY(Listen());
   if (!options.address->loopback()) {
-    spdlog::warn("listening beyond loopback on {}: /api/v1/status and /metrics are readable by "
-                 "anyone who can reach it", options.listen);
+    spdlog::warn("listening beyond loopback on {}: webhooks and /healthz answer anyone who can "
+                 "reach it (everything that shows runs needs a token)", options.listen);
   }
   spdlog::info("listening on http://{} (webhooks, worker API, /api/v1/status, /metrics)",
                options.listen);
@@ -367,13 +410,23 @@ Result<std::vector<FleetPool>> Daemon::Parts::MakePools() {
   return pools;
 }
 
-// The server, woken by each recorded push, behind the HTTP listener.
-Status Daemon::Parts::StartServer(const ServerOptions& so) {
+// The server (webhooks, the worker API, read routes, the dashboard), woken
+// by each recorded push.
+Status Daemon::Parts::OpenServer() {
+  ServerOptions so;
+  so.data_dir = options.data_dir;
+  so.lease_ms = options.lease_ms;
+  so.heartbeat_ms = options.heartbeat_ms;
   server = std::make_unique<Server>(config, options.db, clock, so);
   TRY(server->Open());
   server->set_on_push([p = pipeline.get()] {
     if (p) p->Wake();
   });
+  return {};
+}
+
+// The HTTP listener in front of the server.
+Status Daemon::Parts::Listen() {
   ASSIGN_OR_RETURN(listener,
                    HttpListener::Start(
                        *options.address, kMaxWebhookBodyBytes,
@@ -383,23 +436,26 @@ Status Daemon::Parts::StartServer(const ServerOptions& so) {
 }
 
 // One pass of the loop, in this order:
-//   1. (fleet) leases that expired while this process stalled are renewed:
-//      their heartbeats had nobody to take them;
+//   1. in-process: the loop ends if the worker thread ended (only an error
+//      ends it); with a fleet, leases that expired while this process
+//      stalled are renewed: their heartbeats had nobody to take them;
 //   2. sweeps queue their next points (off the lease and webhook paths);
-//   3. the queue runs: the in-process executor reaps and starts runs, or, at
-//      most every scale interval, the fleet takes one autoscaler step and
-//      waiting workers are told there may be work; an error that is not
-//      retryable ends the loop;
+//   3. the queue runs: in-process, leases that expired go back to the queue
+//      (a serve killed before this one held them; the worker thread leases
+//      and runs on its own); with a fleet, at most every scale interval, one
+//      autoscaler step and waiting workers told there may be work; an error
+//      that is not retryable ends the loop;
 //   4. --until-idle: when nothing is queued, running, due from a push or
 //      added by a sweep (or every queued run is one no pool can serve), the
 //      fleet's machines are stopped and the loop ends once none is left;
 //   5. the run outcomes since the last pass are logged and dead runs counted;
-//   6. a wait of poll_ms (in-process: cut short when a run's process ends).
+//   6. a wait of poll_ms.
 // The push pipeline and the HTTP server run on their own threads meanwhile.
 Status Daemon::Run(const std::atomic<bool>& stop) {
   Parts& p = *p_;
   Status result;
   while (!stop.load()) {
+    if (result = p.EngineEnded(); !result) break;
     const TimeMs now = p.clock.Now();
     p.RenewLeasesAfterStall(now);
     StepSweepsLogged(p.sweeps, *p.store, now);
@@ -439,7 +495,11 @@ void Daemon::Parts::RenewLeasesAfterStall(TimeMs now) {
 }
 
 Status Daemon::Parts::StepQueue(TimeMs now) {
-  if (executor) return executor->Step();
+  if (engine) {
+    ASSIGN_OR_RETURN(int expired, store->runs().ExpireLeases(now));
+    if (expired > 0) spdlog::warn("{} run(s) whose lease expired went back to the queue", expired);
+    return {};
+  }
   if (now < next_fleet_step) return {};
   auto st = fleet->Step();
   if (!st && !st.error().retryable()) return st;
@@ -452,21 +512,20 @@ Status Daemon::Parts::StepQueue(TimeMs now) {
 std::optional<Status> Daemon::Parts::IdleExit(TimeMs now) {
   auto pending_push = store->pushes().NextPushDue();
   const bool no_push_due = !pipeline || (pending_push && !*pending_push);
-  if (executor) {
-    auto drained = executor->QueueDrained();
-    if (drained && *drained && no_push_due && !SweepsQueuedMore(*store, clock.Now())) {
-      spdlog::info("queue is empty; exiting (--until-idle)");
-      outcomes.Step(*store);
-      return DeadRunsStatus(outcomes);
-    }
-    return std::nullopt;
-  }
+  // Nothing queued, leased, running or waiting for a retry (the in-process
+  // worker's runs are leased or running in the store until it reports).
   auto counts = store->runs().CountByState();
   bool drained = counts.has_value();
   if (counts) {
     for (auto s : {RunState::kQueued, RunState::kLeased, RunState::kRunning, RunState::kFailed}) {
       if ((*counts)[static_cast<int>(s)] > 0) drained = false;
     }
+  }
+  if (engine) {
+    if (!drained || !no_push_due || SweepsQueuedMore(*store, now)) return std::nullopt;
+    spdlog::info("queue is empty; exiting (--until-idle)");
+    outcomes.Step(*store);
+    return DeadRunsStatus(outcomes);
   }
   // Queued runs that no pool can serve would wait forever: give up on them.
   std::string stuck;
@@ -481,12 +540,7 @@ std::optional<Status> Daemon::Parts::IdleExit(TimeMs now) {
   return DeadRunsStatus(outcomes);
 }
 
-// A run's process ending wakes the in-process loop at once: short runs are
-// reaped and their slot refilled without waiting out the poll interval.
-void Daemon::Parts::Wait() {
-  if (executor && executor->WaitForExit(options.poll_ms)) return;
-  clock.SleepFor(options.poll_ms);
-}
+void Daemon::Parts::Wait() { clock.SleepFor(options.poll_ms); }
 
 void Daemon::Parts::Shutdown(bool signalled, const Status& result) {
   if ((signalled || !result) && fleet) {
@@ -506,10 +560,13 @@ void Daemon::Parts::Shutdown(bool signalled, const Status& result) {
   }
   // Lease long polls and the dashboard's event streams answer now, before
   // the listener closes.
+  // The in-process worker's waiting lease answers now too; it stops its runs
+  // and leaves.
+  engine_stop = true;
   if (server) server->StopWaiting();
+  if (engine_thread.joinable()) engine_thread.join();
   if (listener) listener->Stop();
   if (pipeline) pipeline->Stop();
-  if (executor) executor->Shutdown(signalled ? "trainq serve was stopped" : "trainq serve exited");
   spdlog::info("trainq serve stopped ({})", signalled ? "signal"
                                             : result  ? "nothing left to run"
                                                       : "error: " + result.error().message);

@@ -7,8 +7,9 @@
 //   - the HTTP server (webhooks, the worker API, the read routes, the
 //     dashboard) and its listener;
 //   - what runs the queue: the fleet (machines booted by each pool's provider
-//     run `trainq worker` and lease over HTTP) or, with `inproc`, an executor
-//     on this process's own slots;
+//     run `trainq worker` and lease over HTTP) or, with `inproc`, the same
+//     Worker (agent/runner/worker.h) on a thread of this process, leasing
+//     through an in-process LeaseClient (inproc_lease_client.h);
 //   - the sweep driver, which queues each sweep's next points.
 // Open() builds and starts all of it; Run() is the loop (its order is stated
 // at Daemon::Run in daemon.cc) and shuts everything down when it ends.
@@ -22,7 +23,7 @@
 
 #include "agent/daemon/fleet.h"
 #include "agent/daemon/server_http.h"
-#include "agent/runner/executor.h"
+#include "agent/runner/worker.h"
 #include "agent/triggers/server_config.h"
 #include "core/clock.h"
 #include "core/result.h"
@@ -38,17 +39,19 @@ struct DaemonOptions {
   bool push_pipeline = true;             // run the push pipeline's threads
   TimeMs poll_ms = 200;                  // the loop's wait between passes
   TimeMs scale_interval_ms = 1000;       // fleet: one autoscaler pass at most this often
-  TimeMs lease_ms = 60'000;              // fleet: workers' leases
-  TimeMs heartbeat_ms = 10'000;          // fleet: told to workers at registration
+  TimeMs lease_ms = 60'000;              // workers' leases
+  TimeMs heartbeat_ms = 10'000;          // told to workers at registration
   FleetOptions fleet;                    // fleet: `instance` is filled by Open
-  // Set: run the queue on this process's slots (`serve --inproc`), no fleet.
-  std::optional<ExecutorOptions> inproc;
+  // Set: run the queue on this process's slots (`serve --inproc`), no fleet:
+  // its slots, GPUs, fusion, kill grace, environment and bin dir; Open fills
+  // in the server, token, data dir and this host.
+  std::optional<WorkerConfig> inproc;
 };
 
 class Daemon {
  public:
   // Opens the store, starts the push pipeline, the server and its listener,
-  // and the fleet (its pools' providers) or the in-process executor.
+  // and the fleet (its pools' providers) or the in-process worker.
   static Result<std::unique_ptr<Daemon>> Open(ServerConfig config, DaemonOptions options,
                                               const Clock& clock);
   ~Daemon();

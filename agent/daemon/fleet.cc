@@ -467,7 +467,7 @@ Status Fleet::Boot(FleetPool& pool, int count) {
     b.params = spec.params;
     b.worker_argv = WorkerArgv(spec, m.name);
     b.env_passthrough = spec.env_passthrough;
-    if (spec.provider == "ec2" || spec.provider == "command") {
+    if (spec.provider == "ec2" || spec.provider == "command" || spec.provider == "kubernetes") {
       if (auto token = ReadFile(TokenFilePath(options_.data_dir, spec.name()))) {
         b.token = std::string(Trim(*token));
       } else if (!spec.token.empty()) {
@@ -538,13 +538,13 @@ Status Fleet::Step() {
                  *n);
   }
   // Gather: machines, boot health, demand, and (paced) the providers' lists.
-  ASSIGN_OR_RETURN(auto machines, store_.machines().Machines(false));
+  ASSIGN_OR_RETURN(auto machines, store_.machines().List(false));
   TRY(ForgetSilentWorkers(machines, now));
   ASSIGN_OR_RETURN(auto states, PoolStates(now));
   TRY(JudgeBoots(machines, states));
   ASSIGN_OR_RETURN(auto demand, ReadDemand(now));
   ListedNames listed;
-  auto inputs = Inputs(machines, states, demand, now, listed);
+  ASSIGN_OR_RETURN(auto inputs, Inputs(machines, states, demand, now, listed));
   // Decide.
   cloud::OverallBudget overall = options_.budget;
   TRY(ComputeSpend(inputs, overall, now));
@@ -628,7 +628,7 @@ Result<Fleet::Demand> Fleet::ReadDemand(TimeMs now) {
 
 // The autoscaler's input per pool: its machines, demand and health, and the
 // provider's list when it is due (the listed machines' names into `listed`).
-std::vector<cloud::PoolInput> Fleet::Inputs(const std::vector<MachineRow>& machines,
+Result<std::vector<cloud::PoolInput>> Fleet::Inputs(const std::vector<MachineRow>& machines,
                                             const std::map<std::string, Machines::PoolStateRow>& states,
                                             Demand& demand, TimeMs now, ListedNames& listed) {
   std::vector<cloud::PoolInput> inputs;
@@ -655,7 +655,9 @@ std::vector<cloud::PoolInput> Fleet::Inputs(const std::vector<MachineRow>& machi
         for (const auto& l : *listing) {
           ids.push_back(l.id);
           listed[pool.spec.name()][l.id] = l.name;
+          if (!l.ended.empty()) in.ended[l.id] = {l.ended, l.disrupted};
         }
+        TRY(NoteListed(pool, machines, *listing));
         in.listing = std::move(ids);
       } else {
         spdlog::warn("pool {}: listing machines failed: {}", pool.spec.name(),
@@ -732,6 +734,7 @@ Status Fleet::Apply(const cloud::Action& a, const ListedNames& listed) {
       return {};
     }
     case cloud::ActionKind::kLost: return ApplyLost(*pool, a, now);
+    case cloud::ActionKind::kEnded: return EndMachine(*pool, a);
     case cloud::ActionKind::kStop:
       spdlog::info("pool {}: stopping {} ({})", a.pool, a.machine, a.reason);
       if (a.row) deliberate_.insert(a.row);  // budget, or a machine not wanted: no failed boot
@@ -800,6 +803,60 @@ Status Fleet::ApplyLost(FleetPool& pool, const cloud::Action& a, TimeMs now) {
     }
   }
   return {};
+}
+
+// ---- What the provider says of its machines (kubernetes) -------------------
+// A booting machine's note (why it is not up yet: the scheduler's message) is
+// its last_error while it boots: `trainq machines` and `trainq status` show
+// it, and the serve log says when it changes.
+Status Fleet::NoteListed(FleetPool& pool, const std::vector<MachineRow>& machines,
+                         const std::vector<cloud::ListedMachine>& listing) {
+  std::map<std::string, const cloud::ListedMachine*> by_id;
+  for (const auto& l : listing) by_id[l.id] = &l;
+  for (const auto& m : machines) {
+    if (m.pool != pool.spec.name() || m.provider != pool.spec.provider) continue;
+    if (m.state != "booting" && m.state != "requested") continue;
+    auto it = by_id.find(m.provider_id);
+    if (it == by_id.end() || !it->second->ended.empty()) continue;
+    const std::string& note = it->second->note;
+    if (note == m.last_error) continue;
+    TRY(store_.machines().NoteMachine(m.id, note, clock_.Now()));
+    if (!note.empty()) spdlog::warn("pool {}: machine {} not up yet: {}", m.pool, m.name, note);
+  }
+  return Status{};
+}
+
+// The provider reports a machine over though it still lists it: record why,
+// return its runs to the queue (no attempt used), and stop (delete) it.
+Status Fleet::EndMachine(FleetPool& pool, const cloud::Action& a) {
+  const TimeMs now = clock_.Now();
+  ASSIGN_OR_RETURN(auto row, store_.machines().Machine(a.row));
+  const bool registered = row && row->ready_ms.has_value();
+  int returned = 0;
+  if (a.disrupted) {
+    // The cluster took it: no failure of the pool's machines.
+    deliberate_.insert(a.row);
+    ASSIGN_OR_RETURN(returned, store_.machines().LoseMachine(a.row, now, a.reason));
+  } else if (registered) {
+    ASSIGN_OR_RETURN(returned, store_.machines().ForgetMachine(a.row, now, a.reason));
+  } else {
+    // A failed boot, known at once: JudgeBoots records it (back-off, failing).
+    stop_reason_[a.row] = a.reason;
+    TRY(store_.machines().SetMachineState(a.row, "failed", now, "boot: " + a.reason));
+  }
+  spdlog::warn("pool {}: machine {} is over: {}{}; deleting it", a.pool, a.machine, a.reason,
+               returned ? "; " + std::to_string(returned) +
+                              " run(s) back in the queue, no attempt used"
+                        : "");
+  if (now >= health_[a.pool].next_retry_at) {
+    auto st = pool.provider->Stop(a.machine);
+    Record(a.pool, st.has_value(), st ? "" : st.error().message);
+    if (!st) {
+      spdlog::warn("pool {}: stop of {} failed: {} (tried again while it is listed)", a.pool,
+                   a.machine, st.error().message);
+    }
+  }
+  return Status{};
 }
 
 Result<int> Fleet::LiveMachines() {

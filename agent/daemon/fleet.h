@@ -9,6 +9,10 @@
 //        forget  -> Store::ForgetMachine (its leases back to the queue, no attempt used)
 //        lost    -> Store::LoseMachine (`failed`, "lost: why"; its leases back
 //                   to the queue, no attempt used), then Provider::Stop
+//        ended   -> the provider lists it but reports it over (a pod whose
+//                   image cannot be pulled: `failed`, a failed boot; one
+//                   preempted or evicted: lost; a registered one whose worker
+//                   exited: `stopped`), no attempt used, then Provider::Stop
 //        stop    -> Provider::Stop, then the machine is `stopped`
 //        adopt   -> the listed machine is recorded as `booting`
 //        drain   -> Store::DrainMachine (the drain transaction: refused when a
@@ -125,7 +129,7 @@ class Fleet {
   Status ForgetSilentWorkers(const std::vector<MachineRow>& machines, TimeMs now);
   Result<std::map<std::string, Machines::PoolStateRow>> PoolStates(TimeMs now);
   Result<Demand> ReadDemand(TimeMs now);
-  std::vector<cloud::PoolInput> Inputs(const std::vector<MachineRow>& machines,
+  Result<std::vector<cloud::PoolInput>> Inputs(const std::vector<MachineRow>& machines,
                                        const std::map<std::string, Machines::PoolStateRow>& states,
                                        Demand& demand, TimeMs now, ListedNames& listed);
   Status NoteWaiting(Demand& demand, TimeMs now);
@@ -149,6 +153,11 @@ class Fleet {
   void ReportBudget(const cloud::Decision& d, const std::vector<cloud::PoolInput>& inputs,
                     const cloud::OverallBudget& overall, TimeMs now);
   FleetPool* FindPool(const std::string& name);
+  // What the provider's listing says beyond the ids (cloud::ListedMachine
+  // note and ended; kubernetes).
+  Status NoteListed(FleetPool& pool, const std::vector<MachineRow>& machines,
+                    const std::vector<cloud::ListedMachine>& listing);
+  Status EndMachine(FleetPool& pool, const cloud::Action& a);
 
   Store& store_;
   const Clock& clock_;

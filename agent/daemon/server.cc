@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "agent/daemon/read_api.h"
 #include "agent/results/status.h"
 #include "agent/triggers/webhook.h"
 #include "queue/machines.h"
@@ -81,6 +82,20 @@ HttpServerReply Server::Handle(const HttpServerRequest& req) {
     }
     return {200, "text/plain; charset=utf-8", "ok\n"};
   }
+  // What shows runs needs the read token: the status document, the
+  // counters (a Prometheus scrape sends it as a bearer token) and the read
+  // routes. /healthz shows nothing and stays open.
+  if (path == "/api/v1/status" || path == "/metrics") {
+    switch (CheckReadToken(config_, req.headers)) {
+      case 0:
+        break;
+      case 403:
+        return Json(403, {{"result", "error"},
+                          {"reason", path + " is off: the server config has no read_token"}});
+      default:
+        return Json(401, {{"result", "error"}, {"reason", "missing or wrong read token"}});
+    }
+  }
   if (path == "/api/v1/status") {
     std::lock_guard<std::mutex> lock(read_mu_);
     auto j = StatusJson(*read_store_, db_path_, clock_.Now());
@@ -117,7 +132,8 @@ HttpServerReply Server::Webhook(ForgeKind forge, const HttpServerRequest& req) {
     spdlog::warn("{} webhook refused: body over the 25 MB limit", ForgeName(forge));
   } else {
     std::lock_guard<std::mutex> lock(write_mu_);
-    r = HandleWebhook(config_, *write_store_, forge, req.headers, req.body, clock_.Now());
+    r = HandleWebhook(config_, *write_store_, forge, req.headers, req.body, clock_.Now(),
+                      &webhook_limiter_);
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   {
@@ -132,7 +148,9 @@ HttpServerReply Server::Webhook(ForgeKind forge, const HttpServerRequest& req) {
     }
   }
   if (r.push_id && r.status == 202 && on_push_) on_push_();
-  return {r.status, "application/json", r.body + "\n"};
+  HttpServerReply reply{r.status, "application/json", r.body + "\n"};
+  if (r.retry_after_s > 0) reply.headers.emplace_back("Retry-After", std::to_string(r.retry_after_s));
+  return reply;
 }
 
 std::string Server::MetricsText() {

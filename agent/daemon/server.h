@@ -34,6 +34,7 @@
 #include <string>
 
 #include "agent/triggers/server_config.h"
+#include "agent/triggers/webhook.h"
 #include "agent/daemon/dashboard.h"
 #include "agent/daemon/server_http.h"
 #include "core/clock.h"
@@ -147,6 +148,7 @@ class Server {
   ServerOptions options_;
   std::function<void()> on_push_;
   std::mutex write_mu_;
+  WebhookLimiter webhook_limiter_;  // per-repository webhook_rate_limit
   std::optional<Store> write_store_;
   std::mutex read_mu_;
   std::optional<Store> read_store_;

@@ -23,6 +23,7 @@
 #include "agent/repo/git_repo.h"
 #include "agent/repo/mirror.h"
 #include "agent/daemon/server.h"
+#include "agent/runner/protocol.h"
 #include "core/crypto.h"
 #include "core/strings.h"
 
@@ -95,21 +96,6 @@ std::optional<std::int64_t> ParseId(std::string_view s) {
   return v;
 }
 
-json RunJson(const LeasedRun& r) {
-  json j = {{"run_id", r.run_id},         {"batch_id", r.batch_id},
-          {"token", r.token},           {"seed", r.seed},
-          {"repeat", r.repeat},         {"attempt", r.attempt},
-          {"expires_ms", r.expires_ms}, {"experiment", r.experiment},
-          {"command", r.command},       {"metric_name", r.metric_name},
-          {"metric_regex", r.metric_regex}, {"repo_url", r.repo_url},
-          {"sha", r.sha},               {"timeout_s", r.timeout_s},
-          {"gpus", r.gpus},             {"trainer", r.trainer},
-          {"group", r.group},           {"nodes", r.nodes},
-          {"procs_per_node", r.procs_per_node}, {"node_rank", r.node_rank}};
-  if (r.env_passthrough) j["env_passthrough"] = *r.env_passthrough;
-  return j;
-}
-
 // Whether a live member of gang run `run_id` is on `machine` (a node > 0
 // fetches the source of a run whose machine_id is node 0's).
 bool GangMemberOn(Store& store, std::int64_t run_id, std::int64_t machine) {
@@ -159,23 +145,30 @@ std::string RunLogPath(const std::string& data_dir, std::int64_t run_id) {
 
 Status EnsurePoolTokens(Store& store, const ServerConfig& config, const std::string& data_dir,
                         TimeMs now) {
-  std::vector<std::pair<std::string, const SecretValue*>> pools;
-  for (const auto& p : config.pools) pools.emplace_back(p.name(), &p.token);
-  if (pools.empty()) pools.emplace_back(kDefaultPool, nullptr);
-  for (const auto& [name, secret] : pools) {
-    std::string token;
-    if (secret && !secret->empty()) {
-      token = std::string(Trim(secret->value));
-    } else {
-      ASSIGN_OR_RETURN(token, ReadOrCreateToken(TokenFilePath(data_dir, name)));
-    }
-    if (token.size() < 16) {
-      return Fail(ErrorKind::kInvalidArgument,
-                  "pool " + name + ": the worker token is too short (at least 16 characters)");
-    }
+  std::vector<std::string> pools;
+  for (const auto& p : config.pools) pools.push_back(p.name());
+  if (pools.empty()) pools.push_back(kDefaultPool);
+  for (const auto& name : pools) {
+    ASSIGN_OR_RETURN(std::string token, PoolToken(config, data_dir, name));
     TRY(store.machines().SetPoolTokenHash(name, Sha256Hex(token), now));
   }
   return {};
+}
+
+Result<std::string> PoolToken(const ServerConfig& config, const std::string& data_dir,
+                              const std::string& pool) {
+  const PoolSpec* spec = config.FindPool(pool);
+  std::string token;
+  if (spec && !spec->token.empty()) {
+    token = std::string(Trim(spec->token.value));
+  } else {
+    ASSIGN_OR_RETURN(token, ReadOrCreateToken(TokenFilePath(data_dir, pool)));
+  }
+  if (token.size() < 16) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "pool " + pool + ": the worker token is too short (at least 16 characters)");
+  }
+  return token;
 }
 
 // ---- Server's worker routes ------------------------------------------------------
@@ -349,12 +342,14 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
   auto body = Body(req);
   if (!body) return ErrorReply(400, "lease: the body is not a JSON object");
   const PoolSpec* spec = config_.FindPool(pool);
+  const LeaseRequest request = ParseLeaseRequest(*body);
   Machines::LeaseLimits limits;
-  limits.max_runs = body->value("max_runs", 1);
-  limits.free_gpus = body->value("free_gpus", 0.0);
-  limits.runs_per_gpu = std::max(1, body->value("runs_per_gpu", spec ? spec->runs_per_gpu : 1));
-  limits.fuse_max = std::max(1, body->value("fuse_max", 1));
-  TimeMs wait_ms = std::clamp<TimeMs>(body->value("wait_ms", TimeMs{0}), 0, options_.max_wait_ms);
+  limits.max_runs = request.max_runs;
+  limits.free_gpus = request.free_gpus;
+  limits.runs_per_gpu =
+      std::max(1, request.runs_per_gpu.value_or(spec ? spec->runs_per_gpu : 1));
+  limits.fuse_max = std::max(1, request.fuse_max);
+  TimeMs wait_ms = std::clamp<TimeMs>(request.wait_ms, 0, options_.max_wait_ms);
   if (limits.max_runs <= 0) wait_ms = 0;  // no free slot: nothing to wait for
 
   {
@@ -398,21 +393,19 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
       uncount();
       if (leased.error().kind == ErrorKind::kConflict) {
         // Draining (or stopping, stopped, failed): lease nothing more, finish, exit.
-        return Json(200, {{"state", "draining"}, {"runs", json::array()}});
+        return Json(200, ToJson(LeaseAnswer{"draining", {}}));
       }
       return ErrorReply(StatusOf(leased.error()), leased.error().message);
     }
     if (!leased->empty()) {
       uncount();
-      json runs = json::array();
-      for (const auto& r : *leased) runs.push_back(RunJson(r));
-      return Json(200, {{"state", "ready"}, {"runs", runs}});
+      return Json(200, ToJson(LeaseAnswer{"ready", std::move(*leased)}));
     }
     std::unique_lock<std::mutex> lock(work_mu_);
     if (!counted) {
       if (waiting_polls_ >= options_.max_long_polls) {
         lock.unlock();
-        return Json(200, {{"state", "ready"}, {"runs", json::array()}});
+        return Json(200, ToJson(LeaseAnswer{"ready", {}}));
       }
       ++waiting_polls_;
       counted = true;
@@ -425,7 +418,7 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
         std::lock_guard<std::mutex> write(write_mu_);
         (void)write_store_->machines().TouchWorker(machine, clock_.Now(), false);
       }
-      return Json(200, {{"state", "ready"}, {"runs", json::array()}});
+      return Json(200, ToJson(LeaseAnswer{"ready", {}}));
     }
     clock_.WaitUntil(lock, work_cv_, std::min<TimeMs>(deadline, now + options_.recheck_ms),
                      [&] { return stop_waiting_ || work_generation_ != seen; });
@@ -526,50 +519,37 @@ HttpServerReply Server::LogRoute(RunCall& c) {
 }
 
 HttpServerReply Server::HeartbeatRoute(RunCall& c) {
+  const HeartbeatRequest beat = ParseHeartbeatRequest(c.body);
   std::lock_guard<std::mutex> lock(write_mu_);
   Store& store = *write_store_;
-  json* body = &c.body;
   const std::int64_t run_id = c.run_id, token = c.token, machine = c.machine;
   const TimeMs now = c.now;
-  if (body->value("started", false)) {
-    auto run = store.runs().Run(run_id);
-    if (run && *run && (*run)->state == RunState::kLeased) {
-      if (auto st = store.runs().MarkRunning(run_id, token, now, RunLogPath(DataDir(), run_id)); !st) {
-        return ErrorReply(StatusOf(st.error()), st.error().message);
+  // One transaction, one commit: the start (the first beat), the lease's new
+  // expiry and the machine's last_seen_ms.
+  TimeMs expires = 0;
+  auto beaten = store.InWriteTransaction([&]() -> Status {
+    if (beat.started) {
+      auto run = store.runs().Run(run_id);
+      if (run && *run && (*run)->state == RunState::kLeased) {
+        TRY(store.runs().MarkRunning(run_id, token, now, RunLogPath(DataDir(), run_id)));
       }
     }
-  }
-  auto expires = store.runs().Heartbeat(run_id, token, now, options_.lease_ms);
-  if (!expires) return ErrorReply(StatusOf(expires.error()), expires.error().message);
-  (void)store.machines().TouchWorker(machine, now, true);
-  return Json(200, {{"expires_ms", *expires}});
+    ASSIGN_OR_RETURN(expires, store.runs().Heartbeat(run_id, token, now, options_.lease_ms));
+    (void)store.machines().TouchWorker(machine, now, true);
+    return {};
+  });
+  if (!beaten) return ErrorReply(StatusOf(beaten.error()), beaten.error().message);
+  return Json(200, ToJson(HeartbeatAnswer{expires}));
 }
 
 HttpServerReply Server::MetricsRoute(RunCall& c) {
+  auto request = ParseMetricsRequest(c.body);
+  if (!request) return ErrorReply(400, request.error().message);
   std::lock_guard<std::mutex> lock(write_mu_);
   Store& store = *write_store_;
-  json* body = &c.body;
   const std::int64_t run_id = c.run_id, token = c.token, machine = c.machine;
   const TimeMs now = c.now;
-  std::vector<MetricPoint> points;
-  auto p = body->find("points");
-  if (p != body->end()) {
-    if (!p->is_array()) return ErrorReply(400, "metrics: \"points\" must be a list");
-    for (const auto& pt : *p) {
-      if (!pt.is_object() || !pt.contains("name") || !pt.contains("value") ||
-          !pt["value"].is_number()) {
-        return ErrorReply(400, "metrics: each point needs a \"name\" and a numeric \"value\"");
-      }
-      MetricPoint mp;
-      mp.name = pt["name"].get<std::string>();
-      mp.value = pt["value"].get<double>();
-      if (pt.contains("step") && pt["step"].is_number_integer()) {
-        mp.step = pt["step"].get<std::int64_t>();
-      }
-      mp.final = pt.value("final", false);
-      points.push_back(std::move(mp));
-    }
-  }
+  const std::vector<MetricPoint>& points = request->points;
   auto stored = store.runs().MetricCount(run_id);
   if (!stored) return ErrorReply(StatusOf(stored.error()), stored.error().message);
   if (*stored + static_cast<std::int64_t>(points.size()) > kMaxMetricPointsPerRun) {
@@ -584,62 +564,57 @@ HttpServerReply Server::MetricsRoute(RunCall& c) {
 }
 
 HttpServerReply Server::CompleteRoute(RunCall& c) {
+  auto request = ParseCompleteRequest(c.body);
+  if (!request) return ErrorReply(400, request.error().message);
+  const CompleteRequest& r = *request;
   std::lock_guard<std::mutex> lock(write_mu_);
   Store& store = *write_store_;
-  json* body = &c.body;
   const std::int64_t run_id = c.run_id, token = c.token, machine = c.machine;
   const TimeMs now = c.now;
-  std::string outcome = body->value("outcome", std::string());
-  std::string error = body->value("error", std::string());
-  std::optional<int> exit_code;
-  if (body->contains("exit_code") && (*body)["exit_code"].is_number_integer()) {
-    exit_code = (*body)["exit_code"].get<int>();
-  }
+  // One transaction: the result, the machine's last_seen_ms and the adaptive
+  // repeats it calls for commit together, so nobody reading the queue (serve
+  // --until-idle) sees a batch finished that is about to grow.
+  bool grew = false;
   std::string state;
-  if (outcome == "succeeded") {
-    if (!body->contains("metric_value") || !(*body)["metric_value"].is_number()) {
-      return ErrorReply(400, "complete: a succeeded run needs a numeric \"metric_value\"");
+  auto decided = store.InWriteTransaction([&]() -> Status {
+    if (r.outcome == "succeeded") {
+      TRY(store.runs().Complete(run_id, token, now, *r.metric_value, r.exit_code.value_or(0)));
+      state = "succeeded";
+    } else if (r.outcome == "failed") {
+      // retry false: a configuration error (agent/runner/run_process.h), dead now.
+      ASSIGN_OR_RETURN(RunState next,
+                       store.runs().FailRun(run_id, token, now,
+                                     r.error.empty() ? "failed on the worker" : r.error,
+                                     r.exit_code, r.retry));
+      state = std::string(RunStateName(next));
+    } else {  // interrupted
+      TRY(store.runs().Interrupt(run_id, token, now, r.error.empty() ? "worker stopped" : r.error));
+      state = "queued";
     }
-    auto st = store.runs().Complete(run_id, token, now, (*body)["metric_value"].get<double>(),
-                             exit_code.value_or(0));
-    if (!st) {
-      if (st.error().kind == ErrorKind::kConflict) {
-        spdlog::warn("run {}: a success refused: {}", run_id, st.error().message);
-      }
-      return ErrorReply(StatusOf(st.error()), st.error().message);
-    }
-    state = "succeeded";
-  } else if (outcome == "failed") {
-    // "retry": false: a configuration error (agent/runner/run_process.h), dead now.
-    bool retry = !(body->contains("retry") && (*body)["retry"].is_boolean() &&
-                   !(*body)["retry"].get<bool>());
-    auto st = store.runs().FailRun(run_id, token, now, error.empty() ? "failed on the worker" : error,
-                            exit_code, retry);
-    if (!st) return ErrorReply(StatusOf(st.error()), st.error().message);
-    state = std::string(RunStateName(*st));
-  } else if (outcome == "interrupted") {
-    auto st = store.runs().Interrupt(run_id, token, now, error.empty() ? "worker stopped" : error);
-    if (!st) return ErrorReply(StatusOf(st.error()), st.error().message);
-    state = "queued";
-  } else {
-    return ErrorReply(400, "complete: outcome must be succeeded, failed or interrupted, got \"" +
-                          outcome + "\"");
-  }
-  (void)store.machines().TouchWorker(machine, now, true);
-  if (state != "queued") {
-    // Adaptive repeats: a batch whose spread is still too wide for its
-    // `until` grows by `step` runs (agent/results/analysis.h), as with local slots.
-    if (auto row = store.runs().Run(run_id); row && *row) {
-      auto added = ExtendIfNeeded(store, (*row)->batch_id, now);
-      if (!added) {
-        spdlog::warn("run {}: adaptive repeats: {}", run_id, added.error().message);
-      } else if (*added > 0) {
-        NotifyWork();
+    (void)store.machines().TouchWorker(machine, now, true);
+    if (state != "queued") {
+      // Adaptive repeats: a batch whose spread is still too wide for its
+      // `until` grows by `step` runs (agent/results/analysis.h).
+      if (auto row = store.runs().Run(run_id); row && *row) {
+        auto added = ExtendIfNeeded(store, (*row)->batch_id, now);
+        if (!added) {
+          spdlog::warn("run {}: adaptive repeats: {}", run_id, added.error().message);
+        } else if (*added > 0) {
+          grew = true;
+        }
       }
     }
+    return {};
+  });
+  if (!decided) {
+    if (r.outcome == "succeeded" && decided.error().kind == ErrorKind::kConflict) {
+      spdlog::warn("run {}: a success refused: {}", run_id, decided.error().message);
+    }
+    return ErrorReply(StatusOf(decided.error()), decided.error().message);
   }
+  if (grew) NotifyWork();
   if (state == "queued") NotifyWork();  // back in the queue: a waiting worker may take it
-  return Json(200, {{"state", state}});
+  return Json(200, ToJson(CompleteAnswer{state}));
 }
 
 // POST /api/v1/runs/{id}/gang: a gang member's heartbeat ("beat") or result

@@ -44,6 +44,11 @@ std::string TokenFilePath(const std::string& data_dir, const std::string& pool);
 Status EnsurePoolTokens(Store& store, const ServerConfig& config, const std::string& data_dir,
                         TimeMs now);
 
+// The token of `pool`: the config's `token:` secret, else its token file
+// (read, or created once). Refused when shorter than 16 characters.
+Result<std::string> PoolToken(const ServerConfig& config, const std::string& data_dir,
+                              const std::string& pool);
+
 // (The token digest is core/crypto.h's Sha256Hex.)
 
 // <data_dir>/runs/<id>/output.log: where a worker's log of a run is stored.

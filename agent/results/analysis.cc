@@ -325,7 +325,8 @@ Result<std::optional<DriftCheck>> DriftOf(Store& store, const BatchProgress& b,
                : std::string();
   };
   std::string inputs = inputs_of(b);
-  if (inputs.empty() || b.active()) return std::optional<DriftCheck>();
+  // A batch that reuses another's runs has none of its own to test.
+  if (inputs.empty() || b.active() || b.reuses_batch_id) return std::optional<DriftCheck>();
   std::vector<BatchProgress> loaded;
   const std::vector<BatchProgress>* all = &loaded;
   if (cache && cache->count(b.experiment)) {
@@ -337,6 +338,7 @@ Result<std::optional<DriftCheck>> DriftOf(Store& store, const BatchProgress& b,
   std::vector<BatchProgress> earlier;
   for (const auto& x : *all) {
     if (x.id >= b.id || x.repo_url != b.repo_url || x.sha == b.sha || x.active()) continue;
+    if (x.reuses_batch_id) continue;  // the runs of a batch that is counted already
     if (inputs_of(x) != inputs) continue;
     earlier.push_back(x);
   }

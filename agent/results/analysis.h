@@ -83,8 +83,9 @@ inline constexpr double kDriftAlpha = 0.01;
 std::optional<DriftCheck> CheckDrift(const BatchProgress& b,
                                      const std::vector<BatchProgress>& earlier);
 // The drift check of `b` against the store's earlier batches (by id) of its
-// experiment and repository with the same inputs; empty as CheckDrift, or
-// when `b` is still running or has no inputs fingerprint (queued before it).
+// experiment and repository with the same inputs (a batch reusing another's
+// runs is not one more); empty as CheckDrift, or when `b` is still running,
+// reuses another's runs, or has no inputs fingerprint (queued before it).
 // Looks at the kDriftLookback most recent batches of the experiment; a caller
 // checking many batches passes `cache` to read each experiment's once.
 inline constexpr int kDriftLookback = 200;

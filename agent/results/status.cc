@@ -146,7 +146,7 @@ class StatusDocument {
   StatusDocument(Store& store, TimeMs now) : store_(store), now_(now) {}
 
   Result<json> Build(const std::string& db, int max_active) {
-    ASSIGN_OR_RETURN(machines_, store_.machines().Machines(false, now_));
+    ASSIGN_OR_RETURN(machines_, store_.machines().List(false, now_));
     ASSIGN_OR_RETURN(running_, store_.runs().Runs(std::nullopt, RunState::kRunning, 0));
     ASSIGN_OR_RETURN(auto leased, store_.runs().Runs(std::nullopt, RunState::kLeased, 0));
     running_.insert(running_.end(), leased.begin(), leased.end());

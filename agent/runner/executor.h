@@ -1,4 +1,7 @@
 // LocalExecutor: runs leased runs as child processes on N local slots.
+// No longer used by `trainq serve` (--inproc runs the one engine, Worker, on
+// a thread: agent/runner/worker.h); kept while tests/agent/executor_test.cc
+// drives it.
 //
 // One thread drives it. Each pass of Step():
 //   1. reaps children that ended and reports each result to the store;
@@ -38,14 +41,6 @@ struct ExecutorOptions {
   std::vector<std::string> gpus;  // GPU ids handed out per run via CUDA_VISIBLE_DEVICES
   std::vector<std::string> env_passthrough;  // our variables a run also gets (names, PREFIX*)
 };
-
-// The tree of commit `sha` under <data_dir>/worktrees/<sha>, checked out once
-// and reused (a marker file tells a complete checkout from a crashed one).
-// repo_url is a local repository (a path), or a URL (http(s), file://, ssh)
-// fetched first into a mirror under <data_dir>/mirrors: a worker on another
-// machine. `tmp_tag` makes the temporary checkout directory unique.
-Result<std::string> CachedWorktree(const std::string& data_dir, const std::string& repo_url,
-                                   const std::string& sha, const std::string& tmp_tag);
 
 class LocalExecutor {
  public:

@@ -12,7 +12,11 @@
 #include <set>
 #include <vector>
 
+#include "agent/repo/git_repo.h"
+#include "agent/repo/mirror.h"
 #include "core/strings.h"
+
+namespace fs = std::filesystem;
 
 namespace trainq {
 
@@ -294,6 +298,34 @@ void StopGently(ProcessRunner& runner, int pid, std::optional<TimeMs>& kill_sent
   } else if (now - *kill_sent_ms >= grace_ms) {
     runner.KillGroup(pid, SIGKILL);
   }
+}
+
+Result<std::string> CachedWorktree(const std::string& data_dir, const std::string& repo_url,
+                                   const std::string& sha, const std::string& tmp_tag) {
+  fs::path dir = fs::path(data_dir) / "worktrees" / sha;
+  fs::path done = dir / ".trainq-checkout-complete";
+  std::error_code ec;
+  if (fs::exists(done, ec)) return dir.string();
+  // A URL (not a directory here): check out of a local mirror, fetched when
+  // it lacks the commit.
+  std::string repo_dir = repo_url;
+  if (repo_url.find("://") != std::string::npos && !fs::is_directory(repo_url, ec)) {
+    ASSIGN_OR_RETURN(auto mirror, Mirror::Open(Mirror::PathFor(data_dir, repo_url), repo_url));
+    if (!mirror.HasCommit(sha)) TRY(mirror.Fetch(FetchAuth{}));
+    repo_dir = mirror.path();
+  }
+  // Check out into a fresh temporary directory, then rename: a crash half-way
+  // never leaves a partial tree that a later run would trust.
+  fs::path tmp = fs::path(data_dir) / "worktrees" / (sha + ".tmp-" + tmp_tag);
+  fs::remove_all(tmp, ec);
+  ASSIGN_OR_RETURN(auto repo, GitRepo::Open(repo_dir));
+  TRY(repo.CheckoutTo(sha, tmp.string()));
+  TRY(WriteFile((tmp / ".trainq-checkout-complete").string(), sha + "\n"));
+  fs::remove_all(dir, ec);
+  fs::rename(tmp, dir, ec);
+  if (ec) return Fail(ErrorKind::kIo, "cannot move checkout into " + dir.string() + ": " +
+                                          ec.message());
+  return dir.string();
 }
 
 }  // namespace trainq

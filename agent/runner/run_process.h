@@ -25,6 +25,7 @@
 
 #include "core/clock.h"
 #include "core/process.h"
+#include "core/result.h"
 #include "queue/types.h"
 
 namespace trainq {
@@ -117,5 +118,13 @@ Attempt JudgeAttempt(const LeasedRun& run, const ExitStatus& status, bool timed_
 // `grace_ms` has passed since (`kill_sent_ms` remembers when).
 void StopGently(ProcessRunner& runner, int pid, std::optional<TimeMs>& kill_sent_ms, TimeMs now,
                 TimeMs grace_ms);
+
+// The tree of commit `sha` under <data_dir>/worktrees/<sha>, checked out once
+// and reused (a marker file tells a complete checkout from a crashed one).
+// repo_url is a local repository (a path), or a URL (http(s), file://, ssh)
+// fetched first into a mirror under <data_dir>/mirrors: a worker on another
+// machine. `tmp_tag` makes the temporary checkout directory unique.
+Result<std::string> CachedWorktree(const std::string& data_dir, const std::string& repo_url,
+                                   const std::string& sha, const std::string& tmp_tag);
 
 }  // namespace trainq

@@ -1,8 +1,23 @@
-// Worker: `trainq worker`, the client side of the worker protocol
-// (docs/pools.md, "Workers: trainq worker"; the server's side of the wire is
-// agent/daemon/worker_api.cc's routes).
+// Worker: the one run engine. `trainq worker` runs it over HTTP; `trainq
+// serve --inproc` runs it on a thread of serve over an in-process
+// LeaseClient (agent/runner/lease_client.h). The messages are
+// agent/runner/protocol.h's; the routes are agent/daemon/worker_api.h's.
 //
-// It registers its machine with a `trainq serve` over HTTP, leases runs that
+// Its parts, one file each:
+//   worker.cc          the loop: Step, Run, Interrupt, register, lease, leave,
+//                      the dead-man switch and the calls through the LeaseClient;
+//   worker_jobs.cc     how a lease answer becomes processes (PlanJobs, fused
+//                      trainer commands) and the GPU pool;
+//   worker_process.cc  a run's process: checkout, sandbox, start, timeout and
+//                      kill, and judging how it ended;
+//   worker_ship.cc     what goes to the server while and after a run: heartbeats,
+//                      metric points, log bytes, the result;
+//   worker_outbox.cc   results kept on disk while the server was away, and
+//                      their delivery;
+//   worker_gang.cc     gang members (one node of a multi-node run, gang.h);
+//   worker_command.cc  `trainq worker`: flags, token file, building the worker.
+//
+// It registers its machine with a `trainq serve`, leases runs that
 // fit its free slots and GPUs, runs each in a cached checkout of its commit
 // with the same environment as a local run, and reports heartbeats, metric
 // points, log bytes and the result. One thread drives it; each Step():
@@ -39,9 +54,11 @@
 #include <string>
 #include <vector>
 
-#include "agent/runner/executor.h"
 #include "agent/runner/gang.h"
 #include "agent/runner/gpu_detect.h"
+#include "agent/runner/run_process.h"
+#include "agent/runner/lease_client.h"
+#include "agent/runner/protocol.h"
 #include "agent/runner/result_outbox.h"
 #include "agent/runner/sandbox.h"
 #include "core/clock.h"
@@ -60,6 +77,10 @@ struct WorkerConfig {
   int runs_per_gpu = 0;  // 0: the pool's (register's answer), else 1
   int fuse_max = 1;
   std::string data_dir;  // worktrees/<sha>, runs/<id>, groups/<id>
+  // A run's process output, in runs/<id>/: serve --inproc, whose worker
+  // shares serve's data dir, names it apart from the log the server keeps
+  // there (runs/<id>/output.log, agent/daemon/worker_api.h's RunLogPath).
+  std::string process_log = "output.log";
   std::string bin_dir;   // prepended to PATH (where trainq-train lives)
   bool once = false;     // exit 0 when a poll came back empty and nothing runs
   // Where checkouts come from: "auto" = the lease's repository (a path here, or
@@ -96,14 +117,6 @@ struct WorkerConfig {
   std::string bwrap;
 };
 
-// The run of a lease answer: the store's LeasedRun plus the fusion fields.
-struct WorkerRun {
-  LeasedRun lease;
-  std::string trainer;     // the experiment's trainer spec path, "" for a plain command
-  std::int64_t group = 0;  // > 0: leased fused with the other runs of this group
-};
-Result<WorkerRun> ParseWorkerRun(const nlohmann::json& j);
-
 // How the runs of one lease answer are started: each inner list is one
 // process. Runs of a group with a trainer spec are split into stretches of
 // consecutive seeds (at most fuse_max each); every other run is alone.
@@ -135,6 +148,9 @@ class Worker {
  public:
   enum class Phase { kRunning, kDone };
 
+  // The queue through `client` (HTTP, or in-process in `serve --inproc`).
+  Worker(LeaseClient& client, ProcessRunner& runner, const Clock& clock, WorkerConfig config);
+  // Over HTTP to config.server with config.token.
   Worker(HttpClient& http, ProcessRunner& runner, const Clock& clock, WorkerConfig config);
   ~Worker();
   Worker(const Worker&) = delete;
@@ -186,11 +202,10 @@ class Worker {
     int gpus = 0;
   };
 
-  struct Answer {
-    int status = 0;
-    nlohmann::json body;
-    std::string raw;  // the body as received
-  };
+  using Answer = WireAnswer;
+  // `own` when the worker made its client, else `client`.
+  Worker(std::unique_ptr<LeaseClient> own, LeaseClient* client, ProcessRunner& runner,
+         const Clock& clock, WorkerConfig&& config);
   // The checkout of a run's commit (see WorkerConfig::source).
   Result<std::string> Worktree(const LeasedRun& run);
   // A copy of Worktree(run) that is the run's own, <run dir>/checkout (fresh
@@ -200,9 +215,10 @@ class Worker {
   // (checkout, run and group directories) and a /tmp of the run's own.
   void Sandbox(ProcessSpec& spec, const std::vector<std::string>& writable,
                const std::string& run_dir, bool share_ipc);
+  // One call through client_ (a JSON body); Send also takes a log chunk.
   Result<Answer> Call(const std::string& path, const nlohmann::json& body,
                       TimeMs timeout_ms = 15'000);
-  Result<Answer> Post(const HttpRequest& request);
+  Result<Answer> Send(WireCall call);
   void NoteFailure(const Error& e);
 
   Status Register();
@@ -238,7 +254,8 @@ class Worker {
   void RunSelfStop();
   void Leave();  // tells the server this worker ends (best effort)
 
-  HttpClient& http_;
+  std::unique_ptr<LeaseClient> own_client_;  // the HTTP one, when built with an HttpClient
+  LeaseClient& client_;
   ProcessRunner& runner_;
   const Clock& clock_;
   WorkerConfig config_;

@@ -1,5 +1,7 @@
 #include "agent/triggers/push_pipeline.h"
 
+#include "agent/triggers/coalesce.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -49,7 +51,22 @@ Status PushProcessor::Process(const Pushes::Push& push) {
   if (outcome) {
     spdlog::info("push {} ({} {} {}): {}", push.id, push.source, RefName(push.ref),
                  ShortSha(push.after_sha), *outcome);
-    return store_.pushes().FinishPush(push.id, "done", *outcome, "", now);
+    TRY(store_.pushes().FinishPush(push.id, "done", *outcome, "", now));
+    // The heads this push superseded stop waiting for machines (coalesce.h).
+    auto coalesced = [&]() -> Result<CoalesceOutcome> {
+      ASSIGN_OR_RETURN(Mirror * m, mirrors_.Get(repo->url));
+      return CoalesceSuperseded(store_, *repo, push, m->location(), now);
+    }();
+    if (!coalesced) {
+      spdlog::warn("push {}: cancelling the runs it superseded: {}", push.id,
+                   coalesced.error().message);
+    } else if (coalesced->runs > 0) {
+      spdlog::info("push {} ({}): cancelled {} queued run(s) of {} batch(es) it superseded "
+                   "(coalesce: {})",
+                   push.id, RefName(push.ref), coalesced->runs, coalesced->batches,
+                   repo->coalesce == RepoConfig::Coalesce::kAll ? "all" : "branches");
+    }
+    return {};
   }
   const Error& e = outcome.error();
   int attempt = push.attempts + 1;

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "agent/repo/change_detect.h"
 #include "cloud/provider.h"
 #include "core/process.h"
@@ -17,6 +19,23 @@
 namespace trainq {
 
 namespace {
+
+// A YAML value as JSON; scalars stay strings (the reader of the JSON
+// converts what it needs).
+nlohmann::json YamlToJson(const YAML::Node& n) {
+  if (n.IsMap()) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& kv : n) j[kv.first.Scalar()] = YamlToJson(kv.second);
+    return j;
+  }
+  if (n.IsSequence()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& item : n) j.push_back(YamlToJson(item));
+    return j;
+  }
+  if (n.IsScalar()) return n.Scalar();
+  return nullptr;
+}
 
 // The server.yaml reader: the shared YAML layer (core/yaml_reader.h) plus
 // what only server.yaml reads.
@@ -35,7 +54,8 @@ class ConfigParser : public YamlReader {
                   {"url", "forge", "project", "branches", "default_branch", "secret", "token",
                    "username", "ssh_key", "api_url", "status", "status_context", "poll_interval",
                    "per_commit", "tags", "fail_on", "limits", "pull_requests",
-                   "fork_pull_requests", "pr_comments", "report_url"}));
+                   "fork_pull_requests", "pr_comments", "report_url", "webhook_rate_limit",
+                   "coalesce"}));
     RepoConfig r;
     r.line = n.Mark().line + 1;
     if (!n["url"]) return Err(n, path + ".url", "missing (the repository to fetch)");
@@ -106,6 +126,22 @@ class ConfigParser : public YamlReader {
     r.pr_comments = r.status;
     if (auto p = n["pr_comments"]) { ASSIGN_OR_RETURN(r.pr_comments, Bool(p, path + ".pr_comments")); }
     if (auto u = n["report_url"]) { ASSIGN_OR_RETURN(r.report_url, Str(u, path + ".report_url")); }
+    if (auto w = n["webhook_rate_limit"]) {
+      ASSIGN_OR_RETURN(auto v, Int(w, path + ".webhook_rate_limit", 0));
+      r.webhook_rate_limit = static_cast<int>(std::min<std::int64_t>(v, 1'000'000));
+    }
+    if (auto c = n["coalesce"]) {
+      ASSIGN_OR_RETURN(auto v, Str(c, path + ".coalesce"));
+      if (v == "branches") {
+        r.coalesce = RepoConfig::Coalesce::kBranches;
+      } else if (v == "all") {
+        r.coalesce = RepoConfig::Coalesce::kAll;
+      } else if (v == "off") {
+        r.coalesce = RepoConfig::Coalesce::kOff;
+      } else {
+        return Err(c, path + ".coalesce", "expected branches, all or off, got \"" + v + "\"");
+      }
+    }
     if (r.fork_pull_requests && !r.pull_requests) {
       return Err(n["fork_pull_requests"], path + ".fork_pull_requests",
                  "needs `pull_requests: true` (forks are pull requests too)");
@@ -215,8 +251,9 @@ class ConfigParser : public YamlReader {
     if (auto v = n["provider"]) {
       ASSIGN_OR_RETURN(p.provider, Str(v, path + ".provider"));
       if (p.provider != "local" && p.provider != "slurm" && p.provider != "ec2" &&
-          p.provider != "command") {
-        return Err(v, path + ".provider", "expected local, slurm, ec2 or command, got " + Show(v));
+          p.provider != "kubernetes" && p.provider != "command") {
+        return Err(v, path + ".provider",
+                   "expected local, slurm, ec2, kubernetes or command, got " + Show(v));
       }
     }
     if (auto v = n["min"]) {
@@ -313,6 +350,13 @@ class ConfigParser : public YamlReader {
       for (const auto& kv : v) {
         std::string key = kv.first.Scalar();
         if (!kv.second.IsScalar()) {
+          // Kubernetes' node_selector, tolerations, labels...: mappings and
+          // lists, carried as their JSON text (the provider checks them).
+          if (p.provider == "kubernetes" && (kv.second.IsMap() || kv.second.IsSequence())) {
+            p.params[key] = YamlToJson(kv.second).dump();
+            p.param_lines[key] = kv.first.Mark().line + 1;
+            continue;
+          }
           return Err(kv.second, path + ".params." + key,
                      "expected a string or number, got " + Show(kv.second));
         }
@@ -347,7 +391,7 @@ class ConfigParser : public YamlReader {
     if (p.provider == "ec2" || p.provider == "command") {
       p.scaling.list_interval_ms = 15'000;
       p.scaling.list_interval_idle_ms = 120'000;
-    } else if (p.provider == "slurm") {
+    } else if (p.provider == "slurm" || p.provider == "kubernetes") {
       p.scaling.list_interval_ms = 5'000;
       p.scaling.list_interval_idle_ms = 60'000;
     }
@@ -368,7 +412,8 @@ class ConfigParser : public YamlReader {
         if (kv.first.Scalar() == "params") at.reset(kv.first);
       }
       if (m.starts_with("params.") && n["params"]) {
-        std::string key = m.substr(7, m.find(':') - 7);
+        // "params.tolerations[0].effect: ..." points at tolerations.
+        std::string key = m.substr(7, m.find_first_of(":.[", 7) - 7);
         for (const auto& kv : n["params"]) {
           if (kv.first.Scalar() == key) at.reset(kv.first);
         }

@@ -15,7 +15,10 @@
 //       fork_pull_requests: false   # heads from forks run only when true: untrusted code
 //       pr_comments: true           # one comment per pull request (default: = status)
 //       report_url: https://ci.example/trainq/report.html   # linked from the comment
-//   read_token: {env: TRAINQ_READ_TOKEN}   # GET /api/v1/report and /api/v1/gate
+//       webhook_rate_limit: 60      # deliveries a minute kept; more answer 429 (0: no limit)
+//       coalesce: branches          # a newer push cancels the older one's queued runs:
+//                                   # branches (not the default branch) | all | off
+//   read_token: {env: TRAINQ_READ_TOKEN}   # GET /api/v1/{status,report,gate,logs}, /metrics
 //   admin_token: {file: /etc/trainq/admin-token}   # the dashboard's actions
 //
 // Secrets and tokens are read from an environment variable or a file, never
@@ -62,6 +65,10 @@ struct RepoConfig {
   bool pull_requests = true;          // pull/merge requests from this repository run
   bool fork_pull_requests = false;    // ... and from forks (untrusted code on your machines)
   bool pr_comments = false;           // the verdict as one comment per pull request
+  int webhook_rate_limit = 60;        // deliveries a minute (a minute's burst); 0: no limit
+  // A newer push to a ref cancels the queued runs of the heads it superseded:
+  // on every ref but the default branch (branches), on all of them, or never.
+  enum class Coalesce { kBranches, kAll, kOff } coalesce = Coalesce::kBranches;
   std::string report_url;             // linked from the comment; "" = no link
   int line = 0;                       // where the entry starts in the file
 
@@ -119,9 +126,12 @@ struct PoolSpec {
   int line = 0;
   std::map<std::string, int> param_lines;  // params key -> its line, for messages
   const std::string& name() const { return scaling.name; }
-  // Machines elsewhere (slurm, ec2, command): their workers need a server URL
-  // that is not this host's loopback.
-  bool remote() const { return provider == "slurm" || provider == "ec2" || provider == "command"; }
+  // Machines elsewhere (slurm, ec2, kubernetes, command): their workers need
+  // a server URL that is not this host's loopback.
+  bool remote() const {
+    return provider == "slurm" || provider == "ec2" || provider == "command" ||
+           provider == "kubernetes";
+  }
 };
 
 struct ServerConfig {

@@ -5,7 +5,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 using nlohmann::json;
@@ -17,6 +20,24 @@ namespace {
 WebhookReply Reply(int status, std::string result, json body) {
   body["result"] = result;
   return {status, body.dump(), std::move(result), 0};
+}
+
+// 429 when the repository is over its webhook_rate_limit; nothing is stored.
+std::optional<WebhookReply> RateLimited(WebhookLimiter* limiter, const RepoConfig& repo,
+                                        TimeMs now) {
+  if (!limiter || repo.webhook_rate_limit <= 0) return std::nullopt;
+  int wait_s = limiter->Take(repo.url, repo.webhook_rate_limit, now);
+  if (wait_s == 0) return std::nullopt;
+  spdlog::warn("webhook for {} refused: over its webhook_rate_limit of {} a minute (retry in {} s)",
+               repo.url, repo.webhook_rate_limit, wait_s);
+  WebhookReply r =
+      Reply(429, "rate_limited",
+            {{"reason", "over this repository's webhook_rate_limit of " +
+                            std::to_string(repo.webhook_rate_limit) +
+                            " deliveries a minute; deliver it again in " + std::to_string(wait_s) +
+                            " s"}});
+  r.retry_after_s = wait_s;
+  return r;
 }
 
 std::string Lower(std::string s) {
@@ -43,7 +64,7 @@ std::string PrName(ForgeKind forge, std::int64_t n) {
 
 WebhookReply PullRequestWebhook(const std::vector<const RepoConfig*>& candidates, Store& store,
                                 ForgeKind forge, const HttpHeaders& headers,
-                                std::string_view body, TimeMs now) {
+                                std::string_view body, TimeMs now, WebhookLimiter* limiter) {
   std::string forge_name(ForgeName(forge));
   auto parsed = ParsePullRequestEvent(forge, body);
   if (!parsed) return Reply(400, "malformed", {{"reason", parsed.error().message}});
@@ -93,6 +114,7 @@ WebhookReply PullRequestWebhook(const std::vector<const RepoConfig*>& candidates
     row.state = "skipped";
     row.result = skip;
   }
+  if (auto limited = RateLimited(limiter, *repo, now)) return *limited;
   auto id = store.pushes().RecordPush(row, now);
   if (!id) {
     spdlog::error("{} {} of {} not recorded: {}", forge_name, name, repo->url,
@@ -132,13 +154,30 @@ std::string SkipReason(const RepoConfig& repo, const PushEvent& event) {
 namespace {
 
 WebhookReply AnswerWebhook(const ServerConfig& config, Store& store, ForgeKind forge,
-                           const HttpHeaders& headers, std::string_view body, TimeMs now);
+                           const HttpHeaders& headers, std::string_view body, TimeMs now,
+                           WebhookLimiter* limiter);
 
 }  // namespace
 
+int WebhookLimiter::Take(const std::string& repo_url, int per_minute, TimeMs now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double capacity = per_minute;
+  const double per_ms = per_minute / 60'000.0;
+  auto [it, fresh] = buckets_.try_emplace(repo_url, Bucket{capacity, now});
+  Bucket& b = it->second;
+  if (!fresh && now > b.at) b.tokens = std::min(capacity, b.tokens + (now - b.at) * per_ms);
+  b.at = std::max(b.at, now);
+  if (b.tokens >= 1) {
+    b.tokens -= 1;
+    return 0;
+  }
+  return std::max(1, static_cast<int>(std::ceil((1 - b.tokens) / per_ms / 1000.0)));
+}
+
 WebhookReply HandleWebhook(const ServerConfig& config, Store& store, ForgeKind forge,
-                           const HttpHeaders& headers, std::string_view body, TimeMs now) {
-  WebhookReply r = AnswerWebhook(config, store, forge, headers, body, now);
+                           const HttpHeaders& headers, std::string_view body, TimeMs now,
+                           WebhookLimiter* limiter) {
+  WebhookReply r = AnswerWebhook(config, store, forge, headers, body, now, limiter);
   if (r.result == "malformed") {
     // Refused with a reason: serve's log says why, as it does for a bad
     // signature (the sender only sees the HTTP answer).
@@ -152,7 +191,8 @@ WebhookReply HandleWebhook(const ServerConfig& config, Store& store, ForgeKind f
 namespace {
 
 WebhookReply AnswerWebhook(const ServerConfig& config, Store& store, ForgeKind forge,
-                           const HttpHeaders& headers, std::string_view body, TimeMs now) {
+                           const HttpHeaders& headers, std::string_view body, TimeMs now,
+                           WebhookLimiter* limiter) {
   std::string forge_name(ForgeName(forge));
   if (body.size() > kMaxWebhookBodyBytes) {
     spdlog::warn("{} webhook refused: body of {} bytes is over the {} MB limit", forge_name,
@@ -180,7 +220,7 @@ WebhookReply AnswerWebhook(const ServerConfig& config, Store& store, ForgeKind f
     return Reply(200, "ping", {{"reason", "pong"}});
   }
   if (IsPullRequestEvent(forge, event)) {
-    return PullRequestWebhook(candidates, store, forge, headers, body, now);
+    return PullRequestWebhook(candidates, store, forge, headers, body, now, limiter);
   }
   if (!IsPushEvent(forge, event)) {
     if (!json::accept(body.begin(), body.end())) {
@@ -219,6 +259,7 @@ WebhookReply AnswerWebhook(const ServerConfig& config, Store& store, ForgeKind f
     row.state = "skipped";
     row.result = skip;
   }
+  if (auto limited = RateLimited(limiter, *repo, now)) return *limited;
   auto id = store.pushes().RecordPush(row, now);
   if (!id) {
     spdlog::error("{} push to {} not recorded: {}", forge_name, repo->url, id.error().message);

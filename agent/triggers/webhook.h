@@ -7,6 +7,8 @@
 //   ping (GitHub)                        -> 200 "pong"
 //   another event (issues, ...)          -> 202 with the reason it is ignored
 //   push for a repository not configured -> 202 with the reason
+//   over the repository's webhook_rate_limit (deliveries a minute)
+//                                        -> 429 with Retry-After, nothing written
 //   delivery id seen before              -> 200 "duplicate", nothing written
 //   push                                 -> recorded durably (one transaction),
 //                                           202 "accepted"; fetching and diffing
@@ -27,6 +29,8 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -42,17 +46,39 @@ class Store;
 
 inline constexpr std::size_t kMaxWebhookBodyBytes = 25 * 1024 * 1024;
 
+// Per-repository webhook rate limits: a token bucket per repository that
+// holds a minute's worth of deliveries and refills at the configured rate.
+// Counted after authentication, so a stranger cannot use up a repository's
+// budget. Thread-safe.
+class WebhookLimiter {
+ public:
+  // 0: the delivery may be kept (a token is taken). Otherwise the seconds
+  // until one may (the Retry-After), and nothing is taken.
+  int Take(const std::string& repo_url, int per_minute, TimeMs now);
+
+ private:
+  struct Bucket {
+    double tokens = 0;
+    TimeMs at = 0;
+  };
+  std::mutex mu_;
+  std::map<std::string, Bucket> buckets_;
+};
+
 struct WebhookReply {
   int status = 200;
   std::string body;    // JSON: {"result": ..., "reason"|"push": ...}
   std::string result;  // for metrics: accepted, ignored, duplicate, ping, unauthorized,
                        // too_large, malformed, error
   std::int64_t push_id = 0;  // when a push was recorded
+  int retry_after_s = 0;     // 429: the Retry-After header
 };
 
 // `store` is used by the calling thread only (callers serialise access).
+// Without a `limiter` no rate limit applies.
 WebhookReply HandleWebhook(const ServerConfig& config, Store& store, ForgeKind forge,
-                           const HttpHeaders& headers, std::string_view body, TimeMs now);
+                           const HttpHeaders& headers, std::string_view body, TimeMs now,
+                           WebhookLimiter* limiter = nullptr);
 
 // What a recorded push will do, decided from the configuration alone:
 // "" when it must be processed, otherwise why nothing runs.

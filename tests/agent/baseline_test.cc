@@ -155,3 +155,49 @@ TEST_CASE("CompareBatches pairs on the shared seeds after a top-up", "[baseline]
   CHECK(c.verdict == stats::Verdict::kBetter);
   CHECK(ComparisonText(c).find("paired t on 10 shared seeds, p") != std::string::npos);
 }
+
+namespace trainq {
+namespace {
+
+TEST_CASE("drift: a batch that reuses another's runs is not tested against them, nor counted twice",
+          "[baseline][drift][reuse]") {
+  History h;
+  std::string a = h.git.Commit({{"x/a", "1\n"}}, "a");
+  std::string b = h.git.Commit({{"README", "hi\n"}}, "docs");
+  std::string c = h.git.Commit({{"README", "hi again\n"}}, "docs 2");
+  auto repo = GitRepo::Open(h.git.dir()).value();
+  BatchSpec s;
+  s.experiment = "x";
+  s.command = "true";
+  s.repeats = 3;
+  s.spec_json = R"({"inputs": "same"})";
+  auto run_all = [&](double shift) {
+    auto leased = h.store.runs().Lease("w", kT0, 60'000, 100).value();
+    for (const auto& l : leased) {
+      auto done = h.store.runs().Complete(l.run_id, l.token, kT0, 0.5 + shift + 0.01 * l.repeat);
+      INFO((done ? std::string() : done.error().message));
+      REQUIRE(done);
+    }
+  };
+  auto first = h.store.runs().Submit(repo.location(), repo.Resolve(a).value(), {s}, kT0).value();
+  run_all(0);
+  auto reused = h.store.runs().ReuseBatch(repo.location(), repo.Resolve(b).value(), "x",
+                                   first.front().batch_id, "same inputs", kT0 + 1);
+  REQUIRE(reused);
+  auto rb = h.Batch(reused->batch_id);
+  REQUIRE(rb.reuses_batch_id);
+  // Its runs are batch `first`'s: nothing to test them against.
+  CHECK_FALSE(DriftOf(h.store, rb).value());
+  // A later batch of the same inputs with runs of its own is tested against
+  // the one earlier batch that ran, not against the reuse as well.
+  auto third = h.store.runs().Submit(repo.location(), repo.Resolve(c).value(), {s}, kT0 + 2).value();
+  run_all(0.1);
+  auto d = DriftOf(h.store, h.Batch(third.front().batch_id)).value();
+  REQUIRE(d);
+  INFO(d->text);
+  CHECK(d->drift);
+  CHECK(d->text.find("against 1 earlier batch ") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainq

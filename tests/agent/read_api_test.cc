@@ -138,8 +138,12 @@ TEST_CASE("read routes: a wrong or missing token gets 401 and the same body what
       CHECK(w.server->Handle(basic).status == 401);
     }
   }
-  // The open routes stay as they are.
-  CHECK(w.server->Handle({"GET", "/api/v1/status", {}, "", false}).status == 200);
+  // The status document and the counters take the same token; /healthz
+  // shows no runs and stays open.
+  CHECK(w.server->Handle({"GET", "/api/v1/status", {}, "", false}).status == 401);
+  CHECK(w.server->Handle(Get("/api/v1/status", {}, kToken)).status == 200);
+  CHECK(w.server->Handle(Get("/metrics", {}, kToken)).status == 200);
+  CHECK(w.server->Handle({"GET", "/healthz", {}, "", false}).status == 200);
 }
 
 TEST_CASE("read routes: without read_token in the config they answer 403 with the reason",
@@ -150,6 +154,12 @@ TEST_CASE("read routes: without read_token in the config they answer 403 with th
     CHECK(r.status == 403);
     CHECK(json::parse(r.body)["reason"] ==
           "read routes are off: the server config has no read_token");
+  }
+  for (const char* path : {"/api/v1/status", "/metrics"}) {
+    auto r = w.server->Handle(Get(path, {}));
+    CHECK(r.status == 403);
+    CHECK(json::parse(r.body)["reason"] ==
+          std::string(path) + " is off: the server config has no read_token");
   }
 }
 

@@ -454,6 +454,23 @@ TEST_CASE(
     }
     CHECK(saw);
   }
+  // Cancelling the reusing batch cancels nothing of the batch it reuses, and
+  // says which batch holds the runs.
+  {
+    auto store = Store::Open(tmp / "t.db").value();
+    std::int64_t reusing = 0;
+    auto at_b = store.runs().BatchesForCommit(b).value();
+    for (const auto& x : at_b) {
+      if (x.reuses_batch_id) reusing = x.id;
+    }
+    REQUIRE(reusing > 0);
+    REQUIRE(testing::RunShell(std::string(TRAINQ_BINARY) + " --db " + ShellQuote(tmp / "t.db") +
+                                  " cancel " + std::to_string(reusing),
+                              &out) == 0);
+    CHECK(out.find("nothing to cancel: it has no runs of its own, it reuses batch " +
+                   std::to_string(b_id) + "'s (at " + a.substr(0, 10) + ")") != std::string::npos);
+    CHECK(store.runs().Batch(b_id).value()->count(RunState::kQueued) == 3);
+  }
   // Again: nothing new.
   REQUIRE(testing::RunShell(StdoutOnly(tq + " --json"), &out) == 0);
   auto again = json::parse(out);

@@ -187,7 +187,7 @@ TEST_CASE("server config: pool errors name file, line and key", "[server_config]
       {"pools:\n  - name: a_b\n", "server.yaml:2: pools[0].name: only lowercase letters"},
       {"pools:\n  - name: gpu\n  - name: gpu\n", "server.yaml:3: pools[1].name: pool gpu is listed twice"},
       {"pools:\n  - name: gpu\n    provider: gce\n",
-       "server.yaml:3: pools[0].provider: expected local, slurm, ec2 or command, got \"gce\""},
+       "server.yaml:3: pools[0].provider: expected local, slurm, ec2, kubernetes or command, got \"gce\""},
       {"pools:\n  - name: gpu\n    min: 3\n    max: 2\n",
        "server.yaml:3: pools[0].min: min (3) is above max (2)"},
       {"pools:\n  - name: gpu\n    slots: 0\n",
@@ -214,6 +214,14 @@ TEST_CASE("server config: pool errors name file, line and key", "[server_config]
        "server.yaml:4: pools[0] (command pool gpu): params.stop: required by command"},
       {"pools:\n  - name: gpu\n    params: {tags: {a: b}}\n",
        "server.yaml:3: pools[0].params.tags: expected a string or number"},
+      {"pools:\n  - name: gpu\n    provider: kubernetes\n    params:\n      image: w\n"
+       "      node_selektor: {a: b}\n",
+       "server.yaml:6: pools[0] (kubernetes pool gpu): params.node_selektor: unknown to kubernetes"},
+      {"pools:\n  - name: gpu\n    provider: kubernetes\n    params:\n      image: w\n"
+       "      tolerations:\n        - {key: a, effekt: NoSchedule}\n",
+       "server.yaml:6: pools[0] (kubernetes pool gpu): params.tolerations[0].effekt: unknown key"},
+      {"pools:\n  - name: gpu\n    provider: kubernetes\n    params:\n      namespace: ml\n",
+       "server.yaml:4: pools[0] (kubernetes pool gpu): params.image: required by kubernetes"},
       {"pools: {name: gpu}\n", "server.yaml:1: pools: expected a list"},
   };
   for (const auto& c : cases) {

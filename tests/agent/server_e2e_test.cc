@@ -106,7 +106,9 @@ TEST_CASE("e2e: git push -> signed webhook -> exactly the touched experiment run
                     "    secret: {file: " + (tmp / "secret") + "}\n"
                     "    token: {file: " + (tmp / "token") + "}\n"
                     "    api_url: " + forge.url() + "\n"
-                    "    status: true\n"));
+                    "    status: true\n"
+                    "read_token: {file: " + (tmp / "read-token") + "}\n"));
+  REQUIRE(WriteFile(tmp / "read-token", "e2e-read-token\n"));
   std::string db = tmp / "trainq.db";
   Daemon daemon;
   REQUIRE(daemon.ServeWithConfig(db, tmp / "server.yaml", port, tmp.path()));
@@ -207,8 +209,15 @@ TEST_CASE("e2e: git push -> signed webhook -> exactly the touched experiment run
 
   // `trainq status --server` reads the API; `trainq show` explains the batch.
   std::string status;
-  REQUIRE(testing::RunShell(ShellQuote(TRAINQ_BINARY) + " status --server " + base_url, &status) ==
-          0);
+  // Without the read token the server refuses, and says which token.
+  std::string refused;
+  CHECK(testing::RunShell("env -u TRAINQ_READ_TOKEN " + ShellQuote(TRAINQ_BINARY) +
+                              " status --server " + base_url + " 2>&1",
+                          &refused) != 0);
+  CHECK(refused.find("read token") != std::string::npos);
+  REQUIRE(testing::RunShell("TRAINQ_READ_TOKEN=e2e-read-token " + ShellQuote(TRAINQ_BINARY) +
+                                " status --server " + base_url,
+                            &status) == 0);
   INFO(status);
   CHECK(status.find("3/3 done, 0 failed") != std::string::npos);
   CHECK(status.find("pushes:") != std::string::npos);

@@ -32,6 +32,9 @@ namespace {
 
 constexpr const char* kSecret = "loopback-secret";
 
+constexpr const char* kReadToken = "server-test-read-token";
+HttpHeaders ReadAuth() { return {{"Authorization", std::string("Bearer ") + kReadToken}}; }
+
 struct World {
   testing::TempDir tmp;
   std::string db = tmp / "t.db";
@@ -41,9 +44,11 @@ struct World {
 
   World() {
     REQUIRE(WriteFile(tmp / "secret", kSecret));
+    REQUIRE(WriteFile(tmp / "read-token", kReadToken));
     auto c = ParseServerConfig("repositories:\n  - url: https://github.com/acme/model.git\n"
                                "    forge: github\n    secret: {file: " +
-                                   (tmp / "secret") + "}\n",
+                                   (tmp / "secret") + "}\nread_token: {file: " +
+                                   (tmp / "read-token") + "}\n",
                                "server.yaml");
     REQUIRE(c);
     config = *c;
@@ -81,7 +86,13 @@ TEST_CASE("server: routes without sockets", "[server]") {
   CHECK(health.status == 200);
   CHECK(health.body == "ok\n");
 
-  auto status = w.server->Handle({"GET", "/api/v1/status", {}, "", false});
+  // The status document and the counters show runs: the read token first.
+  for (const char* route : {"/api/v1/status", "/metrics"}) {
+    CHECK(w.server->Handle({"GET", route, {}, "", false}).status == 401);
+    CHECK(w.server->Handle({"GET", route, {{"Authorization", "Bearer wrong"}}, "", false}).status ==
+          401);
+  }
+  auto status = w.server->Handle({"GET", "/api/v1/status", ReadAuth(), "", false});
   REQUIRE(status.status == 200);
   CHECK(status.content_type == "application/json");
   auto store = Store::Open(w.db).value();
@@ -104,7 +115,7 @@ TEST_CASE("server: routes without sockets", "[server]") {
   CHECK(w.server->Handle({"POST", "/hooks/github", {}, body, false}).status == 401);
   CHECK(w.server->Handle({"POST", "/hooks/github", {}, "", true}).status == 413);
 
-  auto metrics = w.server->Handle({"GET", "/metrics", {}, "", false});
+  auto metrics = w.server->Handle({"GET", "/metrics", ReadAuth(), "", false});
   CHECK(metrics.status == 200);
   CHECK(metrics.content_type.starts_with("text/plain; version=0.0.4"));
   const std::string& m = metrics.body;
@@ -153,7 +164,7 @@ TEST_CASE("server: real HTTP on loopback, several clients at once", "[server]") 
   CHECK(health->status == 200);
   CHECK(health->body == "ok\n");
 
-  auto status = http.Send({"GET", base + "/api/v1/status", {}, "", 5000});
+  auto status = http.Send({"GET", base + "/api/v1/status", ReadAuth(), "", 5000});
   REQUIRE(status);
   CHECK(json::parse(status->body)["counts"]["queued"] == 3);
 

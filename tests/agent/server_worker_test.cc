@@ -69,8 +69,10 @@ struct World {
   }
 
   // Records a push as a webhook would and processes everything that is due.
-  Pushes::Push Push(const std::string& ref, const std::string& before, const std::string& after) {
+  Pushes::Push Push(const std::string& ref, const std::string& before, const std::string& after,
+                   const std::string& default_branch = "") {
     Pushes::Push p;
+    p.default_branch = default_branch;
     p.source = "github";
     p.delivery_id = "d" + std::to_string(++deliveries);
     p.repo_url = url;
@@ -491,6 +493,93 @@ TEST_CASE("push: a failed push's status description is one line of at most 140 c
   // A cut never splits a UTF-8 character.
   std::string wide = std::string(136, 'a') + "±±±";
   CHECK(FailedPushDescription(wide, "u") == std::string(136, 'a') + "...");
+}
+
+}  // namespace
+}  // namespace trainq
+
+namespace trainq {
+namespace {
+
+// state -> count, for the batch of experiment b at `sha`.
+std::map<RunState, int> RunsOfB(World& w, const std::string& sha) {
+  std::map<RunState, int> out;
+  auto batches = w.store.runs().Batches(false, 0).value();
+  for (const auto& b : batches) {
+    if (b.sha != sha || b.experiment != "b") continue;
+    auto runs = w.store.runs().Runs(b.id, std::nullopt, 1000).value();
+    for (const auto& r : runs) ++out[r.state];
+  }
+  return out;
+}
+
+// Three quick pushes to `ref`, each tuning b: base -> c1 -> c2 -> c3. One
+// run of c1 is leased before the third push.
+struct ThreePushes {
+  std::string c1, c2, c3;
+  ThreePushes(World& w, const std::string& ref) {
+    c1 = w.git.Commit({{"configs/b.yaml", "lr: 3\n"}}, "b 3");
+    REQUIRE(w.Push(ref, w.base, c1, "main").state == "done");
+    c2 = w.git.Commit({{"configs/b.yaml", "lr: 4\n"}}, "b 4");
+    REQUIRE(w.Push(ref, c1, c2, "main").state == "done");
+    // A machine takes the oldest queued run: the base's baseline or c1's.
+    for (int i = 0; i < 8 && RunsOfB(w, c1)[RunState::kLeased] == 0; ++i) {
+      REQUIRE(w.store.runs().Lease("m", w.clock.Now(), 60'000, 1).value().size() == 1);
+    }
+    REQUIRE(RunsOfB(w, c1)[RunState::kLeased] == 1);
+    c3 = w.git.Commit({{"configs/b.yaml", "lr: 5\n"}}, "b 5");
+    REQUIRE(w.Push(ref, c2, c3, "main").state == "done");
+  }
+};
+
+TEST_CASE("push: a newer push to a branch cancels the queued runs of the head it superseded",
+          "[server_worker][coalesce]") {
+  World w;
+  ThreePushes p(w, "refs/heads/feature");
+  // c1 is superseded twice over: its queued runs are cancelled, the leased
+  // one goes on.
+  auto c1 = RunsOfB(w, p.c1);
+  CHECK(c1[RunState::kCancelled] == 2);
+  CHECK(c1[RunState::kLeased] == 1);
+  CHECK(c1[RunState::kQueued] == 0);
+  // c2 is what c3 is compared with: kept. c3 waits for machines.
+  CHECK(RunsOfB(w, p.c2)[RunState::kQueued] == 3);
+  CHECK(RunsOfB(w, p.c3)[RunState::kQueued] == 3);
+  CHECK(RunsOfB(w, p.c2)[RunState::kCancelled] == 0);
+  // The base's baseline batch is untouched.
+  CHECK(RunsOfB(w, w.base)[RunState::kCancelled] == 0);
+}
+
+TEST_CASE("push: coalescing leaves the default branch alone, and follows `coalesce:`",
+          "[server_worker][coalesce]") {
+  SECTION("the default branch keeps every head (coalesce: branches, the default)") {
+    World w;
+    ThreePushes p(w, "refs/heads/main");
+    CHECK(RunsOfB(w, p.c1)[RunState::kCancelled] == 0);
+    CHECK(RunsOfB(w, p.c1)[RunState::kQueued] == 2);
+  }
+  SECTION("coalesce: off keeps every head of every branch") {
+    World w("    coalesce: off\n");
+    ThreePushes p(w, "refs/heads/feature");
+    CHECK(RunsOfB(w, p.c1)[RunState::kCancelled] == 0);
+  }
+  SECTION("coalesce: all coalesces the default branch too") {
+    World w("    coalesce: all\n");
+    ThreePushes p(w, "refs/heads/main");
+    CHECK(RunsOfB(w, p.c1)[RunState::kCancelled] == 2);
+  }
+  SECTION("a head another branch also points at is kept") {
+    World w;
+    std::string c1 = w.git.Commit({{"configs/b.yaml", "lr: 3\n"}}, "b 3");
+    REQUIRE(w.Push("refs/heads/feature", w.base, c1, "main").state == "done");
+    REQUIRE(w.Push("refs/heads/other", w.base, c1, "main").state == "done");
+    std::string c2 = w.git.Commit({{"configs/b.yaml", "lr: 4\n"}}, "b 4");
+    REQUIRE(w.Push("refs/heads/feature", c1, c2, "main").state == "done");
+    std::string c3 = w.git.Commit({{"configs/b.yaml", "lr: 5\n"}}, "b 5");
+    REQUIRE(w.Push("refs/heads/feature", c2, c3, "main").state == "done");
+    CHECK(RunsOfB(w, c1)[RunState::kCancelled] == 0);
+    CHECK(RunsOfB(w, c1)[RunState::kQueued] == 3);
+  }
 }
 
 }  // namespace

@@ -62,7 +62,9 @@ TEST_CASE("status eta: a batch's estimated end from its own finished runs, and e
 
   auto status = [&] {
     std::ostringstream text;
-    REQUIRE(CmdStatus({tmp / "t.db", false, ""}, clock, text));
+    StatusOptions o;
+    o.db = tmp / "t.db";
+    REQUIRE(CmdStatus(o, clock, text));
     auto j = StatusJson(store, tmp / "t.db", clock.Now()).value();
     return std::pair{j["batches"][0], text.str()};
   };

@@ -451,3 +451,75 @@ repositories:
 
 }  // namespace
 }  // namespace trainq
+
+namespace trainq {
+namespace {
+
+TEST_CASE("webhook: a repository over its webhook_rate_limit gets 429 with Retry-After, nothing stored",
+          "[webhook]") {
+  Env gh{"WH_TEST_GH", "It's a Secret to Everybody"};
+  Env other{"WH_TEST_OTHER", "another secret"};
+  testing::TempDir tmp;
+  ServerConfig config = Config(R"(
+repositories:
+  - url: https://github.com/Codertocat/Hello-World.git
+    forge: github
+    secret: {env: WH_TEST_GH}
+    webhook_rate_limit: 2
+  - url: https://github.com/acme/other.git
+    forge: github
+    secret: {env: WH_TEST_OTHER}
+)");
+  Store store = Store::Open(tmp / "t.db").value();
+  WebhookLimiter limiter;
+  std::string body = Fixture("github/push_new_branch.json");
+  auto deliver = [&](const std::string& id, TimeMs now) {
+    auto h = GithubHeaders("push", body, "It's a Secret to Everybody", id);
+    return HandleWebhook(config, store, ForgeKind::kGithub, h, body, now, &limiter);
+  };
+  CHECK(deliver("d1", 0).status == 202);
+  CHECK(deliver("d2", 0).status == 202);
+  auto third = deliver("d3", 0);
+  INFO(third.body);
+  CHECK(third.status == 429);
+  CHECK(third.result == "rate_limited");
+  CHECK(third.retry_after_s == 30);  // 2 a minute: one more in 30 s
+  CHECK(json::parse(third.body)["reason"].get<std::string>().find("webhook_rate_limit of 2") !=
+        std::string::npos);
+  CHECK(store.pushes().RecentPushes(10).value().size() == 2);
+  // A forged delivery takes nothing from the budget (refused before it).
+  auto forged = GithubHeaders("push", body, "wrong", "d4");
+  CHECK(HandleWebhook(config, store, ForgeKind::kGithub, forged, body, 0, &limiter).status == 401);
+  // The bucket refills at the rate: one more after 30 s, not two.
+  CHECK(deliver("d5", 29'000).status == 429);
+  CHECK(deliver("d6", 30'000).status == 202);
+  CHECK(deliver("d7", 30'000).status == 429);
+  CHECK(store.pushes().RecentPushes(10).value().size() == 3);
+  // Without a limiter (or with webhook_rate_limit: 0) nothing is limited.
+  CHECK(HandleWebhook(config, store, ForgeKind::kGithub,
+                      GithubHeaders("push", body, "It's a Secret to Everybody", "d8"), body, 30'000)
+            .status == 202);
+}
+
+TEST_CASE("webhook: webhook_rate_limit and coalesce are checked with file:line:key",
+          "[webhook][server_config]") {
+  auto bad = ParseServerConfig(
+      "repositories:\n  - url: https://x/y.git\n    forge: none\n    coalesce: sometimes\n",
+      "server.yaml");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message.find("server.yaml:4") != std::string::npos);
+  CHECK(bad.error().message.find("coalesce") != std::string::npos);
+  auto neg = ParseServerConfig(
+      "repositories:\n  - url: https://x/y.git\n    forge: none\n    webhook_rate_limit: -1\n",
+      "server.yaml");
+  REQUIRE_FALSE(neg);
+  CHECK(neg.error().message.find("webhook_rate_limit") != std::string::npos);
+  auto ok = ParseServerConfig("repositories:\n  - url: https://x/y.git\n    forge: none\n",
+                              "server.yaml");
+  REQUIRE(ok);
+  CHECK(ok->repositories[0].webhook_rate_limit == 60);
+  CHECK(ok->repositories[0].coalesce == RepoConfig::Coalesce::kBranches);
+}
+
+}  // namespace
+}  // namespace trainq

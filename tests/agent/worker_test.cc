@@ -178,6 +178,8 @@ if [ -n "$SLEEP" ]; then sleep "$SLEEP"; fi
 printf '{"name": "accuracy", "value": 0.5%s, "step": 1}\n' "$TRAINQ_SEED" >> "$TRAINQ_METRICS_FILE"
 )";
 
+constexpr const char* kWorkerTestReadToken = "worker-test-read-token";
+
 struct Harness {
   testing::TempDir tmp;
   ServerConfig config;
@@ -197,6 +199,7 @@ struct Harness {
     fs::create_directories(data);
     fs::create_directories(tmp / "pids");
     if (pool) config.pools.push_back(*pool);
+    config.read_token.value = kWorkerTestReadToken;  // /metrics
     auto s = Store::Open(db);
     REQUIRE(s);
     store = std::make_unique<Store>(std::move(*s));
@@ -623,6 +626,7 @@ int WorkerRequests(const std::string& base, const std::string& route, int status
   CurlHttpClient http;
   HttpRequest r;
   r.url = base + "/metrics";
+  r.headers = {{"Authorization", std::string("Bearer ") + kWorkerTestReadToken}};
   auto resp = http.Send(r);
   REQUIRE(resp);
   std::string key = "trainq_worker_requests_total{route=\"" + route + "\",status=\"" +

@@ -198,8 +198,10 @@ def proxy_checks(tmp, templates, serve_port, github_gate, worse, base_sha, bette
             status, body = http_get(proxy + path, method, b"{}" if method == "POST" else None)
             check(status == 404 and "nginx" in body,
                   f"through nginx: {method} {path} is refused by nginx (404)", f"{status} {body[:200]}")
-        direct = http_get(f"http://127.0.0.1:{serve_port}/api/v1/status")[0]
-        check(direct == 200, "the server itself still answers /api/v1/status (to the inside)")
+        direct = http_get(f"http://127.0.0.1:{serve_port}/api/v1/status",
+                          headers={"Authorization": "Bearer " + TOKEN})[0]
+        check(direct == 200,
+              "the server itself still answers /api/v1/status with the read token (to the inside)")
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -60,12 +60,23 @@ int StartListener() {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const int port = StartListener();
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<std::uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) std::abort();
+  // Thousands of connections a second can briefly leave the kernel without a
+  // free local port or backlog slot (EADDRNOTAVAIL, ECONNREFUSED): that is
+  // the loopback's limit, not the listener's, so connecting is retried for up
+  // to 2 s. A listener that stays unreachable still aborts.
+  int fd = -1;
+  auto connect_until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (;;) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) break;
+    if (fd >= 0) ::close(fd);
+    if (std::chrono::steady_clock::now() >= connect_until) std::abort();
+    ::usleep(10'000);
+  }
   std::size_t sent = 0;
   while (sent < size) {
     ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);

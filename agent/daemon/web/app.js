@@ -422,7 +422,7 @@ async function machinesPage() {
   const costs = st.costs || {};
   render([
     {key: 'title', html: '<h1>Machines and pools</h1>'},
-    {key: 'pools', html: card('Pools', pools + `<p class="muted">All pools: ${costs.machines_booted || 0} machines booted, billed ${dur(costs.billed_ms)}, $${num(costs.cost, 2)}.</p>`)},
+    {key: 'pools', html: card('Pools', pools + `<p class="muted">All pools: ${costs.machines_booted || 0} machine${(costs.machines_booted || 0) === 1 ? '' : 's'} booted, billed ${dur(costs.billed_ms)}, $${num(costs.cost, 2)}.</p>`)},
     {key: 'machines', html: card('Machines', machines)},
   ]);
 }
