@@ -1,4 +1,6 @@
 #include "agent/results/gate.h"
+
+#include <memory>
 #include "queue/pushes.h"
 #include "queue/run_queue.h"
 #include "queue/store.h"
@@ -38,7 +40,7 @@ struct GateCommits {
   std::string head_sha;
   std::string baseline_sha;
   std::string base_sha;
-  bool have_git = false;
+  std::shared_ptr<GitRepo> git;  // the repository, when at hand
 };
 
 Result<GateCommits> ResolveGateCommits(const GateRequest& req) {
@@ -48,8 +50,8 @@ Result<GateCommits> ResolveGateCommits(const GateRequest& req) {
   c.base_sha = c.baseline_sha;
   if (!req.repo_dir.empty() && c.head_sha.size() == 40 && c.baseline_sha.size() == 40) {
     if (auto git = GitRepo::Open(req.repo_dir)) {
-      c.have_git = true;
-      ASSIGN_OR_RETURN(auto mb, git->MergeBase(c.head_sha, c.baseline_sha));
+      c.git = std::make_shared<GitRepo>(std::move(*git));
+      ASSIGN_OR_RETURN(auto mb, c.git->MergeBase(c.head_sha, c.baseline_sha));
       if (mb) c.base_sha = *mb;
     }
   }
@@ -66,8 +68,8 @@ Result<std::pair<std::optional<BatchProgress>, std::string>> GateBaseline(
       (!h.base_sha.empty() && base_sha.size() == 40 && h.base_sha == base_sha)) {
     ASSIGN_OR_RETURN(base, ParentBatch(store, h));
     how = BaselineText(h);
-  } else if (c.have_git) {
-    ASSIGN_OR_RETURN(auto found, FindEquivalentBatch(store, req.repo_dir, h.repo_url,
+  } else if (c.git) {
+    ASSIGN_OR_RETURN(auto found, FindEquivalentBatch(store, *c.git, h.repo_url,
                                                      h.experiment, base_sha));
     base = found.batch;
     if (found.batch) {
