@@ -60,7 +60,7 @@ Result<GateCommits> ResolveGateCommits(const GateRequest& req) {
 
 // The batch head `h` is compared with, and how it was found.
 Result<std::pair<std::optional<BatchProgress>, std::string>> GateBaseline(
-    Store& store, const GateRequest& req, const GateCommits& c, const BatchProgress& h) {
+    Store& store, const GateCommits& c, const BatchProgress& h) {
   const std::string& base_sha = c.base_sha;
   std::optional<BatchProgress> base;
   std::string how;
@@ -249,7 +249,7 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
     if (!wanted.empty() && !wanted.count(h.experiment)) continue;
     if (IsReproExperiment(h.experiment)) continue;  // a determinism check, read with h's experiment
     seen.insert(h.experiment);
-    ASSIGN_OR_RETURN(auto baseline, GateBaseline(store, req, commits, h));
+    ASSIGN_OR_RETURN(auto baseline, GateBaseline(store, commits, h));
     FamilyMember member;
     member.head = h;
     member.base = std::move(baseline.first);
