@@ -394,7 +394,7 @@ std::string DefaultApiUrl(ForgeKind forge, std::string_view repo_url) {
 
 HttpRequest CommitStatusRequest(const StatusTarget& target, const std::string& sha,
                                 CommitState state, const std::string& context,
-                                const std::string& description) {
+                                const std::string& description, const std::string& target_url) {
   std::string desc = description;
   if (desc.size() > 140) {
     size_t cut = 137;
@@ -433,6 +433,7 @@ HttpRequest CommitStatusRequest(const StatusTarget& target, const std::string& s
       body = {{"state", CommitStateName(state)}, {"context", context}, {"description", desc}};
       break;
   }
+  if (!target_url.empty()) body["target_url"] = target_url;
   r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
   return r;
 }

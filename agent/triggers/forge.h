@@ -114,10 +114,12 @@ std::string DefaultApiUrl(ForgeKind forge, std::string_view repo_url);
 std::string ProjectFromUrl(std::string_view repo_url);
 
 // The request that sets the status `context` of `sha`. Descriptions are cut
-// to the forges' limit (140 characters on GitHub).
+// to the forges' limit (140 characters on GitHub). `target_url` (the
+// forges' "Details" link; all three call it target_url) is sent when not "".
 HttpRequest CommitStatusRequest(const StatusTarget& target, const std::string& sha,
                                 CommitState state, const std::string& context,
-                                const std::string& description);
+                                const std::string& description,
+                                const std::string& target_url = "");
 
 // Pull request comments --------------------------------------------------------
 // One comment per pull request, created once and then edited in place:

@@ -13,8 +13,9 @@ queue; the experiment page has one point per commit and the verdict words
 `trainq show --json` gives; the commit page has every seed of both sides and
 the effect; a commit submitted from the CLI while the overview is open shows
 up without a reload (a page-level JS marker survives); the slow run's log
-tail grows; actions are refused with the read session (403) and the admin's
-cancel button cancels the run (checked in the store); no console errors.
+tail and its metric curve grow; actions are refused with the read session
+(403) and the admin's cancel button cancels the run, its retry button puts
+it back in the queue (both checked in the store); no console errors.
 Screenshots (1280x800) go to $TRAINQ_SCREENSHOTS when set.
 
 Usage: dashboard_browser_test.py TRAINQ_BINARY
@@ -333,6 +334,21 @@ def run_checks(fx, driver):
     wait.until(lambda d: len(d.find_element(By.ID, "log").text.splitlines()) >= n1 + 5)
     check(True, f"the log tail grew by 5 lines in {time.monotonic() - t1:.2f}s "
           f"(the run prints one each 0.2 s)")
+    # Its metric curve fills while it runs (serve --inproc ships points as a
+    # remote worker does): the store's points and the page's count both grow.
+    rc = driver.get_cookie("trainq_dash")["value"]
+    points = lambda: json.loads(http(f"{fx.base}/dash/api/run/{run_id}",  # noqa: E731
+                                     headers={"Cookie": "trainq_dash=" + rc})[2])
+    p1 = points()
+    shown = lambda: int(re.search(r"\((\d+) points\)", driver.find_element(  # noqa: E731
+        By.CSS_SELECTOR, "[data-key='curve'] h2").text).group(1))
+    s1 = shown()
+    wait_for(lambda: points()["metric_points"] >= p1["metric_points"] + 5, "5 more metric points", 20)
+    wait.until(lambda d: shown() >= s1 + 5)
+    p2 = points()
+    check(p2["run"]["state"] == "running" and len(driver.find_elements(By.CSS_SELECTOR, "svg.curve-plot polyline.curve")) == 1,
+          f"the running run's metric curve fills: {p1['metric_points']} -> {p2['metric_points']} "
+          f"points in the store, {s1} -> {shown()} on the page, still {p2['run']['state']}")
     shot(driver, "run")
 
     # Actions: refused with the read session, done with the admin's.
@@ -361,6 +377,32 @@ def run_checks(fx, driver):
           "serve's log holds neither configured token")
     check(any("dashboard: admin session" in x and f"cancelled run {run_id}" in x for x in fx.lines),
           "serve logged who cancelled what")
+
+    # Retry: the cancelled run goes back in the queue from its page; a read
+    # session has no button and is refused.
+    body = json.dumps({"action": "retry_run", "run": run_id}).encode()
+    code, _, _ = http(fx.base + "/dash/api/action", "POST",
+                      {"Cookie": "trainq_dash=" + rc, "X-CSRF-Token": sess["csrf"],
+                       "Content-Type": "application/json"}, body)
+    check(code == 403 and state() == "cancelled", f"retry with the read session: {code}")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "button[data-action='retry_run']"))
+    shot(driver, "run-retry")
+    driver.find_element(By.CSS_SELECTOR, "button[data-action='retry_run']").click()
+    wait_for(lambda: state() in ("queued", "leased", "running"), "the run queued again in the store", 20)
+    check(True, f"the retry button put the run back in the queue (trainq runs --json: {state()})")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.retry-row"))
+    row = driver.find_element(By.CSS_SELECTOR, "tr.retry-row").text
+    check("cancelled" in row and "admin session" in row,
+          f"the run page lists its earlier round: {row!r}")
+    check(any("dashboard: admin session" in x and f"retried run {run_id}" in x for x in fx.lines),
+          "serve logged who retried what")
+    driver.get(fx.url)  # the read session again
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#experiments tr[data-experiment]"))
+    fx.tq("cancel", "--run", str(run_id))
+    driver.get(f"{fx.base}/run/{run_id}")
+    wait.until(lambda d: "cancelled" in d.find_element(By.ID, "run-state").text)
+    check(not driver.find_elements(By.CSS_SELECTOR, "[data-action]"),
+          "a read session's run page has no retry button")
 
     for page in ("/machines", "/sweeps"):
         driver.get(fx.base + page)
