@@ -261,6 +261,7 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
   wc.lease_wait_ms = o.poll_ms;  // how soon a free slot sees work submitted elsewhere
   wc.kill_grace_ms = o.kill_grace_s * 1000;
   wc.env_passthrough = o.env_passthrough;
+  wc.ship_ms = 1'000;  // in-process calls cost no round trip: the dashboard follows runs live
   PosixProcessRunner runner;
   InProcLeaseClient client(server, token);
   Worker engine(client, runner, clock, std::move(wc));
