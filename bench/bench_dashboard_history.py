@@ -12,6 +12,7 @@ with a read token and opens /experiment/hist in headless Debian Chromium
     thread) during the load and during paging through every page of the
     history (the "older" button, page by page) and a live refresh;
   - each page's render after a click, and a refresh after a store change;
+  - the page's own chart code drawing all N commits in one chart;
   - the size of the experiment's data route, and its answer time.
 
 Prints one JSON object. Usage:
@@ -34,9 +35,9 @@ import urllib.request
 YAML = """version: 1
 experiments:
   hist:
-    command: sh -c 'echo "accuracy: 0.8{seed}SALT"'
+    command: "sh -c 'echo accuracy=0.8{seed}SALT'"
     repeats: REPEATS
-    metric: {name: accuracy, goal: max, regex: 'accuracy: ([0-9.]+)', min_effect: 0.001}
+    metric: {name: accuracy, goal: max, regex: 'accuracy=([0-9.]+)', min_effect: 0.001}
 """
 
 
@@ -185,6 +186,16 @@ def main():
         sh([trainq, "--db", db, "submit", "-e", "hist", "--repo", repo, "--commit", "main"])
         wait.until(lambda d: js("return window.trainqRefreshes || 0") > before)
         live_ms = js("return performance.now()") - t
+        # The whole history in one chart: the page's own historyPlot over all
+        # N commits, put into the page (what a page of N would cost).
+        full_ms = js("""
+          const e = expDoc.data.experiments[0];
+          const t = performance.now();
+          const div = document.createElement('div');
+          div.innerHTML = historyPlot(e, e.batches);
+          document.getElementById('main').append(div);
+          div.getBoundingClientRect();
+          return [performance.now() - t, div.querySelectorAll('circle.point').length];""")
         long_all = js("return window.__long.slice()")
         heap = js("return performance.memory ? performance.memory.usedJSHeapSize : null")
         out = {
@@ -197,6 +208,7 @@ def main():
             "page_click_to_render_ms": {"median": round(sorted(page_ms)[len(page_ms) // 2], 1),
                                         "max": round(max(page_ms), 1)} if page_ms else None,
             "live_refresh_ms": round(live_ms, 1),
+            "one_chart_of_all_ms": round(full_ms[0], 1), "one_chart_points": full_ms[1],
             "long_tasks_during_load": [round(x["ms"], 1) for x in long_load],
             "long_tasks_total": len(long_all),
             "longest_task_ms": round(max([x["ms"] for x in long_all], default=0), 1),

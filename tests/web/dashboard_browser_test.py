@@ -246,7 +246,11 @@ def shot(driver, name):
 def run_checks(fx, driver):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
-    wait = WebDriverWait(driver, DEADLINE_S, poll_frequency=0.05)
+    from selenium.common.exceptions import StaleElementReferenceException
+    # Live sections are redrawn while a wait looks at them: a stale element
+    # is looked up again at the next poll.
+    wait = WebDriverWait(driver, DEADLINE_S, poll_frequency=0.05,
+                         ignored_exceptions=(StaleElementReferenceException,))
     js = driver.execute_script
 
     # Access: nothing without the token or a cookie.
@@ -354,8 +358,10 @@ def run_checks(fx, driver):
     points = lambda: json.loads(http(f"{fx.base}/dash/api/run/{run_id}",  # noqa: E731
                                      headers={"Cookie": "trainq_dash=" + rc})[2])
     p1 = points()
-    shown = lambda: int(re.search(r"\((\d+) points\)", driver.find_element(  # noqa: E731
-        By.CSS_SELECTOR, "[data-key='curve'] h2").text).group(1))
+    # Read in one script: the section is redrawn as points come (a found
+    # element may be replaced before its text is read).
+    shown = lambda: int(re.search(r"\((\d+) points\)", js(  # noqa: E731
+        "return document.querySelector(\"[data-key='curve'] h2\").textContent")).group(1))
     s1 = shown()
     t2 = time.monotonic()
     wait_for(lambda: points()["metric_points"] >= p1["metric_points"] + 5, "5 more metric points", 20)

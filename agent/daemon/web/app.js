@@ -312,6 +312,9 @@ function historyPlot(e, entries) {
   return s + '</svg>';
 }
 
+// The experiment page's last document, reused until the store changes (paging).
+let expDoc = null, changes = 0;
+
 // Which branch the history follows, and links to the others.
 function branchLine(name, h) {
   if (!h) return '';
@@ -331,7 +334,10 @@ function branchLine(name, h) {
 
 async function experimentPage(name) {
   const branch = new URLSearchParams(location.search).get('branch');
-  const j = await getJSON('/dash/api/experiment/' + encodeURIComponent(name) + (branch ? '?branch=' + encodeURIComponent(branch) : ''));
+  const url = '/dash/api/experiment/' + encodeURIComponent(name) + (branch ? '?branch=' + encodeURIComponent(branch) : '');
+  // Paging redraws from the document it has; a store change fetches it again.
+  let j = expDoc && expDoc.url === url && expDoc.gen === changes ? expDoc.data : null;
+  if (!j) { const gen = changes; j = await getJSON(url); expDoc = {url, gen, data: j}; }
   const sections = [{key: 'title', html: `<h1>Experiment ${esc(name)}</h1>`}];
   (j.experiments || []).forEach((e, k) => {
     const all = e.batches || [];
@@ -525,7 +531,7 @@ function startLive() {
   stopLive();
   if (!window.EventSource) { startPolling(); return; }
   source = new EventSource('/dash/events');
-  source.addEventListener('change', () => { failures = 0; setLive('on', 'live'); refresh(); });
+  source.addEventListener('change', () => { failures = 0; changes++; setLive('on', 'live'); refresh(); });
   source.onopen = () => { failures = 0; setLive('on', 'live'); };
   source.onerror = () => {
     // The server ends each stream after a change or a quiet while and the
@@ -537,7 +543,7 @@ function startPolling() {
   if (source) { source.close(); source = null; }
   setLive('poll', 'polling');
   clearInterval(pollTimer);
-  pollTimer = setInterval(refresh, 2000);
+  pollTimer = setInterval(() => { changes++; refresh(); }, 2000);
 }
 function stopLive() {
   if (source) { source.close(); source = null; }
@@ -573,10 +579,13 @@ document.addEventListener('click', ev => {
   const b = ev.target.closest('button');
   if (!b) return;
   if (b.dataset.action) { ev.preventDefault(); act(b); }
-  if (b.dataset.page) { pages[b.dataset.page] = Number(b.dataset.to); refresh(); }
+  if (b.dataset.page) {
+    pages[b.dataset.page] = Number(b.dataset.to);
+    refresh();
+  }
 });
 window.addEventListener('pagehide', stopLive);
-window.addEventListener('pageshow', ev => { if (ev.persisted) { startLive(); refresh(); } });
+window.addEventListener('pageshow', ev => { if (ev.persisted) { changes++; startLive(); refresh(); } });
 
 (async function main() {
   for (const a of document.querySelectorAll('[data-nav]')) a.classList.toggle('current', a.dataset.nav === current.nav);
