@@ -179,11 +179,12 @@ def main():
             wait.until(lambda d: js("return window.trainqRefreshes || 0") > before)
             page_ms.append(js("return performance.now()") - t)
             pages += 1
-        # A live refresh after a store change: the newest commit submitted
-        # again from the CLI (timed from before the submit).
+        # A live refresh after a store change: a new commit on main submitted
+        # from the CLI (timed from before the submit).
+        sh(["git", "commit", "-q", "--allow-empty", "-m", "one more"], cwd=repo, env=env)
         before = js("return window.trainqRefreshes || 0")
         t = js("return performance.now()")
-        sh([trainq, "--db", db, "submit", "-e", "hist", "--repo", repo, "--commit", "main"])
+        sh([trainq, "--db", db, "submit", "-e", "hist", "--repo", repo])
         wait.until(lambda d: js("return window.trainqRefreshes || 0") > before)
         live_ms = js("return performance.now()") - t
         # The whole history in one chart: the page's own historyPlot over all
