@@ -125,38 +125,38 @@ Result<CommitInfo> GitRepo::Resolve(const std::string& rev) {
 }
 
 std::string GitRepo::DefaultBranch() {
-  GitPtr<git_reference, git_reference_free> head;
+  git::Owned<git_reference, git_reference_free> head;
   if (git_repository_head(&head.p, repo_) == 0 && git_reference_is_branch(head.p)) {
     return git_reference_shorthand(head.p);
   }
   // An unborn HEAD still names its branch.
-  GitPtr<git_reference, git_reference_free> sym;
+  git::Owned<git_reference, git_reference_free> sym;
   if (git_reference_lookup(&sym.p, repo_, "HEAD") == 0 &&
       git_reference_type(sym.p) == GIT_REFERENCE_SYMBOLIC) {
     std::string target = git_reference_symbolic_target(sym.p);
-    GitPtr<git_reference, git_reference_free> b;
+    git::Owned<git_reference, git_reference_free> b;
     if (target.starts_with("refs/heads/") && git_reference_lookup(&b.p, repo_, target.c_str()) == 0) {
       return target.substr(11);
     }
   }
   for (const char* name : {"main", "master"}) {
-    GitPtr<git_reference, git_reference_free> b;
+    git::Owned<git_reference, git_reference_free> b;
     if (git_branch_lookup(&b.p, repo_, name, GIT_BRANCH_LOCAL) == 0) return name;
   }
   return "";
 }
 
 Result<std::vector<std::string>> GitRepo::Branches() {
-  GitPtr<git_branch_iterator, git_branch_iterator_free> it;
+  git::Owned<git_branch_iterator, git_branch_iterator_free> it;
   if (git_branch_iterator_new(&it.p, repo_, GIT_BRANCH_LOCAL) != 0) {
-    return Fail(ErrorKind::kIo, location_ + ": cannot list branches (" + LastGitError() + ")");
+    return Fail(ErrorKind::kIo, location_ + ": cannot list branches (" + git::LastError() + ")");
   }
   std::vector<std::string> out;
   while (true) {
     git_reference* ref = nullptr;
     git_branch_t type;
     if (git_branch_next(&ref, &type, it.p) != 0) break;
-    GitPtr<git_reference, git_reference_free> owned;
+    git::Owned<git_reference, git_reference_free> owned;
     owned.p = ref;
     const char* name = nullptr;
     if (git_branch_name(&name, ref) == 0 && name) out.emplace_back(name);
@@ -166,11 +166,11 @@ Result<std::vector<std::string>> GitRepo::Branches() {
 }
 
 Result<std::vector<std::string>> GitRepo::FirstParents(const std::string& branch, size_t limit) {
-  GitPtr<git_reference, git_reference_free> ref;
+  git::Owned<git_reference, git_reference_free> ref;
   if (branch.empty() || git_branch_lookup(&ref.p, repo_, branch.c_str(), GIT_BRANCH_LOCAL) != 0) {
     return Fail(ErrorKind::kNotFound, location_ + ": no branch '" + branch + "'");
   }
-  GitPtr<git_object, git_object_free> obj;
+  git::Owned<git_object, git_object_free> obj;
   if (git_reference_peel(&obj.p, ref.p, GIT_OBJECT_COMMIT) != 0) {
     return Fail(ErrorKind::kInvalidArgument,
                 location_ + ": branch '" + branch + "' does not name a commit");
@@ -181,14 +181,14 @@ Result<std::vector<std::string>> GitRepo::FirstParents(const std::string& branch
   while (out.size() < limit) {
     git_oid_tostr(sha, sizeof sha, &oid);
     out.emplace_back(sha);
-    GitPtr<git_commit, git_commit_free> c;
+    git::Owned<git_commit, git_commit_free> c;
     if (git_commit_lookup(&c.p, repo_, &oid) != 0) {
       return Fail(ErrorKind::kCorruption, location_ + ": cannot read commit " + out.back());
     }
     // A shallow or partial mirror may lack the parent: the line ends there.
     if (git_commit_parentcount(c.p) == 0) break;
     oid = *git_commit_parent_id(c.p, 0);
-    GitPtr<git_commit, git_commit_free> parent;
+    git::Owned<git_commit, git_commit_free> parent;
     if (git_commit_lookup(&parent.p, repo_, &oid) != 0) break;
   }
   return out;
