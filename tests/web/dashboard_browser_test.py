@@ -410,12 +410,12 @@ def run_checks(fx, driver):
     check(code == 403 and state() == "cancelled", f"retry with the read session: {code}")
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "button[data-action='retry_run']"))
     shot(driver, "run-retry")
-    driver.find_element(By.CSS_SELECTOR, "button[data-action='retry_run']").click()
+    js("document.querySelector(\"button[data-action='retry_run']\").click()")  # one step: the row is redrawn live
     wait_for(lambda: state() in ("queued", "leased", "running"), "the run queued again in the store", 20)
     check(True, f"the retry button put the run back in the queue (trainq runs --json: {state()})")
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.retry-row"))
     shot(driver, "run-retried")
-    row = driver.find_element(By.CSS_SELECTOR, "tr.retry-row").text
+    row = js("return document.querySelector('tr.retry-row').innerText")
     check("cancelled" in row and "admin session" in row,
           f"the run page lists its earlier round: {row!r}")
     check(any("dashboard: admin session" in x and f"retried run {run_id}" in x for x in fx.lines),
@@ -447,7 +447,7 @@ def run_checks(fx, driver):
     wait.until(lambda d: sorted(e.get_attribute("data-plot") for e in
                                 d.find_elements(By.CSS_SELECTOR, "img.sweep-plot")) == files)
     # The page's images follow the sweep: their address changes with its progress.
-    src = driver.find_element(By.CSS_SELECTOR, "img.sweep-plot[data-plot='progress.svg']").get_attribute("src")
+    src = js("return document.querySelector(\"img.sweep-plot[data-plot='progress.svg']\").src")
     same = True
     for name in files:
         code, headers, body = http(f"{fx.base}/dash/api/sweep/{sweep_id}/{name}",
