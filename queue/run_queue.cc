@@ -38,7 +38,8 @@ RunState StateOf(const std::string& s) { return ParseRunState(s).value_or(RunSta
 const char* kRunColumns =
     "r.id, r.batch_id, b.experiment, c.sha, r.seed, r.repeat, r.state, r.attempts, "
     "b.max_attempts, r.worker, r.started_ms, r.finished_ms, r.not_before_ms, r.exit_code, "
-    "r.metric_value, r.last_error, r.log_path";
+    "r.metric_value, r.last_error, r.log_path, "
+    "(SELECT count(*) FROM run_retries rr WHERE rr.run_id = r.id)";
 
 RunRow ReadRunRow(const sql::Stmt& s) {
   RunRow r;
@@ -59,6 +60,7 @@ RunRow ReadRunRow(const sql::Stmt& s) {
   r.metric_value = s.OptDouble(14);
   r.last_error = s.Text(15);
   r.log_path = s.Text(16);
+  r.retries = static_cast<int>(s.Int(17));
   return r;
 }
 
@@ -643,6 +645,83 @@ Result<int> RunQueue::CancelRun(std::int64_t run_id, TimeMs now) {
     TRY(u.Bind(1, now).Bind(2, now).Bind(3, run_id).Run());
     return db_.Changes();
   });
+}
+
+Status RunQueue::RetryRun(std::int64_t run_id, TimeMs now, const std::string& who) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT state, attempts, exit_code, finished_ms, "
+                                         "last_error FROM runs WHERE id = ?"));
+    s.Bind(1, run_id);
+    ASSIGN_OR_RETURN(bool exists, s.Step());
+    std::string name = "run " + std::to_string(run_id);
+    if (!exists) return Fail(ErrorKind::kNotFound, name + " does not exist");
+    RunState state = StateOf(s.Text(0));
+    if (state == RunState::kSucceeded) {
+      return Fail(ErrorKind::kConflict, name + " succeeded; its result stands (submit the "
+                                                "commit again for more seeds)");
+    }
+    if (state != RunState::kDead && state != RunState::kCancelled) {
+      return Fail(ErrorKind::kConflict, name + " is " + std::string(RunStateName(state)) +
+                                            ", still in the queue; only a dead or cancelled "
+                                            "run can be retried");
+    }
+    int attempts = static_cast<int>(s.Int(1));
+    std::string error = s.Text(4);
+    ASSIGN_OR_RETURN(auto h, db_.Prepare("INSERT INTO run_retries (run_id, retried_ms, who, "
+                                         "state, attempts, exit_code, finished_ms, last_error) "
+                                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"));
+    TRY(h.Bind(1, run_id)
+            .Bind(2, now)
+            .Bind(3, who)
+            .Bind(4, RunStateName(state))
+            .Bind(5, attempts)
+            .Bind(6, s.OptInt(2))
+            .Bind(7, s.OptInt(3))
+            .Bind(8, error)
+            .Run());
+    std::string note = "retried by " + who + "; was " + std::string(RunStateName(state)) +
+                       " after " + std::to_string(attempts) + " attempt(s)" +
+                       (error.empty() ? "" : ": " + error);
+    ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE runs SET state = 'queued', attempts = 0, "
+                                         "not_before_ms = 0, lease_expires_ms = NULL, "
+                                         "worker = '', last_error = ?, updated_ms = ? "
+                                         "WHERE id = ?"));
+    TRY(u.Bind(1, note).Bind(2, now).Bind(3, run_id).Run());
+    // A commit status already final for its batch (or a batch reusing its
+    // runs) is wanted pending again: the forge hears the new outcome when
+    // the run ends (agent/triggers/forge_status.h).
+    ASSIGN_OR_RETURN(auto st, db_.Prepare("UPDATE statuses SET state = 'pending', description = ?, "
+                                          "attempts = 0, not_before_ms = 0, gave_up = 0, "
+                                          "updated_ms = ? WHERE state != 'pending' AND batch_id IN "
+                                          "(SELECT b.id FROM batches b, runs r WHERE r.id = ? AND "
+                                          "(b.id = r.batch_id OR b.reuses_batch_id = r.batch_id))"));
+    return st.Bind(1, "queued: run " + std::to_string(run_id) + " retried")
+        .Bind(2, now)
+        .Bind(3, run_id)
+        .Run();
+  });
+}
+
+Result<std::vector<RunRetry>> RunQueue::Retries(std::int64_t run_id) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT retried_ms, who, state, attempts, exit_code, "
+                                       "finished_ms, last_error FROM run_retries WHERE "
+                                       "run_id = ? ORDER BY id"));
+  s.Bind(1, run_id);
+  std::vector<RunRetry> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    RunRetry r;
+    r.retried_ms = s.Int(0);
+    r.who = s.Text(1);
+    r.state = StateOf(s.Text(2));
+    r.attempts = static_cast<int>(s.Int(3));
+    if (auto ec = s.OptInt(4)) r.exit_code = static_cast<int>(*ec);
+    r.finished_ms = s.OptInt(5);
+    r.last_error = s.Text(6);
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 Result<std::array<std::int64_t, kRunStateCount>> RunQueue::CountByState() {

@@ -88,6 +88,17 @@ class RunQueue {
                           const std::string& reason);
   Result<int> CancelBatch(std::int64_t batch_id, TimeMs now);
   Result<int> CancelRun(std::int64_t run_id, TimeMs now);
+  // Puts a dead or cancelled run back in the queue with a fresh round of
+  // the batch's max_attempts (its attempts count from 0 again). The round it
+  // ends (state, attempts, exit code, last error) is kept in its retry
+  // history (Retries) and its last error reads "retried by WHO; was dead
+  // after N attempt(s): ..." until the run ends again. A final commit status
+  // of its batch is wanted pending again. kNotFound for no such run;
+  // kConflict for a run that succeeded (its result stands) or is still in
+  // the queue (queued, leased, running, failed and waiting for its retry).
+  Status RetryRun(std::int64_t run_id, TimeMs now, const std::string& who);
+  // The run's retry history, oldest first.
+  Result<std::vector<RunRetry>> Retries(std::int64_t run_id);
 
   // Reads.
   Result<std::array<std::int64_t, kRunStateCount>> CountByState();

@@ -628,6 +628,23 @@ INSERT INTO statuses (push_id, repo_url, sha, context, state, description, poste
 DROP TABLE commit_statuses;
 DROP TABLE push_statuses;
 )sql",
+    // 14 -> 15: a run's retries (RunQueue::RetryRun): what each earlier
+    // round of attempts ended with, kept when a dead or cancelled run is put
+    // back in the queue.
+    R"sql(
+CREATE TABLE run_retries (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  retried_ms INTEGER NOT NULL,
+  who TEXT NOT NULL DEFAULT '',
+  state TEXT NOT NULL,
+  attempts INTEGER NOT NULL,
+  exit_code INTEGER,
+  finished_ms INTEGER,
+  last_error TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX run_retries_by_run ON run_retries (run_id, id);
+)sql",
 };
 static_assert(std::size(kMigrations) == kStoreSchemaVersion);
 

@@ -109,6 +109,19 @@ struct RunRow {
   std::optional<double> metric_value;
   std::string last_error;
   std::string log_path;
+  int retries = 0;  // times RetryRun put it back in the queue (RunQueue::Retries)
+};
+
+// One earlier round of a run's attempts, kept by RunQueue::RetryRun when the
+// run went back in the queue: what it ended with.
+struct RunRetry {
+  TimeMs retried_ms = 0;
+  std::string who;       // who asked ("cli", "admin session 1a2b3c4d")
+  RunState state = RunState::kDead;  // dead or cancelled
+  int attempts = 0;      // attempts used in that round
+  std::optional<int> exit_code;
+  std::optional<TimeMs> finished_ms;
+  std::string last_error;
 };
 
 struct BatchProgress {

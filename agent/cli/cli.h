@@ -136,6 +136,14 @@ struct CancelOptions {
 };
 Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out);
 
+struct RetryOptions {
+  std::string db;
+  std::int64_t id = 0;
+  bool batch = false;  // id names a batch: retry its dead runs
+  bool json = false;
+};
+Status CmdRetry(const RetryOptions& o, const Clock& clock, std::ostream& out);
+
 struct ReportOptions {
   std::string db;
   bool json = false;
@@ -222,7 +230,7 @@ int ExitForParseError(CLI::App& app, const CLI::ParseError& e, int argc, char** 
 // the same way. A bad one is a usage error (exit 2) naming the option.
 CLI::Validator DurationSeconds();
 
-void AddQueueCommands(CLI::App& app, const CliContext& ctx);     // submit, status, runs, cancel
+void AddQueueCommands(CLI::App& app, const CliContext& ctx);     // submit, status, runs, cancel, retry
 void AddServeCommand(CLI::App& app, const CliContext& ctx);      // agent/cli/cmd_serve.cc
 void AddWorkerCommand(CLI::App& app, const CliContext& ctx);     // agent/cli/cmd_worker.cc
 void AddMachinesCommands(CLI::App& app, const CliContext& ctx);  // machines, pools reset

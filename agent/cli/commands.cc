@@ -910,6 +910,46 @@ Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out) 
 }
 
 // `trainq submit`, `repro`, `status`, `runs`, `cancel`.
+Status CmdRetry(const RetryOptions& o, const Clock& clock, std::ostream& out) {
+  ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
+  std::vector<std::int64_t> ids;
+  if (o.batch) {
+    ASSIGN_OR_RETURN(auto batch, store.runs().Batch(o.id));
+    if (!batch) {
+      return Fail(ErrorKind::kNotFound, "batch " + std::to_string(o.id) + " does not exist");
+    }
+    ASSIGN_OR_RETURN(auto dead, store.runs().Runs(o.id, RunState::kDead, 0));
+    for (const auto& r : dead) ids.push_back(r.id);
+  } else {
+    ids.push_back(o.id);
+  }
+  json done = json::array();
+  for (auto id : ids) {
+    TRY(store.runs().RetryRun(id, clock.Now(), "cli"));
+    ASSIGN_OR_RETURN(auto r, store.runs().Run(id));
+    if (!r) continue;
+    ASSIGN_OR_RETURN(auto hist, store.runs().Retries(id));
+    const RunRetry& last = hist.back();
+    done.push_back({{"run", id},
+                    {"was", std::string(RunStateName(last.state))},
+                    {"attempts", last.attempts},
+                    {"max_attempts", r->max_attempts},
+                    {"retries", r->retries}});
+    if (!o.json) {
+      out << "run " << id << " queued again (was " << RunStateName(last.state) << " after "
+          << last.attempts << " attempt(s)" << (last.last_error.empty() ? "" : ": ")
+          << Oneline(last.last_error, 120) << "); " << r->max_attempts
+          << " attempt(s) from now\n";
+    }
+  }
+  if (o.json) {
+    out << json{{"retried", done}}.dump(2) << "\n";
+  } else if (o.batch && ids.empty()) {
+    out << "batch " << o.id << " has no dead runs; nothing to retry\n";
+  }
+  return {};
+}
+
 void AddQueueCommands(CLI::App& app, const CliContext& ctx) {
   // repro
   auto repro = std::make_shared<SubmitOptions>();
@@ -1024,6 +1064,19 @@ void AddQueueCommands(CLI::App& app, const CliContext& ctx) {
   c_cancel->callback([=] {
     cancel->db = *ctx.db;
     *ctx.exit_code = ReportStatus(CmdCancel(*cancel, *ctx.clock, std::cout));
+  });
+
+  // retry
+  auto retry = std::make_shared<RetryOptions>();
+  auto* c_retry = app.add_subcommand(
+      "retry", "Put a dead or cancelled run back in the queue (every dead run of a batch with "
+               "--batch)");
+  c_retry->add_option("ID", retry->id, "Run id (batch id with --batch)")->required();
+  c_retry->add_flag("--batch", retry->batch, "ID names a batch: retry each of its dead runs");
+  c_retry->add_flag("--json", retry->json, "Print what was retried as JSON");
+  c_retry->callback([=] {
+    retry->db = *ctx.db;
+    *ctx.exit_code = ReportStatus(CmdRetry(*retry, *ctx.clock, std::cout));
   });
 
   // init

@@ -332,6 +332,7 @@ Status Daemon::Parts::StartEngine(std::string token) {
   wc.pid = static_cast<int>(getpid());
   wc.cpus = static_cast<int>(std::thread::hardware_concurrency());
   wc.lease_wait_ms = options.poll_ms;  // how soon a free slot sees work submitted elsewhere
+  wc.ship_ms = 1'000;  // in-process calls cost no round trip: the dashboard follows runs live
   const int slots = wc.slots;
   inproc_client = std::make_unique<InProcLeaseClient>(*server, std::move(token));
   engine = std::make_unique<Worker>(*inproc_client, runner, clock, std::move(wc));

@@ -10,9 +10,12 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "agent/daemon/branch_history.h"
 #include "agent/results/commit_view.h"
 #include "agent/results/report.h"
 #include "agent/results/status.h"
+#include "agent/results/sweep.h"
+#include "agent/results/sweep_plot.h"
 #include "core/crypto.h"
 #include "core/strings.h"
 #include "queue/run_queue.h"
@@ -292,6 +295,29 @@ HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string&
     }
     return JsonReply(200, {{"sweeps", out}});
   }
+  if (rest.starts_with("sweep/")) {
+    // The report's sweep plots (agent/results/sweep_plot.h), drawn from the
+    // store at each request: /dash/api/sweep/ID lists them,
+    // /dash/api/sweep/ID/NAME.svg is one.
+    auto parts = Split(rest.substr(6), '/');
+    auto id = parts.empty() ? std::nullopt : ParseId(parts[0]);
+    if (!id || parts.size() > 2) return Refuse(400, "expected /dash/api/sweep/ID[/NAME.svg]");
+    auto view = LoadSweepView(*store, *id);
+    if (!view) return Refuse(StatusFor(view.error()), view.error().message);
+    auto plots = SweepPlots(*view);
+    if (parts.size() == 1) {
+      json names = json::array();
+      for (const auto& [name, svg] : plots) names.push_back(name);
+      return JsonReply(200, {{"id", *id}, {"plots", names}});
+    }
+    auto it = plots.find(parts[1]);
+    if (it == plots.end()) return Refuse(404, "sweep " + parts[0] + " has no plot " + parts[1]);
+    HttpServerReply r{200, "image/svg+xml; charset=utf-8", it->second};
+    r.headers.push_back({"Cache-Control", "no-store"});
+    r.headers.push_back({"X-Content-Type-Options", "nosniff"});
+    r.headers.push_back({"Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'"});
+    return r;
+  }
   if (rest == "report" || rest.starts_with("experiment/")) {
     // The report's JSON (report.json of `trainq report --out`), for one
     // experiment or all.
@@ -306,6 +332,16 @@ HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string&
     if (auto since = Param(req, "since")) q.since = *since;
     auto bytes = ReportBytes(*store, q, now);
     if (!bytes) return Refuse(StatusFor(bytes.error()), bytes.error().message);
+    if (rest != "report") {
+      // The experiment page: its history along a branch (?branch=, default
+      // the repository's default branch), one point per commit.
+      json j = json::parse(*bytes, nullptr, false);
+      if (j.is_discarded()) return Refuse(503, "the report is not JSON");
+      if (auto st = FollowBranch(*store, j, Param(req, "branch").value_or("")); !st) {
+        return Refuse(StatusFor(st.error()), st.error().message);
+      }
+      return JsonReply(200, j);
+    }
     HttpServerReply r{200, "application/json", std::move(*bytes)};
     r.headers.push_back({"Cache-Control", "no-store"});
     return r;
@@ -340,6 +376,20 @@ HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string&
       }
       j["metrics"] = pts;
       j["metric_points"] = curve.size();
+      // Earlier rounds of attempts, ended before a retry (RunQueue::RetryRun).
+      auto retries = store->runs().Retries(*id);
+      if (!retries) return Refuse(503, retries.error().message);
+      json rs = json::array();
+      for (const auto& t : *retries) {
+        rs.push_back({{"retried_ms", t.retried_ms},
+                      {"who", t.who},
+                      {"state", std::string(RunStateName(t.state))},
+                      {"attempts", t.attempts},
+                      {"exit_code", t.exit_code ? json(*t.exit_code) : json(nullptr)},
+                      {"finished_ms", t.finished_ms ? json(*t.finished_ms) : json(nullptr)},
+                      {"error", t.last_error}});
+      }
+      j["retries"] = rs;
       return JsonReply(200, j);
     }
     if (parts[1] != "log") return Refuse(404, "no route " + path);
@@ -408,6 +458,15 @@ HttpServerReply Dashboard::Action(const HttpServerRequest& req, const Session& s
                  *n);
     return JsonReply(200, {{"result", "ok"}, {"cancelled", *n}});
   }
+  if (what == "retry_run") {
+    auto id = num("run");
+    if (!id) return Refuse(400, "run: expected an id");
+    if (auto st = store->runs().RetryRun(*id, now, who); !st) {
+      return Refuse(StatusFor(st.error()), st.error().message);
+    }
+    spdlog::info("dashboard: {} retried run {}", who, *id);
+    return JsonReply(200, {{"result", "ok"}, {"retried", *id}});
+  }
   if (what == "add_seeds") {
     auto id = num("batch");
     auto k = num("seeds");
@@ -423,7 +482,7 @@ HttpServerReply Dashboard::Action(const HttpServerRequest& req, const Session& s
     spdlog::info("dashboard: {} added {} seed(s) to batch {}", who, *n, *id);
     return JsonReply(200, {{"result", "ok"}, {"added", *n}});
   }
-  return Refuse(400, "action: expected cancel_batch, cancel_run or add_seeds, got \"" + what + "\"");
+  return Refuse(400, "action: expected cancel_batch, cancel_run, retry_run or add_seeds, got \"" + what + "\"");
 }
 
 void Dashboard::StartWatcher() {

@@ -2,6 +2,7 @@
 
 #include <git2.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "agent/repo/change_detect.h"
@@ -121,6 +122,76 @@ Result<CommitInfo> GitRepo::Resolve(const std::string& rev) {
   if (author) info.author = author->name ? author->name : "";
   info.committed_ms = static_cast<TimeMs>(git_commit_time(commit)) * 1000;
   return info;
+}
+
+std::string GitRepo::DefaultBranch() {
+  git::Owned<git_reference, git_reference_free> head;
+  if (git_repository_head(&head.p, repo_) == 0 && git_reference_is_branch(head.p)) {
+    return git_reference_shorthand(head.p);
+  }
+  // An unborn HEAD still names its branch.
+  git::Owned<git_reference, git_reference_free> sym;
+  if (git_reference_lookup(&sym.p, repo_, "HEAD") == 0 &&
+      git_reference_type(sym.p) == GIT_REFERENCE_SYMBOLIC) {
+    std::string target = git_reference_symbolic_target(sym.p);
+    git::Owned<git_reference, git_reference_free> b;
+    if (target.starts_with("refs/heads/") && git_reference_lookup(&b.p, repo_, target.c_str()) == 0) {
+      return target.substr(11);
+    }
+  }
+  for (const char* name : {"main", "master"}) {
+    git::Owned<git_reference, git_reference_free> b;
+    if (git_branch_lookup(&b.p, repo_, name, GIT_BRANCH_LOCAL) == 0) return name;
+  }
+  return "";
+}
+
+Result<std::vector<std::string>> GitRepo::Branches() {
+  git::Owned<git_branch_iterator, git_branch_iterator_free> it;
+  if (git_branch_iterator_new(&it.p, repo_, GIT_BRANCH_LOCAL) != 0) {
+    return Fail(ErrorKind::kIo, location_ + ": cannot list branches (" + git::LastError() + ")");
+  }
+  std::vector<std::string> out;
+  while (true) {
+    git_reference* ref = nullptr;
+    git_branch_t type;
+    if (git_branch_next(&ref, &type, it.p) != 0) break;
+    git::Owned<git_reference, git_reference_free> owned;
+    owned.p = ref;
+    const char* name = nullptr;
+    if (git_branch_name(&name, ref) == 0 && name) out.emplace_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Result<std::vector<std::string>> GitRepo::FirstParents(const std::string& branch, size_t limit) {
+  git::Owned<git_reference, git_reference_free> ref;
+  if (branch.empty() || git_branch_lookup(&ref.p, repo_, branch.c_str(), GIT_BRANCH_LOCAL) != 0) {
+    return Fail(ErrorKind::kNotFound, location_ + ": no branch '" + branch + "'");
+  }
+  git::Owned<git_object, git_object_free> obj;
+  if (git_reference_peel(&obj.p, ref.p, GIT_OBJECT_COMMIT) != 0) {
+    return Fail(ErrorKind::kInvalidArgument,
+                location_ + ": branch '" + branch + "' does not name a commit");
+  }
+  git_oid oid = *git_object_id(obj.p);
+  std::vector<std::string> out;
+  char sha[GIT_OID_HEXSZ + 1];
+  while (out.size() < limit) {
+    git_oid_tostr(sha, sizeof sha, &oid);
+    out.emplace_back(sha);
+    git::Owned<git_commit, git_commit_free> c;
+    if (git_commit_lookup(&c.p, repo_, &oid) != 0) {
+      return Fail(ErrorKind::kCorruption, location_ + ": cannot read commit " + out.back());
+    }
+    // A shallow or partial mirror may lack the parent: the line ends there.
+    if (git_commit_parentcount(c.p) == 0) break;
+    oid = *git_commit_parent_id(c.p, 0);
+    git::Owned<git_commit, git_commit_free> parent;
+    if (git_commit_lookup(&parent.p, repo_, &oid) != 0) break;
+  }
+  return out;
 }
 
 Result<std::string> GitRepo::ReadFile(const std::string& sha, const std::string& path) {

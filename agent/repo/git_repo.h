@@ -67,6 +67,16 @@ class GitRepo {
   // repository.
   Result<std::vector<std::string>> UncommittedPaths();
 
+  // The default branch: the branch HEAD names (a mirror's HEAD is its
+  // remote's default branch), else "main" or "master" when there; "" when
+  // there is none.
+  std::string DefaultBranch();
+  // The local branches (refs/heads/*), by name.
+  Result<std::vector<std::string>> Branches();
+  // The commit ids on local branch `branch` along first parents, newest
+  // first, at most `limit`. kNotFound when there is no such branch.
+  Result<std::vector<std::string>> FirstParents(const std::string& branch, size_t limit);
+
   // Opens the bare repository at `dir`, creating it when absent.
   static Result<GitRepo> OpenOrInitBare(const std::string& dir);
   // Writes the objects of a packfile (PackCommit's output) into this

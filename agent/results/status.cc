@@ -63,6 +63,7 @@ json RunJson(const RunRow& r) {
             {"error", r.last_error},
             {"log", r.log_path}};
   if (r.not_before_ms) j["retry_at_ms"] = *r.not_before_ms;
+  if (r.retries > 0) j["retries"] = r.retries;
   return j;
 }
 

@@ -159,6 +159,7 @@ Status Worker::Lease() {
   if (free_slots <= 0) return {};
   TimeMs wait = config_.lease_wait_ms;
   if (!jobs_.empty()) wait = std::min(wait, heartbeat_ms_ / 2);
+  if (!jobs_.empty() && config_.ship_ms > 0) wait = std::min(wait, config_.ship_ms);
   if (config_.once) wait = std::min<TimeMs>(wait, 2'000);  // one-shot: do not linger
   LeaseRequest req;
   req.max_runs = free_slots;
@@ -309,9 +310,20 @@ Result<Worker::Phase> Worker::Step() {
     for (const auto& s : job.pending) ids.insert(ids.end(), s.begin(), s.end());
     for (auto id : ids) {
       auto it = runs_.find(id);
-      if (it == runs_.end() || clock_.Now() - it->second.last_heartbeat_ms < heartbeat_ms_)
+      if (it == runs_.end()) continue;
+      RunSlot& slot = it->second;
+      TimeMs t = clock_.Now();
+      if (t - slot.last_heartbeat_ms < heartbeat_ms_) {
+        // Between heartbeats: new output and metric points, when shipping
+        // more often is asked for (WorkerConfig::ship_ms).
+        if (config_.ship_ms > 0 && slot.started && job.proc &&
+            t - std::max(slot.last_ship_ms, slot.last_heartbeat_ms) >= config_.ship_ms) {
+          slot.last_ship_ms = t;
+          if (!Ship(slot, *job.proc, false)) Forget(id);
+        }
         continue;
-      if (!Heartbeat(it->second, it->second.started && job.proc ? &*job.proc : nullptr)) Forget(id);
+      }
+      if (!Heartbeat(slot, slot.started && job.proc ? &*job.proc : nullptr)) Forget(id);
     }
   }
   // Drop what was forgotten: a process whose runs are all gone is killed.

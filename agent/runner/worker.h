@@ -110,6 +110,10 @@ struct WorkerConfig {
   // the worker.
   TimeMs self_stop_timeout_ms = 5 * 60'000;
   std::int64_t max_log_chunk = 1 << 20;    // log bytes per request
+  // While a run runs, its new log bytes and metric points go to the server
+  // this often (0: with each heartbeat). `serve --inproc` ships each second,
+  // so the dashboard's log tail and metric curve follow the run.
+  TimeMs ship_ms = 0;
   // The sandbox runs start in (agent/runner/sandbox.h): `bwrap` is the binary
   // ("" = none); `sandbox.hide` holds this worker's data dir and token file
   // and, for a local pool, what serve passed (its database, config, secrets).
@@ -181,6 +185,7 @@ class Worker {
     bool started = false;  // its process started
     bool started_sent = false;
     TimeMs last_heartbeat_ms = 0;
+    TimeMs last_ship_ms = 0;
     size_t points_sent = 0;
     std::int64_t log_sent = 0;  // bytes of the process log the server has
   };

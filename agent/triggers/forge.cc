@@ -419,7 +419,7 @@ std::string FitStatusDescription(std::string text) {
 
 HttpRequest CommitStatusRequest(const StatusTarget& target, const std::string& sha,
                                 CommitState state, const std::string& context,
-                                const std::string& description) {
+                                const std::string& description, const std::string& target_url) {
   std::string desc = FitStatusDescription(description);
   std::string base = target.api_url;
   while (!base.empty() && base.back() == '/') base.pop_back();
@@ -453,6 +453,7 @@ HttpRequest CommitStatusRequest(const StatusTarget& target, const std::string& s
       body = {{"state", CommitStateName(state)}, {"context", context}, {"description", desc}};
       break;
   }
+  if (!target_url.empty()) body["target_url"] = target_url;
   r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
   return r;
 }

@@ -133,10 +133,12 @@ inline constexpr std::size_t kMaxStatusDescription = 140;
 std::string FitStatusDescription(std::string text);
 
 // The request that sets the status `context` of `sha`. Descriptions are cut
-// to the forges' limit (FitStatusDescription).
+// to the forges' limit (FitStatusDescription). `target_url` (the forges'
+// "Details" link; all three call it target_url) is sent when not "".
 HttpRequest CommitStatusRequest(const StatusTarget& target, const std::string& sha,
                                 CommitState state, const std::string& context,
-                                const std::string& description);
+                                const std::string& description,
+                                const std::string& target_url = "");
 
 // Pull request comments --------------------------------------------------------
 // One comment per pull request, created once and then edited in place:

@@ -129,6 +129,11 @@ StatusReporter::StatusReporter(Store& store, const ServerConfig& config, HttpCli
                                const Clock& clock, StatusReporterOptions options)
     : store_(store), config_(config), http_(http), clock_(clock), options_(options) {}
 
+std::string CommitPageUrl(const ServerConfig& config, const std::string& sha) {
+  if (config.public_url.empty()) return "";
+  return config.public_url + "/commit/" + sha;
+}
+
 std::string WaitingStatusDescription(const std::string& note) {
   return FitStatusDescription("waiting: " + note);
 }
@@ -211,7 +216,8 @@ Result<int> StatusReporter::Step() {
     }
     ++tried;
     StatusTarget target{repo->forge, repo->api_url, repo->project, repo->token.value};
-    auto resp = http_.Send(CommitStatusRequest(target, s.sha, *state, s.context, s.description));
+    auto resp = http_.Send(CommitStatusRequest(target, s.sha, *state, s.context, s.description,
+                                               CommitPageUrl(config_, s.sha)));
     TimeMs now = clock_.Now();
     if (resp && resp->ok()) {
       spdlog::info("commit status {} for {} {} posted to {}: {}", s.state, ShortSha(s.sha),

@@ -50,6 +50,11 @@ struct StatusFamily {
 WantedStatus FinalStatus(const BatchProgress& b, const std::optional<BatchProgress>& baseline,
                          const std::string& fail_on, const StatusFamily& family = {});
 
+// The dashboard's page of commit `sha` under config.public_url
+// ("https://trainq.example/commit/SHA"): the statuses' target_url; "" when
+// no public_url is set.
+std::string CommitPageUrl(const ServerConfig& config, const std::string& sha);
+
 struct StatusReporterOptions {
   TimeMs retry_base_ms = 5'000;  // 5 s, 10 s, 20 s, ...
   int max_attempts = 5;          // then given up

@@ -496,6 +496,28 @@ const RepoConfig* ServerConfig::FindRepo(std::string_view url) const {
   return nullptr;
 }
 
+namespace {
+
+// public_url: an absolute http(s) URL with a host and no query or fragment;
+// its trailing '/' is dropped (pages are PUBLIC_URL/commit/SHA).
+Status CheckPublicUrl(const ConfigParser& p, const YAML::Node& n, std::string& url) {
+  auto bad = [&](const std::string& why) {
+    return p.Err(n, "public_url", why + ", got \"" + url +
+                                      "\" (expected e.g. https://trainq.example)");
+  };
+  if (!url.starts_with("https://") && !url.starts_with("http://")) {
+    return bad("expected an http:// or https:// URL");
+  }
+  if (url.find_first_of("?# \t") != std::string::npos) {
+    return bad("expected no query, fragment or space");
+  }
+  if (auto host = UrlHost(url); !host || host->empty()) return bad("expected a host");
+  while (url.ends_with("/")) url.pop_back();
+  return {};
+}
+
+}  // namespace
+
 Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view filename) {
   ConfigParser p(filename);
   ASSIGN_OR_RETURN(YAML::Node root, p.Load(text, "not valid YAML"));
@@ -503,11 +525,16 @@ Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view f
   c.path = std::string(filename);
   if (!root || root.IsNull()) return c;
   if (!root.IsMap()) return p.Err(root, "", "expected a mapping at the top level");
-  TRY(p.CheckKeys(root, "", {"listen", "repositories", "pools", "read_token", "admin_token", "budget"}));
+  TRY(p.CheckKeys(root, "", {"listen", "repositories", "pools", "read_token", "admin_token", "budget",
+                                 "public_url"}));
   if (auto b = root["budget"]) { ASSIGN_OR_RETURN(c.budget, p.Budget(b, "budget")); }
   if (auto l = root["listen"]) { ASSIGN_OR_RETURN(c.listen, p.Str(l, "listen")); }
   if (auto t = root["read_token"]) { ASSIGN_OR_RETURN(c.read_token, p.Secret(t, "read_token")); }
   if (auto t = root["admin_token"]) { ASSIGN_OR_RETURN(c.admin_token, p.Secret(t, "admin_token")); }
+  if (auto u = root["public_url"]) {
+    ASSIGN_OR_RETURN(c.public_url, p.Str(u, "public_url"));
+    TRY(CheckPublicUrl(p, u, c.public_url));
+  }
   if (auto repos = root["repositories"]) {
     if (!repos.IsSequence()) {
       return p.Err(repos, "repositories", "expected a list, got " + ConfigParser::Show(repos));

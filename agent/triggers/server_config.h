@@ -20,6 +20,8 @@
 //                                   # branches (not the default branch) | all | off
 //   read_token: {env: TRAINQ_READ_TOKEN}   # GET /api/v1/{status,report,gate,logs}, /metrics
 //   admin_token: {file: /etc/trainq/admin-token}   # the dashboard's actions
+//   public_url: https://trainq.example   # where people reach serve: commit statuses
+//                                        # link to the dashboard's commit page
 //
 // Secrets and tokens are read from an environment variable or a file, never
 // written in the config itself, and never logged. Every error names the file,
@@ -145,6 +147,10 @@ struct ServerConfig {
   // answer 403.
   SecretValue read_token;
   SecretValue admin_token;  // the dashboard's actions (agent/daemon/dashboard.h)
+  // Where people reach serve's dashboard ("https://trainq.example", no
+  // trailing '/'); "" = not set. Commit statuses carry target_url
+  // PUBLIC_URL/commit/SHA when set.
+  std::string public_url;
   cloud::OverallBudget budget;  // `budget:` at the top level (spend is filled by the fleet)
 
   const PoolSpec* FindPool(std::string_view name) const {

@@ -308,6 +308,94 @@ TEST_CASE("Cancel stops queued and leased runs and fences their holders", "[stor
   CHECK(f.Get(runs[1].id).state == RunState::kQueued);
 }
 
+TEST_CASE("A dead or cancelled run can be retried: a fresh round of attempts, its history kept",
+          "[store][retry]") {
+  Fixture f;
+  auto batch = f.Submit(3, 2);  // 3 runs, 2 attempts each
+  auto l = f.store.runs().Lease("w", kT0, kLease, 3).value();
+  REQUIRE(l.size() == 3);
+  std::int64_t dead = l[0].run_id, ok = l[1].run_id, live = l[2].run_id;
+  REQUIRE(f.store.runs().FailRun(dead, l[0].token, kT0 + 5, "exit code 3: CUDA out of memory", 3,
+                                 /*retry=*/false));
+  REQUIRE(f.store.runs().Complete(ok, l[1].token, kT0 + 6, 0.5));
+  REQUIRE(f.Get(dead).state == RunState::kDead);
+  CHECK(f.store.runs().CountByState().value()[static_cast<int>(RunState::kDead)] == 1);
+
+  // A run that succeeded keeps its result; one still in the queue is not retried.
+  auto refused = f.store.runs().RetryRun(ok, kT0 + 10, "cli");
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().kind == ErrorKind::kConflict);
+  CHECK(refused.error().message.find("succeeded") != std::string::npos);
+  CHECK(f.Get(ok).state == RunState::kSucceeded);
+  CHECK(f.Get(ok).metric_value.value() == Approx(0.5));
+  auto running = f.store.runs().RetryRun(live, kT0 + 10, "cli");
+  REQUIRE_FALSE(running);
+  CHECK(running.error().kind == ErrorKind::kConflict);
+  CHECK(f.Get(live).state == RunState::kLeased);
+  auto missing = f.store.runs().RetryRun(999, kT0 + 10, "cli");
+  REQUIRE_FALSE(missing);
+  CHECK(missing.error().kind == ErrorKind::kNotFound);
+
+  // Its batch's commit status had gone final; it is pending again.
+  Pushes::CommitStatus cs;
+  cs.batch_id = batch;
+  cs.repo_url = "https://github.com/acme/model.git";
+  cs.sha = MakeCommit().sha;
+  cs.context = "trainq/mlp";
+  cs.state = "pending";
+  REQUIRE(f.store.pushes().AddCommitStatus(cs, kT0));
+  REQUIRE(f.store.pushes().SetCommitStatusWanted(batch, "failure", "1 failed", kT0 + 9));
+  REQUIRE(f.store.runs().RetryRun(dead, kT0 + 10, "admin session 1a2b3c4d"));
+  auto status = f.store.pushes().GetCommitStatus(batch).value().value();
+  CHECK(status.state == "pending");
+  CHECK(status.description == "queued: run " + std::to_string(dead) + " retried");
+  auto row = f.Get(dead);
+  CHECK(row.state == RunState::kQueued);
+  CHECK(row.attempts == 0);
+  CHECK(row.retries == 1);
+  CHECK(row.last_error ==
+        "retried by admin session 1a2b3c4d; was dead after 1 attempt(s): exit code 3: CUDA out "
+        "of memory");
+  auto hist = f.store.runs().Retries(dead).value();
+  REQUIRE(hist.size() == 1);
+  CHECK(hist[0].retried_ms == kT0 + 10);
+  CHECK(hist[0].who == "admin session 1a2b3c4d");
+  CHECK(hist[0].state == RunState::kDead);
+  CHECK(hist[0].attempts == 1);
+  CHECK(hist[0].exit_code.value() == 3);
+  CHECK(hist[0].finished_ms.value() == kT0 + 5);
+  CHECK(hist[0].last_error == "exit code 3: CUDA out of memory");
+  // The counters follow the state.
+  auto counts = f.store.runs().CountByState().value();
+  CHECK(counts[static_cast<int>(RunState::kDead)] == 0);
+  CHECK(counts[static_cast<int>(RunState::kQueued)] == 1);
+  CHECK(f.store.runs().Batch(batch).value()->count(RunState::kQueued) == 1);
+  CHECK(f.store.runs().CountActiveBatches().value() == 1);
+
+  // Leased again with the batch's full budget: two more attempts.
+  auto again = f.store.runs().Lease("w", kT0 + 11, kLease, 1).value();
+  REQUIRE(again.size() == 1);
+  CHECK(again[0].run_id == dead);
+  CHECK(again[0].attempt == 1);
+  CHECK(f.store.runs().FailRun(dead, again[0].token, kT0 + 12, "exit code 1", 1).value() ==
+        RunState::kFailed);
+  // Not retried while it waits for its own retry.
+  CHECK_FALSE(f.store.runs().RetryRun(dead, kT0 + 13, "cli"));
+  auto third = f.store.runs().Lease("w", kT0 + 100'000, kLease, 1).value();
+  REQUIRE(third.size() == 1);
+  CHECK(third[0].attempt == 2);
+  REQUIRE(f.store.runs().Complete(dead, third[0].token, kT0 + 100'001, 0.25));
+  CHECK(f.Get(dead).state == RunState::kSucceeded);
+  CHECK(f.Get(dead).retries == 1);  // the history outlives the success
+
+  // A cancelled run can be retried too; its retries add up.
+  CHECK(f.store.runs().CancelRun(live, kT0 + 200'000).value() == 1);
+  REQUIRE(f.store.runs().RetryRun(live, kT0 + 200'001, "cli"));
+  CHECK(f.Get(live).state == RunState::kQueued);
+  CHECK(f.store.runs().Retries(live).value().at(0).state == RunState::kCancelled);
+  CHECK(f.store.runs().Retries(ok).value().empty());
+}
+
 TEST_CASE("Metrics are stored per run in order", "[store]") {
   Fixture f;
   f.Submit(1);

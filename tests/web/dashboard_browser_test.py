@@ -13,8 +13,11 @@ queue; the experiment page has one point per commit and the verdict words
 `trainq show --json` gives; the commit page has every seed of both sides and
 the effect; a commit submitted from the CLI while the overview is open shows
 up without a reload (a page-level JS marker survives); the slow run's log
-tail grows; actions are refused with the read session (403) and the admin's
-cancel button cancels the run (checked in the store); no console errors.
+tail and its metric curve grow; actions are refused with the read session
+(403) and the admin's cancel button cancels the run, its retry button puts
+it back in the queue (both checked in the store); the sweeps page shows the
+report's SVG plots of a sweep, byte for byte `trainq sweep plot`'s; no
+console errors.
 Screenshots (1280x800) go to $TRAINQ_SCREENSHOTS when set.
 
 Usage: dashboard_browser_test.py TRAINQ_BINARY
@@ -65,6 +68,17 @@ experiments:
     max_attempts: 1
     baseline: "off"
     metric: {name: accuracy, goal: max}
+  sw:
+    command: python3 train.py --seed {seed} --shift {lr}
+    metric: {name: accuracy, goal: max}
+    sweep:
+      budget: {points: 4}
+      parallel: 2
+      repeats: 2
+      confirm: 0
+      seed: 7
+      parameters:
+        lr: {uniform: [0.0, 0.05]}
 """
 
 failures = 0
@@ -232,7 +246,11 @@ def shot(driver, name):
 def run_checks(fx, driver):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
-    wait = WebDriverWait(driver, DEADLINE_S, poll_frequency=0.05)
+    from selenium.common.exceptions import StaleElementReferenceException
+    # Live sections are redrawn while a wait looks at them: a stale element
+    # is looked up again at the next poll.
+    wait = WebDriverWait(driver, DEADLINE_S, poll_frequency=0.05,
+                         ignored_exceptions=(StaleElementReferenceException,))
     js = driver.execute_script
 
     # Access: nothing without the token or a cookie.
@@ -331,8 +349,29 @@ def run_checks(fx, driver):
     n1 = len(driver.find_element(By.ID, "log").text.splitlines())
     t1 = time.monotonic()
     wait.until(lambda d: len(d.find_element(By.ID, "log").text.splitlines()) >= n1 + 5)
-    check(True, f"the log tail grew by 5 lines in {time.monotonic() - t1:.2f}s "
-          f"(the run prints one each 0.2 s)")
+    grew = time.monotonic() - t1
+    check(grew < 5, f"the log tail grew by 5 lines in {grew:.2f}s (the run prints one each "
+          f"0.2 s; serve --inproc ships output each second, the page asks each second)")
+    # Its metric curve fills while it runs (serve --inproc ships points as a
+    # remote worker does): the store's points and the page's count both grow.
+    rc = driver.get_cookie("trainq_dash")["value"]
+    points = lambda: json.loads(http(f"{fx.base}/dash/api/run/{run_id}",  # noqa: E731
+                                     headers={"Cookie": "trainq_dash=" + rc})[2])
+    p1 = points()
+    # Read in one script: the section is redrawn as points come (a found
+    # element may be replaced before its text is read).
+    shown = lambda: int(re.search(r"\((\d+) points\)", js(  # noqa: E731
+        "return document.querySelector(\"[data-key='curve'] h2\").textContent")).group(1))
+    s1 = shown()
+    t2 = time.monotonic()
+    wait_for(lambda: points()["metric_points"] >= p1["metric_points"] + 5, "5 more metric points", 20)
+    wait.until(lambda d: shown() >= s1 + 5)
+    filled = time.monotonic() - t2
+    p2 = points()
+    check(filled < 5, f"5 more points on the page within {filled:.2f}s (one each 0.2 s)")
+    check(p2["run"]["state"] == "running" and len(driver.find_elements(By.CSS_SELECTOR, "svg.curve-plot polyline.curve")) == 1,
+          f"the running run's metric curve fills: {p1['metric_points']} -> {p2['metric_points']} "
+          f"points in the store, {s1} -> {shown()} on the page, still {p2['run']['state']}")
     shot(driver, "run")
 
     # Actions: refused with the read session, done with the admin's.
@@ -362,10 +401,68 @@ def run_checks(fx, driver):
     check(any("dashboard: admin session" in x and f"cancelled run {run_id}" in x for x in fx.lines),
           "serve logged who cancelled what")
 
-    for page in ("/machines", "/sweeps"):
-        driver.get(fx.base + page)
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "section.card"))
-        shot(driver, page.strip("/"))
+    # Retry: the cancelled run goes back in the queue from its page; a read
+    # session has no button and is refused.
+    body = json.dumps({"action": "retry_run", "run": run_id}).encode()
+    code, _, _ = http(fx.base + "/dash/api/action", "POST",
+                      {"Cookie": "trainq_dash=" + rc, "X-CSRF-Token": sess["csrf"],
+                       "Content-Type": "application/json"}, body)
+    check(code == 403 and state() == "cancelled", f"retry with the read session: {code}")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "button[data-action='retry_run']"))
+    shot(driver, "run-retry")
+    js("document.querySelector(\"button[data-action='retry_run']\").click()")  # one step: the row is redrawn live
+    wait_for(lambda: state() in ("queued", "leased", "running"), "the run queued again in the store", 20)
+    check(True, f"the retry button put the run back in the queue (trainq runs --json: {state()})")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.retry-row"))
+    shot(driver, "run-retried")
+    row = js("return document.querySelector('tr.retry-row').innerText")
+    check("cancelled" in row and "admin session" in row,
+          f"the run page lists its earlier round: {row!r}")
+    check(any("dashboard: admin session" in x and f"retried run {run_id}" in x for x in fx.lines),
+          "serve logged who retried what")
+    driver.get(fx.url)  # the read session again
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#experiments tr[data-experiment]"))
+    fx.tq("cancel", "--run", str(run_id))
+    driver.get(f"{fx.base}/run/{run_id}")
+    wait.until(lambda d: "cancelled" in d.find_element(By.ID, "run-state").text)
+    check(not driver.find_elements(By.CSS_SELECTOR, "[data-action]"),
+          "a read session's run page has no retry button")
+
+    driver.get(fx.base + "/machines")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "section.card"))
+    shot(driver, "machines")
+
+    # Sweeps: the report's own SVG plots, live, byte for byte what
+    # `trainq sweep plot --out` writes.
+    driver.get(fx.base + "/sweeps")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "section.card"))
+    sweep = json.loads(fx.tq("sweep", "start", "sw", "--repo", fx.repo, "--json"))
+    sweep_id = sweep.get("id") or sweep.get("sweep")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "img.sweep-plot[data-plot='progress.svg']"))
+    wait_for(lambda: json.loads(fx.tq("sweep", "status", str(sweep_id), "--json")).get("state") == "done",
+             "the sweep to finish", 120)
+    plot_dir = os.path.join(fx.tmp, "plots")
+    fx.tq("sweep", "plot", str(sweep_id), "--out", plot_dir)
+    files = sorted(os.listdir(plot_dir))
+    wait.until(lambda d: sorted(e.get_attribute("data-plot") for e in
+                                d.find_elements(By.CSS_SELECTOR, "img.sweep-plot")) == files)
+    # The page's images follow the sweep: their address changes with its progress.
+    src = js("return document.querySelector(\"img.sweep-plot[data-plot='progress.svg']\").src")
+    same = True
+    for name in files:
+        code, headers, body = http(f"{fx.base}/dash/api/sweep/{sweep_id}/{name}",
+                                   headers={"Cookie": "trainq_dash=" + driver.get_cookie("trainq_dash")["value"]})
+        with open(os.path.join(plot_dir, name)) as f:
+            same = same and code == 200 and body == f.read() and \
+                headers.get("Content-Type", "").startswith("image/svg+xml")
+    check(same and len(files) >= 4, f"the sweeps page shows the report's plots {files}, byte for "
+          f"byte `trainq sweep plot`'s, at {src.split('/dash/')[-1]}")
+    wait.until(lambda d: all(js("return arguments[0].complete && arguments[0].naturalWidth > 0", e)
+                             for e in d.find_elements(By.CSS_SELECTOR, "img.sweep-plot")))
+    check(True, "every plot image loaded in the browser")
+    code, _, _ = http(f"{fx.base}/dash/api/sweep/{sweep_id}/progress.svg")
+    check(code == 401, f"a plot without a session: {code}")
+    shot(driver, "sweeps")
 
     errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
     check(not errors, "no console errors" + "".join(f"\n  {e['message']}" for e in errors))

@@ -115,9 +115,13 @@ function batchActions(b) {
     `<button data-action="add_seeds" data-batch="${b}">add seeds</button></span>`;
 }
 function runActions(r) {
-  if (!admin() || !['queued', 'leased', 'running', 'failed'].includes(r.state)) return '';
+  if (!admin()) return '';
+  if (['dead', 'cancelled'].includes(r.state)) return `<button data-action="retry_run" data-run="${r.id}">retry</button>`;
+  if (!['queued', 'leased', 'running', 'failed'].includes(r.state)) return '';
   return `<button class="danger" data-action="cancel_run" data-run="${r.id}">cancel</button>`;
 }
+
+function retried(r) { return r.retries ? ` <span class="muted" title="retried ${r.retries} time(s); earlier attempts on the run's page">↻${r.retries}</span>` : ''; }
 
 function progress(b) {
   const c = b.counts || {};
@@ -245,7 +249,7 @@ async function commitPage(sha) {
     }
     const runs = table(['run', '#seed', 'state', '#attempts', '#metric', 'error', ''],
       (b.runs || []).map(r => `<tr data-run="${r.id}" data-state="${esc(r.state)}"><td>${runLink(r.id)}</td><td class="num">${r.seed}</td><td>${stateCls(r.state)}</td>` +
-        `<td class="num">${r.attempts}/${r.max_attempts}</td><td class="num">${num(r.metric)}</td><td class="err">${esc(r.error)}</td><td>${runActions(r)}</td></tr>`),
+        `<td class="num">${r.attempts}/${r.max_attempts}${retried(r)}</td><td class="num">${num(r.metric)}</td><td class="err">${esc(r.error)}</td><td>${runActions(r)}</td></tr>`),
       'No runs.');
     const p = b.progress || {};
     const prog = progress({counts: p.counts || {}, runs: p.runs || 0});
@@ -308,8 +312,32 @@ function historyPlot(e, entries) {
   return s + '</svg>';
 }
 
+// The experiment page's last document, reused until the store changes (paging).
+let expDoc = null, changes = 0;
+
+// Which branch the history follows, and links to the others.
+function branchLine(name, h) {
+  if (!h) return '';
+  const others = (h.branches || []).filter(b => b !== h.branch).map(b =>
+    `<a href="/experiment/${encodeURIComponent(name)}?branch=${encodeURIComponent(b)}">${esc(b)}</a>`).join(' ');
+  let s = '<p class="branch-line">';
+  if (h.order === 'branch') {
+    s += `Along branch <b class="mono" id="branch">${esc(h.branch)}</b> (first parents, oldest left): ${h.on_branch} commit${h.on_branch === 1 ? '' : 's'} with results` +
+      (h.off_branch ? `, <span class="muted">${h.off_branch} batch${h.off_branch === 1 ? '' : 'es'} of commits off this branch not shown</span>` : '') +
+      (h.truncated ? `, <span class="muted">only the newest ${h.walked} commits read</span>` : '');
+  } else {
+    s += `<span class="muted">${esc(h.note)}</span>`;
+  }
+  if (others) s += ` <span class="muted">· other branches:</span> ${others}`;
+  return s + '</p>';
+}
+
 async function experimentPage(name) {
-  const j = await getJSON('/dash/api/experiment/' + encodeURIComponent(name));
+  const branch = new URLSearchParams(location.search).get('branch');
+  const url = '/dash/api/experiment/' + encodeURIComponent(name) + (branch ? '?branch=' + encodeURIComponent(branch) : '');
+  // Paging redraws from the document it has; a store change fetches it again.
+  let j = expDoc && expDoc.url === url && expDoc.gen === changes ? expDoc.data : null;
+  if (!j) { const gen = changes; j = await getJSON(url); expDoc = {url, gen, data: j}; }
   const sections = [{key: 'title', html: `<h1>Experiment ${esc(name)}</h1>`}];
   (j.experiments || []).forEach((e, k) => {
     const all = e.batches || [];
@@ -323,7 +351,7 @@ async function experimentPage(name) {
         `<td>${vp ? commitLink(vp.baseline_commit || en.parent) : '–'}</td><td class="num">${vp ? signed(vp.diff) : '–'}</td>` +
         `<td class="num">${vp && vp.p != null ? esc(pText(vp.p).replace(/^=/, '')) : '–'}</td><td>${vp ? verdictWord(vp.verdict) : verdictWord(null)}</td></tr>`;
     });
-    sections.push({key: 'e' + k, html: `<section class="card"><h2>${esc(e.repo)} · ${esc(e.metric)} (${esc(e.goal)})</h2>` +
+    sections.push({key: 'e' + k, html: `<section class="card"><h2>${esc(e.repo)} · ${esc(e.metric)} (${esc(e.goal)})</h2>` + branchLine(name, e.history) +
       `<p class="legend muted"><span>● mean, bar: 95% CI</span><span>shaded: ± min_effect around the baseline</span><span>word: verdict vs the baseline</span></p>` +
       historyPlot(e, entries) + pg.pager +
       table(['commit', 'subject', '#n', '#mean', '95% CI', 'baseline', '#effect', '#p', 'verdict'], rows, 'No batches.') + '</section>'});
@@ -385,16 +413,24 @@ async function pollLog() {
   }
 }
 
+// Earlier rounds of attempts that ended before a retry, oldest first.
+function retriesTable(rs) {
+  if (!rs.length) return '';
+  return '<h3>Earlier attempts</h3>' + table(['retried', 'by', 'was', '#attempts', 'exit', 'error'],
+    rs.map(t => `<tr class="retry-row"><td>${when(t.retried_ms)}</td><td>${esc(t.who)}</td><td>${stateCls(t.state)}</td><td class="num">${t.attempts}</td>` +
+      `<td>${t.exit_code == null ? '–' : t.exit_code}</td><td class="err">${esc(t.error)}</td></tr>`), '');
+}
+
 async function runPage(id) {
   const j = await getJSON('/dash/api/run/' + encodeURIComponent(id));
   const r = j.run;
   const info = table(['run', 'experiment', 'commit', '#seed', 'state', '#attempts', 'worker', 'started', 'finished', '#metric', 'exit'],
     [`<tr><td>${r.id}</td><td>${expLink(r.experiment)}</td><td>${commitLink(r.commit)}</td><td class="num">${r.seed}</td><td id="run-state">${stateCls(r.state)} ${runActions(r)}</td>` +
-     `<td class="num">${r.attempts}/${r.max_attempts}</td><td>${esc(r.worker)}</td><td>${when(r.started_ms)}</td><td>${when(r.finished_ms)}</td>` +
+     `<td class="num">${r.attempts}/${r.max_attempts}${retried(r)}</td><td>${esc(r.worker)}</td><td>${when(r.started_ms)}</td><td>${when(r.finished_ms)}</td>` +
      `<td class="num">${num(r.metric)}</td><td>${r.exit_code == null ? '–' : r.exit_code}</td></tr>`], '');
   const sections = [
     {key: 'title', html: `<h1>Run ${r.id} <span class="muted">${esc(r.experiment)} seed ${r.seed}</span></h1>`},
-    {key: 'info', html: card('Run', info + (r.error ? `<h3>Last error</h3><div class="err">${esc(r.error)}</div>` : ''))},
+    {key: 'info', html: card('Run', info + (r.error ? `<h3>Last error</h3><div class="err">${esc(r.error)}</div>` : '') + retriesTable(j.retries || []))},
     {key: 'curve', html: card(`Metrics <span class="muted">(${j.metric_points} points)</span>`, curvePlot(j.metrics || []))},
     {key: 'log', html: card('Output', '<pre class="log" id="log"></pre>')},
   ];
@@ -431,13 +467,29 @@ async function sweepsPage() {
   const j = await getJSON('/dash/api/report');
   const sw = (j.sweeps || []).slice().reverse();
   const pg = paged('sweeps', sw);
-  const rows = pg.slice.map(s => `<tr><td>${s.id}</td><td>${expLink(s.experiment)}</td><td>${commitLink(s.commit)}</td><td>${stateCls(s.state)}</td>` +
+  // The report's own plots (agent/results/sweep_plot.cc) of one sweep, as
+  // SVG images from the server: ?sweep=ID, else the newest.
+  const want = Number(new URLSearchParams(location.search).get('sweep')) || (sw[0] && sw[0].id);
+  const cur = sw.find(s => s.id === want);
+  let plots = '';
+  if (cur) {
+    const names = (await getJSON(`/dash/api/sweep/${cur.id}`)).plots || [];
+    const order = n => n === 'progress.svg' ? 0 : n === 'parallel.svg' ? 1 : n === 'importance.svg' ? 2 : 3;
+    names.sort((a, b) => order(a) - order(b) || a.localeCompare(b));
+    // The images change when the sweep does: the version is its progress.
+    const v = `${cur.points}-${cur.runs_done}-${esc(cur.state)}`;
+    plots = card(`Plots of sweep ${cur.id} <span class="muted">${esc(cur.experiment)} at ${short(cur.commit)}, as in <code>trainq report</code></span>`,
+      '<div class="sweep-plots">' + names.map(n => `<figure><img class="sweep-plot" data-plot="${esc(n)}" alt="${esc(n)} of sweep ${cur.id}" ` +
+        `src="/dash/api/sweep/${cur.id}/${encodeURIComponent(n)}?v=${v}"></figure>`).join('') + '</div>');
+  }
+  const rows = pg.slice.map(s => `<tr${s.id === want ? ' class="selected"' : ''}><td><a href="/sweeps?sweep=${s.id}">${s.id}</a></td><td>${expLink(s.experiment)}</td><td>${commitLink(s.commit)}</td><td>${stateCls(s.state)}</td>` +
     `<td class="num">${s.points}/${s.budget_points}</td><td>${progress({counts: {succeeded: s.runs_done}, runs: s.runs_total})}</td>` +
     `<td>${(s.winner || []).map(esc).join('<br>') || '<span class="muted">no winner yet</span>'}</td>` +
     `<td>${Object.entries(s.importance || {}).map(([k, v]) => `${esc(k)} ${num(v, 2)}`).join(', ') || '–'}</td></tr>`);
   render([
     {key: 'title', html: '<h1>Sweeps</h1>'},
     {key: 'list', html: card('Sweeps', table(['sweep', 'experiment', 'commit', 'state', '#points', 'runs', 'winner', 'importance (η²)'], rows, 'No sweeps: <code>trainq sweep start</code> starts one.') + pg.pager)},
+    {key: 'plots', html: plots},
   ]);
 }
 
@@ -479,7 +531,7 @@ function startLive() {
   stopLive();
   if (!window.EventSource) { startPolling(); return; }
   source = new EventSource('/dash/events');
-  source.addEventListener('change', () => { failures = 0; setLive('on', 'live'); refresh(); });
+  source.addEventListener('change', () => { failures = 0; changes++; setLive('on', 'live'); refresh(); });
   source.onopen = () => { failures = 0; setLive('on', 'live'); };
   source.onerror = () => {
     // The server ends each stream after a change or a quiet while and the
@@ -491,7 +543,7 @@ function startPolling() {
   if (source) { source.close(); source = null; }
   setLive('poll', 'polling');
   clearInterval(pollTimer);
-  pollTimer = setInterval(refresh, 2000);
+  pollTimer = setInterval(() => { changes++; refresh(); }, 2000);
 }
 function stopLive() {
   if (source) { source.close(); source = null; }
@@ -513,7 +565,8 @@ async function act(btn) {
       headers: {'Content-Type': 'application/json', 'X-CSRF-Token': session.csrf}, body: JSON.stringify(body)});
     const j = await r.json();
     if (!r.ok) throw new Error(j.reason || ('HTTP ' + r.status));
-    toast(body.action === 'add_seeds' ? `added ${j.added} run(s)` : `cancelled ${j.cancelled} run(s)`);
+    toast(body.action === 'add_seeds' ? `added ${j.added} run(s)` :
+      body.action === 'retry_run' ? `run ${j.retried} is queued again` : `cancelled ${j.cancelled} run(s)`);
     refresh();
   } catch (e) {
     toast('refused: ' + e.message, true);
@@ -526,10 +579,13 @@ document.addEventListener('click', ev => {
   const b = ev.target.closest('button');
   if (!b) return;
   if (b.dataset.action) { ev.preventDefault(); act(b); }
-  if (b.dataset.page) { pages[b.dataset.page] = Number(b.dataset.to); refresh(); }
+  if (b.dataset.page) {
+    pages[b.dataset.page] = Number(b.dataset.to);
+    refresh();
+  }
 });
 window.addEventListener('pagehide', stopLive);
-window.addEventListener('pageshow', ev => { if (ev.persisted) { startLive(); refresh(); } });
+window.addEventListener('pageshow', ev => { if (ev.persisted) { changes++; startLive(); refresh(); } });
 
 (async function main() {
   for (const a of document.querySelectorAll('[data-nav]')) a.classList.toggle('current', a.dataset.nav === current.nav);

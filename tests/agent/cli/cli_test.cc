@@ -554,6 +554,38 @@ TEST_CASE("cli: cancel --json, and a fully cancelled batch leaves status", "[cli
   CHECK_THAT(after.text, Catch::Contains(" tiny "));  // partly cancelled: still shown
 }
 
+TEST_CASE("cli: retry puts a cancelled run back in the queue, refuses one still queued",
+          "[cli][retry]") {
+  BadInput t;
+  // Refused without a change: an unknown run, a run still in the queue, a batch
+  // with no dead runs (nothing to do, exit 0).
+  CHECK_THAT(t.MustFail("retry 999"), Catch::Contains("run 999 does not exist"));
+  CHECK_THAT(t.MustFail("retry 1"),
+             Catch::Contains("run 1 is queued, still in the queue; only a dead or cancelled run "
+                             "can be retried"));
+  auto none = Trainq(t.db, "retry --batch 1");
+  CHECK(none.code == 0);
+  CHECK_THAT(none.text, Catch::Contains("batch 1 has no dead runs; nothing to retry"));
+  CHECK_THAT(t.MustFail("retry --batch 9"), Catch::Contains("batch 9 does not exist"));
+
+  REQUIRE(Trainq(t.db, "cancel --run 1").code == 0);
+  auto o = Trainq(t.db, "retry 1");
+  INFO(o.text);
+  REQUIRE(o.code == 0);
+  CHECK_THAT(o.text, Catch::Contains("run 1 queued again (was cancelled after 0 attempt(s)); "));
+  auto runs = AllRuns(t.db);
+  REQUIRE(runs.size() == 2);
+  CHECK(runs[0].state == RunState::kQueued);
+  CHECK(runs[0].retries == 1);
+  CHECK_THAT(runs[0].last_error, Catch::Contains("retried by cli; was cancelled"));
+  REQUIRE(Trainq(t.db, "cancel --run 1").code == 0);
+  auto j = TrainqJson(t.db, "retry 1 --json");
+  REQUIRE(j["retried"].size() == 1);
+  CHECK(j["retried"][0]["run"] == 1);
+  CHECK(j["retried"][0]["was"] == "cancelled");
+  CHECK(j["retried"][0]["retries"] == 2);
+}
+
 TEST_CASE("cli: usage errors exit 2 with CLI11's message, an unknown command is named",
           "[cli][errors]") {
   testing::TempDir tmp;

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <future>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "agent/daemon/server.h"
@@ -15,6 +16,7 @@
 #include "core/strings.h"
 #include "queue/run_queue.h"
 #include "queue/store.h"
+#include "tests/support/git_cli.h"
 #include "tests/support/temp_dir.h"
 
 using nlohmann::json;
@@ -168,6 +170,120 @@ TEST_CASE("dashboard: actions are refused to a read session and need the admin's
   CHECK(json::parse(r.body)["cancelled"] == 5);
   CHECK(store.runs().Batch(batch.id).value()->count(RunState::kCancelled) == 5);
   CHECK(f.Act(admin, csrf, {{"action", "reboot"}}).status == 400);
+}
+
+TEST_CASE("dashboard: an admin retries a dead run, a read session is refused", "[dashboard][retry]") {
+  Fixture f;
+  std::int64_t dead = 0, ok = 0;
+  {
+    auto store = Store::Open(f.db).value();
+    auto leased = store.runs().Lease("w", f.clock.Now(), 60'000, 2).value();  // the queued batch
+    REQUIRE(leased.size() == 2);
+    dead = leased[0].run_id;
+    REQUIRE(store.runs().FailRun(dead, leased[0].token, f.clock.Now(), "exit code 1: diverged", 1,
+                                 /*retry=*/false));
+    ok = leased[1].run_id;
+    REQUIRE(store.runs().Complete(ok, leased[1].token, f.clock.Now(), 0.5));
+  }
+  auto state = [&](std::int64_t id) {
+    auto store = Store::Open(f.db).value();
+    return store.runs().Run(id).value().value().state;
+  };
+  json retry = {{"action", "retry_run"}, {"run", dead}};
+  std::string read = f.SignIn(kRead);
+  std::string read_csrf = json::parse(f.Get("/dash/api/session", read).body)["csrf"];
+  CHECK(f.Act(read, read_csrf, retry).status == 403);
+  CHECK(state(dead) == RunState::kDead);
+
+  std::string admin = f.SignIn(kAdmin);
+  std::string csrf = json::parse(f.Get("/dash/api/session", admin).body)["csrf"];
+  CHECK(f.Act(admin, "", retry).status == 403);
+  CHECK(state(dead) == RunState::kDead);
+  auto r = f.Act(admin, csrf, retry);
+  CHECK(r.status == 200);
+  CHECK(json::parse(r.body)["retried"] == dead);
+  CHECK(state(dead) == RunState::kQueued);
+  // Its earlier round is on the run's document.
+  auto doc = json::parse(f.Get("/dash/api/run/" + std::to_string(dead), read).body);
+  CHECK(doc["run"]["retries"] == 1);
+  REQUIRE(doc["retries"].size() == 1);
+  CHECK(doc["retries"][0]["state"] == "dead");
+  CHECK(doc["retries"][0]["error"] == "exit code 1: diverged");
+  CHECK(doc["retries"][0]["who"].get<std::string>().starts_with("admin session "));
+  // Queued now, and a succeeded run keeps its result: both refused with 409.
+  CHECK(f.Act(admin, csrf, retry).status == 409);
+  auto refused = f.Act(admin, csrf, {{"action", "retry_run"}, {"run", ok}});
+  CHECK(refused.status == 409);
+  CHECK(json::parse(refused.body)["reason"].get<std::string>().find("succeeded") !=
+        std::string::npos);
+  CHECK(state(ok) == RunState::kSucceeded);
+  CHECK(f.Act(admin, csrf, {{"action", "retry_run"}, {"run", 999}}).status == 404);
+  CHECK(f.Act(admin, csrf, {{"action", "retry_run"}}).status == 400);
+}
+
+TEST_CASE("dashboard: an experiment's history follows a branch's first parents, one point per commit",
+          "[dashboard][branch]") {
+  Fixture f;
+  // A real repository: main c1 - c2 - c3, and feature from c2 with f1; a
+  // bare mirror of it is where the batches came from.
+  testing::GitCli git{f.tmp / "work"};
+  std::string c1 = git.Commit({{"a.txt", "1"}}, "one");
+  std::string c2 = git.Commit({{"a.txt", "2"}}, "two");
+  git.Run("checkout -q -b feature");
+  std::string f1 = git.Commit({{"a.txt", "f"}}, "feature one");
+  git.Run("checkout -q main");
+  std::string c3 = git.Commit({{"a.txt", "3"}}, "three");
+  std::string mirror = f.tmp / "mirror.git";
+  git.Run("clone -q --mirror . " + mirror);
+  // Made out of commit order; c2 twice (one batch per commit and experiment:
+  // the same one).
+  auto store = Store::Open(f.db).value();
+  std::map<std::string, std::int64_t> newest;
+  auto submit = [&](const std::string& sha, const std::string& parent) {
+    CommitInfo c;
+    c.sha = sha;
+    c.parent_sha = parent;
+    c.message = "commit " + sha.substr(0, 7);
+    BatchSpec s;
+    s.experiment = "branchy";
+    s.command = "true";
+    s.repeats = 1;
+    auto r = store.runs().Submit(mirror, c, {s}, f.clock.Now());
+    REQUIRE(r);
+    newest[sha] = r->front().batch_id;
+  };
+  submit(c3, c2);
+  submit(f1, c2);
+  submit(c1, "");
+  submit(c2, c1);
+  submit(c2, c1);
+  std::string cookie = f.SignIn(kRead);
+  auto commits = [](const json& doc) {
+    std::vector<std::string> out;
+    for (const auto& b : doc["experiments"][0]["batches"]) out.push_back(b["commit"]);
+    return out;
+  };
+  auto main_doc = json::parse(f.Get("/dash/api/experiment/branchy", cookie).body);
+  REQUIRE(main_doc["experiments"].size() == 1);
+  CHECK(commits(main_doc) == std::vector<std::string>{c1, c2, c3});
+  CHECK(main_doc["experiments"][0]["batches"][1]["id"] == newest[c2]);
+  const json& h = main_doc["experiments"][0]["history"];
+  CHECK(h["order"] == "branch");
+  CHECK(h["branch"] == "main");  // the mirror's default branch
+  CHECK(h["branches"] == json::array({"feature", "main"}));
+  CHECK(h["on_branch"] == 3);
+  CHECK(h["off_branch"] == 1);  // f1's
+  auto feature = f.Get("/dash/api/experiment/branchy", cookie, {{"branch", "feature"}});
+  REQUIRE(feature.status == 200);
+  CHECK(commits(json::parse(feature.body)) == std::vector<std::string>{c1, c2, f1});
+  auto none = f.Get("/dash/api/experiment/branchy", cookie, {{"branch", "nope"}});
+  CHECK(none.status == 404);
+  CHECK(json::parse(none.body)["reason"].get<std::string>().find("no branch 'nope'") !=
+        std::string::npos);
+  // A repository that cannot be read here: creation order, said so.
+  auto elsewhere = json::parse(f.Get("/dash/api/experiment/digits", cookie).body);
+  CHECK(elsewhere["experiments"][0]["history"]["order"] == "created");
+  CHECK(elsewhere["experiments"][0]["batches"].size() == 2);
 }
 
 TEST_CASE("dashboard: an admin cookie is refused when the config has no admin token",

@@ -26,10 +26,11 @@ struct World {
   ServerConfig config;
   std::int64_t batch = 0;
 
-  explicit World(const std::string& api_url) {
+  // `top`: server.yaml's top-level keys before `repositories:`.
+  explicit World(const std::string& api_url, const std::string& top = "") {
     REQUIRE(WriteFile(tmp / "token", "forge-token"));
     auto c = ParseServerConfig(
-        "repositories:\n  - url: https://github.com/acme/model.git\n"
+        top + "repositories:\n  - url: https://github.com/acme/model.git\n"
         "    forge: github\n    status: true\n    api_url: " +
             api_url + "\n    token: {file: " + (tmp / "token") + "}\n",
         "server.yaml");

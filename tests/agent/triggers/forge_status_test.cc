@@ -71,6 +71,7 @@ TEST_CASE("forge status: pending when queued, then the spread", "[forge_status]"
   CHECK(pending["state"] == "pending");
   CHECK(pending["context"] == "trainq/lstm");
   CHECK(pending["description"] == "queued: 3 runs");
+  CHECK_FALSE(pending.contains("target_url"));  // no public_url
 
   w.FinishRuns({0.649, 0.664, 0.679});
   CHECK(reporter.Step().value() == 1);
@@ -83,6 +84,38 @@ TEST_CASE("forge status: pending when queued, then the spread", "[forge_status]"
   REQUIRE(row);
   CHECK(row->posted_state == "success");
   CHECK(reporter.Step().value() == 0);
+}
+
+TEST_CASE("forge status: with a public_url, statuses link to the dashboard's commit page",
+          "[forge_status]") {
+  testing::TestHttpServer forge([](const testing::TestHttpRequest&) {
+    return testing::TestHttpResponse{201, R"({"id": 1})", {}};
+  });
+  World w(forge.url(), "public_url: https://trainq.example/ci/\n");
+  CHECK(w.config.public_url == "https://trainq.example/ci");
+  CurlHttpClient http;
+  StatusReporter reporter(w.store, w.config, http, w.clock);
+  CHECK(reporter.Step().value() == 1);
+  w.FinishRuns({0.649, 0.664, 0.679});
+  CHECK(reporter.Step().value() == 1);
+  auto seen = forge.requests();
+  REQUIRE(seen.size() == 2);
+  for (const auto& r : seen) {
+    CHECK(json::parse(r.body)["target_url"] == "https://trainq.example/ci/commit/" + kSha);
+  }
+}
+
+TEST_CASE("forge status: a bad public_url is refused naming the file, line and key",
+          "[forge_status]") {
+  for (const char* bad : {"trainq.example", "ftp://trainq.example", "https://",
+                          "https://trainq.example/?x=1", "https://trainq.example/#top"}) {
+    INFO(bad);
+    auto c = ParseServerConfig("listen: 127.0.0.1:8080\npublic_url: \"" + std::string(bad) + "\"\n",
+                               "server.yaml");
+    REQUIRE_FALSE(c);
+    CHECK(c.error().message.find("server.yaml:2") != std::string::npos);
+    CHECK(c.error().message.find("public_url") != std::string::npos);
+  }
 }
 
 TEST_CASE("forge status: a down forge is retried with backoff, then given up", "[forge_status]") {

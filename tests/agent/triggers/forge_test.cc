@@ -145,6 +145,15 @@ TEST_CASE("forge: commit status requests in each forge's API shape", "[forge]") 
     CHECK(j["state"] == "success");
     CHECK(j["context"] == "trainq/lstm");
     CHECK(j["description"] == "accuracy 0.664 ± 0.015 (n=10)");
+    CHECK_FALSE(j.contains("target_url"));
+  }
+  SECTION("target_url, the forges' Details link, in all three") {
+    std::string page = "https://trainq.example/commit/" + sha;
+    for (auto forge : {ForgeKind::kGithub, ForgeKind::kGitlab, ForgeKind::kGitea}) {
+      auto r = CommitStatusRequest({forge, "https://forge.example/api", "o/r", "t"}, sha,
+                                   CommitState::kSuccess, "trainq/lstm", "x", page);
+      CHECK(json::parse(r.body)["target_url"] == page);
+    }
   }
   SECTION("GitLab: project path encoded, PRIVATE-TOKEN, failed not failure") {
     auto r = CommitStatusRequest({ForgeKind::kGitlab, "https://gitlab.com/api/v4", "g/sub/p", "t"},
