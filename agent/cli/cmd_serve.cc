@@ -30,6 +30,7 @@
 #include "agent/daemon/server_http.h"
 #include "agent/daemon/worker_api.h"
 #include "agent/repo/git_repo.h"
+#include "agent/results/retention.h"
 #include "agent/results/sweep.h"
 #include "agent/runner/gpu_detect.h"
 #include "agent/runner/run_process.h"
@@ -293,6 +294,7 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
   OutcomeLog outcomes(clock.Now(), /*log=*/false);  // the worker logs its own runs
   Status result;
   SweepDriver sweeps;
+  RetentionStepper retention(config.retention);  // server.yaml `retention:`
   while (!stop.load()) {
     if (engine_done.load()) {  // it ends only on an error: nothing would run the queue
       if (engine_result) {
@@ -305,6 +307,7 @@ Status ServeInProcess(const ServeOptions& o, const ServerConfig& config,
     }
     const TimeMs now = clock.Now();
     StepSweepsLogged(sweeps, store, now);
+    retention.StepLogged(store, now);
     // Leases of a silent holder (a serve killed before this one) go back.
     if (auto expired = store.runs().ExpireLeases(now); !expired) {
       spdlog::warn("{} (will retry)", expired.error().message);
@@ -595,6 +598,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
   TimeMs next_step = 0;
   TimeMs last_loop = clock.Now();
   SweepDriver sweeps;
+  RetentionStepper retention(config.retention);  // server.yaml `retention:`
   while (!stop.load()) {
     TimeMs now = clock.Now();
     if (now - last_loop > std::max<TimeMs>(so.lease_ms / 2, 5'000)) {
@@ -609,6 +613,7 @@ Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<boo
     }
     last_loop = now;
     StepSweepsLogged(sweeps, store, now);
+    retention.StepLogged(store, now);
     if (now >= next_step) {
       auto st = fleet.Step();
       if (!st) {

@@ -20,6 +20,8 @@
 //                                   # branches (not the default branch) | all | off
 //   read_token: {env: TRAINQ_READ_TOKEN}   # GET /api/v1/{status,report,gate,logs}, /metrics
 //   admin_token: {file: /etc/trainq/admin-token}   # the dashboard's actions
+//   retention: {metric_points: 90d, logs: 30d}   # finished runs' points compacted, logs
+//                                                # gzipped (queue/retention.h); default: kept
 //
 // Secrets and tokens are read from an environment variable or a file, never
 // written in the config itself, and never logged. Every error names the file,
@@ -38,6 +40,7 @@
 #include "agent/repo/manifest_check.h"
 #include "core/result.h"
 #include "core/yaml_reader.h"  // SecretValue
+#include "queue/retention.h"
 
 namespace trainq {
 
@@ -146,6 +149,7 @@ struct ServerConfig {
   SecretValue read_token;
   SecretValue admin_token;  // the dashboard's actions (agent/daemon/dashboard.h)
   cloud::OverallBudget budget;  // `budget:` at the top level (spend is filled by the fleet)
+  RetentionPolicy retention;    // `retention:`; default: everything kept
 
   const PoolSpec* FindPool(std::string_view name) const {
     for (const auto& p : pools)
