@@ -13,8 +13,9 @@ namespace trainq::cloud {
 
 namespace {
 
-// Parameters of the worker command line that trainq builds (see the README),
-// accepted by every kind and not used by the providers themselves.
+// Parameters of the worker command line that trainq builds (docs/pools.md,
+// "A pool's settings"), accepted by every kind and not used by the providers
+// themselves.
 const std::set<std::string>& WorkerParams() {
   static const std::set<std::string> k = {"server_url", "token_file", "trainq", "worker_gpus",
                                           "worker_data_dir"};

@@ -151,7 +151,7 @@ struct ProviderDeps {
 // parameters. Unknown kinds and unknown or missing parameters are refused with
 // a message naming them ("params.region: required by ec2"); callers prefix the
 // pool ("pool gpu: ..."). The parameters each kind takes are listed in
-// README.md, "Machine pools"; every kind also accepts (and ignores) the
+// docs/pools.md, "Providers"; every kind also accepts (and ignores) the
 // worker command's parameters: server_url, token_file, trainq, worker_gpus,
 // worker_data_dir.
 Result<std::unique_ptr<Provider>> MakeProvider(const std::string& kind,

@@ -40,6 +40,24 @@ bool StartsWith(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
 }
 
+std::string HtmlEscape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string ShortSha(std::string_view sha, std::size_t chars) {
+  return std::string(sha.substr(0, chars));
+}
+
 Result<std::int64_t> ParseDurationSeconds(std::string_view text) {
   auto t = Trim(text);
   auto bad = [&] {

@@ -15,6 +15,13 @@ std::string_view Trim(std::string_view s);
 std::vector<std::string> Split(std::string_view s, char sep);
 bool StartsWith(std::string_view s, std::string_view prefix);
 
+// A commit id as people read it: its first `chars` characters. 10 in logs,
+// commit statuses, pull request comments and the commands' output; 7 (git's
+// own abbreviation) in reports, baselines and the gate's lines.
+inline constexpr std::size_t kShortShaChars = 10;
+inline constexpr std::size_t kReportShaChars = 7;
+std::string ShortSha(std::string_view sha, std::size_t chars = kShortShaChars);
+
 // "90" or "90s", "15m", "2h", "1d", "1h30m" -> seconds.
 Result<std::int64_t> ParseDurationSeconds(std::string_view text);
 // 3725000 ms -> "1h02m05s"; under a minute -> "42s"; under a second -> "0s".
@@ -25,6 +32,9 @@ std::string FormatTimestamp(std::int64_t ms);
 // Replaces each "{key}" placeholder (core/placeholders.h) in `text` with
 // vars[key]; unknown keys and the shell's ${VAR} are left alone.
 std::string Substitute(std::string_view text, const std::map<std::string, std::string>& vars);
+
+// `s` as HTML text or a double-quoted attribute value: & < > " escaped.
+std::string HtmlEscape(std::string_view s);
 
 // Quotes `s` for /bin/sh.
 std::string ShellQuote(std::string_view s);

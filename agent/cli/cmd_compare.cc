@@ -42,7 +42,7 @@ Result<std::vector<BatchProgress>> BatchesAt(Store& store, const std::string& re
   }
   if (batches.empty()) {
     return Fail(ErrorKind::kNotFound,
-                "no runs stored for " + rev + (rev == sha ? "" : " (" + sha.substr(0, 10) + ")") +
+                "no runs stored for " + rev + (rev == sha ? "" : " (" + ShortSha(sha) + ")") +
                     "; queue some with `trainq submit --commit " + rev + "`");
   }
   return batches;
@@ -100,8 +100,8 @@ Status CmdCompare(const CompareCommandOptions& o, std::ostream& out) {
   for (const auto& c : comparisons) {
     out << c.a.experiment << " (" << c.a.metric_name << ", "
         << (c.a.metric_goal == "min" ? "lower" : "higher") << " is better)\n";
-    out << "  A " << c.a.sha.substr(0, 7) << "  " << SpreadText(c.a) << "\n";
-    out << "  B " << c.b.sha.substr(0, 7) << "  " << SpreadText(c.b) << "\n";
+    out << "  A " << ShortSha(c.a.sha, kReportShaChars) << "  " << SpreadText(c.a) << "\n";
+    out << "  B " << ShortSha(c.b.sha, kReportShaChars) << "  " << SpreadText(c.b) << "\n";
     out << "  A - B: " << ComparisonText(c) << "\n";
   }
   if (!comparisons.empty() && !CorrectionText(comparisons.front()).empty()) {

@@ -77,7 +77,7 @@ void RenderCommitView(const json& j, std::ostream& out) {
           << "\n    why:    " << b.value("reason", "") << "\n";
       if (b.contains("reuses_batch")) {
         out << "    reused: the runs of batch " << b.value("reuses_batch", std::int64_t{0})
-            << " at " << b.value("reused_from", "").substr(0, 10)
+            << " at " << ShortSha(b.value("reused_from", ""))
             << " (same inputs; nothing queued here)\n";
       }
       if (b.contains("determinism")) out << "    determinism: " << b.value("determinism", "") << "\n";
@@ -136,8 +136,8 @@ void RenderCommitView(const json& j, std::ostream& out) {
   }
   for (const auto& p : j["pushes"]) {
     out << "push " << p.value("id", std::int64_t{0}) << ": " << p.value("source", "") << " "
-        << p.value("ref", "") << " " << p.value("before", "").substr(0, 10) << ".."
-        << p.value("after", "").substr(0, 10) << " received "
+        << p.value("ref", "") << " " << ShortSha(p.value("before", "")) << ".."
+        << ShortSha(p.value("after", "")) << " received "
         << FormatTimestamp(p.value("received_ms", std::int64_t{0})) << " UTC, "
         << p.value("state", "");
     std::string note = p.value("error", "").empty() ? p.value("result", "") : p.value("error", "");

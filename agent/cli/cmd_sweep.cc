@@ -31,8 +31,6 @@ namespace trainq {
 
 namespace {
 
-constexpr const char* kManifestName = "trainq.yaml";
-
 std::string Num(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.6g", v);
@@ -71,7 +69,6 @@ std::string MeanText(const PointResult& p) {
 }
 
 Result<std::int64_t> Latest(Store& store, const std::optional<std::int64_t>& id);
-
 
 // How the parameters are searched, e.g. "bayes: lr, wd; grid: bs".
 std::string StrategyText(const SweepSpec& spec) {
@@ -170,7 +167,7 @@ Status Start(const std::string& db, const StartOptions& o, std::ostream& out) {
         << "\n";
     return {};
   }
-  out << "sweep " << id << ": " << o.experiment << " at " << commit.sha.substr(0, 10) << ", ";
+  out << "sweep " << id << ": " << o.experiment << " at " << ShortSha(commit.sha) << ", ";
   if (spec.adaptive()) {
     out << "up to " << spec.PointBudget() << " points x " << spec.repeats << " seeds (seeds "
         << base.seed_start << ".." << base.seed_start + spec.repeats - 1 << ", up to "
@@ -217,7 +214,7 @@ Status Status_(const std::string& db, const ReadOptions& o, std::ostream& out) {
                      {"budget_points", v.budget_points},
                      {"runs_done", v.runs_done},
                      {"runs_total", v.runs_total}});
-      t.Add({std::to_string(s.id), s.experiment, sha.substr(0, 10), s.state,
+      t.Add({std::to_string(s.id), s.experiment, ShortSha(sha), s.state,
              std::to_string(v.points.size()) + "/" + std::to_string(v.budget_points),
              std::to_string(v.runs_done) + "/" + std::to_string(v.runs_total)});
     }

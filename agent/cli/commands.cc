@@ -53,15 +53,11 @@ namespace trainq {
 
 namespace {
 
-constexpr const char* kManifestName = "trainq.yaml";
-
 Result<Store> OpenExisting(const std::string& db) {
   StoreOptions so;
   so.create = false;
   return Store::Open(db, so);
 }
-
-std::string Short(const std::string& sha) { return sha.substr(0, 10); }
 
 // `trainq init`: the one command that writes a schema into a file that exists
 // but holds none (Store::Open refuses such a file everywhere else); a trainq
@@ -95,7 +91,6 @@ std::string Oneline(std::string s, size_t max) {
 }
 
 }  // namespace
-
 
 std::string UserDbPath() {
   const char* xdg = std::getenv("XDG_DATA_HOME");
@@ -184,34 +179,43 @@ static void WarnUncommitted(GitRepo& repo, const CommitInfo& commit,
   std::string list;
   for (size_t i = 0; i < relevant.size() && i < 10; ++i) list += (i ? ", " : "") + relevant[i];
   if (relevant.size() > 10) list += " and " + std::to_string(relevant.size() - 10) + " more";
-  err << "trainq: warning: uncommitted changes to " << list << " are not part of " << Short(commit.sha)
+  err << "trainq: warning: uncommitted changes to " << list << " are not part of " << ShortSha(commit.sha)
       << "; the runs use the committed version (commit first, or pass --allow-dirty)\n";
 }
 
-Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) {
-  ASSIGN_OR_RETURN(auto repo, GitRepo::Open(o.repo));
-  ASSIGN_OR_RETURN(auto commit, repo.Resolve(o.commit));
+namespace {
+
+// trainq.yaml at the commit, read and parsed; errors name the commit.
+Result<Manifest> ReadSubmitManifest(GitRepo& repo, const CommitInfo& commit,
+                                    const SubmitOptions& o) {
   auto text = repo.ReadFile(commit.sha, kManifestName);
   if (!text) {
     if (text.error().kind == ErrorKind::kNotFound) {
       return Fail(ErrorKind::kNotFound,
-                  std::string(kManifestName) + " not found at commit " + Short(commit.sha) +
+                  std::string(kManifestName) + " not found at commit " + ShortSha(commit.sha) +
                       " in " + repo.location() +
                       " (add one at the repository root; see examples/trainq.yaml)");
     }
     return std::unexpected(text.error());
   }
-  std::string file_label = std::string(kManifestName) + "@" + Short(commit.sha);
-  const std::string at = repo.location() + " at " + Short(commit.sha);
+  const std::string at = repo.location() + " at " + ShortSha(commit.sha);
   if (auto st = CheckManifestSize(text->size(), kManifestName, o.limits); !st) {
     return std::unexpected(st.error().Wrap(at));
   }
   auto manifest = ParseManifest(*text, kManifestName);
   if (!manifest) return std::unexpected(manifest.error().Wrap(at));
+  return std::move(*manifest);
+}
+
+// The experiments to queue: those named, or every one with a plain batch
+// (the others' reasons into `skipped`).
+Result<std::vector<const Experiment*>> ChooseSubmitted(const Manifest& manifest,
+                                                       const SubmitOptions& o,
+                                                       const std::string& file_label,
+                                                       std::vector<std::string>& skipped) {
   std::vector<const Experiment*> chosen;
-  std::vector<std::string> skipped;  // swept experiments without a default point
   if (o.experiments.empty()) {
-    for (const auto& e : manifest->experiments) {
+    for (const auto& e : manifest.experiments) {
       if (auto why = e.NoPlainBatch()) {
         skipped.push_back(*why);
       } else {
@@ -221,56 +225,64 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
     if (chosen.empty() && !skipped.empty()) {
       return Fail(ErrorKind::kInvalidArgument, file_label + ": nothing to queue: " + skipped[0]);
     }
-  } else {
-    for (const auto& name : o.experiments) {
-      const Experiment* e = manifest->Find(name);
-      if (!e) {
-        std::string known;
-        for (const auto& n : manifest->Names()) known += (known.empty() ? "" : ", ") + n;
-        return Fail(ErrorKind::kNotFound, "unknown experiment '" + name + "' in " + file_label +
-                                              " (known: " + known + ")");
-      }
-      if (auto why = e->NoPlainBatch()) {
-        return Fail(ErrorKind::kInvalidArgument, file_label + ": " + *why);
-      }
-      chosen.push_back(e);
+    return chosen;
+  }
+  for (const auto& name : o.experiments) {
+    const Experiment* e = manifest.Find(name);
+    if (!e) {
+      std::string known;
+      for (const auto& n : manifest.Names()) known += (known.empty() ? "" : ", ") + n;
+      return Fail(ErrorKind::kNotFound, "unknown experiment '" + name + "' in " + file_label +
+                                            " (known: " + known + ")");
     }
+    if (auto why = e->NoPlainBatch()) {
+      return Fail(ErrorKind::kInvalidArgument, file_label + ": " + *why);
+    }
+    chosen.push_back(e);
   }
-  if (o.repeats && *o.repeats <= 0) {
-    return Fail(ErrorKind::kInvalidArgument,
-                "--repeats: expected a positive integer, got " + std::to_string(*o.repeats));
-  }
-  auto read = [&](const std::string& path) { return repo.ReadFile(commit.sha, path); };
-  if (auto st = CheckExperiments(chosen, kManifestName, read); !st) {
-    return std::unexpected(st.error().Wrap(at));
-  }
+  return chosen;
+}
+
+// One batch spec per chosen experiment with its inputs' fingerprint, plus
+// the determinism checks (--runs, or the experiments' own).
+Result<std::vector<BatchSpec>> SubmitSpecs(GitRepo& repo, const CommitInfo& commit,
+                                           const Manifest& manifest,
+                                           const std::vector<const Experiment*>& chosen,
+                                           const SubmitOptions& o) {
   std::vector<BatchSpec> specs;
   for (const auto* e : chosen) {
     BatchSpec b = e->ToBatchSpec("submitted by hand (trainq submit)");
     if (o.repeats) b.repeats = *o.repeats;
     specs.push_back(std::move(b));
   }
-  TRY(AddInputsFingerprints(repo, commit.sha, *manifest, specs));
-  if (o.repro_runs) {
-    if (*o.repro_runs < 1) {
-      return Fail(ErrorKind::kInvalidArgument,
-                  "--runs: expected a positive integer, got " + std::to_string(*o.repro_runs));
-    }
-    size_t n = specs.size();
-    for (size_t i = 0; i < n; ++i) {
-      specs[i].repeats = std::max(specs[i].repeats, *o.repro_runs);
-      specs.push_back(ReproSpec(specs[i], *o.repro_runs));
-    }
-  } else {
-    specs = WithDeterminismChecks(std::move(specs));
+  TRY(AddInputsFingerprints(repo, commit.sha, manifest, specs));
+  if (!o.repro_runs) return WithDeterminismChecks(std::move(specs));
+  if (*o.repro_runs < 1) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "--runs: expected a positive integer, got " + std::to_string(*o.repro_runs));
   }
-  TRY(CheckSubmitLimits(specs, file_label, o.limits));
-  if (!o.allow_dirty) WarnUncommitted(repo, commit, chosen, std::cerr);
-  ASSIGN_OR_RETURN(auto store, Store::Open(o.db));
-  // Inputs that already ran: an ancestor's batch with the same inputs is this
-  // commit's too (unless --rerun); only the others are queued.
-  std::vector<SubmitResult> results(specs.size());
-  std::vector<std::string> reused(specs.size());
+  size_t n = specs.size();
+  for (size_t i = 0; i < n; ++i) {
+    specs[i].repeats = std::max(specs[i].repeats, *o.repro_runs);
+    specs.push_back(ReproSpec(specs[i], *o.repro_runs));
+  }
+  return specs;
+}
+
+// What happened to each spec: its batch, and the reuse note when an
+// ancestor's batch with the same inputs is this commit's too (unless
+// --rerun); only the others are queued.
+struct Submitted {
+  std::vector<SubmitResult> results;
+  std::vector<std::string> reused;
+};
+
+Result<Submitted> QueueOrReuse(Store& store, GitRepo& repo, const CommitInfo& commit,
+                               const std::vector<BatchSpec>& specs, const SubmitOptions& o,
+                               TimeMs now) {
+  Submitted out;
+  out.results.resize(specs.size());
+  out.reused.resize(specs.size());
   std::vector<BatchSpec> to_queue;
   std::vector<size_t> queued_at;
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -281,34 +293,41 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
       ASSIGN_OR_RETURN(auto found, FindReusableBatch(store, repo.location(), repo.location(),
                                                      specs[i], commit.sha));
       if (found) {
-        ASSIGN_OR_RETURN(results[i],
+        ASSIGN_OR_RETURN(out.results[i],
                          store.runs().ReuseBatch(repo.location(), commit, specs[i].experiment,
                                           found->batch.id,
                                           "reused batch " + std::to_string(found->batch.id) +
-                                              " of " + Short(found->at_sha) +
+                                              " of " + ShortSha(found->at_sha) +
                                               ": same inputs (trainq submit)",
-                                          clock.Now()));
-        reused[i] = "reused batch " + std::to_string(found->batch.id) + " of " +
-                    Short(found->at_sha) + " (same inputs; --rerun runs it again)";
+                                          now));
+        out.reused[i] = "reused batch " + std::to_string(found->batch.id) + " of " +
+                        ShortSha(found->at_sha) + " (same inputs; --rerun runs it again)";
         continue;
       }
     }
     if (here && here->reuses_batch_id && !o.rerun) {
-      results[i] = SubmitResult{here->id, specs[i].experiment, false, 0, here->reuses_batch_id};
-      reused[i] = ReuseText(*here) + "; --rerun runs it again";
+      out.results[i] = SubmitResult{here->id, specs[i].experiment, false, 0, here->reuses_batch_id};
+      out.reused[i] = ReuseText(*here) + "; --rerun runs it again";
       continue;
     }
     to_queue.push_back(specs[i]);
     queued_at.push_back(i);
   }
   if (!to_queue.empty()) {
-    ASSIGN_OR_RETURN(auto submitted, store.runs().Submit(repo.location(), commit, to_queue, clock.Now()));
-    for (size_t k = 0; k < submitted.size(); ++k) results[queued_at[k]] = submitted[k];
+    ASSIGN_OR_RETURN(auto submitted, store.runs().Submit(repo.location(), commit, to_queue, now));
+    for (size_t k = 0; k < submitted.size(); ++k) out.results[queued_at[k]] = submitted[k];
   }
-  WarnNoTrainer(store, chosen, std::cerr);
-  // Each new batch is compared with its experiment at the parent commit, or
-  // at the nearest ancestor with the same inputs (agent/results/baseline.h); with
-  // --with-baseline a missing one is queued at the parent with the same seeds.
+  return out;
+}
+
+// Each new batch is compared with its experiment at the parent commit, or
+// at the nearest ancestor with the same inputs (agent/results/baseline.h); with
+// --with-baseline a missing one is queued at the parent with the same seeds.
+// The note per batch ("" when it has no baseline batch).
+Result<std::vector<std::string>> SubmitBaselines(Store& store, GitRepo& repo,
+                                                 const CommitInfo& commit,
+                                                 const std::vector<SubmitResult>& results,
+                                                 const SubmitOptions& o, TimeMs now) {
   std::vector<std::string> baselines(results.size());
   for (size_t i = 0; i < results.size(); ++i) {
     if (IsReproExperiment(results[i].experiment)) continue;  // compared with its experiment
@@ -317,36 +336,46 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
     BaselineOptions bo;
     bo.queue_missing = o.with_baseline;
     ASSIGN_OR_RETURN(baselines[i], ChooseBaseline(store, repo.location(), *batch,
-                                                  commit.parent_sha, clock.Now(), bo));
+                                                  commit.parent_sha, now, bo));
     ASSIGN_OR_RETURN(batch, store.runs().Batch(results[i].batch_id));
     if (!batch->baseline_batch_id) baselines[i].clear();
   }
+  return baselines;
+}
 
-  if (o.json) {
-    json j = {{"repo", repo.location()}, {"commit", commit.sha}, {"batches", json::array()},
-              {"not_queued", skipped}};
-    for (size_t i = 0; i < results.size(); ++i) {
-      j["batches"].push_back({{"id", results[i].batch_id},
-                              {"experiment", results[i].experiment},
-                              {"created", results[i].created},
-                              {"runs_added", results[i].runs_added},
-                              {"reused", reused[i].empty() ? json(nullptr) : json(reused[i])},
-                              {"baseline", baselines[i]},
-                              {"seeds", {specs[i].seed_start, specs[i].seed_start +
-                                                                  specs[i].repeats - 1}}});
-    }
-    out << j.dump(2) << "\n";
-    return {};
+void PrintSubmitJson(const GitRepo& repo, const CommitInfo& commit,
+                     const std::vector<BatchSpec>& specs, const Submitted& s,
+                     const std::vector<std::string>& baselines,
+                     const std::vector<std::string>& skipped, std::ostream& out) {
+  json j = {{"repo", repo.location()}, {"commit", commit.sha}, {"batches", json::array()},
+            {"not_queued", skipped}};
+  for (size_t i = 0; i < s.results.size(); ++i) {
+    j["batches"].push_back({{"id", s.results[i].batch_id},
+                            {"experiment", s.results[i].experiment},
+                            {"created", s.results[i].created},
+                            {"runs_added", s.results[i].runs_added},
+                            {"reused", s.reused[i].empty() ? json(nullptr) : json(s.reused[i])},
+                            {"baseline", baselines[i]},
+                            {"seeds", {specs[i].seed_start, specs[i].seed_start +
+                                                                specs[i].repeats - 1}}});
   }
-  out << "commit " << Short(commit.sha) << " \"" << commit.message << "\" in " << repo.location()
+  out << j.dump(2) << "\n";
+}
+
+// "  batch 3  mnist: 5 runs queued (seeds 1..5)" per batch.
+void PrintSubmitText(const GitRepo& repo, const CommitInfo& commit,
+                     const std::vector<BatchSpec>& specs, const Submitted& s,
+                     const std::vector<std::string>& baselines,
+                     const std::vector<std::string>& skipped, std::ostream& out) {
+  out << "commit " << ShortSha(commit.sha) << " \"" << commit.message << "\" in " << repo.location()
       << "\n";
-  for (size_t i = 0; i < results.size(); ++i) {
-    const auto& r = results[i];
+  for (size_t i = 0; i < s.results.size(); ++i) {
+    const auto& r = s.results[i];
     out << "  batch " << r.batch_id << "  " << r.experiment << ": ";
     const std::int64_t first = specs[i].seed_start;
     const std::int64_t last = first + specs[i].repeats - 1;
-    if (!reused[i].empty()) {
-      out << reused[i] << "\n";
+    if (!s.reused[i].empty()) {
+      out << s.reused[i] << "\n";
     } else if (r.created) {
       out << r.runs_added << (r.runs_added == 1 ? " run" : " runs") << " queued ("
           << (first == last ? "seed " + std::to_string(first)
@@ -361,9 +390,42 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
     if (!baselines[i].empty()) out << "    baseline: " << baselines[i] << "\n";
   }
   for (const auto& why : skipped) out << "  not queued: " << why << "\n";
+}
+
+}  // namespace
+
+// Read and check, plan the specs, queue or reuse, choose baselines, print.
+Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) {
+  ASSIGN_OR_RETURN(auto repo, GitRepo::Open(o.repo));
+  ASSIGN_OR_RETURN(auto commit, repo.Resolve(o.commit));
+  ASSIGN_OR_RETURN(auto manifest, ReadSubmitManifest(repo, commit, o));
+  const std::string file_label = std::string(kManifestName) + "@" + ShortSha(commit.sha);
+  std::vector<std::string> skipped;  // swept experiments without a default point
+  ASSIGN_OR_RETURN(auto chosen, ChooseSubmitted(manifest, o, file_label, skipped));
+  if (o.repeats && *o.repeats <= 0) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "--repeats: expected a positive integer, got " + std::to_string(*o.repeats));
+  }
+  auto read = [&](const std::string& path) { return repo.ReadFile(commit.sha, path); };
+  if (auto st = CheckExperiments(chosen, kManifestName, read); !st) {
+    return std::unexpected(st.error().Wrap(repo.location() + " at " + ShortSha(commit.sha)));
+  }
+  ASSIGN_OR_RETURN(auto specs, SubmitSpecs(repo, commit, manifest, chosen, o));
+  TRY(CheckSubmitLimits(specs, file_label, o.limits));
+  if (!o.allow_dirty) WarnUncommitted(repo, commit, chosen, std::cerr);
+  ASSIGN_OR_RETURN(auto store, Store::Open(o.db));
+  ASSIGN_OR_RETURN(auto submitted, QueueOrReuse(store, repo, commit, specs, o, clock.Now()));
+  WarnNoTrainer(store, chosen, std::cerr);
+  ASSIGN_OR_RETURN(auto baselines,
+                   SubmitBaselines(store, repo, commit, submitted.results, o, clock.Now()));
+  if (o.json) {
+    PrintSubmitJson(repo, commit, specs, submitted, baselines, skipped, out);
+    return {};
+  }
+  PrintSubmitText(repo, commit, specs, submitted, baselines, skipped, out);
   if (o.repro_runs) {
     // What the determinism check says now (once the runs end, `trainq show`).
-    for (const auto& r : results) {
+    for (const auto& r : submitted.results) {
       if (IsReproExperiment(r.experiment)) continue;
       ASSIGN_OR_RETURN(auto batch, store.runs().Batch(r.batch_id));
       if (!batch) continue;
@@ -375,9 +437,7 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
   return {};
 }
 
-
 namespace {
-
 
 // ", busy 3m10s": run time on the machines, next to their billed time (a
 // machine with several slots can be busy longer than it was billed). Busy
@@ -446,10 +506,36 @@ std::string LatestText(const json& run) {
   return out;
 }
 
-// The terminal view of StatusJson's document (the same whether it came from
-// the store or from a server's /api/v1/status).
-void RenderStatusText(const json& j, std::ostream& out) {
-  TimeMs now = j.value("now_ms", TimeMs{0});
+// One machine under its pool: its state, and slots or how long it has been
+// silent, booting or idle.
+void RenderMachineLine(const json& m, TimeMs now, std::ostream& out) {
+  TimeMs last_seen = m.value("last_seen_ms", TimeMs{0});
+  std::string name = m.value("name", "");
+  if (name.empty()) name = m.value("provider", "") + " " + m.value("provider_id", "");
+  std::string state = m.value("state", "");
+  out << "          " << name << ": ";
+  if (m.value("silent", false) && (state == "ready" || state == "draining")) {
+    out << "silent for " << FormatDuration(now - last_seen) << "\n";
+    return;
+  }
+  out << state;
+  if (state == "ready") {
+    out << ", " << m.value("busy", 0) << "/" << m.value("slots", 0) << " slot(s) busy";
+    if (m.contains("idle_ms") && m["idle_ms"].is_number()) {
+      out << ", idle " << FormatDuration(m["idle_ms"].get<TimeMs>());
+    }
+  } else if (state == "requested" || state == "booting") {
+    out << " for " << FormatDuration(now - m.value("booted_ms", now));
+    // Why it is not up yet, as its provider says (a pod's scheduler message).
+    if (auto why = m.value("last_error", ""); !why.empty()) out << ": " << Oneline(why, 160);
+  } else {
+    out << ", " << m.value("slots", 0) << " slot(s)";
+  }
+  out << "\n";
+}
+
+// "queue: ..." and "slots: ..." lines.
+void RenderQueueLines(const json& j, const json& machines, std::ostream& out) {
   out << "queue:   ";
   for (int i = 0; i < kRunStateCount; ++i) {
     std::string name(RunStateName(static_cast<RunState>(i)));
@@ -457,8 +543,6 @@ void RenderStatusText(const json& j, std::ostream& out) {
   }
   out << "\n";
   std::int64_t slots = j["slots"].value("total", std::int64_t{0});
-  const json no_machines = json::array();
-  const json& machines = j.contains("machines") ? j["machines"] : no_machines;
   out << "slots:    " << j["slots"].value("busy", std::int64_t{0}) << " busy / " << slots
       << " available";
   if (slots == 0 && machines.empty()) {
@@ -467,160 +551,148 @@ void RenderStatusText(const json& j, std::ostream& out) {
     out << " (no machine is up: `trainq serve` boots them while runs are queued)";
   }
   out << "\n";
-  auto machine_line = [&](const json& m) {
-    TimeMs last_seen = m.value("last_seen_ms", TimeMs{0});
-    std::string name = m.value("name", "");
-    if (name.empty()) name = m.value("provider", "") + " " + m.value("provider_id", "");
-    std::string state = m.value("state", "");
-    out << "          " << name << ": ";
-    if (m.value("silent", false) && (state == "ready" || state == "draining")) {
-      out << "silent for " << FormatDuration(now - last_seen) << "\n";
-      return;
+}
+
+// A pool's failed boots: how many, when the next boot may come, and the end
+// of the last one's log.
+void RenderPoolBoots(const json& b, const std::string& pool, TimeMs now, std::ostream& out) {
+  int failed = b.value("failed", 0);
+  if (b.value("failing", false)) {
+    out << "          FAILING: " << failed << " boots in a row failed; no more boots until "
+        << "its config changes, `trainq pools reset " << pool
+        << "`, or a worker of the pool registers\n"
+        << "          last: " << Oneline(b.value("error", ""), 160) << "\n";
+  } else if (failed > 0) {
+    out << "          " << failed << " failed boot(s) in a row; one machine at a time";
+    if (b["next_boot_ms"].is_number()) {
+      TimeMs next = b["next_boot_ms"].get<TimeMs>();
+      if (next > now) out << ", next boot in " << FormatDuration(next - now);
     }
-    out << state;
-    if (state == "ready") {
-      out << ", " << m.value("busy", 0) << "/" << m.value("slots", 0) << " slot(s) busy";
-      if (m.contains("idle_ms") && m["idle_ms"].is_number()) {
-        out << ", idle " << FormatDuration(m["idle_ms"].get<TimeMs>());
-      }
-    } else if (state == "requested" || state == "booting") {
-      out << " for " << FormatDuration(now - m.value("booted_ms", now));
-      // Why it is not up yet, as its provider says (a pod's scheduler message).
-      if (auto why = m.value("last_error", ""); !why.empty()) out << ": " << Oneline(why, 160);
-    } else {
-      out << ", " << m.value("slots", 0) << " slot(s)";
+    out << "\n          last: " << Oneline(b.value("error", ""), 160) << "\n";
+  }
+  if (failed > 0 || b.value("failing", false)) {
+    auto lines = Split(b.value("log_tail", ""), '\n');
+    std::vector<std::string> kept;
+    for (const auto& l : lines) {
+      if (!Trim(l).empty()) kept.push_back(std::string(l));
     }
-    out << "\n";
-  };
-  if (!j.contains("pools")) {  // a server from before pools
-    for (const auto& m : machines) machine_line(m);
-  } else {
-    static constexpr std::string_view kStateOrder[] = {
-        "ready", "booting", "requested", "draining", "stopping", "failed", "stopped"};
-    for (const auto& p : j["pools"]) {
-      std::string pool = p.value("pool", "");
-      std::vector<std::string> parts;
-      for (auto st : kStateOrder) {
-        int n = p["machines"].value(std::string(st), 0);
-        if (n > 0) parts.push_back(std::to_string(n) + " " + std::string(st));
-      }
-      out << "pool " << pool << ": "
-          << (parts.empty() ? std::string("no machines")
-                            : fmt::format("{}", fmt::join(parts, ", ")));
-      if (!parts.empty()) {
-        out << "; slots " << p["slots"].value("busy", 0) << " busy / "
-            << p["slots"].value("total", 0);
-      }
-      TimeMs billed = p.value("billed_ms", TimeMs{0});
-      TimeMs busy = p.value("busy_ms", TimeMs{0});
-      if (p.value("machines_booted", 0) > 0) {
-        out << "; billed " << FormatDuration(billed) << BusyOf(busy) << ", cost "
-            << Money(p.value("cost", 0.0));
-      }
-      out << "\n";
-      if (p.contains("lost") && p["lost"].is_object()) {
-        const json& l = p["lost"];
-        const json& last = l["last"];
-        TimeMs at = last.value("at_ms", now);
-        out << "          lost in the last hour: " << l.value("last_hour", 0) << "; last "
-            << last.value("name", "") << " " << FormatDuration(now - at) << " ago ("
-            << Oneline(last.value("reason", ""), 120) << ")\n";
-      }
-      if (p.value("failing", false)) {
-        out << "          provider failing (" << p.value("provider_failures", 0)
-            << " calls in a row";
-        if (p["provider_next_retry_ms"].is_number()) {
-          TimeMs retry = p["provider_next_retry_ms"].get<TimeMs>();
-          out << "; next try " << (retry > now ? "in " + FormatDuration(retry - now) : "now");
-        }
-        out << "): " << Oneline(p.value("provider_error", ""), 120) << "\n";
-      }
-      if (p.contains("boots") && p["boots"].is_object()) {
-        const json& b = p["boots"];
-        int failed = b.value("failed", 0);
-        if (b.value("failing", false)) {
-          out << "          FAILING: " << failed << " boots in a row failed; no more boots until "
-              << "its config changes, `trainq pools reset " << pool
-              << "`, or a worker of the pool registers\n"
-              << "          last: " << Oneline(b.value("error", ""), 160) << "\n";
-        } else if (failed > 0) {
-          out << "          " << failed << " failed boot(s) in a row; one machine at a time";
-          if (b["next_boot_ms"].is_number()) {
-            TimeMs next = b["next_boot_ms"].get<TimeMs>();
-            if (next > now) out << ", next boot in " << FormatDuration(next - now);
-          }
-          out << "\n          last: " << Oneline(b.value("error", ""), 160) << "\n";
-        }
-        if (failed > 0 || b.value("failing", false)) {
-          auto lines = Split(b.value("log_tail", ""), '\n');
-          std::vector<std::string> kept;
-          for (const auto& l : lines) {
-            if (!Trim(l).empty()) kept.push_back(std::string(l));
-          }
-          size_t from = kept.size() > 5 ? kept.size() - 5 : 0;
-          if (!kept.empty()) out << "          its log ends:\n";
-          for (size_t i = from; i < kept.size(); ++i) {
-            out << "            | " << Oneline(kept[i], 150) << "\n";
-          }
-        }
-      }
-      if (p.contains("budget") && p["budget"].is_object()) {
-        out << "          budget: " << BudgetText(p["budget"]) << "\n";
-      }
-      for (const auto& m : machines) {
-        if (m.value("pool", "") == pool) machine_line(m);
-      }
-    }
-    if (j.contains("budget") && j["budget"].is_object()) {
-      out << "budget:   all pools: " << BudgetText(j["budget"]) << "\n";
-    }
-    const json& c = j["costs"];
-    if (c.value("machines_booted", 0) > 0) {
-      TimeMs billed = c.value("billed_ms", TimeMs{0});
-      TimeMs busy = c.value("busy_ms", TimeMs{0});
-      out << "machines: billed " << FormatDuration(billed) << BusyOf(busy) << ", cost "
-          << Money(c.value("cost", 0.0)) << " in all (" << c.value("machines_booted", 0)
-          << " machine(s); `trainq machines --all` for each)\n";
+    size_t from = kept.size() > 5 ? kept.size() - 5 : 0;
+    if (!kept.empty()) out << "          its log ends:\n";
+    for (size_t i = from; i < kept.size(); ++i) {
+      out << "            | " << Oneline(kept[i], 150) << "\n";
     }
   }
-  if (!j["running"].empty()) {
-    out << "running:\n";
-    Table t({"RUN", "BATCH", "EXPERIMENT", "SEED", "ATTEMPT", "ELAPSED", "WORKER", "LATEST"});
-    for (const auto& r : j["running"]) {
-      t.Add({std::to_string(r.value("id", std::int64_t{0})),
-             std::to_string(r.value("batch", std::int64_t{0})), r.value("experiment", ""),
-             std::to_string(r.value("seed", std::int64_t{0})),
-             std::to_string(r.value("attempts", 0)) + "/" + std::to_string(r.value("max_attempts", 0)),
-             r["started_ms"].is_number() ? FormatDuration(r.value("elapsed_ms", TimeMs{0}))
-                                         : "starting",
-             r.value("worker", ""), LatestText(r)});
-    }
-    out << t.Render("  ");
+}
+
+// One pool: machines by state, slots, cost, losses, provider and boot
+// failures, budget, then its machines.
+void RenderPool(const json& p, const json& machines, TimeMs now, std::ostream& out) {
+  static constexpr std::string_view kStateOrder[] = {
+      "ready", "booting", "requested", "draining", "stopping", "failed", "stopped"};
+  std::string pool = p.value("pool", "");
+  std::vector<std::string> parts;
+  for (auto st : kStateOrder) {
+    int n = p["machines"].value(std::string(st), 0);
+    if (n > 0) parts.push_back(std::to_string(n) + " " + std::string(st));
   }
-  const json& pushes = j.contains("pushes") ? j["pushes"]["recent"] : json::array();
-  if (!pushes.empty()) {
-    out << "pushes:\n";
-    Table t({"PUSH", "SOURCE", "REF", "COMMIT", "STATE", "NOTE"});
-    size_t shown = 0;
-    for (const auto& p : pushes) {
-      if (++shown > 5) break;
-      std::string ref = p.value("ref", "");
-      for (std::string_view prefix : {"refs/heads/", "refs/tags/"}) {
-        if (ref.starts_with(prefix)) ref = ref.substr(prefix.size());
-      }
-      std::string state = p.value("state", "");
-      std::string note = p.value("error", "");
-      if (state == "pending" && !note.empty()) {
-        note = "retrying (attempt " + std::to_string(p.value("attempts", 0)) + "): " + note;
-      } else if (note.empty()) {
-        note = p.value("result", "");
-      }
-      t.Add({std::to_string(p.value("id", std::int64_t{0})), p.value("source", ""), ref,
-             p.value("after", "").substr(0, 7), state, Oneline(note, 80)});
-    }
-    out << t.Render("  ");
+  out << "pool " << pool << ": "
+      << (parts.empty() ? std::string("no machines") : fmt::format("{}", fmt::join(parts, ", ")));
+  if (!parts.empty()) {
+    out << "; slots " << p["slots"].value("busy", 0) << " busy / " << p["slots"].value("total", 0);
   }
-  auto batches = j["batches"];
+  TimeMs billed = p.value("billed_ms", TimeMs{0});
+  TimeMs busy = p.value("busy_ms", TimeMs{0});
+  if (p.value("machines_booted", 0) > 0) {
+    out << "; billed " << FormatDuration(billed) << BusyOf(busy) << ", cost "
+        << Money(p.value("cost", 0.0));
+  }
+  out << "\n";
+  if (p.contains("lost") && p["lost"].is_object()) {
+    const json& l = p["lost"];
+    const json& last = l["last"];
+    TimeMs at = last.value("at_ms", now);
+    out << "          lost in the last hour: " << l.value("last_hour", 0) << "; last "
+        << last.value("name", "") << " " << FormatDuration(now - at) << " ago ("
+        << Oneline(last.value("reason", ""), 120) << ")\n";
+  }
+  if (p.value("failing", false)) {
+    out << "          provider failing (" << p.value("provider_failures", 0) << " calls in a row";
+    if (p["provider_next_retry_ms"].is_number()) {
+      TimeMs retry = p["provider_next_retry_ms"].get<TimeMs>();
+      out << "; next try " << (retry > now ? "in " + FormatDuration(retry - now) : "now");
+    }
+    out << "): " << Oneline(p.value("provider_error", ""), 120) << "\n";
+  }
+  if (p.contains("boots") && p["boots"].is_object()) RenderPoolBoots(p["boots"], pool, now, out);
+  if (p.contains("budget") && p["budget"].is_object()) {
+    out << "          budget: " << BudgetText(p["budget"]) << "\n";
+  }
+  for (const auto& m : machines) {
+    if (m.value("pool", "") == pool) RenderMachineLine(m, now, out);
+  }
+}
+
+// Every pool, the budget of all pools and what all machines cost.
+void RenderPools(const json& j, const json& machines, TimeMs now, std::ostream& out) {
+  for (const auto& p : j["pools"]) RenderPool(p, machines, now, out);
+  if (j.contains("budget") && j["budget"].is_object()) {
+    out << "budget:   all pools: " << BudgetText(j["budget"]) << "\n";
+  }
+  const json& c = j["costs"];
+  if (c.value("machines_booted", 0) > 0) {
+    TimeMs billed = c.value("billed_ms", TimeMs{0});
+    TimeMs busy = c.value("busy_ms", TimeMs{0});
+    out << "machines: billed " << FormatDuration(billed) << BusyOf(busy) << ", cost "
+        << Money(c.value("cost", 0.0)) << " in all (" << c.value("machines_booted", 0)
+        << " machine(s); `trainq machines --all` for each)\n";
+  }
+}
+
+void RenderRunning(const json& running, std::ostream& out) {
+  if (running.empty()) return;
+  out << "running:\n";
+  Table t({"RUN", "BATCH", "EXPERIMENT", "SEED", "ATTEMPT", "ELAPSED", "WORKER", "LATEST"});
+  for (const auto& r : running) {
+    t.Add({std::to_string(r.value("id", std::int64_t{0})),
+           std::to_string(r.value("batch", std::int64_t{0})), r.value("experiment", ""),
+           std::to_string(r.value("seed", std::int64_t{0})),
+           std::to_string(r.value("attempts", 0)) + "/" + std::to_string(r.value("max_attempts", 0)),
+           r["started_ms"].is_number() ? FormatDuration(r.value("elapsed_ms", TimeMs{0}))
+                                       : "starting",
+           r.value("worker", ""), LatestText(r)});
+  }
+  out << t.Render("  ");
+}
+
+// The five newest pushes.
+void RenderPushes(const json& pushes, std::ostream& out) {
+  if (pushes.empty()) return;
+  out << "pushes:\n";
+  Table t({"PUSH", "SOURCE", "REF", "COMMIT", "STATE", "NOTE"});
+  size_t shown = 0;
+  for (const auto& p : pushes) {
+    if (++shown > 5) break;
+    std::string ref = p.value("ref", "");
+    for (std::string_view prefix : {"refs/heads/", "refs/tags/"}) {
+      if (ref.starts_with(prefix)) ref = ref.substr(prefix.size());
+    }
+    std::string state = p.value("state", "");
+    std::string note = p.value("error", "");
+    if (state == "pending" && !note.empty()) {
+      note = "retrying (attempt " + std::to_string(p.value("attempts", 0)) + "): " + note;
+    } else if (note.empty()) {
+      note = p.value("result", "");
+    }
+    t.Add({std::to_string(p.value("id", std::int64_t{0})), p.value("source", ""), ref,
+           ShortSha(p.value("after", ""), kReportShaChars), state, Oneline(note, 80)});
+  }
+  out << t.Render("  ");
+}
+
+// Why runs wait, then the newest batches, then what the batch table has no
+// column for: determinism checks and drift.
+void RenderBatches(const json& j, TimeMs now, std::ostream& out) {
+  const json& batches = j["batches"];
   if (batches.empty()) {
     out << "batches:  none yet (queue some with `trainq submit --repo DIR`)\n";
     return;
@@ -650,15 +722,14 @@ void RenderStatusText(const json& j, std::ostream& out) {
       TimeMs eta = b["eta_ms"].is_number() ? b["eta_ms"].get<TimeMs>() : -1;
       progress += eta >= 0 ? ", eta " + FormatDuration(std::max<TimeMs>(0, eta - now)) : ", eta ?";
     }
-    t.Add({std::to_string(b.value("id", std::int64_t{0})), b.value("commit", "").substr(0, 7),
-           b.value("experiment", ""), progress,
+    t.Add({std::to_string(b.value("id", std::int64_t{0})),
+           ShortSha(b.value("commit", ""), kReportShaChars), b.value("experiment", ""), progress,
            b.value("metric", "") + " " + SummaryTextJson(b)});
   }
   out << t.Render("  ");
   if (hidden) {
     out << "  ... and " << hidden << " more (trainq status --json, trainq report)\n";
   }
-  // What the table has no column for: determinism checks and drift.
   i = 0;
   for (const auto& b : batches) {
     if (i++ >= kShown) break;
@@ -669,6 +740,23 @@ void RenderStatusText(const json& j, std::ostream& out) {
       }
     }
   }
+}
+
+// The terminal view of StatusJson's document (the same whether it came from
+// the store or from a server's /api/v1/status), section by section.
+void RenderStatusText(const json& j, std::ostream& out) {
+  const TimeMs now = j.value("now_ms", TimeMs{0});
+  const json no_machines = json::array();
+  const json& machines = j.contains("machines") ? j["machines"] : no_machines;
+  RenderQueueLines(j, machines, out);
+  if (!j.contains("pools")) {  // a server from before pools
+    for (const auto& m : machines) RenderMachineLine(m, now, out);
+  } else {
+    RenderPools(j, machines, now, out);
+  }
+  RenderRunning(j["running"], out);
+  RenderPushes(j.contains("pushes") ? j["pushes"]["recent"] : json::array(), out);
+  RenderBatches(j, now, out);
 }
 
 Result<json> FetchServerStatus(const std::string& server, const std::string& token_file) {
@@ -851,7 +939,7 @@ Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out) 
       return {};
     }
     out << "batch " << o.id << ": nothing to cancel: it has no runs of its own, it reuses batch "
-        << source << "'s (at " << Short(batch->reused_from_sha) << "); `trainq cancel "
+        << source << "'s (at " << ShortSha(batch->reused_from_sha) << "); `trainq cancel "
         << source << "` cancels those, for every commit that reuses them\n";
     return {};
   }

@@ -537,7 +537,28 @@ Status Fleet::Step() {
                  "went back to the queue without using an attempt when serve was away",
                  *n);
   }
+  // Gather: machines, boot health, demand, and (paced) the providers' lists.
   ASSIGN_OR_RETURN(auto machines, store_.machines().List(false));
+  TRY(ForgetSilentWorkers(machines, now));
+  ASSIGN_OR_RETURN(auto states, PoolStates(now));
+  TRY(JudgeBoots(machines, states));
+  ASSIGN_OR_RETURN(auto demand, ReadDemand(now));
+  ListedNames listed;
+  ASSIGN_OR_RETURN(auto inputs, Inputs(machines, states, demand, now, listed));
+  // Decide.
+  cloud::OverallBudget overall = options_.budget;
+  TRY(ComputeSpend(inputs, overall, now));
+  last_ = cloud::Autoscale(inputs, now, options_.autoscaler, overall);
+  ReportBudget(last_, inputs, overall, now);
+  TRY(NoteWaiting(demand, now));
+  PaceListing(inputs, now);
+  // Apply, in the autoscaler's order.
+  for (const auto& a : last_.actions) TRY(Apply(a, listed));
+  return Status{};
+}
+
+// A worker started by hand that has not called for manual_silence_ms is gone.
+Status Fleet::ForgetSilentWorkers(const std::vector<MachineRow>& machines, TimeMs now) {
   for (const auto& m : machines) {
     if (m.provider != "manual" || m.state == "stopped" || m.state == "failed") continue;
     if (now - m.last_seen_ms < options_.manual_silence_ms) continue;
@@ -547,63 +568,75 @@ Status Fleet::Step() {
     spdlog::warn("pool {}: machine {} ({}) is gone: {}{}", m.pool, m.id, m.name, why,
                  returned ? "; " + std::to_string(returned) + " run(s) back in the queue" : "");
   }
-  // Boot health lives in the store: `trainq pools reset` writes it too.
+  return {};
+}
+
+// Boot health lives in the store: `trainq pools reset` writes it too. On the
+// first pass, a pool whose config changed forgets its failed boots.
+Result<std::map<std::string, Machines::PoolStateRow>> Fleet::PoolStates(TimeMs now) {
   ASSIGN_OR_RETURN(auto state_rows, store_.machines().PoolStates());
   std::map<std::string, Machines::PoolStateRow> states;
   for (auto& r : state_rows) states[r.pool] = std::move(r);
-  if (!config_checked_) {
-    config_checked_ = true;
-    for (const auto& pool : pools_) {
-      auto it = states.find(pool.spec.name());
-      if (it == states.end()) continue;
-      auto& row = it->second;
-      std::string hash = PoolConfigHash(pool.spec, options_.server_url);
-      if (row.config_hash == hash || (row.failed_boots == 0 && !row.failing)) continue;
-      spdlog::info("pool {}: its config changed; {} earlier failed boot(s) forgotten",
-                   pool.spec.name(), row.failed_boots);
-      row.failed_boots = 0;
-      row.next_boot_ms = 0;
-      row.failing = false;
-      row.config_hash = hash;
-      TRY(store_.machines().SetPoolBoots(row, now));
-    }
+  if (config_checked_) return states;
+  config_checked_ = true;
+  for (const auto& pool : pools_) {
+    auto it = states.find(pool.spec.name());
+    if (it == states.end()) continue;
+    auto& row = it->second;
+    std::string hash = PoolConfigHash(pool.spec, options_.server_url);
+    if (row.config_hash == hash || (row.failed_boots == 0 && !row.failing)) continue;
+    spdlog::info("pool {}: its config changed; {} earlier failed boot(s) forgotten",
+                 pool.spec.name(), row.failed_boots);
+    row.failed_boots = 0;
+    row.next_boot_ms = 0;
+    row.failing = false;
+    row.config_hash = hash;
+    TRY(store_.machines().SetPoolBoots(row, now));
   }
-  TRY(JudgeBoots(machines, states));
+  return states;
+}
 
+// The runnable runs per pool that serves them, and why the others wait.
+Result<Fleet::Demand> Fleet::ReadDemand(TimeMs now) {
   ASSIGN_OR_RETURN(auto demand, store_.machines().RunnableDemand(now));
   ASSIGN_OR_RETURN(auto health, store_.machines().PoolHealth());
-  std::map<std::string, int> demand_by_pool;
-  std::map<std::string, int> gang_nodes_by_pool;  // the largest gang of each pool
-  std::vector<Machines::WaitingNote> notes;
-  std::vector<std::pair<Machines::WaitingNote, std::string>> served;  // demand key -> its pool
+  Demand out;
   for (const auto& d : demand) {
     const PoolSpec* p = PoolForDemand(pools_, d.pool, d.gpus, d.nodes);
-    if (p) served.push_back({{d.pool, d.gpus, "", d.nodes}, p->name()});
+    if (p) out.served.push_back({{d.pool, d.gpus, "", d.nodes}, p->name()});
     if (!p) {
       // Nothing can serve them: `trainq status` shows why, and
       // `serve --until-idle` gives up on them.
-      notes.push_back({d.pool, d.gpus, UnservableReason(pools_, d.pool, d.gpus, d.nodes), d.nodes});
+      out.notes.push_back(
+          {d.pool, d.gpus, UnservableReason(pools_, d.pool, d.gpus, d.nodes), d.nodes});
       continue;
     }
-    demand_by_pool[p->name()] += static_cast<int>(d.runnable);
-    gang_nodes_by_pool[p->name()] = std::max(gang_nodes_by_pool[p->name()], d.nodes);
+    out.runs[p->name()] += static_cast<int>(d.runnable);
+    out.gang_nodes[p->name()] = std::max(out.gang_nodes[p->name()], d.nodes);
     for (const auto& h : health) {
       if (h.pool == p->name() && h.consecutive_failures > 0) {
-        notes.push_back({d.pool, d.gpus,
-                         "pool " + h.pool + " failing to boot machines (" +
-                             std::to_string(h.consecutive_failures) + " in a row): " +
-                             h.last_error,
-                         d.nodes});
+        out.notes.push_back({d.pool, d.gpus,
+                             "pool " + h.pool + " failing to boot machines (" +
+                                 std::to_string(h.consecutive_failures) + " in a row): " +
+                                 h.last_error,
+                             d.nodes});
       }
     }
   }
+  return out;
+}
+
+// The autoscaler's input per pool: its machines, demand and health, and the
+// provider's list when it is due (the listed machines' names into `listed`).
+Result<std::vector<cloud::PoolInput>> Fleet::Inputs(const std::vector<MachineRow>& machines,
+                                            const std::map<std::string, Machines::PoolStateRow>& states,
+                                            Demand& demand, TimeMs now, ListedNames& listed) {
   std::vector<cloud::PoolInput> inputs;
-  std::map<std::string, std::map<std::string, std::string>> listed_names;  // pool -> id -> name
   for (auto& pool : pools_) {
     cloud::PoolInput in;
     in.config = pool.spec.scaling;
-    in.demand = demand_by_pool[pool.spec.name()];
-    in.gang_nodes = gang_nodes_by_pool[pool.spec.name()];
+    in.demand = demand.runs[pool.spec.name()];
+    in.gang_nodes = demand.gang_nodes[pool.spec.name()];
     in.health = health_[pool.spec.name()];
     if (auto st = states.find(pool.spec.name()); st != states.end()) {
       in.boot = {st->second.failed_boots, st->second.next_boot_ms, st->second.failing};
@@ -621,7 +654,7 @@ Status Fleet::Step() {
         std::vector<std::string> ids;
         for (const auto& l : *listing) {
           ids.push_back(l.id);
-          listed_names[pool.spec.name()][l.id] = l.name;
+          listed[pool.spec.name()][l.id] = l.name;
           if (!l.ended.empty()) in.ended[l.id] = {l.ended, l.disrupted};
         }
         TRY(NoteListed(pool, machines, *listing));
@@ -634,27 +667,31 @@ Status Fleet::Step() {
     }
     inputs.push_back(std::move(in));
   }
-  cloud::OverallBudget overall = options_.budget;
-  TRY(ComputeSpend(inputs, overall, now));
-  last_ = cloud::Autoscale(inputs, now, options_.autoscaler, overall);
-  ReportBudget(last_, inputs, overall, now);
-  // Runs held back by a budget cap say so (`trainq status`, commit statuses).
+  return inputs;
+}
+
+// Why runs wait, written when it changed. Runs held back by a budget cap say
+// so (`trainq status`, commit statuses).
+Status Fleet::NoteWaiting(Demand& demand, TimeMs now) {
   for (const auto& p : last_.pools) {
     if (p.cap.empty() || p.boots_held <= 0) continue;
-    for (const auto& [key, pool] : served) {
+    for (const auto& [key, pool] : demand.served) {
       if (pool != p.pool) continue;
       Machines::WaitingNote n = key;
       n.note = BudgetNote(p.pool, p.cap);
-      notes.push_back(std::move(n));
+      demand.notes.push_back(std::move(n));
     }
   }
-  notes = MergeNotes(std::move(notes));
+  auto notes = MergeNotes(std::move(demand.notes));
   if (!last_notes_ || notes != *last_notes_) {
     TRY(store_.machines().SetWaitingNotes(notes, now));
     last_notes_ = notes;
   }
+  return {};
+}
 
-  // List() pacing: the next call comes sooner while the pool is changing.
+// List() pacing: the next call comes sooner while the pool is changing.
+void Fleet::PaceListing(const std::vector<cloud::PoolInput>& inputs, TimeMs now) {
   for (const auto& in : inputs) {
     const std::string& name = in.config.name;
     bool active = in.demand != last_demand_[name];
@@ -674,95 +711,98 @@ Status Fleet::Step() {
       next = std::min(next, cloud::NextListAt(now, true, in.config, NextUnit()));
     }
   }
+}
 
-  for (const auto& a : last_.actions) {
-    FleetPool* pool = nullptr;
-    for (auto& p : pools_) {
-      if (p.spec.name() == a.pool) pool = &p;
+// One action of the autoscaler (fleet.h lists what each does).
+Status Fleet::Apply(const cloud::Action& a, const ListedNames& listed) {
+  FleetPool* pool = nullptr;
+  for (auto& p : pools_) {
+    if (p.spec.name() == a.pool) pool = &p;
+  }
+  if (!pool) return {};
+  const TimeMs now = clock_.Now();
+  switch (a.kind) {
+    case cloud::ActionKind::kForget: {
+      if (a.reason == "boot never answered") {
+        stop_reason_[a.row] = "the provider never answered its boot";
+      } else {
+        stop_reason_[a.row] = "the provider stopped listing it before its worker registered";
+      }
+      ASSIGN_OR_RETURN(int returned, store_.machines().ForgetMachine(a.row, now, a.reason));
+      spdlog::info("pool {}: machine {} is gone ({}){}", a.pool, a.machine, a.reason,
+                   returned ? "; " + std::to_string(returned) + " run(s) back in the queue" : "");
+      return {};
     }
-    if (!pool) continue;
-    now = clock_.Now();
-    switch (a.kind) {
-      case cloud::ActionKind::kForget: {
-        if (a.reason == "boot never answered") {
-          stop_reason_[a.row] = "the provider never answered its boot";
-        } else {
-          stop_reason_[a.row] = "the provider stopped listing it before its worker registered";
-        }
-        ASSIGN_OR_RETURN(int returned, store_.machines().ForgetMachine(a.row, now, a.reason));
-        spdlog::info("pool {}: machine {} is gone ({}){}", a.pool, a.machine, a.reason,
-                     returned ? "; " + std::to_string(returned) + " run(s) back in the queue" : "");
-        break;
+    case cloud::ActionKind::kLost: return ApplyLost(*pool, a, now);
+    case cloud::ActionKind::kEnded: return EndMachine(*pool, a);
+    case cloud::ActionKind::kStop:
+      spdlog::info("pool {}: stopping {} ({})", a.pool, a.machine, a.reason);
+      if (a.row) deliberate_.insert(a.row);  // budget, or a machine not wanted: no failed boot
+      return StopMachine(*pool, a.row, a.machine);
+    case cloud::ActionKind::kAdopt: {
+      MachineRow m;
+      m.pool = a.pool;
+      m.provider = pool->spec.provider;
+      m.provider_id = a.machine;
+      m.state = "booting";
+      m.slots = pool->spec.scaling.slots;
+      m.gpus = pool->spec.gpus;
+      m.hourly_cost = pool->spec.scaling.hourly_cost;
+      if (auto p = listed.find(a.pool); p != listed.end()) {
+        if (auto n = p->second.find(a.machine); n != p->second.end()) m.name = n->second;
       }
-      case cloud::ActionKind::kLost: {
-        std::string why = a.reason;
-        if (a.reason == "missed boot_timeout") {
-          why = "no worker registered within boot_timeout (" +
-                FormatDuration(pool->spec.scaling.boot_timeout_ms) + ")";
-          stop_reason_[a.row] = why;
-        }
-        ASSIGN_OR_RETURN(int returned, store_.machines().LoseMachine(a.row, now, why));
-        spdlog::warn("pool {}: machine {} is lost: {}{}; stopping it", a.pool, a.machine, why,
-                     returned ? "; " + std::to_string(returned) +
-                                    " run(s) back in the queue, no attempt used"
-                              : "");
-        // While the provider backs off, the machine stays listed and a later
-        // pass stops it ("stopped but still listed").
-        if (now >= health_[a.pool].next_retry_at) {
-          auto st = pool->provider->Stop(a.machine);
-          Record(a.pool, st.has_value(), st ? "" : st.error().message);
-          if (!st) {
-            spdlog::warn("pool {}: stop of lost machine {} failed: {} (tried again while it is "
-                         "listed)",
-                         a.pool, a.machine, st.error().message);
-          }
-        }
-        break;
+      spdlog::info("pool {}: adopting {} ({})", a.pool, a.machine, a.reason);
+      ASSIGN_OR_RETURN(auto row, store_.machines().AddMachine(m, now));
+      (void)row;
+      return {};
+    }
+    case cloud::ActionKind::kDrain: {
+      ASSIGN_OR_RETURN(bool drained, store_.machines().DrainMachine(a, now));
+      if (!drained) {
+        spdlog::info("pool {}: drain of {} called off: it took work meanwhile", a.pool,
+                     a.machine);
+        return {};
       }
-      case cloud::ActionKind::kEnded:
-        TRY(EndMachine(*pool, a));
-        break;
-      case cloud::ActionKind::kStop:
-        spdlog::info("pool {}: stopping {} ({})", a.pool, a.machine, a.reason);
-        if (a.row) deliberate_.insert(a.row);  // budget, or a machine not wanted: no failed boot
-        TRY(StopMachine(*pool, a.row, a.machine));
-        break;
-      case cloud::ActionKind::kAdopt: {
-        MachineRow m;
-        m.pool = a.pool;
-        m.provider = pool->spec.provider;
-        m.provider_id = a.machine;
-        m.state = "booting";
-        m.slots = pool->spec.scaling.slots;
-        m.gpus = pool->spec.gpus;
-        m.hourly_cost = pool->spec.scaling.hourly_cost;
-        m.name = listed_names[a.pool][a.machine];
-        spdlog::info("pool {}: adopting {} ({})", a.pool, a.machine, a.reason);
-        ASSIGN_OR_RETURN(auto row, store_.machines().AddMachine(m, now));
-        (void)row;
-        break;
-      }
-      case cloud::ActionKind::kDrain: {
-        ASSIGN_OR_RETURN(bool drained, store_.machines().DrainMachine(a, now));
-        if (!drained) {
-          spdlog::info("pool {}: drain of {} called off: it took work meanwhile", a.pool,
-                       a.machine);
-          break;
-        }
-        spdlog::info("pool {}: draining {} ({})", a.pool, a.machine, a.reason);
-        deliberate_.insert(a.row);
-        // A budget drain may leave runs on it: a later pass stops it once
-        // they are done.
-        if (!a.guard.at_cap) TRY(StopMachine(*pool, a.row, a.machine));
-        break;
-      }
-      case cloud::ActionKind::kBoot:
-        spdlog::info("pool {}: booting {} machine(s) ({})", a.pool, a.count, a.reason);
-        TRY(Boot(*pool, a.count));
-        break;
+      spdlog::info("pool {}: draining {} ({})", a.pool, a.machine, a.reason);
+      deliberate_.insert(a.row);
+      // A budget drain may leave runs on it: a later pass stops it once
+      // they are done.
+      if (!a.guard.at_cap) TRY(StopMachine(*pool, a.row, a.machine));
+      return {};
+    }
+    case cloud::ActionKind::kBoot:
+      spdlog::info("pool {}: booting {} machine(s) ({})", a.pool, a.count, a.reason);
+      return Boot(*pool, a.count);
+  }
+  return {};
+}
+
+// A machine whose worker went silent or never registered: its runs back in
+// the queue (no attempt used), then the provider stops it.
+Status Fleet::ApplyLost(FleetPool& pool, const cloud::Action& a, TimeMs now) {
+  std::string why = a.reason;
+  if (a.reason == "missed boot_timeout") {
+    why = "no worker registered within boot_timeout (" +
+          FormatDuration(pool.spec.scaling.boot_timeout_ms) + ")";
+    stop_reason_[a.row] = why;
+  }
+  ASSIGN_OR_RETURN(int returned, store_.machines().LoseMachine(a.row, now, why));
+  spdlog::warn("pool {}: machine {} is lost: {}{}; stopping it", a.pool, a.machine, why,
+               returned ? "; " + std::to_string(returned) +
+                              " run(s) back in the queue, no attempt used"
+                        : "");
+  // While the provider backs off, the machine stays listed and a later
+  // pass stops it ("stopped but still listed").
+  if (now >= health_[a.pool].next_retry_at) {
+    auto st = pool.provider->Stop(a.machine);
+    Record(a.pool, st.has_value(), st ? "" : st.error().message);
+    if (!st) {
+      spdlog::warn("pool {}: stop of lost machine {} failed: {} (tried again while it is "
+                   "listed)",
+                   a.pool, a.machine, st.error().message);
     }
   }
-  return Status{};
+  return {};
 }
 
 // ---- What the provider says of its machines (kubernetes) -------------------

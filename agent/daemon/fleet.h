@@ -118,6 +118,25 @@ class Fleet {
   std::vector<std::string> WorkerArgv(const PoolSpec& pool, const std::string& name) const;
 
  private:
+  // Step's parts, in its order: gather, decide, apply.
+  using ListedNames = std::map<std::string, std::map<std::string, std::string>>;  // pool -> id -> name
+  struct Demand {
+    std::map<std::string, int> runs;        // runnable runs per serving pool
+    std::map<std::string, int> gang_nodes;  // the largest gang of each pool
+    std::vector<Machines::WaitingNote> notes;  // why runs wait
+    std::vector<std::pair<Machines::WaitingNote, std::string>> served;  // demand key -> its pool
+  };
+  Status ForgetSilentWorkers(const std::vector<MachineRow>& machines, TimeMs now);
+  Result<std::map<std::string, Machines::PoolStateRow>> PoolStates(TimeMs now);
+  Result<Demand> ReadDemand(TimeMs now);
+  Result<std::vector<cloud::PoolInput>> Inputs(const std::vector<MachineRow>& machines,
+                                       const std::map<std::string, Machines::PoolStateRow>& states,
+                                       Demand& demand, TimeMs now, ListedNames& listed);
+  Status NoteWaiting(Demand& demand, TimeMs now);
+  void PaceListing(const std::vector<cloud::PoolInput>& inputs, TimeMs now);
+  Status Apply(const cloud::Action& a, const ListedNames& listed);
+  Status ApplyLost(FleetPool& pool, const cloud::Action& a, TimeMs now);
+
   Status Boot(FleetPool& pool, int count);
   Status StopMachine(FleetPool& pool, std::int64_t row, const std::string& id);
   void Record(const std::string& pool, bool ok, const std::string& error);

@@ -115,6 +115,24 @@ std::optional<json> Body(const HttpServerRequest& req) {
   return j;
 }
 
+// The row of `machine` when it is one of `pool`'s (the caller's token); else
+// the refusal: 503 (the store failed), 404 (no such machine; 403 with
+// `unknown_is_forbidden`) or 403 (another pool's machine).
+std::expected<MachineRow, HttpServerReply> MachineOfPool(Store& store, std::int64_t machine,
+                                                         const std::string& pool,
+                                                         bool unknown_is_forbidden = false) {
+  auto m = store.machines().Machine(machine);
+  if (!m) return std::unexpected(ErrorReply(503, m.error().message));
+  const std::string refused = "machine " + std::to_string(machine) + " is not of this token's pool";
+  if (!*m) {
+    if (unknown_is_forbidden) return std::unexpected(ErrorReply(403, refused));
+    return std::unexpected(
+        ErrorReply(404, "machine " + std::to_string(machine) + " does not exist"));
+  }
+  if ((*m)->pool != pool) return std::unexpected(ErrorReply(403, refused));
+  return std::move(**m);
+}
+
 }  // namespace
 
 std::string TokenFilePath(const std::string& data_dir, const std::string& pool) {
@@ -307,17 +325,13 @@ HttpServerReply Server::Register(const std::string& pool, const HttpServerReques
 // the queue); a provider's machine stays for the fleet, which stops it.
 HttpServerReply Server::LeaveRoute(const std::string& pool, std::int64_t machine) {
   std::lock_guard<std::mutex> lock(write_mu_);
-  auto m = write_store_->machines().Machine(machine);
-  if (!m) return ErrorReply(503, m.error().message);
-  if (!*m) return ErrorReply(404, "machine " + std::to_string(machine) + " does not exist");
-  if ((*m)->pool != pool) {
-    return ErrorReply(403, "machine " + std::to_string(machine) + " is not of this token's pool");
-  }
-  if ((*m)->provider != "manual") return Json(200, {{"state", (*m)->state}});
-  if ((*m)->state == "stopped") return Json(200, {{"state", "stopped"}});
+  auto m = MachineOfPool(*write_store_, machine, pool);
+  if (!m) return m.error();
+  if (m->provider != "manual") return Json(200, {{"state", m->state}});
+  if (m->state == "stopped") return Json(200, {{"state", "stopped"}});
   auto returned = write_store_->machines().ForgetMachine(machine, clock_.Now(), "its worker left");
   if (!returned) return ErrorReply(StatusOf(returned.error()), returned.error().message);
-  spdlog::info("worker {} ({}) of pool {} left{}", machine, (*m)->name, pool,
+  spdlog::info("worker {} ({}) of pool {} left{}", machine, m->name, pool,
                *returned ? "; " + std::to_string(*returned) + " run(s) back in the queue" : "");
   if (*returned) NotifyWork();
   return Json(200, {{"state", "stopped"}});
@@ -340,15 +354,11 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
 
   {
     std::lock_guard<std::mutex> lock(write_mu_);
-    auto m = write_store_->machines().Machine(machine);
-    if (!m) return ErrorReply(503, m.error().message);
-    if (!*m) return ErrorReply(404, "machine " + std::to_string(machine) + " does not exist");
-    if ((*m)->pool != pool) {
-      return ErrorReply(403, "machine " + std::to_string(machine) + " is not of this token's pool");
-    }
+    auto m = MachineOfPool(*write_store_, machine, pool);
+    if (!m) return m.error();
     // A worker asks for what its free slots take; never more than the slots
     // its machine registered.
-    limits.max_runs = std::min(limits.max_runs, std::max(1, (*m)->slots));
+    limits.max_runs = std::min(limits.max_runs, std::max(1, m->slots));
   }
 
   bool counted = false;
@@ -630,11 +640,8 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
   TimeMs now = clock_.Now();
   std::lock_guard<std::mutex> lock(write_mu_);
   Store& store = *write_store_;
-  auto m = store.machines().Machine(*machine);
-  if (!m) return ErrorReply(503, m.error().message);
-  if (!*m || (*m)->pool != pool) {
-    return ErrorReply(403, "machine " + std::to_string(*machine) + " is not of this token's pool");
-  }
+  auto m = MachineOfPool(store, *machine, pool, /*unknown_is_forbidden=*/true);
+  if (!m) return m.error();
   const int rank = static_cast<int>(*node_rank);
   if (action == "beat") {
     bool started = body->value("started", false);
@@ -708,7 +715,7 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
     auto view = store.gangs().GangBeat(run_id, *token, rank, *machine, now, options_.lease_ms, false, "",
                                0);
     if (!view) return ErrorReply(StatusOf(view.error()), view.error().message);
-    std::string why = "node " + std::to_string(rank) + " (" + (*m)->name + "): " +
+    std::string why = "node " + std::to_string(rank) + " (" + m->name + "): " +
                       (error.empty() ? "failed on the worker" : error);
     if (outcome == "failed") {
       bool retry = !(body->contains("retry") && (*body)["retry"].is_boolean() &&

@@ -1,5 +1,8 @@
 // Reading repositories with libgit2: resolve a revision, read a file at a
-// commit, check a commit out into a directory. Never shells out to git.
+// commit, walk the history (merge bases, first parents, diffs), check a
+// commit out into a directory. The one reader of a repository's history and
+// files: a Mirror (agent/repo/mirror.h) is a GitRepo that also fetches.
+// Never shells out to git.
 #pragma once
 
 #include <memory>
@@ -8,12 +11,16 @@
 #include <utility>
 #include <vector>
 
+#include <optional>
+
 #include "core/result.h"
 #include "queue/types.h"
 
 struct git_repository;
 
 namespace trainq {
+
+struct ChangedPath;  // agent/repo/change_detect.h
 
 class GitRepo {
  public:
@@ -41,6 +48,20 @@ class GitRepo {
   Result<std::string> PackCommit(const std::string& sha);
   // Whether the object database holds commit `sha`.
   bool HasCommit(const std::string& sha);
+
+  // History. Commit ids are full (40 hex digits).
+  // A ref ("refs/heads/main") -> its commit; nullopt when there is no such ref.
+  Result<std::optional<std::string>> ResolveRef(const std::string& ref);
+  Result<bool> IsAncestor(const std::string& ancestor, const std::string& descendant);
+  // nullopt when the histories share no commit.
+  Result<std::optional<std::string>> MergeBase(const std::string& a, const std::string& b);
+  Result<std::optional<std::string>> FirstParent(const std::string& sha);
+  // Commits reachable from `head` but not from `base` ("" = none), oldest
+  // first, at most `limit` (the newest ones are kept).
+  Result<std::vector<std::string>> CommitsBetween(const std::string& base, const std::string& head,
+                                                  size_t limit);
+  // Tree diff base..sha with renames found; base "" diffs against the empty tree.
+  Result<std::vector<ChangedPath>> Diff(const std::string& base, const std::string& sha);
   // Paths (relative to the work tree) that differ from HEAD: staged or
   // unstaged edits, deletions, and new files not ignored. Empty for a bare
   // repository.
@@ -53,8 +74,9 @@ class GitRepo {
   // is malformed.
   Status AddPack(std::string_view pack);
 
- private:
+ protected:
   GitRepo(git_repository* repo, std::string location) : repo_(repo), location_(std::move(location)) {}
+
   git_repository* repo_ = nullptr;
   std::string location_;
 };

@@ -23,6 +23,13 @@ inline std::string LastError() {
   return e && e->message ? e->message : "unknown libgit2 error";
 }
 
+// A commit id as 40 hex digits.
+inline std::string OidHex(const git_oid* oid) {
+  char buf[GIT_OID_HEXSZ + 1];
+  git_oid_tostr(buf, sizeof buf, oid);
+  return buf;
+}
+
 // Owns one libgit2 object and frees it with `Free`.
 template <typename T, void (*Free)(T*)>
 struct Owned {

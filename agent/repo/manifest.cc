@@ -79,8 +79,8 @@ class Parser : public YamlReader {
     return ApplyRest(map, path, e);
   }
 
-  // resources.nodes / processes_per_node: a gang run (README "Runs over
-  // several processes and machines").
+  // resources.nodes / processes_per_node: a gang run (docs/trainq-yaml.md,
+  // "Runs over several processes and machines (gangs)").
   Status ApplyGang(const YAML::Node& n, const std::string& rp, Experiment& e) const {
     if (auto k = n["nodes"]) {
       ASSIGN_OR_RETURN(auto v, Int(k, rp + ".nodes", 1, "a positive integer (machines)"));

@@ -15,6 +15,9 @@
 
 namespace trainq {
 
+// The file a commit's experiments are read from, at the repository's root.
+inline constexpr const char* kManifestName = "trainq.yaml";
+
 struct MetricSpec {
   std::string name = "accuracy";
   std::string goal = "max";  // max | min

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "agent/repo/change_detect.h"
+#include "agent/repo/git_repo.h"
 #include "core/result.h"
 #include "queue/types.h"
 
@@ -30,18 +31,15 @@ struct FetchAuth {
   std::string ssh_key;   // private key file for ssh; "" = ssh-agent
 };
 
-class Mirror {
+class Mirror : public GitRepo {
  public:
   // <data_dir>/mirrors/<hash of the url>/<name>.git: stable per url, and the
   // last path segment keeps the repository's name for `trainq status`.
   static std::string PathFor(const std::string& data_dir, const std::string& url);
   // Opens the mirror at `dir`, creating an empty bare repository when absent.
   static Result<Mirror> Open(const std::string& dir, const std::string& url);
-  Mirror(Mirror&&) noexcept;
-  Mirror& operator=(Mirror&&) noexcept;
-  ~Mirror();
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return location(); }
   const std::string& url() const { return url_; }
 
   // Fetches every branch and tag, and the refs in `extra_refs` under their
@@ -50,28 +48,16 @@ class Mirror {
   // busy repository has thousands). kUnavailable (network, auth, missing
   // repository) with libgit2's message; the token never appears in it.
   Status Fetch(const FetchAuth& auth, const std::vector<std::string>& extra_refs = {});
-  bool HasCommit(const std::string& sha);
   // refs/heads/* and refs/tags/* (tags peeled to their commit) -> sha.
   Result<std::map<std::string, std::string>> Refs();
   // The branch the remote's HEAD names (as learned at the last fetch), "" if unknown.
   std::string DefaultBranch();
-  Result<std::optional<std::string>> ResolveRef(const std::string& ref);
-  Result<bool> IsAncestor(const std::string& ancestor, const std::string& descendant);
-  // nullopt when the histories share no commit.
-  Result<std::optional<std::string>> MergeBase(const std::string& a, const std::string& b);
-  Result<std::optional<std::string>> FirstParent(const std::string& sha);
-  // Commits reachable from `head` but not from `base` ("" = none), oldest
-  // first, at most `limit` (the newest ones are kept).
-  Result<std::vector<std::string>> CommitsBetween(const std::string& base, const std::string& head,
-                                                  size_t limit);
-  // Tree diff base..sha with renames found; base "" diffs against the empty tree.
-  Result<std::vector<ChangedPath>> Diff(const std::string& base, const std::string& sha);
+  // Reading the history and files: GitRepo's (HasCommit, ResolveRef,
+  // IsAncestor, MergeBase, FirstParent, CommitsBetween, Diff, ReadFile ...).
 
  private:
   Mirror(git_repository* repo, std::string path, std::string url)
-      : repo_(repo), path_(std::move(path)), url_(std::move(url)) {}
-  git_repository* repo_ = nullptr;
-  std::string path_;
+      : GitRepo(repo, std::move(path)), url_(std::move(url)) {}
   std::string url_;
 };
 

@@ -528,14 +528,11 @@ Result<SweepSpec> SweepSpec::FromJson(const json& j) {
   }
 }
 
-Result<SweepSpec> ParseSweep(const YAML::Node& node, const std::string& path,
-                             std::string_view file) {
-  SweepParser p(file);
-  if (!node.IsMap()) return p.Err(node, path, "expected a mapping, got " + SweepParser::Show(node));
-  TRY(p.CheckKeys(node, path,
-             {"parameters", "points", "budget", "parallel", "repeats", "seed", "strategy",
-              "initial", "failed_points", "confirm"}));
-  SweepSpec s;
+namespace {
+
+// `strategy:`, the default of every parameter ("" = each parameter's own).
+Result<std::string> ParseSweepStrategy(SweepParser& p, const YAML::Node& node,
+                                       const std::string& path) {
   std::string default_strategy;
   if (auto n = node["strategy"]) {
     if (!n.IsScalar()) {
@@ -548,6 +545,13 @@ Result<SweepSpec> ParseSweep(const YAML::Node& node, const std::string& path,
                    "expected random, grid, bayes or tpe, got " + SweepParser::Show(n));
     }
   }
+  return default_strategy;
+}
+
+// `parameters:`, in order; a derived one (expr) reads numeric parameters
+// defined before it.
+Status ParseSweepParameters(SweepParser& p, const YAML::Node& node, const std::string& path,
+                            const std::string& default_strategy, SweepSpec& s) {
   auto params = node["parameters"];
   if (!params) return p.Err(node, path + ".parameters", "missing (at least one parameter)");
   if (!params.IsMap() || params.size() == 0) {
@@ -581,6 +585,13 @@ Result<SweepSpec> ParseSweep(const YAML::Node& node, const std::string& path,
       if (!IsNumeric(*ref)) return p.Err(node_expr, pp, "'" + n + "' is not numeric");
     }
   }
+  return {};
+}
+
+// `points:`: explicit points, each a value for every parameter that is
+// neither derived nor fixed, within its bounds.
+Status ParseSweepPoints(SweepParser& p, const YAML::Node& node, const std::string& path,
+                        SweepSpec& s) {
   if (auto n = node["points"]) {
     if (!n.IsSequence()) return p.Err(n, path + ".points", "expected a list of mappings");
     for (const auto& pt : n) {
@@ -621,6 +632,13 @@ Result<SweepSpec> ParseSweep(const YAML::Node& node, const std::string& path,
       s.points.push_back(point);
     }
   }
+  return {};
+}
+
+// `budget:`, `parallel:`, `repeats:` (fixed or adaptive), `initial:`,
+// `failed_points:`, `confirm:` and `seed:`.
+Status ParseSweepLimits(SweepParser& p, const YAML::Node& node, const std::string& path,
+                        SweepSpec& s) {
   if (auto n = node["budget"]) {
     std::string bp = path + ".budget";
     if (!n.IsMap() || n.size() != 1) {
@@ -693,6 +711,13 @@ Result<SweepSpec> ParseSweep(const YAML::Node& node, const std::string& path,
     ASSIGN_OR_RETURN(auto v, p.Int(n, path + ".seed", 0));
     s.seed = static_cast<std::uint64_t>(v);
   }
+  return {};
+}
+
+// What the keys say together: the budget holds a point's runs, and a sweep
+// that draws at random has a budget.
+Status CheckSweepBudget(SweepParser& p, const YAML::Node& node, const std::string& path,
+                        const SweepSpec& s) {
   if (s.budget_runs && *s.budget_runs < s.repeats) {
     return p.Err(node["budget"], path + ".budget.runs",
                  "smaller than one point's repeats (" + std::to_string(s.repeats) + ")");
@@ -712,8 +737,26 @@ Result<SweepSpec> ParseSweep(const YAML::Node& node, const std::string& path,
     }
   }
   if (s.GridSize() > 1'000'000) {
-    return p.Err(params, path + ".parameters", "more than 1000000 grid combinations");
+    return p.Err(node["parameters"], path + ".parameters", "more than 1000000 grid combinations");
   }
+  return {};
+}
+
+}  // namespace
+
+Result<SweepSpec> ParseSweep(const YAML::Node& node, const std::string& path,
+                             std::string_view file) {
+  SweepParser p(file);
+  if (!node.IsMap()) return p.Err(node, path, "expected a mapping, got " + SweepParser::Show(node));
+  TRY(p.CheckKeys(node, path,
+             {"parameters", "points", "budget", "parallel", "repeats", "seed", "strategy",
+              "initial", "failed_points", "confirm"}));
+  SweepSpec s;
+  ASSIGN_OR_RETURN(auto default_strategy, ParseSweepStrategy(p, node, path));
+  TRY(ParseSweepParameters(p, node, path, default_strategy, s));
+  TRY(ParseSweepPoints(p, node, path, s));
+  TRY(ParseSweepLimits(p, node, path, s));
+  TRY(CheckSweepBudget(p, node, path, s));
   return s;
 }
 

@@ -499,7 +499,7 @@ Result<std::optional<BatchComparison>> CompareInFamily(Store& store, const Batch
 
 std::string BaselineText(const BatchProgress& b) {
   if (!b.baseline_note.empty()) return b.baseline_note;
-  return "the parent commit " + b.parent_sha.substr(0, 7);
+  return "the parent commit " + ShortSha(b.parent_sha, kReportShaChars);
 }
 
 int RunsToAdd(const BatchProgress& b, const std::optional<BatchProgress>& parent) {

@@ -6,6 +6,7 @@
 #include "agent/repo/change_detect.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
+#include "core/strings.h"
 #include "agent/repo/mirror.h"
 #include "agent/results/analysis.h"
 #include "queue/run_queue.h"
@@ -15,10 +16,6 @@ namespace trainq {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr const char* kManifestName = "trainq.yaml";
-
-std::string Short(const std::string& sha) { return sha.substr(0, 7); }
 
 // The manifest at `sha`; nullopt when the commit has no (readable) trainq.yaml.
 std::optional<Manifest> ManifestAt(GitRepo& git, const std::string& sha) {
@@ -41,7 +38,6 @@ Result<BaselineSearch> FindEquivalentBatch(Store& store, const std::string& git_
   if (!fs::exists(fs::path(gd) / "HEAD", ec)) {
     return Fail(ErrorKind::kNotFound, git_dir + ": not a git repository");
   }
-  ASSIGN_OR_RETURN(auto mirror, Mirror::Open(gd, ""));
   ASSIGN_OR_RETURN(auto git, GitRepo::Open(gd));
   std::string c = base_sha;
   std::optional<Manifest> manifest_c = ManifestAt(git, c);
@@ -58,16 +54,16 @@ Result<BaselineSearch> FindEquivalentBatch(Store& store, const std::string& git_
       return out;
     }
     if (!manifest_c || !manifest_c->Find(experiment)) {
-      out.stopped = Short(c) + " does not define " + experiment;
+      out.stopped = ShortSha(c, kReportShaChars) + " does not define " + experiment;
       return out;
     }
-    ASSIGN_OR_RETURN(auto parent, mirror.FirstParent(c));
+    ASSIGN_OR_RETURN(auto parent, git.FirstParent(c));
     if (!parent) {
       out.stopped = "reached the first commit";
       return out;
     }
     std::optional<Manifest> manifest_p = ManifestAt(git, *parent);
-    ASSIGN_OR_RETURN(auto changes, mirror.Diff(*parent, c));
+    ASSIGN_OR_RETURN(auto changes, git.Diff(*parent, c));
     bool changed = !manifest_p || !manifest_p->Find(experiment);
     if (!changed) {
       for (const auto& t : DetectChanges(changes, &*manifest_p, *manifest_c)) {
@@ -75,7 +71,7 @@ Result<BaselineSearch> FindEquivalentBatch(Store& store, const std::string& git_
       }
     }
     if (changed) {
-      out.stopped = Short(c) + " changed " + experiment;
+      out.stopped = ShortSha(c, kReportShaChars) + " changed " + experiment;
       return out;
     }
     c = *parent;
@@ -101,7 +97,7 @@ Result<std::optional<ReusableBatch>> FindReusableBatch(Store& store, const std::
 std::string ReuseText(const BatchProgress& b) {
   if (!b.reuses_batch_id) return "";
   return "reused batch " + std::to_string(*b.reuses_batch_id) + " of " +
-         Short(b.reused_from_sha) + " (same inputs)";
+         ShortSha(b.reused_from_sha, kReportShaChars) + " (same inputs)";
 }
 
 Result<std::string> ChooseBaseline(Store& store, const std::string& git_dir,
@@ -134,20 +130,20 @@ Result<std::string> ChooseBaseline(Store& store, const std::string& git_dir,
       return note;
     }
     return record(std::nullopt, "the same runs as batch " + std::to_string(*head.reuses_batch_id) +
-                                    " at the base " + Short(base_sha) + ": nothing to compare");
+                                    " at the base " + ShortSha(base_sha, kReportShaChars) + ": nothing to compare");
   }
   if (search.batch) {
     std::string note =
         search.steps == 0
-            ? "batch " + std::to_string(search.batch->id) + " at the base " + Short(base_sha)
-            : "batch " + std::to_string(search.batch->id) + " at " + Short(search.at_sha) + ", " +
+            ? "batch " + std::to_string(search.batch->id) + " at the base " + ShortSha(base_sha, kReportShaChars)
+            : "batch " + std::to_string(search.batch->id) + " at " + ShortSha(search.at_sha, kReportShaChars) + ", " +
                   std::to_string(search.steps) + " commit" + (search.steps == 1 ? "" : "s") +
-                  " before the base " + Short(base_sha) + " with the same inputs";
+                  " before the base " + ShortSha(base_sha, kReportShaChars) + " with the same inputs";
     return record(search.batch->id, note);
   }
   if (mode == "reuse" || !options.queue_missing) {
     return record(std::nullopt, "no batch of " + head.experiment + " at the base " +
-                                    Short(base_sha) + " or an equivalent ancestor (" +
+                                    ShortSha(base_sha, kReportShaChars) + " or an equivalent ancestor (" +
                                     search.stopped + ")");
   }
   // Queue one at the base, with the head's seeds so that the comparison pairs.
@@ -155,13 +151,13 @@ Result<std::string> ChooseBaseline(Store& store, const std::string& git_dir,
   auto manifest = ManifestAt(git, base_sha);
   const Experiment* e = manifest ? manifest->Find(head.experiment) : nullptr;
   if (!e) {
-    return record(std::nullopt, "new experiment: the base " + Short(base_sha) +
+    return record(std::nullopt, "new experiment: the base " + ShortSha(base_sha, kReportShaChars) +
                                     " does not define " + head.experiment);
   }
   if (auto why = e->NoPlainBatch()) return record(std::nullopt, "at the base: " + *why);
-  BatchSpec spec = e->ToBatchSpec("baseline for " + Short(head.sha) + " (batch " +
+  BatchSpec spec = e->ToBatchSpec("baseline for " + ShortSha(head.sha, kReportShaChars) + " (batch " +
                                   std::to_string(head.id) + "): no batch of " + head.experiment +
-                                  " at " + Short(base_sha) + " or an ancestor with its inputs");
+                                  " at " + ShortSha(base_sha, kReportShaChars) + " or an ancestor with its inputs");
   spec.repeats = head.repeats;
   spec.seed_start = head.seed_start;
   {
@@ -176,7 +172,7 @@ Result<std::string> ChooseBaseline(Store& store, const std::string& git_dir,
   TRY(store.runs().SetBaseline(results[0].batch_id, "", std::nullopt,
                         "baseline queued for batch " + std::to_string(head.id)));
   return record(results[0].batch_id, "batch " + std::to_string(results[0].batch_id) +
-                                         " queued at the base " + Short(base_sha) +
+                                         " queued at the base " + ShortSha(base_sha, kReportShaChars) +
                                          " with the same seeds");
 }
 

@@ -9,14 +9,12 @@
 #include "agent/results/baseline.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
-#include "agent/repo/mirror.h"
 #include "core/strings.h"
 
 namespace trainq {
 
 namespace {
 
-std::string Short(const std::string& sha) { return sha.substr(0, 7); }
 
 struct Outcome {
   std::string experiment;
@@ -34,168 +32,154 @@ std::string Progress(const BatchProgress& b) {
   return std::to_string(done) + "/" + std::to_string(total) + " done";
 }
 
-}  // namespace
-
-Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
-  ASSIGN_OR_RETURN(std::string head_sha, ResolveRevision(req.rev, req.repo_dir));
-  ASSIGN_OR_RETURN(std::string baseline_sha, ResolveRevision(req.baseline, req.repo_dir));
+// The commits a gate compares: the head, the baseline as given, and the base
+// the head is compared at (their merge-base when the repository is at hand).
+struct GateCommits {
+  std::string head_sha;
+  std::string baseline_sha;
+  std::string base_sha;
   bool have_git = false;
-  std::string base_sha = baseline_sha;
-  if (!req.repo_dir.empty() && head_sha.size() == 40 && baseline_sha.size() == 40 &&
-      GitRepo::Open(req.repo_dir)) {
-    auto mirror = Mirror::Open(GitDirOf(req.repo_dir), "");
-    if (mirror) {
-      have_git = true;
-      ASSIGN_OR_RETURN(auto mb, mirror->MergeBase(head_sha, baseline_sha));
-      if (mb) base_sha = *mb;
-    }
-  }
+};
 
-  ASSIGN_OR_RETURN(auto heads, store.runs().BatchesForCommit(head_sha));
-  std::set<std::string> shas;
-  for (const auto& b : heads) shas.insert(b.sha);
-  if (shas.size() > 1) {
-    return Fail(ErrorKind::kInvalidArgument, "commit id '" + req.rev + "' is ambiguous: give more digits");
-  }
-  // A processed push that touched no experiment here: nothing to judge.
-  std::string quiet;
-  if (head_sha.size() >= 4) {
-    ASSIGN_OR_RETURN(auto q, store.pushes().QuietCommits(head_sha));
-    if (!q.empty()) quiet = q.front().note;
-  }
-  std::set<std::string> wanted(req.experiments.begin(), req.experiments.end());
-  std::vector<Outcome> outcomes;
-  std::set<std::string> seen;
-  // First each experiment's baseline, then the comparisons, corrected over
-  // the family of every experiment gated.
-  std::vector<FamilyMember> family;
-  std::vector<std::string> hows;
-  for (const auto& h : heads) {
-    if (!wanted.empty() && !wanted.count(h.experiment)) continue;
-    if (IsReproExperiment(h.experiment)) continue;  // a determinism check, read with h's experiment
-    seen.insert(h.experiment);
-    // The baseline batch.
-    std::optional<BatchProgress> base;
-    std::string how;
-    if (base_sha == h.sha || (!h.base_sha.empty() && h.base_sha.starts_with(base_sha)) ||
-        (!h.base_sha.empty() && base_sha.size() == 40 && h.base_sha == base_sha)) {
-      ASSIGN_OR_RETURN(base, ParentBatch(store, h));
-      how = BaselineText(h);
-    } else if (have_git) {
-      ASSIGN_OR_RETURN(auto found, FindEquivalentBatch(store, req.repo_dir, h.repo_url,
-                                                       h.experiment, base_sha));
-      base = found.batch;
-      if (found.batch) {
-        how = found.steps == 0 ? "at " + Short(base_sha)
-                               : "at " + Short(found.at_sha) + ", " + std::to_string(found.steps) +
-                                     " commits before " + Short(base_sha) + " with the same inputs";
-      } else {
-        how = found.stopped;
-      }
-    } else {
-      ASSIGN_OR_RETURN(auto candidates, store.runs().BatchesForCommit(base_sha));
-      for (auto& c : candidates) {
-        if (c.experiment == h.experiment && c.repo_url == h.repo_url) base = c;
-      }
-      how = "at " + Short(base_sha);
+Result<GateCommits> ResolveGateCommits(const GateRequest& req) {
+  GateCommits c;
+  ASSIGN_OR_RETURN(c.head_sha, ResolveRevision(req.rev, req.repo_dir));
+  ASSIGN_OR_RETURN(c.baseline_sha, ResolveRevision(req.baseline, req.repo_dir));
+  c.base_sha = c.baseline_sha;
+  if (!req.repo_dir.empty() && c.head_sha.size() == 40 && c.baseline_sha.size() == 40) {
+    if (auto git = GitRepo::Open(req.repo_dir)) {
+      c.have_git = true;
+      ASSIGN_OR_RETURN(auto mb, git->MergeBase(c.head_sha, c.baseline_sha));
+      if (mb) c.base_sha = *mb;
     }
-    FamilyMember member;
-    member.head = h;
-    member.base = std::move(base);
-    // A side that is not reproducible for a fixed seed is compared unpaired.
-    ASSIGN_OR_RETURN(member.repro, ReproOf(store, h));
-    if (member.base) {
-      ASSIGN_OR_RETURN(member.base_repro, ReproOf(store, *member.base));
-    }
-    family.push_back(std::move(member));
-    hows.push_back(std::move(how));
   }
-  size_t gated = family.size();
-  for (const auto& name : wanted) {
-    if (!seen.count(name)) family.push_back({});  // missing: p = 1 in the family
-  }
-  auto comparisons = CompareFamily(family, /*compare_running=*/false, req.correction);
-  for (size_t i = 0; i < gated; ++i) {
-    const BatchProgress& h = family[i].head;
-    const std::optional<BatchProgress>& base = family[i].base;
-    const std::string& how = hows[i];
-    Outcome o;
-    o.experiment = h.experiment;
-    if (!base) {
-      o.outcome = "undecided";
-      o.reason = "no baseline batch of " + h.experiment + " at " + req.baseline + " (" +
-                 Short(base_sha) + ") or an ancestor with the same inputs" +
-                 (how.empty() ? "" : ": " + how);
-    } else if (h.active() || base->active()) {
-      o.outcome = "undecided";
-      o.may_change = true;
-      o.reason = "runs unfinished: " + req.rev + " " + Progress(h) + ", baseline " +
-                 Short(base->sha) + " " + Progress(*base);
-    } else {
-      const BatchComparison& c = *comparisons[i];
-      std::int64_t failed = h.count(RunState::kDead) + h.count(RunState::kFailed);
-      if (h.values.size() < 2 || base->values.size() < 2) {
-        o.outcome = "undecided";
-        o.reason = "too few finished runs (" + std::to_string(h.values.size()) + " at " +
-                   req.rev + ", " + std::to_string(base->values.size()) + " at the baseline" +
-                   (failed ? ", " + std::to_string(failed) + " failed" : "") + ")";
-      } else if (failed * 2 > static_cast<std::int64_t>(h.values.size()) + failed) {
-        o.outcome = "undecided";
-        o.reason = "too many runs failed (" + std::to_string(failed) + " of " +
-                   std::to_string(h.values.size() + failed) + ")";
-      } else if (c.verdict == stats::Verdict::kWorse) {
-        o.outcome = "regression";
-      } else if (c.verdict == stats::Verdict::kNotEnoughRuns) {
-        o.outcome = "undecided";
-        o.reason = "not enough runs to tell a change of min_effect from none";
-      } else {
-        o.outcome = "pass";
-      }
-      o.line = SpreadText(h) + " vs " + SpreadText(*base) + " (" + Short(base->sha) + ", " +
-               how + "); " + ComparisonText(c);
-      o.comparison = c;
-    }
-    std::string mark = o.outcome == "pass" ? "✓  " : o.outcome == "regression" ? "✗  " : "?  ";
-    o.line = mark + h.experiment + ": " +
-             (o.line.empty() ? o.reason : o.line + (o.reason.empty() ? "" : "; " + o.reason));
-    if (h.reuses_batch_id) o.line += " [" + ReuseText(h) + "]";
-    outcomes.push_back(std::move(o));
-  }
+  return c;
+}
 
-  GateDecision d;
-  bool any_change = false;
-  for (const auto& name : wanted) {
-    if (seen.count(name)) continue;
-    Outcome o;
-    o.experiment = name;
-    if (!quiet.empty()) {
-      o.outcome = "pass";
-      o.reason = "no experiment changed at " + req.rev + " (" + Short(head_sha) + "): " + quiet;
-      o.line = "✓  " + name + ": " + o.reason;
-      outcomes.push_back(std::move(o));
-      continue;
+// The batch head `h` is compared with, and how it was found.
+Result<std::pair<std::optional<BatchProgress>, std::string>> GateBaseline(
+    Store& store, const GateRequest& req, const GateCommits& c, const BatchProgress& h) {
+  const std::string& base_sha = c.base_sha;
+  std::optional<BatchProgress> base;
+  std::string how;
+  if (base_sha == h.sha || (!h.base_sha.empty() && h.base_sha.starts_with(base_sha)) ||
+      (!h.base_sha.empty() && base_sha.size() == 40 && h.base_sha == base_sha)) {
+    ASSIGN_OR_RETURN(base, ParentBatch(store, h));
+    how = BaselineText(h);
+  } else if (c.have_git) {
+    ASSIGN_OR_RETURN(auto found, FindEquivalentBatch(store, req.repo_dir, h.repo_url,
+                                                     h.experiment, base_sha));
+    base = found.batch;
+    if (found.batch) {
+      how = found.steps == 0
+                ? "at " + ShortSha(base_sha, kReportShaChars)
+                : "at " + ShortSha(found.at_sha, kReportShaChars) + ", " +
+                      std::to_string(found.steps) + " commits before " +
+                      ShortSha(base_sha, kReportShaChars) + " with the same inputs";
+    } else {
+      how = found.stopped;
     }
+  } else {
+    ASSIGN_OR_RETURN(auto candidates, store.runs().BatchesForCommit(base_sha));
+    for (auto& cand : candidates) {
+      if (cand.experiment == h.experiment && cand.repo_url == h.repo_url) base = cand;
+    }
+    how = "at " + ShortSha(base_sha, kReportShaChars);
+  }
+  return std::pair{std::move(base), std::move(how)};
+}
+
+// One gated experiment's outcome from its comparison in the family.
+Outcome JudgeGated(const GateRequest& req, const GateCommits& c, const FamilyMember& member,
+                   const std::string& how, const std::optional<BatchComparison>& comparison) {
+  const BatchProgress& h = member.head;
+  const std::optional<BatchProgress>& base = member.base;
+  Outcome o;
+  o.experiment = h.experiment;
+  if (!base) {
+    o.outcome = "undecided";
+    o.reason = "no baseline batch of " + h.experiment + " at " + req.baseline + " (" +
+               ShortSha(c.base_sha, kReportShaChars) + ") or an ancestor with the same inputs" +
+               (how.empty() ? "" : ": " + how);
+  } else if (h.active() || base->active()) {
     o.outcome = "undecided";
     o.may_change = true;
-    o.reason = "no batch of " + name + " at " + req.rev + " (" + Short(head_sha) +
-               "): not submitted, or its push is not processed yet";
-    o.line = "?  " + name + ": " + o.reason;
-    outcomes.push_back(std::move(o));
+    o.reason = "runs unfinished: " + req.rev + " " + Progress(h) + ", baseline " +
+               ShortSha(base->sha, kReportShaChars) + " " + Progress(*base);
+  } else {
+    const BatchComparison& cmp = *comparison;
+    std::int64_t failed = h.count(RunState::kDead) + h.count(RunState::kFailed);
+    if (h.values.size() < 2 || base->values.size() < 2) {
+      o.outcome = "undecided";
+      o.reason = "too few finished runs (" + std::to_string(h.values.size()) + " at " +
+                 req.rev + ", " + std::to_string(base->values.size()) + " at the baseline" +
+                 (failed ? ", " + std::to_string(failed) + " failed" : "") + ")";
+    } else if (failed * 2 > static_cast<std::int64_t>(h.values.size()) + failed) {
+      o.outcome = "undecided";
+      o.reason = "too many runs failed (" + std::to_string(failed) + " of " +
+                 std::to_string(h.values.size() + failed) + ")";
+    } else if (cmp.verdict == stats::Verdict::kWorse) {
+      o.outcome = "regression";
+    } else if (cmp.verdict == stats::Verdict::kNotEnoughRuns) {
+      o.outcome = "undecided";
+      o.reason = "not enough runs to tell a change of min_effect from none";
+    } else {
+      o.outcome = "pass";
+    }
+    o.line = SpreadText(h) + " vs " + SpreadText(*base) + " (" +
+             ShortSha(base->sha, kReportShaChars) + ", " + how + "); " + ComparisonText(cmp);
+    o.comparison = cmp;
   }
+  std::string mark = o.outcome == "pass" ? "✓  " : o.outcome == "regression" ? "✗  " : "?  ";
+  o.line = mark + h.experiment + ": " +
+           (o.line.empty() ? o.reason : o.line + (o.reason.empty() ? "" : "; " + o.reason));
+  if (h.reuses_batch_id) o.line += " [" + ReuseText(h) + "]";
+  return o;
+}
+
+// An experiment asked for with no batch at the head: passed when the head's
+// push changed no experiment (`quiet`), else undecided.
+Outcome MissingExperiment(const GateRequest& req, const GateCommits& c, const std::string& name,
+                          const std::string& quiet) {
+  Outcome o;
+  o.experiment = name;
+  if (!quiet.empty()) {
+    o.outcome = "pass";
+    o.reason = "no experiment changed at " + req.rev + " (" +
+               ShortSha(c.head_sha, kReportShaChars) + "): " + quiet;
+    o.line = "✓  " + name + ": " + o.reason;
+    return o;
+  }
+  o.outcome = "undecided";
+  o.may_change = true;
+  o.reason = "no batch of " + name + " at " + req.rev + " (" +
+             ShortSha(c.head_sha, kReportShaChars) +
+             "): not submitted, or its push is not processed yet";
+  o.line = "?  " + name + ": " + o.reason;
+  return o;
+}
+
+// The printed decision: each outcome's line, then the verdict and the
+// family's correction; sets exit_code and finished. Returns the decision.
+std::string GateText(const GateRequest& req, const GateCommits& c,
+                     const std::vector<Outcome>& outcomes, const std::string& quiet,
+                     const std::vector<std::optional<BatchComparison>>& comparisons,
+                     size_t family_size, GateDecision& d) {
   int regressions = 0, undecided = 0;
+  bool any_change = false;
   for (const auto& o : outcomes) {
     if (o.outcome == "regression") ++regressions;
     if (o.outcome == "undecided") ++undecided;
     if (o.may_change) any_change = true;
   }
-  bool nothing_to_judge = outcomes.empty() && !quiet.empty();
+  const bool nothing_to_judge = outcomes.empty() && !quiet.empty();
   if (nothing_to_judge) {
-    d.text = "✓  no experiment changed at " + req.rev + " (" + Short(head_sha) + "): " + quiet +
-             "\n";
+    d.text = "✓  no experiment changed at " + req.rev + " (" +
+             ShortSha(c.head_sha, kReportShaChars) + "): " + quiet + "\n";
   } else if (outcomes.empty()) {
     any_change = true;
     ++undecided;
-    d.text = "?  no batch at " + req.rev + " (" + Short(head_sha) +
+    d.text = "?  no batch at " + req.rev + " (" + ShortSha(c.head_sha, kReportShaChars) +
              "): not submitted, or its push is not processed yet\n";
   }
   for (const auto& o : outcomes) d.text += o.line + "\n";
@@ -221,28 +205,92 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
   }
   d.finished = !any_change;
   std::string corr;
-  for (const auto& c : comparisons) {
-    if (c && !(corr = CorrectionText(*c)).empty()) break;
+  for (const auto& cmp : comparisons) {
+    if (cmp && !(corr = CorrectionText(*cmp)).empty()) break;
   }
-  auto FamilyLine = [&](const auto& cs, size_t n) {
-    for (const auto& c : cs) {
-      if (c && c->correction == stats::Correction::kNone) {
-        return "verdicts not corrected for the " + std::to_string(n) +
-               " experiments (correction: none)\n";
-      }
+  if (!corr.empty()) {
+    bool uncorrected = false;
+    for (const auto& cmp : comparisons) {
+      if (cmp && cmp->correction == stats::Correction::kNone) uncorrected = true;
     }
-    return "verdicts corrected for " + std::to_string(n) + " experiments at once: " + corr + "\n";
-  };
-  if (!corr.empty()) d.text += FamilyLine(comparisons, family.size());
+    d.text += uncorrected ? "verdicts not corrected for the " + std::to_string(family_size) +
+                                " experiments (correction: none)\n"
+                          : "verdicts corrected for " + std::to_string(family_size) +
+                                " experiments at once: " + corr + "\n";
+  }
+  return decision;
+}
+
+}  // namespace
+
+Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
+  ASSIGN_OR_RETURN(auto commits, ResolveGateCommits(req));
+  ASSIGN_OR_RETURN(auto heads, store.runs().BatchesForCommit(commits.head_sha));
+  std::set<std::string> shas;
+  for (const auto& b : heads) shas.insert(b.sha);
+  if (shas.size() > 1) {
+    return Fail(ErrorKind::kInvalidArgument, "commit id '" + req.rev + "' is ambiguous: give more digits");
+  }
+  // A processed push that touched no experiment here: nothing to judge.
+  std::string quiet;
+  if (commits.head_sha.size() >= 4) {
+    ASSIGN_OR_RETURN(auto q, store.pushes().QuietCommits(commits.head_sha));
+    if (!q.empty()) quiet = q.front().note;
+  }
+  std::set<std::string> wanted(req.experiments.begin(), req.experiments.end());
+  std::set<std::string> seen;
+  // First each experiment's baseline, then the comparisons, corrected over
+  // the family of every experiment gated.
+  std::vector<FamilyMember> family;
+  std::vector<std::string> hows;
+  for (const auto& h : heads) {
+    if (!wanted.empty() && !wanted.count(h.experiment)) continue;
+    if (IsReproExperiment(h.experiment)) continue;  // a determinism check, read with h's experiment
+    seen.insert(h.experiment);
+    ASSIGN_OR_RETURN(auto baseline, GateBaseline(store, req, commits, h));
+    FamilyMember member;
+    member.head = h;
+    member.base = std::move(baseline.first);
+    // A side that is not reproducible for a fixed seed is compared unpaired.
+    ASSIGN_OR_RETURN(member.repro, ReproOf(store, h));
+    if (member.base) {
+      ASSIGN_OR_RETURN(member.base_repro, ReproOf(store, *member.base));
+    }
+    family.push_back(std::move(member));
+    hows.push_back(std::move(baseline.second));
+  }
+  size_t gated = family.size();
+  for (const auto& name : wanted) {
+    if (!seen.count(name)) family.push_back({});  // missing: p = 1 in the family
+  }
+  auto comparisons = CompareFamily(family, /*compare_running=*/false, req.correction);
+  std::vector<Outcome> outcomes;
+  for (size_t i = 0; i < gated; ++i) {
+    outcomes.push_back(JudgeGated(req, commits, family[i], hows[i], comparisons[i]));
+  }
+  for (const auto& name : wanted) {
+    if (!seen.count(name)) outcomes.push_back(MissingExperiment(req, commits, name, quiet));
+  }
+
+  GateDecision d;
+  const std::string decision =
+      GateText(req, commits, outcomes, quiet, comparisons, family.size(), d);
+  const bool nothing_to_judge = outcomes.empty() && !quiet.empty();
   nlohmann::json exps = nlohmann::json::array();
   for (const auto& o : outcomes) {
     nlohmann::json e = {{"experiment", o.experiment}, {"outcome", o.outcome}, {"reason", o.reason}};
     e["comparison"] = o.comparison ? ComparisonJson(*o.comparison) : nlohmann::json(nullptr);
     exps.push_back(e);
   }
-  d.json = {{"decision", decision},   {"exit_code", d.exit_code}, {"rev", req.rev},
-            {"sha", head_sha},        {"baseline", req.baseline}, {"baseline_sha", baseline_sha},
-            {"base_sha", base_sha},   {"finished", d.finished},   {"experiments", exps},
+  d.json = {{"decision", decision},
+            {"exit_code", d.exit_code},
+            {"rev", req.rev},
+            {"sha", commits.head_sha},
+            {"baseline", req.baseline},
+            {"baseline_sha", commits.baseline_sha},
+            {"base_sha", commits.base_sha},
+            {"finished", d.finished},
+            {"experiments", exps},
             {"no_experiment_changed", nothing_to_judge},
             {"correction",
              {{"method", std::string(stats::CorrectionName(

@@ -25,23 +25,8 @@ namespace {
 
 using nlohmann::json;
 
-std::string Short(const std::string& sha) { return sha.substr(0, 7); }
 
 std::string Date(TimeMs ms) { return FormatTimestamp(ms).substr(0, 10); }
-
-std::string Html(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 std::string Md(const std::string& s) {
   std::string out;
@@ -232,7 +217,7 @@ std::string RenderMarkdown(const ReportData& r) {
     for (const auto& e : er.entries) {
       if (!Significant(e)) continue;
       ++sig;
-      o << "- **" << Md(er.experiment) << "** at `" << Short(e.batch.sha) << "` ("
+      o << "- **" << Md(er.experiment) << "** at `" << ShortSha(e.batch.sha, kReportShaChars) << "` ("
         << Md(e.batch.subject) << "): " << ComparisonText(*e.vs_parent) << "\n";
     }
   }
@@ -245,7 +230,7 @@ std::string RenderMarkdown(const ReportData& r) {
     o << "|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& e : er.entries) {
       auto s = stats::Summarize(e.batch.values);
-      o << "| " << e.batch.id << " | `" << Short(e.batch.sha) << "` | " << Md(e.batch.subject)
+      o << "| " << e.batch.id << " | `" << ShortSha(e.batch.sha, kReportShaChars) << "` | " << Md(e.batch.subject)
         << " | " << s.n << " | " << (s.n ? Num(s.mean) : "-") << " | "
         << (s.n > 1 ? Num(s.sd) : "-") << " | " << CiText(s) << " | " << DiffText(e) << " | "
         << VerdictOf(e) << " | "
@@ -265,7 +250,7 @@ std::string RenderMarkdown(const ReportData& r) {
     o << "## Sweeps\n\n";
     for (const auto& sw : r.sweeps) {
       o << "### Sweep " << sw.id << ": " << Md(sw.repo) << " / " << Md(sw.experiment) << " at `"
-        << Short(sw.sha) << "` (" << sw.state << ")\n\n";
+        << ShortSha(sw.sha, kReportShaChars) << "` (" << sw.state << ")\n\n";
       o << sw.points << "/" << sw.budget_points << " points, " << sw.runs_done << "/"
         << sw.runs_total << " runs ended.\n\n";
       if (sw.winner.empty()) {
@@ -305,7 +290,7 @@ std::string RunsSvg(const ExperimentReport& er) {
   std::ostringstream o;
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
     << "\" viewBox=\"0 0 " << w << " " << h << "\" role=\"img\" aria-label=\"runs of "
-    << Html(er.experiment) << "\">";
+    << HtmlEscape(er.experiment) << "\">";
   if (!std::isfinite(lo)) {
     o << "<text x=\"" << left << "\" y=\"" << h / 2 << "\">no finished runs</text></svg>";
     return o.str();
@@ -339,7 +324,7 @@ std::string RunsSvg(const ExperimentReport& er) {
     double x = X(i);
     o << "<text x=\"" << Num(x, 1) << "\" y=\"" << h - bottom + 16
       << "\" font-size=\"11\" text-anchor=\"middle\" font-family=\"monospace\">"
-      << Short(e.batch.sha) << "</text>";
+      << ShortSha(e.batch.sha, kReportShaChars) << "</text>";
     // Points spread sideways by repeat index so equal values stay visible.
     size_t k = e.batch.values.size();
     for (size_t j = 0; j < k; ++j) {
@@ -372,7 +357,7 @@ std::string SpreadSvg(const ExperimentReport& er) {
   std::ostringstream o;
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
     << "\" viewBox=\"0 0 " << w << " " << h << "\" role=\"img\" aria-label=\"spread of "
-    << Html(er.experiment) << "\">";
+    << HtmlEscape(er.experiment) << "\">";
   if (hi <= 0) hi = 1e-3;
   hi *= 1.15;
   size_t n = er.entries.size();
@@ -398,7 +383,7 @@ std::string SpreadSvg(const ExperimentReport& er) {
     if (s.n < 2) continue;
     o << "<circle cx=\"" << Num(X(i), 1) << "\" cy=\"" << Num(Y(s.sd), 1) << "\" r=\""
       << (e.spread_grew ? 5 : 3) << "\" fill=\"" << (e.spread_grew ? "#cf222e" : "#0969da")
-      << "\"><title>" << Short(e.batch.sha) << ": sd " << Num(s.sd)
+      << "\"><title>" << ShortSha(e.batch.sha, kReportShaChars) << ": sd " << Num(s.sd)
       << (e.spread_grew ? " (spread grew)" : "") << "</title></circle>";
   }
   o << "</svg>";
@@ -418,7 +403,7 @@ std::string RenderHtml(const ReportData& r) {
        ".better{color:#1a7f37;font-weight:600}.worse{color:#cf222e;font-weight:600}\n"
        ".grew{color:#cf222e}\nfigure{margin:0.5em 0}\n</style>\n</head>\n<body>\n";
   o << "<h1>trainq spread report</h1>\n";
-  o << "<p>Window: " << (r.window == "all" ? "all batches" : "last " + Html(r.window)) << "; "
+  o << "<p>Window: " << (r.window == "all" ? "all batches" : "last " + HtmlEscape(r.window)) << "; "
     << r.batches << " batches, " << r.runs << " runs.</p>\n";
   o << "<h2>Significant changes</h2>\n<ul>\n";
   int sig = 0;
@@ -427,16 +412,16 @@ std::string RenderHtml(const ReportData& r) {
       if (!Significant(e)) continue;
       ++sig;
       std::string cls = e.vs_parent->verdict == stats::Verdict::kBetter ? "better" : "worse";
-      o << "<li><b>" << Html(er.experiment) << "</b> at <code>" << Short(e.batch.sha)
-        << "</code> (" << Html(e.batch.subject) << "): <span class=\"" << cls << "\">"
-        << Html(ComparisonText(*e.vs_parent)) << "</span></li>\n";
+      o << "<li><b>" << HtmlEscape(er.experiment) << "</b> at <code>" << ShortSha(e.batch.sha, kReportShaChars)
+        << "</code> (" << HtmlEscape(e.batch.subject) << "): <span class=\"" << cls << "\">"
+        << HtmlEscape(ComparisonText(*e.vs_parent)) << "</span></li>\n";
     }
   }
   if (!sig) o << "<li>None: no batch differs from its baseline beyond seed noise.</li>\n";
   o << "</ul>\n";
   for (const auto& er : r.experiments) {
-    o << "<h2>" << Html(er.repo) << " / " << Html(er.experiment) << "</h2>\n";
-    o << "<p>" << Html(er.metric) << ", " << (er.goal == "min" ? "lower" : "higher")
+    o << "<h2>" << HtmlEscape(er.repo) << " / " << HtmlEscape(er.experiment) << "</h2>\n";
+    o << "<p>" << HtmlEscape(er.metric) << ", " << (er.goal == "min" ? "lower" : "higher")
       << " is better. Each point is one run (one seed); the bar is the mean, the whisker its "
          "95% interval; green and red mark a significant change from the parent commit.</p>\n";
     o << RunsSvg(er) << "\n";
@@ -452,11 +437,11 @@ std::string RenderHtml(const ReportData& r) {
                                                ? " class=\"better\""
                                                : " class=\"worse\"")
                                        : "";
-      o << "<tr><td>" << e.batch.id << "</td><td><code>" << Short(e.batch.sha) << "</code></td><td>"
-        << Html(e.batch.subject) << "</td><td>" << s.n << "</td><td>"
+      o << "<tr><td>" << e.batch.id << "</td><td><code>" << ShortSha(e.batch.sha, kReportShaChars) << "</code></td><td>"
+        << HtmlEscape(e.batch.subject) << "</td><td>" << s.n << "</td><td>"
         << (s.n ? Num(s.mean) : "-") << "</td><td>" << (s.n > 1 ? Num(s.sd) : "-")
         << "</td><td>" << CiText(s) << "</td><td>" << DiffText(e) << "</td><td" << cls << ">"
-        << Html(verdict) << "</td><td>"
+        << HtmlEscape(verdict) << "</td><td>"
         << (e.spread_grew ? "<span class=\"grew\">grew (p=" + Num(e.spread_p, 3) + ")</span>"
                           : "")
         << "</td></tr>\n";
@@ -465,15 +450,15 @@ std::string RenderHtml(const ReportData& r) {
   }
   if (!r.sweeps.empty()) o << "<h2>Sweeps</h2>\n";
   for (const auto& sw : r.sweeps) {
-    o << "<h3 id=\"sweep-" << sw.id << "\">Sweep " << sw.id << ": " << Html(sw.repo) << " / "
-      << Html(sw.experiment) << " at <code>" << Short(sw.sha) << "</code> (" << Html(sw.state)
+    o << "<h3 id=\"sweep-" << sw.id << "\">Sweep " << sw.id << ": " << HtmlEscape(sw.repo) << " / "
+      << HtmlEscape(sw.experiment) << " at <code>" << ShortSha(sw.sha, kReportShaChars) << "</code> (" << HtmlEscape(sw.state)
       << ")</h3>\n<p>" << sw.points << "/" << sw.budget_points << " points, " << sw.runs_done
       << "/" << sw.runs_total << " runs ended. ";
     if (sw.winner.empty()) {
       o << "No winner yet: no point has 2 finished seeds.</p>\n";
     } else {
       o << "The winner by its confidence bound:</p>\n<ul>\n";
-      for (const auto& line : sw.winner) o << "<li>" << Html(line) << "</li>\n";
+      for (const auto& line : sw.winner) o << "<li>" << HtmlEscape(line) << "</li>\n";
       o << "</ul>\n";
     }
     // The SVGs inline, without their XML declaration.
@@ -630,7 +615,7 @@ std::string TableText(std::vector<BatchProgress> batches, const std::string& sin
   for (const auto& b : batches) {
     auto s = stats::Summarize(b.values);
     auto num = [&](double v) { return s.n ? FormatDouble(v, 4) : std::string("-"); };
-    t.Add({std::to_string(b.id), b.sha.substr(0, 7), b.experiment,
+    t.Add({std::to_string(b.id), ShortSha(b.sha, kReportShaChars), b.experiment,
            b.metric_name + (b.metric_goal == "max" ? " ↑" : " ↓"), std::to_string(s.n),
            num(s.mean), s.n > 1 ? FormatDouble(s.sd, 4) : "-", num(s.min), num(s.max),
            ProgressText(b)});

@@ -1,4 +1,5 @@
 #include "agent/results/sweep_plot.h"
+#include "core/strings.h"
 
 #include <algorithm>
 #include <cctype>
@@ -27,20 +28,6 @@ std::string Px(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f", v);
   return buf;
-}
-
-std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
 }
 
 // One plotted point: x in data units (or a category index), y with an
@@ -101,7 +88,7 @@ class Plot {
                     "\" font-family=\"sans-serif\" font-size=\"12\">\n";
     s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
     s += "<text x=\"" + Px(kW / 2) + "\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">" +
-         Escape(title_) + "</text>\n";
+         HtmlEscape(title_) + "</text>\n";
     // Axes and ticks.
     s += "<g stroke=\"#444\" fill=\"none\"><rect x=\"" + Px(kLeft) + "\" y=\"" + Px(kTop) +
          "\" width=\"" + Px(kW - kLeft - kRight) + "\" height=\"" + Px(kH - kTop - kBottom) +
@@ -114,7 +101,7 @@ class Plot {
     if (!categories_.empty()) {
       for (std::size_t i = 0; i < categories_.size(); ++i) {
         s += "<text x=\"" + Px(sx(static_cast<double>(i))) + "\" y=\"" + Px(kH - kBottom + 16) +
-             "\" text-anchor=\"middle\">" + Escape(categories_[i]) + "</text>\n";
+             "\" text-anchor=\"middle\">" + HtmlEscape(categories_[i]) + "</text>\n";
       }
     } else {
       for (int i = 0; i <= 4; ++i) {
@@ -126,9 +113,9 @@ class Plot {
       }
     }
     s += "<text x=\"" + Px(kW / 2) + "\" y=\"" + Px(kH - 15) + "\" text-anchor=\"middle\">" +
-         Escape(xlabel_) + (log_x_ ? " (log scale)" : "") + "</text>\n";
+         HtmlEscape(xlabel_) + (log_x_ ? " (log scale)" : "") + "</text>\n";
     s += "<text x=\"15\" y=\"" + Px(kH / 2) + "\" text-anchor=\"middle\" transform=\"rotate(-90 15 " +
-         Px(kH / 2) + ")\">" + Escape(ylabel_) + "</text>\n";
+         Px(kH / 2) + ")\">" + HtmlEscape(ylabel_) + "</text>\n";
     if (line && marks.size() > 1) {
       s += "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\" points=\"";
       for (const auto& m : marks) s += Px(sx(m.x)) + "," + Px(sy(m.y)) + " ";
@@ -136,7 +123,7 @@ class Plot {
     }
     s += "<g class=\"points\">\n";
     for (const auto& m : marks) {
-      s += "<g><title>" + Escape(m.title) + "</title>";
+      s += "<g><title>" + HtmlEscape(m.title) + "</title>";
       if (m.lo && m.hi) {
         s += "<line x1=\"" + Px(sx(m.x)) + "\" x2=\"" + Px(sx(m.x)) + "\" y1=\"" + Px(sy(*m.lo)) +
              "\" y2=\"" + Px(sy(*m.hi)) + "\" stroke=\"#1f77b4\"/>";
@@ -280,7 +267,7 @@ std::string ParallelSvg(const SweepView& v) {
   };
   std::string s = SvgHead(w, h);
   s += "<text x=\"" + Px(w / 2) + "\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">" +
-       Escape("sweep " + std::to_string(v.row.id) + ": every point across its parameters, "
+       HtmlEscape("sweep " + std::to_string(v.row.id) + ": every point across its parameters, "
               "coloured by mean " + v.metric) + "</text>\n";
   auto best = PickBest(v);
   // Colour by rank, not by value: one far-off point would paint all others alike.
@@ -321,7 +308,7 @@ std::string ParallelSvg(const SweepView& v) {
     s += "<polyline class=\"point\" points=\"" + pts_attr + "\" stroke=\"" +
          (leader ? std::string("#1f2328") : Ramp(goodness(p->summary.mean))) +
          "\" stroke-width=\"" + (leader ? "3" : "1.5") + "\" stroke-opacity=\"" +
-         (leader ? "1" : "0.8") + "\"><title>" + Escape(PointTitle(*p) + (leader ? " (leader)" : "")) +
+         (leader ? "1" : "0.8") + "\"><title>" + HtmlEscape(PointTitle(*p) + (leader ? " (leader)" : "")) +
          "</title></polyline>\n";
   }
   s += "</g>\n";
@@ -337,12 +324,12 @@ std::string ParallelSvg(const SweepView& v) {
     }
     for (double t : ticks) {
       s += "<text x=\"" + Px(x + 4) + "\" y=\"" + Px(ax_y(i, t) + 4) + "\" font-size=\"10\">" +
-           Escape(label(i, t)) + "</text>\n";
+           HtmlEscape(label(i, t)) + "</text>\n";
     }
     std::string name = i == axes.size() ? v.metric + " (mean)"
                                          : axes[i]->name + (IsLog(*axes[i]) ? " (log)" : "");
     s += "<text x=\"" + Px(x) + "\" y=\"" + Px(bottom + 20) + "\" text-anchor=\"middle\">" +
-         Escape(name) + "</text>\n";
+         HtmlEscape(name) + "</text>\n";
   }
   s += "<text x=\"" + Px(w / 2) + "\" y=\"" + Px(h - 15) +
        "\" text-anchor=\"middle\" font-size=\"11\">colour by rank of the mean: green best, red worst; black: the leader by the confidence bound</text>\n";
@@ -355,7 +342,7 @@ std::string ImportanceSvg(const SweepView& v, const std::vector<ParamImportance>
   const double h = std::max(kTop + 40 + row * static_cast<double>(imp.size()) + 40, 160.0);
   std::string s = SvgHead(kW, h);
   s += "<text x=\"" + Px(kW / 2) + "\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">" +
-       Escape("sweep " + std::to_string(v.row.id) + ": what each parameter explains of the ranks of mean " + v.metric +
+       HtmlEscape("sweep " + std::to_string(v.row.id) + ": what each parameter explains of the ranks of mean " + v.metric +
               " (eta squared)") +
        "</text>\n";
   if (imp.empty()) {
@@ -366,13 +353,13 @@ std::string ImportanceSvg(const SweepView& v, const std::vector<ParamImportance>
   for (const auto& p : imp) {
     double bw = (kW - left - right) * std::clamp(p.eta2, 0.0, 1.0);
     double chance = p.points > 1 ? static_cast<double>(p.groups - 1) / (p.points - 1) : 1;
-    s += "<g><title>" + Escape(p.name + ": eta squared " + Num(p.eta2) + " over " +
+    s += "<g><title>" + HtmlEscape(p.name + ": eta squared " + Num(p.eta2) + " over " +
                                std::to_string(p.points) + " points in " +
                                std::to_string(p.groups) + " groups (chance alone: about " +
                                Num(chance) + ")") +
          "</title>";
     s += "<text x=\"" + Px(left - 8) + "\" y=\"" + Px(y + 14) + "\" text-anchor=\"end\">" +
-         Escape(p.name) + "</text>";
+         HtmlEscape(p.name) + "</text>";
     s += "<rect class=\"bar\" x=\"" + Px(left) + "\" y=\"" + Px(y + 2) + "\" width=\"" + Px(bw) +
          "\" height=\"" + Px(row - 8) + "\" fill=\"#1f77b4\"/>";
     double cx = left + (kW - left - right) * std::clamp(chance, 0.0, 1.0);

@@ -392,15 +392,35 @@ std::string DefaultApiUrl(ForgeKind forge, std::string_view repo_url) {
   return "";
 }
 
+ForgeRetry NextForgeRetry(int failed_before, std::int64_t base_ms, int max_attempts) {
+  ForgeRetry r;
+  r.attempt = failed_before + 1;
+  r.give_up = r.attempt >= max_attempts;
+  r.delay_ms = base_ms;
+  for (int i = 1; i < r.attempt && r.delay_ms < 3'600'000; ++i) r.delay_ms *= 2;
+  return r;
+}
+
+std::string ForgeHttpError(const HttpResponse& response, const std::string& where) {
+  std::string body = response.body.substr(0, 200);
+  for (auto& c : body) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return "HTTP " + std::to_string(response.status) + " from " + where +
+         (body.empty() ? "" : ": " + body);
+}
+
+std::string FitStatusDescription(std::string text) {
+  if (text.size() <= kMaxStatusDescription) return text;
+  std::size_t cut = kMaxStatusDescription - 3;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // UTF-8
+  return text.substr(0, cut) + "...";
+}
+
 HttpRequest CommitStatusRequest(const StatusTarget& target, const std::string& sha,
                                 CommitState state, const std::string& context,
                                 const std::string& description) {
-  std::string desc = description;
-  if (desc.size() > 140) {
-    size_t cut = 137;
-    while (cut > 0 && (static_cast<unsigned char>(desc[cut]) & 0xC0) == 0x80) --cut;  // UTF-8
-    desc = desc.substr(0, cut) + "...";
-  }
+  std::string desc = FitStatusDescription(description);
   std::string base = target.api_url;
   while (!base.empty() && base.back() == '/') base.pop_back();
   HttpRequest r;

@@ -113,8 +113,27 @@ std::string DefaultApiUrl(ForgeKind forge, std::string_view repo_url);
 // "owner/name" from a repository URL ("" when it cannot be told).
 std::string ProjectFromUrl(std::string_view repo_url);
 
+// A post to a forge (a commit status, a pull request comment) that failed
+// for the `attempt`-th time: the next try waits `base_ms`, doubled for each
+// earlier failure (up to about an hour); the try that reaches
+// `max_attempts` gives up.
+struct ForgeRetry {
+  int attempt = 0;
+  bool give_up = false;
+  std::int64_t delay_ms = 0;
+};
+ForgeRetry NextForgeRetry(int failed_before, std::int64_t base_ms, int max_attempts);
+// A forge's error answer as one line: "HTTP 422 from WHERE: <body, 200 bytes>".
+std::string ForgeHttpError(const HttpResponse& response, const std::string& where);
+
+// GitHub refuses a commit status description longer than 140 characters.
+inline constexpr std::size_t kMaxStatusDescription = 140;
+// `text` cut to kMaxStatusDescription bytes: when longer, its first 137 (never
+// inside a UTF-8 character) and "...".
+std::string FitStatusDescription(std::string text);
+
 // The request that sets the status `context` of `sha`. Descriptions are cut
-// to the forges' limit (140 characters on GitHub).
+// to the forges' limit (FitStatusDescription).
 HttpRequest CommitStatusRequest(const StatusTarget& target, const std::string& sha,
                                 CommitState state, const std::string& context,
                                 const std::string& description);

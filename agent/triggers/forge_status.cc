@@ -7,6 +7,7 @@
 #include <map>
 
 #include "agent/results/analysis.h"
+#include "agent/triggers/forge.h"
 #include "core/strings.h"
 #include "queue/machines.h"
 #include "queue/pushes.h"
@@ -70,7 +71,7 @@ WantedStatus FinalStatus(const BatchProgress& b, const std::optional<BatchProgre
   if (!family.repro.empty()) w.description += "; " + family.repro;
   if (!family.drift.empty()) w.description += "; " + family.drift;
   if (!baseline || b.values.empty()) return w;
-  std::string base = baseline->sha.substr(0, 7);
+  std::string base = ShortSha(baseline->sha, kReportShaChars);
   if (baseline->active()) {
     w.state = CommitState::kPending;
     w.description += "; waiting for the baseline " + base;
@@ -115,7 +116,7 @@ WantedStatus FinalStatus(const BatchProgress& b, const std::optional<BatchProgre
   for (const auto& [shown, note] : {std::pair{with_ci, corr_long}, std::pair{diff, corr_long},
                                     std::pair{diff, corr_short}, std::pair{diff, std::string()}}) {
     text = w.description + "; " + shown + " vs " + base + ": " + verdict + note;
-    if (text.size() <= 140) break;
+    if (text.size() <= kMaxStatusDescription) break;
   }
   w.description = text;
   bool fail = (fail_on == "worse" && c.verdict == stats::Verdict::kWorse) ||
@@ -129,14 +130,7 @@ StatusReporter::StatusReporter(Store& store, const ServerConfig& config, HttpCli
     : store_(store), config_(config), http_(http), clock_(clock), options_(options) {}
 
 std::string WaitingStatusDescription(const std::string& note) {
-  std::string text = "waiting: " + note;
-  constexpr std::size_t kMax = 140;  // GitHub refuses longer descriptions
-  if (text.size() > kMax) {
-    std::size_t cut = kMax - 3;
-    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-    text = text.substr(0, cut) + "...";
-  }
-  return text;
+  return FitStatusDescription("waiting: " + note);
 }
 
 Status StatusReporter::UpdateWaiting() {
@@ -220,36 +214,24 @@ Result<int> StatusReporter::Step() {
     auto resp = http_.Send(CommitStatusRequest(target, s.sha, *state, s.context, s.description));
     TimeMs now = clock_.Now();
     if (resp && resp->ok()) {
-      spdlog::info("commit status {} for {} {} posted to {}: {}", s.state, s.sha.substr(0, 10),
+      spdlog::info("commit status {} for {} {} posted to {}: {}", s.state, ShortSha(s.sha),
                    s.context, repo->forge == ForgeKind::kNone ? "" : ForgeName(repo->forge),
                    s.description);
       TRY(store_.pushes().CommitStatusPosted(s, s.state, s.description, now));
       continue;
     }
-    std::string error;
-    if (resp) {
-      std::string body = resp->body.substr(0, 200);
-      for (auto& c : body) {
-        if (c == '\n' || c == '\r') c = ' ';
-      }
-      error = "HTTP " + std::to_string(resp->status) + " from " + UrlForLog(repo->api_url) +
-              (body.empty() ? "" : ": " + body);
-    } else {
-      error = resp.error().message;
-    }
-    int attempt = s.attempts + 1;
-    bool give_up = attempt >= options_.max_attempts;
-    TimeMs delay = options_.retry_base_ms;
-    for (int i = 1; i < attempt && delay < 3'600'000; ++i) delay *= 2;
-    if (give_up) {
+    const std::string error =
+        resp ? ForgeHttpError(*resp, UrlForLog(repo->api_url)) : resp.error().message;
+    const auto retry = NextForgeRetry(s.attempts, options_.retry_base_ms, options_.max_attempts);
+    if (retry.give_up) {
       spdlog::warn("giving up on commit status {} for {} {} after {} attempts: {}", s.state,
-                   s.sha.substr(0, 10), s.context, attempt, error);
+                   ShortSha(s.sha), s.context, retry.attempt, error);
     } else {
       spdlog::warn("commit status {} for {} {} not posted (attempt {}/{}, next in {}): {}",
-                   s.state, s.sha.substr(0, 10), s.context, attempt, options_.max_attempts,
-                   FormatDuration(delay), error);
+                   s.state, ShortSha(s.sha), s.context, retry.attempt, options_.max_attempts,
+                   FormatDuration(retry.delay_ms), error);
     }
-    TRY(store_.pushes().CommitStatusFailed(s, error, now + delay, give_up, now));
+    TRY(store_.pushes().CommitStatusFailed(s, error, now + retry.delay_ms, retry.give_up, now));
   }
   return tried;
 }

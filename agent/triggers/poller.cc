@@ -4,6 +4,7 @@
 
 #include "agent/triggers/forge.h"
 #include "agent/triggers/webhook.h"
+#include "core/strings.h"
 #include "queue/pushes.h"
 
 namespace trainq {
@@ -91,7 +92,7 @@ Result<int> Poller::PollRepository(const RepoConfig& repo) {
     if (id) {
       ++recorded;
       spdlog::info("polling {}: {} moved {}..{}, recorded as push {}{}", repo.url, ref,
-                   before.substr(0, 10), after.substr(0, 10), *id,
+                   ShortSha(before), ShortSha(after), *id,
                    skip.empty() ? "" : " (" + skip + ")");
     }
     return {};

@@ -18,7 +18,6 @@ namespace trainq {
 
 namespace {
 
-std::string Short(const std::string& sha) { return sha.substr(0, 10); }
 
 std::int64_t Total(const BatchProgress& b) {
   std::int64_t n = 0;
@@ -85,7 +84,7 @@ std::string RenderPrComment(const PrCommentView& view) {
   std::string what = gitlab ? "merge request !" : "pull request #";
   std::string out = "<!-- trainq: this comment is edited in place on each push -->\n";
   out += "### trainq: " + what + std::to_string(view.pr_number) + "\n\n";
-  out += "Head `" + Short(view.head_sha) + "` into `" + view.target_branch + "`";
+  out += "Head `" + ShortSha(view.head_sha) + "` into `" + view.target_branch + "`";
   if (view.experiments.empty()) {
     out += ": nothing runs";
     if (!view.push_result.empty()) out += " (" + view.push_result + ")";
@@ -150,19 +149,19 @@ std::string RenderPrComment(const PrCommentView& view) {
     out += "\n\n";
     if (head.reuses_batch_id) {
       out += "Reused: the runs of batch " + std::to_string(*head.reuses_batch_id) + " at `" +
-             Short(head.reused_from_sha) + "`, whose inputs for `" + head.experiment +
+             ShortSha(head.reused_from_sha) + "`, whose inputs for `" + head.experiment +
              "` are the same; nothing was queued for this head.\n\n";
     }
     out += "| | commit | " + Cell(head.metric_name) +
            " (mean ± sd) | n | difference (95% CI) | test | verdict |\n";
     out += "|---|---|---|---|---|---|---|\n";
     if (base) {
-      out += "| base | `" + Short(base->sha) + "` | " + MeanSd(*base) + " | " + Count(*base) +
+      out += "| base | `" + ShortSha(base->sha) + "` | " + MeanSd(*base) + " | " + Count(*base) +
              " | | | |\n";
     } else {
       out += "| base | - | no runs | 0 | | | |\n";
     }
-    out += "| head | `" + Short(head.sha) + "` | " + MeanSd(head) + " | " + Count(head) + " | " +
+    out += "| head | `" + ShortSha(head.sha) + "` | " + MeanSd(head) + " | " + Count(head) + " | " +
            difference + " | " + test + " | " + Cell(verdict) + " |\n";
     if (!advice.empty()) out += "\n" + advice + "\n";
   }
@@ -249,26 +248,20 @@ Status PrCommentReporter::Post(const RepoConfig& repo, const Pushes::PrComment& 
     spdlog::warn("comment {} on {} is gone (HTTP 404): creating a new one", c.comment_id, what);
     return store_.pushes().ForgetPrCommentId(repo.url, c.pr_number, now);
   } else if (resp) {
-    std::string body = resp->body.substr(0, 200);
-    for (auto& ch : body) {
-      if (ch == '\n' || ch == '\r') ch = ' ';
-    }
-    error = "HTTP " + std::to_string(resp->status) + " from " + req.method + " " +
-            UrlForLog(req.url) + (body.empty() ? "" : ": " + body);
+    error = ForgeHttpError(*resp, req.method + " " + UrlForLog(req.url));
   } else {
     error = resp.error().message;
   }
-  int attempt = c.attempts + 1;
-  bool give_up = attempt >= options_.max_attempts;
-  TimeMs delay = options_.retry_base_ms;
-  for (int i = 1; i < attempt && delay < 3'600'000; ++i) delay *= 2;
-  if (give_up) {
-    spdlog::warn("giving up on the comment on {} after {} attempts: {}", what, attempt, error);
+  const auto retry = NextForgeRetry(c.attempts, options_.retry_base_ms, options_.max_attempts);
+  if (retry.give_up) {
+    spdlog::warn("giving up on the comment on {} after {} attempts: {}", what, retry.attempt,
+                 error);
   } else {
-    spdlog::warn("comment on {} not posted (attempt {}/{}, next in {}): {}", what, attempt,
-                 options_.max_attempts, FormatDuration(delay), error);
+    spdlog::warn("comment on {} not posted (attempt {}/{}, next in {}): {}", what, retry.attempt,
+                 options_.max_attempts, FormatDuration(retry.delay_ms), error);
   }
-  return store_.pushes().PrCommentFailed(repo.url, c.pr_number, error, now + delay, give_up, now);
+  return store_.pushes().PrCommentFailed(repo.url, c.pr_number, error, now + retry.delay_ms,
+                                retry.give_up, now);
 }
 
 Result<int> PrCommentReporter::Step() {

@@ -20,10 +20,6 @@ namespace trainq {
 
 namespace {
 
-constexpr const char* kManifestName = "trainq.yaml";
-
-std::string Short(const std::string& sha) { return sha.substr(0, 10); }
-
 std::string RefName(const std::string& ref) {
   for (std::string_view p : {"refs/heads/", "refs/tags/"}) {
     if (ref.starts_with(p)) return ref.substr(p.size());
@@ -34,7 +30,7 @@ std::string RefName(const std::string& ref) {
 }  // namespace
 
 PushProcessor::PushProcessor(Store& store, const ServerConfig& config, MirrorCache& mirrors,
-                             const Clock& clock, WorkerOptions options)
+                             const Clock& clock, PushPipelineOptions options)
     : store_(store), config_(config), mirrors_(mirrors), clock_(clock),
       options_(std::move(options)) {}
 
@@ -54,13 +50,12 @@ Status PushProcessor::Process(const Pushes::Push& push) {
   TimeMs now = clock_.Now();
   if (outcome) {
     spdlog::info("push {} ({} {} {}): {}", push.id, push.source, RefName(push.ref),
-                 Short(push.after_sha), *outcome);
+                 ShortSha(push.after_sha), *outcome);
     TRY(store_.pushes().FinishPush(push.id, "done", *outcome, "", now));
     // The heads this push superseded stop waiting for machines (coalesce.h).
     auto coalesced = [&]() -> Result<CoalesceOutcome> {
       ASSIGN_OR_RETURN(Mirror * m, mirrors_.Get(repo->url));
-      ASSIGN_OR_RETURN(auto git, GitRepo::Open(m->path()));
-      return CoalesceSuperseded(store_, *repo, push, git.location(), now);
+      return CoalesceSuperseded(store_, *repo, push, m->location(), now);
     }();
     if (!coalesced) {
       spdlog::warn("push {}: cancelling the runs it superseded: {}", push.id,
@@ -112,316 +107,394 @@ std::string FailedPushDescription(std::string_view message, std::string_view rep
   for (auto& c : text) {
     if (c == '\n' || c == '\r' || c == '\t') c = ' ';
   }
-  constexpr std::size_t kMax = 140;  // GitHub refuses longer descriptions
-  if (text.size() > kMax) {
-    std::size_t cut = kMax - 3;
-    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-    text = text.substr(0, cut) + "...";
-  }
-  return text;
+  return FitStatusDescription(std::move(text));
 }
 
+namespace {
+
+// The mirror of a push's repository, fetched at most once while one push is
+// handled: before anything when the push is a pull request (its target as it
+// is now), else only when a commit the push names is missing.
+class PushFetch {
+ public:
+  PushFetch(Mirror& mirror, const RepoConfig& repo, const Pushes::Push& push)
+      : mirror_(mirror), auth_{repo.username, repo.token.value, repo.ssh_key}, push_(push) {}
+  Status Once() {
+    if (fetched_) return {};
+    fetched_ = true;
+    // A pull request's head lives under the forge's ref for it.
+    return push_.pr_number > 0 ? mirror_.Fetch(auth_, {push_.ref}) : mirror_.Fetch(auth_);
+  }
+  bool fetched() const { return fetched_; }
+
+ private:
+  Mirror& mirror_;
+  FetchAuth auth_;
+  const Pushes::Push& push_;
+  bool fetched_ = false;
+};
+
+// What a push's commits are compared with, and why ("force push: compared
+// with the merge-base ...").
+struct PushBase {
+  std::string base;         // "" = nothing
+  std::string how;
+  bool everything = false;  // every experiment runs, whatever changed
+};
+
+// The head of `branch` in the mirror, fetching once when it is not there yet.
+Result<std::optional<std::string>> BranchHead(Mirror& m, PushFetch& fetch,
+                                              const std::string& branch) {
+  if (branch.empty()) return std::optional<std::string>();
+  ASSIGN_OR_RETURN(auto head, m.ResolveRef("refs/heads/" + branch));
+  if (!head && !fetch.fetched()) {
+    TRY(fetch.Once());
+    ASSIGN_OR_RETURN(head, m.ResolveRef("refs/heads/" + branch));
+  }
+  return head;
+}
+
+// A pull request: its head against the merge-base with its target branch,
+// which is what merging it would change.
+Result<PushBase> PullRequestBase(Mirror& m, const Pushes::Push& push) {
+  PushBase out;
+  ASSIGN_OR_RETURN(auto target, m.ResolveRef("refs/heads/" + push.target_branch));
+  std::optional<std::string> mb;
+  if (target) { ASSIGN_OR_RETURN(mb, m.MergeBase(*target, push.after_sha)); }
+  if (mb) {
+    out.base = *mb;
+    out.how = "compared with the merge-base " + ShortSha(out.base) + " with " + push.target_branch;
+  } else {
+    out.how = (target ? "no common history with " : "no branch ") + push.target_branch +
+              ", compared with nothing";
+  }
+  return out;
+}
+
+// A branch whose old head is unknown (new, or rewritten and never fetched).
+Result<PushBase> UnknownOldHeadBase(Mirror& m, PushFetch& fetch, const Pushes::Push& push,
+                                    const std::string& default_branch) {
+  PushBase out;
+  std::string what = IsZeroSha(push.before_sha)
+                         ? std::string("new branch")
+                         : "old head " + ShortSha(push.before_sha) + " unknown";
+  if (push.ref == "refs/heads/" + default_branch) {
+    if (IsZeroSha(push.before_sha)) {
+      out.how = what + " (the default branch): compared with nothing";
+    } else {
+      // The old head of the default branch is gone (rewritten history that
+      // was never fetched): the pushed commit's own change is what is known.
+      ASSIGN_OR_RETURN(auto parent, m.FirstParent(push.after_sha));
+      out.base = parent.value_or("");
+      out.how = what + ": compared with the parent of " + ShortSha(push.after_sha);
+    }
+    return out;
+  }
+  ASSIGN_OR_RETURN(auto head, BranchHead(m, fetch, default_branch));
+  std::optional<std::string> mb;
+  if (head) { ASSIGN_OR_RETURN(mb, m.MergeBase(*head, push.after_sha)); }
+  if (mb) {
+    out.base = *mb;
+    out.how = what + ": compared with the merge-base " + ShortSha(out.base) + " with " +
+              default_branch;
+  } else {
+    out.how = what + ": no common history with " +
+              (default_branch.empty() ? std::string("a default branch") : default_branch) +
+              ", compared with nothing";
+  }
+  return out;
+}
+
+// What the push compares with (push_pipeline.h lists the cases).
+Result<PushBase> ChooseBase(Mirror& m, PushFetch& fetch, const RepoConfig& repo,
+                            const Pushes::Push& push) {
+  const std::string default_branch = !repo.default_branch.empty()  ? repo.default_branch
+                                     : !push.default_branch.empty() ? push.default_branch
+                                                                    : m.DefaultBranch();
+  bool before_known = !IsZeroSha(push.before_sha) && m.HasCommit(push.before_sha);
+  if (!IsZeroSha(push.before_sha) && !before_known && !fetch.fetched()) {
+    TRY(fetch.Once());
+    before_known = m.HasCommit(push.before_sha);
+  }
+  if (push.pr_number > 0) return PullRequestBase(m, push);
+  if (push.ref.starts_with("refs/tags/")) {
+    // A tag marks a release: it runs every experiment at its commit.
+    PushBase out;
+    out.everything = true;
+    out.how = IsZeroSha(push.before_sha) ? "new tag: every experiment runs"
+                                         : "moved tag: every experiment runs";
+    return out;
+  }
+  if (!before_known) return UnknownOldHeadBase(m, fetch, push, default_branch);
+  PushBase out;
+  ASSIGN_OR_RETURN(bool ff, m.IsAncestor(push.before_sha, push.after_sha));
+  if (ff) {
+    out.base = push.before_sha;
+  } else {
+    ASSIGN_OR_RETURN(auto mb, m.MergeBase(push.before_sha, push.after_sha));
+    out.base = mb.value_or("");
+    out.how = "force push: compared with the merge-base " + (mb ? ShortSha(*mb) : "(none)") +
+              " of " + ShortSha(push.before_sha) + " and " + ShortSha(push.after_sha);
+  }
+  return out;
+}
+
+// "github push to main", "poll of main", "github pull request #7 into main".
+std::string PushSource(const Pushes::Push& push) {
+  if (push.pr_number > 0) {
+    return push.source + (push.source == "gitlab" ? " merge request !" : " pull request #") +
+           std::to_string(push.pr_number) + " into " + push.target_branch;
+  }
+  return push.source == "poll" ? "poll of " + RefName(push.ref)
+                               : push.source + " push to " + RefName(push.ref);
+}
+
+// trainq.yaml at `sha`: nullopt when the commit has none; an error naming
+// the repository and commit when it is too large or does not parse.
+Result<std::optional<Manifest>> ManifestAt(GitRepo& git, const RepoConfig& repo,
+                                           const std::string& sha) {
+  auto text = git.ReadFile(sha, kManifestName);
+  if (!text) {
+    if (text.error().kind == ErrorKind::kNotFound) return std::optional<Manifest>();
+    return std::unexpected(text.error());
+  }
+  if (auto st = CheckManifestSize(text->size(), kManifestName, repo.limits); !st) {
+    return std::unexpected(st.error().Wrap(repo.url + " at " + ShortSha(sha)));
+  }
+  auto parsed = ParseManifest(*text, kManifestName);
+  if (!parsed) return std::unexpected(parsed.error().Wrap(repo.url + " at " + ShortSha(sha)));
+  return std::optional<Manifest>(std::move(*parsed));
+}
+
+}  // namespace
+
+// The push's commits (the head, or each new one with per_commit), each
+// planned and queued by QueueCommit.
 Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Pushes::Push& push) {
   ASSIGN_OR_RETURN(Mirror * m, mirrors_.Get(repo.url));
-  FetchAuth auth{repo.username, repo.token.value, repo.ssh_key};
-  bool fetched = false;
-  bool is_pr = push.pr_number > 0;
-  auto fetch_once = [&]() -> Status {
-    if (fetched) return {};
-    fetched = true;
-    // A pull request's head lives under the forge's ref for it.
-    return is_pr ? m->Fetch(auth, {push.ref}) : m->Fetch(auth);
-  };
+  PushFetch fetch(*m, repo, push);
   // A pull request is compared with its target as it is now.
-  if (is_pr) TRY(fetch_once());
+  if (push.pr_number > 0) TRY(fetch.Once());
   if (!m->HasCommit(push.after_sha)) {
-    TRY(fetch_once());
+    TRY(fetch.Once());
     if (!m->HasCommit(push.after_sha)) {
-      return Fail(ErrorKind::kUnavailable, "commit " + Short(push.after_sha) + " not found in " +
+      return Fail(ErrorKind::kUnavailable, "commit " + ShortSha(push.after_sha) + " not found in " +
                                                UrlForLog(repo.url) + " after fetching");
     }
   }
-
-  // What to compare with.
-  std::string default_branch = !repo.default_branch.empty()  ? repo.default_branch
-                               : !push.default_branch.empty() ? push.default_branch
-                                                              : m->DefaultBranch();
-  auto default_head = [&]() -> Result<std::optional<std::string>> {
-    if (default_branch.empty()) return std::optional<std::string>();
-    ASSIGN_OR_RETURN(auto head, m->ResolveRef("refs/heads/" + default_branch));
-    if (!head && !fetched) {
-      TRY(fetch_once());
-      ASSIGN_OR_RETURN(head, m->ResolveRef("refs/heads/" + default_branch));
-    }
-    return head;
-  };
-  std::string base;
-  std::string how;
-  bool everything = false;  // every experiment runs, whatever changed
-  bool is_tag = push.ref.starts_with("refs/tags/");
-  bool before_known = !IsZeroSha(push.before_sha) && m->HasCommit(push.before_sha);
-  if (!IsZeroSha(push.before_sha) && !before_known && !fetched) {
-    TRY(fetch_once());
-    before_known = m->HasCommit(push.before_sha);
-  }
-  if (is_pr) {
-    // A pull request: its head against the merge-base with its target branch,
-    // which is what merging it would change.
-    ASSIGN_OR_RETURN(auto target, m->ResolveRef("refs/heads/" + push.target_branch));
-    std::optional<std::string> mb;
-    if (target) { ASSIGN_OR_RETURN(mb, m->MergeBase(*target, push.after_sha)); }
-    if (mb) {
-      base = *mb;
-      how = "compared with the merge-base " + Short(base) + " with " + push.target_branch;
-    } else {
-      how = (target ? "no common history with " : "no branch ") + push.target_branch +
-            ", compared with nothing";
-    }
-  } else if (is_tag) {
-    // A tag marks a release: it runs every experiment at its commit.
-    everything = true;
-    how = IsZeroSha(push.before_sha) ? "new tag: every experiment runs"
-                                     : "moved tag: every experiment runs";
-  } else if (!before_known) {
-    std::string what = IsZeroSha(push.before_sha)
-                           ? std::string("new branch")
-                           : "old head " + Short(push.before_sha) + " unknown";
-    if (push.ref == "refs/heads/" + default_branch) {
-      if (IsZeroSha(push.before_sha)) {
-        how = what + " (the default branch): compared with nothing";
-      } else {
-        // The old head of the default branch is gone (rewritten history that
-        // was never fetched): the pushed commit's own change is what is known.
-        ASSIGN_OR_RETURN(auto parent, m->FirstParent(push.after_sha));
-        base = parent.value_or("");
-        how = what + ": compared with the parent of " + Short(push.after_sha);
-      }
-    } else {
-      ASSIGN_OR_RETURN(auto head, default_head());
-      std::optional<std::string> mb;
-      if (head) { ASSIGN_OR_RETURN(mb, m->MergeBase(*head, push.after_sha)); }
-      if (mb) {
-        base = *mb;
-        how = what + ": compared with the merge-base " + Short(base) + " with " + default_branch;
-      } else {
-        how = what + ": no common history with " +
-              (default_branch.empty() ? std::string("a default branch") : default_branch) +
-              ", compared with nothing";
-      }
-    }
-  } else {
-    ASSIGN_OR_RETURN(bool ff, m->IsAncestor(push.before_sha, push.after_sha));
-    if (ff) {
-      base = push.before_sha;
-    } else {
-      ASSIGN_OR_RETURN(auto mb, m->MergeBase(push.before_sha, push.after_sha));
-      base = mb.value_or("");
-      how = "force push: compared with the merge-base " + (mb ? Short(*mb) : "(none)") + " of " +
-            Short(push.before_sha) + " and " + Short(push.after_sha);
-    }
-  }
+  ASSIGN_OR_RETURN(auto base, ChooseBase(*m, fetch, repo, push));
 
   std::vector<std::string> commits;
   if (repo.per_commit) {
-    ASSIGN_OR_RETURN(commits, m->CommitsBetween(base, push.after_sha,
+    ASSIGN_OR_RETURN(commits, m->CommitsBetween(base.base, push.after_sha,
                                                 options_.max_commits_per_push));
-  } else if (everything || base != push.after_sha) {
+  } else if (base.everything || base.base != push.after_sha) {
     commits = {push.after_sha};
   }
   if (commits.empty()) return std::string("no new commits: nothing runs");
 
+  // The mirror read as the repository batches name (GitRepo::location).
   ASSIGN_OR_RETURN(auto git, GitRepo::Open(m->path()));
-  std::string source = push.source == "poll" ? "poll of " + RefName(push.ref)
-                                             : push.source + " push to " + RefName(push.ref);
-  if (is_pr) {
-    source = push.source + (push.source == "gitlab" ? " merge request !" : " pull request #") +
-             std::to_string(push.pr_number) + " into " + push.target_branch;
-  }
-  auto manifest_at = [&](const std::string& sha) -> Result<std::optional<Manifest>> {
-    auto text = git.ReadFile(sha, kManifestName);
-    if (!text) {
-      if (text.error().kind == ErrorKind::kNotFound) return std::optional<Manifest>();
-      return std::unexpected(text.error());
-    }
-    if (auto st = CheckManifestSize(text->size(), kManifestName, repo.limits); !st) {
-      return std::unexpected(st.error().Wrap(repo.url + " at " + Short(sha)));
-    }
-    auto parsed = ParseManifest(*text, kManifestName);
-    if (!parsed) return std::unexpected(parsed.error().Wrap(repo.url + " at " + Short(sha)));
-    return std::optional<Manifest>(std::move(*parsed));
-  };
-
+  PushCommit c{repo, push, *m, git, PushSource(push), base.how, base.everything};
   std::vector<std::string> lines;
   for (const auto& sha : commits) {
-    std::string commit_base = base;
+    std::string commit_base = base.base;
     if (repo.per_commit) {
       ASSIGN_OR_RETURN(auto parent, m->FirstParent(sha));
       commit_base = parent.value_or("");
     }
-    ASSIGN_OR_RETURN(auto after, manifest_at(sha));
-    if (!after) {
-      lines.push_back(Short(sha) + ": no trainq.yaml");
-      continue;
-    }
-    std::optional<Manifest> before;
-    if (!commit_base.empty()) {
-      auto b = manifest_at(commit_base);
-      if (b) {
-        before = std::move(*b);
-      } else {
-        spdlog::debug("{}: trainq.yaml at {} unreadable ({}); every experiment counts as new",
-                      repo.url, Short(commit_base), b.error().message);
-      }
-    }
-    std::vector<ExperimentTrigger> triggers;
-    if (everything) {
-      for (const auto& e : after->experiments) triggers.push_back({e.name, {}});
-    } else {
-      ASSIGN_OR_RETURN(auto changes, m->Diff(commit_base, sha));
-      triggers = DetectChanges(changes, before ? &*before : nullptr, *after);
-    }
-    // A swept command without a default point has no plain batch.
-    std::string not_queued;
-    std::erase_if(triggers, [&](const ExperimentTrigger& t) {
-      const Experiment* e = after->Find(t.experiment);
-      if (!e || !e->NoPlainBatch()) return false;
-      not_queued += (not_queued.empty() ? "" : ", ") + t.experiment;
-      return true;
-    });
-    if (!not_queued.empty()) {
-      lines.push_back(Short(sha) + ": not queued (swept, no explicit point): " + not_queued);
-    }
-    if (triggers.empty()) {
-      if (not_queued.empty()) {
-        // Nothing to judge: decided. `trainq gate` passes the commit, and
-        // each experiment's context gets a success status, so a required
-        // check turns green on a change that touched no experiment.
-        std::string note = "no watched path or experiment changed";
-        lines.push_back(Short(sha) + ": " + note);
-        TRY(store_.pushes().AddQuietCommit({repo.url, sha, push.id, note}, clock_.Now()));
-        if (repo.status) {
-          for (const auto& e : after->experiments) {
-            Pushes::CommitStatus cs;
-            cs.push_id = push.id;
-            cs.repo_url = repo.url;
-            cs.sha = sha;
-            cs.context = repo.status_context + "/" + e.name;
-            cs.state = "success";
-            cs.description = "no experiment changed";
-            TRY(store_.pushes().AddPushStatus(cs, clock_.Now()));
-          }
-        }
-      }
-      continue;
-    }
-    // The experiments about to run are checked at this commit: a bad spec,
-    // a missing file or a broken command fails the push, nothing is queued.
-    std::vector<const Experiment*> chosen;
-    for (const auto& t : triggers) chosen.push_back(after->Find(t.experiment));
-    auto read = [&](const std::string& path) { return git.ReadFile(sha, path); };
-    if (auto st = CheckExperiments(chosen, kManifestName, read); !st) {
-      return std::unexpected(st.error().Wrap(repo.url + " at " + Short(sha)));
-    }
-    ASSIGN_OR_RETURN(auto info, git.Resolve(sha));
-    std::vector<BatchSpec> specs;
-    std::vector<SubmitResult> results;
-    std::string reused;
-    // Each experiment's spec with the fingerprint of its inputs at this
-    // commit, which an equal ancestor's batch carries too.
-    std::vector<BatchSpec> candidates;
-    for (const auto& t : triggers) {
-      std::string why = t.Reason();
-      std::string reason = source + ": " + how + (how.empty() || why.empty() ? "" : "; ") + why;
-      candidates.push_back(after->Find(t.experiment)->ToBatchSpec(reason));
-    }
-    TRY(AddInputsFingerprints(git, sha, *after, candidates));
-    for (size_t i = 0; i < triggers.size(); ++i) {
-      const auto& t = triggers[i];
-      BatchSpec& spec = candidates[i];
-      const std::string& reason = spec.reason;
-      // The same inputs at an ancestor (the previous head of a pull request,
-      // the commit before a docs-only change): that batch is this commit's.
-      ASSIGN_OR_RETURN(auto here, BatchOfExperimentAt(store_, git.location(), t.experiment, sha));
-      if (!here) {
-        ASSIGN_OR_RETURN(auto found,
-                         FindReusableBatch(store_, m->path(), git.location(), spec, sha));
-        if (found) {
-          std::string why_reused = "reused batch " + std::to_string(found->batch.id) + " of " +
-                                   Short(found->at_sha) + ": same inputs; " + reason;
-          ASSIGN_OR_RETURN(auto r, store_.runs().ReuseBatch(git.location(), info, t.experiment,
-                                                     found->batch.id, why_reused, clock_.Now()));
-          reused += (reused.empty() ? "" : ", ") + t.experiment + " (batch " +
-                    std::to_string(found->batch.id) + " of " + Short(found->at_sha) + ")";
-          results.push_back(r);
-          continue;
-        }
-      }
-      specs.push_back(std::move(spec));
-    }
-    specs = WithDeterminismChecks(std::move(specs));
-    TRY(CheckSubmitLimits(specs, std::string(kManifestName) + " at " + Short(sha), repo.limits));
-    if (!specs.empty()) {
-      ASSIGN_OR_RETURN(auto submitted, store_.runs().Submit(git.location(), info, specs, clock_.Now()));
-      results.insert(results.end(), submitted.begin(), submitted.end());
-    }
-    std::string names;
-    std::string kept_names;
-    for (const auto& r : results) {
-      // A determinism check's companion batch is read with its experiment's:
-      // no baseline and no commit status of its own.
-      if (IsReproExperiment(r.experiment)) continue;
-      // The commit had this batch already (a merged pull request's head):
-      // nothing is queued, and the log must not say otherwise.
-      bool kept = !r.reuses_batch_id && !r.created && r.runs_added == 0;
-      if (kept) {
-        kept_names += (kept_names.empty() ? "" : ", ") + r.experiment + " (batch " +
-                      std::to_string(r.batch_id) + ")";
-      } else if (!r.reuses_batch_id) {
-        names += (names.empty() ? "" : ", ") + r.experiment;
-      }
-      // What this batch is compared with: found, reused from an equivalent
-      // ancestor, or queued at the base with the same seeds.
-      if (auto batch = store_.runs().Batch(r.batch_id); batch && *batch && (*batch)->base_sha.empty()) {
-        auto note = ChooseBaseline(store_, m->path(), **batch, commit_base, clock_.Now());
-        if (note) {
-          if (!r.reuses_batch_id && !kept) names += " (baseline: " + *note + ")";
-        } else {
-          spdlog::warn("push {}: choosing the baseline of batch {}: {}", push.id, r.batch_id,
-                       note.error().message);
-        }
-      }
-      if (r.created && repo.status) {
-        Pushes::CommitStatus cs;
-        cs.batch_id = r.batch_id;
-        cs.repo_url = repo.url;
-        cs.sha = sha;
-        cs.context = repo.status_context + "/" + r.experiment;
-        cs.state = "pending";
-        cs.description = r.reuses_batch_id
-                             ? "reused batch " + std::to_string(*r.reuses_batch_id) + " (same inputs)"
-                             : "queued: " + std::to_string(r.runs_added) + " runs";
-        TRY(store_.pushes().AddCommitStatus(cs, clock_.Now()));
-      }
-    }
-    std::string line;
-    if (!names.empty()) line = "queued " + names;
-    if (!reused.empty()) line += (line.empty() ? "" : "; ") + ("reused " + reused);
-    if (!kept_names.empty()) line += (line.empty() ? "" : "; ") + ("already run " + kept_names);
-    lines.push_back(Short(sha) + ": " + line);
+    ASSIGN_OR_RETURN(auto line, QueueCommit(c, sha, commit_base));
+    lines.push_back(ShortSha(sha) + ": " + line);
   }
   std::string out;
   for (const auto& l : lines) out += (out.empty() ? "" : "; ") + l;
   return out;
 }
 
-ServerWorker::ServerWorker(std::string db_path, const ServerConfig& config, HttpClient& http,
-                           const Clock& clock, WorkerOptions options)
+// One commit of a push: which experiments run (change detection against
+// `commit_base`), checked at the commit, then queued (QueueTriggered). What
+// happened, as one line ("" when nothing is worth saying).
+Result<std::string> PushProcessor::QueueCommit(const PushCommit& c, const std::string& sha,
+                                               const std::string& commit_base) {
+  const RepoConfig& repo = c.repo;
+  GitRepo& git = c.git;
+  ASSIGN_OR_RETURN(auto after, ManifestAt(git, repo, sha));
+  if (!after) return std::string("no trainq.yaml");
+  std::optional<Manifest> before;
+  if (!commit_base.empty()) {
+    auto b = ManifestAt(git, repo, commit_base);
+    if (b) {
+      before = std::move(*b);
+    } else {
+      spdlog::debug("{}: trainq.yaml at {} unreadable ({}); every experiment counts as new",
+                    repo.url, ShortSha(commit_base), b.error().message);
+    }
+  }
+  std::vector<ExperimentTrigger> triggers;
+  if (c.everything) {
+    for (const auto& e : after->experiments) triggers.push_back({e.name, {}});
+  } else {
+    ASSIGN_OR_RETURN(auto changes, git.Diff(commit_base, sha));
+    triggers = DetectChanges(changes, before ? &*before : nullptr, *after);
+  }
+  // A swept command without a default point has no plain batch.
+  std::string not_queued;
+  std::erase_if(triggers, [&](const ExperimentTrigger& t) {
+    const Experiment* e = after->Find(t.experiment);
+    if (!e || !e->NoPlainBatch()) return false;
+    not_queued += (not_queued.empty() ? "" : ", ") + t.experiment;
+    return true;
+  });
+  std::string line;
+  if (!not_queued.empty()) line = "not queued (swept, no explicit point): " + not_queued;
+  if (triggers.empty()) {
+    if (not_queued.empty()) {
+      TRY(RecordQuietCommit(c, sha, *after));
+      return std::string("no watched path or experiment changed");
+    }
+    return line;
+  }
+  // The experiments about to run are checked at this commit: a bad spec,
+  // a missing file or a broken command fails the push, nothing is queued.
+  std::vector<const Experiment*> chosen;
+  for (const auto& t : triggers) chosen.push_back(after->Find(t.experiment));
+  auto read = [&](const std::string& path) { return git.ReadFile(sha, path); };
+  if (auto st = CheckExperiments(chosen, kManifestName, read); !st) {
+    return std::unexpected(st.error().Wrap(repo.url + " at " + ShortSha(sha)));
+  }
+  ASSIGN_OR_RETURN(auto queued, QueueTriggered(c, sha, commit_base, *after, triggers));
+  // Two lines for one commit when some experiments were swept: the note first.
+  if (!line.empty()) return line + "; " + ShortSha(sha) + ": " + queued;
+  return queued;
+}
+
+// Nothing to judge: decided. `trainq gate` passes the commit, and each
+// experiment's context gets a success status, so a required check turns
+// green on a change that touched no experiment.
+Status PushProcessor::RecordQuietCommit(const PushCommit& c, const std::string& sha,
+                                        const Manifest& after) {
+  const std::string note = "no watched path or experiment changed";
+  TRY(store_.pushes().AddQuietCommit({c.repo.url, sha, c.push.id, note}, clock_.Now()));
+  if (!c.repo.status) return {};
+  for (const auto& e : after.experiments) {
+    Pushes::CommitStatus cs;
+    cs.push_id = c.push.id;
+    cs.repo_url = c.repo.url;
+    cs.sha = sha;
+    cs.context = c.repo.status_context + "/" + e.name;
+    cs.state = "success";
+    cs.description = "no experiment changed";
+    TRY(store_.pushes().AddPushStatus(cs, clock_.Now()));
+  }
+  return {};
+}
+
+// The batches of one commit: each triggered experiment reuses an ancestor's
+// batch with the same inputs or is submitted (with its determinism check);
+// then each new batch gets its baseline and a pending commit status.
+Result<std::string> PushProcessor::QueueTriggered(const PushCommit& c, const std::string& sha,
+                                                  const std::string& commit_base,
+                                                  const Manifest& after,
+                                                  const std::vector<ExperimentTrigger>& triggers) {
+  const RepoConfig& repo = c.repo;
+  GitRepo& git = c.git;
+  ASSIGN_OR_RETURN(auto info, git.Resolve(sha));
+  std::vector<BatchSpec> specs;
+  std::vector<SubmitResult> results;
+  std::string reused;
+  // Each experiment's spec with the fingerprint of its inputs at this
+  // commit, which an equal ancestor's batch carries too.
+  std::vector<BatchSpec> candidates;
+  for (const auto& t : triggers) {
+    std::string why = t.Reason();
+    std::string reason =
+        c.source + ": " + c.how + (c.how.empty() || why.empty() ? "" : "; ") + why;
+    candidates.push_back(after.Find(t.experiment)->ToBatchSpec(reason));
+  }
+  TRY(AddInputsFingerprints(git, sha, after, candidates));
+  for (size_t i = 0; i < triggers.size(); ++i) {
+    const auto& t = triggers[i];
+    BatchSpec& spec = candidates[i];
+    const std::string& reason = spec.reason;
+    // The same inputs at an ancestor (the previous head of a pull request,
+    // the commit before a docs-only change): that batch is this commit's.
+    ASSIGN_OR_RETURN(auto here, BatchOfExperimentAt(store_, git.location(), t.experiment, sha));
+    if (!here) {
+      ASSIGN_OR_RETURN(auto found,
+                       FindReusableBatch(store_, c.mirror.path(), git.location(), spec, sha));
+      if (found) {
+        std::string why_reused = "reused batch " + std::to_string(found->batch.id) + " of " +
+                                 ShortSha(found->at_sha) + ": same inputs; " + reason;
+        ASSIGN_OR_RETURN(auto r, store_.runs().ReuseBatch(git.location(), info, t.experiment,
+                                                   found->batch.id, why_reused, clock_.Now()));
+        reused += (reused.empty() ? "" : ", ") + t.experiment + " (batch " +
+                  std::to_string(found->batch.id) + " of " + ShortSha(found->at_sha) + ")";
+        results.push_back(r);
+        continue;
+      }
+    }
+    specs.push_back(std::move(spec));
+  }
+  specs = WithDeterminismChecks(std::move(specs));
+  TRY(CheckSubmitLimits(specs, std::string(kManifestName) + " at " + ShortSha(sha), repo.limits));
+  if (!specs.empty()) {
+    ASSIGN_OR_RETURN(auto submitted, store_.runs().Submit(git.location(), info, specs, clock_.Now()));
+    results.insert(results.end(), submitted.begin(), submitted.end());
+  }
+  std::string names;
+  std::string kept_names;
+  for (const auto& r : results) {
+    // A determinism check's companion batch is read with its experiment's:
+    // no baseline and no commit status of its own.
+    if (IsReproExperiment(r.experiment)) continue;
+    // The commit had this batch already (a merged pull request's head):
+    // nothing is queued, and the log must not say otherwise.
+    bool kept = !r.reuses_batch_id && !r.created && r.runs_added == 0;
+    if (kept) {
+      kept_names += (kept_names.empty() ? "" : ", ") + r.experiment + " (batch " +
+                    std::to_string(r.batch_id) + ")";
+    } else if (!r.reuses_batch_id) {
+      names += (names.empty() ? "" : ", ") + r.experiment;
+    }
+    // What this batch is compared with: found, reused from an equivalent
+    // ancestor, or queued at the base with the same seeds.
+    if (auto batch = store_.runs().Batch(r.batch_id); batch && *batch && (*batch)->base_sha.empty()) {
+      auto note = ChooseBaseline(store_, c.mirror.path(), **batch, commit_base, clock_.Now());
+      if (note) {
+        if (!r.reuses_batch_id && !kept) names += " (baseline: " + *note + ")";
+      } else {
+        spdlog::warn("push {}: choosing the baseline of batch {}: {}", c.push.id, r.batch_id,
+                     note.error().message);
+      }
+    }
+    if (r.created && repo.status) {
+      Pushes::CommitStatus cs;
+      cs.batch_id = r.batch_id;
+      cs.repo_url = repo.url;
+      cs.sha = sha;
+      cs.context = repo.status_context + "/" + r.experiment;
+      cs.state = "pending";
+      cs.description = r.reuses_batch_id
+                           ? "reused batch " + std::to_string(*r.reuses_batch_id) + " (same inputs)"
+                           : "queued: " + std::to_string(r.runs_added) + " runs";
+      TRY(store_.pushes().AddCommitStatus(cs, clock_.Now()));
+    }
+  }
+  std::string line;
+  if (!names.empty()) line = "queued " + names;
+  if (!reused.empty()) line += (line.empty() ? "" : "; ") + ("reused " + reused);
+  if (!kept_names.empty()) line += (line.empty() ? "" : "; ") + ("already run " + kept_names);
+  return line;
+}
+
+PushPipeline::PushPipeline(std::string db_path, const ServerConfig& config, HttpClient& http,
+                           const Clock& clock, PushPipelineOptions options)
     : db_path_(std::move(db_path)), config_(config), http_(http), clock_(clock),
       options_(std::move(options)) {}
 
-ServerWorker::~ServerWorker() { Stop(); }
+PushPipeline::~PushPipeline() { Stop(); }
 
-Status ServerWorker::Start() {
+Status PushPipeline::Start() {
   ASSIGN_OR_RETURN(auto push_store, Store::Open(db_path_));
   ASSIGN_OR_RETURN(auto status_store, Store::Open(db_path_));
   push_thread_ = std::thread(
@@ -431,7 +504,7 @@ Status ServerWorker::Start() {
   return {};
 }
 
-void ServerWorker::Wake() {
+void PushPipeline::Wake() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     push_woken_ = true;
@@ -439,7 +512,7 @@ void ServerWorker::Wake() {
   cv_.notify_all();
 }
 
-void ServerWorker::Stop() {
+void PushPipeline::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -449,14 +522,14 @@ void ServerWorker::Stop() {
   if (status_thread_.joinable()) status_thread_.join();
 }
 
-void ServerWorker::Wait(TimeMs ms, bool& woken) {
+void PushPipeline::Wait(TimeMs ms, bool& woken) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, std::chrono::milliseconds(std::max<TimeMs>(ms, 0)),
                [&] { return stop_ || woken; });
   woken = false;
 }
 
-void ServerWorker::PushLoop(Store store) {
+void PushPipeline::PushLoop(Store store) {
   store.UseFineBusyWait();
   MirrorCache mirrors(options_.data_dir);
   PushProcessor processor(store, config_, mirrors, clock_, options_);
@@ -489,7 +562,7 @@ void ServerWorker::PushLoop(Store store) {
   }
 }
 
-void ServerWorker::StatusLoop(Store store) {
+void PushPipeline::StatusLoop(Store store) {
   StatusReporter reporter(store, config_, http_, clock_, options_.status);
   PrCommentReporter comments(store, config_, http_, clock_, options_.data_dir, options_.comments);
   while (true) {

@@ -21,7 +21,7 @@
 // bad trainq.yaml ("trainq.yaml:12: unknown key 'repats'"), `error` for a
 // fetch that kept failing.
 //
-// ServerWorker runs that and the Poller on one thread, and the
+// PushPipeline runs that and the Poller on one thread, and the
 // StatusReporter and the PrCommentReporter on a second (a slow forge never
 // delays a push); each thread has its own Store connection.
 #pragma once
@@ -33,6 +33,10 @@
 #include <string>
 #include <thread>
 
+#include "agent/triggers/forge_status.h"
+#include "agent/repo/change_detect.h"
+#include "agent/repo/git_repo.h"
+#include "agent/repo/manifest.h"
 #include "agent/repo/mirror.h"
 #include "agent/triggers/forge_status.h"
 #include "agent/triggers/poller.h"
@@ -45,7 +49,7 @@
 
 namespace trainq {
 
-struct WorkerOptions {
+struct PushPipelineOptions {
   std::string data_dir;              // mirrors/ lives here
   TimeMs fetch_retry_base_ms = 2'000;
   int fetch_attempts = 5;
@@ -63,30 +67,49 @@ std::string FailedPushDescription(std::string_view message, std::string_view rep
 class PushProcessor {
  public:
   PushProcessor(Store& store, const ServerConfig& config, MirrorCache& mirrors, const Clock& clock,
-                WorkerOptions options);
+                PushPipelineOptions options);
   // Handles the pushes that are due; returns how many.
   Result<int> ProcessDue(int limit);
   // Handles one push and records its outcome (done, failed, or a retry).
   Status Process(const Pushes::Push& push);
 
  private:
+  // One push's commits, and what they are compared with.
+  struct PushCommit {
+    const RepoConfig& repo;
+    const Pushes::Push& push;
+    Mirror& mirror;
+    GitRepo& git;        // the mirror, opened as batches name it
+    std::string source;  // "github push to main"
+    std::string how;     // how the base was chosen
+    bool everything;     // every experiment runs (a tag)
+  };
   // What was queued, as one line; an Error when nothing could be decided.
+  // The steps: fetch what is missing, choose the base, then per commit
+  // QueueCommit (detect, check) -> QueueTriggered (reuse or submit,
+  // baseline, pending status) or RecordQuietCommit.
   Result<std::string> Run(const RepoConfig& repo, const Pushes::Push& push);
+  Result<std::string> QueueCommit(const PushCommit& c, const std::string& sha,
+                                  const std::string& commit_base);
+  Status RecordQuietCommit(const PushCommit& c, const std::string& sha, const Manifest& after);
+  Result<std::string> QueueTriggered(const PushCommit& c, const std::string& sha,
+                                     const std::string& commit_base, const Manifest& after,
+                                     const std::vector<ExperimentTrigger>& triggers);
 
   Store& store_;
   const ServerConfig& config_;
   MirrorCache& mirrors_;
   const Clock& clock_;
-  WorkerOptions options_;
+  PushPipelineOptions options_;
 };
 
-class ServerWorker {
+class PushPipeline {
  public:
-  ServerWorker(std::string db_path, const ServerConfig& config, HttpClient& http,
-               const Clock& clock, WorkerOptions options);
-  ~ServerWorker();
-  ServerWorker(const ServerWorker&) = delete;
-  ServerWorker& operator=(const ServerWorker&) = delete;
+  PushPipeline(std::string db_path, const ServerConfig& config, HttpClient& http,
+               const Clock& clock, PushPipelineOptions options);
+  ~PushPipeline();
+  PushPipeline(const PushPipeline&) = delete;
+  PushPipeline& operator=(const PushPipeline&) = delete;
 
   // Opens the threads' stores and starts them.
   Status Start();
@@ -104,7 +127,7 @@ class ServerWorker {
   const ServerConfig& config_;
   HttpClient& http_;
   const Clock& clock_;
-  WorkerOptions options_;
+  PushPipelineOptions options_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

@@ -1,6 +1,7 @@
 #include "agent/triggers/webhook.h"
 #include "queue/pushes.h"
 #include "queue/store.h"
+#include "core/strings.h"
 
 #include <spdlog/spdlog.h>
 
@@ -54,7 +55,6 @@ bool SameRepo(const RepoConfig& repo, const Event& e) {
          Lower(e.full_name) == Lower(repo.project);
 }
 
-std::string Short(const std::string& sha) { return sha.substr(0, 10); }
 
 // GitHub and Gitea say "pull request #N", GitLab "merge request !N".
 std::string PrName(ForgeKind forge, std::int64_t n) {
@@ -126,7 +126,7 @@ WebhookReply PullRequestWebhook(const std::vector<const RepoConfig*>& candidates
     return Reply(200, "duplicate", {{"reason", "delivery " + row.delivery_id + " seen before"}});
   }
   spdlog::info("{} {} ({}, {} into {}) head {} of {} recorded as push {}{}", forge_name, name,
-               pr.action, pr.head_ref, pr.target_branch, Short(pr.head_sha), repo->url, **id,
+               pr.action, pr.head_ref, pr.target_branch, ShortSha(pr.head_sha), repo->url, **id,
                skip.empty() ? "" : " (" + skip + ")");
   WebhookReply r = skip.empty()
                        ? Reply(202, "accepted", {{"push", **id}, {"pull_request", pr.number}})
@@ -270,7 +270,7 @@ WebhookReply AnswerWebhook(const ServerConfig& config, Store& store, ForgeKind f
     return Reply(200, "duplicate", {{"reason", "delivery " + row.delivery_id + " seen before"}});
   }
   spdlog::info("{} push {} {}..{} to {} recorded as push {}{}", forge_name, push.ref,
-               Short(push.before), Short(push.after), repo->url, **id,
+               ShortSha(push.before), ShortSha(push.after), repo->url, **id,
                skip.empty() ? "" : " (" + skip + ")");
   WebhookReply r = skip.empty() ? Reply(202, "accepted", {{"push", **id}})
                                 : Reply(200, "ignored", {{"push", **id}, {"reason", skip}});

@@ -351,3 +351,30 @@ TEST_CASE("forge: pull request comment requests in each forge's documented API s
 
 }  // namespace
 }  // namespace trainq
+
+namespace trainq {
+
+TEST_CASE("forge: FitStatusDescription cuts at 140 bytes on a character boundary", "[forge]") {
+  CHECK(FitStatusDescription("short") == "short");
+  CHECK(FitStatusDescription(std::string(140, 'x')) == std::string(140, 'x'));
+  auto cut = FitStatusDescription(std::string(141, 'x'));
+  CHECK(cut == std::string(137, 'x') + "...");
+  // "±" is two bytes; one starting at byte 136 would be split by a cut at 137.
+  auto utf8 = FitStatusDescription(std::string(136, 'x') + "±" + std::string(10, 'y'));
+  CHECK(utf8 == std::string(136, 'x') + "...");
+}
+
+TEST_CASE("forge: NextForgeRetry doubles the delay and gives up at max_attempts", "[forge]") {
+  auto first = NextForgeRetry(0, 5'000, 5);
+  CHECK(first.attempt == 1);
+  CHECK(first.delay_ms == 5'000);
+  CHECK_FALSE(first.give_up);
+  auto third = NextForgeRetry(2, 5'000, 5);
+  CHECK(third.attempt == 3);
+  CHECK(third.delay_ms == 20'000);
+  CHECK(NextForgeRetry(4, 5'000, 5).give_up);
+  // The doubling stops once it passes an hour.
+  CHECK(NextForgeRetry(30, 5'000, 100).delay_ms < 2 * 3'600'000 + 5'000);
+}
+
+}  // namespace trainq

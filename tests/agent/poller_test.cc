@@ -123,7 +123,7 @@ TEST_CASE("poller: Step keeps the interval, survives a failing fetch, and feeds 
   w.clock.Advance(30'000);
   CHECK(poller.Step().value() == 1);
 
-  WorkerOptions o;
+  PushPipelineOptions o;
   o.data_dir = w.tmp / "data";
   PushProcessor proc(w.store, w.config, w.mirrors, w.clock, o);
   CHECK(proc.ProcessDue(10).value() == 1);

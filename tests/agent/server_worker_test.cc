@@ -60,8 +60,8 @@ struct World {
                       "base");
   }
 
-  WorkerOptions Options() {
-    WorkerOptions o;
+  PushPipelineOptions Options() {
+    PushPipelineOptions o;
     o.data_dir = tmp / "data";
     o.fetch_retry_base_ms = 1000;
     o.fetch_attempts = 3;

@@ -110,3 +110,16 @@ TEST_CASE("WriteFileDurably replaces a file whole or not at all, and says why no
   REQUIRE(WriteFileDurably(path, "new\n"));
   CHECK(ReadFile(path).value() == "new\n");
 }
+
+TEST_CASE("ShortSha cuts a commit id to 10 characters, or as many as asked", "[strings]") {
+  const std::string sha = "0123456789abcdef0123456789abcdef01234567";
+  CHECK(ShortSha(sha) == "0123456789");
+  CHECK(ShortSha(sha, kReportShaChars) == "0123456");
+  CHECK(ShortSha("abc") == "abc");  // shorter than the cut: unchanged
+  CHECK(ShortSha("") == "");
+}
+
+TEST_CASE("HtmlEscape escapes the characters that end text or an attribute", "[strings]") {
+  CHECK(HtmlEscape("a < b && c > \"d\"") == "a &lt; b &amp;&amp; c &gt; &quot;d&quot;");
+  CHECK(HtmlEscape("plain 'text' ±") == "plain 'text' ±");
+}
