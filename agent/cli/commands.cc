@@ -6,6 +6,7 @@
 
 #include "agent/results/analysis.h"
 #include "agent/results/baseline.h"
+#include "agent/results/submit.h"
 
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -244,7 +245,8 @@ Result<std::vector<const Experiment*>> ChooseSubmitted(const Manifest& manifest,
 }
 
 // One batch spec per chosen experiment with its inputs' fingerprint, plus
-// the determinism checks (--runs, or the experiments' own).
+// --runs' determinism checks (the experiments' own are added to what is
+// queued by SubmitCommit).
 Result<std::vector<BatchSpec>> SubmitSpecs(GitRepo& repo, const CommitInfo& commit,
                                            const Manifest& manifest,
                                            const std::vector<const Experiment*>& chosen,
@@ -256,7 +258,7 @@ Result<std::vector<BatchSpec>> SubmitSpecs(GitRepo& repo, const CommitInfo& comm
     specs.push_back(std::move(b));
   }
   TRY(AddInputsFingerprints(repo, commit.sha, manifest, specs));
-  if (!o.repro_runs) return WithDeterminismChecks(std::move(specs));
+  if (!o.repro_runs) return specs;
   if (*o.repro_runs < 1) {
     return Fail(ErrorKind::kInvalidArgument,
                 "--runs: expected a positive integer, got " + std::to_string(*o.repro_runs));
@@ -269,113 +271,52 @@ Result<std::vector<BatchSpec>> SubmitSpecs(GitRepo& repo, const CommitInfo& comm
   return specs;
 }
 
-// What happened to each spec: its batch, and the reuse note when an
-// ancestor's batch with the same inputs is this commit's too (unless
-// --rerun); only the others are queued.
-struct Submitted {
-  std::vector<SubmitResult> results;
-  std::vector<std::string> reused;
-};
-
-Result<Submitted> QueueOrReuse(Store& store, GitRepo& repo, const CommitInfo& commit,
-                               const std::vector<BatchSpec>& specs, const SubmitOptions& o,
-                               TimeMs now) {
-  Submitted out;
-  out.results.resize(specs.size());
-  out.reused.resize(specs.size());
-  std::vector<BatchSpec> to_queue;
-  std::vector<size_t> queued_at;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    ASSIGN_OR_RETURN(auto here,
-                     BatchOfExperimentAt(store, repo.location(), specs[i].experiment, commit.sha));
-    if (o.rerun && here && here->reuses_batch_id) TRY(store.runs().StopReusing(here->id));
-    if (!here && !o.rerun) {
-      ASSIGN_OR_RETURN(auto found, FindReusableBatch(store, repo.location(), repo.location(),
-                                                     specs[i], commit.sha));
-      if (found) {
-        ASSIGN_OR_RETURN(out.results[i],
-                         store.runs().ReuseBatch(repo.location(), commit, specs[i].experiment,
-                                          found->batch.id,
-                                          "reused batch " + std::to_string(found->batch.id) +
-                                              " of " + ShortSha(found->at_sha) +
-                                              ": same inputs (trainq submit)",
-                                          now));
-        out.reused[i] = "reused batch " + std::to_string(found->batch.id) + " of " +
-                        ShortSha(found->at_sha) + " (same inputs; --rerun runs it again)";
-        continue;
-      }
-    }
-    if (here && here->reuses_batch_id && !o.rerun) {
-      out.results[i] = SubmitResult{here->id, specs[i].experiment, false, 0, here->reuses_batch_id};
-      out.reused[i] = ReuseText(*here) + "; --rerun runs it again";
-      continue;
-    }
-    to_queue.push_back(specs[i]);
-    queued_at.push_back(i);
+// "reused batch 2 of 1a2b3c4d5e (same inputs; --rerun runs it again)" for a
+// batch that reuses another's runs, "" for one with its own.
+Result<std::string> ReusedText(Store& store, const SubmittedBatch& b) {
+  if (b.reused) {
+    return "reused batch " + std::to_string(b.reused->batch.id) + " of " +
+           ShortSha(b.reused->at_sha) + " (same inputs; --rerun runs it again)";
   }
-  if (!to_queue.empty()) {
-    ASSIGN_OR_RETURN(auto submitted, store.runs().Submit(repo.location(), commit, to_queue, now));
-    for (size_t k = 0; k < submitted.size(); ++k) out.results[queued_at[k]] = submitted[k];
-  }
-  return out;
-}
-
-// Each new batch is compared with its experiment at the parent commit, or
-// at the nearest ancestor with the same inputs (agent/results/baseline.h); with
-// --with-baseline a missing one is queued at the parent with the same seeds.
-// The note per batch ("" when it has no baseline batch).
-Result<std::vector<std::string>> SubmitBaselines(Store& store, GitRepo& repo,
-                                                 const CommitInfo& commit,
-                                                 const std::vector<SubmitResult>& results,
-                                                 const SubmitOptions& o, TimeMs now) {
-  std::vector<std::string> baselines(results.size());
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (IsReproExperiment(results[i].experiment)) continue;  // compared with its experiment
-    ASSIGN_OR_RETURN(auto batch, store.runs().Batch(results[i].batch_id));
-    if (!batch || !batch->base_sha.empty() || commit.parent_sha.empty()) continue;
-    BaselineOptions bo;
-    bo.queue_missing = o.with_baseline;
-    ASSIGN_OR_RETURN(baselines[i], ChooseBaseline(store, repo.location(), *batch,
-                                                  commit.parent_sha, now, bo));
-    ASSIGN_OR_RETURN(batch, store.runs().Batch(results[i].batch_id));
-    if (!batch->baseline_batch_id) baselines[i].clear();
-  }
-  return baselines;
+  if (!b.already_reusing) return std::string();
+  ASSIGN_OR_RETURN(auto batch, store.runs().Batch(b.result.batch_id));
+  return (batch ? ReuseText(*batch) : std::string("reused")) + "; --rerun runs it again";
 }
 
 void PrintSubmitJson(const GitRepo& repo, const CommitInfo& commit,
-                     const std::vector<BatchSpec>& specs, const Submitted& s,
-                     const std::vector<std::string>& baselines,
+                     const std::vector<SubmittedBatch>& batches,
+                     const std::vector<std::string>& reused,
                      const std::vector<std::string>& skipped, std::ostream& out) {
   json j = {{"repo", repo.location()}, {"commit", commit.sha}, {"batches", json::array()},
             {"not_queued", skipped}};
-  for (size_t i = 0; i < s.results.size(); ++i) {
-    j["batches"].push_back({{"id", s.results[i].batch_id},
-                            {"experiment", s.results[i].experiment},
-                            {"created", s.results[i].created},
-                            {"runs_added", s.results[i].runs_added},
-                            {"reused", s.reused[i].empty() ? json(nullptr) : json(s.reused[i])},
-                            {"baseline", baselines[i]},
-                            {"seeds", {specs[i].seed_start, specs[i].seed_start +
-                                                                specs[i].repeats - 1}}});
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const auto& b = batches[i];
+    j["batches"].push_back({{"id", b.result.batch_id},
+                            {"experiment", b.result.experiment},
+                            {"created", b.result.created},
+                            {"runs_added", b.result.runs_added},
+                            {"reused", reused[i].empty() ? json(nullptr) : json(reused[i])},
+                            {"baseline", b.baseline_batch ? b.baseline : std::string()},
+                            {"seeds", {b.spec.seed_start, b.spec.seed_start +
+                                                              b.spec.repeats - 1}}});
   }
   out << j.dump(2) << "\n";
 }
 
 // "  batch 3  mnist: 5 runs queued (seeds 1..5)" per batch.
 void PrintSubmitText(const GitRepo& repo, const CommitInfo& commit,
-                     const std::vector<BatchSpec>& specs, const Submitted& s,
-                     const std::vector<std::string>& baselines,
+                     const std::vector<SubmittedBatch>& batches,
+                     const std::vector<std::string>& reused,
                      const std::vector<std::string>& skipped, std::ostream& out) {
   out << "commit " << ShortSha(commit.sha) << " \"" << commit.message << "\" in " << repo.location()
       << "\n";
-  for (size_t i = 0; i < s.results.size(); ++i) {
-    const auto& r = s.results[i];
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const auto& r = batches[i].result;
     out << "  batch " << r.batch_id << "  " << r.experiment << ": ";
-    const std::int64_t first = specs[i].seed_start;
-    const std::int64_t last = first + specs[i].repeats - 1;
-    if (!s.reused[i].empty()) {
-      out << s.reused[i] << "\n";
+    const std::int64_t first = batches[i].spec.seed_start;
+    const std::int64_t last = first + batches[i].spec.repeats - 1;
+    if (!reused[i].empty()) {
+      out << reused[i] << "\n";
     } else if (r.created) {
       out << r.runs_added << (r.runs_added == 1 ? " run" : " runs") << " queued ("
           << (first == last ? "seed " + std::to_string(first)
@@ -387,7 +328,7 @@ void PrintSubmitText(const GitRepo& repo, const CommitInfo& commit,
     } else {
       out << "already submitted; nothing added\n";
     }
-    if (!baselines[i].empty()) out << "    baseline: " << baselines[i] << "\n";
+    if (batches[i].baseline_batch) out << "    baseline: " << batches[i].baseline << "\n";
   }
   for (const auto& why : skipped) out << "  not queued: " << why << "\n";
 }
@@ -414,18 +355,34 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
   TRY(CheckSubmitLimits(specs, file_label, o.limits));
   if (!o.allow_dirty) WarnUncommitted(repo, commit, chosen, std::cerr);
   ASSIGN_OR_RETURN(auto store, Store::Open(o.db));
-  ASSIGN_OR_RETURN(auto submitted, QueueOrReuse(store, repo, commit, specs, o, clock.Now()));
+  // Each batch is compared with its experiment at the parent commit, or at
+  // the nearest ancestor with the same inputs (agent/results/baseline.h);
+  // with --with-baseline a missing one is queued at the parent with the
+  // same seeds.
+  SubmitRequest req;
+  req.commit = commit;
+  req.specs = specs;
+  req.rerun = o.rerun;
+  req.determinism_checks = !o.repro_runs;
+  if (!commit.parent_sha.empty()) req.base_sha = commit.parent_sha;
+  req.baseline.queue_missing = o.with_baseline;
+  ASSIGN_OR_RETURN(auto batches, SubmitCommit(store, repo, req, clock.Now()));
   WarnNoTrainer(store, chosen, std::cerr);
-  ASSIGN_OR_RETURN(auto baselines,
-                   SubmitBaselines(store, repo, commit, submitted.results, o, clock.Now()));
+  std::vector<std::string> reused;
+  for (const auto& b : batches) {
+    if (b.baseline_error) return std::unexpected(*b.baseline_error);
+    ASSIGN_OR_RETURN(auto text, ReusedText(store, b));
+    reused.push_back(std::move(text));
+  }
   if (o.json) {
-    PrintSubmitJson(repo, commit, specs, submitted, baselines, skipped, out);
+    PrintSubmitJson(repo, commit, batches, reused, skipped, out);
     return {};
   }
-  PrintSubmitText(repo, commit, specs, submitted, baselines, skipped, out);
+  PrintSubmitText(repo, commit, batches, reused, skipped, out);
   if (o.repro_runs) {
     // What the determinism check says now (once the runs end, `trainq show`).
-    for (const auto& r : submitted.results) {
+    for (const auto& b : batches) {
+      const SubmitResult& r = b.result;
       if (IsReproExperiment(r.experiment)) continue;
       ASSIGN_OR_RETURN(auto batch, store.runs().Batch(r.batch_id));
       if (!batch) continue;

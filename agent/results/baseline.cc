@@ -1,21 +1,17 @@
 #include "agent/results/baseline.h"
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "agent/repo/change_detect.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
 #include "core/strings.h"
-#include "agent/repo/mirror.h"
 #include "agent/results/analysis.h"
 #include "queue/run_queue.h"
 
 namespace trainq {
 
 namespace {
-
-namespace fs = std::filesystem;
 
 // The manifest at `sha`; nullopt when the commit has no (readable) trainq.yaml.
 std::optional<Manifest> ManifestAt(GitRepo& git, const std::string& sha) {
@@ -26,23 +22,42 @@ std::optional<Manifest> ManifestAt(GitRepo& git, const std::string& sha) {
   return std::move(*parsed);
 }
 
+// The "inputs" fingerprint a batch was submitted with (change_detect.h
+// InputsFingerprint), "" when it has none (a batch from before them).
+std::string StoredInputs(const BatchProgress& b) {
+  auto j = nlohmann::json::parse(b.spec_json.empty() ? "{}" : b.spec_json, nullptr, false);
+  if (!j.is_object() || !j.contains("inputs") || !j["inputs"].is_string()) return "";
+  return j["inputs"].get<std::string>();
+}
+
 }  // namespace
 
-Result<BaselineSearch> FindEquivalentBatch(Store& store, const std::string& git_dir,
+Result<BaselineSearch> FindEquivalentBatch(Store& store, GitRepo& git,
                                            const std::string& repo_url,
                                            const std::string& experiment,
                                            const std::string& base_sha, int max_steps) {
   BaselineSearch out;
-  std::string gd = GitDirOf(git_dir);
-  std::error_code ec;
-  if (!fs::exists(fs::path(gd) / "HEAD", ec)) {
-    return Fail(ErrorKind::kNotFound, git_dir + ": not a git repository");
-  }
-  ASSIGN_OR_RETURN(auto git, GitRepo::Open(gd));
   std::string c = base_sha;
   std::optional<Manifest> manifest_c = ManifestAt(git, c);
+  // "Same inputs" has one definition, the fingerprint (change_detect.h) that
+  // reuse compares too and drift pools by: the walk below only finds the
+  // candidate, whose stored fingerprint must equal the base's.
+  std::string base_inputs;
   for (int step = 0;; ++step) {
     ASSIGN_OR_RETURN(auto found, BatchOfExperimentAt(store, repo_url, experiment, c));
+    if (found && step > 0 && !StoredInputs(*found).empty()) {
+      if (base_inputs.empty() && manifest_c) {
+        ASSIGN_OR_RETURN(auto files, git.TreeFiles(base_sha));
+        auto base_manifest = ManifestAt(git, base_sha);
+        const Experiment* e = base_manifest ? base_manifest->Find(experiment) : nullptr;
+        if (e) base_inputs = InputsFingerprint(*base_manifest, *e, files);
+      }
+      if (StoredInputs(*found) != base_inputs) {
+        out.stopped = "batch " + std::to_string(found->id) + " at " +
+                      ShortSha(c, kReportShaChars) + " ran other inputs of " + experiment;
+        return out;
+      }
+    }
     if (found) {
       out.batch = std::move(found);
       out.at_sha = c;
@@ -79,12 +94,12 @@ Result<BaselineSearch> FindEquivalentBatch(Store& store, const std::string& git_
   }
 }
 
-Result<std::optional<ReusableBatch>> FindReusableBatch(Store& store, const std::string& git_dir,
+Result<std::optional<ReusableBatch>> FindReusableBatch(Store& store, GitRepo& git,
                                                        const std::string& repo_url,
                                                        const BatchSpec& spec,
                                                        const std::string& sha, int max_steps) {
   ASSIGN_OR_RETURN(auto search,
-                   FindEquivalentBatch(store, git_dir, repo_url, spec.experiment, sha, max_steps));
+                   FindEquivalentBatch(store, git, repo_url, spec.experiment, sha, max_steps));
   if (!search.batch || search.steps == 0) return std::optional<ReusableBatch>();
   const BatchProgress& b = *search.batch;
   bool same = b.spec_json == spec.spec_json && b.seed_start == spec.seed_start &&
@@ -100,23 +115,25 @@ std::string ReuseText(const BatchProgress& b) {
          ShortSha(b.reused_from_sha, kReportShaChars) + " (same inputs)";
 }
 
-Result<std::string> ChooseBaseline(Store& store, const std::string& git_dir,
-                                   const BatchProgress& head, const std::string& base_sha,
-                                   TimeMs now, BaselineOptions options) {
-  auto record = [&](std::optional<std::int64_t> id, std::string note) -> Result<std::string> {
-    TRY(store.runs().SetBaseline(head.id, base_sha, id, note));
-    return note;
+Result<BaselinePlan> PlanBaseline(Store& store, GitRepo& git, const BatchProgress& head,
+                                  const std::string& base_sha, BaselineOptions options) {
+  BaselinePlan plan;
+  plan.base_sha = base_sha;
+  auto none = [&](std::string note) {
+    plan.note = std::move(note);
+    return plan;
   };
-  if (base_sha.empty()) return record(std::nullopt, "no base commit: nothing to compare with");
-  if (base_sha == head.sha) return record(std::nullopt, "the base is the commit itself");
+  if (base_sha.empty()) return none("no base commit: nothing to compare with");
+  if (base_sha == head.sha) return none("the base is the commit itself");
   std::string mode = "auto";
   if (auto j = nlohmann::json::parse(head.spec_json.empty() ? "{}" : head.spec_json, nullptr, false);
       j.is_object() && j.contains("baseline") && j["baseline"].is_string()) {
     mode = j["baseline"].get<std::string>();
   }
-  if (mode == "off") return record(std::nullopt, "baseline: off");
+  if (mode == "off") return none("baseline: off");
 
-  ASSIGN_OR_RETURN(auto search, FindEquivalentBatch(store, git_dir, head.repo_url, head.experiment,
+  const std::string base = ShortSha(base_sha, kReportShaChars);
+  ASSIGN_OR_RETURN(auto search, FindEquivalentBatch(store, git, head.repo_url, head.experiment,
                                                     base_sha, options.max_steps));
   if (search.batch && head.reuses_batch_id &&
       search.batch->reuses_batch_id.value_or(search.batch->id) == *head.reuses_batch_id) {
@@ -124,56 +141,44 @@ Result<std::string> ChooseBaseline(Store& store, const std::string& git_dir,
     // themselves says nothing. It is compared as the batch it reuses is.
     ASSIGN_OR_RETURN(auto source, store.runs().Batch(*head.reuses_batch_id));
     if (source && source->baseline_batch_id) {
-      std::string note = "as batch " + std::to_string(source->id) + " (the same runs): " +
-                         BaselineText(*source);
-      TRY(store.runs().SetBaseline(head.id, source->base_sha, source->baseline_batch_id, note));
-      return note;
+      plan.base_sha = source->base_sha;
+      plan.batch_id = source->baseline_batch_id;
+      return none("as batch " + std::to_string(source->id) + " (the same runs): " +
+                  BaselineText(*source));
     }
-    return record(std::nullopt, "the same runs as batch " + std::to_string(*head.reuses_batch_id) +
-                                    " at the base " + ShortSha(base_sha, kReportShaChars) + ": nothing to compare");
+    return none("the same runs as batch " + std::to_string(*head.reuses_batch_id) +
+                " at the base " + base + ": nothing to compare");
   }
   if (search.batch) {
-    std::string note =
-        search.steps == 0
-            ? "batch " + std::to_string(search.batch->id) + " at the base " + ShortSha(base_sha, kReportShaChars)
-            : "batch " + std::to_string(search.batch->id) + " at " + ShortSha(search.at_sha, kReportShaChars) + ", " +
-                  std::to_string(search.steps) + " commit" + (search.steps == 1 ? "" : "s") +
-                  " before the base " + ShortSha(base_sha, kReportShaChars) + " with the same inputs";
-    return record(search.batch->id, note);
+    plan.batch_id = search.batch->id;
+    return none(search.steps == 0
+                    ? "batch " + std::to_string(search.batch->id) + " at the base " + base
+                    : "batch " + std::to_string(search.batch->id) + " at " +
+                          ShortSha(search.at_sha, kReportShaChars) + ", " +
+                          std::to_string(search.steps) + " commit" +
+                          (search.steps == 1 ? "" : "s") + " before the base " + base +
+                          " with the same inputs");
   }
   if (mode == "reuse" || !options.queue_missing) {
-    return record(std::nullopt, "no batch of " + head.experiment + " at the base " +
-                                    ShortSha(base_sha, kReportShaChars) + " or an equivalent ancestor (" +
-                                    search.stopped + ")");
+    return none("no batch of " + head.experiment + " at the base " + base +
+                " or an equivalent ancestor (" + search.stopped + ")");
   }
-  // Queue one at the base, with the head's seeds so that the comparison pairs.
-  ASSIGN_OR_RETURN(auto git, GitRepo::Open(GitDirOf(git_dir)));
+  // One to queue at the base, with the head's seeds so that the comparison pairs.
   auto manifest = ManifestAt(git, base_sha);
   const Experiment* e = manifest ? manifest->Find(head.experiment) : nullptr;
-  if (!e) {
-    return record(std::nullopt, "new experiment: the base " + ShortSha(base_sha, kReportShaChars) +
-                                    " does not define " + head.experiment);
-  }
-  if (auto why = e->NoPlainBatch()) return record(std::nullopt, "at the base: " + *why);
-  BatchSpec spec = e->ToBatchSpec("baseline for " + ShortSha(head.sha, kReportShaChars) + " (batch " +
-                                  std::to_string(head.id) + "): no batch of " + head.experiment +
-                                  " at " + ShortSha(base_sha, kReportShaChars) + " or an ancestor with its inputs");
+  if (!e) return none("new experiment: the base " + base + " does not define " + head.experiment);
+  if (auto why = e->NoPlainBatch()) return none("at the base: " + *why);
+  BatchSpec spec = e->ToBatchSpec("baseline for " + ShortSha(head.sha, kReportShaChars) +
+                                  " (batch " + std::to_string(head.id) + "): no batch of " +
+                                  head.experiment + " at " + base +
+                                  " or an ancestor with its inputs");
   spec.repeats = head.repeats;
   spec.seed_start = head.seed_start;
-  {
-    std::vector<BatchSpec> one = {spec};
-    TRY(AddInputsFingerprints(git, base_sha, *manifest, one));
-    spec = std::move(one.front());
-  }
-  ASSIGN_OR_RETURN(auto info, git.Resolve(base_sha));
-  ASSIGN_OR_RETURN(auto results, store.runs().Submit(head.repo_url, info, {spec}, now));
-  if (results.empty()) return Fail(ErrorKind::kInternal, "baseline batch not created");
-  // The baseline batch itself is compared with nothing.
-  TRY(store.runs().SetBaseline(results[0].batch_id, "", std::nullopt,
-                        "baseline queued for batch " + std::to_string(head.id)));
-  return record(results[0].batch_id, "batch " + std::to_string(results[0].batch_id) +
-                                         " queued at the base " + ShortSha(base_sha, kReportShaChars) +
-                                         " with the same seeds");
+  std::vector<BatchSpec> one = {spec};
+  TRY(AddInputsFingerprints(git, base_sha, *manifest, one));
+  plan.queue = std::move(one.front());
+  ASSIGN_OR_RETURN(plan.base, git.Resolve(base_sha));
+  return plan;
 }
 
 }  // namespace trainq

@@ -9,8 +9,11 @@
 //      the same command on the same files, so its runs are draws from the very
 //      distribution X at the base would give, seed for seed;
 //   3. else, unless the experiment says `baseline: reuse` or `off`, a batch of
-//      X at the base is queued with the same seeds, so the comparison pairs.
-// The choice is stored on the batch (Store::SetBaseline) with a note saying
+//      X at the base is to be queued with the same seeds, so the comparison
+//      pairs.
+// PlanBaseline decides and writes nothing; agent/results/submit.h's
+// ChooseBaseline queues the missing batch through the one submit path and
+// stores the choice on the batch (RunQueue::SetBaseline) with a note saying
 // which and why; `trainq show`, `compare`, `gate`, the report, commit statuses
 // and adaptive `until: decided` all read it through ParentBatch().
 #pragma once
@@ -19,6 +22,7 @@
 #include <optional>
 #include <string>
 
+#include "agent/repo/git_repo.h"
 #include "core/result.h"
 #include "queue/store.h"
 #include "queue/types.h"
@@ -32,11 +36,11 @@ struct BaselineSearch {
   std::string stopped;                 // why the walk ended without a batch
 };
 
-// Walks from `base_sha` along first parents in the repository at `git_dir`
-// (a work tree or a bare repository/mirror), at most `max_steps` commits,
-// looking for a stored batch of `experiment` of `repo_url` at a commit whose
-// inputs for it equal those at the base.
-Result<BaselineSearch> FindEquivalentBatch(Store& store, const std::string& git_dir,
+// Walks from `base_sha` along first parents in `git` (a work tree or a bare
+// repository/mirror), at most `max_steps` commits, looking for a stored batch
+// of `experiment` of `repo_url` at a commit whose inputs for it equal those
+// at the base.
+Result<BaselineSearch> FindEquivalentBatch(Store& store, GitRepo& git,
                                            const std::string& repo_url,
                                            const std::string& experiment,
                                            const std::string& base_sha, int max_steps = 200);
@@ -54,7 +58,7 @@ struct ReusableBatch {
   std::string at_sha;   // its commit
   int steps = 0;        // first-parent steps from `sha`
 };
-Result<std::optional<ReusableBatch>> FindReusableBatch(Store& store, const std::string& git_dir,
+Result<std::optional<ReusableBatch>> FindReusableBatch(Store& store, GitRepo& git,
                                                        const std::string& repo_url,
                                                        const BatchSpec& spec,
                                                        const std::string& sha,
@@ -69,10 +73,19 @@ struct BaselineOptions {
   int max_steps = 200;
 };
 
-// Chooses and records the baseline of `head` (a stored batch) against
-// `base_sha` ("" = no base: nothing to compare with). Returns the note stored.
-Result<std::string> ChooseBaseline(Store& store, const std::string& git_dir,
-                                   const BatchProgress& head, const std::string& base_sha,
-                                   TimeMs now, BaselineOptions options = {});
+// The baseline of `head` (a stored batch) against `base_sha` ("" = no base:
+// nothing to compare with), decided: a stored batch, none, or a batch to
+// queue at the base. Writes nothing.
+struct BaselinePlan {
+  std::optional<std::int64_t> batch_id;  // the batch chosen, when one is stored
+  std::string base_sha;                  // the base recorded with the choice
+  std::string note;                      // why (when nothing is to be queued)
+  // Set: no batch is stored; this one is to be queued at `base` (the head's
+  // seeds and repeats, the base's definition and inputs).
+  std::optional<BatchSpec> queue;
+  std::optional<CommitInfo> base;
+};
+Result<BaselinePlan> PlanBaseline(Store& store, GitRepo& git, const BatchProgress& head,
+                                  const std::string& base_sha, BaselineOptions options = {});
 
 }  // namespace trainq

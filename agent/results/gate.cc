@@ -1,4 +1,6 @@
 #include "agent/results/gate.h"
+
+#include <memory>
 #include "queue/pushes.h"
 #include "queue/run_queue.h"
 #include "queue/store.h"
@@ -38,7 +40,7 @@ struct GateCommits {
   std::string head_sha;
   std::string baseline_sha;
   std::string base_sha;
-  bool have_git = false;
+  std::shared_ptr<GitRepo> git;  // the repository, when at hand
 };
 
 Result<GateCommits> ResolveGateCommits(const GateRequest& req) {
@@ -48,8 +50,8 @@ Result<GateCommits> ResolveGateCommits(const GateRequest& req) {
   c.base_sha = c.baseline_sha;
   if (!req.repo_dir.empty() && c.head_sha.size() == 40 && c.baseline_sha.size() == 40) {
     if (auto git = GitRepo::Open(req.repo_dir)) {
-      c.have_git = true;
-      ASSIGN_OR_RETURN(auto mb, git->MergeBase(c.head_sha, c.baseline_sha));
+      c.git = std::make_shared<GitRepo>(std::move(*git));
+      ASSIGN_OR_RETURN(auto mb, c.git->MergeBase(c.head_sha, c.baseline_sha));
       if (mb) c.base_sha = *mb;
     }
   }
@@ -58,7 +60,7 @@ Result<GateCommits> ResolveGateCommits(const GateRequest& req) {
 
 // The batch head `h` is compared with, and how it was found.
 Result<std::pair<std::optional<BatchProgress>, std::string>> GateBaseline(
-    Store& store, const GateRequest& req, const GateCommits& c, const BatchProgress& h) {
+    Store& store, const GateCommits& c, const BatchProgress& h) {
   const std::string& base_sha = c.base_sha;
   std::optional<BatchProgress> base;
   std::string how;
@@ -66,8 +68,8 @@ Result<std::pair<std::optional<BatchProgress>, std::string>> GateBaseline(
       (!h.base_sha.empty() && base_sha.size() == 40 && h.base_sha == base_sha)) {
     ASSIGN_OR_RETURN(base, ParentBatch(store, h));
     how = BaselineText(h);
-  } else if (c.have_git) {
-    ASSIGN_OR_RETURN(auto found, FindEquivalentBatch(store, req.repo_dir, h.repo_url,
+  } else if (c.git) {
+    ASSIGN_OR_RETURN(auto found, FindEquivalentBatch(store, *c.git, h.repo_url,
                                                      h.experiment, base_sha));
     base = found.batch;
     if (found.batch) {
@@ -247,7 +249,7 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
     if (!wanted.empty() && !wanted.count(h.experiment)) continue;
     if (IsReproExperiment(h.experiment)) continue;  // a determinism check, read with h's experiment
     seen.insert(h.experiment);
-    ASSIGN_OR_RETURN(auto baseline, GateBaseline(store, req, commits, h));
+    ASSIGN_OR_RETURN(auto baseline, GateBaseline(store, commits, h));
     FamilyMember member;
     member.head = h;
     member.base = std::move(baseline.first);

@@ -10,6 +10,7 @@
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
 #include "agent/repo/manifest_check.h"
+#include "agent/results/submit.h"
 #include "agent/results/analysis.h"
 #include "agent/results/baseline.h"
 #include "core/strings.h"
@@ -293,9 +294,7 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Pushes::Pus
   }
   if (commits.empty()) return std::string("no new commits: nothing runs");
 
-  // The mirror read as the repository batches name (GitRepo::location).
-  ASSIGN_OR_RETURN(auto git, GitRepo::Open(m->path()));
-  PushCommit c{repo, push, *m, git, PushSource(push), base.how, base.everything};
+  PushCommit c{repo, push, *m, PushSource(push), base.how, base.everything};
   std::vector<std::string> lines;
   for (const auto& sha : commits) {
     std::string commit_base = base.base;
@@ -317,7 +316,7 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Pushes::Pus
 Result<std::string> PushProcessor::QueueCommit(const PushCommit& c, const std::string& sha,
                                                const std::string& commit_base) {
   const RepoConfig& repo = c.repo;
-  GitRepo& git = c.git;
+  GitRepo& git = c.mirror;
   ASSIGN_OR_RETURN(auto after, ManifestAt(git, repo, sha));
   if (!after) return std::string("no trainq.yaml");
   std::optional<Manifest> before;
@@ -397,56 +396,38 @@ Result<std::string> PushProcessor::QueueTriggered(const PushCommit& c, const std
                                                   const Manifest& after,
                                                   const std::vector<ExperimentTrigger>& triggers) {
   const RepoConfig& repo = c.repo;
-  GitRepo& git = c.git;
-  ASSIGN_OR_RETURN(auto info, git.Resolve(sha));
-  std::vector<BatchSpec> specs;
-  std::vector<SubmitResult> results;
-  std::string reused;
-  // Each experiment's spec with the fingerprint of its inputs at this
-  // commit, which an equal ancestor's batch carries too.
-  std::vector<BatchSpec> candidates;
+  GitRepo& git = c.mirror;
+  SubmitRequest req;
+  ASSIGN_OR_RETURN(req.commit, git.Resolve(sha));
   for (const auto& t : triggers) {
     std::string why = t.Reason();
-    std::string reason =
-        c.source + ": " + c.how + (c.how.empty() || why.empty() ? "" : "; ") + why;
-    candidates.push_back(after.Find(t.experiment)->ToBatchSpec(reason));
+    req.specs.push_back(after.Find(t.experiment)->ToBatchSpec(
+        c.source + ": " + c.how + (c.how.empty() || why.empty() ? "" : "; ") + why));
   }
-  TRY(AddInputsFingerprints(git, sha, after, candidates));
-  for (size_t i = 0; i < triggers.size(); ++i) {
-    const auto& t = triggers[i];
-    BatchSpec& spec = candidates[i];
-    const std::string& reason = spec.reason;
-    // The same inputs at an ancestor (the previous head of a pull request,
-    // the commit before a docs-only change): that batch is this commit's.
-    ASSIGN_OR_RETURN(auto here, BatchOfExperimentAt(store_, git.location(), t.experiment, sha));
-    if (!here) {
-      ASSIGN_OR_RETURN(auto found,
-                       FindReusableBatch(store_, c.mirror.path(), git.location(), spec, sha));
-      if (found) {
-        std::string why_reused = "reused batch " + std::to_string(found->batch.id) + " of " +
-                                 ShortSha(found->at_sha) + ": same inputs; " + reason;
-        ASSIGN_OR_RETURN(auto r, store_.runs().ReuseBatch(git.location(), info, t.experiment,
-                                                   found->batch.id, why_reused, clock_.Now()));
-        reused += (reused.empty() ? "" : ", ") + t.experiment + " (batch " +
-                  std::to_string(found->batch.id) + " of " + ShortSha(found->at_sha) + ")";
-        results.push_back(r);
-        continue;
-      }
-    }
-    specs.push_back(std::move(spec));
-  }
-  specs = WithDeterminismChecks(std::move(specs));
-  TRY(CheckSubmitLimits(specs, std::string(kManifestName) + " at " + ShortSha(sha), repo.limits));
-  if (!specs.empty()) {
-    ASSIGN_OR_RETURN(auto submitted, store_.runs().Submit(git.location(), info, specs, clock_.Now()));
-    results.insert(results.end(), submitted.begin(), submitted.end());
-  }
+  // Each experiment's spec with the fingerprint of its inputs at this
+  // commit, which an equal ancestor's batch carries too.
+  TRY(AddInputsFingerprints(git, sha, after, req.specs));
+  const std::string where = std::string(kManifestName) + " at " + ShortSha(sha);
+  req.limits = &repo.limits;
+  req.limits_where = where;
+  req.base_sha = commit_base;
+  ASSIGN_OR_RETURN(auto batches, SubmitCommit(store_, git, req, clock_.Now()));
   std::string names;
+  std::string reused;
   std::string kept_names;
-  for (const auto& r : results) {
+  for (const auto& b : batches) {
+    const SubmitResult& r = b.result;
     // A determinism check's companion batch is read with its experiment's:
-    // no baseline and no commit status of its own.
+    // no commit status of its own.
     if (IsReproExperiment(r.experiment)) continue;
+    if (b.baseline_error) {
+      spdlog::warn("push {}: choosing the baseline of batch {}: {}", c.push.id, r.batch_id,
+                   b.baseline_error->message);
+    }
+    if (b.reused) {
+      reused += (reused.empty() ? "" : ", ") + r.experiment + " (batch " +
+                std::to_string(b.reused->batch.id) + " of " + ShortSha(b.reused->at_sha) + ")";
+    }
     // The commit had this batch already (a merged pull request's head):
     // nothing is queued, and the log must not say otherwise.
     bool kept = !r.reuses_batch_id && !r.created && r.runs_added == 0;
@@ -455,17 +436,9 @@ Result<std::string> PushProcessor::QueueTriggered(const PushCommit& c, const std
                     std::to_string(r.batch_id) + ")";
     } else if (!r.reuses_batch_id) {
       names += (names.empty() ? "" : ", ") + r.experiment;
-    }
-    // What this batch is compared with: found, reused from an equivalent
-    // ancestor, or queued at the base with the same seeds.
-    if (auto batch = store_.runs().Batch(r.batch_id); batch && *batch && (*batch)->base_sha.empty()) {
-      auto note = ChooseBaseline(store_, c.mirror.path(), **batch, commit_base, clock_.Now());
-      if (note) {
-        if (!r.reuses_batch_id && !kept) names += " (baseline: " + *note + ")";
-      } else {
-        spdlog::warn("push {}: choosing the baseline of batch {}: {}", c.push.id, r.batch_id,
-                     note.error().message);
-      }
+      // What this batch is compared with: found, reused from an equivalent
+      // ancestor, or queued at the base with the same seeds.
+      if (!b.baseline.empty()) names += " (baseline: " + b.baseline + ")";
     }
     if (r.created && repo.status) {
       Pushes::CommitStatus cs;

@@ -78,8 +78,7 @@ class PushProcessor {
   struct PushCommit {
     const RepoConfig& repo;
     const Pushes::Push& push;
-    Mirror& mirror;
-    GitRepo& git;        // the mirror, opened as batches name it
+    Mirror& mirror;      // read as batches name it (its location())
     std::string source;  // "github push to main"
     std::string how;     // how the base was chosen
     bool everything;     // every experiment runs (a tag)

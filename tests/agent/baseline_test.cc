@@ -1,5 +1,6 @@
 // Choosing a batch's baseline over a real git history.
 #include "agent/results/baseline.h"
+#include "agent/results/submit.h"
 #include "queue/run_queue.h"
 #include "queue/store.h"
 
@@ -55,6 +56,11 @@ struct History {
     return r.front().batch_id;
   }
   BatchProgress Batch(std::int64_t id) { return store.runs().Batch(id).value().value(); }
+  GitRepo& Repo() {
+    if (!repo) repo.emplace(GitRepo::Open(git.dir()).value());
+    return *repo;
+  }
+  std::optional<GitRepo> repo;
 };
 
 }  // namespace
@@ -65,7 +71,7 @@ TEST_CASE("baseline: a batch at the base is used as it is", "[baseline]") {
   std::string c = h.git.Commit({{"x/a", "2"}}, "C");
   auto base = h.Ran(a, "x");
   auto head = h.Ran(c, "x");
-  auto note = ChooseBaseline(h.store, h.git.dir(), h.Batch(head), a, kT0);
+  auto note = ChooseBaseline(h.store, h.Repo(), h.Batch(head), a, kT0);
   REQUIRE(note);
   CHECK(*note == "batch " + std::to_string(base) + " at the base " + a.substr(0, 7));
   CHECK(h.Batch(head).baseline_batch_id == base);
@@ -80,7 +86,7 @@ TEST_CASE("baseline: commits that did not touch the experiment are skipped", "[b
   std::string c = h.git.Commit({{"x/a", "2"}}, "C");
   auto at_a = h.Ran(a, "x");
   auto head = h.Ran(c, "x");
-  auto note = ChooseBaseline(h.store, h.git.dir(), h.Batch(head), b2, kT0);
+  auto note = ChooseBaseline(h.store, h.Repo(), h.Batch(head), b2, kT0);
   REQUIRE(note);
   CHECK(*note == "batch " + std::to_string(at_a) + " at " + a.substr(0, 7) +
                      ", 2 commits before the base " + b2.substr(0, 7) + " with the same inputs");
@@ -98,7 +104,7 @@ TEST_CASE("baseline: a commit that changed the experiment stops the walk, the ba
   std::string c = h.git.Commit({{"x/a", "3"}}, "C");
   h.Ran(a, "x");  // before the change at B: not equivalent to B
   auto head = h.Ran(c, "x", 4, /*seed=*/7);
-  auto note = ChooseBaseline(h.store, h.git.dir(), h.Batch(head), b, kT0);
+  auto note = ChooseBaseline(h.store, h.Repo(), h.Batch(head), b, kT0);
   REQUIRE(note);
   auto chosen = h.Batch(head).baseline_batch_id;
   REQUIRE(chosen);
@@ -121,7 +127,7 @@ TEST_CASE("baseline: reuse and off queue nothing, a new experiment has none", "[
   auto head = h.Ran(c, "x");
   BaselineOptions reuse;
   reuse.queue_missing = false;
-  auto note = ChooseBaseline(h.store, h.git.dir(), h.Batch(head), a, kT0, reuse);
+  auto note = ChooseBaseline(h.store, h.Repo(), h.Batch(head), a, kT0, reuse);
   REQUIRE(note);
   CHECK(note->starts_with("no batch of x at the base " + a.substr(0, 7)));
   CHECK(h.store.runs().Batches(false, 0).value().size() == 1);
@@ -130,7 +136,7 @@ TEST_CASE("baseline: reuse and off queue nothing, a new experiment has none", "[
   std::string with_z = std::string(kManifest) + "  z:\n    command: echo z\n";
   std::string d = h.git.Commit({{"trainq.yaml", with_z}}, "D: adds z");
   auto z = h.Ran(d, "z");
-  note = ChooseBaseline(h.store, h.git.dir(), h.Batch(z), c, kT0);
+  note = ChooseBaseline(h.store, h.Repo(), h.Batch(z), c, kT0);
   REQUIRE(note);
   CHECK(*note == "new experiment: the base " + c.substr(0, 7) + " does not define z");
 }

@@ -1,0 +1,165 @@
+// The one submit path (agent/results/submit.h) over a real git history and a
+// real store: what `trainq submit` and a push both go through.
+#include "agent/results/submit.h"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "agent/repo/change_detect.h"
+#include "agent/repo/git_repo.h"
+#include "agent/repo/manifest.h"
+#include "queue/run_queue.h"
+#include "queue/store.h"
+#include "tests/support/git_cli.h"
+#include "tests/support/temp_dir.h"
+
+using namespace trainq;
+
+namespace {
+
+constexpr TimeMs kT0 = 1'700'000'000'000;
+
+const char* kManifest = R"(version: 1
+defaults:
+  repeats: 3
+experiments:
+  x:
+    command: echo x {seed}
+    watch: [x/**]
+    determinism: check
+)";
+
+struct Repo {
+  testing::TempDir tmp;
+  testing::GitCli cli{tmp / "repo"};
+  Store store = Store::Open(tmp / "t.db").value();
+  std::optional<GitRepo> git;
+
+  GitRepo& Git() {
+    if (!git) git.emplace(GitRepo::Open(cli.dir()).value());
+    return *git;
+  }
+  // x's spec at `sha`, with its inputs' fingerprint, as both callers build it.
+  SubmitRequest Request(const std::string& sha, std::string base) {
+    SubmitRequest req;
+    req.commit = Git().Resolve(sha).value();
+    auto manifest = ParseManifest(Git().ReadFile(sha, "trainq.yaml").value(), "trainq.yaml").value();
+    req.specs = {manifest.Find("x")->ToBatchSpec("test")};
+    REQUIRE(AddInputsFingerprints(Git(), sha, manifest, req.specs));
+    req.base_sha = std::move(base);
+    return req;
+  }
+  // Runs every queued run to success.
+  void Finish() {
+    auto leased = store.runs().Lease("w", kT0, 60'000, 100).value();
+    for (const auto& l : leased) REQUIRE(store.runs().Complete(l.run_id, l.token, kT0, 0.5));
+  }
+  std::int64_t BatchCount() { return static_cast<std::int64_t>(store.runs().Batches(false, 0).value().size()); }
+};
+
+}  // namespace
+
+TEST_CASE("submit: a commit with the inputs of an ancestor's batch reuses it, and queues no "
+          "determinism companion for it",
+          "[submit]") {
+  Repo r;
+  std::string a = r.cli.Commit({{"trainq.yaml", kManifest}, {"x/a", "1"}}, "A");
+  std::string b = r.cli.Commit({{"README.md", "docs"}}, "B: docs only");
+
+  auto first = SubmitCommit(r.store, r.Git(), r.Request(a, ""), kT0);
+  REQUIRE(first);
+  // x and its determinism companion x@repro, both queued.
+  REQUIRE(first->size() == 2);
+  CHECK((*first)[0].result.experiment == "x");
+  CHECK((*first)[0].result.created);
+  CHECK((*first)[1].result.experiment == std::string("x") + std::string(kReproSuffix));
+  r.Finish();
+  const auto batches_before = r.BatchCount();
+
+  auto second = SubmitCommit(r.store, r.Git(), r.Request(b, a), kT0);
+  REQUIRE(second);
+  REQUIRE(second->size() == 1);  // no companion for a reused batch
+  const auto& x = (*second)[0];
+  REQUIRE(x.reused);
+  CHECK(x.reused->batch.id == (*first)[0].result.batch_id);
+  CHECK(x.reused->at_sha == a);
+  CHECK(x.result.reuses_batch_id == (*first)[0].result.batch_id);
+  CHECK(r.BatchCount() == batches_before + 1);  // the reusing row, no runs
+
+  // Submitting again says it reuses already; --rerun queues runs of its own.
+  auto again = SubmitCommit(r.store, r.Git(), r.Request(b, a), kT0);
+  REQUIRE(again);
+  REQUIRE(again->size() == 1);
+  CHECK((*again)[0].already_reusing);
+  auto rerun_req = r.Request(b, a);
+  rerun_req.rerun = true;
+  auto rerun = SubmitCommit(r.store, r.Git(), rerun_req, kT0);
+  REQUIRE(rerun);
+  REQUIRE(rerun->size() == 2);  // x with runs of its own, and its companion
+  CHECK_FALSE((*rerun)[0].result.reuses_batch_id);
+  CHECK((*rerun)[0].result.runs_added == 3);
+}
+
+TEST_CASE("submit: a missing baseline is queued at the base through the same path, with the "
+          "head's seeds",
+          "[submit]") {
+  Repo r;
+  std::string a = r.cli.Commit({{"trainq.yaml", kManifest}, {"x/a", "1"}}, "A");
+  std::string c = r.cli.Commit({{"x/a", "2"}}, "C: changes x");
+  auto req = r.Request(c, a);
+  req.determinism_checks = false;
+  req.specs[0].seed_start = 5;
+  auto out = SubmitCommit(r.store, r.Git(), req, kT0);
+  REQUIRE(out);
+  REQUIRE(out->size() == 1);
+  const auto& head = (*out)[0];
+  CHECK_FALSE(head.baseline_error);
+  CHECK(head.baseline_batch);
+  auto row = r.store.runs().Batch(head.result.batch_id).value().value();
+  REQUIRE(row.baseline_batch_id);
+  auto base = r.store.runs().Batch(*row.baseline_batch_id).value().value();
+  CHECK(base.sha == a);
+  CHECK(base.seed_start == 5);
+  CHECK(head.baseline == "batch " + std::to_string(base.id) + " queued at the base " +
+                             a.substr(0, 7) + " with the same seeds");
+  // The queued baseline carries its inputs' fingerprint, as every batch does.
+  auto spec = nlohmann::json::parse(base.spec_json);
+  CHECK(spec.contains("inputs"));
+}
+
+TEST_CASE("baseline: an ancestor's batch whose stored inputs fingerprint differs from the "
+          "base's is not taken as equivalent",
+          "[submit][baseline]") {
+  Repo r;
+  std::string a = r.cli.Commit({{"trainq.yaml", kManifest}, {"x/a", "1"}}, "A");
+  std::string b = r.cli.Commit({{"README.md", "docs"}}, "B: docs only");
+  std::string c = r.cli.Commit({{"x/a", "2"}}, "C: changes x");
+  // A batch at A that says it ran other inputs (as a batch submitted from a
+  // dirty or different definition would).
+  auto at_a = r.Request(a, "");
+  at_a.determinism_checks = false;
+  auto j = nlohmann::json::parse(at_a.specs[0].spec_json);
+  j["inputs"] = "0123456789abcdef0123456789abcdef";
+  at_a.specs[0].spec_json = j.dump();
+  REQUIRE(SubmitCommit(r.store, r.Git(), at_a, kT0));
+
+  auto search = FindEquivalentBatch(r.store, r.Git(), r.Git().location(), "x", b);
+  REQUIRE(search);
+  CHECK_FALSE(search->batch);
+  CHECK(search->stopped.find("ran other inputs of x") != std::string::npos);
+
+  // With the fingerprint it really had, the same batch is the baseline.
+  Repo r2;
+  a = r2.cli.Commit({{"trainq.yaml", kManifest}, {"x/a", "1"}}, "A");
+  b = r2.cli.Commit({{"README.md", "docs"}}, "B: docs only");
+  auto good = r2.Request(a, "");
+  good.determinism_checks = false;
+  auto stored = SubmitCommit(r2.store, r2.Git(), good, kT0);
+  REQUIRE(stored);
+  auto found = FindEquivalentBatch(r2.store, r2.Git(), r2.Git().location(), "x", b);
+  REQUIRE(found);
+  REQUIRE(found->batch);
+  CHECK(found->batch->id == (*stored)[0].result.batch_id);
+  CHECK(found->steps == 1);
+  (void)c;
+}
