@@ -11,7 +11,9 @@
 // sampled every second.
 //
 //   bench_heartbeats [--workers 10000] [--rate 1000] [--seconds 30] [--webhook-rate 20]
-//                    [--clients 32] [--history 0] [--trainq PATH] [--dir /tmp]
+//                    [--clients 32] [--trainq PATH] [--dir /tmp] [--rss-every 0]
+// --rss-every S: also print `rss T_S MB` every S seconds as it goes (a long
+// run's curve survives the run being stopped early).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -118,6 +120,7 @@ std::vector<double> OpenLoop(int n, int clients, const std::function<Steady::tim
 
 int main(int argc, char** argv) {
   int workers = 10'000, rate = 1'000, seconds = 30, webhook_rate = 20, clients = 32;
+  int rss_every = 0;
   std::string trainq;
   std::string base = fs::temp_directory_path().string();
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -128,6 +131,7 @@ int main(int argc, char** argv) {
     else if (a == "--webhook-rate") webhook_rate = std::stoi(v);
     else if (a == "--clients") clients = std::stoi(v);
     else if (a == "--trainq") trainq = v;
+    else if (a == "--rss-every") rss_every = std::stoi(v);
     else if (a == "--dir") base = v;
     else Die("unknown option " + a);
   }
@@ -232,9 +236,16 @@ int main(int argc, char** argv) {
   long rss_before = RssKb(*pid);
   std::vector<long> rss;
   std::atomic<bool> sampling{true};
+  auto sample0 = Steady::now();
   std::thread sampler([&] {
-    while (sampling) {
+    for (long tick = 0; sampling; ++tick) {
       rss.push_back(RssKb(*pid));
+      if (rss_every > 0 && tick % rss_every == 0) {
+        std::printf("rss %.0f %.2f\n",
+                    std::chrono::duration<double>(Steady::now() - sample0).count(),
+                    rss.back() / 1024.0);
+        std::fflush(stdout);
+      }
       std::this_thread::sleep_for(std::chrono::seconds(1));
     }
   });

@@ -12,19 +12,32 @@
 //   - lease + complete cycles against the deep queue, through Store::Lease
 //     (serve --inproc) and Store::LeaseForMachine (the worker API);
 //   - the fleet's read of demand (RunnableDemand) and the waiting notes;
+//   - `trainq show`, `trainq report` (no --since: the newest 50) and the
+//     per-batch costs in process, with their VM steps;
+//   - with --http: a real `trainq serve` on the store, and the dashboard's
+//     data routes and the read API (status, report) over loopback;
 //   - the file's size.
+// --fleet M [--boot-delay-ms D --boot-fail P]: the fleet at M machines, its
+// provider taking D ms per boot and failing a fraction P of them.
 // Prints one `figure name=value` line per figure (bench/scale.sh collects
 // them into bench/results/scale/*.csv).
 //
 //   bench_scale --runs 1000000 [--queued 10000] [--dir /tmp] [--trainq build/agent/trainq]
-//               [--keep] [--db PATH: measure an existing store, no fill]
+//               [--keep] [--db PATH: measure an existing store, no fill] [--http]
+//   bench_scale --fleet 1000 [--boot-delay-ms 20] [--boot-fail 0.1]
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <random>
+#include <thread>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -37,7 +50,12 @@
 
 #include "agent/cli/cli.h"
 #include "agent/daemon/fleet.h"
+#include "agent/results/commit_view.h"
+#include "agent/results/report.h"
 #include "agent/results/status.h"
+#include "core/http_client.h"
+#include "core/process.h"
+#include "core/strings.h"
 #include "cloud/provider.h"
 #include "queue/machines.h"
 #include "queue/run_queue.h"
@@ -194,11 +212,39 @@ void MeasureProcess(const std::string& name, const std::vector<std::string>& arg
 }
 
 
+// A provider whose boots take `delay_ms` and fail with probability `fail`
+// (a slow cloud API, a region out of capacity), over the in-memory one.
+class SlowFlakyProvider final : public cloud::Provider {
+ public:
+  SlowFlakyProvider(int delay_ms, double fail) : delay_ms_(delay_ms), fail_(fail) {}
+  Result<std::string> Boot(const cloud::BootSpec& spec) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
+    ++boots;
+    if (std::uniform_real_distribution<double>(0, 1)(rng_) < fail_) {
+      ++failed;
+      return Fail(ErrorKind::kUnavailable, "bench: insufficient capacity");
+    }
+    return inner_.Boot(spec);
+  }
+  Result<std::vector<cloud::ListedMachine>> List(const cloud::MachineTag& tag) override {
+    return inner_.List(tag);
+  }
+  Status Stop(const std::string& id) override { return inner_.Stop(id); }
+  int boots = 0, failed = 0;
+
+ private:
+  int delay_ms_;
+  double fail_;
+  std::mt19937 rng_{42};
+  cloud::FakeProvider inner_;
+};
+
 // The fleet at `machines` machines: one pool of an instant provider, the
 // queue 4 runs deep per machine. Boots them all (first Step), registers each
 // worker, leases every slot, then times Steps with nothing to change (the
 // steady state of a busy fleet) and with a tenth of the machines idle.
-void FleetBench(const std::string& dir, int machines, TimeMs now) {
+void FleetBench(const std::string& dir, int machines, TimeMs now, int boot_delay_ms,
+                double boot_fail) {
   std::string path = dir + "/fleet.db";
   auto store = Must(Store::Open(path), "open");
   FakeClock clock(now);
@@ -208,7 +254,15 @@ void FleetBench(const std::string& dir, int machines, TimeMs now) {
   spec.scaling.slots = 4;
   spec.scaling.lost_after_ms = 0;
   spec.provider = "command";
-  auto provider = std::make_unique<cloud::FakeProvider>();
+  std::unique_ptr<cloud::Provider> provider;
+  SlowFlakyProvider* slow = nullptr;
+  if (boot_delay_ms > 0 || boot_fail > 0) {
+    auto p = std::make_unique<SlowFlakyProvider>(boot_delay_ms, boot_fail);
+    slow = p.get();
+    provider = std::move(p);
+  } else {
+    provider = std::make_unique<cloud::FakeProvider>();
+  }
   std::vector<FleetPool> pools;
   pools.push_back({spec, std::move(provider)});
   FleetOptions fo;
@@ -227,6 +281,41 @@ void FleetBench(const std::string& dir, int machines, TimeMs now) {
   auto t0 = Steady::now();
   Must(fleet.Step(), "fleet boot step");
   Figure("fleet_boot_step_s", Ms(t0, Steady::now()) / 1000);
+  if (slow) {
+    // Boots that failed are retried after the pool's backoff: ticks, the
+    // clock moved past it each time, until every machine is up (or 50 ticks).
+    Figure("fleet_boot_delay_ms", boot_delay_ms);
+    Figure("fleet_boot_fail", boot_fail);
+    int ticks = 1;
+    double worst = Ms(t0, Steady::now());
+    for (; ticks < 200; ++ticks) {
+      // Each booted machine's worker registers before the next tick (a
+      // machine nobody registers on is lost after boot_timeout).
+      auto up = Must(store.machines().List(false, clock.Now()), "machines");
+      int ready = 0;
+      for (const auto& m : up) {
+        if (m.state == "booting") {
+          Machines::WorkerRegistration r;
+          r.pool = "cpu";
+          r.name = m.name;
+          r.hostname = m.name;
+          r.slots = 4;
+          Must(store.machines().RegisterWorker(r, clock.Now()), "register");
+        }
+        ready += m.state != "failed";
+      }
+      if (ready >= machines) break;
+      clock.Advance(61'000);  // past the backoff after a failed boot (1 min)
+      auto t1 = Steady::now();
+      Must(fleet.Step(), "fleet boot step");
+      worst = std::max(worst, Ms(t1, Steady::now()));
+    }
+    Figure("fleet_boot_ticks", ticks);
+    Figure("fleet_boot_tick_max_s", worst / 1000);
+    Figure("fleet_boots", slow->boots);
+    Figure("fleet_boots_failed", slow->failed);
+    now = clock.Now();
+  }
   auto live = Must(store.machines().List(false, now), "machines");
   Figure("fleet_machines_booted", static_cast<double>(live.size()));
   t0 = Steady::now();
@@ -266,6 +355,122 @@ void FleetBench(const std::string& dir, int machines, TimeMs now) {
   Measure("fleet_tick_some_idle", 5, [&] { Must(fleet.Step(), "fleet step"); });
 }
 
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::fprintf(stderr, "bench_scale: no free port\n");
+    std::exit(1);
+  }
+  int port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// A real `trainq serve` on the store (its pool boots nothing: max 0), then
+// the dashboard's data routes (signed in with the read token) and the read
+// API, each the median of `reps` GETs over loopback.
+void HttpBench(const std::string& db, const std::string& trainq, const std::string& dir,
+               const std::string& sha) {
+  std::filesystem::create_directories(dir);
+  const std::string token = "bench-read-token-0123456789abcdef";
+  if (!WriteFile(dir + "/read.token", token) || !WriteFile(dir + "/pool.token", token + "-pool") ||
+      !WriteFile(dir + "/server.yaml", "read_token: {file: " + dir + "/read.token}\n"
+                 "pools:\n  - name: cpu\n    max: 0\n    token: {file: " + dir +
+                 "/pool.token}\n")) {
+    std::fprintf(stderr, "bench_scale: cannot write %s\n", dir.c_str());
+    std::exit(1);
+  }
+  std::filesystem::permissions(dir + "/read.token", std::filesystem::perms::owner_read |
+                                                        std::filesystem::perms::owner_write);
+  std::filesystem::permissions(dir + "/pool.token", std::filesystem::perms::owner_read |
+                                                        std::filesystem::perms::owner_write);
+  int port = FreePort();
+  std::string base = "http://127.0.0.1:" + std::to_string(port);
+  PosixProcessRunner runner;
+  auto pid = runner.Spawn({{trainq, "--db", db, "serve", "--config", dir + "/server.yaml",
+                            "--listen", "127.0.0.1:" + std::to_string(port), "--data-dir",
+                            dir + "/data"},
+                           {},
+                           dir,
+                           dir + "/serve.log"});
+  if (!pid) Die("serve", pid.error());
+  CurlHttpClient http;
+  auto deadline = Steady::now() + std::chrono::seconds(60);
+  while (true) {
+    auto r = http.Send({"GET", base + "/healthz", {}, "", 1000});
+    if (r && r->status == 200) break;
+    if (Steady::now() > deadline) {
+      std::fprintf(stderr, "bench_scale: serve did not come up; see %s/serve.log\n", dir.c_str());
+      std::exit(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto login = http.Send({"GET", base + "/?token=" + token, {}, "", 10'000});
+  std::string cookie;
+  if (login) {
+    if (auto c = login->Header("Set-Cookie")) cookie = c->substr(0, c->find(';'));
+  }
+  if (cookie.empty()) {
+    std::fprintf(stderr, "bench_scale: the dashboard gave no session\n");
+    std::exit(1);
+  }
+  auto get = [&](const std::string& name, const std::string& path, bool dash) {
+    std::vector<double> times;
+    size_t bytes = 0;
+    for (int i = 0; i < 5; ++i) {
+      HttpHeaders h = dash ? HttpHeaders{{"Cookie", cookie}}
+                           : HttpHeaders{{"Authorization", "Bearer " + token}};
+      auto t0 = Steady::now();
+      auto r = http.Send({"GET", base + path, h, "", 120'000});
+      times.push_back(Ms(t0, Steady::now()));
+      if (!r || r->status != 200) {
+        std::fprintf(stderr, "bench_scale: GET %s: %d\n", path.c_str(), r ? r->status : -1);
+        Figure(name + "_failed", 1);
+        return;
+      }
+      bytes = r->body.size();
+    }
+    std::sort(times.begin(), times.end());
+    Figure(name + "_ms", times[times.size() / 2]);
+    Figure(name + "_kb", bytes / 1024.0);
+  };
+  get("http_dash_status", "/dash/api/status", true);
+  get("http_dash_experiments", "/dash/api/experiments", true);
+  get("http_dash_sweeps", "/dash/api/sweeps", true);
+  get("http_dash_report_1d", "/dash/api/report?since=1d", true);
+  get("http_dash_commit", "/dash/api/commit/" + sha, true);
+  get("http_dash_run", "/dash/api/run/1", true);
+  get("http_status", "/api/v1/status", false);
+  get("http_report_table", "/api/v1/report?format=table", false);
+  get("http_report_1d", "/api/v1/report?format=table&since=1d", false);
+  // The overview page's data all at once, as a browser asks for it.
+  {
+    std::vector<double> times;
+    for (int i = 0; i < 5; ++i) {
+      auto t0 = Steady::now();
+      std::vector<std::thread> ts;
+      for (const char* p : {"/dash/api/status", "/dash/api/experiments", "/dash/api/sweeps"}) {
+        ts.emplace_back([&, p] {
+          CurlHttpClient c;
+          (void)c.Send({"GET", base + p, {{"Cookie", cookie}}, "", 120'000});
+        });
+      }
+      for (auto& t : ts) t.join();
+      times.push_back(Ms(t0, Steady::now()));
+    }
+    std::sort(times.begin(), times.end());
+    Figure("http_dash_overview_ms", times[times.size() / 2]);
+  }
+  ::kill(*pid, SIGTERM);
+  runner.Wait(*pid);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -274,7 +479,9 @@ int main(int argc, char** argv) {
   std::string base = std::filesystem::temp_directory_path().string();
   std::string trainq_bin, base_bin, existing;
   bool keep = false;
-  int fleet_machines = 0;
+  int fleet_machines = 0, boot_delay_ms = 0;
+  double boot_fail = 0;
+  bool http_bench = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -287,6 +494,9 @@ int main(int argc, char** argv) {
     else if (a == "--db") existing = next();
     else if (a == "--keep") keep = true;
     else if (a == "--fleet") fleet_machines = std::atoi(next().c_str());
+    else if (a == "--boot-delay-ms") boot_delay_ms = std::atoi(next().c_str());
+    else if (a == "--boot-fail") boot_fail = std::atof(next().c_str());
+    else if (a == "--http") http_bench = true;
     else {
       std::fprintf(stderr, "bench_scale: unknown argument %s\n", a.c_str());
       return 2;
@@ -299,7 +509,7 @@ int main(int argc, char** argv) {
   if (fleet_machines > 0) {
     std::filesystem::create_directories(dir);
     Figure("machines", fleet_machines);
-    FleetBench(dir, fleet_machines, now);
+    FleetBench(dir, fleet_machines, now, boot_delay_ms, boot_fail);
     if (!keep) std::filesystem::remove_all(dir);
     return 0;
   }
@@ -341,6 +551,18 @@ int main(int argc, char** argv) {
   Measure("waiting_batches", 5, [&] { Must(store.machines().WaitingBatches(now), "waiting"); });
   Measure("may_lease", 5, [&] { Must(store.machines().MayLease(machines[0], now), "may lease"); });
   Measure("batches_since_1d", 3, [&] { Must(store.runs().BatchesSince(now - 86'400'000), "since"); });
+  // A commit of the history with a parent: `trainq show`'s document.
+  char mid_sha[64];
+  std::snprintf(mid_sha, sizeof mid_sha, "%040x", 2);
+  Measure("show", 3, [&] { Must(LoadCommitView(store, mid_sha), "show"); });
+  Measure("report_table", 3, [&] {
+    Must(ReportBytes(store, {"", {}, "table", std::nullopt}, now), "report");
+  });
+  Measure("report_experiment", 3, [&] {
+    Must(CheckReportExperiments(store, {"exp1"}, "--experiment", path), "experiment");
+    Must(ReportBytes(store, {"", {"exp1"}, "table", std::nullopt}, now), "report");
+  });
+  Measure("costs_per_batch", 3, [&] { Must(store.machines().Costs(now, true, 50), "costs"); });
   if (!trainq_bin.empty()) {
     MeasureProcess("cli_status", {trainq_bin, "--db", path, "status"}, 5);
     MeasureProcess("cli_status_json", {trainq_bin, "--db", path, "status", "--json"}, 3);
@@ -348,7 +570,10 @@ int main(int argc, char** argv) {
     std::snprintf(sha, sizeof sha, "%040x", 1);
     MeasureProcess("cli_show", {trainq_bin, "--db", path, "show", sha}, 3);
     MeasureProcess("cli_report_1d", {trainq_bin, "--db", path, "report", "--since", "1d"}, 3);
+    MeasureProcess("cli_report", {trainq_bin, "--db", path, "report"}, 3);
+    MeasureProcess("cli_machines_batches", {trainq_bin, "--db", path, "machines", "--batches"}, 3);
   }
+  if (http_bench && !trainq_bin.empty()) HttpBench(path, trainq_bin, dir + "/http", mid_sha);
 
   // The same commands from a build before schema 12 (--base-trainq), on a
   // copy of this store taken back to schema 11.

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Tables and curves of bench/README.md "Scale" from bench/scale.sh's output.
 
-Reads DIR/{history,queue,fleet}-N.txt (`figure name=value` lines and the load
-average before and after each part), writes DIR/figures.csv (one row per
-part) and docs/images/scale_{reads,dispatch,fleet}.svg, and prints the
-markdown tables.
+Reads DIR/{history,queue,fleet,fleet-slow,workers}-N.txt (`figure name=value`
+lines and the load average before and after each part) and DIR/rss-N.txt
+(serve's RSS over a long run: `rss SECONDS MB` lines), writes DIR/figures.csv
+(one row per part) and docs/images/scale_{reads,http,dispatch,fleet,
+heartbeats,rss}.svg, and prints the markdown tables.
 
     bench/scale_report.py bench/results/scale
 """
@@ -20,7 +21,7 @@ COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17
 def load(directory):
     parts = {}
     for name in sorted(os.listdir(directory)):
-        m = re.fullmatch(r"(history|queue|fleet|workers)-(\d+)\.txt", name)
+        m = re.fullmatch(r"(history|queue|fleet|fleet-slow|workers)-(\d+)\.txt", name)
         if not m:
             continue
         figures, load_before, load_after = {}, "", ""
@@ -35,6 +36,28 @@ def load(directory):
                     load_after = line[11:].strip()
         parts[(m.group(1), int(m.group(2)))] = (figures, load_before, load_after)
     return parts
+
+
+def load_rss(directory):
+    """{workers: ([(minutes, MB)], {figure: value}, "load ...")} of DIR/rss-N.txt."""
+    out = {}
+    for name in sorted(os.listdir(directory)):
+        m = re.fullmatch(r"rss-(\d+)\.txt", name)
+        if not m:
+            continue
+        curve, figures, meta = [], {}, {}
+        with open(os.path.join(directory, name)) as f:
+            for line in f:
+                w = line.split()
+                if len(w) == 3 and w[0] == "rss":
+                    curve.append((float(w[1]) / 60, float(w[2])))
+                elif line.startswith("figure "):
+                    k, v = line[7:].strip().split("=", 1)
+                    figures[k] = float(v)
+                elif w and w[0] in ("load", "load_after", "start", "end"):
+                    meta[w[0]] = " ".join(w[1:])
+        out[int(m.group(1))] = (curve, figures, meta)
+    return out
 
 
 def ticks(lo, hi):
@@ -55,8 +78,8 @@ def fmt(v):
     return f"{v:g}"
 
 
-def chart(path, title, xlabel, ylabel, series, logy=True):
-    """series: [(label, [(x, y), ...])]; log x, log (or linear) y."""
+def chart(path, title, xlabel, ylabel, series, logy=True, logx=True):
+    """series: [(label, [(x, y), ...])]; log (or linear) x, log (or linear) y."""
     pts = [p for _, s in series for p in s if p[1] > 0]
     if not pts:
         return
@@ -64,14 +87,18 @@ def chart(path, title, xlabel, ylabel, series, logy=True):
     xs = [p[0] for p in pts]
     ys = [p[1] for p in pts]
     x0, x1 = min(xs), max(xs)
+    if not logx:
+        x0 = 0
     if x0 == x1:
-        x1 = x0 * 10
+        x1 = x0 * 10 if x0 > 0 else 1
     if logy:
         y0 = 10 ** math.floor(math.log10(min(ys)))
         y1 = 10 ** math.ceil(math.log10(max(ys)))
     else:
         y0, y1 = 0, max(ys) * 1.1
     def X(x):
+        if not logx:
+            return L + (x - x0) / (x1 - x0) * (W - L - R)
         return L + (math.log10(x) - math.log10(x0)) / (math.log10(x1) - math.log10(x0)) * (W - L - R)
     def Y(y):
         if logy:
@@ -86,9 +113,9 @@ def chart(path, title, xlabel, ylabel, series, logy=True):
          f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" stroke="black"/>',
          f'<text x="{(L + W - R) / 2}" y="{H - 12}" text-anchor="middle">{xlabel}</text>',
          f'<text x="16" y="{(T + H - B) / 2}" text-anchor="middle" transform="rotate(-90 16 {(T + H - B) / 2})">{ylabel}</text>']
-    for t in ticks(x0, x1):
+    for t in (ticks(x0, x1) if logx else [x1 * k / 6 for k in range(7)]):
         o.append(f'<line x1="{X(t):.1f}" y1="{H - B}" x2="{X(t):.1f}" y2="{H - B + 4}" stroke="black"/>')
-        o.append(f'<text x="{X(t):.1f}" y="{H - B + 16}" text-anchor="middle">{fmt(t)}</text>')
+        o.append(f'<text x="{X(t):.1f}" y="{H - B + 16}" text-anchor="middle">{fmt(t) if logx else f"{t:.0f}"}</text>')
     yt = ticks(y0, y1) if logy else [y1 * k / 5 for k in range(6)]
     for t in yt:
         o.append(f'<line x1="{L}" y1="{Y(t):.1f}" x2="{W - R}" y2="{Y(t):.1f}" stroke="#ddd"/>')
@@ -132,7 +159,17 @@ def main():
            ("show COMMIT", series("history", "cli_show_ms")),
            ("show, before", series("history", "base_cli_show_ms")),
            ("report --since 1d", series("history", "cli_report_1d_ms")),
+           ("report (newest 50)", series("history", "cli_report_ms")),
            ("report, before", series("history", "base_cli_report_1d_ms"))])
+    chart(os.path.join(images, "scale_http.svg"),
+          "serve's routes over HTTP, 1,000 queued on N runs", "runs in the store", "ms (log)",
+          [("dashboard overview (3 routes)", series("history", "http_dash_overview_ms")),
+           ("/dash/api/status", series("history", "http_dash_status_ms")),
+           ("/dash/api/experiments", series("history", "http_dash_experiments_ms")),
+           ("/dash/api/commit/SHA", series("history", "http_dash_commit_ms")),
+           ("/api/v1/status", series("history", "http_status_ms")),
+           ("/api/v1/report (table)", series("history", "http_report_table_ms")),
+           ("/dash/api/report?since=1d", series("history", "http_dash_report_1d_ms"))])
     chart(os.path.join(images, "scale_dispatch.svg"),
           "Lease + complete with N runs queued", "runs queued", "runs/s",
           [("Lease(1) (serve --inproc)", series("queue", "lease1_runs_per_s")),
@@ -150,6 +187,13 @@ def main():
            ("heartbeat p99", series("workers", "heartbeat_p99_ms")),
            ("webhook p50 (meanwhile)", series("workers", "webhook_p50_ms")),
            ("webhook p99 (meanwhile)", series("workers", "webhook_p99_ms"))])
+
+    rss = load_rss(directory)
+    if rss:
+        chart(os.path.join(images, "scale_rss.svg"),
+              "serve's RSS, N workers beating every 10 s", "minutes", "MB",
+              [(f"{w:,} workers", curve) for w, (curve, _, _) in sorted(rss.items())],
+              logy=False, logx=False)
 
     def table(kind, rows):
         sizes = sorted(n for (k, n) in parts if k == kind)
@@ -191,6 +235,33 @@ def main():
                     ("VM steps per run, LeaseForMachine(1)", "machine_lease1_vm_steps_per_run"),
                     ("runnable demand (fleet), ms", "runnable_demand_ms"),
                     ("runnable demand, VM steps", "runnable_demand_vm_steps")])
+    table("history", [("show in process, ms", "show_ms"),
+                      ("show in process, VM steps", "show_vm_steps"),
+                      ("`trainq report` (newest 50), ms", "cli_report_ms"),
+                      ("report in process, VM steps", "report_table_vm_steps"),
+                      ("report --experiment in process, VM steps", "report_experiment_vm_steps"),
+                      ("`trainq machines --batches`, ms", "cli_machines_batches_ms"),
+                      ("per-batch costs (newest 50), VM steps", "costs_per_batch_vm_steps"),
+                      ("HTTP: dashboard overview (status + experiments + sweeps), ms",
+                       "http_dash_overview_ms"),
+                      ("HTTP: /dash/api/status, ms", "http_dash_status_ms"),
+                      ("HTTP: /dash/api/experiments, ms", "http_dash_experiments_ms"),
+                      ("HTTP: /dash/api/sweeps, ms", "http_dash_sweeps_ms"),
+                      ("HTTP: /dash/api/commit/SHA, ms", "http_dash_commit_ms"),
+                      ("HTTP: /dash/api/run/1, ms", "http_dash_run_ms"),
+                      ("HTTP: /dash/api/report?since=1d, ms", "http_dash_report_1d_ms"),
+                      ("HTTP: /api/v1/status, ms", "http_status_ms"),
+                      ("HTTP: /api/v1/report (table, newest 50), ms", "http_report_table_ms"),
+                      ("HTTP: /api/v1/report?since=1d, ms", "http_report_1d_ms")])
+    table("fleet-slow", [("boot delay, ms", "fleet_boot_delay_ms"),
+                         ("boot failure rate", "fleet_boot_fail"),
+                         ("first tick (boots), s", "fleet_boot_step_s"),
+                         ("ticks until all up", "fleet_boot_ticks"),
+                         ("longest tick, s", "fleet_boot_tick_max_s"),
+                         ("boots tried", "fleet_boots"),
+                         ("boots failed", "fleet_boots_failed"),
+                         ("machines up", "fleet_machines_booted"),
+                         ("fleet tick, all busy, ms", "fleet_tick_busy_ms")])
     table("fleet", [("boot step (all machines), s", "fleet_boot_step_s"),
                     ("fleet tick, all busy, ms", "fleet_tick_busy_ms"),
                     ("fleet tick, all busy, VM steps", "fleet_tick_busy_vm_steps"),
@@ -209,6 +280,16 @@ def main():
                       ("serve RSS before, MB", "serve_rss_before_mb"),
                       ("serve RSS max, MB", "serve_rss_max_mb"),
                       ("serve RSS after, MB", "serve_rss_after_mb")])
+
+    for w, (curve, figures, meta) in sorted(rss.items()):
+        if not curve:
+            continue
+        mbs = [mb for _, mb in curve]
+        print(f"RSS at {w:,} workers: {meta.get('start', '?')} to {meta.get('end', 'cut short')}, "
+              f"{curve[-1][0]:.0f} min sampled; {mbs[0]:.1f} MB at start, {max(mbs):.1f} MB max, "
+              f"{mbs[-1]:.1f} MB last; load before {meta.get('load', '?')}, after "
+              f"{meta.get('load_after', '?')}; heartbeat p99 {figures.get('heartbeat_p99_ms', float('nan')):.1f} ms, "
+              f"failed {figures.get('heartbeat_failed', float('nan')):.0f}")
 
 
 if __name__ == "__main__":

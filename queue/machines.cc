@@ -982,7 +982,8 @@ Result<std::optional<std::string>> Machines::PoolForTokenHash(const std::string&
 
 // ---- cost -----------------------------------------------------------------------
 
-Result<std::vector<Machines::CostRow>> Machines::Costs(TimeMs now, bool per_batch) {
+Result<std::vector<Machines::CostRow>> Machines::Costs(TimeMs now, bool per_batch,
+                                                     int batch_limit) {
   std::vector<CostRow> out;
   if (!per_batch) {
     // Billed: boot to stop (or now); busy: run time on the pool's machines.
@@ -1022,8 +1023,14 @@ Result<std::vector<Machines::CostRow>> Machines::Costs(TimeMs now, bool per_batc
                           "), sum((" + kRunTime +
                           ") * 1.0 / max(1, m.slots)), sum((" + kRunTime +
                           ") * m.hourly_cost / max(1, m.slots)) FROM runs r JOIN machines m ON "
-                          "m.id = r.machine_id GROUP BY r.batch_id ORDER BY r.batch_id"));
+                          "m.id = r.machine_id " +
+                          // The newest batches' runs through runs_by_batch.
+                          (batch_limit > 0 ? "WHERE r.batch_id IN (SELECT id FROM batches ORDER "
+                                             "BY id DESC LIMIT ?2) "
+                                           : "") +
+                          "GROUP BY r.batch_id ORDER BY r.batch_id"));
   s.Bind(1, now);
+  if (batch_limit > 0) s.Bind(2, static_cast<std::int64_t>(batch_limit));
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;

@@ -204,7 +204,9 @@ class Machines {
     double cost = 0;           // pool: billed hours x hourly_cost; batch: run hours x cost / slots
     int machines = 0;
   };
-  Result<std::vector<CostRow>> Costs(TimeMs now, bool per_batch);
+  // per_batch: the newest `batch_limit` batches only (0: every batch, which
+  // reads every run ever done on a machine).
+  Result<std::vector<CostRow>> Costs(TimeMs now, bool per_batch, int batch_limit = 0);
 
  private:
   friend struct StoreParts;

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "queue/store_parts.h"
@@ -799,6 +800,61 @@ Result<std::vector<BatchProgress>> RunQueue::BatchesSince(TimeMs since) {
 Result<std::vector<BatchProgress>> RunQueue::BatchesOfExperiment(const std::string& experiment,
                                                                int limit) {
   return SelectBatches("WHERE b.experiment = ?1 ", {experiment}, limit);
+}
+
+Result<std::vector<BatchProgress>> RunQueue::NewestBatches(
+    const std::vector<std::string>& experiments, int limit) {
+  if (limit <= 0) return Fail(ErrorKind::kInvalidArgument, "NewestBatches: limit must be > 0");
+  if (experiments.empty()) return SelectBatches("", {}, limit);
+  std::vector<BatchProgress> out;
+  std::set<std::string> seen;
+  for (const auto& e : experiments) {
+    if (!seen.insert(e).second) continue;
+    ASSIGN_OR_RETURN(auto some, BatchesOfExperiment(e, limit));
+    for (auto& b : some) out.push_back(std::move(b));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const BatchProgress& a, const BatchProgress& b) { return a.id > b.id; });
+  if (out.size() > static_cast<size_t>(limit)) out.resize(static_cast<size_t>(limit));
+  return out;
+}
+
+Result<bool> RunQueue::HasExperiment(const std::string& experiment) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT 1 FROM batches WHERE experiment = ? LIMIT 1"));
+  s.Bind(1, experiment);
+  return s.Step();
+}
+
+Result<std::vector<std::string>> RunQueue::ExperimentNames() {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT DISTINCT experiment FROM batches ORDER BY experiment"));
+  std::vector<std::string> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back(s.Text(0));
+  }
+  return out;
+}
+
+Result<std::vector<RunQueue::ExperimentSummary>> RunQueue::ExperimentSummaries() {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT repos.name, b.experiment, count(*), max(b.id) "
+                                       "FROM batches b JOIN commits c ON c.id = b.commit_id "
+                                       "JOIN repos ON repos.id = c.repo_id "
+                                       "GROUP BY repos.name, b.experiment "
+                                       "ORDER BY repos.name, b.experiment"));
+  std::vector<ExperimentSummary> out;
+  std::vector<std::int64_t> newest;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back({s.Text(0), s.Text(1), s.Int(2), {}});
+    newest.push_back(s.Int(3));
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSIGN_OR_RETURN(auto b, Batch(newest[i]));
+    if (b) out[i].latest = std::move(*b);
+  }
+  return out;
 }
 
 Result<std::vector<BatchProgress>> RunQueue::SelectBatches(const std::string& where,

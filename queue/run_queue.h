@@ -115,6 +115,25 @@ class RunQueue {
   // `limit` of them (0: all).
   Result<std::vector<BatchProgress>> BatchesOfExperiment(const std::string& experiment,
                                                          int limit = 0);
+  // The newest `limit` (> 0) batches of `experiments` (empty: of all),
+  // newest first: a walk down batches' ids (per experiment, down
+  // batches_by_experiment) that stops after `limit`, whatever the history.
+  Result<std::vector<BatchProgress>> NewestBatches(const std::vector<std::string>& experiments,
+                                                   int limit);
+  // Whether `experiment` has any batch (one probe of batches_by_experiment).
+  Result<bool> HasExperiment(const std::string& experiment);
+  // Every experiment that has a batch, by name (reads the whole index: for
+  // the message that names the known ones).
+  Result<std::vector<std::string>> ExperimentNames();
+  // Per (repo name, experiment), by repo then experiment: how many batches,
+  // and the newest one. Reads the batches, never their runs (the dashboard's
+  // overview; it read every run's value of every batch).
+  struct ExperimentSummary {
+    std::string repo, experiment;
+    std::int64_t batches = 0;
+    BatchProgress latest;
+  };
+  Result<std::vector<ExperimentSummary>> ExperimentSummaries();
   // Records which batch `batch_id` is compared with (see BatchProgress).
   Status SetBaseline(std::int64_t batch_id, const std::string& base_sha,
                      std::optional<std::int64_t> baseline_batch_id, const std::string& note);

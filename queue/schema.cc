@@ -645,6 +645,21 @@ CREATE TABLE run_retries (
 );
 CREATE INDEX run_retries_by_run ON run_retries (run_id, id);
 )sql",
+    // 15 -> 16: reads that grew with history, and retention (issue 30).
+    // batches_by_experiment: an experiment's newest batches (drift's
+    // lookback, `trainq report --experiment`) without visiting the others.
+    // points_compacted / log_archived: what retention (queue/retention.h)
+    // did to a finished run; the two partial indexes hold only the finished
+    // runs it has not done yet, oldest first, so a tick reads what it does.
+    R"sql(
+CREATE INDEX batches_by_experiment ON batches (experiment, id);
+ALTER TABLE runs ADD COLUMN points_compacted INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN log_archived INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX runs_points_due ON runs (finished_ms, id)
+  WHERE points_compacted = 0 AND finished_ms IS NOT NULL;
+CREATE INDEX runs_logs_due ON runs (finished_ms, id)
+  WHERE log_archived = 0 AND finished_ms IS NOT NULL;
+)sql",
 };
 static_assert(std::size(kMigrations) == kStoreSchemaVersion);
 

@@ -46,6 +46,7 @@ Pushes& Store::pushes() { return parts_->pushes; }
 Machines& Store::machines() { return parts_->machines; }
 Gangs& Store::gangs() { return parts_->gangs; }
 Sweeps& Store::sweeps() { return parts_->sweeps; }
+Retention& Store::retention() { return parts_->retention; }
 
 // A new database appears at `path` whole: made and migrated under a
 // temporary name, then linked into place (link fails on an existing name, so

@@ -51,6 +51,7 @@ class Pushes;
 class Machines;
 class Gangs;
 class Sweeps;
+class Retention;
 struct StoreParts;
 
 class Store {
@@ -85,6 +86,7 @@ class Store {
   Machines& machines();
   Gangs& gangs();
   Sweeps& sweeps();
+  Retention& retention();
 
  private:
   explicit Store(std::unique_ptr<StoreParts> parts);

@@ -7,6 +7,7 @@
 #include "queue/gangs.h"
 #include "queue/machines.h"
 #include "queue/pushes.h"
+#include "queue/retention.h"
 #include "queue/run_queue.h"
 #include "queue/sqlite.h"
 #include "queue/store.h"
@@ -27,7 +28,7 @@ inline constexpr const char* kNextLeaseToken =
 struct StoreParts {
   StoreParts(sql::Db d, StoreOptions o)
       : db(std::move(d)), options(o), runs(*this), pushes(*this), machines(*this), gangs(*this),
-        sweeps(*this) {}
+        sweeps(*this), retention(*this) {}
   StoreParts(const StoreParts&) = delete;
   StoreParts& operator=(const StoreParts&) = delete;
 
@@ -40,6 +41,7 @@ struct StoreParts {
   Machines machines;
   Gangs gangs;
   Sweeps sweeps;
+  Retention retention;
 };
 
 }  // namespace trainq

@@ -80,6 +80,7 @@ struct MachinesOptions {
   std::string db;
   bool all = false;      // stopped machines too
   bool batches = false;  // cost per batch
+  int batch_limit = 50;  // ... of the newest this many batches (0: all)
   bool json = false;
 };
 Status CmdMachines(const MachinesOptions& o, const Clock& clock, std::ostream& out);
@@ -153,6 +154,7 @@ struct ReportOptions {
   std::string formats = "md,html,json,csv";
   std::string server;      // base URL of a `trainq serve`: its GET /api/v1/report, not the db
   std::string token_file;  // the read token for --server (else $TRAINQ_READ_TOKEN)
+  int limit = -1;          // newest batches shown; -1: the default (ReportLimit), 0: all
 };
 Status CmdReport(const ReportOptions& o, const Clock& clock, std::ostream& out);
 

@@ -24,6 +24,11 @@ struct LogSource {
   Result<RemoteLogChunk> Read(std::int64_t run, std::optional<int> rank, std::int64_t offset) {
     if (client) return client->Logs(run, rank, offset);
     ASSIGN_OR_RETURN(auto c, ReadRunLog(*store, run, rank, offset, kChunk));
+    if (c.archived && offset == 0) {
+      // Said once, on stderr: stdout stays the log's own bytes.
+      std::cerr << "trainq logs: run " << run << (rank ? " rank " + std::to_string(*rank) : "")
+                << ": reading the archive retention made (" << c.path << ")\n";
+    }
     RemoteLogChunk r{std::move(c.bytes), c.next_offset, c.run_ended, {}};
     ASSIGN_OR_RETURN(auto files, RunLogFiles(*store, run));
     for (const auto& f : files) {

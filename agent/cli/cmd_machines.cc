@@ -30,7 +30,9 @@ Status CmdMachines(const MachinesOptions& o, const Clock& clock, std::ostream& o
   ASSIGN_OR_RETURN(auto costs, store.machines().Costs(now, false));
   ASSIGN_OR_RETURN(auto health, store.machines().PoolHealth());
   std::vector<Machines::CostRow> batch_costs;
-  if (o.batches) { ASSIGN_OR_RETURN(batch_costs, store.machines().Costs(now, true)); }
+  if (o.batches) {
+    ASSIGN_OR_RETURN(batch_costs, store.machines().Costs(now, true, o.batch_limit));
+  }
 
   if (o.json) {
     json j;
@@ -94,7 +96,12 @@ Status CmdMachines(const MachinesOptions& o, const Clock& clock, std::ostream& o
     for (const auto& c : batch_costs) {
       t.Add({std::to_string(c.batch_id), FormatDuration(c.busy_ms), Money(c.cost)});
     }
-    out << "per batch (run time on machines x hourly cost / slots):\n" << t.Render("  ");
+    out << "per batch (run time on machines x hourly cost / slots"
+        << (o.batch_limit > 0 ? ", of the newest " + std::to_string(o.batch_limit) +
+                                    " batches; --batch-limit 0 for all"
+                              : "")
+        << "):\n"
+        << t.Render("  ");
   }
   return Status{};
 }
@@ -131,6 +138,10 @@ void AddMachinesCommands(CLI::App& app, const CliContext& ctx) {
       "machines", "Machines of the pools: state, age, idle time, runs done, billed time and cost");
   c_machines->add_flag("--all", machines->all, "Stopped machines too");
   c_machines->add_flag("--batches", machines->batches, "Cost per batch");
+  c_machines->add_option("--batch-limit", machines->batch_limit,
+                         "With --batches: the newest this many batches (0: all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   c_machines->add_flag("--json", machines->json, "Print as JSON");
   c_machines->callback([=] {
     machines->db = *ctx.db;

@@ -49,7 +49,8 @@ Status CmdReport(const ReportOptions& o, const Clock& clock, std::ostream& out) 
     }
   }
   ASSIGN_OR_RETURN(auto formats, ParseFormats(o.formats));
-  ReportQuery q{o.since, o.experiments, ""};
+  ReportQuery q{o.since, o.experiments, "", std::nullopt};
+  if (o.limit >= 0) q.limit = o.limit;
 
   // Where the bytes come from: the store, or the server's read route.
   std::optional<Store> store;
@@ -120,6 +121,9 @@ void AddReportCommand(CLI::App& app, const CliContext& ctx) {
   c_report->add_option("--format", report->formats, "Files to write with --out")
       ->capture_default_str();
   c_report->add_flag("--json", report->json, "Print as JSON (without --out)");
+  c_report->add_option("--limit", report->limit,
+                       "Newest batches listed (default 50 in the table, all with --json; 0: all)")
+      ->check(CLI::NonNegativeNumber);
   c_report->add_option("--server", report->server,
                        "Ask a running `trainq serve` (its base URL; needs its read token) "
                        "instead of the database")

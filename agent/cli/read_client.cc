@@ -69,6 +69,7 @@ Result<std::string> ReadClient::Report(const ReportQuery& q) {
   QueryParams query = {{"format", q.format}};
   if (!q.since.empty()) query.emplace_back("since", q.since);
   for (const auto& e : q.experiments) query.emplace_back("experiment", e);
+  if (q.limit) query.emplace_back("limit", std::to_string(*q.limit));
   return Get("/api/v1/report", query);
 }
 

@@ -16,6 +16,7 @@
 #include "agent/daemon/worker_api.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/mirror.h"
+#include "agent/results/retention.h"
 #include "agent/results/sweep.h"
 #include "agent/runner/run_process.h"
 #include "agent/triggers/push_pipeline.h"
@@ -262,6 +263,7 @@ struct Daemon::Parts {
   std::atomic<bool> engine_done{false};
   Result<int> engine_result = 0;
   SweepDriver sweeps;
+  RetentionStepper retention{config.retention};  // server.yaml `retention:`
   OutcomeLog outcomes;
   TimeMs next_fleet_step = 0;
   TimeMs last_pass = 0;
@@ -441,6 +443,8 @@ Status Daemon::Parts::Listen() {
 //      ends it); with a fleet, leases that expired while this process
 //      stalled are renewed: their heartbeats had nobody to take them;
 //   2. sweeps queue their next points (off the lease and webhook paths);
+//      retention, when due, compacts and archives a bounded number of old
+//      finished runs (agent/results/retention.h);
 //   3. the queue runs: in-process, leases that expired go back to the queue
 //      (a serve killed before this one held them; the worker thread leases
 //      and runs on its own); with a fleet, at most every scale interval, one
@@ -460,6 +464,7 @@ Status Daemon::Run(const std::atomic<bool>& stop) {
     const TimeMs now = p.clock.Now();
     p.RenewLeasesAfterStall(now);
     StepSweepsLogged(p.sweeps, *p.store, now);
+    p.retention.StepLogged(*p.store, now);
     if (auto st = p.StepQueue(now); !st) {
       if (!st.error().retryable()) {
         result = st;

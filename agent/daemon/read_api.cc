@@ -186,7 +186,7 @@ HttpServerReply Server::ReadRoute(const HttpServerRequest& req, const std::strin
   }
   if (path == "/api/v1/logs") return LogsRoute(req);
   bool report = path == "/api/v1/report";
-  auto params = report ? Params(req.query, {"format", "since", "experiment"})
+  auto params = report ? Params(req.query, {"format", "since", "experiment", "limit"})
                        : Params(req.query, {"rev", "baseline", "repo", "experiment"});
   if (!params) return ReadError(400, path + ": " + params.error().message);
   StoreOptions so;
@@ -199,7 +199,12 @@ HttpServerReply Server::ReadRoute(const HttpServerRequest& req, const std::strin
   if (auto it = params->find("experiment"); it != params->end()) experiments = it->second;
 
   if (report) {
-    ReportQuery q{One(*params, "since"), experiments, One(*params, "format", "md")};
+    ReportQuery q{One(*params, "since"), experiments, One(*params, "format", "md"), std::nullopt};
+    if (std::string limit = One(*params, "limit"); !limit.empty()) {
+      auto n = ParseReportLimit(limit);
+      if (!n) return ReadError(400, path + ": limit: " + n.error().message);
+      q.limit = *n;
+    }
     if (auto st = CheckReportExperiments(*store, q.experiments, "experiment", "the server's store");
         !st) {
       return ReadError(StatusFor(st.error()), path + ": " + st.error().message);

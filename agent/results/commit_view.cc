@@ -58,15 +58,11 @@ Result<json> LoadCommitView(Store& store, const std::string& prefix_in) {
     return Fail(ErrorKind::kInvalidArgument,
                 "COMMIT: expected a commit id (at least 4 hex digits), got \"" + prefix_in + "\"");
   }
-  ASSIGN_OR_RETURN(auto all, store.runs().Batches(false, 0));
-  std::vector<BatchProgress> batches;
+  // Only the commits with this prefix (a range on commits_by_sha): reading
+  // every batch and filtering here grew with the whole history.
+  ASSIGN_OR_RETURN(auto batches, store.runs().BatchesForCommit(prefix));
   std::set<std::string> shas;
-  for (auto& b : all) {
-    if (b.sha.starts_with(prefix)) {
-      shas.insert(b.sha);
-      batches.push_back(std::move(b));
-    }
-  }
+  for (const auto& b : batches) shas.insert(b.sha);
   ASSIGN_OR_RETURN(auto pushes, store.pushes().PushesForCommit(prefix));
   for (const auto& p : pushes) shas.insert(p.after_sha);
   if (shas.size() > 1) {

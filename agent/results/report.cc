@@ -6,6 +6,7 @@
 #include "agent/results/sweep_plot.h"
 
 #include <algorithm>
+#include <charconv>
 #include <boost/math/distributions/fisher_f.hpp>
 #include <cmath>
 #include <map>
@@ -608,7 +609,7 @@ Result<TimeMs> ReportSince(const std::string& since, TimeMs now) {
 
 namespace {
 
-std::string TableText(std::vector<BatchProgress> batches, const std::string& since) {
+std::string TableText(std::vector<BatchProgress> batches, const std::string& since, bool more) {
   if (batches.empty()) return "no batches" + (since.empty() ? "" : " in the last " + since) + "\n";
   Table t({"BATCH", "COMMIT", "EXPERIMENT", "METRIC", "N", "MEAN", "SD", "MIN", "MAX", "RUNS"});
   for (const auto& b : batches) {
@@ -619,7 +620,13 @@ std::string TableText(std::vector<BatchProgress> batches, const std::string& sin
            num(s.mean), s.n > 1 ? FormatDouble(s.sd, 4) : "-", num(s.min), num(s.max),
            ProgressText(b)});
   }
-  return t.Render();
+  std::string text = t.Render();
+  if (more) {
+    text += "(the newest " + std::to_string(batches.size()) + " batches" +
+            (since.empty() ? "" : " of the last " + since) +
+            "; older ones: --limit N for more, --limit 0 for all)\n";
+  }
+  return text;
 }
 
 }  // namespace
@@ -627,12 +634,12 @@ std::string TableText(std::vector<BatchProgress> batches, const std::string& sin
 Status CheckReportExperiments(Store& store, const std::vector<std::string>& experiments,
                               const std::string& option, const std::string& where) {
   if (experiments.empty()) return {};
-  // A misspelt name is an error, not an empty report.
-  ASSIGN_OR_RETURN(auto all, store.runs().Batches(false, 0));
-  std::set<std::string> known;
-  for (const auto& b : all) known.insert(b.experiment);
+  // A misspelt name is an error, not an empty report. One index probe per
+  // name; the list of known names only for the message.
   for (const auto& e : experiments) {
-    if (known.count(e)) continue;
+    ASSIGN_OR_RETURN(bool has, store.runs().HasExperiment(e));
+    if (has) continue;
+    ASSIGN_OR_RETURN(auto known, store.runs().ExperimentNames());
     std::string list;
     for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
     return Fail(ErrorKind::kNotFound, option + ": no batch of experiment '" + e + "' in " + where +
@@ -649,6 +656,21 @@ const char* ReportFileName(const std::string& format) {
   return nullptr;
 }
 
+Result<int> ParseReportLimit(const std::string& text) {
+  int n = -1;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size() || n < 0) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "expected a whole number of batches >= 0 (0: all), got \"" + text + "\"");
+  }
+  return n;
+}
+
+int ReportLimit(const ReportQuery& q) {
+  if (q.limit) return std::max(0, *q.limit);
+  return q.format == "table" ? kReportTableLimit : 0;
+}
+
 Result<std::string> ReportBytes(Store& store, const ReportQuery& q, TimeMs now) {
   ASSIGN_OR_RETURN(TimeMs since, ReportSince(q.since, now));
   if (IsReportFileFormat(q.format) || q.format == "summary") {
@@ -661,17 +683,27 @@ Result<std::string> ReportBytes(Store& store, const ReportQuery& q, TimeMs now) 
                 "format: unknown format '" + q.format +
                     "' (md, html, json, csv, summary, table, batches)");
   }
-  ASSIGN_OR_RETURN(auto batches, store.runs().BatchesSince(since));
-  std::set<std::string> wanted(q.experiments.begin(), q.experiments.end());
-  std::erase_if(batches, [&](const BatchProgress& b) {
-    return !wanted.empty() && !wanted.count(b.experiment);
-  });
+  const int limit = ReportLimit(q);
+  std::vector<BatchProgress> batches;
+  if (since == 0 && limit > 0) {
+    // The newest `limit` (one more tells whether there are older ones): a
+    // walk that stops there, not a read of the whole history.
+    ASSIGN_OR_RETURN(batches, store.runs().NewestBatches(q.experiments, limit + 1));
+  } else {
+    ASSIGN_OR_RETURN(batches, store.runs().BatchesSince(since));
+    std::set<std::string> wanted(q.experiments.begin(), q.experiments.end());
+    std::erase_if(batches, [&](const BatchProgress& b) {
+      return !wanted.empty() && !wanted.count(b.experiment);
+    });
+  }
+  bool more = limit > 0 && batches.size() > static_cast<size_t>(limit);
+  if (more) batches.resize(static_cast<size_t>(limit));
   if (q.format == "batches") {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& b : batches) j.push_back(BatchJson(b));
     return j.dump(2) + "\n";
   }
-  return TableText(std::move(batches), q.since);
+  return TableText(std::move(batches), q.since, more);
 }
 
 }  // namespace trainq

@@ -88,7 +88,16 @@ struct ReportQuery {
   std::string since;                     // "7d"; empty: everything
   std::vector<std::string> experiments;  // empty: all
   std::string format;
+  // "table" and "batches": the newest `limit` batches (0: all). Unset: the
+  // table shows kReportTableLimit (a line says when there are older ones),
+  // "batches" (JSON) all of them.
+  std::optional<int> limit;
 };
+inline constexpr int kReportTableLimit = 50;
+// The limit `q` asks for, its default applied (0: all).
+int ReportLimit(const ReportQuery& q);
+// A `limit` query parameter: a whole number >= 0, else kInvalidArgument.
+Result<int> ParseReportLimit(const std::string& text);
 Result<std::string> ReportBytes(Store& store, const ReportQuery& q, TimeMs now);
 // kNotFound naming `option` and `where` (the db) when an experiment has no
 // batch at all: a misspelt name is an error, not an empty report.

@@ -6,9 +6,93 @@
 #include <filesystem>
 #include <fstream>
 
+#include <zlib.h>
+
 namespace trainq {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kArchiveSuffix = ".gz";
+
+RunLogFile LogFile(std::optional<int> rank, const std::string& path) {
+  std::error_code ec;
+  if (fs::exists(path, ec)) return {rank, path, true, false};
+  bool archived = fs::exists(path + kArchiveSuffix, ec);
+  return {rank, path, archived, archived};
+}
+
+// Up to `max_bytes` of the archived log `gz` from `offset` (decompressed).
+Result<RunLogChunk> ReadArchived(const std::string& gz, std::int64_t offset,
+                                 std::int64_t max_bytes, RunLogChunk c) {
+  c.path = gz;
+  c.archived = true;
+  gzFile f = gzopen(gz.c_str(), "rb");
+  if (!f) return Fail(ErrorKind::kIo, gz + ": cannot open the archived log");
+  std::string buf(static_cast<size_t>(std::clamp<std::int64_t>(max_bytes, 0, 1 << 26)), '\0');
+  if (offset > 0 && gzseek(f, static_cast<z_off_t>(offset), SEEK_SET) < 0) {
+    gzclose(f);
+    return c;  // past its end: nothing more
+  }
+  int n = buf.empty() ? 0 : gzread(f, buf.data(), static_cast<unsigned>(buf.size()));
+  int errnum = 0;
+  const char* msg = n < 0 ? gzerror(f, &errnum) : nullptr;
+  std::string error = msg ? msg : "";
+  gzclose(f);
+  if (n < 0) return Fail(ErrorKind::kIo, gz + ": the archived log is damaged: " + error);
+  buf.resize(static_cast<size_t>(n));
+  c.bytes = std::move(buf);
+  c.next_offset = offset + n;
+  return c;
+}
+
+// `path` into `path`.gz: written under a temporary name, renamed when whole,
+// then the original removed.
+Status ArchiveOne(const std::string& path) {
+  const std::string gz = path + kArchiveSuffix, tmp = gz + ".part";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Fail(ErrorKind::kIo, path + ": cannot read the log to archive");
+  gzFile f = gzopen(tmp.c_str(), "wb6");
+  if (!f) return Fail(ErrorKind::kIo, tmp + ": cannot write the archive");
+  std::string buf(1 << 20, '\0');
+  bool ok = true;
+  while (ok && in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    auto got = in.gcount();
+    if (got > 0 && gzwrite(f, buf.data(), static_cast<unsigned>(got)) != got) ok = false;
+  }
+  if (in.bad()) ok = false;
+  if (gzclose(f) != Z_OK) ok = false;
+  std::error_code ec;
+  if (!ok) {
+    fs::remove(tmp, ec);
+    return Fail(ErrorKind::kIo, tmp + ": writing the archive failed (disk full?)");
+  }
+  fs::rename(tmp, gz, ec);
+  if (ec) return Fail(ErrorKind::kIo, gz + ": " + ec.message());
+  fs::remove(path, ec);
+  if (ec) return Fail(ErrorKind::kIo, path + ": " + ec.message());
+  return {};
+}
+
+}  // namespace
+
+Result<int> ArchiveRunLogs(const std::string& log_path) {
+  if (log_path.empty()) return 0;
+  std::vector<std::string> files;
+  std::error_code ec;
+  if (fs::is_regular_file(log_path, ec)) files.push_back(log_path);
+  fs::path dir = fs::path(log_path).parent_path();
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (name.starts_with("rank-") && name.ends_with(".log") && it->is_regular_file(ec)) {
+      files.push_back(it->path().string());
+    }
+  }
+  for (const auto& f : files) TRY(ArchiveOne(f));
+  return static_cast<int>(files.size());
+}
 
 Result<std::vector<RunLogFile>> RunLogFiles(Store& store, std::int64_t run_id) {
   ASSIGN_OR_RETURN(auto run, store.runs().Run(run_id));
@@ -16,15 +100,21 @@ Result<std::vector<RunLogFile>> RunLogFiles(Store& store, std::int64_t run_id) {
   std::vector<RunLogFile> out;
   if (run->log_path.empty()) return out;
   std::error_code ec;
-  out.push_back({std::nullopt, run->log_path, fs::exists(run->log_path, ec)});
+  out.push_back(LogFile(std::nullopt, run->log_path));
   std::vector<RunLogFile> ranks;
   fs::path dir = fs::path(run->log_path).parent_path();
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::string name = it->path().filename().string();
+    if (name.ends_with(".log.gz")) name.resize(name.size() - 3);  // archived
     if (!name.starts_with("rank-") || !name.ends_with(".log")) continue;
     std::string k = name.substr(5, name.size() - 9);
     if (k.empty() || k.size() > 6 || !std::all_of(k.begin(), k.end(), ::isdigit)) continue;
-    ranks.push_back({std::stoi(k), it->path().string(), true});
+    // A log and its archive both there: an archiving cut short; counted once.
+    if (std::any_of(ranks.begin(), ranks.end(),
+                    [&](const RunLogFile& f) { return *f.rank == std::stoi(k); })) {
+      continue;
+    }
+    ranks.push_back(LogFile(std::stoi(k), (dir / name).string()));
   }
   std::sort(ranks.begin(), ranks.end(),
             [](const RunLogFile& a, const RunLogFile& b) { return *a.rank < *b.rank; });
@@ -58,6 +148,9 @@ Result<RunLogChunk> ReadRunLog(Store& store, std::int64_t run_id, std::optional<
                     (have.empty() ? " (it has no rank logs)" : " (ranks with logs: " + have + ")"));
   }
   c.path = file->path;
+  if (file->archived) {
+    return ReadArchived(file->path + kArchiveSuffix, c.next_offset, max_bytes, std::move(c));
+  }
   std::ifstream in(file->path, std::ios::binary);
   if (!in) return c;
   in.seekg(0, std::ios::end);

@@ -17,8 +17,9 @@ namespace trainq {
 
 struct RunLogFile {
   std::optional<int> rank;  // nullopt: the run's own output.log
-  std::string path;
-  bool exists = false;
+  std::string path;         // the log as written; archived: `path` + ".gz" holds it
+  bool exists = false;      // the log or its archive
+  bool archived = false;    // retention archived it (gzip, beside where it was)
 };
 
 // The run's log files: output.log, then rank-K.log by K. kNotFound for an
@@ -30,11 +31,20 @@ struct RunLogChunk {
   std::int64_t next_offset = 0; // where the next read starts
   bool run_ended = false;       // the run is in a final state (follow stops at the end)
   std::string path;
+  bool archived = false;        // read from the archive retention made (path ends in .gz)
 };
 
 // Up to `max_bytes` of the run's log (or of rank K's) from `offset`.
 // kNotFound names the run or the rank (and lists the ranks that have logs).
 Result<RunLogChunk> ReadRunLog(Store& store, std::int64_t run_id, std::optional<int> rank,
                                std::int64_t offset, std::int64_t max_bytes);
+
+// Retention (queue/retention.h): compresses the run's logs (output.log, and
+// a gang's rank-K.log beside it) to `<file>.gz` in the same folder and
+// removes each original once its archive is whole on disk. ReadRunLog reads
+// an archived log as it read the original, from the same offsets. A missing
+// log (never written, removed by hand) is not an error; returns the number
+// of files archived.
+Result<int> ArchiveRunLogs(const std::string& log_path);
 
 }  // namespace trainq

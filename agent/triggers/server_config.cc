@@ -210,6 +210,26 @@ class ConfigParser : public YamlReader {
     return Err(n, path, "expected an amount above 0, got " + Show(n));
   }
 
+  // {metric_points: 90d, logs: 30d, points_kept: 200}
+  Result<RetentionPolicy> Retention(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsMap()) {
+      return Err(n, path, "expected {metric_points: DURATION, logs: DURATION, points_kept: N}, "
+                          "got " + Show(n));
+    }
+    TRY(CheckKeys(n, path, {"metric_points", "logs", "points_kept"}));
+    RetentionPolicy r;
+    if (auto v = n["metric_points"]) {
+      ASSIGN_OR_RETURN(r.metric_points_ms, ZeroOrDurationMs(v, path + ".metric_points"));
+    }
+    if (auto v = n["logs"]) { ASSIGN_OR_RETURN(r.logs_ms, ZeroOrDurationMs(v, path + ".logs")); }
+    if (auto v = n["points_kept"]) {
+      ASSIGN_OR_RETURN(auto k, Int(v, path + ".points_kept", 2));
+      if (k > 100'000) return Err(v, path + ".points_kept", "at most 100000, got " + Show(v));
+      r.points_kept = static_cast<int>(k);
+    }
+    return r;
+  }
+
   // {per_day: 50, per_month: 800, drain_at_cap: true}
   Result<cloud::OverallBudget> Budget(const YAML::Node& n, const std::string& path) const {
     if (!n.IsMap()) {
@@ -526,7 +546,8 @@ Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view f
   if (!root || root.IsNull()) return c;
   if (!root.IsMap()) return p.Err(root, "", "expected a mapping at the top level");
   TRY(p.CheckKeys(root, "", {"listen", "repositories", "pools", "read_token", "admin_token", "budget",
-                                 "public_url"}));
+                                 "public_url", "retention"}));
+  if (auto r = root["retention"]) { ASSIGN_OR_RETURN(c.retention, p.Retention(r, "retention")); }
   if (auto b = root["budget"]) { ASSIGN_OR_RETURN(c.budget, p.Budget(b, "budget")); }
   if (auto l = root["listen"]) { ASSIGN_OR_RETURN(c.listen, p.Str(l, "listen")); }
   if (auto t = root["read_token"]) { ASSIGN_OR_RETURN(c.read_token, p.Secret(t, "read_token")); }

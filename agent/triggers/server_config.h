@@ -22,6 +22,8 @@
 //   admin_token: {file: /etc/trainq/admin-token}   # the dashboard's actions
 //   public_url: https://trainq.example   # where people reach serve: commit statuses
 //                                        # link to the dashboard's commit page
+//   retention: {metric_points: 90d, logs: 30d}   # finished runs' points compacted, logs
+//                                                # gzipped (queue/retention.h); default: kept
 //
 // Secrets and tokens are read from an environment variable or a file, never
 // written in the config itself, and never logged. Every error names the file,
@@ -40,6 +42,7 @@
 #include "agent/repo/manifest_check.h"
 #include "core/result.h"
 #include "core/yaml_reader.h"  // SecretValue
+#include "queue/retention.h"
 
 namespace trainq {
 
@@ -152,6 +155,7 @@ struct ServerConfig {
   // PUBLIC_URL/commit/SHA when set.
   std::string public_url;
   cloud::OverallBudget budget;  // `budget:` at the top level (spend is filled by the fleet)
+  RetentionPolicy retention;    // `retention:`; default: everything kept
 
   const PoolSpec* FindPool(std::string_view name) const {
     for (const auto& p : pools)

@@ -76,7 +76,10 @@ TEST_CASE("read routes: bad parameters are 400 and name the parameter", "[read_a
   };
   for (const auto& c : std::vector<Case>{
            {"/api/v1/report", {{"fromat", "md"}}, 400,
-            "/api/v1/report: unknown parameter 'fromat' (expected experiment, format, since)"},
+            "/api/v1/report: unknown parameter 'fromat' (expected experiment, format, limit, "
+            "since)"},
+           {"/api/v1/report", {{"format", "table"}, {"limit", "-3"}}, 400,
+            "/api/v1/report: limit: expected a whole number of batches >= 0 (0: all), got \"-3\""},
            {"/api/v1/report", {{"format", "pdf"}}, 400,
             "/api/v1/report: format: unknown format 'pdf' (md, html, json, csv, summary, table, "
             "batches)"},
