@@ -242,6 +242,165 @@ HttpServerReply Dashboard::Handle(const HttpServerRequest& req, const std::strin
   return Refuse(404, "no route " + path);
 }
 
+namespace {
+
+// The data routes, one function each (Dashboard::Data dispatches).
+
+// Every experiment with batches: how many, and its newest commit (from the
+// batches alone: reading their runs grew with the whole history).
+HttpServerReply ExperimentsRoute(Store& store) {
+  auto summaries = store.runs().ExperimentSummaries();
+  if (!summaries) return Refuse(503, summaries.error().message);
+  json out = json::array();
+  for (const auto& e : *summaries) {
+    const auto& b = e.latest;
+    out.push_back({{"repo", e.repo}, {"experiment", e.experiment}, {"metric", b.metric_name},
+                   {"batches", e.batches}, {"latest_commit", b.sha},
+                   {"latest_subject", b.subject}, {"latest_created_ms", b.created_ms}});
+  }
+  return JsonReply(200, {{"experiments", out}});
+}
+
+// Sweeps still adding points: the overview's list (the sweeps page reads the
+// report's sweeps, with winners).
+HttpServerReply SweepsRoute(Store& store) {
+  auto sweeps = store.sweeps().List("running");
+  if (!sweeps) return Refuse(503, sweeps.error().message);
+  json out = json::array();
+  for (const auto& sw : *sweeps) {
+    auto points = store.sweeps().SweepPoints(sw.id);
+    if (!points) return Refuse(503, points.error().message);
+    json commit = json::parse(sw.commit_json, nullptr, false);
+    out.push_back({{"id", sw.id},
+                   {"experiment", sw.experiment},
+                   {"commit", commit.is_object() ? commit.value("sha", "") : ""},
+                   {"state", sw.state},
+                   {"points", points->size()},
+                   {"created_ms", sw.created_ms}});
+  }
+  return JsonReply(200, {{"sweeps", out}});
+}
+
+// The report's sweep plots (agent/results/sweep_plot.h), drawn from the store
+// at each request: `ID` lists them, `ID/NAME.svg` is one.
+HttpServerReply SweepPlotRoute(Store& store, const std::string& rest) {
+  auto parts = Split(rest, '/');
+  auto id = parts.empty() ? std::nullopt : ParseId(parts[0]);
+  if (!id || parts.size() > 2) return Refuse(400, "expected /dash/api/sweep/ID[/NAME.svg]");
+  auto view = LoadSweepView(store, *id);
+  if (!view) return Refuse(StatusFor(view.error()), view.error().message);
+  auto plots = SweepPlots(*view);
+  if (parts.size() == 1) {
+    json names = json::array();
+    for (const auto& [name, svg] : plots) names.push_back(name);
+    return JsonReply(200, {{"id", *id}, {"plots", names}});
+  }
+  auto it = plots.find(parts[1]);
+  if (it == plots.end()) return Refuse(404, "sweep " + parts[0] + " has no plot " + parts[1]);
+  HttpServerReply r{200, "image/svg+xml; charset=utf-8", it->second};
+  r.headers.push_back({"Cache-Control", "no-store"});
+  r.headers.push_back({"X-Content-Type-Options", "nosniff"});
+  r.headers.push_back({"Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'"});
+  return r;
+}
+
+// The report's JSON (report.json of `trainq report --out`), for all
+// experiments or, for the experiment page, one: its history along a branch
+// (?branch=, default the repository's default branch), one point per commit.
+HttpServerReply ReportRoute(Store& store, const HttpServerRequest& req,
+                           const std::optional<std::string>& experiment, TimeMs now) {
+  ReportQuery q;
+  q.format = "json";
+  if (experiment) {
+    q.experiments.push_back(*experiment);
+    if (auto st = CheckReportExperiments(store, q.experiments, "experiment", "the store"); !st) {
+      return Refuse(StatusFor(st.error()), st.error().message);
+    }
+  }
+  if (auto since = Param(req, "since")) q.since = *since;
+  auto bytes = ReportBytes(store, q, now);
+  if (!bytes) return Refuse(StatusFor(bytes.error()), bytes.error().message);
+  if (experiment) {
+    json j = json::parse(*bytes, nullptr, false);
+    if (j.is_discarded()) return Refuse(503, "the report is not JSON");
+    if (auto st = FollowBranch(store, j, Param(req, "branch").value_or("")); !st) {
+      return Refuse(StatusFor(st.error()), st.error().message);
+    }
+    return JsonReply(200, j);
+  }
+  HttpServerReply r{200, "application/json", std::move(*bytes)};
+  r.headers.push_back({"Cache-Control", "no-store"});
+  return r;
+}
+
+// A run: its row, its metric's curve (at most 1000 points, evenly thinned)
+// and the earlier rounds of attempts that ended before a retry
+// (RunQueue::RetryRun).
+HttpServerReply RunRoute(Store& store, const RunRow& run) {
+  json j = {{"run", RunJson(run)}};
+  auto points = store.runs().Metrics(run.id);
+  if (!points) return Refuse(503, points.error().message);
+  json pts = json::array();
+  size_t stride = std::max<size_t>(1, points->size() / 1000);
+  for (size_t i = 0; i < points->size(); i += stride) {
+    const auto& p = (*points)[i];
+    pts.push_back({{"name", p.name},
+                   {"value", p.value},
+                   {"step", p.step ? json(*p.step) : json(nullptr)},
+                   {"final", p.final}});
+  }
+  j["metrics"] = pts;
+  j["metric_points"] = points->size();
+  auto retries = store.runs().Retries(run.id);
+  if (!retries) return Refuse(503, retries.error().message);
+  json rs = json::array();
+  for (const auto& t : *retries) {
+    rs.push_back({{"retried_ms", t.retried_ms},
+                  {"who", t.who},
+                  {"state", std::string(RunStateName(t.state))},
+                  {"attempts", t.attempts},
+                  {"exit_code", t.exit_code ? json(*t.exit_code) : json(nullptr)},
+                  {"finished_ms", t.finished_ms ? json(*t.finished_ms) : json(nullptr)},
+                  {"error", t.last_error}});
+  }
+  j["retries"] = rs;
+  return JsonReply(200, j);
+}
+
+// A run's log bytes from `from` (the client's last size), at most
+// `max_bytes`: the newest part when more is there.
+HttpServerReply RunLogRoute(const HttpServerRequest& req, const RunRow& run,
+                           const std::string& data_dir, std::int64_t max_bytes) {
+  std::string file = run.log_path;
+  if (file.empty()) {
+    file = (fs::path(data_dir) / "runs" / std::to_string(run.id) / "output.log").string();
+  }
+  std::error_code ec;
+  std::int64_t size = fs::exists(file, ec) ? static_cast<std::int64_t>(fs::file_size(file, ec)) : 0;
+  if (ec) size = 0;
+  std::int64_t from = 0;
+  if (auto f = Param(req, "from")) from = ParseId(*f).value_or(0);
+  if (from > size) from = 0;  // a new attempt started the file again
+  bool skipped = size - from > max_bytes;
+  if (skipped) from = size - max_bytes;
+  std::string text;
+  if (size > from) {
+    std::ifstream in(file, std::ios::binary);
+    in.seekg(from);
+    text.resize(static_cast<size_t>(size - from));
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<size_t>(in.gcount()));
+  }
+  return JsonReply(200, {{"run", run.id},
+                         {"state", std::string(RunStateName(run.state))},
+                         {"from", from},
+                         {"size", from + static_cast<std::int64_t>(text.size())},
+                         {"skipped", skipped},
+                         {"text", text}});
+}
+
+}  // namespace
+
 HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string& path,
                                 const Session& s) {
   std::string rest = path.substr(std::string("/dash/api/").size());
@@ -252,95 +411,18 @@ HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string&
   }
   auto store = OpenRead(db_path_);
   if (!store) return Refuse(503, "the store " + db_path_ + " cannot be opened");
-  TimeMs now = clock_.Now();
+  const TimeMs now = clock_.Now();
   if (rest == "status") {
     auto j = StatusJson(*store, db_path_, now);
     if (!j) return Refuse(503, j.error().message);
     return JsonReply(200, *j);
   }
-  if (rest == "experiments") {
-    // Every experiment with batches: how many, and its newest commit (from
-    // the batches alone: reading their runs grew with the whole history).
-    auto summaries = store->runs().ExperimentSummaries();
-    if (!summaries) return Refuse(503, summaries.error().message);
-    json out = json::array();
-    for (const auto& e : *summaries) {
-      const auto& b = e.latest;
-      out.push_back({{"repo", e.repo}, {"experiment", e.experiment}, {"metric", b.metric_name},
-                     {"batches", e.batches}, {"latest_commit", b.sha},
-                     {"latest_subject", b.subject}, {"latest_created_ms", b.created_ms}});
-    }
-    return JsonReply(200, {{"experiments", out}});
-  }
-  if (rest == "sweeps") {
-    // Sweeps still adding points: the overview's list (the sweeps page reads
-    // the report's sweeps, with winners).
-    auto sweeps = store->sweeps().List("running");
-    if (!sweeps) return Refuse(503, sweeps.error().message);
-    json out = json::array();
-    for (const auto& sw : *sweeps) {
-      auto points = store->sweeps().SweepPoints(sw.id);
-      if (!points) return Refuse(503, points.error().message);
-      json commit = json::parse(sw.commit_json, nullptr, false);
-      out.push_back({{"id", sw.id},
-                     {"experiment", sw.experiment},
-                     {"commit", commit.is_object() ? commit.value("sha", "") : ""},
-                     {"state", sw.state},
-                     {"points", points->size()},
-                     {"created_ms", sw.created_ms}});
-    }
-    return JsonReply(200, {{"sweeps", out}});
-  }
-  if (rest.starts_with("sweep/")) {
-    // The report's sweep plots (agent/results/sweep_plot.h), drawn from the
-    // store at each request: /dash/api/sweep/ID lists them,
-    // /dash/api/sweep/ID/NAME.svg is one.
-    auto parts = Split(rest.substr(6), '/');
-    auto id = parts.empty() ? std::nullopt : ParseId(parts[0]);
-    if (!id || parts.size() > 2) return Refuse(400, "expected /dash/api/sweep/ID[/NAME.svg]");
-    auto view = LoadSweepView(*store, *id);
-    if (!view) return Refuse(StatusFor(view.error()), view.error().message);
-    auto plots = SweepPlots(*view);
-    if (parts.size() == 1) {
-      json names = json::array();
-      for (const auto& [name, svg] : plots) names.push_back(name);
-      return JsonReply(200, {{"id", *id}, {"plots", names}});
-    }
-    auto it = plots.find(parts[1]);
-    if (it == plots.end()) return Refuse(404, "sweep " + parts[0] + " has no plot " + parts[1]);
-    HttpServerReply r{200, "image/svg+xml; charset=utf-8", it->second};
-    r.headers.push_back({"Cache-Control", "no-store"});
-    r.headers.push_back({"X-Content-Type-Options", "nosniff"});
-    r.headers.push_back({"Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'"});
-    return r;
-  }
-  if (rest == "report" || rest.starts_with("experiment/")) {
-    // The report's JSON (report.json of `trainq report --out`), for one
-    // experiment or all.
-    ReportQuery q;
-    q.format = "json";
-    if (rest != "report") {
-      q.experiments.push_back(rest.substr(std::string("experiment/").size()));
-      if (auto st = CheckReportExperiments(*store, q.experiments, "experiment", "the store"); !st) {
-        return Refuse(StatusFor(st.error()), st.error().message);
-      }
-    }
-    if (auto since = Param(req, "since")) q.since = *since;
-    auto bytes = ReportBytes(*store, q, now);
-    if (!bytes) return Refuse(StatusFor(bytes.error()), bytes.error().message);
-    if (rest != "report") {
-      // The experiment page: its history along a branch (?branch=, default
-      // the repository's default branch), one point per commit.
-      json j = json::parse(*bytes, nullptr, false);
-      if (j.is_discarded()) return Refuse(503, "the report is not JSON");
-      if (auto st = FollowBranch(*store, j, Param(req, "branch").value_or("")); !st) {
-        return Refuse(StatusFor(st.error()), st.error().message);
-      }
-      return JsonReply(200, j);
-    }
-    HttpServerReply r{200, "application/json", std::move(*bytes)};
-    r.headers.push_back({"Cache-Control", "no-store"});
-    return r;
+  if (rest == "experiments") return ExperimentsRoute(*store);
+  if (rest == "sweeps") return SweepsRoute(*store);
+  if (rest.starts_with("sweep/")) return SweepPlotRoute(*store, rest.substr(6));
+  if (rest == "report") return ReportRoute(*store, req, std::nullopt, now);
+  if (rest.starts_with("experiment/")) {
+    return ReportRoute(*store, req, rest.substr(std::string("experiment/").size()), now);
   }
   if (rest.starts_with("commit/")) {
     auto j = LoadCommitView(*store, rest.substr(7));
@@ -354,67 +436,9 @@ HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string&
     auto run = store->runs().Run(*id);
     if (!run) return Refuse(503, run.error().message);
     if (!*run) return Refuse(404, "no run " + parts[0]);
-    if (parts.size() == 1) {
-      json j = {{"run", RunJson(**run)}};
-      // The metric's curve: at most 1000 points, evenly thinned.
-      auto points = store->runs().Metrics(*id);
-      if (!points) return Refuse(503, points.error().message);
-      std::vector<const MetricPoint*> curve;
-      for (const auto& p : *points) curve.push_back(&p);
-      json pts = json::array();
-      size_t stride = std::max<size_t>(1, curve.size() / 1000);
-      for (size_t i = 0; i < curve.size(); i += stride) {
-        const auto* p = curve[i];
-        pts.push_back({{"name", p->name},
-                       {"value", p->value},
-                       {"step", p->step ? json(*p->step) : json(nullptr)},
-                       {"final", p->final}});
-      }
-      j["metrics"] = pts;
-      j["metric_points"] = curve.size();
-      // Earlier rounds of attempts, ended before a retry (RunQueue::RetryRun).
-      auto retries = store->runs().Retries(*id);
-      if (!retries) return Refuse(503, retries.error().message);
-      json rs = json::array();
-      for (const auto& t : *retries) {
-        rs.push_back({{"retried_ms", t.retried_ms},
-                      {"who", t.who},
-                      {"state", std::string(RunStateName(t.state))},
-                      {"attempts", t.attempts},
-                      {"exit_code", t.exit_code ? json(*t.exit_code) : json(nullptr)},
-                      {"finished_ms", t.finished_ms ? json(*t.finished_ms) : json(nullptr)},
-                      {"error", t.last_error}});
-      }
-      j["retries"] = rs;
-      return JsonReply(200, j);
-    }
+    if (parts.size() == 1) return RunRoute(*store, **run);
     if (parts[1] != "log") return Refuse(404, "no route " + path);
-    // The log's bytes from `from` (the client's last size), at most
-    // max_log_bytes: the newest part when more is there.
-    std::string file = (*run)->log_path;
-    if (file.empty()) file = (fs::path(data_dir_) / "runs" / parts[0] / "output.log").string();
-    std::error_code ec;
-    std::int64_t size = fs::exists(file, ec) ? static_cast<std::int64_t>(fs::file_size(file, ec)) : 0;
-    if (ec) size = 0;
-    std::int64_t from = 0;
-    if (auto f = Param(req, "from")) from = ParseId(*f).value_or(0);
-    if (from > size) from = 0;  // a new attempt started the file again
-    bool skipped = size - from > options_.max_log_bytes;
-    if (skipped) from = size - options_.max_log_bytes;
-    std::string text;
-    if (size > from) {
-      std::ifstream in(file, std::ios::binary);
-      in.seekg(from);
-      text.resize(static_cast<size_t>(size - from));
-      in.read(text.data(), static_cast<std::streamsize>(text.size()));
-      text.resize(static_cast<size_t>(in.gcount()));
-    }
-    return JsonReply(200, {{"run", *id},
-                           {"state", std::string(RunStateName((*run)->state))},
-                           {"from", from},
-                           {"size", from + static_cast<std::int64_t>(text.size())},
-                           {"skipped", skipped},
-                           {"text", text}});
+    return RunLogRoute(req, **run, data_dir_, options_.max_log_bytes);
   }
   return Refuse(404, "no route " + path);
 }
