@@ -185,4 +185,14 @@ Status Store::InWriteTransaction(const std::function<Status()>& fn) {
   return sql::WithWriteTransaction(parts_->db, fn);
 }
 
+Status Store::InRelaxedWriteTransaction(const std::function<Status()>& fn) {
+  sql::Db& db = parts_->db;
+  if (sqlite3_get_autocommit(db.raw()) == 0) return fn();
+  TRY(db.Exec("PRAGMA synchronous=NORMAL"));
+  auto st = sql::WithWriteTransaction(db, fn);
+  auto full = db.Exec("PRAGMA synchronous=FULL");
+  if (!st) return st;
+  return full;
+}
+
 }  // namespace trainq

@@ -79,6 +79,12 @@ class Store {
   // Runs `fn` in one write transaction: the calls it makes on the parts join
   // it and commit together (or roll back together when fn fails).
   Status InWriteTransaction(const std::function<Status()>& fn);
+  // The same, committed without an fsync of the WAL (synchronous=NORMAL
+  // for this commit alone): a power loss may lose it, a crash of serve may
+  // not, and the next ordinary commit makes it durable too. For a worker's
+  // heartbeat: one every 10 s per worker, and losing the newest ones only
+  // moves a lease's expiry back. Inside a transaction already, `fn` joins it.
+  Status InRelaxedWriteTransaction(const std::function<Status()>& fn);
 
   // The parts, by concern; each lives as long as this Store (and moves with it).
   RunQueue& runs();

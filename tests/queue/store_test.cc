@@ -1050,3 +1050,45 @@ TEST_CASE("A store at schema version 13 keeps its batch and push statuses in the
   REQUIRE(q.Step().value());
   CHECK(q.Int(0) == 0);
 }
+
+TEST_CASE("A relaxed write transaction commits, rolls back and joins like any other", "[store]") {
+  Fixture f;
+  f.Submit(2);
+  auto leased = f.store.runs().Lease("w", kT0, 60'000, 2).value();
+  REQUIRE(leased.size() == 2);
+  // Committed: another connection sees the new expiry.
+  TimeMs expires = 0;
+  REQUIRE(f.store.InRelaxedWriteTransaction([&]() -> Status {
+    ASSIGN_OR_RETURN(expires, f.store.runs().Heartbeat(leased[0].run_id, leased[0].token,
+                                                       kT0 + 5'000, 60'000));
+    return Status{};
+  }));
+  CHECK(expires == kT0 + 65'000);
+  auto other = Store::Open(f.path).value();
+  auto raw = sql::Db::Open(f.path, false, 5000).value();
+  auto expiry = [&](std::int64_t run) {
+    auto q = raw.Prepare("SELECT lease_expires_ms FROM runs WHERE id = ?").value();
+    q.Bind(1, run);
+    REQUIRE(q.Step().value());
+    return q.Int(0);
+  };
+  CHECK(expiry(leased[0].run_id) == kT0 + 65'000);
+  // A failing fn rolls back what it wrote.
+  auto failed = f.store.InRelaxedWriteTransaction([&]() -> Status {
+    TRY(f.store.runs().Heartbeat(leased[1].run_id, leased[1].token, kT0 + 9'000, 60'000));
+    return Fail(ErrorKind::kConflict, "no");
+  });
+  CHECK_FALSE(failed);
+  CHECK(expiry(leased[1].run_id) == kT0 + 60'000);
+  // Inside an ordinary transaction it joins it: one commit for both.
+  REQUIRE(f.store.InWriteTransaction([&]() -> Status {
+    return f.store.InRelaxedWriteTransaction([&]() -> Status {
+      TRY(f.store.runs().Heartbeat(leased[1].run_id, leased[1].token, kT0 + 9'000, 60'000));
+      return Status{};
+    });
+  }));
+  CHECK(expiry(leased[1].run_id) == kT0 + 69'000);
+  // And ordinary commits after it still work (synchronous back to FULL).
+  REQUIRE(f.store.runs().Complete(leased[0].run_id, leased[0].token, kT0 + 10'000, 0.5));
+  CHECK(other.runs().Run(leased[0].run_id).value()->state == RunState::kSucceeded);
+}
