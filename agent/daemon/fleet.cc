@@ -339,15 +339,37 @@ Result<bool> Fleet::SettleBoots(TimeMs wait_ms) {
 int Fleet::BootsPending() const { return boots_ ? boots_->Pending() : 0; }
 
 Status Fleet::HarvestBoots() {
+  auto done = boots_->TakeDone();
+  // Machines to stop: booted after they were given up.
+  std::vector<std::pair<std::string, std::string>> stop;  // pool, provider id
+  // One write transaction per 500 boots (not one each: 10,000 boots are
+  // 10,000 commits), short enough not to hold up the other writers.
+  constexpr std::size_t kChunk = 500;
   Status first;
-  for (auto& job : boots_->TakeDone()) {
-    auto st = RecordBoot(job);
+  for (std::size_t at = 0; at < done.size(); at += kChunk) {
+    auto st = store_.InWriteTransaction([&]() -> Status {
+      for (std::size_t i = at; i < std::min(done.size(), at + kChunk); ++i) {
+        if (auto r = RecordBoot(done[i], stop); !r) {
+          spdlog::warn("pool {}: recording the boot of {}: {}", done[i].pool, done[i].spec.name,
+                       r.error().message);
+        }
+      }
+      return {};
+    });
     if (!st && first) first = st;
+  }
+  // The provider is called outside the transactions.
+  for (const auto& [name, id] : stop) {
+    FleetPool* pool = FindPool(name);
+    if (!pool) continue;
+    auto st = pool->provider->Stop(id);
+    Record(name, st.has_value(), st ? "" : st.error().message);
+    if (!st) spdlog::warn("pool {}: stop of {} failed: {} (tried again while it is listed)", name, id, st.error().message);
   }
   return first;
 }
 
-Status Fleet::RecordBoot(BootJob& job) {
+Status Fleet::RecordBoot(BootJob& job, std::vector<std::pair<std::string, std::string>>& stop) {
   const std::string& name = job.spec.name;
   Record(job.pool, job.result.has_value(), job.result ? "" : job.result.error().message);
   if (!job.result) {
@@ -367,18 +389,15 @@ Status Fleet::RecordBoot(BootJob& job) {
   }
   const std::string& id = *job.result;
   auto st = store_.machines().SetMachineProviderId(job.row, id, clock_.Now());
-  FleetPool* pool = FindPool(job.pool);
   if (given_up_.erase(job.row) > 0 || !st) {
     // Forgotten or stopped meanwhile (the row keeps its state), or not
     // recordable: nobody will use it.
     spdlog::warn("pool {}: boot of {} answered ({}) after it was given up{}; stopping it",
                  job.pool, name, id, st ? "" : " (" + st.error().message + ")");
-    if (pool) {
-      auto stopped = pool->provider->Stop(id);
-      Record(job.pool, stopped.has_value(), stopped ? "" : stopped.error().message);
-    }
+    stop.emplace_back(job.pool, id);
     return st;
   }
+  FleetPool* pool = FindPool(job.pool);
   spdlog::info("pool {}: booted {} ({} {})", job.pool, name, pool ? pool->spec.provider : "", id);
   return Status{};
 }
@@ -697,41 +716,49 @@ void Fleet::Record(const std::string& pool, bool ok, const std::string& error) {
 
 Status Fleet::Boot(FleetPool& pool, int count) {
   const PoolSpec& spec = pool.spec;
-  for (int i = 0; i < count; ++i) {
-    TimeMs now = clock_.Now();
-    // The row first: a crash between the provider's answer and recording it
-    // leaves a tagged machine that reconcile adopts or stops.
-    MachineRow m;
-    m.pool = spec.name();
-    m.provider = spec.provider;
-    m.state = "requested";
-    m.slots = spec.scaling.slots;
-    m.gpus = spec.gpus;
-    m.hourly_cost = spec.scaling.hourly_cost;
-    m.name = "tq-" + options_.instance + "-" + spec.name() + "-" + Base36(now) + std::to_string(i);
-    ASSIGN_OR_RETURN(auto row, store_.machines().AddMachine(m, now));
-    BootJob job;
-    job.row = row;
-    job.pool = spec.name();
-    job.provider = pool.provider.get();
-    cloud::BootSpec& b = job.spec;
-    b.tag = {spec.name(), options_.instance};
-    b.name = m.name;
-    b.slots = spec.scaling.slots;
-    b.gpus = spec.gpus;
-    b.params = spec.params;
-    b.worker_argv = WorkerArgv(spec, m.name);
-    b.env_passthrough = spec.env_passthrough;
-    if (spec.provider == "ec2" || spec.provider == "command" || spec.provider == "kubernetes") {
-      if (auto token = ReadFile(TokenFilePath(options_.data_dir, spec.name()))) {
-        b.token = std::string(Trim(*token));
-      } else if (!spec.token.empty()) {
-        b.token = spec.token.value;
-      }
+  std::string token;
+  if (spec.provider == "ec2" || spec.provider == "command" || spec.provider == "kubernetes") {
+    if (auto t = ReadFile(TokenFilePath(options_.data_dir, spec.name()))) {
+      token = std::string(Trim(*t));
+    } else if (!spec.token.empty()) {
+      token = spec.token.value;
     }
-    // A later pass records the answer (HarvestBoots).
-    boots_->Add(std::move(job));
   }
+  // The rows first, committed before any boot starts: a crash between the
+  // provider's answer and recording it leaves a tagged machine that
+  // reconcile adopts or stops. One transaction for them all.
+  std::vector<BootJob> jobs;
+  TRY(store_.InWriteTransaction([&]() -> Status {
+    for (int i = 0; i < count; ++i) {
+      TimeMs now = clock_.Now();
+      MachineRow m;
+      m.pool = spec.name();
+      m.provider = spec.provider;
+      m.state = "requested";
+      m.slots = spec.scaling.slots;
+      m.gpus = spec.gpus;
+      m.hourly_cost = spec.scaling.hourly_cost;
+      m.name =
+          "tq-" + options_.instance + "-" + spec.name() + "-" + Base36(now) + std::to_string(i);
+      ASSIGN_OR_RETURN(auto row, store_.machines().AddMachine(m, now));
+      BootJob& job = jobs.emplace_back();
+      job.row = row;
+      job.pool = spec.name();
+      job.provider = pool.provider.get();
+      cloud::BootSpec& b = job.spec;
+      b.tag = {spec.name(), options_.instance};
+      b.name = m.name;
+      b.slots = spec.scaling.slots;
+      b.gpus = spec.gpus;
+      b.params = spec.params;
+      b.worker_argv = WorkerArgv(spec, m.name);
+      b.env_passthrough = spec.env_passthrough;
+      b.token = token;
+    }
+    return Status{};
+  }));
+  // A later pass records the answers (HarvestBoots).
+  for (auto& job : jobs) boots_->Add(std::move(job));
   return Status{};
 }
 

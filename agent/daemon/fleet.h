@@ -60,6 +60,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agent/triggers/server_config.h"
@@ -181,7 +182,9 @@ class Fleet {
   struct BootJob;
   // Records the boots that finished (on the loop thread).
   Status HarvestBoots();
-  Status RecordBoot(BootJob& job);
+  // In the caller's write transaction; machines to stop (pool, id) into
+  // `stop`, for after it.
+  Status RecordBoot(BootJob& job, std::vector<std::pair<std::string, std::string>>& stop);
   // Calls off the pool's ("" = every pool's) boots not started yet: their
   // machines are `stopped`, never booted.
   Status CallOffBoots(const std::string& pool, const std::string& why);
