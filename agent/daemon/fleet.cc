@@ -256,6 +256,10 @@ class Fleet::BootThreads {
     std::lock_guard lock(mu_);
     return static_cast<int>(jobs_.size());
   }
+  bool Pending(std::int64_t row) const {
+    std::lock_guard lock(mu_);
+    return jobs_.contains(row);
+  }
 
  private:
   void Loop() {
@@ -340,16 +344,24 @@ int Fleet::BootsPending() const { return boots_ ? boots_->Pending() : 0; }
 
 Status Fleet::HarvestBoots() {
   auto done = boots_->TakeDone();
+  // Successes first: a failure among them leaves the pool backing off, as
+  // a failed boot ended a pass's boots when they were synchronous.
+  std::stable_partition(done.begin(), done.end(),
+                        [](const BootJob& j) { return j.result.has_value(); });
   // Machines to stop: booted after they were given up.
   std::vector<std::pair<std::string, std::string>> stop;  // pool, provider id
   // One write transaction per 500 boots (not one each: 10,000 boots are
   // 10,000 commits), short enough not to hold up the other writers.
   constexpr std::size_t kChunk = 500;
+  std::set<std::string> failed_pools;
   Status first;
   for (std::size_t at = 0; at < done.size(); at += kChunk) {
     auto st = store_.InWriteTransaction([&]() -> Status {
       for (std::size_t i = at; i < std::min(done.size(), at + kChunk); ++i) {
-        if (auto r = RecordBoot(done[i], stop); !r) {
+        // One failure per pool and harvest counts for its health (the
+        // backoff doubles per failed pass, not per boot of the pass).
+        const bool health = done[i].result || failed_pools.insert(done[i].pool).second;
+        if (auto r = RecordBoot(done[i], health, stop); !r) {
           spdlog::warn("pool {}: recording the boot of {}: {}", done[i].pool, done[i].spec.name,
                        r.error().message);
         }
@@ -369,9 +381,10 @@ Status Fleet::HarvestBoots() {
   return first;
 }
 
-Status Fleet::RecordBoot(BootJob& job, std::vector<std::pair<std::string, std::string>>& stop) {
+Status Fleet::RecordBoot(BootJob& job, bool health,
+                         std::vector<std::pair<std::string, std::string>>& stop) {
   const std::string& name = job.spec.name;
-  Record(job.pool, job.result.has_value(), job.result ? "" : job.result.error().message);
+  if (health) Record(job.pool, job.result.has_value(), job.result ? "" : job.result.error().message);
   if (!job.result) {
     // Judged here, not by JudgeBoots: a provider that refuses a boot backs
     // off (its health, as before); a failed boot is a machine that booted
@@ -923,6 +936,13 @@ Result<std::vector<cloud::PoolInput>> Fleet::Inputs(const std::vector<MachineRow
       if (m.pool != pool.spec.name() || m.provider != pool.spec.provider) continue;
       if (!ParseMachineState(m.state)) continue;
       in.machines.push_back(ToMachine(m, heard_since_));
+      // A worker may register before its boot answered: until the answer
+      // is recorded the machine is `requested` here (live, never drained
+      // or stopped by an id it does not have yet).
+      if (m.provider_id.empty() && (m.state == "ready" || m.state == "booting") &&
+          boots_->Pending(m.id)) {
+        in.machines.back().state = cloud::MachineState::kRequested;
+      }
     }
     if (now >= in.health.next_retry_at && now >= next_list_at_[pool.spec.name()]) {
       ++list_calls_[pool.spec.name()];

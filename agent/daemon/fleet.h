@@ -183,8 +183,10 @@ class Fleet {
   // Records the boots that finished (on the loop thread).
   Status HarvestBoots();
   // In the caller's write transaction; machines to stop (pool, id) into
-  // `stop`, for after it.
-  Status RecordBoot(BootJob& job, std::vector<std::pair<std::string, std::string>>& stop);
+  // `stop`, for after it. `health`: the outcome counts for the provider's
+  // health (Record).
+  Status RecordBoot(BootJob& job, bool health,
+                    std::vector<std::pair<std::string, std::string>>& stop);
   // Calls off the pool's ("" = every pool's) boots not started yet: their
   // machines are `stopped`, never booted.
   Status CallOffBoots(const std::string& pool, const std::string& why);
