@@ -26,15 +26,18 @@
 // Boots off the pass: at most FleetOptions::boot_threads Provider::Boot calls
 // run at once (all pools together), in the order asked; the others wait in
 // a queue (no longer than the pools' max machines). A later pass, on the
-// loop thread, takes the finished ones first thing and records them: the
-// provider's id (`booting`), or `failed` and the pool's health (backoff),
-// and then the pool's boots not yet started are called off (`stopped`, never
-// booted), as one failed boot ended a pass's boots when they were
-// synchronous. The store is only written from the loop thread. A machine
-// with its boot in flight is `requested`: the autoscaler counts it live
-// (no second boot for the same demand) and forgets it ("boot never
-// answered") past boot_timeout; a boot answering after that, or after
-// StopAll gave up on it, is stopped at once. While a pool has boots not
+// loop thread, takes the finished ones first thing and records them (the
+// rows of a pass's boots, and the answers, in one write transaction per 500):
+// the provider's id (`booting`), or `failed` and the pool's health (backoff;
+// successes are recorded first and one failure per pool and pass counts, so
+// the backoff doubles per failed pass as when boots were synchronous), and
+// then the pool's boots not yet started are called off (`stopped`, never
+// booted), as one failed boot ended a pass's boots. The store is only
+// written from the loop thread. A machine with its boot in flight is
+// `requested` to the autoscaler (also when its worker registered before the
+// answer was recorded): it counts live (no second boot for the same demand)
+// and is forgotten ("boot never answered") past boot_timeout; a boot
+// answering after that, or after StopAll gave up on it, is stopped at once. While a pool has boots not
 // recorded, its listing leaves out the tagged machines the store does not
 // know that bear one of their names (or no name): they are being booted,
 // not orphans to adopt or stop. A crash with boots in flight leaves
