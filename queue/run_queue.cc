@@ -793,6 +793,16 @@ Result<std::vector<BatchProgress>> RunQueue::BatchesForCommit(const std::string&
   return SelectBatches("WHERE c.sha >= ?1 AND c.sha < ?2 ", {lower, lower + "g"}, 0);
 }
 
+Result<std::optional<BatchProgress>> RunQueue::BatchAt(const std::string& repo_url,
+                                                      const std::string& sha,
+                                                      const std::string& experiment) {
+  ASSIGN_OR_RETURN(auto found,
+                   SelectBatches("WHERE c.sha = ?1 AND b.experiment = ?2 AND repos.url = ?3 ",
+                                 {sha, experiment, repo_url}, 1));
+  if (found.empty()) return std::optional<BatchProgress>();
+  return std::optional<BatchProgress>(std::move(found.front()));
+}
+
 Result<std::vector<BatchProgress>> RunQueue::BatchesSince(TimeMs since) {
   return SelectBatches("WHERE b.created_ms >= ?1 ", {std::to_string(since)}, 0);
 }
@@ -816,6 +826,22 @@ Result<std::vector<BatchProgress>> RunQueue::NewestBatches(
   std::sort(out.begin(), out.end(),
             [](const BatchProgress& a, const BatchProgress& b) { return a.id > b.id; });
   if (out.size() > static_cast<size_t>(limit)) out.resize(static_cast<size_t>(limit));
+  return out;
+}
+
+Result<std::vector<RunQueue::BatchKey>> RunQueue::ExperimentBatchKeys(
+    const std::string& experiment) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT b.id, c.sha, repos.url, b.created_ms "
+                                       "FROM batches b JOIN commits c ON c.id = b.commit_id "
+                                       "JOIN repos ON repos.id = c.repo_id "
+                                       "WHERE b.experiment = ?1 ORDER BY b.id DESC"));
+  s.Bind(1, experiment);
+  std::vector<BatchKey> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back({s.Int(0), s.Text(1), s.Text(2), s.Int(3)});
+  }
   return out;
 }
 
@@ -986,9 +1012,11 @@ Result<std::vector<RunRow>> RunQueue::RunsFinishedAfter(TimeMs finished_ms, std:
   std::string q = std::string("SELECT ") + kRunColumns +
                   " FROM runs r JOIN batches b ON b.id = r.batch_id "
                   "JOIN commits c ON c.id = b.commit_id "
-                  "WHERE r.state IN ('succeeded', 'failed', 'dead', 'cancelled') AND "
-                  "r.finished_ms IS NOT NULL "
-                  "AND (r.finished_ms > ?1 OR (r.finished_ms = ?1 AND r.id > ?2)) "
+                  // A range on runs_by_finished; `+` keeps the planner off
+                  // runs_by_state, which holds every finished run.
+                  "WHERE +r.state IN ('succeeded', 'failed', 'dead', 'cancelled') AND "
+                  "r.finished_ms IS NOT NULL AND r.finished_ms >= ?1 "
+                  "AND (r.finished_ms > ?1 OR r.id > ?2) "
                   "ORDER BY r.finished_ms, r.id LIMIT ?3";
   ASSIGN_OR_RETURN(auto s, db_.Prepare(q));
   s.Bind(1, finished_ms);

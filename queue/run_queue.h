@@ -109,6 +109,11 @@ class RunQueue {
   Result<std::int64_t> CountActiveBatches();
   // Batches of the commits whose sha starts with `sha_prefix` (>= 4 hex digits).
   Result<std::vector<BatchProgress>> BatchesForCommit(const std::string& sha_prefix);
+  // The newest batch of `experiment` at the commit `sha` (all 40 digits) of
+  // the repository at `repo_url`: one lookup on commits_by_sha, and the one
+  // batch's runs read (BatchesForCommit reads every batch of the commit).
+  Result<std::optional<BatchProgress>> BatchAt(const std::string& repo_url, const std::string& sha,
+                                               const std::string& experiment);
   // Batches created at or after `since`, newest first.
   Result<std::vector<BatchProgress>> BatchesSince(TimeMs since);
   // The batches of `experiment` (any repository), newest first; at most
@@ -120,6 +125,16 @@ class RunQueue {
   // batches_by_experiment) that stops after `limit`, whatever the history.
   Result<std::vector<BatchProgress>> NewestBatches(const std::vector<std::string>& experiments,
                                                    int limit);
+  // The batches of `experiment`, newest first, as keys only: id, commit,
+  // repository, creation time. One walk of batches_by_experiment and no run
+  // is read (the experiment page orders these along a branch, then reads
+  // the page it shows).
+  struct BatchKey {
+    std::int64_t id = 0;
+    std::string sha, repo_url;
+    TimeMs created_ms = 0;
+  };
+  Result<std::vector<BatchKey>> ExperimentBatchKeys(const std::string& experiment);
   // Whether `experiment` has any batch (one probe of batches_by_experiment).
   Result<bool> HasExperiment(const std::string& experiment);
   // Every experiment that has a batch, by name (reads the whole index: for

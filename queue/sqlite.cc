@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <list>
+#include <unordered_map>
 
 namespace trainq::sql {
 
@@ -104,21 +106,74 @@ static std::string Hint(int code) {
   }
 }
 
+struct StmtCache {
+  bool closed = false;
+  // Oldest returned first; the index finds one by its SQL text.
+  std::list<std::pair<std::string, sqlite3_stmt*>> kept;
+  std::unordered_multimap<std::string_view, decltype(kept)::iterator> by_sql;
+
+  sqlite3_stmt* Take(std::string_view sql) {
+    auto it = by_sql.find(sql);
+    if (it == by_sql.end()) return nullptr;
+    auto pos = it->second;
+    by_sql.erase(it);
+    sqlite3_stmt* stmt = pos->second;
+    kept.erase(pos);
+    return stmt;
+  }
+
+  // Keeps `stmt` (reset, bindings cleared); false when it is not kept.
+  bool Give(sqlite3_stmt* stmt) {
+    if (closed) return false;
+    const char* text = sqlite3_sql(stmt);
+    if (!text) return false;
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);
+    kept.emplace_back(text, stmt);
+    auto pos = std::prev(kept.end());
+    by_sql.emplace(std::string_view(pos->first), pos);
+    if (kept.size() > Db::kCachedStatements) Drop(kept.begin());
+    return true;
+  }
+
+  void Drop(decltype(kept)::iterator pos) {
+    auto [b, e] = by_sql.equal_range(std::string_view(pos->first));
+    for (auto i = b; i != e; ++i) {
+      if (i->second == pos) {
+        by_sql.erase(i);
+        break;
+      }
+    }
+    sqlite3_finalize(pos->second);
+    kept.erase(pos);
+  }
+
+  void Close() {
+    closed = true;
+    while (!kept.empty()) Drop(kept.begin());
+  }
+};
+
+void Stmt::Release() {
+  CountSteps();
+  if (!stmt_) return;
+  if (!cache_ || !cache_->Give(stmt_)) sqlite3_finalize(stmt_);
+  stmt_ = nullptr;
+  cache_.reset();
+}
+
 Stmt& Stmt::operator=(Stmt&& o) noexcept {
   if (this != &o) {
-    CountSteps();
-    if (stmt_) sqlite3_finalize(stmt_);
+    Release();
     db_ = o.db_;
     stmt_ = o.stmt_;
+    cache_ = std::move(o.cache_);
     o.stmt_ = nullptr;
   }
   return *this;
 }
 
-Stmt::~Stmt() {
-  CountSteps();
-  if (stmt_) sqlite3_finalize(stmt_);
-}
+Stmt::~Stmt() { Release(); }
 
 Stmt& Stmt::Bind(int i, std::int64_t v) {
   sqlite3_bind_int64(stmt_, i, v);
@@ -184,19 +239,25 @@ std::optional<double> Stmt::OptDouble(int col) const {
   return Double(col);
 }
 
+void Db::Close() {
+  if (cache_) cache_->Close();
+  cache_.reset();
+  if (db_) sqlite3_close_v2(db_);
+  db_ = nullptr;
+}
+
 Db& Db::operator=(Db&& o) noexcept {
   if (this != &o) {
-    if (db_) sqlite3_close_v2(db_);
+    Close();
     db_ = o.db_;
     path_ = std::move(o.path_);
+    cache_ = std::move(o.cache_);
     o.db_ = nullptr;
   }
   return *this;
 }
 
-Db::~Db() {
-  if (db_) sqlite3_close_v2(db_);
-}
+Db::~Db() { Close(); }
 
 Result<Db> Db::Open(const std::string& path, bool create, int busy_timeout_ms) {
   Db db;
@@ -220,10 +281,16 @@ Result<Db> Db::Open(const std::string& path, bool create, int busy_timeout_ms) {
 }
 
 Result<Stmt> Db::Prepare(std::string_view sql) {
+  if (!cache_) cache_ = std::make_shared<StmtCache>();
+  if (sqlite3_stmt* kept = cache_->Take(sql)) return Stmt(db_, kept, cache_);
   sqlite3_stmt* stmt = nullptr;
   int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr);
   if (rc != SQLITE_OK) return std::unexpected(LastError("prepare"));
-  return Stmt(db_, stmt);
+  // Kept for reuse only when SQLite's copy of the text is the key a later
+  // Prepare looks up (not, say, the first of several statements).
+  const char* text = sqlite3_sql(stmt);
+  if (!text || std::string_view(text) != sql) return Stmt(db_, stmt);
+  return Stmt(db_, stmt, cache_);
 }
 
 Status Db::Exec(std::string_view sql) {

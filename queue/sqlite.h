@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,11 +21,19 @@ namespace trainq::sql {
 // path that grows with history (not a timing).
 std::int64_t VmSteps();
 
+// A connection's prepared statements kept for reuse (Db::Prepare): preparing
+// is most of a small query's cost (half of the dashboard's experiment page
+// was sqlite3_prepare_v2). Defined in sqlite.cc.
+struct StmtCache;
+
 class Stmt {
  public:
   Stmt() = default;
-  Stmt(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
-  Stmt(Stmt&& o) noexcept : db_(o.db_), stmt_(o.stmt_) { o.stmt_ = nullptr; }
+  Stmt(sqlite3* db, sqlite3_stmt* stmt, std::shared_ptr<StmtCache> cache = nullptr)
+      : db_(db), stmt_(stmt), cache_(std::move(cache)) {}
+  Stmt(Stmt&& o) noexcept : db_(o.db_), stmt_(o.stmt_), cache_(std::move(o.cache_)) {
+    o.stmt_ = nullptr;
+  }
   Stmt& operator=(Stmt&& o) noexcept;
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
@@ -58,15 +67,19 @@ class Stmt {
 
  private:
   void CountSteps();
+  void Release();  // back to the cache, reset, or finalized
 
   sqlite3* db_ = nullptr;
   sqlite3_stmt* stmt_ = nullptr;
+  std::shared_ptr<StmtCache> cache_;
 };
 
 class Db {
  public:
   Db() = default;
-  Db(Db&& o) noexcept : db_(o.db_), path_(std::move(o.path_)) { o.db_ = nullptr; }
+  Db(Db&& o) noexcept : db_(o.db_), path_(std::move(o.path_)), cache_(std::move(o.cache_)) {
+    o.db_ = nullptr;
+  }
   Db& operator=(Db&& o) noexcept;
   Db(const Db&) = delete;
   Db& operator=(const Db&) = delete;
@@ -75,7 +88,12 @@ class Db {
   // Opens (creating when `create`) the database file and sets the busy timeout.
   static Result<Db> Open(const std::string& path, bool create, int busy_timeout_ms);
 
+  // A statement for `sql`: one this connection prepared before and got back
+  // (reset, bindings cleared), or a new one. A Stmt returns to its
+  // connection's cache when destroyed (at most kCachedStatements are kept;
+  // the oldest returned goes first).
   Result<Stmt> Prepare(std::string_view sql);
+  static constexpr size_t kCachedStatements = 128;
   Status Exec(std::string_view sql);  // one or more statements, no results
   std::int64_t LastInsertId() const { return sqlite3_last_insert_rowid(db_); }
   int Changes() const { return sqlite3_changes(db_); }
@@ -86,8 +104,11 @@ class Db {
   Error LastError(std::string_view what) const;
 
  private:
+  void Close();
+
   sqlite3* db_ = nullptr;
   std::string path_;
+  std::shared_ptr<StmtCache> cache_;
 };
 
 // Runs `fn` inside BEGIN IMMEDIATE ... COMMIT; rolls back when fn fails.

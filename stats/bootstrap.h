@@ -1,7 +1,12 @@
 // Seeded percentile bootstrap. Pure functions: the same inputs and seed give
-// the same interval on every platform and standard library.
+// the same interval on every platform and standard library. Being pure, each
+// interval is memoized per exact input (bounded: about 8 MB of values, least
+// recently used out first): a long-lived serve answers the dashboard's and
+// the report's repeated comparisons of finished batches without resampling
+// again (10,000 resamples of 100 seeds a side is about 10 ms).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -56,5 +61,12 @@ std::optional<Interval> BootstrapMeanInterval(std::span<const double> x,
 // one stream. Empty when either side has fewer than 2 values.
 std::optional<Interval> BootstrapDiffInterval(std::span<const double> a, std::span<const double> b,
                                               const BootstrapOptions& options = {});
+
+// The memo's use so far in this process (tests, benchmarks).
+struct BootstrapMemoCounts {
+  std::int64_t hits = 0, misses = 0;
+  size_t entries = 0;
+};
+BootstrapMemoCounts BootstrapMemo();
 
 }  // namespace trainq::stats

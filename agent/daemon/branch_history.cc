@@ -1,8 +1,8 @@
 #include "agent/daemon/branch_history.h"
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
-#include <vector>
 
 #include "agent/repo/git_repo.h"
 #include "queue/run_queue.h"
@@ -11,34 +11,54 @@ using nlohmann::json;
 
 namespace trainq {
 
-Status FollowBranch(Store& store, json& report, const std::string& branch, size_t max_commits) {
-  if (!report.contains("experiments") || !report["experiments"].is_array()) return {};
-  // Where each batch came from: the repository's location, by batch id.
-  std::unordered_map<std::int64_t, std::string> urls;
-  std::map<std::string, bool> looked;
-  for (const auto& e : report["experiments"]) {
-    std::string name = e.value("experiment", "");
-    if (looked[name]) continue;
-    looked[name] = true;
-    ASSIGN_OR_RETURN(auto batches, store.runs().BatchesOfExperiment(name));
-    for (const auto& b : batches) urls[b.id] = b.repo_url;
-  }
+namespace {
+
+// Cuts `points` (oldest first) to page `page` of `per_page`, newest page
+// first, and says where in `history`.
+void CutPage(const std::vector<std::int64_t>& points, size_t page, size_t per_page,
+             HistoryPage& out) {
+  per_page = std::max<size_t>(1, per_page);
+  size_t pages = std::max<size_t>(1, (points.size() + per_page - 1) / per_page);
+  page = std::min(page, pages - 1);
+  size_t end = points.size() - std::min(points.size(), page * per_page);
+  size_t begin = end - std::min(end, per_page);
+  out.batch_ids.assign(points.begin() + static_cast<std::ptrdiff_t>(begin),
+                       points.begin() + static_cast<std::ptrdiff_t>(end));
+  if (begin > 0) out.before = points[begin - 1];
+  out.history["points"] = points.size();
+  out.history["page"] = page;
+  out.history["pages"] = pages;
+  out.history["per_page"] = per_page;
+}
+
+}  // namespace
+
+Result<std::vector<HistoryPage>> HistoryPages(Store& store, const std::string& experiment,
+                                              const std::string& branch, size_t page,
+                                              size_t per_page, size_t max_commits) {
+  ASSIGN_OR_RETURN(auto keys, store.runs().ExperimentBatchKeys(experiment));
+  // Oldest first, by creation then id (the report's order), per repository.
+  std::sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.created_ms, a.id) < std::tie(b.created_ms, b.id);
+  });
+  std::map<std::string, std::vector<const RunQueue::BatchKey*>> by_repo;
+  for (const auto& k : keys) by_repo[k.repo_url].push_back(&k);
+  std::vector<HistoryPage> out;
   bool named_found = branch.empty();
   std::string missing_note;
-  for (auto& e : report["experiments"]) {
-    json& batches = e["batches"];
-    // The newest batch's repository: a repository moved or re-mirrored keeps
-    // its newest location.
-    std::string url;
-    for (const auto& b : batches) {
-      auto it = urls.find(b.value("id", std::int64_t{0}));
-      if (it != urls.end() && !it->second.empty()) url = it->second;
-    }
+  for (const auto& [url, batches] : by_repo) {
+    HistoryPage hp;
+    hp.repo_url = url;
+    hp.newest = batches.back()->id;
+    std::vector<std::int64_t> points;
     auto repo = GitRepo::Open(url);
     if (!repo) {
-      e["history"] = {{"order", "created"},
-                      {"note", "in the order the batches were made: the repository " + url +
-                                   " cannot be read here (" + repo.error().message + ")"}};
+      hp.history = {{"order", "created"},
+                    {"note", "in the order the batches were made: the repository " + url +
+                                 " cannot be read here (" + repo.error().message + ")"}};
+      for (const auto* b : batches) points.push_back(b->id);
+      CutPage(points, page, per_page, hp);
+      out.push_back(std::move(hp));
       continue;
     }
     std::string want = branch.empty() ? repo->DefaultBranch() : branch;
@@ -48,40 +68,43 @@ Status FollowBranch(Store& store, json& report, const std::string& branch, size_
       std::string note = want.empty() ? repo->location() + " has no branch"
                                       : line.error().message;
       if (!branch.empty()) missing_note = note;
-      e["history"] = {{"order", "created"}, {"branch", want}, {"branches", branches},
-                      {"note", "in the order the batches were made: " + note}};
+      hp.history = {{"order", "created"}, {"branch", want}, {"branches", branches},
+                    {"note", "in the order the batches were made: " + note}};
+      for (const auto* b : batches) points.push_back(b->id);
+      CutPage(points, page, per_page, hp);
+      out.push_back(std::move(hp));
       continue;
     }
     named_found = true;
     // Position along the branch, oldest first.
     std::unordered_map<std::string, size_t> pos;
     for (size_t i = 0; i < line->size(); ++i) pos[(*line)[line->size() - 1 - i]] = i;
-    std::map<size_t, json> by_pos;  // the newest batch of each commit (batches are oldest first)
+    std::map<size_t, std::int64_t> by_pos;  // the newest batch of each commit
     size_t off = 0;
-    for (auto& b : batches) {
-      auto it = pos.find(b.value("commit", ""));
+    for (const auto* b : batches) {
+      auto it = pos.find(b->sha);
       if (it == pos.end()) {
         ++off;
         continue;
       }
-      by_pos[it->second] = std::move(b);
+      by_pos[it->second] = b->id;
     }
-    json ordered = json::array();
-    for (auto& [p, b] : by_pos) ordered.push_back(std::move(b));
-    e["history"] = {{"order", "branch"},
-                    {"branch", want},
-                    {"branches", branches},
-                    {"on_branch", ordered.size()},
-                    {"off_branch", off},
-                    {"walked", line->size()},
-                    {"truncated", line->size() >= max_commits}};
-    batches = std::move(ordered);
+    for (const auto& [p, id] : by_pos) points.push_back(id);
+    hp.history = {{"order", "branch"},
+                  {"branch", want},
+                  {"branches", branches},
+                  {"on_branch", points.size()},
+                  {"off_branch", off},
+                  {"walked", line->size()},
+                  {"truncated", line->size() >= max_commits}};
+    CutPage(points, page, per_page, hp);
+    out.push_back(std::move(hp));
   }
   if (!named_found) {
     return Fail(ErrorKind::kNotFound, missing_note.empty() ? "no branch '" + branch + "'"
                                                            : missing_note);
   }
-  return {};
+  return out;
 }
 
 }  // namespace trainq

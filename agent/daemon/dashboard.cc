@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <variant>
 
 #include "agent/daemon/branch_history.h"
 #include "agent/results/commit_view.h"
@@ -304,33 +305,83 @@ HttpServerReply SweepPlotRoute(Store& store, const std::string& rest) {
   return r;
 }
 
-// The report's JSON (report.json of `trainq report --out`), for all
-// experiments or, for the experiment page, one: its history along a branch
-// (?branch=, default the repository's default branch), one point per commit.
-HttpServerReply ReportRoute(Store& store, const HttpServerRequest& req,
-                           const std::optional<std::string>& experiment, TimeMs now) {
+// The report's JSON (report.json of `trainq report --out`) for all
+// experiments.
+HttpServerReply ReportRoute(Store& store, const HttpServerRequest& req, TimeMs now) {
   ReportQuery q;
   q.format = "json";
-  if (experiment) {
-    q.experiments.push_back(*experiment);
-    if (auto st = CheckReportExperiments(store, q.experiments, "experiment", "the store"); !st) {
-      return Refuse(StatusFor(st.error()), st.error().message);
-    }
-  }
   if (auto since = Param(req, "since")) q.since = *since;
   auto bytes = ReportBytes(store, q, now);
   if (!bytes) return Refuse(StatusFor(bytes.error()), bytes.error().message);
-  if (experiment) {
-    json j = json::parse(*bytes, nullptr, false);
-    if (j.is_discarded()) return Refuse(503, "the report is not JSON");
-    if (auto st = FollowBranch(store, j, Param(req, "branch").value_or("")); !st) {
-      return Refuse(StatusFor(st.error()), st.error().message);
-    }
-    return JsonReply(200, j);
-  }
   HttpServerReply r{200, "application/json", std::move(*bytes)};
   r.headers.push_back({"Cache-Control", "no-store"});
   return r;
+}
+
+// A whole number query parameter in [lo, hi], or a 400 naming it.
+std::variant<size_t, HttpServerReply> SizeParam(const HttpServerRequest& req,
+                                                const std::string& name, size_t fallback,
+                                                size_t lo, size_t hi) {
+  auto text = Param(req, name);
+  if (!text) return fallback;
+  auto v = ParseId(*text);
+  if (!v || static_cast<size_t>(*v) < lo || static_cast<size_t>(*v) > hi) {
+    return Refuse(400, name + ": expected a whole number from " + std::to_string(lo) + " to " +
+                           std::to_string(hi) + ", got \"" + *text + "\"");
+  }
+  return static_cast<size_t>(*v);
+}
+
+// The experiment page: one page of an experiment's history along a branch
+// (?branch=, default each repository's default branch; ?page=, 0 the newest;
+// ?per_page=), as report.json's experiments for that page's batches alone,
+// each with its "history" (branch_history.h). The batch just older than the
+// page is read too, for the first point's spread test, and left out.
+HttpServerReply ExperimentRoute(Store& store, const HttpServerRequest& req,
+                                const std::string& experiment) {
+  std::vector<std::string> names{experiment};
+  if (auto st = CheckReportExperiments(store, names, "experiment", "the store"); !st) {
+    return Refuse(StatusFor(st.error()), st.error().message);
+  }
+  auto page = SizeParam(req, "page", 0, 0, 1'000'000);
+  if (auto* bad = std::get_if<HttpServerReply>(&page)) return *bad;
+  auto per_page = SizeParam(req, "per_page", kHistoryPerPage, 1, kHistoryMaxPerPage);
+  if (auto* bad = std::get_if<HttpServerReply>(&per_page)) return *bad;
+  auto pages = HistoryPages(store, experiment, Param(req, "branch").value_or(""),
+                            std::get<size_t>(page), std::get<size_t>(per_page));
+  if (!pages) return Refuse(StatusFor(pages.error()), pages.error().message);
+  ReportData all;
+  all.window = "all";
+  std::vector<json> histories;
+  for (const auto& hp : *pages) {
+    std::vector<std::int64_t> ids = hp.batch_ids;
+    if (hp.before) ids.insert(ids.begin(), *hp.before);
+    if (ids.empty()) ids.push_back(hp.newest);  // for the section's name and metric
+    std::vector<BatchProgress> batches;
+    for (auto id : ids) {
+      auto b = store.runs().Batch(id);
+      if (!b) return Refuse(503, b.error().message);
+      if (*b) batches.push_back(std::move(**b));
+    }
+    auto r = ReportOfBatches(store, std::move(batches), "all", names);
+    if (!r) return Refuse(StatusFor(r.error()), r.error().message);
+    for (auto& er : r->experiments) {
+      std::erase_if(er.entries, [&](const ReportEntry& e) {
+        return std::find(hp.batch_ids.begin(), hp.batch_ids.end(), e.batch.id) ==
+               hp.batch_ids.end();
+      });
+      for (const auto& e : er.entries) all.runs += static_cast<int>(e.runs.size());
+      all.batches += static_cast<int>(er.entries.size());
+      all.experiments.push_back(std::move(er));
+      histories.push_back(hp.history);
+    }
+  }
+  json j = json::parse(RenderJson(all), nullptr, false);
+  if (j.is_discarded()) return Refuse(503, "the report is not JSON");
+  for (size_t i = 0; i < histories.size() && i < j["experiments"].size(); ++i) {
+    j["experiments"][i]["history"] = std::move(histories[i]);
+  }
+  return JsonReply(200, j);
 }
 
 // A run: its row, its metric's curve (at most 1000 points, evenly thinned)
@@ -420,9 +471,9 @@ HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string&
   if (rest == "experiments") return ExperimentsRoute(*store);
   if (rest == "sweeps") return SweepsRoute(*store);
   if (rest.starts_with("sweep/")) return SweepPlotRoute(*store, rest.substr(6));
-  if (rest == "report") return ReportRoute(*store, req, std::nullopt, now);
+  if (rest == "report") return ReportRoute(*store, req, now);
   if (rest.starts_with("experiment/")) {
-    return ReportRoute(*store, req, rest.substr(std::string("experiment/").size()), now);
+    return ExperimentRoute(*store, req, rest.substr(std::string("experiment/").size()));
   }
   if (rest.starts_with("commit/")) {
     auto j = LoadCommitView(*store, rest.substr(7));

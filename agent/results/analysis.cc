@@ -438,13 +438,7 @@ Result<std::optional<BatchProgress>> BatchOfExperimentAt(Store& store, const std
                                                          const std::string& experiment,
                                                          const std::string& sha) {
   if (sha.size() < 4) return std::optional<BatchProgress>();
-  ASSIGN_OR_RETURN(auto candidates, store.runs().BatchesForCommit(sha));
-  for (auto& c : candidates) {
-    if (c.experiment == experiment && c.repo_url == repo_url && c.sha == sha) {
-      return std::optional<BatchProgress>(std::move(c));
-    }
-  }
-  return std::optional<BatchProgress>();
+  return store.runs().BatchAt(repo_url, sha, experiment);
 }
 
 Result<std::optional<BatchProgress>> ParentBatch(Store& store, const BatchProgress& b) {

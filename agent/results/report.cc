@@ -99,16 +99,53 @@ double SpreadGrowthP(const std::vector<double>& earlier, const std::vector<doubl
 Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& window,
                                const std::vector<std::string>& experiments) {
   ASSIGN_OR_RETURN(auto batches, store.runs().BatchesSince(since));
+  // Oldest first within an experiment: by creation time, then batch id.
+  std::sort(batches.begin(), batches.end(), [](const BatchProgress& x, const BatchProgress& y) {
+    return std::tie(x.created_ms, x.id) < std::tie(y.created_ms, y.id);
+  });
+  ASSIGN_OR_RETURN(auto r, ReportOfBatches(store, std::move(batches), window, experiments));
+  std::set<std::string> wanted(experiments.begin(), experiments.end());
+  ASSIGN_OR_RETURN(auto sweeps, store.sweeps().List());
+  std::reverse(sweeps.begin(), sweeps.end());  // oldest first
+  for (const auto& row : sweeps) {
+    if (row.created_ms < since) continue;
+    if (!wanted.empty() && !wanted.count(row.experiment)) continue;
+    ASSIGN_OR_RETURN(auto v, LoadSweepView(store, row.id));
+    SweepReport sr;
+    sr.id = row.id;
+    sr.repo = row.repo_url;
+    for (const auto& p : v.points) {
+      if (p.batch) {
+        sr.repo = p.batch->repo;
+        break;
+      }
+    }
+    sr.experiment = row.experiment;
+    sr.sha = json::parse(row.commit_json).value("sha", "");
+    sr.state = row.state;
+    sr.metric = v.metric;
+    sr.goal = v.goal;
+    sr.points = static_cast<int>(v.points.size());
+    sr.budget_points = v.budget_points;
+    sr.runs_done = v.runs_done;
+    sr.runs_total = v.runs_total;
+    sr.winner = WinnerLines(v, PickBest(v));
+    for (const auto& imp : SweepImportance(v)) sr.importance.emplace_back(imp.name, imp.eta2);
+    sr.plots = SweepPlots(v);
+    r.sweeps.push_back(std::move(sr));
+  }
+  return r;
+}
+
+Result<ReportData> ReportOfBatches(Store& store, std::vector<BatchProgress> batches,
+                                   const std::string& window,
+                                   const std::vector<std::string>& experiments) {
   std::set<std::string> wanted(experiments.begin(), experiments.end());
   std::map<std::pair<std::string, std::string>, ExperimentReport> by_exp;
   std::map<std::pair<std::string, std::string>, std::map<std::int64_t, BatchComparison>> families;
   std::map<std::string, std::vector<BatchProgress>> drift_cache;  // per experiment
   ReportData r;
   r.window = window;
-  // Oldest first within an experiment: by commit time, then batch id.
-  std::sort(batches.begin(), batches.end(), [](const BatchProgress& x, const BatchProgress& y) {
-    return std::tie(x.created_ms, x.id) < std::tie(y.created_ms, y.id);
-  });
   for (auto& b : batches) {
     if (IsSweepPointExperiment(b.experiment)) {
       // A sweep's points are shown in its own section, not as experiments.
@@ -165,35 +202,6 @@ Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& wi
     er.entries.push_back(std::move(e));
   }
   for (auto& [key, er] : by_exp) r.experiments.push_back(std::move(er));
-  ASSIGN_OR_RETURN(auto sweeps, store.sweeps().List());
-  std::reverse(sweeps.begin(), sweeps.end());  // oldest first
-  for (const auto& row : sweeps) {
-    if (row.created_ms < since) continue;
-    if (!wanted.empty() && !wanted.count(row.experiment)) continue;
-    ASSIGN_OR_RETURN(auto v, LoadSweepView(store, row.id));
-    SweepReport sr;
-    sr.id = row.id;
-    sr.repo = row.repo_url;
-    for (const auto& p : v.points) {
-      if (p.batch) {
-        sr.repo = p.batch->repo;
-        break;
-      }
-    }
-    sr.experiment = row.experiment;
-    sr.sha = json::parse(row.commit_json).value("sha", "");
-    sr.state = row.state;
-    sr.metric = v.metric;
-    sr.goal = v.goal;
-    sr.points = static_cast<int>(v.points.size());
-    sr.budget_points = v.budget_points;
-    sr.runs_done = v.runs_done;
-    sr.runs_total = v.runs_total;
-    sr.winner = WinnerLines(v, PickBest(v));
-    for (const auto& imp : SweepImportance(v)) sr.importance.emplace_back(imp.name, imp.eta2);
-    sr.plots = SweepPlots(v);
-    r.sweeps.push_back(std::move(sr));
-  }
   return r;
 }
 

@@ -62,6 +62,16 @@ struct ReportData {
 Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& window,
                                const std::vector<std::string>& experiments);
 
+// The report's experiments (no sweeps) for exactly `batches`, taken as
+// oldest first in the order given: each compared with its baseline,
+// corrected over its commit's family, with its drift, determinism and spread
+// against the one before it. What
+// BuildReport does for a window; the dashboard's experiment page does it for
+// the one page of a history it shows.
+Result<ReportData> ReportOfBatches(Store& store, std::vector<BatchProgress> batches,
+                                   const std::string& window,
+                                   const std::vector<std::string>& experiments);
+
 std::string RenderMarkdown(const ReportData& r);
 std::string RenderHtml(const ReportData& r);
 std::string RenderJson(const ReportData& r);

@@ -1,7 +1,9 @@
 #include "stats/bootstrap.h"
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "stats/summary.h"
@@ -124,6 +126,41 @@ TEST_CASE("BootstrapDiffInterval: needs 2 values on each side") {
   std::vector<double> one = {0.5};
   CHECK_FALSE(BootstrapDiffInterval(one, kAccB).has_value());
   CHECK_FALSE(BootstrapDiffInterval(kAccA, one).has_value());
+}
+
+
+TEST_CASE("Bootstrap memo: the same input answers from the memo, bit for bit") {
+  std::vector<double> a = {0.61, 0.64, 0.66, 0.63, 0.65, 0.62, 0.67, 0.6, 0.64, 0.655};
+  std::vector<double> b = a;
+  b[3] = std::nextafter(b[3], 1.0);  // one ulp apart: another input
+  BootstrapOptions o{.resamples = 2'000, .seed = 7};
+  auto before = BootstrapMemo();
+  auto first = BootstrapDiffInterval(a, b, o).value();
+  auto after_first = BootstrapMemo();
+  CHECK(after_first.misses == before.misses + 1);
+  auto again = BootstrapDiffInterval(a, b, o).value();
+  auto after_again = BootstrapMemo();
+  CHECK(after_again.hits == after_first.hits + 1);
+  CHECK(after_again.misses == after_first.misses);
+  CHECK(std::memcmp(&first, &again, sizeof first) == 0);
+  // Swapped sides, another seed, another level: each its own input.
+  BootstrapDiffInterval(b, a, o);
+  BootstrapDiffInterval(a, b, {.resamples = 2'000, .seed = 8});
+  BootstrapDiffInterval(a, b, {.resamples = 2'000, .seed = 7, .level = 0.9});
+  BootstrapMeanInterval(a, o);
+  CHECK(BootstrapMemo().misses == after_again.misses + 4);
+}
+
+TEST_CASE("Bootstrap memo: bounded, whatever the number of distinct inputs") {
+  // 30,000 distinct samples of 100 values: 3,000,000 values offered, at most
+  // 1,000,000 kept (one resample each keeps it cheap).
+  std::vector<double> x(100);
+  for (int i = 0; i < 30'000; ++i) {
+    for (size_t k = 0; k < x.size(); ++k) x[k] = i * 1000.0 + static_cast<double>(k);
+    BootstrapMeanInterval(x, {.resamples = 1});
+  }
+  CHECK(BootstrapMemo().entries > 1'000);
+  CHECK(BootstrapMemo().entries <= 1'000'000 / 106);
 }
 
 }  // namespace

@@ -332,28 +332,39 @@ function branchLine(name, h) {
   return s + '</p>';
 }
 
+// A pager over the server's pages of a history (history.page of .pages).
+function serverPager(key, h) {
+  const p = h.page || 0, n = h.pages || 1;
+  if (n <= 1) return '';
+  return `<div class="pager"><button data-page="${key}" data-to="${p - 1}"${p === 0 ? ' disabled' : ''}>‹ newer</button>` +
+    `<span class="muted">page ${p + 1} of ${n} (${h.points})</span>` +
+    `<button data-page="${key}" data-to="${p + 1}"${p >= n - 1 ? ' disabled' : ''}>older ›</button></div>`;
+}
+
 async function experimentPage(name) {
   const branch = new URLSearchParams(location.search).get('branch');
-  const url = '/dash/api/experiment/' + encodeURIComponent(name) + (branch ? '?branch=' + encodeURIComponent(branch) : '');
-  // Paging redraws from the document it has; a store change fetches it again.
+  // The server cuts the history to the page shown (40 commits, newest first).
+  const q = new URLSearchParams({page: String(pages.hist || 0), per_page: String(PAGE)});
+  if (branch) q.set('branch', branch);
+  const url = '/dash/api/experiment/' + encodeURIComponent(name) + '?' + q;
+  // A redraw reuses the document it has; a store change fetches it again.
   let j = expDoc && expDoc.url === url && expDoc.gen === changes ? expDoc.data : null;
   if (!j) { const gen = changes; j = await getJSON(url); expDoc = {url, gen, data: j}; }
   const sections = [{key: 'title', html: `<h1>Experiment ${esc(name)}</h1>`}];
   (j.experiments || []).forEach((e, k) => {
-    const all = e.batches || [];
-    // Pages of PAGE commits, newest page first.
-    const pg = paged('hist' + k, all.slice().reverse());
-    const entries = pg.slice.slice().reverse();
-    const rows = pg.slice.map(en => {
+    const entries = e.batches || [];  // oldest first
+    const h = e.history || {};
+    const rows = entries.slice().reverse().map(en => {
       const vp = en.vs_parent;
       return `<tr data-commit="${esc(en.commit)}"><td>${commitLink(en.commit)}</td><td>${esc(en.subject)}</td><td class="num">${en.n}</td>` +
         `<td class="num">${num(en.mean)}</td><td>${en.ci95 ? num(en.ci95[0]) + '..' + num(en.ci95[1]) : '–'}</td>` +
         `<td>${vp ? commitLink(vp.baseline_commit || en.parent) : '–'}</td><td class="num">${vp ? signed(vp.diff) : '–'}</td>` +
         `<td class="num">${vp && vp.p != null ? esc(pText(vp.p).replace(/^=/, '')) : '–'}</td><td>${vp ? verdictWord(vp.verdict) : verdictWord(null)}</td></tr>`;
     });
-    sections.push({key: 'e' + k, html: `<section class="card"><h2>${esc(e.repo)} · ${esc(e.metric)} (${esc(e.goal)})</h2>` + branchLine(name, e.history) +
+    const pager = serverPager('hist', h);
+    sections.push({key: 'e' + k, html: `<section class="card"><h2>${esc(e.repo)} · ${esc(e.metric)} (${esc(e.goal)})</h2>` + branchLine(name, h) +
       `<p class="legend muted"><span>● mean, bar: 95% CI</span><span>shaded: ± min_effect around the baseline</span><span>word: verdict vs the baseline</span></p>` +
-      historyPlot(e, entries) + pg.pager +
+      historyPlot(e, entries) + pager +
       table(['commit', 'subject', '#n', '#mean', '95% CI', 'baseline', '#effect', '#p', 'verdict'], rows, 'No batches.') + '</section>'});
   });
   render(sections);

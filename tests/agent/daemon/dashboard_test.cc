@@ -15,6 +15,7 @@
 #include "agent/results/commit_view.h"
 #include "core/strings.h"
 #include "queue/run_queue.h"
+#include "queue/sqlite.h"
 #include "queue/store.h"
 #include "tests/support/git_cli.h"
 #include "tests/support/temp_dir.h"
@@ -280,10 +281,77 @@ TEST_CASE("dashboard: an experiment's history follows a branch's first parents, 
   CHECK(none.status == 404);
   CHECK(json::parse(none.body)["reason"].get<std::string>().find("no branch 'nope'") !=
         std::string::npos);
+  // Pages of 2, newest first: the older page holds c1 alone.
+  auto paged = [&](const std::string& page) {
+    return json::parse(f.Get("/dash/api/experiment/branchy", cookie,
+                             {{"per_page", "2"}, {"page", page}})
+                           .body);
+  };
+  CHECK(commits(paged("0")) == std::vector<std::string>{c2, c3});
+  CHECK(paged("0")["experiments"][0]["history"]["pages"] == 2);
+  CHECK(commits(paged("1")) == std::vector<std::string>{c1});
+  CHECK(paged("1")["experiments"][0]["history"]["page"] == 1);
+  CHECK(commits(paged("9")) == std::vector<std::string>{c1});  // past the end: the oldest
+  for (const auto& [name, bad] : std::vector<std::pair<std::string, std::string>>{
+           {"per_page", "0"}, {"per_page", "501"}, {"page", "x"}}) {
+    auto r = f.Get("/dash/api/experiment/branchy", cookie, {{name, bad}});
+    CHECK(r.status == 400);
+    CHECK(r.body.find(name + ": expected a whole number") != std::string::npos);
+  }
   // A repository that cannot be read here: creation order, said so.
   auto elsewhere = json::parse(f.Get("/dash/api/experiment/digits", cookie).body);
   CHECK(elsewhere["experiments"][0]["history"]["order"] == "created");
   CHECK(elsewhere["experiments"][0]["batches"].size() == 2);
+}
+
+// Issue 28 and 30: the experiment page's data reads the page it shows. The
+// same page (40 commits) with ten times the history costs about the same
+// SQLite VM steps: only the history's batch keys grow with it. A read of
+// every batch's runs or comparisons again (the whole report) fails this.
+TEST_CASE("dashboard: an experiment page's data reads its page, not the history",
+          "[dashboard][scale]") {
+  Fixture f;
+  auto store = Store::Open(f.db).value();
+  auto raw = sql::Db::Open(f.db, false, 5000).value();
+  int next = 0;
+  auto add = [&](int batches) {
+    for (int i = 0; i < batches; ++i, ++next) {
+      char sha[41];
+      std::snprintf(sha, sizeof sha, "%040x", 0x5000 + next);
+      char parent[41];
+      std::snprintf(parent, sizeof parent, "%040x", 0x5000 + next - 1);
+      BatchSpec s;
+      s.experiment = "long";
+      s.command = "true";
+      s.repeats = 10;
+      auto sub = store.runs().Submit("/srv/unreadable", {sha, next ? parent : "", "s", "me", 0},
+                                     {s}, f.clock.Now() + next);
+      REQUIRE(sub);
+      auto u = raw.Prepare("UPDATE runs SET state = 'succeeded', attempts = 1, metric_value = "
+                           "0.9 + repeat / 1000.0 + ?2 / 1e6, finished_ms = 1 WHERE batch_id = ?1");
+      REQUIRE(u);
+      REQUIRE(u->Bind(1, sub->front().batch_id).Bind(2, next % 7).Run());
+    }
+  };
+  std::string cookie = f.SignIn(kRead);
+  auto steps = [&] {
+    std::int64_t s0 = sql::VmSteps();
+    auto r = f.Get("/dash/api/experiment/long", cookie);
+    std::int64_t used = sql::VmSteps() - s0;
+    REQUIRE(r.status == 200);
+    auto j = json::parse(r.body);
+    CHECK(j["experiments"][0]["batches"].size() == 40);
+    CHECK(j["experiments"][0]["batches"][1]["vs_parent"].is_object());
+    return std::pair(used, j["experiments"][0]["history"]["points"].get<int>());
+  };
+  add(50);
+  auto [small, small_points] = steps();
+  add(450);
+  auto [large, large_points] = steps();
+  CHECK(small_points == 50);
+  CHECK(large_points == 500);
+  INFO("VM steps at 50 commits " << small << ", at 500 " << large);
+  CHECK(large < small * 3 / 2);
 }
 
 TEST_CASE("dashboard: an admin cookie is refused when the config has no admin token",

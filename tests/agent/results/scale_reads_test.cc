@@ -175,5 +175,39 @@ TEST_CASE("per-batch costs read the newest batches' runs only", "[machines][scal
   CHECK(f.store.machines().Costs(kNow, true).value().size() == 100);
 }
 
+// serve's outcome log asks each loop for the runs that ended since its last
+// look (RunQueue::RunsFinishedAfter). With ten times the finished history
+// it reads the same: a range on runs_by_finished (schema 17), not every
+// finished run sorted again.
+TEST_CASE("the runs finished since a point are read without the history", "[outcomes][scale]") {
+  Fixture f;
+  AddHistory(f.store, f.path, 10);
+  // The fixture's own runs finished at kNow; the history before it.
+  std::vector<RunRow> small_rows, large_rows;
+  auto small = Steps([&] { small_rows = f.store.runs().RunsFinishedAfter(kNow - 1, 0, 200).value(); });
+  AddHistory(f.store, f.path, 90);
+  auto large = Steps([&] { large_rows = f.store.runs().RunsFinishedAfter(kNow - 1, 0, 200).value(); });
+  INFO("VM steps: " << small << " -> " << large);
+  CHECK(small_rows.size() == 10);
+  CHECK(large_rows.size() == small_rows.size());
+  CHECK(large < small * 6 / 5);
+  // Paging on (finished_ms, id): after the 4th, the next 6 in order.
+  auto rest = f.store.runs().RunsFinishedAfter(*large_rows[3].finished_ms, large_rows[3].id, 200).value();
+  REQUIRE(rest.size() == 6);
+  CHECK(rest.front().id == large_rows[4].id);
+  // And from the start of time, every finished run: 10 + 100 x 20.
+  size_t all = 0;
+  TimeMs at = 0;
+  std::int64_t id = 0;
+  while (true) {
+    auto page = f.store.runs().RunsFinishedAfter(at, id, 200).value();
+    all += page.size();
+    if (page.size() < 200) break;
+    at = *page.back().finished_ms;
+    id = page.back().id;
+  }
+  CHECK(all == 10 + 100 * 20);
+}
+
 }  // namespace
 }  // namespace trainq
