@@ -790,5 +790,33 @@ TEST_CASE("fleet: boots not started when one fails are called off; a boot still 
   CHECK(gate.entered() == 2);
 }
 
+TEST_CASE("fleet: a boot that answers after boot_timeout forgot its machine is stopped at once",
+          "[fleet][boots]") {
+  FleetFixture f;
+  auto owned = std::make_unique<GatedProvider>();
+  GatedProvider& gate = *owned;
+  Fleet fleet = f.MakeWith(std::move(owned), [](PoolSpec& p) {
+    p.scaling.max = 1;
+    p.scaling.boot_timeout_ms = 60'000;
+  });
+  f.Queue(1);
+  REQUIRE(StepReturns(fleet, gate));
+  REQUIRE(gate.WaitEntered(1));
+  f.clock.Advance(61'000);
+  REQUIRE(StepReturns(fleet, gate));  // "boot never answered": forgotten
+  auto rows = Machines(f.store);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].state == "stopped");
+  CHECK(rows[0].provider_id.empty());
+  gate.Let(1);
+  REQUIRE(fleet.AwaitBoots(10'000));
+  REQUIRE(StepReturns(fleet, gate));
+  CHECK(gate.inner.running().empty());  // stopped through the provider
+  CHECK(gate.inner.stopped().size() == 1);
+  rows = Machines(f.store);
+  CHECK(rows[0].state == "stopped");
+  CHECK(fleet.BootsPending() == 0);
+}
+
 }  // namespace
 }  // namespace trainq
