@@ -25,6 +25,15 @@
 //   bench_scale --runs 1000000 [--queued 10000] [--dir /tmp] [--trainq build/agent/trainq]
 //               [--keep] [--db PATH: measure an existing store, no fill] [--http]
 //   bench_scale --fleet 1000 [--boot-delay-ms 20] [--boot-fail 0.1]
+//   bench_scale --runs 1000000 --queued 0 --retention [--points 10] [--points-kept 3]
+//               [--log-files 2000] [--runs-per-tick 200] [--retention-seconds 900] [--upgrade]
+// --retention: fills the history with --points step points per run (and a
+// log_path on each run, --log-files of them real 8 KiB files), then runs
+// serve's RetentionStepper (agent/results/retention.h) as serve would,
+// every run due, one step after another until a step finds nothing: the
+// steps, time and VM steps per step, and the file before and after.
+// --upgrade (with --retention): first takes the filled store back to schema
+// 15 (drops what migrations 16 and 17 add) and times Store::Open's upgrade.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -54,6 +63,7 @@
 #include "agent/daemon/fleet.h"
 #include "agent/results/commit_view.h"
 #include "agent/results/report.h"
+#include "agent/results/retention.h"
 #include "agent/results/status.h"
 #include "core/http_client.h"
 #include "core/process.h"
@@ -96,7 +106,8 @@ void Figure(const std::string& name, double value) {
 
 // The history and the queue, written in one transaction with set-based SQL
 // (a recursive counter), never through the per-run API.
-void Fill(const std::string& path, std::int64_t runs, std::int64_t queued, TimeMs now) {
+void Fill(const std::string& path, std::int64_t runs, std::int64_t queued, TimeMs now,
+          int step_points = 1, const std::string& log_dir = "") {
   { auto s = Must(Store::Open(path), "open"); }  // the schema
   auto db = Must(sql::Db::Open(path, false, 60'000), "open raw");
   const std::int64_t per_batch = 100, experiments = 5;
@@ -139,9 +150,16 @@ void Fill(const std::string& path, std::int64_t runs, std::int64_t queued, TimeM
        n(per_batch) + ", 'succeeded', 1, 1, 'old', b.created_ms + 1000, b.created_ms + 61000, 0, "
        "0.9 + (i % 97) / 1000.0, b.created_ms, b.created_ms + 61000, i / " + n(per_batch) +
        " + 1 FROM k JOIN batches b ON b.id = i / " + n(per_batch) + " + 1");
-  // Two metric points per history run (a step and the final value).
-  exec("INSERT INTO metrics (run_id, name, step, value, final, recorded_ms) "
-       "SELECT id, 'acc', 100, metric_value - 0.01, 0, finished_ms - 1000 FROM runs");
+  // Metric points per history run: `step_points` steps (one by default)
+  // and the final value.
+  exec("WITH RECURSIVE s(j) AS (SELECT 1 UNION ALL SELECT j + 1 FROM s WHERE j < " +
+       n(step_points) + ") INSERT INTO metrics (run_id, name, step, value, final, recorded_ms) "
+       "SELECT id, 'acc', 100 * j, metric_value - 0.01 * (" + n(step_points) +
+       " - j + 1), 0, finished_ms - 1000 * (" + n(step_points) + " - j + 1) FROM runs, s "
+       "ORDER BY id, j");
+  if (!log_dir.empty()) {
+    exec("UPDATE runs SET log_path = '" + log_dir + "/' || id || '/output.log'");
+  }
   exec("INSERT INTO metrics (run_id, name, step, value, final, recorded_ms) "
        "SELECT id, 'acc', NULL, metric_value, 1, finished_ms FROM runs");
   if (queued > 0) exec("WITH RECURSIVE k(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i < " + n(queued) +
@@ -504,6 +522,120 @@ void HttpBench(const std::string& db, const std::string& trainq, const std::stri
   runner.Wait(*pid);
 }
 
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+}
+
+double PragmaInt(const std::string& path, const std::string& pragma) {
+  auto db = Must(sql::Db::Open(path, false, 60'000), "open raw");
+  auto q = Must(db.Prepare("PRAGMA " + pragma), pragma);
+  return Must(q.Step(), pragma) ? static_cast<double>(q.Int(0)) : -1;
+}
+
+double Count(const std::string& path, const std::string& table) {
+  auto db = Must(sql::Db::Open(path, false, 60'000), "open raw");
+  auto q = Must(db.Prepare("SELECT count(*) FROM " + table), "count");
+  return Must(q.Step(), "count") ? static_cast<double>(q.Int(0)) : -1;
+}
+
+// The filled store back to schema 15 (what migrations 16 and 17 add
+// dropped), then Store::Open's upgrade from 15 to the current schema timed.
+void UpgradeBench(const std::string& path) {
+  {
+    auto db = Must(sql::Db::Open(path, false, 600'000), "open raw");
+    auto t0 = Steady::now();
+    for (const char* st :
+         {"DROP INDEX IF EXISTS runs_by_finished",  // schema 17
+          "DROP INDEX runs_points_due", "DROP INDEX runs_logs_due",
+          "DROP INDEX batches_by_experiment", "ALTER TABLE runs DROP COLUMN points_compacted",
+          "ALTER TABLE runs DROP COLUMN log_archived", "PRAGMA user_version = 15",
+          "PRAGMA wal_checkpoint(TRUNCATE)"}) {
+      Must(db.Exec(st), st);
+    }
+    Figure("downgrade_to_15_s", Ms(t0, Steady::now()) / 1000);
+  }
+  Figure("schema15_db_mb", std::filesystem::file_size(path) / 1e6);
+  std::int64_t s0 = sql::VmSteps();
+  auto t0 = Steady::now();
+  auto store = Must(Store::Open(path), "open (upgrade from 15)");
+  Figure("upgrade_from_15_s", Ms(t0, Steady::now()) / 1000);
+  Figure("upgrade_from_15_vm_steps", static_cast<double>(sql::VmSteps() - s0));
+  Figure("schema_after_upgrade", store.schema_version());
+}
+
+// serve's retention steps, one after another, until one finds nothing due.
+void RetentionBench(const std::string& path, const std::string& log_dir, int points_kept,
+                    int runs_per_tick, double max_seconds) {
+  Figure("retention_db_mb_before", std::filesystem::file_size(path) / 1e6);
+  Figure("retention_metric_points_before", Count(path, "metrics"));
+  auto store = Must(Store::Open(path), "open");
+  RetentionPolicy policy;
+  policy.metric_points_ms = 1;  // every finished run is due
+  policy.logs_ms = 1;
+  policy.points_kept = points_kept;
+  policy.runs_per_tick = runs_per_tick;
+  RetentionStepper stepper(policy, /*interval_ms=*/1, /*catch_up_ms=*/1);
+  TimeMs now = SystemClock::Get().Now() + 86'400'000;
+  std::vector<double> ms, steps;
+  std::int64_t runs = 0, points = 0, log_runs = 0, files = 0;
+  auto start = Steady::now();
+  bool finished = false;
+  while (Ms(start, Steady::now()) < max_seconds * 1000) {
+    now += 1000;
+    std::int64_t s0 = sql::VmSteps();
+    auto t0 = Steady::now();
+    auto d = Must(stepper.Step(store, now), "retention step");
+    double took = Ms(t0, Steady::now());
+    if (!d.ran) continue;
+    if (d.compacted_runs == 0 && d.archived_runs == 0) {
+      finished = true;
+      Figure("retention_empty_step_ms", took);
+      Figure("retention_empty_step_vm_steps", static_cast<double>(sql::VmSteps() - s0));
+      break;
+    }
+    ms.push_back(took);
+    steps.push_back(static_cast<double>(sql::VmSteps() - s0));
+    runs += d.compacted_runs;
+    points += d.points_deleted;
+    log_runs += d.archived_runs;
+    files += d.archived_files;
+    if (ms.size() % 500 == 0) {
+      std::fprintf(stderr, "retention: %zu steps, %lld runs compacted, %.0f s\n", ms.size(),
+                   static_cast<long long>(runs), Ms(start, Steady::now()) / 1000);
+    }
+  }
+  double total = 0, vm = 0;
+  for (double x : ms) total += x;
+  for (double x : steps) vm += x;
+  Figure("retention_finished", finished ? 1 : 0);
+  Figure("retention_steps", static_cast<double>(ms.size()));
+  Figure("retention_total_s", total / 1000);
+  Figure("retention_step_ms_mean", ms.empty() ? 0 : total / static_cast<double>(ms.size()));
+  Figure("retention_step_ms_p50", Percentile(ms, 0.5));
+  Figure("retention_step_ms_p99", Percentile(ms, 0.99));
+  Figure("retention_step_ms_max", Percentile(ms, 1.0));
+  Figure("retention_step_vm_steps_mean", steps.empty() ? 0 : vm / static_cast<double>(steps.size()));
+  Figure("retention_step_vm_steps_max", Percentile(steps, 1.0));
+  Figure("retention_runs_compacted", static_cast<double>(runs));
+  Figure("retention_points_deleted", static_cast<double>(points));
+  Figure("retention_log_runs_marked", static_cast<double>(log_runs));
+  Figure("retention_log_files_archived", static_cast<double>(files));
+  std::error_code ec;
+  Figure("retention_db_mb_after", std::filesystem::file_size(path) / 1e6);
+  Figure("retention_wal_mb_after", std::filesystem::file_size(path + "-wal", ec) / 1e6);
+  double page = PragmaInt(path, "page_size");
+  Figure("retention_free_mb_after", PragmaInt(path, "freelist_count") * page / 1e6);
+  Figure("retention_metric_points_after", Count(path, "metrics"));
+  std::uintmax_t logs_bytes = 0;
+  for (auto it = std::filesystem::recursive_directory_iterator(log_dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec)) logs_bytes += it->file_size(ec);
+  }
+  Figure("retention_logs_mb_after", static_cast<double>(logs_bytes) / 1e6);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -515,6 +647,10 @@ int main(int argc, char** argv) {
   int fleet_machines = 0, boot_delay_ms = 0;
   double boot_fail = 0;
   bool http_bench = false;
+  bool retention = false, upgrade = false;
+  int step_points = 1, points_kept = 3, runs_per_tick = 200;
+  std::int64_t log_files = 0;
+  double retention_seconds = 900;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -530,6 +666,13 @@ int main(int argc, char** argv) {
     else if (a == "--boot-delay-ms") boot_delay_ms = std::atoi(next().c_str());
     else if (a == "--boot-fail") boot_fail = std::atof(next().c_str());
     else if (a == "--http") http_bench = true;
+    else if (a == "--retention") retention = true;
+    else if (a == "--upgrade") upgrade = true;
+    else if (a == "--points") step_points = std::atoi(next().c_str());
+    else if (a == "--points-kept") points_kept = std::atoi(next().c_str());
+    else if (a == "--log-files") log_files = std::atoll(next().c_str());
+    else if (a == "--runs-per-tick") runs_per_tick = std::atoi(next().c_str());
+    else if (a == "--retention-seconds") retention_seconds = std::atof(next().c_str());
     else {
       std::fprintf(stderr, "bench_scale: unknown argument %s\n", a.c_str());
       return 2;
@@ -543,6 +686,27 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(dir);
     Figure("machines", fleet_machines);
     FleetBench(dir, fleet_machines, now, boot_delay_ms, boot_fail);
+    if (!keep) std::filesystem::remove_all(dir);
+    return 0;
+  }
+  if (retention) {
+    std::string path = dir + "/scale.db", logs = dir + "/runs";
+    std::filesystem::create_directories(dir);
+    Fill(path, runs, queued, now, step_points, logs);
+    // The oldest --log-files runs get a real log (8 KiB of training lines).
+    std::string text;
+    for (int i = 0; text.size() < 8192; ++i) {
+      text += "epoch " + std::to_string(i) + " loss 0." + std::to_string(1000 + i * 7) + "\n";
+    }
+    for (std::int64_t id = 1; id <= std::min(log_files, runs - queued); ++id) {
+      std::filesystem::create_directories(logs + "/" + std::to_string(id));
+      Must(WriteFile(logs + "/" + std::to_string(id) + "/output.log", text), "log");
+    }
+    Figure("runs", static_cast<double>(runs));
+    Figure("step_points", step_points);
+    Figure("log_files", static_cast<double>(log_files));
+    if (upgrade) UpgradeBench(path);
+    RetentionBench(path, logs, points_kept, runs_per_tick, retention_seconds);
     if (!keep) std::filesystem::remove_all(dir);
     return 0;
   }

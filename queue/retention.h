@@ -44,7 +44,7 @@ class Retention {
     std::int64_t points_deleted = 0;
   };
   // Compacts the points of up to `max_runs` finished runs that ended before
-  // `finished_before`, oldest first, each in its own write transaction.
+  // `finished_before`, oldest first, 50 runs per write transaction.
   Result<Compacted> CompactPoints(TimeMs finished_before, int kept, int max_runs);
 
   struct LogDue {
@@ -54,8 +54,9 @@ class Retention {
   // Up to `max_runs` finished runs that ended before `finished_before` whose
   // logs are not archived yet, oldest first.
   Result<std::vector<LogDue>> LogsDue(TimeMs finished_before, int max_runs);
-  // Records that the run's logs are archived (or that it has none).
-  Status MarkLogArchived(std::int64_t run_id);
+  // Records that the runs' logs are archived (or that they have none), in
+  // one write transaction.
+  Status MarkLogsArchived(const std::vector<std::int64_t>& run_ids);
 
   // Which of `points` (one metric's points of one run, in the order they
   // were recorded: step, final) are kept: every final one, and at most

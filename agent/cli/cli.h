@@ -142,6 +142,8 @@ struct RetryOptions {
   std::int64_t id = 0;
   bool batch = false;  // id names a batch: retry its dead runs
   bool json = false;
+  std::string server;      // non-empty: ask this `trainq serve` (POST /api/v1/retry)
+  std::string token_file;  // with server: the admin token (else $TRAINQ_ADMIN_TOKEN)
 };
 Status CmdRetry(const RetryOptions& o, const Clock& clock, std::ostream& out);
 

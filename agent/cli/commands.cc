@@ -6,6 +6,7 @@
 
 #include "agent/results/analysis.h"
 #include "agent/results/baseline.h"
+#include "agent/results/retry.h"
 #include "agent/results/submit.h"
 
 #include <signal.h>
@@ -911,41 +912,19 @@ Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out) 
 
 // `trainq submit`, `repro`, `status`, `runs`, `cancel`.
 Status CmdRetry(const RetryOptions& o, const Clock& clock, std::ostream& out) {
-  ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
-  std::vector<std::int64_t> ids;
-  if (o.batch) {
-    ASSIGN_OR_RETURN(auto batch, store.runs().Batch(o.id));
-    if (!batch) {
-      return Fail(ErrorKind::kNotFound, "batch " + std::to_string(o.id) + " does not exist");
-    }
-    ASSIGN_OR_RETURN(auto dead, store.runs().Runs(o.id, RunState::kDead, 0));
-    for (const auto& r : dead) ids.push_back(r.id);
+  json retried;
+  if (!o.server.empty()) {
+    ASSIGN_OR_RETURN(auto token, ReadAdminToken(o.token_file));
+    ReadClient client(o.server, token);
+    ASSIGN_OR_RETURN(retried, client.Retry(o.id, o.batch));
   } else {
-    ids.push_back(o.id);
-  }
-  json done = json::array();
-  for (auto id : ids) {
-    TRY(store.runs().RetryRun(id, clock.Now(), "cli"));
-    ASSIGN_OR_RETURN(auto r, store.runs().Run(id));
-    if (!r) continue;
-    ASSIGN_OR_RETURN(auto hist, store.runs().Retries(id));
-    const RunRetry& last = hist.back();
-    done.push_back({{"run", id},
-                    {"was", std::string(RunStateName(last.state))},
-                    {"attempts", last.attempts},
-                    {"max_attempts", r->max_attempts},
-                    {"retries", r->retries}});
-    if (!o.json) {
-      out << "run " << id << " queued again (was " << RunStateName(last.state) << " after "
-          << last.attempts << " attempt(s)" << (last.last_error.empty() ? "" : ": ")
-          << Oneline(last.last_error, 120) << "); " << r->max_attempts
-          << " attempt(s) from now\n";
-    }
+    ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
+    ASSIGN_OR_RETURN(retried, RetryRuns(store, o.id, o.batch, clock.Now(), "cli"));
   }
   if (o.json) {
-    out << json{{"retried", done}}.dump(2) << "\n";
-  } else if (o.batch && ids.empty()) {
-    out << "batch " << o.id << " has no dead runs; nothing to retry\n";
+    out << retried.dump(2) << "\n";
+  } else {
+    PrintRetried(retried, o.id, o.batch, out);
   }
   return {};
 }
@@ -1074,6 +1053,12 @@ void AddQueueCommands(CLI::App& app, const CliContext& ctx) {
   c_retry->add_option("ID", retry->id, "Run id (batch id with --batch)")->required();
   c_retry->add_flag("--batch", retry->batch, "ID names a batch: retry each of its dead runs");
   c_retry->add_flag("--json", retry->json, "Print what was retried as JSON");
+  c_retry->add_option("--server", retry->server,
+                      "Ask this trainq serve (base URL) instead of the database; needs its "
+                      "admin token");
+  c_retry->add_option("--token-file", retry->token_file,
+                      "With --server: file holding the server's admin_token (else "
+                      "$TRAINQ_ADMIN_TOKEN)");
   c_retry->callback([=] {
     retry->db = *ctx.db;
     *ctx.exit_code = ReportStatus(CmdRetry(*retry, *ctx.clock, std::cout));

@@ -13,7 +13,10 @@ using nlohmann::json;
 
 namespace trainq {
 
-Result<std::string> ReadToken(const std::string& token_file) {
+namespace {
+
+Result<std::string> TokenFrom(const std::string& token_file, const char* env_name,
+                              const std::string& what) {
   if (!token_file.empty()) {
     auto text = ReadFile(token_file);
     if (!text) return std::unexpected(text.error().Wrap("--token-file"));
@@ -21,10 +24,20 @@ Result<std::string> ReadToken(const std::string& token_file) {
     if (t.empty()) return Fail(ErrorKind::kInvalidArgument, "--token-file " + token_file + " is empty");
     return t;
   }
-  const char* env = std::getenv("TRAINQ_READ_TOKEN");
+  const char* env = std::getenv(env_name);
   if (env && !Trim(env).empty()) return std::string(Trim(env));
-  return Fail(ErrorKind::kInvalidArgument,
-              "--server needs the server's read token: --token-file FILE or $TRAINQ_READ_TOKEN");
+  return Fail(ErrorKind::kInvalidArgument, "--server needs the server's " + what +
+                                               ": --token-file FILE or $" + env_name);
+}
+
+}  // namespace
+
+Result<std::string> ReadToken(const std::string& token_file) {
+  return TokenFrom(token_file, "TRAINQ_READ_TOKEN", "read token");
+}
+
+Result<std::string> ReadAdminToken(const std::string& token_file) {
+  return TokenFrom(token_file, "TRAINQ_ADMIN_TOKEN", "admin token (server.yaml admin_token)");
 }
 
 ReadClient::ReadClient(std::string server, std::string token)
@@ -33,6 +46,15 @@ ReadClient::ReadClient(std::string server, std::string token)
 }
 
 Result<std::string> ReadClient::Get(const std::string& path, const QueryParams& query) {
+  return Send("GET", path, query, "");
+}
+
+Result<std::string> ReadClient::Post(const std::string& path, const json& body) {
+  return Send("POST", path, {}, body.dump());
+}
+
+Result<std::string> ReadClient::Send(const std::string& method, const std::string& path,
+                                     const QueryParams& query, const std::string& body) {
   std::string url = base_ + path;
   char sep = '?';
   for (const auto& [k, v] : query) {
@@ -40,11 +62,16 @@ Result<std::string> ReadClient::Get(const std::string& path, const QueryParams& 
     sep = '&';
   }
   HttpRequest req;
+  req.method = method;
   req.url = url;
   req.headers = {{"Authorization", "Bearer " + token_}, {"User-Agent", "trainq"}};
+  if (method == "POST") {
+    req.headers.emplace_back("Content-Type", "application/json");
+    req.body = body;
+  }
   req.timeout_ms = 120'000;  // a report over a large store takes a while
   auto resp = http_.Send(req);
-  std::string where = "--server " + UrlForLog(base_) + ": GET " + path;
+  std::string where = "--server " + UrlForLog(base_) + ": " + method + " " + path;
   if (!resp) return std::unexpected(resp.error().Wrap(where));
   if (resp->ok()) return std::move(resp->body);
   std::string reason;
@@ -53,7 +80,10 @@ Result<std::string> ReadClient::Get(const std::string& path, const QueryParams& 
     reason = j["reason"].get<std::string>();
   }
   std::string msg = where + ": HTTP " + std::to_string(resp->status);
-  if (resp->status == 401) {
+  if (resp->status == 401 && method == "POST") {
+    msg += ": the admin token was refused (--token-file or $TRAINQ_ADMIN_TOKEN must hold the "
+           "server's admin_token)";
+  } else if (resp->status == 401) {
     msg += ": the read token was refused (--token-file or $TRAINQ_READ_TOKEN must hold the "
            "server's read_token)";
   } else if (!reason.empty()) {
@@ -61,6 +91,7 @@ Result<std::string> ReadClient::Get(const std::string& path, const QueryParams& 
   }
   ErrorKind kind = resp->status >= 500 ? ErrorKind::kUnavailable
                    : resp->status == 404 ? ErrorKind::kNotFound
+                   : resp->status == 409 ? ErrorKind::kConflict
                                          : ErrorKind::kInvalidArgument;
   return Fail(kind, msg);
 }
@@ -94,6 +125,23 @@ Result<RemoteLogChunk> ReadClient::Logs(std::int64_t run, std::optional<int> ran
     }
   }
   return c;
+}
+
+Result<json> ReadClient::Retry(std::int64_t id, bool batch) {
+  ASSIGN_OR_RETURN(auto body, Post("/api/v1/retry", json{{batch ? "batch" : "run", id}}));
+  auto j = json::parse(body, nullptr, false);
+  bool ok = j.is_object() && j.contains("retried") && j["retried"].is_array();
+  for (const auto& d : ok ? j["retried"] : json::array()) {
+    ok = ok && d.is_object() && d.contains("run") && d["run"].is_number_integer() &&
+         d.contains("was") && d["was"].is_string() && d.contains("attempts") &&
+         d["attempts"].is_number_integer() && d.contains("max_attempts") &&
+         d["max_attempts"].is_number_integer();
+  }
+  if (!ok) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "--server " + UrlForLog(base_) + ": POST /api/v1/retry did not answer what it retried");
+  }
+  return j;
 }
 
 Result<RemoteGate> ReadClient::Gate(const std::string& rev, const std::string& baseline,

@@ -1,5 +1,6 @@
 // The client side of `trainq serve`'s read routes (agent/daemon/read_api.h):
-// `trainq report --server` and `trainq gate --server`, for hosted CI.
+// `trainq report --server` and `trainq gate --server`, for hosted CI; and of
+// its one admin route, POST /api/v1/retry (`trainq retry --server`).
 #pragma once
 
 #include <chrono>
@@ -22,6 +23,9 @@ namespace trainq {
 // The read token: the first line of `token_file`, else $TRAINQ_READ_TOKEN.
 // kInvalidArgument says how to give one when neither is set.
 Result<std::string> ReadToken(const std::string& token_file);
+// The admin token (server.yaml admin_token): the first line of `token_file`,
+// else $TRAINQ_ADMIN_TOKEN.
+Result<std::string> ReadAdminToken(const std::string& token_file);
 
 // The gate's answer: {exit_code, text, json, finished}.
 struct RemoteGate {
@@ -48,11 +52,18 @@ class ReadClient {
   Result<RemoteGate> Gate(const std::string& rev, const std::string& baseline,
                           const std::string& repo, const std::vector<std::string>& experiments,
                           const std::string& correction = "");
+  // POST /api/v1/retry (the token must be the admin's): RetryRuns' answer,
+  // {"retried": [...]}; the server's refusal (409 for a run that succeeded,
+  // 404 for none) as an error with its reason.
+  Result<nlohmann::json> Retry(std::int64_t id, bool batch);
 
  private:
   // GET `path?query` with the token; the body of a 2xx answer, else an
   // error naming the server, the route and the server's reason.
   Result<std::string> Get(const std::string& path, const QueryParams& query);
+  Result<std::string> Post(const std::string& path, const nlohmann::json& body);
+  Result<std::string> Send(const std::string& method, const std::string& path,
+                           const QueryParams& query, const std::string& body);
   std::string base_;
   std::string token_;
   CurlHttpClient http_;

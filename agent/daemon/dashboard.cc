@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <variant>
@@ -14,6 +13,7 @@
 #include "agent/daemon/branch_history.h"
 #include "agent/results/commit_view.h"
 #include "agent/results/report.h"
+#include "agent/results/run_logs.h"
 #include "agent/results/status.h"
 #include "agent/results/sweep.h"
 #include "agent/results/sweep_plot.h"
@@ -419,35 +419,25 @@ HttpServerReply RunRoute(Store& store, const RunRow& run) {
 }
 
 // A run's log bytes from `from` (the client's last size), at most
-// `max_bytes`: the newest part when more is there.
+// `max_bytes`: the newest part when more is there. An old run's log that
+// retention archived is read from its .gz, uncompressed (`archived`).
 HttpServerReply RunLogRoute(const HttpServerRequest& req, const RunRow& run,
                            const std::string& data_dir, std::int64_t max_bytes) {
   std::string file = run.log_path;
   if (file.empty()) {
     file = (fs::path(data_dir) / "runs" / std::to_string(run.id) / "output.log").string();
   }
-  std::error_code ec;
-  std::int64_t size = fs::exists(file, ec) ? static_cast<std::int64_t>(fs::file_size(file, ec)) : 0;
-  if (ec) size = 0;
   std::int64_t from = 0;
   if (auto f = Param(req, "from")) from = ParseId(*f).value_or(0);
-  if (from > size) from = 0;  // a new attempt started the file again
-  bool skipped = size - from > max_bytes;
-  if (skipped) from = size - max_bytes;
-  std::string text;
-  if (size > from) {
-    std::ifstream in(file, std::ios::binary);
-    in.seekg(from);
-    text.resize(static_cast<size_t>(size - from));
-    in.read(text.data(), static_cast<std::streamsize>(text.size()));
-    text.resize(static_cast<size_t>(in.gcount()));
-  }
+  auto tail = ReadLogTail(file, from, max_bytes);
+  if (!tail) return Refuse(500, tail.error().message);
   return JsonReply(200, {{"run", run.id},
                          {"state", std::string(RunStateName(run.state))},
-                         {"from", from},
-                         {"size", from + static_cast<std::int64_t>(text.size())},
-                         {"skipped", skipped},
-                         {"text", text}});
+                         {"from", tail->from},
+                         {"size", tail->from + static_cast<std::int64_t>(tail->bytes.size())},
+                         {"skipped", tail->skipped},
+                         {"archived", tail->archived},
+                         {"text", tail->bytes}});
 }
 
 }  // namespace

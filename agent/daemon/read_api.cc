@@ -20,14 +20,26 @@ using nlohmann::json;
 
 namespace trainq {
 
-int CheckReadToken(const ServerConfig& config, const HttpHeaders& headers) {
-  if (config.read_token.empty()) return 403;
+namespace {
+
+int CheckBearer(const SecretValue& secret, const HttpHeaders& headers) {
+  if (secret.empty()) return 403;
   auto auth = FindHeader(headers, "Authorization");
   if (!auth || !auth->starts_with("Bearer ")) return 401;
   // Hashes of equal length, compared in constant time: neither the content
   // nor the length of the configured token leaks through timing.
   std::string given = Sha256Hex(Trim(auth->substr(7)));
-  return ConstantTimeEquals(given, Sha256Hex(config.read_token.value)) ? 0 : 401;
+  return ConstantTimeEquals(given, Sha256Hex(secret.value)) ? 0 : 401;
+}
+
+}  // namespace
+
+int CheckReadToken(const ServerConfig& config, const HttpHeaders& headers) {
+  return CheckBearer(config.read_token, headers);
+}
+
+int CheckAdminToken(const ServerConfig& config, const HttpHeaders& headers) {
+  return CheckBearer(config.admin_token, headers);
 }
 
 namespace {

@@ -31,6 +31,9 @@ using QueryParams = std::vector<std::pair<std::string, std::string>>;
 // or wrong bearer token, 403: no read token configured). Constant time in the
 // token's content.
 int CheckReadToken(const ServerConfig& config, const HttpHeaders& headers);
+// The same for the config's `admin_token` (POST /api/v1/retry; 403: none
+// configured, the route is off).
+int CheckAdminToken(const ServerConfig& config, const HttpHeaders& headers);
 
 // The configured repository that `name` designates: its url (normalised), its
 // project (owner/name) or its short name (the url's last segment without

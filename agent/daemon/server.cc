@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "agent/daemon/read_api.h"
+#include "agent/results/retry.h"
 #include "agent/results/status.h"
 #include "agent/triggers/webhook.h"
 #include "queue/machines.h"
@@ -72,6 +73,7 @@ HttpServerReply Server::Handle(const HttpServerRequest& req) {
     return WorkerRoute(req, path);
   }
   if (Dashboard::Owns(path)) return dashboard_->Handle(req, path);
+  if (path == "/api/v1/retry") return RetryRoute(req);
   if (req.method != "GET" && req.method != "HEAD") {
     return Json(405, {{"result", "error"}, {"reason", req.method + " is not allowed here"}});
   }
@@ -107,6 +109,47 @@ HttpServerReply Server::Handle(const HttpServerRequest& req) {
   }
   if (path == "/metrics") return {200, "text/plain; version=0.0.4; charset=utf-8", MetricsText()};
   return Json(404, {{"result", "error"}, {"reason", "no route " + path}});
+}
+
+HttpServerReply Server::RetryRoute(const HttpServerRequest& req) {
+  if (req.method != "POST") {
+    return Json(405, {{"result", "error"}, {"reason", "/api/v1/retry is POSTed"}});
+  }
+  switch (CheckAdminToken(config_, req.headers)) {
+    case 0:
+      break;
+    case 403:
+      return Json(403, {{"result", "error"},
+                        {"reason", "/api/v1/retry is off: the server config has no admin_token"}});
+    default:
+      spdlog::warn("api: POST /api/v1/retry with a missing or wrong admin token was refused");
+      return Json(401, {{"result", "error"}, {"reason", "missing or wrong admin token"}});
+  }
+  if (req.body_too_large) return Json(413, {{"result", "error"}, {"reason", "body too large"}});
+  json body = json::parse(req.body, nullptr, false);
+  bool run = body.is_object() && body.contains("run");
+  bool batch = body.is_object() && body.contains("batch");
+  const char* key = batch ? "batch" : "run";
+  if (run == batch || !body[key].is_number_integer() || body[key].get<std::int64_t>() < 1) {
+    return Json(400, {{"result", "error"},
+                      {"reason", R"(expected a JSON object {"run": ID} or {"batch": ID})"}});
+  }
+  std::int64_t id = body[key].get<std::int64_t>();
+  Result<json> retried;
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    retried = RetryRuns(*write_store_, id, batch, clock_.Now(), "api (admin token)");
+  }
+  if (!retried) {
+    int status = retried.error().kind == ErrorKind::kNotFound   ? 404
+                 : retried.error().kind == ErrorKind::kConflict ? 409
+                                                                : 503;
+    return Json(status, {{"result", "error"}, {"reason", retried.error().message}});
+  }
+  size_t n = (*retried)["retried"].size();
+  spdlog::info("api: the admin token retried {} {} ({} run(s))", key, id, n);
+  if (n > 0) NotifyWork();
+  return Json(200, *retried);
 }
 
 Admission Server::Admit(const HttpServerRequest& head) {

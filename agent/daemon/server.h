@@ -6,12 +6,14 @@
 //   GET  /api/v1/report, /api/v1/gate                 reports and gate decisions for
 //                                                     hosted CI (agent/daemon/read_api.h)
 //   GET  /api/v1/logs                                 a run's log, for `trainq logs --server`
+//   POST /api/v1/retry                                {"run": N} or {"batch": N}: `trainq
+//                                                     retry --server` (the admin token)
 //   POST /api/v1/workers/*, /api/v1/runs/*            the worker protocol
 //                                                     (agent/daemon/worker_api.h)
 //   GET  /, /dash/* and the dashboard's pages          the web dashboard
 //                                                     (agent/daemon/dashboard.h)
 // Every state-changing route is authenticated (webhooks by signature or
-// token), and so are the report and the gate (the config's read_token); status,
+// token, retry by the config's admin_token), and so are the report and the gate (the config's read_token); status,
 // health and metrics are open, which is why the default listen address is
 // loopback only.
 // Threading: Handle() is called from the listener's threads at once; the
@@ -93,6 +95,8 @@ class Server {
   HttpServerReply ReadRoute(const HttpServerRequest& request, const std::string& path);
   // GET /api/v1/logs (agent/daemon/read_api.cc), after ReadRoute's token check.
   HttpServerReply LogsRoute(const HttpServerRequest& request);
+  // POST /api/v1/retry (agent/results/retry.h RetryRuns), with the admin token.
+  HttpServerReply RetryRoute(const HttpServerRequest& request);
 
   // The worker protocol (agent/daemon/worker_api.cc).
   HttpServerReply WorkerRoute(const HttpServerRequest& request, const std::string& path);

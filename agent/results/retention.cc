@@ -23,14 +23,23 @@ Result<RetentionStepper::Done> RetentionStepper::Step(Store& store, TimeMs now) 
   if (policy_.logs_ms > 0) {
     ASSIGN_OR_RETURN(auto due,
                      store.retention().LogsDue(now - policy_.logs_ms, policy_.runs_per_tick));
+    // Archived before they are marked (all of the step's at once, one
+    // commit): a serve stopped between the two archives nothing twice (the
+    // files are .gz already) and marks them next time.
+    std::vector<std::int64_t> archived;
+    Status failed;
     for (const auto& r : due) {
-      // Archived before it is marked: a serve stopped between the two
-      // archives nothing twice (the files are .gz already) and marks it next time.
-      ASSIGN_OR_RETURN(int files, ArchiveRunLogs(r.log_path));
-      TRY(store.retention().MarkLogArchived(r.run_id));
-      d.archived_files += files;
+      auto files = ArchiveRunLogs(r.log_path);
+      if (!files) {
+        failed = std::unexpected(files.error());
+        break;
+      }
+      archived.push_back(r.run_id);
+      d.archived_files += *files;
       ++d.archived_runs;
     }
+    TRY(store.retention().MarkLogsArchived(archived));
+    TRY(failed);
     full = full || static_cast<int>(due.size()) >= policy_.runs_per_tick;
   }
   if (full) next_ms_ = now + catch_up_ms_;

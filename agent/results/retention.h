@@ -20,7 +20,7 @@ class RetentionStepper {
   // `interval_ms`: the pause after a step that found less than a tick's
   // work; after a full one the next comes `catch_up_ms` later.
   explicit RetentionStepper(RetentionPolicy policy, TimeMs interval_ms = 60'000,
-                            TimeMs catch_up_ms = 1'000)
+                            TimeMs catch_up_ms = 250)
       : policy_(policy), interval_ms_(interval_ms), catch_up_ms_(catch_up_ms) {}
 
   struct Done {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -74,6 +75,84 @@ Status ArchiveOne(const std::string& path) {
   fs::remove(path, ec);
   if (ec) return Fail(ErrorKind::kIo, path + ": " + ec.message());
   return {};
+}
+
+// The last `cap` bytes written to it, in a buffer of `cap` bytes.
+class TailRing {
+ public:
+  explicit TailRing(size_t cap) : cap_(cap) { ring_.reserve(cap); }
+  void Put(const char* p, size_t n) {
+    if (cap_ == 0) return;
+    if (n >= cap_) {
+      ring_.assign(p + (n - cap_), cap_);
+      pos_ = 0;
+      return;
+    }
+    if (ring_.size() < cap_) {  // filling: the oldest byte stays at 0
+      size_t k = std::min(n, cap_ - ring_.size());
+      ring_.append(p, k);
+      p += k;
+      n -= k;
+    }
+    while (n > 0) {  // full: overwrite the oldest, at pos_
+      size_t k = std::min(n, cap_ - pos_);
+      std::memcpy(ring_.data() + pos_, p, k);
+      pos_ = (pos_ + k) % cap_;
+      p += k;
+      n -= k;
+    }
+  }
+  // The kept bytes, oldest first (rotated in place).
+  std::string Take() {
+    std::rotate(ring_.begin(), ring_.begin() + static_cast<std::ptrdiff_t>(pos_), ring_.end());
+    pos_ = 0;
+    return std::move(ring_);
+  }
+
+ private:
+  size_t cap_;
+  size_t pos_ = 0;
+  std::string ring_;
+};
+
+// From `from` on, at most `max_bytes`, of a log `size` bytes long whose
+// last `kept.size()` bytes are `kept`.
+LogTail Tail(std::string kept, std::int64_t size, std::int64_t from, std::int64_t max_bytes) {
+  LogTail t;
+  t.size = size;
+  t.from = from < 0 || from > size ? 0 : from;
+  if (size - t.from > max_bytes) {
+    t.skipped = true;
+    t.from = size - max_bytes;
+  }
+  auto want = static_cast<size_t>(size - t.from);  // <= kept.size()
+  kept.erase(0, kept.size() - std::min(want, kept.size()));
+  t.bytes = std::move(kept);
+  return t;
+}
+
+Result<LogTail> ReadArchivedTail(const std::string& gz, std::int64_t from, std::int64_t max_bytes) {
+  gzFile f = gzopen(gz.c_str(), "rb");
+  if (!f) return Fail(ErrorKind::kIo, gz + ": cannot open the archived log");
+  TailRing ring(static_cast<size_t>(max_bytes));
+  std::string buf(64 << 10, '\0');
+  std::int64_t size = 0;
+  int n = 0;
+  while ((n = gzread(f, buf.data(), static_cast<unsigned>(buf.size()))) > 0) {
+    ring.Put(buf.data(), static_cast<size_t>(n));
+    size += n;
+  }
+  // A cut archive is no read error to gzread: it ends early and says
+  // "unexpected end of file" (Z_BUF_ERROR) only through gzerror.
+  int errnum = Z_OK;
+  std::string error = gzerror(f, &errnum);
+  gzclose(f);
+  if (n < 0 || errnum != Z_OK) {
+    return Fail(ErrorKind::kIo, gz + ": the archived log is damaged: " + error);
+  }
+  LogTail t = Tail(ring.Take(), size, from, max_bytes);
+  t.archived = true;
+  return t;
 }
 
 }  // namespace
@@ -164,6 +243,25 @@ Result<RunLogChunk> ReadRunLog(Store& store, std::int64_t run_id, std::optional<
   c.bytes.resize(static_cast<size_t>(in.gcount()));
   c.next_offset += static_cast<std::int64_t>(c.bytes.size());
   return c;
+}
+
+Result<LogTail> ReadLogTail(const std::string& path, std::int64_t from, std::int64_t max_bytes) {
+  max_bytes = std::clamp<std::int64_t>(max_bytes, 0, 1 << 26);
+  std::error_code ec;
+  if (!fs::exists(path, ec) && fs::exists(path + kArchiveSuffix, ec)) {
+    return ReadArchivedTail(path + kArchiveSuffix, from, max_bytes);
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return LogTail{};  // not written yet
+  in.seekg(0, std::ios::end);
+  auto size = static_cast<std::int64_t>(in.tellg());
+  if (size < 0) return LogTail{};
+  LogTail t = Tail("", size, from, max_bytes);
+  t.bytes.resize(static_cast<size_t>(size - t.from));
+  in.seekg(t.from);
+  in.read(t.bytes.data(), static_cast<std::streamsize>(t.bytes.size()));
+  t.bytes.resize(static_cast<size_t>(in.gcount()));
+  return t;
 }
 
 }  // namespace trainq

@@ -39,6 +39,23 @@ struct RunLogChunk {
 Result<RunLogChunk> ReadRunLog(Store& store, std::int64_t run_id, std::optional<int> rank,
                                std::int64_t offset, std::int64_t max_bytes);
 
+// The newest part of one log file, as the dashboard's run page reads it.
+struct LogTail {
+  std::int64_t from = 0;   // where `bytes` start in the (uncompressed) log
+  std::int64_t size = 0;   // the log's whole length, uncompressed
+  bool skipped = false;    // more than max_bytes lay past the asked `from`: the newest kept
+  bool archived = false;   // read from `path`.gz (retention archived it)
+  std::string bytes;
+};
+
+// `path` from `from`, at most `max_bytes`: the newest part when more is
+// there; a `from` past the end reads from 0 (a new attempt began the file
+// again). When `path` is gone and retention left `path`.gz, the archive is
+// decompressed as a stream keeping only its last `max_bytes` (memory stays
+// max_bytes plus a 64 KiB buffer however large the archive). A missing log
+// is an empty tail; a damaged archive is kIo naming it.
+Result<LogTail> ReadLogTail(const std::string& path, std::int64_t from, std::int64_t max_bytes);
+
 // Retention (queue/retention.h): compresses the run's logs (output.log, and
 // a gang's rank-K.log beside it) to `<file>.gz` in the same folder and
 // removes each original once its archive is whole on disk. ReadRunLog reads

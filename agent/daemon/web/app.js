@@ -413,7 +413,10 @@ async function pollLog() {
       pre.textContent = log.text;
       if (atEnd) pre.scrollTop = pre.scrollHeight;
     }
-    const live = ['running', 'leased', 'queued', 'failed'].includes(j.state);
+    const note = $('#log-note');
+    if (note) note.textContent = j.archived ? 'archived by retention (read from output.log.gz)' : '';
+    // An archived log is whole: nothing more will come.
+    const live = !j.archived && ['running', 'leased', 'queued', 'failed'].includes(j.state);
     clearTimeout(log.timer);
     if (live && !document.hidden) log.timer = setTimeout(pollLog, 1000);
   } catch (e) {
@@ -443,7 +446,7 @@ async function runPage(id) {
     {key: 'title', html: `<h1>Run ${r.id} <span class="muted">${esc(r.experiment)} seed ${r.seed}</span></h1>`},
     {key: 'info', html: card('Run', info + (r.error ? `<h3>Last error</h3><div class="err">${esc(r.error)}</div>` : '') + retriesTable(j.retries || []))},
     {key: 'curve', html: card(`Metrics <span class="muted">(${j.metric_points} points)</span>`, curvePlot(j.metrics || []))},
-    {key: 'log', html: card('Output', '<pre class="log" id="log"></pre>')},
+    {key: 'log', html: card('Output <span class="muted" id="log-note"></span>', '<pre class="log" id="log"></pre>')},
   ];
   render(sections);
   const pre = $('#log');

@@ -7,12 +7,14 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "agent/daemon/server.h"
 #include "agent/results/commit_view.h"
+#include "agent/results/run_logs.h"
 #include "core/strings.h"
 #include "queue/run_queue.h"
 #include "queue/sqlite.h"
@@ -21,6 +23,7 @@
 #include "tests/support/temp_dir.h"
 
 using nlohmann::json;
+namespace fs = std::filesystem;
 
 namespace trainq {
 namespace {
@@ -145,6 +148,67 @@ TEST_CASE("dashboard: the read token signs in and the documents are the CLI's", 
   auto log = f.Get("/dash/api/run/1/log", cookie, {{"from", "0"}});
   CHECK(log.status == 200);
   CHECK(f.Get("/dash/api/run/999", cookie).status == 404);
+}
+
+TEST_CASE("dashboard: the run log route serves a log retention archived as it served the plain one",
+          "[dashboard][log]") {
+  Fixture f;
+  std::string cookie = f.SignIn(kRead);
+  fs::create_directories(f.tmp / "runs/1");
+  const std::string path = f.tmp / "runs/1/output.log";  // serve's data folder: the db's
+  std::string text;
+  for (int i = 0; text.size() < 200'000; ++i) text += "epoch " + std::to_string(i) + " acc 0.9\n";
+  REQUIRE(WriteFile(path, text));
+  const auto size = static_cast<std::int64_t>(text.size());
+  auto log = [&](std::int64_t from) {
+    auto r = f.Get("/dash/api/run/1/log", cookie, {{"from", std::to_string(from)}});
+    REQUIRE(r.status == 200);
+    return json::parse(r.body);
+  };
+  std::vector<json> plain;
+  for (std::int64_t from : {std::int64_t{0}, size - 70'000, size - 50, size, size + 9}) {
+    plain.push_back(log(from));
+  }
+  CHECK(plain[0]["archived"] == false);
+  REQUIRE(ArchiveRunLogs(path).value() == 1);
+  REQUIRE_FALSE(fs::exists(path));
+
+  auto all = log(0);  // 64 KiB at most: the newest
+  CHECK(all["archived"] == true);
+  CHECK(all["state"] == "succeeded");
+  CHECK(all["skipped"] == true);
+  CHECK(all["size"] == size);
+  CHECK(all["from"] == size - (64 << 10));
+  CHECK(all["text"] == text.substr(text.size() - (64 << 10)));
+  auto next = log(size - 50);  // the page's next poll, from the size it has
+  CHECK(next["skipped"] == false);
+  CHECK(next["from"] == size - 50);
+  CHECK(next["text"] == text.substr(text.size() - 50));
+  CHECK(log(size)["text"] == "");
+  size_t i = 0;
+  for (std::int64_t from : {std::int64_t{0}, size - 70'000, size - 50, size, size + 9}) {
+    INFO("from " << from);
+    json archived = log(from);
+    CHECK(archived["archived"] == true);
+    archived["archived"] = false;
+    CHECK(archived == plain[i++]);
+  }
+
+  // A run with no log, plain or archived, answers empty as before.
+  auto none = f.Get("/dash/api/run/2/log", cookie, {{"from", "0"}});
+  REQUIRE(none.status == 200);
+  auto j = json::parse(none.body);
+  CHECK(j["size"] == 0);
+  CHECK(j["text"] == "");
+  CHECK(j["archived"] == false);
+
+  // A cut archive is a server error naming it, not an empty log.
+  fs::create_directories(f.tmp / "runs/3");
+  fs::copy_file(path + ".gz", f.tmp / "runs/3/output.log.gz");
+  fs::resize_file(f.tmp / "runs/3/output.log.gz", fs::file_size(path + ".gz") / 2);
+  auto cut = f.Get("/dash/api/run/3/log", cookie, {{"from", "0"}});
+  CHECK(cut.status == 500);
+  CHECK_THAT(cut.body, Catch::Contains("runs/3/output.log.gz"));
 }
 
 TEST_CASE("dashboard: actions are refused to a read session and need the admin's CSRF token",

@@ -1,0 +1,220 @@
+// `trainq retry --server` through the real binary against a real `trainq
+// serve` on loopback: POST /api/v1/retry with the config's admin_token puts
+// a dead run back in the queue as the local `trainq retry` does, and refuses
+// what the local command refuses (409 for a run that succeeded), a read
+// token, a wrong token, a GET and a body that names nothing.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "agent/daemon/server.h"
+#include "core/http_client.h"
+#include "core/strings.h"
+#include "queue/run_queue.h"
+#include "queue/store.h"
+#include "tests/agent/agent_test_util.h"
+#include "tests/support/http_server.h"
+#include "tests/support/temp_dir.h"
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace trainq {
+namespace {
+
+constexpr const char* kAdmin = "retry-admin-token";
+constexpr const char* kReadToken = "retry-read-token";
+
+struct RetryServed {
+  testing::TempDir tmp;
+  std::string db = tmp / "trainq.db";
+  std::string admin_file = tmp / "admin.token";
+  std::string read_file = tmp / "read.token";
+  testing::Daemon daemon;
+  std::string base;
+
+  // Batch 1: run 1 succeeded, run 2 dead ("boom", exit 3), run 3 cancelled.
+  RetryServed() {
+    const Clock& clock = SystemClock::Get();
+    {
+      auto store = Store::Open(db).value();
+      CommitInfo c;
+      c.sha = std::string(40, 'a');
+      c.message = "a";
+      BatchSpec s;
+      s.experiment = "digits";
+      s.command = "true";
+      s.repeats = 3;
+      REQUIRE(store.runs().Submit("/repos/model", c, {s}, clock.Now()));
+      auto leased = store.runs().Lease("w", clock.Now(), 60'000, 2).value();
+      REQUIRE(leased.size() == 2);
+      REQUIRE(store.runs().Complete(leased[0].run_id, leased[0].token, clock.Now(), 0.9));
+      REQUIRE(store.runs()
+                  .FailRun(leased[1].run_id, leased[1].token, clock.Now(), "boom", 3, false)
+                  .value() == RunState::kDead);
+      REQUIRE(store.runs().CancelRun(3, clock.Now()).value() == 1);
+    }
+    REQUIRE(WriteFile(admin_file, std::string(kAdmin) + "\n"));
+    REQUIRE(WriteFile(read_file, std::string(kReadToken) + "\n"));
+    REQUIRE(WriteFile(tmp / "server.yaml", "read_token: {file: " + read_file +
+                                               "}\nadmin_token: {file: " + admin_file + "}\n"));
+    int port = testing::FreeLoopbackPort();
+    base = "http://127.0.0.1:" + std::to_string(port);
+    auto pid = daemon.runner.Spawn({{TRAINQ_BINARY, "--db", db, "serve", "--machines", "0",
+                                     "--config", tmp / "server.yaml", "--listen",
+                                     "127.0.0.1:" + std::to_string(port)},
+                                    {},
+                                    tmp.path().string(),
+                                    tmp / "serve.log"});
+    REQUIRE(pid);
+    daemon.pid = *pid;
+    CurlHttpClient http;
+    bool up = testing::WaitFor(
+        [&] {
+          auto r = http.Send({"GET", base + "/healthz", {}, "", 1000});
+          return r && r->status == 200;
+        },
+        20s);
+    INFO(ReadFile(tmp / "serve.log").value_or(""));
+    REQUIRE(up);
+  }
+  ~RetryServed() {
+    if (daemon.pid > 0) {
+      daemon.runner.KillGroup(daemon.pid, SIGTERM);
+      daemon.runner.Wait(daemon.pid);
+    }
+  }
+  struct Out {
+    int code;
+    std::string out, all;
+  };
+  Out Trainq(const std::string& args, const std::string& env = "") const {
+    Out o;
+    std::string cmd = "cd " + ShellQuote(tmp.path().string()) +
+                      " && env -u TRAINQ_ADMIN_TOKEN -u TRAINQ_READ_TOKEN " + env + " " +
+                      ShellQuote(TRAINQ_BINARY) + " --db /nonexistent/trainq.db " + args;
+    o.code = testing::RunShell("{ " + cmd + " 2>" + ShellQuote(tmp / "stderr") + "; }", &o.out);
+    o.all = o.out + ReadFile(tmp / "stderr").value_or("");
+    return o;
+  }
+  RunRow Run(std::int64_t id) const {
+    auto store = Store::Open(db).value();
+    return store.runs().Run(id).value().value();
+  }
+};
+
+TEST_CASE("cli: retry --server puts a dead run back in the queue with the admin token",
+          "[retry][cli]") {
+  RetryServed s;
+  std::string server = " --server " + s.base + " --token-file " + ShellQuote(s.admin_file);
+  auto o = s.Trainq("retry 2" + server);
+  INFO(o.all);
+  REQUIRE(o.code == 0);
+  CHECK(o.all == "run 2 queued again (was dead after 1 attempt(s): boom); 3 attempt(s) from now\n");
+  RunRow r = s.Run(2);
+  CHECK(r.state == RunState::kQueued);
+  CHECK(r.retries == 1);
+  CHECK_THAT(r.last_error, Catch::Contains("retried by api (admin token); was dead"));
+  CHECK_THAT(ReadFile(s.tmp / "serve.log").value_or(""),
+             Catch::Contains("api: the admin token retried run 2 (1 run(s))"));
+
+  // The same refusals as the local command, through the server's answer.
+  auto done = s.Trainq("retry 1" + server);
+  CHECK(done.code == 1);
+  CHECK(done.out.empty());
+  CHECK_THAT(done.all, Catch::StartsWith("trainq: error: --server " + s.base +
+                                         ": POST /api/v1/retry: HTTP 409: run 1 succeeded; "
+                                         "its result stands"));
+  CHECK(s.Run(1).state == RunState::kSucceeded);
+  auto none = s.Trainq("retry 99" + server);
+  CHECK(none.code == 1);
+  CHECK_THAT(none.all, Catch::Contains("HTTP 404: run 99 does not exist"));
+  auto again = s.Trainq("retry 2" + server);  // queued now: refused
+  CHECK(again.code == 1);
+  CHECK_THAT(again.all, Catch::Contains("HTTP 409: run 2 is queued"));
+
+  // A batch: its dead runs only (none left now: run 3 is cancelled, not dead).
+  auto batch = s.Trainq("retry 1 --batch --json" + server);
+  INFO(batch.all);
+  REQUIRE(batch.code == 0);
+  CHECK(json::parse(batch.out) == json{{"retried", json::array()}});
+  auto batch_text = s.Trainq("retry --batch 1" + server, "TRAINQ_ADMIN_TOKEN=" + std::string(kAdmin));
+  CHECK(batch_text.code == 0);
+  CHECK(batch_text.all == "batch 1 has no dead runs; nothing to retry\n");
+  auto three = s.Trainq("retry 3 --json" + server);
+  REQUIRE(three.code == 0);
+  auto j = json::parse(three.out);
+  REQUIRE(j["retried"].size() == 1);
+  CHECK(j["retried"][0]["run"] == 3);
+  CHECK(j["retried"][0]["was"] == "cancelled");
+  CHECK(s.Run(3).state == RunState::kQueued);
+}
+
+TEST_CASE("cli: retry --server refuses a read token, a wrong one and none, changing nothing",
+          "[retry][cli]") {
+  RetryServed s;
+  auto read = s.Trainq("retry 2 --server " + s.base + " --token-file " + ShellQuote(s.read_file));
+  CHECK(read.code == 1);
+  CHECK(read.all == "trainq: error: --server " + s.base +
+                        ": POST /api/v1/retry: HTTP 401: the admin token was refused "
+                        "(--token-file or $TRAINQ_ADMIN_TOKEN must hold the server's "
+                        "admin_token)\n");
+  auto missing = s.Trainq("retry 2 --server " + s.base);
+  CHECK(missing.code == 1);
+  CHECK(missing.all == "trainq: error: --server needs the server's admin token (server.yaml "
+                       "admin_token): --token-file FILE or $TRAINQ_ADMIN_TOKEN\n");
+  CHECK(s.Run(2).state == RunState::kDead);
+
+  // On the wire.
+  CurlHttpClient http;
+  auto post = [&](const HttpHeaders& h, const std::string& body) {
+    HttpRequest req;
+    req.method = "POST";
+    req.url = s.base + "/api/v1/retry";
+    req.headers = h;
+    req.body = body;
+    auto r = http.Send(req);
+    REQUIRE(r);
+    return *r;
+  };
+  const HttpHeaders admin = {{"Authorization", std::string("Bearer ") + kAdmin}};
+  auto anon = post({}, R"({"run": 2})");
+  CHECK(anon.status == 401);
+  CHECK(anon.body.find("digits") == std::string::npos);
+  CHECK(post({{"Authorization", "Bearer guess"}}, R"({"run": 2})").status == 401);
+  CHECK(post(admin, R"({"run": "2"})").status == 400);
+  CHECK(post(admin, R"({"run": 2, "batch": 1})").status == 400);
+  CHECK(post(admin, "not json").status == 400);
+  auto get = http.Send({"GET", s.base + "/api/v1/retry", admin, "", 5000});
+  REQUIRE(get);
+  CHECK(get->status == 405);
+  CHECK(s.Run(2).state == RunState::kDead);
+  auto ok = post(admin, R"({"batch": 1})");
+  CHECK(ok.status == 200);
+  auto j = json::parse(ok.body);
+  REQUIRE(j["retried"].size() == 1);
+  CHECK(j["retried"][0]["run"] == 2);
+  CHECK(j["retried"][0]["error"] == "boom");
+}
+
+TEST_CASE("api: /api/v1/retry is off (403) without an admin_token in the config", "[retry]") {
+  testing::TempDir tmp;
+  ServerConfig config;
+  config.read_token.value = "x";  // a read token, no admin token
+  REQUIRE(Store::Open(tmp / "t.db"));
+  Server server(config, tmp / "t.db", SystemClock::Get());
+  REQUIRE(server.Open());
+  HttpServerRequest req;
+  req.method = "POST";
+  req.path = "/api/v1/retry";
+  req.headers = {{"Authorization", "Bearer x"}};
+  req.body = R"({"run": 1})";
+  auto r = server.Handle(req);
+  CHECK(r.status == 403);
+  CHECK_THAT(r.body, Catch::Contains("no admin_token"));
+}
+
+}  // namespace
+}  // namespace trainq
