@@ -655,7 +655,12 @@ Result<std::string> KubernetesProvider::Boot(const BootSpec& spec) {
   if (spec.worker_argv.empty()) {
     return Fail(ErrorKind::kInvalidArgument, "kubernetes: boot: no worker command");
   }
-  tag_ = spec.tag;
+  {
+    std::lock_guard lock(mu_);
+    tag_ = spec.tag;
+  }
+  // The Secret stays until the pod that uses it exists (Stop's clean-up).
+  std::shared_lock secret(secret_mu_);
   TRY(EnsureSecret(spec));
   json pod = PodFor(spec);
   const std::string name = pod["metadata"]["name"];
@@ -697,7 +702,10 @@ std::string KubernetesProvider::SchedulingMessage(const std::string& name) const
 }
 
 Result<std::vector<ListedMachine>> KubernetesProvider::List(const MachineTag& tag) {
-  tag_ = tag;
+  {
+    std::lock_guard lock(mu_);
+    tag_ = tag;
+  }
   std::vector<ListedMachine> out;
   std::string cont;
   for (int page = 0; page < 100; ++page) {
@@ -746,7 +754,7 @@ Result<std::vector<ListedMachine>> KubernetesProvider::List(const MachineTag& ta
         }
       }
       const bool deleting = meta.contains("deletionTimestamp") && !meta["deletionTimestamp"].is_null();
-      if (deleting && deleting_.count(m.id)) continue;  // stopped by trainq: on its way out
+      if (deleting && Deleting(m.id)) continue;  // stopped by trainq: on its way out
       if (!disruption.empty()) {
         m.ended = "disrupted by the cluster (DisruptionTarget: " + disruption + ")";
         m.disrupted = true;
@@ -791,10 +799,14 @@ Status KubernetesProvider::Stop(const std::string& id) {
   if (r.status != 200 && r.status != 202 && r.status != 404) {
     return std::unexpected(ApiError(r, "delete", "pods"));
   }
-  deleting_.insert(id);
-  // The pool the pod was of (the DELETE answers with the pod), else the
-  // pool of the last Boot or List.
-  std::optional<MachineTag> tag = tag_;
+  std::optional<MachineTag> tag;
+  {
+    std::lock_guard lock(mu_);
+    deleting_.insert(id);
+    // The pool the pod was of (the DELETE answers with the pod), else the
+    // pool of the last Boot or List.
+    tag = tag_;
+  }
   if (r.status != 404 && r.body.is_object()) {
     const json meta = r.body.value("metadata", json::object());
     const json labels = meta.value("labels", json::object());
@@ -807,7 +819,16 @@ Status KubernetesProvider::Stop(const std::string& id) {
   return DeleteSecretIfUnused(*tag);
 }
 
+bool KubernetesProvider::Deleting(const std::string& pod) {
+  std::lock_guard lock(mu_);
+  return deleting_.count(pod) > 0;
+}
+
 Status KubernetesProvider::DeleteSecretIfUnused(const MachineTag& tag) {
+  // A boot between its Secret and its pod: the Secret is in use; a later
+  // Stop cleans up.
+  std::unique_lock secret(secret_mu_, std::try_to_lock);
+  if (!secret.owns_lock()) return {};
   ASSIGN_OR_RETURN(auto r, Call("GET",
                                 "/api/v1/namespaces/" + namespace_ +
                                     "/pods?labelSelector=" + UrlEncode(Selector(tag)),

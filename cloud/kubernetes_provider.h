@@ -41,7 +41,9 @@
 #pragma once
 
 #include <map>
+#include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -109,6 +111,7 @@ class KubernetesProvider final : public Provider {
   Error ApiError(const Reply& r, const std::string& verb, const std::string& resource) const;
   Status EnsureSecret(const BootSpec& spec);
   Status DeleteSecretIfUnused(const MachineTag& tag);
+  bool Deleting(const std::string& pod);
   std::string Selector(const MachineTag& tag) const;
   std::string Param(const std::string& key) const;
   // The last FailedScheduling event's message for pod `name`, "" if none.
@@ -119,8 +122,14 @@ class KubernetesProvider final : public Provider {
   KubeEndpoint endpoint_;
   std::string namespace_;
   std::int64_t stop_grace_s_ = 30;
+  // Boot runs on the fleet's boot threads, List and Stop on its loop (see
+  // cloud/provider.h): mu_ guards the two below; secret_mu_ is held shared
+  // by a Boot from its Secret to its pod, and taken (try_lock, never
+  // waiting) by Stop's Secret clean-up, which is skipped while boots run.
+  std::mutex mu_;
   std::optional<MachineTag> tag_;  // from the last Boot or List (Stop's Secret clean-up)
   std::set<std::string> deleting_;  // pods this provider asked to delete
+  std::shared_mutex secret_mu_;
 };
 
 }  // namespace trainq::cloud

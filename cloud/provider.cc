@@ -32,6 +32,7 @@ Result<std::string> FileTail(const std::string& path, std::size_t max_bytes) {
 
 Result<std::string> FakeProvider::LogTail(const std::string& id, const std::string&,
                                           std::size_t max_bytes) {
+  std::lock_guard lock(mu_);
   auto it = logs_.find(id);
   if (it == logs_.end()) return Fail(ErrorKind::kNotFound, "fake provider: no log for " + id);
   return TailBytes(it->second, max_bytes);
@@ -46,6 +47,7 @@ Status FakeProvider::MaybeFail(Call::Kind kind, const std::string& arg) {
 }
 
 Result<std::string> FakeProvider::Boot(const BootSpec& spec) {
+  std::lock_guard lock(mu_);
   TRY(MaybeFail(Call::Kind::kBoot, spec.tag.pool));
   std::string id = "m-" + std::to_string(next_id_++);
   machines_[id] = spec.tag;
@@ -54,6 +56,7 @@ Result<std::string> FakeProvider::Boot(const BootSpec& spec) {
 }
 
 Result<std::vector<ListedMachine>> FakeProvider::List(const MachineTag& tag) {
+  std::lock_guard lock(mu_);
   TRY(MaybeFail(Call::Kind::kList, tag.pool));
   std::vector<ListedMachine> out;
   for (const auto& [id, t] : machines_) {
@@ -63,25 +66,47 @@ Result<std::vector<ListedMachine>> FakeProvider::List(const MachineTag& tag) {
 }
 
 Status FakeProvider::Stop(const std::string& id) {
+  std::lock_guard lock(mu_);
   TRY(MaybeFail(Call::Kind::kStop, id));
   if (machines_.erase(id) > 0) stopped_.push_back(id);
   return {};
 }
 
 void FakeProvider::FailNext(int n, ErrorKind kind) {
+  std::lock_guard lock(mu_);
   fail_next_ = n;
   fail_kind_ = kind;
 }
 
-void FakeProvider::Lose(const std::string& id) { machines_.erase(id); }
+void FakeProvider::Lose(const std::string& id) {
+  std::lock_guard lock(mu_);
+  machines_.erase(id);
+}
+
+void FakeProvider::SetLog(const std::string& id, std::string text) {
+  std::lock_guard lock(mu_);
+  logs_[id] = std::move(text);
+}
+
+std::vector<FakeProvider::Call> FakeProvider::calls() const {
+  std::lock_guard lock(mu_);
+  return calls_;
+}
+
+std::vector<std::string> FakeProvider::stopped() const {
+  std::lock_guard lock(mu_);
+  return stopped_;
+}
 
 std::string FakeProvider::AddOrphan(const MachineTag& tag) {
+  std::lock_guard lock(mu_);
   std::string id = "m-" + std::to_string(next_id_++);
   machines_[id] = tag;
   return id;
 }
 
 std::vector<std::string> FakeProvider::running() const {
+  std::lock_guard lock(mu_);
   std::vector<std::string> out;
   for (const auto& [id, t] : machines_) out.push_back(id);
   return out;

@@ -6,11 +6,15 @@
 // including ones it booted but crashed before recording (the autoscaler adopts
 // or stops those). Errors are Result<>: `unavailable`/`timeout` are worth a
 // retry (with backoff, see cloud/autoscaler.h), anything else is not.
-// Implementations are called from one thread (the autoscaler loop).
+// Threads: List, Stop and LogTail are called from the fleet's loop thread;
+// Boot from the fleet's boot threads (agent/daemon/fleet.h), several at once
+// and while the loop calls the others. An implementation guards whatever
+// state it keeps between calls.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -111,7 +115,7 @@ class FakeProvider final : public Provider {
                               std::size_t max_bytes) override;
 
   // What LogTail answers for machine `id`.
-  void SetLog(const std::string& id, std::string text) { logs_[id] = std::move(text); }
+  void SetLog(const std::string& id, std::string text);
   // The next `n` calls (of any kind) fail with `kind`.
   void FailNext(int n, ErrorKind kind = ErrorKind::kUnavailable);
   // The machine disappears without a Stop call.
@@ -120,14 +124,16 @@ class FakeProvider final : public Provider {
   // (trainq crashed between the provider's answer and recording it).
   std::string AddOrphan(const MachineTag& tag);
 
-  const std::vector<Call>& calls() const { return calls_; }
+  // Copies: boots may run on other threads meanwhile.
+  std::vector<Call> calls() const;
   // Ids of machines currently running.
   std::vector<std::string> running() const;
-  const std::vector<std::string>& stopped() const { return stopped_; }
+  std::vector<std::string> stopped() const;
 
  private:
-  Status MaybeFail(Call::Kind kind, const std::string& arg);
+  Status MaybeFail(Call::Kind kind, const std::string& arg);  // mu_ held
 
+  mutable std::mutex mu_;  // every member below
   int next_id_ = 1;
   int fail_next_ = 0;
   ErrorKind fail_kind_ = ErrorKind::kUnavailable;

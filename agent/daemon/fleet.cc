@@ -4,10 +4,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <random>
 #include <set>
+#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -151,10 +155,289 @@ std::string PoolConfigHash(const PoolSpec& spec, const std::string& server_url) 
   return fmt::format("{:016x}", std::hash<std::string>{}(text));
 }
 
+// ---- Boots off the loop ------------------------------------------------------
+// One boot: built and recorded on the loop thread; only provider->Boot(spec)
+// runs on a boot thread.
+struct Fleet::BootJob {
+  enum class State { kQueued, kRunning, kDone };
+  std::int64_t row = 0;
+  std::string pool;
+  cloud::Provider* provider = nullptr;
+  cloud::BootSpec spec;
+  State state = State::kQueued;
+  Result<std::string> result = std::string();
+};
+
+// At most `threads` Provider::Boot calls at once; the threads start as boots
+// come and end with this object (after their current call).
+class Fleet::BootThreads {
+ public:
+  explicit BootThreads(int threads) : max_threads_(static_cast<std::size_t>(std::max(1, threads))) {}
+  ~BootThreads() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    work_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  BootThreads(const BootThreads&) = delete;
+  BootThreads& operator=(const BootThreads&) = delete;
+
+  void Add(BootJob job) {
+    std::lock_guard lock(mu_);
+    const std::int64_t row = job.row;
+    jobs_.emplace(row, std::move(job));
+    queue_.push_back(row);
+    if (threads_.size() < max_threads_ && threads_.size() < queue_.size() + running_) {
+      threads_.emplace_back([this] { Loop(); });
+    }
+    work_.notify_one();
+  }
+
+  // The finished boots, in the order they finished.
+  std::vector<BootJob> TakeDone() {
+    std::lock_guard lock(mu_);
+    std::vector<BootJob> out;
+    out.reserve(done_.size());
+    for (std::int64_t row : done_) {
+      auto it = jobs_.find(row);
+      out.push_back(std::move(it->second));
+      jobs_.erase(it);
+    }
+    done_.clear();
+    return out;
+  }
+
+  // The queued boots of `pool` ("" = all), taken off the queue.
+  std::vector<BootJob> TakeQueued(const std::string& pool) {
+    std::lock_guard lock(mu_);
+    std::vector<BootJob> out;
+    std::erase_if(queue_, [&](std::int64_t row) {
+      auto it = jobs_.find(row);
+      if (!pool.empty() && it->second.pool != pool) return false;
+      out.push_back(std::move(it->second));
+      jobs_.erase(it);
+      return true;
+    });
+    return out;
+  }
+
+  // Whether machine `row`'s boot is queued (taken off: true), or running or
+  // finished (false, *pending set), or unknown (false).
+  bool CallOff(std::int64_t row, bool* pending) {
+    std::lock_guard lock(mu_);
+    auto it = jobs_.find(row);
+    *pending = it != jobs_.end();
+    if (!*pending || it->second.state != BootJob::State::kQueued) return false;
+    std::erase(queue_, row);
+    jobs_.erase(it);
+    *pending = false;
+    return true;
+  }
+
+  // Until nothing is queued or running, or `until`; true when nothing is.
+  bool WaitIdle(std::chrono::steady_clock::time_point until) {
+    std::unique_lock lock(mu_);
+    return done_cv_.wait_until(lock, until, [&] { return queue_.empty() && running_ == 0; });
+  }
+
+  // Names of `pool`'s machines whose boot is not recorded yet.
+  std::set<std::string> Names(const std::string& pool) const {
+    std::lock_guard lock(mu_);
+    std::set<std::string> out;
+    for (const auto& [row, job] : jobs_) {
+      if (job.pool == pool) out.insert(job.spec.name);
+    }
+    return out;
+  }
+
+  int Pending() const {
+    std::lock_guard lock(mu_);
+    return static_cast<int>(jobs_.size());
+  }
+  bool Pending(std::int64_t row) const {
+    std::lock_guard lock(mu_);
+    return jobs_.contains(row);
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      work_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      const std::int64_t row = queue_.front();
+      queue_.pop_front();
+      BootJob& job = jobs_.at(row);  // stays put: only queued and done jobs are erased
+      job.state = BootJob::State::kRunning;
+      ++running_;
+      lock.unlock();
+      Result<std::string> result = std::string();
+      try {
+        result = job.provider->Boot(job.spec);
+      } catch (const std::exception& e) {
+        result = Fail(ErrorKind::kInternal, std::string("boot: ") + e.what());
+      }
+      lock.lock();
+      job.result = std::move(result);
+      job.state = BootJob::State::kDone;
+      done_.push_back(row);
+      --running_;
+      done_cv_.notify_all();
+    }
+  }
+
+  const std::size_t max_threads_;
+  mutable std::mutex mu_;
+  std::condition_variable work_;     // a boot queued, or stop
+  std::condition_variable done_cv_;  // a boot finished
+  std::map<std::int64_t, BootJob> jobs_;  // by machine row: queued, running, done
+  std::deque<std::int64_t> queue_;
+  std::vector<std::int64_t> done_;
+  std::size_t running_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
 Fleet::Fleet(Store& store, const Clock& clock, std::vector<FleetPool> pools, FleetOptions options)
-    : store_(store), clock_(clock), pools_(std::move(pools)), options_(std::move(options)) {
+    : store_(store),
+      clock_(clock),
+      pools_(std::move(pools)),
+      options_(std::move(options)),
+      boots_(std::make_unique<BootThreads>(options_.boot_threads)) {
   rng_state_ = options_.seed ? options_.seed : std::random_device{}();
   rng_state_ = rng_state_ * 0x9E3779B97F4A7C15ull + 1;
+}
+
+Fleet::Fleet(Fleet&&) = default;
+
+Fleet::~Fleet() {
+  if (!boots_) return;  // moved from
+  if (boots_->Pending() > 0) {
+    auto st = CallOffBoots("", "never booted: trainq serve stopped first");
+    if (st) {
+      auto settled = SettleBoots(options_.boot_wait_ms);
+      if (settled && !*settled) {
+        spdlog::warn("{} boot(s) still unanswered after {}; their machines stay `requested`, "
+                     "and the next serve adopts or stops them by their tag",
+                     boots_->Pending(), FormatDuration(options_.boot_wait_ms));
+      }
+      if (!settled) st = std::unexpected(settled.error());
+    }
+    if (!st) spdlog::warn("recording the boots in flight: {}", st.error().message);
+  }
+  boots_.reset();  // joins the threads
+}
+
+bool Fleet::AwaitBoots(TimeMs wait_ms) {
+  return boots_->WaitIdle(std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms));
+}
+
+Result<bool> Fleet::SettleBoots(TimeMs wait_ms) {
+  const bool idle = AwaitBoots(wait_ms);
+  TRY(HarvestBoots());
+  return idle;
+}
+
+int Fleet::BootsPending() const { return boots_ ? boots_->Pending() : 0; }
+
+Status Fleet::HarvestBoots() {
+  auto done = boots_->TakeDone();
+  // Successes first: a failure among them leaves the pool backing off, as
+  // a failed boot ended a pass's boots when they were synchronous.
+  std::stable_partition(done.begin(), done.end(),
+                        [](const BootJob& j) { return j.result.has_value(); });
+  // Machines to stop: booted after they were given up.
+  std::vector<std::pair<std::string, std::string>> stop;  // pool, provider id
+  // One write transaction per 500 boots (not one each: 10,000 boots are
+  // 10,000 commits), short enough not to hold up the other writers.
+  constexpr std::size_t kChunk = 500;
+  std::set<std::string> failed_pools;
+  Status first;
+  for (std::size_t at = 0; at < done.size(); at += kChunk) {
+    auto st = store_.InWriteTransaction([&]() -> Status {
+      for (std::size_t i = at; i < std::min(done.size(), at + kChunk); ++i) {
+        // One failure per pool and harvest counts for its health (the
+        // backoff doubles per failed pass, not per boot of the pass).
+        const bool health = done[i].result || failed_pools.insert(done[i].pool).second;
+        if (auto r = RecordBoot(done[i], health, stop); !r) {
+          spdlog::warn("pool {}: recording the boot of {}: {}", done[i].pool, done[i].spec.name,
+                       r.error().message);
+        }
+      }
+      return {};
+    });
+    if (!st && first) first = st;
+  }
+  // The provider is called outside the transactions.
+  for (const auto& [name, id] : stop) {
+    FleetPool* pool = FindPool(name);
+    if (!pool) continue;
+    auto st = pool->provider->Stop(id);
+    Record(name, st.has_value(), st ? "" : st.error().message);
+    if (!st) spdlog::warn("pool {}: stop of {} failed: {} (tried again while it is listed)", name, id, st.error().message);
+  }
+  return first;
+}
+
+Status Fleet::RecordBoot(BootJob& job, bool health,
+                         std::vector<std::pair<std::string, std::string>>& stop) {
+  const std::string& name = job.spec.name;
+  if (health) Record(job.pool, job.result.has_value(), job.result ? "" : job.result.error().message);
+  if (!job.result) {
+    // Judged here, not by JudgeBoots: a provider that refuses a boot backs
+    // off (its health, as before); a failed boot is a machine that booted
+    // and never worked.
+    watched_.erase(job.row);
+    judged_.insert(job.row);
+    const std::string& why = job.result.error().message;
+    spdlog::warn("pool {}: boot of {} failed: {}", job.pool, name, why);
+    given_up_.erase(job.row);
+    auto st = store_.machines().SetMachineState(job.row, "failed", clock_.Now(), "boot: " + why);
+    // Backoff; the next pass after it boots again.
+    auto off = CallOffBoots(job.pool, "never booted: an earlier boot of the pool failed (" +
+                                          why + "); booted again after the backoff");
+    return st ? off : st;
+  }
+  const std::string& id = *job.result;
+  auto st = store_.machines().SetMachineProviderId(job.row, id, clock_.Now());
+  if (given_up_.erase(job.row) > 0 || !st) {
+    // Forgotten or stopped meanwhile (the row keeps its state), or not
+    // recordable: nobody will use it.
+    spdlog::warn("pool {}: boot of {} answered ({}) after it was given up{}; stopping it",
+                 job.pool, name, id, st ? "" : " (" + st.error().message + ")");
+    stop.emplace_back(job.pool, id);
+    return st;
+  }
+  FleetPool* pool = FindPool(job.pool);
+  spdlog::info("pool {}: booted {} ({} {})", job.pool, name, pool ? pool->spec.provider : "", id);
+  return Status{};
+}
+
+Status Fleet::CallOffBoots(const std::string& pool, const std::string& why) {
+  Status first;
+  for (auto& job : boots_->TakeQueued(pool)) {
+    watched_.erase(job.row);
+    judged_.insert(job.row);
+    // Stopped with the reason as its last error (`trainq machines`).
+    auto st = store_.machines().ForgetMachine(job.row, clock_.Now(), why);
+    if (!st && first) first = std::unexpected(st.error());
+  }
+  return first;
+}
+
+void Fleet::HideBooting(FleetPool& pool, const std::vector<MachineRow>& machines,
+                        std::vector<cloud::ListedMachine>& listing) const {
+  auto names = boots_->Names(pool.spec.name());
+  if (names.empty()) return;
+  std::set<std::string> known;
+  for (const auto& m : machines) {
+    if (m.pool == pool.spec.name() && !m.provider_id.empty()) known.insert(m.provider_id);
+  }
+  std::erase_if(listing, [&](const cloud::ListedMachine& l) {
+    return !known.contains(l.id) && (l.name.empty() || names.contains(l.name));
+  });
 }
 
 double Fleet::NextUnit() {
@@ -446,44 +729,49 @@ void Fleet::Record(const std::string& pool, bool ok, const std::string& error) {
 
 Status Fleet::Boot(FleetPool& pool, int count) {
   const PoolSpec& spec = pool.spec;
-  for (int i = 0; i < count; ++i) {
-    TimeMs now = clock_.Now();
-    // The row first: a crash between the provider's answer and recording it
-    // leaves a tagged machine that reconcile adopts or stops.
-    MachineRow m;
-    m.pool = spec.name();
-    m.provider = spec.provider;
-    m.state = "requested";
-    m.slots = spec.scaling.slots;
-    m.gpus = spec.gpus;
-    m.hourly_cost = spec.scaling.hourly_cost;
-    m.name = "tq-" + options_.instance + "-" + spec.name() + "-" + Base36(now) + std::to_string(i);
-    ASSIGN_OR_RETURN(auto row, store_.machines().AddMachine(m, now));
-    cloud::BootSpec b;
-    b.tag = {spec.name(), options_.instance};
-    b.name = m.name;
-    b.slots = spec.scaling.slots;
-    b.gpus = spec.gpus;
-    b.params = spec.params;
-    b.worker_argv = WorkerArgv(spec, m.name);
-    b.env_passthrough = spec.env_passthrough;
-    if (spec.provider == "ec2" || spec.provider == "command" || spec.provider == "kubernetes") {
-      if (auto token = ReadFile(TokenFilePath(options_.data_dir, spec.name()))) {
-        b.token = std::string(Trim(*token));
-      } else if (!spec.token.empty()) {
-        b.token = spec.token.value;
-      }
+  std::string token;
+  if (spec.provider == "ec2" || spec.provider == "command" || spec.provider == "kubernetes") {
+    if (auto t = ReadFile(TokenFilePath(options_.data_dir, spec.name()))) {
+      token = std::string(Trim(*t));
+    } else if (!spec.token.empty()) {
+      token = spec.token.value;
     }
-    auto id = pool.provider->Boot(b);
-    Record(spec.name(), id.has_value(), id ? "" : id.error().message);
-    if (!id) {
-      spdlog::warn("pool {}: boot of {} failed: {}", spec.name(), m.name, id.error().message);
-      TRY(store_.machines().SetMachineState(row, "failed", clock_.Now(), "boot: " + id.error().message));
-      return Status{};  // backoff; the next pass retries
-    }
-    TRY(store_.machines().SetMachineProviderId(row, *id, clock_.Now()));
-    spdlog::info("pool {}: booted {} ({} {})", spec.name(), m.name, spec.provider, *id);
   }
+  // The rows first, committed before any boot starts: a crash between the
+  // provider's answer and recording it leaves a tagged machine that
+  // reconcile adopts or stops. One transaction for them all.
+  std::vector<BootJob> jobs;
+  TRY(store_.InWriteTransaction([&]() -> Status {
+    for (int i = 0; i < count; ++i) {
+      TimeMs now = clock_.Now();
+      MachineRow m;
+      m.pool = spec.name();
+      m.provider = spec.provider;
+      m.state = "requested";
+      m.slots = spec.scaling.slots;
+      m.gpus = spec.gpus;
+      m.hourly_cost = spec.scaling.hourly_cost;
+      m.name =
+          "tq-" + options_.instance + "-" + spec.name() + "-" + Base36(now) + std::to_string(i);
+      ASSIGN_OR_RETURN(auto row, store_.machines().AddMachine(m, now));
+      BootJob& job = jobs.emplace_back();
+      job.row = row;
+      job.pool = spec.name();
+      job.provider = pool.provider.get();
+      cloud::BootSpec& b = job.spec;
+      b.tag = {spec.name(), options_.instance};
+      b.name = m.name;
+      b.slots = spec.scaling.slots;
+      b.gpus = spec.gpus;
+      b.params = spec.params;
+      b.worker_argv = WorkerArgv(spec, m.name);
+      b.env_passthrough = spec.env_passthrough;
+      b.token = token;
+    }
+    return Status{};
+  }));
+  // A later pass records the answers (HarvestBoots).
+  for (auto& job : jobs) boots_->Add(std::move(job));
   return Status{};
 }
 
@@ -537,6 +825,9 @@ Status Fleet::Step() {
                  "went back to the queue without using an attempt when serve was away",
                  *n);
   }
+  // The boots that answered since the last pass, recorded before anything
+  // reads the machines.
+  TRY(HarvestBoots());
   // Gather: machines, boot health, demand, and (paced) the providers' lists.
   ASSIGN_OR_RETURN(auto machines, store_.machines().List(false));
   TRY(ForgetSilentWorkers(machines, now));
@@ -645,12 +936,20 @@ Result<std::vector<cloud::PoolInput>> Fleet::Inputs(const std::vector<MachineRow
       if (m.pool != pool.spec.name() || m.provider != pool.spec.provider) continue;
       if (!ParseMachineState(m.state)) continue;
       in.machines.push_back(ToMachine(m, heard_since_));
+      // A worker may register before its boot answered: until the answer
+      // is recorded the machine is `requested` here (live, never drained
+      // or stopped by an id it does not have yet).
+      if (m.provider_id.empty() && (m.state == "ready" || m.state == "booting") &&
+          boots_->Pending(m.id)) {
+        in.machines.back().state = cloud::MachineState::kRequested;
+      }
     }
     if (now >= in.health.next_retry_at && now >= next_list_at_[pool.spec.name()]) {
       ++list_calls_[pool.spec.name()];
       auto listing = pool.provider->List({pool.spec.name(), options_.instance});
       Record(pool.spec.name(), listing.has_value(), listing ? "" : listing.error().message);
       if (listing) {
+        HideBooting(pool, machines, *listing);
         std::vector<std::string> ids;
         for (const auto& l : *listing) {
           ids.push_back(l.id);
@@ -723,6 +1022,11 @@ Status Fleet::Apply(const cloud::Action& a, const ListedNames& listed) {
   const TimeMs now = clock_.Now();
   switch (a.kind) {
     case cloud::ActionKind::kForget: {
+      // A boot still queued is called off; one in flight is stopped when it
+      // answers.
+      bool in_flight = false;
+      boots_->CallOff(a.row, &in_flight);
+      if (in_flight) given_up_.insert(a.row);
       if (a.reason == "boot never answered") {
         stop_reason_[a.row] = "the provider never answered its boot";
       } else {
@@ -874,6 +1178,17 @@ Result<int> Fleet::LiveMachines() {
 }
 
 Status Fleet::StopAll(bool local_only) {
+  // Boots first: those not started are called off, those in flight get
+  // boot_wait_ms to answer (then their machines are stopped below); a boot
+  // answering later is stopped when it does.
+  if (boots_->Pending() > 0) {
+    for (const auto& pool : pools_) {
+      if (local_only && pool.spec.provider != "local") continue;
+      TRY(CallOffBoots(pool.spec.name(), "never booted: trainq serve is stopping"));
+    }
+    ASSIGN_OR_RETURN(bool settled, SettleBoots(options_.boot_wait_ms));
+    (void)settled;  // rows still `requested` are given up below
+  }
   ASSIGN_OR_RETURN(auto machines, store_.machines().List(false));
   for (auto& pool : pools_) {
     if (local_only && pool.spec.provider != "local") continue;
@@ -881,7 +1196,11 @@ Status Fleet::StopAll(bool local_only) {
       if (m.pool != pool.spec.name() || m.provider != pool.spec.provider) continue;
       if (m.state == "stopped" || m.state == "failed") continue;
       if (local_only) {
-        if (!m.provider_id.empty()) {
+        if (m.provider_id.empty()) {
+          bool in_flight = false;
+          boots_->CallOff(m.id, &in_flight);
+          if (in_flight) given_up_.insert(m.id);
+        } else {
           auto st = pool.provider->Stop(m.provider_id);
           if (!st) spdlog::warn("pool {}: stop of {}: {}", m.pool, m.name, st.error().message);
         }
@@ -904,6 +1223,9 @@ Status Fleet::StopAll(bool local_only) {
         }
       }
       if (m.provider_id.empty()) {
+        bool in_flight = false;
+        boots_->CallOff(m.id, &in_flight);
+        if (in_flight) given_up_.insert(m.id);
         TRY(store_.machines().SetMachineState(m.id, "stopped", clock_.Now(), "never booted"));
         continue;
       }

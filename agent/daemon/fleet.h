@@ -19,9 +19,30 @@
 //                   lease or a queued run appeared since the decision), and
 //                   only when it committed, Provider::Stop
 //        boot    -> a `requested` row first (so a crash leaves a trace), then
-//                   Provider::Boot, then the provider's id (`booting`);
+//                   the Provider::Boot call goes to the fleet's boot threads
+//                   (below); the pass does not wait for it;
 //   4. records each provider call's outcome in the pool's health (backoff,
 //      `trainq status` reports a pool that keeps failing).
+// Boots off the pass: at most FleetOptions::boot_threads Provider::Boot calls
+// run at once (all pools together), in the order asked; the others wait in
+// a queue (no longer than the pools' max machines). A later pass, on the
+// loop thread, takes the finished ones first thing and records them (the
+// rows of a pass's boots, and the answers, in one write transaction per 500):
+// the provider's id (`booting`), or `failed` and the pool's health (backoff;
+// successes are recorded first and one failure per pool and pass counts, so
+// the backoff doubles per failed pass as when boots were synchronous), and
+// then the pool's boots not yet started are called off (`stopped`, never
+// booted), as one failed boot ended a pass's boots. The store is only
+// written from the loop thread. A machine with its boot in flight is
+// `requested` to the autoscaler (also when its worker registered before the
+// answer was recorded): it counts live (no second boot for the same demand)
+// and is forgotten ("boot never answered") past boot_timeout; a boot
+// answering after that, or after StopAll gave up on it, is stopped at once. While a pool has boots not
+// recorded, its listing leaves out the tagged machines the store does not
+// know that bear one of their names (or no name): they are being booted,
+// not orphans to adopt or stop. A crash with boots in flight leaves
+// `requested` rows and tagged machines: reconcile adopts or stops them, as
+// before. Provider::Stop stays on the loop thread.
 // Around that, per pool: every machine is judged once (cloud::JudgeBoot): a
 // machine that left before its worker registered, or whose worker left at
 // once, is a failed boot; the boot health (back-off, `failing`) lives in the
@@ -42,6 +63,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agent/triggers/server_config.h"
@@ -74,6 +96,12 @@ struct FleetOptions {
   TimeMs stall_ms = 30'000;
   cloud::OverallBudget budget;  // all pools together (server config `budget:`)
   std::uint32_t seed = 0;       // List() jitter; 0 = random
+  // Provider::Boot calls at once, all pools together (threads of the fleet,
+  // started as boots come).
+  int boot_threads = 8;
+  // How long StopAll and the fleet's destruction wait for boots in flight to
+  // answer before giving up on them (a boot answering later is stopped).
+  TimeMs boot_wait_ms = 30'000;
   std::size_t log_tail_bytes = 2000;
 };
 
@@ -98,6 +126,11 @@ std::string UnservableReason(const std::vector<FleetPool>& pools, const std::str
 class Fleet {
  public:
   Fleet(Store& store, const Clock& clock, std::vector<FleetPool> pools, FleetOptions options);
+  // Calls off the boots not started, waits up to boot_wait_ms for those in
+  // flight and records them; the boot threads are joined (each provider
+  // call is bounded by the provider's own timeout).
+  ~Fleet();
+  Fleet(Fleet&&);
 
   // One pass. Provider failures are recorded, not returned; an Error means the
   // store failed.
@@ -109,6 +142,15 @@ class Fleet {
   // signal): this host's worker processes, busy or not; their runs go back to
   // the queue without using an attempt.
   Status StopAll(bool local_only = false);
+
+  // Waits (real time, up to wait_ms) until no boot is queued or in flight;
+  // false when boots still were. The next Step records them. For tests and
+  // measurements; Step never waits.
+  bool AwaitBoots(TimeMs wait_ms);
+  // AwaitBoots, then records the finished boots as the next Step would.
+  Result<bool> SettleBoots(TimeMs wait_ms);
+  // Boots asked for and not recorded yet (queued, in flight or finished).
+  int BootsPending() const;
 
   const std::vector<FleetPool>& pools() const { return pools_; }
   const cloud::Decision& last_decision() const { return last_; }
@@ -138,6 +180,22 @@ class Fleet {
   Status ApplyLost(FleetPool& pool, const cloud::Action& a, TimeMs now);
 
   Status Boot(FleetPool& pool, int count);
+  // The boot threads (fleet.cc).
+  class BootThreads;
+  struct BootJob;
+  // Records the boots that finished (on the loop thread).
+  Status HarvestBoots();
+  // In the caller's write transaction; machines to stop (pool, id) into
+  // `stop`, for after it. `health`: the outcome counts for the provider's
+  // health (Record).
+  Status RecordBoot(BootJob& job, bool health,
+                    std::vector<std::pair<std::string, std::string>>& stop);
+  // Calls off the pool's ("" = every pool's) boots not started yet: their
+  // machines are `stopped`, never booted.
+  Status CallOffBoots(const std::string& pool, const std::string& why);
+  // The listing without the machines being booted (see above).
+  void HideBooting(FleetPool& pool, const std::vector<MachineRow>& machines,
+                   std::vector<cloud::ListedMachine>& listing) const;
   Status StopMachine(FleetPool& pool, std::int64_t row, const std::string& id);
   void Record(const std::string& pool, bool ok, const std::string& error);
   // Judges machines whose boot outcome is pending; records failures and
@@ -174,6 +232,10 @@ class Fleet {
   std::set<std::int64_t> judged_;
   std::set<std::int64_t> deliberate_;
   std::map<std::int64_t, std::string> stop_reason_;
+  std::unique_ptr<BootThreads> boots_;
+  // Machines whose boot was given up while it was in flight (forgotten past
+  // boot_timeout, or StopAll): stopped when the boot answers.
+  std::set<std::int64_t> given_up_;
   bool config_checked_ = false;
   // Provider machines' silence counts from heard_since_ at the earliest (see
   // FleetOptions::stall_ms).

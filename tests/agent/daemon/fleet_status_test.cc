@@ -86,6 +86,7 @@ TEST_CASE("forge status: a batch held back by a budget cap says so, and says que
   // the status no longer says it waits.
   Fleet raised = make_fleet(100.0, provider);
   REQUIRE(raised.Step());
+  REQUIRE(raised.AwaitBoots(10'000));  // boots run off the pass
   CHECK(provider->running().size() == 2);
   CHECK(w.store.machines().WaitingBatches(w.clock.Now()).value().empty());
   CHECK(reporter.Step().value() == 1);

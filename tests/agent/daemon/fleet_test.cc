@@ -2,7 +2,11 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <future>
+#include <mutex>
 
 #include "agent/daemon/fleet.h"
 #include "cloud/provider.h"
@@ -25,13 +29,18 @@ struct FleetFixture {
   cloud::FakeProvider* provider = nullptr;
 
   Fleet Make(std::function<void(PoolSpec&)> tweak = {}, FleetOptions o = {}) {
+    auto p = std::make_unique<cloud::FakeProvider>();
+    provider = p.get();
+    return MakeWith(std::move(p), std::move(tweak), std::move(o));
+  }
+
+  Fleet MakeWith(std::unique_ptr<cloud::Provider> p, std::function<void(PoolSpec&)> tweak = {},
+                 FleetOptions o = {}) {
     PoolSpec spec;
     spec.scaling.name = "gpu";
     spec.scaling.max = 2;
     spec.provider = "command";
     if (tweak) tweak(spec);
-    auto p = std::make_unique<cloud::FakeProvider>();
-    provider = p.get();
     std::vector<FleetPool> pools;
     pools.push_back({spec, std::move(p)});
     o.instance = "test";
@@ -62,10 +71,20 @@ struct FleetFixture {
   }
 };
 
+// One pass, then until the boots it asked for have answered and are
+// recorded (boots run off the pass, on the fleet's threads; the next pass
+// would record them): what one pass did when boots were synchronous.
+Status StepSettled(Fleet& fleet) {
+  TRY(fleet.Step());
+  ASSIGN_OR_RETURN(bool settled, fleet.SettleBoots(10'000));
+  if (!settled) return Fail(ErrorKind::kTimeout, "boots still in flight after 10 s");
+  return {};
+}
+
 // Steps `fleet` every `step` of fake time for `span`.
 void Run(FleetFixture& f, Fleet& fleet, TimeMs span, TimeMs step = 1000) {
   for (TimeMs t = 0; t < span; t += step) {
-    REQUIRE(fleet.Step());
+    REQUIRE(StepSettled(fleet));
     f.clock.Advance(step);
   }
 }
@@ -86,14 +105,14 @@ TEST_CASE("fleet: a provider failing is recorded, and a later serve that finds i
     Fleet fleet = f.Make();
     f.provider->FailNext(3);
     for (int i = 0; i < 3; ++i) {
-      REQUIRE(fleet.Step());
+      REQUIRE(StepSettled(fleet));
       f.clock.Advance(10 * 60'000);  // past any backoff
     }
     CHECK(Failures(f.store, "gpu") == 3);
   }
   // A new serve process: its first listing works.
   Fleet again = f.Make();
-  REQUIRE(again.Step());
+  REQUIRE(StepSettled(again));
   CHECK(Failures(f.store, "gpu") == 0);
 }
 
@@ -101,7 +120,7 @@ TEST_CASE("fleet: an empty queue boots nothing, queued demand without a pool tha
           "nothing either") {
   FleetFixture f;
   Fleet fleet = f.Make();
-  REQUIRE(fleet.Step());
+  REQUIRE(StepSettled(fleet));
   CHECK(f.provider->running().empty());
   CHECK(PoolForDemand(fleet.pools(), "", 0) != nullptr);
   CHECK(PoolForDemand(fleet.pools(), "", 1) == nullptr);     // needs a GPU; the pool has none
@@ -159,10 +178,10 @@ TEST_CASE("fleet: a hand-started worker that stops calling is taken for gone, on
   REQUIRE(alive);
   f.clock.Advance(2 * 60'000);
   REQUIRE(f.store.machines().TouchWorker(alive->id, f.clock.Now(), false));
-  REQUIRE(fleet.Step());
+  REQUIRE(StepSettled(fleet));
   CHECK(f.store.machines().Machine(silent->id).value()->state == "ready");  // 2 min: not yet
   f.clock.Advance(90'000);  // silent for 3m30s, alive for 1m30s
-  REQUIRE(fleet.Step());
+  REQUIRE(StepSettled(fleet));
   auto s = f.store.machines().Machine(silent->id).value();
   CHECK(s->state == "stopped");
   CHECK(s->last_error.find("silent for 3m30s") != std::string::npos);
@@ -194,7 +213,7 @@ TEST_CASE("fleet: machines that never register back off, one at a time, and the 
   // Boot at 0, stopped at 10 min; back-off 1 min, boot, stopped; back-off
   // 2 min, boot, stopped: failing after 3, 33 minutes in.
   for (int i = 0; i < 2 * 3600; ++i) {
-    REQUIRE(fleet.Step());
+    REQUIRE(StepSettled(fleet));
     give_logs();
     f.clock.Advance(1000);
   }
@@ -218,7 +237,7 @@ TEST_CASE("fleet: machines that never register back off, one at a time, and the 
 
   // `trainq pools reset` (the store's side): the pool boots again.
   REQUIRE(f.store.machines().ResetPoolBoots("gpu", f.clock.Now()).value());
-  REQUIRE(fleet.Step());
+  REQUIRE(StepSettled(fleet));
   CHECK(f.provider->running().size() == 1);
   Run(f, fleet, 11 * 60'000);  // that one fails too
   CHECK(f.State("gpu")->failed_boots == 1);
@@ -253,7 +272,7 @@ TEST_CASE("fleet: a changed pool config forgets its failed boots", "[fleet]") {
   REQUIRE(f.store.machines().SetPoolBoots(row, f.clock.Now()));
   f.Queue(1);
   Fleet fleet = f.Make();
-  REQUIRE(fleet.Step());
+  REQUIRE(StepSettled(fleet));
   CHECK_FALSE(f.State("gpu")->failing);
   CHECK(f.provider->running().size() == 1);
 }
@@ -272,7 +291,7 @@ TEST_CASE("fleet: a budget boots nothing past the cap and drains at it when told
       },
       o);
   f.Queue(4);
-  REQUIRE(fleet.Step());
+  REQUIRE(StepSettled(fleet));
   CHECK(f.provider->running().size() == 2);  // $2 of minimum bills: within $2.50
   auto st = f.State("gpu");
   REQUIRE(st);
@@ -458,7 +477,7 @@ TEST_CASE("fleet: a machine whose worker goes silent is lost, stopped through it
     p.scaling.lost_after_ms = 45'000;
   });
   f.Queue(2);
-  REQUIRE(fleet.Step());
+  REQUIRE(StepSettled(fleet));
   REQUIRE(f.provider->running().size() == 1);
   const std::string first = f.provider->running().front();
   // The lease (20 s) expires before the machine is taken for lost (45 s):
@@ -506,7 +525,7 @@ TEST_CASE("fleet: a worker that keeps calling is never lost, and silence while s
     p.scaling.idle_grace_ms = 3'600'000;
   });
   f.Queue(1);
-  REQUIRE(fleet.Step());
+  REQUIRE(StepSettled(fleet));
   auto [machine, run] = RegisterAndLease(f, 60'000);
   for (int i = 0; i < 20; ++i) {  // 200 s, a heartbeat every 10 s
     REQUIRE(f.store.runs().Heartbeat(run.run_id, run.token, f.clock.Now(), 60'000));
@@ -562,6 +581,241 @@ TEST_CASE("fleet: a run that has lost max_attempts machines is charged for the n
       CHECK(r->attempts == 2);
     }
   }
+}
+
+// A provider whose Boot creates the machine (it is listed from then on, as
+// an EC2 instance is once RunInstances ran) and then blocks until the test
+// lets it answer: a cloud API that takes its time. Over the recording
+// FakeProvider.
+class GatedProvider final : public cloud::Provider {
+ public:
+  Result<std::string> Boot(const cloud::BootSpec& spec) override {
+    auto id = inner.Boot(spec);
+    std::unique_lock lock(mu_);
+    ++entered_;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return permits_ > 0; });
+    --permits_;
+    if (fail_) {
+      lock.unlock();
+      if (id) (void)inner.Stop(*id);
+      return Fail(ErrorKind::kUnavailable, "gated: no capacity in the region");
+    }
+    return id;
+  }
+  Result<std::vector<cloud::ListedMachine>> List(const cloud::MachineTag& tag) override {
+    return inner.List(tag);
+  }
+  Status Stop(const std::string& id) override { return inner.Stop(id); }
+
+  // Lets `n` boots answer: failing ones when `fail`.
+  void Let(int n, bool fail = false) {
+    std::lock_guard lock(mu_);
+    permits_ += n;
+    fail_ = fail;
+    changed_.notify_all();
+  }
+  // Until `n` boots have been called, for at most 10 s.
+  bool WaitEntered(int n) {
+    std::unique_lock lock(mu_);
+    return changed_.wait_for(lock, std::chrono::seconds(10), [&] { return entered_ >= n; });
+  }
+  int entered() {
+    std::lock_guard lock(mu_);
+    return entered_;
+  }
+
+  cloud::FakeProvider inner;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  int entered_ = 0;
+  int permits_ = 0;
+  bool fail_ = false;
+};
+
+// fleet.Step() on another thread: true when it returned within 10 s (the
+// gate is opened otherwise, so that the pass can end).
+bool StepReturns(Fleet& fleet, GatedProvider& gate) {
+  auto pass = std::async(std::launch::async, [&] { return fleet.Step(); });
+  if (pass.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    gate.Let(1000);
+    pass.wait();
+    return false;
+  }
+  auto st = pass.get();
+  if (!st) FAIL_CHECK("Step: " << st.error().message);
+  return st.has_value();
+}
+
+std::vector<MachineRow> Machines(Store& store) {
+  auto rows = store.machines().List(true);
+  REQUIRE(rows);
+  return *rows;
+}
+
+TEST_CASE("fleet: a boot that blocks in the provider does not hold up the pass; its machine is "
+          "requested meanwhile, booted once, and a later pass records the provider's id",
+          "[fleet][boots]") {
+  FleetFixture f;
+  auto owned = std::make_unique<GatedProvider>();
+  GatedProvider& gate = *owned;
+  Fleet fleet = f.MakeWith(std::move(owned), [](PoolSpec& p) { p.scaling.max = 1; });
+  f.Queue(3);  // one machine's worth: max 1
+
+  REQUIRE(StepReturns(fleet, gate));
+  REQUIRE(gate.WaitEntered(1));  // the boot is in the provider, blocked
+  auto rows = Machines(f.store);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].state == "requested");
+  CHECK(rows[0].provider_id.empty());
+  const std::string name = rows[0].name;
+
+  // Passes go on while the boot is blocked: the machine counts for the
+  // demand (no second boot), and the provider's listing of it (unknown to
+  // the store yet) is neither adopted nor stopped.
+  for (int i = 0; i < 5; ++i) {
+    f.clock.Advance(1000);
+    REQUIRE(StepReturns(fleet, gate));
+  }
+  CHECK(fleet.list_calls().at("gpu") >= 5);
+  CHECK(gate.entered() == 1);
+  CHECK(fleet.BootsPending() == 1);
+  rows = Machines(f.store);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].state == "requested");
+  CHECK(gate.inner.running().size() == 1);
+  CHECK(gate.inner.stopped().empty());
+
+  // It answers; the next pass records it.
+  gate.Let(1);
+  REQUIRE(fleet.AwaitBoots(10'000));
+  CHECK(Machines(f.store)[0].state == "requested");  // not before a pass
+  f.clock.Advance(1000);
+  REQUIRE(StepReturns(fleet, gate));
+  rows = Machines(f.store);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].state == "booting");
+  CHECK(rows[0].name == name);
+  CHECK(rows[0].provider_id == gate.inner.running().at(0));
+  CHECK(fleet.BootsPending() == 0);
+  CHECK(gate.entered() == 1);
+  CHECK(Failures(f.store, "gpu") == 0);
+}
+
+TEST_CASE("fleet: a boot that fails in the provider is recorded by a later pass, and the pool "
+          "backs off before it boots again",
+          "[fleet][boots]") {
+  FleetFixture f;
+  auto owned = std::make_unique<GatedProvider>();
+  GatedProvider& gate = *owned;
+  Fleet fleet = f.MakeWith(std::move(owned), [](PoolSpec& p) { p.scaling.max = 1; });
+  f.Queue(1);
+
+  REQUIRE(StepReturns(fleet, gate));
+  REQUIRE(gate.WaitEntered(1));
+  gate.Let(1, /*fail=*/true);
+  REQUIRE(fleet.AwaitBoots(10'000));
+  f.clock.Advance(1000);
+  REQUIRE(StepReturns(fleet, gate));
+  auto rows = Machines(f.store);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].state == "failed");
+  CHECK_THAT(rows[0].last_error, Catch::Contains("boot: gated: no capacity in the region"));
+  CHECK(Failures(f.store, "gpu") == 1);
+  // A provider refusing a boot backs off (its health); it is no machine
+  // that failed to work (the pool's boot record).
+  auto state = f.State("gpu");
+  CHECK((!state || state->failed_boots == 0));
+
+  // Within the backoff (5 s after one failure): no boot.
+  for (int i = 0; i < 3; ++i) {
+    f.clock.Advance(1000);
+    REQUIRE(StepReturns(fleet, gate));
+  }
+  CHECK(fleet.BootsPending() == 0);
+  CHECK(gate.entered() == 1);
+  CHECK(Machines(f.store).size() == 1);
+
+  // After it: the next boot, which works and clears the record.
+  f.clock.Advance(5000);
+  REQUIRE(StepReturns(fleet, gate));
+  REQUIRE(gate.WaitEntered(2));
+  gate.Let(1);
+  REQUIRE(fleet.AwaitBoots(10'000));
+  REQUIRE(StepReturns(fleet, gate));
+  rows = Machines(f.store);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[1].state == "booting");
+  CHECK(Failures(f.store, "gpu") == 0);
+}
+
+TEST_CASE("fleet: boots not started when one fails are called off; a boot still in flight when "
+          "serve stops is waited for and its machine stopped",
+          "[fleet][boots]") {
+  FleetFixture f;
+  auto owned = std::make_unique<GatedProvider>();
+  GatedProvider& gate = *owned;
+  FleetOptions o;
+  o.boot_threads = 1;  // one boot at a time: the others wait in the queue
+  Fleet fleet = f.MakeWith(std::move(owned), [](PoolSpec& p) { p.scaling.max = 3; }, o);
+  f.Queue(3);
+
+  REQUIRE(StepReturns(fleet, gate));
+  REQUIRE(gate.WaitEntered(1));
+  CHECK(Machines(f.store).size() == 3);  // three rows, one boot in the provider
+  gate.Let(1, /*fail=*/true);
+  REQUIRE(gate.WaitEntered(2));  // the thread took the second boot
+  f.clock.Advance(1000);
+  REQUIRE(StepReturns(fleet, gate));  // records the failure: the third is called off
+  auto rows = Machines(f.store);
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].state == "failed");
+  CHECK(rows[1].state == "requested");  // in flight
+  CHECK(rows[2].state == "stopped");
+  CHECK_THAT(rows[2].last_error, Catch::Contains("never booted: an earlier boot of the pool failed"));
+  CHECK(fleet.BootsPending() == 1);
+
+  // serve stops (StopAll): the boot in flight answers within the wait, and
+  // its machine is stopped through the provider.
+  auto stop = std::async(std::launch::async, [&] { return fleet.StopAll(); });
+  gate.Let(1);
+  REQUIRE(stop.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
+  REQUIRE(stop.get());
+  rows = Machines(f.store);
+  CHECK(rows[1].state == "stopped");
+  CHECK_FALSE(rows[1].provider_id.empty());
+  CHECK(gate.inner.running().empty());
+  CHECK(gate.entered() == 2);
+}
+
+TEST_CASE("fleet: a boot that answers after boot_timeout forgot its machine is stopped at once",
+          "[fleet][boots]") {
+  FleetFixture f;
+  auto owned = std::make_unique<GatedProvider>();
+  GatedProvider& gate = *owned;
+  Fleet fleet = f.MakeWith(std::move(owned), [](PoolSpec& p) {
+    p.scaling.max = 1;
+    p.scaling.boot_timeout_ms = 60'000;
+  });
+  f.Queue(1);
+  REQUIRE(StepReturns(fleet, gate));
+  REQUIRE(gate.WaitEntered(1));
+  f.clock.Advance(61'000);
+  REQUIRE(StepReturns(fleet, gate));  // "boot never answered": forgotten
+  auto rows = Machines(f.store);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].state == "stopped");
+  CHECK(rows[0].provider_id.empty());
+  gate.Let(1);
+  REQUIRE(fleet.AwaitBoots(10'000));
+  REQUIRE(StepReturns(fleet, gate));
+  CHECK(gate.inner.running().empty());  // stopped through the provider
+  CHECK(gate.inner.stopped().size() == 1);
+  rows = Machines(f.store);
+  CHECK(rows[0].state == "stopped");
+  CHECK(fleet.BootsPending() == 0);
 }
 
 }  // namespace

@@ -83,7 +83,9 @@ TEST_CASE("fleet e2e: 2 local machines x 2 slots, 12 runs, one worker SIGKILLed 
         auto running = store->runs().Runs(std::nullopt, RunState::kRunning, 0);
         if (!machines || !running || running->size() < 4) return false;
         for (const auto& m : *machines) {
-          if (m.state != "ready") continue;
+          // Ready, and its boot's answer recorded (a pass after the boot:
+          // the worker may register first).
+          if (m.state != "ready" || m.provider_id.empty()) continue;
           victim = m;
           victim_runs.clear();
           for (const auto& r : *running) {
@@ -378,7 +380,8 @@ TEST_CASE("fleet e2e: a worker stopped with SIGSTOP is lost after lost_after, ki
         auto machines = store->machines().List(false);
         if (!running || !machines || running->size() < 2) return false;
         for (const auto& m : *machines) {
-          if (m.state == "ready" && m.name == running->front().worker) {
+          if (m.state == "ready" && !m.provider_id.empty() &&
+              m.name == running->front().worker) {
             victim = m;
             victim_run = running->front().id;
             return true;
