@@ -655,7 +655,7 @@ std::vector<MachineRow> Machines(Store& store) {
   return *rows;
 }
 
-TEST_CASE("fleet: a boot that blocks in the provider does not hold up the pass; its machine is "
+TEST_CASE("fleet: a boot that blocks in the provider does not hold up the pass: its machine is "
           "requested meanwhile, booted once, and a later pass records the provider's id",
           "[fleet][boots]") {
   FleetFixture f;
@@ -751,7 +751,7 @@ TEST_CASE("fleet: a boot that fails in the provider is recorded by a later pass,
   CHECK(Failures(f.store, "gpu") == 0);
 }
 
-TEST_CASE("fleet: boots not started when one fails are called off; a boot still in flight when "
+TEST_CASE("fleet: boots not started when one fails are called off, and a boot still in flight when "
           "serve stops is waited for and its machine stopped",
           "[fleet][boots]") {
   FleetFixture f;
