@@ -209,6 +209,20 @@ class Fleet::BootThreads {
     return out;
   }
 
+  // Finished boots whose recording failed (the store refused the write: a
+  // full disk), finished again for the next harvest.
+  void PutBack(std::vector<BootJob> jobs) {
+    std::lock_guard lock(mu_);
+    std::vector<std::int64_t> rows;
+    for (auto& job : jobs) {
+      const std::int64_t row = job.row;
+      job.state = BootJob::State::kDone;
+      jobs_.emplace(row, std::move(job));
+      rows.push_back(row);
+    }
+    done_.insert(done_.begin(), rows.begin(), rows.end());
+  }
+
   // The queued boots of `pool` ("" = all), taken off the queue.
   std::vector<BootJob> TakeQueued(const std::string& pool) {
     std::lock_guard lock(mu_);
@@ -355,21 +369,38 @@ Status Fleet::HarvestBoots() {
   constexpr std::size_t kChunk = 500;
   std::set<std::string> failed_pools;
   Status first;
+  std::vector<BootJob> unrecorded;
   for (std::size_t at = 0; at < done.size(); at += kChunk) {
+    const std::size_t stops_before = stop.size();
     auto st = store_.InWriteTransaction([&]() -> Status {
       for (std::size_t i = at; i < std::min(done.size(), at + kChunk); ++i) {
         // One failure per pool and harvest counts for its health (the
         // backoff doubles per failed pass, not per boot of the pass).
         const bool health = done[i].result || failed_pools.insert(done[i].pool).second;
         if (auto r = RecordBoot(done[i], health, stop); !r) {
+          // The store cannot write now (a full disk): the chunk rolls back
+          // and is recorded next pass, rather than its machines stopped.
+          if (r.error().kind == ErrorKind::kUnavailable) return r;
           spdlog::warn("pool {}: recording the boot of {}: {}", done[i].pool, done[i].spec.name,
                        r.error().message);
         }
       }
       return {};
     });
-    if (!st && first) first = st;
+    if (!st) {
+      // Not committed (a full disk): nothing of the chunk is in the store.
+      // Its boots stay finished-but-unrecorded (their machines hidden from
+      // reconcile, not stopped as unknown) and are recorded next pass.
+      spdlog::warn("fleet: recording {} finished boot(s) failed: {} (tried again next pass)",
+                   std::min(done.size(), at + kChunk) - at, st.error().message);
+      stop.resize(stops_before);
+      for (std::size_t i = at; i < std::min(done.size(), at + kChunk); ++i) {
+        unrecorded.push_back(std::move(done[i]));
+      }
+      if (first) first = st;
+    }
   }
+  if (!unrecorded.empty()) boots_->PutBack(std::move(unrecorded));
   // The provider is called outside the transactions.
   for (const auto& [name, id] : stop) {
     FleetPool* pool = FindPool(name);
