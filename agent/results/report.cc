@@ -6,12 +6,14 @@
 #include "agent/results/sweep_plot.h"
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <boost/math/distributions/fisher_f.hpp>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 #include <sstream>
 
 #include "core/strings.h"
@@ -137,12 +139,60 @@ Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& wi
   return r;
 }
 
+namespace {
+
+// Per commit (repo_url, sha): its family's comparisons by head batch id.
+using FamilyComparisons =
+    std::map<std::pair<std::string, std::string>, std::map<std::int64_t, BatchComparison>>;
+
+// The comparisons of the families of `batches`' commits (each corrected over
+// its whole family, as `show` and the commit status are). The families are
+// read first, then compared on up to 4 threads: resampling
+// (stats/bootstrap.h) is most of a report's time when serve has not seen
+// its batches yet, and families share nothing.
+Result<FamilyComparisons> CompareFamilies(Store& store, const std::vector<BatchProgress>& batches,
+                                          const std::set<std::string>& wanted) {
+  std::vector<std::pair<std::pair<std::string, std::string>, std::vector<FamilyMember>>> todo;
+  std::set<std::pair<std::string, std::string>> seen;
+  for (const auto& b : batches) {
+    if (IsSweepPointExperiment(b.experiment) || IsReproExperiment(b.experiment)) continue;
+    if (!wanted.empty() && !wanted.count(b.experiment)) continue;
+    auto key = std::pair{b.repo_url, b.sha};
+    if (!seen.insert(key).second) continue;
+    ASSIGN_OR_RETURN(auto family, CommitFamily(store, b.repo_url, b.sha));
+    todo.emplace_back(std::move(key), std::move(family));
+  }
+  std::vector<std::vector<std::optional<BatchComparison>>> made(todo.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < todo.size(); i = next++) {
+      made[i] = CompareFamily(todo[i].second, /*compare_running=*/true);
+    }
+  };
+  const size_t threads = std::min<size_t>(
+      {4, std::max<size_t>(1, std::thread::hardware_concurrency()), todo.size()});
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
+  work();
+  for (auto& t : helpers) t.join();
+  FamilyComparisons out;
+  for (size_t i = 0; i < todo.size(); ++i) {
+    auto& by_id = out[todo[i].first];
+    for (size_t k = 0; k < made[i].size(); ++k) {
+      if (made[i][k]) by_id.emplace(todo[i].second[k].head.id, std::move(*made[i][k]));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<ReportData> ReportOfBatches(Store& store, std::vector<BatchProgress> batches,
                                    const std::string& window,
                                    const std::vector<std::string>& experiments) {
   std::set<std::string> wanted(experiments.begin(), experiments.end());
   std::map<std::pair<std::string, std::string>, ExperimentReport> by_exp;
-  std::map<std::pair<std::string, std::string>, std::map<std::int64_t, BatchComparison>> families;
+  ASSIGN_OR_RETURN(auto families, CompareFamilies(store, batches, wanted));
   std::map<std::string, std::vector<BatchProgress>> drift_cache;  // per experiment
   ReportData r;
   r.window = window;
@@ -178,16 +228,7 @@ Result<ReportData> ReportOfBatches(Store& store, std::vector<BatchProgress> batc
     if (parent && !parent->values.empty()) {
       // Corrected over the family of its commit (all of it, not only the
       // part inside the window), as `show` and the commit status are.
-      auto key = std::pair{b.repo_url, b.sha};
-      if (!families.count(key)) {
-        ASSIGN_OR_RETURN(auto family, CommitFamily(store, b.repo_url, b.sha));
-        auto comparisons = CompareFamily(family, /*compare_running=*/true);
-        auto& by_id = families[key];
-        for (size_t i = 0; i < family.size(); ++i) {
-          if (comparisons[i]) by_id.emplace(family[i].head.id, std::move(*comparisons[i]));
-        }
-      }
-      auto& by_id = families[key];
+      auto& by_id = families[std::pair{b.repo_url, b.sha}];
       auto it = by_id.find(b.id);
       e.vs_parent = it != by_id.end() ? it->second : CompareBatches(b, *parent);
     }
