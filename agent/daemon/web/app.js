@@ -445,7 +445,7 @@ async function runPage(id) {
   const sections = [
     {key: 'title', html: `<h1>Run ${r.id} <span class="muted">${esc(r.experiment)} seed ${r.seed}</span></h1>`},
     {key: 'info', html: card('Run', info + (r.error ? `<h3>Last error</h3><div class="err">${esc(r.error)}</div>` : '') + retriesTable(j.retries || []))},
-    {key: 'curve', html: card(`Metrics <span class="muted">(${j.metric_points} points)</span>`, curvePlot(j.metrics || []))},
+    {key: 'curve', html: card(`Metrics <span class="muted">(${j.metric_points} point${j.metric_points === 1 ? '' : 's'})</span>`, curvePlot(j.metrics || []))},
     {key: 'log', html: card('Output <span class="muted" id="log-note"></span>', '<pre class="log" id="log"></pre>')},
   ];
   render(sections);
