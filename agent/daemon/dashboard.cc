@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <variant>
 
 #include "agent/daemon/branch_history.h"
 #include "agent/results/commit_view.h"
@@ -318,16 +317,17 @@ HttpServerReply ReportRoute(Store& store, const HttpServerRequest& req, TimeMs n
   return r;
 }
 
-// A whole number query parameter in [lo, hi], or a 400 naming it.
-std::variant<size_t, HttpServerReply> SizeParam(const HttpServerRequest& req,
-                                                const std::string& name, size_t fallback,
-                                                size_t lo, size_t hi) {
+// A whole number query parameter in [lo, hi] (`fallback` when absent);
+// kInvalidArgument naming it otherwise.
+Result<size_t> SizeParam(const HttpServerRequest& req, const std::string& name, size_t fallback,
+                         size_t lo, size_t hi) {
   auto text = Param(req, name);
   if (!text) return fallback;
   auto v = ParseId(*text);
   if (!v || static_cast<size_t>(*v) < lo || static_cast<size_t>(*v) > hi) {
-    return Refuse(400, name + ": expected a whole number from " + std::to_string(lo) + " to " +
-                           std::to_string(hi) + ", got \"" + *text + "\"");
+    return Fail(ErrorKind::kInvalidArgument, name + ": expected a whole number from " +
+                                                 std::to_string(lo) + " to " +
+                                                 std::to_string(hi) + ", got \"" + *text + "\"");
   }
   return static_cast<size_t>(*v);
 }
@@ -344,11 +344,11 @@ HttpServerReply ExperimentRoute(Store& store, const HttpServerRequest& req,
     return Refuse(StatusFor(st.error()), st.error().message);
   }
   auto page = SizeParam(req, "page", 0, 0, 1'000'000);
-  if (auto* bad = std::get_if<HttpServerReply>(&page)) return *bad;
+  if (!page) return Refuse(400, page.error().message);
   auto per_page = SizeParam(req, "per_page", kHistoryPerPage, 1, kHistoryMaxPerPage);
-  if (auto* bad = std::get_if<HttpServerReply>(&per_page)) return *bad;
-  auto pages = HistoryPages(store, experiment, Param(req, "branch").value_or(""),
-                            std::get<size_t>(page), std::get<size_t>(per_page));
+  if (!per_page) return Refuse(400, per_page.error().message);
+  auto pages =
+      HistoryPages(store, experiment, Param(req, "branch").value_or(""), *page, *per_page);
   if (!pages) return Refuse(StatusFor(pages.error()), pages.error().message);
   ReportData all;
   all.window = "all";

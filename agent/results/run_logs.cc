@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -77,44 +76,6 @@ Status ArchiveOne(const std::string& path) {
   return {};
 }
 
-// The last `cap` bytes written to it, in a buffer of `cap` bytes.
-class TailRing {
- public:
-  explicit TailRing(size_t cap) : cap_(cap) { ring_.reserve(cap); }
-  void Put(const char* p, size_t n) {
-    if (cap_ == 0) return;
-    if (n >= cap_) {
-      ring_.assign(p + (n - cap_), cap_);
-      pos_ = 0;
-      return;
-    }
-    if (ring_.size() < cap_) {  // filling: the oldest byte stays at 0
-      size_t k = std::min(n, cap_ - ring_.size());
-      ring_.append(p, k);
-      p += k;
-      n -= k;
-    }
-    while (n > 0) {  // full: overwrite the oldest, at pos_
-      size_t k = std::min(n, cap_ - pos_);
-      std::memcpy(ring_.data() + pos_, p, k);
-      pos_ = (pos_ + k) % cap_;
-      p += k;
-      n -= k;
-    }
-  }
-  // The kept bytes, oldest first (rotated in place).
-  std::string Take() {
-    std::rotate(ring_.begin(), ring_.begin() + static_cast<std::ptrdiff_t>(pos_), ring_.end());
-    pos_ = 0;
-    return std::move(ring_);
-  }
-
- private:
-  size_t cap_;
-  size_t pos_ = 0;
-  std::string ring_;
-};
-
 // From `from` on, at most `max_bytes`, of a log `size` bytes long whose
 // last `kept.size()` bytes are `kept`.
 LogTail Tail(std::string kept, std::int64_t size, std::int64_t from, std::int64_t max_bytes) {
@@ -134,14 +95,18 @@ LogTail Tail(std::string kept, std::int64_t size, std::int64_t from, std::int64_
 Result<LogTail> ReadArchivedTail(const std::string& gz, std::int64_t from, std::int64_t max_bytes) {
   gzFile f = gzopen(gz.c_str(), "rb");
   if (!f) return Fail(ErrorKind::kIo, gz + ": cannot open the archived log");
-  TailRing ring(static_cast<size_t>(max_bytes));
-  std::string buf(64 << 10, '\0');
+  // The newest `max_bytes` read so far, trimmed once they pass twice that:
+  // at most 2 x max_bytes + a 64 KiB buffer however long the archive.
+  const auto keep = static_cast<size_t>(max_bytes);
+  std::string kept, buf(64 << 10, '\0');
   std::int64_t size = 0;
   int n = 0;
   while ((n = gzread(f, buf.data(), static_cast<unsigned>(buf.size()))) > 0) {
-    ring.Put(buf.data(), static_cast<size_t>(n));
+    kept.append(buf.data(), static_cast<size_t>(n));
+    if (kept.size() > 2 * keep) kept.erase(0, kept.size() - keep);
     size += n;
   }
+  if (kept.size() > keep) kept.erase(0, kept.size() - keep);
   // A cut archive is no read error to gzread: it ends early and says
   // "unexpected end of file" (Z_BUF_ERROR) only through gzerror.
   int errnum = Z_OK;
@@ -150,7 +115,7 @@ Result<LogTail> ReadArchivedTail(const std::string& gz, std::int64_t from, std::
   if (n < 0 || errnum != Z_OK) {
     return Fail(ErrorKind::kIo, gz + ": the archived log is damaged: " + error);
   }
-  LogTail t = Tail(ring.Take(), size, from, max_bytes);
+  LogTail t = Tail(std::move(kept), size, from, max_bytes);
   t.archived = true;
   return t;
 }
