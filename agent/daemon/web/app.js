@@ -470,8 +470,13 @@ async function machinesPage() {
     'No pools have machines.');
   const ms = (st.machines || []);
   const pg = paged('machines', ms);
-  const machines = table(['id', 'pool', 'name', 'state', '#slots', '#busy', 'idle', '#runs done', '#cost', 'last error'],
+  // The sandbox form each worker's probe found: "off" and "hostproc" say why.
+  const sandbox = m => m.sandbox == null ? '–' : m.sandbox === 'bwrap' ? 'bwrap' :
+    `<span class="${m.sandbox === 'none' ? 'state-dead' : 'muted'}">${m.sandbox === 'none' ? 'off' : esc(m.sandbox)}</span>` +
+    (m.sandbox_note ? `<div class="muted">${esc(m.sandbox_note)}</div>` : '');
+  const machines = table(['id', 'pool', 'name', 'state', 'sandbox', '#slots', '#busy', 'idle', '#runs done', '#cost', 'last error'],
     pg.slice.map(m => `<tr><td>${m.id}</td><td>${esc(m.pool)}</td><td>${esc(m.name || m.hostname)}</td><td>${stateCls(m.state)}${m.silent ? ' <span class="state-dead">silent</span>' : ''}</td>` +
+      `<td>${sandbox(m)}</td>` +
       `<td class="num">${m.slots}</td><td class="num">${m.busy}</td><td>${m.idle_ms == null ? '–' : dur(m.idle_ms)}</td><td class="num">${m.runs_done}</td>` +
       `<td class="num">$${num(m.cost, 2)}</td><td class="err">${esc(m.last_error)}</td></tr>`),
     'No machines: runs use serve\'s own slots, or no pool booted one yet.') + pg.pager;
