@@ -1,6 +1,7 @@
 #include "cloud/kubernetes_provider.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 
@@ -232,7 +233,7 @@ const std::set<std::string>& KubernetesParams() {
       "namespace", "image", "image_pull_policy", "kubeconfig", "context", "api_server",
       "api_token_file", "ca_file", "gpu_resource", "cpu", "memory", "node_selector",
       "tolerations", "service_account", "image_pull_secrets", "labels", "annotations",
-      "priority_class", "stop_grace"};
+      "priority_class", "stop_grace", "host_users", "proc_mount", "fs_group"};
   return k;
 }
 
@@ -295,6 +296,41 @@ Status CheckKubernetesParams(const std::map<std::string, std::string>& p) {
         return Fail(ErrorKind::kInvalidArgument,
                     "params.labels." + k + ": \"" + v +
                         "\" is not a label value (at most 63 of letters, digits, '-', '_', '.')");
+      }
+    }
+  }
+  if (has("host_users")) {
+    const auto& v = p.at("host_users");
+    if (v != "true" && v != "false") {
+      return Fail(ErrorKind::kInvalidArgument,
+                  "params.host_users: expected true or false (false: the pod gets its own user "
+                  "namespace)");
+    }
+  }
+  if (has("proc_mount")) {
+    const auto& v = p.at("proc_mount");
+    if (v != "Default" && v != "Unmasked") {
+      return Fail(ErrorKind::kInvalidArgument, "params.proc_mount: expected Default or Unmasked");
+    }
+    // The API server refuses it otherwise (Kubernetes 1.30 and later).
+    if (v == "Unmasked" && !(has("host_users") && p.at("host_users") == "false")) {
+      return Fail(ErrorKind::kInvalidArgument,
+                  "params.proc_mount: Unmasked needs host_users: false (Kubernetes gives an "
+                  "unmasked /proc only to a pod in its own user namespace)");
+    }
+  }
+  if (has("fs_group")) {
+    const std::string v(Trim(p.at("fs_group")));
+    bool ok = v == "none";
+    if (!ok) {
+      ok = !v.empty() && v.size() <= 10 && v.find_first_not_of("0123456789") == std::string::npos;
+      const bool userns = has("host_users") && p.at("host_users") == "false";
+      if (ok && std::stoll(v) > (userns ? 65535LL : 4294967294LL)) ok = false;
+      if (!ok) {
+        return Fail(ErrorKind::kInvalidArgument,
+                    "params.fs_group: expected a group id" +
+                        std::string(userns ? " from 0 to 65535 (host_users: false)" : "") +
+                        ", or none, got \"" + v + "\"");
       }
     }
   }
@@ -582,6 +618,9 @@ json KubernetesProvider::PodFor(const BootSpec& spec) const {
   };
   if (!requests.empty()) container["resources"] = {{"requests", requests}, {"limits", requests}};
   if (auto v = Param("image_pull_policy"); !v.empty()) container["imagePullPolicy"] = v;
+  // An unmasked /proc lets the worker's bwrap mount a fresh /proc for each
+  // run (the full sandbox) instead of falling back to the pod's own.
+  if (auto v = Param("proc_mount"); !v.empty()) container["securityContext"] = {{"procMount", v}};
   json pod_spec = {
       {"restartPolicy", "Never"},
       {"terminationGracePeriodSeconds", stop_grace_s_},
@@ -610,6 +649,18 @@ json KubernetesProvider::PodFor(const BootSpec& spec) const {
     pod_spec["imagePullSecrets"] = secrets;
   }
   if (auto v = Param("priority_class"); !v.empty()) pod_spec["priorityClassName"] = v;
+  // The token's Secret files are root's, mode 0400, and the image's worker is
+  // not root (dist/kubernetes/Dockerfile: USER trainq): with an fsGroup the
+  // kubelet gives the files to that group (0440) and the worker's process
+  // that supplementary group, so the worker reads its token.
+  const std::string fs_group = Param("fs_group").empty() ? "2000" : Param("fs_group");
+  std::int64_t gid = 0;
+  if (std::from_chars(fs_group.data(), fs_group.data() + fs_group.size(), gid).ec == std::errc()) {
+    pod_spec["securityContext"] = {{"fsGroup", gid}};
+  }
+  // false: the pod runs in a user namespace of its own (its root is no user
+  // of the node's), in which bwrap can make the run's namespaces.
+  if (auto v = Param("host_users"); !v.empty()) pod_spec["hostUsers"] = v == "true";
   return {{"apiVersion", "v1"},
           {"kind", "Pod"},
           {"metadata",

@@ -102,6 +102,71 @@ TEST_CASE("kubernetes params: unknown keys, required image, credentials, quantit
         std::string::npos);
 }
 
+TEST_CASE("kubernetes params for the sandbox: host_users, proc_mount, fs_group", "[kubernetes]") {
+  auto err = [](std::map<std::string, std::string> p) {
+    p["image"] = "x";
+    auto st = CheckProviderParams("kubernetes", p);
+    return st ? std::string() : st.error().message;
+  };
+  CHECK(err({{"host_users", "false"}, {"proc_mount", "Unmasked"}}).empty());
+  CHECK(err({{"host_users", "true"}}).empty());
+  CHECK(err({{"host_users", "no"}}) ==
+        "params.host_users: expected true or false (false: the pod gets its own user namespace)");
+  CHECK(err({{"proc_mount", "Unmasked"}}) ==
+        "params.proc_mount: Unmasked needs host_users: false (Kubernetes gives an unmasked /proc "
+        "only to a pod in its own user namespace)");
+  CHECK(err({{"host_users", "true"}, {"proc_mount", "Unmasked"}}).starts_with(
+      "params.proc_mount: Unmasked needs host_users: false"));
+  CHECK(err({{"proc_mount", "unmasked"}}) == "params.proc_mount: expected Default or Unmasked");
+  CHECK(err({{"proc_mount", "Default"}}).empty());
+  CHECK(err({{"fs_group", "1001"}}).empty());
+  CHECK(err({{"fs_group", "none"}}).empty());
+  CHECK(err({{"fs_group", "-1"}}) == "params.fs_group: expected a group id, or none, got \"-1\"");
+  CHECK(err({{"fs_group", "70000"}}).empty());
+  CHECK(err({{"fs_group", "70000"}, {"host_users", "false"}}) ==
+        "params.fs_group: expected a group id from 0 to 65535 (host_users: false), or none, got "
+        "\"70000\"");
+}
+
+TEST_CASE("kubernetes pod for the sandbox: hostUsers, procMount and fsGroup pass the 1.35 schema",
+          "[kubernetes]") {
+  {
+    // The defaults: the cluster's user namespace and /proc, and an fsGroup
+    // so that a non-root worker reads its token (mode 0400, root's).
+    Fixture f;
+    REQUIRE(f.provider->Boot(Spec("tq-abcd1234-gpu-d1")));
+    auto pods = f.kube->Pods();
+    REQUIRE(pods);
+    REQUIRE(pods->size() == 1);
+    const json& spec = (*pods)[0]["spec"];
+    CHECK(spec["securityContext"] == json({{"fsGroup", 2000}}));
+    CHECK(!spec.contains("hostUsers"));
+    CHECK(!spec["containers"][0].contains("securityContext"));
+    CHECK(spec["volumes"][0]["secret"]["defaultMode"] == 0400);
+  }
+  {
+    Fixture f({}, {{"host_users", "false"}, {"proc_mount", "Unmasked"}, {"fs_group", "1001"}});
+    auto id = f.provider->Boot(Spec("tq-abcd1234-gpu-u1"));
+    INFO("fake log:\n" << f.kube->Log());
+    INFO((id ? std::string() : id.error().message));
+    REQUIRE(id);  // the fake checks the body against the v1.35 schema
+    auto pods = f.kube->Pods();
+    REQUIRE(pods);
+    REQUIRE(pods->size() == 1);
+    const json& spec = (*pods)[0]["spec"];
+    CHECK(spec["hostUsers"] == false);
+    CHECK(spec["securityContext"] == json({{"fsGroup", 1001}}));
+    CHECK(spec["containers"][0]["securityContext"] == json({{"procMount", "Unmasked"}}));
+  }
+  {
+    Fixture f({}, {{"fs_group", "none"}});
+    REQUIRE(f.provider->Boot(Spec("tq-abcd1234-gpu-n1")));
+    auto pods = f.kube->Pods();
+    REQUIRE(pods);
+    CHECK(!(*pods)[0]["spec"].contains("securityContext"));
+  }
+}
+
 TEST_CASE("kubeconfig: the context's server, CA, tokenFile and namespace, and plugins refused by line",
           "[kubernetes]") {
   testing::TempDir tmp;

@@ -30,6 +30,13 @@ ends the pod (restartPolicy Never): Succeeded or Failed with its exit code.
 Deleting a pod sends SIGTERM to the container's process group, SIGKILL
 after the grace period, and removes the pod when the process is gone.
 
+With --runtime podman the node is a real container runtime instead: a
+scheduled pod is handed to `podman kube play` (with its Secrets) by a small
+shim process that stands where the local process would (its exit is the
+container's, its output the container's log; SIGTERM stops the pod with the
+pod's grace period, and the pod is removed when it ends or is killed). What
+podman's kube play lacks is filled in and listed in podman_manifest().
+
 Test controls (not Kubernetes API), under /fake/:
   POST /fake/disrupt/NS/NAME   preemption: DisruptionTarget=True
                                (PreemptionByScheduler), then a deletion
@@ -40,7 +47,7 @@ Test controls (not Kubernetes API), under /fake/:
   GET  /fake/requests          every API request so far (method, path, body)
 
 Usage: fake_kube.py --dir DIR [--token T] [--tls-cert C --tls-key K] [--port-file F]
-       [--node-gpus N] ...
+       [--node-gpus N] [--runtime podman [--podman CMD] [--podman-bind HOST:PATH]...] ...
 It writes its port to --port-file once it listens, and kills every pod's
 process when it gets SIGTERM.
 """
@@ -51,6 +58,7 @@ import datetime
 import json
 import os
 import re
+import shlex
 import signal
 import ssl
 import subprocess
@@ -209,6 +217,13 @@ class Cluster:
         self.requests = []
         self.schema = Schema(SCHEMA_FILE)
         self.cond = threading.Condition(self.lock)
+        self.podman_pods = set()  # (ns, name) handed to podman, not yet removed
+        self.podman_version = (0, 0)
+        if args.runtime == "podman":
+            out = subprocess.run(shlex.split(args.podman) + ["version", "--format",
+                                                             "{{.Client.Version}}"],
+                                 capture_output=True, text=True, check=True).stdout
+            self.podman_version = tuple(int(x) for x in re.findall(r"\d+", out)[:2])
 
     def next_rv(self):
         self.rv += 1
@@ -278,6 +293,13 @@ class Cluster:
                     if m["name"] not in names:
                         errors.append((422, f"spec.containers[{i}].volumeMounts.name: Not found: "
                                        f"\"{m['name']}\""))
+                # The API server's rule since 1.30: an unmasked /proc only
+                # in a user namespace.
+                if (c.get("securityContext") or {}).get("procMount") == "Unmasked" \
+                        and spec.get("hostUsers") is not False:
+                    errors.append((422, f"spec.containers[{i}].securityContext.procMount: "
+                                   'Invalid value: "Unmasked": `hostUsers` must be false to use '
+                                   "`Unmasked`"))
                 res = c.get("resources", {})
                 for k, v in (res.get("limits") or {}).items():
                     if "/" in k and res.get("requests", {}).get(k, v) != v:
@@ -411,6 +433,10 @@ class Cluster:
                                   "status.podIP": "127.0.0.1",
                                   "spec.nodeName": "fake-node-0"}.get(field, "")
         argv = [local_path(a) for a in c.get("command", []) + c.get("args", [])]
+        if self.args.runtime == "podman":
+            # The shim runs podman with this server's environment
+            # (CONTAINERS_CONF, PATH); the pod's own env goes in its manifest.
+            argv, env = self.podman_shim_argv(key, pod, pod_dir), dict(os.environ)
         log = open(os.path.join(pod_dir, "container.log"), "ab")
         try:
             proc = subprocess.Popen(argv, cwd=pod_dir, env=env, stdout=log,
@@ -469,6 +495,7 @@ class Cluster:
                             os.killpg(self.procs[key].pid, signal.SIGKILL)
                         except OSError:
                             pass
+                        self.podman_remove(key, wait=False)
                     # A pod that never ran goes at once; one that ran stays a
                     # moment after its container ended.
                     ran = "startTime" in pod["status"]
@@ -504,11 +531,89 @@ class Cluster:
 
     def kill_all(self):
         with self.lock:
-            for proc in self.procs.values():
+            for key, proc in self.procs.items():
                 try:
                     os.killpg(proc.pid, signal.SIGKILL)
                 except OSError:
                     pass
+                self.podman_remove(key, wait=True)
+
+    # -- the podman node (--runtime podman) --
+
+    def podman_manifest(self, key, pod):
+        """The pod and its Secrets as documents for `podman kube play`.
+
+        Changed for podman, and only these: each Secret is renamed after the
+        pod (`POD--SECRET`: two pods never share or remove each other's), and
+        under podman 4.3 (Debian 12) its data is written decoded, since that
+        version does not decode base64; a secret volume gets `optional: false`
+        when it has none (4.3 dereferences the missing field); env values from
+        `status.*` fields (status.podIP) are dropped, since podman resolves
+        only metadata fields; spec.nodeName (the fake scheduler's) is dropped;
+        each --podman-bind adds a read-only hostPath volume (what the image
+        would have installed, such as trainq itself). Also known, and left as
+        is: podman before 4.7 ignores securityContext.procMount, before 4.5 a
+        secret volume's items, before 4.8 its defaultMode (files are 0644)."""
+        ns, name = key
+        spec = copy.deepcopy(pod["spec"])
+        spec.pop("nodeName", None)
+        docs = []
+        secrets = []
+        for v in spec.get("volumes", []):
+            if "secret" not in v:
+                continue
+            src = self.secrets[(ns, v["secret"]["secretName"])]
+            pname = f"{name}--{v['secret']['secretName']}"[:253]
+            data = dict(src.get("data", {}))
+            if self.podman_version < (4, 4):
+                data = {k: base64.b64decode(x).decode("utf-8", "replace") for k, x in data.items()}
+            docs.append({"apiVersion": "v1", "kind": "Secret", "type": src.get("type", "Opaque"),
+                         "metadata": {"name": pname}, "data": data})
+            secrets.append(pname)
+            v["secret"]["secretName"] = pname
+            v["secret"].setdefault("optional", False)
+        for c in spec.get("containers", []):
+            c["env"] = [e for e in c.get("env", [])
+                        if not e.get("valueFrom", {}).get("fieldRef", {})
+                        .get("fieldPath", "").startswith("status.")]
+            for i, bind in enumerate(self.args.podman_bind):
+                host, path = bind.split(":", 1)
+                vol = f"fake-bind-{i}"
+                if not any(v["name"] == vol for v in spec.setdefault("volumes", [])):
+                    spec["volumes"].append({"name": vol, "hostPath": {"path": host}})
+                c.setdefault("volumeMounts", []).append(
+                    {"name": vol, "mountPath": path, "readOnly": True})
+        meta = {"name": name, "labels": pod["metadata"].get("labels", {}),
+                "annotations": pod["metadata"].get("annotations", {})}
+        docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+        return docs, secrets
+
+    def podman_shim_argv(self, key, pod, pod_dir):
+        docs, secrets = self.podman_manifest(key, pod)
+        play = os.path.join(pod_dir, "play.yaml")
+        with open(play, "w", encoding="utf-8") as f:
+            # JSON documents are YAML.
+            f.write("\n---\n".join(json.dumps(d, indent=1) for d in docs) + "\n")
+        # A user-namespaced pod cannot share the host's network namespace
+        # (runc cannot mount its /sys there): it gets the CNI bridge.
+        userns = pod["spec"].get("hostUsers") is False
+        conf = {"podman": shlex.split(self.args.podman), "file": play, "pod": key[1],
+                "container": f"{key[1]}-{pod['spec']['containers'][0]['name']}",
+                "network": self.args.podman_userns_network if userns else self.args.podman_network,
+                "grace": int(pod["spec"].get("terminationGracePeriodSeconds", 30)),
+                "secrets": secrets}
+        self.podman_pods.add(key)
+        return [sys.executable, os.path.abspath(__file__), "--podman-shim", json.dumps(conf)]
+
+    def podman_remove(self, key, wait):
+        if self.args.runtime != "podman" or key not in self.podman_pods:
+            return
+        self.podman_pods.discard(key)
+        argv = shlex.split(self.args.podman) + ["pod", "rm", "-f", "-t", "0", key[1]]
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+        if wait:
+            p.wait()
 
 
 # ---- selectors -----------------------------------------------------------------
@@ -905,7 +1010,54 @@ class Handler(BaseHTTPRequestHandler):
         raise ApiError(404, "NotFound", "no such control")
 
 
+def podman_shim(conf):
+    """One pod on podman, in the place of a pod's local process: plays it,
+    streams its container's log to stdout, and exits with the container's
+    exit code. SIGTERM stops the pod with its grace period (the container gets
+    SIGTERM, then SIGKILL). The pod and its Secrets are removed at the end.
+    podman's own children run in sessions of their own, so that the fake's
+    signals to this process group reach only this process."""
+    podman = conf["podman"]
+
+    def run(*args):
+        return subprocess.run(podman + list(args), capture_output=True, text=True,
+                              start_new_session=True)
+
+    def cleanup():
+        run("pod", "rm", "-f", "-t", "0", conf["pod"])
+        for s in conf["secrets"]:
+            run("secret", "rm", s)
+
+    def on_term(*_):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        run("pod", "stop", "-t", str(conf["grace"]), conf["pod"])
+
+    signal.signal(signal.SIGTERM, on_term)
+    played = run("kube", "play", "--network", conf["network"], conf["file"])
+    print(f"fake kubelet: podman kube play --network {conf['network']}: "
+          f"exit {played.returncode}\n{played.stdout}{played.stderr}", flush=True)
+    if played.returncode != 0:
+        cleanup()
+        return 128
+    logs = subprocess.Popen(podman + ["logs", "-f", conf["container"]], stdout=sys.stdout,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    waited = run("wait", conf["container"])
+    try:
+        logs.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        logs.kill()
+    try:
+        code = int(waited.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        print(f"fake kubelet: podman wait: {waited.stdout}{waited.stderr}", flush=True)
+        code = 128
+    cleanup()
+    return code
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--podman-shim":
+        sys.exit(podman_shim(json.loads(sys.argv[2])))
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", required=True, help="pods' working directories")
     ap.add_argument("--port", type=int, default=0)
@@ -919,6 +1071,16 @@ def main():
     ap.add_argument("--linger", type=float, default=2.0,
                     help="seconds a deleted pod stays after its container ended (the kubelet "
                          "reports the end before the object goes)")
+    ap.add_argument("--runtime", choices=["process", "podman"], default="process",
+                    help="how the node runs a pod: its container as a local process, or "
+                         "`podman kube play` of the pod")
+    ap.add_argument("--podman", default="podman --runtime runc --cgroup-manager=cgroupfs",
+                    help="the podman command line (--runtime podman)")
+    ap.add_argument("--podman-network", default="host", help="kube play --network for pods")
+    ap.add_argument("--podman-userns-network", default="podman",
+                    help="... for pods with hostUsers: false")
+    ap.add_argument("--podman-bind", action="append", default=[], metavar="HOST:PATH",
+                    help="a read-only hostPath volume added to every pod's container")
     ap.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM) ...")
     ap.add_argument("--tls-key", help="... and key")
     args = ap.parse_args()
