@@ -55,6 +55,7 @@ import argparse
 import base64
 import copy
 import datetime
+import hashlib
 import json
 import os
 import re
@@ -544,9 +545,11 @@ class Cluster:
         """The pod and its Secrets as documents for `podman kube play`.
 
         Changed for podman, and only these: each Secret is renamed after the
-        pod (`POD--SECRET`: two pods never share or remove each other's), and
+        pod and itself (a hash: two pods never share or remove each other's), and
         under podman 4.3 (Debian 12) its data is written decoded, since that
-        version does not decode base64; a secret volume gets `optional: false`
+        version writes a Secret's base64 text into the file as it is (so only
+        values that are themselves valid base64, such as 32 hex digits, pass
+        through it); a secret volume gets `optional: false`
         when it has none (4.3 dereferences the missing field); env values from
         `status.*` fields (status.podIP) are dropped, since podman resolves
         only metadata fields; spec.nodeName (the fake scheduler's) is dropped;
@@ -563,7 +566,9 @@ class Cluster:
             if "secret" not in v:
                 continue
             src = self.secrets[(ns, v["secret"]["secretName"])]
-            pname = f"{name}--{v['secret']['secretName']}"[:253]
+            # podman's secret names are at most 64 characters.
+            pname = "fake-" + hashlib.sha256(
+                f"{ns}/{name}/{v['secret']['secretName']}".encode()).hexdigest()[:20]
             data = dict(src.get("data", {}))
             if self.podman_version < (4, 4):
                 data = {k: base64.b64decode(x).decode("utf-8", "replace") for k, x in data.items()}
