@@ -29,6 +29,12 @@ containers read-only, never copied. Every worker runs as a non-root user.
      user namespace on the CNI bridge; podman before 4.7 ignores procMount,
      so there the form stays bwrap-hostproc).
 
+  e. dist/trainq.service under a real systemd (252, the container's init,
+     with an unmasked /proc so that podman's masking is not what decides):
+     serve's probe finds the full `bwrap` form, two runs succeed in it, and
+     `trainq machines` says bwrap; the same unit with the old
+     `RestrictNamespaces=true` gets `none`, and says why.
+
 Each run records what it could see: `sees-worker=yes` when some process's
 command line in its /proc is a worker's (`--token-file`): yes in
 bwrap-hostproc (documented: the machine's process list), no in bwrap.
@@ -325,7 +331,9 @@ def main():
 
     worker_img = image(source, build, "worker")
     kube_img = image(source, build, "kube")
-    if not check(bool(worker_img and kube_img), "ci/container-image built or found both images"):
+    systemd_img = image(source, build, "systemd")
+    if not check(bool(worker_img and kube_img and systemd_img),
+                 "ci/container-image built or found the images"):
         return 1
     smoke = run(PODMAN + ["run", "--rm", "--network=host", *ULIMITS, worker_img, "true"])
     if smoke.returncode != 0:
@@ -337,7 +345,7 @@ def main():
     os.chmod(tmp, 0o755)
     e = Env(trainq, source, build, tmp)
     try:
-        return scenario(e, worker_img, kube_img)
+        return scenario(e, worker_img, kube_img, systemd_img)
     finally:
         e.cleanup()
         if failures:
@@ -346,7 +354,7 @@ def main():
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def scenario(e, worker_img, kube_img):
+def scenario(e, worker_img, kube_img, systemd_img):
     os.makedirs(os.path.join(e.tmp, "tokens"))
     for c in CASES:
         # Hex of a length divisible by 4: also valid base64, which podman 4.3
@@ -444,6 +452,9 @@ def scenario(e, worker_img, kube_img):
                 dbind)
     case_refused(e, kube_img, "ctr-dockerfile-strict", dworker, uid, "dockerfile-auto", dbind)
 
+    # e: the systemd unit, for real.
+    case_systemd(e, systemd_img)
+
     # d: serve's kubernetes pool, pods on podman.
     case_kube(e, "kube", expect="bwrap-hostproc")
     if gw:
@@ -456,6 +467,100 @@ def scenario(e, worker_img, kube_img):
         check(False, "kube-userns: no podman bridge network for a user-namespaced pod")
     print(f"{stamp()} done: {len(failures)} failure(s)", flush=True)
     return 1 if failures else 0
+
+
+UNIT_SETUP = r"""set -e
+adduser --system --group --quiet --home /var/lib/trainq --no-create-home trainq
+install -d -o trainq -g trainq -m 0750 /var/lib/trainq
+install -d -m 0755 /etc/trainq
+printf 'listen: 127.0.0.1:%s
+' "$1" > /etc/trainq/server.yaml
+chgrp trainq /etc/trainq/server.yaml && chmod 0640 /etc/trainq/server.yaml
+cp -r /srv/repo /var/lib/trainq/repo && chown -R trainq:trainq /var/lib/trainq/repo
+systemctl daemon-reload
+systemctl start trainq
+"""
+
+
+def case_systemd(e, img):
+    """dist/trainq.service (as cmake configures it, trainq in /usr/bin) under
+    the container's systemd."""
+    t = time.monotonic()
+    unit_dir = os.path.join(e.tmp, "unit")
+    repo = os.path.join(unit_dir, "repo")
+    os.makedirs(repo)
+    with open(os.path.join(e.source, "dist", "trainq.service.in")) as f:
+        unit = f.read().replace("@TRAINQ_BINDIR@", "/usr/bin")
+    with open(os.path.join(unit_dir, "trainq.service"), "w") as f:
+        f.write(unit)
+    with open(os.path.join(repo, "trainq.yaml"), "w") as f:
+        f.write("version: 1\ndefaults: {repeats: 2, max_attempts: 1, timeout: 2m}\n"
+                "experiments:\n  unit: {command: python3 probe.py}\n")
+    with open(os.path.join(repo, "probe.py"), "w") as f:
+        f.write(PROBE_PY)
+    git = ["git", "-C", repo, "-c", "user.name=t", "-c", "user.email=t@t"]
+    run(git[:3] + ["init", "-q"])
+    run(git + ["add", "."])
+    run(git + ["commit", "-qm", "unit"])
+    cname = f"{PREFIX}-systemd"
+    e.containers.append(cname)
+    r = e.podman("run", "-d", "--name", cname, "--systemd=always", "--security-opt", "unmask=ALL",
+                 "--network=host", *ULIMITS, "-v", f"{e.trainq}:/usr/bin/trainq:ro",
+                 "-v", f"{unit_dir}/trainq.service:/etc/systemd/system/trainq.service:ro",
+                 "-v", f"{repo}:/srv/repo:ro", img)
+    if not check(r.returncode == 0, "systemd: the container boots /sbin/init", r.stderr):
+        return
+
+    def sh(script, *args):
+        return e.podman("exec", cname, "sh", "-c", script, "sh", *args)
+    state = wait_for(lambda: sh("systemctl is-system-running").stdout.strip()
+                     in ("running", "degraded"), 60)
+    check(bool(state), "systemd: the system is up")
+    port = str(free_port())
+    r = sh(UNIT_SETUP, port)
+    check(r.returncode == 0, "systemd: user trainq, /etc/trainq/server.yaml, systemctl start trainq",
+          r.stdout + r.stderr)
+
+    def probe_line():
+        out = sh("journalctl -u trainq --no-pager -o cat").stdout
+        lines = [l for l in out.splitlines() if "pool local: runs start" in l]
+        return lines[-1] if lines else None
+    line = wait_for(probe_line, 30) or ""
+    check("pool local: runs start in a bwrap sandbox (probed)" in line,
+          f"systemd: the shipped unit's serve probes the full form: {line[24:130]}",
+          sh("journalctl -u trainq --no-pager -o cat").stdout[-3000:])
+    tq = "runuser -u trainq -- trainq --db /var/lib/trainq/trainq.db "
+    r = sh(tq + "submit --repo /var/lib/trainq/repo")
+    check(r.returncode == 0, "systemd: submitted as the trainq user", r.stdout + r.stderr)
+
+    def finished():
+        try:
+            rs = json.loads(sh(tq + "runs --json").stdout or "[]")
+        except ValueError:
+            return None
+        return rs if rs and all(x["state"] in ("succeeded", "failed", "dead") for x in rs) else None
+    rs = wait_for(finished, 60) or []
+    check(len(rs) == 2 and all(x["state"] == "succeeded" for x in rs),
+          f"systemd: the unit's local worker ran both runs ({[x['state'] for x in rs]})",
+          "\n".join(f"run {x['id']}: {x['state']}: {x['error']}" for x in rs) +
+          sh("journalctl -u trainq --no-pager -o cat").stdout[-2000:])
+    logs = "".join(sh(tq + f"logs {x['id']}").stdout for x in rs)
+    check(logs.count("sees-worker=no") == 2, "systemd: each run's log says sees-worker=no", logs)
+    table = sh(tq + "machines --all").stdout
+    check(any(l.split()[-1:] == ["bwrap"] for l in table.splitlines()[1:2]),
+          "systemd: trainq machines shows bwrap", table)
+    # The unit as it was before (RestrictNamespaces=true): no sandbox, and why.
+    r = sh("mkdir -p /etc/systemd/system/trainq.service.d && printf '[Service]\\n"
+           "RestrictNamespaces=true\\n' > /etc/systemd/system/trainq.service.d/old.conf && "
+           "systemctl daemon-reload && systemctl restart trainq")
+    check(r.returncode == 0, "systemd: restarted with RestrictNamespaces=true", r.stderr)
+    line = wait_for(lambda: (probe_line() or "") if "without" in (probe_line() or "") else None,
+                    30) or probe_line() or ""
+    check("runs start without a sandbox (bwrap cannot start here: bwrap: No permissions to "
+          "create new namespace" in line,
+          f"systemd: RestrictNamespaces=true gets none, and says why: {line[24:150]}")
+    stop_container(e, cname)
+    print(f"{stamp()} systemd: {time.monotonic() - t:.1f} s", flush=True)
 
 
 def case_kube(e, pool, expect, note=""):

@@ -88,7 +88,7 @@ def main():
                         "StateDirectory=trainq", "NoNewPrivileges=true", "PrivateTmp=true",
                         "ProtectHome=true", "Environment=TRAINQ_DB=/var/lib/trainq/trainq.db",
                         # The runs' sandbox (issue 36): bwrap's namespaces, no network one.
-                        "RestrictNamespaces=user mnt pid uts ipc"):
+                        "RestrictNamespaces=user mnt pid uts ipc cgroup"):
             check(re.search(rf"^{re.escape(setting)}$", text, re.M) is not None,
                   f"the unit sets {setting}")
         # Settings that would keep bwrap from starting runs: no namespaces at all,
