@@ -6,14 +6,13 @@
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "agent/repo/change_detect.h"
 #include "cloud/provider.h"
-#include "core/process.h"
 #include "core/http_client.h"
+#include "core/process.h"
 #include "core/strings.h"
 #include "core/yaml_reader.h"
 

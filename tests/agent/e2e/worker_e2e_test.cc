@@ -753,10 +753,11 @@ TEST_CASE("worker e2e: a run that ends while the server is away keeps its result
 namespace trainq {
 namespace {
 
-TEST_CASE("worker e2e: a run that turns its files into symlinks or a FIFO makes the worker open "
-          "nothing outside the run's work tree, and its next attempt starts fresh (fault probe "
-          "t13)",
-          "[worker][e2e][sandbox]") {
+TEST_CASE(
+    "worker e2e: a run that turns its files into symlinks or a FIFO makes the worker open "
+    "nothing outside the run's work tree, and its next attempt starts fresh (fault probe "
+    "t13)",
+    "[worker][e2e][sandbox]") {
   Harness h;
   // A file the worker can write and the run must not: serve's database in the
   // probe; any file outside the run's tree here.
@@ -769,9 +770,15 @@ TEST_CASE("worker e2e: a run that turns its files into symlinks or a FIFO makes 
   const std::string cmd =
       "if [ \"$TRAINQ_ATTEMPT\" = 1 ]; then"
       " W=$(dirname \"$TRAINQ_METRICS_FILE\");"
-      " rm -f \"$TRAINQ_METRICS_FILE\"; ln -s " + victim + " \"$TRAINQ_METRICS_FILE\";"
-      " ln -sf " + victim + " \"$W/../output.log\" 2>/dev/null;"
-      " mkfifo \"$W/rank-1.metrics.jsonl\"; ln -s " + victim + " \"$TRAINQ_OUTPUT_DIR/model.pt\";"
+      " rm -f \"$TRAINQ_METRICS_FILE\"; ln -s " +
+      victim +
+      " \"$TRAINQ_METRICS_FILE\";"
+      " ln -sf " +
+      victim +
+      " \"$W/../output.log\" 2>/dev/null;"
+      " mkfifo \"$W/rank-1.metrics.jsonl\"; ln -s " +
+      victim +
+      " \"$TRAINQ_OUTPUT_DIR/model.pt\";"
       " sleep 2; exit 1; fi;"
       " printf '{\"name\": \"accuracy\", \"value\": 0.75}\\n' >> \"$TRAINQ_METRICS_FILE\"";
   BatchSpec b;
