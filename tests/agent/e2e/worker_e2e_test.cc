@@ -461,6 +461,9 @@ done
 
 TEST_CASE("worker e2e: fused seeds of a trainer experiment run as one trainq-train process",
           "[worker][e2e]") {
+  // Without and with the sandbox: the seeds' links and the group's log are the
+  // worker's, the trainer (under /tmp, like a build there) is bound read-only.
+  const bool sandboxed = GENERATE(false, true);
   Harness h;
   fs::create_directories(h.tmp / "bin");
   std::string trainer = (h.tmp / "bin") + "/trainq-train";
@@ -471,6 +474,17 @@ TEST_CASE("worker e2e: fused seeds of a trainer experiment run as one trainq-tra
   c.fuse_max = 3;
   c.bin_dir = h.tmp / "bin";
   c.once = true;
+  if (sandboxed) {
+    c.bwrap = ResolveSandbox("auto").value_or("");
+    if (c.bwrap.empty()) {
+      WARN("bwrap is not installed: the sandboxed fused run is not tested");
+      return;
+    }
+    c.sandbox.mode = "bwrap";
+    c.sandbox.hide = {c.data_dir};
+    c.sandbox.readable = {c.bin_dir};
+    REQUIRE(ProbeSandbox("bwrap", c.bwrap, c.sandbox, c.data_dir + "/probe"));
+  }
   WorkerThread w(c);
   REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 60s));
   REQUIRE(w.result);
