@@ -83,12 +83,13 @@ Result<int> Poller::CatchUpRepository(const RepoConfig& repo) {
       !repo.default_branch.empty() ? repo.default_branch : mirror->DefaultBranch();
   auto& sightings = sightings_[repo.url];
   std::map<std::string, Sighting> still;
-  int recorded = 0, fresh = 0;
+  int recorded = 0, fresh = 0, moved = 0, watched = 0;
   for (const auto& [ref, sha] : refs) {
     auto known = heads.find(ref);
     std::string before = known == heads.end() ? std::string(kZeroSha) : known->second;
     PushEvent e{ref, before, sha, {}, {}, "", default_branch};
     if (!SkipReason(repo, e).empty()) continue;  // runs nothing: not watched
+    ++watched;
     if (known == heads.end() && first) {
       // First look in this process: a head never recorded is remembered,
       // not queued (an old branch must not start runs).
@@ -97,8 +98,10 @@ Result<int> Poller::CatchUpRepository(const RepoConfig& repo) {
       continue;
     }
     if (before == sha) continue;
-    if (known != heads.end() && mirror->HasCommit(before)) {
-      // The fetch is behind what a webhook recorded: nothing was missed.
+    if (known != heads.end()) {
+      // The fetch is behind what a webhook recorded (the recorded head is
+      // not fetched yet, or descends from the one fetched): nothing missed.
+      if (!mirror->HasCommit(before)) continue;
       ASSIGN_OR_RETURN(bool behind, mirror->IsAncestor(sha, before));
       if (behind) continue;
     }
@@ -106,6 +109,10 @@ Result<int> Poller::CatchUpRepository(const RepoConfig& repo) {
     std::string recorded_head = known == heads.end() ? "" : before;
     if (seen == sightings.end() || seen->second.recorded != recorded_head) {
       still[ref] = {recorded_head, sha, now};
+      ++moved;
+      spdlog::info("catching up {}: {} is at {}, its last recorded head {}; looking again in {}",
+                   repo.url, ref, ShortSha(sha), ShortSha(before),
+                   FormatDuration(CatchUpSettleMs(repo)));
       continue;
     }
     if (now - seen->second.at < CatchUpSettleMs(repo)) {
@@ -129,7 +136,11 @@ Result<int> Poller::CatchUpRepository(const RepoConfig& repo) {
     }
   }
   sightings = std::move(still);
-  if (fresh) spdlog::info("catching up {}: first look, {} watched heads recorded", repo.url, fresh);
+  if (first) {
+    spdlog::info("catching up {}: first look at {} watched head(s): {} new, {} moved with no "
+                 "webhook recorded",
+                 repo.url, watched, fresh, moved);
+  }
   return recorded;
 }
 
