@@ -1097,7 +1097,8 @@ namespace {
 
 std::vector<std::int64_t> WaitingIds(Store& store, const std::string& repo, const std::string& ref) {
   std::vector<std::int64_t> out;
-  for (const auto& b : store.runs().WaitingBatchesOfRef(repo, ref).value()) out.push_back(b.id);
+  auto batches = store.runs().WaitingBatchesOfRef(repo, ref).value();
+  for (const auto& b : batches) out.push_back(b.id);
   return out;
 }
 

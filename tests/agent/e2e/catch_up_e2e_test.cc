@@ -113,7 +113,8 @@ struct Setup {
   int BatchesAt(const std::string& sha) {
     auto store = Store::Open(db).value();
     int n = 0;
-    for (const auto& b : store.runs().BatchesForCommit(sha).value()) n += b.sha == sha;
+    auto batches = store.runs().BatchesForCommit(sha).value();
+    for (const auto& b : batches) n += b.sha == sha;
     return n;
   }
 

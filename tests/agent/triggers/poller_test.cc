@@ -169,7 +169,7 @@ struct CatchUpWorld {
     config = *c;
   }
   const RepoConfig& repo() const { return config.repositories[0]; }
-  std::vector<Pushes::Push> Pushes() { return store.pushes().RecentPushes(100).value(); }
+  std::vector<Pushes::Push> AllPushes() { return store.pushes().RecentPushes(100).value(); }
 };
 
 TEST_CASE("catch-up: a push serve missed is recorded once, on a second look, and by no later look "
@@ -197,7 +197,7 @@ TEST_CASE("catch-up: a push serve missed is recorded once, on a second look, and
   CHECK(again.Step().value() == 0);  // not due yet
   w.clock.Advance(1'000);
   CHECK(again.Step().value() == 1);
-  auto pushes = w.Pushes();
+  auto pushes = w.AllPushes();
   REQUIRE(pushes.size() == 1);
   CHECK(pushes[0].source == "catch-up");
   CHECK(pushes[0].ref == "refs/heads/main");
@@ -225,8 +225,9 @@ TEST_CASE("catch-up: a push serve missed is recorded once, on a second look, and
   CHECK(restarted.CatchUpRepository(w.repo()).value() == 0);
   w.clock.Advance(30'000);
   CHECK(restarted.CatchUpRepository(w.repo()).value() == 0);
-  CHECK(w.Pushes().size() == 1);
-  for (const auto& [ref, sha] : w.store.pushes().RefHeads(w.url).value()) {
+  CHECK(w.AllPushes().size() == 1);
+  auto heads = w.store.pushes().RefHeads(w.url).value();
+  for (const auto& [ref, sha] : heads) {
     CHECK(ref == "refs/heads/main");  // the unwatched branch is not followed
   }
 }
@@ -251,14 +252,14 @@ TEST_CASE("catch-up: a webhook that arrives before the second look, and a fetch 
   REQUIRE(w.store.pushes().RecordPush(hook, w.clock.Now()).value());
   w.clock.Advance(30'000);
   CHECK(poller.CatchUpRepository(w.repo()).value() == 0);
-  CHECK(w.Pushes().size() == 1);
+  CHECK(w.AllPushes().size() == 1);
 
   // The branch is back at c1 in the fetch (behind what was recorded).
   w.git.Run("reset -q --hard " + c1);
   CHECK(poller.CatchUpRepository(w.repo()).value() == 0);
   w.clock.Advance(30'000);
   CHECK(poller.CatchUpRepository(w.repo()).value() == 0);
-  CHECK(w.Pushes().size() == 1);
+  CHECK(w.AllPushes().size() == 1);
 }
 
 TEST_CASE("catch-up: `catch_up` sets the interval and the settle, off or poll_interval turns it off",
