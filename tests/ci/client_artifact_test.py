@@ -1,9 +1,8 @@
 #!/usr/bin/env python3
 """The hosted-CI client archive (ci/client-artifact) against the templates' install step.
 
-No Debian mirror is reachable offline, so there is no clean debian:12 root to
-install into (debootstrap needs one). Instead this checks, on this Debian 12
-machine:
+This checks, on this Debian 12 machine (tests/ci/templates_clean_root_test.py
+runs the install step itself in a clean Debian 12 root):
   - the archive unpacked into an empty prefix holds a stripped trainq (no
     debug info) that runs;
   - every library `ldd` resolves for it comes from a package in the apt
