@@ -10,7 +10,11 @@
 //         carries this pool's labels), labelled with trainq's instance, pool
 //         and machine, `restartPolicy: Never`, the worker's command line as
 //         explicit `command` + `args`, requests = limits for cpu, memory and
-//         the GPU resource (gpus of the pool).
+//         the GPU resource (gpus of the pool), `securityContext.fsGroup`
+//         (params.fs_group, default 2000: the kubelet then lets the image's
+//         non-root worker read its 0400 token), and for the run sandbox
+//         `hostUsers` (params.host_users) and the container's `procMount`
+//         (params.proc_mount; Unmasked only with host_users: false).
 //   List: the pods with this instance's and pool's labels (a paced list call,
 //         no watch, so there is no 410 Gone to relist after). Per pod:
 //           Pending, PodScheduled=False/Unschedulable -> note: the scheduler's
