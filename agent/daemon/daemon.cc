@@ -303,7 +303,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Open(ServerConfig config, DaemonOptions 
 // serve's Server, so each call goes through the same server code as a
 // worker's over HTTP. It registers as a machine of the `local` pool (a
 // hand-started one: stopped when serve ends) and shares serve's data dir:
-// worktrees/, runs/<id>/ (output/, metrics.jsonl, the server's output.log).
+// worktrees/, runs/<id>/ (work/, process.log, the server's output.log).
 // Runs start without a sandbox, as they always did here. The push pipeline
 // runs when there is a listener or a watched repository; the listener only
 // when asked for.

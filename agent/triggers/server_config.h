@@ -46,6 +46,10 @@
 #include "core/yaml_reader.h"  // SecretValue
 #include "queue/retention.h"
 
+namespace YAML {
+class Node;
+}  // namespace YAML
+
 namespace trainq {
 
 struct RepoConfig {
@@ -162,6 +166,13 @@ struct ServerConfig {
   std::string public_url;
   cloud::OverallBudget budget;  // `budget:` at the top level (spend is filled by the fleet)
   RetentionPolicy retention;    // `retention:`; default: everything kept
+  // Every file the config names, absolute: each `{file: ...}` anywhere, and
+  // each value of a key named kubeconfig or ending in _file or _key
+  // (ssh_key, credentials_file, api_token_file, token_file, ...) but ca_file
+  // (public), wherever it sits. Found by one walk of the parsed document
+  // (ConfigNamedPaths), so a key added later is covered: what runs on this
+  // host must never see (serve's SandboxHidden).
+  std::vector<std::string> named_paths;
 
   const PoolSpec* FindPool(std::string_view name) const {
     for (const auto& p : pools)
@@ -176,6 +187,9 @@ struct ServerConfig {
 // Parses `text`; `filename` is used in messages. Reads the secrets it names
 // from the environment and files.
 Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view filename);
+
+// The walk behind ServerConfig::named_paths, over any YAML document.
+std::vector<std::string> ConfigNamedPaths(const YAML::Node& root);
 Result<ServerConfig> LoadServerConfig(const std::string& path);
 
 // The server URL the workers of `pool` are given: params.server_url, else
