@@ -50,7 +50,9 @@ Result<std::string> ReadTokenFile(const std::string& path) {
     return Fail(ErrorKind::kInvalidArgument,
                 "token file " + path + " holds more than one word (expected the pool token only)");
   }
-  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+  // Group-readable is how a Kubernetes Secret reaches a non-root worker
+  // (the pod's fsGroup: mode 0440); readable by anyone is a mistake.
+  if (st.st_mode & S_IRWXO) {
     spdlog::warn("token file {} is readable by other users (mode {:o}); chmod 600 it", path,
                  st.st_mode & 0777);
   }
