@@ -435,6 +435,7 @@ Status Daemon::Parts::Listen() {
                        *options.address, kMaxWebhookBodyBytes,
                        [s = server.get()](const HttpServerRequest& r) { return s->Handle(r); },
                        [s = server.get()](const HttpServerRequest& h) { return s->Admit(h); }));
+  server->set_listener(listener.get());
   return {};
 }
 

@@ -25,6 +25,7 @@
 #include "agent/daemon/server.h"
 #include "agent/runner/protocol.h"
 #include "core/crypto.h"
+#include "core/log.h"
 #include "core/strings.h"
 
 using nlohmann::json;
@@ -305,7 +306,7 @@ HttpServerReply Server::Register(const std::string& pool, const HttpServerReques
     return ErrorReply(status, m.error().message);
   }
   spdlog::info("worker registered: machine {} ({}) of pool {}, {} slots, {} GPUs, host {}", m->id,
-               m->name, pool, m->slots, m->gpus, m->hostname);
+               LogSafe(m->name), pool, m->slots, m->gpus, LogSafe(m->hostname));
   const PoolSpec* spec = config_.FindPool(pool);
   PoolSpec defaults;
   if (!spec) spec = &defaults;
