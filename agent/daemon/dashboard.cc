@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -134,6 +135,27 @@ std::string SafeNext(std::string_view next) {
               return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
             });
   return ok ? std::string(next) : "/";
+}
+
+// `next` (a decoded path and an encoded query) as a Location: the bytes a URL
+// cannot hold as they are percent-encoded, and a '%' of the path too.
+std::string LocationOf(std::string_view next) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  const auto query = next.find('?');
+  for (std::size_t i = 0; i < next.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(next[i]);
+    bool encode = c <= 0x20 || c >= 0x7f || std::strchr("\"<>\\^`{|}", c) != nullptr ||
+                  (c == '%' && i < query);
+    if (encode) {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
 }
 
 // An HTML form's body (application/x-www-form-urlencoded) -> its fields.
@@ -292,7 +314,7 @@ HttpServerReply Dashboard::StartSession(Role role, const std::string& next, cons
   std::string value = std::string(r) + "." + *nonce;
   value += "." + HmacSha256Hex(key_, value);
   HttpServerReply reply{303, "text/plain; charset=utf-8", "signed in\n"};
-  reply.headers.push_back({"Location", SafeNext(next)});
+  reply.headers.push_back({"Location", LocationOf(SafeNext(next))});
   reply.headers.push_back({"Set-Cookie", std::string(kCookie) + "=" + value + CookieAttributes() +
                                              "; Max-Age=" +
                                              std::to_string(options_.session_max_ms / 1000)});

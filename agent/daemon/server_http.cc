@@ -645,7 +645,9 @@ void HttpListener::Impl::Serve(int fd, std::uint64_t id) {
     if (over_budget) {
       // Counted as received: what this request already holds is returned
       // when it ends, and the client is told to come back.
-      Write(socket, Refusal(503, "too many request bodies at once; retry"), version, false, ec);
+      auto busy = Refusal(503, "too many request bodies at once; retry");
+      reply_deadline(busy);
+      Write(socket, busy, version, false, ec);
       Linger(fd);
       return;
     }

@@ -525,6 +525,9 @@ TEST_CASE("dashboard: the sign-in form takes the token in its body, and a token 
   CHECK(cookie.find("Secure") == std::string::npos);  // no public_url: plain HTTP
   CHECK(f.Get("/dash/api/session", cookie.substr(0, cookie.find(';'))).status == 200);
 
+  // A decoded path goes back encoded (a Location holds no space or quote).
+  CHECK(Header(f.server->Handle(SignInForm(kRead, "/experiment/a b\"%")), "Location") ==
+        "/experiment/a%20b%22%25");
   // `next` leads only to a page of this server.
   for (const std::string& next : {"//evil.example/", "https://evil.example/", "/dash/api/status",
                                   "/\\evil.example", "/run/1\r\nSet-Cookie: x=1", ""}) {
