@@ -597,8 +597,10 @@ void HttpListener::Impl::Serve(int fd, std::uint64_t id) {
     // anonymous one also byte by byte at an average pace (AnonymousBodyDueMs).
     const bool trusted = admission.trusted;
     const auto body_start = Clock::now();
-    const auto whole = body_start + Ms(trusted ? TransferDeadlineMs(limits, n)
-                                               : AnonymousBodyDueMs(limits, n));
+    const auto whole =
+        body_start + Ms(trusted ? TransferDeadlineMs(limits, n)
+                                : std::min(TransferDeadlineMs(limits, n),
+                                           AnonymousBodyDueMs(limits, n)));
     socket.SetDeadline(whole);
     // What this body drew from its budget, returned once it is answered.
     struct Held {

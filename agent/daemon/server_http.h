@@ -104,7 +104,8 @@ struct ListenerLimits {
   std::size_t min_rate = 64 * 1024;  // bytes per second a body or reply must keep up
   // An anonymous body: byte k is due anonymous_grace_ms + k at
   // min_anonymous_rate after the body started (an average pace, which a
-  // trickle cannot stretch), and the whole of it by the same rule.
+  // trickle cannot stretch), and the whole of it by the same rule (or by
+  // the one above, when that is sooner).
   int anonymous_grace_ms = 10'000;
   std::size_t min_anonymous_rate = 256 * 1024;
 };

@@ -529,7 +529,7 @@ TEST_CASE("dashboard: the sign-in form takes the token in its body, and a token 
   CHECK(Header(f.server->Handle(SignInForm(kRead, "/experiment/a b\"%")), "Location") ==
         "/experiment/a%20b%22%25");
   // `next` leads only to a page of this server.
-  for (const std::string& next : {"//evil.example/", "https://evil.example/", "/dash/api/status",
+  for (const char* next : {"//evil.example/", "https://evil.example/", "/dash/api/status",
                                   "/\\evil.example", "/run/1\r\nSet-Cookie: x=1", ""}) {
     INFO(next);
     auto r = f.server->Handle(SignInForm(kRead, next));
