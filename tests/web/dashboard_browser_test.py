@@ -258,12 +258,14 @@ def run_checks(fx, driver):
                          ignored_exceptions=(StaleElementReferenceException,))
     js = driver.execute_script
 
-    # Access: nothing without the token or a cookie.
+    # Access: nothing without a session. A page answers the sign-in form,
+    # which names the page to go back to and nothing else.
     for path in ("/", "/experiment/plain", f"/commit/{fx.sha2}", "/dash/api/status",
                  "/dash/api/experiments", "/dash/events", "/dash/app.js"):
         code, _, body = http(fx.base + path)
+        body = body.replace(f'value="{path}"', "")
         check(code == 401 and "plain" not in body and fx.sha2 not in body,
-              f"GET {path} without token or cookie: {code}, no data")
+              f"GET {path} without a session: {code}, no data")
     code, headers, body = http(fx.base + "/?token=" + fx.read_token)
     check(code == 401 and "Set-Cookie" not in headers and "no longer accepted" in body,
           f"a token in the address signs in no more: {code}")
@@ -394,12 +396,13 @@ def run_checks(fx, driver):
                       {"Cookie": "trainq_dash=" + rc, "X-CSRF-Token": sess["csrf"],
                        "Content-Type": "application/json"}, body)
     check(code == 403 and sess["role"] == "read", f"cancel with the read session: {code}")
-    # The admin signs in through the sign-in page's form.
-    driver.get(f"{fx.base}/run/{run_id}")
+    # The admin signs in through the sign-in page's form (a page without a
+    # session shows the same form, with the page to go back to).
+    code, _, page = http(f"{fx.base}/run/{run_id}")
+    check(code == 401 and 'action="/signin"' in page and f'value="/run/{run_id}"' in page,
+          f"a page without a session answers the sign-in form that goes back to it: {code}")
+    driver.get(f"{fx.base}/signin?next=/run/{run_id}")
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "form#signin input[name=token]"))
-    check(driver.find_element(By.CSS_SELECTOR, "form#signin input[name=next]")
-          .get_attribute("value") == f"/run/{run_id}",
-          "a page without a session shows the sign-in form, which goes back to it")
     shot(driver, "signin")
     driver.find_element(By.ID, "token").send_keys(fx.admin_token)
     driver.find_element(By.CSS_SELECTOR, "#signin button[type=submit]").click()
