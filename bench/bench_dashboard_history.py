@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 
 YAML = """version: 1
@@ -119,8 +120,10 @@ def main():
             if time.monotonic() > end:
                 sys.exit("serve did not log its dashboard line:\n" + "".join(lines))
             time.sleep(0.05)
-        # The data route, timed from here (cookie from the login redirect).
-        req = urllib.request.Request(f"{base}/experiment/hist?token={tok}")
+        # The data route, timed from here (cookie from the sign-in form's redirect).
+        req = urllib.request.Request(
+            f"{base}/signin", method="POST",
+            data=urllib.parse.urlencode({"token": tok, "next": "/experiment/hist"}).encode())
 
         class NoRedirect(urllib.request.HTTPRedirectHandler):
             def redirect_request(self, *args, **kw):
@@ -164,7 +167,9 @@ def main():
           new PerformanceObserver(l => { for (const e of l.getEntries())
             window.__long.push({start: e.startTime, ms: e.duration}); })
             .observe({type: 'longtask', buffered: true});"""})
-        driver.get(f"{base}/experiment/hist?token={tok}")
+        driver.get(f"{base}/signin?next=/experiment/hist")
+        driver.find_element(By.ID, "token").send_keys(tok)
+        driver.find_element(By.CSS_SELECTOR, "#signin button[type=submit]").click()
         wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "svg.history circle.point")) >= 40)
         js = driver.execute_script
         load_ms = js("return performance.now()")

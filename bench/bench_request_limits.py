@@ -5,7 +5,8 @@ Starts a real `trainq serve` on loopback (one GitHub repository with a secret)
 and, one scenario after the other, sends:
 
   big50      50 concurrent webhooks of 24 MB each (under GitHub's 25 MB limit)
-             with a forged signature: every body must be read to be refused.
+             with a forged signature of the right form: every body must be read
+             to be refused (one without a signature is refused from its headers).
   declared   4 connections that each declare a 10 GiB body and stream 150 MB
              of it (or until the server answers or closes).
   chunked    4 chunked bodies of 100 MB each.
@@ -125,13 +126,14 @@ def main():
                 f"    secret: {{file: {d}/secret}}\npools:\n  - name: local\n    max: 0\n")
     big = 24 << 20
     hook = lambda n, extra=b"": (b"POST /hooks/github HTTP/1.1\r\nHost: x\r\n"
-                                 b"X-GitHub-Event: push\r\nX-Hub-Signature-256: sha256=00\r\n"
+                                 b"X-GitHub-Event: push\r\nX-Hub-Signature-256: sha256=" + b"0" * 64 + b"\r\n"
                                  b"Content-Length: %d\r\n" % n + extra + b"\r\n")
     scenarios = [
         ("big50", lambda: run_many(50, lambda: send(a.port, hook(big), big))),
         ("declared", lambda: run_many(4, lambda: send(a.port, hook(10 << 30), 150 << 20))),
         ("chunked", lambda: run_many(4, lambda: send(
             a.port, b"POST /hooks/github HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\n"
+            b"X-Hub-Signature-256: sha256=" + b"0" * 64 + b"\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n", 100 << 20, chunked=True))),
         ("worker", lambda: run_many(50, lambda: send(
             a.port, b"POST /api/v1/runs/1/log HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"

@@ -457,7 +457,11 @@ void HttpBench(const std::string& db, const std::string& trainq, const std::stri
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  auto login = http.Send({"GET", base + "/?token=" + token, {}, "", 10'000});
+  auto login = http.Send({"POST",
+                          base + "/signin",
+                          {{"Content-Type", "application/x-www-form-urlencoded"}},
+                          "next=%2F&token=" + UrlEncode(token),
+                          10'000});
   std::string cookie;
   if (login) {
     if (auto c = login->Header("Set-Cookie")) cookie = c->substr(0, c->find(';'));

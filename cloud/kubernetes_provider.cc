@@ -228,12 +228,22 @@ std::string KubeName(const std::string& s, std::size_t max) {
   return out.empty() ? "tq-" + hash : out + "-" + hash;
 }
 
+Result<bool> AllowsInsecure(const std::map<std::string, std::string>& p) {
+  auto it = p.find("allow_insecure");
+  if (it == p.end()) return false;
+  auto v = Trim(it->second);
+  if (v == "true") return true;
+  if (v == "false" || v.empty()) return false;
+  return Fail(ErrorKind::kInvalidArgument,
+              "params.allow_insecure: expected true or false, got \"" + it->second + "\"");
+}
+
 const std::set<std::string>& KubernetesParams() {
   static const std::set<std::string> k = {
       "namespace", "image", "image_pull_policy", "kubeconfig", "context", "api_server",
       "api_token_file", "ca_file", "gpu_resource", "cpu", "memory", "node_selector",
       "tolerations", "service_account", "image_pull_secrets", "labels", "annotations",
-      "priority_class", "stop_grace", "host_users", "proc_mount", "fs_group"};
+      "priority_class", "stop_grace", "host_users", "proc_mount", "fs_group", "allow_insecure"};
   return k;
 }
 
@@ -255,6 +265,15 @@ Status CheckKubernetesParams(const std::map<std::string, std::string>& p) {
   if (has("api_server") && !StartsWith(p.at("api_server"), "https://") &&
       !StartsWith(p.at("api_server"), "http://")) {
     return Fail(ErrorKind::kInvalidArgument, "params.api_server: expected an http(s) URL");
+  }
+  TRY(AllowsInsecure(p));
+  if (has("api_server") && StartsWith(Trim(p.at("api_server")), "http://") &&
+      !*AllowsInsecure(p)) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "params.api_server: " + std::string(Trim(p.at("api_server"))) +
+                    " is plain HTTP: the API token would travel in clear. Use https:// (with "
+                    "ca_file), or set params.allow_insecure: true for a cluster reached over a "
+                    "trusted network");
   }
   if (has("namespace")) {
     const auto& ns = p.at("namespace");
@@ -339,7 +358,8 @@ Status CheckKubernetesParams(const std::map<std::string, std::string>& p) {
   return {};
 }
 
-Result<KubeEndpoint> ReadKubeconfig(const std::string& path, const std::string& context) {
+Result<KubeEndpoint> ReadKubeconfig(const std::string& path, const std::string& context,
+                                    bool allow_insecure) {
   ASSIGN_OR_RETURN(auto text, ReadFile(path));
   YamlReader y(path);
   ASSIGN_OR_RETURN(auto root, y.Load(text, "not a kubeconfig (invalid YAML)"));
@@ -379,7 +399,15 @@ Result<KubeEndpoint> ReadKubeconfig(const std::string& path, const std::string& 
   auto cluster = cluster_entry["cluster"];
   const std::string cpath = "clusters." + cluster_name + ".cluster";
   if (!cluster || !cluster.IsMap()) return y.Err(cluster_entry, cpath, "no cluster mapping");
-  if (auto s = cluster["server"]) { ASSIGN_OR_RETURN(e.server, y.NonEmptyStr(s, cpath + ".server")); }
+  if (auto s = cluster["server"]) {
+    ASSIGN_OR_RETURN(e.server, y.NonEmptyStr(s, cpath + ".server"));
+    if (StartsWith(e.server, "http://") && !allow_insecure) {
+      return y.Err(s, cpath + ".server",
+                   e.server + " is plain HTTP: the credentials would travel in clear. Use "
+                   "https://, or set the pool's params.allow_insecure: true for a cluster "
+                   "reached over a trusted network");
+    }
+  }
   if (e.server.empty()) return y.Err(cluster, cpath + ".server", "missing");
   while (e.server.ends_with("/")) e.server.pop_back();
   if (auto ca = cluster["certificate-authority-data"]) {
@@ -463,7 +491,7 @@ Result<KubeEndpoint> ResolveKubeEndpoint(const std::map<std::string, std::string
     return e;
   }
   if (auto kc = get("kubeconfig"); !kc.empty()) {
-    auto e = ReadKubeconfig(kc, get("context"));
+    auto e = ReadKubeconfig(kc, get("context"), AllowsInsecure(params).value_or(false));
     if (!e) return std::unexpected(e.error().Wrap("params.kubeconfig"));
     return e;
   }

@@ -59,8 +59,12 @@ namespace trainq::cloud {
 
 // The parameters kubernetes takes (besides the worker's common ones), and
 // their checks without touching files (for the config parser).
+// An `api_server: http://...` is refused unless params.allow_insecure is true
+// (the API token would travel in clear).
 const std::set<std::string>& KubernetesParams();
 Status CheckKubernetesParams(const std::map<std::string, std::string>& params);
+// params.allow_insecure: true or false (absent: false).
+Result<bool> AllowsInsecure(const std::map<std::string, std::string>& params);
 
 // Where and how to reach the API server.
 struct KubeEndpoint {
@@ -78,8 +82,10 @@ struct KubeEndpoint {
 // Resolves the endpoint from the parameters (see the header comment).
 Result<KubeEndpoint> ResolveKubeEndpoint(const std::map<std::string, std::string>& params);
 // Reads one kubeconfig (`context` "" = its current-context). Errors name the
-// file, line and key.
-Result<KubeEndpoint> ReadKubeconfig(const std::string& path, const std::string& context);
+// file, line and key. A plain-HTTP `server` is refused unless
+// `allow_insecure` (the pool's params.allow_insecure: true).
+Result<KubeEndpoint> ReadKubeconfig(const std::string& path, const std::string& context,
+                                    bool allow_insecure = false);
 
 // A DNS-1123 name (lowercase alphanumerics and '-', at most `max` long) made
 // from `s`; a hash of `s` is appended when anything had to change.

@@ -82,6 +82,9 @@ class CurlHttpClient final : public HttpClient {
 // Percent-encodes everything but unreserved characters (RFC 3986), so
 // "group/project" becomes "group%2Fproject".
 std::string UrlEncode(std::string_view s);
+// Undoes it: each %XX becomes its byte (a '%' not followed by two hex digits
+// stays), and with `plus_is_space` (an HTML form's body) '+' becomes ' '.
+std::string UrlDecode(std::string_view s, bool plus_is_space = false);
 
 // The URL without query string and fragment, for messages.
 std::string UrlForLog(std::string_view url);

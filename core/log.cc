@@ -3,6 +3,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 namespace trainq {
 
 void InitLogging(int verbosity, bool quiet) {
@@ -18,6 +20,49 @@ void InitLogging(int verbosity, bool quiet) {
   } else {
     spdlog::set_level(spdlog::level::info);
   }
+}
+
+}  // namespace trainq
+
+namespace trainq {
+
+std::string LogSafe(std::string_view s, std::size_t max) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  const std::size_t n = std::min(s.size(), max);
+  out.reserve(n + 8);
+  for (std::size_t i = 0; i < n; ++i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    switch (c) {
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\\': out += "\\\\"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          out += "\\x";
+          out += kHex[c >> 4];
+          out += kHex[c & 15];
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  if (s.size() > max) out += "...";
+  return out;
+}
+
+std::optional<std::int64_t> LogLimiter::Allow(std::int64_t now_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (logged_ && now_ms - last_ms_ < every_ms_) {
+    ++suppressed_;
+    return std::nullopt;
+  }
+  std::int64_t n = suppressed_;
+  logged_ = true;
+  last_ms_ = now_ms;
+  suppressed_ = 0;
+  return n;
 }
 
 }  // namespace trainq

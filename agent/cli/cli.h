@@ -203,6 +203,16 @@ struct LogsOptions {
 };
 Status CmdLogs(const LogsOptions& o, std::ostream& out);
 
+// `trainq dashboard-link --server URL [--admin]`: prints a one-time sign-in
+// link to that serve's dashboard (POST /dash/api/login-link with the read or,
+// with --admin, the admin token).
+struct DashboardLinkOptions {
+  std::string server;
+  std::string token_file;
+  bool admin = false;
+  bool json = false;
+};
+Status CmdDashboardLink(const DashboardLinkOptions& o, std::ostream& out);
 
 // The database when neither --db nor TRAINQ_DB names one: ./trainq.db when it
 // exists (setups from before), else UserDbPath(), outside any repository.
@@ -242,6 +252,7 @@ void AddShowCommand(CLI::App& app, const CliContext& ctx);       // agent/cli/cm
 void AddReportCommand(CLI::App& app, const CliContext& ctx);     // agent/cli/cmd_report.cc
 void AddCompareCommands(CLI::App& app, const CliContext& ctx);   // compare, gate
 void AddLogsCommand(CLI::App& app, const CliContext& ctx);       // agent/cli/cmd_logs.cc
+void AddDashboardLinkCommand(CLI::App& app, const CliContext& ctx);  // agent/cli/cmd_dashboard.cc
 // `trainq stats ...`: agent/cli/cmd_stats.cc.
 void AddStatsCommands(CLI::App& app, int* exit_code);
 // `trainq simulate TRACE`: agent/cli/cmd_simulate.cc.

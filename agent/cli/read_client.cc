@@ -80,7 +80,10 @@ Result<std::string> ReadClient::Send(const std::string& method, const std::strin
     reason = j["reason"].get<std::string>();
   }
   std::string msg = where + ": HTTP " + std::to_string(resp->status);
-  if (resp->status == 401 && method == "POST") {
+  if (resp->status == 401 && path == "/dash/api/login-link") {
+    msg += ": the token was refused (--token-file or $TRAINQ_READ_TOKEN, with --admin "
+           "$TRAINQ_ADMIN_TOKEN, must hold the server's read_token or admin_token)";
+  } else if (resp->status == 401 && method == "POST") {
     msg += ": the admin token was refused (--token-file or $TRAINQ_ADMIN_TOKEN must hold the "
            "server's admin_token)";
   } else if (resp->status == 401) {
@@ -198,6 +201,17 @@ Result<int> GateFromServer(const GateOptions& o, std::int64_t wait_ms, bool as_j
     std::this_thread::sleep_for(
         std::min<std::chrono::steady_clock::duration>(kGatePollInterval, left));
   }
+}
+
+Result<json> ReadClient::LoginLink() {
+  ASSIGN_OR_RETURN(auto body, Post("/dash/api/login-link", json::object()));
+  auto j = json::parse(body, nullptr, false);
+  if (!j.is_object() || !j.contains("url") || !j["url"].is_string()) {
+    return Fail(ErrorKind::kInvalidArgument, "--server " + UrlForLog(base_) +
+                                                 ": POST /dash/api/login-link did not answer a "
+                                                 "link (a trainq serve older than this trainq?)");
+  }
+  return j;
 }
 
 }  // namespace trainq

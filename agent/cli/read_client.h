@@ -56,6 +56,9 @@ class ReadClient {
   // {"retried": [...]}; the server's refusal (409 for a run that succeeded,
   // 404 for none) as an error with its reason.
   Result<nlohmann::json> Retry(std::int64_t id, bool batch);
+  // POST /dash/api/login-link (the read or admin token): {"url", "role",
+  // "expires_in_s"}, a one-time sign-in link to the dashboard.
+  Result<nlohmann::json> LoginLink();
 
  private:
   // GET `path?query` with the token; the body of a 2xx answer, else an

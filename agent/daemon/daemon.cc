@@ -1,5 +1,6 @@
 #include "agent/daemon/daemon.h"
 
+#include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -434,11 +435,17 @@ Status Daemon::Parts::OpenServer() {
 
 // The HTTP listener in front of the server.
 Status Daemon::Parts::Listen() {
+  // Request bodies come and go in sizes up to 25 MB: glibc would raise its
+  // mmap threshold after the first such free and keep later ones in its
+  // arenas, so serve's resident memory would grow past the listener's
+  // budgets. A fixed threshold gives each large body back when it is done.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   ASSIGN_OR_RETURN(listener,
                    HttpListener::Start(
                        *options.address, kMaxWebhookBodyBytes,
                        [s = server.get()](const HttpServerRequest& r) { return s->Handle(r); },
                        [s = server.get()](const HttpServerRequest& h) { return s->Admit(h); }));
+  server->set_listener(listener.get());
   return {};
 }
 

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "agent/daemon/branch_history.h"
+#include "agent/daemon/read_api.h"
 #include "agent/results/analysis.h"
 #include "agent/results/commit_view.h"
 #include "agent/results/report.h"
@@ -18,6 +20,8 @@
 #include "agent/results/sweep.h"
 #include "agent/results/sweep_plot.h"
 #include "core/crypto.h"
+#include "core/http_client.h"
+#include "core/log.h"
 #include "core/strings.h"
 #include "queue/run_queue.h"
 #include "queue/sqlite.h"
@@ -50,8 +54,8 @@ HttpServerReply Refuse(int status, const std::string& reason) {
 
 HttpServerReply Unauthorized() {
   HttpServerReply r{401, "text/plain; charset=utf-8",
-                    "401: not signed in. Open the address `trainq serve` logged at start "
-                    "(\"dashboard: http://HOST:PORT/?token=...\").\n"};
+                    "401: not signed in. Sign in at /signin with the read or admin token, or "
+                    "open the one-time link `trainq serve` logged at start.\n"};
   r.headers.push_back({"Cache-Control", "no-store"});
   return r;
 }
@@ -121,6 +125,69 @@ std::string QueryWithout(const HttpServerRequest& req, const std::string& drop) 
   return q;
 }
 
+// Where to go after sign-in: one of the dashboard's pages on this server,
+// with its query; anything else (another host, "//x", a control character)
+// is "/".
+std::string SafeNext(std::string_view next) {
+  std::string_view path = next.substr(0, next.find('?'));
+  bool ok = !next.empty() && next.front() == '/' && !next.starts_with("//") &&
+            IsPage(std::string(path)) && next.find('\\') == std::string_view::npos &&
+            std::none_of(next.begin(), next.end(), [](char c) {
+              return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+            });
+  return ok ? std::string(next) : "/";
+}
+
+// `next` (a decoded path and an encoded query) as a Location: the bytes a URL
+// cannot hold as they are percent-encoded, and a '%' of the path too.
+std::string LocationOf(std::string_view next) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  const auto query = next.find('?');
+  for (std::size_t i = 0; i < next.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(next[i]);
+    bool encode = c <= 0x20 || c >= 0x7f || std::strchr("\"<>\\^`{|}", c) != nullptr ||
+                  (c == '%' && i < query);
+    if (encode) {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+// An HTML form's body (application/x-www-form-urlencoded) -> its fields.
+std::map<std::string, std::string> FormFields(std::string_view body) {
+  std::map<std::string, std::string> out;
+  for (const auto& part : Split(body, '&')) {
+    if (part.empty()) continue;
+    auto eq = part.find('=');
+    out[UrlDecode(std::string_view(part).substr(0, eq), true)] =
+        eq == std::string::npos ? "" : UrlDecode(std::string_view(part).substr(eq + 1), true);
+  }
+  return out;
+}
+
+// The page's own headers: no framing, no inline script, no sniffing.
+void PageHeaders(HttpServerReply& r) {
+  r.headers.push_back({"X-Content-Type-Options", "nosniff"});
+  r.headers.push_back({"X-Frame-Options", "DENY"});
+  r.headers.push_back(
+      {"Content-Security-Policy",
+       "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'"});
+}
+
+// "http://a:1" from a URL such as "http://a:1/x/" (scheme and authority).
+std::string OriginOf(std::string_view url) {
+  auto scheme = url.find("://");
+  if (scheme == std::string_view::npos) return "";
+  auto end = url.find('/', scheme + 3);
+  return std::string(url.substr(0, end));
+}
+
 std::optional<Store> OpenRead(const std::string& db) {
   StoreOptions so;
   so.create = false;
@@ -137,18 +204,17 @@ Dashboard::Dashboard(const ServerConfig& config, std::string db_path, std::strin
       db_path_(std::move(db_path)),
       data_dir_(std::move(data_dir)),
       clock_(clock),
-      options_(options) {
+      options_(options),
+      wrong_token_log_(options.wrong_token_log_ms) {
   read_token_ = config_.read_token.value;
-  // The token in the logged address: made at each start, so that the
-  // configured read_token (a secret CI holds) never reaches the log.
-  login_token_ = RandomHex(16).value_or("");
-  // Derived from the tokens: cookies outlive a restart of serve and die with
-  // a changed token.
-  // Without a configured read_token the key is this start's own.
-  key_ = Sha256Hex("trainq dashboard cookie key\n" +
-                   (read_token_.empty() ? login_token_ : read_token_) + "\n" +
-                   config_.admin_token.value);
+  // Without a configured read_token, a read sign-in token made at each start
+  // (and logged) lets people sign in after the one-time link was used.
+  if (read_token_.empty()) signin_token_ = RandomHex(16).value_or("");
+  // Sessions live in this process: a key of this start's own signs them.
+  key_ = RandomHex(32).value_or("");
+  if (key_.empty()) key_ = Sha256Hex("trainq dashboard " + std::to_string(clock_.Now()));
   boot_ = RandomHex(4).value_or("0");
+  secure_cookie_ = config_.public_url.starts_with("https://");
 }
 
 Dashboard::~Dashboard() {
@@ -157,11 +223,33 @@ Dashboard::~Dashboard() {
 }
 
 bool Dashboard::Owns(const std::string& path) {
-  return IsPage(path) || path.starts_with("/dash/");
+  return IsPage(path) || path == "/signin" || path.starts_with("/dash/");
 }
 
-std::string Dashboard::Url(const std::string& listen) const {
-  return "http://" + listen + "/?token=" + login_token_;
+std::string Dashboard::StartLine(const std::string& listen) {
+  std::string base = "http://" + listen;
+  std::string line = base + "/?login=" + NewLoginCode(Role::kRead) +
+                     " (a one-time read link, good for " +
+                     FormatDuration(options_.login_link_ms) + "; after that sign in at " + base +
+                     "/signin with the read or admin token";
+  if (!signin_token_.empty()) line += ", or this start's sign-in token " + signin_token_;
+  return line + ")";
+}
+
+std::string Dashboard::NewLoginCode(Role role) {
+  std::string code = RandomHex(16).value_or("");
+  if (code.empty()) return code;
+  const TimeMs now = clock_.Now();
+  std::lock_guard<std::mutex> lock(sessions_mu_);
+  std::erase_if(codes_, [&](const auto& kv) { return kv.second.expires_ms <= now; });
+  while (codes_.size() >= options_.max_login_links) {
+    auto oldest = std::min_element(codes_.begin(), codes_.end(), [](const auto& a, const auto& b) {
+      return a.second.expires_ms < b.second.expires_ms;
+    });
+    codes_.erase(oldest);
+  }
+  codes_[Sha256Hex(code)] = {role, now + options_.login_link_ms};
+  return code;
 }
 
 void Dashboard::Stop() {
@@ -170,72 +258,244 @@ void Dashboard::Stop() {
   cv_.notify_all();
 }
 
-Dashboard::Session Dashboard::SessionOf(const HttpServerRequest& req) const {
-  // "<r|a>.<nonce>.<hmac>"
+Dashboard::Session Dashboard::SessionOf(const HttpServerRequest& req, bool touch) {
+  // "<r|a>.<nonce>.<hmac>": the HMAC turns away made-up cookies before the
+  // lookup; the session itself is the entry in sessions_.
   std::string c = CookieValue(req.headers, kCookie);
   auto parts = Split(c, '.');
   if (parts.size() != 3 || (parts[0] != "r" && parts[0] != "a")) return {};
   std::string want = HmacSha256Hex(key_, parts[0] + "." + parts[1]);
   if (!ConstantTimeEquals(Sha256Hex(parts[2]), Sha256Hex(want))) return {};
-  if (parts[0] == "a" && config_.admin_token.empty()) return {};
-  return {parts[0] == "a" ? Role::kAdmin : Role::kRead, parts[1]};
+  const TimeMs now = clock_.Now();
+  std::lock_guard<std::mutex> lock(sessions_mu_);
+  auto it = sessions_.find(parts[1]);
+  if (it == sessions_.end()) return {};
+  SessionEntry& e = it->second;
+  if (now - e.seen_ms >= options_.session_idle_ms || now - e.created_ms >= options_.session_max_ms) {
+    sessions_.erase(it);
+    return {};
+  }
+  if (e.role == Role::kAdmin && config_.admin_token.empty()) return {};
+  if (touch) e.seen_ms = std::max(e.seen_ms, now);
+  return {e.role, parts[1]};
+}
+
+bool Dashboard::SignedIn(const HttpServerRequest& req) {
+  return SessionOf(req, false).role != Role::kNone;
 }
 
 std::string Dashboard::CsrfToken(const Session& s) const {
   return HmacSha256Hex(key_, "csrf." + s.id);
 }
 
-HttpServerReply Dashboard::Login(const HttpServerRequest& req, const std::string& path,
-                                 const std::string& token) {
-  const char* role = nullptr;
-  if (SameSecret(token, config_.admin_token.value)) {
-    role = "a";
-  } else if (SameSecret(token, read_token_) || SameSecret(token, login_token_)) {
-    role = "r";
-  }
-  if (!role) {
-    spdlog::warn("dashboard: a wrong token was given for {}", path);
-    return Unauthorized();
-  }
+std::string Dashboard::CookieAttributes() const {
+  return "; Path=/; HttpOnly; SameSite=Strict" + std::string(secure_cookie_ ? "; Secure" : "");
+}
+
+HttpServerReply Dashboard::StartSession(Role role, const std::string& next, const char* how) {
   auto nonce = RandomHex(12);
   if (!nonce) return Refuse(503, nonce.error().message);
-  std::string value = std::string(role) + "." + *nonce;
+  const TimeMs now = clock_.Now();
+  {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    std::erase_if(sessions_, [&](const auto& kv) {
+      return now - kv.second.seen_ms >= options_.session_idle_ms ||
+             now - kv.second.created_ms >= options_.session_max_ms;
+    });
+    while (sessions_.size() >= options_.max_sessions) {
+      auto lru = std::min_element(sessions_.begin(), sessions_.end(),
+                                  [](const auto& a, const auto& b) {
+                                    return a.second.seen_ms < b.second.seen_ms;
+                                  });
+      sessions_.erase(lru);
+    }
+    sessions_[*nonce] = {role, now, now};
+  }
+  const char* r = role == Role::kAdmin ? "a" : "r";
+  std::string value = std::string(r) + "." + *nonce;
   value += "." + HmacSha256Hex(key_, value);
-  HttpServerReply r{303, "text/plain; charset=utf-8", "signed in\n"};
-  r.headers.push_back({"Location", path + QueryWithout(req, "token")});
-  r.headers.push_back({"Set-Cookie", std::string(kCookie) + "=" + value +
-                                         "; Path=/; HttpOnly; SameSite=Strict; Max-Age=2592000"});
+  HttpServerReply reply{303, "text/plain; charset=utf-8", "signed in\n"};
+  reply.headers.push_back({"Location", LocationOf(SafeNext(next))});
+  reply.headers.push_back({"Set-Cookie", std::string(kCookie) + "=" + value + CookieAttributes() +
+                                             "; Max-Age=" +
+                                             std::to_string(options_.session_max_ms / 1000)});
+  reply.headers.push_back({"Cache-Control", "no-store"});
+  spdlog::info("dashboard: {} session {} signed in ({})",
+               role == Role::kAdmin ? "admin" : "read", nonce->substr(0, 8), how);
+  return reply;
+}
+
+HttpServerReply Dashboard::SignInPage(int status, const std::string& next,
+                                      const std::string& notice) {
+  std::string html(DashboardAsset("signin.html"));
+  auto put = [&](const std::string& key, const std::string& value) {
+    for (auto at = html.find(key); at != std::string::npos; at = html.find(key, at + value.size())) {
+      html.replace(at, key.size(), value);
+    }
+  };
+  put("{{next}}", HtmlEscape(SafeNext(next)));
+  put("{{notice}}", HtmlEscape(notice));
+  put("{{notice_hidden}}", notice.empty() ? " hidden" : "");
+  HttpServerReply r{status, "text/html; charset=utf-8", std::move(html)};
   r.headers.push_back({"Cache-Control", "no-store"});
-  spdlog::info("dashboard: {} session {} signed in", role[0] == 'a' ? "admin" : "read",
-               nonce->substr(0, 8));
+  PageHeaders(r);
   return r;
 }
 
-HttpServerReply Dashboard::Handle(const HttpServerRequest& req, const std::string& path) {
-  if (auto token = Param(req, "token"); token && req.method == "GET" && IsPage(path)) {
-    return Login(req, path, *token);
+// POST /signin: the form's token= and next=. The token travels in the body,
+// so it is in no address, history or proxy log.
+HttpServerReply Dashboard::SignInForm(const HttpServerRequest& req) {
+  // A form posted from another site is refused (login CSRF); a client that
+  // sends no Origin (curl) is not a browser on another site.
+  if (auto origin = FindHeader(req.headers, "Origin"); origin && *origin != "null") {
+    std::string host = FindHeader(req.headers, "Host").value_or("");
+    bool same = *origin == "http://" + host || *origin == "https://" + host ||
+                (!config_.public_url.empty() && *origin == OriginOf(config_.public_url));
+    if (!same) return Refuse(403, "a sign-in form from another site is refused");
   }
-  Session s = SessionOf(req);
-  if (s.role == Role::kNone) return Unauthorized();
+  if (req.body_too_large) return Refuse(413, "body too large");
+  auto fields = FormFields(req.body);
+  std::string next = fields.count("next") ? fields["next"] : "/";
+  std::string token(Trim(fields["token"]));
+  Role role = Role::kNone;
+  if (SameSecret(token, config_.admin_token.value)) {
+    role = Role::kAdmin;
+  } else if (SameSecret(token, read_token_) || SameSecret(token, signin_token_)) {
+    role = Role::kRead;
+  }
+  if (role == Role::kNone) {
+    if (auto skipped = wrong_token_log_.Allow(clock_.Now())) {
+      spdlog::warn("dashboard: a wrong token was given at sign-in{}",
+                   *skipped ? " (" + std::to_string(*skipped) + " more since the last such line)"
+                            : std::string());
+    }
+    return SignInPage(401, next, "That token is not the read or admin token.");
+  }
+  return StartSession(role, next, "sign-in form");
+}
+
+// GET PAGE?login=CODE: a one-time link. Used or expired, it shows the
+// sign-in page and says so.
+HttpServerReply Dashboard::LinkLogin(const HttpServerRequest& req, const std::string& path,
+                                     const std::string& code) {
+  std::string next = path + QueryWithout(req, "login");
+  Role role = Role::kNone;
+  {
+    const TimeMs now = clock_.Now();
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    auto it = codes_.find(Sha256Hex(code));
+    if (it != codes_.end()) {
+      if (it->second.expires_ms > now) role = it->second.role;
+      codes_.erase(it);  // once
+    }
+  }
+  if (role == Role::kNone) {
+    if (auto skipped = wrong_token_log_.Allow(clock_.Now())) {
+      spdlog::warn("dashboard: a sign-in link that is unknown, used or expired was opened{}",
+                   *skipped ? " (" + std::to_string(*skipped) + " more since the last such line)"
+                            : std::string());
+    }
+    return SignInPage(401, next,
+                      "This sign-in link was used already or has expired: sign in with a token.");
+  }
+  return StartSession(role, next, "one-time link");
+}
+
+HttpServerReply Dashboard::Logout(const HttpServerRequest& req, const Session& s) {
+  auto csrf = FindHeader(req.headers, "X-CSRF-Token");
+  if (!csrf || !ConstantTimeEquals(Sha256Hex(*csrf), Sha256Hex(CsrfToken(s)))) {
+    return Refuse(403, "missing or wrong X-CSRF-Token");
+  }
+  {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    sessions_.erase(s.id);
+  }
+  spdlog::info("dashboard: {} session {} signed out", s.role == Role::kAdmin ? "admin" : "read",
+               s.id.substr(0, 8));
+  HttpServerReply r = JsonReply(200, {{"result", "ok"}, {"signed_out", s.id.substr(0, 8)}});
+  r.headers.push_back({"Set-Cookie", std::string(kCookie) + "=" + CookieAttributes() +
+                                         "; Max-Age=0"});
+  return r;
+}
+
+std::string Dashboard::BaseUrl(const HttpServerRequest& req) const {
+  if (!config_.public_url.empty()) {
+    std::string u = config_.public_url;
+    while (u.ends_with("/")) u.pop_back();
+    return u;
+  }
+  return "http://" + FindHeader(req.headers, "Host").value_or("127.0.0.1");
+}
+
+// POST /dash/api/login-link with the read or admin token as a bearer token:
+// a one-time link for a session of that role.
+HttpServerReply Dashboard::LoginLinkRoute(const HttpServerRequest& req) {
+  if (req.method != "POST") return Refuse(405, "login links are POSTed");
+  Role role = Role::kNone;
+  if (!config_.admin_token.empty() && CheckAdminToken(config_, req.headers) == 0) {
+    role = Role::kAdmin;
+  } else if (!config_.read_token.empty() && CheckReadToken(config_, req.headers) == 0) {
+    role = Role::kRead;
+  }
+  if (role == Role::kNone) {
+    return Refuse(401, "expected the read or admin token as \"Authorization: Bearer TOKEN\"");
+  }
+  std::string code = NewLoginCode(role);
+  if (code.empty()) return Refuse(503, "no random bytes for a sign-in code");
+  return JsonReply(200, {{"url", BaseUrl(req) + "/?login=" + code},
+                         {"role", role == Role::kAdmin ? "admin" : "read"},
+                         {"expires_in_s", options_.login_link_ms / 1000}});
+}
+
+HttpServerReply Dashboard::Handle(const HttpServerRequest& req, const std::string& path) {
+  if (path == "/signin") {
+    if (req.method == "POST") return SignInForm(req);
+    if (req.method != "GET" && req.method != "HEAD") return Refuse(405, "GET or POST /signin");
+    return SignInPage(200, Param(req, "next").value_or("/"), "");
+  }
+  if (path == "/dash/api/login-link") return LoginLinkRoute(req);
+  if (IsPage(path) && (req.method == "GET" || req.method == "HEAD")) {
+    if (auto code = Param(req, "login")) return LinkLogin(req, path, *code);
+    if (Param(req, "token")) {
+      // The old `/?token=` login: a long-lived token in an address stays in
+      // the browser's history, so it is no longer taken (and not logged).
+      return SignInPage(401, path + QueryWithout(req, "token"),
+                        "A token in the address is no longer accepted (it would stay in the "
+                        "browser's history): enter it here instead.");
+    }
+  }
+  if (path == "/dash/app.css" && (req.method == "GET" || req.method == "HEAD")) {
+    // No data: the sign-in page uses it too.
+    HttpServerReply r{200, "text/css; charset=utf-8", std::string(DashboardAsset("app.css"))};
+    r.headers.push_back({"Cache-Control", "no-cache"});
+    PageHeaders(r);
+    return r;
+  }
+  Session s = SessionOf(req, true);
+  if (s.role == Role::kNone) {
+    if (IsPage(path) && (req.method == "GET" || req.method == "HEAD")) {
+      return SignInPage(401, path + QueryWithout(req, ""), "");
+    }
+    return Unauthorized();
+  }
   if (path == "/dash/api/action") {
     if (req.method != "POST") return Refuse(405, "actions are POSTed");
     return Action(req, s);
   }
+  if (path == "/dash/api/logout") {
+    if (req.method != "POST") return Refuse(405, "log-out is POSTed");
+    return Logout(req, s);
+  }
   if (req.method != "GET" && req.method != "HEAD") {
     return Refuse(405, req.method + " is not allowed here");
   }
-  if (IsPage(path) || path == "/dash/app.js" || path == "/dash/app.css") {
+  if (IsPage(path) || path == "/dash/app.js") {
     std::string name = IsPage(path) ? "index.html" : path.substr(6);
-    std::string type = name.ends_with(".js")    ? "text/javascript; charset=utf-8"
-                       : name.ends_with(".css") ? "text/css; charset=utf-8"
-                                                : "text/html; charset=utf-8";
+    std::string type = name.ends_with(".js") ? "text/javascript; charset=utf-8"
+                                             : "text/html; charset=utf-8";
     HttpServerReply r{200, type, std::string(DashboardAsset(name))};
     r.headers.push_back({"Cache-Control", "no-cache"});
-    r.headers.push_back({"X-Content-Type-Options", "nosniff"});
-    r.headers.push_back({"X-Frame-Options", "DENY"});
-    r.headers.push_back(
-        {"Content-Security-Policy",
-         "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'"});
+    PageHeaders(r);
     return r;
   }
   if (path == "/dash/events") return Events(req);

@@ -1,25 +1,35 @@
 // The live web dashboard of `trainq serve`, on its HTTP listener:
 //   GET  /, /experiment/NAME, /commit/SHA, /run/ID, /machines, /sweeps
 //                                   the page (one HTML page, its JS and CSS compiled in)
+//   GET  /signin, POST /signin      the sign-in page and its form (token=, next=)
 //   GET  /dash/app.js, /dash/app.css
 //   GET  /dash/api/...              the documents the CLI prints (status, show --json,
 //                                   report json), a run's log tail and metric curve
 //   GET  /dash/events               server-sent events: "the store changed"
 //   POST /dash/api/action           cancel a batch or a run, add seeds (admin only)
-// Access: `?token=READ_TOKEN` (or ADMIN_TOKEN) on any page sets an HttpOnly,
-// SameSite=Strict cookie signed with a key derived from the tokens and
-// redirects to the address without the token; without a valid cookie every
-// route answers 401 with no data. Actions need an admin cookie and the
-// session's CSRF token in the X-CSRF-Token header, and are logged with who.
+//   POST /dash/api/logout           ends the session (its CSRF token)
+//   POST /dash/api/login-link       a one-time sign-in link, for the bearer of the
+//                                   read or admin token (`trainq dashboard-link`)
+// Access (issue 36): a session, made by the sign-in form (the read or admin
+// token POSTed, never in an address) or by a one-time link (`?login=CODE`,
+// made by serve at start or by login-link, valid login_link_ms, gone once
+// used), is kept in this process's memory and named by an HttpOnly,
+// SameSite=Strict cookie (Secure when public_url is https). A session ends
+// after session_idle_ms without a request, session_max_ms after sign-in, at
+// log-out, or when serve stops. Without a session a page answers the sign-in
+// page (401) and every other route 401 with no data. Actions and log-out need
+// the session's CSRF token in the X-CSRF-Token header; actions need an admin
+// session and are logged with who.
 // Threading: Handle() is called from the listener's threads at once; each
 // data request opens its own read connection. One watcher thread (started by
 // the first events request) polls the store's data_version and wakes the
-// event streams.
+// event streams. The sessions and codes are behind their own mutex.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -27,6 +37,7 @@
 #include "agent/daemon/server_http.h"
 #include "agent/triggers/server_config.h"
 #include "core/clock.h"
+#include "core/log.h"
 
 namespace trainq {
 
@@ -35,6 +46,12 @@ struct DashboardOptions {
   TimeMs watch_ms = 200;          // the watcher reads data_version this often
   int max_streams = 64;           // events requests waiting at once; more answer at once
   std::int64_t max_log_bytes = 64 << 10;  // one log request returns at most this much
+  TimeMs session_idle_ms = 12 * 3600'000LL;      // a session unused this long ends
+  TimeMs session_max_ms = 30 * 24 * 3600'000LL;  // and any session this long after sign-in
+  TimeMs login_link_ms = 10 * 60'000;            // a one-time link is good this long
+  std::size_t max_sessions = 4096;  // past it, the least recently used session ends
+  std::size_t max_login_links = 256;  // unused links kept; past it, the oldest goes
+  TimeMs wrong_token_log_ms = 60'000;  // one "wrong token" warning per this, with a count
 };
 
 class Dashboard {
@@ -48,9 +65,12 @@ class Dashboard {
   // Whether `path` (trailing slashes removed) is one of the dashboard's.
   static bool Owns(const std::string& path);
   HttpServerReply Handle(const HttpServerRequest& request, const std::string& path);
-  // "http://HOST:PORT/?token=TOKEN" for `listen` ("127.0.0.1:8080"): a read
-  // token made at this start, never the configured read_token.
-  std::string Url(const std::string& listen) const;
+  // The line serve logs at start for `listen` ("127.0.0.1:8080"): a one-time
+  // read link, "http://127.0.0.1:8080/?login=CODE", and how to sign in after
+  // it was used or expired.
+  std::string StartLine(const std::string& listen);
+  // Whether the request's cookie names a live session (the listener's trust).
+  bool SignedIn(const HttpServerRequest& request);
   // Waiting event streams answer now and new ones do not wait (shutdown).
   void Stop();
 
@@ -60,10 +80,23 @@ class Dashboard {
     Role role = Role::kNone;
     std::string id;  // the cookie's nonce: who, in the action log
   };
-  Session SessionOf(const HttpServerRequest& req) const;
+  // The live session the cookie names (kNone when none); `touch` counts this
+  // request as use (the idle clock starts again).
+  Session SessionOf(const HttpServerRequest& req, bool touch);
   std::string CsrfToken(const Session& s) const;
-  HttpServerReply Login(const HttpServerRequest& req, const std::string& path,
-                        const std::string& token);
+  // A new session of `role` and the 303 to `next` that sets its cookie.
+  HttpServerReply StartSession(Role role, const std::string& next, const char* how);
+  // A one-time code for a session of `role`, good for login_link_ms.
+  std::string NewLoginCode(Role role);
+  HttpServerReply LinkLogin(const HttpServerRequest& req, const std::string& path,
+                            const std::string& code);
+  HttpServerReply SignInPage(int status, const std::string& next, const std::string& notice);
+  HttpServerReply SignInForm(const HttpServerRequest& req);
+  HttpServerReply Logout(const HttpServerRequest& req, const Session& s);
+  HttpServerReply LoginLinkRoute(const HttpServerRequest& req);
+  // "http://HOST:PORT" as a browser reaches serve: public_url, else the Host.
+  std::string BaseUrl(const HttpServerRequest& req) const;
+  std::string CookieAttributes() const;
   HttpServerReply Data(const HttpServerRequest& req, const std::string& path, const Session& s);
   HttpServerReply Events(const HttpServerRequest& req);
   HttpServerReply Action(const HttpServerRequest& req, const Session& s);
@@ -75,10 +108,25 @@ class Dashboard {
   std::string data_dir_;
   const Clock& clock_;
   DashboardOptions options_;
-  std::string read_token_;   // the config's (may be empty)
-  std::string login_token_;  // made at start: the logged address's, a read session
-  std::string key_;         // signs cookies and CSRF tokens
-  std::string boot_;        // this process's event ids start with it
+  std::string read_token_;    // the config's (may be empty)
+  std::string signin_token_;  // without a read_token: made at start, logged, a read session
+  std::string key_;           // made at start: signs cookies and CSRF tokens
+  std::string boot_;          // this process's event ids start with it
+  bool secure_cookie_ = false;  // public_url is https
+  LogLimiter wrong_token_log_;
+
+  struct SessionEntry {
+    Role role = Role::kNone;
+    TimeMs created_ms = 0;
+    TimeMs seen_ms = 0;
+  };
+  struct LoginCode {
+    Role role = Role::kNone;
+    TimeMs expires_ms = 0;
+  };
+  std::mutex sessions_mu_;  // guards sessions_ and codes_
+  std::map<std::string, SessionEntry> sessions_;  // by nonce
+  std::map<std::string, LoginCode> codes_;        // by the code's SHA-256
 
   std::mutex mu_;  // guards what follows
   std::condition_variable cv_;

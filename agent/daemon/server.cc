@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -9,6 +10,7 @@
 #include "agent/daemon/read_api.h"
 #include "agent/results/retry.h"
 #include "agent/results/status.h"
+#include "agent/triggers/forge.h"
 #include "agent/triggers/webhook.h"
 #include "queue/machines.h"
 #include "queue/pushes.h"
@@ -57,17 +59,47 @@ Status Server::Open() {
   return {};
 }
 
-HttpServerReply Server::Handle(const HttpServerRequest& req) {
+ForgeKind Server::HookForge(const std::string& path) {
   static const std::map<std::string, ForgeKind> kHooks = {{"/hooks/github", ForgeKind::kGithub},
                                                           {"/hooks/gitlab", ForgeKind::kGitlab},
                                                           {"/hooks/gitea", ForgeKind::kGitea}};
+  auto it = kHooks.find(path);
+  return it == kHooks.end() ? ForgeKind::kNone : it->second;
+}
+
+HttpServerReply Server::Health() {
+  {
+    std::lock_guard<std::mutex> lock(read_mu_);
+    if (!read_store_ || read_store_->schema_version() < 0) {
+      return {503, "text/plain; charset=utf-8", "store unavailable\n"};
+    }
+  }
+  if (const HttpListener* listener = listener_.load()) {
+    // Degraded while requests of workers (or token holders) are refused for
+    // lack of body memory: machines may be declared lost meanwhile.
+    ListenerStats st = listener->Stats();
+    if (st.ms_since_trusted_refusal >= 0 && st.ms_since_trusted_refusal < kDegradedForMs) {
+      return {503, "text/plain; charset=utf-8",
+              "degraded: requests of workers or token holders were refused for lack of "
+              "request-body memory " +
+                  std::to_string(st.ms_since_trusted_refusal / 1000) + " s ago (" +
+                  std::to_string(st.trusted_refusals) + " since start; " +
+                  std::to_string(st.trusted_body_bytes >> 20) + " MB of trusted and " +
+                  std::to_string(st.anonymous_body_bytes >> 20) +
+                  " MB of anonymous bodies held now)\n"};
+    }
+  }
+  return {200, "text/plain; charset=utf-8", "ok\n"};
+}
+
+HttpServerReply Server::Handle(const HttpServerRequest& req) {
   std::string path = req.path;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
-  if (auto it = kHooks.find(path); it != kHooks.end()) {
+  if (auto forge = HookForge(path); forge != ForgeKind::kNone) {
     if (req.method != "POST") {
       return Json(405, {{"result", "error"}, {"reason", "webhooks are POSTed"}});
     }
-    return Webhook(it->second, req);
+    return Webhook(forge, req);
   }
   if (path.starts_with("/api/v1/workers/") || path.starts_with("/api/v1/runs/")) {
     return WorkerRoute(req, path);
@@ -77,13 +109,7 @@ HttpServerReply Server::Handle(const HttpServerRequest& req) {
   if (req.method != "GET" && req.method != "HEAD") {
     return Json(405, {{"result", "error"}, {"reason", req.method + " is not allowed here"}});
   }
-  if (path == "/healthz") {
-    std::lock_guard<std::mutex> lock(read_mu_);
-    if (!read_store_ || read_store_->schema_version() < 0) {
-      return {503, "text/plain; charset=utf-8", "store unavailable\n"};
-    }
-    return {200, "text/plain; charset=utf-8", "ok\n"};
-  }
+  if (path == "/healthz") return Health();
   // What shows runs needs the read token: the status document, the
   // counters (a Prometheus scrape sends it as a bearer token) and the read
   // routes. /healthz shows nothing and stays open.
@@ -155,16 +181,52 @@ HttpServerReply Server::RetryRoute(const HttpServerRequest& req) {
 Admission Server::Admit(const HttpServerRequest& head) {
   std::string path = head.path;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
-  if (path.starts_with("/hooks/")) return {kMaxWebhookBodyBytes, std::nullopt};
+  if (auto forge = HookForge(path); forge != ForgeKind::kNone && head.method == "POST") {
+    return AdmitWebhook(forge, head);
+  }
+  if (path.starts_with("/hooks/")) return {kMaxOtherBodyBytes, std::nullopt};
   if (path.starts_with("/api/v1/workers/") || path.starts_with("/api/v1/runs/")) {
     HttpServerRequest probe = head;
     probe.headers_only = true;
     HttpServerReply r = WorkerRoute(probe, path);
     if (r.status != 0) return {0, r};  // no or a wrong token: the body is never read
-    // A machine of a pool: never evicted for anonymous traffic (server_http.h).
+    // A machine of a pool: never evicted for anonymous traffic, and its body
+    // draws from the trusted budget (server_http.h).
     return {kMaxWorkerBodyBytes, std::nullopt, /*trusted=*/true};
   }
-  return {kMaxOtherBodyBytes, std::nullopt};
+  // The read or admin token, or a dashboard session: trusted as well.
+  bool trusted = CheckReadToken(config_, head.headers) == 0 ||
+                 CheckAdminToken(config_, head.headers) == 0 || dashboard_->SignedIn(head);
+  return {kMaxOtherBodyBytes, std::nullopt, trusted};
+}
+
+// A webhook's headers: signed with a GitLab token that matches, it is
+// trusted; with a well-formed GitHub or Gitea signature it is read as an
+// anonymous body (the HMAC covers the body); without one that any
+// repository's secret could verify, it is refused unread, as the handler
+// would refuse it after reading.
+Admission Server::AdmitWebhook(ForgeKind forge, const HttpServerRequest& head) {
+  WebhookPrecheck best = WebhookPrecheck::kRefused;
+  for (const auto& r : config_.repositories) {
+    if (r.forge != forge) continue;
+    best = std::max(best, PrecheckWebhook(forge, head.headers, r.secret.value));
+  }
+  if (best == WebhookPrecheck::kVerified) return {kMaxWebhookBodyBytes, std::nullopt, true};
+  if (best == WebhookPrecheck::kNeedsBody) return {kMaxWebhookBodyBytes, std::nullopt, false};
+  {
+    std::lock_guard<std::mutex> lock(counters_mu_);
+    ++deliveries_[{std::string(ForgeName(forge)), "unauthorized"}];
+  }
+  if (auto skipped = unsigned_log_.Allow(clock_.Now())) {
+    spdlog::warn("{} webhook refused unread: no signature or token that a configured secret "
+                 "could verify{}",
+                 ForgeName(forge),
+                 *skipped ? " (" + std::to_string(*skipped) + " more since the last such line)"
+                          : std::string());
+  }
+  return {0, Json(401, {{"result", "unauthorized"},
+                        {"reason", "signature or token missing or wrong for every repository of "
+                                   "this forge"}})};
 }
 
 HttpServerReply Server::Webhook(ForgeKind forge, const HttpServerRequest& req) {
@@ -279,6 +341,21 @@ std::string Server::MetricsText() {
   for (const auto& [key, n] : worker_requests_) {
     out << "trainq_worker_requests_total{route=\"" << Label(key.first) << "\",status=\""
         << key.second << "\"} " << n << "\n";
+  }
+  if (const HttpListener* listener = listener_.load()) {
+    ListenerStats st = listener->Stats();
+    out << "# HELP trainq_http_body_bytes Request bodies received and not yet answered, by "
+           "budget.\n# TYPE trainq_http_body_bytes gauge\n"
+        << "trainq_http_body_bytes{caller=\"trusted\"} " << st.trusted_body_bytes << "\n"
+        << "trainq_http_body_bytes{caller=\"anonymous\"} " << st.anonymous_body_bytes << "\n"
+        << "# HELP trainq_http_body_refusals_total Requests answered 503 because their body did "
+           "not fit their budget, since start.\n# TYPE trainq_http_body_refusals_total counter\n"
+        << "trainq_http_body_refusals_total{caller=\"trusted\"} " << st.trusted_refusals << "\n"
+        << "trainq_http_body_refusals_total{caller=\"anonymous\"} " << st.anonymous_refusals
+        << "\n"
+        << "# HELP trainq_http_anonymous_bodies_cut_total Anonymous bodies closed for falling "
+           "behind their pace.\n# TYPE trainq_http_anonymous_bodies_cut_total counter\n"
+        << "trainq_http_anonymous_bodies_cut_total " << st.anonymous_cut << "\n";
   }
   out << "# HELP trainq_webhook_receive_to_stored_seconds From a push webhook's arrival to its "
          "durable record.\n# TYPE trainq_webhook_receive_to_stored_seconds histogram\n";

@@ -1,7 +1,10 @@
 // The routes of `trainq serve`'s HTTP server, independent of sockets:
 //   POST /hooks/github, /hooks/gitlab, /hooks/gitea   webhooks (agent/triggers/webhook.h)
 //   GET  /api/v1/status                               what `trainq status --json` prints
-//   GET  /healthz                                     200 while the store answers
+//   GET  /healthz                                     200 "ok" while the store answers;
+//                                                     503 "degraded: ..." while requests
+//                                                     of workers were refused for lack of
+//                                                     body memory (the last minute)
 //   GET  /metrics                                     Prometheus text format
 //   GET  /api/v1/report, /api/v1/gate                 reports and gate decisions for
 //                                                     hosted CI (agent/daemon/read_api.h)
@@ -40,6 +43,7 @@
 #include "agent/daemon/dashboard.h"
 #include "agent/daemon/server_http.h"
 #include "core/clock.h"
+#include "core/log.h"
 #include "queue/store.h"
 
 namespace trainq {
@@ -63,10 +67,19 @@ class Server {
   Status Open();
   HttpServerReply Handle(const HttpServerRequest& request);
   // The listener's question with a request's headers, before any body is read
-  // (HttpListener::Admit): webhooks may send 25 MB (GitHub's limit), the worker
-  // API kMaxWorkerBodyBytes and only with a known pool token (refused unread
-  // otherwise), every other route kMaxOtherBodyBytes.
+  // (HttpListener::Admit): webhooks may send 25 MB (GitHub's limit) and only
+  // with a signature header a configured secret could verify (refused unread
+  // otherwise; a matching GitLab token is trusted), the worker API
+  // kMaxWorkerBodyBytes and only with a known pool token (refused unread
+  // otherwise, trusted), every other route kMaxOtherBodyBytes (trusted with
+  // the read or admin token or a dashboard session).
   Admission Admit(const HttpServerRequest& head);
+  // The listener in front of this server, whose counters /healthz and
+  // /metrics show (null: none). It must outlive its use here: set it back to
+  // null, or stop the listener, before destroying it.
+  void set_listener(const HttpListener* listener) { listener_.store(listener); }
+  // /healthz says degraded this long after a trusted request was refused.
+  static constexpr std::int64_t kDegradedForMs = 60'000;
   static constexpr std::size_t kMaxWorkerBodyBytes = 4u << 20;  // a 1 MB log chunk, escaped
   static constexpr std::size_t kMaxOtherBodyBytes = 64u << 10;
   // Per run (log: per attempt): past these, points are refused (413) and log
@@ -85,12 +98,17 @@ class Server {
   void StopWaiting();
   // Lease calls waiting right now.
   int WaitingPolls();
-  // The dashboard's address with its read token, for the log line at start.
-  std::string DashboardUrl(const std::string& listen) const { return dashboard_->Url(listen); }
+  // The dashboard's one-time sign-in link and how to sign in after it, for
+  // the log line at start (Dashboard::StartLine).
+  std::string DashboardUrl(const std::string& listen) { return dashboard_->StartLine(listen); }
   const ServerOptions& options() const { return options_; }
 
  private:
   HttpServerReply Webhook(ForgeKind forge, const HttpServerRequest& request);
+  Admission AdmitWebhook(ForgeKind forge, const HttpServerRequest& head);
+  HttpServerReply Health();
+  // /hooks/github -> kGithub ...; kNone for any other path.
+  static ForgeKind HookForge(const std::string& path);
   // GET /api/v1/report and /api/v1/gate (agent/daemon/read_api.cc).
   HttpServerReply ReadRoute(const HttpServerRequest& request, const std::string& path);
   // GET /api/v1/logs (agent/daemon/read_api.cc), after ReadRoute's token check.
@@ -157,6 +175,8 @@ class Server {
   std::mutex read_mu_;
   std::optional<Store> read_store_;
   std::unique_ptr<Dashboard> dashboard_;
+  std::atomic<const HttpListener*> listener_{nullptr};
+  LogLimiter unsigned_log_{60'000};  // webhooks refused from their headers
 
   // Webhook deliveries by (forge, result) since start, and how long
   // receive-to-stored took (a histogram, seconds).

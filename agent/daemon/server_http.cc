@@ -13,6 +13,8 @@
 #define BOOST_BEAST_USE_STD_STRING_VIEW
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -24,9 +26,11 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
+#include "core/log.h"
 #include "core/strings.h"
 
 namespace trainq {
@@ -49,35 +53,20 @@ HttpServerReply SafeCall(const HttpListener::Handler& handler, const HttpServerR
   try {
     return handler(r);
   } catch (const std::exception& e) {
-    spdlog::error("HTTP {} {}: {}", r.method, r.path, e.what());
+    spdlog::error("HTTP {} {}: {}", LogSafe(r.method), LogSafe(r.path), e.what());
     return Refusal(500, "internal error");
   }
 }
 
-int Hex(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-std::string PercentDecode(std::string_view target) {
-  std::string out;
-  for (size_t i = 0; i < target.size(); ++i) {
-    if (target[i] == '%' && i + 2 < target.size() && Hex(target[i + 1]) >= 0 &&
-        Hex(target[i + 2]) >= 0) {
-      out += static_cast<char>(Hex(target[i + 1]) * 16 + Hex(target[i + 2]));
-      i += 2;
-    } else {
-      out += target[i];
-    }
-  }
-  return out;
+bool HasControlCharacter(std::string_view s) {
+  return std::any_of(s.begin(), s.end(), [](char c) {
+    return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+  });
 }
 
 // The target's path, without the query, %XX decoded.
 std::string DecodePath(std::string_view target) {
-  return PercentDecode(target.substr(0, target.find('?')));
+  return UrlDecode(target.substr(0, target.find('?')));
 }
 
 // The query's name=value pairs in order, %XX decoded; a name may repeat.
@@ -88,8 +77,8 @@ std::vector<std::pair<std::string, std::string>> DecodeQuery(std::string_view ta
   for (const auto& part : Split(target.substr(q + 1), '&')) {
     if (part.empty()) continue;
     auto eq = part.find('=');
-    out.emplace_back(PercentDecode(part.substr(0, eq)),
-                     eq == std::string::npos ? std::string() : PercentDecode(part.substr(eq + 1)));
+    out.emplace_back(UrlDecode(part.substr(0, eq)),
+                     eq == std::string::npos ? std::string() : UrlDecode(part.substr(eq + 1)));
   }
   return out;
 }
@@ -125,10 +114,21 @@ Result<ListenAddress> ParseListenAddress(const std::string& text) {
   return a;
 }
 
+namespace {
+
+std::int64_t AtRateMs(std::size_t bytes, std::size_t rate) {
+  rate = std::max<std::size_t>(1, rate);
+  return static_cast<std::int64_t>(bytes / rate * 1000 + bytes % rate * 1000 / rate);
+}
+
+}  // namespace
+
 std::int64_t TransferDeadlineMs(const ListenerLimits& limits, std::size_t bytes) {
-  const std::size_t rate = std::max<std::size_t>(1, limits.min_rate);
-  return limits.body_timeout_ms + static_cast<std::int64_t>(bytes / rate * 1000 +
-                                                            bytes % rate * 1000 / rate);
+  return limits.body_timeout_ms + AtRateMs(bytes, limits.min_rate);
+}
+
+std::int64_t AnonymousBodyDueMs(const ListenerLimits& limits, std::size_t bytes) {
+  return limits.anonymous_grace_ms + AtRateMs(bytes, limits.min_anonymous_rate);
 }
 
 // Shared by the accept thread and every connection's thread, so that a
@@ -156,20 +156,54 @@ struct HttpListener::Impl {
   std::map<std::uint64_t, Conn> conns;  // by accept order: the first is the oldest
   std::uint64_t next_conn = 0;
   int live = 0;                // conns not evicted
-  std::size_t body_bytes = 0;  // request bodies being read or handled, all connections
   std::uint64_t evictions = 0;
+  // Request bodies received and not yet answered (bytes), by budget.
+  std::size_t trusted_bytes = 0;
+  std::size_t anonymous_bytes = 0;
+  std::map<std::string, std::size_t> anonymous_by_address;  // only addresses holding some
+  std::uint64_t trusted_refusals = 0;
+  std::uint64_t anonymous_refusals = 0;
+  std::uint64_t anonymous_cut = 0;
+  std::optional<std::chrono::steady_clock::time_point> trusted_refused_at;
 
   void AcceptLoop(const std::shared_ptr<Impl>& self);
   void Serve(int fd, std::uint64_t id);
-  bool Reserve(std::size_t n) {
+  // Takes `n` more bytes of a body from its budget; false (and counted as a
+  // refusal) when they do not fit.
+  bool Draw(bool trusted, const std::string& address, std::size_t n) {
     std::lock_guard lock(mu);
-    if (body_bytes + n > limits.max_inflight_body_bytes) return false;
-    body_bytes += n;
+    if (trusted) {
+      if (trusted_bytes + n > limits.max_trusted_body_bytes) {
+        ++trusted_refusals;
+        trusted_refused_at = std::chrono::steady_clock::now();
+        return false;
+      }
+      trusted_bytes += n;
+      return true;
+    }
+    std::size_t& mine = anonymous_by_address[address];
+    if (anonymous_bytes + n > limits.max_anonymous_body_bytes ||
+        mine + n > limits.max_anonymous_per_address) {
+      if (mine == 0) anonymous_by_address.erase(address);
+      ++anonymous_refusals;
+      return false;
+    }
+    mine += n;
+    anonymous_bytes += n;
     return true;
   }
-  void Release(std::size_t n) {
+  void Return(bool trusted, const std::string& address, std::size_t n) {
+    if (n == 0) return;
     std::lock_guard lock(mu);
-    body_bytes -= n;
+    if (trusted) {
+      trusted_bytes -= n;
+      return;
+    }
+    anonymous_bytes -= n;
+    auto it = anonymous_by_address.find(address);
+    if (it != anonymous_by_address.end() && (it->second -= n) == 0) {
+      anonymous_by_address.erase(it);
+    }
   }
   void SetEvictable(std::uint64_t id, bool evictable) {
     std::lock_guard lock(mu);
@@ -357,7 +391,7 @@ std::string PeerAddress(const sockaddr_storage& a) {
 }  // namespace
 
 void HttpListener::Impl::AcceptLoop(const std::shared_ptr<Impl>& self) {
-  std::uint64_t told_evictions = 0;
+  std::uint64_t told_evictions = 0, told_trusted = 0, told_anonymous = 0, told_cut = 0;
   auto told_at = std::chrono::steady_clock::now();
   for (;;) {
     pollfd p{listen_fd, POLLIN, 0};
@@ -367,12 +401,27 @@ void HttpListener::Impl::AcceptLoop(const std::shared_ptr<Impl>& self) {
       if (stopping) return;
       // One line a minute at most about connections closed to make room.
       auto now = std::chrono::steady_clock::now();
-      if (evictions > told_evictions && now - told_at > std::chrono::seconds(60)) {
-        spdlog::warn("HTTP listener: {} slow or idle connection(s) closed to make room for new "
-                     "ones ({} open; limits: {} in all, {} evictable per address)",
-                     evictions - told_evictions, live, limits.max_connections,
-                     limits.max_per_address);
+      if (now - told_at > std::chrono::seconds(60)) {
+        if (evictions > told_evictions) {
+          spdlog::warn("HTTP listener: {} slow or idle connection(s) closed to make room for new "
+                       "ones ({} open; limits: {} in all, {} evictable per address)",
+                       evictions - told_evictions, live, limits.max_connections,
+                       limits.max_per_address);
+        }
+        if (trusted_refusals > told_trusted || anonymous_refusals > told_anonymous ||
+            anonymous_cut > told_cut) {
+          spdlog::warn("HTTP listener: request bodies refused for lack of memory budget: {} of "
+                       "workers or token holders (budget {} MB), {} anonymous (budget {} MB, {} "
+                       "MB per address); {} anonymous bodies cut for falling behind {} kB/s",
+                       trusted_refusals - told_trusted, limits.max_trusted_body_bytes >> 20,
+                       anonymous_refusals - told_anonymous, limits.max_anonymous_body_bytes >> 20,
+                       limits.max_anonymous_per_address >> 20, anonymous_cut - told_cut,
+                       limits.min_anonymous_rate >> 10);
+        }
         told_evictions = evictions;
+        told_trusted = trusted_refusals;
+        told_anonymous = anonymous_refusals;
+        told_cut = anonymous_cut;
         told_at = now;
       }
     }
@@ -438,6 +487,11 @@ void HttpListener::Impl::Serve(int fd, std::uint64_t id) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   TimedSocket socket(fd);
   beast::flat_buffer buffer;
+  std::string address;
+  {
+    std::lock_guard lock(mu);
+    if (auto it = conns.find(id); it != conns.end()) address = it->second.address;
+  }
   // The first request's header is due header_timeout after the accept.
   socket.SetDeadline(Clock::now() + Ms(limits.header_timeout_ms));
   for (bool first = true;; first = false) {
@@ -474,6 +528,15 @@ void HttpListener::Impl::Serve(int fd, std::uint64_t id) {
     HttpServerRequest req;
     req.method = std::string(msg.method_string());
     req.path = DecodePath(msg.target());
+    if (HasControlCharacter(req.path)) {
+      // Before anything else: no route, log line or header ever sees a CR,
+      // LF or other control character of a path (issue 36, F7/F8).
+      socket.SetDeadline(Clock::now() + Ms(limits.body_timeout_ms));
+      Write(socket, Refusal(400, "control characters in the request path"), msg.version(), false,
+            ec);
+      Linger(fd);
+      return;
+    }
     req.query = DecodeQuery(msg.target());
     for (const auto& f : msg) req.headers.emplace_back(f.name_string(), f.value());
     unsigned version = msg.version();
@@ -487,7 +550,7 @@ void HttpListener::Impl::Serve(int fd, std::uint64_t id) {
         admission = admit(req);
       } catch (const std::exception& e) {
         admission.refuse = Refusal(500, "internal error");
-        spdlog::error("HTTP {} {}: {}", req.method, req.path, e.what());
+        spdlog::error("HTTP {} {}: {}", LogSafe(req.method), LogSafe(req.path), e.what());
       }
       admission.max_body_bytes = std::min(admission.max_body_bytes, max_body_bytes);
     }
@@ -530,26 +593,66 @@ void HttpListener::Impl::Serve(int fd, std::uint64_t id) {
       if (stopping) return;
       continue;
     }
-    // The whole body is due by its deadline, however it trickles in.
-    socket.SetDeadline(Clock::now() + Ms(TransferDeadlineMs(limits, n)));
-    if (!Reserve(n)) {
-      Write(socket, Refusal(503, "too many request bodies at once; retry"), version, false, ec);
-      if (has_body) Linger(fd);
-      return;
-    }
-    struct Reservation {
+    // The whole body is due by its deadline, however it trickles in; an
+    // anonymous one also byte by byte at an average pace (AnonymousBodyDueMs).
+    const bool trusted = admission.trusted;
+    const auto body_start = Clock::now();
+    const auto whole =
+        body_start + Ms(trusted ? TransferDeadlineMs(limits, n)
+                                : std::min(TransferDeadlineMs(limits, n),
+                                           AnonymousBodyDueMs(limits, n)));
+    socket.SetDeadline(whole);
+    // What this body drew from its budget, returned once it is answered.
+    struct Held {
       Impl* impl;
-      std::size_t n;
-      ~Reservation() { impl->Release(n); }
-    } reservation{this, n};
+      bool trusted;
+      const std::string& address;
+      std::size_t n = 0;
+      ~Held() { impl->Return(trusted, address, n); }
+    } held{this, trusted, address};
     if (expect_continue) {
       static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
       asio::write(socket, asio::buffer(kContinue, sizeof kContinue - 1), ec);
       if (ec) return;
     }
-    bhttp::request_parser<bhttp::string_body> parser(std::move(head_parser));
+    bhttp::request_parser<bhttp::buffer_body> parser(std::move(head_parser));
     parser.body_limit(admission.max_body_bytes);
-    bhttp::read(socket, buffer, parser, ec);
+    std::string body;
+    body.reserve(std::min<std::size_t>(n, 64u << 10));
+    std::array<char, 64 * 1024> chunk;
+    bool over_budget = false;
+    while (!parser.is_done()) {
+      if (!trusted) {
+        socket.SetDeadline(
+            std::min(whole, body_start + Ms(AnonymousBodyDueMs(limits, body.size() + 1))));
+      }
+      parser.get().body().data = chunk.data();
+      parser.get().body().size = chunk.size();
+      bhttp::read_some(socket, buffer, parser, ec);
+      if (ec == bhttp::error::need_buffer) ec = {};
+      std::size_t got = chunk.size() - parser.get().body().size;
+      if (got > 0) {
+        if (!Draw(trusted, address, got)) {
+          over_budget = true;
+          break;
+        }
+        held.n += got;
+        if (body.capacity() < body.size() + got) {  // grow, but never past the declared size
+          body.reserve(std::min(n, std::max(body.size() + got, body.capacity() * 2)));
+        }
+        body.append(chunk.data(), got);
+      }
+      if (ec) break;
+    }
+    if (over_budget) {
+      // Counted as received: what this request already holds is returned
+      // when it ends, and the client is told to come back.
+      auto busy = Refusal(503, "too many request bodies at once; retry");
+      reply_deadline(busy);
+      Write(socket, busy, version, false, ec);
+      Linger(fd);
+      return;
+    }
     if (ec) {
       if (ec == bhttp::error::body_limit) {
         req.body_too_large = true;
@@ -557,10 +660,13 @@ void HttpListener::Impl::Serve(int fd, std::uint64_t id) {
         reply_deadline(too_large);
         Write(socket, too_large, version, false, ec);
         Linger(fd);
+      } else if (ec == asio::error::timed_out && !trusted) {
+        std::lock_guard lock(mu);
+        ++anonymous_cut;
       }
       return;  // the client went away or stalled mid-body
     }
-    req.body = std::move(parser.get().body());
+    req.body = std::move(body);
     SetEvictable(id, false);  // inside the handler
     reply = SafeCall(handler, req);
     if (!admission.trusted) SetEvictable(id, true);
@@ -575,6 +681,22 @@ void HttpListener::Impl::Serve(int fd, std::uint64_t id) {
 }
 
 HttpListener::HttpListener(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ListenerStats HttpListener::Stats() const {
+  std::lock_guard lock(impl_->mu);
+  ListenerStats s;
+  s.trusted_body_bytes = impl_->trusted_bytes;
+  s.anonymous_body_bytes = impl_->anonymous_bytes;
+  s.trusted_refusals = impl_->trusted_refusals;
+  s.anonymous_refusals = impl_->anonymous_refusals;
+  s.anonymous_cut = impl_->anonymous_cut;
+  if (impl_->trusted_refused_at) {
+    s.ms_since_trusted_refusal = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::steady_clock::now() - *impl_->trusted_refused_at)
+                                     .count();
+  }
+  return s;
+}
 
 HttpListener::~HttpListener() { Stop(); }
 

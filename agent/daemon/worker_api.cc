@@ -25,6 +25,7 @@
 #include "agent/daemon/server.h"
 #include "agent/runner/protocol.h"
 #include "core/crypto.h"
+#include "core/log.h"
 #include "core/strings.h"
 
 using nlohmann::json;
@@ -311,13 +312,13 @@ HttpServerReply Server::Register(const std::string& pool, const HttpServerReques
     return ErrorReply(status, m.error().message);
   }
   spdlog::info("worker registered: machine {} ({}) of pool {}, {} slots, {} GPUs, host {}", m->id,
-               m->name, pool, m->slots, m->gpus, m->hostname);
+               LogSafe(m->name), pool, m->slots, m->gpus, LogSafe(m->hostname));
   if (resources.contains("sandbox")) {
     const std::string form = resources["sandbox"].get<std::string>();
     const std::string note = resources.value("sandbox_note", std::string());
     const std::string line =
-        fmt::format("machine {}: sandbox {}{}", m->name.empty() ? m->hostname : m->name, form,
-                    note.empty() ? "" : " (" + note + ")");
+        fmt::format("machine {}: sandbox {}{}", LogSafe(m->name.empty() ? m->hostname : m->name),
+                    LogSafe(form), note.empty() ? "" : " (" + LogSafe(note) + ")");
     if (form == "bwrap") {
       spdlog::info("{}", line);
     } else {

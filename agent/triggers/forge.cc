@@ -142,6 +142,32 @@ bool VerifyWebhook(ForgeKind forge, const HttpHeaders& headers, std::string_view
   return false;
 }
 
+WebhookPrecheck PrecheckWebhook(ForgeKind forge, const HttpHeaders& headers,
+                                std::string_view secret) {
+  if (secret.empty()) return WebhookPrecheck::kRefused;
+  auto hex64 = [](std::string_view s) {
+    return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
+             return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+           });
+  };
+  switch (forge) {
+    case ForgeKind::kGithub: {
+      std::string sig = Lower(Header(headers, "X-Hub-Signature-256"));
+      return sig.starts_with("sha256=") && hex64(std::string_view(sig).substr(7))
+                 ? WebhookPrecheck::kNeedsBody
+                 : WebhookPrecheck::kRefused;
+    }
+    case ForgeKind::kGitea:
+      return hex64(Lower(Header(headers, "X-Gitea-Signature"))) ? WebhookPrecheck::kNeedsBody
+                                                                : WebhookPrecheck::kRefused;
+    case ForgeKind::kGitlab:
+      return VerifyWebhook(forge, headers, "", secret) ? WebhookPrecheck::kVerified
+                                                       : WebhookPrecheck::kRefused;
+    case ForgeKind::kNone: return WebhookPrecheck::kRefused;
+  }
+  return WebhookPrecheck::kRefused;
+}
+
 std::string PushEvent::branch() const {
   return is_branch() ? ref.substr(std::string_view("refs/heads/").size()) : "";
 }

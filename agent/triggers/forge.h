@@ -43,6 +43,15 @@ std::string WebhookDeliveryId(ForgeKind forge, const HttpHeaders& headers, std::
 bool VerifyWebhook(ForgeKind forge, const HttpHeaders& headers, std::string_view body,
                    std::string_view secret);
 
+// What the headers alone say about VerifyWebhook, before a body is read:
+// kRefused, it cannot verify (no or a malformed signature header, a GitLab
+// token that differs, an empty secret); kVerified, it has (GitLab's token is
+// a header); kNeedsBody, a well-formed HMAC to check against the body
+// (GitHub, Gitea).
+enum class WebhookPrecheck { kRefused, kNeedsBody, kVerified };
+WebhookPrecheck PrecheckWebhook(ForgeKind forge, const HttpHeaders& headers,
+                                std::string_view secret);
+
 struct PushEvent {
   std::string ref;     // refs/heads/main, refs/tags/v1
   std::string before;  // all zeros for a new branch or tag

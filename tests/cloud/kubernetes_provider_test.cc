@@ -167,6 +167,50 @@ TEST_CASE("kubernetes pod for the sandbox: hostUsers, procMount and fsGroup pass
   }
 }
 
+TEST_CASE("kubernetes params: an http:// api_server is refused unless allow_insecure is true",
+          "[kubernetes]") {
+  auto err = [](std::map<std::string, std::string> p) {
+    auto st = CheckProviderParams("kubernetes", p);
+    return st ? std::string() : st.error().message;
+  };
+  CHECK(err({{"image", "x"}, {"api_server", "http://k8s.example:8080"}})
+            .starts_with("params.api_server: http://k8s.example:8080 is plain HTTP: the API token "
+                         "would travel in clear"));
+  CHECK(err({{"image", "x"}, {"api_server", "http://k8s.example:8080"}, {"allow_insecure", "false"}})
+            .starts_with("params.api_server:"));
+  CHECK(err({{"image", "x"}, {"api_server", "http://k8s.example:8080"}, {"allow_insecure", "true"}})
+            .empty());
+  CHECK(err({{"image", "x"}, {"api_server", "https://k8s.example"}}).empty());
+  CHECK(err({{"image", "x"}, {"allow_insecure", "1"}}) ==
+        "params.allow_insecure: expected true or false, got \"1\"");
+}
+
+TEST_CASE("kubeconfig: a plain-HTTP cluster server is refused by line unless allow_insecure",
+          "[kubernetes]") {
+  testing::TempDir tmp;
+  REQUIRE(WriteFile(tmp / "config",
+                    "apiVersion: v1\n"
+                    "current-context: a\n"
+                    "clusters:\n"
+                    "- name: c\n"
+                    "  cluster: {server: 'http://k8s.example:8080'}\n"
+                    "contexts:\n"
+                    "- {name: a, context: {cluster: c, user: u}}\n"
+                    "users:\n"
+                    "- {name: u, user: {token: t}}\n"));
+  auto refused = ReadKubeconfig(tmp / "config", "");
+  REQUIRE(!refused);
+  CHECK(refused.error().message.starts_with(tmp / "config" + ":5: clusters.c.cluster.server: "
+                                                              "http://k8s.example:8080 is plain HTTP"));
+  auto allowed = ReadKubeconfig(tmp / "config", "", /*allow_insecure=*/true);
+  REQUIRE(allowed);
+  CHECK(allowed->server == "http://k8s.example:8080");
+  auto via_params = ResolveKubeEndpoint({{"kubeconfig", tmp / "config"}});
+  REQUIRE(!via_params);
+  CHECK(via_params.error().message.find("allow_insecure") != std::string::npos);
+  CHECK(ResolveKubeEndpoint({{"kubeconfig", tmp / "config"}, {"allow_insecure", "true"}}));
+}
+
 TEST_CASE("kubeconfig: the context's server, CA, tokenFile and namespace, and plugins refused by line",
           "[kubernetes]") {
   testing::TempDir tmp;

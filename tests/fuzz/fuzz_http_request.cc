@@ -23,7 +23,10 @@ namespace {
 int StartListener() {
   using namespace trainq;
   ListenerLimits limits;
-  limits.max_inflight_body_bytes = 64 * 1024;
+  limits.max_trusted_body_bytes = 64 * 1024;
+  limits.max_anonymous_body_bytes = 64 * 1024;
+  limits.max_anonymous_per_address = 48 * 1024;
+  limits.anonymous_grace_ms = 300;
   limits.max_connections = 16;
   limits.max_per_address = 8;
   limits.header_timeout_ms = 300;

@@ -5,10 +5,12 @@ driven by Selenium, against a real `trainq serve --inproc` running real runs.
 The fixture: a git repository with a `plain` experiment (3 seeds, min_effect)
 at two commits and a `slow` experiment whose run prints a line every 0.2 s
 until it is cancelled. serve reads read_token and admin_token from files and
-logs `dashboard: http://HOST:PORT/?token=...`; the test opens that address.
+logs `dashboard: http://HOST:PORT/?login=...`, a one-time link; the test
+opens that address.
 
-Checks: 401 and no data without the token or cookie; the token sets a cookie
-and the address loses the token; the overview lists the experiments and the
+Checks: 401 and no data without a session; `/?token=` signs in no more; the
+sign-in form sets an HttpOnly, SameSite=Strict cookie; the one-time link
+signs in once and leaves the address; the overview lists the experiments and the
 queue; the experiment page has one point per commit and the verdict words
 `trainq show --json` gives; the commit page has every seed of both sides and
 the effect; a commit submitted from the CLI while the overview is open shows
@@ -16,8 +18,10 @@ up without a reload (a page-level JS marker survives); the slow run's log
 tail and its metric curve grow; actions are refused with the read session
 (403) and the admin's cancel button cancels the run, its retry button puts
 it back in the queue (both checked in the store); the sweeps page shows the
-report's SVG plots of a sweep, byte for byte `trainq sweep plot`'s; no
-console errors.
+report's SVG plots of a sweep, byte for byte `trainq sweep plot`'s; the
+admin signs in through the sign-in page's form (its screenshot: signin.png)
+and "Sign out" ends the session server-side (its cookie then gets 401);
+neither token is in Chromium's History afterwards; no console errors.
 Screenshots (1280x800) go to $TRAINQ_SCREENSHOTS when set.
 
 Usage: dashboard_browser_test.py TRAINQ_BINARY
@@ -33,6 +37,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 CHROMIUM = "/usr/bin/chromium"
@@ -253,19 +258,25 @@ def run_checks(fx, driver):
                          ignored_exceptions=(StaleElementReferenceException,))
     js = driver.execute_script
 
-    # Access: nothing without the token or a cookie.
+    # Access: nothing without a session. A page answers the sign-in form,
+    # which names the page to go back to and nothing else.
     for path in ("/", "/experiment/plain", f"/commit/{fx.sha2}", "/dash/api/status",
                  "/dash/api/experiments", "/dash/events", "/dash/app.js"):
         code, _, body = http(fx.base + path)
+        body = body.replace(f'value="{path}"', "")
         check(code == 401 and "plain" not in body and fx.sha2 not in body,
-              f"GET {path} without token or cookie: {code}, no data")
-    code, _, _ = http(fx.base + "/?token=wrong")
-    check(code == 401, f"a wrong token: {code}")
-    code, headers, _ = http(fx.url)
+              f"GET {path} without a session: {code}, no data")
+    code, headers, body = http(fx.base + "/?token=" + fx.read_token)
+    check(code == 401 and "Set-Cookie" not in headers and "no longer accepted" in body,
+          f"a token in the address signs in no more: {code}")
+    code, headers, _ = http(fx.base + "/signin", "POST",
+                            {"Content-Type": "application/x-www-form-urlencoded"},
+                            urllib.parse.urlencode({"token": fx.read_token, "next": "/"}).encode())
     cookie = headers.get("Set-Cookie", "")
     check(code == 303 and headers.get("Location") == "/" and "HttpOnly" in cookie and
-          "SameSite=Strict" in cookie, f"the logged address: {code}, Location "
-          f"{headers.get('Location')}, cookie flags in {cookie.split(';', 1)[-1]!r}")
+          "SameSite=Strict" in cookie and "Secure" not in cookie,
+          f"the sign-in form: {code}, Location {headers.get('Location')}, cookie flags in "
+          f"{cookie.split(';', 1)[-1]!r}")
 
     # The runs of `plain` at both commits finish first.
     wait_for(lambda: all(b["progress"]["counts"]["succeeded"] == 4
@@ -273,10 +284,13 @@ def run_checks(fx, driver):
              all(b["progress"]["counts"]["succeeded"] == 4 for b in fx.show(fx.sha1)["batches"]),
              "the plain runs", 90)
 
-    # Overview, with the read token.
+    # Overview, from serve's one-time link (a read session).
     driver.get(fx.url)
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-experiment='plain']"))
-    check("token" not in driver.current_url, f"the token left the address: {driver.current_url}")
+    check("login" not in driver.current_url, f"the code left the address: {driver.current_url}")
+    code, headers, body = http(fx.url)
+    check(code == 401 and "Set-Cookie" not in headers and "used already" in body,
+          f"the one-time link a second time: {code}")
     names = [e.get_attribute("data-experiment")
              for e in driver.find_elements(By.CSS_SELECTOR, "#experiments tr[data-experiment]")]
     check(names == ["plain"], f"the overview lists the experiments with batches: {names}")
@@ -392,8 +406,19 @@ def run_checks(fx, driver):
                       {"Cookie": "trainq_dash=" + rc, "X-CSRF-Token": sess["csrf"],
                        "Content-Type": "application/json"}, body)
     check(code == 403 and sess["role"] == "read", f"cancel with the read session: {code}")
-    driver.get(f"{fx.base}/run/{run_id}?token={fx.admin_token}")
+    # The admin signs in through the sign-in page's form (a page without a
+    # session shows the same form, with the page to go back to).
+    code, _, page = http(f"{fx.base}/run/{run_id}")
+    check(code == 401 and 'action="/signin"' in page and f'value="/run/{run_id}"' in page,
+          f"a page without a session answers the sign-in form that goes back to it: {code}")
+    driver.get(f"{fx.base}/signin?next=/run/{run_id}")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "form#signin input[name=token]"))
+    shot(driver, "signin")
+    driver.find_element(By.ID, "token").send_keys(fx.admin_token)
+    driver.find_element(By.CSS_SELECTOR, "#signin button[type=submit]").click()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "button[data-action='cancel_run']"))
+    check(driver.current_url == f"{fx.base}/run/{run_id}" and fx.admin_token not in driver.current_url,
+          f"signed in as admin, back on the run's page: {driver.current_url}")
     ac = driver.get_cookie("trainq_dash")["value"]
     code, _, _ = http(fx.base + "/dash/api/action", "POST",
                       {"Cookie": "trainq_dash=" + ac, "Content-Type": "application/json"}, body)
@@ -430,7 +455,19 @@ def run_checks(fx, driver):
           f"the run page lists its earlier round: {row!r}")
     check(any("dashboard: admin session" in x and f"retried run {run_id}" in x for x in fx.lines),
           "serve logged who retried what")
-    driver.get(fx.url)  # the read session again
+    # Sign out: the admin session ends in serve, its cookie is refused after.
+    admin_cookie = driver.get_cookie("trainq_dash")["value"]
+    wait.until(lambda d: d.find_element(By.ID, "signout").is_displayed())
+    driver.find_element(By.ID, "signout").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "form#signin"))
+    code, _, _ = http(fx.base + "/dash/api/session", headers={"Cookie": "trainq_dash=" + admin_cookie})
+    check(code == 401 and driver.current_url.startswith(fx.base + "/signin"),
+          f"sign out: on the sign-in page, the old cookie gets {code}")
+    check(any("dashboard: admin session" in x and "signed out" in x for x in fx.lines),
+          "serve logged the sign-out")
+    # The read session again, through the form.
+    driver.find_element(By.ID, "token").send_keys(fx.read_token)
+    driver.find_element(By.CSS_SELECTOR, "#signin button[type=submit]").click()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#experiments tr[data-experiment]"))
     fx.tq("cancel", "--run", str(run_id))
     driver.get(f"{fx.base}/run/{run_id}")
@@ -478,6 +515,23 @@ def run_checks(fx, driver):
     check(not errors, "no console errors" + "".join(f"\n  {e['message']}" for e in errors))
 
 
+def check_history(fx, tmp):
+    """Chromium's History (written when the browser quits): the addresses
+    visited, none with a token (the probe's F9 found `/?token=ADMIN` there)."""
+    import sqlite3
+    path = os.path.join(tmp, "chromium-profile", "Default", "History")
+    if not os.path.exists(path):
+        check(False, f"no History file at {path}")
+        return
+    copy = path + ".copy"
+    shutil.copy(path, copy)
+    with sqlite3.connect(copy) as db:
+        urls = [r[0] for r in db.execute("SELECT url FROM urls")]
+    leaked = [u for u in urls if fx.read_token in u or fx.admin_token in u]
+    check(urls and not leaked, f"Chromium's History has {len(urls)} addresses, none with a "
+          f"token: {leaked}")
+
+
 def main():
     if len(sys.argv) != 2:
         die(__doc__.strip().splitlines()[-1])
@@ -492,6 +546,9 @@ def main():
         fx.build()
         driver = open_browser(tmp)
         run_checks(fx, driver)
+        driver.quit()
+        driver = None
+        check_history(fx, tmp)
         print(f"all in {time.monotonic() - t0:.1f}s", flush=True)
     finally:
         if driver is not None:

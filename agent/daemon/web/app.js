@@ -47,8 +47,9 @@ async function getJSON(url) {
 }
 
 function signedOut() {
-  $('#main').innerHTML = '<section class="card"><h1>Signed out</h1><p>Open the address ' +
-    '<code>trainq serve</code> logged at start (<code>dashboard: http://HOST:PORT/?token=…</code>).</p></section>';
+  $('#main').innerHTML = '<section class="card"><h1>Signed out</h1><p>Your session ended. ' +
+    '<a href="/signin?next=' + encodeURIComponent(location.pathname + location.search) +
+    '">Sign in again</a> with the read or admin token.</p></section>';
   stopLive();
 }
 
@@ -632,9 +633,20 @@ async function act(btn) {
   }
 }
 
+async function signOut() {
+  try {
+    await fetch('/dash/api/logout', {method: 'POST', credentials: 'same-origin',
+      headers: {'X-CSRF-Token': session.csrf}});
+  } finally {
+    stopLive();
+    location.href = '/signin';
+  }
+}
+
 document.addEventListener('click', ev => {
   const b = ev.target.closest('button');
   if (!b) return;
+  if (b.id === 'signout') { ev.preventDefault(); signOut(); return; }
   if (b.dataset.action) { ev.preventDefault(); act(b); }
   if (b.dataset.page) {
     pages[b.dataset.page] = Number(b.dataset.to);
@@ -650,6 +662,7 @@ window.addEventListener('pageshow', ev => { if (ev.persisted) { changes++; start
     const s = await getJSON('/dash/api/session');
     Object.assign(session, s);
     $('#role').textContent = s.role === 'admin' ? 'admin session' : 'read-only session';
+    $('#signout').hidden = false;
   } catch (e) {
     return;
   }

@@ -216,5 +216,64 @@ TEST_CASE("api: /api/v1/retry is off (403) without an admin_token in the config"
   CHECK_THAT(r.body, Catch::Contains("no admin_token"));
 }
 
+TEST_CASE("cli: dashboard-link prints a one-time sign-in link for the read or admin token "
+          "(issue 36 F9)",
+          "[dashboard][cli]") {
+  RetryServed s;
+  CurlHttpClient http;
+  auto open = [&](const std::string& url) {
+    auto r = http.Send({"GET", url, {}, "", 5000});
+    REQUIRE(r);
+    return *r;
+  };
+  auto cookie_of = [](const HttpResponse& r) {
+    std::string v = r.Header("Set-Cookie").value_or("");
+    return v.substr(0, v.find(';'));
+  };
+  auto role = [&](const std::string& cookie) {
+    auto r = http.Send({"GET", s.base + "/dash/api/session", {{"Cookie", cookie}}, "", 5000});
+    REQUIRE(r);
+    return r->status == 200 ? json::parse(r->body)["role"].get<std::string>() : std::string();
+  };
+  // serve's own start line: a one-time link, no configured token in it.
+  std::string log = ReadFile(s.tmp / "serve.log").value_or("");
+  auto at = log.find("dashboard: http://");
+  REQUIRE(at != std::string::npos);
+  std::string line = log.substr(at, log.find('\n', at) - at);
+  INFO(line);
+  CHECK(line.find("/?login=") != std::string::npos);
+  CHECK(line.find(kReadToken) == std::string::npos);
+  CHECK(line.find(kAdmin) == std::string::npos);
+
+  auto read = s.Trainq("dashboard-link --server " + s.base + " --token-file " +
+                       ShellQuote(s.read_file));
+  INFO(read.all);
+  REQUIRE(read.code == 0);
+  std::string url(Trim(read.out));
+  CHECK(url.starts_with(s.base + "/?login="));
+  CHECK(read.all.find("one-time read sign-in link, good for 10m00s") != std::string::npos);
+  auto first = open(url);
+  CHECK(first.status == 303);
+  CHECK(role(cookie_of(first)) == "read");
+  auto again = open(url);
+  CHECK(again.status == 401);  // used
+  CHECK(cookie_of(again).empty());
+
+  auto admin = s.Trainq("dashboard-link --admin --json --server " + s.base,
+                        "TRAINQ_ADMIN_TOKEN=" + std::string(kAdmin));
+  REQUIRE(admin.code == 0);
+  auto j = json::parse(admin.out);
+  CHECK(j["role"] == "admin");
+  CHECK(role(cookie_of(open(j["url"].get<std::string>()))) == "admin");
+
+  auto wrong = s.Trainq("dashboard-link --server " + s.base, "TRAINQ_READ_TOKEN=guess");
+  CHECK(wrong.code == 1);
+  CHECK_THAT(wrong.all, Catch::Contains("POST /dash/api/login-link: HTTP 401: the token was "
+                                        "refused"));
+  auto none = s.Trainq("dashboard-link --server " + s.base);
+  CHECK(none.code == 1);
+  CHECK_THAT(none.all, Catch::Contains("--server needs the server's read token"));
+}
+
 }  // namespace
 }  // namespace trainq

@@ -13,13 +13,16 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/daemon/server.h"
+#include "core/http_client.h"
 #include "agent/results/commit_view.h"
 #include "agent/results/run_logs.h"
+#include "core/clock.h"
 #include "core/strings.h"
 #include "queue/run_queue.h"
 #include "queue/sqlite.h"
 #include "queue/store.h"
 #include "tests/support/git_cli.h"
+#include "tests/support/log_capture.h"
 #include "tests/support/temp_dir.h"
 
 using nlohmann::json;
@@ -48,6 +51,14 @@ std::string Header(const HttpServerReply& r, const std::string& name) {
     if (k == name) return v;
   }
   return "";
+}
+
+// POST /signin as the sign-in page's form sends it.
+HttpServerRequest SignInForm(const std::string& token, const std::string& next,
+                             HttpHeaders more = {}) {
+  HttpHeaders h = {{"Content-Type", "application/x-www-form-urlencoded"}, {"Host", "127.0.0.1:8080"}};
+  for (auto& kv : more) h.push_back(std::move(kv));
+  return Req("POST", "/signin", h, {}, "next=" + UrlEncode(next) + "&token=" + UrlEncode(token));
 }
 
 struct Fixture {
@@ -87,9 +98,10 @@ struct Fixture {
       REQUIRE(store.runs().Complete(l.run_id, l.token, clock.Now(), values[static_cast<size_t>(l.repeat)]));
     }
   }
-  // Signs in with `token`: the cookie header value to send back.
+  // Signs in with `token` through the sign-in form: the cookie header value
+  // to send back.
   std::string SignIn(const std::string& token) {
-    auto r = server->Handle(Req("GET", "/commit/" + sha_b, {}, {{"token", token}, {"x", "1"}}));
+    auto r = server->Handle(SignInForm(token, "/commit/" + sha_b + "?x=1"));
     REQUIRE(r.status == 303);
     CHECK(Header(r, "Location") == "/commit/" + sha_b + "?x=1");
     std::string cookie = Header(r, "Set-Cookie");
@@ -121,8 +133,15 @@ TEST_CASE("dashboard: without a session every page and data route answers 401 an
       auto r = f.server->Handle(
           Req("GET", path, cookie.empty() ? HttpHeaders{} : HttpHeaders{{"Cookie", cookie}}));
       CHECK(r.status == 401);
-      CHECK(r.body.find("digits") == std::string::npos);
-      CHECK(r.body.find(f.sha_a) == std::string::npos);
+      // A page answers the sign-in page, which names the page to go back to
+      // and nothing else.
+      std::string body = r.body;
+      for (auto at = body.find(path); at != std::string::npos; at = body.find(path)) {
+        body.erase(at, path.size());
+      }
+      CHECK(body.find("digits") == std::string::npos);
+      CHECK(body.find(f.sha_a) == std::string::npos);
+      CHECK(Header(r, "Set-Cookie").empty());
     }
   }
   CHECK(f.server->Handle(Req("GET", "/", {}, {{"token", "wrong"}})).status == 401);
@@ -421,7 +440,7 @@ TEST_CASE("dashboard: an experiment page's data reads its page, not the history"
 TEST_CASE("dashboard: an admin cookie is refused when the config has no admin token",
           "[dashboard]") {
   Fixture f(/*admin=*/false);
-  CHECK(f.server->Handle(Req("GET", "/", {}, {{"token", kAdmin}})).status == 401);
+  CHECK(f.server->Handle(SignInForm(kAdmin, "/")).status == 401);
 }
 
 TEST_CASE("dashboard: events answer at once to a stale id and otherwise wait for a commit",
@@ -450,6 +469,232 @@ TEST_CASE("dashboard: events answer at once to a stale id and otherwise wait for
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
   CHECK(r.body.find("event: change") != std::string::npos);
   CHECK(r.body.find("id: " + id) == std::string::npos);  // a newer id
+}
+
+// A Server over an empty store whose dashboard runs on `clock`, for the
+// session lifetimes; `extra` goes into server.yaml.
+struct ClockedFixture {
+  testing::TempDir tmp;
+  std::string db = tmp / "t.db";
+  FakeClock clock;
+  ServerConfig config;
+  std::unique_ptr<Server> server;
+  explicit ClockedFixture(const std::string& extra = "") {
+    REQUIRE(WriteFile(tmp / "read", std::string(kRead) + "\n"));
+    REQUIRE(WriteFile(tmp / "admin", std::string(kAdmin) + "\n"));
+    config = ParseServerConfig("read_token: {file: " + (tmp / "read") + "}\nadmin_token: {file: " +
+                                   (tmp / "admin") + "}\n" + extra,
+                               "server.yaml")
+                 .value();
+    REQUIRE(Store::Open(db));
+    server = std::make_unique<Server>(config, db, clock);
+    REQUIRE(server->Open());
+  }
+  std::string SignIn(const std::string& token) {
+    auto r = server->Handle(SignInForm(token, "/"));
+    REQUIRE(r.status == 303);
+    std::string cookie = Header(r, "Set-Cookie");
+    return cookie.substr(0, cookie.find(';'));
+  }
+  int Session(const std::string& cookie) {
+    return server->Handle(Req("GET", "/dash/api/session", {{"Cookie", cookie}})).status;
+  }
+};
+
+TEST_CASE("dashboard: the sign-in form takes the token in its body, and a token in the address "
+          "no longer signs in (issue 36 F9)",
+          "[dashboard][signin]") {
+  Fixture f;
+  // The page itself: a form that POSTs the token, nothing of the store.
+  auto page = f.server->Handle(Req("GET", "/signin", {}, {{"next", "/experiment/digits"}}));
+  CHECK(page.status == 200);
+  CHECK(page.content_type.starts_with("text/html"));
+  CHECK(page.body.find("<form method=\"post\" action=\"/signin\"") != std::string::npos);
+  CHECK(page.body.find("name=\"token\"") != std::string::npos);
+  CHECK(page.body.find("value=\"/experiment/digits\"") != std::string::npos);
+  CHECK(f.server->Handle(Req("GET", "/dash/app.css")).status == 200);  // its style: no data
+
+  // POSTed, the token signs in and the browser goes on to `next`, an address
+  // without the token.
+  auto in = f.server->Handle(SignInForm(kRead, "/experiment/digits?page=1"));
+  REQUIRE(in.status == 303);
+  CHECK(Header(in, "Location") == "/experiment/digits?page=1");
+  CHECK(Header(in, "Location").find(kRead) == std::string::npos);
+  std::string cookie = Header(in, "Set-Cookie");
+  CHECK(cookie.find(kRead) == std::string::npos);
+  CHECK(cookie.find("Secure") == std::string::npos);  // no public_url: plain HTTP
+  CHECK(f.Get("/dash/api/session", cookie.substr(0, cookie.find(';'))).status == 200);
+
+  // A decoded path goes back encoded (a Location holds no space or quote).
+  CHECK(Header(f.server->Handle(SignInForm(kRead, "/experiment/a b\"%")), "Location") ==
+        "/experiment/a%20b%22%25");
+  // `next` leads only to a page of this server.
+  for (const char* next : {"//evil.example/", "https://evil.example/", "/dash/api/status",
+                                  "/\\evil.example", "/run/1\r\nSet-Cookie: x=1", ""}) {
+    INFO(next);
+    auto r = f.server->Handle(SignInForm(kRead, next));
+    REQUIRE(r.status == 303);
+    CHECK(Header(r, "Location") == "/");
+  }
+
+  // A wrong token: the sign-in page again, no cookie.
+  auto wrong = f.server->Handle(SignInForm("wrong", "/"));
+  CHECK(wrong.status == 401);
+  CHECK(Header(wrong, "Set-Cookie").empty());
+  CHECK(wrong.body.find("not the read or admin token") != std::string::npos);
+
+  // A form posted from another site is refused (login CSRF); the same site's is taken.
+  CHECK(f.server->Handle(SignInForm(kRead, "/", {{"Origin", "http://evil.example"}})).status ==
+        403);
+  CHECK(f.server->Handle(SignInForm(kRead, "/", {{"Origin", "http://127.0.0.1:8080"}})).status ==
+        303);
+
+  // `/?token=` (the old login, which left the token in the browser's history)
+  // signs in no more: the sign-in page says to use the form.
+  for (const char* token : {kRead, kAdmin}) {
+    auto r = f.server->Handle(Req("GET", "/commit/" + f.sha_b, {}, {{"token", token}}));
+    CHECK(r.status == 401);
+    CHECK(Header(r, "Set-Cookie").empty());
+    CHECK(Header(r, "Location").empty());
+    CHECK(r.body.find("no longer accepted") != std::string::npos);
+    CHECK(r.body.find(token) == std::string::npos);
+  }
+}
+
+TEST_CASE("dashboard: serve's start line is a one-time link that expires, and login-link makes "
+          "more for a token's bearer",
+          "[dashboard][signin]") {
+  ClockedFixture f;
+  std::string line = f.server->DashboardUrl("127.0.0.1:8080");
+  INFO(line);
+  REQUIRE(line.starts_with("http://127.0.0.1:8080/?login="));
+  CHECK(line.find(kRead) == std::string::npos);
+  CHECK(line.find("one-time") != std::string::npos);
+  std::string code = line.substr(line.find('=') + 1, 32);
+  auto open = [&](const std::string& c) {
+    return f.server->Handle(Req("GET", "/machines", {}, {{"login", c}, {"x", "1"}}));
+  };
+  auto first = open(code);
+  REQUIRE(first.status == 303);
+  CHECK(Header(first, "Location") == "/machines?x=1");
+  std::string cookie = Header(first, "Set-Cookie");
+  cookie = cookie.substr(0, cookie.find(';'));
+  CHECK(json::parse(f.server->Handle(Req("GET", "/dash/api/session", {{"Cookie", cookie}})).body)
+            ["role"] == "read");
+  // Once only.
+  auto again = open(code);
+  CHECK(again.status == 401);
+  CHECK(Header(again, "Set-Cookie").empty());
+  CHECK(again.body.find("used already or has expired") != std::string::npos);
+
+  // A new link for the admin token's bearer; good for 10 minutes.
+  auto mint = [&](const std::string& token) {
+    return f.server->Handle(Req("POST", "/dash/api/login-link",
+                                {{"Authorization", "Bearer " + token}, {"Host", "h:1"}}));
+  };
+  CHECK(mint("wrong").status == 401);
+  auto made = mint(kAdmin);
+  REQUIRE(made.status == 200);
+  auto j = json::parse(made.body);
+  CHECK(j["role"] == "admin");
+  CHECK(j["expires_in_s"] == 600);
+  std::string url = j["url"];
+  REQUIRE(url.starts_with("http://h:1/?login="));
+  std::string admin_code = url.substr(url.find('=') + 1);
+  f.clock.Advance(10 * 60'000 + 1);
+  CHECK(open(admin_code).status == 401);  // expired
+  auto fresh = json::parse(mint(kRead).body);
+  CHECK(fresh["role"] == "read");
+  std::string read_url = fresh["url"];
+  CHECK(open(read_url.substr(read_url.find('=') + 1)).status == 303);
+}
+
+TEST_CASE("dashboard: the session cookie is Secure when public_url is https", "[dashboard][signin]") {
+  {
+    ClockedFixture f("public_url: https://trainq.example\n");
+    auto r = f.server->Handle(SignInForm(kRead, "/"));
+    REQUIRE(r.status == 303);
+    std::string cookie = Header(r, "Set-Cookie");
+    CHECK(cookie.find("; Secure") != std::string::npos);
+    CHECK(cookie.find("HttpOnly") != std::string::npos);
+    CHECK(cookie.find("SameSite=Strict") != std::string::npos);
+    // Behind a proxy the form's Origin is public_url's.
+    CHECK(f.server->Handle(SignInForm(kRead, "/", {{"Origin", "https://trainq.example"}})).status ==
+          303);
+  }
+  {
+    ClockedFixture f("public_url: http://trainq.internal:8080\n");
+    auto r = f.server->Handle(SignInForm(kRead, "/"));
+    CHECK(Header(r, "Set-Cookie").find("Secure") == std::string::npos);
+  }
+}
+
+TEST_CASE("dashboard: a session ends server-side after 12 h idle and 30 days in all",
+          "[dashboard][signin]") {
+  ClockedFixture f;
+  const TimeMs hour = 3600'000;
+  std::string idle = f.SignIn(kRead);
+  std::string busy = f.SignIn(kAdmin);
+  f.clock.Advance(11 * hour);
+  CHECK(f.Session(idle) == 200);  // used: its idle time starts again
+  CHECK(f.Session(busy) == 200);
+  f.clock.Advance(12 * hour);
+  CHECK(f.Session(idle) == 401);  // 12 h without a request
+  CHECK(f.Session(busy) == 401);
+  // Used every 11 hours it lives until 30 days after sign-in, and not after.
+  std::string s = f.SignIn(kRead);
+  TimeMs lived = 0;
+  while (lived + 11 * hour < 30 * 24 * hour) {
+    f.clock.Advance(11 * hour);
+    lived += 11 * hour;
+    REQUIRE(f.Session(s) == 200);
+  }
+  f.clock.Advance(30 * 24 * hour - lived);
+  CHECK(f.Session(s) == 401);
+  // The cookie of an ended session never comes back, even when used at once.
+  CHECK(f.Session(s) == 401);
+}
+
+TEST_CASE("dashboard: log-out ends the session server-side and needs its CSRF token",
+          "[dashboard][signin]") {
+  ClockedFixture f;
+  std::string cookie = f.SignIn(kAdmin);
+  std::string other = f.SignIn(kAdmin);
+  std::string csrf = json::parse(f.server->Handle(Req("GET", "/dash/api/session",
+                                                      {{"Cookie", cookie}})).body)["csrf"];
+  auto logout = [&](const std::string& c, const std::string& token) {
+    HttpHeaders h = {{"Cookie", c}};
+    if (!token.empty()) h.emplace_back("X-CSRF-Token", token);
+    return f.server->Handle(Req("POST", "/dash/api/logout", h));
+  };
+  CHECK(logout(cookie, "").status == 403);
+  CHECK(logout(other, csrf).status == 403);  // another session's token
+  CHECK(f.server->Handle(Req("GET", "/dash/api/logout", {{"Cookie", cookie}})).status == 405);
+  CHECK(f.Session(cookie) == 200);
+  auto out = logout(cookie, csrf);
+  CHECK(out.status == 200);
+  std::string cleared = Header(out, "Set-Cookie");
+  CHECK(cleared.starts_with("trainq_dash=;"));
+  CHECK(cleared.find("Max-Age=0") != std::string::npos);
+  // The same cookie, kept by the client, is refused: the session is gone.
+  CHECK(f.Session(cookie) == 401);
+  CHECK(f.server->Handle(Req("GET", "/", {{"Cookie", cookie}})).status == 401);
+  CHECK(f.Session(other) == 200);  // another session stays
+}
+
+TEST_CASE("dashboard: a wrong token's warning is one line a minute with a count (issue 36 F8)",
+          "[dashboard][signin]") {
+  ClockedFixture f;
+  testing::LogCapture log;
+  for (int i = 0; i < 50; ++i) {
+    CHECK(f.server->Handle(SignInForm("wrong-" + std::to_string(i), "/")).status == 401);
+    CHECK(f.server->Handle(Req("GET", "/", {}, {{"login", "nope"}})).status == 401);
+  }
+  CHECK(log.Count("dashboard: a wrong token was given") + log.Count("sign-in link that is") == 1);
+  f.clock.Advance(60'001);
+  CHECK(f.server->Handle(SignInForm("wrong", "/")).status == 401);
+  CHECK(log.Count("(99 more since the last such line)") == 1);
+  CHECK(log.text().find("wrong-") == std::string::npos);  // nothing the client sent
 }
 
 }  // namespace

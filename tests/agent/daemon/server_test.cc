@@ -5,6 +5,7 @@
 #include "queue/run_queue.h"
 #include "queue/store.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -18,10 +19,12 @@
 #include "agent/results/status.h"
 #include "agent/triggers/forge.h"
 #include "agent/daemon/server_http.h"
+#include "agent/daemon/worker_api.h"
 #include "agent/triggers/webhook.h"
 #include "core/http_client.h"
 #include "core/strings.h"
 #include "tests/support/http_server.h"
+#include "tests/support/log_capture.h"
 #include "tests/support/temp_dir.h"
 
 using nlohmann::json;
@@ -207,8 +210,10 @@ TEST_CASE("server: real HTTP on loopback, several clients at once", "[server]") 
 
   // A body over 25 MB is refused from its Content-Length.
   std::string big(kMaxWebhookBodyBytes + 10, 'x');
-  auto too_big = http.Send({"POST", base + "/hooks/github", {{"X-GitHub-Event", "push"}}, big,
-                            20'000});
+  auto too_big = http.Send({"POST", base + "/hooks/github",
+                            {{"X-GitHub-Event", "push"},
+                             {"X-Hub-Signature-256", "sha256=" + std::string(64, '0')}},
+                            big, 20'000});
   if (too_big) CHECK(too_big->status == 413);  // or the server closed while we sent: also fine
 
   listener.value()->Stop();
@@ -234,8 +239,15 @@ TEST_CASE("server: a port in use is an error naming --listen", "[server]") {
 // never sent, so an answer proves that the server did not wait for it.
 struct RawClient {
   int fd = -1;
-  explicit RawClient(int port) {
+  // `from`: the source address (any of 127.0.0.0/8 reaches a loopback listener).
+  explicit RawClient(int port, const char* from = nullptr) {
     fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (from) {
+      sockaddr_in src{};
+      src.sin_family = AF_INET;
+      REQUIRE(::inet_pton(AF_INET, from, &src.sin_addr) == 1);
+      REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof src) == 0);
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
@@ -271,6 +283,10 @@ std::string Post(const std::string& path, std::size_t length, const std::string&
          "\r\n" + extra + "\r\n";
 }
 
+// A GitHub signature header of the right form (64 hex digits) that no
+// secret verifies: what an attacker who knows the format sends.
+std::string WellFormedSignature() { return "X-Hub-Signature-256: sha256=" + std::string(64, '0') + "\r\n"; }
+
 struct LimitWorld {
   World w;
   int port = testing::FreeLoopbackPort();
@@ -289,7 +305,9 @@ TEST_CASE("listener: a webhook declaring more than 25 MB is refused 413 before i
           "[server][limits]") {
   LimitWorld lw;
   RawClient c(lw.port);
-  c.Send(Post("/hooks/github", std::size_t{10} << 30, "X-GitHub-Event: push\r\n") + "{\"a\":");
+  c.Send(Post("/hooks/github", std::size_t{10} << 30,
+              "X-GitHub-Event: push\r\n" + WellFormedSignature()) +
+         "{\"a\":");
   auto reply = c.ReadReply();
   CHECK(reply.starts_with("HTTP/1.1 413"));
 }
@@ -311,7 +329,20 @@ TEST_CASE("listener: the worker API refuses a request without a valid token from
   HttpServerRequest head;
   head.method = "POST";
   head.path = "/hooks/github";
+  // A webhook without a signature that a secret could verify: refused unread.
+  for (const char* sig : {"", "sha256=00", "sha1=0000"}) {
+    head.headers = {{"X-Hub-Signature-256", sig}};
+    auto unsigned_hook = lw.w.server->Admit(head);
+    REQUIRE(unsigned_hook.refuse);
+    CHECK(unsigned_hook.refuse->status == 401);
+    CHECK(unsigned_hook.max_body_bytes == 0);
+  }
+  // A well-formed signature: up to 25 MB, read as an anonymous body (the
+  // HMAC covers the body, so it is not trusted before it is read).
+  head.headers = {{"X-Hub-Signature-256", "sha256=" + std::string(64, 'a')}};
   CHECK(lw.w.server->Admit(head).max_body_bytes == kMaxWebhookBodyBytes);
+  CHECK_FALSE(lw.w.server->Admit(head).trusted);
+  head.headers.clear();
   head.path = "/api/v1/runs/1/log";
   auto refused = lw.w.server->Admit(head);
   REQUIRE(refused.refuse);
@@ -329,33 +360,9 @@ TEST_CASE("listener: the worker API refuses a request without a valid token from
 TEST_CASE("listener: a chunked body is refused 411 without being read", "[server][limits]") {
   LimitWorld lw;
   RawClient c(lw.port);
-  c.Send("POST /hooks/github HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-         "100000\r\n");
+  c.Send("POST /hooks/github HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n" +
+         WellFormedSignature() + "\r\n100000\r\n");
   CHECK(c.ReadReply().starts_with("HTTP/1.1 411"));
-}
-
-TEST_CASE("listener: bodies being read at once share one memory budget, over it, 503 unread",
-          "[server][limits]") {
-  ListenerLimits limits;
-  limits.max_inflight_body_bytes = 1u << 20;
-  LimitWorld lw(limits);
-  // The first request reserves 800 kB: the 100 Continue says it was admitted.
-  RawClient first(lw.port);
-  first.Send(Post("/hooks/github", 800'000,
-                  "X-GitHub-Event: push\r\nExpect: 100-continue\r\n"));
-  CHECK(first.ReadReply().starts_with("HTTP/1.1 100 Continue"));
-  // A second one that would go over the budget is answered at once, unread.
-  {
-    RawClient second(lw.port);
-    second.Send(Post("/hooks/github", 800'000, "X-GitHub-Event: push\r\n"));
-    CHECK(second.ReadReply().starts_with("HTTP/1.1 503"));
-  }
-  // Once the first is done, the budget is free again.
-  first.Send(std::string(800'000, ' '));
-  CHECK(first.ReadReply().starts_with("HTTP/1.1 4"));  // unsigned: refused, but read and answered
-  RawClient third(lw.port);
-  third.Send(Post("/hooks/github", 10, "X-GitHub-Event: push\r\n") + "{\"a\": 1}  ");
-  CHECK(third.ReadReply().starts_with("HTTP/1.1 4"));
 }
 
 TEST_CASE("listener: keep-alive requests on one connection, and Expect: 100-continue",
@@ -365,7 +372,8 @@ TEST_CASE("listener: keep-alive requests on one connection, and Expect: 100-cont
   c.Send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
   auto a = c.ReadReply();
   CHECK(a.starts_with("HTTP/1.1 200"));
-  c.Send(Post("/hooks/github", 2, "X-GitHub-Event: push\r\nExpect: 100-continue\r\n"));
+  c.Send(Post("/hooks/github", 2,
+              "X-GitHub-Event: push\r\nExpect: 100-continue\r\n" + WellFormedSignature()));
   CHECK(c.ReadReply().find("HTTP/1.1 100 Continue") != std::string::npos);
 }
 
@@ -503,6 +511,235 @@ TEST_CASE("listener: slow anonymous connections are evicted, oldest first, so /h
   }
   worker.Send("0123456789");
   CHECK(worker.ReadReply(std::chrono::seconds(5)).starts_with("HTTP/1.1 200"));
+}
+
+
+// ---- request bodies under a budget of their own (issue 36, F2) --------------
+
+constexpr const char* kPoolToken = "budget-pool-token-0123456789";
+
+// serve's Server behind the real listener with `limits`: a GitHub repository
+// (kSecret), the read token, and a pool whose token makes a worker.
+struct BudgetWorld {
+  testing::TempDir tmp;
+  std::string db = tmp / "t.db";
+  FakeClock clock;
+  ServerConfig config;
+  std::unique_ptr<Server> server;
+  std::unique_ptr<HttpListener> listener;
+  int port = testing::FreeLoopbackPort();
+  std::string base = "http://127.0.0.1:" + std::to_string(port);
+
+  explicit BudgetWorld(ListenerLimits limits) {
+    REQUIRE(WriteFile(tmp / "secret", kSecret));
+    REQUIRE(WriteFile(tmp / "read-token", kReadToken));
+    REQUIRE(WriteFile(tmp / "pool-token", kPoolToken));
+    config = ParseServerConfig("repositories:\n  - url: https://github.com/acme/model.git\n"
+                               "    forge: github\n    secret: {file: " +
+                                   (tmp / "secret") + "}\nread_token: {file: " +
+                                   (tmp / "read-token") + "}\npools:\n  - name: cpu\n"
+                                   "    token: {file: " + (tmp / "pool-token") + "}\n",
+                               "server.yaml")
+                 .value();
+    {
+      auto store = Store::Open(db).value();
+      REQUIRE(EnsurePoolTokens(store, config, tmp / "data", clock.Now()));
+    }
+    ServerOptions o;
+    o.data_dir = tmp / "data";
+    server = std::make_unique<Server>(config, db, clock, o);
+    REQUIRE(server->Open());
+    auto l = HttpListener::Start(
+        {"127.0.0.1", port}, kMaxWebhookBodyBytes,
+        [this](const HttpServerRequest& r) { return server->Handle(r); },
+        [this](const HttpServerRequest& h) { return server->Admit(h); }, limits);
+    REQUIRE(l);
+    listener = std::move(*l);
+    server->set_listener(listener.get());
+  }
+  ~BudgetWorld() {
+    server->set_listener(nullptr);
+    server->StopWaiting();
+    listener->Stop();
+  }
+  // A worker registers (a request with a JSON body, from its token).
+  HttpResponse Register(CurlHttpClient& http, const std::string& name) {
+    json req = {{"name", name}, {"hostname", "node1"}, {"pid", 1},  {"slots", 1},
+                {"cpus", 2},    {"memory_mb", 1000},   {"gpus", json::array()}, {"version", "t"}};
+    auto r = http.Send({"POST",
+                        base + "/api/v1/workers/register",
+                        {{"Authorization", std::string("Bearer ") + kPoolToken},
+                         {"Content-Type", "application/json"}},
+                        req.dump(), 5000});
+    REQUIRE(r);
+    return *r;
+  }
+};
+
+// One anonymous webhook that declares `declared` bytes and sends `first`.
+std::string HookHead(std::size_t declared) {
+  return Post("/hooks/github", declared,
+              "X-GitHub-Event: push\r\nContent-Type: application/json\r\n" +
+                  WellFormedSignature());
+}
+
+TEST_CASE("listener: six anonymous webhook bodies trickling a byte at a time no longer freeze "
+          "the worker API (issue 36 F2, the probe's t5c hold.py)",
+          "[server][limits][budget][slow]") {
+  ListenerLimits limits;  // serve's budgets: 128 MB trusted, 64 MB anonymous
+  limits.anonymous_grace_ms = 1500;
+  BudgetWorld bw(limits);
+  CurlHttpClient http;
+  // hold.py: 5 x 25 MB + 3 MB declared, one body byte sent, a byte every
+  // 500 ms after; each connection serve ends is opened again at once.
+  const std::vector<std::size_t> sizes = {25u << 20, 25u << 20, 25u << 20, 25u << 20, 25u << 20,
+                                          3u << 20};
+  struct Held {
+    std::unique_ptr<RawClient> c;
+    std::size_t size;
+    std::chrono::steady_clock::time_point opened;
+  };
+  std::vector<Held> held;
+  for (auto n : sizes) {
+    held.push_back({std::make_unique<RawClient>(bw.port), n, std::chrono::steady_clock::now()});
+    held.back().c->Send(HookHead(n) + "{");
+  }
+  int registered = 0, refused = 0, healthy = 0, reopened = 0;
+  std::size_t most_anonymous = 0;
+  double longest_held_s = 0;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(6);
+  for (int i = 0; std::chrono::steady_clock::now() < until; ++i) {
+    for (auto& h : held) {
+      if (ClosedWithin(h.c->fd, std::chrono::milliseconds(1)) ||
+          ::send(h.c->fd, " ", 1, MSG_NOSIGNAL) != 1) {
+        longest_held_s = std::max(
+            longest_held_s,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - h.opened).count());
+        h.c = std::make_unique<RawClient>(bw.port);
+        h.c->Send(HookHead(h.size) + "{");
+        h.opened = std::chrono::steady_clock::now();
+        ++reopened;
+      }
+    }
+    auto r = bw.Register(http, "box-" + std::to_string(i));
+    (r.status == 200 ? registered : refused) += 1;
+    auto hz = http.Send({"GET", bw.base + "/healthz", {}, "", 3000});
+    if (hz && hz->status == 200 && hz->body == "ok\n") ++healthy;
+    most_anonymous = std::max(most_anonymous, bw.listener->Stats().anonymous_body_bytes);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the trickle's pace
+  }
+  INFO("registered " << registered << ", refused " << refused << ", healthy " << healthy
+                     << ", reopened " << reopened << ", longest held " << longest_held_s << " s");
+  CHECK(registered >= 10);
+  CHECK(refused == 0);
+  CHECK(healthy == registered);
+  // Counted as received, not as declared: 128 MB declared, a few bytes held.
+  CHECK(most_anonymous < 1024);
+  // A trickle is cut at its pace's deadline (1.5 s here), not after 430 s.
+  CHECK(reopened >= 6);
+  CHECK(longest_held_s < 4.0);
+  CHECK(bw.listener->Stats().anonymous_cut >= 6);
+  CHECK(bw.listener->Stats().trusted_refusals == 0);
+}
+
+TEST_CASE("listener: anonymous bodies share a budget of which one address holds a part, and "
+          "trusted bodies have their own",
+          "[server][limits][budget]") {
+  ListenerLimits limits;
+  limits.max_anonymous_body_bytes = 1'000'000;
+  limits.max_anonymous_per_address = 600'000;
+  limits.max_trusted_body_bytes = 200'000;
+  limits.anonymous_grace_ms = 20'000;  // no pace cut within this test
+  BudgetWorld bw(limits);
+  CurlHttpClient http;
+  // A: 127.0.0.1 holds 500 kB of an 800 kB body.
+  RawClient a(bw.port);
+  a.Send(HookHead(800'000) + std::string(500'000, ' '));
+  REQUIRE(testing::WaitFor([&] { return bw.listener->Stats().anonymous_body_bytes == 500'000; },
+                           std::chrono::seconds(10)));
+  // B: the same address, 200 kB more: over its address's 600 kB, 503.
+  {
+    RawClient b(bw.port);
+    b.Send(HookHead(200'000));
+    std::string body(200'000, ' ');
+    ::send(b.fd, body.data(), body.size(), MSG_NOSIGNAL);
+    CHECK(b.ReadReply().starts_with("HTTP/1.1 503"));
+  }
+  // C: another address is not held back by A's share: read whole, answered
+  // by the handler (401: the signature is wrong).
+  {
+    RawClient c(bw.port, "127.0.0.2");
+    c.Send(HookHead(400'000) + std::string(400'000, ' '));
+    CHECK(c.ReadReply().starts_with("HTTP/1.1 401"));
+  }
+  // A worker's request draws from the trusted budget, untouched by A.
+  CHECK(bw.Register(http, "box").status == 200);
+  auto hz = http.Send({"GET", bw.base + "/healthz", {}, "", 3000});
+  REQUIRE(hz);
+  CHECK(hz->status == 200);
+  CHECK(bw.listener->Stats().anonymous_refusals == 1);
+
+  // Trusted requests over their own budget: 503, and /healthz says degraded.
+  std::string big = json{{"name", std::string(300'000, 'x')}}.dump();
+  auto over = http.Send({"POST", bw.base + "/api/v1/workers/register",
+                         {{"Authorization", std::string("Bearer ") + kPoolToken}}, big, 5000});
+  if (over) CHECK(over->status == 503);  // or closed while we sent: also a refusal
+  CHECK(bw.listener->Stats().trusted_refusals == 1);
+  hz = http.Send({"GET", bw.base + "/healthz", {}, "", 3000});
+  REQUIRE(hz);
+  CHECK(hz->status == 503);
+  CHECK(hz->body.starts_with("degraded: requests of workers or token holders were refused"));
+  auto metrics = http.Send({"GET", bw.base + "/metrics", ReadAuth(), "", 3000});
+  REQUIRE(metrics);
+  CHECK(metrics->body.find("trainq_http_body_refusals_total{caller=\"trusted\"} 1") !=
+        std::string::npos);
+  CHECK(metrics->body.find("trainq_http_body_bytes{caller=\"anonymous\"} 500000") !=
+        std::string::npos);
+  // The read token is trusted too: its requests are not anonymous ones.
+  HttpServerRequest head;
+  head.method = "GET";
+  head.path = "/api/v1/status";
+  head.headers = ReadAuth();
+  CHECK(bw.server->Admit(head).trusted);
+  head.headers.clear();
+  CHECK_FALSE(bw.server->Admit(head).trusted);
+}
+
+TEST_CASE("listener: a path with a control character is refused 400 before any route, so CR/LF "
+          "cannot split a reply or forge a log line (issue 36 F7 F8)",
+          "[server][limits][dashboard]") {
+  ListenerLimits limits;
+  BudgetWorld bw(limits);
+  testing::LogCapture log;
+  // F7: the login redirect's Location came from the decoded path.
+  {
+    RawClient c(bw.port);
+    c.Send("GET /experiment/%0d%0aSet-Cookie:%20evil=1?token=" + std::string(kReadToken) +
+           " HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::string reply = c.ReadReply();
+    CHECK(reply.starts_with("HTTP/1.1 400"));
+    CHECK(reply.find("evil") == std::string::npos);
+    CHECK(reply.find("Set-Cookie") == std::string::npos);
+  }
+  // F8: a wrong token's warning logged the decoded path.
+  {
+    RawClient c(bw.port);
+    c.Send("GET /experiment/x%0a2099-01-01T00:00:00.000%20info%20dashboard:%20admin%20session%20"
+           "deadbeef%20cancelled%20batch%201?token=wrong HTTP/1.1\r\nHost: x\r\n\r\n");
+    CHECK(c.ReadReply().starts_with("HTTP/1.1 400"));
+  }
+  for (const char* bad : {"%00", "%09", "%1b", "%7f", "%0D"}) {
+    RawClient c(bw.port);
+    c.Send(std::string("GET /run/1") + bad + " HTTP/1.1\r\nHost: x\r\n\r\n");
+    CHECK(c.ReadReply().starts_with("HTTP/1.1 400"));
+  }
+  CHECK(log.text().find("deadbeef") == std::string::npos);
+  CHECK(log.text().find("evil") == std::string::npos);
+  // A path without one is served as before.
+  CurlHttpClient http;
+  auto ok = http.Send({"GET", bw.base + "/experiment/x%20y", {}, "", 3000});
+  REQUIRE(ok);
+  CHECK(ok->status == 401);  // the sign-in page: not signed in
 }
 
 }  // namespace

@@ -358,6 +358,27 @@ TEST_CASE("forge: pull request comment requests in each forge's documented API s
   CHECK(none.error().message == "the forge's answer has no comment \"id\"");
 }
 
+TEST_CASE("forge: what a webhook's headers alone say before its body is read (issue 36 F2)",
+          "[forge]") {
+  const std::string hex(64, 'a');
+  auto pre = [](ForgeKind f, HttpHeaders h, const std::string& secret = "s3cret") {
+    return PrecheckWebhook(f, h, secret);
+  };
+  using P = WebhookPrecheck;
+  CHECK(pre(ForgeKind::kGithub, {}) == P::kRefused);
+  CHECK(pre(ForgeKind::kGithub, {{"X-Hub-Signature-256", "sha256=00"}}) == P::kRefused);
+  CHECK(pre(ForgeKind::kGithub, {{"X-Hub-Signature-256", "sha1=" + hex}}) == P::kRefused);
+  CHECK(pre(ForgeKind::kGithub, {{"X-Hub-Signature-256", "sha256=" + hex}}) == P::kNeedsBody);
+  CHECK(pre(ForgeKind::kGithub, {{"X-Hub-Signature-256", "SHA256=" + std::string(64, 'A')}}) ==
+        P::kNeedsBody);
+  CHECK(pre(ForgeKind::kGithub, {{"X-Hub-Signature-256", "sha256=" + hex}}, "") == P::kRefused);
+  CHECK(pre(ForgeKind::kGitea, {{"X-Gitea-Signature", hex}}) == P::kNeedsBody);
+  CHECK(pre(ForgeKind::kGitea, {{"X-Gitea-Signature", "zz"}}) == P::kRefused);
+  CHECK(pre(ForgeKind::kGitlab, {{"X-Gitlab-Token", "s3cret"}}) == P::kVerified);
+  CHECK(pre(ForgeKind::kGitlab, {{"X-Gitlab-Token", "guess"}}) == P::kRefused);
+  CHECK(pre(ForgeKind::kGitlab, {}) == P::kRefused);
+}
+
 }  // namespace
 }  // namespace trainq
 

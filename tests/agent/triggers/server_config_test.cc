@@ -226,6 +226,15 @@ TEST_CASE("server config: pool errors name file, line and key", "[server_config]
       {"pools:\n  - name: gpu\n    provider: kubernetes\n    params:\n      namespace: ml\n",
        "server.yaml:4: pools[0] (kubernetes pool gpu): params.image: required by kubernetes"},
       {"pools: {name: gpu}\n", "server.yaml:1: pools: expected a list"},
+      // An API server over plain HTTP sends the pool's bearer token in clear.
+      {"pools:\n  - name: gpu\n    provider: kubernetes\n    params:\n      image: w\n"
+       "      api_server: http://k8s.example:8080\n",
+       "server.yaml:6: pools[0] (kubernetes pool gpu): params.api_server: "
+       "http://k8s.example:8080 is plain HTTP"},
+      {"pools:\n  - name: gpu\n    provider: kubernetes\n    params:\n      image: w\n"
+       "      api_server: http://k8s.example:8080\n      allow_insecure: yes please\n",
+       "server.yaml:7: pools[0] (kubernetes pool gpu): params.allow_insecure: expected true or "
+       "false"},
   };
   for (const auto& c : cases) {
     INFO(c.yaml);
