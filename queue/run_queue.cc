@@ -219,7 +219,8 @@ Result<std::vector<SubmitResult>> RunQueue::Submit(const std::string& repo_url,
 
 Result<SubmitResult> RunQueue::ReuseBatch(const std::string& repo_url, const CommitInfo& commit,
                                       const std::string& experiment, std::int64_t source,
-                                      const std::string& reason, TimeMs now) {
+                                      const std::string& reason, TimeMs now,
+                                      const std::optional<std::string>& spec_json) {
   return sql::WithWriteTransaction(db_, [&]() -> Result<SubmitResult> {
     // The batch that has the runs: a reusing source's own source.
     ASSIGN_OR_RETURN(auto src, db_.Prepare("SELECT coalesce(reuses_batch_id, id) FROM batches "
@@ -236,9 +237,15 @@ Result<SubmitResult> RunQueue::ReuseBatch(const std::string& repo_url, const Com
         "metric_regex, repeats, seed_start, gpus, timeout_s, max_attempts, spec_json, reason, "
         "created_ms, pool, reuses_batch_id) "
         "SELECT ?1, ?2, command, metric_name, metric_goal, metric_regex, repeats, seed_start, "
-        "gpus, timeout_s, max_attempts, spec_json, ?3, ?4, pool, id FROM batches WHERE id = ?5 "
-        "ON CONFLICT (commit_id, experiment) DO NOTHING"));
-    TRY(ins.Bind(1, commit_id).Bind(2, experiment).Bind(3, reason).Bind(4, now).Bind(5, root).Run());
+        "gpus, timeout_s, max_attempts, COALESCE(?6, spec_json), ?3, ?4, pool, id FROM batches "
+        "WHERE id = ?5 ON CONFLICT (commit_id, experiment) DO NOTHING"));
+    TRY(ins.Bind(1, commit_id)
+            .Bind(2, experiment)
+            .Bind(3, reason)
+            .Bind(4, now)
+            .Bind(5, root)
+            .Bind(6, spec_json)
+            .Run());
     SubmitResult res;
     res.experiment = experiment;
     res.created = db_.Changes() > 0;
