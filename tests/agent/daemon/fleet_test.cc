@@ -803,7 +803,7 @@ TEST_CASE("fleet: a command pool whose boot command always fails backs off longe
     REQUIRE(state);
     CHECK(state->failing);
     CHECK(state->failed_boots == failing_after);
-    CHECK_THAT(state->boot_error, Catch::Contains("boot command failed (exit code 1)"));
+    CHECK_THAT(state->boot_error, Catch::Contains("command failed (exit code 1)"));
     // One boot per failure counted, and nothing after the pool turned failing.
     REQUIRE(static_cast<int>(boot_passes.size()) == failing_after);
     // The back-off doubles from boot_backoff (1 s, 2 s, 4 s): the gaps grow.

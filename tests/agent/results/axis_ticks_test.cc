@@ -14,16 +14,24 @@ std::vector<std::string> Labels(const AxisTicks& t) {
   return out;
 }
 
-// True when consecutive ticks differ by one step of 1, 2 or 5 x 10^k.
+// True when consecutive ticks differ by one step of 1, 2 or 5 x 10^k, and
+// each is a whole multiple of it (to the precision of doubles near it).
 bool OneTwoFive(const AxisTicks& t) {
   if (t.values.size() < 2) return true;
-  const double step = t.values[1] - t.values[0];
-  const double mag = std::pow(10.0, std::floor(std::log10(step) + 1e-9));
-  const double m = step / mag;
-  if (std::fabs(m - 1) > 1e-6 && std::fabs(m - 2) > 1e-6 && std::fabs(m - 5) > 1e-6) return false;
+  const double diff = t.values[1] - t.values[0];
+  const double mag = std::pow(10.0, std::floor(std::log10(diff) + 1e-6));
+  double step = 0;
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    if (std::fabs(diff / mag - m) < 1e-6) step = m * mag;
+  }
+  if (step == 0) return false;
   for (std::size_t i = 1; i < t.values.size(); ++i) {
-    if (std::fabs(t.values[i] - t.values[i - 1] - step) > step * 1e-6) return false;
-    if (std::fabs(t.values[i] / step - std::round(t.values[i] / step)) > 1e-6) return false;
+    const double slack = 1e-12 * std::fabs(t.values[i]) + 1e-9 * step;
+    if (std::fabs(t.values[i] - t.values[i - 1] - step) > 2 * slack) return false;
+  }
+  for (double v : t.values) {
+    const double k = std::round(v / step);
+    if (std::fabs(v - k * step) > 1e-12 * std::fabs(v) + 1e-9 * step) return false;
   }
   return true;
 }

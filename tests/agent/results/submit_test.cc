@@ -161,9 +161,8 @@ TEST_CASE("submit: defaults that are no run input rerun nothing, the reused batc
   // Once asked, not again.
   auto again = SubmitCommit(r.store, r.Git(), r.Request(c, b), kT0);
   REQUIRE(again);
-  REQUIRE(again->size() == 2);
+  REQUIRE(again->size() == 1);
   CHECK((*again)[0].already_reusing);
-  CHECK((*again)[1].result.runs_added == 0);
   CHECK(runs() == runs_before + 1);
   // The check reads the reused runs: seed 1 ran twice.
   r.Finish();
