@@ -10,7 +10,7 @@ logs `dashboard: http://HOST:PORT/?token=...`; the test opens that address.
 Checks: 401 and no data without the token or cookie; the token sets a cookie
 and the address loses the token; the overview lists the experiments and the
 queue; the experiment page has one point per commit and the verdict words
-`trainq show --json` gives; the commit page has every seed of both sides and
+`trainq show --json` gives, and y ticks at round numbers (niceTicks); the commit page has every seed of both sides and
 the effect; a commit submitted from the CLI while the overview is open shows
 up without a reload (a page-level JS marker survives); the slow run's log
 tail and its metric curve grow; actions are refused with the read session
