@@ -142,7 +142,7 @@ Result<int> PosixProcessRunner::Spawn(const ProcessSpec& spec) {
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   if (!spec.output_path.empty()) {
     posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, spec.output_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+                                     O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0644);
     posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   }
   if (!spec.cwd.empty()) {

@@ -667,6 +667,18 @@ CREATE INDEX runs_logs_due ON runs (finished_ms, id)
     R"sql(
 CREATE INDEX runs_by_finished ON runs (finished_ms, id) WHERE finished_ms IS NOT NULL;
 )sql",
+    // 17 -> 18: the ref whose push queued a batch (refs/heads/feature,
+    // refs/pull/7/head), so that coalescing cancels only what that ref's own
+    // earlier pushes queued (issue 36). NULL: not known (a batch from before
+    // this version, `trainq submit`, a baseline queued at a base): coalescing
+    // never cancels it. The two indexes find the batches that reuse a batch
+    // or are compared with it, which keep it.
+    R"sql(
+ALTER TABLE batches ADD COLUMN ref TEXT;
+CREATE INDEX batches_by_reuses ON batches (reuses_batch_id) WHERE reuses_batch_id IS NOT NULL;
+CREATE INDEX batches_by_baseline ON batches (baseline_batch_id)
+  WHERE baseline_batch_id IS NOT NULL;
+)sql",
 };
 static_assert(std::size(kMigrations) == kStoreSchemaVersion);
 

@@ -65,19 +65,31 @@ Status CmdMachines(const MachinesOptions& o, const Clock& clock, std::ostream& o
     out << "no machines" << (o.all ? "" : " running (trainq machines --all shows stopped ones)")
         << "\n";
   } else {
-    Table t({"ID", "POOL", "NAME", "STATE", "AGE", "IDLE", "RUNS", "BUSY", "BILLED", "COST"});
+    Table t({"ID", "POOL", "NAME", "STATE", "AGE", "IDLE", "RUNS", "BUSY", "BILLED", "COST",
+             "SANDBOX"});
+    std::vector<std::string> sandbox_notes;  // the machines whose runs are not fully sandboxed
     for (const auto& m : machines) {
       TimeMs billed = Billed(m, now);
-      t.Add({std::to_string(m.id), m.pool, m.name.empty() ? m.provider_id : m.name,
-             m.lost() ? "lost (" + m.last_error.substr(kLostPrefix.size()) + ")"
-             : m.state + (m.last_error.empty() || (m.state != "failed" && m.state != "booting")
-                              ? ""
-                              : " (" + m.last_error + ")"),
+      const json mj = MachineJson(m, now);
+      const std::string sandbox =
+          mj["sandbox"].is_string() ? mj["sandbox"].get<std::string>() : "-";
+      const std::string name = m.name.empty() ? m.provider_id : m.name;
+      if (mj["sandbox_note"].is_string() && sandbox != "bwrap" && sandbox != "-") {
+        sandbox_notes.push_back("sandbox " + sandbox + " on " + name + ": " +
+                                mj["sandbox_note"].get<std::string>());
+      }
+      t.Add({std::to_string(m.id), m.pool, name,
+             m.lost()
+                 ? "lost (" + m.last_error.substr(kLostPrefix.size()) + ")"
+                 : m.state + (m.last_error.empty() || (m.state != "failed" && m.state != "booting")
+                                  ? ""
+                                  : " (" + m.last_error + ")"),
              FormatDuration(billed), Idle(m, now), std::to_string(m.runs_done),
              FormatDuration(m.busy_ms), FormatDuration(billed),
-             Money(static_cast<double>(billed) / 3.6e6 * m.hourly_cost)});
+             Money(static_cast<double>(billed) / 3.6e6 * m.hourly_cost), sandbox});
     }
     out << t.Render();
+    for (const auto& n : sandbox_notes) out << n << "\n";
   }
   for (const auto& c : costs) {
     // Busy is run time: a machine with several slots can be busy longer than billed.

@@ -76,29 +76,17 @@ Result<int> FreeLoopbackPort() {
 }
 
 // What runs of local workers must not see (FleetOptions::sandbox_hide): the
-// database and its side files, the config, every `{file:}` secret and ssh
-// key it names, and serve's data dir (tokens, outbox, other runs).
+// database and its side files, the config, every path the config names (its
+// `{file:}` secrets, tokens, keys, credentials and kubeconfigs, found by one
+// walk of the document: ServerConfig::named_paths) and serve's data dir
+// (tokens, outbox, other runs).
 std::vector<std::string> SandboxHidden(const ServeOptions& o, const ServerConfig& config,
                                        const std::string& data_dir) {
   std::vector<std::string> out;
   std::string db = fs::absolute(o.db).string();
   for (const char* suffix : {"", "-wal", "-shm", "-journal"}) out.push_back(db + suffix);
   if (!config.path.empty()) out.push_back(fs::absolute(config.path).string());
-  auto secret = [&](const SecretValue& s) {
-    if (s.source.starts_with("file ")) out.push_back(fs::absolute(s.source.substr(5)).string());
-  };
-  for (const auto& r : config.repositories) {
-    secret(r.secret);
-    secret(r.token);
-    if (!r.ssh_key.empty()) out.push_back(fs::absolute(r.ssh_key).string());
-  }
-  secret(config.read_token);
-  for (const auto& p : config.pools) {
-    secret(p.token);
-    if (auto it = p.params.find("token_file"); it != p.params.end()) {
-      out.push_back(fs::absolute(it->second).string());
-    }
-  }
+  out.insert(out.end(), config.named_paths.begin(), config.named_paths.end());
   out.push_back(data_dir);
   return out;
 }
@@ -157,21 +145,35 @@ Status CheckServeFlags(const ServeOptions& o) {
   return {};
 }
 
-// A sandbox asked for by a local pool but not installed is said now, not at
-// each boot.
-Status CheckLocalSandboxes(const ServerConfig& config) {
+// A local pool's sandbox, probed now with what its runs will hide (a unit
+// that forbids namespaces, a container that masks /proc): `sandbox: bwrap`
+// that cannot start is an error at start, not a dead run per boot; `auto`
+// says here which form runs get. Each worker probes again when it starts.
+Status CheckLocalSandboxes(const ServerConfig& config, const std::string& data_dir,
+                           const std::vector<std::string>& hide) {
   for (const auto& p : config.pools) {
     if (p.provider != "local") continue;
+    const std::string where =
+        (config.path.empty() ? "" : config.path + ": ") + "pool " + p.name() + ": ";
     auto bwrap = ResolveSandbox(p.sandbox);
-    if (!bwrap) {
-      return Fail(ErrorKind::kInvalidArgument, (config.path.empty() ? "" : config.path + ": ") +
-                                                   "pool " + p.name() + ": " +
-                                                   bwrap.error().message);
-    }
-    if (bwrap->empty()) {
-      spdlog::warn("pool {}: runs start without a sandbox ({}): a run can read what serve's user "
-                   "can read (see docs/deployment.md#security)",
-                   p.name(), p.sandbox == "none" ? "sandbox: none" : "bwrap is not installed");
+    if (!bwrap) return Fail(ErrorKind::kInvalidArgument, where + bwrap.error().message);
+    SandboxConfig sc;
+    sc.mode = p.sandbox;
+    sc.hide = hide;
+    for (const auto& w : p.sandbox_writable) sc.writable.push_back(fs::absolute(w).string());
+    auto state = ProbeSandbox(p.sandbox, *bwrap, sc,
+                              (fs::path(data_dir) / ("sandbox-probe-" + p.name())).string());
+    if (!state) return Fail(ErrorKind::kInvalidArgument, where + state.error().message);
+    if (state->form == "none") {
+      spdlog::warn(
+          "pool {}: runs start without a sandbox ({}): a run can read what serve's user "
+          "can read (see docs/deployment.md#security)",
+          p.name(), state->note);
+    } else if (state->form != "bwrap") {
+      spdlog::warn("pool {}: runs start in sandbox form {} ({})", p.name(), state->form,
+                   state->note);
+    } else {
+      spdlog::info("pool {}: runs start in a bwrap sandbox (probed)", p.name());
     }
   }
   return {};
@@ -198,6 +200,7 @@ Result<DaemonOptions> InProcessOptions(const ServeOptions& o, std::string listen
   wc.kill_grace_ms = o.kill_grace_s * 1000;
   wc.env_passthrough = o.env_passthrough;
   wc.bin_dir = SelfDir();
+  wc.sandbox_note = "serve --inproc runs commands without a sandbox, as serve's children";
   d.inproc = std::move(wc);
   return d;
 }
@@ -231,7 +234,6 @@ Result<DaemonOptions> FleetServeOptions(const ServeOptions& o, ServerConfig& con
                        ? "127.0.0.1:" + std::to_string(address.port)
                        : listen);
   TRY(CheckWorkerUrls(config, default_server_url, listen));
-  TRY(CheckLocalSandboxes(config));
 
   DaemonOptions d;
   d.db = o.db;
@@ -247,6 +249,7 @@ Result<DaemonOptions> FleetServeOptions(const ServeOptions& o, ServerConfig& con
   d.fleet.trainq_path = (fs::path(SelfDir()) / "trainq").string();
   d.fleet.data_dir = d.data_dir;
   d.fleet.sandbox_hide = SandboxHidden(o, config, d.data_dir);
+  TRY(CheckLocalSandboxes(config, d.data_dir, d.fleet.sandbox_hide));
   d.fleet.budget = config.budget;
   return d;
 }

@@ -290,6 +290,12 @@ HttpServerReply Server::Register(const std::string& pool, const HttpServerReques
   for (const char* k : {"cpus", "memory_mb", "runs_per_gpu", "version", "pid", "trainer"}) {
     if (body->contains(k)) resources[k] = (*body)[k];
   }
+  // The sandbox form the worker's probe found, and why (ProbeSandbox).
+  for (const char* k : {"sandbox", "sandbox_note"}) {
+    if (auto v = body->find(k); v != body->end() && v->is_string()) {
+      resources[k] = v->get<std::string>().substr(0, 500);
+    }
+  }
   if (r.name.empty() && r.hostname.empty()) {
     return ErrorReply(400, "register: a worker without a machine name must send its hostname");
   }
@@ -306,6 +312,18 @@ HttpServerReply Server::Register(const std::string& pool, const HttpServerReques
   }
   spdlog::info("worker registered: machine {} ({}) of pool {}, {} slots, {} GPUs, host {}", m->id,
                m->name, pool, m->slots, m->gpus, m->hostname);
+  if (resources.contains("sandbox")) {
+    const std::string form = resources["sandbox"].get<std::string>();
+    const std::string note = resources.value("sandbox_note", std::string());
+    const std::string line =
+        fmt::format("machine {}: sandbox {}{}", m->name.empty() ? m->hostname : m->name, form,
+                    note.empty() ? "" : " (" + note + ")");
+    if (form == "bwrap") {
+      spdlog::info("{}", line);
+    } else {
+      spdlog::warn("{}", line);
+    }
+  }
   const PoolSpec* spec = config_.FindPool(pool);
   PoolSpec defaults;
   if (!spec) spec = &defaults;

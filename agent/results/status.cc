@@ -511,6 +511,13 @@ std::string Idle(const MachineRow& m, TimeMs now) {
 json MachineJson(const MachineRow& m, TimeMs now) {
   TimeMs billed = Billed(m, now);
   auto opt = [](const std::optional<TimeMs>& t) { return t ? json(*t) : json(nullptr); };
+  // The sandbox form the machine's worker registered (null: not told, a
+  // worker older than the probe, or a machine not registered yet).
+  json sandbox = nullptr, sandbox_note = nullptr;
+  if (auto r = json::parse(m.resources_json, nullptr, false); r.is_object()) {
+    if (auto s = r.find("sandbox"); s != r.end() && s->is_string()) sandbox = *s;
+    if (auto s = r.find("sandbox_note"); s != r.end() && s->is_string()) sandbox_note = *s;
+  }
   return {{"id", m.id},
           {"pool", m.pool},
           {"name", m.name},
@@ -531,6 +538,8 @@ json MachineJson(const MachineRow& m, TimeMs now) {
           {"billed_ms", billed},
           {"cost", static_cast<double>(billed) / 3.6e6 * m.hourly_cost},
           {"last_error", m.last_error},
+          {"sandbox", sandbox},
+          {"sandbox_note", sandbox_note},
           {"lost", m.lost()}};
 }
 

@@ -194,7 +194,8 @@ void GangProcesses::StopGently(TimeMs now, TimeMs grace_ms) {
 }
 
 std::vector<ProcessSpec> GangSpecs(const ProcessSpec& base, const GangLayout& g,
-                                   const std::vector<int>& devices, const std::string& run_dir) {
+                                   const std::vector<int>& devices, const std::string& run_dir,
+                                   const std::string& work_dir) {
   auto split = SplitDevices(devices, g.procs_per_node);
   std::vector<ProcessSpec> out;
   for (int local = 0; local < g.procs_per_node; ++local) {
@@ -210,9 +211,10 @@ std::vector<ProcessSpec> GangSpecs(const ProcessSpec& base, const GangLayout& g,
     const int rank = g.node_rank * g.procs_per_node + local;
     if (rank != 0) {
       // Only rank 0's metrics count; the others write beside it.
-      std::string stem = (fs::path(run_dir) / ("rank-" + std::to_string(rank))).string();
-      spec.env["TRAINQ_METRICS_FILE"] = stem + ".metrics.jsonl";
-      if (local != 0) spec.output_path = stem + ".log";
+      const std::string name = "rank-" + std::to_string(rank);
+      spec.env["TRAINQ_METRICS_FILE"] =
+          (fs::path(work_dir.empty() ? run_dir : work_dir) / (name + ".metrics.jsonl")).string();
+      if (local != 0) spec.output_path = (fs::path(run_dir) / (name + ".log")).string();
     }
     out.push_back(std::move(spec));
   }
@@ -230,11 +232,7 @@ GangMember::GangMember(LeasedRun run, GangMemberConfig config, GangIo io, Proces
       clock_(clock),
       procs_(runner),
       created_ms_(clock.Now()) {
-  fs::path dir = fs::path(config_.data_dir) / "runs" / std::to_string(run_.run_id);
-  paths_.dir = dir.string();
-  paths_.log = (dir / "output.log").string();
-  paths_.metrics = (dir / "metrics.jsonl").string();
-  paths_.output_dir = (dir / "output").string();
+  paths_ = RunPathsFor(config_.data_dir, run_.run_id);
   layout_.nodes = std::max(1, run_.nodes);
   layout_.procs_per_node = std::max(1, run_.procs_per_node);
   layout_.node_rank = run_.node_rank;
@@ -279,25 +277,21 @@ bool GangMember::Beat(bool started) {
 }
 
 Status GangMember::Start() {
-  std::error_code ec;
-  fs::create_directories(paths_.output_dir, ec);
-  if (ec) return Fail(ErrorKind::kIo, paths_.output_dir + ": " + ec.message());
-  TRY(WriteFile(paths_.metrics, ""));
-  TRY(WriteFile(paths_.log, ""));
-  {
-    std::ofstream log(paths_.log, std::ios::app | std::ios::binary);
-    log << RunBanner(run_, config_.where + fmt::format(" (node {} of {}, rendezvous {}:{})",
+  // A fresh work tree for each attempt; the logs are the worker's (outside it).
+  TRY(PrepareRunWork(paths_));
+  TRY(ResetWorkerFile(
+      paths_.log, RunBanner(run_,
+                            config_.where + fmt::format(" (node {} of {}, rendezvous {}:{})",
                                                         run_.node_rank, layout_.nodes,
                                                         layout_.master_addr, layout_.master_port),
-                     clock_.Now())
-        << PassthroughNote(run_, config_.env_passthrough);
-  }
+                            clock_.Now()) +
+                      PassthroughNote(run_, config_.env_passthrough)));
   log_start_ = SizeOf(paths_.log);
   ASSIGN_OR_RETURN(paths_.workdir, io_.worktree(run_));
   ProcessSpec base = BuildRunProcess(run_, paths_, config_.bin_dir, "", config_.env_passthrough);
   if (config_.devices.empty()) base.env["CUDA_VISIBLE_DEVICES"] = "";
   if (io_.sandbox) io_.sandbox(base, paths_, layout_.procs_per_node > 1);
-  TRY(procs_.Start(GangSpecs(base, layout_, config_.devices, paths_.dir)));
+  TRY(procs_.Start(GangSpecs(base, layout_, config_.devices, paths_.dir, paths_.work)));
   started_ = true;
   started_ms_ = clock_.Now();
   spdlog::info("gang run {} node {}/{}: {} process(es) started (pids {}), rendezvous {}:{}",
@@ -403,7 +397,7 @@ void GangMember::UploadLogs() {
 
 void GangMember::Finish(const ExitStatus& status) {
   std::string log_text = ReadTail(paths_.log, log_start_);
-  std::string metrics_text = run_.node_rank == 0 ? ReadFile(paths_.metrics).value_or("") : "";
+  std::string metrics_text = run_.node_rank == 0 ? ReadRunFile(paths_.metrics) : "";
   std::optional<int> code;
   if (status.signal == 0) code = status.code;
   UploadLogs();

@@ -99,10 +99,12 @@ class GangProcesses {
 
 // The process specs of a node: `base` (BuildRunProcess of the run) with
 // torchrun's variables per local rank; local ranks other than global rank 0
-// get their own log and metrics file under `run_dir` (rank-R.log,
-// rank-R.metrics.jsonl).
+// get their own log under `run_dir` (rank-R.log: the worker's, outside what
+// the run writes) and metrics file under `work_dir` (rank-R.metrics.jsonl;
+// "" = run_dir).
 std::vector<ProcessSpec> GangSpecs(const ProcessSpec& base, const GangLayout& g,
-                                   const std::vector<int>& devices, const std::string& run_dir);
+                                   const std::vector<int>& devices, const std::string& run_dir,
+                                   const std::string& work_dir = "");
 
 // What a GangMember needs from its worker.
 struct GangIo {

@@ -1,10 +1,15 @@
 #include "agent/runner/run_process.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -119,6 +124,76 @@ RunOutcome JudgeRun(const RunEnd& end, const MetricReading& reading) {
   o.error = what + (o.config_error ? " (configuration error, not retried)" : "") +
             (tail.empty() ? "" : ": " + tail);
   return o;
+}
+
+RunPaths RunPathsFor(const std::string& data_dir, std::int64_t run_id,
+                     const std::string& log_name) {
+  const fs::path dir = fs::path(data_dir) / "runs" / std::to_string(run_id);
+  RunPaths p;
+  p.dir = dir.string();
+  p.log = (dir / log_name).string();
+  p.work = (dir / "work").string();
+  p.metrics = (dir / "work" / "metrics.jsonl").string();
+  p.output_dir = (dir / "work" / "output").string();
+  return p;
+}
+
+Status PrepareRunWork(const RunPaths& paths) {
+  std::error_code ec;
+  fs::create_directories(paths.dir, ec);
+  if (ec) return Fail(ErrorKind::kIo, paths.dir + ": " + ec.message());
+  // remove_all unlinks symlinks, it never follows them.
+  fs::remove_all(paths.work, ec);
+  if (ec) return Fail(ErrorKind::kIo, "cannot clear " + paths.work + ": " + ec.message());
+  fs::create_directories(paths.output_dir, ec);
+  if (ec) return Fail(ErrorKind::kIo, paths.output_dir + ": " + ec.message());
+  int fd =
+      ::open(paths.metrics.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return Fail(ErrorKind::kIo, paths.metrics + ": " + std::strerror(errno));
+  ::close(fd);
+  return {};
+}
+
+Status ResetWorkerFile(const std::string& path, const std::string& text) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return Fail(ErrorKind::kIo, path + ": " + std::strerror(errno));
+  }
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return Fail(ErrorKind::kIo, path + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int e = errno;
+      ::close(fd);
+      return Fail(ErrorKind::kIo, path + ": " + std::strerror(e));
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return {};
+}
+
+std::string ReadRunFile(const std::string& path, std::int64_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string out;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    out.resize(
+        static_cast<size_t>(std::min<std::int64_t>(std::max<off_t>(st.st_size, 0), max_bytes)));
+    size_t got = 0;
+    while (got < out.size()) {
+      ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    out.resize(got);
+  }
+  ::close(fd);
+  return out;
 }
 
 ProcessSpec BuildRunProcess(const LeasedRun& run, const RunPaths& paths, const std::string& bin_dir,

@@ -31,13 +31,39 @@
 namespace trainq {
 
 // Where a run's files go.
+// `dir` is the worker's own: a run never writes there, so the worker opens
+// its files by name. `work` is the only tree a run writes (the sandbox binds
+// it), made fresh for each attempt (PrepareRunWork): the worker reads what the
+// run left there only through ReadRunFile (no symlink followed, regular files
+// only), and never writes there once the run has started.
 struct RunPaths {
-  std::string dir;           // <data>/runs/<id>
-  std::string log;           // <dir>/output.log (all attempts, appended)
-  std::string metrics;       // <dir>/metrics.jsonl (truncated per attempt)
-  std::string output_dir;    // <dir>/output
-  std::string workdir;       // checkout of the commit
+  std::string dir;         // <data>/runs/<id>: the worker's
+  std::string log;         // <dir>/output.log (this attempt's output)
+  std::string work;        // <dir>/work: the run's, fresh per attempt
+  std::string metrics;     // <work>/metrics.jsonl
+  std::string output_dir;  // <work>/output
+  std::string workdir;     // checkout of the commit (<work>/checkout)
 };
+
+// The paths of run `run_id` under a worker's data dir.
+RunPaths RunPathsFor(const std::string& data_dir, std::int64_t run_id,
+                     const std::string& log_name = "output.log");
+
+// Makes `paths.work` fresh for an attempt: whatever an earlier attempt left
+// there (symlinks, FIFOs) removed without being followed, then the output
+// dir and an empty metrics file made anew (O_EXCL, O_NOFOLLOW).
+Status PrepareRunWork(const RunPaths& paths);
+
+// A file of the worker's own (a run's log) made anew holding `text`: whatever
+// is at `path` is unlinked first (a symlink is removed, never followed) and
+// the file created with O_EXCL | O_NOFOLLOW.
+Status ResetWorkerFile(const std::string& path, const std::string& text);
+
+// What a run left in its work tree, read by the worker: the file at `path`
+// opened without following a symlink and without blocking (a FIFO), only when
+// it is a regular file, at most `max_bytes` from its start. "" when it is
+// missing or not a regular file.
+std::string ReadRunFile(const std::string& path, std::int64_t max_bytes = std::int64_t{256} << 20);
 
 // The process a run becomes: /bin/sh -c COMMAND with the run environment:
 // the TRAINQ_* run variables over RunEnvironment(env_passthrough) (a safe

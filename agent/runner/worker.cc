@@ -117,7 +117,10 @@ Status Worker::Register() {
               {"version", config_.version},
               // Whether `trainer:` runs can start here: `trainq submit` warns
               // when no worker of an experiment's pool has trainq-train.
-              {"trainer", FindTrainqTrain(config_.bin_dir, PathEnv())}};
+              {"trainer", FindTrainqTrain(config_.bin_dir, PathEnv())},
+              // The sandbox form its probe found (ProbeSandbox), and why.
+              {"sandbox", config_.sandbox_form},
+              {"sandbox_note", config_.sandbox_note}};
   if (config_.runs_per_gpu > 0) req["runs_per_gpu"] = config_.runs_per_gpu;
   auto a = Call("/api/v1/workers/register", req);
   if (!a) return {};  // retried after the backoff
@@ -213,11 +216,7 @@ Status Worker::Lease() {
         RunSlot slot;
         slot.run = r;
         slot.last_heartbeat_ms = clock_.Now();
-        fs::path dir = fs::path(config_.data_dir) / "runs" / std::to_string(r.lease.run_id);
-        slot.paths.dir = dir.string();
-        slot.paths.log = (dir / config_.process_log).string();
-        slot.paths.metrics = (dir / "metrics.jsonl").string();
-        slot.paths.output_dir = (dir / "output").string();
+        slot.paths = RunPathsFor(config_.data_dir, r.lease.run_id, config_.process_log);
         runs_[r.lease.run_id] = std::move(slot);
       }
       job.pending.push_back(std::move(ids));

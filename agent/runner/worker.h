@@ -119,6 +119,12 @@ struct WorkerConfig {
   // and, for a local pool, what serve passed (its database, config, secrets).
   SandboxConfig sandbox;
   std::string bwrap;
+  // What the sandbox probe found (ProbeSandbox), registered with the server.
+  std::string sandbox_form = "none";
+  std::string sandbox_note;
+  // Offered to sandboxed runs as their caches (CacheEnvironment), bound
+  // writable; "" = none. <data dir>/cache for `trainq worker`.
+  std::string cache_dir;
 };
 
 // How the runs of one lease answer are started: each inner list is one
@@ -215,11 +221,13 @@ class Worker {
   Result<std::string> Worktree(const LeasedRun& run);
   // A copy of Worktree(run) that is the run's own, <run dir>/checkout (fresh
   // for each attempt): seeds of one commit never see each other's changes.
-  Result<std::string> RunCheckout(const LeasedRun& run, const std::string& run_dir);
+  Result<std::string> RunCheckout(const LeasedRun& run, const std::string& work_dir);
   // `spec` inside the sandbox when there is one: writable are `writable`
-  // (checkout, run and group directories) and a /tmp of the run's own.
-  void Sandbox(ProcessSpec& spec, const std::vector<std::string>& writable,
-               const std::string& run_dir, bool share_ipc);
+  // (checkout, work trees), the cache dir and a /tmp of the run's own (in
+  // `work_dir`); `readable` (a fused group's seed links) read-only.
+  void Sandbox(ProcessSpec& spec, std::vector<std::string> writable,
+               const std::vector<std::string>& readable, const std::string& work_dir,
+               bool share_ipc);
   // One call through client_ (a JSON body); Send also takes a log chunk.
   Result<Answer> Call(const std::string& path, const nlohmann::json& body,
                       TimeMs timeout_ms = 15'000);

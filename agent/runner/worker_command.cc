@@ -107,21 +107,43 @@ Result<int> CmdWorker(const WorkerCommandOptions& o, const Clock& clock,
   c.sandbox.hide = {c.data_dir, fs::absolute(o.token_file).string()};
   for (const auto& h : o.sandbox_hide) c.sandbox.hide.push_back(fs::absolute(h).string());
   for (const auto& w : o.sandbox_writable) c.sandbox.writable.push_back(fs::absolute(w).string());
-  if (c.bwrap.empty()) {
-    spdlog::warn("runs start without a sandbox ({}): a run can read what this worker's user "
-                 "can read, its token file included",
-                 o.sandbox == "none" ? "--sandbox none" : "no bwrap installed");
-  } else {
-    spdlog::info("runs start in a bwrap sandbox ({}); writable: their checkout, run directory "
-                 "and /tmp{}", c.bwrap, c.sandbox.writable.empty() ? "" : " and " +
-                 fmt::format("{}", fmt::join(c.sandbox.writable, ", ")));
-  }
   auto self = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) c.bin_dir = self.parent_path().string();
-  if (FindTrainqTrain(c.bin_dir, PathEnv()).empty()) {
+  const std::string trainer = FindTrainqTrain(c.bin_dir, PathEnv());
+  if (trainer.empty()) {
     spdlog::warn("trainq-train is neither beside this trainq ({}) nor on PATH: `trainer:` runs "
                  "will fail here (install it, and libtorch, on each worker)",
                  c.bin_dir.empty() ? "?" : c.bin_dir);
+  }
+  // What runs need of trainq stays visible wherever it is installed (a build
+  // under /tmp, which the sandbox replaces with the run's own).
+  if (!c.bin_dir.empty()) c.sandbox.readable.push_back(c.bin_dir);
+  if (!trainer.empty()) c.sandbox.readable.push_back(fs::path(trainer).parent_path().string());
+  // Caches persist across this machine's runs (HOME is read-only inside).
+  c.cache_dir = (fs::path(c.data_dir) / "cache").string();
+  fs::create_directories(c.cache_dir, ec);
+  for (const auto& h : c.sandbox.hide) {
+    if (CanonicalPath(h).empty() && !fs::exists(fs::path(h).parent_path(), ec)) {
+      spdlog::warn("sandbox: cannot hide {}: its folder does not exist (nothing to hide)", h);
+    }
+  }
+  ASSIGN_OR_RETURN(auto state, ProbeSandbox(o.sandbox, c.bwrap, c.sandbox,
+                                            (fs::path(c.data_dir) / "sandbox-probe").string()));
+  c.sandbox_form = state.form;
+  c.sandbox_note = state.note;
+  if (c.bwrap.empty()) {
+    spdlog::warn(
+        "runs start without a sandbox ({}): a run can read what this worker's user "
+        "can read, its token file included",
+        state.note);
+  } else {
+    spdlog::info(
+        "runs start in a bwrap sandbox ({}, form {}{}); writable: their checkout, run "
+        "directory, /tmp and {}{}",
+        c.bwrap, state.form, state.note.empty() ? "" : ": " + state.note, c.cache_dir,
+        c.sandbox.writable.empty()
+            ? ""
+            : " and " + fmt::format("{}", fmt::join(c.sandbox.writable, ", ")));
   }
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);

@@ -58,11 +58,10 @@ void Worker::StartGangMembers(std::vector<WorkerRun>& runs) {
       return std::make_pair(a->status, a->body);
     };
     io.worktree = [this](const LeasedRun& run) {
-      return RunCheckout(run, (fs::path(config_.data_dir) / "runs" /
-                               std::to_string(run.run_id)).string());
+      return RunCheckout(run, RunPathsFor(config_.data_dir, run.run_id).work);
     };
     io.sandbox = [this](ProcessSpec& spec, const RunPaths& paths, bool several) {
-      Sandbox(spec, {paths.workdir, paths.dir}, paths.dir, several);
+      Sandbox(spec, {paths.workdir, paths.work}, {}, paths.work, several);
     };
     io.keep = [this](const PendingResult& kept, const std::string& why) {
       Keep(kept, fmt::format("gang run {} node {}", kept.run_id, kept.node_rank), why);

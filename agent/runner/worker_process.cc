@@ -71,9 +71,9 @@ Result<std::string> Worker::Worktree(const LeasedRun& run) {
   return CachedWorktree(config_.data_dir, source_dir, run.sha, tag);
 }
 
-Result<std::string> Worker::RunCheckout(const LeasedRun& run, const std::string& run_dir) {
+Result<std::string> Worker::RunCheckout(const LeasedRun& run, const std::string& work_dir) {
   ASSIGN_OR_RETURN(auto cached, Worktree(run));
-  fs::path dir = fs::path(run_dir) / "checkout";
+  fs::path dir = fs::path(work_dir) / "checkout";
   std::error_code ec;
   fs::remove_all(dir, ec);
   fs::create_directories(dir.parent_path(), ec);
@@ -84,14 +84,25 @@ Result<std::string> Worker::RunCheckout(const LeasedRun& run, const std::string&
   return dir.string();
 }
 
-void Worker::Sandbox(ProcessSpec& spec, const std::vector<std::string>& writable,
-                     const std::string& run_dir, bool share_ipc) {
+void Worker::Sandbox(ProcessSpec& spec, std::vector<std::string> writable,
+                     const std::vector<std::string>& readable, const std::string& work_dir,
+                     bool share_ipc) {
   if (config_.bwrap.empty()) return;
   SandboxRun sr;
-  sr.writable = writable;
-  sr.share_ipc = share_ipc;
-  fs::path tmp = fs::path(run_dir) / "tmp";
   std::error_code ec;
+  // HOME is read-only inside: the common ML libraries' caches go to this
+  // machine's cache dir, unless the operator passes their own through.
+  if (!config_.cache_dir.empty() && fs::is_directory(config_.cache_dir, ec)) {
+    writable.push_back(config_.cache_dir);
+    for (auto& [k, v] : CacheEnvironment(config_.cache_dir)) {
+      if (EnvNameMatches(k, spec.pass_env) && std::getenv(k.c_str())) continue;
+      spec.env.emplace(k, v);
+    }
+  }
+  sr.writable = std::move(writable);
+  sr.readable = readable;
+  sr.share_ipc = share_ipc;
+  fs::path tmp = fs::path(work_dir) / "tmp";
   fs::remove_all(tmp, ec);
   if (fs::create_directories(tmp, ec); !ec) sr.tmp = tmp.string();
   WrapInSandbox(spec, config_.bwrap, config_.sandbox, sr);
@@ -116,35 +127,34 @@ Status Worker::StartProc(Job& job, const std::vector<std::int64_t>& run_ids) {
   TimeMs now = clock_.Now();
   RunSlot& first = runs_.at(run_ids.front());
   const bool fused = run_ids.size() > 1;
-  for (auto id : run_ids) {
-    RunSlot& r = runs_.at(id);
-    std::error_code ec;
-    fs::create_directories(r.paths.output_dir, ec);
-    if (ec) return Fail(ErrorKind::kIo, r.paths.output_dir + ": " + ec.message());
-    TRY(WriteFile(r.paths.metrics, ""));
-  }
+  // Each attempt starts from a fresh work tree: nothing an earlier attempt
+  // left there (a symlink to a file of the worker's) is ever opened.
+  for (auto id : run_ids) TRY(PrepareRunWork(runs_.at(id).paths));
   Proc p;
   p.run_ids = run_ids;
   p.timeout_s = first.run.lease.timeout_s;
   LeasedRun spec_run = first.run.lease;
   std::string header;
   std::string where = config_.machine.empty() ? config_.hostname : config_.machine;
+  std::string seeds_dir;  // a fused group's seed links, read-only inside
   if (fused) {
     fs::path gdir = fs::path(config_.data_dir) / "groups" /
                     (std::to_string(first.run.group) + "-" + std::to_string(run_ids.front()));
     std::error_code ec;
-    fs::create_directories(gdir, ec);
+    fs::remove_all(gdir, ec);
+    fs::create_directories(gdir / "seeds", ec);
     if (ec) return Fail(ErrorKind::kIo, gdir.string() + ": " + ec.message());
-    // <group dir>/<seed> -> runs/<id>: each replica writes into its own run's files.
+    // <group dir>/seeds/<seed> -> runs/<id>/work: each replica writes into its
+    // own run's work tree; the links and the log are the worker's.
     for (auto id : run_ids) {
       const RunSlot& r = runs_.at(id);
-      fs::path link = gdir / std::to_string(r.run.lease.seed);
-      fs::remove(link, ec);
-      fs::create_directory_symlink(fs::absolute(r.paths.dir), link, ec);
+      fs::path link = gdir / "seeds" / std::to_string(r.run.lease.seed);
+      fs::create_directory_symlink(fs::absolute(r.paths.work), link, ec);
       if (ec) return Fail(ErrorKind::kIo, link.string() + ": " + ec.message());
     }
+    seeds_dir = (gdir / "seeds").string();
     spec_run.command = FusedTrainerCommand(first.run.trainer, first.run.lease.seed,
-                                           static_cast<int>(run_ids.size()), gdir.string());
+                                           static_cast<int>(run_ids.size()), seeds_dir);
     p.log_path = (gdir / "output.log").string();
     header = "=== trainq: runs " + fmt::format("{}", fmt::join(run_ids, ", ")) + " (" +
              spec_run.experiment + ", seeds " + std::to_string(spec_run.seed) + "-" +
@@ -152,19 +162,15 @@ Status Worker::StartProc(Job& job, const std::vector<std::int64_t>& run_ids) {
              " fused, attempt " + std::to_string(spec_run.attempt) + ") on " + where + " at " +
              FormatTimestamp(now) + " UTC ===\n";
   } else {
-    p.log_path = first.paths.log;
-    TRY(WriteFile(p.log_path, ""));  // this attempt's output only; the server keeps the rest
+    p.log_path = first.paths.log;  // this attempt's output only; the server keeps the rest
     header = RunBanner(spec_run, where, now);
   }
   header += PassthroughNote(spec_run, config_.env_passthrough);
-  p.log_start = FileSize(p.log_path);
-  {
-    std::ofstream log(p.log_path, std::ios::app | std::ios::binary);
-    log << header;
-  }
+  TRY(ResetWorkerFile(p.log_path, header));
+  p.log_start = 0;
   RunPaths paths = first.paths;
   paths.log = p.log_path;
-  ASSIGN_OR_RETURN(paths.workdir, RunCheckout(spec_run, first.paths.dir));
+  ASSIGN_OR_RETURN(paths.workdir, RunCheckout(spec_run, first.paths.work));
   std::string cuda;
   for (int d : job.devices) cuda += (cuda.empty() ? "" : ",") + std::to_string(d);
   auto spec = BuildRunProcess(spec_run, paths, config_.bin_dir, cuda, config_.env_passthrough);
@@ -173,9 +179,10 @@ Status Worker::StartProc(Job& job, const std::vector<std::int64_t>& run_ids) {
   if (job.gpus == 0) spec.env["CUDA_VISIBLE_DEVICES"] = "";
   {
     std::vector<std::string> writable = {paths.workdir};
-    for (auto id : run_ids) writable.push_back(runs_.at(id).paths.dir);
-    if (fused) writable.push_back(fs::path(p.log_path).parent_path().string());
-    Sandbox(spec, writable, first.paths.dir, false);
+    for (auto id : run_ids) writable.push_back(runs_.at(id).paths.work);
+    std::vector<std::string> readable;
+    if (fused) readable.push_back(seeds_dir);
+    Sandbox(spec, std::move(writable), readable, first.paths.work, false);
   }
   ASSIGN_OR_RETURN(p.pid, runner_.Spawn(spec));
   p.started_ms = now;
@@ -206,8 +213,8 @@ void Worker::FinishProc(Job& job, const ExitStatus& status) {
   if (auto it = runs_.find(p.run_ids.front()); it != runs_.end()) {
     // The run's own checkout and /tmp go; its output dir and files stay.
     std::error_code ec;
-    fs::remove_all(fs::path(it->second.paths.dir) / "checkout", ec);
-    fs::remove_all(fs::path(it->second.paths.dir) / "tmp", ec);
+    fs::remove_all(fs::path(it->second.paths.work) / "checkout", ec);
+    fs::remove_all(fs::path(it->second.paths.work) / "tmp", ec);
   }
   std::string log_text = ReadFrom(p.log_path, p.log_start, std::int64_t{1} << 30);
   for (auto id : p.run_ids) {
@@ -215,9 +222,14 @@ void Worker::FinishProc(Job& job, const ExitStatus& status) {
     if (it == runs_.end()) continue;
     RunSlot& r = it->second;
     const auto& run = r.run.lease;
-    auto metrics_text = ReadFile(r.paths.metrics).value_or("");
+    auto metrics_text = ReadRunFile(r.paths.metrics);
     // A fused log holds every seed's lines: only the metrics files tell them apart.
     auto [reading, outcome] = JudgeAttempt(run, status, p.timed_out, log_text, metrics_text, fused);
+    if (!outcome.succeeded && !config_.bwrap.empty()) {
+      if (std::string hint = SandboxHint(log_text); !hint.empty()) {
+        outcome.error += outcome.error.empty() ? hint : " (" + hint + ")";
+      }
+    }
     for (const auto& w : reading.warnings) spdlog::warn("run {}: {}", id, w);
     if (!Ship(r, p, true)) {
       // A success is still reported: the server takes it when nobody else

@@ -39,7 +39,7 @@ bool Worker::Ship(RunSlot& r, const Proc& p, bool final) {
   const auto& run = r.run.lease;
   const std::string path = "/api/v1/runs/" + std::to_string(run.run_id);
   // Metric points the server has not seen; a half-written last line waits.
-  std::string text = ReadFile(r.paths.metrics).value_or("");
+  std::string text = ReadRunFile(r.paths.metrics);
   if (!final) {
     size_t nl = text.rfind('\n');
     text = nl == std::string::npos ? "" : text.substr(0, nl + 1);
@@ -142,7 +142,7 @@ void Worker::Complete(std::int64_t run_id, const std::string& outcome, std::opti
     PendingResult kept;
     kept.run_id = run_id;
     kept.complete = req;
-    auto reading = ReadRunMetric(ReadFile(r.paths.metrics).value_or(""), "", run.metric_name, "");
+    auto reading = ReadRunMetric(ReadRunFile(r.paths.metrics), "", run.metric_name, "");
     for (size_t i = r.points_sent; i < reading.points.size(); ++i) {
       const auto& pt = reading.points[i];
       if (!std::isfinite(pt.value)) continue;

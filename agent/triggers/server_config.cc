@@ -5,16 +5,18 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <set>
-
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "agent/repo/change_detect.h"
 #include "cloud/provider.h"
-#include "core/process.h"
 #include "core/http_client.h"
+#include "core/process.h"
 #include "core/strings.h"
 #include "core/yaml_reader.h"
+
+namespace fs = std::filesystem;
 
 namespace trainq {
 
@@ -55,7 +57,7 @@ class ConfigParser : public YamlReader {
                    "username", "ssh_key", "api_url", "status", "status_context", "poll_interval",
                    "per_commit", "tags", "fail_on", "limits", "pull_requests",
                    "fork_pull_requests", "pr_comments", "report_url", "webhook_rate_limit",
-                   "coalesce"}));
+                   "coalesce", "catch_up"}));
     RepoConfig r;
     r.line = n.Mark().line + 1;
     if (!n["url"]) return Err(n, path + ".url", "missing (the repository to fetch)");
@@ -96,6 +98,17 @@ class ConfigParser : public YamlReader {
         auto d = ParseDurationSeconds(p.Scalar());
         if (!d) return Err(p, path + ".poll_interval", d.error().message);
         r.poll_interval_s = *d;
+      }
+    }
+    if (auto c = n["catch_up"]) {
+      if (!c.IsScalar()) return Err(c, path + ".catch_up", "expected a duration such as "
+                                                           "5m, or off, got " + Show(c));
+      if (c.Scalar() == "0" || c.Scalar() == "off") {
+        r.catch_up_s = 0;
+      } else {
+        auto d = ParseDurationSeconds(c.Scalar());
+        if (!d) return Err(c, path + ".catch_up", d.error().message);
+        r.catch_up_s = *d;
       }
     }
     if (auto c = n["per_commit"]) { ASSIGN_OR_RETURN(r.per_commit, Bool(c, path + ".per_commit")); }
@@ -538,12 +551,52 @@ Status CheckPublicUrl(const ConfigParser& p, const YAML::Node& n, std::string& u
 
 }  // namespace
 
+namespace {
+
+// A key whose value is a file to keep from runs: every `{file: ...}` and
+// every *_file, *_key and kubeconfig, but for public ones (a CA bundle: runs
+// may need the system's for their own downloads).
+bool NamesPath(std::string_view key) {
+  if (key == "ca_file") return false;
+  return key == "file" || key == "kubeconfig" || key.ends_with("_file") || key.ends_with("_key");
+}
+
+void WalkNamedPaths(const YAML::Node& n, bool named, std::vector<std::string>& out) {
+  if (!n) return;
+  if (n.IsScalar()) {
+    if (!named) return;
+    const std::string v = n.Scalar();
+    if (v.empty() || v.find('\n') != std::string::npos) return;
+    std::error_code ec;
+    auto abs = fs::absolute(v, ec);
+    if (!ec) out.push_back(abs.lexically_normal().string());
+  } else if (n.IsSequence()) {
+    for (const auto& e : n) WalkNamedPaths(e, named, out);
+  } else if (n.IsMap()) {
+    for (const auto& kv : n) {
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+      WalkNamedPaths(kv.second, NamesPath(key), out);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> ConfigNamedPaths(const YAML::Node& root) {
+  std::vector<std::string> out;
+  WalkNamedPaths(root, false, out);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view filename) {
   ConfigParser p(filename);
   ASSIGN_OR_RETURN(YAML::Node root, p.Load(text, "not valid YAML"));
   ServerConfig c;
   c.path = std::string(filename);
   if (!root || root.IsNull()) return c;
+  c.named_paths = ConfigNamedPaths(root);
   if (!root.IsMap()) return p.Err(root, "", "expected a mapping at the top level");
   TRY(p.CheckKeys(root, "", {"listen", "repositories", "pools", "read_token", "admin_token", "budget",
                                  "public_url", "retention"}));

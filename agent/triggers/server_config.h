@@ -11,6 +11,8 @@
 //       token: {file: /etc/trainq/github-token}
 //       status: true
 //       poll_interval: 5m
+//       catch_up: 5m                # without poll_interval: fetch at start and this often,
+//                                   # process a watched head no webhook brought (off: never)
 //       pull_requests: true         # same-repository pull/merge requests run (default)
 //       fork_pull_requests: false   # heads from forks run only when true: untrusted code
 //       pr_comments: true           # one comment per pull request (default: = status)
@@ -44,6 +46,10 @@
 #include "core/yaml_reader.h"  // SecretValue
 #include "queue/retention.h"
 
+namespace YAML {
+class Node;
+}  // namespace YAML
+
 namespace trainq {
 
 struct RepoConfig {
@@ -60,6 +66,10 @@ struct RepoConfig {
   bool status = false;                // report commit statuses
   std::string status_context = "trainq";  // statuses are "<context>/<experiment>"
   std::int64_t poll_interval_s = 0;   // 0: no polling
+  // Without polling, a repository with a forge is fetched at start and this
+  // often, and a watched head that moved with no webhook recorded is
+  // processed (poller.h, "catch-up"); 0: never.
+  std::int64_t catch_up_s = 300;
   bool per_commit = false;            // every pushed commit gets batches, not only the head
   bool tags = false;                  // tag pushes queue runs too
   // When a finished batch's commit status is `failure` beyond failed runs:
@@ -156,6 +166,13 @@ struct ServerConfig {
   std::string public_url;
   cloud::OverallBudget budget;  // `budget:` at the top level (spend is filled by the fleet)
   RetentionPolicy retention;    // `retention:`; default: everything kept
+  // Every file the config names, absolute: each `{file: ...}` anywhere, and
+  // each value of a key named kubeconfig or ending in _file or _key
+  // (ssh_key, credentials_file, api_token_file, token_file, ...) but ca_file
+  // (public), wherever it sits. Found by one walk of the parsed document
+  // (ConfigNamedPaths), so a key added later is covered: what runs on this
+  // host must never see (serve's SandboxHidden).
+  std::vector<std::string> named_paths;
 
   const PoolSpec* FindPool(std::string_view name) const {
     for (const auto& p : pools)
@@ -170,6 +187,9 @@ struct ServerConfig {
 // Parses `text`; `filename` is used in messages. Reads the secrets it names
 // from the environment and files.
 Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view filename);
+
+// The walk behind ServerConfig::named_paths, over any YAML document.
+std::vector<std::string> ConfigNamedPaths(const YAML::Node& root);
 Result<ServerConfig> LoadServerConfig(const std::string& path);
 
 // The server URL the workers of `pool` are given: params.server_url, else

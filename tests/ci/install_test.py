@@ -104,9 +104,17 @@ def main():
               "the unit starts the installed trainq with /etc/trainq/server.yaml", text)
         for setting in ("User=trainq", "ProtectSystem=strict", "ReadWritePaths=/var/lib/trainq",
                         "StateDirectory=trainq", "NoNewPrivileges=true", "PrivateTmp=true",
-                        "ProtectHome=true", "Environment=TRAINQ_DB=/var/lib/trainq/trainq.db"):
+                        "ProtectHome=true", "Environment=TRAINQ_DB=/var/lib/trainq/trainq.db",
+                        # The runs' sandbox (issue 36): bwrap's namespaces, no network one.
+                        "RestrictNamespaces=user mnt pid uts ipc"):
             check(re.search(rf"^{re.escape(setting)}$", text, re.M) is not None,
                   f"the unit sets {setting}")
+        # Settings that would keep bwrap from starting runs: no namespaces at all,
+        # or mounts over /proc's files (then no fresh /proc can be mounted).
+        for setting in ("RestrictNamespaces=true", "ProtectKernelTunables=true",
+                        "ProtectKernelLogs=true"):
+            check(re.search(rf"^{re.escape(setting)}$", text, re.M) is None,
+                  f"the unit does not set {setting} (the runs' sandbox needs it off)")
         if shutil.which("systemd-analyze"):
             # verify also runs `man trainq-serve` for the unit's Documentation=:
             # the prefix's pages are found through MANPATH.

@@ -88,7 +88,7 @@ def main():
         deb = debs[0]
         print(r.stdout.strip())
         depends = run(["dpkg-deb", "--field", deb, "Depends"]).stdout
-        for dep in ("adduser", "libgit2-1.5", "libnlopt0", "libtorch"):
+        for dep in ("adduser", "bubblewrap", "libgit2-1.5", "libnlopt0", "libtorch"):
             check(dep in depends, f"Depends names {dep}", depends)
         contents = run(["dpkg-deb", "--contents", deb]).stdout
         for path in ("./usr/bin/trainq\n", "./usr/bin/trainq-train\n",

@@ -461,6 +461,9 @@ done
 
 TEST_CASE("worker e2e: fused seeds of a trainer experiment run as one trainq-train process",
           "[worker][e2e]") {
+  // Without and with the sandbox: the seeds' links and the group's log are the
+  // worker's, the trainer (under /tmp, like a build there) is bound read-only.
+  const bool sandboxed = GENERATE(false, true);
   Harness h;
   fs::create_directories(h.tmp / "bin");
   std::string trainer = (h.tmp / "bin") + "/trainq-train";
@@ -471,6 +474,17 @@ TEST_CASE("worker e2e: fused seeds of a trainer experiment run as one trainq-tra
   c.fuse_max = 3;
   c.bin_dir = h.tmp / "bin";
   c.once = true;
+  if (sandboxed) {
+    c.bwrap = ResolveSandbox("auto").value_or("");
+    if (c.bwrap.empty()) {
+      WARN("bwrap is not installed: the sandboxed fused run is not tested");
+      return;
+    }
+    c.sandbox.mode = "bwrap";
+    c.sandbox.hide = {c.data_dir};
+    c.sandbox.readable = {c.bin_dir};
+    REQUIRE(ProbeSandbox("bwrap", c.bwrap, c.sandbox, c.data_dir + "/probe"));
+  }
   WorkerThread w(c);
   REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 60s));
   REQUIRE(w.result);
@@ -482,7 +496,7 @@ TEST_CASE("worker e2e: fused seeds of a trainer experiment run as one trainq-tra
     CHECK(r.state == RunState::kSucceeded);
     REQUIRE(r.metric_value);
     CHECK(*r.metric_value == Approx(std::stod("0.9" + std::to_string(r.seed))));
-    auto pid = ReadFile(c.data_dir + "/runs/" + std::to_string(r.id) + "/output/pid");
+    auto pid = ReadFile(RunPathsFor(c.data_dir, r.id).output_dir + "/pid");
     REQUIRE(pid);
     pids.insert(std::string(Trim(*pid)));
     auto log = ReadFile(RunLogPath(h.data, r.id)).value_or("");
@@ -745,6 +759,77 @@ TEST_CASE("worker e2e: a run that ends while the server is away keeps its result
   CHECK_THAT(ReadFile(RunLogPath(h.data, r.id)).value_or(""),
              Catch::Contains("hello from seed 1"));
   CHECK(testing::WaitFor([&] { return !fs::exists(kept); }, 10s));
+}
+
+}  // namespace
+}  // namespace trainq
+
+namespace trainq {
+namespace {
+
+TEST_CASE(
+    "worker e2e: a run that turns its files into symlinks or a FIFO makes the worker open "
+    "nothing outside the run's work tree, and its next attempt starts fresh (fault probe "
+    "t13)",
+    "[worker][e2e][sandbox]") {
+  Harness h;
+  // A file the worker can write and the run must not: serve's database in the
+  // probe; any file outside the run's tree here.
+  const std::string victim = h.tmp / "victim.txt";
+  REQUIRE(WriteFile(victim, "the victim's bytes\n"));
+  // Attempt 1 links its metrics file (and, where it can reach it, the log)
+  // to the victim, leaves a FIFO in its work tree, lingers through a few
+  // heartbeats (each ships metrics: a blocking open of the FIFO would hang
+  // the worker) and fails. Attempt 2 reports normally.
+  const std::string cmd =
+      "if [ \"$TRAINQ_ATTEMPT\" = 1 ]; then"
+      " W=$(dirname \"$TRAINQ_METRICS_FILE\");"
+      " rm -f \"$TRAINQ_METRICS_FILE\"; ln -s " +
+      victim +
+      " \"$TRAINQ_METRICS_FILE\";"
+      " ln -sf " +
+      victim +
+      " \"$W/../output.log\" 2>/dev/null;"
+      " mkfifo \"$W/rank-1.metrics.jsonl\"; ln -s " +
+      victim +
+      " \"$TRAINQ_OUTPUT_DIR/model.pt\";"
+      " sleep 2; exit 1; fi;"
+      " printf '{\"name\": \"accuracy\", \"value\": 0.75}\\n' >> \"$TRAINQ_METRICS_FILE\"";
+  BatchSpec b;
+  b.experiment = "evil";
+  b.command = cmd;
+  b.repeats = 1;
+  b.max_attempts = 2;
+  b.timeout_s = 120;
+  auto batch = h.SubmitSpec(b);
+  auto c = h.Config(1);
+  // The sandbox where this host has one (the probe's case), else none: the
+  // worker's own opens are what is checked.
+  c.sandbox.mode = "auto";
+  c.sandbox.hide = {c.data_dir};
+  c.bwrap = ResolveSandbox("auto").value_or("");
+  if (!c.bwrap.empty()) {
+    auto state = ProbeSandbox("auto", c.bwrap, c.sandbox, c.data_dir + "/probe");
+    REQUIRE(state);
+  }
+  WorkerThread w(c);
+  REQUIRE(testing::WaitFor([&] { return h.AllIn(batch, RunState::kSucceeded); }, 60s));
+  auto runs = h.Runs(batch);
+  REQUIRE(runs.size() == 1);
+  CHECK(runs[0].attempts == 2);
+  REQUIRE(runs[0].metric_value);
+  CHECK(*runs[0].metric_value == Approx(0.75));
+  // Nothing was written to the victim, and nothing of it reached the server.
+  CHECK(ReadFile(victim).value_or("") == "the victim's bytes\n");
+  auto log = ReadFile(RunLogPath(h.data, runs[0].id)).value_or("");
+  CHECK(log.find("the victim's bytes") == std::string::npos);
+  // The second attempt's work tree is new: no link of the first is left.
+  const auto paths = RunPathsFor(c.data_dir, runs[0].id);
+  std::error_code ec;
+  CHECK_FALSE(fs::is_symlink(paths.metrics, ec));
+  CHECK_FALSE(fs::exists(fs::path(paths.output_dir) / "model.pt", ec));
+  CHECK_FALSE(fs::exists(fs::path(paths.work) / "rank-1.metrics.jsonl", ec));
+  CHECK_FALSE(fs::is_symlink(paths.log, ec));
 }
 
 }  // namespace

@@ -148,3 +148,183 @@ TEST_CASE("sandbox: a process group signal reaches the command inside", "[sandbo
 
 }  // namespace
 }  // namespace trainq
+
+namespace trainq {
+namespace {
+
+// Runs `script` in the sandbox of `config` + `run`; its output.
+std::string RunInside(const std::string& bwrap, const SandboxConfig& config, const SandboxRun& run,
+                      const std::string& script, const std::string& log, ExitStatus* status) {
+  ProcessSpec spec;
+  spec.argv = {"/bin/sh", "-c", script};
+  spec.output_path = log;
+  spec.inherit_env = false;
+  WrapInSandbox(spec, bwrap, config, run);
+  PosixProcessRunner runner;
+  auto pid = runner.Spawn(spec);
+  if (!pid) return "spawn failed: " + pid.error().message;
+  *status = runner.Wait(*pid);
+  return ReadFile(log).value_or("");
+}
+
+TEST_CASE(
+    "sandbox: a path named through a symlinked folder is hidden by its real name "
+    "(a pod's /var/run/secrets on Debian, where /var/run is /run)",
+    "[sandbox]") {
+  auto bwrap = ResolveSandbox("auto");
+  REQUIRE(bwrap);
+  if (bwrap->empty()) {
+    WARN("bwrap is not installed: not tested");
+    return;
+  }
+  testing::TempDir tmp{"/var/tmp"};
+  fs::create_directories(tmp / "run/secrets/trainq");
+  fs::create_directory_symlink(tmp / "run", tmp / "varrun");
+  REQUIRE(WriteFile(tmp / "run/secrets/trainq/token", "pod-token"));
+  fs::create_directories(tmp / "work");
+  SandboxConfig config;
+  config.mode = "bwrap";
+  // Named as the worker's flag names it: through the link.
+  config.hide = {tmp / "varrun/secrets/trainq/token"};
+  CHECK(CanonicalPath(tmp / "varrun/secrets/trainq/token") ==
+        fs::canonical(tmp / "run/secrets/trainq/token").string());
+  CHECK(CanonicalPath(tmp / "varrun/missing").empty());
+  SandboxRun run;
+  run.writable = {tmp / "work"};
+  ExitStatus st;
+  std::string out = RunInside(*bwrap, config, run,
+                              "cat " + tmp / "varrun/secrets/trainq/token" + " " +
+                                  tmp / "run/secrets/trainq/token" + "; echo done",
+                              tmp / "out.log", &st);
+  INFO(out);
+  CHECK(st.ok());  // bwrap started: it used to fail "Can't mkdir parents for ..."
+  CHECK(out.find("pod-token") == std::string::npos);
+  CHECK(out.find("done") != std::string::npos);
+}
+
+TEST_CASE("sandbox: directories of trainq under a private /tmp stay readable to runs",
+          "[sandbox]") {
+  auto bwrap = ResolveSandbox("auto");
+  REQUIRE(bwrap);
+  if (bwrap->empty()) {
+    WARN("bwrap is not installed: not tested");
+    return;
+  }
+  // A build under /tmp (a clone in /tmp running ci/demo): the run's /tmp is
+  // its own, but trainq-train's folder is bound read-only where it is.
+  testing::TempDir bin{"/tmp"};
+  REQUIRE(WriteFile(bin / "trainq-train", "#!/bin/sh\necho trained\n"));
+  fs::permissions(bin / "trainq-train", fs::perms::owner_all);
+  testing::TempDir tmp{"/var/tmp"};
+  fs::create_directories(tmp / "work/tmp");
+  SandboxConfig config;
+  config.mode = "bwrap";
+  config.readable = {bin.path().string()};
+  SandboxRun run;
+  run.writable = {tmp / "work"};
+  run.tmp = tmp / "work/tmp";
+  ExitStatus st;
+  std::string out = RunInside(*bwrap, config, run,
+                              bin / "trainq-train" + "; echo x > " + bin / "y" +
+                                  " 2>/dev/null || echo refused; echo t > /tmp/t && echo own-tmp",
+                              tmp / "out.log", &st);
+  INFO(out);
+  CHECK(out.find("trained") != std::string::npos);
+  CHECK(out.find("refused") != std::string::npos);  // read-only
+  CHECK(out.find("own-tmp") != std::string::npos);
+  CHECK_FALSE(fs::exists(bin / "y"));
+  CHECK(fs::exists(tmp / "work/tmp/t"));
+}
+
+TEST_CASE(
+    "sandbox: the probe finds the full form where bwrap starts, and says why it "
+    "cannot where it does not",
+    "[sandbox]") {
+  testing::TempDir tmp{"/var/tmp"};
+  SandboxConfig config;
+  config.mode = "auto";
+  std::string none;
+  auto off = ProbeSandbox("none", none, config, tmp / "probe");
+  REQUIRE(off);
+  CHECK(off->form == "none");
+  CHECK(off->note == "sandbox: none was asked for");
+  auto bwrap = ResolveSandbox("auto");
+  REQUIRE(bwrap);
+  if (bwrap->empty()) {
+    WARN("bwrap is not installed: the probe's bwrap forms not tested");
+    return;
+  }
+  std::string b = *bwrap;
+  auto full = ProbeSandbox("auto", b, config, tmp / "probe");
+  REQUIRE(full);
+  // This host (CI's) lets bwrap mount a fresh /proc; containers are tested in
+  // tests/ci (podman) and ci/faults (a unit's mounts over /proc).
+  CHECK(full->form == "bwrap");
+  CHECK(config.own_proc);
+  CHECK(b == *bwrap);
+  CHECK_FALSE(fs::exists(tmp / "probe"));  // the throwaway run dir is gone
+  // A bwrap that cannot start (here: a binary that fails like it): auto falls
+  // back to none with its words, bwrap refuses with them.
+  REQUIRE(WriteFile(tmp / "fakebwrap",
+                    "#!/bin/sh\necho 'bwrap: No permissions to create new "
+                    "namespace, likely because the kernel does not allow "
+                    "non-privileged user namespaces.' >&2\nexit 1\n"));
+  fs::permissions(tmp / "fakebwrap", fs::perms::owner_all);
+  std::string fake = tmp / "fakebwrap";
+  auto fallback = ProbeSandbox("auto", fake, config, tmp / "probe");
+  REQUIRE(fallback);
+  CHECK(fallback->form == "none");
+  CHECK(fake.empty());  // runs start without bwrap
+  CHECK(
+      fallback->note.starts_with("bwrap cannot start here: bwrap: No permissions to create new "
+                                 "namespace"));
+  fake = tmp / "fakebwrap";
+  auto refused = ProbeSandbox("bwrap", fake, config, tmp / "probe");
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().message.starts_with(
+      "sandbox: bwrap cannot start here: bwrap: No permissions to create new namespace"));
+  CHECK(refused.error().message.find("sandbox: auto") != std::string::npos);
+  // A bwrap that cannot mount /proc (a container's masked /proc) but starts
+  // without it: the hostproc form.
+  REQUIRE(
+      WriteFile(tmp / "noproc",
+                "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = --proc ] && { echo 'bwrap: Can'\"'\"'t "
+                "mount proc on /newroot/proc: Operation not permitted' >&2; exit 1; }; done\n"
+                "exec " +
+                    *bwrap + " \"$@\"\n"));
+  fs::permissions(tmp / "noproc", fs::perms::owner_all);
+  std::string noproc = tmp / "noproc";
+  auto hostproc = ProbeSandbox("auto", noproc, config, tmp / "probe");
+  REQUIRE(hostproc);
+  CHECK(hostproc->form == "bwrap-hostproc");
+  CHECK_FALSE(config.own_proc);
+  CHECK(hostproc->note.find("Can't mount proc") != std::string::npos);
+  // With the form found, runs start (no --proc given to bwrap).
+  fs::create_directories(tmp / "work");
+  SandboxRun run;
+  run.writable = {tmp / "work"};
+  ExitStatus st;
+  std::string out = RunInside(noproc, config, run, "echo started", tmp / "out.log", &st);
+  CHECK(st.ok());
+  CHECK(out == "started\n");
+}
+
+TEST_CASE("sandbox: a failed run's error names the sandbox when its output shows its limits",
+          "[sandbox]") {
+  CHECK(SandboxHint("training...\nloss 0.3\n").empty());
+  CHECK(SandboxHint("mkdir: cannot create directory '/home/ada/.cache/huggingface': Read-only "
+                    "file system\n")
+            .find("sandbox_writable") != std::string::npos);
+  CHECK(SandboxHint("FileNotFoundError: [Errno 2] No such file or directory: "
+                    "'/tmp/digits.csv'\n")
+            .find("/tmp of its own") != std::string::npos);
+  CHECK(SandboxHint("bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n")
+            .find("trainq's sandbox") != std::string::npos);
+  auto env = CacheEnvironment("/data/cache");
+  CHECK(env.at("XDG_CACHE_HOME") == "/data/cache");
+  CHECK(env.at("HF_HOME") == "/data/cache/huggingface");
+  CHECK(env.at("TORCH_HOME") == "/data/cache/torch");
+}
+
+}  // namespace
+}  // namespace trainq

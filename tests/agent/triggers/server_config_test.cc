@@ -2,7 +2,10 @@
 // name file:line:key without ever showing a secret.
 #include "agent/triggers/server_config.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <catch2/catch.hpp>
+#include <set>
 
 #include "core/strings.h"
 #include "tests/support/temp_dir.h"
@@ -399,6 +402,99 @@ TEST_CASE("server config: read_token from env or file, separate from the reposit
   REQUIRE_FALSE(unset);
   CHECK(unset.error().message ==
         "server.yaml:1: read_token.env: environment variable SC_TEST_NOT_SET is not set or empty");
+}
+
+}  // namespace
+}  // namespace trainq
+
+namespace trainq {
+namespace {
+
+// Every scalar of `node` that names a file the test made (under `dir`).
+void FilesUnder(const YAML::Node& node, const std::string& dir, std::set<std::string>& out) {
+  if (node.IsScalar()) {
+    if (node.Scalar().starts_with(dir)) out.insert(node.Scalar());
+  } else if (node.IsSequence() || node.IsMap()) {
+    for (const auto& e : node) {
+      if (node.IsMap()) {
+        FilesUnder(e.second, dir, out);
+      } else {
+        FilesUnder(e, dir, out);
+      }
+    }
+  }
+}
+
+TEST_CASE(
+    "server config: every file the config names is in named_paths, the runs' hide list, "
+    "whatever key names it (fault probe t10: admin_token, credentials_file, "
+    "api_token_file, kubeconfig)",
+    "[server_config][sandbox]") {
+  testing::TempDir tmp;
+  for (const char* f : {"hook.secret", "forge.token", "deploy_key", "read.token", "admin.token",
+                        "local.token", "worker.token", "aws.credentials", "kube.token",
+                        "kubeconfig", "future.token", "future_key"}) {
+    REQUIRE(WriteFile(tmp / f, "x\n"));
+  }
+  // The public CA bundle stays visible (runs download over TLS with it).
+  REQUIRE(WriteFile(tmp / "ca.crt", "-----BEGIN CERTIFICATE-----\n"));
+  const std::string text = R"(read_token: {file: )" + (tmp / "read.token") + R"(}
+admin_token: {file: )" + (tmp / "admin.token") +
+                           R"(}
+repositories:
+  - url: https://github.com/acme/model.git
+    forge: github
+    secret: {file: )" + (tmp / "hook.secret") +
+                           R"(}
+    token: {file: )" + (tmp / "forge.token") +
+                           R"(}
+    ssh_key: )" + (tmp / "deploy_key") +
+                           R"(
+pools:
+  - name: local
+    provider: local
+    token: {file: )" + (tmp / "local.token") +
+                           R"(}
+    params: {token_file: )" +
+                           (tmp / "worker.token") + R"(}
+  - name: cloud
+    provider: ec2
+    params: {region: eu-west-1, image: ami-1, instance_type: g5.xlarge,
+             credentials_file: )" +
+                           (tmp / "aws.credentials") + R"(}
+  - name: kube
+    provider: kubernetes
+    params: {image: "r.example/w:1", api_server: "https://kube.example:6443",
+             api_token_file: )" +
+                           (tmp / "kube.token") + R"(, ca_file: )" + (tmp / "ca.crt") + R"(}
+  - name: kube2
+    provider: kubernetes
+    params: {image: "r.example/w:1", kubeconfig: )" +
+                           (tmp / "kubeconfig") + R"(}
+)";
+  auto c = ParseServerConfig(text, "server.yaml");
+  INFO((c ? "" : c.error().message));
+  REQUIRE(c);
+  std::set<std::string> hidden(c->named_paths.begin(), c->named_paths.end());
+  // The walk over the same document finds every path the test wrote into it:
+  // each must be hidden, but the CA bundle.
+  auto root = YAML::Load(text);
+  std::set<std::string> named;
+  FilesUnder(root, tmp.path().string(), named);
+  CHECK(named.size() == 11);
+  for (const auto& f : named) {
+    INFO(f);
+    if (f == tmp / "ca.crt") {
+      CHECK_FALSE(hidden.contains(f));
+    } else {
+      CHECK(hidden.contains(f));
+    }
+  }
+  // A key added later is covered by its name, wherever it sits.
+  auto later = ConfigNamedPaths(
+      YAML::Load("notify:\n  - slack: {webhook_url: {file: " + (tmp / "future.token") +
+                 "}}\n    signing_key: " + (tmp / "future_key") + "\n"));
+  CHECK(later == std::vector<std::string>{tmp / "future.token", tmp / "future_key"});
 }
 
 }  // namespace
