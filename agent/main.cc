@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "agent/cli/cli.h"
 #include "core/fatal_signals.h"
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
   trainq::AddStatsCommands(app, &exit_code);
   trainq::AddSweepCommands(app, &db, &exit_code);
   trainq::AddSimulateCommand(app, &exit_code);
+  trainq::AddHelpCommand(app);
 
   // The per-user default database: its folder is made on first use, and its
   // creation said once.
@@ -57,10 +59,16 @@ int main(int argc, char** argv) {
       if (user_db_new) fs::create_directories(fs::path(db).parent_path(), ec);
     }
   });
+  // `trainq help [COMMAND]` is `trainq [COMMAND] --help`.
+  std::vector<std::string> args = trainq::HelpAsOption(app, argc, argv);
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  const int cargc = static_cast<int>(cargs.size());
+  cargs.push_back(nullptr);
   try {
-    app.parse(argc, argv);
+    app.parse(cargc, cargs.data());
   } catch (const CLI::ParseError& e) {
-    return trainq::ExitForParseError(app, e, argc, argv);
+    return trainq::ExitForParseError(app, e, cargc, cargs.data());
   }
   std::error_code ec;
   if (user_db_new && fs::exists(db, ec)) {

@@ -279,7 +279,8 @@ struct PoolPass {
     for (const Machine* m : idle) {
       if (live <= c.min) break;
       drain.push_back({ActionKind::kDrain, pool, m->id, m->row, 0,
-                       "idle past idle_grace, queue empty", DrainGuard{m->last_busy_at}});
+                       "idle past idle_grace, queue empty",
+                       DrainGuard{m->last_busy_at, false, c.max}});
       --live;
     }
   }

@@ -202,6 +202,9 @@ std::string_view ActionKindName(ActionKind k);
 struct DrainGuard {
   std::optional<TimeMs> last_busy_at;
   bool at_cap = false;  // a budget drain: runs still queued do not call it off
+  // The pool's max: a queued gang run of more machines than this can never
+  // use the machine, so it does not call the drain off (0: every run does).
+  int max_nodes = 0;
 };
 
 struct Action {

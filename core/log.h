@@ -7,10 +7,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+
+#include "core/clock.h"
 
 namespace trainq {
 
@@ -36,6 +39,30 @@ class LogLimiter {
   bool logged_ = false;
   std::int64_t last_ms_ = 0;
   std::int64_t suppressed_ = 0;
+};
+
+// A line a loop would write every pass while nothing changes ("pool cpu: m1
+// holds work; not stopped") goes to the log at most once per `every_ms` for
+// each key: Allow() says whether to write it now, and how many of that key
+// were held back since the last one written (to say "(12 more since)").
+// Keys not written for two periods are forgotten, so memory stays bounded by
+// the keys of two periods. Not thread-safe: one per loop.
+class RepeatLimiter {
+ public:
+  explicit RepeatLimiter(TimeMs every_ms = 10'000) : every_ms_(every_ms) {}
+
+  bool Allow(const std::string& key, TimeMs now, int* held_back = nullptr);
+  // "" for 0, else " (3 more like it held back)": for the end of the line.
+  static std::string HeldBackNote(int held_back);
+
+ private:
+  struct Seen {
+    TimeMs written = 0;
+    int held = 0;
+  };
+  TimeMs every_ms_;
+  std::map<std::string, Seen> seen_;
+  TimeMs last_prune_ = 0;
 };
 
 }  // namespace trainq

@@ -382,12 +382,15 @@ Result<bool> Machines::DrainMachine(const cloud::Action& drain, TimeMs now) {
     int gpus = static_cast<int>(sel.Int(3));
     sel.Reset();
     ASSIGN_OR_RETURN(check.live_leases, LiveLeases(drain.row));
-    // The runs this machine could take right now (LeaseForMachine's rule).
+    // The runs this machine could take right now (LeaseForMachine's rule),
+    // less gangs of more machines than its pool can ever have.
     ASSIGN_OR_RETURN(auto q, db_.Prepare(std::string("SELECT count(*) FROM runs r JOIN batches b "
                                                      "ON b.id = r.batch_id WHERE ") +
                                          kRunnable + " AND (b.pool = '' OR b.pool = ?) AND "
-                                                     "b.gpus <= ?"));
-    q.Bind(1, now).Bind(2, pool).Bind(3, gpus);
+                                                     "b.gpus <= ? AND (?4 <= 0 OR COALESCE("
+                                                     "json_extract(b.spec_json, "
+                                                     "'$.resources.nodes'), 0) <= ?4)"));
+    q.Bind(1, now).Bind(2, pool).Bind(3, gpus).Bind(4, drain.guard.max_nodes);
     ASSIGN_OR_RETURN(bool row, q.Step());
     check.runnable_queued = row ? static_cast<int>(q.Int(0)) : 0;
     q.Reset();

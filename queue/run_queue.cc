@@ -221,7 +221,8 @@ Result<std::vector<SubmitResult>> RunQueue::Submit(const std::string& repo_url,
 Result<SubmitResult> RunQueue::ReuseBatch(const std::string& repo_url, const CommitInfo& commit,
                                       const std::string& experiment, std::int64_t source,
                                       const std::string& reason, TimeMs now,
-                                      std::string_view ref) {
+                                      std::string_view ref,
+                                      const std::optional<std::string>& spec_json) {
   return sql::WithWriteTransaction(db_, [&]() -> Result<SubmitResult> {
     // The batch that has the runs: a reusing source's own source.
     ASSIGN_OR_RETURN(auto src, db_.Prepare("SELECT coalesce(reuses_batch_id, id) FROM batches "
@@ -238,7 +239,8 @@ Result<SubmitResult> RunQueue::ReuseBatch(const std::string& repo_url, const Com
         "metric_regex, repeats, seed_start, gpus, timeout_s, max_attempts, spec_json, reason, "
         "created_ms, pool, reuses_batch_id, ref) "
         "SELECT ?1, ?2, command, metric_name, metric_goal, metric_regex, repeats, seed_start, "
-        "gpus, timeout_s, max_attempts, spec_json, ?3, ?4, pool, id, NULLIF(?6, '') FROM batches "
+        "gpus, timeout_s, max_attempts, COALESCE(?7, spec_json), ?3, ?4, pool, id, "
+        "NULLIF(?6, '') FROM batches "
         "WHERE id = ?5 ON CONFLICT (commit_id, experiment) DO NOTHING"));
     TRY(ins.Bind(1, commit_id)
             .Bind(2, experiment)
@@ -246,6 +248,7 @@ Result<SubmitResult> RunQueue::ReuseBatch(const std::string& repo_url, const Com
             .Bind(4, now)
             .Bind(5, root)
             .Bind(6, ref)
+            .Bind(7, spec_json)
             .Run());
     SubmitResult res;
     res.experiment = experiment;

@@ -43,10 +43,13 @@ class RunQueue {
   // `source`'s runs (or, when `source` reuses another, that one's), queueing
   // nothing. Keeps the batch `commit` has already, reusing or not. The
   // SubmitResult's reuses_batch_id is set when the kept or new batch reuses.
+  // `spec_json`, when given, is the new batch's (how `commit`'s trainq.yaml
+  // judges the runs: correction, min_effect ...); else the source's.
   Result<SubmitResult> ReuseBatch(const std::string& repo_url, const CommitInfo& commit,
                                   const std::string& experiment, std::int64_t source,
                                   const std::string& reason, TimeMs now,
-                                  std::string_view ref = {});
+                                  std::string_view ref = {},
+                                  const std::optional<std::string>& spec_json = std::nullopt);
   // The batch of (commit, experiment) runs its own runs again (`submit
   // --rerun`): it stops reusing; the next Submit queues its seeds. False when
   // it reused nothing.

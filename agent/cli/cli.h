@@ -239,6 +239,14 @@ void CatchStopSignals();
 // The exit code for a command line CLI11 refused: 2 with its message (or, for
 // an unknown command, one that names it and the known ones); 0 for --help.
 int ExitForParseError(CLI::App& app, const CLI::ParseError& e, int argc, char** argv);
+// `trainq help [COMMAND [SUBCOMMAND]]` is `trainq [COMMAND [SUBCOMMAND]]
+// --help`: the command line rewritten so (unchanged when its first command
+// word is not `help`; without --help when a word names no command of `app`,
+// so that the parser names it). Global options before `help` stay.
+std::vector<std::string> HelpAsOption(const CLI::App& app, int argc, char** argv);
+// Registers `help` (done by HelpAsOption before parsing; here so that
+// `trainq --help` and the completion list it).
+void AddHelpCommand(CLI::App& app);
 // A transform for options held in seconds: the durations server.yaml takes
 // (90s, 2m, 1h30m; a bare number is seconds), so the CLI and the YAML read
 // the same way. A bad one is a usage error (exit 2) naming the option.

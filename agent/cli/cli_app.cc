@@ -22,9 +22,9 @@ std::atomic<bool> g_stop{false};
 
 void OnSignal(int) { g_stop.store(true); }
 
-// The first argument that is neither an option nor --db's value: the command
-// the user meant, when CLI11 found none.
-std::optional<std::string> FirstWord(int argc, char** argv) {
+// Where the first argument that is neither an option nor --db's value is:
+// the command the user meant; argc when there is none.
+int FirstWordAt(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a == "--db") {
@@ -32,12 +32,50 @@ std::optional<std::string> FirstWord(int argc, char** argv) {
       continue;
     }
     if (a.starts_with("-")) continue;
-    return std::string(a);
+    return i;
   }
-  return std::nullopt;
+  return argc;
+}
+
+// That word, when CLI11 found no command.
+std::optional<std::string> FirstWord(int argc, char** argv) {
+  const int at = FirstWordAt(argc, argv);
+  if (at >= argc) return std::nullopt;
+  return std::string(argv[at]);
 }
 
 }  // namespace
+
+std::vector<std::string> HelpAsOption(const CLI::App& app, int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  const int at = FirstWordAt(argc, argv);
+  if (at >= argc || args[static_cast<std::size_t>(at)] != "help") return args;
+  args.erase(args.begin() + at);
+  // Each word names a subcommand of the one before, while that one has
+  // some: one that does not is left to the parser without --help, which
+  // names it ("unknown command 'nosuch'") and exits 2.
+  const CLI::App* level = &app;
+  for (std::size_t i = static_cast<std::size_t>(at); i < args.size(); ++i) {
+    if (args[i].starts_with("-")) continue;
+    auto subs = level->get_subcommands([](const CLI::App*) { return true; });
+    if (subs.empty()) break;
+    auto it = std::find_if(subs.begin(), subs.end(),
+                           [&](const CLI::App* sub) { return sub->get_name() == args[i]; });
+    if (it == subs.end()) return args;
+    level = *it;
+  }
+  args.push_back("--help");
+  return args;
+}
+
+void AddHelpCommand(CLI::App& app) {
+  auto* help = app.add_subcommand(
+      "help", "The help of trainq, or of COMMAND: `trainq help sweep start` is `trainq sweep "
+              "start --help`");
+  help->add_option("command", "The command (and its subcommand)")->expected(0, 2);
+  // Only reached when HelpAsOption was not applied: the same help.
+  help->callback([] { throw CLI::CallForHelp(); });
+}
 
 int ReportStatus(const Status& st) {
   if (st) return 0;

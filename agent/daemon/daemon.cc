@@ -26,6 +26,7 @@
 #include "cloud/provider.h"
 #include "core/fatal_signals.h"
 #include "core/http_client.h"
+#include "core/log.h"
 #include "core/process.h"
 #include "core/strings.h"
 #include "queue/machines.h"
@@ -270,6 +271,7 @@ struct Daemon::Parts {
   SweepDriver sweeps;
   RetentionStepper retention{config.retention};  // server.yaml `retention:`
   OutcomeLog outcomes;
+  RepeatLimiter repeats{10'000};  // a warning each pass would repeat: once per 10 s
   TimeMs next_fleet_step = 0;
   TimeMs last_pass = 0;
 
@@ -481,7 +483,10 @@ Status Daemon::Run(const std::atomic<bool>& stop) {
         result = st;
         break;
       }
-      spdlog::warn("{} (will retry)", st.error().message);
+      int held = 0;
+      if (p.repeats.Allow(st.error().message, now, &held)) {
+        spdlog::warn("{} (will retry){}", st.error().message, RepeatLimiter::HeldBackNote(held));
+      }
     }
     if (p.options.until_idle) {
       if (auto done = p.IdleExit(now)) {

@@ -367,17 +367,13 @@ Status Fleet::HarvestBoots() {
   // One write transaction per 500 boots (not one each: 10,000 boots are
   // 10,000 commits), short enough not to hold up the other writers.
   constexpr std::size_t kChunk = 500;
-  std::set<std::string> failed_pools;
   Status first;
   std::vector<BootJob> unrecorded;
   for (std::size_t at = 0; at < done.size(); at += kChunk) {
     const std::size_t stops_before = stop.size();
     auto st = store_.InWriteTransaction([&]() -> Status {
       for (std::size_t i = at; i < std::min(done.size(), at + kChunk); ++i) {
-        // One failure per pool and harvest counts for its health (the
-        // backoff doubles per failed pass, not per boot of the pass).
-        const bool health = done[i].result || failed_pools.insert(done[i].pool).second;
-        if (auto r = RecordBoot(done[i], health, stop); !r) {
+        if (auto r = RecordBoot(done[i], stop); !r) {
           // The store cannot write now (a full disk): the chunk rolls back
           // and is recorded next pass, rather than its machines stopped.
           if (r.error().kind == ErrorKind::kUnavailable) return r;
@@ -412,17 +408,19 @@ Status Fleet::HarvestBoots() {
   return first;
 }
 
-Status Fleet::RecordBoot(BootJob& job, bool health,
-                         std::vector<std::pair<std::string, std::string>>& stop) {
+Status Fleet::RecordBoot(BootJob& job, std::vector<std::pair<std::string, std::string>>& stop) {
   const std::string& name = job.spec.name;
-  if (health) Record(job.pool, job.result.has_value(), job.result ? "" : job.result.error().message);
   if (!job.result) {
-    // Judged here, not by JudgeBoots: a provider that refuses a boot backs
-    // off (its health, as before); a failed boot is a machine that booted
-    // and never worked.
-    watched_.erase(job.row);
-    judged_.insert(job.row);
+    // A boot the provider refused (a boot command that failed, an API that
+    // said no) is a failed boot, as one whose machine never registers: the
+    // next JudgeBoots counts it in the pool's boot record, whatever the
+    // provider, so the back-off grows and the pool turns failing after
+    // failing_after. (Counted as a failed provider call instead, as it was,
+    // it was cleared by the next List that worked, and never passed 1.)
     const std::string& why = job.result.error().message;
+    watched_.insert(job.row);
+    judged_.erase(job.row);
+    stop_reason_[job.row] = why;
     spdlog::warn("pool {}: boot of {} failed: {}", job.pool, name, why);
     given_up_.erase(job.row);
     auto st = store_.machines().SetMachineState(job.row, "failed", clock_.Now(), "boot: " + why);
@@ -431,6 +429,7 @@ Status Fleet::RecordBoot(BootJob& job, bool health,
                                           why + "); booted again after the backoff");
     return st ? off : st;
   }
+  Record(job.pool, true, "");
   const std::string& id = *job.result;
   auto st = store_.machines().SetMachineProviderId(job.row, id, clock_.Now());
   if (given_up_.erase(job.row) > 0 || !st) {
@@ -1094,8 +1093,11 @@ Status Fleet::Apply(const cloud::Action& a, const ListedNames& listed) {
     case cloud::ActionKind::kDrain: {
       ASSIGN_OR_RETURN(bool drained, store_.machines().DrainMachine(a, now));
       if (!drained) {
-        spdlog::info("pool {}: drain of {} called off: it took work meanwhile", a.pool,
-                     a.machine);
+        int held = 0;
+        if (repeats_.Allow("drain called off " + a.pool + " " + a.machine, now, &held)) {
+          spdlog::info("pool {}: drain of {} called off: it took work meanwhile{}", a.pool,
+                       a.machine, RepeatLimiter::HeldBackNote(held));
+        }
         return {};
       }
       spdlog::info("pool {}: draining {} ({})", a.pool, a.machine, a.reason);
@@ -1247,9 +1249,15 @@ Status Fleet::StopAll(bool local_only) {
         drain.machine = m.provider_id;
         drain.row = m.id;
         drain.guard.last_busy_at = m.last_busy_ms;
+        // A gang too big for the pool waits for nothing this machine does.
+        drain.guard.max_nodes = pool.spec.scaling.max;
         ASSIGN_OR_RETURN(bool ok, store_.machines().DrainMachine(drain, clock_.Now()));
         if (!ok) {
-          spdlog::warn("pool {}: {} holds work; not stopped", m.pool, m.name);
+          int held = 0;
+          if (repeats_.Allow("holds work " + m.pool + " " + m.name, clock_.Now(), &held)) {
+            spdlog::warn("pool {}: {} holds work; not stopped{}", m.pool, m.name,
+                         RepeatLimiter::HeldBackNote(held));
+          }
           continue;
         }
       }

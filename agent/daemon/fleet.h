@@ -70,6 +70,7 @@
 #include "cloud/autoscaler.h"
 #include "cloud/provider.h"
 #include "core/clock.h"
+#include "core/log.h"
 #include "core/result.h"
 #include "queue/machines.h"
 #include "queue/store.h"
@@ -186,10 +187,9 @@ class Fleet {
   // Records the boots that finished (on the loop thread).
   Status HarvestBoots();
   // In the caller's write transaction; machines to stop (pool, id) into
-  // `stop`, for after it. `health`: the outcome counts for the provider's
-  // health (Record).
-  Status RecordBoot(BootJob& job, bool health,
-                    std::vector<std::pair<std::string, std::string>>& stop);
+  // `stop`, for after it. A boot the provider refused is left for
+  // JudgeBoots to count as a failed boot.
+  Status RecordBoot(BootJob& job, std::vector<std::pair<std::string, std::string>>& stop);
   // Calls off the pool's ("" = every pool's) boots not started yet: their
   // machines are `stopped`, never booted.
   Status CallOffBoots(const std::string& pool, const std::string& why);
@@ -247,6 +247,9 @@ class Fleet {
   std::map<std::string, int> list_calls_;
   std::uint64_t rng_state_ = 0;
   double NextUnit();
+  // Lines a pass would repeat while nothing changes (a drain called off, a
+  // machine that holds work): at most one each per 10 s.
+  RepeatLimiter repeats_{10'000};
   // Budget reporting: what was last written / logged per pool ("*" overall).
   std::map<std::string, std::string> cap_logged_;
   std::map<std::string, TimeMs> budget_written_at_;

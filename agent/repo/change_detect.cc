@@ -97,7 +97,7 @@ std::vector<ExperimentTrigger> DetectChanges(const std::vector<ChangedPath>& cha
   bool defaults_changed = before && before->defaults_definition != after.defaults_definition;
   std::vector<ExperimentTrigger> out;
   for (const auto& e : after.experiments) {
-    ExperimentTrigger t{e.name, {}};
+    ExperimentTrigger t{e.name, {}, true};
     const Experiment* old = before ? before->Find(e.name) : nullptr;
     if (!before) {
       t.reasons.push_back("new experiment (no trainq.yaml before)");
@@ -135,6 +135,10 @@ std::vector<ExperimentTrigger> DetectChanges(const std::vector<ChangedPath>& cha
           }
         }
       }
+    }
+    if (t.reasons.empty() && old && e.determinism_check && !old->determinism_check) {
+      t.reasons.push_back("determinism: check asked for in trainq.yaml");
+      t.inputs_changed = false;
     }
     if (!t.reasons.empty()) out.push_back(std::move(t));
   }

@@ -6,6 +6,11 @@
 //     `watch` globs, or its `trainer` spec file changed;
 //   - its own entry in trainq.yaml is new or changed;
 //   - `defaults` in trainq.yaml changed (then every experiment runs).
+// Keys that are no run input (manifest.h, RunInputsJson: correction,
+// determinism, baseline, metric.min_effect) change no experiment. One
+// exception: an experiment whose `determinism: check` is new, and nothing
+// else, is returned with inputs_changed false: its batch is reused and only
+// the check runs.
 //
 // Globs are matched against the whole path from the repository root:
 //   `*`  any run of characters inside one path segment (never '/');
@@ -36,6 +41,9 @@ struct ChangedPath {
 struct ExperimentTrigger {
   std::string experiment;
   std::vector<std::string> reasons;  // each one line, e.g. "configs/a.yaml matches watch 'configs/*'"
+  // False when only a determinism check was asked for: the experiment's runs
+  // are the same as before (a batch with its inputs is reused).
+  bool inputs_changed = true;
   // The reasons joined with "; " (long lists shortened), for the batch's `reason`.
   std::string Reason() const;
 };

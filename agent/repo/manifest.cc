@@ -229,6 +229,27 @@ std::string Normalise(const YAML::Node& n) {
   return out.c_str();
 }
 
+// `def` (an experiment's entry, or `defaults`) less the keys that are no
+// input of a run (kJudgingKeys): what change detection and the inputs'
+// fingerprint compare. A metric left with its name alone is written as the
+// name, so that `metric: accuracy` and `{name: accuracy, min_effect: 0.01}`
+// compare equal.
+YAML::Node RunInputsOf(const YAML::Node& def) {
+  YAML::Node inputs = YAML::Clone(def);
+  for (const char* key : {"correction", "determinism", "baseline"}) inputs.remove(key);
+  const YAML::Node& read = inputs;
+  if (read["metric"] && read["metric"].IsMap()) {
+    YAML::Node metric = inputs["metric"];
+    metric.remove("min_effect");
+    if (metric.size() == 0) {
+      inputs.remove("metric");
+    } else if (metric.size() == 1 && read["metric"]["name"] && read["metric"]["name"].IsScalar()) {
+      inputs["metric"] = read["metric"]["name"].Scalar();
+    }
+  }
+  return inputs;
+}
+
 // Every `{name}` in a command must be a placeholder trainq substitutes
 // (core/placeholders.h: a shell's `${VAR}` is not one).
 std::optional<std::string> UnknownPlaceholder(std::string_view command) {
@@ -335,6 +356,15 @@ BatchSpec Experiment::ToBatchSpec(std::string reason) const {
   return b;
 }
 
+std::string RunInputsJson(std::string_view spec_json) {
+  auto j = nlohmann::json::parse(spec_json.empty() ? std::string_view("{}") : spec_json, nullptr,
+                                 false);
+  if (!j.is_object()) return std::string(spec_json);
+  for (const char* key : {"correction", "determinism", "baseline"}) j.erase(key);
+  if (j.contains("metric") && j["metric"].is_object()) j["metric"].erase("min_effect");
+  return j.dump();
+}
+
 bool IsReproExperiment(std::string_view experiment) {
   return experiment.size() > kReproSuffix.size() && experiment.ends_with(kReproSuffix);
 }
@@ -415,19 +445,16 @@ Result<Manifest> ParseManifest(std::string_view text, std::string_view filename)
                     {"repeats", "seed", "metric", "resources", "timeout", "max_attempts",
                      "baseline", "env_passthrough", "correction", "determinism"}));
     TRY(p.ApplyCommon(d, "defaults", defaults));
-    YAML::Node inputs = YAML::Clone(d);
     if (auto c = d["correction"]) {
       ASSIGN_OR_RETURN(auto text, p.Str(c, "defaults.correction"));
       if (text != "holm" && text != "bh" && text != "none") {
         return p.Err(c, "defaults.correction", "expected holm, bh or none, got " + Parser::Show(c));
       }
       defaults.correction = text;
-      // How verdicts are read is no input of a run: changing it reruns nothing.
-      inputs.remove("correction");
     }
-    // Nor is whether a seed is run twice to check determinism.
-    inputs.remove("determinism");
-    m.defaults_definition = Normalise(inputs);
+    // How verdicts are read, and whether a seed runs twice, are no inputs of
+    // a run: changing them reruns nothing.
+    m.defaults_definition = Normalise(RunInputsOf(d));
   }
 
   auto exps = root["experiments"];
@@ -495,10 +522,10 @@ Result<Manifest> ParseManifest(std::string_view text, std::string_view filename)
       }
     }
     TRY(p.ApplyCommon(def, path, e));
-    // `determinism` decides whether a seed runs twice, not what a run does:
-    // no input of the experiment (changing it reruns nothing).
-    YAML::Node def_inputs = YAML::Clone(def);
-    def_inputs.remove("determinism");
+    // `determinism`, `baseline` and `metric.min_effect` decide whether a
+    // seed runs twice and how the runs are judged, not what a run does: no
+    // inputs of the experiment (changing them reruns nothing).
+    YAML::Node def_inputs = RunInputsOf(def);
     e.definition = Normalise(def_inputs);
     if (auto sw = def["sweep"]) {
       // A sweep (agent/repo/sweep_spec.h) is checked here, so that a mistake fails

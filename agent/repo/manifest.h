@@ -93,6 +93,17 @@ struct Experiment {
   BatchSpec ToBatchSpec(std::string reason) const;
 };
 
+// Keys of trainq.yaml that change no run, only whether a seed runs twice and
+// how the runs are judged: `correction`, `determinism`, `baseline` and
+// `metric.min_effect`. Change detection and the inputs' fingerprint leave
+// them out (Experiment::definition, Manifest::defaults_definition), so
+// changing them reruns nothing, and a batch is reused across them. Every
+// other key (the command, watch, repeats, seed, the metric's name, goal and
+// regex, resources, timeout, max_attempts, env_passthrough) is an input.
+// A batch's spec_json (ToBatchSpec) less those keys: two batches whose
+// RunInputsJson are equal ran the same runs.
+std::string RunInputsJson(std::string_view spec_json);
+
 // The determinism check's companion batches: "x@repro" runs seeds of x's
 // batch at the same commit again (no baseline, no commit status of its own;
 // agent/results/analysis.h compares the two).

@@ -346,13 +346,20 @@ Result<std::optional<DriftCheck>> DriftOf(Store& store, const BatchProgress& b,
 }
 
 std::string LevelText(double level) {
-  double pct = level * 100;
-  int decimals = 0;
-  while (decimals < 4 && std::fabs(pct - std::round(pct * std::pow(10, decimals)) /
-                                              std::pow(10, decimals)) > 1e-9) {
-    ++decimals;
+  const double pct = level * 100;
+  // At most 4 significant digits (97.5%, 99.75%, 98.33%, never 98.3333%);
+  // more only where 4 would round a level below 100% up to 100% (99.995%).
+  const int before = pct >= 1 ? static_cast<int>(std::floor(std::log10(pct))) + 1 : 1;
+  int decimals = std::max(0, 4 - before);
+  std::string text = FormatDouble(pct, decimals);
+  while (pct < 100 && std::strtod(text.c_str(), nullptr) >= 100 && decimals < 8) {
+    text = FormatDouble(pct, ++decimals);
   }
-  return FormatDouble(pct, decimals) + "% CI";
+  if (text.find('.') != std::string::npos) {
+    while (text.ends_with('0')) text.pop_back();
+    if (text.ends_with('.')) text.pop_back();
+  }
+  return text + "% CI";
 }
 
 std::string CorrectionText(const BatchComparison& c) {

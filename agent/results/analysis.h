@@ -164,7 +164,8 @@ std::string PText(const BatchComparison& c);
 // on the sd of A, at the significance level the corrected verdict uses
 // (1 - interval_level). "" when not applicable.
 std::string RunsNeededText(const BatchComparison& c);
-// "95% CI", "99.75% CI".
+// "95% CI", "97.5% CI", "99.75% CI", "98.33% CI": at most 4 significant
+// digits (more only for a level that 4 would round up to 100%).
 std::string LevelText(double level);
 
 // "accuracy 0.9262 ± 0.0096 (n=10)"; "(no finished runs)" when empty.

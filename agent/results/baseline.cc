@@ -82,7 +82,7 @@ Result<BaselineSearch> FindEquivalentBatch(Store& store, GitRepo& git,
     bool changed = !manifest_p || !manifest_p->Find(experiment);
     if (!changed) {
       for (const auto& t : DetectChanges(changes, &*manifest_p, *manifest_c)) {
-        if (t.experiment == experiment) changed = true;
+        if (t.experiment == experiment && t.inputs_changed) changed = true;
       }
     }
     if (changed) {
@@ -102,8 +102,10 @@ Result<std::optional<ReusableBatch>> FindReusableBatch(Store& store, GitRepo& gi
                    FindEquivalentBatch(store, git, repo_url, spec.experiment, sha, max_steps));
   if (!search.batch || search.steps == 0) return std::optional<ReusableBatch>();
   const BatchProgress& b = *search.batch;
-  bool same = b.spec_json == spec.spec_json && b.seed_start == spec.seed_start &&
-              b.repeats >= spec.repeats;
+  // The same runs: equal inputs; how they are judged may differ (the new
+  // batch takes the spec's, RunQueue::ReuseBatch).
+  bool same = RunInputsJson(b.spec_json) == RunInputsJson(spec.spec_json) &&
+              b.seed_start == spec.seed_start && b.repeats >= spec.repeats;
   bool ended_empty = !b.active() && b.values.empty();
   if (!same || ended_empty) return std::optional<ReusableBatch>();
   return std::optional<ReusableBatch>(ReusableBatch{b, search.at_sha, search.steps});

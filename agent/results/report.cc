@@ -1,4 +1,6 @@
 #include "agent/results/report.h"
+
+#include "agent/results/axis_ticks.h"
 #include "agent/repo/manifest.h"
 #include "agent/results/table.h"
 #include "agent/results/status.h"
@@ -355,13 +357,14 @@ std::string RunsSvg(const ExperimentReport& er) {
   double slot = static_cast<double>(w - left - right) / static_cast<double>(std::max<size_t>(n, 1));
   auto X = [&](size_t i) { return left + slot * (static_cast<double>(i) + 0.5); };
   auto Y = [&](double v) { return top + (hi - v) / (hi - lo) * (h - top - bottom); };
-  // Axes and y ticks.
+  // Axes and y ticks, at round numbers.
   o << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\""
     << h - bottom << "\" stroke=\"#888\"/>";
-  for (int t = 0; t <= 4; ++t) {
-    double v = lo + (hi - lo) * t / 4;
-    o << "<text x=\"" << left - 6 << "\" y=\"" << Num(Y(v) + 4, 1)
-      << "\" font-size=\"11\" text-anchor=\"end\">" << Num(v, 4) << "</text>";
+  const AxisTicks ticks = NiceTicks(lo, hi);
+  for (double v : ticks.values) {
+    o << "<text class=\"ytick\" x=\"" << left - 6 << "\" y=\"" << Num(Y(v) + 4, 1)
+      << "\" font-size=\"11\" text-anchor=\"end\">" << TickLabel(v, ticks.decimals)
+      << "</text>";
     o << "<line x1=\"" << left << "\" y1=\"" << Num(Y(v), 1) << "\" x2=\"" << w - right
       << "\" y2=\"" << Num(Y(v), 1) << "\" stroke=\"#eee\"/>";
   }

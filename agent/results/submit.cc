@@ -1,5 +1,7 @@
 #include "agent/results/submit.h"
 
+#include <nlohmann/json.hpp>
+
 #include "agent/repo/manifest.h"
 #include "agent/results/analysis.h"
 #include "core/strings.h"
@@ -47,9 +49,28 @@ Result<std::optional<SubmittedBatch>> Reuse(Store& store, GitRepo& git,
                                            "reused batch " + std::to_string(found->batch.id) +
                                                " of " + ShortSha(found->at_sha) +
                                                ": same inputs; " + spec.reason,
-                                           now, req.ref));
+                                           now, req.ref, spec.spec_json));
   out.reused = std::move(found);
   return std::optional<SubmittedBatch>(std::move(out));
+}
+
+// A reused batch whose spec asks for `determinism: check` and whose runs
+// were never checked (no companion at this commit, nor at the commit that
+// ran them): its check, queued now without running the batch again. This is
+// how a check asked for by a trainq.yaml change that reruns nothing starts.
+Result<bool> NeedsReproCheck(Store& store, const std::string& repo, const std::string& sha,
+                             const SubmittedBatch& b) {
+  auto j = nlohmann::json::parse(b.spec.spec_json.empty() ? "{}" : b.spec.spec_json, nullptr,
+                                 false);
+  if (!j.is_object() || j.value("determinism", "") != "check") return false;
+  if (IsReproExperiment(b.spec.experiment) || !b.result.reuses_batch_id) return false;
+  const std::string companion = ReproExperimentOf(b.spec.experiment);
+  ASSIGN_OR_RETURN(auto here, BatchOfExperimentAt(store, repo, companion, sha));
+  if (here) return false;
+  ASSIGN_OR_RETURN(auto source, store.runs().Batch(*b.result.reuses_batch_id));
+  if (!source) return false;
+  ASSIGN_OR_RETURN(auto there, BatchOfExperimentAt(store, repo, companion, source->sha));
+  return !there.has_value();
 }
 
 }  // namespace
@@ -66,7 +87,13 @@ Result<std::vector<SubmittedBatch>> SubmitCommit(Store& store, GitRepo& git,
       to_queue.push_back(spec);
     }
   }
-  if (req.determinism_checks) to_queue = WithDeterminismChecks(std::move(to_queue));
+  if (req.determinism_checks) {
+    to_queue = WithDeterminismChecks(std::move(to_queue));
+    for (const auto& b : out) {
+      ASSIGN_OR_RETURN(bool check, NeedsReproCheck(store, git.location(), req.commit.sha, b));
+      if (check) to_queue.push_back(ReproSpec(b.spec, 1));
+    }
+  }
   ASSIGN_OR_RETURN(auto queued, Queue(store, git.location(), req.commit, to_queue, req.limits,
                                       req.limits_where, now, req.ref));
   for (size_t i = 0; i < queued.size(); ++i) {

@@ -1,4 +1,5 @@
 #include "agent/results/sweep_plot.h"
+#include "agent/results/axis_ticks.h"
 #include "core/strings.h"
 
 #include <algorithm>
@@ -93,10 +94,10 @@ class Plot {
     s += "<g stroke=\"#444\" fill=\"none\"><rect x=\"" + Px(kLeft) + "\" y=\"" + Px(kTop) +
          "\" width=\"" + Px(kW - kLeft - kRight) + "\" height=\"" + Px(kH - kTop - kBottom) +
          "\"/></g>\n";
-    for (int i = 0; i <= 4; ++i) {
-      double y = y0 + (y1 - y0) * i / 4;
-      s += "<text x=\"" + Px(kLeft - 6) + "\" y=\"" + Px(sy(y) + 4) +
-           "\" text-anchor=\"end\">" + Num(y) + "</text>\n";
+    const AxisTicks yt = NiceTicks(y0, y1);
+    for (double y : yt.values) {
+      s += "<text class=\"ytick\" x=\"" + Px(kLeft - 6) + "\" y=\"" + Px(sy(y) + 4) +
+           "\" text-anchor=\"end\">" + TickLabel(y, yt.decimals) + "</text>\n";
     }
     if (!categories_.empty()) {
       for (std::size_t i = 0; i < categories_.size(); ++i) {
@@ -104,12 +105,12 @@ class Plot {
              "\" text-anchor=\"middle\">" + HtmlEscape(categories_[i]) + "</text>\n";
       }
     } else {
-      for (int i = 0; i <= 4; ++i) {
-        double xu = x0 + (x1 - x0) * i / 4;
-        double xv = log_x_ ? std::exp(xu) : xu;
-        double px = kLeft + (xu - x0) / (x1 - x0) * (kW - kLeft - kRight);
-        s += "<text x=\"" + Px(px) + "\" y=\"" + Px(kH - kBottom + 16) +
-             "\" text-anchor=\"middle\">" + Num(xv) + "</text>\n";
+      // Round numbers in data units; on a log axis, powers of ten (or 1-2-5).
+      const AxisTicks xt = log_x_ ? LogTicks(std::exp(x0), std::exp(x1)) : NiceTicks(x0, x1);
+      for (double xv : xt.values) {
+        double px = kLeft + (X(xv) - x0) / (x1 - x0) * (kW - kLeft - kRight);
+        s += "<text class=\"xtick\" x=\"" + Px(px) + "\" y=\"" + Px(kH - kBottom + 16) +
+             "\" text-anchor=\"middle\">" + TickLabel(xv, xt.decimals) + "</text>\n";
       }
     }
     s += "<text x=\"" + Px(kW / 2) + "\" y=\"" + Px(kH - 15) + "\" text-anchor=\"middle\">" +
@@ -316,15 +317,23 @@ std::string ParallelSvg(const SweepView& v) {
     double x = ax_x(i);
     s += "<line x1=\"" + Px(x) + "\" x2=\"" + Px(x) + "\" y1=\"" + Px(top) + "\" y2=\"" +
          Px(bottom) + "\" stroke=\"#444\"/>\n";
-    std::vector<double> ticks;
+    // (coordinate, label): categories by index; numbers at round values of
+    // the parameter (1-2-5, or powers of ten on a log axis).
+    std::vector<std::pair<double, std::string>> ticks;
     if (i < axes.size() && !IsNumeric(*axes[i])) {
-      for (std::size_t k = 0; k < axes[i]->options.size(); ++k) ticks.push_back(static_cast<double>(k));
+      for (std::size_t k = 0; k < axes[i]->options.size(); ++k) {
+        ticks.emplace_back(static_cast<double>(k), label(i, static_cast<double>(k)));
+      }
+    } else if (i < axes.size() && IsLog(*axes[i])) {
+      const AxisTicks t = LogTicks(std::exp(lo[i]), std::exp(hi[i]));
+      for (double v : t.values) ticks.emplace_back(std::log(v), TickLabel(v, t.decimals));
     } else {
-      for (int k = 0; k <= 4; ++k) ticks.push_back(lo[i] + (hi[i] - lo[i]) * k / 4);
+      const AxisTicks t = NiceTicks(lo[i], hi[i]);
+      for (double v : t.values) ticks.emplace_back(v, TickLabel(v, t.decimals));
     }
-    for (double t : ticks) {
+    for (const auto& [t, text] : ticks) {
       s += "<text x=\"" + Px(x + 4) + "\" y=\"" + Px(ax_y(i, t) + 4) + "\" font-size=\"10\">" +
-           HtmlEscape(label(i, t)) + "</text>\n";
+           HtmlEscape(text) + "</text>\n";
     }
     std::string name = i == axes.size() ? v.metric + " (mean)"
                                          : axes[i]->name + (IsLog(*axes[i]) ? " (log)" : "");

@@ -334,7 +334,7 @@ Result<std::string> PushProcessor::QueueCommit(const PushCommit& c, const std::s
   }
   std::vector<ExperimentTrigger> triggers;
   if (c.everything) {
-    for (const auto& e : after->experiments) triggers.push_back({e.name, {}});
+    for (const auto& e : after->experiments) triggers.push_back({e.name, {}, true});
   } else {
     ASSIGN_OR_RETURN(auto changes, git.Diff(commit_base, sha));
     triggers = DetectChanges(changes, before ? &*before : nullptr, *after);
@@ -419,11 +419,19 @@ Result<std::string> PushProcessor::QueueTriggered(const PushCommit& c, const std
   std::string names;
   std::string reused;
   std::string kept_names;
+  std::string checks;  // determinism checks queued for batches reused as they are
   for (const auto& b : batches) {
     const SubmitResult& r = b.result;
     // A determinism check's companion batch is read with its experiment's:
     // no commit status of its own.
-    if (IsReproExperiment(r.experiment)) continue;
+    if (IsReproExperiment(r.experiment)) {
+      const std::string of = ReproTargetOf(r.experiment);
+      bool reused_target = std::any_of(batches.begin(), batches.end(), [&](const SubmittedBatch& t) {
+        return t.result.experiment == of && t.result.reuses_batch_id;
+      });
+      if (reused_target && r.created) checks += (checks.empty() ? "" : ", ") + of;
+      continue;
+    }
     if (b.baseline_error) {
       spdlog::warn("push {}: choosing the baseline of batch {}: {}", c.push.id, r.batch_id,
                    b.baseline_error->message);
@@ -461,6 +469,7 @@ Result<std::string> PushProcessor::QueueTriggered(const PushCommit& c, const std
   if (!names.empty()) line = "queued " + names;
   if (!reused.empty()) line += (line.empty() ? "" : "; ") + ("reused " + reused);
   if (!kept_names.empty()) line += (line.empty() ? "" : "; ") + ("already run " + kept_names);
+  if (!checks.empty()) line += (line.empty() ? "" : "; ") + ("determinism check queued: " + checks);
   return line;
 }
 

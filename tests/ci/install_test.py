@@ -6,8 +6,9 @@ naming the installed trainq and /etc/trainq/server.yaml and passing
 `systemd-analyze verify` (a unit whose binary is missing must fail it, so the
 check can fail), the hardening settings and `systemd-analyze security`'s
 exposure level, a man page per command that `man -l` renders with the
-command's options, and bash completion of commands and options through the
-installed binary.
+command's options, bash completion of commands, subcommands and options
+through the installed binary, stripped binaries, and the install's word on
+what the unit still needs (the trainq user, /etc/trainq/server.yaml).
 """
 import argparse
 import os
@@ -66,6 +67,23 @@ def main():
         check(r.returncode == 0, "cmake --install into an empty prefix", r.stdout + r.stderr)
         trainq = os.path.join(prefix, "bin", "trainq")
         check(os.access(trainq, os.X_OK), "bin/trainq is installed")
+        # Issue 38.9: what the unit still needs (the user, the config) is said
+        # at the end, and the binaries are stripped (203 MB with debug info).
+        said = r.stdout + r.stderr
+        has_user = run(["getent", "passwd", "trainq"]).returncode == 0
+        has_config = os.path.exists("/etc/trainq/server.yaml")
+        check("trainq.service" in said and
+              (has_user or "adduser --system --group --home /var/lib/trainq" in said) and
+              (has_config or f"{prefix}/share/trainq/server.yaml /etc/trainq/server.yaml" in said) and
+              f"systemctl link {prefix}/lib/systemd/system/trainq.service" in said,
+              "cmake --install says what the unit still needs (the trainq user, "
+              "/etc/trainq/server.yaml, systemctl link)", said[-2000:])
+        binaries = [trainq] + ([os.path.join(prefix, "bin", "trainq-train")] if with_trainer else [])
+        for b in binaries:
+            sections = run(["readelf", "-S", "--wide", b]).stdout
+            check(".symtab" not in sections and ".debug_info" not in sections,
+                  f"{os.path.basename(b)} is installed stripped "
+                  f"({os.path.getsize(b) / 1e6:.1f} MB)")
         version = run([trainq, "--version"]).stdout.strip()
         check(version.startswith("trainq "), f"the installed trainq runs: {version}")
         if with_trainer:
@@ -147,6 +165,26 @@ def main():
         check(got == ["--baseline"], "completion: a command after --db FILE", str(got))
         got = complete(prefix, ["trainq", ""], 1)
         check(sorted(got) == sorted(names), "completion: every command, and nothing else", str(got))
+        # Issue 38.9: a command with subcommands completes them, not file names.
+        got = complete(prefix, ["trainq", "sweep", "''"], 2)
+        check(sorted(got) == ["best", "plot", "resume", "start", "status", "stop"],
+              "completion: trainq sweep <TAB> -> its subcommands", str(got))
+        got = complete(prefix, ["trainq", "sweep", "st"], 2)
+        check(sorted(got) == ["start", "status", "stop"], "completion: trainq sweep st", str(got))
+        got = complete(prefix, ["trainq", "-q", "pools", "''"], 3)
+        check(got == ["reset"], "completion: trainq -q pools <TAB> -> reset", str(got))
+        got = complete(prefix, ["trainq", "sweep", "start", "--"], 3)
+        check("--commit" in got and "--until-idle" not in got,
+              "completion: trainq sweep start --<TAB> -> start's options", str(got))
+        got = complete(prefix, ["trainq", "help", "lo"], 2)
+        check(got == ["logs"], "completion: trainq help lo -> logs", str(got))
+        got = complete(prefix, ["trainq", "help", "sweep", "b"], 3)
+        check(got == ["best"], "completion: trainq help sweep b -> best", str(got))
+        # A command without subcommands still completes files.
+        open(os.path.join(prefix, "notes-for-completion.txt"), "w").close()
+        got = complete(prefix, ["trainq", "submit", f"{prefix}/notes-for"], 2)
+        check(got == [f"{prefix}/notes-for-completion.txt"],
+              "completion: trainq submit FILE completes files", str(got))
 
         config = os.path.join(prefix, "share", "trainq", "server.yaml")
         check(os.path.exists(config), "share/trainq/server.yaml (the service's starting config)")

@@ -12,7 +12,7 @@ Checks: 401 and no data without a session; `/?token=` signs in no more; the
 sign-in form sets an HttpOnly, SameSite=Strict cookie; the one-time link
 signs in once and leaves the address; the overview lists the experiments and the
 queue; the experiment page has one point per commit and the verdict words
-`trainq show --json` gives; the commit page has every seed of both sides and
+`trainq show --json` gives, and y ticks at round numbers (niceTicks); the commit page has every seed of both sides and
 the effect; a commit submitted from the CLI while the overview is open shows
 up without a reload (a page-level JS marker survives); the slow run's log
 tail and its metric curve grow; actions are refused with the read session
@@ -130,6 +130,21 @@ def wait_for(cond, what, timeout=60):
             return v
         time.sleep(0.05)
     die("timed out waiting for " + what)
+
+
+def one_two_five(values):
+    """True when the values are whole multiples of one step of 1, 2 or 5 x 10^k, in order."""
+    import math
+    if len(values) < 2:
+        return True
+    step = values[1] - values[0]
+    if step <= 0:
+        return False
+    mag = 10 ** math.floor(math.log10(step) + 1e-9)
+    if min(abs(step / mag - m) for m in (1, 2, 5)) > 1e-6:
+        return False
+    return all(abs(b - a - step) <= step * 1e-6 for a, b in zip(values, values[1:])) and \
+        all(abs(v / step - round(v / step)) <= 1e-6 for v in values)
 
 
 def free_port():
@@ -326,6 +341,17 @@ def run_checks(fx, driver):
           f"the verdict word is the CLI's ({cli_verdict}): {words}")
     check(len(driver.find_elements(By.CSS_SELECTOR, "svg.history rect.band")) == 1,
           "the min_effect band is drawn at the compared commit")
+    # Issue 38.9: the y ticks are round numbers, one 1-2-5 step apart (they
+    # read 0.9821, 0.9737, 0.9652). niceTicks itself, as the C++ NiceTicks.
+    labels = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "svg.history text.ytick")]
+    check(len(labels) >= 3 and one_two_five([float(x) for x in labels]),
+          f"the history chart's y ticks are round, 1-2-5 apart: {labels}")
+    for lo, hi, want in ((0.9483, 0.9821, ["0.95", "0.96", "0.97", "0.98"]),
+                         (2.1, 21.9, ["5", "10", "15", "20"]), (0, 0.9, ["0", "0.2", "0.4", "0.6", "0.8"]),
+                         (-0.021, 0.011, ["-0.02", "-0.01", "0", "0.01"])):
+        got = js("const t = niceTicks(arguments[0], arguments[1]);"
+                 "return t.values.map(v => tickLabel(v, t.decimals));", lo, hi)
+        check(got == want, f"niceTicks({lo}, {hi}): {got}")
     link = driver.find_elements(By.CSS_SELECTOR, "svg.history a circle.point")[1]
     check(js("return arguments[0].parentNode.getAttribute('href')", link) == "/commit/" + fx.sha2,
           "a point links to its commit page")

@@ -16,6 +16,36 @@ function esc(s) {
 function num(v, d = 4) { return (v == null || !isFinite(v)) ? '–' : Number(v).toFixed(d); }
 function signed(v, d = 4) { return v == null ? '–' : (v >= 0 ? '+' : '') + Number(v).toFixed(d); }
 function pText(p) { return p == null ? '–' : (p < 1e-4 ? '<0.0001' : '=' + Number(p).toFixed(4)); }
+// Axis ticks at round numbers, one step of 1, 2 or 5 times a power of ten
+// apart: at most `target`, and 3 at least. The rule of the SVG charts of the
+// report and the sweeps (agent/results/axis_ticks.cc NiceTicks).
+function niceTicks(lo, hi, target = 5) {
+  if (!isFinite(lo) || !isFinite(hi)) return {values: [], decimals: 0};
+  if (hi < lo) [lo, hi] = [hi, lo];
+  if (hi - lo <= 0) return {values: [lo], decimals: 4};
+  let out = {values: [], decimals: 0};
+  for (let t = Math.max(2, target); t <= 4 * Math.max(2, target); t++) {
+    const raw = (hi - lo) / (t - 1);
+    const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+    const norm = raw / mag;
+    const step = (norm <= 1 + 1e-9 ? 1 : norm <= 2 + 1e-9 ? 2 : norm <= 5 + 1e-9 ? 5 : 10) * mag;
+    const values = [];
+    const last = Math.floor(hi / step + 1e-9);
+    for (let k = Math.ceil(lo / step - 1e-9); k <= last && values.length < 1000; k++) {
+      const v = k * step;
+      values.push(Math.abs(v) < step * 1e-9 ? 0 : v);
+    }
+    out = {values, decimals: Math.max(0, -Math.floor(Math.log10(step) + 1e-9))};
+    if (values.length >= 3) break;
+  }
+  return out;
+}
+// A tick's label: `decimals` digits at most, no trailing zeros, never "-0".
+function tickLabel(v, decimals) {
+  let s = Number(v).toFixed(Math.min(15, Math.max(0, decimals)));
+  if (s.includes('.')) s = s.replace(/0+$/, '').replace(/\.$/, '');
+  return s === '-0' ? '0' : s;
+}
 function short(sha) { return esc(String(sha || '').slice(0, 10)); }
 function dur(ms) {
   if (ms == null) return '–';
@@ -225,9 +255,10 @@ function seedPlot(vp) {
   const y = v => T + (H - T - B) * (1 - (v - lo) / (hi - lo));
   const xb = L + (W - L - R) * 0.25, xa = L + (W - L - R) * 0.75;
   let s = `<svg class="seeds" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="seeds of ${esc(vp.experiment)}">`;
-  for (let i = 0; i <= 4; i++) {
-    const v = lo + (hi - lo) * i / 4, yy = y(v);
-    s += `<line class="gridline" x1="${L}" x2="${W - R}" y1="${yy}" y2="${yy}"/><text x="${L - 6}" y="${yy + 4}" text-anchor="end">${num(v, 4)}</text>`;
+  const ticks = niceTicks(lo, hi);
+  for (const v of ticks.values) {
+    const yy = y(v);
+    s += `<line class="gridline" x1="${L}" x2="${W - R}" y1="${yy}" y2="${yy}"/><text class="ytick" x="${L - 6}" y="${yy + 4}" text-anchor="end">${tickLabel(v, ticks.decimals)}</text>`;
   }
   const seedsB = new Map((b.seeds || []).map((sd, i) => [sd, b.values[i]]));
   (a.seeds || []).forEach((sd, i) => {
@@ -319,9 +350,10 @@ function historyPlot(e, entries) {
   const x = i => L + step * (i + 0.5);
   const y = v => T + (H - T - B) * (1 - (v - lo) / (hi - lo));
   let s = `<svg class="history" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="history of ${esc(e.experiment)}">`;
-  for (let i = 0; i <= 4; i++) {
-    const v = lo + (hi - lo) * i / 4, yy = y(v);
-    s += `<line class="gridline" x1="${L}" x2="${W - R}" y1="${yy}" y2="${yy}"/><text x="${L - 6}" y="${yy + 4}" text-anchor="end">${num(v, 4)}</text>`;
+  const ticks = niceTicks(lo, hi);
+  for (const v of ticks.values) {
+    const yy = y(v);
+    s += `<line class="gridline" x1="${L}" x2="${W - R}" y1="${yy}" y2="${yy}"/><text class="ytick" x="${L - 6}" y="${yy + 4}" text-anchor="end">${tickLabel(v, ticks.decimals)}</text>`;
   }
   s += `<line class="axis" x1="${L}" x2="${L}" y1="${T}" y2="${H - B}"/><line class="axis" x1="${L}" x2="${W - R}" y1="${H - B}" y2="${H - B}"/>`;
   entries.forEach((en, i) => {

@@ -605,6 +605,33 @@ TEST_CASE("cli: usage errors exit 2 with CLI11's message, an unknown command is 
   CHECK_FALSE(fs::exists(db));
 }
 
+// Issue 38.9: `trainq help` was an unknown command, `trainq help logs` said
+// "RUN is required" and `trainq help submit` "The following argument was not
+// expected: help".
+TEST_CASE("cli: trainq help [COMMAND [SUBCOMMAND]] prints what --help prints, exit 0",
+          "[cli]") {
+  testing::TempDir tmp;
+  std::string db = tmp / "t.db";
+  for (const std::string words : {"", "logs", "submit", "sweep", "sweep start", "pools reset"}) {
+    INFO("trainq help " << words);
+    auto help = Trainq(db, "help " + words);
+    auto flag = Trainq(db, words + " --help");
+    CHECK(help.code == 0);
+    CHECK(flag.code == 0);
+    CHECK(help.text == flag.text);
+    CHECK_THAT(help.text, Catch::Contains("Usage:"));
+  }
+  CHECK_THAT(Trainq(db, "help logs").text, Catch::Contains("RUN"));
+  // Global options may come first; `help` is listed among the commands.
+  CHECK(Trainq(db, "-q help submit").text == Trainq(db, "submit --help").text);
+  CHECK_THAT(Trainq(db, "--help").text, Catch::Contains("  help"));
+  // An unknown command after help is named, as without it.
+  auto unknown = Trainq(db, "help nosuch");
+  CHECK(unknown.code == 2);
+  CHECK_THAT(unknown.text, Catch::StartsWith("trainq: unknown command 'nosuch'"));
+  CHECK_FALSE(fs::exists(db));
+}
+
 TEST_CASE("cli: report --experiment with a name no batch has is an error", "[cli][errors]") {
   BadInput t;
   auto o = Trainq(t.db, "report --experiment nope");

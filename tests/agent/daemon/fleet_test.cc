@@ -11,6 +11,7 @@
 #include "agent/daemon/fleet.h"
 #include "cloud/provider.h"
 #include "core/clock.h"
+#include "core/process.h"
 #include "core/http_client.h"
 #include "core/strings.h"
 #include "queue/machines.h"
@@ -710,7 +711,10 @@ TEST_CASE("fleet: a boot that fails in the provider is recorded by a later pass,
   FleetFixture f;
   auto owned = std::make_unique<GatedProvider>();
   GatedProvider& gate = *owned;
-  Fleet fleet = f.MakeWith(std::move(owned), [](PoolSpec& p) { p.scaling.max = 1; });
+  Fleet fleet = f.MakeWith(std::move(owned), [](PoolSpec& p) {
+    p.scaling.max = 1;
+    p.scaling.boot_backoff_ms = 5'000;
+  });
   f.Queue(1);
 
   REQUIRE(StepReturns(fleet, gate));
@@ -723,13 +727,16 @@ TEST_CASE("fleet: a boot that fails in the provider is recorded by a later pass,
   REQUIRE(rows.size() == 1);
   CHECK(rows[0].state == "failed");
   CHECK_THAT(rows[0].last_error, Catch::Contains("boot: gated: no capacity in the region"));
-  CHECK(Failures(f.store, "gpu") == 1);
-  // A provider refusing a boot backs off (its health); it is no machine
-  // that failed to work (the pool's boot record).
+  // A provider refusing a boot is a failed boot (issue 38.10), as a machine
+  // that never registers: the pool's boot record, not the provider's health
+  // (which its next working List cleared, so it never passed 1).
   auto state = f.State("gpu");
-  CHECK((!state || state->failed_boots == 0));
+  REQUIRE(state);
+  CHECK(state->failed_boots == 1);
+  CHECK_FALSE(state->failing);
+  CHECK_THAT(state->boot_error, Catch::Contains("gated: no capacity in the region"));
 
-  // Within the backoff (5 s after one failure): no boot.
+  // Within the backoff (boot_backoff, 5 s, after one failure): no boot.
   for (int i = 0; i < 3; ++i) {
     f.clock.Advance(1000);
     REQUIRE(StepReturns(fleet, gate));
@@ -749,6 +756,62 @@ TEST_CASE("fleet: a boot that fails in the provider is recorded by a later pass,
   REQUIRE(rows.size() == 2);
   CHECK(rows[1].state == "booting");
   CHECK(Failures(f.store, "gpu") == 0);
+}
+
+// Issue 38.10: a `command` pool whose boot command always fails booted every
+// 5-10 s for as long as serve ran, its failures counted as the provider's
+// health, which the next working `list` cleared: never past 1, never failing.
+TEST_CASE("fleet: a command pool whose boot command always fails backs off longer each time and "
+          "turns failing after failing_after, like every provider",
+          "[fleet][boots]") {
+  for (int failing_after : {2, 4}) {
+    CAPTURE(failing_after);
+    FleetFixture f;
+    PosixProcessRunner runner;
+    const std::string boots_file = f.tmp / ("boots-" + std::to_string(failing_after));
+    cloud::ProviderDeps deps;
+    deps.runner = &runner;
+    deps.clock = &f.clock;
+    deps.state_dir = f.tmp / "providers";
+    auto provider = cloud::MakeProvider(
+        "command",
+        {{"boot", "echo {name} >> " + ShellQuote(boots_file) + "; false"},
+         {"list", "true"},
+         {"stop", "true"}},
+        deps);
+    REQUIRE(provider);
+    Fleet fleet = f.MakeWith(std::move(*provider), [&](PoolSpec& p) {
+      p.provider = "command";
+      p.scaling.max = 1;
+      p.scaling.failing_after = failing_after;
+      p.scaling.boot_backoff_ms = 1'000;
+    });
+    f.Queue(1);
+    auto boots = [&] {
+      auto text = ReadFile(boots_file);
+      return text ? static_cast<int>(Split(Trim(*text), '\n').size()) : 0;
+    };
+    // A minute at serve's pace (a pass a second): the passes each boot began at.
+    std::vector<int> boot_passes;
+    for (int pass = 0; pass < 60; ++pass) {
+      const int before = boots();
+      REQUIRE(StepSettled(fleet));
+      if (boots() > before) boot_passes.push_back(pass);
+      f.clock.Advance(1000);
+    }
+    auto state = f.State("gpu");
+    REQUIRE(state);
+    CHECK(state->failing);
+    CHECK(state->failed_boots == failing_after);
+    CHECK_THAT(state->boot_error, Catch::Contains("command failed (exit code 1)"));
+    // One boot per failure counted, and nothing after the pool turned failing.
+    REQUIRE(static_cast<int>(boot_passes.size()) == failing_after);
+    // The back-off doubles from boot_backoff (1 s, 2 s, 4 s): the gaps grow.
+    for (std::size_t i = 2; i < boot_passes.size(); ++i) {
+      CHECK(boot_passes[i] - boot_passes[i - 1] > boot_passes[i - 1] - boot_passes[i - 2]);
+    }
+    if (failing_after == 4) CHECK(boot_passes == std::vector<int>{0, 2, 5, 10});
+  }
 }
 
 TEST_CASE("fleet: boots not started when one fails are called off, and a boot still in flight when "

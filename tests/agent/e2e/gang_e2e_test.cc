@@ -336,6 +336,55 @@ TEST_CASE("gang e2e: a gang larger than the pool is unservable, and serve says s
   CHECK(g.Log().find("max_machines") == std::string::npos);
 }
 
+// Issue 38.3: once a servable gang had run, an unservable one left queued
+// kept `serve --until-idle` from ever exiting: its machine "held work" (the
+// unservable run counted as work it could take), logged 5 times a second, and
+// the idle drain was called off every second.
+TEST_CASE("gang e2e: serve --until-idle ends when only an unservable gang is left after a "
+          "servable one ran, and logs no line over and over",
+          "[gang][e2e]") {
+  GangServe g;
+  g.Submit("version: 1\n"
+           "defaults: {repeats: 1, timeout: 3m, max_attempts: 3}\n"
+           "experiments:\n"
+           "  ddp:\n"
+           "    command: python3 ddp.py\n"
+           "    resources: {nodes: 1, processes_per_node: 2}\n"
+           "  ddp-wide:\n"
+           "    command: python3 ddp.py\n"
+           "    resources: {nodes: 2, processes_per_node: 1}\n");
+  g.Serve(1);
+  auto status = g.WaitExit(90s);
+  const std::string log = g.Log();
+  INFO("serve log:\n" << log);
+  REQUIRE(status);
+  // The same message and exit code as when only the unservable run is queued.
+  CHECK(status->code == 1);
+  CHECK(log.find("1 queued run(s) can never start (1 run(s): unservable: a gang of 2 machines, "
+                 "but pool local has at most 1 (trainq serve --machines)); exiting "
+                 "(--until-idle)") != std::string::npos);
+  auto store = Store::Open(g.db, {.create = false});
+  REQUIRE(store);
+  auto runs = store->runs().Runs(std::nullopt, std::nullopt, 0);
+  REQUIRE(runs);
+  int succeeded = 0;
+  for (const auto& r : *runs) {
+    if (r.experiment == "ddp" && r.state == RunState::kSucceeded) ++succeeded;
+    if (r.experiment == "ddp-wide") CHECK(r.state == RunState::kQueued);
+  }
+  CHECK(succeeded == 1);
+  // No line (less its time stamp) more than a few times.
+  std::map<std::string, int> lines;
+  for (const auto& line : Split(log, '\n')) {
+    auto space = line.find(' ');
+    if (space != std::string_view::npos) ++lines[std::string(line.substr(space + 1))];
+  }
+  for (const auto& [line, n] : lines) {
+    INFO(line);
+    CHECK(n <= 3);
+  }
+}
+
 TEST_CASE("gang e2e: rank 3 fails on the second machine: the run's error is rank 3's, and "
           "trainq logs prints every rank's log",
           "[gang][e2e][logs]") {

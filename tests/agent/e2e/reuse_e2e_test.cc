@@ -350,6 +350,71 @@ TEST_CASE(
   s.Stop();
 }
 
+// Issue 38.4, the push side: a push adding `determinism: check` to defaults
+// was "no watched path or experiment changed", so the check never started.
+// It starts now, on the reused runs; `correction:` alone still runs nothing.
+TEST_CASE(
+    "e2e: a push asking for a determinism check in defaults runs only the check on the reused "
+    "runs, and a push changing only the correction runs nothing",
+    "[server][e2e][reuse]") {
+  Served s;
+  s.Start();
+  const std::int64_t runs_before = s.RunCount();
+  auto defaults = [](const std::string& keys) {
+    std::string text = kManifest;
+    text.replace(text.find("  repeats: 3\n"), 13, "  repeats: 3\n" + keys);
+    return text;
+  };
+  std::string d = s.work->Commit(
+      {{"trainq.yaml", defaults("  correction: bh\n  determinism: check\n")}}, "check determinism");
+  s.work->Run("push -q origin main");
+  REQUIRE(s.Send(false, PushPayload(s.a, d, s.origin_url)).status == 202);
+  REQUIRE(testing::WaitFor([&] { return s.PushDone(d); }, 20s));
+  REQUIRE(testing::WaitFor([&] { return s.AllEnded(d); }, 60s));
+  INFO(s.Log());
+  // The two checks' runs, not the batches again.
+  CHECK(s.RunCount() == runs_before + 2);
+  std::map<std::string, const BatchProgress*> by_name;
+  auto at_d = s.BatchesAt(d);
+  for (const auto& b : at_d) by_name[b.experiment] = &b;
+  REQUIRE(by_name.size() == 4);
+  for (const char* e : {"a", "b"}) {
+    INFO(e);
+    REQUIRE(by_name.count(e));
+    CHECK(by_name[e]->reuses_batch_id.has_value());
+    REQUIRE(by_name.count(std::string(e) + "@repro"));
+    CHECK(by_name[std::string(e) + "@repro"]->values.size() == 1);
+  }
+  CHECK(s.Log().find(d.substr(0, 10) + ": reused a (batch ") != std::string::npos);
+  CHECK(s.Log().find("determinism check queued: a, b") != std::string::npos);
+  std::string out;
+  REQUIRE(testing::RunShell(StdoutOnly(std::string(TRAINQ_BINARY) + " --db " + ShellQuote(s.db) +
+                                       " show " + d + " --json"),
+                            &out) == 0);
+  auto view = json::parse(out);
+  int checked = 0;
+  for (const auto& bj : view["batches"]) {
+    if (bj["experiment"] != "a" && bj["experiment"] != "b") continue;
+    INFO(bj.dump());
+    CHECK(bj.value("determinism", "").starts_with("reproducible"));
+    ++checked;
+  }
+  CHECK(checked == 2);
+
+  // Only the correction changes: nothing runs, and the push says why.
+  const std::int64_t runs_after = s.RunCount();
+  std::string e = s.work->Commit(
+      {{"trainq.yaml", defaults("  correction: none\n  determinism: check\n")}}, "correction");
+  s.work->Run("push -q origin main");
+  REQUIRE(s.Send(false, PushPayload(d, e, s.origin_url)).status == 202);
+  REQUIRE(testing::WaitFor([&] { return s.PushDone(e); }, 20s));
+  CHECK(s.RunCount() == runs_after);
+  CHECK(s.BatchesAt(e).empty());
+  CHECK(s.Log().find(e.substr(0, 10) + ": no watched path or experiment changed") !=
+        std::string::npos);
+  s.Stop();
+}
+
 TEST_CASE(
     "e2e: trainq logs prints a run's output from the database and through --server, and serve logs "
     "each cancel and its shutdown",

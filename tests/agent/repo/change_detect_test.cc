@@ -134,6 +134,60 @@ TEST_CASE("change detection: trainq.yaml edits", "[change_detect]") {
     CHECK(Names(ts) == std::vector<std::string>{"lstm", "mlp", "digits"});
     CHECK(ts[0].Reason() == "defaults in trainq.yaml changed");
   }
+  SECTION("keys that are no run input change nothing (issue 38.4)") {
+    // Each a one-line commit that used to re-queue every experiment on
+    // `trainq submit` (and, for determinism, started no check on a push).
+    const std::pair<const char*, const char*> edits[] = {
+        {"  repeats: 3\n", "  repeats: 3\n  correction: bh\n"},
+        {"  repeats: 3\n", "  repeats: 3\n  metric: {min_effect: 0.003}\n"},
+        {"  repeats: 3\n", "  repeats: 3\n  baseline: reuse\n"},
+        {"    watch: [train.py, configs/mlp.yaml]\n",
+         "    watch: [train.py, configs/mlp.yaml]\n    metric: {min_effect: 0.01}\n"},
+        {"    watch: [data/**]\n", "    watch: [data/**]\n    baseline: off\n"},
+    };
+    for (const auto& [from, to] : edits) {
+      std::string text = kBase;
+      text.replace(text.find(from), std::string(from).size(), to);
+      INFO(text);
+      Manifest after = Parse(text);
+      CHECK(DetectChanges(yaml_changed, &before, after).empty());
+      for (const auto& e : after.experiments) {
+        CHECK(e.definition == before.Find(e.name)->definition);
+      }
+      CHECK(after.defaults_definition == before.defaults_definition);
+    }
+    // A metric written as its name, then with a min_effect: the same inputs.
+    std::string named = kBase, with_effect = kBase;
+    named.replace(named.find("  repeats: 3\n"), 13, "  repeats: 3\n  metric: accuracy\n");
+    with_effect.replace(with_effect.find("  repeats: 3\n"), 13,
+                        "  repeats: 3\n  metric: {name: accuracy, min_effect: 0.01}\n");
+    CHECK(DetectChanges(yaml_changed, &before, Parse(named)).size() == 3);  // a new key
+    Manifest named_m = Parse(named);
+    CHECK(DetectChanges(yaml_changed, &named_m, Parse(with_effect)).empty());
+    // The metric's name, goal and regex are inputs.
+    std::string text = kBase;
+    text.replace(text.find("  repeats: 3\n"), 13, "  repeats: 3\n  metric: {name: loss, goal: min}\n");
+    CHECK(Names(DetectChanges(yaml_changed, &before, Parse(text))).size() == 3);
+  }
+  SECTION("determinism: check asked for anew runs only the check: inputs unchanged") {
+    std::string text = kBase;
+    text.replace(text.find("  repeats: 3\n"), 13, "  repeats: 3\n  determinism: check\n");
+    Manifest after = Parse(text);
+    auto ts = DetectChanges(yaml_changed, &before, after);
+    REQUIRE(Names(ts) == std::vector<std::string>{"lstm", "mlp", "digits"});
+    for (const auto& t : ts) {
+      CHECK_FALSE(t.inputs_changed);
+      CHECK(t.Reason() == "determinism: check asked for in trainq.yaml");
+    }
+    // Already on: nothing; a real change with it: an inputs change.
+    CHECK(DetectChanges(yaml_changed, &after, after).empty());
+    ts = DetectChanges({Mod("configs/mlp.yaml")}, &before, after);
+    REQUIRE(ts.size() == 3);
+    CHECK(ts[1].experiment == "mlp");
+    CHECK(ts[1].inputs_changed);
+    // Turned off: nothing runs.
+    CHECK(DetectChanges(yaml_changed, &after, before).empty());
+  }
   SECTION("a new experiment") {
     std::string text = std::string(kBase) + "  gru:\n    command: python gru.py\n";
     Manifest after = Parse(text);

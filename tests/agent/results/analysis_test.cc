@@ -54,6 +54,19 @@ const std::string kChild = "2222222222222222222222222222222222222222";
 
 }  // namespace
 
+// Issue 38.9: a family of 3 printed "98.3333% CI".
+TEST_CASE("analysis: interval levels print with at most 4 significant digits", "[analysis]") {
+  const std::pair<double, const char*> cases[] = {
+      {0.95, "95% CI"},          {1 - 0.05 / 2, "97.5% CI"},   {1 - 0.05 / 3, "98.33% CI"},
+      {1 - 0.05 / 20, "99.75% CI"}, {1 - 0.05 / 6, "99.17% CI"}, {1 - 0.05 / 60, "99.92% CI"},
+      {0.99999, "99.999% CI"}, {0.9, "90% CI"},           {0.5, "50% CI"},
+  };
+  for (const auto& [level, text] : cases) {
+    INFO(level);
+    CHECK(LevelText(level) == text);
+  }
+}
+
 TEST_CASE("CompareBatches pairs runs by seed when both ran the same seeds", "[analysis]") {
   // Every seed gains exactly 0.01 while seeds differ by a lot: only a paired
   // test sees it. (Differences all equal 0.01: sd of the differences is 0.)

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <cmath>
+#include <regex>
 
 #include "core/strings.h"
 #include "tests/support/temp_dir.h"
@@ -136,6 +138,22 @@ TEST_CASE("The HTML report is well formed, escapes text and draws every run", "[
     ++circles;
   }
   CHECK(circles == 15 + 3);  // one per run, one per batch in the spread chart
+  // Issue 38.9: the y ticks are round numbers, one 1-2-5 step apart.
+  std::regex tick(R"re(<text class="ytick"[^>]*>([-0-9.]+)</text>)re");
+  std::vector<double> ticks;
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), tick); it != std::sregex_iterator();
+       ++it) {
+    ticks.push_back(std::stod((*it)[1].str()));
+  }
+  REQUIRE(ticks.size() >= 3);
+  const double step = ticks[1] - ticks[0];
+  const double mag = std::pow(10.0, std::floor(std::log10(step) + 1e-9));
+  const double m = step / mag;
+  INFO("first step " << step);
+  CHECK((std::fabs(m - 1) < 1e-6 || std::fabs(m - 2) < 1e-6 || std::fabs(m - 5) < 1e-6));
+  // The first chart's first three ticks (each chart has 3 at least).
+  CHECK(std::fabs(ticks[2] - ticks[1] - step) < step * 1e-6);
+  for (int i = 0; i < 3; ++i) CHECK(std::fabs(ticks[i] / step - std::round(ticks[i] / step)) < 1e-6);
 }
 
 TEST_CASE("The JSON report and runs.csv hold every run", "[report]") {

@@ -8,6 +8,7 @@
 #include "agent/repo/change_detect.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
+#include "agent/results/analysis.h"
 #include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/support/git_cli.h"
@@ -98,6 +99,78 @@ TEST_CASE("submit: a commit with the inputs of an ancestor's batch reuses it, an
   REQUIRE(rerun->size() == 2);  // x with runs of its own, and its companion
   CHECK_FALSE((*rerun)[0].result.reuses_batch_id);
   CHECK((*rerun)[0].result.runs_added == 3);
+}
+
+// Issue 38.4: adding `correction: bh` or `determinism: check` to defaults
+// re-queued every experiment on `trainq submit` (the reused batch's spec had
+// to be equal, judging keys and all), while the docs say it reruns nothing.
+TEST_CASE("submit: defaults that are no run input rerun nothing, the reused batch is judged by the "
+          "new keys, and a determinism check asked for runs without rerunning the batch",
+          "[submit]") {
+  const std::string plain = "version: 1\n"
+                            "defaults:\n"
+                            "  repeats: 3\n"
+                            "experiments:\n"
+                            "  x:\n"
+                            "    command: echo x {seed}\n"
+                            "    watch: [x/**]\n";
+  auto with = [&](const std::string& keys) {
+    std::string text = plain;
+    text.replace(text.find("experiments:"), 0, keys);
+    return text;
+  };
+  Repo r;
+  std::string a = r.cli.Commit({{"trainq.yaml", plain}, {"x/a", "1"}}, "A");
+  auto first = SubmitCommit(r.store, r.Git(), r.Request(a, ""), kT0);
+  REQUIRE(first);
+  REQUIRE(first->size() == 1);
+  const std::int64_t at_a = (*first)[0].result.batch_id;
+  r.Finish();
+  auto runs = [&] { return r.store.runs().Runs(std::nullopt, std::nullopt, 0).value().size(); };
+  const auto runs_before = runs();
+
+  std::string b = r.cli.Commit(
+      {{"trainq.yaml", with("  correction: bh\n  metric: {min_effect: 0.003}\n  baseline: reuse\n")}},
+      "B: judging keys");
+  auto second = SubmitCommit(r.store, r.Git(), r.Request(b, a), kT0);
+  REQUIRE(second);
+  REQUIRE(second->size() == 1);
+  REQUIRE((*second)[0].reused);
+  CHECK((*second)[0].result.reuses_batch_id == at_a);
+  CHECK(runs() == runs_before);
+  // The batch at B is judged as B's trainq.yaml says.
+  auto row = r.store.runs().Batch((*second)[0].result.batch_id).value().value();
+  auto spec = nlohmann::json::parse(row.spec_json);
+  CHECK(spec["correction"] == "bh");
+  CHECK(spec["metric"]["min_effect"] == 0.003);
+  CHECK(spec["baseline"] == "reuse");
+
+  std::string c = r.cli.Commit(
+      {{"trainq.yaml", with("  correction: bh\n  metric: {min_effect: 0.003}\n  baseline: reuse\n"
+                            "  determinism: check\n")}},
+      "C: determinism check");
+  auto third = SubmitCommit(r.store, r.Git(), r.Request(c, b), kT0);
+  REQUIRE(third);
+  REQUIRE(third->size() == 2);
+  CHECK((*third)[0].result.experiment == "x");
+  CHECK((*third)[0].result.reuses_batch_id == at_a);
+  CHECK((*third)[1].result.experiment == std::string("x") + std::string(kReproSuffix));
+  CHECK((*third)[1].result.created);
+  CHECK((*third)[1].result.runs_added == 1);
+  CHECK(runs() == runs_before + 1);  // the check's one run, not the batch again
+  // Once asked, not again.
+  auto again = SubmitCommit(r.store, r.Git(), r.Request(c, b), kT0);
+  REQUIRE(again);
+  REQUIRE(again->size() == 1);
+  CHECK((*again)[0].already_reusing);
+  CHECK(runs() == runs_before + 1);
+  // The check reads the reused runs: seed 1 ran twice.
+  r.Finish();
+  auto head = r.store.runs().Batch((*third)[0].result.batch_id).value().value();
+  auto check = ReproOf(r.store, head);
+  REQUIRE(check);
+  REQUIRE(*check);
+  CHECK((*check)->text.starts_with("reproducible"));
 }
 
 TEST_CASE("submit: a missing baseline is queued at the base through the same path, with the "
