@@ -133,6 +133,7 @@ class RunQueue {
     std::int64_t id = 0;
     std::string sha, repo_url;
     TimeMs created_ms = 0;
+    std::optional<std::int64_t> reuses_batch_id;  // BatchProgress::reuses_batch_id
   };
   Result<std::vector<BatchKey>> ExperimentBatchKeys(const std::string& experiment);
   // Whether `experiment` has any batch (one probe of batches_by_experiment).
@@ -166,6 +167,10 @@ class RunQueue {
   Result<std::vector<RunRow>> RunsFinishedAfter(TimeMs finished_ms, std::int64_t run_id,
                                                 int limit);
   Result<std::vector<MetricPoint>> Metrics(std::int64_t run_id);
+  // Whether `token` is the lease of the attempt a cancel ended: the run is
+  // cancelled and that lease was its last. Its worker may still send the
+  // output the attempt wrote (agent/daemon/worker_api.h, the log route).
+  Result<bool> IsCancelledLease(std::int64_t run_id, std::int64_t token);
   Result<std::int64_t> MetricCount(std::int64_t run_id);
 
  private:

@@ -667,6 +667,12 @@ CREATE INDEX runs_logs_due ON runs (finished_ms, id)
     R"sql(
 CREATE INDEX runs_by_finished ON runs (finished_ms, id) WHERE finished_ms IS NOT NULL;
 )sql",
+    // 17 -> 18: the lease (attempt) that sent each metric point, so that a
+    // run's page draws each attempt's curve on its own after a retry
+    // (issue 38.8). NULL: a point from before this version.
+    R"sql(
+ALTER TABLE metrics ADD COLUMN lease INTEGER;
+)sql",
 };
 static_assert(std::size(kMigrations) == kStoreSchemaVersion);
 

@@ -140,10 +140,10 @@ TEST_CASE(
         "experiment at the merge-base, or the batch trainq chose for it).\n\n"
         "#### `lstm`: better\n\n"
         "accuracy, higher is better\n\n"
-        "| | commit | accuracy (mean ± sd) | n | difference (95% CI) | test | verdict |\n"
+        "| | commit | accuracy (mean ± sd) | n | difference (interval) | test | verdict |\n"
         "|---|---|---|---|---|---|---|\n"
         "| base | `1111111111` | 0.6100 ± 0.0100 | 3 | | | |\n"
-        "| head | `2222222222` | 0.7100 ± 0.0100 | 3 | +0.1000 (+0.0752..+0.1248) | paired t, "
+        "| head | `2222222222` | 0.7100 ± 0.0100 | 3 | +0.1000 (95% CI +0.0752..+0.1248) | paired t, "
         "p=0.003 | better |\n");
   CHECK(w.store.pushes().GetPrComment(w.url, 7).value()->settled);
   CHECK(reporter.Step().value() == 0);
