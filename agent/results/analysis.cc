@@ -49,7 +49,9 @@ BatchRules RulesOf(const BatchProgress& b) {
 }
 
 bool SameRuns(const BatchProgress& a, const BatchProgress& b) {
-  return a.reuses_batch_id.value_or(a.id) == b.reuses_batch_id.value_or(b.id);
+  // Id 0: a batch not from the store (made up by a caller): never the same.
+  const std::int64_t runs_a = a.reuses_batch_id.value_or(a.id);
+  return runs_a != 0 && runs_a == b.reuses_batch_id.value_or(b.id);
 }
 
 BatchComparison CompareBatches(const BatchProgress& a, const BatchProgress& b,

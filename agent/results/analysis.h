@@ -122,8 +122,8 @@ struct BatchComparison {
   bool unchanged = false;
 };
 
-// Whether `a` and `b` hold the very same runs: the same batch, or batches
-// reusing one another's runs (BatchProgress::reuses_batch_id).
+// Whether `a` and `b` hold the very same runs: the same stored batch, or
+// batches reusing one another's runs (BatchProgress::reuses_batch_id).
 bool SameRuns(const BatchProgress& a, const BatchProgress& b);
 
 // Compares A against B with A's rules (goal, min_effect, alpha), alone: a

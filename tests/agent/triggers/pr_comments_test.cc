@@ -164,6 +164,25 @@ TEST_CASE(
   CHECK(creates == 1);
 }
 
+TEST_CASE("pr comments: with public_url the comment links to the head's dashboard page (issue "
+          "38.6)",
+          "[pr_comments]") {
+  FakeForge forge;
+  World w("github", "https://github.com/acme/model.git", forge.server.url());
+  w.config.public_url = "https://trainq.example";
+  CurlHttpClient http;
+  PrCommentReporter reporter(w.store, w.config, http, w.clock, w.tmp / "data");
+  w.Submit(kBase, "");
+  w.FinishRuns({0.60, 0.61, 0.62});
+  w.Submit(kHead, kBase);
+  w.PrPush("github", 7, kHead);
+  REQUIRE(reporter.Step().value() == 1);
+  std::string body = json::parse(forge.server.requests().at(0).body)["body"];
+  INFO(body);
+  CHECK(body.find("\n[Seeds, runs and logs of `2222222222` on the dashboard]"
+                  "(https://trainq.example/commit/" + kHead + ")\n") != std::string::npos);
+}
+
 TEST_CASE("pr comments: GitLab notes are created with POST and edited with PUT", "[pr_comments]") {
   FakeForge forge;
   World w("gitlab", "https://gitlab.example.com/group/sub/model.git", forge.server.url());
