@@ -2,9 +2,10 @@
 //
 // report.md, report.html (self-contained, inline SVG), report.json and
 // runs.csv. Rendering is a pure function of the ReportData, and ReportData a
-// pure function of the store's contents and the options: the same store gives
-// byte-identical files (no generation time is printed; the window is shown as
-// the dates of the batches it holds).
+// pure function of the store's contents, the repositories' branches and the
+// options: the same store and history give byte-identical files (no
+// generation time is printed; the window is shown as the dates of the
+// batches it holds).
 #pragma once
 
 #include <map>

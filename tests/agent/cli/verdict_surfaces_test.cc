@@ -83,7 +83,8 @@ void Same(double shown, double want, int decimals) {
 }
 
 BatchProgress BatchOf(Store& store, const std::string& sha, const std::string& experiment) {
-  for (auto& b : store.runs().BatchesForCommit(sha).value()) {
+  auto batches = store.runs().BatchesForCommit(sha).value();
+  for (auto& b : batches) {
     if (b.experiment == experiment) return b;
   }
   FAIL("no batch of " << experiment << " at " << sha);
@@ -155,9 +156,13 @@ TEST_CASE("one verdict document: a Holm family renders the same interval, adjust
     CHECK(corr["interval"][1].get<double>() == Approx(hi));
   };
   // Text surfaces: "97.5% CI lo..hi" (4 decimals) and the raw and adjusted p
-  // (3 decimals) with "Holm over 2".
-  auto check_text = [&](const std::string& text, const std::string& where) {
-    INFO(where << ":\n" << text);
+  // (3 decimals) with "Holm over 2", in a's part (from `anchor` on).
+  auto check_text = [&](const std::string& all, const std::string& where,
+                        const std::string& anchor) {
+    INFO(where << ":\n" << all);
+    size_t at = all.find(anchor);
+    REQUIRE(at != std::string::npos);
+    const std::string text = all.substr(at);
     auto ci = Numbers(text, R"(97\.5% CI ([-+][0-9.]+)\.\.([-+][0-9.]+))");
     Same(ci[0], lo, 4);
     Same(ci[1], hi, 4);
@@ -174,7 +179,7 @@ TEST_CASE("one verdict document: a Holm family renders the same interval, adjust
     o.repo = work.dir();
     std::ostringstream text;
     REQUIRE(CmdShow(o, text));
-    check_text(text.str(), "show");
+    check_text(text.str(), "show", "  batch " + std::to_string(a.id) + " a\n");
     CHECK(text.str().find("family: 2 changed (a, b), Holm over 2; unchanged, not counted: c") !=
           std::string::npos);
     o.json = true;
@@ -204,7 +209,7 @@ TEST_CASE("one verdict document: a Holm family renders the same interval, adjust
     o.repo = work.dir();
     std::ostringstream text;
     REQUIRE(CmdCompare(o, text));
-    check_text(text.str(), "compare");
+    check_text(text.str(), "compare", "a (accuracy, higher is better)");
     CHECK(text.str().find("verdicts corrected for 2 experiments at once: Holm over 2") !=
           std::string::npos);
     o.json = true;
@@ -230,7 +235,7 @@ TEST_CASE("one verdict document: a Holm family renders the same interval, adjust
       auto code = CmdGate(o, text);
       REQUIRE(code);
       CHECK(*code == kGatePass);
-      check_text(text.str(), only.empty() ? "gate" : "gate -e a");
+      check_text(text.str(), only.empty() ? "gate" : "gate -e a", "✓  a: ");
       CHECK(text.str().find("verdicts corrected for 2 experiments at once: Holm over 2") !=
             std::string::npos);
       o.json = true;
@@ -255,7 +260,8 @@ TEST_CASE("one verdict document: a Holm family renders the same interval, adjust
                           forge.url() + "\n    token: {file: " + (tmp / "token") + "}\n",
                       "server.yaml")
                       .value();
-    for (const auto& b : store.runs().BatchesForCommit(head).value()) {
+    auto at_head = store.runs().BatchesForCommit(head).value();
+    for (const auto& b : at_head) {
       Pushes::CommitStatus cs;
       cs.batch_id = b.id;
       cs.repo_url = "https://github.com/acme/model.git";
@@ -292,22 +298,24 @@ TEST_CASE("one verdict document: a Holm family renders the same interval, adjust
     view.head_sha = head;
     view.target_branch = "main";
     view.commit_url = "https://trainq.example/commit/" + head;
-    for (auto& b : store.runs().BatchesForCommit(head).value()) {
+    auto at_head = store.runs().BatchesForCommit(head).value();
+    for (auto& b : at_head) {
       auto parent = ParentBatch(store, b).value();
       view.experiments.emplace_back(b, parent);
     }
-    std::string body = RenderPrComment(view);
-    INFO(body);
+    const std::string all = RenderPrComment(view);
+    INFO(all);
+    const std::string body = all.substr(all.find("#### `a`"));
     auto ci = Numbers(body, R"(\(97\.5% CI ([-+][0-9.]+)\.\.([-+][0-9.]+)\))");
     Same(ci[0], lo, 4);
     Same(ci[1], hi, 4);
     auto p = Numbers(body, R"(p=([0-9.]+) raw, p=([0-9.]+) adjusted \(Holm over 2\))");
     Same(p[0], p_raw, 3);
     Same(p[1], p_adj, 3);
-    CHECK(body.find("Verdicts are corrected for 2 experiments changed at once (Holm over 2)") !=
+    CHECK(all.find("Verdicts are corrected for 2 experiments changed at once (Holm over 2)") !=
           std::string::npos);
-    CHECK(body.find("#### `c`: unchanged") != std::string::npos);
-    CHECK(body.find("](https://trainq.example/commit/" + head + ")") != std::string::npos);
+    CHECK(all.find("#### `c`: unchanged") != std::string::npos);
+    CHECK(all.find("](https://trainq.example/commit/" + head + ")") != std::string::npos);
   }
 
   SECTION("the report's JSON") {
