@@ -1058,7 +1058,8 @@ Result<bool> RunQueue::IsCancelledLease(std::int64_t run_id, std::int64_t token)
   return s.Step();
 }
 
-Result<std::vector<MetricPoint>> RunQueue::Metrics(std::int64_t run_id) {
+Result<std::vector<MetricPoint>> RunQueue::Metrics(
+    std::int64_t run_id, std::vector<std::optional<std::int64_t>>* leases) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT name, value, step, final, lease FROM metrics "
                                        "WHERE run_id = ? ORDER BY rowid"));
   s.Bind(1, run_id);
@@ -1066,7 +1067,8 @@ Result<std::vector<MetricPoint>> RunQueue::Metrics(std::int64_t run_id) {
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
-    out.push_back(MetricPoint{s.Text(0), s.Double(1), s.OptInt(2), s.Int(3) != 0, s.OptInt(4)});
+    out.push_back(MetricPoint{s.Text(0), s.Double(1), s.OptInt(2), s.Int(3) != 0});
+    if (leases) leases->push_back(s.OptInt(4));
   }
   return out;
 }

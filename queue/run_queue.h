@@ -166,7 +166,11 @@ class RunQueue {
   // whichever worker reported it.
   Result<std::vector<RunRow>> RunsFinishedAfter(TimeMs finished_ms, std::int64_t run_id,
                                                 int limit);
-  Result<std::vector<MetricPoint>> Metrics(std::int64_t run_id);
+  // `leases`, when given, gets each point's attempt: the lease token that
+  // sent it (points of one attempt share it; absent for points stored
+  // before schema 18), aligned with the points.
+  Result<std::vector<MetricPoint>> Metrics(
+      std::int64_t run_id, std::vector<std::optional<std::int64_t>>* leases = nullptr);
   // Whether `token` is the lease of the attempt a cancel ended: the run is
   // cancelled and that lease was its last. Its worker may still send the
   // output the attempt wrote (agent/daemon/worker_api.h, the log route).

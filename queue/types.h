@@ -89,10 +89,6 @@ struct MetricPoint {
   double value = 0;
   std::optional<std::int64_t> step;
   bool final = false;
-  // On read (RunQueue::Metrics): the lease token of the attempt that sent
-  // it; points of one attempt share it. Absent for points stored before
-  // schema 18. Not sent by workers: the store fills it in.
-  std::optional<std::int64_t> lease;
 };
 
 struct RunRow {

@@ -389,14 +389,15 @@ HttpServerReply ExperimentRoute(Store& store, const HttpServerRequest& req,
 // (RunQueue::RetryRun).
 HttpServerReply RunRoute(Store& store, const RunRow& run) {
   json j = {{"run", RunJson(run)}};
-  auto points = store.runs().Metrics(run.id);
+  std::vector<std::optional<std::int64_t>> leases;
+  auto points = store.runs().Metrics(run.id, &leases);
   if (!points) return Refuse(503, points.error().message);
   // Each attempt (lease) of the run is its own curve: numbered 1, 2, ... in
   // the order they sent points (points from before schema 18 have no lease
   // and make one curve of their own).
   std::map<std::optional<std::int64_t>, int> attempt_of;
-  for (const auto& p : *points) {
-    attempt_of.emplace(p.lease, static_cast<int>(attempt_of.size()) + 1);
+  for (const auto& lease : leases) {
+    attempt_of.emplace(lease, static_cast<int>(attempt_of.size()) + 1);
   }
   json pts = json::array();
   size_t stride = std::max<size_t>(1, points->size() / 1000);
@@ -406,7 +407,7 @@ HttpServerReply RunRoute(Store& store, const RunRow& run) {
                    {"value", p.value},
                    {"step", p.step ? json(*p.step) : json(nullptr)},
                    {"final", p.final},
-                   {"attempt", attempt_of[p.lease]}});
+                   {"attempt", attempt_of[leases[i]]}});
   }
   j["metrics"] = pts;
   j["metric_points"] = points->size();

@@ -273,8 +273,7 @@ def holm_checks(fx, driver, wait):
     experiment page show the interval and p the verdict used (Holm over 2),
     the raw p beside them, exactly as `trainq show --json` says (issue 38.1)."""
     from selenium.webdriver.common.by import By
-    fx.commit("0.02", "holm base")  # plain keeps its inputs
-    fx.tq("submit", "-e", "h1", "-e", "h2", "--repo", fx.repo)
+    fx.tq("submit", "-e", "h1", "-e", "h2", "--repo", fx.repo)  # at sha2: their base side
     fx.holm = "head"
     sha = fx.commit("0.02", "h1 and h2 change")
     fx.tq("submit", "-e", "h1", "-e", "h2", "--repo", fx.repo)
