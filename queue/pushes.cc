@@ -102,8 +102,47 @@ Status InsertStatus(sql::Db& db, const char* key, std::int64_t id, const char* c
 Pushes::Pushes(StoreParts& parts) : parts_(parts), db_(parts.db) {}
 
 Result<std::optional<std::int64_t>> Pushes::RecordPush(const Push& push, TimeMs now) {
+  return RecordPushWhere(push, now, false);
+}
+
+Result<std::optional<std::int64_t>> Pushes::RecordPushIfHead(const Push& push, TimeMs now) {
+  return RecordPushWhere(push, now, true);
+}
+
+Result<bool> Pushes::HasDelivery(const std::string& source, const std::string& delivery_id) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT 1 FROM deliveries WHERE forge = ? AND "
+                                       "delivery_id = ?"));
+  s.Bind(1, source).Bind(2, delivery_id);
+  return s.Step();
+}
+
+Result<std::optional<std::int64_t>> Pushes::RecordedMove(const std::string& repo_url,
+                                                         const std::string& ref,
+                                                         const std::string& after_sha) {
+  ASSIGN_OR_RETURN(auto s,
+                   db_.Prepare("SELECT p.id FROM pushes p JOIN ref_heads h ON h.repo_url = "
+                               "p.repo_url AND h.ref = p.ref AND h.sha = p.after_sha "
+                               "WHERE p.after_sha = ?3 AND p.repo_url = ?1 AND p.ref = ?2 AND "
+                               "p.source IN ('catch-up', 'poll') ORDER BY p.id DESC LIMIT 1"));
+  s.Bind(1, repo_url).Bind(2, ref).Bind(3, after_sha);
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  if (!row) return std::optional<std::int64_t>();
+  return std::optional<std::int64_t>(s.Int(0));
+}
+
+Result<std::optional<std::int64_t>> Pushes::RecordPushWhere(const Push& push, TimeMs now,
+                                                            bool if_head) {
   using Out = std::optional<std::int64_t>;
   return sql::WithWriteTransaction(db_, [&]() -> Result<Out> {
+    if (if_head) {
+      ASSIGN_OR_RETURN(auto h, db_.Prepare("SELECT sha FROM ref_heads WHERE repo_url = ? AND "
+                                           "ref = ?"));
+      h.Bind(1, push.repo_url).Bind(2, push.ref);
+      ASSIGN_OR_RETURN(bool has, h.Step());
+      std::string head = has ? h.Text(0) : std::string();
+      bool same = AllZero(push.before_sha) ? !has : head == push.before_sha;
+      if (!same) return Out();
+    }
     ASSIGN_OR_RETURN(auto d,
                      db_.Prepare("INSERT INTO deliveries (forge, delivery_id, event, repo_url, ref, "
                                  "before_sha, after_sha, received_ms) VALUES (?, ?, 'push', ?, ?, "
@@ -247,8 +286,7 @@ Status Pushes::SetRefHead(const std::string& repo_url, const std::string& ref,
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto u, db_.Prepare("INSERT INTO ref_heads (repo_url, ref, sha, updated_ms) "
                                          "VALUES (?, ?, ?, ?) ON CONFLICT (repo_url, ref) DO "
-                                         "UPDATE SET sha = excluded.sha, updated_ms = "
-                                         "excluded.updated_ms"));
+                                         "NOTHING"));
     return u.Bind(1, repo_url).Bind(2, ref).Bind(3, sha).Bind(4, now).Run();
   });
 }

@@ -49,6 +49,19 @@ class Pushes {
   // moves the ref head of (repo_url, ref) to after_sha. nullopt: (source,
   // delivery_id) was recorded before, and nothing was written.
   Result<std::optional<std::int64_t>> RecordPush(const Push& push, TimeMs now);
+  // RecordPush, only while the recorded head of (repo_url, ref) is still
+  // push.before_sha (none when before_sha is all zeros): a catch-up never
+  // records a move that a webhook recorded meanwhile. nullopt when it was not
+  // recorded (seen before, or the head moved).
+  Result<std::optional<std::int64_t>> RecordPushIfHead(const Push& push, TimeMs now);
+  // Whether (source, delivery_id) was recorded (a redelivery).
+  Result<bool> HasDelivery(const std::string& source, const std::string& delivery_id);
+  // A catch-up or poll push that moved (repo_url, ref) to `after_sha`, which
+  // is still its recorded head: the id of the newest such push, else nullopt.
+  // A webhook for that move, arriving late, is then a duplicate.
+  Result<std::optional<std::int64_t>> RecordedMove(const std::string& repo_url,
+                                                   const std::string& ref,
+                                                   const std::string& after_sha);
   // Pending pushes whose not_before_ms has passed, oldest first.
   Result<std::vector<Push>> DuePushes(TimeMs now, int limit);
   // The earliest not_before_ms among pending pushes.
@@ -64,7 +77,8 @@ class Pushes {
   Result<std::vector<Push>> PushesForCommit(const std::string& sha_prefix);
   // The last head recorded for (repo_url, ref) by a webhook or a poll.
   Result<std::vector<std::pair<std::string, std::string>>> RefHeads(const std::string& repo_url);
-  // Sets a head without a push (a poller's first look at a repository).
+  // Sets a head without a push (a poller's first look at a repository),
+  // unless one is recorded already: a webhook's head recorded meanwhile stays.
   Status SetRefHead(const std::string& repo_url, const std::string& ref, const std::string& sha,
                     TimeMs now);
 
@@ -163,6 +177,8 @@ class Pushes {
   Pushes(const Pushes&) = delete;
   Pushes& operator=(const Pushes&) = delete;
 
+
+  Result<std::optional<std::int64_t>> RecordPushWhere(const Push& push, TimeMs now, bool if_head);
 
   StoreParts& parts_;  // the Store's connection, options and the other concerns
   sql::Db& db_;        // parts_.db

@@ -139,7 +139,7 @@ Result<std::int64_t> RunQueue::UpsertCommit(const std::string& repo_url, const C
 Result<std::vector<SubmitResult>> RunQueue::Submit(const std::string& repo_url,
                                                 const CommitInfo& commit,
                                                 const std::vector<BatchSpec>& batches,
-                                                TimeMs now) {
+                                                TimeMs now, std::string_view ref) {
   return sql::WithWriteTransaction(db_, [&]() -> Result<std::vector<SubmitResult>> {
     ASSIGN_OR_RETURN(std::int64_t commit_id, UpsertCommit(repo_url, commit, now));
 
@@ -147,8 +147,8 @@ Result<std::vector<SubmitResult>> RunQueue::Submit(const std::string& repo_url,
         auto batch_ins,
         db_.Prepare("INSERT INTO batches (commit_id, experiment, command, metric_name, "
                     "metric_goal, metric_regex, repeats, seed_start, gpus, timeout_s, "
-                    "max_attempts, spec_json, reason, created_ms, pool) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "max_attempts, spec_json, reason, created_ms, pool, ref) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, '')) "
                     "ON CONFLICT (commit_id, experiment) DO NOTHING"));
     ASSIGN_OR_RETURN(auto batch_sel,
                      db_.Prepare("SELECT id, seed_start, repeats, reuses_batch_id FROM batches "
@@ -184,6 +184,7 @@ Result<std::vector<SubmitResult>> RunQueue::Submit(const std::string& repo_url,
               .Bind(13, spec.reason)
               .Bind(14, now)
               .Bind(15, spec.pool)
+              .Bind(16, ref)
               .Run());
       res.created = db_.Changes() > 0;
       batch_sel.Bind(1, commit_id).Bind(2, spec.experiment);
@@ -219,7 +220,8 @@ Result<std::vector<SubmitResult>> RunQueue::Submit(const std::string& repo_url,
 
 Result<SubmitResult> RunQueue::ReuseBatch(const std::string& repo_url, const CommitInfo& commit,
                                       const std::string& experiment, std::int64_t source,
-                                      const std::string& reason, TimeMs now) {
+                                      const std::string& reason, TimeMs now,
+                                      std::string_view ref) {
   return sql::WithWriteTransaction(db_, [&]() -> Result<SubmitResult> {
     // The batch that has the runs: a reusing source's own source.
     ASSIGN_OR_RETURN(auto src, db_.Prepare("SELECT coalesce(reuses_batch_id, id) FROM batches "
@@ -234,11 +236,17 @@ Result<SubmitResult> RunQueue::ReuseBatch(const std::string& repo_url, const Com
     ASSIGN_OR_RETURN(auto ins, db_.Prepare(
         "INSERT INTO batches (commit_id, experiment, command, metric_name, metric_goal, "
         "metric_regex, repeats, seed_start, gpus, timeout_s, max_attempts, spec_json, reason, "
-        "created_ms, pool, reuses_batch_id) "
+        "created_ms, pool, reuses_batch_id, ref) "
         "SELECT ?1, ?2, command, metric_name, metric_goal, metric_regex, repeats, seed_start, "
-        "gpus, timeout_s, max_attempts, spec_json, ?3, ?4, pool, id FROM batches WHERE id = ?5 "
-        "ON CONFLICT (commit_id, experiment) DO NOTHING"));
-    TRY(ins.Bind(1, commit_id).Bind(2, experiment).Bind(3, reason).Bind(4, now).Bind(5, root).Run());
+        "gpus, timeout_s, max_attempts, spec_json, ?3, ?4, pool, id, NULLIF(?6, '') FROM batches "
+        "WHERE id = ?5 ON CONFLICT (commit_id, experiment) DO NOTHING"));
+    TRY(ins.Bind(1, commit_id)
+            .Bind(2, experiment)
+            .Bind(3, reason)
+            .Bind(4, now)
+            .Bind(5, root)
+            .Bind(6, ref)
+            .Run());
     SubmitResult res;
     res.experiment = experiment;
     res.created = db_.Changes() > 0;
@@ -631,6 +639,32 @@ Result<int> RunQueue::CancelBatch(std::int64_t batch_id, TimeMs now) {
     TRY(u.Bind(1, now).Bind(2, now).Bind(3, batch_id).Run());
     return db_.Changes();
   });
+}
+
+Result<std::vector<RunQueue::RefBatch>> RunQueue::WaitingBatchesOfRef(const std::string& repo_url,
+                                                                     const std::string& ref) {
+  // From batch_counts (state, batch_id): only batches with waiting runs are
+  // visited, however long the ref's history.
+  ASSIGN_OR_RETURN(
+      auto s,
+      db_.Prepare("SELECT DISTINCT b.id, c.sha FROM batch_counts bc "
+                  "JOIN batches b ON b.id = bc.batch_id JOIN commits c ON c.id = b.commit_id "
+                  "JOIN repos ON repos.id = c.repo_id "
+                  "WHERE bc.state IN ('queued', 'failed') AND bc.n > 0 AND b.ref = ?2 "
+                  "AND repos.url = ?1 "
+                  "AND NOT EXISTS (SELECT 1 FROM batches o WHERE o.reuses_batch_id = b.id "
+                  "AND o.ref IS NOT ?2) "
+                  "AND NOT EXISTS (SELECT 1 FROM batches o WHERE o.baseline_batch_id = b.id "
+                  "AND o.ref IS NOT ?2) "
+                  "ORDER BY b.id"));
+  s.Bind(1, repo_url).Bind(2, ref);
+  std::vector<RefBatch> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back({s.Int(0), s.Text(1)});
+  }
+  return out;
 }
 
 Result<int> RunQueue::CancelRun(std::int64_t run_id, TimeMs now) {

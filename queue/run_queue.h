@@ -32,8 +32,11 @@ class RunQueue {
   // Submission: all batches of one submission are written in one transaction.
   // Idempotent: an existing (commit, experiment) batch is kept, and only seeds
   // it lacks are added (a larger `repeats` tops a batch up).
+  // `ref`: the ref whose push queues them (refs/heads/feature), recorded on
+  // the batches this call creates ("" none: never coalesced, coalesce.h).
   Result<std::vector<SubmitResult>> Submit(const std::string& repo_url, const CommitInfo& commit,
-                                           const std::vector<BatchSpec>& batches, TimeMs now);
+                                           const std::vector<BatchSpec>& batches, TimeMs now,
+                                           std::string_view ref = {});
 
   // Records that `commit` runs experiment `experiment` as batch `source`
   // did (its inputs for it are the same): a batch at `commit` that reuses
@@ -42,7 +45,8 @@ class RunQueue {
   // SubmitResult's reuses_batch_id is set when the kept or new batch reuses.
   Result<SubmitResult> ReuseBatch(const std::string& repo_url, const CommitInfo& commit,
                                   const std::string& experiment, std::int64_t source,
-                                  const std::string& reason, TimeMs now);
+                                  const std::string& reason, TimeMs now,
+                                  std::string_view ref = {});
   // The batch of (commit, experiment) runs its own runs again (`submit
   // --rerun`): it stops reusing; the next Submit queues its seeds. False when
   // it reused nothing.
@@ -87,6 +91,17 @@ class RunQueue {
   Result<int> GraceLeases(TimeMs expired_before, TimeMs now, TimeMs lease_ms,
                           const std::string& reason);
   Result<int> CancelBatch(std::int64_t batch_id, TimeMs now);
+  // The batches of `repo_url` that pushes to `ref` queued (Submit's `ref`)
+  // and that still have runs waiting (queued, or failed and waiting for
+  // their retry), leaving out those that a batch of another ref, or of none,
+  // reuses or is compared with. Oldest first. What coalescing may cancel
+  // (agent/triggers/coalesce.h); it reads only batches with waiting runs.
+  struct RefBatch {
+    std::int64_t id = 0;
+    std::string sha;
+  };
+  Result<std::vector<RefBatch>> WaitingBatchesOfRef(const std::string& repo_url,
+                                                    const std::string& ref);
   Result<int> CancelRun(std::int64_t run_id, TimeMs now);
   // Puts a dead or cancelled run back in the queue with a fresh round of
   // the batch's max_attempts (its attempts count from 0 again). The round it

@@ -667,7 +667,19 @@ CREATE INDEX runs_logs_due ON runs (finished_ms, id)
     R"sql(
 CREATE INDEX runs_by_finished ON runs (finished_ms, id) WHERE finished_ms IS NOT NULL;
 )sql",
-    // 17 -> 18: the lease (attempt) that sent each metric point, so that a
+    // 17 -> 18: the ref whose push queued a batch (refs/heads/feature,
+    // refs/pull/7/head), so that coalescing cancels only what that ref's own
+    // earlier pushes queued (issue 36). NULL: not known (a batch from before
+    // this version, `trainq submit`, a baseline queued at a base): coalescing
+    // never cancels it. The two indexes find the batches that reuse a batch
+    // or are compared with it, which keep it.
+    R"sql(
+ALTER TABLE batches ADD COLUMN ref TEXT;
+CREATE INDEX batches_by_reuses ON batches (reuses_batch_id) WHERE reuses_batch_id IS NOT NULL;
+CREATE INDEX batches_by_baseline ON batches (baseline_batch_id)
+  WHERE baseline_batch_id IS NOT NULL;
+)sql",
+    // 18 -> 19: the lease (attempt) that sent each metric point, so that a
     // run's page draws each attempt's curve on its own after a retry
     // (issue 38.8). NULL: a point from before this version.
     R"sql(

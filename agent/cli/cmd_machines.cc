@@ -71,17 +71,19 @@ Status CmdMachines(const MachinesOptions& o, const Clock& clock, std::ostream& o
     for (const auto& m : machines) {
       TimeMs billed = Billed(m, now);
       const json mj = MachineJson(m, now);
-      const std::string sandbox = mj["sandbox"].is_string() ? mj["sandbox"].get<std::string>() : "-";
+      const std::string sandbox =
+          mj["sandbox"].is_string() ? mj["sandbox"].get<std::string>() : "-";
       const std::string name = m.name.empty() ? m.provider_id : m.name;
       if (mj["sandbox_note"].is_string() && sandbox != "bwrap" && sandbox != "-") {
         sandbox_notes.push_back("sandbox " + sandbox + " on " + name + ": " +
                                 mj["sandbox_note"].get<std::string>());
       }
-      t.Add({std::to_string(m.id), m.pool, m.name.empty() ? m.provider_id : m.name,
-             m.lost() ? "lost (" + m.last_error.substr(kLostPrefix.size()) + ")"
-             : m.state + (m.last_error.empty() || (m.state != "failed" && m.state != "booting")
-                              ? ""
-                              : " (" + m.last_error + ")"),
+      t.Add({std::to_string(m.id), m.pool, name,
+             m.lost()
+                 ? "lost (" + m.last_error.substr(kLostPrefix.size()) + ")"
+                 : m.state + (m.last_error.empty() || (m.state != "failed" && m.state != "booting")
+                                  ? ""
+                                  : " (" + m.last_error + ")"),
              FormatDuration(billed), Idle(m, now), std::to_string(m.runs_done),
              FormatDuration(m.busy_ms), FormatDuration(billed),
              Money(static_cast<double>(billed) / 3.6e6 * m.hourly_cost), sandbox});

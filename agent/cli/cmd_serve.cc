@@ -165,9 +165,10 @@ Status CheckLocalSandboxes(const ServerConfig& config, const std::string& data_d
                               (fs::path(data_dir) / ("sandbox-probe-" + p.name())).string());
     if (!state) return Fail(ErrorKind::kInvalidArgument, where + state.error().message);
     if (state->form == "none") {
-      spdlog::warn("pool {}: runs start without a sandbox ({}): a run can read what serve's user "
-                   "can read (see docs/deployment.md#security)",
-                   p.name(), state->note);
+      spdlog::warn(
+          "pool {}: runs start without a sandbox ({}): a run can read what serve's user "
+          "can read (see docs/deployment.md#security)",
+          p.name(), state->note);
     } else if (state->form != "bwrap") {
       spdlog::warn("pool {}: runs start in sandbox form {} ({})", p.name(), state->form,
                    state->note);

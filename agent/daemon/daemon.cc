@@ -19,6 +19,7 @@
 #include "agent/results/retention.h"
 #include "agent/results/sweep.h"
 #include "agent/runner/run_process.h"
+#include "agent/triggers/poller.h"
 #include "agent/triggers/push_pipeline.h"
 #include "agent/triggers/webhook.h"
 #include "cloud/provider.h"
@@ -166,7 +167,10 @@ Result<std::unique_ptr<PushPipeline>> StartPushPipeline(const std::string& db,
     spdlog::info("watching {} ({}; branches {}; webhook secret {}; polling {}; statuses {})",
                  UrlForLog(r.url), ForgeName(r.forge), fmt::join(r.branches, ", "),
                  r.secret.empty() ? "none" : "from " + r.secret.source,
-                 r.poll_interval_s ? "every " + FormatDuration(r.poll_interval_s * 1000) : "off",
+                 r.poll_interval_s ? "every " + FormatDuration(r.poll_interval_s * 1000)
+                 : CatchesUp(r)    ? "off, catch-up at start and every " +
+                                      FormatDuration(r.catch_up_s * 1000)
+                                   : std::string("off"),
                  r.status ? "on" : "off");
     bool ssh = r.url.starts_with("ssh://") ||
                (r.url.find("://") == std::string::npos && r.url.find('@') != std::string::npos);

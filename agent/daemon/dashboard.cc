@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/daemon/branch_history.h"
+#include "agent/results/analysis.h"
 #include "agent/results/commit_view.h"
 #include "agent/results/report.h"
 #include "agent/results/run_logs.h"
@@ -246,17 +247,27 @@ namespace {
 
 // The data routes, one function each (Dashboard::Data dispatches).
 
-// Every experiment with batches: how many, and its newest commit (from the
-// batches alone: reading their runs grew with the whole history).
+// Every experiment with batches: how many, its newest commit (from the
+// batches alone: reading their runs grew with the whole history), and that
+// batch's verdict as its commit status says it (CompareInFamily: the same
+// family, correction and interval), null while it runs or has no baseline.
 HttpServerReply ExperimentsRoute(Store& store) {
   auto summaries = store.runs().ExperimentSummaries();
   if (!summaries) return Refuse(503, summaries.error().message);
   json out = json::array();
   for (const auto& e : *summaries) {
     const auto& b = e.latest;
+    json verdict = nullptr;
+    if (auto c = CompareInFamily(store, b, /*compare_running=*/false);
+        c && *c && ((*c)->cmp || (*c)->unchanged)) {
+      verdict = {{"verdict", VerdictWord(**c)},
+                 {"text", ComparisonText(**c)},
+                 {"baseline_commit", (*c)->b.sha}};
+    }
     out.push_back({{"repo", e.repo}, {"experiment", e.experiment}, {"metric", b.metric_name},
                    {"batches", e.batches}, {"latest_commit", b.sha},
-                   {"latest_subject", b.subject}, {"latest_created_ms", b.created_ms}});
+                   {"latest_subject", b.subject}, {"latest_created_ms", b.created_ms},
+                   {"latest_verdict", verdict}});
   }
   return JsonReply(200, {{"experiments", out}});
 }

@@ -14,6 +14,7 @@
 #include "agent/results/run_logs.h"
 #include "agent/repo/mirror.h"
 #include "agent/daemon/server.h"
+#include "core/http_client.h"
 #include "core/strings.h"
 
 using nlohmann::json;
@@ -242,7 +243,10 @@ HttpServerReply Server::ReadRoute(const HttpServerRequest& req, const std::strin
     // Branch names resolve in the repository's mirror; before its first
     // fetch only commit ids do.
     std::string dir = Mirror::PathFor(DataDir(), (*repo)->url);
-    if (std::filesystem::exists(dir)) g.repo_dir = dir;
+    if (std::filesystem::exists(dir)) {
+      g.repo_dir = dir;
+      g.mirror_of = !(*repo)->project.empty() ? (*repo)->project : UrlForLog((*repo)->url);
+    }
   }
   auto d = DecideGate(*store, g);
   if (!d) return ReadError(StatusFor(d.error()), path + ": " + d.error().message);

@@ -315,8 +315,9 @@ HttpServerReply Server::Register(const std::string& pool, const HttpServerReques
   if (resources.contains("sandbox")) {
     const std::string form = resources["sandbox"].get<std::string>();
     const std::string note = resources.value("sandbox_note", std::string());
-    const std::string line = fmt::format("machine {}: sandbox {}{}", m->name.empty() ? m->hostname : m->name,
-                                         form, note.empty() ? "" : " (" + note + ")");
+    const std::string line =
+        fmt::format("machine {}: sandbox {}{}", m->name.empty() ? m->hostname : m->name, form,
+                    note.empty() ? "" : " (" + note + ")");
     if (form == "bwrap") {
       spdlog::info("{}", line);
     } else {

@@ -189,7 +189,18 @@ Result<json> LoadCommitView(Store& store, const std::string& prefix_in) {
   }
   j["pushes"] = json::array();
   for (const auto& p : pushes) {
-    j["pushes"].push_back({{"id", p.id},
+    // What the push posted for the commit itself (a push that ran nothing:
+    // "no watched path or experiment changed"), besides its batches' statuses.
+    ASSIGN_OR_RETURN(auto posted, store.pushes().GetPushStatuses(p.id));
+    json statuses = json::array();
+    for (const auto& s : posted) {
+      statuses.push_back({{"context", s.context},
+                          {"wanted", s.state},
+                          {"posted", s.posted_state},
+                          {"description", s.description}});
+    }
+    j["pushes"].push_back({{"statuses", statuses},
+                           {"id", p.id},
                            {"source", p.source},
                            {"delivery", p.delivery_id},
                            {"repo", p.repo_url},

@@ -42,19 +42,43 @@ struct GateCommits {
   std::string baseline_sha;
   std::string base_sha;
   std::shared_ptr<GitRepo> git;  // the repository, when at hand
+  // The repository is at hand and lacks the head commit: why, in words
+  // (NoBatchReason); "" otherwise.
+  std::string head_missing;
 };
+
+// What the gate says when REV has no batch.
+std::string NoBatchReason(const GateRequest& req, const GateCommits& c) {
+  if (!c.head_missing.empty()) return c.head_missing;
+  return "no batch at " + req.rev + " (" + ShortSha(c.head_sha, kReportShaChars) +
+         "): not submitted, or its push is not processed yet";
+}
 
 Result<GateCommits> ResolveGateCommits(const GateRequest& req) {
   GateCommits c;
   ASSIGN_OR_RETURN(c.head_sha, ResolveRevision(req.rev, req.repo_dir));
   ASSIGN_OR_RETURN(c.baseline_sha, ResolveRevision(req.baseline, req.repo_dir));
   c.base_sha = c.baseline_sha;
-  if (!req.repo_dir.empty() && c.head_sha.size() == 40 && c.baseline_sha.size() == 40) {
-    if (auto git = GitRepo::Open(req.repo_dir)) {
-      c.git = std::make_shared<GitRepo>(std::move(*git));
-      ASSIGN_OR_RETURN(auto mb, c.git->MergeBase(c.head_sha, c.baseline_sha));
-      if (mb) c.base_sha = *mb;
-    }
+  if (req.repo_dir.empty()) return c;
+  auto git = GitRepo::Open(req.repo_dir);
+  if (!git) return c;
+  // A commit the repository lacks has no merge base there: say what is
+  // missing rather than git's "object not found".
+  if (!git->Resolve(c.head_sha)) {
+    std::string sha = ShortSha(c.head_sha, kReportShaChars);
+    c.head_missing =
+        !req.mirror_of.empty()
+            ? "commit " + sha + " is not in the mirror of " + req.mirror_of +
+                  ": serve has not seen a push of it yet (it fetches the watched branches at "
+                  "start and every `catch_up`); push it again, or wait with --wait"
+            : "commit " + sha + " is not in " + req.repo_dir +
+                  ": fetch it there, or give --repo the repository that has it";
+    return c;
+  }
+  if (c.head_sha.size() == 40 && c.baseline_sha.size() == 40 && git->Resolve(c.baseline_sha)) {
+    c.git = std::make_shared<GitRepo>(std::move(*git));
+    ASSIGN_OR_RETURN(auto mb, c.git->MergeBase(c.head_sha, c.baseline_sha));
+    if (mb) c.base_sha = *mb;
   }
   return c;
 }
@@ -160,9 +184,11 @@ Outcome MissingExperiment(const GateRequest& req, const GateCommits& c, const st
   }
   o.outcome = "undecided";
   o.may_change = true;
-  o.reason = "no batch of " + name + " at " + req.rev + " (" +
-             ShortSha(c.head_sha, kReportShaChars) +
-             "): not submitted, or its push is not processed yet";
+  o.reason = !c.head_missing.empty()
+                 ? "no batch of " + name + ": " + c.head_missing
+                 : "no batch of " + name + " at " + req.rev + " (" +
+                       ShortSha(c.head_sha, kReportShaChars) +
+                       "): not submitted, or its push is not processed yet";
   o.line = "?  " + name + ": " + o.reason;
   return o;
 }
@@ -187,8 +213,7 @@ std::string GateText(const GateRequest& req, const GateCommits& c,
   } else if (outcomes.empty()) {
     any_change = true;
     ++undecided;
-    d.text = "?  no batch at " + req.rev + " (" + ShortSha(c.head_sha, kReportShaChars) +
-             "): not submitted, or its push is not processed yet\n";
+    d.text = "?  " + NoBatchReason(req, c) + "\n";
   }
   for (const auto& o : outcomes) d.text += o.line + "\n";
   std::string decision;
@@ -330,6 +355,8 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
             {"finished", d.finished},
             {"experiments", exps},
             {"no_experiment_changed", nothing_to_judge},
+            {"commit_missing", commits.head_missing.empty() ? nlohmann::json(nullptr)
+                                                            : nlohmann::json(commits.head_missing)},
             {"correction",
              {{"method", std::string(stats::CorrectionName(
                              req.correction.value_or(family.empty() || at_rev == 0

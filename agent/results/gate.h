@@ -5,7 +5,9 @@
 //   1  regression: at least one experiment is significantly worse;
 //   3  undecided: no regression seen, but some experiment could not be
 //      decided (no batch at REV, no baseline batch, runs unfinished, too many
-//      runs failed, too few runs for a test).
+//      runs failed, too few runs for a test). A REV with no batch that the
+//      repository does not have either is said so ("commit 1a2b3c4 is not in
+//      the mirror of acme/model: ..."), never with git's own message.
 // (2 is left to errors: a bad option, an unreadable store or server.)
 //
 // The experiments REV changed are one family, whichever of them -e gates:
@@ -45,6 +47,9 @@ struct GateRequest {
   // The family correction over the experiments gated (empty: the one their
   // trainq.yaml asks for, holm by default).
   std::optional<stats::Correction> correction;
+  // Non-empty when repo_dir is `trainq serve`'s mirror of this repository
+  // (owner/name): a REV missing from it is one serve has not fetched yet.
+  std::string mirror_of;
 };
 
 struct GateDecision {

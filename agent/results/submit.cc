@@ -14,10 +14,10 @@ Result<std::vector<SubmitResult>> Queue(Store& store, const std::string& repo_ur
                                         const CommitInfo& commit,
                                         const std::vector<BatchSpec>& specs,
                                         const SubmitLimits* limits, const std::string& where,
-                                        TimeMs now) {
+                                        TimeMs now, const std::string& ref = "") {
   if (specs.empty()) return std::vector<SubmitResult>{};
   if (limits) TRY(CheckSubmitLimits(specs, where, *limits));
-  return store.runs().Submit(repo_url, commit, specs, now);
+  return store.runs().Submit(repo_url, commit, specs, now, ref);
 }
 
 // Step 1 for one spec: its batch when it needs no queueing (the commit's own
@@ -47,7 +47,7 @@ Result<std::optional<SubmittedBatch>> Reuse(Store& store, GitRepo& git,
                                            "reused batch " + std::to_string(found->batch.id) +
                                                " of " + ShortSha(found->at_sha) +
                                                ": same inputs; " + spec.reason,
-                                           now));
+                                           now, req.ref));
   out.reused = std::move(found);
   return std::optional<SubmittedBatch>(std::move(out));
 }
@@ -68,7 +68,7 @@ Result<std::vector<SubmittedBatch>> SubmitCommit(Store& store, GitRepo& git,
   }
   if (req.determinism_checks) to_queue = WithDeterminismChecks(std::move(to_queue));
   ASSIGN_OR_RETURN(auto queued, Queue(store, git.location(), req.commit, to_queue, req.limits,
-                                      req.limits_where, now));
+                                      req.limits_where, now, req.ref));
   for (size_t i = 0; i < queued.size(); ++i) {
     SubmittedBatch b;
     b.spec = to_queue[i];

@@ -42,6 +42,10 @@ struct SubmitRequest {
   // nullopt: no baseline is chosen now.
   std::optional<std::string> base_sha;
   BaselineOptions baseline;
+  // The ref whose push submits (refs/heads/feature), recorded on the batches
+  // created for `commit` ("" none: `trainq submit`); baselines queued at the
+  // base get none. Coalescing cancels only a ref's own (coalesce.h).
+  std::string ref;
 };
 
 struct SubmittedBatch {

@@ -280,10 +280,10 @@ Status GangMember::Start() {
   // A fresh work tree for each attempt; the logs are the worker's (outside it).
   TRY(PrepareRunWork(paths_));
   TRY(ResetWorkerFile(
-      paths_.log, RunBanner(run_, config_.where + fmt::format(" (node {} of {}, rendezvous {}:{})",
-                                                               run_.node_rank, layout_.nodes,
-                                                               layout_.master_addr,
-                                                               layout_.master_port),
+      paths_.log, RunBanner(run_,
+                            config_.where + fmt::format(" (node {} of {}, rendezvous {}:{})",
+                                                        run_.node_rank, layout_.nodes,
+                                                        layout_.master_addr, layout_.master_port),
                             clock_.Now()) +
                       PassthroughNote(run_, config_.env_passthrough)));
   log_start_ = SizeOf(paths_.log);

@@ -147,8 +147,8 @@ Status PrepareRunWork(const RunPaths& paths) {
   if (ec) return Fail(ErrorKind::kIo, "cannot clear " + paths.work + ": " + ec.message());
   fs::create_directories(paths.output_dir, ec);
   if (ec) return Fail(ErrorKind::kIo, paths.output_dir + ": " + ec.message());
-  int fd = ::open(paths.metrics.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                  0644);
+  int fd =
+      ::open(paths.metrics.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return Fail(ErrorKind::kIo, paths.metrics + ": " + std::strerror(errno));
   ::close(fd);
   return {};
@@ -181,8 +181,8 @@ std::string ReadRunFile(const std::string& path, std::int64_t max_bytes) {
   std::string out;
   struct stat st {};
   if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-    out.resize(static_cast<size_t>(std::min<std::int64_t>(std::max<off_t>(st.st_size, 0),
-                                                          max_bytes)));
+    out.resize(
+        static_cast<size_t>(std::min<std::int64_t>(std::max<off_t>(st.st_size, 0), max_bytes)));
     size_t got = 0;
     while (got < out.size()) {
       ssize_t n = ::read(fd, out.data() + got, out.size() - got);

@@ -37,12 +37,12 @@ namespace trainq {
 // run left there only through ReadRunFile (no symlink followed, regular files
 // only), and never writes there once the run has started.
 struct RunPaths {
-  std::string dir;           // <data>/runs/<id>: the worker's
-  std::string log;           // <dir>/output.log (this attempt's output)
-  std::string work;          // <dir>/work: the run's, fresh per attempt
-  std::string metrics;       // <work>/metrics.jsonl
-  std::string output_dir;    // <work>/output
-  std::string workdir;       // checkout of the commit (<work>/checkout)
+  std::string dir;         // <data>/runs/<id>: the worker's
+  std::string log;         // <dir>/output.log (this attempt's output)
+  std::string work;        // <dir>/work: the run's, fresh per attempt
+  std::string metrics;     // <work>/metrics.jsonl
+  std::string output_dir;  // <work>/output
+  std::string workdir;     // checkout of the commit (<work>/checkout)
 };
 
 // The paths of run `run_id` under a worker's data dir.

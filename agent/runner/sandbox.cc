@@ -113,7 +113,8 @@ Result<SandboxState> ProbeSandbox(const std::string& mode, std::string& bwrap,
                                   SandboxConfig& config, const std::string& scratch_dir) {
   SandboxState s;
   if (bwrap.empty()) {
-    s.note = mode == "none" ? "sandbox: none" : "bwrap is not installed (Debian: bubblewrap)";
+    s.note = mode == "none" ? "sandbox: none was asked for"
+                            : "bwrap is not installed (Debian: bubblewrap)";
     return s;
   }
   config.own_proc = true;

@@ -48,7 +48,7 @@ struct SandboxConfig {
   // what runs need of trainq (trainq-train, wherever it is installed) stays
   // visible: a build or an install under /tmp.
   std::vector<std::string> readable;
-  bool own_proc = true;               // false: the "bwrap-hostproc" form
+  bool own_proc = true;  // false: the "bwrap-hostproc" form
 };
 
 // What a worker's probe found: the form its runs get, and why.

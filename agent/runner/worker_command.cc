@@ -132,16 +132,18 @@ Result<int> CmdWorker(const WorkerCommandOptions& o, const Clock& clock,
   c.sandbox_form = state.form;
   c.sandbox_note = state.note;
   if (c.bwrap.empty()) {
-    spdlog::warn("runs start without a sandbox ({}): a run can read what this worker's user "
-                 "can read, its token file included",
-                 state.note);
+    spdlog::warn(
+        "runs start without a sandbox ({}): a run can read what this worker's user "
+        "can read, its token file included",
+        state.note);
   } else {
-    spdlog::info("runs start in a bwrap sandbox ({}, form {}{}); writable: their checkout, run "
-                 "directory, /tmp and {}{}",
-                 c.bwrap, state.form, state.note.empty() ? "" : ": " + state.note, c.cache_dir,
-                 c.sandbox.writable.empty()
-                     ? ""
-                     : " and " + fmt::format("{}", fmt::join(c.sandbox.writable, ", ")));
+    spdlog::info(
+        "runs start in a bwrap sandbox ({}, form {}{}); writable: their checkout, run "
+        "directory, /tmp and {}{}",
+        c.bwrap, state.form, state.note.empty() ? "" : ": " + state.note, c.cache_dir,
+        c.sandbox.writable.empty()
+            ? ""
+            : " and " + fmt::format("{}", fmt::join(c.sandbox.writable, ", ")));
   }
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);

@@ -21,32 +21,40 @@ bool Coalesces(const RepoConfig& repo, const Pushes::Push& push) {
   return push.ref != "refs/heads/" + default_branch;
 }
 
+// Whether `sha` was the head of an earlier push to push.ref, and whether
+// something else still names it: a push to another ref, or a newer push.
+struct Naming {
+  bool earlier_head = false;
+  bool named_elsewhere = false;
+};
+
+Result<Naming> NamesOf(Store& store, const Pushes::Push& push, const std::string& sha) {
+  Naming out;
+  ASSIGN_OR_RETURN(auto pushes, store.pushes().PushesForCommit(sha));
+  for (const auto& p : pushes) {
+    if (p.repo_url != push.repo_url || p.after_sha != sha || p.id == push.id) continue;
+    if (p.ref == push.ref && p.id < push.id) {
+      out.earlier_head = true;
+    } else {
+      out.named_elsewhere = true;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<CoalesceOutcome> CoalesceSuperseded(Store& store, const RepoConfig& repo,
                                            const Pushes::Push& push,
-                                           const std::string& batches_repo, TimeMs now,
-                                           int history) {
+                                           const std::string& batches_repo, TimeMs now) {
   CoalesceOutcome out;
   if (!Coalesces(repo, push) || IsZeroSha(push.after_sha)) return out;
-  ASSIGN_OR_RETURN(auto pushes, store.pushes().RecentPushes(history));
-  // The heads older pushes to this ref left, and the heads something else
-  // still names: another ref's push, or a push newer than this one.
-  std::set<std::string> superseded, named;
-  for (const auto& p : pushes) {
-    if (p.repo_url != push.repo_url || IsZeroSha(p.after_sha)) continue;
-    bool older_same_ref = p.ref == push.ref && p.id < push.id && p.state == "done";
-    if (older_same_ref) {
-      superseded.insert(p.after_sha);
-    } else {
-      named.insert(p.after_sha);
-    }
-  }
-  superseded.erase(push.after_sha);
-  if (superseded.empty()) return out;
+  // What this ref's pushes queued that still waits.
+  ASSIGN_OR_RETURN(auto waiting, store.runs().WaitingBatchesOfRef(batches_repo, push.ref));
+  if (waiting.empty()) return out;
 
   // What the new push's batches stand on.
-  std::set<std::string> kept_shas = {push.before_sha};
+  std::set<std::string> kept_shas = {push.after_sha, push.before_sha};
   std::set<std::int64_t> kept_batches;
   ASSIGN_OR_RETURN(auto fresh, store.runs().BatchesForCommit(push.after_sha));
   for (const auto& b : fresh) {
@@ -56,24 +64,22 @@ Result<CoalesceOutcome> CoalesceSuperseded(Store& store, const RepoConfig& repo,
     if (b.baseline_batch_id) kept_batches.insert(*b.baseline_batch_id);
     if (b.reuses_batch_id) kept_batches.insert(*b.reuses_batch_id);
   }
-  for (const auto& sha : superseded) {
-    if (named.contains(sha) || kept_shas.contains(sha)) continue;
-    ASSIGN_OR_RETURN(auto batches, store.runs().BatchesForCommit(sha));
-    for (const auto& b : batches) {
-      if (b.repo_url != batches_repo || b.sha != sha || kept_batches.contains(b.id)) continue;
-      int cancelled = 0;
-      // Waiting runs only: queued, or failed and waiting for their retry.
-      for (RunState state : {RunState::kQueued, RunState::kFailed}) {
-        ASSIGN_OR_RETURN(auto runs, store.runs().Runs(b.id, state, 1'000'000));
-        for (const auto& r : runs) {
-          ASSIGN_OR_RETURN(int n, store.runs().CancelRun(r.id, now));
-          cancelled += n;
-        }
+  for (const auto& b : waiting) {
+    if (kept_shas.contains(b.sha) || kept_batches.contains(b.id)) continue;
+    ASSIGN_OR_RETURN(Naming naming, NamesOf(store, push, b.sha));
+    if (!naming.earlier_head || naming.named_elsewhere) continue;
+    int cancelled = 0;
+    // Waiting runs only: queued, or failed and waiting for their retry.
+    for (RunState state : {RunState::kQueued, RunState::kFailed}) {
+      ASSIGN_OR_RETURN(auto runs, store.runs().Runs(b.id, state, 1'000'000));
+      for (const auto& r : runs) {
+        ASSIGN_OR_RETURN(int n, store.runs().CancelRun(r.id, now));
+        cancelled += n;
       }
-      if (cancelled > 0) {
-        ++out.batches;
-        out.runs += cancelled;
-      }
+    }
+    if (cancelled > 0) {
+      ++out.batches;
+      out.runs += cancelled;
     }
   }
   return out;

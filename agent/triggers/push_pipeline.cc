@@ -240,14 +240,17 @@ Result<PushBase> ChooseBase(Mirror& m, PushFetch& fetch, const RepoConfig& repo,
   return out;
 }
 
-// "github push to main", "poll of main", "github pull request #7 into main".
+// "github push to main", "poll of main", "catch-up of main", "github pull
+// request #7 into main".
 std::string PushSource(const Pushes::Push& push) {
   if (push.pr_number > 0) {
     return push.source + (push.source == "gitlab" ? " merge request !" : " pull request #") +
            std::to_string(push.pr_number) + " into " + push.target_branch;
   }
-  return push.source == "poll" ? "poll of " + RefName(push.ref)
-                               : push.source + " push to " + RefName(push.ref);
+  if (push.source == "poll") return "poll of " + RefName(push.ref);
+  // A push serve missed, found by the catch-up fetch (poller.h).
+  if (push.source == "catch-up") return "catch-up of " + RefName(push.ref);
+  return push.source + " push to " + RefName(push.ref);
 }
 
 // trainq.yaml at `sha`: nullopt when the commit has none; an error naming
@@ -411,6 +414,7 @@ Result<std::string> PushProcessor::QueueTriggered(const PushCommit& c, const std
   req.limits = &repo.limits;
   req.limits_where = where;
   req.base_sha = commit_base;
+  req.ref = c.push.ref;
   ASSIGN_OR_RETURN(auto batches, SubmitCommit(store_, git, req, clock_.Now()));
   std::string names;
   std::string reused;

@@ -6,14 +6,13 @@
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "agent/repo/change_detect.h"
 #include "cloud/provider.h"
-#include "core/process.h"
 #include "core/http_client.h"
+#include "core/process.h"
 #include "core/strings.h"
 #include "core/yaml_reader.h"
 
@@ -58,7 +57,7 @@ class ConfigParser : public YamlReader {
                    "username", "ssh_key", "api_url", "status", "status_context", "poll_interval",
                    "per_commit", "tags", "fail_on", "limits", "pull_requests",
                    "fork_pull_requests", "pr_comments", "report_url", "webhook_rate_limit",
-                   "coalesce"}));
+                   "coalesce", "catch_up"}));
     RepoConfig r;
     r.line = n.Mark().line + 1;
     if (!n["url"]) return Err(n, path + ".url", "missing (the repository to fetch)");
@@ -99,6 +98,17 @@ class ConfigParser : public YamlReader {
         auto d = ParseDurationSeconds(p.Scalar());
         if (!d) return Err(p, path + ".poll_interval", d.error().message);
         r.poll_interval_s = *d;
+      }
+    }
+    if (auto c = n["catch_up"]) {
+      if (!c.IsScalar()) return Err(c, path + ".catch_up", "expected a duration such as "
+                                                           "5m, or off, got " + Show(c));
+      if (c.Scalar() == "0" || c.Scalar() == "off") {
+        r.catch_up_s = 0;
+      } else {
+        auto d = ParseDurationSeconds(c.Scalar());
+        if (!d) return Err(c, path + ".catch_up", d.error().message);
+        r.catch_up_s = *d;
       }
     }
     if (auto c = n["per_commit"]) { ASSIGN_OR_RETURN(r.per_commit, Bool(c, path + ".per_commit")); }

@@ -11,6 +11,8 @@
 //       token: {file: /etc/trainq/github-token}
 //       status: true
 //       poll_interval: 5m
+//       catch_up: 5m                # without poll_interval: fetch at start and this often,
+//                                   # process a watched head no webhook brought (off: never)
 //       pull_requests: true         # same-repository pull/merge requests run (default)
 //       fork_pull_requests: false   # heads from forks run only when true: untrusted code
 //       pr_comments: true           # one comment per pull request (default: = status)
@@ -64,6 +66,10 @@ struct RepoConfig {
   bool status = false;                // report commit statuses
   std::string status_context = "trainq";  // statuses are "<context>/<experiment>"
   std::int64_t poll_interval_s = 0;   // 0: no polling
+  // Without polling, a repository with a forge is fetched at start and this
+  // often, and a watched head that moved with no webhook recorded is
+  // processed (poller.h, "catch-up"); 0: never.
+  std::int64_t catch_up_s = 300;
   bool per_commit = false;            // every pushed commit gets batches, not only the head
   bool tags = false;                  // tag pushes queue runs too
   // When a finished batch's commit status is `failure` beyond failed runs:

@@ -22,22 +22,74 @@ WebhookReply Reply(int status, std::string result, json body) {
   return {status, body.dump(), std::move(result), 0};
 }
 
-// 429 when the repository is over its webhook_rate_limit; nothing is stored.
+// A repository's budgets (webhook.h): a delivery that will be processed
+// draws from one of three, so that a flood of one kind cannot refuse another.
+std::string Budget(const RepoConfig& repo, const Pushes::Push& row, bool from_fork) {
+  if (row.pr_number > 0) return from_fork ? "fork pull requests" : "other refs";
+  std::string default_branch =
+      !repo.default_branch.empty() ? repo.default_branch : row.default_branch;
+  if (!default_branch.empty() && row.ref == "refs/heads/" + default_branch) {
+    return "the default branch";
+  }
+  return "other refs";
+}
+
+// 429 when the budget is spent; nothing is stored.
 std::optional<WebhookReply> RateLimited(WebhookLimiter* limiter, const RepoConfig& repo,
-                                        TimeMs now) {
+                                        const std::string& budget, TimeMs now) {
   if (!limiter || repo.webhook_rate_limit <= 0) return std::nullopt;
-  int wait_s = limiter->Take(repo.url, repo.webhook_rate_limit, now);
+  int wait_s = limiter->Take(repo.url + " " + budget, repo.webhook_rate_limit, now);
   if (wait_s == 0) return std::nullopt;
-  spdlog::warn("webhook for {} refused: over its webhook_rate_limit of {} a minute (retry in {} s)",
-               repo.url, repo.webhook_rate_limit, wait_s);
+  spdlog::warn("webhook for {} refused: over its webhook_rate_limit of {} a minute for {} "
+               "(retry in {} s)",
+               repo.url, repo.webhook_rate_limit, budget, wait_s);
   WebhookReply r =
       Reply(429, "rate_limited",
             {{"reason", "over this repository's webhook_rate_limit of " +
-                            std::to_string(repo.webhook_rate_limit) +
-                            " deliveries a minute; deliver it again in " + std::to_string(wait_s) +
-                            " s"}});
+                            std::to_string(repo.webhook_rate_limit) + " deliveries a minute for " +
+                            budget + "; deliver it again in " + std::to_string(wait_s) + " s"}});
   r.retry_after_s = wait_s;
   return r;
+}
+
+// Before a delivery is recorded: a skipped one past its own budget is
+// answered without being stored (it would run nothing anyway); one seen
+// before is a duplicate, and so is a move a catch-up or poll recorded
+// already; only then does a delivery that will run spend its budget.
+std::optional<WebhookReply> Admit(Store& store, WebhookLimiter* limiter, const RepoConfig& repo,
+                                  const Pushes::Push& row, bool from_fork, TimeMs now) {
+  if (row.state == "skipped") {
+    if (limiter && repo.webhook_rate_limit > 0 &&
+        limiter->Take(repo.url + " skipped", repo.webhook_rate_limit, now) != 0) {
+      spdlog::debug("webhook for {}: skipped delivery {} not recorded (over the budget of "
+                    "skipped deliveries)",
+                    repo.url, row.delivery_id);
+      return Reply(200, "ignored",
+                   {{"reason", row.result + " (not recorded: more than " +
+                                   std::to_string(repo.webhook_rate_limit) +
+                                   " skipped deliveries a minute)"}});
+    }
+    return std::nullopt;
+  }
+  auto seen = store.pushes().HasDelivery(row.source, row.delivery_id);
+  if (seen && *seen) {
+    spdlog::info("{} delivery {} seen before: duplicate", row.source, row.delivery_id);
+    return Reply(200, "duplicate", {{"reason", "delivery " + row.delivery_id + " seen before"}});
+  }
+  if (row.pr_number == 0) {
+    auto moved = store.pushes().RecordedMove(row.repo_url, row.ref, row.after_sha);
+    if (moved && *moved) {
+      spdlog::info("{} delivery {}: {} at {} was recorded already by push {} (caught up)",
+                   row.source, row.delivery_id, row.ref, ShortSha(row.after_sha), **moved);
+      WebhookReply r = Reply(200, "duplicate",
+                             {{"reason", row.ref + " at " + row.after_sha +
+                                             " was recorded already as push " +
+                                             std::to_string(**moved) + " (caught up)"},
+                              {"push", **moved}});
+      return r;
+    }
+  }
+  return RateLimited(limiter, repo, Budget(repo, row, from_fork), now);
 }
 
 std::string Lower(std::string s) {
@@ -114,7 +166,7 @@ WebhookReply PullRequestWebhook(const std::vector<const RepoConfig*>& candidates
     row.state = "skipped";
     row.result = skip;
   }
-  if (auto limited = RateLimited(limiter, *repo, now)) return *limited;
+  if (auto answered = Admit(store, limiter, *repo, row, pr.from_fork, now)) return *answered;
   auto id = store.pushes().RecordPush(row, now);
   if (!id) {
     spdlog::error("{} {} of {} not recorded: {}", forge_name, name, repo->url,
@@ -159,11 +211,11 @@ WebhookReply AnswerWebhook(const ServerConfig& config, Store& store, ForgeKind f
 
 }  // namespace
 
-int WebhookLimiter::Take(const std::string& repo_url, int per_minute, TimeMs now) {
+int WebhookLimiter::Take(const std::string& key, int per_minute, TimeMs now) {
   std::lock_guard<std::mutex> lock(mu_);
   const double capacity = per_minute;
   const double per_ms = per_minute / 60'000.0;
-  auto [it, fresh] = buckets_.try_emplace(repo_url, Bucket{capacity, now});
+  auto [it, fresh] = buckets_.try_emplace(key, Bucket{capacity, now});
   Bucket& b = it->second;
   if (!fresh && now > b.at) b.tokens = std::min(capacity, b.tokens + (now - b.at) * per_ms);
   b.at = std::max(b.at, now);
@@ -259,7 +311,7 @@ WebhookReply AnswerWebhook(const ServerConfig& config, Store& store, ForgeKind f
     row.state = "skipped";
     row.result = skip;
   }
-  if (auto limited = RateLimited(limiter, *repo, now)) return *limited;
+  if (auto answered = Admit(store, limiter, *repo, row, false, now)) return *answered;
   auto id = store.pushes().RecordPush(row, now);
   if (!id) {
     spdlog::error("{} push to {} not recorded: {}", forge_name, repo->url, id.error().message);

@@ -7,9 +7,16 @@
 //   ping (GitHub)                        -> 200 "pong"
 //   another event (issues, ...)          -> 202 with the reason it is ignored
 //   push for a repository not configured -> 202 with the reason
-//   over the repository's webhook_rate_limit (deliveries a minute)
-//                                        -> 429 with Retry-After, nothing written
+//   (then for a delivery that will run:)
 //   delivery id seen before              -> 200 "duplicate", nothing written
+//   a move a catch-up or poll recorded already (the ref's head is that
+//   commit, recorded by it)              -> 200 "duplicate", nothing written
+//   over the repository's webhook_rate_limit (deliveries a minute) in its
+//   budget: the default branch's pushes, fork pull requests, other refs
+//                                        -> 429 with Retry-After, nothing written
+//   (for a delivery that runs nothing, when skipped ones come faster than
+//   webhook_rate_limit a minute: 200 "ignored", not recorded; they never
+//   spend the budgets above)
 //   push                                 -> recorded durably (one transaction),
 //                                           202 "accepted"; fetching and diffing
 //                                           happen later on the server's worker
@@ -46,15 +53,19 @@ class Store;
 
 inline constexpr std::size_t kMaxWebhookBodyBytes = 25 * 1024 * 1024;
 
-// Per-repository webhook rate limits: a token bucket per repository that
-// holds a minute's worth of deliveries and refills at the configured rate.
-// Counted after authentication, so a stranger cannot use up a repository's
-// budget. Thread-safe.
+// Per-repository webhook rate limits: token buckets that each hold a minute's
+// worth of deliveries and refill at the configured rate. A repository has
+// four, each at its webhook_rate_limit: pushes to the default branch, pull
+// requests from forks, other refs, and deliveries that run nothing (skipped),
+// so a flood of fork pull requests or of replays never refuses the owner's
+// push to the default branch. Counted after authentication and after
+// deduplication, so neither a stranger nor a redelivery uses up a budget.
+// Thread-safe.
 class WebhookLimiter {
  public:
-  // 0: the delivery may be kept (a token is taken). Otherwise the seconds
-  // until one may (the Retry-After), and nothing is taken.
-  int Take(const std::string& repo_url, int per_minute, TimeMs now);
+  // 0: the delivery may be kept (a token is taken from the bucket `key`).
+  // Otherwise the seconds until one may (the Retry-After), and nothing is taken.
+  int Take(const std::string& key, int per_minute, TimeMs now);
 
  private:
   struct Bucket {

@@ -1120,3 +1120,78 @@ TEST_CASE("A relaxed write transaction commits, rolls back and joins like any ot
   REQUIRE(f.store.runs().Complete(leased[0].run_id, leased[0].token, kT0 + 10'000, 0.5));
   CHECK(other.runs().Run(leased[0].run_id).value()->state == RunState::kSucceeded);
 }
+
+namespace {
+
+std::vector<std::int64_t> WaitingIds(Store& store, const std::string& repo, const std::string& ref) {
+  std::vector<std::int64_t> out;
+  auto batches = store.runs().WaitingBatchesOfRef(repo, ref).value();
+  for (const auto& b : batches) out.push_back(b.id);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("WaitingBatchesOfRef lists a ref's own batches with waiting runs, not those another "
+          "ref reuses or compares with",
+          "[store][coalesce]") {
+  Fixture f;
+  const std::string repo = "/repos/demo";
+  const std::string feature = "refs/heads/feature";
+  auto at = [&](char c) { return MakeCommit(std::string(40, c)); };
+  auto submit = [&](char c, const std::string& ref) {
+    auto r = f.store.runs().Submit(repo, at(c), {MakeSpec()}, kT0, ref);
+    REQUIRE(r);
+    return r->front().batch_id;
+  };
+  std::int64_t b1 = submit('1', feature);
+  std::int64_t b2 = submit('2', feature);
+  std::int64_t by_hand = submit('3', "");
+  std::int64_t on_main = submit('4', "refs/heads/main");
+  CHECK(WaitingIds(f.store, repo, feature) == std::vector<std::int64_t>{b1, b2});
+  CHECK(WaitingIds(f.store, repo, "refs/heads/main") == std::vector<std::int64_t>{on_main});
+  CHECK(WaitingIds(f.store, "/repos/other", feature).empty());
+  (void)by_hand;
+  // The first ref keeps the batch: a later submission of it from another ref
+  // changes nothing.
+  submit('1', "refs/pull/1/head");
+  CHECK(WaitingIds(f.store, repo, "refs/pull/1/head").empty());
+  // Compared with by main's batch: kept out. By a batch of its own ref: not.
+  REQUIRE(f.store.runs().SetBaseline(on_main, std::string(40, '1'), b1, "note"));
+  REQUIRE(f.store.runs().SetBaseline(b2, std::string(40, '1'), b1, "note"));
+  CHECK(WaitingIds(f.store, repo, feature) == std::vector<std::int64_t>{b2});
+  // Reused by a batch without a ref: kept out.
+  REQUIRE(f.store.runs().ReuseBatch(repo, at('5'), "mlp", b2, "same inputs", kT0));
+  CHECK(WaitingIds(f.store, repo, feature).empty());
+  // Runs that all ended: nothing waits.
+  std::int64_t b6 = submit('6', feature);
+  CHECK(WaitingIds(f.store, repo, feature) == std::vector<std::int64_t>{b6});
+  REQUIRE(f.store.runs().CancelBatch(b6, kT0));
+  CHECK(WaitingIds(f.store, repo, feature).empty());
+}
+
+TEST_CASE("A store at schema version 17 keeps its batches, with no ref: coalescing never "
+          "cancels them",
+          "[store][migration][coalesce]") {
+  testing::TempDir dir;
+  std::string path = dir / "v17.db";
+  {
+    auto db = sql::Db::Open(path, true, 1000).value();
+    REQUIRE(ApplyMigrations(db, 0, 17));
+    REQUIRE(db.Exec(
+        "INSERT INTO repos (id, url, name, created_ms) VALUES (1, '/repos/demo', 'demo', 1);"
+        "INSERT INTO commits (id, repo_id, sha, created_ms) VALUES (1, 1, 'abc', 1);"
+        "INSERT INTO batches (id, commit_id, experiment, command, metric_name, metric_goal, "
+        "repeats, seed_start, timeout_s, max_attempts, created_ms) VALUES (1, 1, 'e', 'true', "
+        "'m', 'min', 1, 1, 60, 1, 1);"
+        "INSERT INTO runs (batch_id, seed, repeat, state, created_ms, updated_ms) "
+        "VALUES (1, 1, 0, 'queued', 1, 1);"));
+  }
+  auto store = Store::Open(path).value();
+  CHECK(store.schema_version() == Store::kSchemaVersion);
+  auto b = store.runs().Batch(1).value();
+  REQUIRE(b);
+  CHECK(b->count(RunState::kQueued) == 1);
+  CHECK(WaitingIds(store, "/repos/demo", "refs/heads/main").empty());
+  CHECK(WaitingIds(store, "/repos/demo", "").empty());
+}

@@ -366,6 +366,16 @@ def run_checks(fx, driver):
           f"vs {st['counts']['succeeded']}")
     check(not driver.find_elements(By.CSS_SELECTOR, "[data-action]"),
           "a read session shows no action controls")
+    # Each experiment's latest verdict, the one `trainq show --json` gives.
+    latest = driver.find_element(By.CSS_SELECTOR, "#experiments tr[data-experiment='plain'] .verdict").text
+    want = fx.show(fx.sha2)["batches"][0]["vs_parent"]["verdict"].replace("_", " ")
+    check(latest == want, f"the overview shows plain's latest verdict, the CLI's ({want}): {latest!r}")
+    # A page to keep open: at 1280x800 nothing scrolls sideways.
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False})
+    wide = js("return [document.documentElement.scrollWidth, window.innerWidth]")
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    check(wide[0] <= wide[1], f"the overview fits 1280 px without a horizontal scrollbar: {wide}")
     shot(driver, "overview")
 
     # Experiment page: one point per commit, the verdict words of `trainq show --json`.

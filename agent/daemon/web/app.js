@@ -186,14 +186,35 @@ async function overview() {
       `<td class="num">${p.slots.busy}/${p.slots.total}</td><td class="num">$${num(p.cost, 2)}</td><td>${p.failing ? '<span class="state-dead">failing</span> ' + esc(p.provider_error) : 'ok'}</td></tr>`),
     'No machines (runs use serve\'s own slots).');
   const pushes = table(['push', 'ref', 'commits', 'state', 'result', 'received'],
-    ((st.pushes && st.pushes.recent) || []).map(p => `<tr><td>${p.id}</td><td>${esc(p.ref)}</td><td>${short(p.before)}..${commitLink(p.after)}</td>` +
-      `<td>${stateCls(p.state)}</td><td>${esc(p.error || p.result)}</td><td>${when(p.received_ms)}</td></tr>`),
+    ((st.pushes && st.pushes.recent) || []).map(p => `<tr><td>${p.id}</td><td class="clip">${esc(p.ref)}</td><td class="nowrap">${short(p.before)}..${commitLink(p.after)}</td>` +
+      `<td>${stateCls(p.state)}</td><td class="clip" title="${esc(p.error || p.result)}">${esc(p.error || p.result)}</td><td class="nowrap">${when(p.received_ms)}</td></tr>`),
     'No pushes recorded.');
-  const exps = ex.experiments || [];
+  // Companion batches (a determinism check's "x@repro", a sweep's points
+  // "x@sweep3.p7") are listed under their experiment, not beside it.
+  const all = ex.experiments || [];
+  const base = n => n.includes('@') ? n.slice(0, n.indexOf('@')) : n;
+  const companions = {};
+  for (const e of all) if (e.experiment.includes('@')) (companions[e.repo + '\n' + base(e.experiment)] ||= []).push(e);
+  const exps = all.filter(e => !e.experiment.includes('@'));
+  for (const e of all) {  // a companion whose experiment has no batch of its own stays listed
+    if (e.experiment.includes('@') && !exps.some(x => x.repo === e.repo && x.experiment === base(e.experiment)) &&
+        !exps.includes(e)) exps.push(e);
+  }
   const pg = paged('experiments', exps);
-  const expTable = table(['experiment', 'repo', 'metric', '#batches', 'latest commit'],
-    pg.slice.map(e => `<tr data-experiment="${esc(e.experiment)}"><td>${expLink(e.experiment)}</td><td class="muted">${esc(e.repo)}</td><td>${esc(e.metric)}</td>` +
-      `<td class="num">${e.batches}</td><td>${commitLink(e.latest_commit)} <span class="muted">${esc(e.latest_subject)}</span></td></tr>`),
+  const latest = e => {
+    const v = e.latest_verdict;
+    return v ? `<span title="${esc(v.text)}">${verdictWord(v.verdict)}</span> <span class="muted">vs ${short(v.baseline_commit)}</span>` :
+      '<span class="muted">–</span>';
+  };
+  const expTable = table(['experiment', 'metric', '#batches', 'latest commit', 'latest verdict'],
+    pg.slice.map(e => {
+      const cs = e.experiment.includes('@') ? [] : (companions[e.repo + '\n' + e.experiment] || []);
+      const more = cs.length ? `<div class="muted small">+ ${cs.length} companion${cs.length === 1 ? '' : 's'}: ` +
+        cs.slice(0, 3).map(c => expLink(c.experiment)).join(', ') + (cs.length > 3 ? ', …' : '') + '</div>' : '';
+      return `<tr data-experiment="${esc(e.experiment)}"><td>${expLink(e.experiment)}<div class="muted small">${esc(e.repo)}</div>${more}</td><td>${esc(e.metric)}</td>` +
+        `<td class="num">${e.batches}</td><td class="clip">${commitLink(e.latest_commit)} <span class="muted">${esc(e.latest_subject)}</span></td>` +
+        `<td>${latest(e)}</td></tr>`;
+    }),
     'No experiment has batches yet: <code>trainq submit</code> queues some.') + pg.pager;
   const sweeps = table(['sweep', 'experiment', 'commit', '#points', 'started'],
     (sw.sweeps || []).map(s => `<tr><td><a href="/sweeps">${s.id}</a></td><td>${expLink(s.experiment)}</td><td>${s.commit ? commitLink(s.commit) : '–'}</td>` +
@@ -201,11 +222,12 @@ async function overview() {
   render([
     {key: 'title', html: '<h1>Overview</h1>'},
     {key: 'counts', html: card('Queue', counts)},
+    {key: 'experiments', html: card('Experiments', expTable, ' id="experiments"')},
     {key: 'batches', html: card('Batches in progress', batches, ' id="batches"')},
     {key: 'running', html: card('Running', running, ' id="running"')},
     {key: 'waiting', html: card('Waiting', waiting)},
-    {key: 'experiments', html: card('Experiments', expTable, ' id="experiments"')},
-    {key: 'lower', html: '<div class="grid">' + card('Pools', pools) + card('Recent pushes', pushes) + card('Sweeps in progress', sweeps) + '</div>'},
+    {key: 'pushes', html: card('Recent pushes', pushes, ' id="pushes"')},
+    {key: 'lower', html: '<div class="grid">' + card('Pools', pools) + card('Sweeps in progress', sweeps) + '</div>'},
   ]);
 }
 
@@ -297,7 +319,17 @@ async function commitPage(sha) {
       `<h2>${expLink(b.experiment)} <span class="muted">batch ${b.id} · ${esc(b.metric)} (${esc(b.goal)})</span></h2>` +
       `<p>${prog}${b.reuses_batch ? '' : batchActions(b.id, b.experiment, j.commit, p.counts)}</p><p class="muted">why: ${esc(b.reason)}</p>${cmp}<h3>Runs</h3>${runs}</section>`});
   }
-  if (!(j.batches || []).length) sections.push({key: 'none', html: card('Batches', '<p class="muted">No batches at this commit.</p>')});
+  if (!(j.batches || []).length) {
+    // Nothing ran here: say why, from the pushes that brought the commit, and
+    // what its commit statuses said.
+    const why = (j.pushes || []).map(p => `<li>push ${p.id} to ${esc(p.ref)} (${esc(p.source)}, ${when(p.received_ms)}): ` +
+      `${stateCls(p.state)} ${esc(p.error || p.result || '')}` +
+      ((p.statuses || []).length ? '<br><span class="muted">statuses: ' + p.statuses.map(s =>
+        `${esc(s.context)} ${esc(s.posted || s.wanted)}: ${esc(s.description)}`).join('; ') + '</span>' : '') + '</li>').join('');
+    sections.push({key: 'none', html: card('Nothing ran at this commit',
+      why ? `<ul class="why">${why}</ul>` : '<p class="muted">No push or submit named this commit: trainq has not seen it. ' +
+        'Push it to a watched branch, or <code>trainq submit</code> it.</p>')});
+  }
   render(sections);
 }
 

@@ -150,7 +150,7 @@ TEST_CASE("GateFromServer with a wait asks again until the runs have ended", "[r
   REQUIRE(code);
   CHECK(*code == 1);  // D ran as badly as C
   auto store = Store::Open(w.db).value();
-  auto local = DecideGate(store, {o.rev, o.baseline, "", {}, std::nullopt}).value();
+  auto local = DecideGate(store, {o.rev, o.baseline, "", {}, std::nullopt, ""}).value();
   CHECK(local.finished);
   CHECK(out.str() == local.text);
 }

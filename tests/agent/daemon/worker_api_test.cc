@@ -17,6 +17,7 @@
 #include "agent/repo/git_repo.h"
 #include "agent/daemon/server.h"
 #include "agent/daemon/server_http.h"
+#include "agent/results/status.h"
 #include "core/http_client.h"
 #include "core/strings.h"
 #include "tests/support/git_fixture.h"
@@ -193,6 +194,31 @@ TEST_CASE("worker API: register keeps the trainq-train the worker found (or none
   auto m2 = w.store.machines().Machine(without["worker_id"].get<std::int64_t>()).value().value();
   CHECK(json::parse(m1.resources_json)["trainer"] == "/usr/bin/trainq-train");
   CHECK(json::parse(m2.resources_json)["trainer"] == "");
+}
+
+TEST_CASE("worker API: register keeps the sandbox form the worker's probe found, and "
+          "MachineJson shows it (trainq machines, status --json, the dashboard)",
+          "[worker_api][sandbox]") {
+  World w;
+  auto probed = w.PostJson("/api/v1/workers/register",
+                           {{"name", ""},
+                            {"hostname", "pod1"},
+                            {"pid", 1},
+                            {"sandbox", "bwrap-hostproc"},
+                            {"sandbox_note", "bwrap cannot mount a fresh /proc here" +
+                                                 std::string(1000, '.')}},
+                           kGpuToken);
+  auto older = w.PostJson("/api/v1/workers/register",
+                          {{"name", ""}, {"hostname", "node2"}, {"pid", 2}}, kCpuToken);
+  auto m1 = w.store.machines().Machine(probed["worker_id"].get<std::int64_t>()).value().value();
+  auto m2 = w.store.machines().Machine(older["worker_id"].get<std::int64_t>()).value().value();
+  json j1 = MachineJson(m1, 0), j2 = MachineJson(m2, 0);
+  CHECK(j1["sandbox"] == "bwrap-hostproc");
+  CHECK(j1["sandbox_note"].get<std::string>().starts_with("bwrap cannot mount a fresh /proc"));
+  CHECK(j1["sandbox_note"].get<std::string>().size() == 500);  // bounded
+  // A worker older than the probe says nothing: null, not a guess.
+  CHECK(j2["sandbox"].is_null());
+  CHECK(j2["sandbox_note"].is_null());
 }
 
 TEST_CASE("worker API: register, lease, heartbeat, metrics, log, complete", "[worker_api]") {

@@ -490,6 +490,9 @@ done
 
 TEST_CASE("worker e2e: fused seeds of a trainer experiment run as one trainq-train process",
           "[worker][e2e]") {
+  // Without and with the sandbox: the seeds' links and the group's log are the
+  // worker's, the trainer (under /tmp, like a build there) is bound read-only.
+  const bool sandboxed = GENERATE(false, true);
   Harness h;
   fs::create_directories(h.tmp / "bin");
   std::string trainer = (h.tmp / "bin") + "/trainq-train";
@@ -500,6 +503,17 @@ TEST_CASE("worker e2e: fused seeds of a trainer experiment run as one trainq-tra
   c.fuse_max = 3;
   c.bin_dir = h.tmp / "bin";
   c.once = true;
+  if (sandboxed) {
+    c.bwrap = ResolveSandbox("auto").value_or("");
+    if (c.bwrap.empty()) {
+      WARN("bwrap is not installed: the sandboxed fused run is not tested");
+      return;
+    }
+    c.sandbox.mode = "bwrap";
+    c.sandbox.hide = {c.data_dir};
+    c.sandbox.readable = {c.bin_dir};
+    REQUIRE(ProbeSandbox("bwrap", c.bwrap, c.sandbox, c.data_dir + "/probe"));
+  }
   WorkerThread w(c);
   REQUIRE(testing::WaitFor([&] { return w.done.load(); }, 60s));
   REQUIRE(w.result);
@@ -782,10 +796,11 @@ TEST_CASE("worker e2e: a run that ends while the server is away keeps its result
 namespace trainq {
 namespace {
 
-TEST_CASE("worker e2e: a run that turns its files into symlinks or a FIFO makes the worker open "
-          "nothing outside the run's work tree, and its next attempt starts fresh (fault probe "
-          "t13)",
-          "[worker][e2e][sandbox]") {
+TEST_CASE(
+    "worker e2e: a run that turns its files into symlinks or a FIFO makes the worker open "
+    "nothing outside the run's work tree, and its next attempt starts fresh (fault probe "
+    "t13)",
+    "[worker][e2e][sandbox]") {
   Harness h;
   // A file the worker can write and the run must not: serve's database in the
   // probe; any file outside the run's tree here.
@@ -798,9 +813,15 @@ TEST_CASE("worker e2e: a run that turns its files into symlinks or a FIFO makes 
   const std::string cmd =
       "if [ \"$TRAINQ_ATTEMPT\" = 1 ]; then"
       " W=$(dirname \"$TRAINQ_METRICS_FILE\");"
-      " rm -f \"$TRAINQ_METRICS_FILE\"; ln -s " + victim + " \"$TRAINQ_METRICS_FILE\";"
-      " ln -sf " + victim + " \"$W/../output.log\" 2>/dev/null;"
-      " mkfifo \"$W/rank-1.metrics.jsonl\"; ln -s " + victim + " \"$TRAINQ_OUTPUT_DIR/model.pt\";"
+      " rm -f \"$TRAINQ_METRICS_FILE\"; ln -s " +
+      victim +
+      " \"$TRAINQ_METRICS_FILE\";"
+      " ln -sf " +
+      victim +
+      " \"$W/../output.log\" 2>/dev/null;"
+      " mkfifo \"$W/rank-1.metrics.jsonl\"; ln -s " +
+      victim +
+      " \"$TRAINQ_OUTPUT_DIR/model.pt\";"
       " sleep 2; exit 1; fi;"
       " printf '{\"name\": \"accuracy\", \"value\": 0.75}\\n' >> \"$TRAINQ_METRICS_FILE\"";
   BatchSpec b;

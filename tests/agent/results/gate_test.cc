@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "tests/agent/results/gate_fixture.h"
+#include "tests/support/git_cli.h"
 #include "tests/support/temp_dir.h"
 
 using namespace trainq;
@@ -228,4 +229,47 @@ TEST_CASE("gate: trainq.yaml's correction none restores the uncorrected answer",
   CHECK(d.text.find("(no correction, family of 20)") != std::string::npos);
   // --correction holm overrides it.
   CHECK(DecideWith(store, stats::Correction::kHolm).exit_code == kGatePass);
+}
+
+// Regression (issue 38, a push lost while serve restarted): a gate on a
+// commit the repository (serve's mirror) does not have failed with libgit2's
+// "merge base: object not found" (exit 2). It is undecided, says what is
+// missing, and waiting may change it (serve may fetch it).
+TEST_CASE("gate: a commit the repository does not have is named in trainq's words, never git's",
+          "[gate]") {
+  testing::TempDir dir;
+  testing::GitCli git(dir / "repo");
+  std::string a = git.Commit({{"f", "1"}}, "a");
+  auto store = Store::Open(dir / "t.db").value();
+  const std::string unknown = "0123456789abcdef0123456789abcdef01234567";
+  GateRequest req;
+  req.rev = unknown;
+  req.baseline = a;
+  req.repo_dir = dir / "repo";
+  SECTION("serve's mirror") {
+    req.mirror_of = "acme/model";
+    auto d = DecideGate(store, req);
+    INFO((d ? d->text : d.error().message));
+    REQUIRE(d);
+    CHECK(d->exit_code == kGateUndecided);
+    CHECK_FALSE(d->finished);
+    CHECK(d->text.starts_with("?  commit 0123456 is not in the mirror of acme/model: serve has "
+                              "not seen a push of it yet"));
+    CHECK(d->text.find("object not found") == std::string::npos);
+    CHECK(d->json["commit_missing"].get<std::string>().starts_with("commit 0123456 is not in"));
+  }
+  SECTION("a local repository, and an experiment asked for by name") {
+    req.experiments = {"e"};
+    auto d = DecideGate(store, req);
+    REQUIRE(d);
+    CHECK(d->exit_code == kGateUndecided);
+    CHECK(d->text.find("?  e: no batch of e: commit 0123456 is not in " + req.repo_dir +
+                       ": fetch it there") != std::string::npos);
+  }
+  SECTION("a short id the repository cannot resolve") {
+    req.rev = "0123456";
+    auto d = DecideGate(store, req);
+    REQUIRE(d);
+    CHECK(d->text.find("commit 0123456 is not in ") != std::string::npos);
+  }
 }

@@ -167,9 +167,10 @@ std::string RunInside(const std::string& bwrap, const SandboxConfig& config, con
   return ReadFile(log).value_or("");
 }
 
-TEST_CASE("sandbox: a path named through a symlinked folder is hidden by its real name "
-          "(a pod's /var/run/secrets on Debian, where /var/run is /run)",
-          "[sandbox]") {
+TEST_CASE(
+    "sandbox: a path named through a symlinked folder is hidden by its real name "
+    "(a pod's /var/run/secrets on Debian, where /var/run is /run)",
+    "[sandbox]") {
   auto bwrap = ResolveSandbox("auto");
   REQUIRE(bwrap);
   if (bwrap->empty()) {
@@ -235,9 +236,10 @@ TEST_CASE("sandbox: directories of trainq under a private /tmp stay readable to 
   CHECK(fs::exists(tmp / "work/tmp/t"));
 }
 
-TEST_CASE("sandbox: the probe finds the full form where bwrap starts, and says why it "
-          "cannot where it does not",
-          "[sandbox]") {
+TEST_CASE(
+    "sandbox: the probe finds the full form where bwrap starts, and says why it "
+    "cannot where it does not",
+    "[sandbox]") {
   testing::TempDir tmp{"/var/tmp"};
   SandboxConfig config;
   config.mode = "auto";
@@ -245,7 +247,7 @@ TEST_CASE("sandbox: the probe finds the full form where bwrap starts, and says w
   auto off = ProbeSandbox("none", none, config, tmp / "probe");
   REQUIRE(off);
   CHECK(off->form == "none");
-  CHECK(off->note == "sandbox: none");
+  CHECK(off->note == "sandbox: none was asked for");
   auto bwrap = ResolveSandbox("auto");
   REQUIRE(bwrap);
   if (bwrap->empty()) {
@@ -263,17 +265,19 @@ TEST_CASE("sandbox: the probe finds the full form where bwrap starts, and says w
   CHECK_FALSE(fs::exists(tmp / "probe"));  // the throwaway run dir is gone
   // A bwrap that cannot start (here: a binary that fails like it): auto falls
   // back to none with its words, bwrap refuses with them.
-  REQUIRE(WriteFile(tmp / "fakebwrap", "#!/bin/sh\necho 'bwrap: No permissions to create new "
-                                       "namespace, likely because the kernel does not allow "
-                                       "non-privileged user namespaces.' >&2\nexit 1\n"));
+  REQUIRE(WriteFile(tmp / "fakebwrap",
+                    "#!/bin/sh\necho 'bwrap: No permissions to create new "
+                    "namespace, likely because the kernel does not allow "
+                    "non-privileged user namespaces.' >&2\nexit 1\n"));
   fs::permissions(tmp / "fakebwrap", fs::perms::owner_all);
   std::string fake = tmp / "fakebwrap";
   auto fallback = ProbeSandbox("auto", fake, config, tmp / "probe");
   REQUIRE(fallback);
   CHECK(fallback->form == "none");
   CHECK(fake.empty());  // runs start without bwrap
-  CHECK(fallback->note.starts_with("bwrap cannot start here: bwrap: No permissions to create new "
-                                   "namespace"));
+  CHECK(
+      fallback->note.starts_with("bwrap cannot start here: bwrap: No permissions to create new "
+                                 "namespace"));
   fake = tmp / "fakebwrap";
   auto refused = ProbeSandbox("bwrap", fake, config, tmp / "probe");
   REQUIRE_FALSE(refused);
@@ -282,10 +286,12 @@ TEST_CASE("sandbox: the probe finds the full form where bwrap starts, and says w
   CHECK(refused.error().message.find("sandbox: auto") != std::string::npos);
   // A bwrap that cannot mount /proc (a container's masked /proc) but starts
   // without it: the hostproc form.
-  REQUIRE(WriteFile(tmp / "noproc",
-                    "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = --proc ] && { echo 'bwrap: Can'\"'\"'t "
-                    "mount proc on /newroot/proc: Operation not permitted' >&2; exit 1; }; done\n"
-                    "exec " + *bwrap + " \"$@\"\n"));
+  REQUIRE(
+      WriteFile(tmp / "noproc",
+                "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = --proc ] && { echo 'bwrap: Can'\"'\"'t "
+                "mount proc on /newroot/proc: Operation not permitted' >&2; exit 1; }; done\n"
+                "exec " +
+                    *bwrap + " \"$@\"\n"));
   fs::permissions(tmp / "noproc", fs::perms::owner_all);
   std::string noproc = tmp / "noproc";
   auto hostproc = ProbeSandbox("auto", noproc, config, tmp / "probe");

@@ -143,3 +143,150 @@ TEST_CASE("poller: Step keeps the interval, survives a failing fetch, and feeds 
 
 }  // namespace
 }  // namespace trainq
+
+namespace trainq {
+namespace {
+
+const char* kCatchUpManifest =
+    "version: 1\nexperiments:\n  a:\n    command: echo {seed}\n    repeats: 2\n"
+    "    watch: [a]\n";
+
+// A repository with a forge and no poll_interval: caught up (issue 38).
+struct CatchUpWorld {
+  testing::TempDir tmp;
+  GitCli git{tmp / "origin"};
+  std::string url = "file://" + (tmp / "origin");
+  FakeClock clock;
+  Store store = Store::Open(tmp / "t.db").value();
+  ServerConfig config;
+  MirrorCache mirrors{tmp / "data"};
+
+  CatchUpWorld() {
+    auto c = ParseServerConfig("repositories:\n  - url: " + url +
+                                   "\n    forge: github\n    branches: [main]\n",
+                               "server.yaml");
+    REQUIRE(c);
+    config = *c;
+  }
+  const RepoConfig& repo() const { return config.repositories[0]; }
+  std::vector<Pushes::Push> AllPushes() { return store.pushes().RecentPushes(100).value(); }
+};
+
+TEST_CASE("catch-up: a push serve missed is recorded once, on a second look, and by no later look "
+          "or restart",
+          "[poller][catch_up]") {
+  CatchUpWorld w;
+  REQUIRE(CatchesUp(w.repo()));
+  CHECK(w.repo().catch_up_s == 300);
+  CHECK(CatchUpSettleMs(w.repo()) == 30'000);
+  std::string c1 = w.git.Commit({{"trainq.yaml", kCatchUpManifest}, {"a", "1"}}, "one");
+  {
+    Poller first(w.store, w.config, w.mirrors, w.clock);
+    CHECK(first.CatchUpRepository(w.repo()).value() == 0);  // first look: remembered
+  }
+  CHECK(w.store.pushes().RefHeads(w.url).value() ==
+        std::vector<std::pair<std::string, std::string>>{{"refs/heads/main", c1}});
+  // serve is down: a push and an unwatched branch it never hears of.
+  std::string c2 = w.git.Commit({{"a", "2"}}, "two");
+  w.git.Run("branch elsewhere");
+  // serve starts again: the move is seen, then confirmed a settle later.
+  Poller again(w.store, w.config, w.mirrors, w.clock);
+  CHECK(again.Step().value() == 0);
+  CHECK(again.NextDue() == w.clock.Now() + 30'000);
+  w.clock.Advance(29'000);
+  CHECK(again.Step().value() == 0);  // not due yet
+  w.clock.Advance(1'000);
+  CHECK(again.Step().value() == 1);
+  auto pushes = w.AllPushes();
+  REQUIRE(pushes.size() == 1);
+  CHECK(pushes[0].source == "catch-up");
+  CHECK(pushes[0].ref == "refs/heads/main");
+  CHECK(pushes[0].before_sha == c1);
+  CHECK(pushes[0].after_sha == c2);
+  CHECK(pushes[0].delivery_id == "catch-up:refs/heads/main:" + c1 + ".." + c2);
+  CHECK(pushes[0].state == "pending");
+  CHECK(again.NextDue() == w.clock.Now() + 300'000);
+
+  PushPipelineOptions o;
+  o.data_dir = w.tmp / "data";
+  PushProcessor proc(w.store, w.config, w.mirrors, w.clock, o);
+  CHECK(proc.ProcessDue(10).value() == 1);
+  auto batches = w.store.runs().Batches(false, 0).value();
+  REQUIRE_FALSE(batches.empty());
+  CHECK(batches.back().sha == c2);
+  CHECK(batches.back().reason == "catch-up of main: a matches watch 'a'");
+
+  // No later look, and no restart, records it again.
+  w.clock.Advance(300'000);
+  CHECK(again.Step().value() == 0);
+  w.clock.Advance(30'000);
+  CHECK(again.Step().value() == 0);
+  Poller restarted(w.store, w.config, w.mirrors, w.clock);
+  CHECK(restarted.CatchUpRepository(w.repo()).value() == 0);
+  w.clock.Advance(30'000);
+  CHECK(restarted.CatchUpRepository(w.repo()).value() == 0);
+  CHECK(w.AllPushes().size() == 1);
+  auto heads = w.store.pushes().RefHeads(w.url).value();
+  for (const auto& [ref, sha] : heads) {
+    CHECK(ref == "refs/heads/main");  // the unwatched branch is not followed
+  }
+}
+
+TEST_CASE("catch-up: a webhook that arrives before the second look, and a fetch behind the "
+          "recorded head, are not pushes",
+          "[poller][catch_up]") {
+  CatchUpWorld w;
+  std::string c1 = w.git.Commit({{"a", "1"}}, "one");
+  Poller poller(w.store, w.config, w.mirrors, w.clock);
+  REQUIRE(poller.CatchUpRepository(w.repo()).value() == 0);
+  std::string c2 = w.git.Commit({{"a", "2"}}, "two");
+  CHECK(poller.CatchUpRepository(w.repo()).value() == 0);  // seen once
+  // Its webhook was on its way.
+  Pushes::Push hook;
+  hook.source = "github";
+  hook.delivery_id = "gh-1";
+  hook.repo_url = w.url;
+  hook.ref = "refs/heads/main";
+  hook.before_sha = c1;
+  hook.after_sha = c2;
+  REQUIRE(w.store.pushes().RecordPush(hook, w.clock.Now()).value());
+  w.clock.Advance(30'000);
+  CHECK(poller.CatchUpRepository(w.repo()).value() == 0);
+  CHECK(w.AllPushes().size() == 1);
+
+  // The branch is back at c1 in the fetch (behind what was recorded).
+  w.git.Run("reset -q --hard " + c1);
+  CHECK(poller.CatchUpRepository(w.repo()).value() == 0);
+  w.clock.Advance(30'000);
+  CHECK(poller.CatchUpRepository(w.repo()).value() == 0);
+  CHECK(w.AllPushes().size() == 1);
+}
+
+TEST_CASE("catch-up: `catch_up` sets the interval and the settle, off or poll_interval turns it off",
+          "[poller][catch_up][server_config]") {
+  auto parse = [](const std::string& extra) {
+    auto c = ParseServerConfig(
+        "repositories:\n  - url: file:///r\n    forge: github\n" + extra, "server.yaml");
+    INFO((c ? "" : c.error().message));
+    REQUIRE(c);
+    return c->repositories[0];
+  };
+  auto ten = parse("    catch_up: 10s\n");
+  CHECK(CatchesUp(ten));
+  CHECK(ten.catch_up_s == 10);
+  CHECK(CatchUpSettleMs(ten) == 1'000);
+  CHECK_FALSE(CatchesUp(parse("    catch_up: off\n")));
+  CHECK_FALSE(CatchesUp(parse("    poll_interval: 1m\n")));  // polling does it
+  auto none = ParseServerConfig("repositories:\n  - url: file:///r\n    forge: none\n",
+                                "server.yaml");
+  REQUIRE(none);
+  CHECK_FALSE(CatchesUp(none->repositories[0]));
+  auto bad = ParseServerConfig(
+      "repositories:\n  - url: file:///r\n    forge: github\n    catch_up: soon\n", "server.yaml");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message.find("server.yaml:4") != std::string::npos);
+  CHECK(bad.error().message.find("catch_up") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainq

@@ -425,10 +425,11 @@ void FilesUnder(const YAML::Node& node, const std::string& dir, std::set<std::st
   }
 }
 
-TEST_CASE("server config: every file the config names is in named_paths, the runs' hide list, "
-          "whatever key names it (fault probe t10: admin_token, credentials_file, "
-          "api_token_file, kubeconfig)",
-          "[server_config][sandbox]") {
+TEST_CASE(
+    "server config: every file the config names is in named_paths, the runs' hide list, "
+    "whatever key names it (fault probe t10: admin_token, credentials_file, "
+    "api_token_file, kubeconfig)",
+    "[server_config][sandbox]") {
   testing::TempDir tmp;
   for (const char* f : {"hook.secret", "forge.token", "deploy_key", "read.token", "admin.token",
                         "local.token", "worker.token", "aws.credentials", "kube.token",
@@ -438,29 +439,38 @@ TEST_CASE("server config: every file the config names is in named_paths, the run
   // The public CA bundle stays visible (runs download over TLS with it).
   REQUIRE(WriteFile(tmp / "ca.crt", "-----BEGIN CERTIFICATE-----\n"));
   const std::string text = R"(read_token: {file: )" + (tmp / "read.token") + R"(}
-admin_token: {file: )" + (tmp / "admin.token") + R"(}
+admin_token: {file: )" + (tmp / "admin.token") +
+                           R"(}
 repositories:
   - url: https://github.com/acme/model.git
     forge: github
-    secret: {file: )" + (tmp / "hook.secret") + R"(}
-    token: {file: )" + (tmp / "forge.token") + R"(}
-    ssh_key: )" + (tmp / "deploy_key") + R"(
+    secret: {file: )" + (tmp / "hook.secret") +
+                           R"(}
+    token: {file: )" + (tmp / "forge.token") +
+                           R"(}
+    ssh_key: )" + (tmp / "deploy_key") +
+                           R"(
 pools:
   - name: local
     provider: local
-    token: {file: )" + (tmp / "local.token") + R"(}
-    params: {token_file: )" + (tmp / "worker.token") + R"(}
+    token: {file: )" + (tmp / "local.token") +
+                           R"(}
+    params: {token_file: )" +
+                           (tmp / "worker.token") + R"(}
   - name: cloud
     provider: ec2
     params: {region: eu-west-1, image: ami-1, instance_type: g5.xlarge,
-             credentials_file: )" + (tmp / "aws.credentials") + R"(}
+             credentials_file: )" +
+                           (tmp / "aws.credentials") + R"(}
   - name: kube
     provider: kubernetes
     params: {image: "r.example/w:1", api_server: "https://kube.example:6443",
-             api_token_file: )" + (tmp / "kube.token") + R"(, ca_file: )" + (tmp / "ca.crt") + R"(}
+             api_token_file: )" +
+                           (tmp / "kube.token") + R"(, ca_file: )" + (tmp / "ca.crt") + R"(}
   - name: kube2
     provider: kubernetes
-    params: {image: "r.example/w:1", kubeconfig: )" + (tmp / "kubeconfig") + R"(}
+    params: {image: "r.example/w:1", kubeconfig: )" +
+                           (tmp / "kubeconfig") + R"(}
 )";
   auto c = ParseServerConfig(text, "server.yaml");
   INFO((c ? "" : c.error().message));
@@ -481,9 +491,9 @@ pools:
     }
   }
   // A key added later is covered by its name, wherever it sits.
-  auto later = ConfigNamedPaths(YAML::Load("notify:\n  - slack: {webhook_url: {file: " +
-                                           (tmp / "future.token") + "}}\n    signing_key: " +
-                                           (tmp / "future_key") + "\n"));
+  auto later = ConfigNamedPaths(
+      YAML::Load("notify:\n  - slack: {webhook_url: {file: " + (tmp / "future.token") +
+                 "}}\n    signing_key: " + (tmp / "future_key") + "\n"));
   CHECK(later == std::vector<std::string>{tmp / "future.token", tmp / "future_key"});
 }
 

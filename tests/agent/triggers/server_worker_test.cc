@@ -581,5 +581,102 @@ TEST_CASE("push: coalescing leaves the default branch alone, and follows `coales
   }
 }
 
+// Regression (fault probe a4598a0, F4/t18): coalescing kept a head only when
+// one of the 500 newest pushes named it, and cancelled every batch at a
+// superseded sha whichever ref had queued it. A pull request opened at
+// main's head and synchronized to a sibling after 500 other pushes cancelled
+// main's queued runs.
+TEST_CASE("push: a pull request synchronized after 500 other pushes leaves the default branch's "
+          "queued runs alone (t18)",
+          "[server_worker][coalesce]") {
+  World w;
+  std::string a = w.git.Commit({{"configs/b.yaml", "lr: 3\n"}}, "A: b 3");
+  REQUIRE(w.Push("refs/heads/main", w.base, a, "main").state == "done");
+  REQUIRE(RunsOfB(w, a)[RunState::kQueued] == 3);
+  // 500 pushes to other branches: main's push is no longer among the newest.
+  for (int i = 0; i < 500; ++i) {
+    Pushes::Push p;
+    p.source = "github";
+    p.delivery_id = "filler-" + std::to_string(i);
+    p.repo_url = w.url;
+    p.ref = "refs/heads/junk-" + std::to_string(i);
+    p.before_sha = w.base;
+    p.after_sha = w.base;
+    p.state = "skipped";
+    REQUIRE(w.store.pushes().RecordPush(p, w.clock.Now()).value());
+  }
+  w.git.Run("update-ref refs/pull/1/head " + a);
+  REQUIRE(w.PullRequest(1, a, "main").state == "done");
+  // Synchronized to X2, a sibling of A (both children of the base).
+  w.git.Run("checkout -q -b side " + w.base);
+  std::string x2 = w.git.Commit({{"configs/b.yaml", "lr: 4\n"}}, "X2: b 4");
+  w.git.Run("update-ref refs/pull/1/head " + x2);
+  REQUIRE(w.PullRequest(1, x2, "main").state == "done");
+  CHECK(RunsOfB(w, a)[RunState::kQueued] == 3);
+  CHECK(RunsOfB(w, a)[RunState::kCancelled] == 0);
+  CHECK(RunsOfB(w, x2)[RunState::kQueued] == 3);
+  // The pull request's own heads still coalesce: X3 (rewritten from the
+  // base) cancels X2's runs.
+  w.git.Run("checkout -q -b side2 " + w.base);
+  std::string x3 = w.git.Commit({{"configs/b.yaml", "lr: 5\n"}}, "X3: b 5");
+  w.git.Run("update-ref refs/pull/1/head " + x3);
+  REQUIRE(w.PullRequest(1, x3, "main").state == "done");
+  CHECK(RunsOfB(w, x2)[RunState::kCancelled] == 3);
+  CHECK(RunsOfB(w, x3)[RunState::kQueued] == 3);
+  CHECK(RunsOfB(w, a)[RunState::kQueued] == 3);
+}
+
+TEST_CASE("push: coalescing cancels only the batches the same ref's pushes queued",
+          "[server_worker][coalesce]") {
+  SECTION("a feature branch's head that main queued first is not the feature's to cancel") {
+    World w;
+    std::string c1 = w.git.Commit({{"configs/b.yaml", "lr: 3\n"}}, "b 3");
+    REQUIRE(w.Push("refs/heads/main", w.base, c1, "main").state == "done");
+    // feature starts at main's head, then moves on twice.
+    REQUIRE(w.Push("refs/heads/feature", std::string(kZeroSha), c1, "main").state == "done");
+    std::string c2 = w.git.Commit({{"configs/b.yaml", "lr: 4\n"}}, "b 4");
+    REQUIRE(w.Push("refs/heads/feature", c1, c2, "main").state == "done");
+    std::string c3 = w.git.Commit({{"configs/b.yaml", "lr: 5\n"}}, "b 5");
+    REQUIRE(w.Push("refs/heads/feature", c2, c3, "main").state == "done");
+    CHECK(RunsOfB(w, c1)[RunState::kQueued] == 3);
+    CHECK(RunsOfB(w, c1)[RunState::kCancelled] == 0);
+    CHECK(RunsOfB(w, c2)[RunState::kQueued] == 3);  // what c3 is compared with
+  }
+  SECTION("a batch queued by `trainq submit` (no ref) is never cancelled") {
+    World w;
+    std::string c1 = w.git.Commit({{"configs/b.yaml", "lr: 3\n"}}, "b 3");
+    // As `trainq submit` does: the batch carries no ref.
+    auto mirror = Mirror::Open(Mirror::PathFor(w.tmp / "data", w.url), w.url).value();
+    REQUIRE(mirror.Fetch({}));
+    BatchSpec spec;
+    spec.experiment = "b";
+    spec.command = "echo b {seed}";
+    spec.metric_name = "accuracy";
+    spec.repeats = 3;
+    REQUIRE(w.store.runs().Submit(mirror.location(), mirror.Resolve(c1).value(), {spec},
+                                  w.clock.Now()));
+    REQUIRE(w.Push("refs/heads/feature", w.base, c1, "main").state == "done");
+    std::string c2 = w.git.Commit({{"configs/b.yaml", "lr: 4\n"}}, "b 4");
+    REQUIRE(w.Push("refs/heads/feature", c1, c2, "main").state == "done");
+    std::string c3 = w.git.Commit({{"configs/b.yaml", "lr: 5\n"}}, "b 5");
+    REQUIRE(w.Push("refs/heads/feature", c2, c3, "main").state == "done");
+    CHECK(RunsOfB(w, c1)[RunState::kCancelled] == 0);
+    CHECK(RunsOfB(w, c1)[RunState::kQueued] == 3);
+  }
+  SECTION("per_commit: the commits between two heads are not superseded") {
+    World w("    per_commit: true\n");
+    std::string c1 = w.git.Commit({{"configs/b.yaml", "lr: 3\n"}}, "b 3");
+    std::string c2 = w.git.Commit({{"configs/b.yaml", "lr: 4\n"}}, "b 4");
+    REQUIRE(w.Push("refs/heads/feature", w.base, c2, "main").state == "done");
+    std::string c3 = w.git.Commit({{"configs/b.yaml", "lr: 5\n"}}, "b 5");
+    REQUIRE(w.Push("refs/heads/feature", c2, c3, "main").state == "done");
+    std::string c4 = w.git.Commit({{"configs/b.yaml", "lr: 6\n"}}, "b 6");
+    REQUIRE(w.Push("refs/heads/feature", c3, c4, "main").state == "done");
+    CHECK(RunsOfB(w, c1)[RunState::kCancelled] == 0);  // never a head
+    CHECK(RunsOfB(w, c2)[RunState::kCancelled] == 3);  // the first push's head
+    CHECK(RunsOfB(w, c3)[RunState::kQueued] == 3);     // what c4 is compared with
+  }
+}
+
 }  // namespace
 }  // namespace trainq

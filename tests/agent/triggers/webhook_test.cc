@@ -2,6 +2,7 @@
 // forges' real payloads (tests/fixtures) and a real SQLite store.
 #include "agent/triggers/webhook.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -519,6 +520,139 @@ TEST_CASE("webhook: webhook_rate_limit and coalesce are checked with file:line:k
   REQUIRE(ok);
   CHECK(ok->repositories[0].webhook_rate_limit == 60);
   CHECK(ok->repositories[0].coalesce == RepoConfig::Coalesce::kBranches);
+}
+
+}  // namespace
+}  // namespace trainq
+
+namespace trainq {
+namespace {
+
+// Regression (fault probe a4598a0, F5/t19): the rate limit was spent before
+// skipping and deduplication, so 12 signed fork pull request events (always
+// skipped without fork_pull_requests) and replays got the owner's push to
+// the default branch a 429, which GitHub does not redeliver by itself.
+TEST_CASE("webhook: skipped fork pull requests and replays spend no rate limit: the owner's push "
+          "to the default branch is accepted (t19)",
+          "[webhook]") {
+  Env gh{"WH_TEST_GH", "It's a Secret to Everybody"};
+  testing::TempDir tmp;
+  const std::string repo = R"(
+repositories:
+  - url: https://github.com/Codertocat/Hello-World.git
+    forge: github
+    secret: {env: WH_TEST_GH}
+    webhook_rate_limit: 10
+)";
+  Store store = Store::Open(tmp / "t.db").value();
+  WebhookLimiter limiter;
+  auto fork_pr = json::parse(Fixture("github/pull_request_opened.json"));
+  fork_pr["action"] = "synchronize";
+  fork_pr["pull_request"]["head"]["repo"]["id"] = 424242;
+  fork_pr["pull_request"]["head"]["repo"]["full_name"] = "mallory/Hello-World";
+  const std::string fork_body = fork_pr.dump();
+  const std::string push_body = Fixture("github/push_new_branch.json");  // to master, the default
+  auto deliver = [&](const ServerConfig& config, const std::string& event, const std::string& body,
+                     const std::string& id, TimeMs now) {
+    auto h = GithubHeaders(event, body, "It's a Secret to Everybody", id);
+    return HandleWebhook(config, store, ForgeKind::kGithub, h, body, now, &limiter);
+  };
+  SECTION("without fork_pull_requests") {
+    ServerConfig config = Config(repo);
+    auto first = deliver(config, "push", push_body, "push-1", 0);
+    REQUIRE(first.status == 202);
+    for (int i = 0; i < 12; ++i) {
+      auto r = deliver(config, "pull_request", fork_body, "fork-" + std::to_string(i), 1000);
+      INFO(r.body);
+      CHECK(r.status == 200);
+      CHECK(r.result == "ignored");
+    }
+    // Ten are recorded as skipped; the other two are over the budget of
+    // skipped deliveries and answered without being stored.
+    auto counts = store.pushes().CountPushesByState().value();
+    CHECK(std::find(counts.begin(), counts.end(), std::pair<std::string, std::int64_t>{
+                                                      "skipped", 10}) != counts.end());
+    for (int i = 0; i < 5; ++i) {
+      auto replay = deliver(config, "push", push_body, "push-1", 2000);
+      CHECK(replay.status == 200);
+      CHECK(replay.result == "duplicate");
+    }
+    // The owner's next pushes: nine more fit the default branch's budget.
+    for (int i = 2; i <= 10; ++i) {
+      auto r = deliver(config, "push", push_body, "push-" + std::to_string(i), 3000);
+      INFO(i << " " << r.body);
+      CHECK(r.status == 202);
+    }
+    auto over = deliver(config, "push", push_body, "push-11", 3000);
+    CHECK(over.status == 429);
+    CHECK(json::parse(over.body)["reason"].get<std::string>().find("for the default branch") !=
+          std::string::npos);
+  }
+  SECTION("with fork_pull_requests: forks have a budget of their own") {
+    ServerConfig config = Config(repo + "    fork_pull_requests: true\n");
+    int accepted = 0, limited = 0;
+    for (int i = 0; i < 12; ++i) {
+      auto r = deliver(config, "pull_request", fork_body, "fork-" + std::to_string(i), 0);
+      if (r.status == 202) ++accepted;
+      if (r.status == 429) {
+        ++limited;
+        CHECK(json::parse(r.body)["reason"].get<std::string>().find("for fork pull requests") !=
+              std::string::npos);
+      }
+    }
+    CHECK(accepted == 10);
+    CHECK(limited == 2);
+    auto owner = deliver(config, "push", push_body, "push-1", 0);
+    INFO(owner.body);
+    CHECK(owner.status == 202);
+  }
+  SECTION("pushes to other branches do not spend the default branch's budget") {
+    ServerConfig config = Config(repo + "    default_branch: main\n");  // master is another branch
+    for (int i = 0; i < 10; ++i) {
+      CHECK(deliver(config, "push", push_body, "other-" + std::to_string(i), 0).status == 202);
+    }
+    CHECK(deliver(config, "push", push_body, "other-10", 0).status == 429);
+    auto j = json::parse(push_body);
+    j["ref"] = "refs/heads/main";
+    std::string main_body = j.dump();
+    CHECK(deliver(config, "push", main_body, "main-1", 0).status == 202);
+  }
+}
+
+TEST_CASE("webhook: a push a catch-up recorded already is a duplicate when its webhook arrives late",
+          "[webhook][catch_up]") {
+  Env gh{"WH_TEST_GH", "It's a Secret to Everybody"};
+  testing::TempDir tmp;
+  ServerConfig config = Config(R"(
+repositories:
+  - url: https://github.com/Codertocat/Hello-World.git
+    forge: github
+    secret: {env: WH_TEST_GH}
+)");
+  Store store = Store::Open(tmp / "t.db").value();
+  const std::string body = Fixture("github/push_new_branch.json");
+  auto j = json::parse(body);
+  Pushes::Push caught;
+  caught.source = "catch-up";
+  caught.repo_url = config.repositories[0].url;
+  caught.ref = j["ref"];
+  caught.before_sha = j["before"];
+  caught.after_sha = j["after"];
+  caught.delivery_id = "catch-up:" + caught.ref + ":" + caught.before_sha + ".." + caught.after_sha;
+  auto id = store.pushes().RecordPushIfHead(caught, 0).value();
+  REQUIRE(id);
+  auto late = HandleWebhook(config, store, ForgeKind::kGithub,
+                            GithubHeaders("push", body, "It's a Secret to Everybody", "late"), body,
+                            1000);
+  INFO(late.body);
+  CHECK(late.status == 200);
+  CHECK(late.result == "duplicate");
+  CHECK(json::parse(late.body)["push"] == *id);
+  CHECK(store.pushes().RecentPushes(10).value().size() == 1);
+  // RecordPushIfHead records nothing once the head moved: the move again
+  // from the old head is refused.
+  caught.delivery_id = "catch-up:again";
+  CHECK_FALSE(store.pushes().RecordPushIfHead(caught, 2000).value());
 }
 
 }  // namespace
