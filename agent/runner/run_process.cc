@@ -316,7 +316,7 @@ MetricReading ReadRunMetric(const std::string& metrics_text, const std::string& 
         double v = std::strtod(match->c_str(), &end);
         if (end && *end == '\0' && !match->empty()) {
           r.value = v;
-          r.points.push_back(MetricPoint{name, v, std::nullopt, true, std::nullopt});
+          r.points.push_back(MetricPoint{name, v, std::nullopt, true});
         } else {
           r.warnings.push_back("metric regex matched \"" + *match + "\", which is not a number");
         }
