@@ -449,7 +449,7 @@ Status RunQueue::AddMetrics(std::int64_t run_id, std::int64_t token,
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     TRY(CheckLease(run_id, token, "metrics for"));
     ASSIGN_OR_RETURN(auto ins, db_.Prepare("INSERT INTO metrics (run_id, name, step, value, final, "
-                                           "recorded_ms) VALUES (?, ?, ?, ?, ?, ?)"));
+                                           "recorded_ms, lease) VALUES (?, ?, ?, ?, ?, ?, ?)"));
     for (const auto& p : points) {
       TRY(ins.Bind(1, run_id)
               .Bind(2, p.name)
@@ -457,6 +457,7 @@ Status RunQueue::AddMetrics(std::int64_t run_id, std::int64_t token,
               .Bind(4, p.value)
               .Bind(5, p.final ? 1 : 0)
               .Bind(6, now)
+              .Bind(7, token)
               .Run());
     }
     return {};
@@ -868,7 +869,8 @@ Result<std::vector<BatchProgress>> RunQueue::NewestBatches(
 
 Result<std::vector<RunQueue::BatchKey>> RunQueue::ExperimentBatchKeys(
     const std::string& experiment) {
-  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT b.id, c.sha, repos.url, b.created_ms "
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT b.id, c.sha, repos.url, b.created_ms, "
+                                       "b.reuses_batch_id "
                                        "FROM batches b JOIN commits c ON c.id = b.commit_id "
                                        "JOIN repos ON repos.id = c.repo_id "
                                        "WHERE b.experiment = ?1 ORDER BY b.id DESC"));
@@ -877,7 +879,7 @@ Result<std::vector<RunQueue::BatchKey>> RunQueue::ExperimentBatchKeys(
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
-    out.push_back({s.Int(0), s.Text(1), s.Text(2), s.Int(3)});
+    out.push_back({s.Int(0), s.Text(1), s.Text(2), s.Int(3), s.OptInt(4)});
   }
   return out;
 }
@@ -1086,8 +1088,16 @@ Result<std::int64_t> RunQueue::MetricCount(std::int64_t run_id) {
   return row ? s.Int(0) : 0;
 }
 
-Result<std::vector<MetricPoint>> RunQueue::Metrics(std::int64_t run_id) {
-  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT name, value, step, final FROM metrics "
+Result<bool> RunQueue::IsCancelledLease(std::int64_t run_id, std::int64_t token) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT 1 FROM runs WHERE id = ? AND lease_token = ? AND "
+                                       "state = 'cancelled'"));
+  s.Bind(1, run_id).Bind(2, token);
+  return s.Step();
+}
+
+Result<std::vector<MetricPoint>> RunQueue::Metrics(
+    std::int64_t run_id, std::vector<std::optional<std::int64_t>>* leases) {
+  ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT name, value, step, final, lease FROM metrics "
                                        "WHERE run_id = ? ORDER BY rowid"));
   s.Bind(1, run_id);
   std::vector<MetricPoint> out;
@@ -1095,6 +1105,7 @@ Result<std::vector<MetricPoint>> RunQueue::Metrics(std::int64_t run_id) {
     ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
     out.push_back(MetricPoint{s.Text(0), s.Double(1), s.OptInt(2), s.Int(3) != 0});
+    if (leases) leases->push_back(s.OptInt(4));
   }
   return out;
 }

@@ -151,6 +151,7 @@ class RunQueue {
     std::int64_t id = 0;
     std::string sha, repo_url;
     TimeMs created_ms = 0;
+    std::optional<std::int64_t> reuses_batch_id;  // BatchProgress::reuses_batch_id
   };
   Result<std::vector<BatchKey>> ExperimentBatchKeys(const std::string& experiment);
   // Whether `experiment` has any batch (one probe of batches_by_experiment).
@@ -183,7 +184,15 @@ class RunQueue {
   // whichever worker reported it.
   Result<std::vector<RunRow>> RunsFinishedAfter(TimeMs finished_ms, std::int64_t run_id,
                                                 int limit);
-  Result<std::vector<MetricPoint>> Metrics(std::int64_t run_id);
+  // `leases`, when given, gets each point's attempt: the lease token that
+  // sent it (points of one attempt share it; absent for points stored
+  // before schema 18), aligned with the points.
+  Result<std::vector<MetricPoint>> Metrics(
+      std::int64_t run_id, std::vector<std::optional<std::int64_t>>* leases = nullptr);
+  // Whether `token` is the lease of the attempt a cancel ended: the run is
+  // cancelled and that lease was its last. Its worker may still send the
+  // output the attempt wrote (agent/daemon/worker_api.h, the log route).
+  Result<bool> IsCancelledLease(std::int64_t run_id, std::int64_t token);
   Result<std::int64_t> MetricCount(std::int64_t run_id);
 
  private:

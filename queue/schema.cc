@@ -679,6 +679,12 @@ CREATE INDEX batches_by_reuses ON batches (reuses_batch_id) WHERE reuses_batch_i
 CREATE INDEX batches_by_baseline ON batches (baseline_batch_id)
   WHERE baseline_batch_id IS NOT NULL;
 )sql",
+    // 18 -> 19: the lease (attempt) that sent each metric point, so that a
+    // run's page draws each attempt's curve on its own after a retry
+    // (issue 38.8). NULL: a point from before this version.
+    R"sql(
+ALTER TABLE metrics ADD COLUMN lease INTEGER;
+)sql",
 };
 static_assert(std::size(kMigrations) == kStoreSchemaVersion);
 

@@ -104,13 +104,19 @@ Status CmdCompare(const CompareCommandOptions& o, std::ostream& out) {
     out << "  B " << ShortSha(c.b.sha, kReportShaChars) << "  " << SpreadText(c.b) << "\n";
     out << "  A - B: " << ComparisonText(c) << "\n";
   }
-  if (!comparisons.empty() && !CorrectionText(comparisons.front()).empty()) {
+  // The family: the experiments compared whose runs differ (one with the
+  // same runs on both sides is shown unchanged, not counted).
+  std::string corr;
+  for (const auto& c : comparisons) {
+    if (!(corr = CorrectionText(c)).empty()) break;
+  }
+  if (!corr.empty()) {
     if (comparisons.front().correction == stats::Correction::kNone) {
-      out << "verdicts not corrected for the " << comparisons.size()
+      out << "verdicts not corrected for the " << FamilySize(family)
           << " experiments (correction: none)\n";
     } else {
-      out << "verdicts corrected for " << comparisons.size()
-          << " experiments at once: " << CorrectionText(comparisons.front()) << "\n";
+      out << "verdicts corrected for " << FamilySize(family)
+          << " experiments at once: " << corr << "\n";
     }
   }
   return {};

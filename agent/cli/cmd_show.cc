@@ -72,6 +72,19 @@ void RenderCommitView(const json& j, std::ostream& out) {
              ProgressLine(b["progress"]), SummaryLine(b.value("metric", ""), b["progress"]["summary"])});
     }
     out << t.Render("  ");
+    // The family the verdicts are corrected over: what the commit changed.
+    if (j.contains("family")) {
+      const json& f = j["family"];
+      std::string changed, same;
+      for (const auto& e : f["experiments"]) changed += (changed.empty() ? "" : ", ") + e.get<std::string>();
+      for (const auto& e : f["unchanged"]) same += (same.empty() ? "" : ", ") + e.get<std::string>();
+      if (f.value("size", 0) > 1 || !same.empty()) {
+        out << "  family: " << f.value("size", 0) << " changed (" << (changed.empty() ? "none" : changed)
+            << ")" << (f.value("text", "").empty() ? "" : ", " + f.value("text", ""));
+        if (!same.empty()) out << "; unchanged, not counted: " << same;
+        out << "\n";
+      }
+    }
     for (const auto& b : batches) {
       out << "  batch " << b.value("id", std::int64_t{0}) << " " << b.value("experiment", "")
           << "\n    why:    " << b.value("reason", "") << "\n";
@@ -85,6 +98,8 @@ void RenderCommitView(const json& j, std::ostream& out) {
       if (b.contains("repro_of")) {
         out << "    check:  runs seeds of " << b.value("repro_of", "")
             << " again (its determinism line says whether they agree)\n";
+      } else if (b.contains("unchanged")) {
+        out << "    change: " << b["unchanged"].value("text", "") << "\n";
       } else if (b.contains("vs_parent")) {
         // One word for what a batch is compared with, wherever it was found.
         const json& vp = b["vs_parent"];

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "agent/repo/git_repo.h"
@@ -79,7 +80,7 @@ Result<std::vector<HistoryPage>> HistoryPages(Store& store, const std::string& e
     // Position along the branch, oldest first.
     std::unordered_map<std::string, size_t> pos;
     for (size_t i = 0; i < line->size(); ++i) pos[(*line)[line->size() - 1 - i]] = i;
-    std::map<size_t, std::int64_t> by_pos;  // the newest batch of each commit
+    std::map<size_t, const RunQueue::BatchKey*> by_pos;  // the newest batch of each commit
     size_t off = 0;
     for (const auto* b : batches) {
       auto it = pos.find(b->sha);
@@ -87,9 +88,19 @@ Result<std::vector<HistoryPage>> HistoryPages(Store& store, const std::string& e
         ++off;
         continue;
       }
-      by_pos[it->second] = b->id;
+      by_pos[it->second] = b;
     }
-    for (const auto& [p, id] : by_pos) points.push_back(id);
+    // A batch reusing the runs of another point is shown once, at the point
+    // that ran them.
+    std::set<std::int64_t> on_line;
+    for (const auto& [p, b] : by_pos) on_line.insert(b->id);
+    for (const auto& [p, b] : by_pos) {
+      if (b->reuses_batch_id && on_line.count(*b->reuses_batch_id)) {
+        hp.reused_at[*b->reuses_batch_id].push_back(b->sha);
+        continue;
+      }
+      points.push_back(b->id);
+    }
     hp.history = {{"order", "branch"},
                   {"branch", want},
                   {"branches", branches},

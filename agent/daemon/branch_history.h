@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -31,6 +32,10 @@ struct HistoryPage {
   std::vector<std::int64_t> batch_ids;  // the page's points, oldest first
   std::optional<std::int64_t> before;   // the point just older than the page
   std::int64_t newest = 0;              // the repository's newest batch of it
+  // A batch that reused the runs of another point along the branch is no
+  // point of its own: its commit is listed here, under the batch that ran
+  // them (shown once, where they ran).
+  std::map<std::int64_t, std::vector<std::string>> reused_at;
   // {"order": "branch", "branch", "branches", "on_branch", "off_branch",
   // "walked", "truncated"}, or {"order": "created", "note"} when the
   // repository cannot be read here (every batch, in creation order); both

@@ -518,8 +518,9 @@ HttpServerReply ExperimentsRoute(Store& store) {
   for (const auto& e : *summaries) {
     const auto& b = e.latest;
     json verdict = nullptr;
-    if (auto c = CompareInFamily(store, b, /*compare_running=*/false); c && *c && (*c)->cmp) {
-      verdict = {{"verdict", std::string(stats::VerdictName((*c)->verdict))},
+    if (auto c = CompareInFamily(store, b, /*compare_running=*/false);
+        c && *c && ((*c)->cmp || (*c)->unchanged)) {
+      verdict = {{"verdict", VerdictWord(**c)},
                  {"text", ComparisonText(**c)},
                  {"baseline_commit", (*c)->b.sha}};
     }
@@ -633,7 +634,7 @@ HttpServerReply ExperimentRoute(Store& store, const HttpServerRequest& req,
       if (!b) return Refuse(503, b.error().message);
       if (*b) batches.push_back(std::move(**b));
     }
-    auto r = ReportOfBatches(store, std::move(batches), "all", names);
+    auto r = ReportOfBatches(store, std::move(batches), "all", names, hp.reused_at);
     if (!r) return Refuse(StatusFor(r.error()), r.error().message);
     for (auto& er : r->experiments) {
       std::erase_if(er.entries, [&](const ReportEntry& e) {
@@ -659,8 +660,16 @@ HttpServerReply ExperimentRoute(Store& store, const HttpServerRequest& req,
 // (RunQueue::RetryRun).
 HttpServerReply RunRoute(Store& store, const RunRow& run) {
   json j = {{"run", RunJson(run)}};
-  auto points = store.runs().Metrics(run.id);
+  std::vector<std::optional<std::int64_t>> leases;
+  auto points = store.runs().Metrics(run.id, &leases);
   if (!points) return Refuse(503, points.error().message);
+  // Each attempt (lease) of the run is its own curve: numbered 1, 2, ... in
+  // the order they sent points (points from before schema 18 have no lease
+  // and make one curve of their own).
+  std::map<std::optional<std::int64_t>, int> attempt_of;
+  for (const auto& lease : leases) {
+    attempt_of.emplace(lease, static_cast<int>(attempt_of.size()) + 1);
+  }
   json pts = json::array();
   size_t stride = std::max<size_t>(1, points->size() / 1000);
   for (size_t i = 0; i < points->size(); i += stride) {
@@ -668,10 +677,12 @@ HttpServerReply RunRoute(Store& store, const RunRow& run) {
     pts.push_back({{"name", p.name},
                    {"value", p.value},
                    {"step", p.step ? json(*p.step) : json(nullptr)},
-                   {"final", p.final}});
+                   {"final", p.final},
+                   {"attempt", attempt_of[leases[i]]}});
   }
   j["metrics"] = pts;
   j["metric_points"] = points->size();
+  j["metric_attempts"] = attempt_of.size();
   auto retries = store.runs().Retries(run.id);
   if (!retries) return Refuse(503, retries.error().message);
   json rs = json::array();

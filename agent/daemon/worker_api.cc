@@ -486,7 +486,13 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
       // when nobody else holds the run, and refuses (and we log) otherwise.
       bool late_success = what == "complete" && st.error().kind == ErrorKind::kConflict &&
                           body && body->value("outcome", std::string()) == "succeeded";
-      if (!late_success) return ErrorReply(StatusOf(st.error()), st.error().message);
+      // The output a cancelled attempt wrote before its worker stopped it:
+      // taken from the lease that ran it, so `trainq logs` keeps it.
+      bool cancelled_log = what == "log" && st.error().kind == ErrorKind::kConflict &&
+                           write_store_->runs().IsCancelledLease(run_id, token).value_or(false);
+      if (!late_success && !cancelled_log) {
+        return ErrorReply(StatusOf(st.error()), st.error().message);
+      }
     }
     auto mid = write_store_->machines().RunMachine(run_id);
     if (!mid) return ErrorReply(StatusOf(mid.error()), mid.error().message);

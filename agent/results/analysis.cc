@@ -48,6 +48,12 @@ BatchRules RulesOf(const BatchProgress& b) {
   return r;
 }
 
+bool SameRuns(const BatchProgress& a, const BatchProgress& b) {
+  // Id 0: a batch not from the store (made up by a caller): never the same.
+  const std::int64_t runs_a = a.reuses_batch_id.value_or(a.id);
+  return runs_a != 0 && runs_a == b.reuses_batch_id.value_or(b.id);
+}
+
 BatchComparison CompareBatches(const BatchProgress& a, const BatchProgress& b,
                                const std::string& pairing_note) {
   BatchComparison out;
@@ -56,6 +62,14 @@ BatchComparison CompareBatches(const BatchProgress& a, const BatchProgress& b,
   out.b = b;
   BatchRules rules = RulesOf(a);
   out.alpha = rules.alpha();
+  if (SameRuns(a, b)) {
+    // Runs compared with themselves say nothing: the experiment did not
+    // change between the two sides.
+    out.unchanged = true;
+    out.verdict = stats::Verdict::kNoDetectableChange;
+    out.correction = rules.correction;
+    return out;
+  }
   if (a.values.empty() || b.values.empty()) return out;
 
   // Pair the runs on the seeds both sides ran (at least two): per-seed
@@ -107,6 +121,7 @@ void CorrectFamily(std::vector<BatchComparison*>& comparisons, int family_size,
   std::vector<double> p(static_cast<size_t>(m), 1.0);
   for (size_t i = 0; i < comparisons.size(); ++i) {
     BatchComparison& c = *comparisons[i];
+    if (c.unchanged) continue;  // never passed by CompareFamily; no test to correct
     c.looks = RulesOf(c.a).looks();
     c.correction = correction;
     c.family_size = m;
@@ -122,6 +137,7 @@ void CorrectFamily(std::vector<BatchComparison*>& comparisons, int family_size,
   for (double q : adjusted) rejections += q < 0.05 ? 1 : 0;
   for (size_t i = 0; i < comparisons.size(); ++i) {
     BatchComparison& c = *comparisons[i];
+    if (c.unchanged) continue;
     BatchRules rules = RulesOf(c.a);
     c.interval_level = stats::IntervalLevel(correction, 0.05 / c.looks, m, rejections);
     if (!c.cmp) {
@@ -145,6 +161,12 @@ void CorrectFamily(std::vector<BatchComparison*>& comparisons, int family_size,
 
 stats::Correction CorrectionOf(const BatchProgress& b) { return RulesOf(b).correction; }
 
+int FamilySize(const std::vector<FamilyMember>& members) {
+  int n = 0;
+  for (const auto& m : members) n += m.unchanged() ? 0 : 1;
+  return n;
+}
+
 std::vector<std::optional<BatchComparison>> CompareFamily(
     const std::vector<FamilyMember>& members, bool compare_running,
     std::optional<stats::Correction> correction) {
@@ -153,6 +175,11 @@ std::vector<std::optional<BatchComparison>> CompareFamily(
   for (size_t i = 0; i < members.size(); ++i) {
     const auto& m = members[i];
     if (!m.base) continue;
+    if (m.unchanged()) {
+      // Shown (the same runs as the baseline), never counted.
+      out[i] = CompareBatches(m.head, *m.base);
+      continue;
+    }
     if (!compare_running && (m.head.active() || m.base->active())) continue;
     std::string note;
     for (const auto* r : {&m.repro, &m.base_repro}) {
@@ -166,11 +193,15 @@ std::vector<std::optional<BatchComparison>> CompareFamily(
   stats::Correction c = correction.value_or(
       members.empty() ? stats::Correction::kHolm : CorrectionOf(members.front().head));
   // The members without a comparison are the family's p = 1 members.
-  CorrectFamily(made, static_cast<int>(members.size()), c);
+  CorrectFamily(made, FamilySize(members), c);
+  for (auto& o : out) {
+    if (o && o->unchanged) o->correction = c;
+  }
   return out;
 }
 
 std::string RunsNeededText(const BatchComparison& c) {
+  if (c.unchanged) return "";
   if (c.verdict != stats::Verdict::kNotEnoughRuns && c.verdict != stats::Verdict::kNegligible) {
     return "";
   }
@@ -362,8 +393,12 @@ std::string LevelText(double level) {
   return text + "% CI";
 }
 
+std::string VerdictWord(const BatchComparison& c) {
+  return c.unchanged ? std::string("unchanged") : std::string(stats::VerdictName(c.verdict));
+}
+
 std::string CorrectionText(const BatchComparison& c) {
-  if (c.family_size <= 1) return "";
+  if (c.unchanged || c.family_size <= 1) return "";
   std::string looks = c.looks > 1 ? ", " + std::to_string(c.looks) + " looks each" : "";
   if (c.correction == stats::Correction::kNone) {
     return "no correction, family of " + std::to_string(c.family_size) + looks;
@@ -406,6 +441,13 @@ std::string PText(const BatchComparison& c) {
 }
 
 std::string ComparisonText(const BatchComparison& c) {
+  if (c.unchanged) {
+    return "unchanged: the same runs as the baseline (batch " +
+           std::to_string(c.a.reuses_batch_id.value_or(c.a.id)) + " at " +
+           ShortSha(c.a.reused_from_sha.empty() ? c.a.sha : c.a.reused_from_sha,
+                    kReportShaChars) +
+           "), not compared and not counted in the family";
+  }
   if (!c.cmp) {
     return "no comparison: " +
            std::string(c.a.values.empty() ? "this batch" : "the other batch") +
@@ -456,10 +498,8 @@ Result<std::optional<BatchProgress>> ParentBatch(Store& store, const BatchProgre
   ASSIGN_OR_RETURN(auto found,
                    BatchOfExperimentAt(store, b.repo_url, b.experiment,
                                        b.base_sha.empty() ? b.parent_sha : b.base_sha));
-  // A batch that reuses another is never compared with those same runs.
-  if (found && b.reuses_batch_id && found->reuses_batch_id.value_or(found->id) == *b.reuses_batch_id) {
-    return std::optional<BatchProgress>();
-  }
+  // A batch that reuses the runs found there is unchanged (SameRuns): the
+  // readers show it so and never compare it.
   return found;
 }
 
@@ -571,7 +611,9 @@ nlohmann::json ComparisonJson(const BatchComparison& c) {
             {"paired", c.paired},
             {"shared_seeds", c.shared_seeds},
             {"alpha", c.alpha},
-            {"verdict", std::string(stats::VerdictName(c.verdict))},
+            {"verdict", VerdictWord(c)},
+            {"unchanged", c.unchanged},
+            {"text", ComparisonText(c)},
             {"pairing_unreliable", c.pairing_note.empty() ? nlohmann::json(nullptr)
                                                           : nlohmann::json(c.pairing_note)},
             {"runs_needed", RunsNeededText(c).empty() ? nlohmann::json(nullptr)
@@ -584,6 +626,8 @@ nlohmann::json ComparisonJson(const BatchComparison& c) {
                             {"p_adjusted", c.p_adjusted ? nlohmann::json(*c.p_adjusted)
                                                         : nlohmann::json(nullptr)},
                             {"interval_level", c.interval_level},
+                            {"level_text", LevelText(c.interval_level)},
+                            {"p_text", PText(c)},
                             {"interval", c.interval ? nlohmann::json::array(
                                                           {c.interval->lo, c.interval->hi})
                                                     : nlohmann::json(nullptr)}}}};

@@ -115,7 +115,16 @@ struct BatchComparison {
   // Set when a side is not reproducible for a fixed seed: the runs were not
   // paired (Welch instead), and this says why.
   std::string pairing_note;
+  // The two sides are the very same runs (SameRuns: a batch that reused,
+  // unchanged, the runs its baseline has): nothing was compared (no `cmp`),
+  // the verdict is "no detectable change", and the member is no part of its
+  // commit's family (docs/STATISTICS.md, "Many experiments at once").
+  bool unchanged = false;
 };
+
+// Whether `a` and `b` hold the very same runs: the same stored batch, or
+// batches reusing one another's runs (BatchProgress::reuses_batch_id).
+bool SameRuns(const BatchProgress& a, const BatchProgress& b);
 
 // Compares A against B with A's rules (goal, min_effect, alpha), alone: a
 // family of one. `pairing_note` non-empty: pairing is unreliable (a side is
@@ -127,20 +136,31 @@ BatchComparison CompareBatches(const BatchProgress& a, const BatchProgress& b,
 // The correction a batch asks for (its stored `correction`, holm by default).
 stats::Correction CorrectionOf(const BatchProgress& b);
 
-// One member of a family: a changed experiment's batch and its baseline.
+// One member of a family: an experiment's batch at the commit and its baseline.
 struct FamilyMember {
   BatchProgress head;
   std::optional<BatchProgress> base;
   std::optional<ReproCheck> repro;       // of head
   std::optional<ReproCheck> base_repro;  // of base
+  // The commit did not change the experiment: its batch holds the very runs
+  // its baseline has (a reused batch, `trainq submit` gives one to every
+  // unchanged experiment). Shown, never counted in the family.
+  bool unchanged() const { return base && SameRuns(head, *base); }
 };
 
+// The family rule, the same on every path (a push, `trainq submit`, a pull
+// request, `trainq gate` with or without -e): the family is what the commit
+// changed. Its size counts the members that are not unchanged().
+int FamilySize(const std::vector<FamilyMember>& members);
+
 // Compares every member of a family and corrects over it: the experiments a
-// commit (or pull request) changed. Every member counts in the family size;
-// one without a comparison (no baseline, no finished run, or still running
-// when `compare_running` is false) counts as p = 1, so the others' answer
-// does not depend on which finish first. The correction is `correction`, else
-// that of the first member. The result is aligned with `members`.
+// commit (or pull request) changed. Every changed member counts in the family
+// size; one without a comparison (no baseline, no finished run, or still
+// running when `compare_running` is false) counts as p = 1, so the others'
+// answer does not depend on which finish first. An unchanged() member gets a
+// comparison marked `unchanged` and does not count. The correction is
+// `correction`, else that of the first member. The result is aligned with
+// `members`.
 std::vector<std::optional<BatchComparison>> CompareFamily(
     const std::vector<FamilyMember>& members, bool compare_running,
     std::optional<stats::Correction> correction = std::nullopt);
@@ -167,10 +187,18 @@ std::string RunsNeededText(const BatchComparison& c);
 // "95% CI", "97.5% CI", "99.75% CI", "98.33% CI": at most 4 significant
 // digits (more only for a level that 4 would round up to 100%).
 std::string LevelText(double level);
+// The verdict as a word: stats::VerdictName, or "unchanged".
+std::string VerdictWord(const BatchComparison& c);
 
 // "accuracy 0.9262 ± 0.0096 (n=10)"; "(no finished runs)" when empty.
 std::string SpreadText(const BatchProgress& b);
-// Everything about a comparison, as `trainq compare --json` prints it.
+// Everything about a comparison, as `trainq compare --json` prints it: the
+// one verdict document every surface renders (the CLI's text, the commit
+// status, the PR comment, the report and the dashboard's pages). Its
+// `correction` object holds what the verdict used: `interval` at
+// `interval_level` (`level_text`, "97.5% CI"), `p_adjusted` beside `p_raw`,
+// the correction's name (`text`, "Holm over 2") and `p_text` as the CLI
+// prints it; `text` is ComparisonText.
 nlohmann::json ComparisonJson(const BatchComparison& c);
 // Lines such as
 //   +0.0140 (95% CI +0.0061..+0.0219, paired t p=0.004, g=1.32): better

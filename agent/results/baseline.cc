@@ -137,19 +137,15 @@ Result<BaselinePlan> PlanBaseline(Store& store, GitRepo& git, const BatchProgres
   const std::string base = ShortSha(base_sha, kReportShaChars);
   ASSIGN_OR_RETURN(auto search, FindEquivalentBatch(store, git, head.repo_url, head.experiment,
                                                     base_sha, options.max_steps));
-  if (search.batch && head.reuses_batch_id &&
-      search.batch->reuses_batch_id.value_or(search.batch->id) == *head.reuses_batch_id) {
-    // The base has the very runs this batch reuses: comparing them with
-    // themselves says nothing. It is compared as the batch it reuses is.
-    ASSIGN_OR_RETURN(auto source, store.runs().Batch(*head.reuses_batch_id));
-    if (source && source->baseline_batch_id) {
-      plan.base_sha = source->base_sha;
-      plan.batch_id = source->baseline_batch_id;
-      return none("as batch " + std::to_string(source->id) + " (the same runs): " +
-                  BaselineText(*source));
-    }
-    return none("the same runs as batch " + std::to_string(*head.reuses_batch_id) +
-                " at the base " + base + ": nothing to compare");
+  if (search.batch && SameRuns(head, *search.batch)) {
+    // The base has the very runs this batch reuses: the commit did not
+    // change the experiment. The batch holding them is recorded as the
+    // baseline, so that every reader sees the same runs on both sides
+    // (SameRuns): shown as unchanged, never compared, never counted in the
+    // commit's family (docs/STATISTICS.md).
+    plan.batch_id = search.batch->id;
+    return none("the same runs as batch " + std::to_string(head.reuses_batch_id.value_or(head.id)) +
+                " at the base " + base + ": unchanged, nothing to compare");
   }
   if (search.batch) {
     plan.batch_id = search.batch->id;

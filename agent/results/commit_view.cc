@@ -90,6 +90,21 @@ Result<json> LoadCommitView(Store& store, const std::string& prefix_in) {
     ASSIGN_OR_RETURN(auto family,
                      CommitFamily(store, batches.front().repo_url, batches.front().sha));
     auto comparisons = CompareFamily(family, /*compare_running=*/true);
+    // The family itself: what the commit changed (its size is the m of the
+    // correction), and what it did not (reused, unchanged: shown, not counted).
+    json members = json::array(), unchanged = json::array();
+    std::string text;
+    for (size_t i = 0; i < family.size(); ++i) {
+      (family[i].unchanged() ? unchanged : members).push_back(family[i].head.experiment);
+      if (comparisons[i] && text.empty()) text = CorrectionText(*comparisons[i]);
+    }
+    stats::Correction method = family.empty() ? stats::Correction::kHolm
+                                               : CorrectionOf(family.front().head);
+    j["family"] = {{"method", std::string(stats::CorrectionName(method))},
+                   {"size", FamilySize(family)},
+                   {"text", text},
+                   {"experiments", members},
+                   {"unchanged", unchanged}};
     for (size_t i = 0; i < family.size(); ++i) {
       if (comparisons[i]) corrected.emplace(family[i].head.id, std::move(*comparisons[i]));
     }
@@ -121,8 +136,16 @@ Result<json> LoadCommitView(Store& store, const std::string& prefix_in) {
     if (drift) bj["drift"] = drift->text;
     // The same experiment at the parent commit: difference, test, verdict.
     ASSIGN_OR_RETURN(auto parent, ParentBatch(store, b));
-    if (parent) {
-      auto found = corrected.find(b.id);
+    auto found = corrected.find(b.id);
+    if (parent && (found != corrected.end() ? found->second.unchanged : SameRuns(b, *parent))) {
+      // Reused unchanged: the runs of its baseline; shown, not compared.
+      bj["unchanged"] = {{"batch", b.reuses_batch_id.value_or(b.id)},
+                         {"commit", b.reused_from_sha.empty() ? b.sha : b.reused_from_sha},
+                         {"baseline_batch", parent->id},
+                         {"baseline_sha", parent->sha},
+                         {"text", ComparisonText(CompareBatches(b, *parent))}};
+      bj["baseline_note"] = BaselineText(b);
+    } else if (parent) {
       BatchComparison c = found != corrected.end() ? found->second : CompareBatches(b, *parent);
       json vp = ComparisonJson(c);
       vp["parent_batch"] = parent->id;

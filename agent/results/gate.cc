@@ -9,6 +9,7 @@
 
 #include "agent/results/analysis.h"
 #include "agent/results/baseline.h"
+#include "agent/results/sweep.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
 #include "core/strings.h"
@@ -127,6 +128,11 @@ Outcome JudgeGated(const GateRequest& req, const GateCommits& c, const FamilyMem
     o.reason = "no baseline batch of " + h.experiment + " at " + req.baseline + " (" +
                ShortSha(c.base_sha, kReportShaChars) + ") or an ancestor with the same inputs" +
                (how.empty() ? "" : ": " + how);
+  } else if (comparison && comparison->unchanged) {
+    // The same runs as the baseline: the commit did not change it.
+    o.outcome = "pass";
+    o.comparison = comparison;
+    o.line = SpreadText(h) + " (" + how + "); " + ComparisonText(*comparison);
   } else if (h.active() || base->active()) {
     o.outcome = "undecided";
     o.may_change = true;
@@ -192,7 +198,7 @@ Outcome MissingExperiment(const GateRequest& req, const GateCommits& c, const st
 std::string GateText(const GateRequest& req, const GateCommits& c,
                      const std::vector<Outcome>& outcomes, const std::string& quiet,
                      const std::vector<std::optional<BatchComparison>>& comparisons,
-                     size_t family_size, GateDecision& d) {
+                     int family_size, GateDecision& d) {
   int regressions = 0, undecided = 0;
   bool any_change = false;
   for (const auto& o : outcomes) {
@@ -267,13 +273,18 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
   std::set<std::string> wanted(req.experiments.begin(), req.experiments.end());
   std::set<std::string> seen;
   // First each experiment's baseline, then the comparisons, corrected over
-  // the family of every experiment gated.
+  // the family: every experiment REV changed, whichever -e gates (the same
+  // regression gets the same answer with or without -e; an unchanged one,
+  // the same runs as its baseline, does not count).
   std::vector<FamilyMember> family;
   std::vector<std::string> hows;
+  std::vector<bool> gated_member;
   for (const auto& h : heads) {
-    if (!wanted.empty() && !wanted.count(h.experiment)) continue;
     if (IsReproExperiment(h.experiment)) continue;  // a determinism check, read with h's experiment
-    seen.insert(h.experiment);
+    // A sweep's point is not a change of REV: gated only when asked for.
+    if (IsSweepPointExperiment(h.experiment) && !wanted.count(h.experiment)) continue;
+    const bool gate_it = wanted.empty() || wanted.count(h.experiment);
+    if (gate_it) seen.insert(h.experiment);
     ASSIGN_OR_RETURN(auto baseline, GateBaseline(store, commits, h));
     FamilyMember member;
     member.head = h;
@@ -285,23 +296,48 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
     }
     family.push_back(std::move(member));
     hows.push_back(std::move(baseline.second));
+    gated_member.push_back(gate_it);
   }
-  size_t gated = family.size();
+  size_t at_rev = family.size();
   for (const auto& name : wanted) {
     if (!seen.count(name)) family.push_back({});  // missing: p = 1 in the family
   }
   auto comparisons = CompareFamily(family, /*compare_running=*/false, req.correction);
   std::vector<Outcome> outcomes;
-  for (size_t i = 0; i < gated; ++i) {
+  std::vector<std::optional<BatchComparison>> gated_comparisons;
+  for (size_t i = 0; i < at_rev; ++i) {
+    if (!gated_member[i]) continue;
     outcomes.push_back(JudgeGated(req, commits, family[i], hows[i], comparisons[i]));
+    gated_comparisons.push_back(comparisons[i]);
+  }
+  // With -e, a changed experiment not gated but still running can still
+  // lower the others' adjusted p: their pass is not an answer yet.
+  int others_running = 0;
+  for (size_t i = 0; i < at_rev; ++i) {
+    const auto& m = family[i];
+    if (gated_member[i] || m.unchanged()) continue;
+    if (m.head.active() || (m.base && m.base->active())) ++others_running;
+  }
+  if (others_running > 0 &&
+      req.correction.value_or(CorrectionOf(family.front().head)) != stats::Correction::kNone) {
+    for (auto& o : outcomes) {
+      if (o.outcome != "pass" || !o.comparison || o.comparison->unchanged) continue;
+      o.outcome = "undecided";
+      o.may_change = true;
+      o.reason = "waiting for " + std::to_string(others_running) + " other experiment" +
+                 (others_running == 1 ? "" : "s") + " " + req.rev + " changed (" +
+                 CorrectionText(*o.comparison) + ")";
+      o.line = "?  " + o.line.substr(o.line.find(' ') + 2) + "; " + o.reason;
+    }
   }
   for (const auto& name : wanted) {
     if (!seen.count(name)) outcomes.push_back(MissingExperiment(req, commits, name, quiet));
   }
 
   GateDecision d;
+  const int family_size = FamilySize(family);
   const std::string decision =
-      GateText(req, commits, outcomes, quiet, comparisons, family.size(), d);
+      GateText(req, commits, outcomes, quiet, gated_comparisons, family_size, d);
   const bool nothing_to_judge = outcomes.empty() && !quiet.empty();
   nlohmann::json exps = nlohmann::json::array();
   for (const auto& o : outcomes) {
@@ -323,10 +359,10 @@ Result<GateDecision> DecideGate(Store& store, const GateRequest& req) {
                                                             : nlohmann::json(commits.head_missing)},
             {"correction",
              {{"method", std::string(stats::CorrectionName(
-                             req.correction.value_or(family.empty() || gated == 0
+                             req.correction.value_or(family.empty() || at_rev == 0
                                                          ? stats::Correction::kHolm
                                                          : CorrectionOf(family.front().head))))},
-              {"family_size", family.size()}}}};
+              {"family_size", family_size}}}};
   return d;
 }
 

@@ -10,9 +10,12 @@
 //      the mirror of acme/model: ..."), never with git's own message.
 // (2 is left to errors: a bad option, an unreadable store or server.)
 //
-// The experiments gated are one family: their verdicts are corrected together
-// (Holm unless trainq.yaml or --correction says otherwise), and the text says
-// which correction and over how many.
+// The experiments REV changed are one family, whichever of them -e gates:
+// their verdicts are corrected together (Holm unless trainq.yaml or
+// --correction says otherwise), and the text says which correction and over
+// how many. An experiment whose batch at REV holds the very runs of its
+// baseline (reused, unchanged) passes and is not counted
+// (analysis.h FamilySize).
 //
 // The baseline of experiment X is X at the merge base of REV and BRANCH, else
 // at the nearest ancestor of it with the same inputs for X (agent/results/baseline.h);

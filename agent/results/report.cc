@@ -1,6 +1,7 @@
 #include "agent/results/report.h"
 
 #include "agent/results/axis_ticks.h"
+#include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
 #include "agent/results/table.h"
 #include "agent/results/status.h"
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
+#include <unordered_map>
 #include <sstream>
 
 #include "core/strings.h"
@@ -62,18 +64,46 @@ std::string VerdictOf(const ReportEntry& e) {
   std::string checks;
   if (e.repro) checks += "; " + e.repro->text;
   if (e.drift) checks += "; " + *e.drift;
+  if (!e.reused_at.empty()) {
+    checks += "; reused unchanged at";
+    for (const auto& sha : e.reused_at) checks += " " + ShortSha(sha, kReportShaChars);
+  }
+  if (e.batch.reuses_batch_id) {
+    checks += "; reuses batch " + std::to_string(*e.batch.reuses_batch_id) + " of " +
+              ShortSha(e.batch.reused_from_sha, kReportShaChars);
+  }
   if (!e.vs_parent) return "no baseline runs" + checks;
   return VerdictText(e) + checks;
 }
 
 std::string VerdictText(const ReportEntry& e) {
-  std::string text(stats::VerdictName(e.vs_parent->verdict));
+  std::string text = VerdictWord(*e.vs_parent);
   // In a family: which correction, and the raw p beside the adjusted one.
   if (!CorrectionText(*e.vs_parent).empty() && e.vs_parent->p_raw) {
     text += " (" + PText(*e.vs_parent) + ")";
   }
   if (auto advice = RunsNeededText(*e.vs_parent); !advice.empty()) text += "; " + advice;
   if (!e.vs_parent->pairing_note.empty()) text += "; unpaired: " + e.vs_parent->pairing_note;
+  return text;
+}
+
+// Which history the report follows: "Along main (first parents): ...".
+std::string BranchNote(const ReportData& r) {
+  std::string text;
+  if (r.branches.empty()) {
+    text = "In the order the batches were made (no repository could be read for its branches).";
+  } else {
+    std::set<std::string> names;
+    for (const auto& [repo, branch] : r.branches) names.insert(branch);
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    text = "Along " + list + " (first parents, oldest first): what was merged";
+    if (r.off_branch > 0) {
+      text += "; " + std::to_string(r.off_branch) + " batch" + (r.off_branch == 1 ? "" : "es") +
+              " of commits off the branch (pull-request heads, other branches) not shown";
+    }
+    text += ". A batch whose runs a later commit reused is shown once, where it ran.";
+  }
   return text;
 }
 
@@ -100,6 +130,60 @@ double SpreadGrowthP(const std::vector<double>& earlier, const std::vector<doubl
   return boost::math::cdf(boost::math::complement(dist, f));
 }
 
+namespace {
+
+// Keeps the batches of commits on their repository's default branch, ordered
+// along its first parents (oldest first; creation order at one commit), and
+// drops a batch that reuses the runs of another batch kept (noting its commit
+// in `reused_at`). A repository that cannot be read keeps all its batches.
+std::vector<BatchProgress> AlongBranches(std::vector<BatchProgress> batches, ReportData& r,
+                                         std::map<std::int64_t, std::vector<std::string>>& reused_at) {
+  std::map<std::string, std::optional<std::unordered_map<std::string, size_t>>> lines;
+  for (const auto& b : batches) {
+    if (lines.count(b.repo_url)) continue;
+    auto& line = lines[b.repo_url];
+    auto repo = GitRepo::Open(b.repo_url);
+    if (!repo) continue;
+    std::string branch = repo->DefaultBranch();
+    if (branch.empty()) continue;
+    auto shas = repo->FirstParents(branch, kReportBranchCommits);
+    if (!shas) continue;
+    line.emplace();
+    for (size_t i = 0; i < shas->size(); ++i) (*line)[(*shas)[shas->size() - 1 - i]] = i;
+    r.branches[b.repo] = branch;
+  }
+  std::vector<std::pair<size_t, BatchProgress>> kept;
+  for (auto& b : batches) {
+    const auto& line = lines[b.repo_url];
+    size_t pos = 0;
+    if (line) {
+      auto it = line->find(b.sha);
+      if (it == line->end()) {
+        ++r.off_branch;
+        continue;
+      }
+      pos = it->second;
+    }
+    kept.emplace_back(pos, std::move(b));
+  }
+  // Along the branch; at one commit, in the order they were made.
+  std::stable_sort(kept.begin(), kept.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::set<std::int64_t> ids;
+  for (const auto& [pos, b] : kept) ids.insert(b.id);
+  std::vector<BatchProgress> out;
+  for (auto& [pos, b] : kept) {
+    if (b.reuses_batch_id && ids.count(*b.reuses_batch_id)) {
+      reused_at[*b.reuses_batch_id].push_back(b.sha);
+      continue;
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& window,
                                const std::vector<std::string>& experiments) {
   ASSIGN_OR_RETURN(auto batches, store.runs().BatchesSince(since));
@@ -107,7 +191,13 @@ Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& wi
   std::sort(batches.begin(), batches.end(), [](const BatchProgress& x, const BatchProgress& y) {
     return std::tie(x.created_ms, x.id) < std::tie(y.created_ms, y.id);
   });
-  ASSIGN_OR_RETURN(auto r, ReportOfBatches(store, std::move(batches), window, experiments));
+  ReportData along;
+  std::map<std::int64_t, std::vector<std::string>> reused_at;
+  batches = AlongBranches(std::move(batches), along, reused_at);
+  ASSIGN_OR_RETURN(auto r,
+                   ReportOfBatches(store, std::move(batches), window, experiments, reused_at));
+  r.branches = std::move(along.branches);
+  r.off_branch = along.off_branch;
   std::set<std::string> wanted(experiments.begin(), experiments.end());
   ASSIGN_OR_RETURN(auto sweeps, store.sweeps().List());
   std::reverse(sweeps.begin(), sweeps.end());  // oldest first
@@ -189,9 +279,10 @@ Result<FamilyComparisons> CompareFamilies(Store& store, const std::vector<BatchP
 
 }  // namespace
 
-Result<ReportData> ReportOfBatches(Store& store, std::vector<BatchProgress> batches,
-                                   const std::string& window,
-                                   const std::vector<std::string>& experiments) {
+Result<ReportData> ReportOfBatches(
+    Store& store, std::vector<BatchProgress> batches, const std::string& window,
+    const std::vector<std::string>& experiments,
+    const std::map<std::int64_t, std::vector<std::string>>& reused_at) {
   std::set<std::string> wanted(experiments.begin(), experiments.end());
   std::map<std::pair<std::string, std::string>, ExperimentReport> by_exp;
   ASSIGN_OR_RETURN(auto families, CompareFamilies(store, batches, wanted));
@@ -226,8 +317,9 @@ Result<ReportData> ReportOfBatches(Store& store, std::vector<BatchProgress> batc
     ASSIGN_OR_RETURN(e.repro, ReproOf(store, b));
     ASSIGN_OR_RETURN(auto drift, DriftOf(store, b, &drift_cache));
     if (drift && drift->drift) e.drift = drift->text;
+    if (auto it = reused_at.find(b.id); it != reused_at.end()) e.reused_at = it->second;
     ASSIGN_OR_RETURN(auto parent, ParentBatch(store, b));
-    if (parent && !parent->values.empty()) {
+    if (parent && (!parent->values.empty() || SameRuns(b, *parent))) {
       // Corrected over the family of its commit (all of it, not only the
       // part inside the window), as `show` and the commit status are.
       auto& by_id = families[std::pair{b.repo_url, b.sha}];
@@ -262,6 +354,7 @@ std::string RenderMarkdown(const ReportData& r) {
   }
   if (first) o << ", queued " << Date(first) << " to " << Date(last);
   o << ".\n\n";
+  o << BranchNote(r) << "\n\n";
   o << "## Significant changes\n\n";
   int sig = 0;
   for (const auto& er : r.experiments) {
@@ -457,6 +550,7 @@ std::string RenderHtml(const ReportData& r) {
   o << "<h1>trainq spread report</h1>\n";
   o << "<p>Window: " << (r.window == "all" ? "all batches" : "last " + HtmlEscape(r.window)) << "; "
     << r.batches << " batches, " << r.runs << " runs.</p>\n";
+  o << "<p>" << HtmlEscape(BranchNote(r)) << "</p>\n";
   o << "<h2>Significant changes</h2>\n<ul>\n";
   int sig = 0;
   for (const auto& er : r.experiments) {
@@ -539,6 +633,8 @@ std::string RenderJson(const ReportData& r) {
   j["window"] = r.window;
   j["batches"] = r.batches;
   j["runs"] = r.runs;
+  j["branches"] = r.branches;
+  j["off_branch"] = r.off_branch;
   j["experiments"] = json::array();
   for (const auto& er : r.experiments) {
     json ej = {{"repo", er.repo}, {"experiment", er.experiment}, {"metric", er.metric},
@@ -565,22 +661,34 @@ std::string RenderJson(const ReportData& r) {
       bj["ci95"] = s.ci95 ? json::array({s.ci95->lo, s.ci95->hi}) : json(nullptr);
       bj["determinism"] = e.repro ? json(e.repro->text) : json(nullptr);
       bj["drift"] = e.drift ? json(*e.drift) : json(nullptr);
+      bj["reused_at"] = e.reused_at;
+      if (e.batch.reuses_batch_id) {
+        bj["reuses_batch"] = *e.batch.reuses_batch_id;
+        bj["reused_from"] = e.batch.reused_from_sha;
+      }
       if (e.vs_parent) {
-        json vp = {{"verdict", std::string(stats::VerdictName(e.vs_parent->verdict))},
-                   {"paired", e.vs_parent->paired},
-                   {"alpha", e.vs_parent->alpha},
-                   {"baseline_commit", e.vs_parent->b.sha}};
+        // The verdict document's fields (ComparisonJson): `p` and
+        // `interval` are what the verdict used (adjusted, widened), `p_raw`
+        // the test's own; `ci95` is the test's unwidened 95% interval.
+        const BatchComparison& c = *e.vs_parent;
+        json vp = {{"verdict", VerdictWord(c)},
+                   {"unchanged", c.unchanged},
+                   {"paired", c.paired},
+                   {"alpha", c.alpha},
+                   {"baseline_commit", c.b.sha},
+                   {"text", ComparisonText(c)}};
         auto rules = RulesOf(e.batch);
         vp["min_effect"] = rules.min_effect ? json(*rules.min_effect) : json(nullptr);
-        if (e.vs_parent->cmp) {
-          vp["diff"] = e.vs_parent->cmp->diff;
-          const auto& t = e.vs_parent->paired ? e.vs_parent->cmp->paired : e.vs_parent->cmp->welch;
-          if (t) {
-            vp["p"] = t->p;
-            vp["ci95"] = {t->ci95.lo, t->ci95.hi};
-          }
+        if (c.cmp) {
+          vp["diff"] = c.cmp->diff;
+          const auto& t = c.paired ? c.cmp->paired : c.cmp->welch;
+          if (t) vp["ci95"] = {t->ci95.lo, t->ci95.hi};
         }
-        auto cj = ComparisonJson(*e.vs_parent);
+        vp["p"] = c.p_adjusted ? json(*c.p_adjusted) : c.p_raw ? json(*c.p_raw) : json(nullptr);
+        vp["p_raw"] = c.p_raw ? json(*c.p_raw) : json(nullptr);
+        vp["interval"] = c.interval ? json::array({c.interval->lo, c.interval->hi}) : json(nullptr);
+        vp["interval_level"] = c.interval_level;
+        auto cj = ComparisonJson(c);
         vp["correction"] = cj["correction"];
         vp["runs_needed"] = cj["runs_needed"];
         vp["pairing_unreliable"] = cj["pairing_unreliable"];

@@ -2,9 +2,10 @@
 //
 // report.md, report.html (self-contained, inline SVG), report.json and
 // runs.csv. Rendering is a pure function of the ReportData, and ReportData a
-// pure function of the store's contents and the options: the same store gives
-// byte-identical files (no generation time is printed; the window is shown as
-// the dates of the batches it holds).
+// pure function of the store's contents, the repositories' branches and the
+// options: the same store and history give byte-identical files (no
+// generation time is printed; the window is shown as the dates of the
+// batches it holds).
 #pragma once
 
 #include <map>
@@ -28,6 +29,9 @@ struct ReportEntry {
   double spread_p = 1;
   std::optional<ReproCheck> repro;   // `determinism: check`
   std::optional<std::string> drift;  // "drift: ..." (agent/results/analysis.h)
+  // The later commits along the branch whose batch reused these very runs
+  // (unchanged inputs): shown here once, not again at each of them.
+  std::vector<std::string> reused_at;
 };
 
 struct ExperimentReport {
@@ -55,10 +59,24 @@ struct ReportData {
   std::vector<SweepReport> sweeps;            // oldest first
   int batches = 0;
   int runs = 0;
+  // The branch each repository's history follows (repo -> branch; absent:
+  // its repository could not be read, so every batch in creation order),
+  // and how many batches of commits off those branches were left out
+  // (unmerged or reverted pull-request heads, other branches).
+  std::map<std::string, std::string> branches;
+  int off_branch = 0;
 };
 
+// How many commits of a branch the report walks back at most.
+inline constexpr size_t kReportBranchCommits = 5000;
+
 // Batches created at or after `since` (and, when `experiments` is not empty,
-// only those experiments).
+// only those experiments) of the commits on each repository's default
+// branch, along its first parents (oldest first): what was merged, not the
+// heads of pull requests or other branches. A batch that reused the runs of
+// another batch shown is listed once, at the commit that ran them, with the
+// commits that reused them (ReportEntry::reused_at). A repository that cannot
+// be read (moved; a test's made-up url) keeps every batch, in creation order.
 Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& window,
                                const std::vector<std::string>& experiments);
 
@@ -68,9 +86,12 @@ Result<ReportData> BuildReport(Store& store, TimeMs since, const std::string& wi
 // against the one before it. What
 // BuildReport does for a window; the dashboard's experiment page does it for
 // the one page of a history it shows.
-Result<ReportData> ReportOfBatches(Store& store, std::vector<BatchProgress> batches,
-                                   const std::string& window,
-                                   const std::vector<std::string>& experiments);
+// `reused_at`: by batch id, the commits whose batches reused its runs and
+// were left out (ReportEntry::reused_at).
+Result<ReportData> ReportOfBatches(
+    Store& store, std::vector<BatchProgress> batches, const std::string& window,
+    const std::vector<std::string>& experiments,
+    const std::map<std::int64_t, std::vector<std::string>>& reused_at = {});
 
 std::string RenderMarkdown(const ReportData& r);
 std::string RenderHtml(const ReportData& r);

@@ -241,7 +241,12 @@ Status Worker::Lease() {
   return {};
 }
 
-void Worker::Forget(std::int64_t run_id) { runs_.erase(run_id); }
+void Worker::Forget(std::int64_t run_id) {
+  auto it = runs_.find(run_id);
+  if (it == runs_.end()) return;
+  if (it->second.started) lost_.insert_or_assign(run_id, std::move(it->second));
+  runs_.erase(it);
+}
 
 void Worker::RunSelfStop() {
   if (self_stop_.empty()) return;
@@ -325,12 +330,18 @@ Result<Worker::Phase> Worker::Step() {
       if (!Heartbeat(slot, slot.started && job.proc ? &*job.proc : nullptr)) Forget(id);
     }
   }
-  // Drop what was forgotten: a process whose runs are all gone is killed.
+  // Drop what was forgotten: a process whose runs are all gone is killed,
+  // then the output it wrote since the last heartbeat goes to the server (a
+  // run cancelled before its first heartbeat keeps what it printed).
   for (auto& job : jobs_) {
     if (job.proc) {
+      const std::vector<std::int64_t> had = job.proc->run_ids;
       std::erase_if(job.proc->run_ids, [&](std::int64_t id) { return !runs_.contains(id); });
       if (job.proc->run_ids.empty()) {
         StopProc(*job.proc);
+        for (auto id : had) {
+          if (auto it = lost_.find(id); it != lost_.end()) (void)ShipLog(it->second, *job.proc, true);
+        }
         job.proc.reset();
       }
     }
@@ -340,6 +351,18 @@ Result<Worker::Phase> Worker::Step() {
     std::erase_if(job.pending, [](const auto& s) { return s.empty(); });
     if (!job.proc) StartJob(job);
   }
+  // A forgotten run whose process goes on (a fused group's other seeds)
+  // keeps nothing more; one forgotten by a process started just now waits
+  // for the next step's stop.
+  std::erase_if(lost_, [&](const auto& kv) {
+    for (const auto& job : jobs_) {
+      if (job.proc && std::find(job.proc->run_ids.begin(), job.proc->run_ids.end(), kv.first) !=
+                          job.proc->run_ids.end()) {
+        return false;
+      }
+    }
+    return true;
+  });
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     if (!it->proc && it->pending.empty()) {
       gpus_.Give(it->devices, it->gpus);

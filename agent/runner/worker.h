@@ -241,7 +241,11 @@ class Worker {
   Status StartProc(Job& job, const std::vector<std::int64_t>& run_ids);
   void FinishProc(Job& job, const ExitStatus& status);
   // Ships new metric points and log bytes; false when the run's lease is stale.
+  // A stale lease still offers its log: the server takes the output of a
+  // cancelled attempt from the lease that ran it.
   bool Ship(RunSlot& r, const Proc& p, bool final);
+  // The log part of Ship: one chunk, or all that is left when `final`.
+  bool ShipLog(RunSlot& r, const Proc& p, bool final);
   bool Heartbeat(RunSlot& r, const Proc* p);
   // Reports the run and forgets it. outcome: succeeded | failed | interrupted.
   // `config_error`: a failure that would repeat (agent/runner/run_process.h); the
@@ -296,6 +300,10 @@ class Worker {
   TimeMs backoff_ms_ = 0;
 
   std::map<std::int64_t, RunSlot> runs_;  // by run id
+  // Runs forgotten in this step (their lease was lost: cancelled, or leased
+  // again) whose process is being stopped: once it has stopped, the rest of
+  // its output goes to the server, which keeps it for a cancelled run.
+  std::map<std::int64_t, RunSlot> lost_;
   std::vector<Job> jobs_;
   std::vector<std::unique_ptr<GangMember>> gangs_;  // gang leases (agent/runner/gang.h)
 };

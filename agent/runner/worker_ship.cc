@@ -55,9 +55,19 @@ bool Worker::Ship(RunSlot& r, const Proc& p, bool final) {
     }
     auto a = m.points.empty() ? Result<Answer>(Answer{200, {}, {}})
                               : Call(path + "/metrics", ToJson(m));
-    if (a && a->status == 409) return false;
+    if (a && a->status == 409) {
+      // The lease is gone; a cancelled attempt's output is still kept.
+      if (final) (void)ShipLog(r, p, true);
+      return false;
+    }
     if (a && a->status == 200) r.points_sent = reading.points.size();
   }
+  return ShipLog(r, p, final);
+}
+
+bool Worker::ShipLog(RunSlot& r, const Proc& p, bool final) {
+  const auto& run = r.run.lease;
+  const std::string path = "/api/v1/runs/" + std::to_string(run.run_id);
   // Log bytes from where the server is; one chunk per heartbeat, all at the end.
   for (int chunk = 0; chunk < (final ? 1000 : 1); ++chunk) {
     std::string data = ReadFrom(p.log_path, p.log_start + r.log_sent, config_.max_log_chunk);

@@ -77,6 +77,12 @@ WantedStatus FinalStatus(const BatchProgress& b, const std::optional<BatchProgre
     w.description += "; waiting for the baseline " + base;
     return w;
   }
+  if (SameRuns(b, *baseline)) {
+    // Reused unchanged: the runs of its baseline, judged where they ran; no
+    // part of the commit's family.
+    w.description += "; unchanged since " + base + " (the same runs): not judged again";
+    return w;
+  }
   if (family.unfinished > 0) {
     w.state = CommitState::kPending;
     w.description += "; waiting for " + std::to_string(family.unfinished) + " other experiment" +
@@ -181,7 +187,7 @@ Result<int> StatusReporter::Step() {
     // verdict depends on all of them.
     ASSIGN_OR_RETURN(auto family, CommitFamily(store_, batch->repo_url, batch->sha));
     StatusFamily sf;
-    sf.size = static_cast<int>(family.size());
+    sf.size = FamilySize(family);
     auto comparisons = CompareFamily(family, /*compare_running=*/false);
     for (size_t i = 0; i < family.size(); ++i) {
       const auto& m = family[i];
@@ -189,6 +195,7 @@ Result<int> StatusReporter::Step() {
         sf.comparison = comparisons[i];
         continue;
       }
+      if (m.unchanged()) continue;  // not in the family
       if (m.head.active() || (m.base && m.base->active())) ++sf.unfinished;
     }
     if (family.empty() || CorrectionOf(*batch) == stats::Correction::kNone) sf.unfinished = 0;

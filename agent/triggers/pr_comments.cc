@@ -9,6 +9,7 @@
 #include "agent/repo/mirror.h"
 #include "agent/results/analysis.h"
 #include "agent/triggers/forge.h"
+#include "agent/triggers/forge_status.h"
 #include "core/strings.h"
 #include "queue/pushes.h"
 #include "queue/run_queue.h"
@@ -116,20 +117,22 @@ std::string RenderPrComment(const PrCommentView& view) {
     } else if (base->active()) {
       verdict = "baseline running: " + std::to_string(Ended(*base)) + "/" +
                 std::to_string(Total(*base)) + " runs ended";
+    } else if (comparisons[i] && comparisons[i]->unchanged) {
+      verdict = "unchanged";
+      test = "the same runs as the baseline: not compared, not counted";
     } else {
       const BatchComparison& c = *comparisons[i];
-      verdict = std::string(stats::VerdictName(c.verdict));
+      verdict = VerdictWord(c);
       if (family_note.empty()) family_note = CorrectionText(c);
       advice = RunsNeededText(c);
       if (c.cmp) {
         const auto& t = c.paired ? c.cmp->paired : c.cmp->welch;
         difference = Signed(c.cmp->diff);
         if (t) {
+          // The interval the verdict used (widened in a family), named.
           stats::Interval ci = c.interval.value_or(t->ci95);
-          difference += " (" + Signed(ci.lo) + ".." + Signed(ci.hi) + ")";
-          if (c.interval_level != 0.95 && c.interval) {
-            difference += " " + LevelText(c.interval_level);
-          }
+          difference += " (" + LevelText(c.interval ? c.interval_level : 0.95) + " " +
+                        Signed(ci.lo) + ".." + Signed(ci.hi) + ")";
           test = std::string(c.paired ? "paired t" : "Welch t") + ", " + PText(c);
           if (c.alpha < 0.05 && c.family_size <= 1) {
             test += " (alpha " + FormatDouble(c.alpha, 4) + ")";
@@ -153,7 +156,7 @@ std::string RenderPrComment(const PrCommentView& view) {
              "` are the same; nothing was queued for this head.\n\n";
     }
     out += "| | commit | " + Cell(head.metric_name) +
-           " (mean ± sd) | n | difference (95% CI) | test | verdict |\n";
+           " (mean ± sd) | n | difference (interval) | test | verdict |\n";
     out += "|---|---|---|---|---|---|---|\n";
     if (base) {
       out += "| base | `" + ShortSha(base->sha) + "` | " + MeanSd(*base) + " | " + Count(*base) +
@@ -166,9 +169,13 @@ std::string RenderPrComment(const PrCommentView& view) {
     if (!advice.empty()) out += "\n" + advice + "\n";
   }
   if (!family_note.empty()) {
-    out += "\nVerdicts are corrected for " + std::to_string(family.size()) +
+    out += "\nVerdicts are corrected for " + std::to_string(FamilySize(family)) +
            " experiments changed at once (" + family_note +
            "): each p is shown raw, then adjusted, and the intervals are widened to match.\n";
+  }
+  if (!view.commit_url.empty()) {
+    out += "\n[Seeds, runs and logs of `" + ShortSha(view.head_sha) + "` on the dashboard](" +
+           view.commit_url + ")\n";
   }
   if (!view.report_url.empty()) out += "\n[Full report](" + view.report_url + ")\n";
   return out;
@@ -194,6 +201,7 @@ Status PrCommentReporter::Render(const RepoConfig& repo, const Pushes::Push& pus
   view.target_branch = push.target_branch;
   view.push_result = push.result;
   view.report_url = repo.report_url;
+  view.commit_url = CommitPageUrl(config_, push.after_sha);
   std::string mirror = NormaliseRepoUrl(Mirror::PathFor(data_dir_, repo.url));
   ASSIGN_OR_RETURN(auto batches, store_.runs().BatchesForCommit(push.after_sha));
   std::sort(batches.begin(), batches.end(), [](const BatchProgress& a, const BatchProgress& b) {

@@ -35,6 +35,9 @@ struct PrCommentView {
   std::string push_result;  // what the push queued or why nothing ran
   std::vector<std::pair<BatchProgress, std::optional<BatchProgress>>> experiments;
   std::string report_url;  // "" = no link
+  // The head's dashboard page (forge_status.h CommitPageUrl: public_url +
+  // "/commit/SHA"); "" = no public_url, no link.
+  std::string commit_url;
   // The family correction over `experiments` (empty: what their trainq.yaml
   // says, holm by default).
   std::optional<stats::Correction> correction;
@@ -43,8 +46,11 @@ struct PrCommentView {
 };
 
 // The comment's markdown: one table per experiment (base and head mean ± sd
-// and n; the difference with its 95% CI, the test and p, and the verdict once
-// both sides have ended). Deterministic: the same view gives the same bytes.
+// and n; the difference with the interval the verdict used (95%, or widened
+// in a family: "97.5% CI"), the test with the raw and adjusted p, and the
+// verdict once both sides have ended), then the family's correction and the
+// link to the head's dashboard page. Deterministic: the same view gives the
+// same bytes.
 std::string RenderPrComment(const PrCommentView& view);
 // Whether nothing the view shows can still change: no run left on either side.
 bool PrCommentSettled(const PrCommentView& view);

@@ -446,6 +446,12 @@ Result<std::string> PushProcessor::QueueTriggered(const PushCommit& c, const std
     if (kept) {
       kept_names += (kept_names.empty() ? "" : ", ") + r.experiment + " (batch " +
                     std::to_string(r.batch_id) + ")";
+    } else if (b.already_reusing) {
+      // The commit's batch reused another's runs already (a merged pull
+      // request whose head changed nothing since an earlier head).
+      kept_names += (kept_names.empty() ? "" : ", ") + r.experiment + " (batch " +
+                    std::to_string(r.batch_id) + ", the runs of batch " +
+                    std::to_string(*r.reuses_batch_id) + ")";
     } else if (!r.reuses_batch_id) {
       names += (names.empty() ? "" : ", ") + r.experiment;
       // What this batch is compared with: found, reused from an equivalent
@@ -470,6 +476,7 @@ Result<std::string> PushProcessor::QueueTriggered(const PushCommit& c, const std
   if (!reused.empty()) line += (line.empty() ? "" : "; ") + ("reused " + reused);
   if (!kept_names.empty()) line += (line.empty() ? "" : "; ") + ("already run " + kept_names);
   if (!checks.empty()) line += (line.empty() ? "" : "; ") + ("determinism check queued: " + checks);
+  if (line.empty()) line = "nothing queued: every batch of this commit exists already";
   return line;
 }
 

@@ -396,6 +396,34 @@ TEST_CASE("A dead or cancelled run can be retried: a fresh round of attempts, it
   CHECK(f.store.runs().Retries(ok).value().empty());
 }
 
+TEST_CASE("Metric points keep the attempt that sent them, so a retried run's rounds are drawn "
+          "apart (issue 38.8)",
+          "[store][metrics]") {
+  Fixture f;
+  f.Submit(1);
+  auto first = f.store.runs().Lease("w", kT0, kLease, 1).value().at(0);
+  std::vector<MetricPoint> pts = {{"loss", 1.0, 0, false}, {"loss", 0.5, 1, false}};
+  REQUIRE(f.store.runs().AddMetrics(first.run_id, first.token, pts, kT0));
+  // Cancelled, then retried: a second attempt starts at step 0 again.
+  REQUIRE(f.store.runs().CancelRun(first.run_id, kT0).value() == 1);
+  // The cancelled attempt is known by its lease (its worker may still send its output).
+  CHECK(f.store.runs().IsCancelledLease(first.run_id, first.token).value());
+  CHECK_FALSE(f.store.runs().IsCancelledLease(first.run_id, first.token + 1).value());
+  REQUIRE(f.store.runs().RetryRun(first.run_id, kT0 + 1, "admin"));
+  auto second = f.store.runs().Lease("w", kT0 + 2, kLease, 1).value().at(0);
+  CHECK_FALSE(f.store.runs().IsCancelledLease(first.run_id, first.token).value());
+  REQUIRE(f.store.runs().AddMetrics(second.run_id, second.token, {{"loss", 0.9, 0, false}},
+                                    kT0 + 3));
+  std::vector<std::optional<std::int64_t>> leases;
+  auto got = f.store.runs().Metrics(first.run_id, &leases).value();
+  REQUIRE(got.size() == 3);
+  REQUIRE(leases.size() == 3);
+  CHECK(leases[0] == first.token);
+  CHECK(leases[1] == first.token);
+  CHECK(leases[2] == second.token);
+  CHECK(second.token != first.token);
+}
+
 TEST_CASE("Metrics are stored per run in order", "[store]") {
   Fixture f;
   f.Submit(1);

@@ -61,8 +61,30 @@ print(f"seed {seed}: accuracy {acc}")
 mf.write(json.dumps({"name": "accuracy", "value": acc, "final": True}) + "\n")
 '''
 
+# Two experiments that change together at one commit (a Holm family of 2):
+# h1 with paired p = 0.037 raw, 0.074 adjusted; h2 with p = 0.77.
+HOLM_PY = r'''import json, os, sys
+a = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+seed, exp, side = int(a["--seed"]), a["--exp"], a["--side"]
+base = [0.900, 0.910, 0.905, 0.895, 0.915, 0.902]
+head = {"h1": [0.922, 0.907, 0.920, 0.899, 0.927, 0.912],
+        "h2": [0.904, 0.904, 0.915, 0.887, 0.917, 0.905]}
+v = (base if side == "base" else head[exp])[seed - 1]
+print(f"seed {seed}: accuracy {v}")
+with open(os.environ["TRAINQ_METRICS_FILE"], "a") as mf:
+    mf.write(json.dumps({"name": "accuracy", "value": v, "final": True}) + "\n")
+'''
+
 YAML = """version: 1
 experiments:
+  h1:
+    command: python3 holm.py --exp h1 --side HOLM --seed {seed}
+    repeats: 6
+    metric: {name: accuracy, goal: max}
+  h2:
+    command: python3 holm.py --exp h2 --side HOLM --seed {seed}
+    repeats: 6
+    metric: {name: accuracy, goal: max}
   plain:
     command: python3 train.py --seed {seed} --shift SHIFT
     repeats: 4
@@ -161,6 +183,7 @@ class Fixture:
                          GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.com",
                          GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
         self.lines, self.serve = [], None
+        self.holm = "base"
 
     def git(self, *a):
         return sh(["git", *a], cwd=self.repo, env=self.genv)
@@ -170,7 +193,7 @@ class Fixture:
 
     def commit(self, shift, msg):
         with open(os.path.join(self.repo, "trainq.yaml"), "w") as f:
-            f.write(YAML.replace("SHIFT", shift))
+            f.write(YAML.replace("SHIFT", shift).replace("HOLM", self.holm))
         self.git("add", "-A")
         self.git("commit", "-qm", msg)
         return self.git("rev-parse", "HEAD").strip()
@@ -180,6 +203,8 @@ class Fixture:
         self.git("init", "-q", "-b", "main")
         with open(os.path.join(self.repo, "train.py"), "w") as f:
             f.write(TRAIN_PY)
+        with open(os.path.join(self.repo, "holm.py"), "w") as f:
+            f.write(HOLM_PY)
         self.sha1 = self.commit("0", "first")
         self.tq("submit", "-e", "plain", "--repo", self.repo)
         self.sha2 = self.commit("0.02", "better accuracy")
@@ -261,6 +286,59 @@ def shot(driver, name):
                                 "mobile": False})
         driver.save_screenshot(os.path.join(out, name + ".png"))
         driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def holm_checks(fx, driver, wait):
+    """A commit that changes h1 and h2 at once: the commit page and the
+    experiment page show the interval and p the verdict used (Holm over 2),
+    the raw p beside them, exactly as `trainq show --json` says (issue 38.1)."""
+    from selenium.webdriver.common.by import By
+    fx.tq("submit", "-e", "h1", "-e", "h2", "--repo", fx.repo)  # at sha2: their base side
+    fx.holm = "head"
+    sha = fx.commit("0.02", "h1 and h2 change")
+    fx.tq("submit", "-e", "h1", "-e", "h2", "--repo", fx.repo)
+    done = lambda s: all(b["progress"]["counts"]["succeeded"] == 6  # noqa: E731
+                         for b in fx.show(s)["batches"])
+    wait_for(lambda: done(sha) and all(
+        (b.get("vs_parent") or {}).get("correction", {}).get("p_adjusted") is not None
+        for b in fx.show(sha)["batches"]), "the Holm family's runs", 120)
+    view = fx.show(sha)
+    vp = next(b["vs_parent"] for b in view["batches"] if b["experiment"] == "h1")
+    c = vp["correction"]
+    check(c["p_raw"] < 0.05 < c["p_adjusted"] and c["text"] == "Holm over 2" and
+          vp["verdict"] == "no detectable change" and view["family"]["size"] == 2,
+          f"the fixture is a Holm family of 2 with h1 at p={c['p_raw']:.4f} raw, "
+          f"{c['p_adjusted']:.4f} adjusted: {vp['verdict']}")
+    sg = lambda v: ("+" if v >= 0 else "") + f"{v:.4f}"  # noqa: E731
+    want_ci = f"{c['level_text']} {sg(c['interval'][0])}..{sg(c['interval'][1])}"
+
+    driver.get(fx.base + "/commit/" + sha)
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "section.batch[data-experiment='h1'] .effect"))
+    eff = driver.find_element(By.CSS_SELECTOR, "section.batch[data-experiment='h1'] .effect")
+    ci = eff.find_element(By.CSS_SELECTOR, ".ci").text
+    p_adj = eff.find_element(By.CSS_SELECTOR, ".p-adj").text
+    p_raw = eff.find_element(By.CSS_SELECTOR, ".p-raw").text
+    corr = eff.find_element(By.CSS_SELECTOR, ".correction").text
+    check(ci == want_ci, f"the commit page's interval is the verdict's ({want_ci}): {ci!r}")
+    check(p_adj == f"p={c['p_adjusted']:.4f} adjusted" and p_raw == f"p={c['p_raw']:.4f} raw" and
+          corr == "Holm over 2",
+          f"the commit page gives the adjusted p, the raw p and the correction: {eff.text!r}")
+    check("no detectable change" in eff.text and "95% CI" not in eff.text,
+          f"no unwidened 95% interval beside the corrected verdict: {eff.text!r}")
+    fam = driver.find_element(By.CSS_SELECTOR, "p.family").text
+    check("2 experiments changed" in fam and "Holm over 2" in fam, f"the family is named: {fam!r}")
+    shot(driver, "commit-holm")
+
+    driver.get(fx.base + "/experiment/h1")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f"tr[data-commit='{sha}'] td.p-cell .p-adj"))
+    cell = driver.find_element(By.CSS_SELECTOR, f"tr[data-commit='{sha}'] td.p-cell")
+    check(cell.find_element(By.CSS_SELECTOR, ".p-adj").text == f"{c['p_adjusted']:.4f}" and
+          cell.find_element(By.CSS_SELECTOR, ".p-raw").text == f"(raw {c['p_raw']:.4f}, Holm over 2)",
+          f"the experiment page's P column is the verdict's p with the raw one beside it: {cell.text!r}")
+    word = driver.find_element(By.CSS_SELECTOR, f"svg.history circle.point[data-commit='{sha}']")
+    check(word.get_attribute("data-verdict") == vp["verdict"],
+          f"the experiment page's verdict is the CLI's: {word.get_attribute('data-verdict')}")
+    shot(driver, "experiment-holm")
 
 
 def run_checks(fx, driver):
@@ -376,6 +454,8 @@ def run_checks(fx, driver):
           f"the effect is the CLI's ({want}, {vp['verdict']}): {effect!r}")
     shot(driver, "commit")
 
+    holm_checks(fx, driver, wait)
+
     # Live: a commit submitted from the CLI appears on the open overview.
     driver.get(fx.base + "/")
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#experiments tr[data-experiment]"))
@@ -453,7 +533,18 @@ def run_checks(fx, driver):
                          if r["id"] == run_id)
     check(state() == "running", "the slow run is still running before the click")
     shot(driver, "run-admin")
+    # Each action asks first, with its size (docs/dashboard.md); "no" sends nothing.
+    from selenium.webdriver.support import expected_conditions as EC
     driver.find_element(By.CSS_SELECTOR, "button[data-action='cancel_run']").click()
+    alert = WebDriverWait(driver, DEADLINE_S).until(EC.alert_is_present())
+    asked = alert.text
+    alert.dismiss()
+    check(re.fullmatch(rf"cancel run {run_id} \(slow seed 1 at [0-9a-f]{{7}}, running\)\?", asked)
+          is not None, f"cancel asks first, naming the run: {asked!r}")
+    time.sleep(0.5)  # a request would have been sent at once; none was
+    check(state() == "running", "answering no cancels nothing")
+    js("setTimeout(() => document.querySelector(\"button[data-action='cancel_run']\").click(), 0)")
+    WebDriverWait(driver, DEADLINE_S).until(EC.alert_is_present()).accept()
     wait_for(lambda: state() == "cancelled", "the run cancelled in the store", 20)
     check(True, "the cancel button cancelled the run (trainq runs --json says cancelled)")
     wait.until(lambda d: "cancelled" in d.find_element(By.ID, "run-state").text)
@@ -471,7 +562,13 @@ def run_checks(fx, driver):
     check(code == 403 and state() == "cancelled", f"retry with the read session: {code}")
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "button[data-action='retry_run']"))
     shot(driver, "run-retry")
-    js("document.querySelector(\"button[data-action='retry_run']\").click()")  # one step: the row is redrawn live
+    # One step (the row is redrawn live), then the question.
+    js("setTimeout(() => document.querySelector(\"button[data-action='retry_run']\").click(), 0)")
+    alert = WebDriverWait(driver, DEADLINE_S).until(EC.alert_is_present())
+    asked = alert.text
+    alert.accept()
+    check(re.fullmatch(rf"retry run {run_id} \(slow seed 1 at [0-9a-f]{{7}}\): queue 1 run again\?",
+                       asked) is not None, f"retry asks first: {asked!r}")
     wait_for(lambda: state() in ("queued", "leased", "running"), "the run queued again in the store", 20)
     check(True, f"the retry button put the run back in the queue (trainq runs --json: {state()})")
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.retry-row"))
@@ -481,6 +578,33 @@ def run_checks(fx, driver):
           f"the run page lists its earlier round: {row!r}")
     check(any("dashboard: admin session" in x and f"retried run {run_id}" in x for x in fx.lines),
           "serve logged who retried what")
+    # The second attempt's curve is drawn apart from the first's (issue 38.8).
+    wait_for(lambda: points()["metric_attempts"] == 2 and points()["run"]["state"] == "running",
+             "the retried run's second attempt sending points", 30)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "svg.curve-plot polyline.curve")) == 2)
+    attempts = sorted(e.get_attribute("data-attempt") for e in
+                      driver.find_elements(By.CSS_SELECTOR, "svg.curve-plot polyline.curve"))
+    check(attempts == ["1", "2"] and
+          len(driver.find_elements(By.CSS_SELECTOR, "svg.curve-plot polyline.curve.earlier")) == 1,
+          f"after a retry each attempt is its own curve (the first dashed): {attempts}")
+    shot(driver, "run-two-attempts")
+    # The cancelled first attempt kept its output: its ticks are in the log.
+    first_log = json.loads(http(f"{fx.base}/dash/api/run/{run_id}/log?from=0",
+                                headers={"Cookie": "trainq_dash=" + driver.get_cookie("trainq_dash")["value"]})[2])
+    check("--- trainq: lease" in first_log["text"] and first_log["text"].count("tick 0") >= 2,
+          "the cancelled attempt's output stays in the log beside the new one")
+
+    # add seeds asks with its size, on the commit page.
+    driver.get(fx.base + "/commit/" + fx.sha2)
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "button[data-action='add_seeds']"))
+    before = len(json.loads(fx.tq("runs", "--json")))
+    js("setTimeout(() => document.querySelector(\"button[data-action='add_seeds']\").click(), 0)")
+    alert = WebDriverWait(driver, DEADLINE_S).until(EC.alert_is_present())
+    asked = alert.text
+    alert.dismiss()
+    check(asked == f"queue 5 more seeds of plain at {fx.sha2[:7]}?" and
+          len(json.loads(fx.tq("runs", "--json"))) == before,
+          f"add seeds asks with its size and, answered no, queues nothing: {asked!r}")
     # Sign out: the admin session ends in serve, its cookie is refused after.
     admin_cookie = driver.get_cookie("trainq_dash")["value"]
     wait.until(lambda d: d.find_element(By.ID, "signout").is_displayed())

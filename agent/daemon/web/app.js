@@ -139,17 +139,36 @@ function paged(key, items) {
   return {slice, pager};
 }
 
-function batchActions(b) {
+// Actions that spend (or stop) machine time say what they do and how much
+// in their confirmation (docs/dashboard.md): the batch's experiment, commit
+// and unfinished runs ride on the buttons.
+function unfinished(c) { return (c.queued || 0) + (c.leased || 0) + (c.running || 0) + (c.failed || 0); }
+function batchActions(b, experiment, commit, counts) {
   if (!admin()) return '';
-  return `<span class="actions"><button class="danger" data-action="cancel_batch" data-batch="${b}">cancel batch</button>` +
+  const what = `data-batch="${b}" data-experiment="${esc(experiment)}" data-commit="${esc(commit)}"`;
+  const left = unfinished(counts || {});
+  return `<span class="actions">` +
+    (left ? `<button class="danger" data-action="cancel_batch" ${what} data-left="${left}">cancel batch</button>` : '') +
     `<input type="number" min="1" max="100" value="5" aria-label="seeds to add" data-seeds-for="${b}">` +
-    `<button data-action="add_seeds" data-batch="${b}">add seeds</button></span>`;
+    `<button data-action="add_seeds" ${what}>add seeds</button></span>`;
 }
 function runActions(r) {
   if (!admin()) return '';
-  if (['dead', 'cancelled'].includes(r.state)) return `<button data-action="retry_run" data-run="${r.id}">retry</button>`;
+  const what = `data-run="${r.id}" data-experiment="${esc(r.experiment)}" data-commit="${esc(r.commit)}" data-seed="${r.seed}" data-state="${esc(r.state)}"`;
+  if (['dead', 'cancelled'].includes(r.state)) return `<button data-action="retry_run" ${what}>retry</button>`;
   if (!['queued', 'leased', 'running', 'failed'].includes(r.state)) return '';
-  return `<button class="danger" data-action="cancel_run" data-run="${r.id}">cancel</button>`;
+  return `<button class="danger" data-action="cancel_run" ${what}>cancel</button>`;
+}
+// "queue 5 more seeds of mlp at ae08415?", "cancel 7 unfinished runs of mlp at ae08415?".
+function confirmText(btn, seeds) {
+  const d = btn.dataset, at = `${d.experiment} at ${String(d.commit || '').slice(0, 7)}`;
+  switch (d.action) {
+    case 'add_seeds': return `queue ${seeds} more seed${seeds === 1 ? '' : 's'} of ${at}?`;
+    case 'cancel_batch': return `cancel ${d.left} unfinished ${Number(d.left) === 1 ? 'run' : 'runs'} of ${at}?`;
+    case 'cancel_run': return `cancel run ${d.run} (${d.experiment} seed ${d.seed} at ${String(d.commit || '').slice(0, 7)}, ${d.state})?`;
+    case 'retry_run': return `retry run ${d.run} (${d.experiment} seed ${d.seed} at ${String(d.commit || '').slice(0, 7)}): queue 1 run again?`;
+  }
+  return `${d.action}?`;
 }
 
 function retried(r) { return r.retries ? ` <span class="muted" title="retried ${r.retries} time(s); earlier attempts on the run's page">↻${r.retries}</span>` : ''; }
@@ -191,7 +210,7 @@ async function overview() {
   const active = (st.batches || []).filter(b => (b.counts.queued || 0) + (b.counts.leased || 0) + (b.counts.running || 0) + (b.counts.failed || 0) > 0);
   const batches = table(['batch', 'experiment', 'commit', 'progress', 'mean', 'eta'],
     active.map(b => `<tr data-batch="${b.id}"><td>${b.id}</td><td>${expLink(b.experiment)}</td><td>${commitLink(b.commit)} <span class="muted">${esc(b.subject)}</span></td>` +
-      `<td class="progress">${progress(b)}${batchActions(b.id)}</td><td class="num">${num(b.summary && b.summary.mean)}</td><td>${b.eta_ms ? when(b.eta_ms) : '–'}</td></tr>`),
+      `<td class="progress">${progress(b)}${batchActions(b.id, b.experiment, b.commit, b.counts)}</td><td class="num">${num(b.summary && b.summary.mean)}</td><td>${b.eta_ms ? when(b.eta_ms) : '–'}</td></tr>`),
     'No batch in progress.');
   const pools = table(['pool', 'machines', '#slots busy', '#cost', 'health'],
     (st.pools || []).map(p => `<tr><td>${esc(p.pool)}</td><td>${Object.entries(p.machines || {}).map(([k, v]) => `${v} ${esc(k)}`).join(', ') || '–'}</td>` +
@@ -274,14 +293,28 @@ function seedPlot(vp) {
   return s + '</svg>';
 }
 
+// The verdict document's own fields (analysis.h ComparisonJson): the
+// interval and p the verdict used (widened and adjusted in a family), the
+// raw p beside them and the correction named, as every other surface shows.
+function pCell(c) {
+  if (!c || c.p_raw == null) return '–';
+  if (c.p_adjusted != null && c.text && c.method !== 'none') {
+    return `<span class="p-adj">${esc(pText(c.p_adjusted).replace(/^=/, ''))}</span> ` +
+      `<span class="muted p-raw">(raw ${esc(pText(c.p_raw).replace(/^=/, ''))}, ${esc(c.text)})</span>`;
+  }
+  return `<span class="p-adj">${esc(pText(c.p_raw).replace(/^=/, ''))}</span>` + (c.text ? ` <span class="muted">(${esc(c.text)})</span>` : '');
+}
 function effectText(vp) {
-  const t = vp.paired ? vp.paired_test : vp.welch;
+  const c = vp.correction || {};
   const test = vp.paired ? `paired t on ${vp.shared_seeds} shared seeds` : 'Welch t';
   let s = `<div class="effect">effect <b class="diff">${signed(vp.diff)}</b>`;
-  if (t && t.ci95) s += ` (95% CI ${signed(t.ci95[0])}..${signed(t.ci95[1])})`;
-  else if (t && t.ci95_lo != null) s += ` (95% CI ${signed(t.ci95_lo)}..${signed(t.ci95_hi)})`;
+  if (c.interval) s += ` (<span class="ci">${esc(c.level_text)} ${signed(c.interval[0])}..${signed(c.interval[1])}</span>)`;
   s += `, ${test}`;
-  if (t && t.p != null) s += `, p${pText(t.p)}`;
+  if (c.p_raw != null) {
+    s += c.p_adjusted != null && c.text && c.method !== 'none'
+      ? `, <span class="p-adj">p${pText(c.p_adjusted)} adjusted</span> (<span class="p-raw">p${pText(c.p_raw)} raw</span>, <span class="correction">${esc(c.text)}</span>)`
+      : `, <span class="p-adj">p${pText(c.p_raw)}</span>` + (c.text ? ` (<span class="correction">${esc(c.text)}</span>)` : '');
+  }
   s += ` → ${verdictWord(vp.verdict)}</div>`;
   if (vp.min_effect != null) s += `<div class="muted">min_effect ${num(vp.min_effect)}, alpha ${num(vp.alpha, 3)}</div>`;
   return s;
@@ -289,12 +322,19 @@ function effectText(vp) {
 
 async function commitPage(sha) {
   const j = await getJSON('/dash/api/commit/' + encodeURIComponent(sha));
+  const f = j.family;
+  const family = f && (f.size > 1 || (f.unchanged || []).length) ? `<p class="family">Family: ${f.size} experiment${f.size === 1 ? '' : 's'} changed` +
+    ((f.experiments || []).length ? ` (${f.experiments.map(esc).join(', ')})` : '') + (f.text ? `, verdicts corrected together: <b>${esc(f.text)}</b>` : '') +
+    ((f.unchanged || []).length ? `; <span class="muted">unchanged (reused, not counted): ${f.unchanged.map(esc).join(', ')}</span>` : '') + '</p>' : '';
   const sections = [{key: 'title', html: `<h1>Commit <span class="mono">${short(j.commit)}</span> <span class="muted">${esc(j.subject)}</span></h1>` +
-    `<p class="muted">${esc(j.repo)} · parent ${j.parent ? commitLink(j.parent) : '–'}</p>`}];
+    `<p class="muted">${esc(j.repo)} · parent ${j.parent ? commitLink(j.parent) : '–'}</p>` + family}];
   for (const b of j.batches || []) {
     const vp = b.vs_parent;
     let cmp;
-    if (vp) {
+    if (b.unchanged) {
+      cmp = `<p class="unchanged">Unchanged: the same runs as batch ${b.unchanged.batch} at ${commitLink(b.unchanged.commit)}` +
+        ` (reused); not compared here and not counted in the family.</p>`;
+    } else if (vp) {
       cmp = `<div class="grid"><div>${seedPlot(vp)}</div><div>${effectText(vp)}` +
         `<p>this commit: ${num(vp.a.mean)} ± ${num(vp.a.sd)} (n=${vp.a.n})<br>baseline ${commitLink(vp.baseline_sha)}: ${num(vp.b.mean)} ± ${num(vp.b.sd)} (n=${vp.b.n})` +
         `<br><span class="muted">${esc(vp.baseline_note)}</span></p></div></div>`;
@@ -309,7 +349,7 @@ async function commitPage(sha) {
     const prog = progress({counts: p.counts || {}, runs: p.runs || 0});
     sections.push({key: 'b' + b.id, html: `<section class="card batch" data-batch="${b.id}" data-experiment="${esc(b.experiment)}">` +
       `<h2>${expLink(b.experiment)} <span class="muted">batch ${b.id} · ${esc(b.metric)} (${esc(b.goal)})</span></h2>` +
-      `<p>${prog}${batchActions(b.id)}</p><p class="muted">why: ${esc(b.reason)}</p>${cmp}<h3>Runs</h3>${runs}</section>`});
+      `<p>${prog}${b.reuses_batch ? '' : batchActions(b.id, b.experiment, j.commit, p.counts)}</p><p class="muted">why: ${esc(b.reason)}</p>${cmp}<h3>Runs</h3>${runs}</section>`});
   }
   if (!(j.batches || []).length) {
     // Nothing ran here: say why, from the pushes that brought the commit, and
@@ -427,16 +467,18 @@ async function experimentPage(name) {
     const h = e.history || {};
     const rows = entries.slice().reverse().map(en => {
       const vp = en.vs_parent;
-      return `<tr data-commit="${esc(en.commit)}"><td>${commitLink(en.commit)}</td><td>${esc(en.subject)}</td><td class="num">${en.n}</td>` +
+      // Shown once, where the runs ran: the commits that reused them are named.
+      const reused = (en.reused_at || []).length ? `<div class="muted reused">reused unchanged at ${en.reused_at.map(commitLink).join(', ')}</div>` : '';
+      return `<tr data-commit="${esc(en.commit)}"><td>${commitLink(en.commit)}</td><td>${esc(en.subject)}${reused}</td><td class="num">${en.n}</td>` +
         `<td class="num">${num(en.mean)}</td><td>${en.ci95 ? num(en.ci95[0]) + '..' + num(en.ci95[1]) : '–'}</td>` +
         `<td>${vp ? commitLink(vp.baseline_commit || en.parent) : '–'}</td><td class="num">${vp ? signed(vp.diff) : '–'}</td>` +
-        `<td class="num">${vp && vp.p != null ? esc(pText(vp.p).replace(/^=/, '')) : '–'}</td><td>${vp ? verdictWord(vp.verdict) : verdictWord(null)}</td></tr>`;
+        `<td class="num p-cell">${vp ? pCell(vp.correction) : '–'}</td><td>${vp ? verdictWord(vp.verdict) : verdictWord(null)}</td></tr>`;
     });
     const pager = serverPager('hist', h);
     sections.push({key: 'e' + k, html: `<section class="card"><h2>${esc(e.repo)} · ${esc(e.metric)} (${esc(e.goal)})</h2>` + branchLine(name, h) +
       `<p class="legend muted"><span>● mean, bar: 95% CI</span><span>shaded: ± min_effect around the baseline</span><span>word: verdict vs the baseline</span></p>` +
       historyPlot(e, entries) + pager +
-      table(['commit', 'subject', '#n', '#mean', '95% CI', 'baseline', '#effect', '#p', 'verdict'], rows, 'No batches.') + '</section>'});
+      table(['commit', 'subject', '#n', '#mean', '95% CI', 'baseline', '#effect', '#p (adjusted)', 'verdict'], rows, 'No batches.') + '</section>'});
   });
   render(sections);
 }
@@ -460,9 +502,26 @@ function curvePlot(points) {
     out += `<svg class="curve-plot" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="curve of ${esc(name)}">` +
       `<line class="axis" x1="${L}" x2="${L}" y1="${T}" y2="${H - B}"/><line class="axis" x1="${L}" x2="${W - R}" y1="${H - B}" y2="${H - B}"/>` +
       `<text x="${L - 6}" y="${fy(y1) + 4}" text-anchor="end">${num(y1)}</text><text x="${L - 6}" y="${fy(y0) + 4}" text-anchor="end">${num(y0)}</text>` +
-      `<text x="${L}" y="${H - 8}">step ${x0}</text><text x="${W - R}" y="${H - 8}" text-anchor="end">step ${x1}</text>` +
-      `<polyline class="curve" points="${stepped.map(p => fx(p.step).toFixed(1) + ',' + fy(p.value).toFixed(1)).join(' ')}"/>` +
-      `<text x="${W - R}" y="${T + 10}" text-anchor="end">${esc(name)}</text></svg>`;
+      `<text x="${L}" y="${H - 8}">step ${x0}</text><text x="${W - R}" y="${H - 8}" text-anchor="end">step ${x1}</text>`;
+    // One curve per attempt (a retried run starts again at step 0): the
+    // store keeps which attempt sent each point.
+    const byAttempt = new Map();
+    for (const p of stepped) {
+      const k = p.attempt || 0;
+      if (!byAttempt.has(k)) byAttempt.set(k, []);
+      byAttempt.get(k).push(p);
+    }
+    const many = byAttempt.size > 1;
+    let i = 0;
+    for (const [k, ps2] of byAttempt) {
+      const last = ++i === byAttempt.size;
+      out += `<polyline class="curve${last ? '' : ' earlier'}" data-attempt="${k}" points="${ps2.map(p => fx(p.step).toFixed(1) + ',' + fy(p.value).toFixed(1)).join(' ')}"><title>attempt ${k}</title></polyline>`;
+      if (many) {
+        const e = ps2[ps2.length - 1];
+        out += `<text class="attempt-label" x="${fx(e.step).toFixed(1)}" y="${(fy(e.value) - 6).toFixed(1)}" text-anchor="end">attempt ${k}</text>`;
+      }
+    }
+    out += `<text x="${W - R}" y="${T + 10}" text-anchor="end">${esc(name)}</text></svg>`;
   }
   return out || '<p class="muted">No metric points yet.</p>';
 }
@@ -649,6 +708,7 @@ async function act(btn) {
     const input = document.querySelector(`[data-seeds-for="${btn.dataset.batch}"]`);
     body.seeds = Number(input ? input.value : 1);
   }
+  if (!window.confirm(confirmText(btn, body.seeds))) return;
   btn.disabled = true;
   try {
     const r = await fetch('/dash/api/action', {method: 'POST', credentials: 'same-origin',

@@ -387,6 +387,33 @@ TEST_CASE("dashboard: an experiment's history follows a branch's first parents, 
   CHECK(elsewhere["experiments"][0]["batches"].size() == 2);
 }
 
+TEST_CASE("dashboard: a batch reused by a later commit is one point, at the commit that ran it, "
+          "marked where reused (issue 38.6)",
+          "[dashboard][branch]") {
+  Fixture f;
+  testing::GitCli git{f.tmp / "work"};
+  std::string c1 = git.Commit({{"a.txt", "1"}}, "one");
+  std::string c2 = git.Commit({{"README.md", "docs"}}, "docs only");
+  std::string mirror = f.tmp / "mirror.git";
+  git.Run("clone -q --mirror . " + mirror);
+  auto store = Store::Open(f.db).value();
+  BatchSpec s;
+  s.experiment = "reused";
+  s.command = "true";
+  s.repeats = 1;
+  auto ran = store.runs().Submit(mirror, {c1, "", "one", "me", 0}, {s}, f.clock.Now());
+  REQUIRE(ran);
+  REQUIRE(store.runs().ReuseBatch(mirror, {c2, c1, "docs only", "me", 0}, "reused",
+                                  ran->front().batch_id, "same inputs", f.clock.Now()));
+  std::string cookie = f.SignIn(kRead);
+  auto doc = json::parse(f.Get("/dash/api/experiment/reused", cookie).body);
+  const json& batches = doc["experiments"][0]["batches"];
+  REQUIRE(batches.size() == 1);
+  CHECK(batches[0]["commit"] == c1);
+  CHECK(batches[0]["reused_at"] == json::array({c2}));
+  CHECK(doc["experiments"][0]["history"]["on_branch"] == 1);
+}
+
 // Issue 28 and 30: the experiment page's data reads the page it shows. The
 // same page (40 commits) with ten times the history costs about the same
 // SQLite VM steps: only the history's batch keys grow with it. A read of

@@ -432,6 +432,36 @@ TEST_CASE("worker API: a stale token gets 409 after the lease expired and was re
   CHECK(w.store.machines().RunMachine(id).value() == b);
 }
 
+TEST_CASE("worker API: a cancelled run's last lease may still send the output it wrote; no "
+          "other token may (issue 38.8)",
+          "[worker_api][cancel]") {
+  World w;
+  w.Submit(1);
+  auto a = w.Register(kCpuToken, "a");
+  auto leased = w.Lease(a, kCpuToken)["runs"];
+  REQUIRE(leased.size() == 1);
+  std::int64_t id = leased[0]["run_id"];
+  std::int64_t token = leased[0]["token"];
+  w.PostJson(w.RunPath(id, "heartbeat"), {{"token", token}, {"started", true}}, kCpuToken);
+  REQUIRE(w.store.runs().CancelRun(id, w.clock.Now()).value() == 1);
+  // Its heartbeat is refused (the worker stops the run) ...
+  CHECK(w.Post(w.RunPath(id, "heartbeat"), json{{"token", token}}.dump(), kCpuToken).status ==
+        409);
+  // ... but what it printed until then is taken, from that lease only.
+  auto log = [&](std::int64_t t, const std::string& text) {
+    return w.Post(w.RunPath(id, "log"), text, kCpuToken,
+                  {{"X-Trainq-Token", std::to_string(t)}, {"X-Trainq-Offset", "0"}});
+  };
+  CHECK(log(token + 1, "forged").status == 409);
+  auto ok = log(token, "epoch 0\nepoch 1\n");
+  INFO(ok.body);
+  CHECK(ok.status == 200);
+  auto stored = ReadFile(RunLogPath(w.data, id)).value_or("");
+  CHECK(stored.find("epoch 1") != std::string::npos);
+  CHECK(stored.find("forged") == std::string::npos);
+  CHECK(w.store.runs().Run(id).value()->state == RunState::kCancelled);
+}
+
 TEST_CASE("worker API: a long poll answers with a run submitted while it waits",
           "[worker_api][long_poll]") {
   World w;

@@ -347,6 +347,59 @@ TEST_CASE(
   CHECK(code == 0);
   CHECK(out.find("[reused batch " + std::to_string(at_b[0].id) + " of " + b.substr(0, 7)) !=
         std::string::npos);
+
+  // History views (issue 38.6): the report follows main's first parents, so
+  // the unmerged pull request's head is not in it ...
+  auto report = [&] {
+    std::string dir = s.tmp / ("report-" + std::to_string(s.RunCount()) + "-" +
+                               std::to_string(std::rand()));
+    std::string text;
+    REQUIRE(testing::RunShell(std::string(TRAINQ_BINARY) + " --db " + ShellQuote(s.db) +
+                                  " report --out " + ShellQuote(dir) + " 2>&1",
+                              &text) == 0);
+    return json::parse(ReadFile(dir + "/report.json").value());
+  };
+  auto commits_of = [](const json& r, const std::string& exp) {
+    std::vector<std::string> out;
+    for (const auto& e : r["experiments"]) {
+      if (e["experiment"] != exp) continue;
+      for (const auto& bj : e["batches"]) out.push_back(bj["commit"]);
+    }
+    return out;
+  };
+  auto before = report();
+  CHECK(commits_of(before, "b") == std::vector<std::string>{s.a});
+  CHECK(before["off_branch"].get<int>() >= 2);  // b's batches at the two heads
+  CHECK(before["branches"].dump().find("main") != std::string::npos);
+
+  // ... the fast-forward merge of the pull request queues nothing and says
+  // what its batch already is (not an empty note) ...
+  s.work->Run("push -q origin " + c + ":refs/heads/main");
+  REQUIRE(s.Send(false, PushPayload(s.a, c, s.origin_url)).status == 202);
+  REQUIRE(testing::WaitFor(
+      [&] {
+        auto store = Store::Open(s.db).value();
+        auto pushes = store.pushes().PushesForCommit(c).value();
+        int done = 0;
+        for (const auto& p : pushes) done += p.state == "done" && p.ref == "refs/heads/main";
+        return done == 1;
+      },
+      20s));
+  CHECK(s.RunCount() == runs_before);
+  CHECK(s.Log().find(c.substr(0, 10) + ": already run b (batch " + std::to_string(at_c[0].id) +
+                     ", the runs of batch " + std::to_string(at_b[0].id) + ")") !=
+        std::string::npos);
+  CHECK(s.Log().find(c.substr(0, 10) + ": \n") == std::string::npos);
+
+  // ... and once merged, b's runs are listed once, at the head that ran
+  // them, marked reused at the later head.
+  auto after = report();
+  CHECK(commits_of(after, "b") == std::vector<std::string>{s.a, b});
+  for (const auto& e : after["experiments"]) {
+    if (e["experiment"] != "b") continue;
+    CHECK(e["batches"][1]["reused_at"] == json::array({c}));
+    CHECK(e["batches"][1]["vs_parent"]["verdict"] == "better");
+  }
   s.Stop();
 }
 

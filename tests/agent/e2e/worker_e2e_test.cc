@@ -276,6 +276,35 @@ TEST_CASE("worker e2e: a cancelled batch's run is killed (409 on its heartbeat)"
   CHECK(*w.result == 0);
 }
 
+TEST_CASE("worker e2e: a run cancelled before a heartbeat shipped its output keeps that output "
+          "on the server (issue 38.8)",
+          "[worker][e2e][cancel]") {
+  // Heartbeats 3 s apart: the run prints, is cancelled, and its worker hears
+  // of it (409) only at the next beat; what it printed must not be lost.
+  Harness h(std::nullopt, 3'000);
+  auto batch = h.Submit(1, "PIDS=" + (h.tmp / "pids") + " SLEEP=300 sh run.sh");
+  WorkerThread w(h.Config(1));
+  std::string pid_file = (h.tmp / "pids") + "/1.pid";
+  REQUIRE(testing::WaitFor(
+      [&] { return h.AllIn(batch, RunState::kRunning) && ReadPid(pid_file) > 0; }, 30s));
+  int pid = ReadPid(pid_file);
+  const std::int64_t run = h.Runs(batch).front().id;
+  CHECK(ReadFile(RunLogPath(h.data, run)).value_or("").find("hello from seed 1") ==
+        std::string::npos);  // not shipped yet
+  REQUIRE(h.store->runs().CancelBatch(batch, SystemClock::Get().Now()));
+  CHECK(testing::WaitFor([&] { return ProcessGone(pid); }, 30s));
+  CHECK(testing::WaitFor(
+      [&] {
+        return ReadFile(RunLogPath(h.data, run)).value_or("").find("hello from seed 1") !=
+               std::string::npos;
+      },
+      10s));
+  CHECK(h.AllIn(batch, RunState::kCancelled));
+  w.Join();
+  REQUIRE(w.result);
+  CHECK(*w.result == 0);
+}
+
 TEST_CASE("worker e2e: a run past its timeout is killed and fails with the reason",
           "[worker][e2e]") {
   Harness h;

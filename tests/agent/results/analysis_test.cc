@@ -15,8 +15,11 @@ constexpr TimeMs kT0 = 1'700'000'000'000;
 
 BatchProgress MakeBatch(std::vector<double> values, std::string spec_json = "{}",
                         std::string goal = "max") {
+  // Each its own batch, as in a store (the same id would be the same runs:
+  // SameRuns, never compared).
+  static std::int64_t next_id = 0;
   BatchProgress b;
-  b.id = 1;
+  b.id = ++next_id;
   b.experiment = "e";
   b.metric_name = "accuracy";
   b.metric_goal = std::move(goal);

@@ -8,6 +8,7 @@
 #include <regex>
 
 #include "core/strings.h"
+#include "tests/support/git_cli.h"
 #include "tests/support/temp_dir.h"
 
 using namespace trainq;
@@ -181,4 +182,53 @@ TEST_CASE("SpreadGrowthP is a one-sided F-test", "[report]") {
   CHECK(SpreadGrowthP(later, earlier) > 0.5);
   CHECK(SpreadGrowthP({1}, later) == 1);
   CHECK(SpreadGrowthP({1, 1, 1}, later) == 1);
+}
+
+TEST_CASE("The report follows the default branch's first parents: an unmerged pull request's "
+          "head is not a significant change, and a reused batch is listed once (issue 38.6)",
+          "[report][branch]") {
+  testing::TempDir dir;
+  testing::GitCli git(dir / "work");
+  std::string a = git.Commit({{"x", "1"}}, "base");
+  git.Run("checkout -q -b pr");
+  std::string pr = git.Commit({{"x", "2"}}, "pr head, never merged");
+  git.Run("checkout -q main");
+  std::string b = git.Commit({{"x", "3"}}, "merged change");
+  std::string c = git.Commit({{"README.md", "docs"}}, "docs only");
+  Store store = Store::Open(dir / "t.db").value();
+  auto batch = [&](const std::string& sha, const std::string& parent,
+                   const std::vector<double>& values, TimeMs at) {
+    CommitInfo ci{sha, parent, "s", "me", 0};
+    BatchSpec s;
+    s.experiment = "digits";
+    s.command = "true";
+    s.repeats = static_cast<int>(values.size());
+    auto r = store.runs().Submit(git.dir(), ci, {s}, at);
+    REQUIRE(r);
+    auto leased = store.runs().Lease("w", at, 60'000, 10).value();
+    for (const auto& l : leased) {
+      REQUIRE(store.runs().Complete(l.run_id, l.token, at, values[static_cast<size_t>(l.repeat)]));
+    }
+    return r->front().batch_id;
+  };
+  batch(a, "", {0.90, 0.91, 0.92, 0.905, 0.915}, kT0);
+  batch(pr, a, {0.80, 0.81, 0.82, 0.805, 0.815}, kT0 + 1000);  // much worse, unmerged
+  std::int64_t at_b = batch(b, a, {0.93, 0.94, 0.95, 0.935, 0.945}, kT0 + 2000);
+  REQUIRE(store.runs().ReuseBatch(git.dir(), {c, b, "docs only", "me", 0}, "digits", at_b,
+                                  "same inputs", kT0 + 3000));
+
+  auto r = BuildReport(store, 0, "all", {}).value();
+  REQUIRE(r.experiments.size() == 1);
+  std::vector<std::string> shas;
+  for (const auto& e : r.experiments[0].entries) shas.push_back(e.batch.sha);
+  CHECK(shas == std::vector<std::string>{a, b});
+  CHECK(r.experiments[0].entries[1].reused_at == std::vector<std::string>{c});
+  CHECK(r.off_branch == 1);
+  CHECK(r.branches.begin()->second == "main");
+  auto md = RenderMarkdown(r);
+  INFO(md);
+  CHECK(md.find(pr.substr(0, 7)) == std::string::npos);
+  CHECK(md.find("**digits** at `" + b.substr(0, 7) + "`") != std::string::npos);
+  CHECK(md.find("1 batch of commits off the branch") != std::string::npos);
+  CHECK(md.find("reused unchanged at " + c.substr(0, 7)) != std::string::npos);
 }

@@ -9,6 +9,7 @@
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
 #include "agent/results/analysis.h"
+#include "agent/results/gate.h"
 #include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/support/git_cli.h"
@@ -235,4 +236,124 @@ TEST_CASE("baseline: an ancestor's batch whose stored inputs fingerprint differs
   CHECK(found->batch->id == (*stored)[0].result.batch_id);
   CHECK(found->steps == 1);
   (void)c;
+}
+
+namespace {
+
+const char* kThree = R"(version: 1
+defaults:
+  repeats: 6
+experiments:
+  mlp:
+    command: echo mlp {seed}
+    watch: [mlp/**]
+  logreg:
+    command: echo logreg {seed}
+    watch: [logreg/**]
+  strong:
+    command: echo strong {seed}
+    watch: [strong/**]
+)";
+
+// Per seed 1..6: mlp at the head is worse, paired t p = 0.037.
+const std::vector<double> kFamilyBase = {0.900, 0.910, 0.905, 0.895, 0.915, 0.902};
+const std::vector<double> kFamilyWorse = {0.878, 0.913, 0.890, 0.891, 0.903, 0.892};
+
+// The specs of `names` at `sha`, with their inputs' fingerprints: what
+// `trainq submit` (every experiment) or a push (the ones it changed) asks for.
+SubmitRequest FamilyRequest(GitRepo& git, const std::string& sha, const std::string& base,
+                            const std::vector<std::string>& names) {
+  SubmitRequest req;
+  req.commit = git.Resolve(sha).value();
+  auto manifest = ParseManifest(git.ReadFile(sha, "trainq.yaml").value(), "trainq.yaml").value();
+  for (const auto& n : names) req.specs.push_back(manifest.Find(n)->ToBatchSpec("test"));
+  REQUIRE(AddInputsFingerprints(git, sha, manifest, req.specs));
+  if (!base.empty()) req.base_sha = base;
+  req.determinism_checks = false;
+  return req;
+}
+
+void FinishFamily(Store& store, const std::vector<double>& values) {
+  auto leased = store.runs().Lease("w", kT0, 60'000, 100).value();
+  for (const auto& l : leased) {
+    REQUIRE(store.runs().Complete(l.run_id, l.token, kT0, values.at(static_cast<size_t>(l.seed - 1))));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("family: after trainq submit, reused unchanged batches are shown but not counted, so "
+          "submit and push agree and gate answers the same with or without -e (issue 38.2)",
+          "[submit][family]") {
+  testing::TempDir tmp;
+  testing::GitCli cli(tmp / "repo");
+  std::string a = cli.Commit({{"trainq.yaml", kThree},
+                              {"mlp/c", "lr 0.01"},
+                              {"logreg/c", "C 1"},
+                              {"strong/c", "C 0.1"}},
+                             "A");
+  std::string b = cli.Commit({{"mlp/c", "lr 0.003"}}, "B: mlp only");
+  auto git = GitRepo::Open(cli.dir()).value();
+  const std::vector<std::string> all = {"mlp", "logreg", "strong"};
+  // Two stores over one history: `trainq submit` gives B a batch of every
+  // experiment (the unchanged ones reuse A's); a push gives B only mlp's.
+  Store submitted = Store::Open(tmp / "submit.db").value();
+  Store pushed = Store::Open(tmp / "push.db").value();
+  for (Store* s : {&submitted, &pushed}) {
+    REQUIRE(SubmitCommit(*s, git, FamilyRequest(git, a, "", all), kT0));
+    FinishFamily(*s, kFamilyBase);
+  }
+  auto by_submit = SubmitCommit(submitted, git, FamilyRequest(git, b, a, all), kT0).value();
+  auto by_push = SubmitCommit(pushed, git, FamilyRequest(git, b, a, {"mlp"}), kT0).value();
+  REQUIRE(by_submit.size() == 3);
+  CHECK(by_submit[1].reused);
+  CHECK(by_submit[2].reused);
+  REQUIRE(by_push.size() == 1);
+  FinishFamily(submitted, kFamilyWorse);
+  FinishFamily(pushed, kFamilyWorse);
+
+  std::vector<BatchComparison> mlp;
+  for (Store* s : {&submitted, &pushed}) {
+    auto family = CommitFamily(*s, git.location(), b).value();
+    CHECK(FamilySize(family) == 1);
+    auto made = CompareFamily(family, /*compare_running=*/false);
+    for (size_t i = 0; i < family.size(); ++i) {
+      REQUIRE(made[i]);
+      if (family[i].head.experiment == "mlp") {
+        mlp.push_back(*made[i]);
+      } else {
+        // Shown: the same runs as its baseline, unchanged, not compared.
+        CHECK(family[i].unchanged());
+        CHECK(made[i]->unchanged);
+        CHECK(VerdictWord(*made[i]) == "unchanged");
+      }
+    }
+  }
+  REQUIRE(mlp.size() == 2);
+  for (const auto& c : mlp) {
+    CHECK(c.family_size == 1);
+    CHECK(c.verdict == stats::Verdict::kWorse);
+    CHECK(*c.p_adjusted == Approx(*c.p_raw));
+    CHECK(*c.p_raw == Approx(*mlp[0].p_raw));
+    CHECK(c.interval_level == Approx(0.95));
+  }
+  CHECK(*mlp[0].p_raw == Approx(0.0372).margin(1e-3));
+
+  // The gate: a regression on both paths, with or without -e mlp.
+  for (Store* s : {&submitted, &pushed}) {
+    for (const std::vector<std::string>& only :
+         {std::vector<std::string>{}, std::vector<std::string>{"mlp"}}) {
+      GateRequest req;
+      req.rev = b;
+      req.baseline = a;
+      req.repo_dir = cli.dir();
+      req.experiments = only;
+      auto d = DecideGate(*s, req);
+      REQUIRE(d);
+      INFO(d->text);
+      CHECK(d->exit_code == kGateRegression);
+      CHECK(d->json["correction"]["family_size"] == 1);
+      CHECK(d->text.find("Holm over") == std::string::npos);
+    }
+  }
 }

@@ -140,10 +140,10 @@ TEST_CASE(
         "experiment at the merge-base, or the batch trainq chose for it).\n\n"
         "#### `lstm`: better\n\n"
         "accuracy, higher is better\n\n"
-        "| | commit | accuracy (mean ± sd) | n | difference (95% CI) | test | verdict |\n"
+        "| | commit | accuracy (mean ± sd) | n | difference (interval) | test | verdict |\n"
         "|---|---|---|---|---|---|---|\n"
         "| base | `1111111111` | 0.6100 ± 0.0100 | 3 | | | |\n"
-        "| head | `2222222222` | 0.7100 ± 0.0100 | 3 | +0.1000 (+0.0752..+0.1248) | paired t, "
+        "| head | `2222222222` | 0.7100 ± 0.0100 | 3 | +0.1000 (95% CI +0.0752..+0.1248) | paired t, "
         "p=0.003 | better |\n");
   CHECK(w.store.pushes().GetPrComment(w.url, 7).value()->settled);
   CHECK(reporter.Step().value() == 0);
@@ -162,6 +162,25 @@ TEST_CASE(
   int creates = 0;
   for (const auto& r : reqs) creates += r.method == "POST";
   CHECK(creates == 1);
+}
+
+TEST_CASE("pr comments: with public_url the comment links to the head's dashboard page (issue "
+          "38.6)",
+          "[pr_comments]") {
+  FakeForge forge;
+  World w("github", "https://github.com/acme/model.git", forge.server.url());
+  w.config.public_url = "https://trainq.example";
+  CurlHttpClient http;
+  PrCommentReporter reporter(w.store, w.config, http, w.clock, w.tmp / "data");
+  w.Submit(kBase, "");
+  w.FinishRuns({0.60, 0.61, 0.62});
+  w.Submit(kHead, kBase);
+  w.PrPush("github", 7, kHead);
+  REQUIRE(reporter.Step().value() == 1);
+  std::string body = json::parse(forge.server.requests().at(0).body)["body"];
+  INFO(body);
+  CHECK(body.find("\n[Seeds, runs and logs of `2222222222` on the dashboard]"
+                  "(https://trainq.example/commit/" + kHead + ")\n") != std::string::npos);
 }
 
 TEST_CASE("pr comments: GitLab notes are created with POST and edited with PUT", "[pr_comments]") {
