@@ -22,11 +22,15 @@ void InitLogging(int verbosity, bool quiet) {
   }
 }
 
-bool RepeatLimiter::Allow(const std::string& key, TimeMs now, int* held_back) {
+bool LogLimiter::Allow(const std::string& key, TimeMs now, int* held_back) {
   if (held_back) *held_back = 0;
+  std::lock_guard<std::mutex> lock(mu_);
   if (now - last_prune_ >= every_ms_) {
-    // A key not written for two periods has stopped repeating: forget it.
-    std::erase_if(seen_, [&](const auto& kv) { return now - kv.second.written >= 2 * every_ms_; });
+    // A key not written for two periods has stopped repeating: forget it,
+    // unless it holds a count its next line must still say.
+    std::erase_if(seen_, [&](const auto& kv) {
+      return kv.second.held == 0 && now - kv.second.written >= 2 * every_ms_;
+    });
     last_prune_ = now;
   }
   auto [it, fresh] = seen_.try_emplace(key, Seen{now, 0});
@@ -41,7 +45,13 @@ bool RepeatLimiter::Allow(const std::string& key, TimeMs now, int* held_back) {
   return true;
 }
 
-std::string RepeatLimiter::HeldBackNote(int held_back) {
+std::optional<std::int64_t> LogLimiter::Allow(TimeMs now) {
+  int held = 0;
+  if (!Allow(std::string(), now, &held)) return std::nullopt;
+  return held;
+}
+
+std::string LogLimiter::HeldBackNote(int held_back) {
   if (held_back <= 0) return "";
   return " (" + std::to_string(held_back) + " more like it held back)";
 }
@@ -74,19 +84,6 @@ std::string LogSafe(std::string_view s, std::size_t max) {
   }
   if (s.size() > max) out += "...";
   return out;
-}
-
-std::optional<std::int64_t> LogLimiter::Allow(std::int64_t now_ms) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (logged_ && now_ms - last_ms_ < every_ms_) {
-    ++suppressed_;
-    return std::nullopt;
-  }
-  std::int64_t n = suppressed_;
-  logged_ = true;
-  last_ms_ = now_ms;
-  suppressed_ = 0;
-  return n;
 }
 
 }  // namespace trainq

@@ -24,34 +24,24 @@ void InitLogging(int verbosity, bool quiet = false);
 // \xNN, a backslash as \\, and at most `max` bytes of `s` (then "...").
 std::string LogSafe(std::string_view s, std::size_t max = 200);
 
-// At most one line per `every_ms` for one kind of event. Thread-safe; the
-// time is the caller's (a Clock's Now()).
+// A line that would repeat (a loop's "pool cpu: m1 holds work; not stopped"
+// every pass, a warning any client can cause at every request) goes to the
+// log at most once per `every_ms` for each key: Allow() says whether to write
+// it now and how many of that key were held back since the last one written.
+// A key not written for two periods with nothing held back is forgotten, so
+// memory stays bounded by the keys of two periods and those holding a count.
+// Thread-safe; the time is the caller's (a Clock's Now()).
 class LogLimiter {
  public:
-  explicit LogLimiter(std::int64_t every_ms) : every_ms_(every_ms) {}
-  // nullopt: do not log this one (it is counted). Otherwise log it, and say
-  // how many were not logged since the last line (0 for none).
-  std::optional<std::int64_t> Allow(std::int64_t now_ms);
-
- private:
-  const std::int64_t every_ms_;
-  std::mutex mu_;
-  bool logged_ = false;
-  std::int64_t last_ms_ = 0;
-  std::int64_t suppressed_ = 0;
-};
-
-// A line a loop would write every pass while nothing changes ("pool cpu: m1
-// holds work; not stopped") goes to the log at most once per `every_ms` for
-// each key: Allow() says whether to write it now, and how many of that key
-// were held back since the last one written (to say "(12 more since)").
-// Keys not written for two periods are forgotten, so memory stays bounded by
-// the keys of two periods. Not thread-safe: one per loop.
-class RepeatLimiter {
- public:
-  explicit RepeatLimiter(TimeMs every_ms = 10'000) : every_ms_(every_ms) {}
+  explicit LogLimiter(TimeMs every_ms = 10'000) : every_ms_(every_ms) {}
+  // Moved only while nothing else uses it (a Fleet built and returned).
+  LogLimiter(LogLimiter&& o) noexcept
+      : every_ms_(o.every_ms_), seen_(std::move(o.seen_)), last_prune_(o.last_prune_) {}
 
   bool Allow(const std::string& key, TimeMs now, int* held_back = nullptr);
+  // One kind of event (the key ""): nullopt, do not log this one (it is
+  // counted); otherwise log it, with how many were held back since the last.
+  std::optional<std::int64_t> Allow(TimeMs now);
   // "" for 0, else " (3 more like it held back)": for the end of the line.
   static std::string HeldBackNote(int held_back);
 
@@ -60,7 +50,8 @@ class RepeatLimiter {
     TimeMs written = 0;
     int held = 0;
   };
-  TimeMs every_ms_;
+  const TimeMs every_ms_;
+  std::mutex mu_;
   std::map<std::string, Seen> seen_;
   TimeMs last_prune_ = 0;
 };

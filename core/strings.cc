@@ -1,5 +1,6 @@
 #include "core/strings.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -38,6 +39,20 @@ std::vector<std::string> Split(std::string_view s, char sep) {
 
 bool StartsWith(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string OneLine(std::string s, std::size_t max) {
+  for (auto& c : s) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  if (s.size() > max) s = s.substr(0, max > 3 ? max - 3 : 0) + "...";
+  return s;
 }
 
 std::string HtmlEscape(std::string_view s) {

@@ -14,6 +14,11 @@ namespace trainq {
 std::string_view Trim(std::string_view s);
 std::vector<std::string> Split(std::string_view s, char sep);
 bool StartsWith(std::string_view s, std::string_view prefix);
+// ASCII lower case (header names, forge names, hex).
+std::string Lower(std::string_view s);
+// `s` on one line (newlines and carriage returns as spaces), at most `max`
+// bytes ("..." at the end when cut): an error or a command in a table cell.
+std::string OneLine(std::string s, std::size_t max);
 
 // A commit id as people read it: its first `chars` characters. 10 in logs,
 // commit statuses, pull request comments and the commands' output; 7 (git's

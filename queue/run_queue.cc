@@ -304,8 +304,8 @@ Result<int> RunQueue::ExtendBatch(std::int64_t requested_id, int repeats, TimeMs
   });
 }
 
-// Runs the in-process executor can take: not a gang over several machines
-// (those need the fleet's machines).
+// Runs Lease can take: not a gang over several machines (those need the
+// fleet's machines).
 constexpr const char* kOneMachine =
     "COALESCE((SELECT json_extract(b.spec_json, '$.resources.nodes') FROM batches b "
     "WHERE b.id = runs.batch_id), 1) <= 1";

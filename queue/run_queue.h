@@ -58,7 +58,11 @@ class RunQueue {
   // Grows a batch to `repeats` runs, adding the next seeds. Returns runs added.
   Result<int> ExtendBatch(std::int64_t batch_id, int repeats, TimeMs now);
 
-  // The lease protocol.
+  // The lease protocol. Lease hands the oldest runnable runs to a named
+  // worker with no machine row, pool or GPU fit: the tests' and benchmarks'
+  // "a worker takes it". serve leases through Machines::LeaseForMachine
+  // (queue/machines.h); folding the two into one pure pick is issue 39's
+  // next step.
   Result<std::vector<LeasedRun>> Lease(const std::string& worker, TimeMs now, TimeMs lease_ms,
                                        int max_runs);
   Status MarkRunning(std::int64_t run_id, std::int64_t token, TimeMs now,

@@ -35,7 +35,6 @@
 #include "agent/repo/mirror.h"
 #include "agent/results/status.h"
 #include "agent/results/table.h"
-#include "agent/runner/executor.h"
 #include "agent/runner/run_process.h"
 #include "agent/triggers/push_pipeline.h"
 #include "agent/triggers/server_config.h"
@@ -82,14 +81,6 @@ Status CmdInit(const std::string& db, std::ostream& out) {
         << " (schema version " << store.schema_version() << ")\n";
   }
   return {};
-}
-
-std::string Oneline(std::string s, size_t max) {
-  for (auto& c : s) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  if (s.size() > max) s = s.substr(0, max - 3) + "...";
-  return s;
 }
 
 }  // namespace
@@ -485,7 +476,7 @@ void RenderMachineLine(const json& m, TimeMs now, std::ostream& out) {
   } else if (state == "requested" || state == "booting") {
     out << " for " << FormatDuration(now - m.value("booted_ms", now));
     // Why it is not up yet, as its provider says (a pod's scheduler message).
-    if (auto why = m.value("last_error", ""); !why.empty()) out << ": " << Oneline(why, 160);
+    if (auto why = m.value("last_error", ""); !why.empty()) out << ": " << OneLine(why, 160);
   } else {
     out << ", " << m.value("slots", 0) << " slot(s)";
   }
@@ -519,14 +510,14 @@ void RenderPoolBoots(const json& b, const std::string& pool, TimeMs now, std::os
     out << "          FAILING: " << failed << " boots in a row failed; no more boots until "
         << "its config changes, `trainq pools reset " << pool
         << "`, or a worker of the pool registers\n"
-        << "          last: " << Oneline(b.value("error", ""), 160) << "\n";
+        << "          last: " << OneLine(b.value("error", ""), 160) << "\n";
   } else if (failed > 0) {
     out << "          " << failed << " failed boot(s) in a row; one machine at a time";
     if (b["next_boot_ms"].is_number()) {
       TimeMs next = b["next_boot_ms"].get<TimeMs>();
       if (next > now) out << ", next boot in " << FormatDuration(next - now);
     }
-    out << "\n          last: " << Oneline(b.value("error", ""), 160) << "\n";
+    out << "\n          last: " << OneLine(b.value("error", ""), 160) << "\n";
   }
   if (failed > 0 || b.value("failing", false)) {
     auto lines = Split(b.value("log_tail", ""), '\n');
@@ -537,7 +528,7 @@ void RenderPoolBoots(const json& b, const std::string& pool, TimeMs now, std::os
     size_t from = kept.size() > 5 ? kept.size() - 5 : 0;
     if (!kept.empty()) out << "          its log ends:\n";
     for (size_t i = from; i < kept.size(); ++i) {
-      out << "            | " << Oneline(kept[i], 150) << "\n";
+      out << "            | " << OneLine(kept[i], 150) << "\n";
     }
   }
 }
@@ -571,7 +562,7 @@ void RenderPool(const json& p, const json& machines, TimeMs now, std::ostream& o
     TimeMs at = last.value("at_ms", now);
     out << "          lost in the last hour: " << l.value("last_hour", 0) << "; last "
         << last.value("name", "") << " " << FormatDuration(now - at) << " ago ("
-        << Oneline(last.value("reason", ""), 120) << ")\n";
+        << OneLine(last.value("reason", ""), 120) << ")\n";
   }
   if (p.value("failing", false)) {
     out << "          provider failing (" << p.value("provider_failures", 0) << " calls in a row";
@@ -579,7 +570,7 @@ void RenderPool(const json& p, const json& machines, TimeMs now, std::ostream& o
       TimeMs retry = p["provider_next_retry_ms"].get<TimeMs>();
       out << "; next try " << (retry > now ? "in " + FormatDuration(retry - now) : "now");
     }
-    out << "): " << Oneline(p.value("provider_error", ""), 120) << "\n";
+    out << "): " << OneLine(p.value("provider_error", ""), 120) << "\n";
   }
   if (p.contains("boots") && p["boots"].is_object()) RenderPoolBoots(p["boots"], pool, now, out);
   if (p.contains("budget") && p["budget"].is_object()) {
@@ -642,7 +633,7 @@ void RenderPushes(const json& pushes, std::ostream& out) {
       note = p.value("result", "");
     }
     t.Add({std::to_string(p.value("id", std::int64_t{0})), p.value("source", ""), ref,
-           ShortSha(p.value("after", ""), kReportShaChars), state, Oneline(note, 80)});
+           ShortSha(p.value("after", ""), kReportShaChars), state, OneLine(note, 80)});
   }
   out << t.Render("  ");
 }
@@ -869,7 +860,7 @@ Status CmdRuns(const RunsOptions& o, std::ostream& out) {
     t.Add({std::to_string(r.id), std::to_string(r.batch_id), r.experiment,
            std::to_string(r.seed), std::string(RunStateName(r.state)),
            std::to_string(r.attempts) + "/" + std::to_string(r.max_attempts),
-           r.metric_value ? FormatDouble(*r.metric_value, 4) : "-", Oneline(note, 120)});
+           r.metric_value ? FormatDouble(*r.metric_value, 4) : "-", OneLine(note, 120)});
   }
   out << t.Render();
   return {};

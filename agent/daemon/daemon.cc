@@ -271,7 +271,7 @@ struct Daemon::Parts {
   SweepDriver sweeps;
   RetentionStepper retention{config.retention};  // server.yaml `retention:`
   OutcomeLog outcomes;
-  RepeatLimiter repeats{10'000};  // a warning each pass would repeat: once per 10 s
+  LogLimiter repeats{10'000};  // a warning each pass would repeat: once per 10 s
   TimeMs next_fleet_step = 0;
   TimeMs last_pass = 0;
 
@@ -485,7 +485,7 @@ Status Daemon::Run(const std::atomic<bool>& stop) {
       }
       int held = 0;
       if (p.repeats.Allow(st.error().message, now, &held)) {
-        spdlog::warn("{} (will retry){}", st.error().message, RepeatLimiter::HeldBackNote(held));
+        spdlog::warn("{} (will retry){}", st.error().message, LogLimiter::HeldBackNote(held));
       }
     }
     if (p.options.until_idle) {

@@ -1096,7 +1096,7 @@ Status Fleet::Apply(const cloud::Action& a, const ListedNames& listed) {
         int held = 0;
         if (repeats_.Allow("drain called off " + a.pool + " " + a.machine, now, &held)) {
           spdlog::info("pool {}: drain of {} called off: it took work meanwhile{}", a.pool,
-                       a.machine, RepeatLimiter::HeldBackNote(held));
+                       a.machine, LogLimiter::HeldBackNote(held));
         }
         return {};
       }
@@ -1256,7 +1256,7 @@ Status Fleet::StopAll(bool local_only) {
           int held = 0;
           if (repeats_.Allow("holds work " + m.pool + " " + m.name, clock_.Now(), &held)) {
             spdlog::warn("pool {}: {} holds work; not stopped{}", m.pool, m.name,
-                         RepeatLimiter::HeldBackNote(held));
+                         LogLimiter::HeldBackNote(held));
           }
           continue;
         }

@@ -249,7 +249,7 @@ class Fleet {
   double NextUnit();
   // Lines a pass would repeat while nothing changes (a drain called off, a
   // machine that holds work): at most one each per 10 s.
-  RepeatLimiter repeats_{10'000};
+  LogLimiter repeats_{10'000};
   // Budget reporting: what was last written / logged per pool ("*" overall).
   std::map<std::string, std::string> cap_logged_;
   std::map<std::string, TimeMs> budget_written_at_;

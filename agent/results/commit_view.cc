@@ -22,11 +22,6 @@ namespace trainq {
 
 namespace {
 
-std::string Lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 json Progress(const BatchProgress& b) {
   json counts = json::object();
   std::int64_t total = 0;

@@ -2,23 +2,12 @@
 
 #include <vector>
 
+#include "core/strings.h"
 #include "queue/run_queue.h"
 
 using nlohmann::json;
 
 namespace trainq {
-
-namespace {
-
-std::string Oneline(std::string s, size_t max) {
-  for (auto& c : s) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  if (s.size() > max) s = s.substr(0, max - 3) + "...";
-  return s;
-}
-
-}  // namespace
 
 Result<json> RetryRuns(Store& store, std::int64_t id, bool batch, TimeMs now,
                        const std::string& who) {
@@ -55,7 +44,7 @@ void PrintRetried(const json& retried, std::int64_t id, bool batch, std::ostream
     std::string error = d.value("error", "");
     out << "run " << d.at("run").get<std::int64_t>() << " queued again (was "
         << d.at("was").get<std::string>() << " after " << d.at("attempts").get<int>()
-        << " attempt(s)" << (error.empty() ? "" : ": ") << Oneline(error, 120) << "); "
+        << " attempt(s)" << (error.empty() ? "" : ": ") << OneLine(error, 120) << "); "
         << d.at("max_attempts").get<int>() << " attempt(s) from now\n";
   }
   if (batch && done.empty()) out << "batch " << id << " has no dead runs; nothing to retry\n";

@@ -1,7 +1,7 @@
-// A leased run as a process, and how its attempt ended: the one place where
-// both ways of running a run (the in-process executor, agent/runner/executor.cc,
-// and the fleet worker, agent/runner/worker.cc) build the process, read the
-// metric, judge the outcome and stop a process.
+// A leased run as a process, and how its attempt ended: where the one run
+// engine (agent/runner/worker.h; its main runs and its gang members alike)
+// builds the process, reads the metric, judges the outcome and stops a
+// process.
 //
 // A failure is either worth another attempt (a crash, a timeout, a missing
 // metric) or a configuration error that fails the same way every time and is

@@ -14,13 +14,6 @@ namespace trainq {
 
 namespace {
 
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 std::string Header(const HttpHeaders& headers, std::string_view name) {
   return FindHeader(headers, name).value_or("");
 }

@@ -92,11 +92,6 @@ std::optional<WebhookReply> Admit(Store& store, WebhookLimiter* limiter, const R
   return RateLimited(limiter, repo, Budget(repo, row, from_fork), now);
 }
 
-std::string Lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 template <typename Event>
 bool SameRepo(const RepoConfig& repo, const Event& e) {
   std::string want = NormaliseRepoUrl(repo.url);

@@ -31,19 +31,10 @@ TEST_CASE("LogLimiter lets one line through per period and counts the others", "
   CHECK(limit.Allow(400'000) == std::optional<std::int64_t>(0));
 }
 
-}  // namespace
-}  // namespace trainq
 
-#include <catch2/catch.hpp>
-
-#include "core/log.h"
-
-namespace trainq {
-namespace {
-
-TEST_CASE("RepeatLimiter: a line repeated every 200 ms is written once per period, with how many "
+TEST_CASE("LogLimiter: a line repeated every 200 ms is written once per period, with how many "
           "were held back") {
-  RepeatLimiter limit(5'000);
+  LogLimiter limit(5'000);
   int written = 0;
   int held_total = 0;
   // 60 s of a loop that logs the same line 5 times a second.
@@ -59,13 +50,13 @@ TEST_CASE("RepeatLimiter: a line repeated every 200 ms is written once per perio
   }
   CHECK(written == 12);
   CHECK(held_total == 11 * 24);
-  CHECK(RepeatLimiter::HeldBackNote(0).empty());
-  CHECK(RepeatLimiter::HeldBackNote(24) == " (24 more like it held back)");
+  CHECK(LogLimiter::HeldBackNote(0).empty());
+  CHECK(LogLimiter::HeldBackNote(24) == " (24 more like it held back)");
 }
 
-TEST_CASE("RepeatLimiter: keys are limited each on their own, and one that stops repeating is "
+TEST_CASE("LogLimiter: keys are limited each on their own, and one that stops repeating is "
           "forgotten") {
-  RepeatLimiter limit(1'000);
+  LogLimiter limit(1'000);
   CHECK(limit.Allow("a", 0));
   CHECK(limit.Allow("b", 100));
   CHECK_FALSE(limit.Allow("a", 500));
