@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """ci/check-docs: the real tree passes; a small tree whose links all resolve
 passes; a broken file link and a broken #anchor each fail, named by file,
-line and link; a root without README.md is an error (exit 2)."""
+line and link; a root without README.md is an error (exit 2). In
+docs/ARCHITECTURE.md and docs/design/*.md, a path that does not exist and a
+C++ name the sources do not have (or have only in a comment) each fail,
+named by file and line; names and paths that exist, and words that are
+neither, pass."""
 import os
 import subprocess
 import sys
@@ -110,6 +114,67 @@ with tempfile.TemporaryDirectory() as t:
           and "examples/sub/x.md:3: ../../docs/guide.md#nope: no heading" in out
           and "examples/sub/x.md:6: ../../docs/nothing.md: no such file" in out
           and "4 broken link(s)" in out, f"every broken link is named, not only the first:\n{out}")
+
+# The architecture docs' names and paths, against a small source tree.
+SOURCES = {
+    "src/engine/worker.h": "namespace demo {\nclass Worker {\n public:\n  int Run();\n"
+                           "  int slots_ = 0;\n};\nstruct LeaseLimits { int max_runs; };\n"
+                           "constexpr int kMaxSlots = 4;\n"
+                           "// OnlyInAComment() is mentioned here and nowhere else.\n}\n",
+    "src/engine/worker.cc": "#include \"src/engine/worker.h\"\n"
+                            "int demo::Worker::Run() { return LeaseForMachine(); }\n",
+    "tests/engine/worker_test.cc": "TEST_CASE(\"x\") { FakeQueue q; }\n",
+    "CMakeLists.txt": "target_link_libraries(x PUBLIC SQLite::SQLite3)\n",
+}
+GOOD_ARCH = """# Map
+
+`src/engine/worker.h` owns `Worker` (`Worker::Run()`, `demo::Worker::slots_`,
+`LeaseForMachine(machine, limits)`, `LeaseLimits::max_runs`, `kMaxSlots`);
+src/engine/worker.cc, `src/engine/`, `src/engine/worker.{h,cc}`, `src/*/worker.h`
+and `src/engine/worker.cc:2` exist, tested by `tests/engine/worker_test.cc`
+with a `FakeQueue`; linked with `SQLite::SQLite3`; `std::expected<T, E>`.
+Not names or paths: `trainq serve --inproc`, `runs/<id>/output.log`,
+`data/x.y`, `max_runs`, `BEGIN IMMEDIATE`, `HF_HOME`, `src/<name>.cc`,
+`src/...`, /tmp/src/nothing.h, `Authorization: Bearer TOKEN`.
+
+```
+src/engine/in_a_block.h `NotInABlock`
+```
+"""
+
+
+def source_tree(root):
+    good_tree(root)
+    for rel, text in SOURCES.items():
+        write(root, rel, text)
+    write(root, "docs/ARCHITECTURE.md", GOOD_ARCH)
+    write(root, "docs/design/engine.md", "# Engine\n\n`Worker` in src/engine/worker.h.\n")
+
+
+with tempfile.TemporaryDirectory() as t:
+    source_tree(t)
+    code, out = run(t)
+    check(code == 0 and "2 architecture doc(s) name" in out,
+          f"names and paths that exist pass, and are counted (exit {code}):\n{out}")
+
+with tempfile.TemporaryDirectory() as t:
+    source_tree(t)
+    write(t, "docs/ARCHITECTURE.md", GOOD_ARCH + "\nThe engine in `src/engine/made_up.h` calls\n"
+          "`MadeUpFunction()` of `Worker::MadeUpMember`, and src/nowhere/x.cc\n"
+          "`OnlyInAComment()`.\n")
+    write(t, "docs/design/engine.md", "# Engine\n\n`MadeUpType` in `tests/made_up/`.\n")
+    code, out = run(t)
+    n = GOOD_ARCH.count("\n") + 2
+    check(code == 1, f"a made-up path or name fails (exit {code})")
+    for line in (f"docs/ARCHITECTURE.md:{n}: src/engine/made_up.h: no such file or folder",
+                 f"docs/ARCHITECTURE.md:{n + 1}: MadeUpFunction: not found in the sources",
+                 f"docs/ARCHITECTURE.md:{n + 1}: Worker::MadeUpMember: not found in the sources",
+                 f"docs/ARCHITECTURE.md:{n + 1}: src/nowhere/x.cc: no such file or folder",
+                 f"docs/ARCHITECTURE.md:{n + 2}: OnlyInAComment: not found in the sources",
+                 "docs/design/engine.md:3: MadeUpType: not found in the sources",
+                 "docs/design/engine.md:3: tests/made_up/: no such file or folder",
+                 "7 missing path(s) or name(s)"):
+        check(line in out, f"it says {line!r}:\n{out}")
 
 with tempfile.TemporaryDirectory() as t:
     code, out = run(t)
