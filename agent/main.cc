@@ -34,7 +34,13 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   const trainq::CliContext ctx{&db, &exit_code, &trainq::SystemClock::Get()};
 
-  trainq::AddQueueCommands(app, ctx);
+  trainq::AddReproCommand(app, ctx);
+  trainq::AddSubmitCommand(app, ctx);
+  trainq::AddStatusCommand(app, ctx);
+  trainq::AddRunsCommand(app, ctx);
+  trainq::AddCancelCommand(app, ctx);
+  trainq::AddRetryCommand(app, ctx);
+  trainq::AddInitCommand(app, ctx);
   trainq::AddServeCommand(app, ctx);
   trainq::AddMachinesCommands(app, ctx);
   trainq::AddShowCommand(app, ctx);

@@ -34,9 +34,16 @@ struct Error {
   Error Wrap(std::string_view context) const;
 };
 
+// [[nodiscard]]: a Result dropped on the floor is a failure nobody hears of.
+// Where ignoring one is right (best effort), say so with (void) and a reason.
 template <typename T>
-using Result = std::expected<T, Error>;
-using Status = std::expected<void, Error>;
+class [[nodiscard]] Result : public std::expected<T, Error> {
+ public:
+  using std::expected<T, Error>::expected;
+  Result(const std::expected<T, Error>& e) : std::expected<T, Error>(e) {}
+  Result(std::expected<T, Error>&& e) : std::expected<T, Error>(std::move(e)) {}
+};
+using Status = Result<void>;
 
 inline std::unexpected<Error> Fail(ErrorKind kind, std::string message) {
   return std::unexpected<Error>(Error{kind, std::move(message)});

@@ -220,6 +220,10 @@ std::string DefaultDbPath();
 // $XDG_DATA_HOME/trainq/trainq.db, or ~/.local/share/trainq/trainq.db.
 std::string UserDbPath();
 
+// The store at `db`, which must exist (agent/cli/cli_common.cc): every command
+// but submit, serve and init reads a database, never makes one.
+Result<Store> OpenExisting(const std::string& db);
+
 // ---- The command line: each file registers its commands ----------------------
 
 // What every command needs from the `trainq` command line. `db` is read when
@@ -251,8 +255,20 @@ void AddHelpCommand(CLI::App& app);
 // (90s, 2m, 1h30m; a bare number is seconds), so the CLI and the YAML read
 // the same way. A bad one is a usage error (exit 2) naming the option.
 CLI::Validator DurationSeconds();
+// --server (or $TRAINQ_SERVER) and --token-file: the command asks a running
+// `trainq serve` instead of the database, with its read or admin token;
+// `more` ends --server's help ("; --repo then names ...").
+enum class ServerRole { kRead, kAdmin };
+void AddServerOptions(CLI::App* c, std::string* server, std::string* token_file,
+                      ServerRole role = ServerRole::kRead, const std::string& more = "");
 
-void AddQueueCommands(CLI::App& app, const CliContext& ctx);     // submit, status, runs, cancel, retry
+void AddReproCommand(CLI::App& app, const CliContext& ctx);      // agent/cli/cmd_submit.cc
+void AddSubmitCommand(CLI::App& app, const CliContext& ctx);     // agent/cli/cmd_submit.cc
+void AddStatusCommand(CLI::App& app, const CliContext& ctx);     // agent/cli/cmd_status.cc
+void AddRunsCommand(CLI::App& app, const CliContext& ctx);       // agent/cli/cmd_runs.cc
+void AddCancelCommand(CLI::App& app, const CliContext& ctx);     // agent/cli/cmd_runs.cc
+void AddRetryCommand(CLI::App& app, const CliContext& ctx);      // agent/cli/cmd_runs.cc
+void AddInitCommand(CLI::App& app, const CliContext& ctx);       // agent/cli/cmd_runs.cc
 void AddServeCommand(CLI::App& app, const CliContext& ctx);      // agent/cli/cmd_serve.cc
 void AddWorkerCommand(CLI::App& app, const CliContext& ctx);     // agent/cli/cmd_worker.cc
 void AddMachinesCommands(CLI::App& app, const CliContext& ctx);  // machines, pools reset

@@ -51,9 +51,7 @@ Result<std::vector<BatchProgress>> BatchesAt(Store& store, const std::string& re
 }  // namespace
 
 Status CmdCompare(const CompareCommandOptions& o, std::ostream& out) {
-  StoreOptions so;
-  so.create = false;
-  ASSIGN_OR_RETURN(auto store, Store::Open(o.db, so));
+  ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
   ASSIGN_OR_RETURN(auto a, BatchesAt(store, o.rev_a, o.repo));
   ASSIGN_OR_RETURN(auto b, BatchesAt(store, o.rev_b, o.repo));
   std::optional<stats::Correction> correction;
@@ -124,9 +122,7 @@ Status CmdCompare(const CompareCommandOptions& o, std::ostream& out) {
 
 Result<int> CmdGate(const GateOptions& o, std::ostream& out) {
   if (!o.server.empty()) return GateFromServer(o, o.wait_s * 1000, o.json, out);
-  StoreOptions so;
-  so.create = false;
-  ASSIGN_OR_RETURN(auto store, Store::Open(o.db, so));
+  ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
   GateRequest req;
   req.rev = o.rev;
   req.baseline = o.baseline;
@@ -198,12 +194,8 @@ void AddCompareCommands(CLI::App& app, const CliContext& ctx) {
   auto gate_strict = std::make_shared<bool>(false);
   c_gate->add_flag("--strict", *gate_strict,
                    "Accepted for old scripts: undecided always exits 3 now");
-  c_gate->add_option("--server", gate->server,
-                     "Ask a running `trainq serve` (its base URL; needs its read token) instead "
-                     "of the database; --repo then names one of its repositories")
-      ->envname("TRAINQ_SERVER");
-  c_gate->add_option("--token-file", gate->token_file,
-                     "File holding the server's read token (default: $TRAINQ_READ_TOKEN)");
+  AddServerOptions(c_gate, &gate->server, &gate->token_file, ServerRole::kRead,
+                   "; --repo then names one of its repositories");
   c_gate->callback([=] {
     gate->db = *ctx.db;
     // With --server, --repo names a repository of the server (url or short

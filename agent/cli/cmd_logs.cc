@@ -57,9 +57,7 @@ Status CmdLogs(const LogsOptions& o, std::ostream& out) {
     ASSIGN_OR_RETURN(auto token, ReadToken(o.token_file));
     src.client.emplace(o.server, token);
   } else {
-    StoreOptions so;
-    so.create = false;
-    ASSIGN_OR_RETURN(auto store, Store::Open(o.db, so));
+    ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
     src.store.emplace(std::move(store));
   }
   // A gang run without --rank: every rank's log, each under a header.
@@ -95,12 +93,7 @@ void AddLogsCommand(CLI::App& app, const CliContext& ctx) {
   c->add_option("RUN", logs->run, "Run id (see `trainq runs`)")->required();
   c->add_option("--rank", logs->rank, "Only this rank of a gang run");
   c->add_flag("--follow,-f", logs->follow, "Keep printing what the run writes until it ends");
-  c->add_option("--server", logs->server,
-                "Ask a running `trainq serve` (its base URL; needs its read token) instead of "
-                "the database")
-      ->envname("TRAINQ_SERVER");
-  c->add_option("--token-file", logs->token_file,
-                "File holding the server's read token (default: $TRAINQ_READ_TOKEN)");
+  AddServerOptions(c, &logs->server, &logs->token_file);
   c->callback([=] {
     logs->db = *ctx.db;
     if (logs->follow) {

@@ -24,7 +24,7 @@ namespace trainq {
 
 
 Status CmdMachines(const MachinesOptions& o, const Clock& clock, std::ostream& out) {
-  ASSIGN_OR_RETURN(auto store, Store::Open(o.db, {.create = false}));
+  ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
   TimeMs now = clock.Now();
   ASSIGN_OR_RETURN(auto machines, store.machines().List(o.all));
   ASSIGN_OR_RETURN(auto costs, store.machines().Costs(now, false));
@@ -119,7 +119,7 @@ Status CmdMachines(const MachinesOptions& o, const Clock& clock, std::ostream& o
 }
 
 Status CmdPoolsReset(const PoolsResetOptions& o, const Clock& clock, std::ostream& out) {
-  ASSIGN_OR_RETURN(auto store, Store::Open(o.db, {.create = false}));
+  ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
   ASSIGN_OR_RETURN(auto states, store.machines().PoolStates());
   const Machines::PoolStateRow* row = nullptr;
   for (const auto& s : states) {

@@ -59,9 +59,7 @@ Status CmdReport(const ReportOptions& o, const Clock& clock, std::ostream& out) 
     ASSIGN_OR_RETURN(auto token, ReadToken(o.token_file));
     server.emplace(o.server, token);
   } else {
-    StoreOptions so;
-    so.create = false;
-    ASSIGN_OR_RETURN(auto s, Store::Open(o.db, so));
+    ASSIGN_OR_RETURN(auto s, OpenExisting(o.db));
     store.emplace(std::move(s));
     TRY(CheckReportExperiments(*store, o.experiments, "--experiment", o.db));
   }
@@ -124,12 +122,7 @@ void AddReportCommand(CLI::App& app, const CliContext& ctx) {
   c_report->add_option("--limit", report->limit,
                        "Newest batches listed (default 50 in the table, all with --json; 0: all)")
       ->check(CLI::NonNegativeNumber);
-  c_report->add_option("--server", report->server,
-                       "Ask a running `trainq serve` (its base URL; needs its read token) "
-                       "instead of the database")
-      ->envname("TRAINQ_SERVER");
-  c_report->add_option("--token-file", report->token_file,
-                       "File holding the server's read token (default: $TRAINQ_READ_TOKEN)");
+  AddServerOptions(c_report, &report->server, &report->token_file);
   c_report->callback([=] {
     report->db = *ctx.db;
     *ctx.exit_code = ReportStatus(CmdReport(*report, *ctx.clock, std::cout));

@@ -162,9 +162,7 @@ void RenderCommitView(const json& j, std::ostream& out) {
 }
 
 Status CmdShow(const ShowOptions& o, std::ostream& out) {
-  StoreOptions so;
-  so.create = false;
-  ASSIGN_OR_RETURN(auto store, Store::Open(o.db, so));
+  ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
   // A revision git understands (HEAD, a branch, a tag, a short id) when the
   // repository resolves it; else the text as a commit id prefix.
   std::string commit = o.commit;

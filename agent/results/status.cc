@@ -1,6 +1,6 @@
 // What `trainq status` and GET /api/v1/status show, as JSON: batches with their
 // progress and summaries, machines, pools, pushes. The CLI renders it as text
-// (agent/cli/commands.cc RenderStatusText); the daemon serves it as it is.
+// (agent/cli/cmd_status.cc RenderStatusText); the daemon serves it as it is.
 #include "agent/results/status.h"
 
 #include <fmt/format.h>

@@ -1,5 +1,5 @@
 // The one way a commit's batches enter the queue, for `trainq submit` and for
-// a push alike (agent/cli/commands.cc CmdSubmit, agent/triggers/
+// a push alike (agent/cli/cmd_submit.cc CmdSubmit, agent/triggers/
 // push_pipeline.cc QueueTriggered). SubmitCommit, in order:
 //   1. each spec: the commit's own batch when it has one (topped up to the
 //      spec's repeats; one that reuses another's runs stays so unless

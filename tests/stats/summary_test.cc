@@ -99,7 +99,7 @@ TEST_CASE("Summarize: empty input gives n = 0") {
 }
 
 TEST_CASE("Summarize: the first five fields still aggregate-initialise in order") {
-  // agent/cli/commands.cc and older callers rely on {n, mean, sd, min, max}.
+  // agent/cli/cmd_status.cc and older callers rely on {n, mean, sd, min, max}.
   Summary s{3, 2.0, 1.0, 1.0, 3.0};
   CHECK(s.n == 3);
   CHECK(s.mean == 2.0);

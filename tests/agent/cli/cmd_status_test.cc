@@ -1,4 +1,4 @@
-// `trainq status`'s text (CmdStatus, RenderStatusText in agent/cli/commands.cc)
+// `trainq status`'s text (CmdStatus, RenderStatusText in agent/cli/cmd_status.cc)
 // over the status document of agent/results/status.cc: the estimated end of a
 // batch as the text shows it, and a deep queue cut to the newest 20.
 #include <catch2/catch.hpp>
