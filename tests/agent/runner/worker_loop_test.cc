@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -43,7 +44,7 @@ class FakeQueue final : public LeaseClient {
   std::vector<std::string> paths;                     // every call, in order
   std::map<std::int64_t, std::vector<bool>> beats;    // run -> each heartbeat's `started`
   std::map<std::int64_t, std::vector<MetricPoint>> points;
-  std::map<std::int64_t, std::string> logs;           // bytes at their offsets
+  std::map<std::int64_t, std::string> logs;  // by lease token: each attempt's bytes from 0
   std::vector<std::pair<std::int64_t, CompleteRequest>> completes;
 
   Result<WireAnswer> Send(const WireCall& call) override {
@@ -85,8 +86,9 @@ class FakeQueue final : public LeaseClient {
       return Answer(200, json::object());
     }
     if (what == "log") {
-      const auto offset = std::stoll(call.headers.at("X-Trainq-Offset"));
-      std::string& log = logs[id];
+      const auto offset = std::stoll(FindHeader(call.headers, "X-Trainq-Offset").value_or("-1"));
+      const auto token = std::stoll(FindHeader(call.headers, "X-Trainq-Token").value_or("0"));
+      std::string& log = logs[token];
       REQUIRE(offset == std::ssize(log));  // the worker sends from where the queue is
       log += call.body;
       return Answer(200, {{"size", log.size()}});
@@ -145,7 +147,7 @@ struct Rig {
     c.server = "http://fake";
     c.machine = "test-machine";
     c.slots = slots;
-    c.data_dir = (tmp / "data").string();
+    c.data_dir = tmp / "data";
     c.kill_grace_ms = 2'000;
     c.lease_wait_ms = 0;
     worker = std::make_unique<Worker>(queue, runner, clock, c);
@@ -207,7 +209,7 @@ TEST_CASE("worker loop: a run that exits 0 with its metric written is reported s
   CHECK(c.worker_id == 7);
   REQUIRE(rig.queue.points[1].size() == 1);
   CHECK(rig.queue.points[1][0].step == 3);
-  CHECK_THAT(rig.queue.logs[1], Catch::Contains("epoch 3"));
+  CHECK_THAT(rig.queue.logs[101], Catch::Contains("epoch 3"));  // run 1's lease
   CHECK(rig.Signals() == std::vector<int>{SIGKILL});
   CHECK(rig.worker->active_runs() == 0);
 }
@@ -431,7 +433,7 @@ TEST_CASE("worker loop: a run whose repository vanished fails with the reason, w
           "[worker][loop]") {
   Rig rig;
   auto run = rig.Run(1);
-  run.repo_url = (rig.tmp / "gone").string();
+  run.repo_url = rig.tmp / "gone";
   run.sha = std::string(40, 'a');
   rig.queue.offer.push_back(run);
   rig.Start();
@@ -472,7 +474,7 @@ TEST_CASE("worker loop: a result the queue cannot take is kept and delivered whe
   rig.queue.down = true;
   rig.Step();  // three tries, then kept on disk
   CHECK(rig.queue.completes.empty());
-  CHECK(fs::exists(rig.tmp / "data" / "outbox"));
+  CHECK(fs::exists(rig.tmp.path() / "data" / "outbox"));
   rig.queue.down = false;
   rig.clock.Advance(60'000);
   rig.Step();
