@@ -24,7 +24,6 @@
 #include "agent/repo/git_repo.h"
 #include "agent/runner/gang.h"
 #include "agent/runner/run_process.h"
-#include "agent/runner/worker_util.h"
 #include "core/http_client.h"
 #include "core/strings.h"
 
@@ -32,10 +31,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace trainq {
-
-using worker_util::FileSize;
-using worker_util::Get;
-using worker_util::ReadFrom;
 
 // ---- Worker -----------------------------------------------------------------
 

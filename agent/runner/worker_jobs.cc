@@ -22,18 +22,12 @@
 #include "agent/repo/git_repo.h"
 #include "agent/runner/gang.h"
 #include "agent/runner/run_process.h"
-#include "agent/runner/worker_util.h"
 #include "core/http_client.h"
 #include "core/strings.h"
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 
 namespace trainq {
-
-using worker_util::FileSize;
-using worker_util::Get;
-using worker_util::ReadFrom;
 
 std::vector<std::vector<std::vector<WorkerRun>>> PlanJobs(const std::vector<WorkerRun>& runs) {
   std::vector<std::vector<std::vector<WorkerRun>>> jobs;

@@ -22,7 +22,6 @@
 #include "agent/repo/git_repo.h"
 #include "agent/runner/gang.h"
 #include "agent/runner/run_process.h"
-#include "agent/runner/worker_util.h"
 #include "core/http_client.h"
 #include "core/strings.h"
 
@@ -30,10 +29,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace trainq {
-
-using worker_util::FileSize;
-using worker_util::Get;
-using worker_util::ReadFrom;
 
 void Worker::Keep(const PendingResult& kept, const std::string& what, const std::string& why) {
   const std::string outcome = kept.complete.value("outcome", std::string());

@@ -27,12 +27,9 @@
 #include "core/strings.h"
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 
 namespace trainq {
 
-using worker_util::FileSize;
-using worker_util::Get;
 using worker_util::ReadFrom;
 
 Result<std::string> Worker::Worktree(const LeasedRun& run) {

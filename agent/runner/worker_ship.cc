@@ -26,12 +26,10 @@
 #include "core/http_client.h"
 #include "core/strings.h"
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace trainq {
 
-using worker_util::FileSize;
 using worker_util::Get;
 using worker_util::ReadFrom;
 
