@@ -432,7 +432,7 @@ TEST_CASE("worker API: a stale token gets 409 after the lease expired and was re
   CHECK(w.store.machines().RunMachine(id).value() == b);
 }
 
-TEST_CASE("worker API: a cancelled run's last lease may still send the output it wrote; no "
+TEST_CASE("worker API: a cancelled run's last lease may still send the output it wrote, and no "
           "other token may (issue 38.8)",
           "[worker_api][cancel]") {
   World w;
