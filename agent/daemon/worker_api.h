@@ -18,7 +18,7 @@
 // 401 missing/unknown token; 403 a machine or run of another pool (or, when
 // the body names "worker_id", of another machine); 404 no such machine/run;
 // 409 a stale lease (the worker forgets the run) or a draining machine at
-// registration. See docs/ARCHITECTURE.md, "Worker protocol".
+// registration. See docs/design/run-engine.md, "Worker protocol".
 #pragma once
 
 #include <string>

@@ -11,9 +11,8 @@
 //     socket (`trainq serve --inproc`). Both reach the same server code:
 //     auth, ownership checks, the store's transactions, adaptive top-ups.
 //
-// agent/daemon may include this header (docs/ARCHITECTURE.md, code map): the
-// interface is header-only, so a daemon implementation links nothing of
-// agent/runner.
+// agent/daemon implements it (InProcLeaseClient) and links agent/runner
+// whole, for the Worker it runs in `serve --inproc`.
 #pragma once
 
 #include <cstdint>

@@ -11,8 +11,8 @@
 // type_error, which the server's worker routes answer with 400 too). A reader of an answer is lenient: a field missing or of the
 // wrong type takes its default (an older server may not send it).
 //
-// Its own small library (trainq_agent_protocol): agent/daemon may include
-// this header and link it without depending on the rest of agent/runner.
+// Part of agent/runner, which agent/daemon links whole (its in-process
+// Worker), so the two ends build from one file.
 #pragma once
 
 #include <cstdint>
