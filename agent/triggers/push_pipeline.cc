@@ -115,7 +115,8 @@ namespace {
 
 // The mirror of a push's repository, fetched at most once while one push is
 // handled: before anything when the push is a pull request (its target as it
-// is now), else only when a commit the push names is missing.
+// is now), else only when a commit the push names is missing or the pushed
+// branch's ref in the mirror is not the push's head.
 class PushFetch {
  public:
   PushFetch(Mirror& mirror, const RepoConfig& repo, const Pushes::Push& push)
@@ -284,6 +285,18 @@ Result<std::string> PushProcessor::Run(const RepoConfig& repo, const Pushes::Pus
     if (!m->HasCommit(push.after_sha)) {
       return Fail(ErrorKind::kUnavailable, "commit " + ShortSha(push.after_sha) + " not found in " +
                                                UrlForLog(repo.url) + " after fetching");
+    }
+  }
+  // A branch push of a commit the mirror already holds (a pull request's
+  // head merged by fast-forward) still moves that branch in the mirror: the
+  // history views (report, branch pages) follow the mirror's branches.
+  if (push.pr_number == 0 && push.ref.starts_with("refs/heads/") && !fetch.fetched()) {
+    auto refs = m->Refs();
+    if (refs && (*refs)[push.ref] != push.after_sha) {
+      if (auto st = fetch.Once(); !st) {
+        spdlog::warn("{}: {} not moved in the mirror ({}); history views may lag until the next fetch",
+                     ShortSha(push.after_sha), push.ref, st.error().message);
+      }
     }
   }
   ASSIGN_OR_RETURN(auto base, ChooseBase(*m, fetch, repo, push));

@@ -390,13 +390,22 @@ TEST_CASE("gang e2e: rank 3 fails on the second machine: the run's error is rank
           "[gang][e2e][logs]") {
   GangServe g;
   // Rank 3 prints a line, raises on stderr and exits 7 before the rendezvous;
-  // the others wait for it until their member is told the run failed.
-  std::string script = std::string("import os, sys\n"
-                                   "print('rank', os.environ['RANK'], 'starting', flush=True)\n"
-                                   "if os.environ.get('RANK') == os.environ.get('GANG_FAIL_RANK'):\n"
-                                   "    sys.stderr.write('RuntimeError: boom on rank 3\\n')\n"
-                                   "    sys.exit(7)\n") +
-                       kScript;
+  // the others wait for it until their member is told the run failed. Rank 3
+  // fails once rank 2 (its node's other rank) has printed its line, so that
+  // line is there to check, whatever the machine's speed.
+  std::string script =
+      std::string("import os, sys, time\n"
+                  "print('rank', os.environ['RANK'], 'starting', flush=True)\n"
+                  "mark = os.path.join(os.environ['GANG_PIDS'], 'printed-' + os.environ['RANK'])\n"
+                  "open(mark, 'w').close()\n"
+                  "if os.environ.get('RANK') == os.environ.get('GANG_FAIL_RANK'):\n"
+                  "    other = os.path.join(os.environ['GANG_PIDS'], 'printed-2')\n"
+                  "    end = time.time() + 60\n"
+                  "    while not os.path.exists(other) and time.time() < end:\n"
+                  "        time.sleep(0.05)\n"
+                  "    sys.stderr.write('RuntimeError: boom on rank 3\\n')\n"
+                  "    sys.exit(7)\n") +
+      kScript;
   fs::create_directories(g.pids);
   g.repo.Commit({{"trainq.yaml",
                   "version: 1\n"

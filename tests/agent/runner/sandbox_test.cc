@@ -132,16 +132,29 @@ TEST_CASE("sandbox: a process group signal reaches the command inside", "[sandbo
     return;
   }
   testing::TempDir tmp;
+  const std::string started = tmp / "started";
   ProcessSpec spec;
-  spec.argv = {"/bin/sh", "-c", "sleep 60"};
+  spec.argv = {"/bin/sh", "-c", "touch " + ShellQuote(started) + "; sleep 60"};
   spec.inherit_env = false;
-  WrapInSandbox(spec, *bwrap, SandboxConfig{}, SandboxRun{});
+  SandboxRun run;
+  run.writable = {tmp.path().string()};
+  WrapInSandbox(spec, *bwrap, SandboxConfig{}, run);
   PosixProcessRunner runner;
   auto pid = runner.Spawn(spec);
   REQUIRE(pid);
+  // Once the command runs inside (a SIGTERM during bwrap's own set-up can
+  // leave bwrap waiting for good; the worker's SIGKILL after the grace ends
+  // that case, which is not this test's).
+  bool inside = testing::WaitFor([&] { return std::filesystem::exists(started); },
+                                 std::chrono::seconds(20));
   auto start = std::chrono::steady_clock::now();
   runner.KillGroup(*pid, SIGTERM);
+  bool ended = testing::WaitFor([&] { return runner.Poll(*pid).has_value(); },
+                                std::chrono::seconds(10));
+  if (!ended) runner.KillGroup(*pid, SIGKILL);
   auto status = runner.Wait(*pid);
+  CHECK(inside);
+  CHECK(ended);
   CHECK_FALSE(status.ok());
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
 }
