@@ -80,7 +80,7 @@ struct Harness {
     ServerOptions so;
     so.data_dir = data;
     so.heartbeat_ms = heartbeat_ms;
-    so.lease_ms = 5'000;
+    so.lease_ms = std::max<TimeMs>(5'000, 4 * heartbeat_ms);  // a lease outlives a few beats
     so.recheck_ms = 50;
     options = so;
     port = testing::FreeLoopbackPort();
@@ -279,16 +279,28 @@ TEST_CASE("worker e2e: a cancelled batch's run is killed (409 on its heartbeat)"
 TEST_CASE("worker e2e: a run cancelled before a heartbeat shipped its output keeps that output "
           "on the server (issue 38.8)",
           "[worker][e2e][cancel]") {
-  // Heartbeats 3 s apart: the run prints, is cancelled, and its worker hears
-  // of it (409) only at the next beat; what it printed must not be lost.
-  Harness h(std::nullopt, 3'000);
-  auto batch = h.Submit(1, "PIDS=" + (h.tmp / "pids") + " SLEEP=300 sh run.sh");
+  // Heartbeats 10 s apart: the run prints, is cancelled, and its worker hears
+  // of it (409) only at the next beat; what it printed must not be lost. (At
+  // 3 s apart, a loaded machine shipped the output before the cancel.)
+  // The run prints only once its first heartbeat shipped the banner (the
+  // test says go), so what it prints waits for the next beat.
+  Harness h(std::nullopt, 10'000);
+  const std::string go = h.tmp / "go";
+  auto batch = h.Submit(1, "while [ ! -e " + ShellQuote(go) + " ]; do sleep 0.05; done; PIDS=" +
+                               (h.tmp / "pids") + " SLEEP=300 sh run.sh");
   WorkerThread w(h.Config(1));
-  std::string pid_file = (h.tmp / "pids") + "/1.pid";
-  REQUIRE(testing::WaitFor(
-      [&] { return h.AllIn(batch, RunState::kRunning) && ReadPid(pid_file) > 0; }, 30s));
-  int pid = ReadPid(pid_file);
   const std::int64_t run = h.Runs(batch).front().id;
+  REQUIRE(testing::WaitFor(
+      [&] {
+        return h.AllIn(batch, RunState::kRunning) &&
+               ReadFile(RunLogPath(h.data, run)).value_or("").find("=== trainq: run") !=
+                   std::string::npos;
+      },
+      30s));
+  REQUIRE(WriteFile(go, ""));
+  std::string pid_file = (h.tmp / "pids") + "/1.pid";
+  REQUIRE(testing::WaitFor([&] { return ReadPid(pid_file) > 0; }, 30s));
+  int pid = ReadPid(pid_file);
   CHECK(ReadFile(RunLogPath(h.data, run)).value_or("").find("hello from seed 1") ==
         std::string::npos);  // not shipped yet
   REQUIRE(h.store->runs().CancelBatch(batch, SystemClock::Get().Now()));
