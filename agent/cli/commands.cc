@@ -29,6 +29,7 @@
 #include "agent/daemon/server.h"
 #include "agent/daemon/server_http.h"
 #include "agent/repo/change_detect.h"
+#include "agent/cli/credentials.h"
 #include "agent/cli/read_client.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
@@ -720,7 +721,7 @@ void RenderStatusText(const json& j, std::ostream& out) {
 Result<json> FetchServerStatus(const std::string& server, const std::string& token_file) {
   std::string base = server;
   while (!base.empty() && base.back() == '/') base.pop_back();
-  ASSIGN_OR_RETURN(auto token, ReadToken(token_file));
+  ASSIGN_OR_RETURN(auto token, ReadToken(token_file, server));
   CurlHttpClient http;
   ASSIGN_OR_RETURN(auto resp, http.Send({"GET", base + "/api/v1/status",
                                          {{"Authorization", "Bearer " + token}}, "", 10'000}));
@@ -879,6 +880,7 @@ Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out) 
   ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
   if (o.run) {
     ASSIGN_OR_RETURN(int n, store.runs().CancelRun(o.id, clock.Now()));
+    if (n) AuditLocal(store, "cancel_run", "run " + std::to_string(o.id), "1 run(s)", clock.Now());
     if (o.json) {
       out << json{{"run", o.id}, {"cancelled", n}}.dump(2) << "\n";
       return {};
@@ -902,6 +904,10 @@ Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out) 
     return {};
   }
   ASSIGN_OR_RETURN(int n, store.runs().CancelBatch(o.id, clock.Now()));
+  if (n) {
+    AuditLocal(store, "cancel_batch", "batch " + std::to_string(o.id),
+               std::to_string(n) + " run(s)", clock.Now());
+  }
   if (o.json) {
     out << json{{"batch", o.id}, {"cancelled", n}}.dump(2) << "\n";
     return {};
@@ -914,12 +920,17 @@ Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out) 
 Status CmdRetry(const RetryOptions& o, const Clock& clock, std::ostream& out) {
   json retried;
   if (!o.server.empty()) {
-    ASSIGN_OR_RETURN(auto token, ReadAdminToken(o.token_file));
+    ASSIGN_OR_RETURN(auto token, ReadAdminToken(o.token_file, o.server));
     ReadClient client(o.server, token);
     ASSIGN_OR_RETURN(retried, client.Retry(o.id, o.batch));
   } else {
     ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
-    ASSIGN_OR_RETURN(retried, RetryRuns(store, o.id, o.batch, clock.Now(), "cli"));
+    ASSIGN_OR_RETURN(retried, RetryRuns(store, o.id, o.batch, clock.Now(), LocalWho()));
+    if (!retried["retried"].empty()) {
+      AuditLocal(store, o.batch ? "retry_batch" : "retry_run",
+                 std::string(o.batch ? "batch " : "run ") + std::to_string(o.id),
+                 std::to_string(retried["retried"].size()) + " run(s)", clock.Now());
+    }
   }
   if (o.json) {
     out << retried.dump(2) << "\n";

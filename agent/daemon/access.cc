@@ -143,18 +143,20 @@ nlohmann::json AuditJson(const std::vector<Access::AuditRow>& rows) {
 
 std::string AuditText(const std::vector<Access::AuditRow>& rows) {
   if (rows.empty()) return "no audit rows in that time\n";
-  std::size_t who_w = 3, action_w = 6, target_w = 6;
+  std::size_t who_w = 3, action_w = 6, target_w = 6, from_w = 4;
   for (const auto& r : rows) {
+    from_w = std::max(from_w, r.address.size());
     who_w = std::max(who_w, r.who.size());
     action_w = std::max(action_w, r.action.size());
     target_w = std::max(target_w, r.target.size());
   }
   auto pad = [](const std::string& s, std::size_t w) { return s + std::string(w - s.size(), ' '); };
   std::string out = pad("WHEN (UTC)", 19) + "  " + pad("WHO", who_w) + "  " +
-                    pad("ACTION", action_w) + "  " + pad("TARGET", target_w) + "  FROM  DETAIL\n";
+                    pad("ACTION", action_w) + "  " + pad("TARGET", target_w) + "  " + pad("FROM", from_w) +
+                    "  DETAIL\n";
   for (const auto& r : rows) {
     out += FormatTimestamp(r.at_ms) + "  " + pad(r.who, who_w) + "  " + pad(r.action, action_w) + "  " +
-           pad(r.target, target_w) + "  " + (r.address.empty() ? "-" : r.address) +
+           pad(r.target, target_w) + "  " + pad(r.address.empty() ? "-" : r.address, from_w) +
            (r.detail.empty() ? "" : "  " + r.detail) + "\n";
   }
   return out;

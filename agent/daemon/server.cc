@@ -149,8 +149,12 @@ HttpServerReply Server::RetryRoute(const HttpServerRequest& req) {
   if (who.role < AccessRole::kWrite) {
     if (who.role == AccessRole::kRead) {
       spdlog::warn("api: {} (read) was refused POST /api/v1/retry", who.who);
-      return Json(403, {{"result", "error"},
-                        {"reason", "/api/v1/retry needs a write role; " + who.who + " is read"}});
+      std::string why = "/api/v1/retry needs a write role; " + who.who + " is read";
+      if (config_.admin_token.empty() && !who.person) {
+        why += " (and the server config has no admin_token: only a personal token of a write "
+               "role retries)";
+      }
+      return Json(403, {{"result", "error"}, {"reason", why}});
     }
     if (config_.admin_token.empty() && !who.person && who.refused.empty()) {
       return Json(403, {{"result", "error"},
