@@ -691,7 +691,7 @@ async function auditPage() {
   if (!isAdmin()) { render([{key: 'title', html: '<h1>Audit</h1>'}, {key: 'no', html: card('Audit', '<p class="muted">The audit trail is for admins.</p>')}]); return; }
   const j = await getJSON('/dash/api/audit?since=30d');
   const pg = paged('audit', j.audit);
-  const rows = pg.items.map(a => `<tr class="audit-row"><td>${esc(a.at)}</td><td>${esc(a.who)}</td><td>${esc(a.action.replace(/_/g, ' '))}</td>` +
+  const rows = pg.slice.map(a => `<tr class="audit-row"><td>${esc(a.at)}</td><td>${esc(a.who)}</td><td>${esc(a.action.replace(/_/g, ' '))}</td>` +
     `<td>${/^run \d+$/.test(a.target) ? runLink(a.target.slice(4)) : esc(a.target)}</td><td class="mono">${esc(a.address)}</td><td class="muted">${esc(a.detail)}</td></tr>`);
   render([
     {key: 'title', html: '<h1>Audit <span class="muted">the last 30 days, newest first</span></h1>'},
