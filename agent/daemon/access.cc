@@ -117,6 +117,21 @@ Principal IdentifyBearer(const ServerConfig& config, Store* store, const HttpHea
   return Identify(config, store, std::string_view(*auth).substr(7), now);
 }
 
+AccessRole RoleFromLists(const AuthConfig& auth, const std::string& user,
+                         const std::vector<std::string>& groups) {
+  auto in = [&](const std::vector<std::string>& list) {
+    for (const auto& x : list) {
+      if (x == user) return true;
+      if (std::find(groups.begin(), groups.end(), x) != groups.end()) return true;
+    }
+    return false;
+  };
+  if (in(auth.admins)) return AccessRole::kAdmin;
+  if (in(auth.writers)) return AccessRole::kWrite;
+  if (!auth.viewers_given || in(auth.viewers)) return AccessRole::kRead;
+  return AccessRole::kNone;
+}
+
 void RecordAudit(Store& store, const Access::AuditRow& row, std::string_view area,
                  std::string_view text) {
   spdlog::info("{}: {} {}", area, row.who, text);

@@ -58,6 +58,12 @@ Principal Identify(const ServerConfig& config, Store* store, std::string_view se
 Principal IdentifyBearer(const ServerConfig& config, Store* store, const HttpHeaders& headers,
                          TimeMs now);
 
+// The role `auth:`'s lists give a person named `user` (an email) in `groups`:
+// admin when the user or a group is in admins, else write (writers), else
+// read (viewers; every user when no viewers list is given), else kNone.
+AccessRole RoleFromLists(const AuthConfig& auth, const std::string& user,
+                         const std::vector<std::string>& groups);
+
 // Appends the audit row and logs "<area>: <row.who> <text>". A failure to
 // write the row is logged, not returned: the action itself happened.
 void RecordAudit(Store& store, const Access::AuditRow& row, std::string_view area,

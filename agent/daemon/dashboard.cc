@@ -291,7 +291,44 @@ Dashboard::Session Dashboard::SessionOf(const HttpServerRequest& req, bool touch
 }
 
 bool Dashboard::SignedIn(const HttpServerRequest& req) {
-  return SessionOf(req, false).role != Role::kNone;
+  if (SessionOf(req, false).role != Role::kNone) return true;
+  std::string refused;
+  return HeaderSession(req, &refused).role != Role::kNone;
+}
+
+Dashboard::Session Dashboard::HeaderSession(const HttpServerRequest& req, std::string* refused) {
+  const AuthConfig& auth = config_.auth;
+  if (!auth.trusted_header()) return {};
+  auto user = FindHeader(req.headers, auth.user_header);
+  if (!user) return {};
+  bool listed = std::any_of(auth.from.begin(), auth.from.end(),
+                            [&](const Cidr& c) { return CidrContains(c, req.peer); });
+  if (!listed) {
+    *refused = auth.user_header + " from " + req.peer +
+               ", which is not one of auth.trusted_header.from";
+    return {};
+  }
+  std::string who(Trim(*user));
+  if (who.empty() || who.size() > 200 ||
+      std::any_of(who.begin(), who.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+    *refused = "an empty or malformed " + auth.user_header;
+    return {};
+  }
+  std::vector<std::string> groups;
+  if (!auth.groups_header.empty()) {
+    for (const auto& g : Split(FindHeader(req.headers, auth.groups_header).value_or(""), ',')) {
+      if (!Trim(g).empty()) groups.emplace_back(Trim(g));
+    }
+  }
+  Role role = RoleFromLists(auth, who, groups);
+  if (role == Role::kNone) {
+    *refused = who + " is in none of auth's admins, writers or viewers";
+    return {};
+  }
+  // No cookie: the proxy vouches for each request. The id names the person
+  // for the CSRF token.
+  return {role, "hdr-" + Sha256Hex(who).substr(0, 16), who, 0, true};
 }
 
 std::string Dashboard::CsrfToken(const Session& s) const {
@@ -511,6 +548,20 @@ HttpServerReply Dashboard::Handle(const HttpServerRequest& req, const std::strin
     return r;
   }
   Session s = SessionOf(req, true);
+  if (config_.auth.trusted_header() && FindHeader(req.headers, config_.auth.user_header)) {
+    // The proxy's header, honoured only from its listed addresses: from any
+    // other, the request is refused whatever else it carries.
+    std::string refused;
+    Session h = HeaderSession(req, &refused);
+    if (!refused.empty()) {
+      FailedSignIn(req.peer, "a trusted header: " + refused);  // logged and audited
+      HttpServerReply r{403, "text/plain; charset=utf-8",
+                        "403: refused: " + refused + ". Nothing was granted.\n"};
+      r.headers.push_back({"Cache-Control", "no-store"});
+      return r;
+    }
+    if (s.role == Role::kNone) s = h;
+  }
   if (s.role == Role::kNone) {
     if (IsPage(path) && (req.method == "GET" || req.method == "HEAD")) {
       return SignInPage(401, path + QueryWithout(req, ""), "");

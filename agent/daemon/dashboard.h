@@ -95,6 +95,10 @@ class Dashboard {
   // The live session the cookie names (kNone when none); `touch` counts this
   // request as use (the idle clock starts again).
   Session SessionOf(const HttpServerRequest& req, bool touch);
+  // auth.trusted_header: the person the proxy's header names, when the
+  // request came from a listed address (kNone otherwise). A header from any
+  // other address sets `refused` (the caller answers 403 and grants nothing).
+  Session HeaderSession(const HttpServerRequest& req, std::string* refused);
   std::string CsrfToken(const Session& s) const;
   // A new session of `p` and the 303 to `next` that sets its cookie; the
   // sign-in is audited as from `peer`.

@@ -56,12 +56,12 @@ struct People {
   std::int64_t batch = 0;
   std::vector<std::int64_t> runs;
 
-  People() {
+  explicit People(const std::string& extra = "") {
     clock.Set(1'800'000'000'000);
     REQUIRE(WriteFile(tmp / "read", std::string(kRead) + "\n"));
     REQUIRE(WriteFile(tmp / "admin", std::string(kAdmin) + "\n"));
     config = ParseServerConfig("read_token: {file: " + (tmp / "read") + "}\nadmin_token: {file: " +
-                                   (tmp / "admin") + "}\n",
+                                   (tmp / "admin") + "}\n" + extra,
                                "server.yaml")
                  .value();
     auto store = Store::Open(db).value();
@@ -329,6 +329,103 @@ TEST_CASE("people: a made-up or malformed personal token is refused without a lo
   Principal p = Identify(f.config, nullptr, kAdmin, 0);
   CHECK(p.role == AccessRole::kAdmin);
   CHECK(p.who == "admin token");
+}
+
+TEST_CASE("people: a trusted header is honoured from the listed proxy only, roles from the lists",
+          "[people][header]") {
+  People f(
+      "auth:\n"
+      "  trusted_header: {user: X-Auth-Request-Email, groups: X-Auth-Request-Groups,\n"
+      "                   from: [127.0.0.1/32, 'fd00::/8']}\n"
+      "  admins: [ml-platform]\n"
+      "  writers: [ada@example.com]\n"
+      "  viewers: [ml-readers]\n");
+  testing::LogCapture log;
+  auto as = [&](const std::string& peer, HttpHeaders h, const std::string& method,
+                const std::string& path, const std::string& body = "") {
+    h.emplace_back("Content-Type", "application/json");
+    auto r = Req(method, path, std::move(h), body);
+    r.peer = peer;
+    return f.server->Handle(r);
+  };
+  HttpHeaders ada = {{"X-Auth-Request-Email", "ada@example.com"}};
+  // From the proxy: ada is a writer, without any cookie.
+  auto s = as("127.0.0.1", ada, "GET", "/dash/api/session");
+  REQUIRE(s.status == 200);
+  auto sj = json::parse(s.body);
+  CHECK(sj["who"] == "ada@example.com");
+  CHECK(sj["role"] == "write");
+  HttpHeaders with_csrf = ada;
+  with_csrf.emplace_back("X-CSRF-Token", sj["csrf"].get<std::string>());
+  CHECK(as("127.0.0.1", with_csrf, "POST", "/dash/api/action",
+           json{{"action", "cancel_run"}, {"run", f.runs[0]}}.dump())
+            .status == 200);
+  CHECK(f.State(f.runs[0]) == RunState::kCancelled);
+  CHECK(log.Count("dashboard: ada@example.com cancelled run " + std::to_string(f.runs[0])) == 1);
+  // Without the CSRF token, refused.
+  CHECK(as("127.0.0.1", ada, "POST", "/dash/api/action",
+           json{{"action", "cancel_run"}, {"run", f.runs[1]}}.dump())
+            .status == 403);
+  // She makes herself a personal token for the CLI.
+  auto t = as("127.0.0.1", with_csrf, "POST", "/dash/api/tokens", json{{"name", "cli"}}.dump());
+  REQUIRE(t.status == 200);
+  CHECK(json::parse(t.body)["owner"] == "ada@example.com");
+  CHECK(json::parse(t.body)["role"] == "write");
+
+  // The same header from an address that is not the proxy: refused, nothing granted.
+  auto forged = as("10.9.9.9", ada, "GET", "/dash/api/session");
+  CHECK(forged.status == 403);
+  CHECK(forged.body.find("not one of auth.trusted_header.from") != std::string::npos);
+  CHECK(as("10.9.9.9", with_csrf, "POST", "/dash/api/action",
+           json{{"action", "cancel_run"}, {"run", f.runs[1]}}.dump())
+            .status == 403);
+  CHECK(f.State(f.runs[1]) == RunState::kQueued);
+  CHECK(log.Count("dashboard: a sign-in from 10.9.9.9 was refused: a trusted header") == 1);
+  // ... even with a valid cookie of its own.
+  std::string cookie = f.SignIn(kRead);
+  HttpHeaders both = ada;
+  both.emplace_back("Cookie", cookie);
+  CHECK(as("10.9.9.9", both, "GET", "/dash/api/session").status == 403);
+  // IPv6 ranges work too.
+  CHECK(as("fd00::5", ada, "GET", "/dash/api/session").status == 200);
+
+  // Roles from groups; someone in no list reads nothing.
+  HttpHeaders platform = {{"X-Auth-Request-Email", "bo@example.com"},
+                          {"X-Auth-Request-Groups", "staff, ml-platform"}};
+  CHECK(json::parse(as("127.0.0.1", platform, "GET", "/dash/api/session").body)["role"] == "admin");
+  HttpHeaders reader = {{"X-Auth-Request-Email", "cy@example.com"},
+                        {"X-Auth-Request-Groups", "ml-readers"}};
+  CHECK(json::parse(as("127.0.0.1", reader, "GET", "/dash/api/session").body)["role"] == "read");
+  HttpHeaders stranger = {{"X-Auth-Request-Email", "eve@example.com"}};
+  auto none = as("127.0.0.1", stranger, "GET", "/dash/api/status");
+  CHECK(none.status == 403);
+  CHECK(none.body.find("in none of auth's admins, writers or viewers") != std::string::npos);
+  // Without the header, as before: the sign-in page.
+  CHECK(as("127.0.0.1", {}, "GET", "/dash/api/status").status == 401);
+  CHECK(HasRow(f.Audit(), "?", "login_failed"));
+}
+
+TEST_CASE("people: auth in server.yaml is checked, naming the key", "[people][header]") {
+  auto bad = [](const std::string& yaml) {
+    auto c = ParseServerConfig(yaml, "server.yaml");
+    REQUIRE_FALSE(c);
+    return c.error().message;
+  };
+  CHECK_THAT(bad("auth:\n  trusted_header: {user: X-Email}\n"),
+             Catch::Contains("auth.trusted_header: from: the proxy's addresses are required"));
+  CHECK_THAT(bad("auth:\n  trusted_header: {user: X-Email, from: [10.0.0.300/8]}\n"),
+             Catch::Contains("server.yaml:2"));
+  CHECK_THAT(bad("auth:\n  trusted_header: {user: X-Email, from: [10.0.0.300/8]}\n"),
+             Catch::Contains("10.0.0.300/8"));
+  CHECK_THAT(bad("auth:\n  admin: [x]\n"), Catch::Contains("admin"));
+  auto c = ParseServerConfig("auth:\n  trusted_header: {user: X-Email, from: [10.0.0.0/8, '::1']}\n",
+                             "server.yaml");
+  REQUIRE(c);
+  CHECK(CidrContains(c->auth.from[0], "10.200.3.4"));
+  CHECK_FALSE(CidrContains(c->auth.from[0], "11.0.0.1"));
+  CHECK(CidrContains(c->auth.from[1], "::1"));
+  CHECK_FALSE(CidrContains(c->auth.from[1], "127.0.0.1"));
+  CHECK_FALSE(c->auth.viewers_given);
 }
 
 }  // namespace
