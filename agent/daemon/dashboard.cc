@@ -1083,6 +1083,8 @@ HttpServerReply Dashboard::Tokens(const HttpServerRequest& req, const Session& s
       std::lock_guard<std::mutex> lock(sessions_mu_);
       ended = static_cast<int>(std::erase_if(
           sessions_, [&](const auto& kv) { return kv.second.who.token_id == id; }));
+      // And its unused one-time links (trainq dashboard-link with the token).
+      std::erase_if(codes_, [&](const auto& kv) { return kv.second.who.token_id == id; });
     }
     std::string target = "token " + std::to_string(id) + " (" + (*t)->name + ")";
     RecordAudit(*store, {0, now, s.who, "token_revoked", target, "of " + (*t)->owner, req.peer},

@@ -243,6 +243,11 @@ TEST_CASE("people: a revoked personal token stops working at once, sessions incl
     CHECK(t.last_used_from == "10.1.2.3");
   }
   auto id = json::parse(who.body)["token"].get<std::int64_t>();
+  // A one-time link asked with the token (`trainq dashboard-link`), not used yet.
+  auto link = f.Bearer("POST", "/dash/api/login-link", secret);
+  REQUIRE(link.status == 200);
+  std::string url = json::parse(link.body)["url"];
+  std::string code = url.substr(url.find("login=") + 6);
   // Another person cannot revoke it (it is not there for them).
   std::string bob = f.SignIn(f.GiveToken("bob@example.com", "write"));
   CHECK(f.Post(bob, "/dash/api/tokens/revoke", {{"id", id}}).status == 404);
@@ -268,6 +273,8 @@ TEST_CASE("people: a revoked personal token stops working at once, sessions incl
   CHECK(HasRow(rows, "ada@example.com", "token_revoked"));
   CHECK(HasRow(rows, "?", "login_failed"));
   CHECK(rows.front().detail.find("revoked") != std::string::npos);
+  // Its unused one-time link went with it.
+  CHECK(f.server->Handle(Req("GET", "/", {}, "", {{"login", code}})).status == 401);
 }
 
 TEST_CASE("people: an expired token and its sessions end at the expiry", "[people]") {
