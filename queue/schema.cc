@@ -685,6 +685,35 @@ CREATE INDEX batches_by_baseline ON batches (baseline_batch_id)
     R"sql(
 ALTER TABLE metrics ADD COLUMN lease INTEGER;
 )sql",
+    // 19 -> 20: people (issue 41). Personal API tokens, kept as the SHA-256
+    // of their secret, and the audit trail: who did what, when, from where.
+    R"sql(
+CREATE TABLE api_tokens (
+  id INTEGER PRIMARY KEY,
+  hash TEXT NOT NULL UNIQUE,
+  name TEXT NOT NULL,
+  owner TEXT NOT NULL,
+  role TEXT NOT NULL CHECK (role IN ('read', 'write', 'admin')),
+  created_by TEXT NOT NULL,
+  created_ms INTEGER NOT NULL,
+  expires_ms INTEGER,
+  last_used_ms INTEGER,
+  last_used_from TEXT NOT NULL DEFAULT '',
+  revoked_ms INTEGER
+);
+CREATE INDEX api_tokens_by_owner ON api_tokens (owner, id);
+CREATE TABLE audit (
+  id INTEGER PRIMARY KEY,
+  at_ms INTEGER NOT NULL,
+  who TEXT NOT NULL,
+  action TEXT NOT NULL,
+  target TEXT NOT NULL DEFAULT '',
+  detail TEXT NOT NULL DEFAULT '',
+  address TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX audit_by_time ON audit (at_ms, id);
+CREATE INDEX audit_by_target ON audit (target, at_ms) WHERE target != '';
+)sql",
 };
 static_assert(std::size(kMigrations) == kStoreSchemaVersion);
 

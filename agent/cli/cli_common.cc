@@ -46,7 +46,8 @@ void AddServerOptions(CLI::App* c, std::string* server, std::string* token_file,
       ->envname("TRAINQ_SERVER");
   c->add_option("--token-file", *token_file,
                 std::string("File holding the server's ") + (admin ? "admin_token" : "read token") +
-                    " (default: $" + (admin ? "TRAINQ_ADMIN_TOKEN" : "TRAINQ_READ_TOKEN") + ")");
+                    " (default: $" + (admin ? "TRAINQ_ADMIN_TOKEN" : "TRAINQ_READ_TOKEN") +
+                    ", else the personal token `trainq login` kept for the server)");
 }
 
 }  // namespace trainq

@@ -20,7 +20,7 @@ Status CmdDashboardLink(const DashboardLinkOptions& o, std::ostream& out) {
                 "$TRAINQ_SERVER)");
   }
   ASSIGN_OR_RETURN(std::string token,
-                   o.admin ? ReadAdminToken(o.token_file) : ReadToken(o.token_file));
+                   o.admin ? ReadAdminToken(o.token_file, o.server) : ReadToken(o.token_file, o.server));
   ReadClient client(o.server, token);
   ASSIGN_OR_RETURN(json link, client.LoginLink());
   if (o.json) {

@@ -54,7 +54,7 @@ Result<RemoteLogChunk> Drain(LogSource& src, std::int64_t run, std::optional<int
 Status CmdLogs(const LogsOptions& o, std::ostream& out) {
   LogSource src;
   if (!o.server.empty()) {
-    ASSIGN_OR_RETURN(auto token, ReadToken(o.token_file));
+    ASSIGN_OR_RETURN(auto token, ReadToken(o.token_file, o.server));
     src.client.emplace(o.server, token);
   } else {
     ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "agent/cli/cli.h"
+#include "agent/cli/credentials.h"
 #include "agent/results/status.h"
 #include "agent/results/table.h"
 #include "core/strings.h"
@@ -136,6 +137,8 @@ Status CmdPoolsReset(const PoolsResetOptions& o, const Clock& clock, std::ostrea
     out << "pool " << o.pool << ": no failed boots on record; nothing to reset\n";
     return Status{};
   }
+  AuditLocal(store, "pool_reset", "pool " + o.pool, std::to_string(failed) + " failed boot(s)",
+             clock.Now());
   out << "pool " << o.pool << ": " << failed << " failed boot(s) forgotten"
       << (failing ? "; it was failing and boots again" : "")
       << " (a running `trainq serve` sees this at its next pass)\n";

@@ -56,7 +56,7 @@ Status CmdReport(const ReportOptions& o, const Clock& clock, std::ostream& out) 
   std::optional<Store> store;
   std::optional<ReadClient> server;
   if (!o.server.empty()) {
-    ASSIGN_OR_RETURN(auto token, ReadToken(o.token_file));
+    ASSIGN_OR_RETURN(auto token, ReadToken(o.token_file, o.server));
     server.emplace(o.server, token);
   } else {
     ASSIGN_OR_RETURN(auto s, OpenExisting(o.db));

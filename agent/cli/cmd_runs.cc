@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "agent/cli/credentials.h"
 #include "agent/cli/read_client.h"
 #include "agent/results/retry.h"
 #include "agent/results/status.h"
@@ -97,6 +98,7 @@ Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out) 
   ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
   if (o.run) {
     ASSIGN_OR_RETURN(int n, store.runs().CancelRun(o.id, clock.Now()));
+    if (n) AuditLocal(store, "cancel_run", "run " + std::to_string(o.id), "1 run(s)", clock.Now());
     if (o.json) {
       out << json{{"run", o.id}, {"cancelled", n}}.dump(2) << "\n";
       return {};
@@ -120,6 +122,10 @@ Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out) 
     return {};
   }
   ASSIGN_OR_RETURN(int n, store.runs().CancelBatch(o.id, clock.Now()));
+  if (n) {
+    AuditLocal(store, "cancel_batch", "batch " + std::to_string(o.id),
+               std::to_string(n) + " run(s)", clock.Now());
+  }
   if (o.json) {
     out << json{{"batch", o.id}, {"cancelled", n}}.dump(2) << "\n";
     return {};
@@ -131,12 +137,17 @@ Status CmdCancel(const CancelOptions& o, const Clock& clock, std::ostream& out) 
 Status CmdRetry(const RetryOptions& o, const Clock& clock, std::ostream& out) {
   json retried;
   if (!o.server.empty()) {
-    ASSIGN_OR_RETURN(auto token, ReadAdminToken(o.token_file));
+    ASSIGN_OR_RETURN(auto token, ReadAdminToken(o.token_file, o.server));
     ReadClient client(o.server, token);
     ASSIGN_OR_RETURN(retried, client.Retry(o.id, o.batch));
   } else {
     ASSIGN_OR_RETURN(auto store, OpenExisting(o.db));
-    ASSIGN_OR_RETURN(retried, RetryRuns(store, o.id, o.batch, clock.Now(), "cli"));
+    ASSIGN_OR_RETURN(retried, RetryRuns(store, o.id, o.batch, clock.Now(), LocalWho()));
+    if (!retried["retried"].empty()) {
+      AuditLocal(store, o.batch ? "retry_batch" : "retry_run",
+                 std::string(o.batch ? "batch " : "run ") + std::to_string(o.id),
+                 std::to_string(retried["retried"].size()) + " run(s)", clock.Now());
+    }
   }
   if (o.json) {
     out << retried.dump(2) << "\n";

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 
+#include "agent/cli/credentials.h"
 #include "agent/cli/read_client.h"
 #include "agent/results/status.h"
 #include "agent/results/table.h"
@@ -351,7 +352,7 @@ void RenderStatusText(const json& j, std::ostream& out) {
 Result<json> FetchServerStatus(const std::string& server, const std::string& token_file) {
   std::string base = server;
   while (!base.empty() && base.back() == '/') base.pop_back();
-  ASSIGN_OR_RETURN(auto token, ReadToken(token_file));
+  ASSIGN_OR_RETURN(auto token, ReadToken(token_file, server));
   CurlHttpClient http;
   ASSIGN_OR_RETURN(auto resp, http.Send({"GET", base + "/api/v1/status",
                                          {{"Authorization", "Bearer " + token}}, "", 10'000}));

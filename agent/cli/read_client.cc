@@ -7,6 +7,7 @@
 #include <fstream>
 #include <thread>
 
+#include "agent/cli/credentials.h"
 #include "core/strings.h"
 
 using nlohmann::json;
@@ -16,7 +17,7 @@ namespace trainq {
 namespace {
 
 Result<std::string> TokenFrom(const std::string& token_file, const char* env_name,
-                              const std::string& what) {
+                              const std::string& what, const std::string& server) {
   if (!token_file.empty()) {
     auto text = ReadFile(token_file);
     if (!text) return std::unexpected(text.error().Wrap("--token-file"));
@@ -26,18 +27,24 @@ Result<std::string> TokenFrom(const std::string& token_file, const char* env_nam
   }
   const char* env = std::getenv(env_name);
   if (env && !Trim(env).empty()) return std::string(Trim(env));
+  // A personal token kept by `trainq login` for this server.
+  ASSIGN_OR_RETURN(auto stored, StoredToken(server));
+  if (stored) return *stored;
   return Fail(ErrorKind::kInvalidArgument, "--server needs the server's " + what +
-                                               ": --token-file FILE or $" + env_name);
+                                               ": --token-file FILE, $" + env_name +
+                                               ", or a personal token kept by `trainq login "
+                                               "--server URL`");
 }
 
 }  // namespace
 
-Result<std::string> ReadToken(const std::string& token_file) {
-  return TokenFrom(token_file, "TRAINQ_READ_TOKEN", "read token");
+Result<std::string> ReadToken(const std::string& token_file, const std::string& server) {
+  return TokenFrom(token_file, "TRAINQ_READ_TOKEN", "read token", server);
 }
 
-Result<std::string> ReadAdminToken(const std::string& token_file) {
-  return TokenFrom(token_file, "TRAINQ_ADMIN_TOKEN", "admin token (server.yaml admin_token)");
+Result<std::string> ReadAdminToken(const std::string& token_file, const std::string& server) {
+  return TokenFrom(token_file, "TRAINQ_ADMIN_TOKEN", "admin token (server.yaml admin_token)",
+                   server);
 }
 
 ReadClient::ReadClient(std::string server, std::string token)
@@ -85,10 +92,10 @@ Result<std::string> ReadClient::Send(const std::string& method, const std::strin
            "$TRAINQ_ADMIN_TOKEN, must hold the server's read_token or admin_token)";
   } else if (resp->status == 401 && method == "POST") {
     msg += ": the admin token was refused (--token-file or $TRAINQ_ADMIN_TOKEN must hold the "
-           "server's admin_token)";
+           "server's admin_token, or `trainq login` keep a personal token of a write role)";
   } else if (resp->status == 401) {
     msg += ": the read token was refused (--token-file or $TRAINQ_READ_TOKEN must hold the "
-           "server's read_token)";
+           "server's read_token, or `trainq login` keep a live personal token)";
   } else if (!reason.empty()) {
     msg += ": " + reason;
   }
@@ -174,7 +181,7 @@ Result<RemoteGate> ReadClient::Gate(const std::string& rev, const std::string& b
 
 Result<int> GateFromServer(const GateOptions& o, std::int64_t wait_ms, bool as_json,
                            std::ostream& out) {
-  ASSIGN_OR_RETURN(auto token, ReadToken(o.token_file));
+  ASSIGN_OR_RETURN(auto token, ReadToken(o.token_file, o.server));
   ReadClient client(o.server, token);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   for (;;) {
@@ -201,6 +208,31 @@ Result<int> GateFromServer(const GateOptions& o, std::int64_t wait_ms, bool as_j
     std::this_thread::sleep_for(
         std::min<std::chrono::steady_clock::duration>(kGatePollInterval, left));
   }
+}
+
+Result<json> ReadClient::Whoami() {
+  ASSIGN_OR_RETURN(auto body, Get("/api/v1/whoami", {}));
+  auto j = json::parse(body, nullptr, false);
+  if (!j.is_object() || !j.contains("who") || !j["who"].is_string() || !j.contains("role") ||
+      !j["role"].is_string()) {
+    return Fail(ErrorKind::kInvalidArgument, "--server " + UrlForLog(base_) +
+                                                 ": GET /api/v1/whoami did not answer who (a "
+                                                 "trainq serve older than this trainq?)");
+  }
+  return j;
+}
+
+Result<json> ReadClient::Audit(const std::string& since, int limit) {
+  QueryParams query = {{"limit", std::to_string(limit)}};
+  if (!since.empty()) query.emplace_back("since", since);
+  ASSIGN_OR_RETURN(auto body, Get("/api/v1/audit", query));
+  auto j = json::parse(body, nullptr, false);
+  if (!j.is_object() || !j.contains("audit") || !j["audit"].is_array()) {
+    return Fail(ErrorKind::kInvalidArgument, "--server " + UrlForLog(base_) +
+                                                 ": GET /api/v1/audit did not answer an audit "
+                                                 "trail");
+  }
+  return j;
 }
 
 Result<json> ReadClient::LoginLink() {

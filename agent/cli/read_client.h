@@ -20,12 +20,13 @@
 
 namespace trainq {
 
-// The read token: the first line of `token_file`, else $TRAINQ_READ_TOKEN.
-// kInvalidArgument says how to give one when neither is set.
-Result<std::string> ReadToken(const std::string& token_file);
+// The read token: the first line of `token_file`, else $TRAINQ_READ_TOKEN,
+// else the personal token `trainq login` kept for `server`
+// (agent/cli/credentials.h). kInvalidArgument says how to give one when none is.
+Result<std::string> ReadToken(const std::string& token_file, const std::string& server = "");
 // The admin token (server.yaml admin_token): the first line of `token_file`,
-// else $TRAINQ_ADMIN_TOKEN.
-Result<std::string> ReadAdminToken(const std::string& token_file);
+// else $TRAINQ_ADMIN_TOKEN, else the personal token kept for `server`.
+Result<std::string> ReadAdminToken(const std::string& token_file, const std::string& server = "");
 
 // The gate's answer: {exit_code, text, json, finished}.
 struct RemoteGate {
@@ -59,6 +60,10 @@ class ReadClient {
   // POST /dash/api/login-link (the read or admin token): {"url", "role",
   // "expires_in_s"}, a one-time sign-in link to the dashboard.
   Result<nlohmann::json> LoginLink();
+  // GET /api/v1/whoami: {"who", "role", "personal", "token", "expires_ms"}.
+  Result<nlohmann::json> Whoami();
+  // GET /api/v1/audit (an admin): {"audit": [...]}, newest first.
+  Result<nlohmann::json> Audit(const std::string& since, int limit);
 
  private:
   // GET `path?query` with the token; the body of a 2xx answer, else an

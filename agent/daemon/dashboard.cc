@@ -74,7 +74,8 @@ int StatusFor(const trainq::Error& e) {
 }
 
 bool IsPage(const std::string& path) {
-  return path == "/" || path == "/machines" || path == "/sweeps" ||
+  return path == "/" || path == "/machines" || path == "/sweeps" || path == "/account" ||
+         path == "/audit" ||
          path.starts_with("/experiment/") || path.starts_with("/commit/") ||
          path.starts_with("/run/");
 }
@@ -188,6 +189,11 @@ std::string OriginOf(std::string_view url) {
   return std::string(url.substr(0, end));
 }
 
+std::string SessionWho(const Principal& p, const std::string& nonce) {
+  if (p.person) return p.who;
+  return p.who + " (session " + nonce.substr(0, 8) + ")";
+}
+
 std::optional<Store> OpenRead(const std::string& db) {
   StoreOptions so;
   so.create = false;
@@ -228,7 +234,10 @@ bool Dashboard::Owns(const std::string& path) {
 
 std::string Dashboard::StartLine(const std::string& listen) {
   std::string base = "http://" + listen;
-  std::string line = base + "/?login=" + NewLoginCode(Role::kRead) +
+  Principal reader;
+  reader.role = Role::kRead;
+  reader.who = "one-time link";
+  std::string line = base + "/?login=" + NewLoginCode(reader) +
                      " (a one-time read link, good for " +
                      FormatDuration(options_.login_link_ms) + "; after that sign in at " + base +
                      "/signin with the read or admin token";
@@ -236,7 +245,7 @@ std::string Dashboard::StartLine(const std::string& listen) {
   return line + ")";
 }
 
-std::string Dashboard::NewLoginCode(Role role) {
+std::string Dashboard::NewLoginCode(const Principal& who) {
   std::string code = RandomHex(16).value_or("");
   if (code.empty()) return code;
   const TimeMs now = clock_.Now();
@@ -248,7 +257,7 @@ std::string Dashboard::NewLoginCode(Role role) {
     });
     codes_.erase(oldest);
   }
-  codes_[Sha256Hex(code)] = {role, now + options_.login_link_ms};
+  codes_[Sha256Hex(code)] = {who, now + options_.login_link_ms};
   return code;
 }
 
@@ -263,7 +272,7 @@ Dashboard::Session Dashboard::SessionOf(const HttpServerRequest& req, bool touch
   // lookup; the session itself is the entry in sessions_.
   std::string c = CookieValue(req.headers, kCookie);
   auto parts = Split(c, '.');
-  if (parts.size() != 3 || (parts[0] != "r" && parts[0] != "a")) return {};
+  if (parts.size() != 3 || (parts[0] != "r" && parts[0] != "w" && parts[0] != "a")) return {};
   std::string want = HmacSha256Hex(key_, parts[0] + "." + parts[1]);
   if (!ConstantTimeEquals(Sha256Hex(parts[2]), Sha256Hex(want))) return {};
   const TimeMs now = clock_.Now();
@@ -271,17 +280,55 @@ Dashboard::Session Dashboard::SessionOf(const HttpServerRequest& req, bool touch
   auto it = sessions_.find(parts[1]);
   if (it == sessions_.end()) return {};
   SessionEntry& e = it->second;
-  if (now - e.seen_ms >= options_.session_idle_ms || now - e.created_ms >= options_.session_max_ms) {
+  if (now - e.seen_ms >= options_.session_idle_ms || now - e.created_ms >= options_.session_max_ms ||
+      (e.who.expires_ms && *e.who.expires_ms <= now)) {
     sessions_.erase(it);
     return {};
   }
-  if (e.role == Role::kAdmin && config_.admin_token.empty()) return {};
+  if (e.who.role == Role::kAdmin && !e.who.person && config_.admin_token.empty()) return {};
   if (touch) e.seen_ms = std::max(e.seen_ms, now);
-  return {e.role, parts[1]};
+  return {e.who.role, parts[1], SessionWho(e.who, parts[1]), e.who.token_id, e.who.person};
 }
 
 bool Dashboard::SignedIn(const HttpServerRequest& req) {
-  return SessionOf(req, false).role != Role::kNone;
+  if (SessionOf(req, false).role != Role::kNone) return true;
+  std::string refused;
+  return HeaderSession(req, &refused).role != Role::kNone;
+}
+
+Dashboard::Session Dashboard::HeaderSession(const HttpServerRequest& req, std::string* refused) {
+  const AuthConfig& auth = config_.auth;
+  if (!auth.trusted_header()) return {};
+  auto user = FindHeader(req.headers, auth.user_header);
+  if (!user) return {};
+  bool listed = std::any_of(auth.from.begin(), auth.from.end(),
+                            [&](const Cidr& c) { return CidrContains(c, req.peer); });
+  if (!listed) {
+    *refused = auth.user_header + " from " + req.peer +
+               ", which is not one of auth.trusted_header.from";
+    return {};
+  }
+  std::string who(Trim(*user));
+  if (who.empty() || who.size() > 200 ||
+      std::any_of(who.begin(), who.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+    *refused = "an empty or malformed " + auth.user_header;
+    return {};
+  }
+  std::vector<std::string> groups;
+  if (!auth.groups_header.empty()) {
+    for (const auto& g : Split(FindHeader(req.headers, auth.groups_header).value_or(""), ',')) {
+      if (!Trim(g).empty()) groups.emplace_back(Trim(g));
+    }
+  }
+  Role role = RoleFromLists(auth, who, groups);
+  if (role == Role::kNone) {
+    *refused = who + " is in none of auth's admins, writers or viewers";
+    return {};
+  }
+  // No cookie: the proxy vouches for each request. The id names the person
+  // for the CSRF token.
+  return {role, "hdr-" + Sha256Hex(who).substr(0, 16), who, 0, true};
 }
 
 std::string Dashboard::CsrfToken(const Session& s) const {
@@ -292,7 +339,9 @@ std::string Dashboard::CookieAttributes() const {
   return "; Path=/; HttpOnly; SameSite=Strict" + std::string(secure_cookie_ ? "; Secure" : "");
 }
 
-HttpServerReply Dashboard::StartSession(Role role, const std::string& next, const char* how) {
+HttpServerReply Dashboard::StartSession(const Principal& who, const std::string& next,
+                                        const char* how, const std::string& peer) {
+  const Role role = who.role;
   auto nonce = RandomHex(12);
   if (!nonce) return Refuse(503, nonce.error().message);
   const TimeMs now = clock_.Now();
@@ -309,9 +358,9 @@ HttpServerReply Dashboard::StartSession(Role role, const std::string& next, cons
                                   });
       sessions_.erase(lru);
     }
-    sessions_[*nonce] = {role, now, now};
+    sessions_[*nonce] = {who, now, now};
   }
-  const char* r = role == Role::kAdmin ? "a" : "r";
+  const char* r = role == Role::kAdmin ? "a" : role == Role::kWrite ? "w" : "r";
   std::string value = std::string(r) + "." + *nonce;
   value += "." + HmacSha256Hex(key_, value);
   HttpServerReply reply{303, "text/plain; charset=utf-8", "signed in\n"};
@@ -320,8 +369,15 @@ HttpServerReply Dashboard::StartSession(Role role, const std::string& next, cons
                                              "; Max-Age=" +
                                              std::to_string(options_.session_max_ms / 1000)});
   reply.headers.push_back({"Cache-Control", "no-store"});
-  spdlog::info("dashboard: {} session {} signed in ({})",
-               role == Role::kAdmin ? "admin" : "read", nonce->substr(0, 8), how);
+  if (auto store = OpenRead(db_path_)) {
+    RecordAudit(*store,
+                {0, now, SessionWho(who, *nonce), "login", "",
+                 std::string(how) + ", " + RoleName(role), peer},
+                "dashboard", std::string("signed in (") + how + ", " + RoleName(role) + ")");
+  } else {
+    spdlog::info("dashboard: {} signed in ({}, {})", SessionWho(who, *nonce), how,
+                 RoleName(role));
+  }
   return reply;
 }
 
@@ -357,21 +413,43 @@ HttpServerReply Dashboard::SignInForm(const HttpServerRequest& req) {
   auto fields = FormFields(req.body);
   std::string next = fields.count("next") ? fields["next"] : "/";
   std::string token(Trim(fields["token"]));
-  Role role = Role::kNone;
-  if (SameSecret(token, config_.admin_token.value)) {
-    role = Role::kAdmin;
-  } else if (SameSecret(token, read_token_) || SameSecret(token, signin_token_)) {
-    role = Role::kRead;
+  Principal who;
+  if (SameSecret(token, signin_token_)) {
+    who.role = Role::kRead;
+    who.who = "start's sign-in token";
+  } else {
+    auto store = OpenRead(db_path_);
+    who = Identify(config_, store ? &*store : nullptr, token, clock_.Now());
   }
-  if (role == Role::kNone) {
-    if (auto skipped = wrong_token_log_.Allow(clock_.Now())) {
-      spdlog::warn("dashboard: a wrong token was given at sign-in{}",
-                   *skipped ? " (" + std::to_string(*skipped) + " more since the last such line)"
-                            : std::string());
+  if (who.role == Role::kNone) {
+    FailedSignIn(req.peer, who.refused.empty() ? "a wrong token" : who.refused);
+    bool revoked = who.refused.find("revoked") != std::string::npos;
+    bool expired = who.refused.find("expired") != std::string::npos;
+    return SignInPage(401, next,
+                      revoked   ? "That personal token was revoked."
+                      : expired ? "That personal token has expired."
+                                : "That token is not the read or admin token, nor a personal "
+                                  "token.");
+  }
+  return StartSession(who, next, "sign-in form", req.peer);
+}
+
+void Dashboard::FailedSignIn(const std::string& peer, const std::string& why) {
+  auto skipped = wrong_token_log_.Allow(clock_.Now());
+  if (!skipped) return;
+  std::string more =
+      *skipped ? " (" + std::to_string(*skipped) + " more since the last such line)" : "";
+  spdlog::warn("dashboard: a sign-in from {} was refused: {}{}", peer, why, more);
+  StoreOptions so;
+  so.create = false;
+  if (auto store = Store::Open(db_path_, so)) {
+    if (auto id = store->access().AddAudit(
+            {0, clock_.Now(), "?", "login_failed", "", why + more, peer});
+        !id) {
+      spdlog::error("dashboard: the audit row of a failed sign-in could not be written: {}",
+                    id.error().message);
     }
-    return SignInPage(401, next, "That token is not the read or admin token.");
   }
-  return StartSession(role, next, "sign-in form");
 }
 
 // GET PAGE?login=CODE: a one-time link. Used or expired, it shows the
@@ -379,39 +457,36 @@ HttpServerReply Dashboard::SignInForm(const HttpServerRequest& req) {
 HttpServerReply Dashboard::LinkLogin(const HttpServerRequest& req, const std::string& path,
                                      const std::string& code) {
   std::string next = path + QueryWithout(req, "login");
-  Role role = Role::kNone;
+  Principal who;
   {
     const TimeMs now = clock_.Now();
     std::lock_guard<std::mutex> lock(sessions_mu_);
     auto it = codes_.find(Sha256Hex(code));
     if (it != codes_.end()) {
-      if (it->second.expires_ms > now) role = it->second.role;
+      if (it->second.expires_ms > now) who = it->second.who;
       codes_.erase(it);  // once
     }
   }
-  if (role == Role::kNone) {
-    if (auto skipped = wrong_token_log_.Allow(clock_.Now())) {
-      spdlog::warn("dashboard: a sign-in link that is unknown, used or expired was opened{}",
-                   *skipped ? " (" + std::to_string(*skipped) + " more since the last such line)"
-                            : std::string());
-    }
+  if (who.role == Role::kNone) {
+    FailedSignIn(req.peer, "a sign-in link that is unknown, used or expired");
     return SignInPage(401, next,
                       "This sign-in link was used already or has expired: sign in with a token.");
   }
-  return StartSession(role, next, "one-time link");
+  return StartSession(who, next, "one-time link", req.peer);
+}
+
+bool Dashboard::CsrfOk(const HttpServerRequest& req, const Session& s) const {
+  auto csrf = FindHeader(req.headers, "X-CSRF-Token");
+  return csrf && ConstantTimeEquals(Sha256Hex(*csrf), Sha256Hex(CsrfToken(s)));
 }
 
 HttpServerReply Dashboard::Logout(const HttpServerRequest& req, const Session& s) {
-  auto csrf = FindHeader(req.headers, "X-CSRF-Token");
-  if (!csrf || !ConstantTimeEquals(Sha256Hex(*csrf), Sha256Hex(CsrfToken(s)))) {
-    return Refuse(403, "missing or wrong X-CSRF-Token");
-  }
+  if (!CsrfOk(req, s)) return Refuse(403, "missing or wrong X-CSRF-Token");
   {
     std::lock_guard<std::mutex> lock(sessions_mu_);
     sessions_.erase(s.id);
   }
-  spdlog::info("dashboard: {} session {} signed out", s.role == Role::kAdmin ? "admin" : "read",
-               s.id.substr(0, 8));
+  spdlog::info("dashboard: {} signed out", s.who);
   HttpServerReply r = JsonReply(200, {{"result", "ok"}, {"signed_out", s.id.substr(0, 8)}});
   r.headers.push_back({"Set-Cookie", std::string(kCookie) + "=" + CookieAttributes() +
                                          "; Max-Age=0"});
@@ -431,19 +506,20 @@ std::string Dashboard::BaseUrl(const HttpServerRequest& req) const {
 // a one-time link for a session of that role.
 HttpServerReply Dashboard::LoginLinkRoute(const HttpServerRequest& req) {
   if (req.method != "POST") return Refuse(405, "login links are POSTed");
-  Role role = Role::kNone;
-  if (!config_.admin_token.empty() && CheckAdminToken(config_, req.headers) == 0) {
-    role = Role::kAdmin;
-  } else if (!config_.read_token.empty() && CheckReadToken(config_, req.headers) == 0) {
-    role = Role::kRead;
+  Principal who;
+  {
+    auto store = OpenRead(db_path_);
+    who = IdentifyBearer(config_, store ? &*store : nullptr, req.headers, clock_.Now());
   }
+  Role role = who.role;
   if (role == Role::kNone) {
-    return Refuse(401, "expected the read or admin token as \"Authorization: Bearer TOKEN\"");
+    return Refuse(401, "expected the read or admin token, or a personal token, as "
+                       "\"Authorization: Bearer TOKEN\"");
   }
-  std::string code = NewLoginCode(role);
+  std::string code = NewLoginCode(who);
   if (code.empty()) return Refuse(503, "no random bytes for a sign-in code");
   return JsonReply(200, {{"url", BaseUrl(req) + "/?login=" + code},
-                         {"role", role == Role::kAdmin ? "admin" : "read"},
+                         {"role", RoleName(role)},
                          {"expires_in_s", options_.login_link_ms / 1000}});
 }
 
@@ -472,6 +548,20 @@ HttpServerReply Dashboard::Handle(const HttpServerRequest& req, const std::strin
     return r;
   }
   Session s = SessionOf(req, true);
+  if (config_.auth.trusted_header() && FindHeader(req.headers, config_.auth.user_header)) {
+    // The proxy's header, honoured only from its listed addresses: from any
+    // other, the request is refused whatever else it carries.
+    std::string refused;
+    Session h = HeaderSession(req, &refused);
+    if (!refused.empty()) {
+      FailedSignIn(req.peer, "a trusted header: " + refused);  // logged and audited
+      HttpServerReply r{403, "text/plain; charset=utf-8",
+                        "403: refused: " + refused + ". Nothing was granted.\n"};
+      r.headers.push_back({"Cache-Control", "no-store"});
+      return r;
+    }
+    if (s.role == Role::kNone) s = h;
+  }
   if (s.role == Role::kNone) {
     if (IsPage(path) && (req.method == "GET" || req.method == "HEAD")) {
       return SignInPage(401, path + QueryWithout(req, ""), "");
@@ -485,6 +575,13 @@ HttpServerReply Dashboard::Handle(const HttpServerRequest& req, const std::strin
   if (path == "/dash/api/logout") {
     if (req.method != "POST") return Refuse(405, "log-out is POSTed");
     return Logout(req, s);
+  }
+  if (path == "/dash/api/tokens" || path == "/dash/api/tokens/revoke") {
+    return Tokens(req, s, path);
+  }
+  if (path == "/dash/api/audit") {
+    if (req.method != "GET") return Refuse(405, "GET /dash/api/audit");
+    return AuditPage(req, s);
   }
   if (req.method != "GET" && req.method != "HEAD") {
     return Refuse(405, req.method + " is not allowed here");
@@ -727,7 +824,9 @@ HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string&
                                 const Session& s) {
   std::string rest = path.substr(std::string("/dash/api/").size());
   if (rest == "session") {
-    return JsonReply(200, {{"role", s.role == Role::kAdmin ? "admin" : "read"},
+    return JsonReply(200, {{"role", RoleName(s.role)},
+                           {"who", s.who},
+                           {"person", s.person},
                            {"session", s.id.substr(0, 8)},
                            {"csrf", CsrfToken(s)}});
   }
@@ -758,7 +857,17 @@ HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string&
     auto run = store->runs().Run(*id);
     if (!run) return Refuse(503, run.error().message);
     if (!*run) return Refuse(404, "no run " + parts[0]);
-    if (parts.size() == 1) return RunRoute(*store, **run);
+    if (parts.size() == 1) {
+      HttpServerReply r = RunRoute(*store, **run);
+      if (r.status != 200) return r;
+      // Who cancelled, retried or added seeds to this run or its batch.
+      auto rows = store->access().AuditSince(
+          0, 100, {"run " + std::to_string((*run)->id), "batch " + std::to_string((*run)->batch_id)});
+      if (!rows) return Refuse(503, rows.error().message);
+      json j = json::parse(r.body, nullptr, false);
+      j["audit"] = AuditJson(*rows);
+      return JsonReply(200, j);
+    }
     if (parts[1] != "log") return Refuse(404, "no route " + path);
     return RunLogRoute(req, **run, data_dir_, options_.max_log_bytes);
   }
@@ -766,14 +875,12 @@ HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string&
 }
 
 HttpServerReply Dashboard::Action(const HttpServerRequest& req, const Session& s) {
-  if (s.role != Role::kAdmin) {
-    spdlog::warn("dashboard: read session {} was refused an action", s.id.substr(0, 8));
-    return Refuse(403, "actions need an admin session (open the dashboard with the admin token)");
+  if (s.role < Role::kWrite) {
+    spdlog::warn("dashboard: {} (read) was refused an action", s.who);
+    return Refuse(403, "actions need a write role (" + s.who + " is read)");
   }
-  auto csrf = FindHeader(req.headers, "X-CSRF-Token");
-  if (!csrf || !ConstantTimeEquals(Sha256Hex(*csrf), Sha256Hex(CsrfToken(s)))) {
-    spdlog::warn("dashboard: admin session {}: an action without its CSRF token was refused",
-                 s.id.substr(0, 8));
+  if (!CsrfOk(req, s)) {
+    spdlog::warn("dashboard: {}: an action without its CSRF token was refused", s.who);
     return Refuse(403, "missing or wrong X-CSRF-Token");
   }
   if (req.body_too_large) return Refuse(413, "body too large");
@@ -789,15 +896,20 @@ HttpServerReply Dashboard::Action(const HttpServerRequest& req, const Session& s
   auto store = Store::Open(db_path_, so);
   if (!store) return Refuse(503, store.error().message);
   TimeMs now = clock_.Now();
-  std::string who = "admin session " + s.id.substr(0, 8);
+  const std::string& who = s.who;
+  auto audit = [&](const std::string& action, const std::string& target, const std::string& detail,
+                   const std::string& text) {
+    RecordAudit(*store, {0, now, who, action, target, detail, req.peer}, "dashboard", text);
+  };
   if (what == "cancel_batch" || what == "cancel_run") {
     bool batch = what == "cancel_batch";
     auto id = num(batch ? "batch" : "run");
     if (!id) return Refuse(400, std::string(batch ? "batch" : "run") + ": expected an id");
     auto n = batch ? store->runs().CancelBatch(*id, now) : store->runs().CancelRun(*id, now);
     if (!n) return Refuse(StatusFor(n.error()), n.error().message);
-    spdlog::info("dashboard: {} cancelled {} {} ({} run(s))", who, batch ? "batch" : "run", *id,
-                 *n);
+    std::string target = std::string(batch ? "batch " : "run ") + std::to_string(*id);
+    audit(what, target, std::to_string(*n) + " run(s)",
+          "cancelled " + target + " (" + std::to_string(*n) + " run(s))");
     return JsonReply(200, {{"result", "ok"}, {"cancelled", *n}});
   }
   if (what == "retry_run") {
@@ -806,7 +918,7 @@ HttpServerReply Dashboard::Action(const HttpServerRequest& req, const Session& s
     if (auto st = store->runs().RetryRun(*id, now, who); !st) {
       return Refuse(StatusFor(st.error()), st.error().message);
     }
-    spdlog::info("dashboard: {} retried run {}", who, *id);
+    audit(what, "run " + std::to_string(*id), "", "retried run " + std::to_string(*id));
     return JsonReply(200, {{"result", "ok"}, {"retried", *id}});
   }
   if (what == "add_seeds") {
@@ -821,7 +933,8 @@ HttpServerReply Dashboard::Action(const HttpServerRequest& req, const Session& s
     for (auto c : (*b)->counts) total += c;
     auto n = store->runs().ExtendBatch(*id, static_cast<int>(total + *k), now);
     if (!n) return Refuse(StatusFor(n.error()), n.error().message);
-    spdlog::info("dashboard: {} added {} seed(s) to batch {}", who, *n, *id);
+    audit(what, "batch " + std::to_string(*id), std::to_string(*n) + " seed(s)",
+          "added " + std::to_string(*n) + " seed(s) to batch " + std::to_string(*id));
     return JsonReply(200, {{"result", "ok"}, {"added", *n}});
   }
   return Refuse(400, "action: expected cancel_batch, cancel_run, retry_run or add_seeds, got \"" + what + "\"");
@@ -894,6 +1007,173 @@ HttpServerReply Dashboard::Events(const HttpServerRequest& req) {
   r.headers.push_back({"Cache-Control", "no-store"});
   r.headers.push_back({"X-Accel-Buffering", "no"});
   return r;
+}
+
+namespace {
+
+json TokenJson(const Access::TokenRow& t, TimeMs now) {
+  return {{"id", t.id},
+          {"name", t.name},
+          {"owner", t.owner},
+          {"role", t.role},
+          {"created_by", t.created_by},
+          {"created_ms", t.created_ms},
+          {"expires_ms", t.expires_ms ? json(*t.expires_ms) : json(nullptr)},
+          {"last_used_ms", t.last_used_ms ? json(*t.last_used_ms) : json(nullptr)},
+          {"last_used_from", t.last_used_from},
+          {"revoked_ms", t.revoked_ms ? json(*t.revoked_ms) : json(nullptr)},
+          {"live", t.live(now)}};
+}
+
+// A token's name or owner: printable, at most 200 bytes.
+bool PlainText(const std::string& s) {
+  return !s.empty() && s.size() <= 200 && std::none_of(s.begin(), s.end(), [](char c) {
+    return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+  });
+}
+
+}  // namespace
+
+// The account page's data. A person (a session made with a personal token)
+// sees and makes their own tokens, with at most their own role; an admin
+// sees everyone's and may make one for another person (`owner`), which is
+// how the first personal tokens are given out. A shared read session has no
+// person to own a token.
+HttpServerReply Dashboard::Tokens(const HttpServerRequest& req, const Session& s,
+                                  const std::string& path) {
+  const bool admin = s.role == Role::kAdmin;
+  if (!s.person && !admin) {
+    return Refuse(403, "personal tokens belong to people: sign in with your own token (" + s.who +
+                           " is a shared token)");
+  }
+  StoreOptions so;
+  so.create = false;
+  auto store = Store::Open(db_path_, so);
+  if (!store) return Refuse(503, store.error().message);
+  const TimeMs now = clock_.Now();
+  if (req.method == "GET" && path == "/dash/api/tokens") {
+    auto rows = store->access().ListTokens(admin ? "" : s.who);
+    if (!rows) return Refuse(503, rows.error().message);
+    json out = json::array();
+    for (const auto& t : *rows) out.push_back(TokenJson(t, now));
+    return JsonReply(200, {{"tokens", out}, {"who", s.who}, {"role", RoleName(s.role)}});
+  }
+  if (req.method != "POST") return Refuse(405, "GET or POST " + path);
+  if (!CsrfOk(req, s)) {
+    spdlog::warn("dashboard: {}: a token change without its CSRF token was refused", s.who);
+    return Refuse(403, "missing or wrong X-CSRF-Token");
+  }
+  if (req.body_too_large) return Refuse(413, "body too large");
+  json body = json::parse(req.body, nullptr, false);
+  if (!body.is_object()) return Refuse(400, "the body is not a JSON object");
+  if (path == "/dash/api/tokens/revoke") {
+    if (!body.contains("id") || !body["id"].is_number_integer()) {
+      return Refuse(400, "id: expected a token's id");
+    }
+    std::int64_t id = body["id"].get<std::int64_t>();
+    auto t = store->access().GetToken(id);
+    if (!t) return Refuse(503, t.error().message);
+    if (!*t || (!admin && (*t)->owner != s.who)) return Refuse(404, "no token " + std::to_string(id));
+    auto done = store->access().RevokeToken(id, now);
+    if (!done) return Refuse(503, done.error().message);
+    if (!*done) return Refuse(409, "token " + std::to_string(id) + " was revoked already");
+    int ended = 0;
+    {
+      // Its sessions end now, not at their expiry.
+      std::lock_guard<std::mutex> lock(sessions_mu_);
+      ended = static_cast<int>(std::erase_if(
+          sessions_, [&](const auto& kv) { return kv.second.who.token_id == id; }));
+      // And its unused one-time links (trainq dashboard-link with the token).
+      std::erase_if(codes_, [&](const auto& kv) { return kv.second.who.token_id == id; });
+    }
+    std::string target = "token " + std::to_string(id) + " (" + (*t)->name + ")";
+    RecordAudit(*store, {0, now, s.who, "token_revoked", target, "of " + (*t)->owner, req.peer},
+                "dashboard",
+                "revoked " + target + " of " + (*t)->owner + " (" + std::to_string(ended) +
+                    " session(s) ended)");
+    return JsonReply(200, {{"result", "ok"}, {"revoked", id}, {"sessions_ended", ended}});
+  }
+  if (path != "/dash/api/tokens") return Refuse(404, "no route " + path);
+  std::string name = body.value("name", "");
+  if (!PlainText(name)) return Refuse(400, "name: expected 1 to 200 printable characters");
+  std::string owner = s.person ? s.who : "";
+  if (body.contains("owner") && body["owner"].is_string() && !body["owner"].get<std::string>().empty()) {
+    owner = body["owner"].get<std::string>();
+  }
+  if (owner != s.who && !admin) return Refuse(403, "only an admin makes tokens for others");
+  if (!PlainText(owner)) {
+    return Refuse(400, "owner: expected the person's name or email (1 to 200 printable characters)");
+  }
+  Role role = s.role;
+  if (body.contains("role")) {
+    auto r = body["role"].is_string() ? ParseRole(body["role"].get<std::string>()) : std::nullopt;
+    if (!r) return Refuse(400, "role: expected read, write or admin");
+    if (*r > s.role) {
+      return Refuse(403, std::string("role: ") + RoleName(*r) + " is above your own (" +
+                             RoleName(s.role) + ")");
+    }
+    role = *r;
+  }
+  std::optional<TimeMs> expires;
+  std::int64_t days = 90;
+  if (body.contains("days")) {
+    if (!body["days"].is_number_integer() || body["days"].get<std::int64_t>() < 0 ||
+        body["days"].get<std::int64_t>() > 3650) {
+      return Refuse(400, "days: expected 0 (never expires) to 3650");
+    }
+    days = body["days"].get<std::int64_t>();
+  }
+  if (days > 0) expires = now + days * 24 * 3600'000LL;
+  if (s.person && expires && s.token_id) {
+    // A token made by a person expires no later than the token they signed in with.
+    auto mine = store->access().GetToken(s.token_id);
+    if (mine && *mine && (*mine)->expires_ms) expires = std::min(*expires, *(*mine)->expires_ms);
+  }
+  if (s.person && !expires && s.token_id) {
+    auto mine = store->access().GetToken(s.token_id);
+    if (mine && *mine && (*mine)->expires_ms) expires = (*mine)->expires_ms;
+  }
+  auto secret = NewPersonalToken();
+  if (!secret) return Refuse(503, secret.error().message);
+  Access::TokenRow t;
+  t.hash = PersonalTokenHash(*secret);
+  t.name = name;
+  t.owner = owner;
+  t.role = RoleName(role);
+  t.created_by = s.who;
+  t.created_ms = now;
+  t.expires_ms = expires;
+  auto id = store->access().AddToken(t);
+  if (!id) return Refuse(503, id.error().message);
+  std::string target = "token " + std::to_string(*id) + " (" + name + ")";
+  RecordAudit(*store,
+              {0, now, s.who, "token_created", target,
+               "for " + owner + ", " + t.role +
+                   (expires ? ", expires " + FormatTimestamp(*expires) + " UTC" : ", no expiry"),
+               req.peer},
+              "dashboard", "made " + target + " for " + owner + " (" + t.role + ")");
+  t.id = *id;
+  json j = TokenJson(t, now);
+  j["token"] = *secret;  // shown once: the store keeps its hash only
+  return JsonReply(200, j);
+}
+
+// The audit trail, for admins: ?since=7d (default), ?limit= (default 500).
+HttpServerReply Dashboard::AuditPage(const HttpServerRequest& req, const Session& s) {
+  if (s.role != Role::kAdmin) return Refuse(403, "the audit trail is for admins");
+  std::int64_t since_s = 7 * 24 * 3600;
+  if (auto since = Param(req, "since")) {
+    auto v = ParseDurationSeconds(*since);
+    if (!v) return Refuse(400, "since: " + v.error().message);
+    since_s = *v;
+  }
+  auto limit = SizeParam(req, "limit", 500, 1, 10'000);
+  if (!limit) return Refuse(400, limit.error().message);
+  auto store = OpenRead(db_path_);
+  if (!store) return Refuse(503, "the store " + db_path_ + " cannot be opened");
+  auto rows = store->access().AuditSince(clock_.Now() - since_s * 1000, static_cast<int>(*limit));
+  if (!rows) return Refuse(503, rows.error().message);
+  return JsonReply(200, {{"audit", AuditJson(*rows)}, {"since_s", since_s}});
 }
 
 }  // namespace trainq

@@ -6,7 +6,12 @@
 //   GET  /dash/api/...              the documents the CLI prints (status, show --json,
 //                                   report json), a run's log tail and metric curve
 //   GET  /dash/events               server-sent events: "the store changed"
-//   POST /dash/api/action           cancel a batch or a run, add seeds (admin only)
+//   GET  /account, /audit           a person's tokens; the audit trail (admins)
+//   POST /dash/api/action           cancel a batch or a run, add seeds (a write role)
+//   GET  /dash/api/tokens           the session's person's personal tokens (an admin: all)
+//   POST /dash/api/tokens           a new personal token, shown once
+//   POST /dash/api/tokens/revoke    revokes one (its owner, or an admin)
+//   GET  /dash/api/audit            the audit trail (admins)
 //   POST /dash/api/logout           ends the session (its CSRF token)
 //   POST /dash/api/login-link       a one-time sign-in link, for the bearer of the
 //                                   read or admin token (`trainq dashboard-link`)
@@ -18,8 +23,11 @@
 // after session_idle_ms without a request, session_max_ms after sign-in, at
 // log-out, or when serve stops. Without a session a page answers the sign-in
 // page (401) and every other route 401 with no data. Actions and log-out need
-// the session's CSRF token in the X-CSRF-Token header; actions need an admin
-// session and are logged with who.
+// the session's CSRF token in the X-CSRF-Token header; actions need a write
+// role and are audited with who (agent/daemon/access.h).
+// People (issue 41): the sign-in form also takes a personal token, and the
+// session is then that person's, with their token's role, until the token
+// expires or is revoked (revoking ends its sessions at once).
 // Threading: Handle() is called from the listener's threads at once; each
 // data request opens its own read connection. One watcher thread (started by
 // the first events request) polls the store's data_version and wakes the
@@ -34,6 +42,7 @@
 #include <string>
 #include <thread>
 
+#include "agent/daemon/access.h"
 #include "agent/daemon/server_http.h"
 #include "agent/triggers/server_config.h"
 #include "core/clock.h"
@@ -75,19 +84,34 @@ class Dashboard {
   void Stop();
 
  private:
-  enum class Role { kNone, kRead, kAdmin };
+  using Role = AccessRole;
   struct Session {
     Role role = Role::kNone;
-    std::string id;  // the cookie's nonce: who, in the action log
+    std::string id;   // the cookie's nonce
+    std::string who;  // ada@example.com, or "admin token (session 7c1e03aa)"
+    std::int64_t token_id = 0;  // the personal token it was made with
+    bool person = false;
   };
   // The live session the cookie names (kNone when none); `touch` counts this
   // request as use (the idle clock starts again).
   Session SessionOf(const HttpServerRequest& req, bool touch);
+  // auth.trusted_header: the person the proxy's header names, when the
+  // request came from a listed address (kNone otherwise). A header from any
+  // other address sets `refused` (the caller answers 403 and grants nothing).
+  Session HeaderSession(const HttpServerRequest& req, std::string* refused);
   std::string CsrfToken(const Session& s) const;
-  // A new session of `role` and the 303 to `next` that sets its cookie.
-  HttpServerReply StartSession(Role role, const std::string& next, const char* how);
-  // A one-time code for a session of `role`, good for login_link_ms.
-  std::string NewLoginCode(Role role);
+  // A new session of `p` and the 303 to `next` that sets its cookie; the
+  // sign-in is audited as from `peer`.
+  HttpServerReply StartSession(const Principal& p, const std::string& next, const char* how,
+                               const std::string& peer);
+  // A one-time code for a session of `p`, good for login_link_ms.
+  std::string NewLoginCode(const Principal& p);
+  // A failed sign-in: a log line and an audit row, at most one of each per
+  // wrong_token_log_ms (with the count of the others).
+  void FailedSignIn(const std::string& peer, const std::string& why);
+  HttpServerReply Tokens(const HttpServerRequest& req, const Session& s, const std::string& path);
+  HttpServerReply AuditPage(const HttpServerRequest& req, const Session& s);
+  bool CsrfOk(const HttpServerRequest& req, const Session& s) const;
   HttpServerReply LinkLogin(const HttpServerRequest& req, const std::string& path,
                             const std::string& code);
   HttpServerReply SignInPage(int status, const std::string& next, const std::string& notice);
@@ -116,12 +140,12 @@ class Dashboard {
   LogLimiter wrong_token_log_;
 
   struct SessionEntry {
-    Role role = Role::kNone;
+    Principal who;
     TimeMs created_ms = 0;
     TimeMs seen_ms = 0;
   };
   struct LoginCode {
-    Role role = Role::kNone;
+    Principal who;
     TimeMs expires_ms = 0;
   };
   std::mutex sessions_mu_;  // guards sessions_ and codes_

@@ -189,7 +189,7 @@ HttpServerReply Server::LogsRoute(const HttpServerRequest& req) {
 }
 
 HttpServerReply Server::ReadRoute(const HttpServerRequest& req, const std::string& path) {
-  switch (CheckReadToken(config_, req.headers)) {
+  switch (ReadAccess(req)) {
     case 0:
       break;
     case 403:

@@ -3,11 +3,13 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "agent/daemon/read_api.h"
+#include "core/strings.h"
 #include "agent/results/retry.h"
 #include "agent/results/status.h"
 #include "agent/triggers/forge.h"
@@ -113,8 +115,10 @@ HttpServerReply Server::Handle(const HttpServerRequest& req) {
   // What shows runs needs the read token: the status document, the
   // counters (a Prometheus scrape sends it as a bearer token) and the read
   // routes. /healthz shows nothing and stays open.
+  if (path == "/api/v1/whoami") return WhoamiRoute(req);
+  if (path == "/api/v1/audit") return AuditRoute(req);
   if (path == "/api/v1/status" || path == "/metrics") {
-    switch (CheckReadToken(config_, req.headers)) {
+    switch (ReadAccess(req)) {
       case 0:
         break;
       case 403:
@@ -141,15 +145,25 @@ HttpServerReply Server::RetryRoute(const HttpServerRequest& req) {
   if (req.method != "POST") {
     return Json(405, {{"result", "error"}, {"reason", "/api/v1/retry is POSTed"}});
   }
-  switch (CheckAdminToken(config_, req.headers)) {
-    case 0:
-      break;
-    case 403:
+  Principal who = Caller(req, true);
+  if (who.role < AccessRole::kWrite) {
+    if (who.role == AccessRole::kRead) {
+      spdlog::warn("api: {} (read) was refused POST /api/v1/retry", who.who);
+      std::string why = "/api/v1/retry needs a write role; " + who.who + " is read";
+      if (config_.admin_token.empty() && !who.person) {
+        why += " (and the server config has no admin_token: only a personal token of a write "
+               "role retries)";
+      }
+      return Json(403, {{"result", "error"}, {"reason", why}});
+    }
+    if (config_.admin_token.empty() && !who.person && who.refused.empty()) {
       return Json(403, {{"result", "error"},
-                        {"reason", "/api/v1/retry is off: the server config has no admin_token"}});
-    default:
-      spdlog::warn("api: POST /api/v1/retry with a missing or wrong admin token was refused");
-      return Json(401, {{"result", "error"}, {"reason", "missing or wrong admin token"}});
+                        {"reason", "/api/v1/retry is off: the server config has no admin_token "
+                                   "and no personal token was given"}});
+    }
+    spdlog::warn("api: POST /api/v1/retry with a missing or wrong token was refused{}",
+                 who.refused.empty() ? "" : " (" + who.refused + ")");
+    return Json(401, {{"result", "error"}, {"reason", "missing or wrong read token"}});
   }
   if (req.body_too_large) return Json(413, {{"result", "error"}, {"reason", "body too large"}});
   json body = json::parse(req.body, nullptr, false);
@@ -164,7 +178,7 @@ HttpServerReply Server::RetryRoute(const HttpServerRequest& req) {
   Result<json> retried;
   {
     std::lock_guard<std::mutex> lock(write_mu_);
-    retried = RetryRuns(*write_store_, id, batch, clock_.Now(), "api (admin token)");
+    retried = RetryRuns(*write_store_, id, batch, clock_.Now(), who.who);
   }
   if (!retried) {
     int status = retried.error().kind == ErrorKind::kNotFound   ? 404
@@ -173,9 +187,101 @@ HttpServerReply Server::RetryRoute(const HttpServerRequest& req) {
     return Json(status, {{"result", "error"}, {"reason", retried.error().message}});
   }
   size_t n = (*retried)["retried"].size();
-  spdlog::info("api: the admin token retried {} {} ({} run(s))", key, id, n);
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    RecordAudit(*write_store_,
+                {0, clock_.Now(), who.who, batch ? "retry_batch" : "retry_run",
+                 std::string(key) + " " + std::to_string(id), std::to_string(n) + " run(s)",
+                 req.peer},
+                "api",
+                "retried " + std::string(key) + " " + std::to_string(id) + " (" +
+                    std::to_string(n) + " run(s))");
+  }
   if (n > 0) NotifyWork();
   return Json(200, *retried);
+}
+
+Principal Server::Caller(const HttpServerRequest& req, bool touch) {
+  const TimeMs now = clock_.Now();
+  Principal p;
+  {
+    std::lock_guard<std::mutex> lock(read_mu_);
+    p = IdentifyBearer(config_, read_store_ ? &*read_store_ : nullptr, req.headers, now);
+  }
+  if (p.token_id && touch) {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    if (auto st = write_store_->access().TouchToken(p.token_id, now, req.peer, 60'000); !st) {
+      spdlog::warn("api: the last use of token {} was not recorded: {}", p.token_id,
+                   st.error().message);
+    }
+  }
+  if (!p.refused.empty()) {
+    if (auto skipped = refused_token_log_.Allow(now)) {
+      spdlog::warn("api: {} {} from {} was refused: {}{}", req.method, req.path, req.peer,
+                   p.refused,
+                   *skipped ? " (" + std::to_string(*skipped) + " more since the last such line)"
+                            : std::string());
+    }
+  }
+  return p;
+}
+
+int Server::ReadAccess(const HttpServerRequest& req) {
+  Principal p = Caller(req, true);
+  if (p.role != AccessRole::kNone) return 0;
+  // A refused personal token is a 401 (revoked, expired, unknown); anything
+  // else answers as before people: 403 while no read token is configured.
+  auto auth = FindHeader(req.headers, "Authorization").value_or("");
+  if (auth.starts_with(std::string("Bearer ") + std::string(kPersonalTokenPrefix))) return 401;
+  return CheckReadToken(config_, req.headers) == 403 ? 403 : 401;
+}
+
+HttpServerReply Server::WhoamiRoute(const HttpServerRequest& req) {
+  if (req.method != "GET") return Json(405, {{"result", "error"}, {"reason", "GET only"}});
+  Principal p = Caller(req, true);
+  if (p.role == AccessRole::kNone) {
+    return Json(401, {{"result", "error"},
+                      {"reason", p.refused.empty() ? "missing or wrong token" : p.refused}});
+  }
+  json j = {{"who", p.who}, {"role", RoleName(p.role)}, {"personal", p.person}};
+  if (p.token_id) j["token"] = p.token_id;
+  if (p.expires_ms) j["expires_ms"] = *p.expires_ms;
+  return Json(200, j);
+}
+
+HttpServerReply Server::AuditRoute(const HttpServerRequest& req) {
+  if (req.method != "GET") return Json(405, {{"result", "error"}, {"reason", "GET only"}});
+  Principal p = Caller(req, true);
+  if (p.role != AccessRole::kAdmin) {
+    return Json(p.role == AccessRole::kNone ? 401 : 403,
+                {{"result", "error"}, {"reason", "the audit trail is for admins"}});
+  }
+  TimeMs since = 0;
+  int limit = 1000;
+  for (const auto& [k, v] : req.query) {
+    if (k == "since") {
+      auto s = ParseDurationSeconds(v);
+      if (!s) return Json(400, {{"result", "error"}, {"reason", "since: " + s.error().message}});
+      since = clock_.Now() - *s * 1000;
+    } else if (k == "limit") {
+      int n = 0;
+      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (ec != std::errc() || end != v.data() + v.size() || n < 1 || n > 100'000) {
+        return Json(400, {{"result", "error"}, {"reason", "limit: expected 1 to 100000"}});
+      }
+      limit = n;
+    } else {
+      return Json(400, {{"result", "error"},
+                        {"reason", "unknown parameter '" + k + "' (expected since, limit)"}});
+    }
+  }
+  Result<std::vector<Access::AuditRow>> rows;
+  {
+    std::lock_guard<std::mutex> lock(read_mu_);
+    rows = read_store_->access().AuditSince(since, limit);
+  }
+  if (!rows) return Json(503, {{"result", "error"}, {"reason", rows.error().message}});
+  return Json(200, {{"audit", AuditJson(*rows)}});
 }
 
 Admission Server::Admit(const HttpServerRequest& head) {
@@ -194,9 +300,15 @@ Admission Server::Admit(const HttpServerRequest& head) {
     // draws from the trusted budget (server_http.h).
     return {kMaxWorkerBodyBytes, std::nullopt, /*trusted=*/true};
   }
-  // The read or admin token, or a dashboard session: trusted as well.
-  bool trusted = CheckReadToken(config_, head.headers) == 0 ||
-                 CheckAdminToken(config_, head.headers) == 0 || dashboard_->SignedIn(head);
+  // The read or admin token, a live personal token, or a dashboard session:
+  // trusted as well.
+  bool trusted = dashboard_->SignedIn(head);
+  if (!trusted) {
+    std::lock_guard<std::mutex> lock(read_mu_);
+    trusted = IdentifyBearer(config_, read_store_ ? &*read_store_ : nullptr, head.headers,
+                             clock_.Now())
+                  .role != AccessRole::kNone;
+  }
   return {kMaxOtherBodyBytes, std::nullopt, trusted};
 }
 

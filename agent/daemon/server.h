@@ -10,13 +10,18 @@
 //                                                     hosted CI (agent/daemon/read_api.h)
 //   GET  /api/v1/logs                                 a run's log, for `trainq logs --server`
 //   POST /api/v1/retry                                {"run": N} or {"batch": N}: `trainq
-//                                                     retry --server` (the admin token)
+//                                                     retry --server` (a write role)
+//   GET  /api/v1/whoami                               who the bearer token is (`trainq login`)
+//   GET  /api/v1/audit                                the audit trail (`trainq audit --server`,
+//                                                     an admin)
 //   POST /api/v1/workers/*, /api/v1/runs/*            the worker protocol
 //                                                     (agent/daemon/worker_api.h)
 //   GET  /, /dash/* and the dashboard's pages          the web dashboard
 //                                                     (agent/daemon/dashboard.h)
 // Every state-changing route is authenticated (webhooks by signature or
-// token, retry by the config's admin_token), and so are the report and the gate (the config's read_token); status,
+// token, retry by the admin token or a personal token of a write role,
+// agent/daemon/access.h), and so are the report and the gate (the read
+// token or any personal token); status,
 // health and metrics are open, which is why the default listen address is
 // loopback only.
 // Threading: Handle() is called from the listener's threads at once; the
@@ -38,6 +43,7 @@
 #include <optional>
 #include <string>
 
+#include "agent/daemon/access.h"
 #include "agent/triggers/server_config.h"
 #include "agent/triggers/webhook.h"
 #include "agent/daemon/dashboard.h"
@@ -113,8 +119,17 @@ class Server {
   HttpServerReply ReadRoute(const HttpServerRequest& request, const std::string& path);
   // GET /api/v1/logs (agent/daemon/read_api.cc), after ReadRoute's token check.
   HttpServerReply LogsRoute(const HttpServerRequest& request);
-  // POST /api/v1/retry (agent/results/retry.h RetryRuns), with the admin token.
+  // POST /api/v1/retry (agent/results/retry.h RetryRuns): a write role.
   HttpServerReply RetryRoute(const HttpServerRequest& request);
+  // Who the bearer token names (agent/daemon/access.h): the shared tokens or a
+  // personal token (read from the store; `touch` records its use).
+  Principal Caller(const HttpServerRequest& request, bool touch);
+  // 0 when the caller may read; else 401 (no or a refused token, logged) or
+  // 403 (no read token configured and no personal token given).
+  int ReadAccess(const HttpServerRequest& request);
+  // GET /api/v1/whoami (any role) and GET /api/v1/audit (admin).
+  HttpServerReply WhoamiRoute(const HttpServerRequest& request);
+  HttpServerReply AuditRoute(const HttpServerRequest& request);
 
   // The worker protocol (agent/daemon/worker_api.cc).
   HttpServerReply WorkerRoute(const HttpServerRequest& request, const std::string& path);
@@ -177,6 +192,7 @@ class Server {
   std::unique_ptr<Dashboard> dashboard_;
   std::atomic<const HttpListener*> listener_{nullptr};
   LogLimiter unsigned_log_{60'000};  // webhooks refused from their headers
+  LogLimiter refused_token_log_{60'000};  // personal tokens refused (revoked, expired)
 
   // Webhook deliveries by (forge, result) since start, and how long
   // receive-to-stored took (a histogram, seconds).

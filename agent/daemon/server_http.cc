@@ -538,6 +538,7 @@ void HttpListener::Impl::Serve(int fd, std::uint64_t id) {
       return;
     }
     req.query = DecodeQuery(msg.target());
+    req.peer = address;
     for (const auto& f : msg) req.headers.emplace_back(f.name_string(), f.value());
     unsigned version = msg.version();
     bool keep_alive = msg.keep_alive();

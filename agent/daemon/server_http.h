@@ -55,6 +55,7 @@ struct HttpServerRequest {
   // The query string's parameters in order, percent-decoded; a name may
   // repeat (?experiment=a&experiment=b).
   std::vector<std::pair<std::string, std::string>> query = {};
+  std::string peer = {};  // the client's address, numeric ("127.0.0.1"; the audit trail's "from")
 };
 
 struct HttpServerReply {

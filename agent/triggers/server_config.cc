@@ -1,5 +1,11 @@
 #include "agent/triggers/server_config.h"
 
+#include <arpa/inet.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -241,6 +247,49 @@ class ConfigParser : public YamlReader {
       r.points_kept = static_cast<int>(k);
     }
     return r;
+  }
+
+  // {trusted_header: {user, groups, from}, admins, writers, viewers}
+  Result<AuthConfig> Auth(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsMap()) {
+      return Err(n, path, "expected {trusted_header: {...}, admins: [...], writers: [...], "
+                          "viewers: [...]}, got " + Show(n));
+    }
+    TRY(CheckKeys(n, path, {"trusted_header", "admins", "writers", "viewers"}));
+    AuthConfig a;
+    if (auto v = n["admins"]) { ASSIGN_OR_RETURN(a.admins, StrList(v, path + ".admins")); }
+    if (auto v = n["writers"]) { ASSIGN_OR_RETURN(a.writers, StrList(v, path + ".writers")); }
+    if (auto v = n["viewers"]) {
+      ASSIGN_OR_RETURN(a.viewers, StrList(v, path + ".viewers"));
+      a.viewers_given = true;
+    }
+    if (auto t = n["trusted_header"]) {
+      std::string tp = path + ".trusted_header";
+      if (!t.IsMap()) {
+        return Err(t, tp, "expected {user: HEADER, groups: HEADER, from: [CIDR, ...]}, got " +
+                              Show(t));
+      }
+      TRY(CheckKeys(t, tp, {"user", "groups", "from"}));
+      if (!t["user"]) return Err(t, tp, "user: the header that names the user is required");
+      ASSIGN_OR_RETURN(a.user_header, NonEmptyStr(t["user"], tp + ".user"));
+      if (auto g = t["groups"]) { ASSIGN_OR_RETURN(a.groups_header, NonEmptyStr(g, tp + ".groups")); }
+      if (!t["from"]) {
+        return Err(t, tp, "from: the proxy's addresses are required (the header is honoured "
+                          "from them only), e.g. [127.0.0.1/32]");
+      }
+      ASSIGN_OR_RETURN(a.from_text, StrList(t["from"], tp + ".from"));
+      if (a.from_text.empty()) return Err(t["from"], tp + ".from", "give at least one address");
+      for (size_t i = 0; i < a.from_text.size(); ++i) {
+        auto c = ParseCidr(a.from_text[i]);
+        if (!c) {
+          return Err(t["from"][i], tp + ".from",
+                     "expected an address or range such as 127.0.0.1/32 or fd00::/8, got \"" +
+                         a.from_text[i] + "\"");
+        }
+        a.from.push_back(*c);
+      }
+    }
+    return a;
   }
 
   // {per_day: 50, per_month: 800, drain_at_cap: true}
@@ -590,6 +639,45 @@ std::vector<std::string> ConfigNamedPaths(const YAML::Node& root) {
   return out;
 }
 
+std::optional<Cidr> ParseCidr(std::string_view text) {
+  std::string t(Trim(text));
+  Cidr c;
+  std::string addr = t;
+  int prefix = -1;
+  if (auto slash = t.find('/'); slash != std::string::npos) {
+    addr = t.substr(0, slash);
+    std::string p = t.substr(slash + 1);
+    if (p.empty() || p.size() > 3 || !std::all_of(p.begin(), p.end(), ::isdigit)) return std::nullopt;
+    prefix = std::stoi(p);
+  }
+  if (::inet_pton(AF_INET, addr.c_str(), c.bytes) == 1) {
+    c.family = AF_INET;
+    c.prefix = prefix < 0 ? 32 : prefix;
+    if (c.prefix > 32) return std::nullopt;
+  } else if (::inet_pton(AF_INET6, addr.c_str(), c.bytes) == 1) {
+    c.family = AF_INET6;
+    c.prefix = prefix < 0 ? 128 : prefix;
+    if (c.prefix > 128) return std::nullopt;
+  } else {
+    return std::nullopt;
+  }
+  return c;
+}
+
+bool CidrContains(const Cidr& cidr, std::string_view address) {
+  std::string a(address);
+  unsigned char bytes[16] = {};
+  int family = ::inet_pton(AF_INET, a.c_str(), bytes) == 1    ? AF_INET
+               : ::inet_pton(AF_INET6, a.c_str(), bytes) == 1 ? AF_INET6
+                                                               : 0;
+  if (family == 0 || family != cidr.family) return false;
+  int full = cidr.prefix / 8, rest = cidr.prefix % 8;
+  if (std::memcmp(bytes, cidr.bytes, static_cast<size_t>(full)) != 0) return false;
+  if (rest == 0) return true;
+  unsigned char mask = static_cast<unsigned char>(0xff << (8 - rest));
+  return (bytes[full] & mask) == (cidr.bytes[full] & mask);
+}
+
 Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view filename) {
   ConfigParser p(filename);
   ASSIGN_OR_RETURN(YAML::Node root, p.Load(text, "not valid YAML"));
@@ -599,7 +687,8 @@ Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view f
   c.named_paths = ConfigNamedPaths(root);
   if (!root.IsMap()) return p.Err(root, "", "expected a mapping at the top level");
   TRY(p.CheckKeys(root, "", {"listen", "repositories", "pools", "read_token", "admin_token", "budget",
-                                 "public_url", "retention"}));
+                                 "public_url", "retention", "auth"}));
+  if (auto a = root["auth"]) { ASSIGN_OR_RETURN(c.auth, p.Auth(a, "auth")); }
   if (auto r = root["retention"]) { ASSIGN_OR_RETURN(c.retention, p.Retention(r, "retention")); }
   if (auto b = root["budget"]) { ASSIGN_OR_RETURN(c.budget, p.Budget(b, "budget")); }
   if (auto l = root["listen"]) { ASSIGN_OR_RETURN(c.listen, p.Str(l, "listen")); }

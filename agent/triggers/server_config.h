@@ -149,6 +149,33 @@ struct PoolSpec {
   }
 };
 
+// An address range, "10.0.0.0/8" or "::1/128" (a bare address is /32 or /128).
+struct Cidr {
+  int family = 0;  // AF_INET or AF_INET6
+  unsigned char bytes[16] = {};
+  int prefix = 0;
+};
+std::optional<Cidr> ParseCidr(std::string_view text);
+// Whether the numeric address `address` ("127.0.0.1") is in `cidr`.
+bool CidrContains(const Cidr& cidr, std::string_view address);
+
+// `auth:` (issue 41): who people are besides their personal tokens.
+//   auth:
+//     trusted_header: {user: X-Auth-Request-Email, groups: X-Auth-Request-Groups,
+//                      from: [127.0.0.1/32]}      # behind oauth2-proxy and the like
+//     admins: [ml-platform, ada@example.com]      # groups or emails
+//     writers: [ml-team]
+//     viewers: [ml-readers]                       # absent: every user the proxy lets in reads
+struct AuthConfig {
+  std::string user_header;    // "" = no trusted header
+  std::string groups_header;  // "" = none (roles by email only)
+  std::vector<Cidr> from;     // the proxy's addresses: the header is honoured from these only
+  std::vector<std::string> from_text;
+  std::vector<std::string> admins, writers, viewers;
+  bool viewers_given = false;
+  bool trusted_header() const { return !user_header.empty(); }
+};
+
 struct ServerConfig {
   std::string path;    // the file, for messages
   std::string listen;  // "" = not set
@@ -166,6 +193,7 @@ struct ServerConfig {
   std::string public_url;
   cloud::OverallBudget budget;  // `budget:` at the top level (spend is filled by the fleet)
   RetentionPolicy retention;    // `retention:`; default: everything kept
+  AuthConfig auth;              // `auth:`; default: tokens only
   // Every file the config names, absolute: each `{file: ...}` anywhere, and
   // each value of a key named kubeconfig or ending in _file or _key
   // (ssh_key, credentials_file, api_token_file, token_file, ...) but ca_file

@@ -341,6 +341,73 @@ def holm_checks(fx, driver, wait):
     shot(driver, "experiment-holm")
 
 
+def sign_in(fx, driver, wait, token, next_path, ready_css):
+    """Through the sign-in page's form, as a person would."""
+    from selenium.webdriver.common.by import By
+    driver.get(f"{fx.base}/signin?next={urllib.parse.quote(next_path)}")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "form#signin input[name=token]"))
+    driver.find_element(By.ID, "token").send_keys(token)
+    driver.find_element(By.CSS_SELECTOR, "#signin button[type=submit]").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ready_css))
+
+
+def people_checks(fx, driver, wait, js, run_id):
+    """Issue 41: an admin gives ada a write token on the account page; ada
+    signs in with it, retries and cancels a run, the run's page and the audit
+    page say who, and a revoked token stops working at once."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+    sign_in(fx, driver, wait, fx.admin_token, "/account", "form#new-token")
+    driver.find_element(By.CSS_SELECTOR, "#new-token input[name=name]").send_keys("laptop")
+    driver.find_element(By.CSS_SELECTOR, "#new-token input[name=owner]").send_keys("ada@example.com")
+    Select(driver.find_element(By.CSS_SELECTOR, "#new-token select[name=role]")).select_by_visible_text("write")
+    driver.find_element(By.CSS_SELECTOR, "#new-token button[type=submit]").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#made-token pre"))
+    token = driver.find_element(By.CSS_SELECTOR, "#made-token pre").text.strip()
+    check(re.fullmatch(r"tqp_[0-9a-f]{64}", token) is not None, "the account page shows the new token once")
+    wait.until(lambda d: any("ada@example.com" in r.text for r in d.find_elements(By.CSS_SELECTOR, "tr.token-row")))
+    shot(driver, "account")
+    # Ada, with her own token: her name on the page, a write role's buttons.
+    sign_in(fx, driver, wait, token, f"/run/{run_id}", "button[data-action='retry_run']")
+    check("ada@example.com (write)" in driver.find_element(By.ID, "role").text,
+          f"the header names the person: {driver.find_element(By.ID, 'role').text!r}")
+    js("setTimeout(() => document.querySelector(\"button[data-action='retry_run']\").click(), 0)")
+    WebDriverWait(driver, DEADLINE_S).until(EC.alert_is_present()).accept()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "button[data-action='cancel_run']"))
+    js("setTimeout(() => document.querySelector(\"button[data-action='cancel_run']\").click(), 0)")
+    WebDriverWait(driver, DEADLINE_S).until(EC.alert_is_present()).accept()
+    wait.until(lambda d: "cancelled" in d.find_element(By.ID, "run-state").text)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr.audit-row")) >= 2)
+    rows = [r.text for r in driver.find_elements(By.CSS_SELECTOR, "tr.audit-row")]
+    check("ada@example.com" in rows[0] and "cancel run" in rows[0] and
+          any("ada@example.com" in r and "retry run" in r for r in rows),
+          f"the run's page says who retried and cancelled it: {rows[:2]}")
+    check(any(f"dashboard: ada@example.com cancelled run {run_id}" in x for x in fx.lines) and
+          any(f"dashboard: ada@example.com retried run {run_id}" in x for x in fx.lines),
+          "serve logged ada's retry and cancel by name")
+    check(not any(token[4:] in x for x in fx.lines), "serve's log does not hold the personal token")
+    # The same token on the API (`trainq gate --server` and the other --server commands).
+    code, _, who = http(fx.base + "/api/v1/whoami", headers={"Authorization": "Bearer " + token})
+    check(code == 200 and json.loads(who)["who"] == "ada@example.com", f"whoami with ada's token: {code}")
+    # The admin's audit page.
+    sign_in(fx, driver, wait, fx.admin_token, "/audit", "tr.audit-row")
+    texts = [r.text for r in driver.find_elements(By.CSS_SELECTOR, "tr.audit-row")]
+    check(any("ada@example.com" in t and "cancel run" in t for t in texts) and
+          any("token created" in t and "laptop" in t for t in texts) and
+          any("login" in t for t in texts),
+          f"the audit page lists the cancel, the token and the sign-ins: {texts[:4]}")
+    shot(driver, "audit")
+    # Revoked on the account page: the token stops working at once.
+    driver.get(fx.base + "/account")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "button[data-revoke]"))
+    js("setTimeout(() => document.querySelector('button[data-revoke]').click(), 0)")
+    WebDriverWait(driver, DEADLINE_S).until(EC.alert_is_present()).accept()
+    wait_for(lambda: http(fx.base + "/api/v1/whoami", headers={"Authorization": "Bearer " + token})[0] == 401,
+             "the revoked token refused", 10)
+    check(True, "a revoked personal token is refused at once")
+
+
 def run_checks(fx, driver):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -550,7 +617,7 @@ def run_checks(fx, driver):
     wait.until(lambda d: "cancelled" in d.find_element(By.ID, "run-state").text)
     check(not any(fx.read_token in x or fx.admin_token in x for x in fx.lines),
           "serve's log holds neither configured token")
-    check(any("dashboard: admin session" in x and f"cancelled run {run_id}" in x for x in fx.lines),
+    check(any("dashboard: admin token (session" in x and f"cancelled run {run_id}" in x for x in fx.lines),
           "serve logged who cancelled what")
 
     # Retry: the cancelled run goes back in the queue from its page; a read
@@ -574,9 +641,9 @@ def run_checks(fx, driver):
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.retry-row"))
     shot(driver, "run-retried")
     row = js("return document.querySelector('tr.retry-row').innerText")
-    check("cancelled" in row and "admin session" in row,
+    check("cancelled" in row and "admin token (session" in row,
           f"the run page lists its earlier round: {row!r}")
-    check(any("dashboard: admin session" in x and f"retried run {run_id}" in x for x in fx.lines),
+    check(any("dashboard: admin token (session" in x and f"retried run {run_id}" in x for x in fx.lines),
           "serve logged who retried what")
     # The second attempt's curve is drawn apart from the first's (issue 38.8).
     wait_for(lambda: points()["metric_attempts"] == 2 and points()["run"]["state"] == "running",
@@ -613,7 +680,7 @@ def run_checks(fx, driver):
     code, _, _ = http(fx.base + "/dash/api/session", headers={"Cookie": "trainq_dash=" + admin_cookie})
     check(code == 401 and driver.current_url.startswith(fx.base + "/signin"),
           f"sign out: on the sign-in page, the old cookie gets {code}")
-    check(any("dashboard: admin session" in x and "signed out" in x for x in fx.lines),
+    check(any("dashboard: admin token (session" in x and "signed out" in x for x in fx.lines),
           "serve logged the sign-out")
     # The read session again, through the form.
     driver.find_element(By.ID, "token").send_keys(fx.read_token)
@@ -624,6 +691,8 @@ def run_checks(fx, driver):
     wait.until(lambda d: "cancelled" in d.find_element(By.ID, "run-state").text)
     check(not driver.find_elements(By.CSS_SELECTOR, "[data-action]"),
           "a read session's run page has no retry button")
+
+    people_checks(fx, driver, wait, js, run_id)
 
     driver.get(fx.base + "/machines")
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "section.card"))

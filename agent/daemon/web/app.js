@@ -65,8 +65,10 @@ function verdictWord(v) {
 }
 function stateCls(s) { return `<span class="state-${esc(s)}">${esc(s)}</span>`; }
 
-const session = {role: 'read', csrf: ''};
-const admin = () => session.role === 'admin';
+const session = {role: 'read', csrf: '', who: '', person: false};
+// Cancel, retry and add seeds: a write role or an admin (agent/daemon/access.h).
+const admin = () => session.role === 'admin' || session.role === 'write';
+const isAdmin = () => session.role === 'admin';
 
 async function getJSON(url) {
   const r = await fetch(url, {credentials: 'same-origin', headers: {Accept: 'application/json'}});
@@ -79,7 +81,7 @@ async function getJSON(url) {
 function signedOut() {
   $('#main').innerHTML = '<section class="card"><h1>Signed out</h1><p>Your session ended. ' +
     '<a href="/signin?next=' + encodeURIComponent(location.pathname + location.search) +
-    '">Sign in again</a> with the read or admin token.</p></section>';
+    '">Sign in again</a> with your personal token, or the read or admin token.</p></section>';
   stopLive();
 }
 
@@ -565,6 +567,14 @@ function retriesTable(rs) {
       `<td>${t.exit_code == null ? '–' : t.exit_code}</td><td class="err">${esc(t.error)}</td></tr>`), '');
 }
 
+// Who cancelled, retried or added seeds to this run or its batch (the audit trail).
+function whoTable(rows) {
+  if (!rows.length) return '';
+  return '<h3>Who acted on it</h3>' + table(['when', 'who', 'action', 'on', 'detail'],
+    rows.map(a => `<tr class="audit-row"><td>${esc(a.at)}</td><td>${esc(a.who)}</td><td>${esc(a.action.replace(/_/g, ' '))}</td>` +
+      `<td>${esc(a.target)}</td><td class="muted">${esc(a.detail)}</td></tr>`), '');
+}
+
 async function runPage(id) {
   const j = await getJSON('/dash/api/run/' + encodeURIComponent(id));
   const r = j.run;
@@ -574,7 +584,7 @@ async function runPage(id) {
      `<td class="num">${num(r.metric)}</td><td>${r.exit_code == null ? '–' : r.exit_code}</td></tr>`], '');
   const sections = [
     {key: 'title', html: `<h1>Run ${r.id} <span class="muted">${esc(r.experiment)} seed ${r.seed}</span></h1>`},
-    {key: 'info', html: card('Run', info + (r.error ? `<h3>Last error</h3><div class="err">${esc(r.error)}</div>` : '') + retriesTable(j.retries || []))},
+    {key: 'info', html: card('Run', info + (r.error ? `<h3>Last error</h3><div class="err">${esc(r.error)}</div>` : '') + retriesTable(j.retries || []) + whoTable(j.audit || []))},
     {key: 'curve', html: card(`Metrics <span class="muted">(${j.metric_points} point${j.metric_points === 1 ? '' : 's'})</span>`, curvePlot(j.metrics || []))},
     {key: 'log', html: card('Output <span class="muted" id="log-note"></span>', '<pre class="log" id="log"></pre>')},
   ];
@@ -642,6 +652,77 @@ async function sweepsPage() {
   ]);
 }
 
+// ---- people: the account page (personal tokens) and the audit page -----------
+
+const made = {token: '', name: ''};  // a token just made: shown once, until the page is left
+async function accountPage() {
+  const intro = `<p>Signed in as <b id="who">${esc(session.who)}</b> (${esc(session.role)}).</p>`;
+  if (!session.person && !isAdmin()) {
+    render([{key: 'title', html: '<h1>Account</h1>'},
+      {key: 'me', html: card('Personal tokens', intro + '<p class="muted">This session was opened with a shared token: personal ' +
+        'tokens belong to people. Ask an admin for one, then sign in with it.</p>')}]);
+    return;
+  }
+  const j = await getJSON('/dash/api/tokens');
+  const rows = j.tokens.map(t => `<tr class="token-row"><td class="num">${t.id}</td><td>${esc(t.name)}</td>` +
+    (isAdmin() ? `<td>${esc(t.owner)}</td>` : '') + `<td>${esc(t.role)}</td><td>${when(t.created_ms)}</td>` +
+    `<td>${t.expires_ms ? when(t.expires_ms) : 'never'}</td><td>${t.last_used_ms ? when(t.last_used_ms) + ' <span class="muted">' + esc(t.last_used_from) + '</span>' : '–'}</td>` +
+    `<td>${t.revoked_ms ? '<span class="state-cancelled">revoked ' + when(t.revoked_ms) + '</span>' : t.live ? '<span class="state-succeeded">live</span>' : '<span class="state-dead">expired</span>'}</td>` +
+    `<td>${t.live ? `<button class="danger" data-revoke="${t.id}" data-name="${esc(t.name)}">revoke</button>` : ''}</td></tr>`);
+  const head = ['#id', 'name'].concat(isAdmin() ? ['owner'] : []).concat(['role', 'made', 'expires', 'last used', 'state', '']);
+  const roles = ['read', 'write', 'admin'].filter(r => r === 'read' || (r === 'write' && session.role !== 'read') || (r === 'admin' && isAdmin()));
+  const form = `<form id="new-token" class="new-token">` +
+    `<label>Name <input name="name" required maxlength="200" placeholder="laptop, ci" spellcheck="false"></label>` +
+    (isAdmin() ? `<label>For <input name="owner" maxlength="200" placeholder="${session.person ? esc(session.who) : 'ada@example.com'}" spellcheck="false"></label>` : '') +
+    `<label>Role <select name="role">${roles.map(r => `<option${r === (session.role === 'admin' && !session.person ? 'read' : session.role) ? ' selected' : ''}>${r}</option>`).join('')}</select></label>` +
+    `<label>Expires in <select name="days"><option value="7">7 days</option><option value="30">30 days</option><option value="90" selected>90 days</option><option value="365">a year</option><option value="0">never</option></select></label>` +
+    `<button type="submit">Make token</button></form>`;
+  const shown = made.token ? `<div class="made" id="made-token"><p>Token <b>${esc(made.name)}</b>, shown this once (the server keeps only its hash):</p>` +
+    `<pre class="mono">${esc(made.token)}</pre><p class="muted">On your machine: <code>trainq login --server ${esc(location.origin)}</code> and paste it.</p></div>` : '';
+  render([
+    {key: 'title', html: '<h1>Account</h1>'},
+    {key: 'me', html: card('Personal tokens', intro + '<p class="muted">A personal token carries its owner\'s name and role to the CLI and CI ' +
+      '(<code>--server</code> commands, <code>trainq gate --server</code>) and signs in here. Revoking one ends its sessions at once.</p>' + shown + form)},
+    {key: 'tokens', html: card(isAdmin() ? 'Everyone\'s tokens' : 'Your tokens', table(head, rows, 'No personal tokens yet.'))},
+  ]);
+}
+
+async function auditPage() {
+  if (!isAdmin()) { render([{key: 'title', html: '<h1>Audit</h1>'}, {key: 'no', html: card('Audit', '<p class="muted">The audit trail is for admins.</p>')}]); return; }
+  const j = await getJSON('/dash/api/audit?since=30d');
+  const pg = paged('audit', j.audit);
+  const rows = pg.slice.map(a => `<tr class="audit-row"><td>${esc(a.at)}</td><td>${esc(a.who)}</td><td>${esc(a.action.replace(/_/g, ' '))}</td>` +
+    `<td>${/^run \d+$/.test(a.target) ? runLink(a.target.slice(4)) : esc(a.target)}</td><td class="mono">${esc(a.address)}</td><td class="muted">${esc(a.detail)}</td></tr>`);
+  render([
+    {key: 'title', html: '<h1>Audit <span class="muted">the last 30 days, newest first</span></h1>'},
+    {key: 'list', html: card('Who did what', table(['when', 'who', 'action', 'target', 'from', 'detail'], rows,
+      'Nothing yet: cancels, retries, added seeds, pool resets, tokens and sign-ins appear here.') + pg.pager)},
+  ]);
+}
+
+async function makeToken(form) {
+  const f = new FormData(form);
+  const body = {name: f.get('name'), days: Number(f.get('days')), role: f.get('role')};
+  if (f.get('owner')) body.owner = f.get('owner');
+  const r = await fetch('/dash/api/tokens', {method: 'POST', credentials: 'same-origin',
+    headers: {'Content-Type': 'application/json', 'X-CSRF-Token': session.csrf}, body: JSON.stringify(body)});
+  const j = await r.json();
+  if (!r.ok) { toast('refused: ' + (j.reason || r.status), true); return; }
+  made.token = j.token; made.name = j.name;
+  toast(`made token ${j.id} for ${j.owner}`);
+  refresh();
+}
+
+async function revokeToken(btn) {
+  if (!window.confirm(`revoke token ${btn.dataset.revoke} (${btn.dataset.name})? It stops working at once.`)) return;
+  const r = await fetch('/dash/api/tokens/revoke', {method: 'POST', credentials: 'same-origin',
+    headers: {'Content-Type': 'application/json', 'X-CSRF-Token': session.csrf}, body: JSON.stringify({id: Number(btn.dataset.revoke)})});
+  const j = await r.json();
+  if (!r.ok) { toast('refused: ' + (j.reason || r.status), true); return; }
+  toast(`revoked token ${j.revoked}`);
+  refresh();
+}
+
 // ---- routing, live updates, actions ----------------------------------------
 
 function route() {
@@ -652,6 +733,8 @@ function route() {
   if ((m = p.match(/^\/run\/(\d+)/))) return {nav: 'overview', load: () => runPage(m[1])};
   if (p.startsWith('/machines')) return {nav: 'machines', load: machinesPage};
   if (p.startsWith('/sweeps')) return {nav: 'sweeps', load: sweepsPage};
+  if (p.startsWith('/account')) return {nav: 'account', load: accountPage};
+  if (p.startsWith('/audit')) return {nav: 'audit', load: auditPage};
   return {nav: 'overview', load: overview};
 }
 const current = route();
@@ -739,11 +822,15 @@ document.addEventListener('click', ev => {
   const b = ev.target.closest('button');
   if (!b) return;
   if (b.id === 'signout') { ev.preventDefault(); signOut(); return; }
+  if (b.dataset.revoke) { ev.preventDefault(); revokeToken(b); return; }
   if (b.dataset.action) { ev.preventDefault(); act(b); }
   if (b.dataset.page) {
     pages[b.dataset.page] = Number(b.dataset.to);
     refresh();
   }
+});
+document.addEventListener('submit', ev => {
+  if (ev.target.id === 'new-token') { ev.preventDefault(); makeToken(ev.target); }
 });
 window.addEventListener('pagehide', stopLive);
 window.addEventListener('pageshow', ev => { if (ev.persisted) { changes++; startLive(); refresh(); } });
@@ -753,7 +840,9 @@ window.addEventListener('pageshow', ev => { if (ev.persisted) { changes++; start
   try {
     const s = await getJSON('/dash/api/session');
     Object.assign(session, s);
-    $('#role').textContent = s.role === 'admin' ? 'admin session' : 'read-only session';
+    $('#role').textContent = s.person ? `${s.who} (${s.role})` :
+      s.role === 'admin' ? 'admin session' : 'read-only session';
+    if (s.role === 'admin') $('#nav-audit').hidden = false;
     $('#signout').hidden = false;
   } catch (e) {
     return;

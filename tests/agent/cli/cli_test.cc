@@ -577,7 +577,7 @@ TEST_CASE("cli: retry puts a cancelled run back in the queue, refuses one still 
   REQUIRE(runs.size() == 2);
   CHECK(runs[0].state == RunState::kQueued);
   CHECK(runs[0].retries == 1);
-  CHECK_THAT(runs[0].last_error, Catch::Contains("retried by cli; was cancelled"));
+  CHECK_THAT(runs[0].last_error, Catch::Contains("retried by local user "));
   REQUIRE(Trainq(t.db, "cancel --run 1").code == 0);
   auto j = TrainqJson(t.db, "retry 1 --json");
   REQUIRE(j["retried"].size() == 1);

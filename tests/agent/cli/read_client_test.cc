@@ -88,7 +88,8 @@ TEST_CASE("ReadToken: the file first, else $TRAINQ_READ_TOKEN, else how to give 
   testing::TempDir tmp;
   unsetenv("TRAINQ_READ_TOKEN");
   CHECK(ReadToken("").error().message ==
-        "--server needs the server's read token: --token-file FILE or $TRAINQ_READ_TOKEN");
+        "--server needs the server's read token: --token-file FILE, $TRAINQ_READ_TOKEN, or a "
+        "personal token kept by `trainq login --server URL`");
   setenv("TRAINQ_READ_TOKEN", "from-env\n", 1);
   CHECK(ReadToken("").value() == "from-env");
   REQUIRE(WriteFile(tmp / "t", "from-file\n"));
@@ -339,15 +340,16 @@ TEST_CASE("cli: --server with a wrong or missing token gets 401 and a clear erro
   CHECK(report.all == "trainq: error: --server " + s.base +
                           ": GET /api/v1/report: HTTP 401: the read token was refused "
                           "(--token-file or $TRAINQ_READ_TOKEN must hold the server's "
-                          "read_token)\n");
+                          "read_token, or `trainq login` keep a live personal token)\n");
   auto gate = s.Trainq(s.Remote() + "gate " + s.c + " --baseline " + s.a + wrong);
   CHECK(gate.code == 2);
   CHECK(gate.out.empty());
   CHECK(gate.all.find("GET /api/v1/gate: HTTP 401") != std::string::npos);
   auto missing = s.Trainq(s.Remote() + "gate " + s.c + " --server " + s.base);
   CHECK(missing.code == 2);
-  CHECK(missing.all == "trainq: error: --server needs the server's read token: --token-file FILE "
-                       "or $TRAINQ_READ_TOKEN\n");
+  CHECK(missing.all == "trainq: error: --server needs the server's read token: --token-file FILE, "
+                       "$TRAINQ_READ_TOKEN, or a personal token kept by `trainq login --server "
+                       "URL`\n");
 
   // On the wire: 401 and the fixed body, with or without a token, for what
   // exists and what does not.

@@ -12,6 +12,8 @@
 #include "agent/daemon/server.h"
 #include "core/http_client.h"
 #include "core/strings.h"
+#include "agent/daemon/access.h"
+#include "queue/access.h"
 #include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/agent/agent_test_util.h"
@@ -116,9 +118,9 @@ TEST_CASE("cli: retry --server puts a dead run back in the queue with the admin 
   RunRow r = s.Run(2);
   CHECK(r.state == RunState::kQueued);
   CHECK(r.retries == 1);
-  CHECK_THAT(r.last_error, Catch::Contains("retried by api (admin token); was dead"));
+  CHECK_THAT(r.last_error, Catch::Contains("retried by admin token; was dead"));
   CHECK_THAT(ReadFile(s.tmp / "serve.log").value_or(""),
-             Catch::Contains("api: the admin token retried run 2 (1 run(s))"));
+             Catch::Contains("api: admin token retried run 2 (1 run(s))"));
 
   // The same refusals as the local command, through the server's answer.
   auto done = s.Trainq("retry 1" + server);
@@ -158,13 +160,13 @@ TEST_CASE("cli: retry --server refuses a read token, a wrong one and none, chang
   auto read = s.Trainq("retry 2 --server " + s.base + " --token-file " + ShellQuote(s.read_file));
   CHECK(read.code == 1);
   CHECK(read.all == "trainq: error: --server " + s.base +
-                        ": POST /api/v1/retry: HTTP 401: the admin token was refused "
-                        "(--token-file or $TRAINQ_ADMIN_TOKEN must hold the server's "
-                        "admin_token)\n");
+                        ": POST /api/v1/retry: HTTP 403: /api/v1/retry needs a write role; "
+                        "read token is read\n");
   auto missing = s.Trainq("retry 2 --server " + s.base);
   CHECK(missing.code == 1);
   CHECK(missing.all == "trainq: error: --server needs the server's admin token (server.yaml "
-                       "admin_token): --token-file FILE or $TRAINQ_ADMIN_TOKEN\n");
+                       "admin_token): --token-file FILE, $TRAINQ_ADMIN_TOKEN, or a personal "
+                       "token kept by `trainq login --server URL`\n");
   CHECK(s.Run(2).state == RunState::kDead);
 
   // On the wire.
@@ -273,6 +275,79 @@ TEST_CASE("cli: dashboard-link prints a one-time sign-in link for the read or ad
   auto none = s.Trainq("dashboard-link --server " + s.base);
   CHECK(none.code == 1);
   CHECK_THAT(none.all, Catch::Contains("--server needs the server's read token"));
+}
+
+TEST_CASE("cli: login keeps a personal token 0600 and every --server command uses it until it "
+          "is revoked",
+          "[login][cli]") {
+  RetryServed s;
+  std::string secret = NewPersonalToken().value();
+  std::int64_t token_id = 0;
+  {
+    auto store = Store::Open(s.db).value();
+    Access::TokenRow t;
+    t.hash = PersonalTokenHash(secret);
+    t.name = "laptop";
+    t.owner = "ada@example.com";
+    t.role = "write";
+    t.created_by = "test";
+    t.created_ms = SystemClock::Get().Now();
+    token_id = store.access().AddToken(t).value();
+  }
+  REQUIRE(WriteFile(s.tmp / "ada.token", secret + "\n"));
+  std::string cfg = "XDG_CONFIG_HOME=" + ShellQuote(s.tmp / "cfg");
+  // A token that is not one is refused and nothing is kept.
+  REQUIRE(WriteFile(s.tmp / "typo.token", "tqp_" + std::string(64, 'f') + "\n"));
+  auto typo = s.Trainq("login --server " + s.base + " --token-file " + ShellQuote(s.tmp / "typo.token"), cfg);
+  CHECK(typo.code == 1);
+  CHECK_THAT(typo.all, Catch::Contains("nothing was kept"));
+  CHECK_FALSE(std::filesystem::exists(s.tmp / "cfg/trainq/credentials.json"));
+
+  // The paste comes on stdin.
+  auto login = s.Trainq("login --server " + s.base + "/ < " + ShellQuote(s.tmp / "ada.token"), cfg);
+  INFO(login.all);
+  REQUIRE(login.code == 0);
+  CHECK_THAT(login.out, Catch::StartsWith("signed in to " + s.base + " as ada@example.com (write)"));
+  std::string file = s.tmp / "cfg/trainq/credentials.json";
+  REQUIRE(std::filesystem::exists(file));
+  CHECK((std::filesystem::status(file).permissions() & std::filesystem::perms::all) ==
+        (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write));
+
+  // No --token-file and no environment: the kept token, with its owner's name.
+  auto retry = s.Trainq("retry 2 --server " + s.base, cfg);
+  INFO(retry.all);
+  CHECK(retry.code == 0);
+  CHECK_THAT(s.Run(2).last_error, Catch::Contains("retried by ada@example.com"));
+  CHECK_THAT(ReadFile(s.tmp / "serve.log").value_or(""),
+             Catch::Contains("api: ada@example.com retried run 2 (1 run(s))"));
+  CHECK(s.Trainq("status --server " + s.base, cfg).code == 0);
+  std::string audit_out;
+  REQUIRE(testing::RunShell(ShellQuote(TRAINQ_BINARY) + " --db " + ShellQuote(s.db) +
+                                " audit --since 1h --json",
+                            &audit_out) == 0);
+  auto rows = json::parse(audit_out);
+  REQUIRE(rows.size() >= 1);
+  CHECK(rows[0]["who"] == "ada@example.com");
+  CHECK(rows[0]["action"] == "retry_run");
+  CHECK(rows[0]["address"] == "127.0.0.1");
+  // The audit route is an admin's; the admin token reads it.
+  CHECK(s.Trainq("audit --server " + s.base, cfg).code == 1);
+  auto admin_audit = s.Trainq("audit --server " + s.base + " --token-file " +
+                              ShellQuote(s.admin_file), cfg);
+  CHECK(admin_audit.code == 0);
+  CHECK_THAT(admin_audit.out, Catch::Contains("ada@example.com"));
+
+  // Revoked: refused at once.
+  {
+    auto store = Store::Open(s.db).value();
+    REQUIRE(store.access().RevokeToken(token_id, SystemClock::Get().Now()).value());
+  }
+  auto after = s.Trainq("status --server " + s.base, cfg);
+  CHECK(after.code == 1);
+  CHECK_THAT(after.all, Catch::Contains("HTTP 401"));
+  auto logout = s.Trainq("logout --server " + s.base, cfg);
+  CHECK(logout.code == 0);
+  CHECK_THAT(logout.out, Catch::StartsWith("forgot the token kept for " + s.base));
 }
 
 }  // namespace
