@@ -70,10 +70,10 @@ BatchProgress Side(std::int64_t id, const std::vector<double>& values, int n,
   return b;
 }
 
-const std::string kToday =
+const std::string kTodaySpec =
     R"({"metric": {"min_effect": 0.003}, "correction": "none", "adaptive": {"min": 4, "max": 24,)"
     R"( "step": 4, "until": "decided", "design": "bonferroni"}})";
-const std::string kNew =
+const std::string kNewSpec =
     R"({"metric": {"min_effect": 0.003}, "correction": "none", "adaptive": {"min": 4, "max": 24,)"
     R"( "step": 4, "until": "decided"}})";
 const std::string kFixedSpec = R"({"metric": {"min_effect": 0.003}, "correction": "none"})";
@@ -87,7 +87,7 @@ stats::Verdict RunDesign(Design d, const std::vector<double>& head, const std::v
     *runs += 20;
     return c.verdict;
   }
-  const std::string& spec = d == kToday ? kToday : kNew;
+  const std::string& spec = d == kToday ? kTodaySpec : kNewSpec;
   int n_head = 4, n_base = 4;
   for (int round = 0; round < 100; ++round) {
     BatchProgress h = Side(1, head, n_head, spec);

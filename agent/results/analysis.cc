@@ -444,6 +444,59 @@ std::string LevelText(double level) {
   return text + "% CI";
 }
 
+std::optional<stats::Improvement> ImprovementOf(const BatchComparison& c) {
+  if (c.unchanged || !c.cmp) return std::nullopt;
+  std::vector<double> va, vb;
+  if (c.paired) {
+    std::map<std::int64_t, double> by_seed_b;
+    for (size_t i = 0; i < c.b.values.size() && i < c.b.seeds.size(); ++i) {
+      by_seed_b[c.b.seeds[i]] = c.b.values[i];
+    }
+    for (size_t i = 0; i < c.a.values.size() && i < c.a.seeds.size(); ++i) {
+      auto it = by_seed_b.find(c.a.seeds[i]);
+      if (it == by_seed_b.end()) continue;
+      va.push_back(c.a.values[i]);
+      vb.push_back(it->second);
+    }
+  } else {
+    va = c.a.values;
+    vb = c.b.values;
+  }
+  // Improvement is in the metric's direction: lower is better for goal min.
+  stats::BootstrapOptions bo;
+  bo.resamples = 2000;
+  if (RulesOf(c.a).goal == stats::Goal::kMin) return stats::ProbabilityOfImprovement(vb, va, c.paired, bo);
+  return stats::ProbabilityOfImprovement(va, vb, c.paired, bo);
+}
+
+std::string ImprovementText(const BatchComparison& c) {
+  auto p = ImprovementOf(c);
+  if (!p) return "";
+  std::string text = "P(improvement) " + FormatDouble(p->estimate, 2);
+  if (p->interval) {
+    text += " (95% CI " + FormatDouble(p->interval->lo, 2) + ".." + FormatDouble(p->interval->hi, 2);
+  } else {
+    text += " (no interval";
+  }
+  if (p->paired) {
+    return text + ", the share of " + std::to_string(c.shared_seeds) +
+           " seeds where this batch beats the baseline)";
+  }
+  return text + ", Mann-Whitney: a run here beats a run of the baseline)";
+}
+
+std::string CostText(const BatchComparison& c) {
+  auto runs_of = [](const BatchProgress& b) {
+    std::int64_t n = 0;
+    for (auto k : b.counts) n += k;
+    return n;
+  };
+  std::int64_t here = runs_of(c.a), there = c.unchanged ? 0 : runs_of(c.b);
+  std::string what = !c.unchanged && stats::Decided(c.verdict) ? "this verdict cost " : "spent so far: ";
+  return what + std::to_string(here + there) + " runs (" + std::to_string(here) + " here, " +
+         std::to_string(there) + " at the baseline)";
+}
+
 std::string VerdictWord(const BatchComparison& c) {
   return c.unchanged ? std::string("unchanged")
                      : stats::VerdictPhrase(c.verdict, RulesOf(c.a).min_effect);
@@ -777,6 +830,30 @@ nlohmann::json ComparisonJson(const BatchComparison& c) {
   auto rules = RulesOf(c.a);
   j["min_effect"] = rules.min_effect ? nlohmann::json(*rules.min_effect) : nlohmann::json(nullptr);
   j["verdict_name"] = c.unchanged ? std::string("unchanged") : std::string(stats::VerdictName(c.verdict));
+  // What the verdict cost: the runs on both sides (queued, running and
+  // failed ones included: they are spent or about to be).
+  auto runs_of = [](const BatchProgress& b) {
+    std::int64_t n = 0;
+    for (auto k : b.counts) n += k;
+    return n;
+  };
+  j["cost"] = {{"runs", runs_of(c.a) + (c.unchanged ? 0 : runs_of(c.b))},
+               {"runs_here", runs_of(c.a)},
+               {"runs_baseline", c.unchanged ? 0 : runs_of(c.b)},
+               {"text", CostText(c)}};
+  if (auto poi = ImprovementOf(c)) {
+    j["probability_of_improvement"] = {
+        {"estimate", poi->estimate},
+        {"interval", poi->interval ? nlohmann::json::array({poi->interval->lo, poi->interval->hi})
+                                   : nlohmann::json(nullptr)},
+        {"paired", poi->paired},
+        {"text", ImprovementText(c)}};
+  } else {
+    j["probability_of_improvement"] = nullptr;
+  }
+  // Why an adaptive batch stopped short of max, or waits.
+  std::string top_up = rules.until_decided && !c.unchanged ? PlanTopUp(c.a, c.b).note : "";
+  j["top_up"] = top_up.empty() ? nlohmann::json(nullptr) : nlohmann::json(top_up);
   j["decided"] = !c.unchanged && stats::Decided(c.verdict);
   if (c.equivalence_interval && rules.min_effect) {
     j["equivalence"] = {{"margin", *rules.min_effect},

@@ -208,6 +208,16 @@ std::string RunsNeededText(const BatchComparison& c);
 // "95% CI", "97.5% CI", "99.75% CI", "98.33% CI": at most 4 significant
 // digits (more only for a level that 4 would round up to 100%).
 std::string LevelText(double level);
+// Probability of improvement (stats::ProbabilityOfImprovement) in the
+// metric's direction, on the runs the verdict compared (the shared seeds
+// when paired), with a 95 % bootstrap interval of 2,000 resamples; and as
+// words: "P(improvement) 0.83 (95% CI 0.67..1.00, the share of 12 seeds where
+// this batch beats the baseline)". Empty / "" without a comparison.
+std::optional<stats::Improvement> ImprovementOf(const BatchComparison& c);
+std::string ImprovementText(const BatchComparison& c);
+// "this verdict cost 24 runs (12 here, 12 at the baseline)" for a decided
+// comparison, "spent so far: ..." otherwise: every run of both batches.
+std::string CostText(const BatchComparison& c);
 // The verdict as a word: stats::VerdictName, or "unchanged".
 std::string VerdictWord(const BatchComparison& c);
 

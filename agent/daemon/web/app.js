@@ -318,6 +318,9 @@ function effectText(vp) {
   }
   s += ` → ${verdictWord(vp.verdict)}</div>`;
   if (vp.min_effect != null) s += `<div class="muted">min_effect ${num(vp.min_effect)}, alpha ${num(vp.alpha, 3)}</div>`;
+  if (vp.probability_of_improvement) s += `<div class="muted poi">${esc(vp.probability_of_improvement.text)}</div>`;
+  if (vp.cost) s += `<div class="muted cost">${esc(vp.cost.text)}</div>`;
+  if (vp.top_up) s += `<div class="muted top-up">${esc(vp.top_up)}</div>`;
   return s;
 }
 
