@@ -55,7 +55,7 @@ git -C "$repo" -c user.name=bench -c user.email=bench@example.com commit -qm par
 
 submit_and_serve() {
   "$trainq" submit --repo "$repo" --max-experiments 100 --max-runs 10000 >"$work/submit-$1.log"
-  "$trainq" serve --machines 1 --slots 16 --until-idle 2>"$work/serve-$1.log"
+  "$trainq" serve --machines 1 --slots "${SLOTS:-16}" --until-idle 2>"$work/serve-$1.log"
 }
 submit_and_serve parent
 
