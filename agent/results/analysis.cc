@@ -591,8 +591,10 @@ std::string ComparisonText(const BatchComparison& c) {
   }
   if ((c.verdict == stats::Verdict::kEquivalent || c.verdict == stats::Verdict::kNegligible) &&
       c.equivalence_interval) {
+    // One more decimal than the effect: an end just inside the margin must
+    // not print as the margin itself ("+0.0030 inside ±0.0030").
     text += " (TOST: " + LevelText(c.equivalence_level) + " " +
-            Signed(c.equivalence_interval->lo, 4) + ".." + Signed(c.equivalence_interval->hi, 4) +
+            Signed(c.equivalence_interval->lo, 5) + ".." + Signed(c.equivalence_interval->hi, 5) +
             " inside ±" + FormatDouble(*me, 4) + ")";
   }
   if (c.looks > 1 && c.family_size <= 1) {
