@@ -814,6 +814,13 @@ Result<std::optional<BatchProgress>> RunQueue::Batch(std::int64_t batch_id) {
   return std::optional<BatchProgress>(std::move(found.front()));
 }
 
+Result<std::vector<BatchProgress>> RunQueue::BatchesComparedWith(std::int64_t batch_id) {
+  return SelectBatches(
+      "WHERE b.baseline_batch_id = ?1 OR b.baseline_batch_id IN "
+      "(SELECT id FROM batches WHERE reuses_batch_id = ?1) ",
+      {std::to_string(batch_id)}, 0);
+}
+
 Result<std::vector<BatchProgress>> RunQueue::BatchesForCommit(const std::string& sha_prefix) {
   // A prefix of hex digits only: it goes into a LIKE pattern.
   for (char ch : sha_prefix) {

@@ -127,6 +127,9 @@ class RunQueue {
   // Batches, newest first. only_active: those with runs left; limit 0 = all.
   Result<std::vector<BatchProgress>> Batches(bool only_active, int limit);
   Result<std::optional<BatchProgress>> Batch(std::int64_t batch_id);
+  // The batches whose chosen baseline is `batch_id` or a batch reusing its
+  // runs (paired top-ups: a baseline's round ending lets them decide).
+  Result<std::vector<BatchProgress>> BatchesComparedWith(std::int64_t batch_id);
   // How many batches have runs left (queued, leased, running or failed).
   Result<std::int64_t> CountActiveBatches();
   // Batches of the commits whose sha starts with `sha_prefix` (>= 4 hex digits).

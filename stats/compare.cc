@@ -180,4 +180,59 @@ Result<Comparison> Compare(std::span<const double> a, std::span<const double> b,
   return c;
 }
 
+namespace {
+
+double Beats(double x, double y) { return x > y ? 1.0 : x == y ? 0.5 : 0.0; }
+
+// Type-7 quantile of sorted values.
+double Quantile7(const std::vector<double>& sorted, double q) {
+  double h = (sorted.size() - 1) * q;
+  size_t lo = static_cast<size_t>(std::floor(h));
+  size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (h - lo) * (sorted[hi] - sorted[lo]);
+}
+
+}  // namespace
+
+std::optional<Improvement> ProbabilityOfImprovement(std::span<const double> a,
+                                                    std::span<const double> b, bool paired,
+                                                    const BootstrapOptions& options) {
+  if (a.empty() || b.empty() || (paired && a.size() != b.size())) return std::nullopt;
+  Improvement out;
+  out.paired = paired;
+  auto estimate = [&](auto pick_a, auto pick_b, size_t na, size_t nb) {
+    double sum = 0;
+    if (paired) {
+      for (size_t i = 0; i < na; ++i) {
+        size_t k = pick_a(i);
+        sum += Beats(a[k], b[k]);
+      }
+      return sum / static_cast<double>(na);
+    }
+    for (size_t i = 0; i < na; ++i) {
+      for (size_t j = 0; j < nb; ++j) sum += Beats(a[pick_a(i)], b[pick_b(j)]);
+    }
+    return sum / static_cast<double>(na * nb);
+  };
+  auto same = [](size_t i) { return i; };
+  out.estimate = estimate(same, same, a.size(), b.size());
+  if (a.size() < 2 || b.size() < 2 || options.resamples < 1) return out;
+  Rng rng(options.seed);
+  std::vector<size_t> ia(a.size()), ib(b.size());
+  std::vector<double> stats;
+  stats.reserve(static_cast<size_t>(options.resamples));
+  for (int r = 0; r < options.resamples; ++r) {
+    for (auto& i : ia) i = rng.Below(a.size());
+    if (!paired) {
+      for (auto& j : ib) j = rng.Below(b.size());
+    }
+    stats.push_back(estimate([&](size_t i) { return ia[i]; }, [&](size_t j) { return ib[j]; },
+                             a.size(), b.size()));
+  }
+  std::sort(stats.begin(), stats.end());
+  double tail = (1 - options.level) / 2;
+  out.interval = Interval{Quantile7(stats, tail), Quantile7(stats, 1 - tail)};
+  return out;
+}
+
 }  // namespace trainq::stats

@@ -70,6 +70,22 @@ struct SpreadTest {
 };
 std::optional<SpreadTest> BrownForsytheTest(std::span<const double> a, std::span<const double> b);
 
+// Probability of improvement (Bouthillier et al. 2021; Agarwal et al. 2021,
+// rliable): the chance that a run of A beats a run of B, ties counting half.
+// Paired (a[i], b[i] the same seed): the share of seeds where A's run beats
+// B's; unpaired: the Mann-Whitney estimate U / (na nb). The interval is a
+// seeded percentile bootstrap (resampling the pairs, or each side on its
+// own), at options.level. Empty when a side is empty (paired: when the sizes
+// differ or are 0); no interval with fewer than 2 values a side.
+struct Improvement {
+  double estimate = 0.5;
+  std::optional<Interval> interval;
+  bool paired = false;
+};
+std::optional<Improvement> ProbabilityOfImprovement(std::span<const double> a,
+                                                    std::span<const double> b, bool paired,
+                                                    const BootstrapOptions& options = {});
+
 struct CompareOptions {
   bool paired = false;  // also run the paired test; needs equal sizes
   BootstrapOptions bootstrap{};

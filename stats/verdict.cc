@@ -1,6 +1,7 @@
 #include "stats/verdict.h"
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 namespace trainq::stats {
@@ -26,8 +27,23 @@ std::string_view VerdictName(Verdict verdict) {
       return "not enough runs";
     case Verdict::kNegligible:
       return "negligible";
+    case Verdict::kEquivalent:
+      return "equivalent";
   }
   return "?";
+}
+
+std::string VerdictPhrase(Verdict verdict, std::optional<double> min_effect) {
+  std::string word(VerdictName(verdict));
+  if (verdict != Verdict::kEquivalent || !min_effect) return word;
+  char margin[32];
+  std::snprintf(margin, sizeof margin, "%g", *min_effect);
+  return word + " within ±" + margin;
+}
+
+bool Decided(Verdict verdict) {
+  return verdict == Verdict::kBetter || verdict == Verdict::kWorse ||
+         verdict == Verdict::kNegligible || verdict == Verdict::kEquivalent;
 }
 
 Verdict Decide(const std::optional<TTest>& test, const VerdictOptions& options) {
@@ -40,9 +56,10 @@ Verdict Decide(const std::optional<TTest>& test, const VerdictOptions& options) 
     return a_larger == (options.goal == Goal::kMax) ? Verdict::kBetter : Verdict::kWorse;
   }
   if (min_effect > 0) {
-    Interval ci = TInterval(*test, options.interval_level.value_or(1 - options.alpha));
+    // Two one-sided tests at level b each: the 1 - 2b interval inside the margin.
+    Interval ci = TInterval(*test, options.equivalence_level.value_or(1 - 2 * options.alpha));
     if (-min_effect < ci.lo && ci.hi < min_effect) {
-      return p < options.alpha ? Verdict::kNegligible : Verdict::kNoDetectableChange;
+      return p < options.alpha ? Verdict::kNegligible : Verdict::kEquivalent;
     }
     return Verdict::kNotEnoughRuns;
   }

@@ -110,6 +110,15 @@ void RenderCommitView(const json& j, std::ostream& out) {
         if (vp.contains("runs_needed") && vp["runs_needed"].is_string()) {
           out << "    advice: " << vp["runs_needed"].get<std::string>() << "\n";
         }
+        if (vp.contains("probability_of_improvement") && vp["probability_of_improvement"].is_object()) {
+          out << "    chance: " << vp["probability_of_improvement"].value("text", "") << "\n";
+        }
+        if (vp.contains("top_up") && vp["top_up"].is_string()) {
+          out << "    top-up: " << vp["top_up"].get<std::string>() << "\n";
+        }
+        if (vp.contains("cost") && vp["cost"].is_object()) {
+          out << "    cost:   " << vp["cost"].value("text", "") << "\n";
+        }
       } else if (b.contains("baseline_note")) {
         out << "    change: no baseline (" << b.value("baseline_note", "") << ")\n";
       } else if (j.value("parent", "").empty()) {

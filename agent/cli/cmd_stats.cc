@@ -237,7 +237,7 @@ Status StatsCompare(const StatsCompareOptions& o, std::ostream& out, std::ostrea
               {"p_a_gt_b", c.mann_whitney->p_a_gt_b},
               {"u", c.mann_whitney->u},
               {"bootstrap_ci95", JsonInterval(c.bootstrap_ci95)},
-              {"verdict", std::string(stats::VerdictName(verdict))}};
+              {"verdict", stats::VerdictPhrase(verdict, o.min_effect)}};
     if (o.paired) j["paired"] = JsonTest(c.paired);
     out << j.dump(2) << "\n";
     return {};
@@ -266,7 +266,7 @@ Status StatsCompare(const StatsCompareOptions& o, std::ostream& out, std::ostrea
       << ")";
   if (c.hedges_g) out << "  Hedges' g " << Num(*c.hedges_g);
   out << "\n";
-  out << "verdict: " << stats::VerdictName(verdict) << " (A against B; goal " << o.goal
+  out << "verdict: " << stats::VerdictPhrase(verdict, o.min_effect) << " (A against B; goal " << o.goal
       << ", alpha " << Num(o.alpha);
   if (o.min_effect) out << ", min effect " << Num(*o.min_effect);
   out << (c.paired ? ", paired t-test" : c.welch ? ", Welch t-test" : "") << ")\n";

@@ -36,7 +36,7 @@ class Parser : public YamlReader {
     if (auto n = map["repeats"]) {
       std::string rp = path + ".repeats";
       if (n.IsMap()) {
-        TRY(CheckKeys(n, rp, {"min", "max", "step", "until"}));
+        TRY(CheckKeys(n, rp, {"min", "max", "step", "until", "design"}));
         AdaptiveRepeats a;
         if (!n["min"]) return Err(n, rp + ".min", "missing (the runs queued at first)");
         if (!n["max"]) return Err(n, rp + ".max", "missing (the most runs ever queued)");
@@ -66,6 +66,13 @@ class Parser : public YamlReader {
         } else {
           return Err(until, rp + ".until",
                      "expected `decided` or {ci_halfwidth: NUMBER}, got " + Show(until));
+        }
+        if (auto d = n["design"]) {
+          if (!d.IsScalar() || (d.Scalar() != "spending" && d.Scalar() != "bonferroni")) {
+            return Err(d, rp + ".design",
+                       "expected `spending` (the default) or `bonferroni`, got " + Show(d));
+          }
+          a.design = d.Scalar();
         }
         e.repeats = static_cast<int>(lo);
         e.adaptive = a;
@@ -350,6 +357,7 @@ BatchSpec Experiment::ToBatchSpec(std::string reason) const {
     nlohmann::json a = {{"min", repeats}, {"max", adaptive->max}, {"step", adaptive->step}};
     if (adaptive->decided) a["until"] = "decided";
     if (adaptive->ci_halfwidth) a["until"] = {{"ci_halfwidth", *adaptive->ci_halfwidth}};
+    if (adaptive->design != "spending") a["design"] = adaptive->design;
     j["adaptive"] = a;
   }
   b.spec_json = j.dump();

@@ -33,6 +33,9 @@ struct AdaptiveRepeats {
   int step = 0;
   std::optional<double> ci_halfwidth;  // stop once the 95 % interval is this narrow
   bool decided = false;                // stop once the verdict against the parent is decided
+  // How `until: decided` spends alpha over its looks (stats/sequential.h):
+  // "spending" (Lan-DeMets O'Brien-Fleming, the default) or "bonferroni".
+  std::string design = "spending";
 };
 
 struct Experiment {

@@ -19,7 +19,21 @@ int BatchRules::looks() const {
   return 1 + (max_runs - min_runs + step - 1) / step;
 }
 
-double BatchRules::alpha() const { return 0.05 / looks(); }
+stats::SequentialDesign BatchRules::design() const {
+  const int k_looks = looks();
+  if (k_looks <= 1) return {};
+  std::vector<int> at;
+  for (int k = 0; k < k_looks; ++k) at.push_back(std::min(max_runs, min_runs + k * step));
+  return stats::DesignForLooks(design_kind, at);
+}
+
+int BatchRules::LookAt(int repeats) const {
+  const int k_looks = looks();
+  if (k_looks <= 1 || repeats <= min_runs) return 1;
+  return std::clamp(1 + (repeats - min_runs + step - 1) / step, 1, k_looks);
+}
+
+double BatchRules::alpha(int look) const { return stats::NominalLevel(design(), look, 0.05, 2); }
 
 BatchRules RulesOf(const BatchProgress& b) {
   BatchRules r;
@@ -40,6 +54,9 @@ BatchRules RulesOf(const BatchProgress& b) {
     r.step = a.value("step", r.min_runs);
     if (a.contains("until")) {
       if (a["until"].is_string() && a["until"] == "decided") r.until_decided = true;
+      if (a.contains("design") && a["design"].is_string()) {
+        if (auto k = stats::ParseSequentialKind(a["design"].get<std::string>())) r.design_kind = *k;
+      }
       if (a["until"].is_object() && a["until"].contains("ci_halfwidth")) {
         r.until_halfwidth = a["until"]["ci_halfwidth"].get<double>();
       }
@@ -54,14 +71,32 @@ bool SameRuns(const BatchProgress& a, const BatchProgress& b) {
   return runs_a != 0 && runs_a == b.reuses_batch_id.value_or(b.id);
 }
 
+namespace {
+
+BatchComparison CompareBatchesWith(const BatchProgress& a, const BatchProgress& b,
+                                   const std::string& pairing_note, bool bootstrap);
+
+}  // namespace
+
 BatchComparison CompareBatches(const BatchProgress& a, const BatchProgress& b,
                                const std::string& pairing_note) {
+  return CompareBatchesWith(a, b, pairing_note, true);
+}
+
+BatchComparison DecideBatches(const BatchProgress& a, const BatchProgress& b) {
+  return CompareBatchesWith(a, b, "", false);
+}
+
+namespace {
+
+BatchComparison CompareBatchesWith(const BatchProgress& a, const BatchProgress& b,
+                                   const std::string& pairing_note, bool bootstrap) {
   BatchComparison out;
   out.pairing_note = pairing_note;
   out.a = a;
   out.b = b;
   BatchRules rules = RulesOf(a);
-  out.alpha = rules.alpha();
+  out.alpha = rules.alpha(rules.LookAt(a.repeats));
   if (SameRuns(a, b)) {
     // Runs compared with themselves say nothing: the experiment did not
     // change between the two sides.
@@ -88,6 +123,7 @@ BatchComparison CompareBatches(const BatchProgress& a, const BatchProgress& b,
   }
   bool same_seeds = va.size() >= 2 && pairing_note.empty();
   stats::CompareOptions co;
+  if (!bootstrap) co.bootstrap.resamples = 0;
   if (same_seeds) {
     co.paired = true;
     out.shared_seeds = static_cast<int>(va.size());
@@ -104,6 +140,8 @@ BatchComparison CompareBatches(const BatchProgress& a, const BatchProgress& b,
   return out;
 }
 
+}  // namespace
+
 namespace {
 
 const std::optional<stats::TTest>& TestOf(const BatchComparison& c) {
@@ -115,14 +153,17 @@ const std::optional<stats::TTest>& TestOf(const BatchComparison& c) {
 void CorrectFamily(std::vector<BatchComparison*>& comparisons, int family_size,
                    stats::Correction correction) {
   const int m = std::max<int>(family_size, static_cast<int>(comparisons.size()));
-  // Each member's p after Bonferroni over its own adaptive looks: a valid
-  // p-value whatever the stopping rule did (docs/STATISTICS.md), so the
-  // family correction can take it as it is.
+  // Each member's p is the repeated p-value of its design at the look it is
+  // at: a valid p-value whatever the stopping rule did (docs/STATISTICS.md),
+  // so the family correction can take it as it is.
   std::vector<double> p(static_cast<size_t>(m), 1.0);
   for (size_t i = 0; i < comparisons.size(); ++i) {
     BatchComparison& c = *comparisons[i];
     if (c.unchanged) continue;  // never passed by CompareFamily; no test to correct
-    c.looks = RulesOf(c.a).looks();
+    BatchRules rules = RulesOf(c.a);
+    c.looks = rules.looks();
+    c.look = rules.LookAt(c.a.repeats);
+    c.design = rules.design_kind;
     c.correction = correction;
     c.family_size = m;
     c.p_raw.reset();
@@ -130,7 +171,7 @@ void CorrectFamily(std::vector<BatchComparison*>& comparisons, int family_size,
     c.interval.reset();
     if (!c.cmp || !TestOf(c)) continue;
     c.p_raw = TestOf(c)->p;
-    p[i] = std::min(1.0, c.looks * *c.p_raw);
+    p[i] = stats::RepeatedP(rules.design(), c.look, *c.p_raw);
   }
   auto adjusted = stats::Adjust(correction, p);
   int rejections = 0;
@@ -139,7 +180,15 @@ void CorrectFamily(std::vector<BatchComparison*>& comparisons, int family_size,
     BatchComparison& c = *comparisons[i];
     if (c.unchanged) continue;
     BatchRules rules = RulesOf(c.a);
-    c.interval_level = stats::IntervalLevel(correction, 0.05 / c.looks, m, rejections);
+    const stats::SequentialDesign design = rules.design();
+    // The family's level (alpha / m for Holm, the false-coverage level for
+    // BH), then the design's share of it at this look: the repeated
+    // confidence interval, two-sided, and the equivalence interval (two
+    // one-sided tests at the one-sided boundary).
+    const double family_alpha = 1 - stats::IntervalLevel(correction, 0.05, m, rejections);
+    c.interval_level = 1 - stats::NominalLevel(design, c.look, family_alpha, 2);
+    c.equivalence_level = 1 - 2 * stats::NominalLevel(design, c.look, family_alpha, 1);
+    c.equivalence_interval.reset();
     if (!c.cmp) {
       c.verdict = stats::Verdict::kNotEnoughRuns;
       continue;
@@ -148,6 +197,7 @@ void CorrectFamily(std::vector<BatchComparison*>& comparisons, int family_size,
     if (test) {
       c.p_adjusted = adjusted[i];
       c.interval = stats::TInterval(*test, c.interval_level);
+      if (rules.min_effect) c.equivalence_interval = stats::TInterval(*test, c.equivalence_level);
     }
     stats::VerdictOptions vo;
     vo.goal = rules.goal;
@@ -155,6 +205,7 @@ void CorrectFamily(std::vector<BatchComparison*>& comparisons, int family_size,
     vo.min_effect = rules.min_effect;
     vo.adjusted_p = c.p_adjusted;
     vo.interval_level = c.interval_level;
+    vo.equivalence_level = c.equivalence_level;
     c.verdict = stats::Decide(test, vo);
   }
 }
@@ -393,13 +444,71 @@ std::string LevelText(double level) {
   return text + "% CI";
 }
 
+std::optional<stats::Improvement> ImprovementOf(const BatchComparison& c) {
+  if (c.unchanged || !c.cmp) return std::nullopt;
+  std::vector<double> va, vb;
+  if (c.paired) {
+    std::map<std::int64_t, double> by_seed_b;
+    for (size_t i = 0; i < c.b.values.size() && i < c.b.seeds.size(); ++i) {
+      by_seed_b[c.b.seeds[i]] = c.b.values[i];
+    }
+    for (size_t i = 0; i < c.a.values.size() && i < c.a.seeds.size(); ++i) {
+      auto it = by_seed_b.find(c.a.seeds[i]);
+      if (it == by_seed_b.end()) continue;
+      va.push_back(c.a.values[i]);
+      vb.push_back(it->second);
+    }
+  } else {
+    va = c.a.values;
+    vb = c.b.values;
+  }
+  // Improvement is in the metric's direction: lower is better for goal min.
+  stats::BootstrapOptions bo;
+  bo.resamples = 2000;
+  if (RulesOf(c.a).goal == stats::Goal::kMin) return stats::ProbabilityOfImprovement(vb, va, c.paired, bo);
+  return stats::ProbabilityOfImprovement(va, vb, c.paired, bo);
+}
+
+std::string ImprovementText(const BatchComparison& c) {
+  auto p = ImprovementOf(c);
+  if (!p) return "";
+  std::string text = "P(improvement) " + FormatDouble(p->estimate, 2);
+  if (p->interval) {
+    text += " (95% CI " + FormatDouble(p->interval->lo, 2) + ".." + FormatDouble(p->interval->hi, 2);
+  } else {
+    text += " (no interval";
+  }
+  if (p->paired) {
+    return text + ", the share of " + std::to_string(c.shared_seeds) +
+           " seeds where this batch beats the baseline)";
+  }
+  return text + ", Mann-Whitney: a run here beats a run of the baseline)";
+}
+
+std::string CostText(const BatchComparison& c) {
+  auto runs_of = [](const BatchProgress& b) {
+    std::int64_t n = 0;
+    for (auto k : b.counts) n += k;
+    return n;
+  };
+  std::int64_t here = runs_of(c.a), there = c.unchanged ? 0 : runs_of(c.b);
+  std::string what = !c.unchanged && stats::Decided(c.verdict) ? "this verdict cost " : "spent so far: ";
+  return what + std::to_string(here + there) + " runs (" + std::to_string(here) + " here, " +
+         std::to_string(there) + " at the baseline)";
+}
+
 std::string VerdictWord(const BatchComparison& c) {
-  return c.unchanged ? std::string("unchanged") : std::string(stats::VerdictName(c.verdict));
+  return c.unchanged ? std::string("unchanged")
+                     : stats::VerdictPhrase(c.verdict, RulesOf(c.a).min_effect);
 }
 
 std::string CorrectionText(const BatchComparison& c) {
   if (c.unchanged || c.family_size <= 1) return "";
-  std::string looks = c.looks > 1 ? ", " + std::to_string(c.looks) + " looks each" : "";
+  std::string looks = c.looks > 1 ? ", " + std::to_string(c.looks) + " looks each" +
+                                        (c.design == stats::SequentialKind::kSpending
+                                             ? " (O'Brien-Fleming spending)"
+                                             : "")
+                                  : "";
   if (c.correction == stats::Correction::kNone) {
     return "no correction, family of " + std::to_string(c.family_size) + looks;
   }
@@ -472,14 +581,27 @@ std::string ComparisonText(const BatchComparison& c) {
   } else {
     text += " (fewer than 2 runs on a side: no test)";
   }
-  text += ": " + std::string(stats::VerdictName(c.verdict));
+  text += ": " + VerdictWord(c);
   if (!c.pairing_note.empty()) {
     text += " (pairing unreliable: " + c.pairing_note + "; unpaired Welch t used)";
   }
-  if (c.verdict == stats::Verdict::kNegligible) {
-    if (auto me = RulesOf(c.a).min_effect) text += " (below min_effect " + FormatDouble(*me, 4) + ")";
+  auto me = RulesOf(c.a).min_effect;
+  if (c.verdict == stats::Verdict::kNegligible && me) {
+    text += " (below min_effect " + FormatDouble(*me, 4) + ")";
   }
-  if (c.alpha < 0.05 && c.family_size <= 1) text += " (alpha " + FormatDouble(c.alpha, 4) + ", adaptive looks)";
+  if ((c.verdict == stats::Verdict::kEquivalent || c.verdict == stats::Verdict::kNegligible) &&
+      c.equivalence_interval) {
+    // One more decimal than the effect: an end just inside the margin must
+    // not print as the margin itself ("+0.0030 inside ±0.0030").
+    text += " (TOST: " + LevelText(c.equivalence_level) + " " +
+            Signed(c.equivalence_interval->lo, 5) + ".." + Signed(c.equivalence_interval->hi, 5) +
+            " inside ±" + FormatDouble(*me, 4) + ")";
+  }
+  if (c.looks > 1 && c.family_size <= 1) {
+    text += " (look " + std::to_string(c.look) + " of " + std::to_string(c.looks) + ", " +
+            std::string(stats::SequentialKindTitle(c.design)) + ": alpha " +
+            FormatDouble(c.alpha, 4) + " at this look)";
+  }
   return text;
 }
 
@@ -543,42 +665,113 @@ std::string BaselineText(const BatchProgress& b) {
   return "the parent commit " + ShortSha(b.parent_sha, kReportShaChars);
 }
 
-int RunsToAdd(const BatchProgress& b, const std::optional<BatchProgress>& parent) {
+TopUp PlanTopUp(const BatchProgress& b, const std::optional<BatchProgress>& parent) {
+  TopUp out;
   BatchRules rules = RulesOf(b);
-  if (!rules.adaptive() || b.active()) return 0;
+  if (!rules.adaptive() || b.active()) return out;
   std::int64_t total = 0;
   for (auto c : b.counts) total += c;
-  if (total >= rules.max_runs) return 0;
+  if (total >= rules.max_runs) return out;
   int room = static_cast<int>(rules.max_runs - total);
   int step = std::min(std::max(rules.step, 1), room);
   if (rules.until_halfwidth) {
     auto s = stats::Summarize(b.values);
-    if (s.ci95 && s.ci95->half_width() <= *rules.until_halfwidth) return 0;
-    return step;
+    if (s.ci95 && s.ci95->half_width() <= *rules.until_halfwidth) return out;
+    out.head_add = step;
+    return out;
   }
-  if (rules.until_decided) {
-    // Without finished parent runs there is nothing to decide against: stop
-    // at what was queued rather than spend runs on an unanswerable question.
-    if (!parent || parent->values.size() < 2 || parent->active()) return 0;
-    auto c = CompareBatches(b, *parent);
-    if (c.verdict == stats::Verdict::kBetter || c.verdict == stats::Verdict::kWorse) return 0;
-    if ((c.verdict == stats::Verdict::kNoDetectableChange ||
-         c.verdict == stats::Verdict::kNegligible) && rules.min_effect) {
-      return 0;
+  if (!rules.until_decided) return out;
+  // Without finished parent runs there is nothing to decide against: stop
+  // at what was queued rather than spend runs on an unanswerable question.
+  if (!parent || parent->values.size() < 2) {
+    out.note = "stopped: the baseline has fewer than 2 finished runs to decide against";
+    return out;
+  }
+  if (parent->active()) {
+    // Its top-up round is still running: the round ending there decides.
+    out.waiting = true;
+    out.note = "waiting for the baseline's runs";
+    return out;
+  }
+  // Decided: better, worse, or with a min_effect negligible or equivalent.
+  auto c = DecideBatches(b, *parent);
+  if (stats::Decided(c.verdict)) return out;
+  if (SameRuns(b, *parent)) return out;
+  const int base_n = static_cast<int>(parent->values.size());
+  if (c.paired) {
+    // The same new seeds at the baseline: b's seeds are seed_start + i, and
+    // growing the baseline's batch to the same count adds the same seeds
+    // when it numbers them from the same start.
+    std::string why;
+    if (parent->seed_start != b.seed_start) {
+      why = "its seeds start at " + std::to_string(parent->seed_start) + ", this batch's at " +
+            std::to_string(b.seed_start);
+    } else if (parent->count(RunState::kDead) > 0) {
+      why = std::to_string(parent->count(RunState::kDead)) +
+            " of its runs are dead (its commit or inputs cannot be run)";
     }
-    return step;
+    if (why.empty()) {
+      out.head_add = step;
+      out.base_repeats = std::max(parent->repeats, b.repeats + step);
+      if (out.base_repeats <= parent->repeats) out.base_repeats = 0;
+      return out;
+    }
+    // Unpaired from here: more head runs than the baseline has add little.
+    out.head_add = std::clamp(base_n - static_cast<int>(total), 0, step);
+    if (out.head_add == 0) {
+      out.note = "stopped at " + std::to_string(total) + " runs: the baseline cannot grow (" + why +
+                 "), and an unpaired test against its " + std::to_string(base_n) +
+                 " runs gains little from more runs here";
+    }
+    return out;
   }
-  return 0;
+  out.head_add = step;
+  return out;
 }
+
+int RunsToAdd(const BatchProgress& b, const std::optional<BatchProgress>& parent) {
+  return PlanTopUp(b, parent).head_add;
+}
+
+namespace {
+
+// The adaptive round of one batch and its baseline's paired top-up.
+Result<int> ExtendOne(Store& store, const BatchProgress& batch, TimeMs now) {
+  if (!RulesOf(batch).adaptive() || batch.active()) return 0;
+  ASSIGN_OR_RETURN(auto parent, ParentBatch(store, batch));
+  TopUp plan = PlanTopUp(batch, parent);
+  int added = 0;
+  if (plan.base_repeats > 0 && parent) {
+    // The baseline first: its runs are queued before the head's, so that
+    // the pairs finish together.
+    ASSIGN_OR_RETURN(int n, store.runs().ExtendBatch(parent->id, plan.base_repeats, now));
+    added += n;
+  }
+  if (plan.head_add > 0) {
+    ASSIGN_OR_RETURN(int n, store.runs().ExtendBatch(batch.id, batch.repeats + plan.head_add, now));
+    added += n;
+  }
+  return added;
+}
+
+}  // namespace
 
 Result<int> ExtendIfNeeded(Store& store, std::int64_t batch_id, TimeMs now) {
   ASSIGN_OR_RETURN(auto batch, store.runs().Batch(batch_id));
-  if (!batch || !RulesOf(*batch).adaptive() || batch->active()) return 0;
-  ASSIGN_OR_RETURN(auto parent, ParentBatch(store, *batch));
-  int add = RunsToAdd(*batch, parent);
-  if (add <= 0) return 0;
-  ASSIGN_OR_RETURN(int added, store.runs().ExtendBatch(batch_id, batch->repeats + add, now));
-  return added;
+  if (!batch) return 0;
+  int added = 0;
+  if (!batch->active()) {
+    // A baseline whose round ended: the batches compared with it that
+    // waited for it decide now.
+    ASSIGN_OR_RETURN(auto heads, store.runs().BatchesComparedWith(batch->reuses_batch_id.value_or(batch->id)));
+    for (const auto& h : heads) {
+      if (h.id == batch->id) continue;
+      ASSIGN_OR_RETURN(int n, ExtendOne(store, h, now));
+      added += n;
+    }
+  }
+  ASSIGN_OR_RETURN(int n, ExtendOne(store, *batch, now));
+  return added + n;
 }
 
 namespace {
@@ -621,6 +814,11 @@ nlohmann::json ComparisonJson(const BatchComparison& c) {
             {"correction", {{"method", std::string(stats::CorrectionName(c.correction))},
                             {"family_size", c.family_size},
                             {"looks", c.looks},
+                            {"look", c.look},
+                            {"design", std::string(stats::SequentialKindName(c.design))},
+                            {"design_text", c.looks > 1 ? nlohmann::json(std::string(
+                                                              stats::SequentialKindTitle(c.design)))
+                                                        : nlohmann::json(nullptr)},
                             {"text", CorrectionText(c)},
                             {"p_raw", c.p_raw ? nlohmann::json(*c.p_raw) : nlohmann::json(nullptr)},
                             {"p_adjusted", c.p_adjusted ? nlohmann::json(*c.p_adjusted)
@@ -633,6 +831,42 @@ nlohmann::json ComparisonJson(const BatchComparison& c) {
                                                     : nlohmann::json(nullptr)}}}};
   auto rules = RulesOf(c.a);
   j["min_effect"] = rules.min_effect ? nlohmann::json(*rules.min_effect) : nlohmann::json(nullptr);
+  j["verdict_name"] = c.unchanged ? std::string("unchanged") : std::string(stats::VerdictName(c.verdict));
+  // What the verdict cost: the runs on both sides (queued, running and
+  // failed ones included: they are spent or about to be).
+  auto runs_of = [](const BatchProgress& b) {
+    std::int64_t n = 0;
+    for (auto k : b.counts) n += k;
+    return n;
+  };
+  j["cost"] = {{"runs", runs_of(c.a) + (c.unchanged ? 0 : runs_of(c.b))},
+               {"runs_here", runs_of(c.a)},
+               {"runs_baseline", c.unchanged ? 0 : runs_of(c.b)},
+               {"text", CostText(c)}};
+  if (auto poi = ImprovementOf(c)) {
+    j["probability_of_improvement"] = {
+        {"estimate", poi->estimate},
+        {"interval", poi->interval ? nlohmann::json::array({poi->interval->lo, poi->interval->hi})
+                                   : nlohmann::json(nullptr)},
+        {"paired", poi->paired},
+        {"text", ImprovementText(c)}};
+  } else {
+    j["probability_of_improvement"] = nullptr;
+  }
+  // Why an adaptive batch stopped short of max, or waits.
+  std::string top_up = rules.until_decided && !c.unchanged ? PlanTopUp(c.a, c.b).note : "";
+  j["top_up"] = top_up.empty() ? nlohmann::json(nullptr) : nlohmann::json(top_up);
+  j["decided"] = !c.unchanged && stats::Decided(c.verdict);
+  if (c.equivalence_interval && rules.min_effect) {
+    j["equivalence"] = {{"margin", *rules.min_effect},
+                        {"level", c.equivalence_level},
+                        {"level_text", LevelText(c.equivalence_level)},
+                        {"interval", {c.equivalence_interval->lo, c.equivalence_interval->hi}},
+                        {"inside", -*rules.min_effect < c.equivalence_interval->lo &&
+                                       c.equivalence_interval->hi < *rules.min_effect}};
+  } else {
+    j["equivalence"] = nullptr;
+  }
   if (c.cmp) {
     j["diff"] = c.cmp->diff;
     j["welch"] = TestJson(c.cmp->welch);

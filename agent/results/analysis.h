@@ -14,6 +14,7 @@
 #include "queue/types.h"
 #include "stats/compare.h"
 #include "stats/multiple.h"
+#include "stats/sequential.h"
 #include "stats/verdict.h"
 
 namespace trainq {
@@ -30,13 +31,22 @@ struct BatchRules {
   bool until_decided = false;
   // trainq.yaml `defaults: correction:` (holm when not written).
   stats::Correction correction = stats::Correction::kHolm;
+  // How `until: decided` spends alpha over its looks (`repeats: design:`).
+  stats::SequentialKind design_kind = stats::SequentialKind::kSpending;
   bool adaptive() const { return max_runs > 0; }
   // How many times the verdict may be looked at: 1, or one per round of an
-  // adaptive `until: decided` batch.
+  // adaptive `until: decided` batch (at min, min + step, ..., max runs).
   int looks() const;
-  // The per-look significance level: alpha / looks (Bonferroni over the
-  // planned looks, so stopping when decided keeps the false-positive rate <= alpha).
-  double alpha() const;
+  // The group-sequential design over those looks (stats/sequential.h):
+  // information fractions n_k / max. One look: the fixed-sample test.
+  stats::SequentialDesign design() const;
+  // Which look a batch with `repeats` runs queued is at: its round, 1-based,
+  // clamped to 1..looks(). The boundary depends on the look only, never on
+  // the data, as the design's guarantee needs.
+  int LookAt(int repeats) const;
+  // The significance level of look `look` for the batch alone (no family):
+  // the design's nominal level at overall alpha 0.05.
+  double alpha(int look = 1) const;
 };
 BatchRules RulesOf(const BatchProgress& b);
 
@@ -100,18 +110,25 @@ struct BatchComparison {
   stats::Verdict verdict = stats::Verdict::kNotEnoughRuns;
   bool paired = false;  // paired on the seeds both sides ran (at least two)
   int shared_seeds = 0;  // how many runs were paired
-  double alpha = 0.05;   // per look: 0.05 / looks (BatchRules::alpha)
+  double alpha = 0.05;   // the level of this look alone (BatchRules::alpha)
   // The family correction (docs/STATISTICS.md, "Many experiments at once").
   // The verdict is p_adjusted < 0.05, where p_adjusted is the family's
   // adjustment of min(1, looks * p_raw); `interval` is the test's interval
   // at `interval_level`, the width that matches the corrected verdict.
   stats::Correction correction = stats::Correction::kNone;
   int family_size = 1;
-  int looks = 1;
+  int looks = 1;  // planned looks of A's design
+  int look = 1;   // the look A is at (BatchRules::LookAt)
+  stats::SequentialKind design = stats::SequentialKind::kSpending;
   std::optional<double> p_raw;       // the test's own two-sided p
   std::optional<double> p_adjusted;  // after looks and the family correction
   double interval_level = 0.95;
   std::optional<stats::Interval> interval;
+  // With a min_effect: the equivalence (TOST) interval, at 1 - 2 b with b the
+  // design's one-sided level at this look for the family's alpha (90 % for a
+  // fixed batch alone); `equivalent` when it lies inside ±min_effect.
+  double equivalence_level = 0.90;
+  std::optional<stats::Interval> equivalence_interval;
   // Set when a side is not reproducible for a fixed seed: the runs were not
   // paired (Welch instead), and this says why.
   std::string pairing_note;
@@ -132,6 +149,10 @@ bool SameRuns(const BatchProgress& a, const BatchProgress& b);
 // the note says why.
 BatchComparison CompareBatches(const BatchProgress& a, const BatchProgress& b,
                                const std::string& pairing_note = "");
+
+// CompareBatches without the bootstrap interval: the verdict alone, as the
+// adaptive rule (PlanTopUp) and bench/bench_verdicts use it many times.
+BatchComparison DecideBatches(const BatchProgress& a, const BatchProgress& b);
 
 // The correction a batch asks for (its stored `correction`, holm by default).
 stats::Correction CorrectionOf(const BatchProgress& b);
@@ -187,6 +208,16 @@ std::string RunsNeededText(const BatchComparison& c);
 // "95% CI", "97.5% CI", "99.75% CI", "98.33% CI": at most 4 significant
 // digits (more only for a level that 4 would round up to 100%).
 std::string LevelText(double level);
+// Probability of improvement (stats::ProbabilityOfImprovement) in the
+// metric's direction, on the runs the verdict compared (the shared seeds
+// when paired), with a 95 % bootstrap interval of 2,000 resamples; and as
+// words: "P(improvement) 0.83 (95% CI 0.67..1.00, the share of 12 seeds where
+// this batch beats the baseline)". Empty / "" without a comparison.
+std::optional<stats::Improvement> ImprovementOf(const BatchComparison& c);
+std::string ImprovementText(const BatchComparison& c);
+// "this verdict cost 24 runs (12 here, 12 at the baseline)" for a decided
+// comparison, "spent so far: ..." otherwise: every run of both batches.
+std::string CostText(const BatchComparison& c);
 // The verdict as a word: stats::VerdictName, or "unchanged".
 std::string VerdictWord(const BatchComparison& c);
 
@@ -228,12 +259,30 @@ Result<std::optional<BatchComparison>> CompareInFamily(
 // How the baseline of `b` was chosen, for people: "at the base 1a2b3c4", ...
 std::string BaselineText(const BatchProgress& b);
 
-// Adaptive repeats: how many more runs `b` needs now (0: none). Decided only
-// when none of its runs is left to finish. `parent` is needed for `until: decided`.
+// Adaptive repeats: the next round of `b`, decided only when none of its
+// runs is left to finish. `parent` (its baseline) is needed for `until:
+// decided`. Paired top-ups (docs/STATISTICS.md): when the comparison pairs by
+// seed, the round adds the same new seeds to the baseline too (`base_repeats`:
+// the baseline's batch grows to that many), so the extra runs become pairs.
+// When the baseline cannot grow (its seeds are numbered differently, or a
+// run it was given for a top-up is dead: its commit is gone or its inputs
+// cannot be rebuilt), the head grows only up to the baseline's number of
+// runs, the most an unpaired test against it can use, and `note` says why.
+struct TopUp {
+  int head_add = 0;         // runs to add to `b`
+  int base_repeats = 0;     // grow the baseline's batch to this many (0: not)
+  bool waiting = false;     // the baseline's runs are still going: decided when they end
+  std::string note;         // why it stopped or is limited ("" when nothing to say)
+};
+TopUp PlanTopUp(const BatchProgress& b, const std::optional<BatchProgress>& parent);
+// How many more runs `b` needs now (0: none): PlanTopUp's head_add.
 int RunsToAdd(const BatchProgress& b, const std::optional<BatchProgress>& parent);
 
 // Looks at the batch after one of its runs ended and queues the next round of
-// an adaptive batch when its rule is not met yet. Returns the runs added.
+// an adaptive batch when its rule is not met yet, with its paired top-up of
+// the baseline. A batch that is a baseline lets the adaptive batches
+// compared with it take their next round too (their round waited for its
+// runs). Returns the runs added.
 Result<int> ExtendIfNeeded(Store& store, std::int64_t batch_id, TimeMs now);
 
 }  // namespace trainq

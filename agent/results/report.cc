@@ -83,6 +83,7 @@ std::string VerdictText(const ReportEntry& e) {
     text += " (" + PText(*e.vs_parent) + ")";
   }
   if (auto advice = RunsNeededText(*e.vs_parent); !advice.empty()) text += "; " + advice;
+  if (!e.vs_parent->unchanged) text += "; " + CostText(*e.vs_parent);
   if (!e.vs_parent->pairing_note.empty()) text += "; unpaired: " + e.vs_parent->pairing_note;
   return text;
 }

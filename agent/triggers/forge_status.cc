@@ -102,7 +102,7 @@ WantedStatus FinalStatus(const BatchProgress& b, const std::optional<BatchProgre
   stats::Interval ci{};
   if (test) ci = c.interval.value_or(test->ci95);
   if (test) d = std::max(d, Decimals((ci.hi - ci.lo) / 4));
-  std::string verdict(stats::VerdictName(c.verdict));
+  std::string verdict = VerdictWord(c);
   std::string diff = SignedFixed(c.cmp->diff, d);
   std::string with_ci =
       test ? diff + " [" + SignedFixed(ci.lo, d) + ", " + SignedFixed(ci.hi, d) + "]" : diff;

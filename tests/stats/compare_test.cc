@@ -298,3 +298,38 @@ TEST_CASE("BrownForsytheTest equals SciPy's levene(center='median')", "[compare]
   CHECK(t->p == Approx(0.05670750934678912).epsilon(1e-8));
   CHECK_FALSE(BrownForsytheTest(std::vector<double>{1}, y));
 }
+
+namespace trainq::stats {
+namespace {
+
+TEST_CASE("ProbabilityOfImprovement: share of seeds paired, Mann-Whitney unpaired, bootstrap interval") {
+  std::vector<double> b = {0.60, 0.70, 0.65, 0.62, 0.68};
+  std::vector<double> up = {0.61, 0.71, 0.66, 0.63, 0.69};
+  auto all = ProbabilityOfImprovement(up, b, true);
+  REQUIRE(all);
+  CHECK(all->paired);
+  CHECK(all->estimate == 1.0);
+  REQUIRE(all->interval);
+  CHECK(all->interval->lo == 1.0);  // every resample of the pairs wins every seed
+  // Three wins, one tie, one loss: (3 + 0.5) / 5.
+  std::vector<double> mixed = {0.61, 0.71, 0.65, 0.61, 0.69};
+  auto m = ProbabilityOfImprovement(mixed, b, true);
+  CHECK(m->estimate == Approx(0.7));
+  CHECK(m->interval->lo < 0.7);
+  CHECK(m->interval->hi > 0.7);
+  CHECK(m->interval->hi <= 1.0);
+  // Unpaired: U / (na nb) with ties half, as MannWhitneyU.
+  std::vector<double> x = {1, 2, 3}, y = {2};
+  auto u = ProbabilityOfImprovement(x, y, false);
+  CHECK(u->estimate == Approx(0.5));
+  CHECK_FALSE(u->interval);  // one value on a side: nothing to resample
+  CHECK(ProbabilityOfImprovement(x, y, false)->estimate ==
+        Approx(MannWhitneyU(x, y)->p_a_gt_b));
+  // Paired needs equal sizes.
+  CHECK_FALSE(ProbabilityOfImprovement(x, y, true));
+  // Seeded: the same interval twice.
+  CHECK(ProbabilityOfImprovement(mixed, b, true)->interval == m->interval);
+}
+
+}  // namespace
+}  // namespace trainq::stats

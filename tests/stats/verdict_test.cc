@@ -56,11 +56,12 @@ TEST_CASE("Decide: a table of cases") {
       // still reaches past 0.04: more runs could show a change that matters.
       {"significant, maybe too small", Test(0.03, 0.01, 18, 0.0077), Goal::kMax, 0.04,
        Verdict::kNotEnoughRuns},
-      // Interval [-0.0158, 0.0262] lies inside (-0.05, 0.05): nothing that matters.
-      {"equivalent", Test(0.0052, 0.01, 18, 0.61), Goal::kMax, 0.05, Verdict::kNoDetectableChange},
-      // Interval [-0.0158, 0.0262] reaches past 0.02: cannot tell yet.
+      // TOST: the 90 % interval [-0.0121, 0.0225] lies inside (-0.05, 0.05):
+      // every change that matters is rejected.
+      {"equivalent", Test(0.0052, 0.01, 18, 0.61), Goal::kMax, 0.05, Verdict::kEquivalent},
+      // The 90 % interval [-0.0121, 0.0225] reaches past 0.02: cannot tell yet.
       {"undecided", Test(0.0052, 0.01, 18, 0.61), Goal::kMax, 0.02, Verdict::kNotEnoughRuns},
-      // Interval [0.0069, 0.0491] excludes 0 but estimate 0.028 < 0.06 and
+      // Interval [0.0107, 0.0453] excludes 0 but estimate 0.028 < 0.06 and
       // lies inside (-0.06, 0.06): a real change, too small to matter. Named
       // as such, so the words agree with the p-value printed beside them.
       {"significant, too small", Test(0.028, 0.01, 18, 0.012), Goal::kMax, 0.06,
@@ -109,7 +110,24 @@ TEST_CASE("Decide(Comparison): one run a side is not enough, constants are decid
   auto e = Compare(a, a);
   REQUIRE(e);
   CHECK(Decide(*e, {}) == Verdict::kNoDetectableChange);
-  CHECK(Decide(*e, {.min_effect = 0.01}) == Verdict::kNoDetectableChange);
+  CHECK(Decide(*e, {.min_effect = 0.01}) == Verdict::kEquivalent);
+}
+
+TEST_CASE("Decide: equivalence is two one-sided tests at the level given") {
+  // se 0.01, df 18: t_{0.95,18} = 1.7341, t_{0.975,18} = 2.1009. Estimate
+  // 0.002 with margin 0.02: the 90 % interval [-0.0153, 0.0193] is inside,
+  // the 95 % one [-0.0190, 0.0230] is not.
+  TTest t = Test(0.002, 0.01, 18, 0.84);
+  CHECK(Decide(t, {.min_effect = 0.02}) == Verdict::kEquivalent);
+  CHECK(Decide(t, {.min_effect = 0.02, .equivalence_level = 0.95}) == Verdict::kNotEnoughRuns);
+  CHECK(VerdictPhrase(Verdict::kEquivalent, 0.003) == "equivalent within ±0.003");
+  CHECK(VerdictPhrase(Verdict::kEquivalent, std::nullopt) == "equivalent");
+  CHECK(VerdictPhrase(Verdict::kBetter, 0.003) == "better");
+  CHECK(VerdictName(Verdict::kEquivalent) == "equivalent");
+  CHECK(Decided(Verdict::kEquivalent));
+  CHECK(Decided(Verdict::kNegligible));
+  CHECK_FALSE(Decided(Verdict::kNotEnoughRuns));
+  CHECK_FALSE(Decided(Verdict::kNoDetectableChange));
 }
 
 }  // namespace

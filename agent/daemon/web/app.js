@@ -61,7 +61,8 @@ function runLink(id) { return `<a href="/run/${id}">${id}</a>`; }
 function verdictWord(v) {
   if (!v) return '<span class="muted">no baseline</span>';
   const w = v.replace(/_/g, ' ');
-  return `<span class="verdict v-${esc(v)}">${esc(w)}</span>`;
+  // "equivalent within ±0.003": the class is the first word.
+  return `<span class="verdict v-${esc(v.split(' ')[0])}">${esc(w)}</span>`;
 }
 function stateCls(s) { return `<span class="state-${esc(s)}">${esc(s)}</span>`; }
 
@@ -319,6 +320,9 @@ function effectText(vp) {
   }
   s += ` → ${verdictWord(vp.verdict)}</div>`;
   if (vp.min_effect != null) s += `<div class="muted">min_effect ${num(vp.min_effect)}, alpha ${num(vp.alpha, 3)}</div>`;
+  if (vp.probability_of_improvement) s += `<div class="muted poi">${esc(vp.probability_of_improvement.text)}</div>`;
+  if (vp.cost) s += `<div class="muted cost">${esc(vp.cost.text)}</div>`;
+  if (vp.top_up) s += `<div class="muted top-up">${esc(vp.top_up)}</div>`;
   return s;
 }
 
@@ -411,14 +415,14 @@ function historyPlot(e, entries) {
     const vp = en.vs_parent;
     const v = vp ? vp.verdict : 'none';
     if (en.ci95) s += `<line class="ci" x1="${x(i)}" x2="${x(i)}" y1="${y(en.ci95[0])}" y2="${y(en.ci95[1])}"/>`;
-    s += `<a href="/commit/${encodeURIComponent(en.commit)}"><circle class="point p-${esc(v)}" data-commit="${esc(en.commit)}" data-verdict="${esc(v)}" cx="${x(i)}" cy="${y(en.mean)}" r="6">` +
+    s += `<a href="/commit/${encodeURIComponent(en.commit)}"><circle class="point p-${esc(v.split(' ')[0])}" data-commit="${esc(en.commit)}" data-verdict="${esc(v)}" cx="${x(i)}" cy="${y(en.mean)}" r="6">` +
       `<title>${short(en.commit)} ${esc(en.subject)}: ${num(en.mean)}${en.ci95 ? ` (95% CI ${num(en.ci95[0])}..${num(en.ci95[1])})` : ''}, n=${en.n}${vp ? ', ' + esc(vp.verdict) : ''}</title></circle></a>`;
     if (vp) {
       // The word where it fits over its point (about 6 px a letter), else a
       // mark (the table below has the words).
       const word = v.replace(/_/g, ' ');
       const shown = word.length * 6 <= step ? word : ({better: '▲', worse: '▼'}[v] || '·');
-      s += `<text class="vword v-${esc(v)}" x="${x(i)}" y="${T + 10}" text-anchor="middle">${shown === word ? '' : `<title>${esc(word)}</title>`}${esc(shown)}</text>`;
+      s += `<text class="vword v-${esc(v.split(" ")[0])}" x="${x(i)}" y="${T + 10}" text-anchor="middle">${shown === word ? '' : `<title>${esc(word)}</title>`}${esc(shown)}</text>`;
     }
     if (n <= 24 || i % Math.ceil(n / 24) === 0) s += `<text x="${x(i)}" y="${H - B + 16}" text-anchor="middle" class="mono">${short(en.commit).slice(0, 7)}</text>`;
   });

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "tests/support/temp_dir.h"
 
@@ -112,7 +113,19 @@ TEST_CASE("RulesOf reads min_effect and the adaptive rule from the stored defini
   CHECK(r.adaptive());
   CHECK(r.until_decided);
   CHECK(r.looks() == 6);  // 5, 10, ..., 30
-  CHECK(r.alpha() == Approx(0.05 / 6));
+  CHECK(r.design_kind == stats::SequentialKind::kSpending);
+  // O'Brien-Fleming spending: strict at the first look, near 0.05 at the last.
+  CHECK(r.alpha(1) < 1e-4);
+  CHECK(r.alpha(6) > 0.04);
+  CHECK(r.LookAt(5) == 1);
+  CHECK(r.LookAt(10) == 2);
+  CHECK(r.LookAt(12) == 3);  // a round not yet full counts as the next look
+  CHECK(r.LookAt(30) == 6);
+  CHECK(r.LookAt(40) == 6);
+  auto bonf = RulesOf(MakeBatch({}, R"({"adaptive": {"min": 5, "max": 30, "step": 5,
+      "until": "decided", "design": "bonferroni"}})"));
+  CHECK(bonf.design_kind == stats::SequentialKind::kBonferroni);
+  CHECK(bonf.alpha(3) == Approx(0.05 / 6));
   CHECK(RulesOf(MakeBatch({})).looks() == 1);
   CHECK(RulesOf(MakeBatch({})).alpha() == Approx(0.05));
 }
@@ -144,8 +157,107 @@ TEST_CASE("RunsToAdd: until decided stops on a verdict or without parent runs", 
   auto undecided = MakeBatch({0.61, 0.69, 0.66, 0.61}, spec);
   CHECK(RunsToAdd(undecided, parent) == 4);
   CHECK(RunsToAdd(undecided, std::nullopt) == 0);
-  auto clear = MakeBatch({0.90, 0.91, 0.92, 0.90}, spec);
+  // O'Brien-Fleming spends almost nothing at look 1 of 3 (p < 0.0002): a
+  // gain of about 0.26 on 4 seeds (p = 0.0008) waits for the next look ...
+  auto likely = MakeBatch({0.90, 0.91, 0.92, 0.90}, spec);
+  CHECK(RunsToAdd(likely, parent) == 4);
+  // ... the same seeds each up by exactly 0.3 (p = 0) are decided at once.
+  auto clear = MakeBatch({0.90, 1.00, 0.95, 0.92}, spec);
   CHECK(RunsToAdd(clear, parent) == 0);
+}
+
+TEST_CASE("PlanTopUp: a paired comparison grows the baseline with the same seeds",
+          "[analysis][topup]") {
+  std::string spec = R"({"adaptive": {"min": 4, "max": 12, "step": 4, "until": "decided"}})";
+  auto parent = MakeBatch({0.60, 0.70, 0.65, 0.62});
+  auto head = MakeBatch({0.61, 0.69, 0.66, 0.61}, spec);
+  auto plan = PlanTopUp(head, parent);
+  CHECK(plan.head_add == 4);
+  CHECK(plan.base_repeats == 8);
+  CHECK(plan.note.empty());
+  // The baseline's runs still going: the round waits for them.
+  auto busy = parent;
+  busy.counts[static_cast<int>(RunState::kQueued)] = 4;
+  auto wait = PlanTopUp(head, busy);
+  CHECK(wait.waiting);
+  CHECK(wait.head_add == 0);
+  // A baseline whose top-up runs died cannot grow: the head stops at the
+  // baseline's 4 runs, and says why.
+  auto dead = parent;
+  dead.counts[static_cast<int>(RunState::kDead)] = 4;
+  dead.repeats = 8;
+  auto stop = PlanTopUp(head, dead);
+  CHECK(stop.head_add == 0);
+  CHECK(stop.base_repeats == 0);
+  CHECK(stop.note.find("the baseline cannot grow (4 of its runs are dead") != std::string::npos);
+  // Seeds numbered from another start cannot be paired by growing it.
+  auto other = parent;
+  other.seed_start = 101;
+  auto other_plan = PlanTopUp(head, other);
+  CHECK(other_plan.head_add == 0);
+  CHECK(other_plan.note.find("its seeds start at 101") != std::string::npos);
+}
+
+TEST_CASE("ExtendIfNeeded: paired top-ups on both sides, the head decides when the baseline's round ends",
+          "[analysis][topup]") {
+  testing::TempDir dir;
+  auto store = Store::Open(dir / "t.db").value();
+  std::string spec = R"({"adaptive": {"min": 4, "max": 12, "step": 4, "until": "decided"}})";
+  auto base_id = Run(store, kParent, "", {0.60, 0.70, 0.65, 0.62});
+  // +0.05 on every seed, but at look 1 of 3 O'Brien-Fleming asks p < 0.0002
+  // and 4 pairs give p = 0.0012.
+  auto head_id = Run(store, kChild, kParent, {0.65, 0.76, 0.69, 0.67}, spec);
+  REQUIRE(store.runs().SetBaseline(head_id, kParent, base_id, "at the parent"));
+  // Undecided at 4 pairs: 4 more seeds on each side, the same ones.
+  CHECK(ExtendIfNeeded(store, head_id, kT0).value() == 8);
+  auto head_runs = store.runs().Runs(head_id, std::nullopt, 0).value();
+  auto base_runs = store.runs().Runs(base_id, std::nullopt, 0).value();
+  REQUIRE(head_runs.size() == 8);
+  REQUIRE(base_runs.size() == 8);
+  std::set<std::int64_t> head_seeds, base_seeds;
+  for (const auto& r : head_runs) head_seeds.insert(r.seed);
+  for (const auto& r : base_runs) base_seeds.insert(r.seed);
+  CHECK(head_seeds == base_seeds);
+  // Both rounds finish, the head's first: it waits for the baseline's.
+  auto leased = store.runs().Lease("w", kT0, 60'000, 100).value();
+  REQUIRE(leased.size() == 8);
+  for (const auto& l : leased) {
+    if (l.batch_id != head_id) continue;
+    REQUIRE(store.runs().Complete(l.run_id, l.token, kT0, 0.7 + 0.001 * l.seed));
+  }
+  CHECK(ExtendIfNeeded(store, head_id, kT0).value() == 0);
+  for (const auto& l : leased) {
+    if (l.batch_id != base_id) continue;
+    REQUIRE(store.runs().Complete(l.run_id, l.token, kT0, 0.65 + 0.001 * l.seed));
+  }
+  // The baseline's round ended: the head is decided (better), nothing added.
+  CHECK(ExtendIfNeeded(store, base_id, kT0).value() == 0);
+  auto head = store.runs().Batch(head_id).value().value();
+  auto base = store.runs().Batch(base_id).value().value();
+  auto c = CompareBatches(head, base);
+  CHECK(c.shared_seeds == 8);
+  CHECK(c.verdict == stats::Verdict::kBetter);
+}
+
+TEST_CASE("ExtendIfNeeded: an undecided head's next round starts when its baseline's round ends",
+          "[analysis][topup]") {
+  testing::TempDir dir;
+  auto store = Store::Open(dir / "t.db").value();
+  std::string spec = R"({"adaptive": {"min": 4, "max": 12, "step": 4, "until": "decided"}})";
+  auto base_id = Run(store, kParent, "", {0.60, 0.70, 0.65, 0.62});
+  auto head_id = Run(store, kChild, kParent, {0.61, 0.69, 0.66, 0.61}, spec);
+  REQUIRE(store.runs().SetBaseline(head_id, kParent, base_id, "at the parent"));
+  REQUIRE(ExtendIfNeeded(store, head_id, kT0).value() == 8);
+  // Noise on both sides again: still undecided after 8 pairs.
+  auto leased = store.runs().Lease("w", kT0, 60'000, 100).value();
+  for (const auto& l : leased) {
+    double v = 0.6 + 0.01 * (l.seed % 3) + (l.batch_id == head_id ? 0.004 * (l.seed % 2) : 0.0);
+    REQUIRE(store.runs().Complete(l.run_id, l.token, kT0, v));
+  }
+  // Called for the baseline (its run ended last): both grow to 12.
+  CHECK(ExtendIfNeeded(store, base_id, kT0).value() == 8);
+  CHECK(store.runs().Runs(head_id, std::nullopt, 0).value().size() == 12);
+  CHECK(store.runs().Runs(base_id, std::nullopt, 0).value().size() == 12);
 }
 
 TEST_CASE("ExtendIfNeeded queues the next seeds of an adaptive batch", "[analysis]") {
@@ -356,8 +468,9 @@ TEST_CASE("a family member without a comparison counts as p = 1", "[analysis][fa
 }
 
 TEST_CASE("adaptive looks and the family: looks * p is corrected", "[analysis][family]") {
-  // until: decided with min 5, max 20, step 5: 4 looks.
-  std::string spec = R"({"adaptive":{"min":5,"max":20,"step":5,"until":"decided"}})";
+  // until: decided with min 5, max 20, step 5: 4 looks, the even split.
+  std::string spec =
+      R"({"adaptive":{"min":5,"max":20,"step":5,"until":"decided","design":"bonferroni"}})";
   auto family = TwentyChanged(true, spec);
   auto c = CompareFamily(family, false);
   CHECK(c[1]->looks == 4);
@@ -365,6 +478,75 @@ TEST_CASE("adaptive looks and the family: looks * p is corrected", "[analysis][f
   CHECK(c[1]->verdict == stats::Verdict::kWorse);
   CHECK(c[1]->interval_level == Approx(1 - 0.05 / 4 / 20));
   CHECK(CorrectionText(*c[1]) == "Holm over 20, 4 looks each");
+}
+
+TEST_CASE("spending looks and the family: the repeated p-value is corrected", "[analysis][family]") {
+  // The same family under O'Brien-Fleming spending: 10 runs of 5..20 is look 2 of 4.
+  std::string spec = R"({"adaptive":{"min":5,"max":20,"step":5,"until":"decided"}})";
+  auto family = TwentyChanged(true, spec);
+  auto c = CompareFamily(family, false);
+  CHECK(c[1]->looks == 4);
+  CHECK(c[1]->look == 2);
+  const int at[] = {5, 10, 15, 20};
+  auto design = stats::DesignForLooks(stats::SequentialKind::kSpending, at);
+  double repeated = stats::RepeatedP(design, 2, *c[1]->p_raw);
+  CHECK(repeated > *c[1]->p_raw);
+  CHECK(*c[1]->p_adjusted == Approx(std::min(1.0, 20 * repeated)));
+  CHECK(c[1]->verdict == stats::Verdict::kWorse);
+  // The repeated confidence interval at Holm's Bonferroni level for look 2.
+  CHECK(c[1]->interval_level == Approx(1 - stats::NominalLevel(design, 2, 0.05 / 20)));
+  CHECK(CorrectionText(*c[1]) == "Holm over 20, 4 looks each (O'Brien-Fleming spending)");
+  auto j = ComparisonJson(*c[1]);
+  CHECK(j["correction"]["design"] == "spending");
+  CHECK(j["correction"]["look"] == 2);
+}
+
+TEST_CASE("equivalent within min_effect: TOST at the design's level, on every field",
+          "[analysis][equivalence]") {
+  // Per-seed differences of +-0.0005 around 0 with margin 0.003: the 90 %
+  // TOST interval lies well inside; the verdict says so in one phrase.
+  std::string spec = R"({"metric": {"min_effect": 0.003}})";
+  std::vector<double> base = {0.90, 0.91, 0.92, 0.93, 0.94, 0.95};
+  std::vector<double> head = {0.9005, 0.9095, 0.9205, 0.9295, 0.9405, 0.9495};
+  auto c = CompareBatches(MakeBatch(head, spec), MakeBatch(base, spec));
+  REQUIRE(c.paired);
+  CHECK(c.verdict == stats::Verdict::kEquivalent);
+  CHECK(VerdictWord(c) == "equivalent within ±0.003");
+  CHECK(c.equivalence_level == Approx(0.90));
+  REQUIRE(c.equivalence_interval);
+  std::string text = ComparisonText(c);
+  CHECK(text.find(": equivalent within ±0.003 (TOST: 90% CI ") != std::string::npos);
+  auto j = ComparisonJson(c);
+  CHECK(j["verdict"] == "equivalent within ±0.003");
+  CHECK(j["verdict_name"] == "equivalent");
+  CHECK(j["decided"] == true);
+  CHECK(j["equivalence"]["inside"] == true);
+  CHECK(j["equivalence"]["margin"] == 0.003);
+  // Without a min_effect there is nothing to be equivalent within.
+  auto plain = CompareBatches(MakeBatch(head), MakeBatch(base));
+  CHECK(plain.verdict == stats::Verdict::kNoDetectableChange);
+  CHECK_FALSE(plain.equivalence_interval);
+  // A wide spread cannot show equivalence: not enough runs.
+  std::vector<double> noisy = {0.905, 0.905, 0.925, 0.925, 0.945, 0.945};
+  auto wide = CompareBatches(MakeBatch(noisy, spec), MakeBatch(base, spec));
+  CHECK(wide.verdict == stats::Verdict::kNotEnoughRuns);
+}
+
+TEST_CASE("equivalence at an early look of a spending design needs a narrower interval",
+          "[analysis][equivalence]") {
+  // The same runs are equivalent with a fixed batch, but at look 1 of 6 the
+  // design spends almost nothing: the TOST interval is far wider.
+  std::string fixed = R"({"metric": {"min_effect": 0.003}})";
+  std::string seq = R"({"metric": {"min_effect": 0.003},
+      "adaptive": {"min": 6, "max": 36, "step": 6, "until": "decided"}})";
+  std::vector<double> base = {0.90, 0.91, 0.92, 0.93, 0.94, 0.95};
+  std::vector<double> head = {0.9010, 0.9090, 0.9210, 0.9290, 0.9410, 0.9490};
+  CHECK(CompareBatches(MakeBatch(head, fixed), MakeBatch(base, fixed)).verdict ==
+        stats::Verdict::kEquivalent);
+  auto early = CompareBatches(MakeBatch(head, seq), MakeBatch(base, seq));
+  CHECK(early.look == 1);
+  CHECK(early.equivalence_level > 0.999);
+  CHECK(early.verdict == stats::Verdict::kNotEnoughRuns);
 }
 
 TEST_CASE("CheckDrift: a moved mean is drift, the same numbers are not", "[analysis][drift]") {

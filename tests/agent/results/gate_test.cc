@@ -109,6 +109,35 @@ TEST_CASE("gate: a regression exits 1, no change exits 0", "[gate]") {
   }
 }
 
+TEST_CASE("gate: an experiment equivalent within min_effect passes, and says so", "[gate][equivalence]") {
+  testing::TempDir dir;
+  auto store = Store::Open(dir / "t.db").value();
+  auto submit = [&](const std::string& sha, const std::string& parent) {
+    CommitInfo c;
+    c.sha = sha;
+    c.parent_sha = parent;
+    BatchSpec s;
+    s.experiment = "e";
+    s.command = "true";
+    s.repeats = 5;
+    s.spec_json = R"({"metric": {"min_effect": 0.01}})";
+    REQUIRE(store.runs().Submit("/repo", c, {s}, kT0));
+  };
+  submit(kBase, "");
+  Finish(store, kBaseValues);
+  submit(kHead, kBase);
+  Finish(store, kSame);  // per-seed differences of +-0.001: TOST inside +-0.01
+  auto d = Decide(store);
+  CHECK(d.exit_code == kGatePass);
+  CHECK(d.text.find("✓  e: ") != std::string::npos);
+  CHECK(d.text.find(": equivalent within ±0.01 (TOST: 90% CI ") != std::string::npos);
+  const auto& cj = d.json["experiments"][0]["comparison"];
+  CHECK(cj["verdict"] == "equivalent within ±0.01");
+  CHECK(cj["verdict_name"] == "equivalent");
+  CHECK(cj["equivalence"]["inside"] == true);
+  CHECK(cj["cost"]["runs"] == 10);
+}
+
 TEST_CASE("gate: full commit ids and a --repo that is not a repository: decided from the store, "
           "nothing created there",
           "[gate]") {

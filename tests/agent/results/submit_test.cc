@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "agent/repo/change_detect.h"
 #include "agent/repo/git_repo.h"
@@ -356,4 +357,68 @@ TEST_CASE("family: after trainq submit, reused unchanged batches are shown but n
       CHECK(d->text.find("Holm over") == std::string::npos);
     }
   }
+}
+
+// Issue 40: `trainq submit` at the parent and at the head, `until: decided`:
+// the head's top-up round adds the same seeds to the parent's batch (its
+// baseline), so that every extra run is a pair; before, only the head grew
+// and the paired test stayed at 4 seeds.
+TEST_CASE("submit: an until-decided top-up grows the baseline's batch with the same seeds",
+          "[submit][topup]") {
+  const char* manifest = R"(version: 1
+defaults:
+  correction: none
+  repeats: {min: 4, max: 12, step: 4, until: decided}
+  metric: {name: accuracy, goal: max, min_effect: 0.003}
+experiments:
+  x:
+    command: echo x {seed}
+    watch: [x/**]
+)";
+  Repo r;
+  std::string a = r.cli.Commit({{"trainq.yaml", manifest}, {"x/a", "1"}}, "A");
+  std::string b = r.cli.Commit({{"x/a", "2"}}, "B: change x");
+  auto parent = SubmitCommit(r.store, r.Git(), r.Request(a, ""), kT0);
+  REQUIRE(parent);
+  const std::int64_t base_id = (*parent)[0].result.batch_id;
+  // The parent's runs: a seed effect, nothing more.
+  auto finish = [&](double shift) {
+    auto leased = r.store.runs().Lease("w", kT0, 60'000, 100).value();
+    for (const auto& l : leased) {
+      double seed_effect = 0.01 * ((l.seed * 7) % 5);
+      bool head = l.batch_id != base_id;
+      double noise = 0.004 * (((l.seed * 13 + (head ? 3 : 0)) % 7) / 3.0 - 1);
+      REQUIRE(r.store.runs().Complete(l.run_id, l.token, kT0,
+                                      0.9 + seed_effect + noise + (head ? shift : 0)));
+    }
+    return leased;
+  };
+  finish(0);
+  REQUIRE(ExtendIfNeeded(r.store, base_id, kT0).value() == 0);  // no baseline of its own
+  auto head = SubmitCommit(r.store, r.Git(), r.Request(b, a), kT0);
+  REQUIRE(head);
+  const std::int64_t head_id = (*head)[0].result.batch_id;
+  auto head_batch = r.store.runs().Batch(head_id).value().value();
+  REQUIRE(head_batch.baseline_batch_id == base_id);
+  finish(0);
+  // Undecided at 4 pairs: the head and its baseline each get seeds 5..8.
+  CHECK(ExtendIfNeeded(r.store, head_id, kT0).value() == 8);
+  auto base_runs = r.store.runs().Runs(base_id, std::nullopt, 0).value();
+  auto head_runs = r.store.runs().Runs(head_id, std::nullopt, 0).value();
+  REQUIRE(base_runs.size() == 8);
+  REQUIRE(head_runs.size() == 8);
+  std::set<std::int64_t> bs, hs;
+  for (const auto& x : base_runs) bs.insert(x.seed);
+  for (const auto& x : head_runs) hs.insert(x.seed);
+  CHECK(bs == hs);
+  CHECK(*bs.rbegin() == 8);
+  finish(0);
+  // The baseline's runs ended in the same round: the look after it pairs 8.
+  ExtendIfNeeded(r.store, base_id, kT0).value();
+  // (compared while a next round, if any, is queued: its runs are not values yet)
+  auto c = CompareInFamily(r.store, r.store.runs().Batch(head_id).value().value(), true).value();
+  REQUIRE(c);
+  CHECK(c->shared_seeds >= 8);
+  auto j = ComparisonJson(*c);
+  CHECK(j["cost"]["runs_baseline"].get<int>() == j["cost"]["runs_here"].get<int>());
 }
