@@ -47,6 +47,7 @@ Machines& Store::machines() { return parts_->machines; }
 Gangs& Store::gangs() { return parts_->gangs; }
 Sweeps& Store::sweeps() { return parts_->sweeps; }
 Retention& Store::retention() { return parts_->retention; }
+Outbox& Store::outbox() { return parts_->outbox; }
 
 // A new database appears at `path` whole: made and migrated under a
 // temporary name, then linked into place (link fails on an existing name, so

@@ -11,6 +11,7 @@
 //   store.machines()  queue/machines.h   machines, leases to machines, pools, costs
 //   store.gangs()     queue/gangs.h      runs over several machines at once
 //   store.sweeps()    queue/sweeps.h     hyperparameter searches
+//   store.outbox()    queue/outbox.h     messages to outside services, sent once
 //
 // The schema and its migrations are in queue/schema.h.
 //
@@ -52,6 +53,7 @@ class Machines;
 class Gangs;
 class Sweeps;
 class Retention;
+class Outbox;
 struct StoreParts;
 
 class Store {
@@ -93,6 +95,7 @@ class Store {
   Gangs& gangs();
   Sweeps& sweeps();
   Retention& retention();
+  Outbox& outbox();  // queue/outbox.h: messages to outside services, sent once
 
  private:
   explicit Store(std::unique_ptr<StoreParts> parts);

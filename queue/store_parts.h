@@ -6,6 +6,7 @@
 
 #include "queue/gangs.h"
 #include "queue/machines.h"
+#include "queue/outbox.h"
 #include "queue/pushes.h"
 #include "queue/retention.h"
 #include "queue/run_queue.h"
@@ -28,7 +29,7 @@ inline constexpr const char* kNextLeaseToken =
 struct StoreParts {
   StoreParts(sql::Db d, StoreOptions o)
       : db(std::move(d)), options(o), runs(*this), pushes(*this), machines(*this), gangs(*this),
-        sweeps(*this), retention(*this) {}
+        sweeps(*this), retention(*this), outbox(*this) {}
   StoreParts(const StoreParts&) = delete;
   StoreParts& operator=(const StoreParts&) = delete;
 
@@ -42,6 +43,7 @@ struct StoreParts {
   Gangs gangs;
   Sweeps sweeps;
   Retention retention;
+  Outbox outbox;
 };
 
 }  // namespace trainq
