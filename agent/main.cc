@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   trainq::AddCompareCommands(app, ctx);
   trainq::AddLogsCommand(app, ctx);
   trainq::AddDashboardLinkCommand(app, ctx);
+  trainq::AddNotifyCommands(app, ctx);
   trainq::AddWorkerCommand(app, ctx);
   trainq::AddStatsCommands(app, &exit_code);
   trainq::AddSweepCommands(app, &db, &exit_code);

@@ -92,7 +92,7 @@ Result<std::optional<OutboxRow>> Outbox::Find(const std::string& target,
 Status Outbox::MarkDelivered(std::int64_t id, TimeMs now) {
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     ASSIGN_OR_RETURN(auto s, db_.Prepare("UPDATE outbox SET state = 'delivered', delivered_ms = "
-                                         "?1, updated_ms = ?1, last_error = '' WHERE id = ?2"));
+                                         "?1, updated_ms = ?1 WHERE id = ?2"));
     s.Bind(1, now).Bind(2, id);
     return s.Run();
   });
