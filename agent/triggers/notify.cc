@@ -241,6 +241,38 @@ Status SendNotifyNow(const NotifyTarget& t, const NotifyEvent& event, HttpClient
   return Fail(out.permanent ? ErrorKind::kInvalidArgument : ErrorKind::kUnavailable, out.error);
 }
 
+Result<json> NotifyTargetsJson(Store& store, const ServerConfig& config) {
+  ASSIGN_OR_RETURN(auto sums, store.outbox().Summaries(kTargetPrefix));
+  auto opt = [](const std::optional<TimeMs>& v) { return v ? json(*v) : json(); };
+  json out = json::array();
+  for (const auto& t : config.notify) {
+    json j = {{"name", t.name},
+              {"kind", t.kind == NotifyTarget::Kind::kSlack ? "slack" : "webhook"},
+              {"to", t.kind == NotifyTarget::Kind::kSlack ? "Slack webhook from " + t.slack_url.source
+                                                          : UrlForLog(t.url)},
+              {"events", t.on},
+              {"pending", 0},
+              {"delivered", 0},
+              {"gave_up", 0},
+              {"last_delivered_ms", nullptr},
+              {"last_delivered_event", ""},
+              {"last_error_ms", nullptr},
+              {"last_error", ""}};
+    for (const auto& s : sums) {
+      if (s.target != t.outbox_target()) continue;
+      j["pending"] = s.pending;
+      j["delivered"] = s.delivered;
+      j["gave_up"] = s.gave_up;
+      j["last_delivered_ms"] = opt(s.last_delivered_ms);
+      j["last_delivered_event"] = s.last_delivered_kind;
+      j["last_error_ms"] = opt(s.last_error_ms);
+      j["last_error"] = s.last_error;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
 // The scanner -----------------------------------------------------------------
 
 NotifyScanner::NotifyScanner(Store& store, const ServerConfig& config, const Clock& clock,

@@ -114,6 +114,12 @@ class NotifySender {
   NotifyOptions options_;
 };
 
+// Each configured target with its deliveries (the dashboard's
+// /dash/api/notify): name, kind, events, counts, the last delivery and the
+// last error with their times (ms, null when none). Never a URL of a Slack
+// target (a secret).
+Result<nlohmann::json> NotifyTargetsJson(Store& store, const ServerConfig& config);
+
 // Sends `event` to `t` now, outside the outbox (`trainq notify test`): ok, or
 // why not ("HTTP 404 from the Slack webhook of ml-alerts: channel_not_found").
 Status SendNotifyNow(const NotifyTarget& t, const NotifyEvent& event, HttpClient& http,
