@@ -205,7 +205,9 @@ SendOutcome Send(const NotifyTarget& t, const json& event, const std::string& de
   auto resp = http.Send(req);
   SendOutcome out;
   if (!resp) {
-    out.error = ScrubUrl(resp.error().message, t) + " (" + TargetText(t) + ")";
+    // A webhook's message names its URL already; a Slack one's is scrubbed.
+    out.error = ScrubUrl(resp.error().message, t);
+    if (t.kind == NotifyTarget::Kind::kSlack) out.error += " (" + TargetText(t) + ")";
     return out;
   }
   if (resp->ok()) {
