@@ -40,8 +40,8 @@ experiments:
 )";
 
 // accuracy 0.<base><seed>1: base 9 gives 0.911, 0.921, ...; base 8 is worse.
-const char* kRun = R"(printf '{"name": "accuracy", "value": 0.%s%s1}\n' "$(cat lr)" "$1" >> "$TRAINQ_METRICS_FILE"
-)";
+const char* kRun = R"sh(printf '{"name": "accuracy", "value": 0.%s%s1}\n' "$(cat lr)" "$1" >> "$TRAINQ_METRICS_FILE"
+)sh";
 
 std::string PushPayload(const std::string& before, const std::string& after,
                         const std::string& origin_url) {

@@ -322,8 +322,8 @@ TEST_CASE("notify: a target that answers 500 then 200 gets the message once, sam
   CHECK(hook.deliveries().size() == 1);
 }
 
-TEST_CASE("notify: a slow target gets the message once; one slower than the timeout is retried "
-          "with the same delivery id", "[notify]") {
+TEST_CASE("notify: a slow target gets the message once, and one slower than the timeout is "
+          "retried with the same delivery id", "[notify]") {
   int calls = 0;
   testing::SignedReceiver hook("hook-key", [&](const testing::TestHttpRequest&) {
     // The first answer comes after the sender's 2 s timeout, the second
@@ -343,7 +343,7 @@ TEST_CASE("notify: a slow target gets the message once; one slower than the time
   CHECK(t.Summary().last_error.find("timed out") != std::string::npos);
 }
 
-TEST_CASE("notify: a permanent refusal is given up at once; a rate limit holds messages back",
+TEST_CASE("notify: a permanent refusal is given up at once, and a rate limit holds messages back",
           "[notify]") {
   World w;
   testing::FakeSlack gone([](const testing::TestHttpRequest&) {
