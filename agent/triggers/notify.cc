@@ -136,14 +136,21 @@ std::string_view EventMark(std::string_view kind) {
 
 std::string SlackText(const json& event) {
   const std::string kind = Str(event, "event");
+  // Ours are one line; a long one (an error quoted in it) is cut before
+  // escaping, at a character boundary, so no entity or UTF-8 character is
+  // split (Slack truncates past 40,000 characters; this stays far below).
+  std::string summary = Str(event, "summary");
+  if (summary.size() > 2'000) {
+    size_t cut = 2'000;
+    while (cut > 0 && (static_cast<unsigned char>(summary[cut]) & 0xC0) == 0x80) --cut;
+    summary = summary.substr(0, cut) + "...";
+  }
   std::string text = std::string(EventMark(kind)) + " *" + SlackEscape(kind) + "* " +
-                     SlackEscape(Str(event, "summary"));
+                     SlackEscape(summary);
   const std::string url = Str(event, "url");
   // A URL inside <...|...> may not hold '|' or '>': public_url is checked,
   // and the rest of the path is hex, names and numbers; escaped all the same.
   if (!url.empty()) text += " <" + SlackEscape(url) + "|open in trainq>";
-  // Slack cuts messages past 40,000 characters; ours are one line.
-  if (text.size() > 3'000) text = text.substr(0, 2'990) + "...";
   return text;
 }
 

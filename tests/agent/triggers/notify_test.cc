@@ -185,6 +185,11 @@ TEST_CASE("notify: Slack's rules are the fake's: escaped markup passes, raw mark
   CHECK(testing::SlackPayloadProblem(r) == "");
   CHECK(SlackText(ev) ==
         ":chart_with_downwards_trend: *worse* a &lt;b&gt; &amp; c <https://t.example/commit/ab|open in trainq>");
+  // A long summary is cut before escaping: no entity or character split.
+  ev["summary"] = std::string(1'999, 'x') + "é&<" + std::string(5'000, 'y');
+  r.body = json{{"text", SlackText(ev)}}.dump();
+  CHECK(testing::SlackPayloadProblem(r) == "");
+  CHECK(SlackText(ev).find(std::string(1'999, 'x') + "...") != std::string::npos);
   r.body = R"({"text": "a <b> & c"})";
   CHECK(testing::SlackPayloadProblem(r).starts_with("invalid_payload"));
   r.body = R"({"txt": "x"})";
