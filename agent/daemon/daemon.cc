@@ -300,7 +300,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Open(ServerConfig config, DaemonOptions 
   ASSIGN_OR_RETURN(auto store, OpenServeStore(parts->options.db));
   parts->store.emplace(std::move(store));
   TRY(parts->options.inproc ? parts->OpenInProcess() : parts->OpenFleet());
-  if (!parts->config.notify.empty()) {
+  if (!parts->config.notify.empty() || parts->config.mlflow.enabled()) {
     NotifyOptions no;
     no.data_dir = parts->options.data_dir;
     parts->notifier = std::make_unique<Notifier>(parts->options.db, parts->config, parts->http,
@@ -311,6 +311,13 @@ Result<std::unique_ptr<Daemon>> Daemon::Open(ServerConfig config, DaemonOptions 
                    t.kind == NotifyTarget::Kind::kSlack ? "Slack webhook from " + t.slack_url.source
                                                         : "webhook " + UrlForLog(t.url),
                    fmt::join(t.on, ", "));
+    }
+    if (parts->config.mlflow.enabled()) {
+      // The token is a secret: only where it was read from.
+      spdlog::info("mlflow: exporting finished batches to {} (experiments {}*){}",
+                   UrlForLog(parts->config.mlflow.tracking_uri), parts->config.mlflow.experiment_prefix,
+                   parts->config.mlflow.token.empty() ? ""
+                                                      : ", token from " + parts->config.mlflow.token.source);
     }
   }
   return std::unique_ptr<Daemon>(new Daemon(std::move(parts)));

@@ -13,6 +13,7 @@
 #include "agent/results/analysis.h"
 #include "agent/triggers/forge.h"
 #include "agent/triggers/forge_status.h"  // CommitPageUrl
+#include "agent/triggers/mlflow.h"
 #include "core/crypto.h"
 #include "core/strings.h"
 #include "queue/machines.h"
@@ -637,6 +638,9 @@ void Notifier::Stop() {
 void Notifier::Loop(Store store) {
   NotifyScanner scanner(store, config_, clock_, options_);
   NotifySender sender(store, config_, http_, clock_, options_);
+  // The MLflow export (agent/triggers/mlflow.h) shares the thread: both are
+  // outbox senders to outside services that must never hold up serve.
+  MlflowExporter mlflow(store, config_, http_, clock_);
   while (true) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -644,12 +648,15 @@ void Notifier::Loop(Store store) {
     }
     if (auto n = scanner.Step(); !n) spdlog::warn("notifications: {}", n.error().message);
     if (auto n = sender.Step(); !n) spdlog::warn("notifications: {}", n.error().message);
+    if (auto n = mlflow.Scan(); !n) spdlog::warn("mlflow: {}", n.error().message);
+    if (auto n = mlflow.Send(); !n) spdlog::warn("mlflow: {}", n.error().message);
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, std::chrono::milliseconds(options_.idle_wait_ms), [&] { return stop_; });
   }
   // A last scan, so what ended just before the stop is in the outbox (and
   // sent by the next start) rather than found only by the next scan.
   if (auto n = scanner.Step(); !n) spdlog::warn("notifications: {}", n.error().message);
+  if (auto n = mlflow.Scan(); !n) spdlog::warn("mlflow: {}", n.error().message);
 }
 
 }  // namespace trainq
