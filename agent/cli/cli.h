@@ -261,6 +261,7 @@ void AddReportCommand(CLI::App& app, const CliContext& ctx);     // agent/cli/cm
 void AddCompareCommands(CLI::App& app, const CliContext& ctx);   // compare, gate
 void AddLogsCommand(CLI::App& app, const CliContext& ctx);       // agent/cli/cmd_logs.cc
 void AddNotifyCommands(CLI::App& app, const CliContext& ctx);  // agent/cli/cmd_notify.cc
+void AddMlflowCommands(CLI::App& app, const CliContext& ctx);  // agent/cli/cmd_mlflow.cc
 void AddDashboardLinkCommand(CLI::App& app, const CliContext& ctx);  // agent/cli/cmd_dashboard.cc
 // `trainq stats ...`: agent/cli/cmd_stats.cc.
 void AddStatsCommands(CLI::App& app, int* exit_code);

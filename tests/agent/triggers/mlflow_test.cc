@@ -343,7 +343,7 @@ TEST_CASE("mlflow: long curves and many params are split within MLflow's per-cal
   CHECK(kid["data"]["params"].size() == 153);
 }
 
-TEST_CASE("mlflow: the fake refuses unknown fields and a second experiment of a name; the exporter uses the existing one",
+TEST_CASE("mlflow: an experiment made meanwhile by someone else (RESOURCE_ALREADY_EXISTS) is used, not made twice",
           "[mlflow]") {
   World w;
   MlflowExporter ex(w.store, w.config, w.http, w.clock);
@@ -368,10 +368,15 @@ TEST_CASE("mlflow: the fake refuses unknown fields and a second experiment of a 
     CHECK(again.status == 400);
     CHECK(again.body.find("RESOURCE_ALREADY_EXISTS") != std::string::npos);
   }
+  // The exporter's get-by-name does not see it (it was being made): its
+  // create gets RESOURCE_ALREADY_EXISTS, and it looks the name up again.
+  REQUIRE(w.mlflow->Fail("experiments/get-by-name", 404, 1));
   w.Drain(ex);
   json s = w.State();
   CHECK(s["experiments"].size() == 1);
   CHECK(s["runs"].size() == 2);
+  CHECK(s["calls"]["experiments/create"] == 3);
+  CHECK(w.store.outbox().Find("mlflow:export", "batch:1").value()->attempts == 0);
 }
 
 }  // namespace
