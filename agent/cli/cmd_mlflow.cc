@@ -61,6 +61,13 @@ Status CmdMlflowExport(const MlflowExportOptions& o, const Clock& clock, std::os
         << " given up";
   }
   out << "\n";
+  for (const auto& s : sums) {
+    if (s.pending > 0) {
+      return Fail(ErrorKind::kUnavailable,
+                  std::to_string(s.pending) + " batch(es) not exported yet (serve's exporter "
+                  "retries them with backoff; or run this again)");
+    }
+  }
   return {};
 }
 
