@@ -3,7 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <set>
 
 #include "agent/results/analysis.h"
 #include "agent/triggers/forge_status.h"  // CommitPageUrl
