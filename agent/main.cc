@@ -49,6 +49,8 @@ int main(int argc, char** argv) {
   trainq::AddLogsCommand(app, ctx);
   trainq::AddDashboardLinkCommand(app, ctx);
   trainq::AddLoginCommands(app, ctx);
+  trainq::AddNotifyCommands(app, ctx);
+  trainq::AddMlflowCommands(app, ctx);
   trainq::AddWorkerCommand(app, ctx);
   trainq::AddStatsCommands(app, &exit_code);
   trainq::AddSweepCommands(app, &db, &exit_code);

@@ -714,6 +714,36 @@ CREATE TABLE audit (
 CREATE INDEX audit_by_time ON audit (at_ms, id);
 CREATE INDEX audit_by_target ON audit (target, at_ms) WHERE target != '';
 )sql",
+    // 20 -> 21: the outbox (queue/outbox.h, issue 43): messages to outside
+    // services (notifications; later exports), one row per target and
+    // event, with the delivery id, backoff and outcome in the row; and the
+    // senders' marks (a scan's cursor, the conditions that hold).
+    R"sql(
+CREATE TABLE outbox (
+  id INTEGER PRIMARY KEY,
+  target TEXT NOT NULL,
+  event_key TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  delivery_id TEXT NOT NULL,
+  payload TEXT NOT NULL,
+  state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'delivered', 'gave_up')),
+  attempts INTEGER NOT NULL DEFAULT 0,
+  not_before_ms INTEGER NOT NULL DEFAULT 0,
+  last_error TEXT NOT NULL DEFAULT '',
+  error_ms INTEGER,
+  created_ms INTEGER NOT NULL,
+  updated_ms INTEGER NOT NULL,
+  delivered_ms INTEGER,
+  UNIQUE (target, event_key)
+);
+CREATE INDEX outbox_due ON outbox (not_before_ms, id) WHERE state = 'pending';
+CREATE INDEX outbox_by_delivery ON outbox (target, delivered_ms) WHERE delivered_ms IS NOT NULL;
+CREATE TABLE outbox_marks (
+  name TEXT PRIMARY KEY,
+  value TEXT NOT NULL,
+  updated_ms INTEGER NOT NULL
+);
+)sql",
 };
 static_assert(std::size(kMigrations) == kStoreSchemaVersion);
 

@@ -8,7 +8,7 @@
 
 namespace trainq {
 
-inline constexpr int kStoreSchemaVersion = 20;
+inline constexpr int kStoreSchemaVersion = 21;
 
 // Applies migrations [from, to) to a raw connection, each in its own write
 // transaction. Exposed for the migration tests.

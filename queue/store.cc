@@ -48,6 +48,7 @@ Gangs& Store::gangs() { return parts_->gangs; }
 Sweeps& Store::sweeps() { return parts_->sweeps; }
 Retention& Store::retention() { return parts_->retention; }
 Access& Store::access() { return parts_->access; }
+Outbox& Store::outbox() { return parts_->outbox; }
 
 // A new database appears at `path` whole: made and migrated under a
 // temporary name, then linked into place (link fails on an existing name, so

@@ -12,6 +12,7 @@
 //   store.gangs()     queue/gangs.h      runs over several machines at once
 //   store.sweeps()    queue/sweeps.h     hyperparameter searches
 //   store.access()    queue/access.h     personal API tokens, the audit trail
+//   store.outbox()    queue/outbox.h     messages to outside services, sent once
 //
 // The schema and its migrations are in queue/schema.h.
 //
@@ -54,6 +55,7 @@ class Gangs;
 class Sweeps;
 class Retention;
 class Access;
+class Outbox;
 struct StoreParts;
 
 class Store {
@@ -96,6 +98,7 @@ class Store {
   Sweeps& sweeps();
   Retention& retention();
   Access& access();
+  Outbox& outbox();  // queue/outbox.h: messages to outside services, sent once
 
  private:
   explicit Store(std::unique_ptr<StoreParts> parts);

@@ -7,6 +7,7 @@
 #include "queue/access.h"
 #include "queue/gangs.h"
 #include "queue/machines.h"
+#include "queue/outbox.h"
 #include "queue/pushes.h"
 #include "queue/retention.h"
 #include "queue/run_queue.h"
@@ -29,7 +30,7 @@ inline constexpr const char* kNextLeaseToken =
 struct StoreParts {
   StoreParts(sql::Db d, StoreOptions o)
       : db(std::move(d)), options(o), runs(*this), pushes(*this), machines(*this), gangs(*this),
-        sweeps(*this), retention(*this), access(*this) {}
+        sweeps(*this), retention(*this), access(*this), outbox(*this) {}
   StoreParts(const StoreParts&) = delete;
   StoreParts& operator=(const StoreParts&) = delete;
 
@@ -44,6 +45,7 @@ struct StoreParts {
   Sweeps sweeps;
   Retention retention;
   Access access;
+  Outbox outbox;
 };
 
 }  // namespace trainq

@@ -278,6 +278,8 @@ void AddCompareCommands(CLI::App& app, const CliContext& ctx);   // compare, gat
 void AddLogsCommand(CLI::App& app, const CliContext& ctx);       // agent/cli/cmd_logs.cc
 // `trainq login`, `logout`, `audit` (agent/cli/cmd_login.cc).
 void AddLoginCommands(CLI::App& app, const CliContext& ctx);
+void AddNotifyCommands(CLI::App& app, const CliContext& ctx);  // agent/cli/cmd_notify.cc
+void AddMlflowCommands(CLI::App& app, const CliContext& ctx);  // agent/cli/cmd_mlflow.cc
 void AddDashboardLinkCommand(CLI::App& app, const CliContext& ctx);  // agent/cli/cmd_dashboard.cc
 // `trainq stats ...`: agent/cli/cmd_stats.cc.
 void AddStatsCommands(CLI::App& app, int* exit_code);

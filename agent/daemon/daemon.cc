@@ -20,6 +20,7 @@
 #include "agent/results/retention.h"
 #include "agent/results/sweep.h"
 #include "agent/runner/run_process.h"
+#include "agent/triggers/notify.h"
 #include "agent/triggers/poller.h"
 #include "agent/triggers/push_pipeline.h"
 #include "agent/triggers/webhook.h"
@@ -258,6 +259,7 @@ struct Daemon::Parts {
   CurlHttpClient http;
   PosixProcessRunner runner;
   std::unique_ptr<PushPipeline> pipeline;
+  std::unique_ptr<Notifier> notifier;  // server.yaml `notify:` (agent/triggers/notify.h)
   std::unique_ptr<Server> server;
   std::unique_ptr<HttpListener> listener;
   std::unique_ptr<Fleet> fleet;  // not inproc
@@ -298,6 +300,26 @@ Result<std::unique_ptr<Daemon>> Daemon::Open(ServerConfig config, DaemonOptions 
   ASSIGN_OR_RETURN(auto store, OpenServeStore(parts->options.db));
   parts->store.emplace(std::move(store));
   TRY(parts->options.inproc ? parts->OpenInProcess() : parts->OpenFleet());
+  if (!parts->config.notify.empty() || parts->config.mlflow.enabled()) {
+    NotifyOptions no;
+    no.data_dir = parts->options.data_dir;
+    parts->notifier = std::make_unique<Notifier>(parts->options.db, parts->config, parts->http,
+                                                 parts->clock, no);
+    TRY(parts->notifier->Start());
+    for (const auto& t : parts->config.notify) {
+      spdlog::info("notify {}: {} on {}", t.name,
+                   t.kind == NotifyTarget::Kind::kSlack ? "Slack webhook from " + t.slack_url.source
+                                                        : "webhook " + UrlForLog(t.url),
+                   fmt::join(t.on, ", "));
+    }
+    if (parts->config.mlflow.enabled()) {
+      // The token is a secret: only where it was read from.
+      spdlog::info("mlflow: exporting finished batches to {} (experiments {}*){}",
+                   UrlForLog(parts->config.mlflow.tracking_uri), parts->config.mlflow.experiment_prefix,
+                   parts->config.mlflow.token.empty() ? ""
+                                                      : ", token from " + parts->config.mlflow.token.source);
+    }
+  }
   return std::unique_ptr<Daemon>(new Daemon(std::move(parts)));
 }
 
@@ -589,6 +611,7 @@ void Daemon::Parts::Shutdown(bool signalled, const Status& result) {
   if (engine_thread.joinable()) engine_thread.join();
   if (listener) listener->Stop();
   if (pipeline) pipeline->Stop();
+  if (notifier) notifier->Stop();  // what it found and did not send yet is sent at the next start
   spdlog::info("trainq serve stopped ({})", signalled ? "signal"
                                             : result  ? "nothing left to run"
                                                       : "error: " + result.error().message);

@@ -19,6 +19,7 @@
 #include "agent/results/status.h"
 #include "agent/results/sweep.h"
 #include "agent/results/sweep_plot.h"
+#include "agent/triggers/notify.h"
 #include "core/crypto.h"
 #include "core/http_client.h"
 #include "core/log.h"
@@ -835,6 +836,11 @@ HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string&
   const TimeMs now = clock_.Now();
   if (rest == "status") {
     auto j = StatusJson(*store, db_path_, now);
+    if (!j) return Refuse(503, j.error().message);
+    return JsonReply(200, *j);
+  }
+  if (rest == "notify") {  // each notify target's last delivery and last error (issue 43)
+    auto j = NotifyTargetsJson(*store, config_);
     if (!j) return Refuse(503, j.error().message);
     return JsonReply(200, *j);
   }

@@ -687,10 +687,12 @@ Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view f
   c.named_paths = ConfigNamedPaths(root);
   if (!root.IsMap()) return p.Err(root, "", "expected a mapping at the top level");
   TRY(p.CheckKeys(root, "", {"listen", "repositories", "pools", "read_token", "admin_token", "budget",
-                                 "public_url", "retention", "auth"}));
+                                 "public_url", "retention", "auth", "notify", "mlflow"}));
   if (auto a = root["auth"]) { ASSIGN_OR_RETURN(c.auth, p.Auth(a, "auth")); }
   if (auto r = root["retention"]) { ASSIGN_OR_RETURN(c.retention, p.Retention(r, "retention")); }
   if (auto b = root["budget"]) { ASSIGN_OR_RETURN(c.budget, p.Budget(b, "budget")); }
+  if (auto n = root["notify"]) { ASSIGN_OR_RETURN(c.notify, ParseNotifyTargets(p, n, "notify")); }
+  if (auto m = root["mlflow"]) { ASSIGN_OR_RETURN(c.mlflow, ParseMlflowConfig(p, m, "mlflow")); }
   if (auto l = root["listen"]) { ASSIGN_OR_RETURN(c.listen, p.Str(l, "listen")); }
   if (auto t = root["read_token"]) { ASSIGN_OR_RETURN(c.read_token, p.Secret(t, "read_token")); }
   if (auto t = root["admin_token"]) { ASSIGN_OR_RETURN(c.admin_token, p.Secret(t, "admin_token")); }

@@ -26,6 +26,8 @@
 //                                        # link to the dashboard's commit page
 //   retention: {metric_points: 90d, logs: 30d}   # finished runs' points compacted, logs
 //                                                # gzipped (queue/retention.h); default: kept
+//   notify: [...]                 # chat and webhook notifications (agent/triggers/notify_config.h)
+//   mlflow: {...}                 # export to an MLflow tracking server (agent/triggers/mlflow_config.h)
 //
 // Secrets and tokens are read from an environment variable or a file, never
 // written in the config itself, and never logged. Every error names the file,
@@ -40,6 +42,8 @@
 #include <vector>
 
 #include "agent/triggers/forge.h"
+#include "agent/triggers/mlflow_config.h"
+#include "agent/triggers/notify_config.h"
 #include "cloud/autoscaler.h"
 #include "agent/repo/manifest_check.h"
 #include "core/result.h"
@@ -194,6 +198,8 @@ struct ServerConfig {
   cloud::OverallBudget budget;  // `budget:` at the top level (spend is filled by the fleet)
   RetentionPolicy retention;    // `retention:`; default: everything kept
   AuthConfig auth;              // `auth:`; default: tokens only
+  std::vector<NotifyTarget> notify;  // `notify:` (agent/triggers/notify_config.h)
+  MlflowConfig mlflow;               // `mlflow:` (agent/triggers/mlflow_config.h)
   // Every file the config names, absolute: each `{file: ...}` anywhere, and
   // each value of a key named kubeconfig or ending in _file or _key
   // (ssh_key, credentials_file, api_token_file, token_file, ...) but ca_file

@@ -68,8 +68,8 @@ std::string TestHttpRequest::Header(const std::string& name) const {
   return "";
 }
 
-TestHttpServer::TestHttpServer(Handler handler) : handler_(std::move(handler)) {
-  listen_fd_ = BindLoopback(0, 64);
+TestHttpServer::TestHttpServer(Handler handler, int port) : handler_(std::move(handler)) {
+  listen_fd_ = BindLoopback(port, 64);
   port_ = PortOf(listen_fd_);
   if (::pipe2(wake_, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
   thread_ = std::thread([this] { Serve(); });

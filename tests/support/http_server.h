@@ -30,8 +30,9 @@ struct TestHttpResponse {
 class TestHttpServer {
  public:
   using Handler = std::function<TestHttpResponse(const TestHttpRequest&)>;
-  // Binds 127.0.0.1 on a free port (port 0) and starts serving.
-  explicit TestHttpServer(Handler handler);
+  // Binds 127.0.0.1 on `port` (0: a free one) and starts serving; a given
+  // port brings back a server that was down (FreeLoopbackPort).
+  explicit TestHttpServer(Handler handler, int port = 0);
   ~TestHttpServer();
   TestHttpServer(const TestHttpServer&) = delete;
   TestHttpServer& operator=(const TestHttpServer&) = delete;

@@ -619,10 +619,20 @@ async function machinesPage() {
       `<td class="num">$${num(m.cost, 2)}</td><td class="err">${esc(m.last_error)}</td></tr>`),
     'No machines: runs use serve\'s own slots, or no pool booted one yet.') + pg.pager;
   const costs = st.costs || {};
+  // server.yaml `notify:` targets (docs/notifications.md): last delivery, last error.
+  const targets = await getJSON('/dash/api/notify');
+  const when = ms => ms == null ? 'never' : new Date(ms).toISOString().replace('T', ' ').slice(0, 19) + ' UTC';
+  const notify = table(['target', 'to', 'events', '#delivered', '#pending', '#given up', 'last delivery', 'last error'],
+    targets.map(t => `<tr><td>${esc(t.name)}</td><td>${esc(t.to)}</td><td>${esc(t.events.join(', '))}</td>` +
+      `<td class="num">${t.delivered}</td><td class="num">${t.pending}</td><td class="num">${t.gave_up}</td>` +
+      `<td>${when(t.last_delivered_ms)}${t.last_delivered_event ? ' (' + esc(t.last_delivered_event) + ')' : ''}</td>` +
+      `<td>${t.last_error_ms == null ? '–' : '<span class="muted">' + when(t.last_error_ms) + '</span><div class="err">' + esc(t.last_error) + '</div>'}</td></tr>`),
+    'No notify targets in the server config.');
   render([
     {key: 'title', html: '<h1>Machines and pools</h1>'},
     {key: 'pools', html: card('Pools', pools + `<p class="muted">All pools: ${costs.machines_booted || 0} machine${(costs.machines_booted || 0) === 1 ? '' : 's'} booted, billed ${dur(costs.billed_ms)}, $${num(costs.cost, 2)}.</p>`)},
     {key: 'machines', html: card('Machines', machines)},
+    {key: 'notify', html: card('Notifications', notify)},
   ]);
 }
 
