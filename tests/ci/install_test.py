@@ -176,8 +176,11 @@ def main():
         got = complete(prefix, ["trainq", "sweep", "start", "--"], 3)
         check("--commit" in got and "--until-idle" not in got,
               "completion: trainq sweep start --<TAB> -> start's options", str(got))
+        got = complete(prefix, ["trainq", "help", "logs"], 2)
+        check(got == ["logs"], "completion: trainq help logs -> logs", str(got))
         got = complete(prefix, ["trainq", "help", "lo"], 2)
-        check(got == ["logs"], "completion: trainq help lo -> logs", str(got))
+        check(sorted(got) == ["login", "logout", "logs"],
+              "completion: trainq help lo -> login, logout, logs", str(got))
         got = complete(prefix, ["trainq", "help", "sweep", "b"], 3)
         check(got == ["best"], "completion: trainq help sweep b -> best", str(got))
         # A command without subcommands still completes files.
