@@ -45,7 +45,7 @@ struct Principal {
   bool person = false;                  // a personal token (may manage its own tokens)
   std::string refused;                  // kNone after a credential was given: why it was refused
   // A forge sign-in (issue 41): the person's role on each watched repository
-  // (by its url; absent = no access, hidden); null = every repository.
+  // (by the store's name of it, RepoName; absent = hidden); null = every repository.
   std::shared_ptr<const std::map<std::string, AccessRole>> repos;
 };
 

@@ -1476,8 +1476,13 @@ Result<std::map<std::string, Dashboard::Role>> Dashboard::GithubRepoRoles(const 
                 : flag("maintain") || flag("push") ? Role::kWrite
                 : flag("triage") || flag("pull")   ? Role::kRead
                                                    : Role::kNone;
-    if (role != Role::kNone) out[repo.url] = role;
+    // By the store's name of the repository (batches' `repo`); two watched
+    // repositories of one name get the lower of the two roles.
+    std::string name = RepoName(repo.url);
+    auto [it, fresh] = out.emplace(name, role);
+    if (!fresh) it->second = std::min(it->second, role);
   }
+  std::erase_if(out, [](const auto& kv) { return kv.second == Role::kNone; });
   return out;
 }
 

@@ -99,7 +99,8 @@ class Dashboard {
     std::string who;  // ada@example.com, or "admin token (session 7c1e03aa)"
     std::int64_t token_id = 0;  // the personal token it was made with
     bool person = false;
-    // A forge sign-in: the role on each watched repository (by url); absent
+    // A forge sign-in: the role on each watched repository (by the store's
+    // name of it, RepoName); absent
     // = hidden (404). Null: every repository at `role`.
     std::shared_ptr<const std::map<std::string, Role>> repos = nullptr;
   };
