@@ -403,7 +403,6 @@ HttpServerReply Dashboard::SignInPage(int status, const std::string& next,
   put("{{notice}}", HtmlEscape(notice));
   put("{{notice_hidden}}", notice.empty() ? " hidden" : "");
   put("{{github_hidden}}", config_.auth.github.enabled() ? "" : " hidden");
-  put("{{next_query}}", UrlEncode(SafeNext(next)));
   HttpServerReply r{status, "text/html; charset=utf-8", std::move(html)};
   r.headers.push_back({"Cache-Control", "no-store"});
   PageHeaders(r);
