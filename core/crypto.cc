@@ -36,6 +36,20 @@ std::string Sha256Hex(std::string_view data) {
   return Hex(out, sizeof out);
 }
 
+std::string Sha256Base64Url(std::string_view data) {
+  unsigned char out[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), out);
+  unsigned char b64[4 * ((SHA256_DIGEST_LENGTH + 2) / 3) + 1];
+  int n = EVP_EncodeBlock(b64, out, sizeof out);
+  std::string s(reinterpret_cast<const char*>(b64), n > 0 ? static_cast<size_t>(n) : 0);
+  while (!s.empty() && s.back() == '=') s.pop_back();
+  for (char& c : s) {
+    if (c == '+') c = '-';
+    if (c == '/') c = '_';
+  }
+  return s;
+}
+
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   unsigned char ha[SHA256_DIGEST_LENGTH], hb[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(a.data()), a.size(), ha);

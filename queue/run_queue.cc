@@ -20,11 +20,6 @@
 
 namespace trainq {
 
-namespace {
-
-constexpr std::array<std::string_view, kRunStateCount> kStateNames = {
-    "queued", "leased", "running", "succeeded", "failed", "dead", "cancelled"};
-
 std::string RepoName(const std::string& url) {
   std::string u = url;
   while (!u.empty() && u.back() == '/') u.pop_back();
@@ -33,6 +28,11 @@ std::string RepoName(const std::string& url) {
   if (name.size() > 4 && name.ends_with(".git")) name.resize(name.size() - 4);
   return name.empty() ? url : name;
 }
+
+namespace {
+
+constexpr std::array<std::string_view, kRunStateCount> kStateNames = {
+    "queued", "leased", "running", "succeeded", "failed", "dead", "cancelled"};
 
 RunState StateOf(const std::string& s) { return ParseRunState(s).value_or(RunState::kQueued); }
 

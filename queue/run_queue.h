@@ -27,6 +27,10 @@ namespace trainq {
 
 struct StoreParts;
 
+// The name the store gives a repository (its url's last part without
+// ".git"): batches' `repo`.
+std::string RepoName(const std::string& url);
+
 class RunQueue {
  public:
   // Submission: all batches of one submission are written in one transaction.

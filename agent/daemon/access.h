@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,6 +44,9 @@ struct Principal {
   std::optional<TimeMs> expires_ms;     // a personal token's expiry
   bool person = false;                  // a personal token (may manage its own tokens)
   std::string refused;                  // kNone after a credential was given: why it was refused
+  // A forge sign-in (issue 41): the person's role on each watched repository
+  // (by the store's name of it, RepoName; absent = hidden); null = every repository.
+  std::shared_ptr<const std::map<std::string, AccessRole>> repos;
 };
 
 inline constexpr std::string_view kPersonalTokenPrefix = "tqp_";

@@ -222,6 +222,7 @@ Dashboard::Dashboard(const ServerConfig& config, std::string db_path, std::strin
   if (key_.empty()) key_ = Sha256Hex("trainq dashboard " + std::to_string(clock_.Now()));
   boot_ = RandomHex(4).value_or("0");
   secure_cookie_ = config_.public_url.starts_with("https://");
+  http_ = std::make_unique<CurlHttpClient>(1 << 20);
 }
 
 Dashboard::~Dashboard() {
@@ -230,7 +231,8 @@ Dashboard::~Dashboard() {
 }
 
 bool Dashboard::Owns(const std::string& path) {
-  return IsPage(path) || path == "/signin" || path.starts_with("/dash/");
+  return IsPage(path) || path == "/signin" || path == "/signin/github" ||
+         path == "/signin/github/callback" || path.starts_with("/dash/");
 }
 
 std::string Dashboard::StartLine(const std::string& listen) {
@@ -288,7 +290,14 @@ Dashboard::Session Dashboard::SessionOf(const HttpServerRequest& req, bool touch
   }
   if (e.who.role == Role::kAdmin && !e.who.person && config_.admin_token.empty()) return {};
   if (touch) e.seen_ms = std::max(e.seen_ms, now);
-  return {e.who.role, parts[1], SessionWho(e.who, parts[1]), e.who.token_id, e.who.person};
+  return {e.who.role, parts[1], SessionWho(e.who, parts[1]), e.who.token_id, e.who.person,
+          e.who.repos};
+}
+
+Dashboard::Role Dashboard::RoleOn(const Session& s, const std::string& repo) {
+  if (!s.repos) return s.role;
+  auto it = s.repos->find(repo);
+  return it == s.repos->end() ? Role::kNone : it->second;
 }
 
 bool Dashboard::SignedIn(const HttpServerRequest& req) {
@@ -341,7 +350,8 @@ std::string Dashboard::CookieAttributes() const {
 }
 
 HttpServerReply Dashboard::StartSession(const Principal& who, const std::string& next,
-                                        const char* how, const std::string& peer) {
+                                        const char* how, const std::string& peer,
+                                        const std::string& forge_token) {
   const Role role = who.role;
   auto nonce = RandomHex(12);
   if (!nonce) return Refuse(503, nonce.error().message);
@@ -359,7 +369,7 @@ HttpServerReply Dashboard::StartSession(const Principal& who, const std::string&
                                   });
       sessions_.erase(lru);
     }
-    sessions_[*nonce] = {who, now, now};
+    sessions_[*nonce] = {who, now, now, forge_token, now, false};
   }
   const char* r = role == Role::kAdmin ? "a" : role == Role::kWrite ? "w" : "r";
   std::string value = std::string(r) + "." + *nonce;
@@ -393,6 +403,7 @@ HttpServerReply Dashboard::SignInPage(int status, const std::string& next,
   put("{{next}}", HtmlEscape(SafeNext(next)));
   put("{{notice}}", HtmlEscape(notice));
   put("{{notice_hidden}}", notice.empty() ? " hidden" : "");
+  put("{{github_hidden}}", config_.auth.github.enabled() ? "" : " hidden");
   HttpServerReply r{status, "text/html; charset=utf-8", std::move(html)};
   r.headers.push_back({"Cache-Control", "no-store"});
   PageHeaders(r);
@@ -530,6 +541,11 @@ HttpServerReply Dashboard::Handle(const HttpServerRequest& req, const std::strin
     if (req.method != "GET" && req.method != "HEAD") return Refuse(405, "GET or POST /signin");
     return SignInPage(200, Param(req, "next").value_or("/"), "");
   }
+  if (path == "/signin/github" || path == "/signin/github/callback") {
+    if (req.method != "GET" && req.method != "HEAD") return Refuse(405, "GET " + path);
+    if (!config_.auth.github.enabled()) return Refuse(404, "auth.github is not configured");
+    return path == "/signin/github" ? GithubStart(req) : GithubCallback(req);
+  }
   if (path == "/dash/api/login-link") return LoginLinkRoute(req);
   if (IsPage(path) && (req.method == "GET" || req.method == "HEAD")) {
     if (auto code = Param(req, "login")) return LinkLogin(req, path, *code);
@@ -563,6 +579,7 @@ HttpServerReply Dashboard::Handle(const HttpServerRequest& req, const std::strin
     }
     if (s.role == Role::kNone) s = h;
   }
+  if (s.repos && !RefreshForgeRoles(s)) s = {};
   if (s.role == Role::kNone) {
     if (IsPage(path) && (req.method == "GET" || req.method == "HEAD")) {
       return SignInPage(401, path + QueryWithout(req, ""), "");
@@ -834,26 +851,73 @@ HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string&
   auto store = OpenRead(db_path_);
   if (!store) return Refuse(503, "the store " + db_path_ + " cannot be opened");
   const TimeMs now = clock_.Now();
+  // A forge sign-in sees the repositories it has access to: every other
+  // one's experiments, commits and runs answer 404, as if absent.
+  auto visible = [&](const std::string& repo) { return RoleOn(s, repo) != Role::kNone; };
+  // Drops the hidden repositories' entries (objects with a "repo") from
+  // each top-level array of a reply.
+  auto filtered = [&](HttpServerReply r) {
+    if (!s.repos || r.status != 200) return r;
+    json j = json::parse(r.body, nullptr, false);
+    if (!j.is_object()) return r;
+    for (auto& [k, v] : j.items()) {
+      if (!v.is_array()) continue;
+      json kept = json::array();
+      for (auto& e : v) {
+        if (e.is_object() && e.contains("repo") && e["repo"].is_string() &&
+            !visible(e["repo"].get<std::string>())) {
+          continue;
+        }
+        kept.push_back(std::move(e));
+      }
+      v = std::move(kept);
+    }
+    return JsonReply(200, j);
+  };
+  bool some_hidden = false;
+  std::vector<RunQueue::ExperimentSummary> summaries;
+  if (s.repos) {
+    auto sums = store->runs().ExperimentSummaries();
+    if (!sums) return Refuse(503, sums.error().message);
+    summaries = std::move(*sums);
+    for (const auto& e : summaries) some_hidden = some_hidden || !visible(e.repo);
+  }
   if (rest == "status") {
     auto j = StatusJson(*store, db_path_, now);
     if (!j) return Refuse(503, j.error().message);
-    return JsonReply(200, *j);
+    return filtered(JsonReply(200, *j));
+  }
+  if (rest == "experiments") return filtered(ExperimentsRoute(*store));
+  if (rest == "sweeps") {
+    if (some_hidden) return JsonReply(200, {{"sweeps", json::array()}});
+    return SweepsRoute(*store);
+  }
+  if ((rest.starts_with("sweep/") || rest == "report") && some_hidden) {
+    return Refuse(404, "the report and sweeps span repositories " + s.who +
+                           " has no access to; see each experiment's page");
   }
   if (rest == "notify") {  // each notify target's last delivery and last error (issue 43)
     auto j = NotifyTargetsJson(*store, config_);
     if (!j) return Refuse(503, j.error().message);
     return JsonReply(200, *j);
   }
-  if (rest == "experiments") return ExperimentsRoute(*store);
-  if (rest == "sweeps") return SweepsRoute(*store);
   if (rest.starts_with("sweep/")) return SweepPlotRoute(*store, rest.substr(6));
   if (rest == "report") return ReportRoute(*store, req, now);
   if (rest.starts_with("experiment/")) {
-    return ExperimentRoute(*store, req, rest.substr(std::string("experiment/").size()));
+    std::string name = rest.substr(std::string("experiment/").size());
+    if (s.repos && std::none_of(summaries.begin(), summaries.end(), [&](const auto& e) {
+          return e.experiment == name && visible(e.repo);
+        })) {
+      return Refuse(404, "no experiment \"" + name + "\"");
+    }
+    return ExperimentRoute(*store, req, name);
   }
   if (rest.starts_with("commit/")) {
     auto j = LoadCommitView(*store, rest.substr(7));
     if (!j) return Refuse(StatusFor(j.error()), j.error().message);
+    if (s.repos && !visible(j->value("repo", ""))) {
+      return Refuse(404, "no commit " + rest.substr(7));
+    }
     return JsonReply(200, *j);
   }
   if (rest.starts_with("run/")) {
@@ -863,6 +927,11 @@ HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string&
     auto run = store->runs().Run(*id);
     if (!run) return Refuse(503, run.error().message);
     if (!*run) return Refuse(404, "no run " + parts[0]);
+    if (s.repos) {
+      auto b = store->runs().Batch((*run)->batch_id);
+      if (!b) return Refuse(503, b.error().message);
+      if (!*b || !visible((*b)->repo)) return Refuse(404, "no run " + parts[0]);
+    }
     if (parts.size() == 1) {
       HttpServerReply r = RunRoute(*store, **run);
       if (r.status != 200) return r;
@@ -903,6 +972,29 @@ HttpServerReply Dashboard::Action(const HttpServerRequest& req, const Session& s
   if (!store) return Refuse(503, store.error().message);
   TimeMs now = clock_.Now();
   const std::string& who = s.who;
+  if (s.repos) {
+    // A forge person's role is the one on the target's repository.
+    std::optional<std::int64_t> batch_id = num("batch");
+    if (what == "cancel_run" || what == "retry_run") {
+      if (auto rid = num("run")) {
+        auto run = store->runs().Run(*rid);
+        if (!run) return Refuse(503, run.error().message);
+        batch_id = *run ? std::optional((*run)->batch_id) : std::nullopt;
+        if (!*run) return Refuse(404, "no run " + std::to_string(*rid));
+      }
+    }
+    if (batch_id) {
+      auto b = store->runs().Batch(*batch_id);
+      if (!b) return Refuse(503, b.error().message);
+      Role r = *b ? RoleOn(s, (*b)->repo) : Role::kNone;
+      if (r == Role::kNone) return Refuse(404, "no batch " + std::to_string(*batch_id));
+      if (r < Role::kWrite) {
+        spdlog::warn("dashboard: {} (read on {}) was refused {}", s.who, (*b)->repo, what);
+        return Refuse(403, "actions need a write role on the repository (" + s.who +
+                               " can read " + (*b)->repo + ")");
+      }
+    }
+  }
   auto audit = [&](const std::string& action, const std::string& target, const std::string& detail,
                    const std::string& text) {
     RecordAudit(*store, {0, now, who, action, target, detail, req.peer}, "dashboard", text);
@@ -1065,6 +1157,12 @@ HttpServerReply Dashboard::Tokens(const HttpServerRequest& req, const Session& s
     return JsonReply(200, {{"tokens", out}, {"who", s.who}, {"role", RoleName(s.role)}});
   }
   if (req.method != "POST") return Refuse(405, "GET or POST " + path);
+  if (s.repos && path == "/dash/api/tokens") {
+    // A token would carry one role to every repository, not the person's
+    // per-repository access.
+    return Refuse(403, "a GitHub sign-in cannot make personal tokens (they would not follow "
+                       "the person's repository access); an admin makes them");
+  }
   if (!CsrfOk(req, s)) {
     spdlog::warn("dashboard: {}: a token change without its CSRF token was refused", s.who);
     return Refuse(403, "missing or wrong X-CSRF-Token");
@@ -1180,6 +1278,269 @@ HttpServerReply Dashboard::AuditPage(const HttpServerRequest& req, const Session
   auto rows = store->access().AuditSince(clock_.Now() - since_s * 1000, static_cast<int>(*limit));
   if (!rows) return Refuse(503, rows.error().message);
   return JsonReply(200, {{"audit", AuditJson(*rows)}, {"since_s", since_s}});
+}
+
+// ---- "Sign in with GitHub" (issue 41): the OAuth 2.0 code flow with state
+// and PKCE (RFC 6749 section 4.1, RFC 7636), at GitHub's documented endpoints
+// (docs.github.com, "Authorizing OAuth apps": /login/oauth/authorize,
+// /login/oauth/access_token; REST: GET /user, GET /repos/OWNER/REPO).
+
+namespace {
+
+constexpr const char* kOAuthCookie = "trainq_oauth";
+
+HttpServerReply RefusedSignIn(const std::string& text) {
+  HttpServerReply r{403, "text/html; charset=utf-8",
+                    "<!doctype html><meta charset=utf-8><title>Sign-in refused</title>"
+                    "<link rel=stylesheet href=/dash/app.css><main class=signin><h1>Sign-in "
+                    "refused</h1><p id=refused>" + HtmlEscape(text) +
+                        " Nothing was granted.</p><p><a href=/signin>Back to sign-in</a></p></main>\n"};
+  r.headers.push_back({"Cache-Control", "no-store"});
+  PageHeaders(r);
+  return r;
+}
+
+HttpHeaders GithubApiHeaders(const std::string& token) {
+  return {{"Accept", "application/vnd.github+json"},
+          {"Authorization", "Bearer " + token},
+          {"X-GitHub-Api-Version", "2022-11-28"},
+          {"User-Agent", "trainq"}};
+}
+
+}  // namespace
+
+HttpServerReply Dashboard::GithubStart(const HttpServerRequest& req) {
+  const GithubAuthConfig& gh = config_.auth.github;
+  auto state = RandomHex(16);
+  auto verifier = RandomHex(32);  // 64 characters of [0-9a-f]: a valid code_verifier
+  auto browser = RandomHex(16);
+  if (!state || !verifier || !browser) return Refuse(503, "no random bytes for a sign-in");
+  const TimeMs now = clock_.Now();
+  {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    std::erase_if(oauth_, [&](const auto& kv) { return kv.second.expires_ms <= now; });
+    while (oauth_.size() >= options_.max_login_links) {
+      auto oldest = std::min_element(oauth_.begin(), oauth_.end(), [](const auto& a, const auto& b) {
+        return a.second.expires_ms < b.second.expires_ms;
+      });
+      oauth_.erase(oldest);
+    }
+    oauth_[Sha256Hex(*state)] = {*verifier, Sha256Hex(*browser),
+                                 SafeNext(Param(req, "next").value_or("/")),
+                                 now + options_.oauth_state_ms};
+  }
+  std::string url = gh.web_url + "/login/oauth/authorize?client_id=" + UrlEncode(gh.client_id) +
+                    "&redirect_uri=" + UrlEncode(BaseUrl(req) + "/signin/github/callback") +
+                    "&scope=" + UrlEncode("repo") + "&state=" + *state +
+                    "&code_challenge=" + Sha256Base64Url(*verifier) +
+                    "&code_challenge_method=S256&allow_signup=false";
+  HttpServerReply r{302, "text/plain; charset=utf-8", "to GitHub\n"};
+  r.headers.push_back({"Location", url});
+  r.headers.push_back({"Cache-Control", "no-store"});
+  // Lax: the browser sends it back on GitHub's redirect (a top-level GET
+  // from another site); it binds the state to this browser.
+  r.headers.push_back(
+      {"Set-Cookie", std::string(kOAuthCookie) + "=" + *browser +
+                         "; Path=/signin/github; HttpOnly; SameSite=Lax; Max-Age=" +
+                         std::to_string(options_.oauth_state_ms / 1000) +
+                         (secure_cookie_ ? "; Secure" : "")});
+  return r;
+}
+
+HttpServerReply Dashboard::GithubCallback(const HttpServerRequest& req) {
+  const GithubAuthConfig& gh = config_.auth.github;
+  auto refuse = [&](const std::string& why, const std::string& page) {
+    FailedSignIn(req.peer, "GitHub: " + why);
+    HttpServerReply r = RefusedSignIn(page);
+    r.headers.push_back({"Set-Cookie", std::string(kOAuthCookie) +
+                                           "=; Path=/signin/github; HttpOnly; SameSite=Lax; "
+                                           "Max-Age=0"});
+    return r;
+  };
+  std::string state = Param(req, "state").value_or("");
+  OAuthPending pending;
+  bool found = false;
+  {
+    const TimeMs now = clock_.Now();
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    auto it = state.empty() ? oauth_.end() : oauth_.find(Sha256Hex(state));
+    if (it != oauth_.end()) {
+      found = it->second.expires_ms > now;
+      pending = it->second;
+      oauth_.erase(it);  // once, whatever follows
+    }
+  }
+  if (!found) {
+    return refuse(state.empty() ? "a callback without state" : "an unknown, used or expired state",
+                  "This sign-in did not start here, was used already or took too long "
+                  "(a missing or unknown state). Start again from the sign-in page.");
+  }
+  if (!ConstantTimeEquals(Sha256Hex(CookieValue(req.headers, kOAuthCookie)), pending.browser)) {
+    return refuse("a state from another browser",
+                  "This sign-in was started in another browser (its state is not this "
+                  "browser's).");
+  }
+  if (auto err = Param(req, "error")) {
+    return refuse("GitHub answered " + *err, "GitHub did not authorize trainq (" + *err + ").");
+  }
+  std::string code = Param(req, "code").value_or("");
+  if (code.empty()) return refuse("a callback without code", "GitHub sent no code.");
+  // The code for a token: the secret travels in the body only.
+  HttpRequest tr;
+  tr.method = "POST";
+  tr.url = gh.web_url + "/login/oauth/access_token";
+  tr.headers = {{"Accept", "application/json"},
+                {"Content-Type", "application/x-www-form-urlencoded"},
+                {"User-Agent", "trainq"}};
+  tr.body = "client_id=" + UrlEncode(gh.client_id) +
+            "&client_secret=" + UrlEncode(gh.client_secret.value) + "&code=" + UrlEncode(code) +
+            "&redirect_uri=" + UrlEncode(BaseUrl(req) + "/signin/github/callback") +
+            "&code_verifier=" + UrlEncode(pending.verifier);
+  auto tresp = http_->Send(tr);
+  if (!tresp) {
+    return refuse("the token request failed: " + tresp.error().message,
+                  "GitHub could not be reached to finish the sign-in.");
+  }
+  json tj = json::parse(tresp->body, nullptr, false);
+  std::string token = tj.is_object() ? tj.value("access_token", "") : "";
+  if (!tresp->ok() || token.empty()) {
+    std::string e = tj.is_object() ? tj.value("error", "") : "";
+    return refuse("the code was refused (" + std::to_string(tresp->status) + " " +
+                      (e.empty() ? "no access_token" : e) + ")",
+                  "GitHub refused the code (" + (e.empty() ? "no token" : e) +
+                      "): it was used already, expired or is not this app's.");
+  }
+  HttpRequest ur;
+  ur.url = gh.api_url + "/user";
+  ur.headers = GithubApiHeaders(token);
+  auto uresp = http_->Send(ur);
+  json uj = uresp && uresp->ok() ? json::parse(uresp->body, nullptr, false) : json();
+  std::string login = uj.is_object() ? uj.value("login", "") : "";
+  if (login.empty() || login.size() > 100 ||
+      std::any_of(login.begin(), login.end(), [](char c) {
+        return !(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
+      })) {
+    return refuse("GET /user gave no login", "GitHub did not say who you are.");
+  }
+  auto roles = GithubRepoRoles(token);
+  if (!roles) {
+    return refuse(login + ": the repository access could not be read: " + roles.error().message,
+                  "Your access to the watched repositories could not be read from GitHub.");
+  }
+  Principal p;
+  p.who = login + " (github)";
+  p.person = true;
+  bool all_admin = !roles->empty();
+  for (const auto& [repo, role] : *roles) {
+    p.role = std::max(p.role, role);
+    all_admin = all_admin && role == Role::kAdmin;
+  }
+  // Admin (the audit trail, everyone's tokens) spans every repository.
+  if (p.role == Role::kAdmin && !all_admin) p.role = Role::kWrite;
+  if (p.role == Role::kNone) {
+    return refuse(login + " has no access to any watched repository",
+                  login + " on GitHub has no access to any repository this server watches.");
+  }
+  p.repos = std::make_shared<const std::map<std::string, Role>>(std::move(*roles));
+  HttpServerReply r = StartSession(p, pending.next, "github", req.peer, token);
+  if (r.status != 303) return r;
+  // The session cookie is SameSite=Strict, and this answer ends a redirect
+  // from GitHub: a page of this site moves on, so the cookie goes along.
+  std::string to = LocationOf(SafeNext(pending.next));
+  r.status = 200;
+  r.content_type = "text/html; charset=utf-8";
+  r.body = "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=\"0;url=" +
+           HtmlEscape(to) + "\"><title>Signed in</title><p>Signed in as " + HtmlEscape(login) +
+           ". <a href=\"" + HtmlEscape(to) + "\">Continue</a></p>\n";
+  std::erase_if(r.headers, [](const auto& h) { return h.first == "Location"; });
+  r.headers.push_back({"Set-Cookie", std::string(kOAuthCookie) +
+                                         "=; Path=/signin/github; HttpOnly; SameSite=Lax; "
+                                         "Max-Age=0"});
+  PageHeaders(r);
+  return r;
+}
+
+Result<std::map<std::string, Dashboard::Role>> Dashboard::GithubRepoRoles(const std::string& token) {
+  std::map<std::string, Role> out;
+  for (const auto& repo : config_.repositories) {
+    if (repo.forge != ForgeKind::kGithub || repo.project.empty()) continue;
+    HttpRequest r;
+    r.url = config_.auth.github.api_url + "/repos/" + repo.project;
+    r.headers = GithubApiHeaders(token);
+    ASSIGN_OR_RETURN(auto resp, http_->Send(r));
+    if (resp.status == 404) continue;  // GitHub's answer for a private repository one cannot see
+    if (resp.status == 401) return Fail(ErrorKind::kInvalidArgument, "the GitHub token is no longer valid");
+    if (!resp.ok()) {
+      return Fail(ErrorKind::kUnavailable,
+                  "GET /repos/" + repo.project + " answered " + std::to_string(resp.status));
+    }
+    json j = json::parse(resp.body, nullptr, false);
+    json perm = j.is_object() ? j.value("permissions", json::object()) : json::object();
+    auto flag = [&](const char* k) { return perm.is_object() && perm.value(k, false); };
+    Role role = flag("admin")                     ? Role::kAdmin
+                : flag("maintain") || flag("push") ? Role::kWrite
+                : flag("triage") || flag("pull")   ? Role::kRead
+                                                   : Role::kNone;
+    // By the store's name of the repository (batches' `repo`); two watched
+    // repositories of one name get the lower of the two roles.
+    std::string name = RepoName(repo.url);
+    auto [it, fresh] = out.emplace(name, role);
+    if (!fresh) it->second = std::min(it->second, role);
+  }
+  std::erase_if(out, [](const auto& kv) { return kv.second == Role::kNone; });
+  return out;
+}
+
+bool Dashboard::RefreshForgeRoles(Session& s) {
+  const TimeMs now = clock_.Now();
+  std::string token;
+  {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    auto it = sessions_.find(s.id);
+    if (it == sessions_.end()) return s.id.starts_with("hdr-");
+    SessionEntry& e = it->second;
+    if (e.forge_token.empty() || e.refreshing || now - e.roles_ms < options_.forge_refresh_ms) {
+      return true;
+    }
+    e.refreshing = true;  // one request reads them; the others go on with the cached roles
+    token = e.forge_token;
+  }
+  auto roles = GithubRepoRoles(token);
+  std::lock_guard<std::mutex> lock(sessions_mu_);
+  auto it = sessions_.find(s.id);
+  if (it == sessions_.end()) return false;
+  SessionEntry& e = it->second;
+  e.refreshing = false;
+  if (!roles) {
+    if (roles.error().kind == ErrorKind::kInvalidArgument) {
+      spdlog::info("dashboard: {}: the GitHub token was revoked; the session ends", s.who);
+      sessions_.erase(it);
+      return false;
+    }
+    spdlog::warn("dashboard: {}: the repository access could not be read again ({}); the "
+                 "roles read before are kept", s.who, roles.error().message);
+    e.roles_ms = now;
+    return true;
+  }
+  Role top = Role::kNone;
+  bool all_admin = !roles->empty();
+  for (const auto& [repo, role] : *roles) {
+    top = std::max(top, role);
+    all_admin = all_admin && role == Role::kAdmin;
+  }
+  if (top == Role::kAdmin && !all_admin) top = Role::kWrite;
+  e.who.repos = std::make_shared<const std::map<std::string, Role>>(std::move(*roles));
+  e.who.role = top;
+  e.roles_ms = now;
+  if (top == Role::kNone) {
+    spdlog::info("dashboard: {} no longer has access to any watched repository; the session ends",
+                 s.who);
+    sessions_.erase(it);
+    return false;
+  }
+  s.role = top;
+  s.repos = e.who.repos;
+  return true;
 }
 
 }  // namespace trainq

@@ -2,6 +2,9 @@
 //   GET  /, /experiment/NAME, /commit/SHA, /run/ID, /machines, /sweeps
 //                                   the page (one HTML page, its JS and CSS compiled in)
 //   GET  /signin, POST /signin      the sign-in page and its form (token=, next=)
+//   GET  /signin/github[/callback]  "Sign in with GitHub" (auth.github): the OAuth
+//                                   code flow with state and PKCE; roles from the
+//                                   person's access to each watched repository
 //   GET  /dash/app.js, /dash/app.css
 //   GET  /dash/api/...              the documents the CLI prints (status, show --json,
 //                                   report json), a run's log tail and metric curve
@@ -38,6 +41,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -46,6 +50,7 @@
 #include "agent/daemon/server_http.h"
 #include "agent/triggers/server_config.h"
 #include "core/clock.h"
+#include "core/http_client.h"
 #include "core/log.h"
 
 namespace trainq {
@@ -61,6 +66,9 @@ struct DashboardOptions {
   std::size_t max_sessions = 4096;  // past it, the least recently used session ends
   std::size_t max_login_links = 256;  // unused links kept; past it, the oldest goes
   TimeMs wrong_token_log_ms = 60'000;  // one "wrong token" warning per this, with a count
+  TimeMs oauth_state_ms = 10 * 60'000;    // a forge sign-in must come back within this
+  TimeMs forge_refresh_ms = 5 * 60'000;   // a forge person's repository roles are read again
+                                          // at most this often (never on every request)
 };
 
 class Dashboard {
@@ -91,7 +99,23 @@ class Dashboard {
     std::string who;  // ada@example.com, or "admin token (session 7c1e03aa)"
     std::int64_t token_id = 0;  // the personal token it was made with
     bool person = false;
+    // A forge sign-in: the role on each watched repository (by the store's
+    // name of it, RepoName); absent
+    // = hidden (404). Null: every repository at `role`.
+    std::shared_ptr<const std::map<std::string, Role>> repos = nullptr;
   };
+  // The session's role on repository `repo` (kNone: hidden from it).
+  static Role RoleOn(const Session& s, const std::string& repo);
+  // "Sign in with GitHub" (auth.github): GET /signin/github starts the OAuth
+  // code flow (state + PKCE S256); GET /signin/github/callback finishes it.
+  HttpServerReply GithubStart(const HttpServerRequest& req);
+  HttpServerReply GithubCallback(const HttpServerRequest& req);
+  // The person's role on each watched GitHub repository, read with their
+  // own token (GET /repos/OWNER/NAME's `permissions`).
+  Result<std::map<std::string, Role>> GithubRepoRoles(const std::string& token);
+  // Reads a forge session's roles again when forge_refresh_ms passed; false
+  // when its token no longer works (the session was ended).
+  bool RefreshForgeRoles(Session& s);
   // The live session the cookie names (kNone when none); `touch` counts this
   // request as use (the idle clock starts again).
   Session SessionOf(const HttpServerRequest& req, bool touch);
@@ -103,7 +127,7 @@ class Dashboard {
   // A new session of `p` and the 303 to `next` that sets its cookie; the
   // sign-in is audited as from `peer`.
   HttpServerReply StartSession(const Principal& p, const std::string& next, const char* how,
-                               const std::string& peer);
+                               const std::string& peer, const std::string& forge_token = "");
   // A one-time code for a session of `p`, good for login_link_ms.
   std::string NewLoginCode(const Principal& p);
   // A failed sign-in: a log line and an audit row, at most one of each per
@@ -143,7 +167,18 @@ class Dashboard {
     Principal who;
     TimeMs created_ms = 0;
     TimeMs seen_ms = 0;
+    std::string forge_token;  // a forge sign-in's OAuth token (memory only, never logged)
+    TimeMs roles_ms = 0;      // when its repository roles were read
+    bool refreshing = false;
   };
+  struct OAuthPending {
+    std::string verifier;  // PKCE code_verifier
+    std::string browser;   // the SHA-256 of the cookie that binds it to one browser
+    std::string next;
+    TimeMs expires_ms = 0;
+  };
+  std::map<std::string, OAuthPending> oauth_;  // by the state's SHA-256 (sessions_mu_)
+  std::unique_ptr<HttpClient> http_;  // to the forge
   struct LoginCode {
     Principal who;
     TimeMs expires_ms = 0;

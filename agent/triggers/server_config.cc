@@ -252,11 +252,35 @@ class ConfigParser : public YamlReader {
   // {trusted_header: {user, groups, from}, admins, writers, viewers}
   Result<AuthConfig> Auth(const YAML::Node& n, const std::string& path) const {
     if (!n.IsMap()) {
-      return Err(n, path, "expected {trusted_header: {...}, admins: [...], writers: [...], "
+      return Err(n, path, "expected {github: {...}, trusted_header: {...}, admins: [...], writers: [...], "
                           "viewers: [...]}, got " + Show(n));
     }
-    TRY(CheckKeys(n, path, {"trusted_header", "admins", "writers", "viewers"}));
+    TRY(CheckKeys(n, path, {"trusted_header", "github", "admins", "writers", "viewers"}));
     AuthConfig a;
+    if (auto g = n["github"]) {
+      std::string gp = path + ".github";
+      if (!g.IsMap()) {
+        return Err(g, gp, "expected {client_id: ID, client_secret: {file: PATH}, web_url: URL, "
+                          "api_url: URL}, got " + Show(g));
+      }
+      TRY(CheckKeys(g, gp, {"client_id", "client_secret", "web_url", "api_url"}));
+      if (!g["client_id"]) return Err(g, gp, "client_id: the OAuth app's client ID is required");
+      ASSIGN_OR_RETURN(a.github.client_id, NonEmptyStr(g["client_id"], gp + ".client_id"));
+      if (!g["client_secret"]) {
+        return Err(g, gp, "client_secret: the OAuth app's client secret is required, as "
+                          "{file: PATH} or {env: NAME}");
+      }
+      ASSIGN_OR_RETURN(a.github.client_secret, Secret(g["client_secret"], gp + ".client_secret"));
+      for (const char* k : {"web_url", "api_url"}) {
+        if (!g[k]) continue;
+        ASSIGN_OR_RETURN(std::string u, NonEmptyStr(g[k], gp + "." + k));
+        if (!u.starts_with("https://") && !u.starts_with("http://")) {
+          return Err(g[k], gp + "." + k, "expected an http(s) URL, got " + Show(g[k]));
+        }
+        while (u.ends_with("/")) u.pop_back();
+        (std::string(k) == "web_url" ? a.github.web_url : a.github.api_url) = u;
+      }
+    }
     if (auto v = n["admins"]) { ASSIGN_OR_RETURN(a.admins, StrList(v, path + ".admins")); }
     if (auto v = n["writers"]) { ASSIGN_OR_RETURN(a.writers, StrList(v, path + ".writers")); }
     if (auto v = n["viewers"]) {

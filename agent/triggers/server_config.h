@@ -170,7 +170,20 @@ bool CidrContains(const Cidr& cidr, std::string_view address);
 //     admins: [ml-platform, ada@example.com]      # groups or emails
 //     writers: [ml-team]
 //     viewers: [ml-readers]                       # absent: every user the proxy lets in reads
+//     github: {client_id: Iv1.abc, client_secret: {file: /etc/trainq/github-oauth-secret},
+//              web_url: https://github.com, api_url: https://api.github.com}
+//                                                 # "Sign in with GitHub" (roles from the
+//                                                 # person's access to each watched repository)
+struct GithubAuthConfig {
+  std::string client_id;       // "" = no GitHub door
+  SecretValue client_secret;   // never logged
+  std::string web_url = "https://github.com";      // /login/oauth/authorize, /access_token
+  std::string api_url = "https://api.github.com";  // /user, /repos/OWNER/NAME
+  bool enabled() const { return !client_id.empty(); }
+};
+
 struct AuthConfig {
+  GithubAuthConfig github;
   std::string user_header;    // "" = no trusted header
   std::string groups_header;  // "" = none (roles by email only)
   std::vector<Cidr> from;     // the proxy's addresses: the header is honoured from these only

@@ -1,0 +1,406 @@
+// "Sign in with GitHub" (issue 41) through Server::Handle, against the fake
+// GitHub (tests/support/fake_github.py) on loopback, which speaks GitHub's
+// OAuth and REST wire format: the whole code flow with state and PKCE, roles
+// from each watched repository's permissions, hidden repositories answering
+// 404, a read person refused an action, and each refused sign-in (missing,
+// forged or another browser's state, a replayed code, no access) a clear page
+// and a log line with nothing granted.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/daemon/server.h"
+#include "core/clock.h"
+#include "core/http_client.h"
+#include "core/process.h"
+#include "core/strings.h"
+#include "queue/run_queue.h"
+#include "queue/store.h"
+#include "tests/support/log_capture.h"
+#include "tests/support/temp_dir.h"
+
+using nlohmann::json;
+
+namespace trainq {
+namespace {
+
+constexpr const char* kModel = "https://github.com/acme/model.git";
+constexpr const char* kSecret = "https://github.com/acme/secret.git";
+
+HttpServerRequest Req(std::string method, std::string path, HttpHeaders headers = {},
+                      std::vector<std::pair<std::string, std::string>> query = {},
+                      std::string body = "") {
+  HttpServerRequest r;
+  r.method = std::move(method);
+  r.path = std::move(path);
+  r.headers = std::move(headers);
+  r.headers.push_back({"Host", "127.0.0.1:8080"});
+  r.query = std::move(query);
+  r.body = std::move(body);
+  r.peer = "10.1.2.3";
+  return r;
+}
+
+std::string Header(const HttpServerReply& r, const std::string& name) {
+  for (const auto& [k, v] : r.headers) {
+    if (k == name) return v;
+  }
+  return "";
+}
+
+std::string CookiePair(const std::string& set_cookie) {
+  return set_cookie.substr(0, set_cookie.find(';'));
+}
+
+std::vector<std::pair<std::string, std::string>> QueryOf(const std::string& url) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto q = url.find('?');
+  if (q == std::string::npos) return out;
+  for (const auto& kv : Split(url.substr(q + 1), '&')) {
+    auto eq = kv.find('=');
+    out.emplace_back(UrlDecode(kv.substr(0, eq)),
+                     eq == std::string::npos ? "" : UrlDecode(kv.substr(eq + 1)));
+  }
+  return out;
+}
+
+std::string Get(const std::vector<std::pair<std::string, std::string>>& q, const std::string& k) {
+  for (const auto& [a, b] : q) {
+    if (a == k) return b;
+  }
+  return "";
+}
+
+struct GithubDoor {
+  testing::TempDir tmp;
+  std::string db = tmp / "t.db";
+  FakeClock clock;
+  PosixProcessRunner runner;
+  int pid = 0;
+  std::string fake;  // http://127.0.0.1:PORT
+  CurlHttpClient http;
+  ServerConfig config;
+  std::unique_ptr<Server> server;
+  std::vector<std::int64_t> model_runs, secret_runs;
+
+  GithubDoor() {
+    clock.Set(1'800'000'000'000);
+    REQUIRE(WriteFile(tmp / "fake.json",
+                      json{{"client_id", "Iv1.trainqtest"},
+                           {"client_secret", "oauth-secret-42"},
+                           {"as", "octocat"},
+                           {"users",
+                            {{"octocat", {{"acme/model", "write"}}},
+                             {"reader", {{"acme/model", "read"}, {"acme/secret", "read"}}},
+                             {"stranger", json::object()}}}}
+                          .dump()));
+    auto p = runner.Spawn({{"python3", std::string(TRAINQ_SOURCE_DIR) + "/tests/support/fake_github.py",
+                            "--config", tmp / "fake.json", "--dir", tmp.path().string(), "--port-file",
+                            tmp / "port"},
+                           {},
+                           tmp.path().string(),
+                           tmp / "fake_github.log"});
+    REQUIRE(p);
+    pid = *p;
+    std::string port;
+    REQUIRE(testing::WaitFor(
+        [&] {
+          if (auto t = ReadFile(tmp / "port")) port = std::string(Trim(*t));
+          return !port.empty();
+        },
+        std::chrono::seconds(20)));
+    fake = "http://127.0.0.1:" + port;
+    REQUIRE(WriteFile(tmp / "gh-secret", "oauth-secret-42\n"));
+    config = ParseServerConfig(
+                 "repositories:\n"
+                 "  - {url: " + std::string(kModel) + ", forge: github}\n"
+                 "  - {url: " + std::string(kSecret) + ", forge: github}\n"
+                 "auth:\n"
+                 "  github: {client_id: Iv1.trainqtest, client_secret: {file: " +
+                     (tmp / "gh-secret") + "}, web_url: " + fake + ", api_url: " + fake + "}\n",
+                 "server.yaml")
+                 .value();
+    auto store = Store::Open(db).value();
+    for (const char* repo : {kModel, kSecret}) {
+      CommitInfo c;
+      c.sha = std::string(40, repo == kModel ? 'a' : 'b');
+      c.message = "a commit";
+      BatchSpec spec;
+      spec.experiment = repo == kModel ? "digits" : "hidden";
+      spec.command = "true";
+      spec.repeats = 2;
+      REQUIRE(store.runs().Submit(repo, c, {spec}, clock.Now()));
+    }
+    auto batches = store.runs().Batches(false, 0).value();
+    for (const auto& b : batches) {
+      auto runs = store.runs().Runs(b.id, std::nullopt, 0).value();
+      for (const auto& r : runs) {
+        (b.repo == "model" ? model_runs : secret_runs).push_back(r.id);
+      }
+    }
+    REQUIRE(model_runs.size() == 2);
+    REQUIRE(secret_runs.size() == 2);
+    server = std::make_unique<Server>(config, db, clock);
+    REQUIRE(server->Open());
+  }
+  ~GithubDoor() {
+    if (pid > 0) {
+      runner.KillGroup(pid, SIGTERM);
+      runner.Wait(pid);
+    }
+  }
+  void As(const std::string& login) {
+    HttpRequest r;
+    r.method = "POST";
+    r.url = fake + "/_fake/config";
+    r.headers = {{"Content-Type", "application/json"}};
+    r.body = json{{"as", login}}.dump();
+    REQUIRE(http.Send(r).value().status == 200);
+  }
+  // The browser's trip: /signin/github, GitHub's authorize page (approves
+  // at once), back with code and state. Returns what the callback got.
+  struct Trip {
+    std::string oauth_cookie;  // trainq_oauth=...
+    std::vector<std::pair<std::string, std::string>> back;  // code, state
+    std::string authorize_url;
+  };
+  Trip Start() {
+    auto r = server->Handle(Req("GET", "/signin/github", {}, {{"next", "/experiment/digits"}}));
+    REQUIRE(r.status == 302);
+    Trip t;
+    t.oauth_cookie = CookiePair(Header(r, "Set-Cookie"));
+    CHECK(Header(r, "Set-Cookie").find("SameSite=Lax") != std::string::npos);
+    CHECK(Header(r, "Set-Cookie").find("HttpOnly") != std::string::npos);
+    t.authorize_url = Header(r, "Location");
+    HttpRequest a;
+    a.url = t.authorize_url;
+    auto ar = http.Send(a).value();
+    REQUIRE(ar.status == 302);
+    std::string back = ar.Header("Location").value_or("");
+    REQUIRE(back.starts_with("http://127.0.0.1:8080/signin/github/callback?"));
+    t.back = QueryOf(back);
+    return t;
+  }
+  HttpServerReply Callback(const std::vector<std::pair<std::string, std::string>>& query,
+                           const std::string& cookie) {
+    HttpHeaders h;
+    if (!cookie.empty()) h.push_back({"Cookie", cookie});
+    return server->Handle(Req("GET", "/signin/github/callback", h, query));
+  }
+  // A whole sign-in as `login`: the session cookie.
+  std::string SignIn(const std::string& login) {
+    As(login);
+    Trip t = Start();
+    auto r = Callback(t.back, t.oauth_cookie);
+    REQUIRE(r.status == 200);
+    std::string session;
+    for (const auto& [k, v] : r.headers) {
+      if (k == "Set-Cookie" && v.starts_with("trainq_dash=")) session = CookiePair(v);
+    }
+    REQUIRE(!session.empty());
+    return session;
+  }
+  HttpServerReply Get(const std::string& cookie, const std::string& path) {
+    return server->Handle(Req("GET", path, {{"Cookie", cookie}}));
+  }
+  json Session(const std::string& cookie) {
+    auto r = Get(cookie, "/dash/api/session");
+    return r.status == 200 ? json::parse(r.body) : json();
+  }
+  HttpServerReply Action(const std::string& cookie, const json& body) {
+    std::string csrf = Session(cookie).value("csrf", "");
+    return server->Handle(Req("POST", "/dash/api/action",
+                              {{"Cookie", cookie},
+                               {"Content-Type", "application/json"},
+                               {"X-CSRF-Token", csrf}},
+                              {}, body.dump()));
+  }
+  std::vector<json> Requests() {
+    std::vector<json> out;
+    for (const auto& line : Split(ReadFile(tmp / "requests.jsonl").value_or(""), '\n')) {
+      if (!Trim(line).empty()) out.push_back(json::parse(line));
+    }
+    return out;
+  }
+  int Count(const std::string& path) {
+    int n = 0;
+    for (const auto& r : Requests()) n += r["path"] == path;
+    return n;
+  }
+};
+
+TEST_CASE("github: the code flow with state and PKCE signs octocat in; roles follow repository "
+          "access", "[github]") {
+  GithubDoor f;
+  testing::LogCapture log;
+  auto page = f.server->Handle(Req("GET", "/signin"));
+  CHECK(page.body.find("Sign in with GitHub") != std::string::npos);
+
+  std::string cookie = f.SignIn("octocat");
+  // The authorize request carried state and an S256 challenge; the token
+  // request the verifier and the secret (in the body).
+  auto reqs = f.Requests();
+  json authorize, token;
+  for (const auto& r : reqs) {
+    if (r["path"] == "/login/oauth/authorize") authorize = r;
+    if (r["path"] == "/login/oauth/access_token") token = r;
+  }
+  CHECK(authorize["query_keys"] == json({"allow_signup", "client_id", "code_challenge",
+                                         "code_challenge_method", "redirect_uri", "scope",
+                                         "state"}));
+  CHECK(token["keys"] == json({"client_id", "client_secret", "code", "code_verifier",
+                               "redirect_uri"}));
+  CHECK(token["accept"] == "application/json");
+
+  json s = f.Session(cookie);
+  CHECK(s["who"] == "octocat (github)");
+  CHECK(s["role"] == "write");
+  CHECK(log.Count("dashboard: octocat (github) signed in (github, write)") == 1);
+  CHECK(log.text().find("oauth-secret-42") == std::string::npos);
+  CHECK(log.text().find("gho_") == std::string::npos);
+
+  // acme/secret is not octocat's: its experiment, commit and runs are 404.
+  auto ex = f.Get(cookie, "/dash/api/experiments");
+  REQUIRE(ex.status == 200);
+  auto exj = json::parse(ex.body);
+  REQUIRE(exj["experiments"].size() == 1);
+  CHECK(exj["experiments"][0]["experiment"] == "digits");
+  CHECK(f.Get(cookie, "/dash/api/experiment/digits").status == 200);
+  CHECK(f.Get(cookie, "/dash/api/experiment/hidden").status == 404);
+  CHECK(f.Get(cookie, "/dash/api/commit/" + std::string(40, 'a')).status == 200);
+  CHECK(f.Get(cookie, "/dash/api/commit/" + std::string(40, 'b')).status == 404);
+  CHECK(f.Get(cookie, "/dash/api/run/" + std::to_string(f.model_runs[0])).status == 200);
+  CHECK(f.Get(cookie, "/dash/api/run/" + std::to_string(f.secret_runs[0])).status == 404);
+  CHECK(f.Get(cookie, "/dash/api/run/" + std::to_string(f.secret_runs[0]) + "/log").status == 404);
+  CHECK(f.Get(cookie, "/dash/api/report").status == 404);
+  auto st = json::parse(f.Get(cookie, "/dash/api/status").body);
+  CHECK(st.dump().find("hidden") == std::string::npos);
+
+  // Write on acme/model: cancel, and the log and audit say who.
+  auto c = f.Action(cookie, {{"action", "cancel_run"}, {"run", f.model_runs[0]}});
+  CHECK(c.status == 200);
+  CHECK(log.Count("dashboard: octocat (github) cancelled run " + std::to_string(f.model_runs[0])) ==
+        1);
+  // Nothing on acme/secret, not even its existence.
+  auto h = f.Action(cookie, {{"action", "cancel_run"}, {"run", f.secret_runs[0]}});
+  CHECK(h.status == 404);
+  {
+    auto store = Store::Open(f.db).value();
+    CHECK(store.runs().Run(f.secret_runs[0]).value().value().state == RunState::kQueued);
+  }
+  // Personal tokens would not follow the repository access.
+  std::string csrf = f.Session(cookie).value("csrf", "");
+  auto tok = f.server->Handle(Req("POST", "/dash/api/tokens",
+                                  {{"Cookie", cookie}, {"X-CSRF-Token", csrf}}, {},
+                                  json{{"name", "x"}, {"role", "read"}, {"days", 1}}.dump()));
+  CHECK(tok.status == 403);
+
+  // Roles are cached: requests within 5 minutes read nothing from GitHub.
+  int before = f.Count("/repos/acme/model");
+  for (int i = 0; i < 5; ++i) f.Get(cookie, "/dash/api/experiments");
+  CHECK(f.Count("/repos/acme/model") == before);
+  // After 5 minutes they are read again: octocat lost access, the session ends.
+  HttpRequest lose;
+  lose.method = "POST";
+  lose.url = f.fake + "/_fake/config";
+  lose.headers = {{"Content-Type", "application/json"}};
+  lose.body = json{{"users", {{"octocat", json::object()}}}}.dump();
+  REQUIRE(f.http.Send(lose).value().status == 200);
+  f.clock.Advance(5 * 60'000 + 1);
+  CHECK(f.Get(cookie, "/dash/api/experiments").status == 401);
+  CHECK(f.Count("/repos/acme/model") == before + 1);
+  CHECK(log.Count("octocat (github) no longer has access to any watched repository") == 1);
+}
+
+TEST_CASE("github: a read person sees both repositories and is refused cancel", "[github]") {
+  GithubDoor f;
+  testing::LogCapture log;
+  std::string cookie = f.SignIn("reader");
+  CHECK(f.Session(cookie)["role"] == "read");
+  CHECK(json::parse(f.Get(cookie, "/dash/api/experiments").body)["experiments"].size() == 2);
+  auto c = f.Action(cookie, {{"action", "cancel_run"}, {"run", f.model_runs[0]}});
+  CHECK(c.status == 403);
+  CHECK(log.Count("dashboard: reader (github) (read) was refused an action") == 1);
+  auto store = Store::Open(f.db).value();
+  CHECK(store.runs().Run(f.model_runs[0]).value().value().state == RunState::kQueued);
+}
+
+TEST_CASE("github: missing, forged, another browser's or used state, a replayed code and no "
+          "access are refused with a page and a log line", "[github]") {
+  GithubDoor f;
+  testing::LogCapture log;
+  auto refused = [&](const HttpServerReply& r, const std::string& page_says) {
+    CHECK(r.status == 403);
+    CHECK(r.body.find(page_says) != std::string::npos);
+    CHECK(r.body.find("Nothing was granted.") != std::string::npos);
+    for (const auto& [k, v] : r.headers) CHECK(!(k == "Set-Cookie" && v.starts_with("trainq_dash=")));
+  };
+  auto t = f.Start();
+  // Missing state.
+  refused(f.Callback({{"code", Get(t.back, "code")}}, t.oauth_cookie), "missing or unknown state");
+  CHECK(log.Count("GitHub: a callback without state") == 1);
+  // Forged state.
+  f.clock.Advance(61'000);  // the failed sign-in lines are one a minute
+  refused(f.Callback({{"code", Get(t.back, "code")}, {"state", "0123456789abcdef"}},
+                     t.oauth_cookie),
+          "missing or unknown state");
+  CHECK(log.Count("GitHub: an unknown, used or expired state") == 1);
+  // The real state, but from a browser without its cookie: refused, and the
+  // state is spent.
+  f.clock.Advance(61'000);
+  refused(f.Callback(t.back, "trainq_oauth=someone-elses"), "another browser");
+  CHECK(log.Count("GitHub: a state from another browser") == 1);
+  f.clock.Advance(61'000);
+  refused(f.Callback(t.back, t.oauth_cookie), "missing or unknown state");
+  CHECK(log.Count("GitHub: an unknown, used or expired state") == 2);
+
+  // A code used once is refused the second time (GitHub's bad_verification_code).
+  auto ok = f.Start();
+  REQUIRE(f.Callback(ok.back, ok.oauth_cookie).status == 200);
+  auto again = f.Start();
+  f.clock.Advance(61'000);
+  refused(f.Callback({{"code", Get(ok.back, "code")}, {"state", Get(again.back, "state")}},
+                     again.oauth_cookie),
+          "GitHub refused the code (bad_verification_code)");
+  CHECK(log.Count("GitHub: the code was refused (200 bad_verification_code)") == 1);
+
+  // A GitHub user with no access to any watched repository.
+  f.As("stranger");
+  auto st = f.Start();
+  f.clock.Advance(61'000);
+  refused(f.Callback(st.back, st.oauth_cookie), "no access to any repository");
+  CHECK(log.Count("GitHub: stranger has no access to any watched repository") == 1);
+
+  // Each refusal is a login_failed row; no session was made but the one.
+  auto store = Store::Open(f.db).value();
+  int failed = 0, logins = 0;
+  auto rows = store.access().AuditSince(0, 100).value();
+  for (const auto& r : rows) {
+    failed += r.action == "login_failed";
+    logins += r.action == "login";
+  }
+  CHECK(failed == 6);
+  CHECK(logins == 1);
+}
+
+TEST_CASE("github: auth.github config errors name the file, line and key", "[github]") {
+  auto e = ParseServerConfig("auth:\n  github: {client_id: x}\n", "server.yaml");
+  REQUIRE(!e);
+  CHECK(e.error().message.find("server.yaml:2") != std::string::npos);
+  CHECK(e.error().message.find("auth.github") != std::string::npos);
+  CHECK(e.error().message.find("client_secret") != std::string::npos);
+  auto u = ParseServerConfig(
+      "auth:\n  github: {client_id: x, client_secret: {env: HOME}, web_url: ftp://x}\n",
+      "server.yaml");
+  REQUIRE(!u);
+  CHECK(u.error().message.find("auth.github.web_url") != std::string::npos);
+  auto k = ParseServerConfig(
+      "auth:\n  github: {client_id: x, client_secret: {env: HOME}, secret: y}\n", "server.yaml");
+  REQUIRE(!k);
+  CHECK(k.error().message.find("secret") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainq
