@@ -103,11 +103,7 @@ Result<int> MlflowExporter::Scan() {
     ASSIGN_OR_RETURN(int w, Enqueue(*b));
     written += w;
   }
-  const auto& last = runs.back();
-  TRY(store_.outbox().SetMark(kCursorMark,
-                              std::to_string(last.finished_ms.value_or(cursor.after_ms)) + ":" +
-                                  std::to_string(last.id),
-                              now));
+  TRY(WriteRunCursor(store_.outbox(), kCursorMark, cursor, runs.back(), now));
   return written;
 }
 

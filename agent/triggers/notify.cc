@@ -435,11 +435,7 @@ Result<int> NotifyScanner::ScanBatches(TimeMs now) {
       }
     }
   }
-  const auto& last = runs.back();
-  TRY(store_.outbox().SetMark(kCursorMark,
-                              std::to_string(last.finished_ms.value_or(cursor.after_ms)) + ":" +
-                                  std::to_string(last.id),
-                              now));
+  TRY(WriteRunCursor(store_.outbox(), kCursorMark, cursor, runs.back(), now));
   return written;
 }
 

@@ -11,6 +11,7 @@
 #include "core/clock.h"
 #include "core/result.h"
 #include "queue/outbox.h"
+#include "queue/types.h"
 
 namespace trainq {
 
@@ -40,6 +41,15 @@ inline Result<RunCursor> ReadRunCursor(Outbox& outbox, const std::string& name, 
     if (std::from_chars(id.data(), id.data() + id.size(), after_id).ec != std::errc()) after_id = 0;
   }
   return RunCursor{after_ms, after_id};
+}
+
+// Moves the cursor in mark `name` past `last`, the newest run a scan looked at.
+inline Status WriteRunCursor(Outbox& outbox, const std::string& name, const RunCursor& from,
+                             const RunRow& last, TimeMs now) {
+  return outbox.SetMark(name,
+                        std::to_string(last.finished_ms.value_or(from.after_ms)) + ":" +
+                            std::to_string(last.id),
+                        now);
 }
 
 }  // namespace trainq
