@@ -9,6 +9,7 @@
 
 #include "agent/results/analysis.h"
 #include "agent/triggers/forge_status.h"  // CommitPageUrl
+#include "agent/triggers/run_cursor.h"
 #include "core/strings.h"
 #include "queue/outbox.h"
 #include "queue/run_queue.h"
@@ -90,17 +91,8 @@ Result<int> MlflowExporter::Enqueue(const BatchProgress& b) {
 Result<int> MlflowExporter::Scan() {
   if (!config_.mlflow.enabled()) return 0;
   const TimeMs now = clock_.Now();
-  ASSIGN_OR_RETURN(auto mark, store_.outbox().Mark(kCursorMark));
-  TimeMs after_ms = now;
-  std::int64_t after_id = 0;
-  if (mark) {
-    auto colon = mark->find(':');
-    after_ms = std::stoll(mark->substr(0, colon));
-    after_id = colon == std::string::npos ? 0 : std::stoll(mark->substr(colon + 1));
-  } else {
-    TRY(store_.outbox().SetMark(kCursorMark, std::to_string(now) + ":0", now));
-  }
-  ASSIGN_OR_RETURN(auto runs, store_.runs().RunsFinishedAfter(after_ms, after_id, 500));
+  ASSIGN_OR_RETURN(auto cursor, ReadRunCursor(store_.outbox(), kCursorMark, now));
+  ASSIGN_OR_RETURN(auto runs, store_.runs().RunsFinishedAfter(cursor.after_ms, cursor.after_id, 500));
   if (runs.empty()) return 0;
   int written = 0;
   std::set<std::int64_t> seen;
@@ -111,11 +103,7 @@ Result<int> MlflowExporter::Scan() {
     ASSIGN_OR_RETURN(int w, Enqueue(*b));
     written += w;
   }
-  const auto& last = runs.back();
-  TRY(store_.outbox().SetMark(kCursorMark,
-                              std::to_string(last.finished_ms.value_or(after_ms)) + ":" +
-                                  std::to_string(last.id),
-                              now));
+  TRY(WriteRunCursor(store_.outbox(), kCursorMark, cursor, runs.back(), now));
   return written;
 }
 

@@ -15,6 +15,7 @@
 #include "agent/triggers/forge_status.h"  // CommitPageUrl
 #include "agent/triggers/mlflow.h"
 #include "core/crypto.h"
+#include "agent/triggers/run_cursor.h"
 #include "core/strings.h"
 #include "queue/machines.h"
 #include "queue/outbox.h"
@@ -327,17 +328,8 @@ Result<int> NotifyScanner::ScanBatches(TimeMs now) {
   // The cursor: (finished_ms, run id) of the last run looked at. The first
   // scan ever starts now: history from before notifications were set up is
   // not news.
-  ASSIGN_OR_RETURN(auto mark, store_.outbox().Mark(kCursorMark));
-  TimeMs after_ms = now;
-  std::int64_t after_id = 0;
-  if (mark) {
-    auto colon = mark->find(':');
-    after_ms = std::stoll(mark->substr(0, colon));
-    after_id = colon == std::string::npos ? 0 : std::stoll(mark->substr(colon + 1));
-  } else {
-    TRY(store_.outbox().SetMark(kCursorMark, std::to_string(now) + ":0", now));
-  }
-  ASSIGN_OR_RETURN(auto runs, store_.runs().RunsFinishedAfter(after_ms, after_id, 500));
+  ASSIGN_OR_RETURN(auto cursor, ReadRunCursor(store_.outbox(), kCursorMark, now));
+  ASSIGN_OR_RETURN(auto runs, store_.runs().RunsFinishedAfter(cursor.after_ms, cursor.after_id, 500));
   if (runs.empty()) return 0;
   // The commits whose family may have a new answer: those of the batches
   // whose runs ended, of the batches that take them as baseline, and for a
@@ -443,11 +435,7 @@ Result<int> NotifyScanner::ScanBatches(TimeMs now) {
       }
     }
   }
-  const auto& last = runs.back();
-  TRY(store_.outbox().SetMark(kCursorMark,
-                              std::to_string(last.finished_ms.value_or(after_ms)) + ":" +
-                                  std::to_string(last.id),
-                              now));
+  TRY(WriteRunCursor(store_.outbox(), kCursorMark, cursor, runs.back(), now));
   return written;
 }
 
