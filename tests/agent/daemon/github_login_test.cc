@@ -231,7 +231,7 @@ struct GithubDoor {
   }
 };
 
-TEST_CASE("github: the code flow with state and PKCE signs octocat in; roles follow repository "
+TEST_CASE("github: the code flow with state and PKCE signs octocat in, and roles follow repository "
           "access", "[github]") {
   GithubDoor f;
   testing::LogCapture log;
