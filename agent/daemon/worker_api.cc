@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <variant>
 
 #include "agent/results/analysis.h"
 #include "agent/repo/git_repo.h"
@@ -271,35 +272,16 @@ HttpServerReply Server::WorkerRouteInner(const HttpServerRequest& req, const std
 HttpServerReply Server::Register(const std::string& pool, const HttpServerRequest& req) {
   auto body = Body(req);
   if (!body) return ErrorReply(400, "register: the body is not a JSON object");
+  auto parsed = ParseRegisterRequest(*body);
+  if (!parsed) return ErrorReply(400, parsed.error().message);
   Machines::WorkerRegistration r;
   r.pool = pool;
-  r.name = body->value("name", std::string());
-  r.hostname = body->value("hostname", std::string());
-  r.pid = body->value("pid", 0);
-  r.slots = std::max(1, body->value("slots", 1));
-  json resources = json::object();
-  if (auto g = body->find("gpus"); g != body->end()) {
-    if (g->is_array()) {
-      r.gpus = static_cast<int>(g->size());
-    } else if (g->is_number_integer()) {
-      r.gpus = g->get<int>();
-    } else {
-      return ErrorReply(400, "register: gpus must be a list of GPUs");
-    }
-    resources["gpus"] = *g;
-  }
-  for (const char* k : {"cpus", "memory_mb", "runs_per_gpu", "version", "pid", "trainer"}) {
-    if (body->contains(k)) resources[k] = (*body)[k];
-  }
-  // The sandbox form the worker's probe found, and why (ProbeSandbox).
-  for (const char* k : {"sandbox", "sandbox_note"}) {
-    if (auto v = body->find(k); v != body->end() && v->is_string()) {
-      resources[k] = v->get<std::string>().substr(0, 500);
-    }
-  }
-  if (r.name.empty() && r.hostname.empty()) {
-    return ErrorReply(400, "register: a worker without a machine name must send its hostname");
-  }
+  r.name = parsed->name;
+  r.hostname = parsed->hostname;
+  r.pid = parsed->pid;
+  r.slots = parsed->slots;
+  r.gpus = static_cast<int>(parsed->gpus.size());
+  const json resources = ResourcesJson(*parsed);
   r.resources_json = resources.dump();
   Result<MachineRow> m;
   {
@@ -313,9 +295,9 @@ HttpServerReply Server::Register(const std::string& pool, const HttpServerReques
   }
   spdlog::info("worker registered: machine {} ({}) of pool {}, {} slots, {} GPUs, host {}", m->id,
                LogSafe(m->name), pool, m->slots, m->gpus, LogSafe(m->hostname));
-  if (resources.contains("sandbox")) {
-    const std::string form = resources["sandbox"].get<std::string>();
-    const std::string note = resources.value("sandbox_note", std::string());
+  if (!parsed->sandbox.empty()) {
+    const std::string& form = parsed->sandbox;
+    const std::string& note = parsed->sandbox_note;
     const std::string line =
         fmt::format("machine {}: sandbox {}{}", LogSafe(m->name.empty() ? m->hostname : m->name),
                     LogSafe(form), note.empty() ? "" : " (" + LogSafe(note) + ")");
@@ -329,14 +311,9 @@ HttpServerReply Server::Register(const std::string& pool, const HttpServerReques
   PoolSpec defaults;
   if (!spec) spec = &defaults;
   NotifyWork();  // a new machine may take work a waiting call could not
-  return Json(200, {{"worker_id", m->id},
-                    {"name", m->name},
-                    {"pool", pool},
-                    {"lease_ms", options_.lease_ms},
-                    {"heartbeat_ms", options_.heartbeat_ms},
-                    {"orphan_timeout_ms", spec->orphan_timeout_ms},
-                    {"runs_per_gpu", spec->runs_per_gpu},
-                    {"self_stop", spec->self_stop}});
+  return Json(200, ToJson(RegisterAnswer{m->id, m->name, pool, options_.lease_ms,
+                                         options_.heartbeat_ms, spec->orphan_timeout_ms,
+                                         spec->runs_per_gpu, spec->self_stop}));
 }
 
 // A worker that ends on its own (--once, drained, SIGTERM) says so. A machine
@@ -460,6 +437,7 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
                                  const std::string& what, const HttpServerRequest& req) {
   std::optional<json> body;
   std::int64_t token = 0;
+  std::optional<std::int64_t> caller;  // the machine calling: the body's worker_id or a header
   if (what == "log") {
     auto t = FindHeader(req.headers, "X-Trainq-Token");
     auto parsed = t ? ParseId(std::string(Trim(*t))) : std::nullopt;
@@ -468,10 +446,10 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
   } else {
     body = Body(req);
     if (!body) return ErrorReply(400, what + ": the body is not a JSON object");
-    if (!body->contains("token") || !(*body)["token"].is_number_integer()) {
-      return ErrorReply(400, what + ": \"token\" (the lease's fencing token) is required");
-    }
-    token = (*body)["token"].get<std::int64_t>();
+    auto envelope = ParseRunEnvelope(*body, what);
+    if (!envelope) return ErrorReply(400, envelope.error().message);
+    token = envelope->token;
+    caller = envelope->worker_id;
   }
 
   // Ownership: a current lease belongs to a machine of this token's pool (and
@@ -508,11 +486,8 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
     // The calling machine must say who it is (the pool token is shared by
     // all of the pool's machines): the body's worker_id, or the
     // X-Trainq-Worker header where the body is not JSON (log).
-    std::optional<std::int64_t> caller;
-    if (body && body->contains("worker_id") && (*body)["worker_id"].is_number_integer()) {
-      caller = (*body)["worker_id"].get<std::int64_t>();
-    } else if (auto h = FindHeader(req.headers, "X-Trainq-Worker")) {
-      caller = ParseId(std::string(Trim(*h)));
+    if (!caller) {
+      if (auto h = FindHeader(req.headers, "X-Trainq-Worker")) caller = ParseId(std::string(Trim(*h)));
     }
     if (!caller) {
       return ErrorReply(400, what + ": \"worker_id\" (or an X-Trainq-Worker header) is "
@@ -653,117 +628,84 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
                                   const HttpServerRequest& req) {
   auto body = Body(req);
   if (!body) return ErrorReply(400, "gang: the body is not a JSON object");
-  auto integer = [&](const char* key) -> std::optional<std::int64_t> {
-    auto it = body->find(key);
-    if (it == body->end() || !it->is_number_integer()) return std::nullopt;
-    return it->get<std::int64_t>();
-  };
-  auto token = integer("token");
-  auto node_rank = integer("node_rank");
-  auto machine = integer("worker_id");
-  if (!token || !node_rank || !machine || *node_rank < 0) {
-    return ErrorReply(400, "gang: \"token\", \"node_rank\" and \"worker_id\" are required");
-  }
-  std::string action = body->value("action", std::string());
+  auto parsed = ParseGangRequest(*body);
+  if (!parsed) return ErrorReply(400, parsed.error().message);
+  const GangMemberId& id = std::visit([](const auto& r) -> const GangMemberId& { return r.member; },
+                                      *parsed);
   TimeMs now = clock_.Now();
   std::lock_guard<std::mutex> lock(write_mu_);
   Store& store = *write_store_;
-  auto m = MachineOfPool(store, *machine, pool, /*unknown_is_forbidden=*/true);
+  auto m = MachineOfPool(store, id.worker_id, pool, /*unknown_is_forbidden=*/true);
   if (!m) return m.error();
-  const int rank = static_cast<int>(*node_rank);
-  if (action == "beat") {
-    bool started = body->value("started", false);
-    if (started && rank == 0) {
+  const int rank = id.node_rank;
+  if (const auto* beat = std::get_if<GangBeat>(&*parsed)) {
+    if (beat->started && rank == 0) {
       auto run = store.runs().Run(run_id);
       if (run && *run && (*run)->state == RunState::kLeased) {
-        if (auto st = store.runs().MarkRunning(run_id, *token, now, RunLogPath(DataDir(), run_id)); !st) {
+        if (auto st = store.runs().MarkRunning(run_id, id.token, now, RunLogPath(DataDir(), run_id));
+            !st) {
           return ErrorReply(StatusOf(st.error()), st.error().message);
         }
       }
     }
-    auto view = store.gangs().GangBeat(run_id, *token, rank, *machine, now, options_.lease_ms, started,
-                               body->value("master_addr", std::string()),
-                               static_cast<int>(integer("master_port").value_or(0)));
+    auto view = store.gangs().GangBeat(run_id, id.token, rank, id.worker_id, now, options_.lease_ms,
+                                       beat->started, beat->master_addr, beat->master_port);
     if (!view) return ErrorReply(StatusOf(view.error()), view.error().message);
-    (void)store.machines().TouchWorker(*machine, now, true);
-    return Json(200, {{"master_addr", view->master_addr},
-                      {"master_port", view->master_port},
-                      {"expires_ms", view->expires_ms}});
+    (void)store.machines().TouchWorker(id.worker_id, now, true);
+    return Json(200, ToJson(GangBeatAnswer{view->master_addr, view->master_port, view->expires_ms}));
   }
-  if (action == "log") {
+  if (const auto* log = std::get_if<GangLog>(&*parsed)) {
     // A rank's output, sent by its member before it reports: kept beside the
     // run's output.log (rank 0's is that log), listed by `trainq logs`.
-    auto r = integer("rank");
-    auto text = body->find("text");
-    if (!r || *r < 0 || *r >= 100000 || text == body->end() || !text->is_string()) {
-      return ErrorReply(400, "gang: a log needs \"rank\" (0..99999) and \"text\"");
-    }
     // This attempt's member, even after the run failed (a node killed
     // because another failed still sends its ranks' logs).
     auto member = store.gangs().GangMemberOf(run_id, rank);
     if (!member) return ErrorReply(503, member.error().message);
-    if (!*member || (*member)->token != *token || (*member)->machine_id != *machine) {
+    if (!*member || (*member)->token != id.token || (*member)->machine_id != id.worker_id) {
       return ErrorReply(409, "gang: run " + std::to_string(run_id) + " node " +
                                  std::to_string(rank) + " is not this member's (stale token)");
     }
     fs::path run_log = RunLogPath(DataDir(), run_id);
     std::error_code ec;
     fs::create_directories(run_log.parent_path(), ec);
-    const std::string& bytes = text->get_ref<const std::string&>();
-    std::string rank_log = (run_log.parent_path() / ("rank-" + std::to_string(*r) + ".log")).string();
-    if (auto st = WriteFile(rank_log, bytes); !st) return ErrorReply(503, st.error().message);
-    if (*r == 0) {
-      if (auto st = WriteFile(run_log.string(), bytes); !st) {
+    std::string rank_log =
+        (run_log.parent_path() / ("rank-" + std::to_string(log->rank) + ".log")).string();
+    if (auto st = WriteFile(rank_log, log->text); !st) return ErrorReply(503, st.error().message);
+    if (log->rank == 0) {
+      if (auto st = WriteFile(run_log.string(), log->text); !st) {
         return ErrorReply(503, st.error().message);
       }
     }
-    return Json(200, {{"rank", *r}, {"bytes", bytes.size()}});
+    return Json(200, {{"rank", log->rank}, {"bytes", log->text.size()}});
   }
-  if (action != "complete") {
-    return ErrorReply(400, "gang: action must be beat, log or complete, got \"" + action + "\"");
-  }
-  std::string outcome = body->value("outcome", std::string());
-  std::string error = body->value("error", std::string());
-  std::optional<int> exit_code;
-  if (auto c = integer("exit_code")) exit_code = static_cast<int>(*c);
+  const auto& done = std::get<GangComplete>(*parsed);
   std::string state;
-  if (outcome == "succeeded") {
-    std::optional<double> metric;
-    if (body->contains("metric_value") && (*body)["metric_value"].is_number()) {
-      metric = (*body)["metric_value"].get<double>();
-    }
-    if (rank == 0 && !metric) {
-      return ErrorReply(400, "gang: node 0's success needs a numeric \"metric_value\"");
-    }
-    auto done = store.gangs().GangMemberSucceeded(run_id, *token, rank, *machine, now, metric);
-    if (!done) return ErrorReply(StatusOf(done.error()), done.error().message);
-    state = *done ? "succeeded" : "running";
-  } else if (outcome == "failed" || outcome == "interrupted") {
+  if (done.outcome == "succeeded") {
+    auto finished = store.gangs().GangMemberSucceeded(run_id, id.token, rank, id.worker_id, now,
+                                                      done.metric_value);
+    if (!finished) return ErrorReply(StatusOf(finished.error()), finished.error().message);
+    state = *finished ? "succeeded" : "running";
+  } else {
     // Check the member first: a stale or foreign call changes nothing.
-    auto view = store.gangs().GangBeat(run_id, *token, rank, *machine, now, options_.lease_ms, false, "",
-                               0);
+    auto view = store.gangs().GangBeat(run_id, id.token, rank, id.worker_id, now, options_.lease_ms,
+                                       false, "", 0);
     if (!view) return ErrorReply(StatusOf(view.error()), view.error().message);
     std::string why = "node " + std::to_string(rank) + " (" + m->name + "): " +
-                      (error.empty() ? "failed on the worker" : error);
-    if (outcome == "failed") {
-      bool retry = !(body->contains("retry") && (*body)["retry"].is_boolean() &&
-                     !(*body)["retry"].get<bool>());
-      auto st = store.runs().FailRun(run_id, *token, now, why, exit_code, retry);
+                      (done.error.empty() ? "failed on the worker" : done.error);
+    if (done.outcome == "failed") {
+      auto st = store.runs().FailRun(run_id, id.token, now, why, done.exit_code, done.retry);
       if (!st) return ErrorReply(StatusOf(st.error()), st.error().message);
       state = std::string(RunStateName(*st));
     } else {
-      auto st = store.runs().Interrupt(run_id, *token, now, why);
+      auto st = store.runs().Interrupt(run_id, id.token, now, why);
       if (!st) return ErrorReply(StatusOf(st.error()), st.error().message);
       state = "queued";
     }
     spdlog::info("gang run {}: {}: {}", run_id, state, why);
-  } else {
-    return ErrorReply(400, "gang: outcome must be succeeded, failed or interrupted, got \"" +
-                               outcome + "\"");
   }
-  (void)store.machines().TouchWorker(*machine, now, true);
+  (void)store.machines().TouchWorker(id.worker_id, now, true);
   if (state != "running") NotifyWork();  // its machines are free again
-  return Json(200, {{"state", state}});
+  return Json(200, ToJson(CompleteAnswer{state}));
 }
 
 // The commit a run needs, as a git packfile (GitRepo::PackCommit), for a

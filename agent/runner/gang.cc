@@ -17,6 +17,7 @@
 #include <fstream>
 #include <regex>
 
+#include "agent/runner/protocol.h"
 #include "core/strings.h"
 
 namespace trainq {
@@ -43,13 +44,6 @@ std::string ReadTail(const std::string& path, std::int64_t from) {
 std::string ValidUtf8(const std::string& text) {
   return json::parse(json(text).dump(-1, ' ', false, json::error_handler_t::replace))
       .get<std::string>();
-}
-
-std::string ErrorOf(const json& body) {
-  if (body.is_object() && body.contains("error") && body["error"].is_string()) {
-    return body["error"].get<std::string>();
-  }
-  return "";
 }
 
 }  // namespace
@@ -238,39 +232,40 @@ GangMember::GangMember(LeasedRun run, GangMemberConfig config, GangIo io, Proces
   layout_.node_rank = run_.node_rank;
 }
 
+GangMemberId GangMember::Member() const {
+  return GangMemberId{run_.token, run_.node_rank, config_.worker_id};
+}
+
 std::string GangMember::Path() const {
   return "/api/v1/runs/" + std::to_string(run_.run_id) + "/gang";
 }
 
 bool GangMember::Beat(bool started) {
-  json req = {{"action", "beat"},
-              {"token", run_.token},
-              {"node_rank", run_.node_rank},
-              {"worker_id", config_.worker_id},
-              {"started", started}};
+  GangBeat req;
+  req.member = Member();
+  req.started = started;
   if (run_.node_rank == 0 && layout_.master_port > 0) {
-    req["master_addr"] = layout_.master_addr;
-    req["master_port"] = layout_.master_port;
+    req.master_addr = layout_.master_addr;
+    req.master_port = layout_.master_port;
   }
   last_beat_ms_ = clock_.Now();
-  auto a = io_.call(Path(), req);
+  auto a = io_.call(Path(), ToJson(req));
   if (!a) return true;  // the server is away: the next beat tries again
   if (a->first == 409 || a->first == 404) {
     spdlog::info("gang run {} node {}: stopping: {}", run_.run_id, run_.node_rank,
-                 ErrorOf(a->second));
+                 AnswerError(a->second));
     return false;
   }
   if (a->first != 200) {
     spdlog::warn("gang run {} node {}: beat refused: HTTP {} {}", run_.run_id, run_.node_rank,
-                 a->first, ErrorOf(a->second));
+                 a->first, AnswerError(a->second));
     return true;
   }
   if (run_.node_rank != 0 && layout_.master_port == 0) {
-    int port = a->second.value("master_port", 0);
-    std::string addr = a->second.value("master_addr", std::string());
-    if (port > 0 && !addr.empty()) {
-      layout_.master_addr = addr;
-      layout_.master_port = port;
+    GangBeatAnswer answer = ParseGangBeatAnswer(a->second);
+    if (answer.master_port > 0 && !answer.master_addr.empty()) {
+      layout_.master_addr = answer.master_addr;
+      layout_.master_port = answer.master_port;
     }
   }
   return true;
@@ -381,13 +376,7 @@ void GangMember::UploadLogs() {
     }
     text += ReadTail(path, from);
     int rank = run_.node_rank * layout_.procs_per_node + static_cast<int>(i);
-    json req = {{"action", "log"},
-                {"token", run_.token},
-                {"node_rank", run_.node_rank},
-                {"worker_id", config_.worker_id},
-                {"rank", rank},
-                {"text", ValidUtf8(text)}};
-    auto a = io_.call(Path(), req);
+    auto a = io_.call(Path(), ToJson(GangLog{Member(), rank, ValidUtf8(text)}));
     if (!a || a->first != 200) {
       spdlog::warn("gang run {} node {}: log of rank {} not delivered{}", run_.run_id,
                    run_.node_rank, rank, a ? ": HTTP " + std::to_string(a->first) : "");
@@ -421,15 +410,13 @@ void GangMember::Finish(const ExitStatus& status) {
   auto [reading, outcome] = JudgeAttempt(run_, status, timed_out_, log_text, metrics_text);
   std::erase_if(reading.points, [](const MetricPoint& p) { return !std::isfinite(p.value); });
   if (!reading.points.empty()) {
-    json points = json::array();
-    for (const auto& pt : reading.points) {
-      json jp = {{"name", pt.name}, {"value", pt.value}, {"final", pt.final}};
-      if (pt.step) jp["step"] = *pt.step;
-      points.push_back(std::move(jp));
-    }
-    if (!io_.call("/api/v1/runs/" + std::to_string(run_.run_id) + "/metrics",
-                  {{"token", run_.token}, {"points", points}})) {
-      unsent_points_ = std::move(points);  // kept with the result
+    MetricsRequest m;
+    m.token = run_.token;
+    m.worker_id = config_.worker_id;
+    m.points = std::move(reading.points);
+    json body = ToJson(m);
+    if (!io_.call("/api/v1/runs/" + std::to_string(run_.run_id) + "/metrics", body)) {
+      unsent_points_ = std::move(body["points"]);  // kept with the result
     }
   }
   if (outcome.succeeded) {
@@ -443,15 +430,14 @@ void GangMember::Report(const std::string& outcome, std::optional<double> metric
                         std::optional<int> exit_code, const std::string& error,
                         bool config_error) {
   done_ = true;
-  json req = {{"action", "complete"},
-              {"token", run_.token},
-              {"node_rank", run_.node_rank},
-              {"worker_id", config_.worker_id},
-              {"outcome", outcome}};
-  if (metric) req["metric_value"] = *metric;
-  if (exit_code) req["exit_code"] = *exit_code;
-  if (!error.empty()) req["error"] = error.size() > 2000 ? error.substr(0, 2000) + "..." : error;
-  if (config_error) req["retry"] = false;
+  GangComplete message;
+  message.member = Member();
+  message.outcome = outcome;
+  message.metric_value = metric;
+  message.exit_code = exit_code;
+  message.error = error;
+  message.retry = !config_error;
+  const json req = ToJson(message);
   auto a = io_.call(Path(), req);
   if (!a && outcome != "interrupted" && io_.keep) {
     PendingResult kept;
@@ -465,7 +451,7 @@ void GangMember::Report(const std::string& outcome, std::optional<double> metric
                   run_.run_id, run_.node_rank);
   } else if (a->first != 200) {
     spdlog::info("gang run {} node {}: result refused: HTTP {} {}", run_.run_id, run_.node_rank,
-                 a->first, ErrorOf(a->second));
+                 a->first, AnswerError(a->second));
   } else {
     spdlog::info("gang run {} node {}: {} (run {})", run_.run_id, run_.node_rank, outcome,
                  a->second.value("state", std::string("?")));

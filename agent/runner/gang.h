@@ -42,6 +42,8 @@
 
 namespace trainq {
 
+struct GangMemberId;  // agent/runner/protocol.h
+
 struct GangLayout {
   std::string master_addr;
   int master_port = 0;
@@ -160,6 +162,7 @@ class GangMember {
   void UploadLogs();
   void Report(const std::string& outcome, std::optional<double> metric,
               std::optional<int> exit_code, const std::string& error, bool config_error);
+  GangMemberId Member() const;  // this member in its calls
   std::string Path() const;
 
   LeasedRun run_;

@@ -1,5 +1,6 @@
 #include "agent/runner/protocol.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace trainq {
@@ -29,9 +30,115 @@ std::optional<T> GetOptional(const json& j, const char* key) {
   }
 }
 
+// j[key] when it is an integer (not 1.5, not "1"): ids, tokens and ranks.
+template <typename T>
+std::optional<T> GetInteger(const json& j, const char* key) {
+  if (!j.is_object()) return std::nullopt;
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<T>();
+}
+
 }  // namespace
 
 std::string AnswerError(const json& body) { return Get<std::string>(body, "error", ""); }
+
+// ---- envelope --------------------------------------------------------------------
+
+Result<RunEnvelope> ParseRunEnvelope(const json& j, std::string_view call) {
+  if (!j.is_object()) {
+    return Fail(ErrorKind::kInvalidArgument, std::string(call) + ": the body is not a JSON object");
+  }
+  auto t = j.find("token");
+  if (t == j.end() || !t->is_number_integer()) {
+    return Fail(ErrorKind::kInvalidArgument,
+                std::string(call) + ": \"token\" (the lease's fencing token) is required");
+  }
+  RunEnvelope e;
+  e.token = t->get<std::int64_t>();
+  e.worker_id = GetInteger<std::int64_t>(j, "worker_id");
+  return e;
+}
+
+json ToJson(const RunEnvelope& e) {
+  json j = {{"token", e.token}};
+  if (e.worker_id) j["worker_id"] = *e.worker_id;
+  return j;
+}
+
+// ---- register --------------------------------------------------------------------
+
+json ToJson(const RegisterRequest& r) {
+  json gpus = json::array();
+  for (const auto& g : r.gpus) {
+    gpus.push_back({{"index", g.index}, {"name", g.name}, {"memory_mb", g.memory_mb}});
+  }
+  json j = {{"name", r.name},
+            {"hostname", r.hostname},
+            {"pid", r.pid},
+            {"slots", r.slots},
+            {"gpus", gpus},
+            {"cpus", r.cpus},
+            {"memory_mb", r.memory_mb},
+            {"version", r.version},
+            {"trainer", r.trainer},
+            {"sandbox", r.sandbox},
+            {"sandbox_note", r.sandbox_note}};
+  if (r.runs_per_gpu) j["runs_per_gpu"] = *r.runs_per_gpu;
+  return j;
+}
+
+Result<RegisterRequest> ParseRegisterRequest(const json& j) {
+  if (!j.is_object()) {
+    return Fail(ErrorKind::kInvalidArgument, "register: the body is not a JSON object");
+  }
+  RegisterRequest r;
+  try {
+    r.name = j.value("name", std::string());
+    r.hostname = j.value("hostname", std::string());
+    r.pid = j.value("pid", 0);
+    r.slots = std::max(1, j.value("slots", 1));
+    r.cpus = j.value("cpus", 0);
+    r.memory_mb = j.value("memory_mb", std::int64_t{0});
+    r.version = j.value("version", std::string());
+    r.trainer = j.value("trainer", std::string());
+    r.runs_per_gpu = GetOptional<int>(j, "runs_per_gpu");
+  } catch (const json::exception& e) {
+    return Fail(ErrorKind::kInvalidArgument, std::string("register: ") + e.what());
+  }
+  if (auto g = j.find("gpus"); g != j.end()) {
+    if (g->is_array()) {
+      for (const auto& one : *g) {
+        GpuInfo info;
+        info.index = Get<int>(one, "index", static_cast<int>(r.gpus.size()));
+        info.name = Get<std::string>(one, "name", "");
+        info.memory_mb = Get<std::int64_t>(one, "memory_mb", 0);
+        r.gpus.push_back(std::move(info));
+      }
+    } else if (g->is_number_integer() && g->get<int>() >= 0 && g->get<int>() <= 1024) {
+      for (int i = 0; i < g->get<int>(); ++i) r.gpus.push_back(GpuInfo{i, "", 0});
+    } else {
+      return Fail(ErrorKind::kInvalidArgument, "register: gpus must be a list of GPUs");
+    }
+  }
+  // The sandbox form the worker's probe found, and why: shown to people, so short.
+  r.sandbox = Get<std::string>(j, "sandbox", "").substr(0, 500);
+  r.sandbox_note = Get<std::string>(j, "sandbox_note", "").substr(0, 500);
+  if (r.name.empty() && r.hostname.empty()) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "register: a worker without a machine name must send its hostname");
+  }
+  return r;
+}
+
+json ResourcesJson(const RegisterRequest& r) {
+  json j = ToJson(r);
+  for (const char* k : {"name", "hostname", "slots"}) j.erase(k);
+  for (const char* k : {"sandbox", "sandbox_note"}) {  // not sent by an older worker
+    if (j[k].get_ref<const std::string&>().empty()) j.erase(k);
+  }
+  return j;
+}
 
 // ---- lease ---------------------------------------------------------------------
 
@@ -175,12 +282,15 @@ json ToJson(const MetricsRequest& r) {
   for (const auto& p : r.points) {
     if (std::isfinite(p.value)) points.push_back(PointJson(p));
   }
-  return {{"token", r.token}, {"points", points}};
+  json j = {{"token", r.token}, {"points", points}};
+  if (r.worker_id) j["worker_id"] = *r.worker_id;
+  return j;
 }
 
 Result<MetricsRequest> ParseMetricsRequest(const json& j) {
   MetricsRequest r;
   r.token = j.value("token", std::int64_t{0});
+  r.worker_id = GetInteger<std::int64_t>(j, "worker_id");
   auto p = j.find("points");
   if (p == j.end()) return r;
   if (!p->is_array()) return Fail(ErrorKind::kInvalidArgument, "metrics: \"points\" must be a list");
@@ -244,7 +354,118 @@ Result<CompleteRequest> ParseCompleteRequest(const json& j) {
 
 json ToJson(const CompleteAnswer& a) { return {{"state", a.state}}; }
 
-// ---- register --------------------------------------------------------------------
+// ---- gang ------------------------------------------------------------------------
+
+namespace {
+
+json MemberJson(const char* action, const GangMemberId& m) {
+  return {{"action", action},
+          {"token", m.token},
+          {"node_rank", m.node_rank},
+          {"worker_id", m.worker_id}};
+}
+
+}  // namespace
+
+json ToJson(const GangBeat& r) {
+  json j = MemberJson("beat", r.member);
+  j["started"] = r.started;
+  if (r.master_port > 0) {
+    j["master_addr"] = r.master_addr;
+    j["master_port"] = r.master_port;
+  }
+  return j;
+}
+
+json ToJson(const GangLog& r) {
+  json j = MemberJson("log", r.member);
+  j["rank"] = r.rank;
+  j["text"] = r.text;
+  return j;
+}
+
+json ToJson(const GangComplete& r) {
+  json j = MemberJson("complete", r.member);
+  j["outcome"] = r.outcome;
+  if (r.metric_value) j["metric_value"] = *r.metric_value;
+  if (r.exit_code) j["exit_code"] = *r.exit_code;
+  if (!r.error.empty()) {
+    j["error"] = r.error.size() > GangComplete::kMaxError
+                     ? r.error.substr(0, GangComplete::kMaxError) + "..."
+                     : r.error;
+  }
+  if (!r.retry) j["retry"] = false;
+  return j;
+}
+
+Result<GangRequest> ParseGangRequest(const json& j) {
+  if (!j.is_object()) return Fail(ErrorKind::kInvalidArgument, "gang: the body is not a JSON object");
+  auto token = GetInteger<std::int64_t>(j, "token");
+  auto node_rank = GetInteger<int>(j, "node_rank");
+  auto machine = GetInteger<std::int64_t>(j, "worker_id");
+  if (!token || !node_rank || !machine || *node_rank < 0) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "gang: \"token\", \"node_rank\" and \"worker_id\" are required");
+  }
+  const GangMemberId member{*token, *node_rank, *machine};
+  const std::string action = Get<std::string>(j, "action", "");
+  if (action == "beat") {
+    GangBeat b;
+    b.member = member;
+    b.started = Get<bool>(j, "started", false);
+    b.master_addr = Get<std::string>(j, "master_addr", "");
+    b.master_port = Get<int>(j, "master_port", 0);
+    return b;
+  }
+  if (action == "log") {
+    auto rank = GetInteger<int>(j, "rank");
+    auto text = j.find("text");
+    if (!rank || *rank < 0 || *rank > GangLog::kMaxRank || text == j.end() || !text->is_string()) {
+      return Fail(ErrorKind::kInvalidArgument,
+                  "gang: a log needs \"rank\" (0..99999) and \"text\"");
+    }
+    return GangLog{member, *rank, text->get<std::string>()};
+  }
+  if (action != "complete") {
+    return Fail(ErrorKind::kInvalidArgument,
+                "gang: action must be beat, log or complete, got \"" + action + "\"");
+  }
+  GangComplete c;
+  c.member = member;
+  c.outcome = Get<std::string>(j, "outcome", "");
+  c.error = Get<std::string>(j, "error", "");
+  c.exit_code = GetInteger<int>(j, "exit_code");
+  if (auto m = j.find("metric_value"); m != j.end() && m->is_number()) {
+    c.metric_value = m->get<double>();
+  }
+  c.retry = !(j.contains("retry") && j["retry"].is_boolean() && !j["retry"].get<bool>());
+  if (c.outcome != "succeeded" && c.outcome != "failed" && c.outcome != "interrupted") {
+    return Fail(ErrorKind::kInvalidArgument,
+                "gang: outcome must be succeeded, failed or interrupted, got \"" + c.outcome +
+                    "\"");
+  }
+  if (c.outcome == "succeeded" && member.node_rank == 0 && !c.metric_value) {
+    return Fail(ErrorKind::kInvalidArgument,
+                "gang: node 0's success needs a numeric \"metric_value\"");
+  }
+  return c;
+}
+
+json ToJson(const GangBeatAnswer& a) {
+  return {{"master_addr", a.master_addr},
+          {"master_port", a.master_port},
+          {"expires_ms", a.expires_ms}};
+}
+
+GangBeatAnswer ParseGangBeatAnswer(const json& j) {
+  GangBeatAnswer a;
+  a.master_addr = Get<std::string>(j, "master_addr", "");
+  a.master_port = Get<int>(j, "master_port", 0);
+  a.expires_ms = Get<TimeMs>(j, "expires_ms", 0);
+  return a;
+}
+
+// ---- register: the answer --------------------------------------------------------
 
 json ToJson(const RegisterAnswer& a) {
   json j = {{"worker_id", a.worker_id}, {"name", a.name},         {"pool", a.pool},

@@ -1,6 +1,6 @@
-// The worker protocol's messages: one typed struct per body of the lease,
-// heartbeat, metrics and complete calls (and the register answer), each with
-// its JSON form. Both ends use this file: agent/daemon/worker_api.cc reads
+// The worker protocol's messages: one typed struct per body of every call
+// (register, lease, heartbeat, metrics, complete, a gang member's beat, log
+// and result) and per answer a worker reads, each with its JSON form. Both ends use this file: agent/daemon/worker_api.cc reads
 // requests and writes answers with it, agent/runner's Worker writes requests
 // and reads answers (through a LeaseClient, agent/runner/lease_client.h).
 // The routes, their auth and status codes are in agent/daemon/worker_api.h.
@@ -19,13 +19,56 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <variant>
 #include <vector>
 
+#include "agent/runner/gpu_detect.h"
 #include "core/clock.h"
 #include "core/result.h"
 #include "queue/types.h"
 
 namespace trainq {
+
+// ---- the envelope of a run's calls ------------------------------------------------
+
+// Every call about a run (heartbeat, metrics, complete, gang) names the lease
+// by its fencing token, and the machine making it (the pool token is shared by
+// the pool's machines): the body's worker_id, or the X-Trainq-Worker header
+// where the body is not JSON (log, which sends the token in X-Trainq-Token).
+struct RunEnvelope {
+  std::int64_t token = 0;
+  std::optional<std::int64_t> worker_id;
+};
+// `call` names the call in the error: "metrics: \"token\" (the lease's fencing
+// token) is required".
+Result<RunEnvelope> ParseRunEnvelope(const nlohmann::json& j, std::string_view call);
+// The body of a call that carries nothing else (source: POST /api/v1/runs/{id}/source).
+nlohmann::json ToJson(const RunEnvelope& e);
+
+// ---- register: POST /api/v1/workers/register --------------------------------------
+
+struct RegisterRequest {
+  std::string name;      // the machine's name ("" for a worker started by hand: hostname)
+  std::string hostname;
+  int pid = 0;
+  int slots = 1;
+  std::vector<GpuInfo> gpus;
+  int cpus = 0;
+  std::int64_t memory_mb = 0;
+  std::string version;
+  std::string trainer;   // trainq-train's path here, "" when `trainer:` runs cannot start
+  std::string sandbox;   // the form the worker's probe found (ProbeSandbox), and why
+  std::string sandbox_note;
+  std::optional<int> runs_per_gpu;
+};
+nlohmann::json ToJson(const RegisterRequest& r);
+// Refuses a body that names neither machine nor host, and a field of the
+// wrong type, with the line the server answers ("register: ...").
+Result<RegisterRequest> ParseRegisterRequest(const nlohmann::json& j);
+// What the store keeps of a registration beside its name and slots (GPUs,
+// CPUs, memory, version, trainer, sandbox): the machine's resources column.
+nlohmann::json ResourcesJson(const RegisterRequest& r);
 
 // ---- lease: POST /api/v1/workers/{id}/lease ----------------------------------
 
@@ -79,6 +122,7 @@ nlohmann::json ToJson(const HeartbeatAnswer& a);
 nlohmann::json PointJson(const MetricPoint& p);
 struct MetricsRequest {
   std::int64_t token = 0;
+  std::optional<std::int64_t> worker_id;  // named by a result kept in the outbox
   std::vector<MetricPoint> points;
 };
 nlohmann::json ToJson(const MetricsRequest& r);
@@ -105,7 +149,58 @@ struct CompleteAnswer {
 };
 nlohmann::json ToJson(const CompleteAnswer& a);
 
-// ---- register: POST /api/v1/workers/register (the answer) ----------------------
+// ---- gang: POST /api/v1/runs/{id}/gang ------------------------------------------
+
+// A gang member names its run's lease, its node and its machine in each call.
+struct GangMemberId {
+  std::int64_t token = 0;
+  int node_rank = 0;
+  std::int64_t worker_id = 0;
+};
+
+// "beat": the member is alive; node 0 also says where the rendezvous is.
+struct GangBeat {
+  GangMemberId member;
+  bool started = false;        // its processes are running (node 0: the run is running)
+  std::string master_addr;     // node 0, once it has chosen the port
+  int master_port = 0;
+};
+struct GangBeatAnswer {
+  std::string master_addr;     // the rendezvous, once node 0 has said it
+  int master_port = 0;
+  TimeMs expires_ms = 0;
+};
+
+// "log": one rank's output, sent before the member reports.
+struct GangLog {
+  GangMemberId member;
+  int rank = 0;                // 0..kMaxRank
+  std::string text;
+  static constexpr int kMaxRank = 99'999;
+};
+
+// "complete": the member's result (node 0's success carries the metric).
+struct GangComplete {
+  GangMemberId member;
+  std::string outcome;         // succeeded | failed | interrupted
+  std::optional<double> metric_value;
+  std::optional<int> exit_code;
+  std::string error;           // cut to kMaxError bytes when written
+  bool retry = true;
+  static constexpr size_t kMaxError = 2000;
+};
+
+using GangRequest = std::variant<GangBeat, GangLog, GangComplete>;
+nlohmann::json ToJson(const GangBeat& r);
+nlohmann::json ToJson(const GangLog& r);
+nlohmann::json ToJson(const GangComplete& r);
+// The body's action picks the message; a missing field or one of the wrong
+// type is refused with the line the server answers ("gang: ...").
+Result<GangRequest> ParseGangRequest(const nlohmann::json& j);
+nlohmann::json ToJson(const GangBeatAnswer& a);
+GangBeatAnswer ParseGangBeatAnswer(const nlohmann::json& j);
+
+// ---- register: the answer --------------------------------------------------------
 
 struct RegisterAnswer {
   std::int64_t worker_id = 0;

@@ -98,26 +98,23 @@ void Worker::NoteFailure(const Error& e) {
 }
 
 Status Worker::Register() {
-  json gpus = json::array();
-  for (const auto& g : config_.gpus) {
-    gpus.push_back({{"index", g.index}, {"name", g.name}, {"memory_mb", g.memory_mb}});
-  }
-  json req = {{"name", config_.machine},
-              {"hostname", config_.hostname},
-              {"pid", config_.pid},
-              {"slots", config_.slots},
-              {"gpus", gpus},
-              {"cpus", config_.cpus},
-              {"memory_mb", config_.memory_mb},
-              {"version", config_.version},
-              // Whether `trainer:` runs can start here: `trainq submit` warns
-              // when no worker of an experiment's pool has trainq-train.
-              {"trainer", FindTrainqTrain(config_.bin_dir, PathEnv())},
-              // The sandbox form its probe found (ProbeSandbox), and why.
-              {"sandbox", config_.sandbox_form},
-              {"sandbox_note", config_.sandbox_note}};
-  if (config_.runs_per_gpu > 0) req["runs_per_gpu"] = config_.runs_per_gpu;
-  auto a = Call("/api/v1/workers/register", req);
+  RegisterRequest req;
+  req.name = config_.machine;
+  req.hostname = config_.hostname;
+  req.pid = config_.pid;
+  req.slots = config_.slots;
+  req.gpus = config_.gpus;
+  req.cpus = config_.cpus;
+  req.memory_mb = config_.memory_mb;
+  req.version = config_.version;
+  // Whether `trainer:` runs can start here: `trainq submit` warns when no
+  // worker of an experiment's pool has trainq-train.
+  req.trainer = FindTrainqTrain(config_.bin_dir, PathEnv());
+  // The sandbox form its probe found (ProbeSandbox), and why.
+  req.sandbox = config_.sandbox_form;
+  req.sandbox_note = config_.sandbox_note;
+  if (config_.runs_per_gpu > 0) req.runs_per_gpu = config_.runs_per_gpu;
+  auto a = Call("/api/v1/workers/register", ToJson(req));
   if (!a) return {};  // retried after the backoff
   if (a->status == 409) {
     spdlog::info("the server answered that machine '{}' is not to run anything ({}); exiting",

@@ -71,12 +71,17 @@ void Worker::DeliverKept() {
     // still be taken), then the result itself.
     // The machine the run was leased to (an earlier worker on this data dir
     // may have kept it): named in what is delivered.
-    const auto leased_to = k.complete.find("worker_id");
-    const bool named = leased_to != k.complete.end() && leased_to->is_number_integer();
+    auto envelope = ParseRunEnvelope(k.complete, "kept result");
+    const std::optional<std::int64_t> leased_to =
+        envelope ? envelope->worker_id : std::optional<std::int64_t>();
     if (!k.points.empty()) {
-      json body = {{"token", k.token()}, {"points", k.points}};
-      if (named) body["worker_id"] = *leased_to;
-      if (!Call(path + "/metrics", body)) return;
+      auto m = ParseMetricsRequest(json{{"token", k.token()}, {"points", k.points}});
+      if (m) {
+        m->worker_id = leased_to;
+        if (!Call(path + "/metrics", ToJson(*m))) return;
+      } else {
+        spdlog::warn("run {}: kept metric points not sent: {}", k.run_id, m.error().message);
+      }
     }
     if (!k.log.empty()) {
       WireCall req;
@@ -84,7 +89,7 @@ void Worker::DeliverKept() {
       req.content_type = "application/octet-stream";
       req.headers = {{"X-Trainq-Token", std::to_string(k.token())},
                      {"X-Trainq-Offset", std::to_string(k.log_offset)}};
-      if (named) req.headers.emplace_back("X-Trainq-Worker", leased_to->dump());
+      if (leased_to) req.headers.emplace_back("X-Trainq-Worker", std::to_string(*leased_to));
       req.body = k.log;
       if (!Send(req)) return;
     }

@@ -49,7 +49,8 @@ Result<std::string> Worker::Worktree(const LeasedRun& run) {
   {
     ASSIGN_OR_RETURN(auto repo, GitRepo::OpenOrInitBare(source_dir));
     if (!repo.HasCommit(run.sha)) {
-      auto a = Call("/api/v1/runs/" + tag + "/source", {{"token", run.token}}, 300'000);
+      auto a = Call("/api/v1/runs/" + tag + "/source", ToJson(RunEnvelope{run.token, std::nullopt}),
+                    300'000);
       if (!a) return std::unexpected(a.error());
       if (a->status != 200) {
         return Fail(a->status == 409 ? ErrorKind::kConflict : ErrorKind::kUnavailable,
