@@ -556,9 +556,9 @@ HttpServerReply Dashboard::Handle(const HttpServerRequest& req, const std::strin
       (req.method == "GET" || req.method == "HEAD")) {
     // No data: the sign-in page uses them too. The colours are the report's
     // (agent/results/palette.h).
-    HttpServerReply r{200, "text/css; charset=utf-8",
-                      path == "/dash/palette.css" ? PaletteCss()
-                                                  : std::string(DashboardAsset("app.css"))};
+    HttpServerReply r{
+        200, "text/css; charset=utf-8",
+        path == "/dash/palette.css" ? PaletteCss() : std::string(DashboardAsset("app.css"))};
     r.headers.push_back({"Cache-Control", "no-cache"});
     PageHeaders(r);
     return r;
@@ -604,8 +604,8 @@ HttpServerReply Dashboard::Handle(const HttpServerRequest& req, const std::strin
   }
   if (IsPage(path) || IsModule(path)) {
     std::string name = IsPage(path) ? "index.html" : path.substr(6);
-    std::string type = name.ends_with(".mjs") ? "text/javascript; charset=utf-8"
-                                              : "text/html; charset=utf-8";
+    std::string type =
+        name.ends_with(".mjs") ? "text/javascript; charset=utf-8" : "text/html; charset=utf-8";
     HttpServerReply r{200, type, std::string(DashboardAsset(name))};
     r.headers.push_back({"Cache-Control", "no-cache"});
     PageHeaders(r);

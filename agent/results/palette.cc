@@ -7,10 +7,18 @@ namespace trainq {
 std::string PaletteCss() {
   using namespace palette;
   const std::pair<std::string_view, std::string_view> colours[] = {
-      {"fg", kFg},         {"muted", kMuted},           {"line", kLine},
-      {"bg", kBg},         {"card", kCard},             {"accent", kAccent},
-      {"better", kBetter}, {"worse", kWorse},           {"noise", kNoise},
-      {"negligible", kNegligible}, {"equivalent", kEquivalent}};
+      {"fg", kFg},
+      {"muted", kMuted},
+      {"line", kLine},
+      {"bg", kBg},
+      {"card", kCard},
+      {"accent", kAccent},
+      {"better", kBetter},
+      {"worse", kWorse},
+      {"noise", kNoise},
+      {"negligible", kNegligible},
+      {"equivalent", kEquivalent},
+  };
   std::string css = ":root{";
   for (const auto& [name, hex] : colours) {
     css += "--";

@@ -10,13 +10,13 @@
 
 namespace trainq::palette {
 
-inline constexpr std::string_view kFg = "#1d2330";          // text
-inline constexpr std::string_view kMuted = "#5d6675";       // secondary text
-inline constexpr std::string_view kLine = "#d8dde5";        // borders, table rules
-inline constexpr std::string_view kBg = "#f6f7f9";          // the page
-inline constexpr std::string_view kCard = "#fff";           // a card, a plot
-inline constexpr std::string_view kAccent = "#2457c5";      // links, a single series
-inline constexpr std::string_view kBetter = "#17803d";      // verdicts
+inline constexpr std::string_view kFg = "#1d2330";      // text
+inline constexpr std::string_view kMuted = "#5d6675";   // secondary text
+inline constexpr std::string_view kLine = "#d8dde5";    // borders, table rules
+inline constexpr std::string_view kBg = "#f6f7f9";      // the page
+inline constexpr std::string_view kCard = "#fff";       // a card, a plot
+inline constexpr std::string_view kAccent = "#2457c5";  // links, a single series
+inline constexpr std::string_view kBetter = "#17803d";  // verdicts
 inline constexpr std::string_view kWorse = "#c2261c";
 inline constexpr std::string_view kNoise = "#6b7280";
 inline constexpr std::string_view kNegligible = "#8a6d00";

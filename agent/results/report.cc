@@ -453,8 +453,8 @@ std::string RunsSvg(const ExperimentReport& er) {
   auto X = [&](size_t i) { return left + slot * (static_cast<double>(i) + 0.5); };
   auto Y = [&](double v) { return top + (hi - v) / (hi - lo) * (h - top - bottom); };
   // Axes and y ticks, at round numbers.
-  o << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\""
-    << h - bottom << "\" stroke=\"" << palette::kMuted << "\"/>";
+  o << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\"" << h - bottom
+    << "\" stroke=\"" << palette::kMuted << "\"/>";
   const AxisTicks ticks = NiceTicks(lo, hi);
   for (double v : ticks.values) {
     o << "<text class=\"ytick\" x=\"" << left - 6 << "\" y=\"" << Num(Y(v) + 4, 1)
@@ -523,14 +523,16 @@ std::string SpreadSvg(const ExperimentReport& er) {
     if (s.n < 2) continue;
     path += (path.empty() ? "M" : " L") + Num(X(i), 1) + " " + Num(Y(s.sd), 1);
   }
-  if (!path.empty()) o << "<path d=\"" << path << "\" fill=\"none\" stroke=\"" << palette::kAccent << "\"/>";
+  if (!path.empty())
+    o << "<path d=\"" << path << "\" fill=\"none\" stroke=\"" << palette::kAccent << "\"/>";
   for (size_t i = 0; i < n; ++i) {
     const auto& e = er.entries[i];
     auto s = stats::Summarize(e.batch.values);
     if (s.n < 2) continue;
     o << "<circle cx=\"" << Num(X(i), 1) << "\" cy=\"" << Num(Y(s.sd), 1) << "\" r=\""
-      << (e.spread_grew ? 5 : 3) << "\" fill=\"" << (e.spread_grew ? palette::kWorse : palette::kAccent)
-      << "\"><title>" << ShortSha(e.batch.sha, kReportShaChars) << ": sd " << Num(s.sd)
+      << (e.spread_grew ? 5 : 3) << "\" fill=\""
+      << (e.spread_grew ? palette::kWorse : palette::kAccent) << "\"><title>"
+      << ShortSha(e.batch.sha, kReportShaChars) << ": sd " << Num(s.sd)
       << (e.spread_grew ? " (spread grew)" : "") << "</title></circle>";
   }
   o << "</svg>";

@@ -116,10 +116,12 @@ class Plot {
     }
     s += "<text x=\"" + Px(kW / 2) + "\" y=\"" + Px(kH - 15) + "\" text-anchor=\"middle\">" +
          HtmlEscape(xlabel_) + (log_x_ ? " (log scale)" : "") + "</text>\n";
-    s += "<text x=\"15\" y=\"" + Px(kH / 2) + "\" text-anchor=\"middle\" transform=\"rotate(-90 15 " +
-         Px(kH / 2) + ")\">" + HtmlEscape(ylabel_) + "</text>\n";
+    s += "<text x=\"15\" y=\"" + Px(kH / 2) +
+         "\" text-anchor=\"middle\" transform=\"rotate(-90 15 " + Px(kH / 2) + ")\">" +
+         HtmlEscape(ylabel_) + "</text>\n";
     if (line && marks.size() > 1) {
-      s += "<polyline fill=\"none\" stroke=\"" + std::string(palette::kAccent) + "\" stroke-width=\"1.5\" points=\"";
+      s += "<polyline fill=\"none\" stroke=\"" + std::string(palette::kAccent) +
+           "\" stroke-width=\"1.5\" points=\"";
       for (const auto& m : marks) s += Px(sx(m.x)) + "," + Px(sy(m.y)) + " ";
       s += "\"/>\n";
     }
@@ -310,8 +312,8 @@ std::string ParallelSvg(const SweepView& v) {
     s += "<polyline class=\"point\" points=\"" + pts_attr + "\" stroke=\"" +
          (leader ? std::string(palette::kFg) : Ramp(goodness(p->summary.mean))) +
          "\" stroke-width=\"" + (leader ? "3" : "1.5") + "\" stroke-opacity=\"" +
-         (leader ? "1" : "0.8") + "\"><title>" + HtmlEscape(PointTitle(*p) + (leader ? " (leader)" : "")) +
-         "</title></polyline>\n";
+         (leader ? "1" : "0.8") + "\"><title>" +
+         HtmlEscape(PointTitle(*p) + (leader ? " (leader)" : "")) + "</title></polyline>\n";
   }
   s += "</g>\n";
   for (std::size_t i = 0; i < n_axes; ++i) {
@@ -374,7 +376,8 @@ std::string ImportanceSvg(const SweepView& v, const std::vector<ParamImportance>
          "\" height=\"" + Px(row - 8) + "\" fill=\"" + std::string(palette::kAccent) + "\"/>";
     double cx = left + (kW - left - right) * std::clamp(chance, 0.0, 1.0);
     s += "<line x1=\"" + Px(cx) + "\" x2=\"" + Px(cx) + "\" y1=\"" + Px(y) + "\" y2=\"" +
-         Px(y + row - 4) + "\" stroke=\"" + std::string(palette::kWorse) + "\" stroke-dasharray=\"3,2\"/>";
+         Px(y + row - 4) + "\" stroke=\"" + std::string(palette::kWorse) +
+         "\" stroke-dasharray=\"3,2\"/>";
     s += "<text x=\"" + Px(left + bw + 6) + "\" y=\"" + Px(y + 14) + "\">" + Num(p.eta2) +
          "</text></g>\n";
     y += row;
