@@ -37,28 +37,28 @@ function family(f) {
 function comparison(b) {
   const vp = b.vs_parent;
   if (b.unchanged) {
-    return html`<p class="unchanged">Unchanged: the same runs as batch ${b.unchanged.batch} at ${commitLink(b.unchanged.commit)}${''
-    } (reused); not compared here and not counted in the family.</p>`;
+    return html`<p class="unchanged">Unchanged: the same runs as batch ${b.unchanged.batch} at ${commitLink(b.unchanged.commit)}
+       (reused); not compared here and not counted in the family.</p>`;
   }
   if (!vp) return html`<p class="muted">No baseline: ${b.baseline_note || 'no runs of this experiment at the parent commit'}</p>`;
-  return html`<div class="grid"><div>${seedPlot(vp)}</div><div>${effectText(vp)}${''
-  }<p>this commit: ${num(vp.a.mean)} ± ${num(vp.a.sd)} (n=${vp.a.n})<br>${''
-  }baseline ${commitLink(vp.baseline_sha)}: ${num(vp.b.mean)} ± ${num(vp.b.sd)} (n=${vp.b.n})${''
-  }<br><span class="muted">${vp.baseline_note}</span></p></div></div>`;
+  const here = `this commit: ${num(vp.a.mean)} ± ${num(vp.a.sd)} (n=${vp.a.n})`;
+  const base = html`baseline ${commitLink(vp.baseline_sha)}: ${num(vp.b.mean)} ± ${num(vp.b.sd)} (n=${vp.b.n})`;
+  return html`<div class="grid"><div>${seedPlot(vp)}</div><div>${effectText(vp)}
+    <p>${here}<br>${base}<br><span class="muted">${vp.baseline_note}</span></p></div></div>`;
 }
 
 function batchSection(b, commit) {
   const runs = table(['run', '#seed', 'state', '#attempts', '#metric', 'error', ''], (b.runs || []).map(r =>
-    html`<tr data-run="${r.id}" data-state="${r.state}"><td>${runLink(r.id)}</td><td class="num">${r.seed}</td><td>${stateWord(r.state)}</td>${''
-    }<td class="num">${r.attempts}/${r.max_attempts}${retried(r)}</td><td class="num">${num(r.metric)}</td>${''
-    }<td class="err">${r.error}</td><td>${runActions(r)}</td></tr>`),
+    html`<tr data-run="${r.id}" data-state="${r.state}"><td>${runLink(r.id)}</td><td class="num">${r.seed}</td><td>${stateWord(r.state)}</td>
+      <td class="num">${r.attempts}/${r.max_attempts}${retried(r)}</td><td class="num">${num(r.metric)}</td>
+      <td class="err">${r.error}</td><td>${runActions(r)}</td></tr>`),
   'No runs.');
   const p = b.progress || {};
   const prog = progress({counts: p.counts || {}, runs: p.runs || 0});
-  return html`<section class="card batch" data-batch="${b.id}" data-experiment="${b.experiment}">${''
-  }<h2>${expLink(b.experiment)} <span class="muted">batch ${b.id} · ${b.metric} (${b.goal})</span></h2>${''
-  }<p>${prog}${b.reuses_batch ? '' : batchActions(b.id, b.experiment, commit, p.counts)}</p>${''
-  }<p class="muted">why: ${b.reason}</p>${comparison(b)}<h3>Runs</h3>${runs}</section>`;
+  return html`<section class="card batch" data-batch="${b.id}" data-experiment="${b.experiment}">
+    <h2>${expLink(b.experiment)} <span class="muted">batch ${b.id} · ${b.metric} (${b.goal})</span></h2>
+    <p>${prog}${b.reuses_batch ? '' : batchActions(b.id, b.experiment, commit, p.counts)}</p>
+    <p class="muted">why: ${b.reason}</p>${comparison(b)}<h3>Runs</h3>${runs}</section>`;
 }
 
 // Nothing ran here: say why, from the pushes that brought the commit, and
@@ -70,14 +70,14 @@ function whyNothing(j) {
       statuses ? html`<br><span class="muted">statuses: ${statuses}</span>` : ''}</li>`;
   });
   return card('Nothing ran at this commit', why.length ? html`<ul class="why">${why}</ul>` :
-    html`<p class="muted">No push or submit named this commit: trainq has not seen it. ${''
-    }Push it to a watched branch, or <code>trainq submit</code> it.</p>`);
+    html`<p class="muted">No push or submit named this commit: trainq has not seen it. 
+      Push it to a watched branch, or <code>trainq submit</code> it.</p>`);
 }
 
 export async function commitPage(sha) {
   const j = await getJSON('/dash/api/commit/' + encodeURIComponent(sha));
-  const sections = [{key: 'title', html: html`<h1>Commit <span class="mono">${shortSha(j.commit)}</span> <span class="muted">${j.subject}</span></h1>${''
-  }<p class="muted">${j.repo} · parent ${j.parent ? commitLink(j.parent) : '–'}</p>${family(j.family)}`}];
+  const sections = [{key: 'title', html: html`<h1>Commit <span class="mono">${shortSha(j.commit)}</span> <span class="muted">${j.subject}</span></h1>
+    <p class="muted">${j.repo} · parent ${j.parent ? commitLink(j.parent) : '–'}</p>${family(j.family)}`}];
   for (const b of j.batches || []) sections.push({key: 'b' + b.id, html: batchSection(b, j.commit)});
   if (!(j.batches || []).length) sections.push({key: 'none', html: whyNothing(j)});
   render(sections);

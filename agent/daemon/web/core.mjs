@@ -35,8 +35,8 @@ export async function postJSON(url, body) {
 
 function signedOut() {
   const next = '/signin?next=' + encodeURIComponent(location.pathname + location.search);
-  setMarkup($('#main'), html`<section class="card"><h1>Signed out</h1><p>Your session ended. ${''
-  }<a href="${next}">Sign in again</a> with your personal token, or the read or admin token.</p></section>`);
+  setMarkup($('#main'), html`<section class="card"><h1>Signed out</h1><p>Your session ended. 
+    <a href="${next}">Sign in again</a> with your personal token, or the read or admin token.</p></section>`);
   state.onSignedOut();
 }
 

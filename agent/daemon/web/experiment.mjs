@@ -35,10 +35,10 @@ function row(en) {
   // Shown once, where the runs ran: the commits that reused them are named.
   const reused = (en.reused_at || []).length ?
     html`<div class="muted reused">reused unchanged at ${en.reused_at.map((c, i) => html`${i ? ', ' : ''}${commitLink(c)}`)}</div>` : '';
-  return html`<tr data-commit="${en.commit}"><td>${commitLink(en.commit)}</td><td>${en.subject}${reused}</td><td class="num">${en.n}</td>${''
-  }<td class="num">${num(en.mean)}</td><td>${en.ci95 ? num(en.ci95[0]) + '..' + num(en.ci95[1]) : '–'}</td>${''
-  }<td>${vp ? commitLink(vp.baseline_commit || en.parent) : '–'}</td><td class="num">${vp ? signed(vp.diff) : '–'}</td>${''
-  }<td class="num p-cell">${vp ? pCell(vp.correction) : '–'}</td><td>${verdictWord(vp ? vp.verdict : null)}</td></tr>`;
+  return html`<tr data-commit="${en.commit}"><td>${commitLink(en.commit)}</td><td>${en.subject}${reused}</td><td class="num">${en.n}</td>
+    <td class="num">${num(en.mean)}</td><td>${en.ci95 ? num(en.ci95[0]) + '..' + num(en.ci95[1]) : '–'}</td>
+    <td>${vp ? commitLink(vp.baseline_commit || en.parent) : '–'}</td><td class="num">${vp ? signed(vp.diff) : '–'}</td>
+    <td class="num p-cell">${vp ? pCell(vp.correction) : '–'}</td><td>${verdictWord(vp ? vp.verdict : null)}</td></tr>`;
 }
 
 // The last document, reused until the store changes (paging redraws it).
@@ -57,10 +57,10 @@ export async function experimentPage(name) {
     const entries = e.batches || [];  // oldest first
     const h = e.history || {};
     const rows = entries.slice().reverse().map(row);
-    sections.push({key: 'e' + k, html: html`<section class="card"><h2>${e.repo} · ${e.metric} (${e.goal})</h2>${branchLine(name, h)}${''
-    }<p class="legend muted"><span>● mean, bar: 95% CI</span><span>shaded: ± min_effect around the baseline</span><span>word: verdict vs the baseline</span></p>${''
-    }${historyPlot(e, entries)}${pager('hist', h.page || 0, h.pages || 1, h.points)}${''
-    }${table(['commit', 'subject', '#n', '#mean', '95% CI', 'baseline', '#effect', '#p (adjusted)', 'verdict'], rows, 'No batches.')}</section>`});
+    sections.push({key: 'e' + k, html: html`<section class="card"><h2>${e.repo} · ${e.metric} (${e.goal})</h2>${branchLine(name, h)}
+      <p class="legend muted"><span>● mean, bar: 95% CI</span><span>shaded: ± min_effect around the baseline</span><span>word: verdict vs the baseline</span></p>
+      ${historyPlot(e, entries)}${pager('hist', h.page || 0, h.pages || 1, h.points)}
+      ${table(['commit', 'subject', '#n', '#mean', '95% CI', 'baseline', '#effect', '#p (adjusted)', 'verdict'], rows, 'No batches.')}</section>`});
   });
   render(sections);
 }

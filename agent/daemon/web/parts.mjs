@@ -30,9 +30,9 @@ export function table(head, rows, empty) {
 // "‹ newer · page 2 of 3 (97) · older ›" over the pages of `key`.
 export function pager(key, p, n, total) {
   if (n <= 1) return '';
-  return html`<div class="pager"><button data-page="${key}" data-to="${p - 1}"${p === 0 ? html` disabled` : ''}>‹ newer</button>${''
-  }<span class="muted">page ${p + 1} of ${n} (${total})</span>${''
-  }<button data-page="${key}" data-to="${p + 1}"${p >= n - 1 ? html` disabled` : ''}>older ›</button></div>`;
+  return html`<div class="pager"><button data-page="${key}" data-to="${p - 1}"${p === 0 ? html` disabled` : ''}>‹ newer</button>
+    <span class="muted">page ${p + 1} of ${n} (${total})</span>
+    <button data-page="${key}" data-to="${p + 1}"${p >= n - 1 ? html` disabled` : ''}>older ›</button></div>`;
 }
 
 // Paging of a long list in the page, kept across refreshes.
@@ -50,9 +50,9 @@ export function batchActions(b, experiment, commit, counts) {
   const left = unfinished(counts || {});
   const what = html`data-batch="${b}" data-experiment="${experiment}" data-commit="${commit}"`;
   return html`<span class="actions">${
-    left ? html`<button class="danger" data-action="cancel_batch" ${what} data-left="${left}">cancel batch</button>` : ''}${''
-  }<input type="number" min="1" max="100" value="5" aria-label="seeds to add" data-seeds-for="${b}">${''
-  }<button data-action="add_seeds" ${what}>add seeds</button></span>`;
+    left ? html`<button class="danger" data-action="cancel_batch" ${what} data-left="${left}">cancel batch</button>` : ''}
+    <input type="number" min="1" max="100" value="5" aria-label="seeds to add" data-seeds-for="${b}">
+    <button data-action="add_seeds" ${what}>add seeds</button></span>`;
 }
 
 export function runActions(r) {

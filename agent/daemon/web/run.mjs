@@ -44,26 +44,26 @@ async function pollLog() {
 function retriesTable(rs) {
   if (!rs.length) return '';
   return html`<h3>Earlier attempts</h3>${table(['retried', 'by', 'was', '#attempts', 'exit', 'error'], rs.map(t =>
-    html`<tr class="retry-row"><td>${when(t.retried_ms)}</td><td>${t.who}</td><td>${stateWord(t.state)}</td><td class="num">${t.attempts}</td>${''
-    }<td>${t.exit_code == null ? '–' : t.exit_code}</td><td class="err">${t.error}</td></tr>`), '')}`;
+    html`<tr class="retry-row"><td>${when(t.retried_ms)}</td><td>${t.who}</td><td>${stateWord(t.state)}</td><td class="num">${t.attempts}</td>
+      <td>${t.exit_code == null ? '–' : t.exit_code}</td><td class="err">${t.error}</td></tr>`), '')}`;
 }
 
 // Who cancelled, retried or added seeds to this run or its batch (the audit trail).
 function whoTable(rows) {
   if (!rows.length) return '';
   return html`<h3>Who acted on it</h3>${table(['when', 'who', 'action', 'on', 'detail'], rows.map(a =>
-    html`<tr class="audit-row"><td>${a.at}</td><td>${a.who}</td><td>${a.action.replace(/_/g, ' ')}</td>${''
-    }<td>${a.target}</td><td class="muted">${a.detail}</td></tr>`), '')}`;
+    html`<tr class="audit-row"><td>${a.at}</td><td>${a.who}</td><td>${a.action.replace(/_/g, ' ')}</td>
+      <td>${a.target}</td><td class="muted">${a.detail}</td></tr>`), '')}`;
 }
 
 export async function runPage(id) {
   const j = await getJSON('/dash/api/run/' + encodeURIComponent(id));
   const r = j.run;
   const info = table(['run', 'experiment', 'commit', '#seed', 'state', '#attempts', 'worker', 'started', 'finished', '#metric', 'exit'],
-    [html`<tr><td>${r.id}</td><td>${expLink(r.experiment)}</td><td>${commitLink(r.commit)}</td><td class="num">${r.seed}</td>${''
-    }<td id="run-state">${stateWord(r.state)} ${runActions(r)}</td>${''
-    }<td class="num">${r.attempts}/${r.max_attempts}${retried(r)}</td><td>${r.worker}</td><td>${when(r.started_ms)}</td><td>${when(r.finished_ms)}</td>${''
-    }<td class="num">${num(r.metric)}</td><td>${r.exit_code == null ? '–' : r.exit_code}</td></tr>`], '');
+    [html`<tr><td>${r.id}</td><td>${expLink(r.experiment)}</td><td>${commitLink(r.commit)}</td><td class="num">${r.seed}</td>
+      <td id="run-state">${stateWord(r.state)} ${runActions(r)}</td>
+      <td class="num">${r.attempts}/${r.max_attempts}${retried(r)}</td><td>${r.worker}</td><td>${when(r.started_ms)}</td><td>${when(r.finished_ms)}</td>
+      <td class="num">${num(r.metric)}</td><td>${r.exit_code == null ? '–' : r.exit_code}</td></tr>`], '');
   const error = r.error ? html`<h3>Last error</h3><div class="err">${r.error}</div>` : '';
   render([
     {key: 'title', html: html`<h1>Run ${r.id} <span class="muted">${r.experiment} seed ${r.seed}</span></h1>`},

@@ -18,8 +18,8 @@ async function plots(cur) {
   const names = plotOrder((await getJSON(`/dash/api/sweep/${cur.id}`)).plots || []);
   // The images change when the sweep does: the version is its progress.
   const v = `${cur.points}-${cur.runs_done}-${cur.state}`;
-  const figures = names.map(n => html`<figure><img class="sweep-plot" data-plot="${n}" alt="${n} of sweep ${cur.id}" ${''
-  }src="/dash/api/sweep/${cur.id}/${encodeURIComponent(n)}?v=${encodeURIComponent(v)}"></figure>`);
+  const figures = names.map(n => html`<figure><img class="sweep-plot" data-plot="${n}" alt="${n} of sweep ${cur.id}" 
+    src="/dash/api/sweep/${cur.id}/${encodeURIComponent(n)}?v=${encodeURIComponent(v)}"></figure>`);
   return card(html`Plots of sweep ${cur.id} <span class="muted">${cur.experiment} at ${shortSha(cur.commit)}, as in <code>trainq report</code></span>`,
     html`<div class="sweep-plots">${figures}</div>`);
 }
@@ -27,10 +27,10 @@ async function plots(cur) {
 function row(s, want) {
   const winner = (s.winner || []).map((w, i) => html`${i ? html`<br>` : ''}${w}`);
   const importance = Object.entries(s.importance || {}).map(([k, v]) => `${k} ${num(v, 2)}`).join(', ') || '–';
-  return html`<tr${s.id === want ? html` class="selected"` : ''}><td><a href="/sweeps?sweep=${s.id}">${s.id}</a></td>${''
-  }<td>${expLink(s.experiment)}</td><td>${commitLink(s.commit)}</td><td>${stateWord(s.state)}</td>${''
-  }<td class="num">${s.points}/${s.budget_points}</td><td>${progress({counts: {succeeded: s.runs_done}, runs: s.runs_total})}</td>${''
-  }<td>${winner.length ? winner : html`<span class="muted">no winner yet</span>`}</td><td>${importance}</td></tr>`;
+  return html`<tr${s.id === want ? html` class="selected"` : ''}><td><a href="/sweeps?sweep=${s.id}">${s.id}</a></td>
+    <td>${expLink(s.experiment)}</td><td>${commitLink(s.commit)}</td><td>${stateWord(s.state)}</td>
+    <td class="num">${s.points}/${s.budget_points}</td><td>${progress({counts: {succeeded: s.runs_done}, runs: s.runs_total})}</td>
+    <td>${winner.length ? winner : html`<span class="muted">no winner yet</span>`}</td><td>${importance}</td></tr>`;
 }
 
 export async function sweepsPage() {
