@@ -28,6 +28,22 @@ for (const f of modules) {
   });
 }
 
+// The layers of docs/design/dashboard.md: a module imports only those
+// before it (the pages import no page; app.mjs imports them all).
+const LAYERS = [['html.mjs'], ['format.mjs'], ['core.mjs'], ['plot.mjs'], ['parts.mjs'],
+  ['overview.mjs', 'experiment.mjs', 'commit.mjs', 'run.mjs', 'machines.mjs', 'sweeps.mjs', 'account.mjs'], ['app.mjs']];
+const layer = f => LAYERS.findIndex(l => l.includes(f));
+
+test('every module is in a layer and imports only from the layers before it', () => {
+  for (const f of modules) {
+    assert.ok(layer(f) >= 0, `${f} is in no layer of lint_test.mjs`);
+    const src = readFileSync(join(WEB, f), 'utf8');
+    for (const [, dep] of src.matchAll(/^import .* from '\.\/([a-z_]+\.mjs)';$/gm)) {
+      assert.ok(layer(dep) >= 0 && layer(dep) < layer(f), `${f} imports ${dep}`);
+    }
+  }
+});
+
 test('the scanner finds markup outside html', () => {
   const c = scan("const a = `<td>${x}</td>`; const b = '<b>' + y + '</b>'; const r = /<a'\"/g; " +
     'const ok = html`<td>${x}</td>`; el.innerHTML = s; raw(z); // <i>');
