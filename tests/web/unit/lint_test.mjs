@@ -22,8 +22,9 @@ test('the dashboard is the modules the daemon embeds', () => {
 for (const f of modules) {
   test(`${f}: all markup through html`, () => {
     const c = scan(readFileSync(join(WEB, f), 'utf8'));
-    assert.deepEqual({untagged: c.untaggedMarkup, joins: c.joins, raw: f === 'html.mjs' ? 0 : c.rawCalls, esc: c.escCalls},
-      {untagged: 0, joins: 0, raw: 0, esc: 0}, `markup outside html at lines ${c.where}`);
+    assert.deepEqual({untagged: c.untaggedMarkup, joins: c.joins, raw: f === 'html.mjs' ? 0 : c.rawCalls, esc: c.escCalls,
+      unquoted: c.unquotedAttributes}, {untagged: 0, joins: 0, raw: 0, esc: 0, unquoted: 0},
+    `markup outside html at lines ${c.where}`);
     assert.equal(c.innerHTML, f === 'core.mjs' ? 1 : 0, 'innerHTML is set in core.mjs alone');
   });
 }
@@ -46,11 +47,13 @@ test('every module is in a layer and imports only from the layers before it', ()
 
 test('the scanner finds markup outside html', () => {
   const c = scan("const a = `<td>${x}</td>`; const b = '<b>' + y + '</b>'; const r = /<a'\"/g; " +
-    'const ok = html`<td>${x}</td>`; el.innerHTML = s; raw(z); // <i>');
+    'const ok = html`<td>${x}</td>`; el.innerHTML = s; raw(z); // <i>\n' +
+    'const bad = html`<td class=${x}>n=${y}</td>`;');
   assert.equal(c.untaggedMarkup, 3);
   assert.equal(c.untaggedInterpolations, 1);
   assert.equal(c.joins, 2);
-  assert.equal(c.htmlInterpolations, 1);
+  assert.equal(c.htmlInterpolations, 3);
+  assert.equal(c.unquotedAttributes, 1);
   assert.equal(c.innerHTML, 1);
   assert.equal(c.rawCalls, 1);
 });

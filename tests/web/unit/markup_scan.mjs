@@ -21,13 +21,18 @@ export function lex(src) {
   const prevValue = () => { const p = prev(); return p ? (p.t === 'lit' ? 'lit' : p.v) : ''; };
 
   function template(tag) {
-    const lit = {kind: 'template', tag, text: '', interpolations: 0, line};
+    // unquoted: ${...} right after `name=` inside a tag, where a space in
+    // the value would start a new attribute (escaping covers quoted ones).
+    const lit = {kind: 'template', tag, text: '', interpolations: 0, unquoted: 0, line};
     literals.push(lit);
     i++;  // the backtick
     while (i < src.length && src[i] !== '`') {
       if (src[i] === '\\') { lit.text += src.slice(i, i + 2); i += 2; continue; }
       if (src[i] === '$' && src[i + 1] === '{') {
         lit.interpolations++;
+        const lt = lit.text.lastIndexOf('<'), tag = lt < 0 ? '>' : lit.text.slice(lt);
+        const quotes = q => tag.split(q).length - 1;
+        if (lit.text.endsWith('=') && !tag.includes('>') && quotes('"') % 2 === 0 && quotes("'") % 2 === 0) lit.unquoted++;
         i += 2;
         const saved = tokens.length;
         expression('}');
@@ -132,6 +137,7 @@ export function scan(src) {
     // Through the template: escaped unless markup.
     htmlTemplates: html.length,
     htmlInterpolations: html.reduce((n, l) => n + l.interpolations, 0),
+    unquotedAttributes: html.reduce((n, l) => n + l.unquoted, 0),
     where: untagged.map(l => l.line),
   };
 }
