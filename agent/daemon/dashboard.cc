@@ -14,6 +14,7 @@
 #include "agent/daemon/read_api.h"
 #include "agent/results/analysis.h"
 #include "agent/results/commit_view.h"
+#include "agent/results/palette.h"
 #include "agent/results/report.h"
 #include "agent/results/run_logs.h"
 #include "agent/results/status.h"
@@ -79,6 +80,13 @@ bool IsPage(const std::string& path) {
          path == "/audit" ||
          path.starts_with("/experiment/") || path.starts_with("/commit/") ||
          path.starts_with("/run/");
+}
+
+// One of the dashboard's ES modules: /dash/NAME.mjs, NAME an embedded file.
+bool IsModule(const std::string& path) {
+  if (!path.starts_with("/dash/") || !path.ends_with(".mjs")) return false;
+  std::string_view name = std::string_view(path).substr(6);
+  return name.find('/') == std::string_view::npos && !DashboardAsset(name).empty();
 }
 
 std::optional<std::string> Param(const HttpServerRequest& req, const std::string& name) {
@@ -179,7 +187,10 @@ void PageHeaders(HttpServerReply& r) {
   r.headers.push_back({"X-Frame-Options", "DENY"});
   r.headers.push_back(
       {"Content-Security-Policy",
-       "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'"});
+       "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+       "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; "
+       // Only markup made by the `html` template reaches innerHTML (core.mjs).
+       "require-trusted-types-for 'script'; trusted-types trainq"});
 }
 
 // "http://a:1" from a URL such as "http://a:1/x/" (scheme and authority).
@@ -557,9 +568,13 @@ HttpServerReply Dashboard::Handle(const HttpServerRequest& req, const std::strin
                         "browser's history): enter it here instead.");
     }
   }
-  if (path == "/dash/app.css" && (req.method == "GET" || req.method == "HEAD")) {
-    // No data: the sign-in page uses it too.
-    HttpServerReply r{200, "text/css; charset=utf-8", std::string(DashboardAsset("app.css"))};
+  if ((path == "/dash/app.css" || path == "/dash/palette.css") &&
+      (req.method == "GET" || req.method == "HEAD")) {
+    // No data: the sign-in page uses them too. The colours are the report's
+    // (agent/results/palette.h).
+    HttpServerReply r{
+        200, "text/css; charset=utf-8",
+        path == "/dash/palette.css" ? PaletteCss() : std::string(DashboardAsset("app.css"))};
     r.headers.push_back({"Cache-Control", "no-cache"});
     PageHeaders(r);
     return r;
@@ -604,10 +619,10 @@ HttpServerReply Dashboard::Handle(const HttpServerRequest& req, const std::strin
   if (req.method != "GET" && req.method != "HEAD") {
     return Refuse(405, req.method + " is not allowed here");
   }
-  if (IsPage(path) || path == "/dash/app.js") {
+  if (IsPage(path) || IsModule(path)) {
     std::string name = IsPage(path) ? "index.html" : path.substr(6);
-    std::string type = name.ends_with(".js") ? "text/javascript; charset=utf-8"
-                                             : "text/html; charset=utf-8";
+    std::string type =
+        name.ends_with(".mjs") ? "text/javascript; charset=utf-8" : "text/html; charset=utf-8";
     HttpServerReply r{200, type, std::string(DashboardAsset(name))};
     r.headers.push_back({"Cache-Control", "no-cache"});
     PageHeaders(r);

@@ -1,11 +1,13 @@
 // The live web dashboard of `trainq serve`, on its HTTP listener:
 //   GET  /, /experiment/NAME, /commit/SHA, /run/ID, /machines, /sweeps
-//                                   the page (one HTML page, its JS and CSS compiled in)
+//                                   the page (one HTML page, its ES modules and CSS compiled in)
 //   GET  /signin, POST /signin      the sign-in page and its form (token=, next=)
 //   GET  /signin/github[/callback]  "Sign in with GitHub" (auth.github): the OAuth
 //                                   code flow with state and PKCE; roles from the
 //                                   person's access to each watched repository
-//   GET  /dash/app.js, /dash/app.css
+//   GET  /dash/NAME.mjs             the modules (agent/daemon/web/*.mjs), with a session
+//   GET  /dash/app.css, /dash/palette.css
+//                                   the style and the colours (agent/results/palette.h)
 //   GET  /dash/api/...              the documents the CLI prints (status, show --json,
 //                                   report json), a run's log tail and metric curve
 //   GET  /dash/events               server-sent events: "the store changed"

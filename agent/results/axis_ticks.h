@@ -2,7 +2,7 @@
 // sweep_plot.cc): steps of 1, 2 or 5 times a power of ten, so that an axis
 // reads 0.95 0.96 0.97 0.98 rather than 0.9483 0.9652 0.9821, and 5 10 15 20
 // rather than 2.1 7.05 12 16.95. The dashboard draws its charts with the same
-// rule (niceTicks in agent/daemon/web/app.js).
+// rule (niceTicks in agent/daemon/web/format.mjs).
 #pragma once
 
 #include <string>

@@ -1,6 +1,7 @@
 #include "agent/results/report.h"
 
 #include "agent/results/axis_ticks.h"
+#include "agent/results/palette.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
 #include "agent/results/table.h"
@@ -452,21 +453,21 @@ std::string RunsSvg(const ExperimentReport& er) {
   auto X = [&](size_t i) { return left + slot * (static_cast<double>(i) + 0.5); };
   auto Y = [&](double v) { return top + (hi - v) / (hi - lo) * (h - top - bottom); };
   // Axes and y ticks, at round numbers.
-  o << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\""
-    << h - bottom << "\" stroke=\"#888\"/>";
+  o << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\"" << h - bottom
+    << "\" stroke=\"" << palette::kMuted << "\"/>";
   const AxisTicks ticks = NiceTicks(lo, hi);
   for (double v : ticks.values) {
     o << "<text class=\"ytick\" x=\"" << left - 6 << "\" y=\"" << Num(Y(v) + 4, 1)
       << "\" font-size=\"11\" text-anchor=\"end\">" << TickLabel(v, ticks.decimals)
       << "</text>";
     o << "<line x1=\"" << left << "\" y1=\"" << Num(Y(v), 1) << "\" x2=\"" << w - right
-      << "\" y2=\"" << Num(Y(v), 1) << "\" stroke=\"#eee\"/>";
+      << "\" y2=\"" << Num(Y(v), 1) << "\" stroke=\"" << palette::kLine << "\"/>";
   }
   for (size_t i = 0; i < n; ++i) {
     const auto& e = er.entries[i];
-    std::string colour = "#555";
-    if (e.vs_parent && e.vs_parent->verdict == stats::Verdict::kBetter) colour = "#1a7f37";
-    if (e.vs_parent && e.vs_parent->verdict == stats::Verdict::kWorse) colour = "#cf222e";
+    std::string_view colour = palette::kNoise;
+    if (e.vs_parent && e.vs_parent->verdict == stats::Verdict::kBetter) colour = palette::kBetter;
+    if (e.vs_parent && e.vs_parent->verdict == stats::Verdict::kWorse) colour = palette::kWorse;
     double x = X(i);
     o << "<text x=\"" << Num(x, 1) << "\" y=\"" << h - bottom + 16
       << "\" font-size=\"11\" text-anchor=\"middle\" font-family=\"monospace\">"
@@ -511,7 +512,7 @@ std::string SpreadSvg(const ExperimentReport& er) {
   auto X = [&](size_t i) { return left + slot * (static_cast<double>(i) + 0.5); };
   auto Y = [&](double v) { return top + (hi - v) / hi * (h - top - bottom); };
   o << "<line x1=\"" << left << "\" y1=\"" << h - bottom << "\" x2=\"" << w - right << "\" y2=\""
-    << h - bottom << "\" stroke=\"#888\"/>";
+    << h - bottom << "\" stroke=\"" << palette::kMuted << "\"/>";
   o << "<text x=\"" << left - 6 << "\" y=\"" << top + 8
     << "\" font-size=\"11\" text-anchor=\"end\">" << Num(hi, 4) << "</text>";
   o << "<text x=\"" << left - 6 << "\" y=\"" << h - bottom
@@ -522,14 +523,16 @@ std::string SpreadSvg(const ExperimentReport& er) {
     if (s.n < 2) continue;
     path += (path.empty() ? "M" : " L") + Num(X(i), 1) + " " + Num(Y(s.sd), 1);
   }
-  if (!path.empty()) o << "<path d=\"" << path << "\" fill=\"none\" stroke=\"#0969da\"/>";
+  if (!path.empty())
+    o << "<path d=\"" << path << "\" fill=\"none\" stroke=\"" << palette::kAccent << "\"/>";
   for (size_t i = 0; i < n; ++i) {
     const auto& e = er.entries[i];
     auto s = stats::Summarize(e.batch.values);
     if (s.n < 2) continue;
     o << "<circle cx=\"" << Num(X(i), 1) << "\" cy=\"" << Num(Y(s.sd), 1) << "\" r=\""
-      << (e.spread_grew ? 5 : 3) << "\" fill=\"" << (e.spread_grew ? "#cf222e" : "#0969da")
-      << "\"><title>" << ShortSha(e.batch.sha, kReportShaChars) << ": sd " << Num(s.sd)
+      << (e.spread_grew ? 5 : 3) << "\" fill=\""
+      << (e.spread_grew ? palette::kWorse : palette::kAccent) << "\"><title>"
+      << ShortSha(e.batch.sha, kReportShaChars) << ": sd " << Num(s.sd)
       << (e.spread_grew ? " (spread grew)" : "") << "</title></circle>";
   }
   o << "</svg>";
@@ -542,12 +545,13 @@ std::string RenderHtml(const ReportData& r) {
   std::ostringstream o;
   o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
        "<title>trainq spread report</title>\n<style>\n"
-       "body{font-family:system-ui,sans-serif;margin:2em;max-width:62em;color:#1f2328}\n"
+    << PaletteCss()  // the dashboard's colours (palette.h)
+    << "body{font-family:system-ui,sans-serif;margin:2em;max-width:62em;color:var(--fg)}\n"
        "table{border-collapse:collapse;margin:0.5em 0 1.5em}\n"
-       "th,td{border:1px solid #d0d7de;padding:0.25em 0.6em;text-align:left;font-size:0.9em}\n"
-       "th{background:#f6f8fa}\ncode{font-size:0.95em}\n"
-       ".better{color:#1a7f37;font-weight:600}.worse{color:#cf222e;font-weight:600}\n"
-       ".grew{color:#cf222e}\nfigure{margin:0.5em 0}\n</style>\n</head>\n<body>\n";
+       "th,td{border:1px solid var(--line);padding:0.25em 0.6em;text-align:left;font-size:0.9em}\n"
+       "th{background:var(--bg)}\ncode{font-size:0.95em}\n"
+       ".better{color:var(--better);font-weight:600}.worse{color:var(--worse);font-weight:600}\n"
+       ".grew{color:var(--worse)}\nfigure{margin:0.5em 0}\n</style>\n</head>\n<body>\n";
   o << "<h1>trainq spread report</h1>\n";
   o << "<p>Window: " << (r.window == "all" ? "all batches" : "last " + HtmlEscape(r.window)) << "; "
     << r.batches << " batches, " << r.runs << " runs.</p>\n";

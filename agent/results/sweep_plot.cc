@@ -1,5 +1,6 @@
 #include "agent/results/sweep_plot.h"
 #include "agent/results/axis_ticks.h"
+#include "agent/results/palette.h"
 #include "core/strings.h"
 
 #include <algorithm>
@@ -115,10 +116,12 @@ class Plot {
     }
     s += "<text x=\"" + Px(kW / 2) + "\" y=\"" + Px(kH - 15) + "\" text-anchor=\"middle\">" +
          HtmlEscape(xlabel_) + (log_x_ ? " (log scale)" : "") + "</text>\n";
-    s += "<text x=\"15\" y=\"" + Px(kH / 2) + "\" text-anchor=\"middle\" transform=\"rotate(-90 15 " +
-         Px(kH / 2) + ")\">" + HtmlEscape(ylabel_) + "</text>\n";
+    s += "<text x=\"15\" y=\"" + Px(kH / 2) +
+         "\" text-anchor=\"middle\" transform=\"rotate(-90 15 " + Px(kH / 2) + ")\">" +
+         HtmlEscape(ylabel_) + "</text>\n";
     if (line && marks.size() > 1) {
-      s += "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\" points=\"";
+      s += "<polyline fill=\"none\" stroke=\"" + std::string(palette::kAccent) +
+           "\" stroke-width=\"1.5\" points=\"";
       for (const auto& m : marks) s += Px(sx(m.x)) + "," + Px(sy(m.y)) + " ";
       s += "\"/>\n";
     }
@@ -127,10 +130,10 @@ class Plot {
       s += "<g><title>" + HtmlEscape(m.title) + "</title>";
       if (m.lo && m.hi) {
         s += "<line x1=\"" + Px(sx(m.x)) + "\" x2=\"" + Px(sx(m.x)) + "\" y1=\"" + Px(sy(*m.lo)) +
-             "\" y2=\"" + Px(sy(*m.hi)) + "\" stroke=\"#1f77b4\"/>";
+             "\" y2=\"" + Px(sy(*m.hi)) + "\" stroke=\"" + std::string(palette::kAccent) + "\"/>";
       }
       s += "<circle class=\"point\" cx=\"" + Px(sx(m.x)) + "\" cy=\"" + Px(sy(m.y)) +
-           "\" r=\"3.5\" fill=\"#1f77b4\"/></g>\n";
+           "\" r=\"3.5\" fill=\"" + std::string(palette::kAccent) + "\"/></g>\n";
     }
     s += "</g>\n</svg>\n";
     return s;
@@ -307,10 +310,10 @@ std::string ParallelSvg(const SweepView& v) {
     if (!ok) continue;
     bool leader = p == best.winner;
     s += "<polyline class=\"point\" points=\"" + pts_attr + "\" stroke=\"" +
-         (leader ? std::string("#1f2328") : Ramp(goodness(p->summary.mean))) +
+         (leader ? std::string(palette::kFg) : Ramp(goodness(p->summary.mean))) +
          "\" stroke-width=\"" + (leader ? "3" : "1.5") + "\" stroke-opacity=\"" +
-         (leader ? "1" : "0.8") + "\"><title>" + HtmlEscape(PointTitle(*p) + (leader ? " (leader)" : "")) +
-         "</title></polyline>\n";
+         (leader ? "1" : "0.8") + "\"><title>" +
+         HtmlEscape(PointTitle(*p) + (leader ? " (leader)" : "")) + "</title></polyline>\n";
   }
   s += "</g>\n";
   for (std::size_t i = 0; i < n_axes; ++i) {
@@ -370,10 +373,11 @@ std::string ImportanceSvg(const SweepView& v, const std::vector<ParamImportance>
     s += "<text x=\"" + Px(left - 8) + "\" y=\"" + Px(y + 14) + "\" text-anchor=\"end\">" +
          HtmlEscape(p.name) + "</text>";
     s += "<rect class=\"bar\" x=\"" + Px(left) + "\" y=\"" + Px(y + 2) + "\" width=\"" + Px(bw) +
-         "\" height=\"" + Px(row - 8) + "\" fill=\"#1f77b4\"/>";
+         "\" height=\"" + Px(row - 8) + "\" fill=\"" + std::string(palette::kAccent) + "\"/>";
     double cx = left + (kW - left - right) * std::clamp(chance, 0.0, 1.0);
     s += "<line x1=\"" + Px(cx) + "\" x2=\"" + Px(cx) + "\" y1=\"" + Px(y) + "\" y2=\"" +
-         Px(y + row - 4) + "\" stroke=\"#cf222e\" stroke-dasharray=\"3,2\"/>";
+         Px(y + row - 4) + "\" stroke=\"" + std::string(palette::kWorse) +
+         "\" stroke-dasharray=\"3,2\"/>";
     s += "<text x=\"" + Px(left + bw + 6) + "\" y=\"" + Px(y + 14) + "\">" + Num(p.eta2) +
          "</text></g>\n";
     y += row;

@@ -21,7 +21,9 @@ it back in the queue (both checked in the store); the sweeps page shows the
 report's SVG plots of a sweep, byte for byte `trainq sweep plot`'s; the
 admin signs in through the sign-in page's form (its screenshot: signin.png)
 and "Sign out" ends the session server-side (its cookie then gets 401);
-neither token is in Chromium's History afterwards; no console errors.
+neither token is in Chromium's History afterwards; markup in a commit
+subject, a token's name and an address is text on every page, and nothing
+of it runs; no console errors.
 Screenshots (1280x800) go to $TRAINQ_SCREENSHOTS when set.
 
 Usage: dashboard_browser_test.py TRAINQ_BINARY
@@ -421,7 +423,7 @@ def run_checks(fx, driver):
     # Access: nothing without a session. A page answers the sign-in form,
     # which names the page to go back to and nothing else.
     for path in ("/", "/experiment/plain", f"/commit/{fx.sha2}", "/dash/api/status",
-                 "/dash/api/experiments", "/dash/events", "/dash/app.js"):
+                 "/dash/api/experiments", "/dash/events", "/dash/app.mjs"):
         code, _, body = http(fx.base + path)
         body = body.replace(f'value="{path}"', "")
         check(code == 401 and "plain" not in body and fx.sha2 not in body,
@@ -494,8 +496,10 @@ def run_checks(fx, driver):
     for lo, hi, want in ((0.9483, 0.9821, ["0.95", "0.96", "0.97", "0.98"]),
                          (2.1, 21.9, ["5", "10", "15", "20"]), (0, 0.9, ["0", "0.2", "0.4", "0.6", "0.8"]),
                          (-0.021, 0.011, ["-0.02", "-0.01", "0", "0.01"])):
-        got = js("const t = niceTicks(arguments[0], arguments[1]);"
-                 "return t.values.map(v => tickLabel(v, t.decimals));", lo, hi)
+        # The page's own module (tests/web/unit/format_test.mjs has more cases).
+        got = driver.execute_async_script(
+            "const [lo, hi, done] = arguments; import('/dash/format.mjs').then(m => {"
+            "const t = m.niceTicks(lo, hi); done(t.values.map(v => m.tickLabel(v, t.decimals))); });", lo, hi)
         check(got == want, f"niceTicks({lo}, {hi}): {got}")
     link = driver.find_elements(By.CSS_SELECTOR, "svg.history a circle.point")[1]
     check(js("return arguments[0].parentNode.getAttribute('href')", link) == "/commit/" + fx.sha2,
@@ -732,6 +736,54 @@ def run_checks(fx, driver):
 
     errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
     check(not errors, "no console errors" + "".join(f"\n  {e['message']}" for e in errors))
+
+    xss_checks(fx, driver, wait, js)
+
+
+XSS = "<img src=x onerror=alert(1)>"
+
+
+def xss_checks(fx, driver, wait, js):
+    """Text from the store is text on every page: a commit subject, a token's
+    name and an address holding markup show as written, and nothing runs
+    (every interpolation goes through the `html` template, html.mjs; the
+    page's CSP requires Trusted Types). An alert would fail the next command."""
+    from selenium.webdriver.common.by import By
+    from selenium.common.exceptions import UnexpectedAlertPresentException
+    sha = fx.commit("0.001", XSS)
+    fx.tq("submit", "-e", "plain", "--repo", fx.repo)
+    batch = next(b["id"] for b in fx.status()["batches"] if b["commit"] == sha)
+    run_id = json.loads(fx.tq("runs", "--batch", str(batch), "--json"))[0]["id"]
+    # An admin session, so that the account page lists the tokens (one named XSS).
+    sign_in(fx, driver, wait, fx.admin_token, "/account", "form#new-token")
+    driver.find_element(By.CSS_SELECTOR, "#new-token input[name=name]").send_keys(XSS)
+    driver.find_element(By.CSS_SELECTOR, "#new-token input[name=owner]").send_keys("eve@example.com")
+    driver.find_element(By.CSS_SELECTOR, "#new-token button[type=submit]").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#made-token pre"))
+    # (address, ready when, the markup is on it as text)
+    pages = [("/", "#experiments", True), ("/experiment/plain", "svg.history", True),
+             (f"/commit/{sha}", "section.batch", True), (f"/run/{run_id}", "#run-state", False),
+             ("/machines", "section.card", False), ("/sweeps", "section.card", False),
+             ("/account", "tr.token-row", True), ("/audit", "tr.audit-row", False),
+             # No such experiment: the server's refusal, in the toast.
+             ("/experiment/" + urllib.parse.quote(XSS, safe=""), "#toast:not([hidden])", False)]
+    for path, ready, on_page in pages:
+        try:
+            driver.get(fx.base + path)
+            wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ready))
+            imgs = js("return document.querySelectorAll('#main img:not(.sweep-plot), #toast img').length")
+            shown = XSS in js("return document.getElementById('main').innerText + "
+                              "document.getElementById('toast').innerText")
+            errors = [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE" and
+                      not (ready.startswith("#toast") and "404" in e["message"])]
+            check(imgs == 0 and not errors and (shown or not on_page),
+                  f"{path}: markup from the store is text ({'shown as written' if shown else 'not on this page'}), "
+                  f"no element made of it, no console errors {errors}")
+        except UnexpectedAlertPresentException:
+            check(False, f"{path}: the subject's markup ran (an alert)")
+    driver.get(fx.base + f"/commit/{sha}")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "section.batch"))
+    shot(driver, "xss-commit")
 
 
 def check_history(fx, tmp):

@@ -7,7 +7,8 @@ opens report.html and checks what a reader sees: the Sweeps heading and the
 winner line are displayed, every inline SVG has a rendered size, the
 parallel-coordinates plot has one line per measured sweep point and the runs
 chart one mark per run, each inside its SVG; no console errors, no parse
-errors. Needs the Debian packages chromium, chromium-driver and
+errors; the dashboard's palette. With $TRAINQ_SCREENSHOTS set, a screenshot
+(report.png) goes there. Needs the Debian packages chromium, chromium-driver and
 python3-selenium (ci/install-deps) and fails, never skips, without them.
 
 Usage: report_browser_test.py TRAINQ_BINARY
@@ -164,6 +165,13 @@ def check_page(driver, url, raw_html, status, plain_runs):
         "return s.length > 0 && Array.from(s).every(e => e.getBoundingClientRect().width > 0);"))
 
     check(driver.title == "trainq spread report", f"title is the report's ({driver.title!r})")
+    # The colours are the dashboard's (agent/results/palette.h), as CSS custom properties.
+    better = driver.execute_script(
+        "return getComputedStyle(document.documentElement).getPropertyValue('--better').trim()")
+    check(better == "#17803d", f"report.html has the shared palette (--better: {better!r})")
+    if os.environ.get("TRAINQ_SCREENSHOTS"):
+        os.makedirs(os.environ["TRAINQ_SCREENSHOTS"], exist_ok=True)
+        driver.save_screenshot(os.path.join(os.environ["TRAINQ_SCREENSHOTS"], "report.png"))
 
     sweeps = [h for h in driver.find_elements(By.TAG_NAME, "h2") if h.text == "Sweeps"]
     check(len(sweeps) == 1 and sweeps[0].is_displayed(), "the Sweeps heading is displayed")

@@ -13,10 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/daemon/server.h"
-#include "core/http_client.h"
 #include "agent/results/commit_view.h"
+#include "agent/results/palette.h"
 #include "agent/results/run_logs.h"
 #include "core/clock.h"
+#include "core/http_client.h"
 #include "core/strings.h"
 #include "queue/run_queue.h"
 #include "queue/sqlite.h"
@@ -123,10 +124,10 @@ struct Fixture {
 TEST_CASE("dashboard: without a session every page and data route answers 401 and no data",
           "[dashboard]") {
   Fixture f;
-  for (const std::string& path : std::vector<std::string>{"/", "/experiment/digits", "/commit/" + f.sha_a, "/run/1", "/machines",
-                           "/sweeps", "/dash/app.js", "/dash/api/status",
-                           "/dash/api/commit/" + f.sha_a, "/dash/api/experiments",
-                           "/dash/api/run/1/log", "/dash/events"}) {
+  for (const std::string& path : std::vector<std::string>{
+           "/", "/experiment/digits", "/commit/" + f.sha_a, "/run/1", "/machines", "/sweeps",
+           "/dash/app.mjs", "/dash/api/status", "/dash/api/commit/" + f.sha_a,
+           "/dash/api/experiments", "/dash/api/run/1/log", "/dash/events"}) {
     for (const auto& cookie : {std::string(), std::string("trainq_dash=r.abc.def"),
                                std::string("trainq_dash=a.") + kAdmin}) {
       INFO(path << " cookie " << cookie);
@@ -153,7 +154,7 @@ TEST_CASE("dashboard: the read token signs in and the documents are the CLI's", 
   std::string cookie = f.SignIn(kRead);
   auto page = f.Get("/", cookie);
   CHECK(page.status == 200);
-  CHECK(page.body.find("/dash/app.js") != std::string::npos);
+  CHECK(page.body.find("/dash/app.mjs") != std::string::npos);
   auto session = json::parse(f.Get("/dash/api/session", cookie).body);
   CHECK(session["role"] == "read");
   auto commit = f.Get("/dash/api/commit/" + f.sha_b.substr(0, 8), cookie);
@@ -167,6 +168,44 @@ TEST_CASE("dashboard: the read token signs in and the documents are the CLI's", 
   auto log = f.Get("/dash/api/run/1/log", cookie, {{"from", "0"}});
   CHECK(log.status == 200);
   CHECK(f.Get("/dash/api/run/999", cookie).status == 404);
+}
+
+TEST_CASE(
+    "dashboard: the ES modules are served as JavaScript with a session, under a CSP "
+    "that allows only its own scripts and Trusted Types; the palette is the report's",
+    "[dashboard]") {
+  Fixture f;
+  std::string cookie = f.SignIn(kRead);
+  for (const char* name : {"app", "core", "html", "format", "plot", "parts", "overview",
+                           "experiment", "commit", "run", "machines", "sweeps", "account"}) {
+    std::string path = std::string("/dash/") + name + ".mjs";
+    INFO(path);
+    auto r = f.Get(path, cookie);
+    CHECK(r.status == 200);
+    CHECK(r.content_type == "text/javascript; charset=utf-8");
+    CHECK((r.body.find("export ") != std::string::npos ||
+           r.body.find("import ") != std::string::npos));
+    CHECK(Header(r, "X-Content-Type-Options") == "nosniff");
+    std::string csp = Header(r, "Content-Security-Policy");
+    CHECK(csp.find("script-src 'self';") != std::string::npos);
+    CHECK(csp.find("require-trusted-types-for 'script'; trusted-types trainq") !=
+          std::string::npos);
+  }
+  // Only the embedded modules: no other name, no path below /dash/.
+  CHECK(f.Get("/dash/nothing.mjs", cookie).status == 404);
+  CHECK(f.Get("/dash/web/app.mjs", cookie).status == 404);
+  CHECK(f.Get("/dash/app.js", cookie).status == 404);
+  // The colours: the report's own (palette.h), before a session too (the
+  // sign-in page uses them), and report.html embeds the same.
+  auto palette = f.server->Handle(Req("GET", "/dash/palette.css"));
+  CHECK(palette.status == 200);
+  CHECK(palette.content_type == "text/css; charset=utf-8");
+  CHECK(palette.body == PaletteCss());
+  CHECK(palette.body.find(std::string("--better:") + std::string(palette::kBetter) + ";") !=
+        std::string::npos);
+  auto page = f.Get("/", cookie);
+  CHECK(page.body.find("<script type=\"module\" src=\"/dash/app.mjs\">") != std::string::npos);
+  CHECK(page.body.find("/dash/palette.css") != std::string::npos);
 }
 
 TEST_CASE("dashboard: the run log route serves a log retention archived as it served the plain one",
