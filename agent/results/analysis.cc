@@ -531,6 +531,17 @@ std::string Signed(double v, int precision) {
   return (v >= 0 && s[0] != '-') ? "+" + s : s;
 }
 
+// The fewest decimals (4 at least, 10 at most) at which neither end of an
+// equivalence interval prints as the margin: inside and outside stay visible.
+int MarginDecimals(const stats::Interval& ci, double margin) {
+  int d = 4;
+  for (; d < 10; ++d) {
+    std::string m = FormatDouble(std::abs(margin), d);
+    if (FormatDouble(std::abs(ci.lo), d) != m && FormatDouble(std::abs(ci.hi), d) != m) break;
+  }
+  return d;
+}
+
 std::string PValue(double p) {
   if (p < 0.001) return "p<0.001";
   return "p=" + FormatDouble(p, 3);
@@ -542,11 +553,18 @@ std::string PText(const BatchComparison& c) {
   if (!c.p_raw) return "";
   std::string raw = PValue(*c.p_raw);
   std::string corr = CorrectionText(c);
-  if (corr.empty() || c.correction == stats::Correction::kNone || !c.p_adjusted) {
-    return corr.empty() ? raw : raw + " (" + corr + ")";
+  if (!corr.empty() && c.correction != stats::Correction::kNone && c.p_adjusted) {
+    return raw + " raw, " + PValue(*c.p_adjusted) + " adjusted (" + corr + ")";
   }
-  std::string adj = PValue(*c.p_adjusted);
-  return raw + " raw, " + adj + " adjusted (" + corr + ")";
+  // No family correction, but a sequential design still decides on its
+  // repeated p-value: show the p the verdict used whenever it is not the raw one.
+  if (c.p_adjusted && PValue(*c.p_adjusted) != raw) {
+    std::string why = "repeated p at look " + std::to_string(c.look) + " of " +
+                      std::to_string(c.looks);
+    return raw + " raw, " + PValue(*c.p_adjusted) + " used (" + why +
+           (corr.empty() ? "" : "; " + corr) + ")";
+  }
+  return corr.empty() ? raw : raw + " (" + corr + ")";
 }
 
 std::string ComparisonText(const BatchComparison& c) {
@@ -591,11 +609,12 @@ std::string ComparisonText(const BatchComparison& c) {
   }
   if ((c.verdict == stats::Verdict::kEquivalent || c.verdict == stats::Verdict::kNegligible) &&
       c.equivalence_interval) {
-    // One more decimal than the effect: an end just inside the margin must
-    // not print as the margin itself ("+0.0030 inside ±0.0030").
+    // As many decimals as it takes for an end just inside the margin not to
+    // print as the margin itself ("+0.0030 inside ±0.0030").
+    int d = MarginDecimals(*c.equivalence_interval, *me);
     text += " (TOST: " + LevelText(c.equivalence_level) + " " +
-            Signed(c.equivalence_interval->lo, 5) + ".." + Signed(c.equivalence_interval->hi, 5) +
-            " inside ±" + FormatDouble(*me, 4) + ")";
+            Signed(c.equivalence_interval->lo, d) + ".." + Signed(c.equivalence_interval->hi, d) +
+            " inside ±" + FormatDouble(*me, d) + ")";
   }
   if (c.looks > 1 && c.family_size <= 1) {
     text += " (look " + std::to_string(c.look) + " of " + std::to_string(c.looks) + ", " +

@@ -501,6 +501,41 @@ TEST_CASE("spending looks and the family: the repeated p-value is corrected", "[
   CHECK(j["correction"]["look"] == 2);
 }
 
+TEST_CASE("no correction under a spending design: the text shows the repeated p the verdict used",
+          "[analysis][family]") {
+  std::string spec = R"({"adaptive":{"min":5,"max":20,"step":5,"until":"decided"}})";
+  auto family = TwentyChanged(true, spec);
+  auto c = CompareFamily(family, false, stats::Correction::kNone);
+  REQUIRE(c[0]);
+  REQUIRE(c[0]->p_adjusted);
+  CHECK(*c[0]->p_adjusted > *c[0]->p_raw);  // look 2 of 4: the repeated p is larger
+  std::string text = ComparisonText(*c[0]);
+  CHECK(text.find("p=0.007 raw, p=") != std::string::npos);
+  CHECK(text.find(" used (repeated p at look 2 of 4; no correction, family of 20, 4 looks each") !=
+        std::string::npos);
+  // A fixed batch with no correction: the raw p is the one used, shown once.
+  auto fixed = CompareFamily(TwentyChanged(true), false, stats::Correction::kNone);
+  std::string plain = ComparisonText(*fixed[0]);
+  CHECK(plain.find("p=0.007 (no correction, family of 20)") != std::string::npos);
+  CHECK(plain.find(" used (") == std::string::npos);
+}
+
+TEST_CASE("the TOST interval prints enough decimals that an end just inside the margin is not the margin",
+          "[analysis][equivalence]") {
+  std::string spec = R"({"metric": {"min_effect": 0.003}})";
+  std::vector<double> base = {0.90, 0.91, 0.92, 0.93, 0.94, 0.95};
+  std::vector<double> head = {0.9005, 0.9095, 0.9205, 0.9295, 0.9405, 0.9495};
+  auto c = CompareBatches(MakeBatch(head, spec), MakeBatch(base, spec));
+  REQUIRE(c.verdict == stats::Verdict::kEquivalent);
+  // An end 4e-7 inside the margin: up to 6 decimals it would read as the margin.
+  c.equivalence_interval = stats::Interval{-0.0012, 0.0029996};
+  std::string text = ComparisonText(c);
+  CHECK(text.find("-0.0012000..+0.0029996 inside ±0.0030000)") != std::string::npos);
+  // Far from the margin: 4 decimals.
+  c.equivalence_interval = stats::Interval{-0.0012, 0.0021};
+  CHECK(ComparisonText(c).find("-0.0012..+0.0021 inside ±0.0030)") != std::string::npos);
+}
+
 TEST_CASE("equivalent within min_effect: TOST at the design's level, on every field",
           "[analysis][equivalence]") {
   // Per-seed differences of +-0.0005 around 0 with margin 0.003: the 90 %
