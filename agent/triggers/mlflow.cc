@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 
 #include "agent/results/analysis.h"
@@ -167,6 +168,18 @@ Result<json> MlflowExporter::Call(const std::string& method, const std::string& 
   }
   ErrorKind kind = ErrorKind::kInvalidArgument;
   if (resp->status == 429 || resp->status >= 500 || resp->status == 408) kind = ErrorKind::kUnavailable;
+  // A 429 (or a 503) may say when to come back (Retry-After in seconds, RFC
+  // 9110 10.2.3): the row waits at least that long, at most an hour.
+  if (resp->status == 429 || resp->status == 503) {
+    if (auto ra = resp->Header("Retry-After")) {
+      char* end = nullptr;
+      long s = std::strtol(ra->c_str(), &end, 10);
+      if (end != ra->c_str() && s >= 0) {
+        retry_after_ms_ = std::min<long>(s, 3600) * 1000L;
+        text += " (Retry-After: " + std::to_string(s) + " s)";
+      }
+    }
+  }
   else if (code == "RESOURCE_DOES_NOT_EXIST") kind = ErrorKind::kNotFound;
   else if (code == "RESOURCE_ALREADY_EXISTS") kind = ErrorKind::kConflict;
   return Fail(kind, text);
@@ -365,6 +378,7 @@ Result<int> MlflowExporter::Send(int limit) {
     }
     ++tried;
     const std::int64_t batch_id = p["batch_id"];
+    retry_after_ms_.reset();
     auto st = ExportBatch(batch_id);
     now = clock_.Now();
     if (st) {
@@ -377,6 +391,7 @@ Result<int> MlflowExporter::Send(int limit) {
     TimeMs delay = options_.retry_base_ms;
     for (int i = 1; i < attempt && delay < options_.retry_max_ms; ++i) delay *= 2;
     delay = std::min(delay, options_.retry_max_ms);
+    if (retry_after_ms_) delay = std::max(delay, *retry_after_ms_);
     if (give_up) {
       spdlog::warn("mlflow: giving up on batch {} after {} attempt(s): {}", batch_id, attempt,
                    st.error().message);

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -82,6 +83,7 @@ class MlflowExporter {
   const Clock& clock_;
   MlflowOptions options_;
   std::map<std::string, std::string> experiment_ids_;  // name -> id
+  std::optional<TimeMs> retry_after_ms_;  // the last 429/503's Retry-After, this row
 };
 
 // An MLflow metric or param key from ours: letters, digits and _ - . / and

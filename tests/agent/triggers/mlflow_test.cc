@@ -323,6 +323,41 @@ TEST_CASE("mlflow: a server that answers 500 then 200 ends with exactly one of e
   CHECK(row->attempts == 3);
 }
 
+TEST_CASE("mlflow: a 429 with Retry-After holds the batch back that long, a 503 backs off",
+          "[mlflow]") {
+  World w;
+  MlflowExporter ex(w.store, w.config, w.http, w.clock);
+  REQUIRE(ex.Scan().value() == 0);
+  w.clock.Advance(1'000);
+  w.Batch(std::string(40, 'a'), "", "lstm", {0.90, 0.91});
+  REQUIRE(ex.Scan().value() == 1);
+  // 120 s asked for: far beyond the first backoff of 5 s.
+  REQUIRE(w.mlflow->Fail("experiments/get-by-name", 429, 1, 0, /*retry_after_s=*/120));
+  REQUIRE(ex.Send().value() == 1);
+  auto row = w.store.outbox().Find("mlflow:export", "batch:1").value();
+  REQUIRE(row);
+  CHECK(row->state == "pending");
+  CHECK(row->attempts == 1);
+  CHECK(row->not_before_ms == w.clock.Now() + 120'000);
+  CHECK(row->last_error.find("REQUEST_LIMIT_EXCEEDED") != std::string::npos);
+  CHECK(row->last_error.find("Retry-After: 120 s") != std::string::npos);
+  // Not due before then: a pass sends nothing.
+  w.clock.Advance(119'000);
+  REQUIRE(ex.Send().value() == 0);
+  // A 503 without Retry-After: the plain backoff (second try: 10 s).
+  w.clock.Advance(1'000);
+  REQUIRE(w.mlflow->Fail("experiments/get-by-name", 503, 1));
+  REQUIRE(ex.Send().value() == 1);
+  row = w.store.outbox().Find("mlflow:export", "batch:1").value();
+  CHECK(row->attempts == 2);
+  CHECK(row->not_before_ms == w.clock.Now() + 10'000);
+  w.clock.Advance(10'000);
+  REQUIRE(ex.Send().value() == 1);
+  row = w.store.outbox().Find("mlflow:export", "batch:1").value();
+  CHECK(row->state == "delivered");
+  CHECK(TreeOf(w.State()).parents.size() == 1);
+}
+
 TEST_CASE("mlflow: long curves and many params are split within MLflow's per-call limits",
           "[mlflow]") {
   World w;
