@@ -198,6 +198,53 @@ TEST_CASE("PlanTopUp: a paired comparison grows the baseline with the same seeds
   CHECK(other_plan.note.find("its seeds start at 101") != std::string::npos);
 }
 
+TEST_CASE("the cost of a verdict: runs and machine time from the runs' started and finished times",
+          "[analysis][cost]") {
+  testing::TempDir dir;
+  auto store = Store::Open(dir / "t.db").value();
+  // Each run holds 2 GPUs and runs 30 minutes (started at lease + 1 min).
+  auto batch = [&](const std::string& sha, const std::string& parent,
+                   const std::vector<double>& values) {
+    BatchSpec s;
+    s.experiment = "e";
+    s.command = "true";
+    s.repeats = static_cast<int>(values.size());
+    s.gpus = 2;
+    auto r = store.runs().Submit("/repo", {sha, parent, "", "", 0}, {s}, kT0);
+    REQUIRE(r);
+    auto leased = store.runs().Lease("w", kT0, 3'600'000, 100).value();
+    REQUIRE(leased.size() == values.size());
+    for (const auto& l : leased) {
+      REQUIRE(store.runs().MarkRunning(l.run_id, l.token, kT0 + 60'000, ""));
+      REQUIRE(store.runs().Complete(l.run_id, l.token, kT0 + 60'000 + 1'800'000, values[l.repeat]));
+    }
+    return r->front().batch_id;
+  };
+  auto base_id = batch(kParent, "", {0.70, 0.60, 0.80, 0.65});
+  auto head_id = batch(kChild, kParent, {0.71, 0.61, 0.81, 0.66});
+  auto head = store.runs().Batch(head_id).value().value();
+  auto base = store.runs().Batch(base_id).value().value();
+  CHECK(head.run_ms == 4 * 1'800'000);
+  CHECK(head.gpus == 2);
+  auto c = CompareBatches(head, base);
+  REQUIRE(c.verdict == stats::Verdict::kBetter);
+  // 8 runs x 30 min = 4 h of run time, x 2 GPUs = 8 GPU-hours.
+  CHECK(MachineTimeOf(c).run_ms == 8 * 1'800'000);
+  CHECK(MachineTimeOf(c).gpu_hours == Approx(8.0));
+  CHECK(CostText(c) ==
+        "this verdict cost 8 runs (4 here, 4 at the baseline), 4h00m00s of run time (8.00 GPU-hours)");
+  auto j = ComparisonJson(c);
+  CHECK(j["cost"]["run_ms"] == 8 * 1'800'000);
+  CHECK(j["cost"]["run_ms_here"] == 4 * 1'800'000);
+  CHECK(j["cost"]["gpu_hours"] == Approx(8.0));
+  // A run that never started has no time; runs without GPUs: no GPU-hours.
+  auto plain_a = MakeBatch({0.71, 0.61, 0.81, 0.66});
+  auto plain_b = MakeBatch({0.70, 0.60, 0.80, 0.65});
+  plain_a.run_ms = 90'000;
+  CHECK(CostText(CompareBatches(plain_a, plain_b)) ==
+        "this verdict cost 8 runs (4 here, 4 at the baseline), 1m30s of run time");
+}
+
 TEST_CASE("ExtendIfNeeded: paired top-ups on both sides, the head decides when the baseline's round ends",
           "[analysis][topup]") {
   testing::TempDir dir;
