@@ -19,6 +19,7 @@
 #include "agent/results/status.h"
 #include "agent/results/sweep.h"
 #include "agent/results/sweep_plot.h"
+#include "agent/triggers/mlflow.h"
 #include "agent/triggers/notify.h"
 #include "core/crypto.h"
 #include "core/http_client.h"
@@ -841,6 +842,11 @@ HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string&
   }
   if (rest == "notify") {  // each notify target's last delivery and last error (issue 43)
     auto j = NotifyTargetsJson(*store, config_);
+    if (!j) return Refuse(503, j.error().message);
+    return JsonReply(200, *j);
+  }
+  if (rest == "mlflow") {  // the MLflow export: last export, last error (issue 43)
+    auto j = MlflowStatusJson(*store, config_);
     if (!j) return Refuse(503, j.error().message);
     return JsonReply(200, *j);
   }

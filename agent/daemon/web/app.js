@@ -628,11 +628,21 @@ async function machinesPage() {
       `<td>${when(t.last_delivered_ms)}${t.last_delivered_event ? ' (' + esc(t.last_delivered_event) + ')' : ''}</td>` +
       `<td>${t.last_error_ms == null ? '–' : '<span class="muted">' + when(t.last_error_ms) + '</span><div class="err">' + esc(t.last_error) + '</div>'}</td></tr>`),
     'No notify targets in the server config.');
+  // server.yaml `mlflow:` (docs/mlflow.md): where batches go, the last export, the last error.
+  const mf = await getJSON('/dash/api/mlflow');
+  const mlflow = !mf.configured ? '<p class="muted">No <code>mlflow:</code> in the server config: nothing is exported.</p>' :
+    table(['exports', 'to', 'experiments'],
+      mf.servers.map(s => `<tr><td>${esc(s.scope)}</td><td>${esc(s.to)}</td><td>${s.to === 'off' ? '–' : esc(s.experiment_prefix) + '&lt;experiment&gt;'}</td></tr>`), '') +
+    table(['#exported', '#pending', '#given up', 'last export', 'last error'],
+      [`<tr><td class="num">${mf.exported}</td><td class="num">${mf.pending}</td><td class="num">${mf.gave_up}</td>` +
+       `<td>${when(mf.last_export_ms)}${mf.last_exported_batch != null ? ' (batch ' + esc(String(mf.last_exported_batch)) + ')' : ''}</td>` +
+       `<td>${mf.last_error_ms == null ? '–' : '<span class="muted">' + when(mf.last_error_ms) + '</span><div class="err">' + esc(mf.last_error) + '</div>'}</td></tr>`], '');
   render([
     {key: 'title', html: '<h1>Machines and pools</h1>'},
     {key: 'pools', html: card('Pools', pools + `<p class="muted">All pools: ${costs.machines_booted || 0} machine${(costs.machines_booted || 0) === 1 ? '' : 's'} booted, billed ${dur(costs.billed_ms)}, $${num(costs.cost, 2)}.</p>`)},
     {key: 'machines', html: card('Machines', machines)},
     {key: 'notify', html: card('Notifications', notify)},
+    {key: 'mlflow', html: card('MLflow export', mlflow, ' id="mlflow"')},
   ]);
 }
 
