@@ -968,6 +968,10 @@ Result<std::vector<BatchProgress>> RunQueue::SelectBatches(const std::string& wh
   ASSIGN_OR_RETURN(auto values, db_.Prepare("SELECT metric_value, seed FROM runs WHERE "
                                             "batch_id = ? AND state = 'succeeded' AND "
                                             "metric_value IS NOT NULL ORDER BY repeat"));
+  ASSIGN_OR_RETURN(auto time, db_.Prepare("SELECT (SELECT gpus FROM batches WHERE id = ?1), "
+                                          "COALESCE(SUM(finished_ms - started_ms), 0) FROM runs "
+                                          "WHERE batch_id = ?1 AND started_ms IS NOT NULL AND "
+                                          "finished_ms >= started_ms"));
   for (auto& b : out) {
     // A batch that reuses another has that batch's runs as its own.
     std::int64_t runs_of = b.reuses_batch_id.value_or(b.id);
@@ -986,6 +990,13 @@ Result<std::vector<BatchProgress>> RunQueue::SelectBatches(const std::string& wh
       b.seeds.push_back(values.Int(1));
     }
     values.Reset();
+    time.Bind(1, runs_of);
+    ASSIGN_OR_RETURN(bool got, time.Step());
+    if (got) {
+      b.gpus = time.IsNull(0) ? 0 : static_cast<int>(time.Int(0));
+      b.run_ms = time.Int(1);
+    }
+    time.Reset();
   }
   return out;
 }

@@ -154,6 +154,11 @@ struct BatchProgress {
   // values and seeds above are that batch's.
   std::optional<std::int64_t> reuses_batch_id;
   std::string reused_from_sha;
+  // Machine time (the cost of a verdict, docs/STATISTICS.md): the summed
+  // finished - started of its runs that ran (each run's last attempt), and
+  // the GPUs each run held.
+  std::int64_t run_ms = 0;
+  int gpus = 0;
 
   std::int64_t count(RunState s) const { return counts[static_cast<int>(s)]; }
   bool active() const;  // anything left to run

@@ -2,6 +2,7 @@
 // docs/mlflow.md): back-fills the MLflow tracking server with the batches
 // that finished before the export was set up.
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -21,12 +22,14 @@ struct MlflowExportOptions {
   std::string config;
   std::string db;
   std::string since = "30d";
+  std::string data_dir;  // serve's --data-dir ("": beside the store)
 };
 
 Status CmdMlflowExport(const MlflowExportOptions& o, const Clock& clock, std::ostream& out) {
   ASSIGN_OR_RETURN(auto config, LoadServerConfig(o.config));
-  if (!config.mlflow.enabled()) {
-    return Fail(ErrorKind::kInvalidArgument, o.config + ": no `mlflow:` section (docs/mlflow.md)");
+  if (!config.MlflowAny()) {
+    return Fail(ErrorKind::kInvalidArgument,
+                o.config + ": no `mlflow:` section, global or in a repository (docs/mlflow.md)");
   }
   auto secs = ParseDurationSeconds(o.since);
   if (!secs) return Fail(ErrorKind::kInvalidArgument, "--since: " + secs.error().message);
@@ -34,11 +37,19 @@ Status CmdMlflowExport(const MlflowExportOptions& o, const Clock& clock, std::os
   so.create = false;
   ASSIGN_OR_RETURN(auto store, Store::Open(o.db, so));
   CurlHttpClient http;
-  MlflowExporter ex(store, config, http, clock);
+  MlflowOptions mo;
+  // serve's default data dir (beside the store): it maps a watched
+  // repository's mirror to its entry and so to its own `mlflow:`.
+  mo.data_dir = o.data_dir.empty()
+                    ? (std::filesystem::absolute(o.db).parent_path() / "trainq-data").string()
+                    : std::filesystem::absolute(o.data_dir).string();
+  MlflowExporter ex(store, config, http, clock, mo);
   const TimeMs now = clock.Now();
   ASSIGN_OR_RETURN(int queued, ex.EnqueueSince(now - *secs * 1000));
   out << "queued " << queued << " finished batch(es) since " << FormatTimestamp(now - *secs * 1000)
-      << " UTC for " << UrlForLog(config.mlflow.tracking_uri) << "\n";
+      << " UTC for " << (config.mlflow.enabled() ? UrlForLog(config.mlflow.tracking_uri)
+                                                 : std::string("the repositories' servers"))
+      << "\n";
   // Export what is due now; one that fails waits for its backoff (serve's
   // exporter, or this command run again, takes it up then).
   int exported = 0;
@@ -80,6 +91,9 @@ void AddMlflowCommands(CLI::App& app, const CliContext& ctx) {
   auto* e = c->add_subcommand("export", "Export the batches that finished in a window (a back-fill)");
   e->add_option("--config", o->config, "The server config (server.yaml)")->required();
   e->add_option("--since", o->since, "Batches queued in this window, e.g. 30d (default 30d)");
+  e->add_option("--data-dir", o->data_dir,
+                "serve's --data-dir, if not the default beside the database (maps repositories "
+                "to their own mlflow:)");
   e->callback([=] {
     o->db = *ctx.db;
     *ctx.exit_code = ReportStatus(CmdMlflowExport(*o, *ctx.clock, std::cout));

@@ -300,7 +300,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Open(ServerConfig config, DaemonOptions 
   ASSIGN_OR_RETURN(auto store, OpenServeStore(parts->options.db));
   parts->store.emplace(std::move(store));
   TRY(parts->options.inproc ? parts->OpenInProcess() : parts->OpenFleet());
-  if (!parts->config.notify.empty() || parts->config.mlflow.enabled()) {
+  if (!parts->config.notify.empty() || parts->config.MlflowAny()) {
     NotifyOptions no;
     no.data_dir = parts->options.data_dir;
     parts->notifier = std::make_unique<Notifier>(parts->options.db, parts->config, parts->http,
@@ -318,6 +318,16 @@ Result<std::unique_ptr<Daemon>> Daemon::Open(ServerConfig config, DaemonOptions 
                    UrlForLog(parts->config.mlflow.tracking_uri), parts->config.mlflow.experiment_prefix,
                    parts->config.mlflow.token.empty() ? ""
                                                       : ", token from " + parts->config.mlflow.token.source);
+    }
+    for (const auto& r : parts->config.repositories) {
+      if (!r.mlflow) continue;
+      if (!r.mlflow->enabled()) {
+        spdlog::info("mlflow: {}: not exported (mlflow: off)", UrlForLog(r.url));
+        continue;
+      }
+      spdlog::info("mlflow: {}: exporting its batches to {} (experiments {}*){}", UrlForLog(r.url),
+                   UrlForLog(r.mlflow->tracking_uri), r.mlflow->experiment_prefix,
+                   r.mlflow->token.empty() ? "" : ", token from " + r.mlflow->token.source);
     }
   }
   return std::unique_ptr<Daemon>(new Daemon(std::move(parts)));

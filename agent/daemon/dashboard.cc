@@ -20,6 +20,7 @@
 #include "agent/results/status.h"
 #include "agent/results/sweep.h"
 #include "agent/results/sweep_plot.h"
+#include "agent/triggers/mlflow.h"
 #include "agent/triggers/notify.h"
 #include "core/crypto.h"
 #include "core/http_client.h"
@@ -914,6 +915,18 @@ HttpServerReply Dashboard::Data(const HttpServerRequest& req, const std::string&
   if (rest == "notify") {  // each notify target's last delivery and last error (issue 43)
     auto j = NotifyTargetsJson(*store, config_);
     if (!j) return Refuse(503, j.error().message);
+    return JsonReply(200, *j);
+  }
+  if (rest == "mlflow") {  // the MLflow export: last export, last error (issue 43)
+    auto j = MlflowStatusJson(*store, config_);
+    if (!j) return Refuse(503, j.error().message);
+    if (s.repos && j->contains("servers")) {  // a repository this person cannot see is not named
+      auto& servers = (*j)["servers"];
+      for (auto it = servers.begin(); it != servers.end();) {
+        const std::string scope = it->value("scope", "");
+        it = scope != "every repository" && !visible(scope) ? servers.erase(it) : it + 1;
+      }
+    }
     return JsonReply(200, *j);
   }
   if (rest.starts_with("sweep/")) return SweepPlotRoute(*store, rest.substr(6));

@@ -5,6 +5,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
 #include "agent/results/sweep.h"
 #include "core/strings.h"
@@ -485,6 +486,15 @@ std::string ImprovementText(const BatchComparison& c) {
   return text + ", Mann-Whitney: a run here beats a run of the baseline)";
 }
 
+MachineTime MachineTimeOf(const BatchComparison& c) {
+  MachineTime t;
+  t.run_ms = c.a.run_ms + (c.unchanged ? 0 : c.b.run_ms);
+  t.gpu_hours = (static_cast<double>(c.a.run_ms) * c.a.gpus +
+                 (c.unchanged ? 0.0 : static_cast<double>(c.b.run_ms) * c.b.gpus)) /
+                3'600'000.0;
+  return t;
+}
+
 std::string CostText(const BatchComparison& c) {
   auto runs_of = [](const BatchProgress& b) {
     std::int64_t n = 0;
@@ -493,8 +503,14 @@ std::string CostText(const BatchComparison& c) {
   };
   std::int64_t here = runs_of(c.a), there = c.unchanged ? 0 : runs_of(c.b);
   std::string what = !c.unchanged && stats::Decided(c.verdict) ? "this verdict cost " : "spent so far: ";
-  return what + std::to_string(here + there) + " runs (" + std::to_string(here) + " here, " +
-         std::to_string(there) + " at the baseline)";
+  std::string text = what + std::to_string(here + there) + " runs (" + std::to_string(here) +
+                     " here, " + std::to_string(there) + " at the baseline)";
+  const MachineTime t = MachineTimeOf(c);
+  if (t.run_ms > 0) {
+    text += ", " + FormatDuration(t.run_ms) + " of run time";
+    if (t.gpu_hours > 0) text += " (" + FormatDouble(t.gpu_hours, t.gpu_hours < 10 ? 2 : 1) + " GPU-hours)";
+  }
+  return text;
 }
 
 std::string VerdictWord(const BatchComparison& c) {
@@ -531,6 +547,17 @@ std::string Signed(double v, int precision) {
   return (v >= 0 && s[0] != '-') ? "+" + s : s;
 }
 
+// The fewest decimals (4 at least, 10 at most) at which neither end of an
+// equivalence interval prints as the margin: inside and outside stay visible.
+int MarginDecimals(const stats::Interval& ci, double margin) {
+  int d = 4;
+  for (; d < 10; ++d) {
+    std::string m = FormatDouble(std::abs(margin), d);
+    if (FormatDouble(std::abs(ci.lo), d) != m && FormatDouble(std::abs(ci.hi), d) != m) break;
+  }
+  return d;
+}
+
 std::string PValue(double p) {
   if (p < 0.001) return "p<0.001";
   return "p=" + FormatDouble(p, 3);
@@ -542,11 +569,18 @@ std::string PText(const BatchComparison& c) {
   if (!c.p_raw) return "";
   std::string raw = PValue(*c.p_raw);
   std::string corr = CorrectionText(c);
-  if (corr.empty() || c.correction == stats::Correction::kNone || !c.p_adjusted) {
-    return corr.empty() ? raw : raw + " (" + corr + ")";
+  if (!corr.empty() && c.correction != stats::Correction::kNone && c.p_adjusted) {
+    return raw + " raw, " + PValue(*c.p_adjusted) + " adjusted (" + corr + ")";
   }
-  std::string adj = PValue(*c.p_adjusted);
-  return raw + " raw, " + adj + " adjusted (" + corr + ")";
+  // No family correction, but a sequential design still decides on its
+  // repeated p-value: show the p the verdict used whenever it is not the raw one.
+  if (c.p_adjusted && PValue(*c.p_adjusted) != raw) {
+    std::string why = "repeated p at look " + std::to_string(c.look) + " of " +
+                      std::to_string(c.looks);
+    return raw + " raw, " + PValue(*c.p_adjusted) + " used (" + why +
+           (corr.empty() ? "" : "; " + corr) + ")";
+  }
+  return corr.empty() ? raw : raw + " (" + corr + ")";
 }
 
 std::string ComparisonText(const BatchComparison& c) {
@@ -591,11 +625,12 @@ std::string ComparisonText(const BatchComparison& c) {
   }
   if ((c.verdict == stats::Verdict::kEquivalent || c.verdict == stats::Verdict::kNegligible) &&
       c.equivalence_interval) {
-    // One more decimal than the effect: an end just inside the margin must
-    // not print as the margin itself ("+0.0030 inside ±0.0030").
+    // As many decimals as it takes for an end just inside the margin not to
+    // print as the margin itself ("+0.0030 inside ±0.0030").
+    int d = MarginDecimals(*c.equivalence_interval, *me);
     text += " (TOST: " + LevelText(c.equivalence_level) + " " +
-            Signed(c.equivalence_interval->lo, 5) + ".." + Signed(c.equivalence_interval->hi, 5) +
-            " inside ±" + FormatDouble(*me, 4) + ")";
+            Signed(c.equivalence_interval->lo, d) + ".." + Signed(c.equivalence_interval->hi, d) +
+            " inside ±" + FormatDouble(*me, d) + ")";
   }
   if (c.looks > 1 && c.family_size <= 1) {
     text += " (look " + std::to_string(c.look) + " of " + std::to_string(c.looks) + ", " +
@@ -703,7 +738,11 @@ TopUp PlanTopUp(const BatchProgress& b, const std::optional<BatchProgress>& pare
     // growing the baseline's batch to the same count adds the same seeds
     // when it numbers them from the same start.
     std::string why;
-    if (parent->seed_start != b.seed_start) {
+    if (auto at = b.baseline_note.find(kCannotGrowMark); at != std::string::npos) {
+      // Git said so when the last round was planned (ExtendIfNeeded).
+      why = b.baseline_note.substr(at + kCannotGrowMark.size());
+      if (why.ends_with(")")) why.pop_back();
+    } else if (parent->seed_start != b.seed_start) {
       why = "its seeds start at " + std::to_string(parent->seed_start) + ", this batch's at " +
             std::to_string(b.seed_start);
     } else if (parent->count(RunState::kDead) > 0) {
@@ -735,11 +774,34 @@ int RunsToAdd(const BatchProgress& b, const std::optional<BatchProgress>& parent
 
 namespace {
 
+// Why git cannot run a baseline's top-up: "" when its commit (the reused
+// batch's, when it reuses one) is in its repository, or when that
+// repository cannot be opened here (its runs then say whether they can run).
+std::string BaselineCommitGone(const BatchProgress& parent) {
+  const std::string& sha = parent.reused_from_sha.empty() ? parent.sha : parent.reused_from_sha;
+  auto repo = GitRepo::Open(parent.repo_url);
+  if (!repo || repo->HasCommit(sha)) return "";
+  return "its commit " + ShortSha(sha, kReportShaChars) + " is no longer in the repository";
+}
+
 // The adaptive round of one batch and its baseline's paired top-up.
 Result<int> ExtendOne(Store& store, const BatchProgress& batch, TimeMs now) {
   if (!RulesOf(batch).adaptive() || batch.active()) return 0;
   ASSIGN_OR_RETURN(auto parent, ParentBatch(store, batch));
   TopUp plan = PlanTopUp(batch, parent);
+  if (plan.base_repeats > 0 && parent) {
+    // Git first: runs queued at a commit that is gone would only die, and
+    // the head's would have no pairs.
+    if (std::string gone = BaselineCommitGone(*parent); !gone.empty()) {
+      BatchProgress noted = batch;
+      noted.baseline_note = BaselineText(batch) + std::string(kCannotGrowMark) + gone + ")";
+      // Kept with the batch, so every reader's PlanTopUp (status, show,
+      // --json's top_up) says why it stopped.
+      TRY(store.runs().SetBaseline(batch.id, batch.base_sha, batch.baseline_batch_id,
+                                   noted.baseline_note));
+      plan = PlanTopUp(noted, parent);
+    }
+  }
   int added = 0;
   if (plan.base_repeats > 0 && parent) {
     // The baseline first: its runs are queued before the head's, so that
@@ -842,6 +904,10 @@ nlohmann::json ComparisonJson(const BatchComparison& c) {
   j["cost"] = {{"runs", runs_of(c.a) + (c.unchanged ? 0 : runs_of(c.b))},
                {"runs_here", runs_of(c.a)},
                {"runs_baseline", c.unchanged ? 0 : runs_of(c.b)},
+               {"run_ms", MachineTimeOf(c).run_ms},
+               {"run_ms_here", c.a.run_ms},
+               {"run_ms_baseline", c.unchanged ? 0 : c.b.run_ms},
+               {"gpu_hours", MachineTimeOf(c).gpu_hours},
                {"text", CostText(c)}};
   if (auto poi = ImprovementOf(c)) {
     j["probability_of_improvement"] = {

@@ -215,8 +215,18 @@ std::string LevelText(double level);
 // this batch beats the baseline)". Empty / "" without a comparison.
 std::optional<stats::Improvement> ImprovementOf(const BatchComparison& c);
 std::string ImprovementText(const BatchComparison& c);
-// "this verdict cost 24 runs (12 here, 12 at the baseline)" for a decided
-// comparison, "spent so far: ..." otherwise: every run of both batches.
+// The machine time of both sides: the summed run time of their runs (each
+// run's last attempt, from its started/finished times) and that times the
+// GPUs each run held, in hours.
+struct MachineTime {
+  std::int64_t run_ms = 0;
+  double gpu_hours = 0;
+};
+MachineTime MachineTimeOf(const BatchComparison& c);
+// "this verdict cost 24 runs (12 here, 12 at the baseline), 2h00m of run time
+// (0.40 GPU-hours)" for a decided comparison, "spent so far: ..." otherwise:
+// every run of both batches; the time once a run has run, the GPU-hours when
+// the runs hold GPUs.
 std::string CostText(const BatchComparison& c);
 // The verdict as a word: stats::VerdictName, or "unchanged".
 std::string VerdictWord(const BatchComparison& c);
@@ -264,10 +274,14 @@ std::string BaselineText(const BatchProgress& b);
 // decided`. Paired top-ups (docs/STATISTICS.md): when the comparison pairs by
 // seed, the round adds the same new seeds to the baseline too (`base_repeats`:
 // the baseline's batch grows to that many), so the extra runs become pairs.
-// When the baseline cannot grow (its seeds are numbered differently, or a
-// run it was given for a top-up is dead: its commit is gone or its inputs
-// cannot be rebuilt), the head grows only up to the baseline's number of
-// runs, the most an unpaired test against it can use, and `note` says why.
+// When the baseline cannot grow (its seeds are numbered differently, a run
+// it was given for a top-up is dead, or git said its commit is gone:
+// ExtendIfNeeded asks before queuing a top-up there, and notes it in the
+// batch's baseline note after kCannotGrowMark), the head grows only up to
+// the baseline's number of runs, the most an unpaired test against it can
+// use, and `note` says why.
+// Added to a batch's baseline note when git says its baseline cannot grow.
+inline constexpr std::string_view kCannotGrowMark = " (the baseline cannot grow: ";
 struct TopUp {
   int head_add = 0;         // runs to add to `b`
   int base_repeats = 0;     // grow the baseline's batch to this many (0: not)

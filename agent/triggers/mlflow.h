@@ -23,13 +23,16 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "agent/triggers/server_config.h"
 #include "core/clock.h"
 #include "core/http_client.h"
 #include "queue/store.h"
+#include "queue/types.h"
 
 namespace trainq {
 
@@ -38,6 +41,10 @@ struct MlflowOptions {
   TimeMs retry_max_ms = 15 * 60'000;
   int max_attempts = 40;         // about 8 hours of tries, then given up
   TimeMs timeout_ms = 15'000;    // one REST call
+  // serve's data dir: the store names a watched repository by its mirror's
+  // path there, which maps it to its `repositories:` entry (and its own
+  // `mlflow:`). "": only urls that are the entry's own url match.
+  std::string data_dir;
 };
 
 // The outbox target of the export.
@@ -72,6 +79,13 @@ class MlflowExporter {
                                                        const nlohmann::json& tags);
   // runs/log-batch in calls within MLflow's limits, then runs/update and the
   // trainq.exported tag.
+  // A child run per seed of `b` under `parent_id`, named name_prefix + "seed N".
+  Status ExportChildren(const std::string& exp_id, const std::string& parent_id,
+                        const BatchProgress& b, const std::vector<RunRow>& runs,
+                        const nlohmann::json& git_tags, const std::string& name_prefix,
+                        const nlohmann::json& extra_params);
+  // A sweep point's batch: its seeds as children of the sweep's one parent.
+  Status ExportSweepPoint(const BatchProgress& b, const nlohmann::json& sweep);
   Status WriteRun(const std::string& run_id, const nlohmann::json& params,
                   const nlohmann::json& tags, const nlohmann::json& metrics,
                   const std::string& status, TimeMs end_ms);
@@ -81,11 +95,23 @@ class MlflowExporter {
   HttpClient& http_;
   const Clock& clock_;
   MlflowOptions options_;
-  std::map<std::string, std::string> experiment_ids_;  // name -> id
+  // The `mlflow:` that applies to a batch of `repo_url` (its repository's,
+  // else the global one).
+  const MlflowConfig& TargetFor(const std::string& repo_url) const;
+
+  std::map<std::string, std::string> experiment_ids_;  // tracking_uri + '\n' + name -> id
+  const MlflowConfig* target_ = nullptr;  // the server of the batch being exported
+  std::optional<TimeMs> retry_after_ms_;  // the last 429/503's Retry-After, this row
 };
 
 // An MLflow metric or param key from ours: letters, digits and _ - . / and
 // space kept, others as '_', at most 250 characters.
 std::string MlflowKey(std::string_view name);
+
+// The export's state for the dashboard's MLflow card (GET /dash/api/mlflow):
+// where batches go ("servers": global and per repository), how many were
+// exported, are pending or were given up, the last export (time and batch)
+// and the last error.
+Result<nlohmann::json> MlflowStatusJson(Store& store, const ServerConfig& config);
 
 }  // namespace trainq

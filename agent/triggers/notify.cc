@@ -628,7 +628,9 @@ void Notifier::Loop(Store store) {
   NotifySender sender(store, config_, http_, clock_, options_);
   // The MLflow export (agent/triggers/mlflow.h) shares the thread: both are
   // outbox senders to outside services that must never hold up serve.
-  MlflowExporter mlflow(store, config_, http_, clock_);
+  MlflowOptions mo;
+  mo.data_dir = options_.data_dir;
+  MlflowExporter mlflow(store, config_, http_, clock_, mo);
   while (true) {
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -63,7 +63,7 @@ class ConfigParser : public YamlReader {
                    "username", "ssh_key", "api_url", "status", "status_context", "poll_interval",
                    "per_commit", "tags", "fail_on", "limits", "pull_requests",
                    "fork_pull_requests", "pr_comments", "report_url", "webhook_rate_limit",
-                   "coalesce", "catch_up"}));
+                   "coalesce", "catch_up", "mlflow"}));
     RepoConfig r;
     r.line = n.Mark().line + 1;
     if (!n["url"]) return Err(n, path + ".url", "missing (the repository to fetch)");
@@ -145,6 +145,14 @@ class ConfigParser : public YamlReader {
     r.pr_comments = r.status;
     if (auto p = n["pr_comments"]) { ASSIGN_OR_RETURN(r.pr_comments, Bool(p, path + ".pr_comments")); }
     if (auto u = n["report_url"]) { ASSIGN_OR_RETURN(r.report_url, Str(u, path + ".report_url")); }
+    if (auto m = n["mlflow"]) {
+      if (m.IsScalar() && m.Scalar() == "off") {
+        r.mlflow = MlflowConfig{};  // no tracking_uri: this repository's batches stay here
+        r.mlflow->line = m.Mark().line + 1;
+      } else {
+        ASSIGN_OR_RETURN(r.mlflow, ParseMlflowConfig(*this, m, path + ".mlflow"));
+      }
+    }
     if (auto w = n["webhook_rate_limit"]) {
       ASSIGN_OR_RETURN(auto v, Int(w, path + ".webhook_rate_limit", 0));
       r.webhook_rate_limit = static_cast<int>(std::min<std::int64_t>(v, 1'000'000));

@@ -89,6 +89,9 @@ struct RepoConfig {
   // on every ref but the default branch (branches), on all of them, or never.
   enum class Coalesce { kBranches, kAll, kOff } coalesce = Coalesce::kBranches;
   std::string report_url;             // linked from the comment; "" = no link
+  // `mlflow:` for this repository's batches, in place of the global one
+  // (docs/mlflow.md); `mlflow: off` exports none of them. Empty: the global.
+  std::optional<MlflowConfig> mlflow;
   int line = 0;                       // where the entry starts in the file
 
   // Whether a push to `ref` concerns this repository's watch list.
@@ -229,6 +232,18 @@ struct ServerConfig {
 
   // The repository whose url matches `url` (normalised), if any.
   const RepoConfig* FindRepo(std::string_view url) const;
+  // Where `repo`'s batches are exported: its own `mlflow:` or else the
+  // global one (tracking_uri "" = not exported).
+  const MlflowConfig& MlflowFor(const RepoConfig* repo) const {
+    return repo && repo->mlflow ? *repo->mlflow : mlflow;
+  }
+  // Whether any batch is exported (the global `mlflow:` or a repository's).
+  bool MlflowAny() const {
+    if (mlflow.enabled()) return true;
+    for (const auto& r : repositories)
+      if (r.mlflow && r.mlflow->enabled()) return true;
+    return false;
+  }
 };
 
 // Parses `text`; `filename` is used in messages. Reads the secrets it names

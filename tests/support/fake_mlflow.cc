@@ -61,13 +61,15 @@ Result<json> FakeMlflow::State() const {
   return json::parse(r.body);
 }
 
-Status FakeMlflow::Fail(const std::string& endpoint, int status, int times, int after) const {
+Status FakeMlflow::Fail(const std::string& endpoint, int status, int times, int after,
+                        int retry_after_s) const {
   CurlHttpClient http;
   HttpRequest req;
   req.method = "POST";
   req.url = url_ + "/fake/fail";
   req.headers = {{"Content-Type", "application/json"}};
-  req.body = json{{"endpoint", endpoint}, {"status", status}, {"times", times}, {"after", after}}.dump();
+  req.body = json{{"endpoint", endpoint}, {"status", status}, {"times", times}, {"after", after},
+                  {"retry_after", retry_after_s}}.dump();
   ASSIGN_OR_RETURN(auto r, http.Send(req));
   if (r.status != 200) return trainq::Fail(ErrorKind::kInternal, "fake mlflow fail: HTTP " + std::to_string(r.status));
   return {};

@@ -24,7 +24,8 @@ class FakeMlflow {
   // {"experiments": [...], "runs": [...], "calls": {endpoint: n}, "errors": [...]}
   Result<nlohmann::json> State() const;
   // The next `times` calls of `endpoint` after `after` more answer `status`.
-  Status Fail(const std::string& endpoint, int status, int times = 1, int after = 0) const;
+  Status Fail(const std::string& endpoint, int status, int times = 1, int after = 0,
+              int retry_after_s = 1) const;
 
  private:
   FakeMlflow() = default;

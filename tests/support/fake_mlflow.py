@@ -16,7 +16,7 @@ again with another value. A metric point logged again with the same
 Test controls (no auth):
   POST /fake/fail   {"endpoint": "runs/create", "status": 500, "times": 1, "after": 0}
                     the next `times` calls to `endpoint`, after `after` more, answer `status`
-                    (429 with Retry-After: 1; 404 as RESOURCE_DOES_NOT_EXIST; 5xx with an
+                    (429 with Retry-After: `retry_after` seconds, default 1; 404 as RESOURCE_DOES_NOT_EXIST; 5xx with an
                     INTERNAL_ERROR body)
   GET  /fake/state  {"experiments": [...], "runs": [...], "calls": {endpoint: n}, "errors": [...]}
 
@@ -357,7 +357,8 @@ class Handler(BaseHTTPRequestHandler):
                         st.errors.append({"endpoint": endpoint, "status": status})
                         if status == 429:
                             return self.send(429, {"error_code": "REQUEST_LIMIT_EXCEEDED",
-                                                   "message": "Too many requests"}, [("Retry-After", "1")])
+                                                   "message": "Too many requests"},
+                                             [("Retry-After", str(f.get("retry_after", 1)))])
                         if status == 404:  # as if what was asked for was not there (yet)
                             return self.send(404, {"error_code": "RESOURCE_DOES_NOT_EXIST",
                                                    "message": "injected: not found"})

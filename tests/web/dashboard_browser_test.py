@@ -215,9 +215,20 @@ class Fixture:
         for name, tok in (("read", self.read_token), ("admin", self.admin_token)):
             with open(os.path.join(self.tmp, name), "w") as f:
                 f.write(tok + "\n")
+        # A fake MLflow tracking server (tests/support/fake_mlflow.py): serve
+        # exports each batch that finishes, with no `trainq mlflow export`.
+        port_file = os.path.join(self.tmp, "mlflow.port")
+        self.mlflow = subprocess.Popen(
+            [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support",
+                                          "fake_mlflow.py"), "--port-file", port_file],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        port = wait_for(lambda: os.path.exists(port_file) and open(port_file).read().strip(),
+                        "the fake MLflow server's port", 20)
+        self.mlflow_url = f"http://127.0.0.1:{port}"
         cfg = os.path.join(self.tmp, "server.yaml")
         with open(cfg, "w") as f:
-            f.write(f"read_token: {{file: {self.tmp}/read}}\nadmin_token: {{file: {self.tmp}/admin}}\n")
+            f.write(f"read_token: {{file: {self.tmp}/read}}\nadmin_token: {{file: {self.tmp}/admin}}\n"
+                    f"mlflow: {{tracking_uri: {self.mlflow_url}, experiment_prefix: dash/}}\n")
         self.port = free_port()
         self.serve = subprocess.Popen(
             [self.trainq, "--db", self.db, "serve", "--inproc", "--slots", "3", "--poll-ms", "50",
@@ -240,6 +251,9 @@ class Fixture:
         return json.loads(self.tq("show", sha, "--json"))
 
     def stop(self):
+        if getattr(self, "mlflow", None) and self.mlflow.poll() is None:
+            self.mlflow.terminate()
+            self.mlflow.wait(10)
         if self.serve and self.serve.poll() is None:
             self.serve.terminate()
             try:
@@ -700,6 +714,29 @@ def run_checks(fx, driver):
 
     driver.get(fx.base + "/machines")
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "section.card"))
+    # serve exported the finished batches to the fake MLflow server by itself:
+    # one parent per batch with a child per seed, and the MLflow card says so.
+    mlflow_state = lambda: json.loads(http(fx.mlflow_url + "/fake/state")[2])  # noqa: E731
+    wait_for(lambda: sum(1 for r in mlflow_state()["runs"]
+                         if r["info"]["run_name"].endswith(" plain")
+                         and not any(t["key"] == "mlflow.parentRunId"
+                                     for t in r["data"].get("tags", []))) >= 2,
+             "serve's MLflow export of the two plain batches", 60)
+    st = mlflow_state()
+    parents = [r for r in st["runs"] if not any(t["key"] == "mlflow.parentRunId" for t in r["data"].get("tags", []))]
+    check(any(e["name"] == "dash/plain" for e in st["experiments"]), "MLflow experiment dash/plain")
+    for p in [p for p in parents if p["info"]["run_name"].endswith(" plain")]:
+        kids = [r for r in st["runs"] if any(t["key"] == "mlflow.parentRunId" and t["value"] == p["info"]["run_id"]
+                                             for t in r["data"].get("tags", []))]
+        check(len(kids) == 4, f"MLflow parent {p['info']['run_name']} has a child per seed ({len(kids)})")
+    driver.get(fx.base + "/machines")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#mlflow td.num"))
+    card_text = driver.find_element(By.ID, "mlflow").text
+    check(fx.mlflow_url in card_text and "dash/<experiment>" in card_text and "every repository" in card_text,
+          "the MLflow card names the server: " + card_text)
+    exported = int(driver.find_elements(By.CSS_SELECTOR, "#mlflow td.num")[0].text)
+    check(exported >= 2, f"the MLflow card counts the exported batches ({exported})")
+    check("(batch " in card_text, "the MLflow card names the last exported batch")
     shot(driver, "machines")
 
     # Sweeps: the report's own SVG plots, live, byte for byte what

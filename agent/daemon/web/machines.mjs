@@ -1,5 +1,5 @@
 // Machines and pools (/machines): each pool's spend and health, each
-// machine's state and sandbox, and the notify targets' deliveries.
+// machine's state and sandbox, the notify targets' deliveries and the MLflow export.
 import {html} from './html.mjs';
 import {dur, num, plural, when} from './format.mjs';
 import {getJSON, render} from './core.mjs';
@@ -43,9 +43,24 @@ function notify(targets) {
   'No notify targets in the server config.');
 }
 
+// server.yaml `mlflow:` (docs/mlflow.md): where batches go, the last export, the last error.
+function mlflow(mf) {
+  if (!mf.configured) {
+    return html`<p class="muted">No <code>mlflow:</code> in the server config: nothing is exported.</p>`;
+  }
+  const servers = table(['exports', 'to', 'experiments'], mf.servers.map(s =>
+    html`<tr><td>${s.scope}</td><td>${s.to}</td><td>${s.to === 'off' ? '–' : `${s.experiment_prefix}<experiment>`}</td></tr>`), '');
+  const totals = table(['#exported', '#pending', '#given up', 'last export', 'last error'], [
+    html`<tr><td class="num">${mf.exported}</td><td class="num">${mf.pending}</td><td class="num">${mf.gave_up}</td>
+      <td>${when(mf.last_export_ms, 'never')}${mf.last_exported_batch != null ? ` (batch ${mf.last_exported_batch})` : ''}</td>
+      <td>${mf.last_error_ms == null ? '–' : html`<span class="muted">${when(mf.last_error_ms, 'never')}</span><div class="err">${mf.last_error}</div>`}</td></tr>`], '');
+  return html`${servers}${totals}`;
+}
+
 export async function machinesPage() {
   const st = await getJSON('/dash/api/status');
   const targets = await getJSON('/dash/api/notify');
+  const mf = await getJSON('/dash/api/mlflow');
   const costs = st.costs || {};
   const booted = costs.machines_booted || 0;
   render([
@@ -54,5 +69,6 @@ export async function machinesPage() {
       billed ${dur(costs.billed_ms)}, $${num(costs.cost, 2)}.</p>`)},
     {key: 'machines', html: card('Machines', machines(st))},
     {key: 'notify', html: card('Notifications', notify(targets))},
+    {key: 'mlflow', html: card('MLflow export', mlflow(mf), 'mlflow')},
   ]);
 }

@@ -198,6 +198,53 @@ TEST_CASE("PlanTopUp: a paired comparison grows the baseline with the same seeds
   CHECK(other_plan.note.find("its seeds start at 101") != std::string::npos);
 }
 
+TEST_CASE("the cost of a verdict: runs and machine time from the runs' started and finished times",
+          "[analysis][cost]") {
+  testing::TempDir dir;
+  auto store = Store::Open(dir / "t.db").value();
+  // Each run holds 2 GPUs and runs 30 minutes (started at lease + 1 min).
+  auto batch = [&](const std::string& sha, const std::string& parent,
+                   const std::vector<double>& values) {
+    BatchSpec s;
+    s.experiment = "e";
+    s.command = "true";
+    s.repeats = static_cast<int>(values.size());
+    s.gpus = 2;
+    auto r = store.runs().Submit("/repo", {sha, parent, "", "", 0}, {s}, kT0);
+    REQUIRE(r);
+    auto leased = store.runs().Lease("w", kT0, 3'600'000, 100).value();
+    REQUIRE(leased.size() == values.size());
+    for (const auto& l : leased) {
+      REQUIRE(store.runs().MarkRunning(l.run_id, l.token, kT0 + 60'000, ""));
+      REQUIRE(store.runs().Complete(l.run_id, l.token, kT0 + 60'000 + 1'800'000, values[l.repeat]));
+    }
+    return r->front().batch_id;
+  };
+  auto base_id = batch(kParent, "", {0.70, 0.60, 0.80, 0.65});
+  auto head_id = batch(kChild, kParent, {0.71, 0.61, 0.81, 0.66});
+  auto head = store.runs().Batch(head_id).value().value();
+  auto base = store.runs().Batch(base_id).value().value();
+  CHECK(head.run_ms == 4 * 1'800'000);
+  CHECK(head.gpus == 2);
+  auto c = CompareBatches(head, base);
+  REQUIRE(c.verdict == stats::Verdict::kBetter);
+  // 8 runs x 30 min = 4 h of run time, x 2 GPUs = 8 GPU-hours.
+  CHECK(MachineTimeOf(c).run_ms == 8 * 1'800'000);
+  CHECK(MachineTimeOf(c).gpu_hours == Approx(8.0));
+  CHECK(CostText(c) ==
+        "this verdict cost 8 runs (4 here, 4 at the baseline), 4h00m00s of run time (8.00 GPU-hours)");
+  auto j = ComparisonJson(c);
+  CHECK(j["cost"]["run_ms"] == 8 * 1'800'000);
+  CHECK(j["cost"]["run_ms_here"] == 4 * 1'800'000);
+  CHECK(j["cost"]["gpu_hours"] == Approx(8.0));
+  // A run that never started has no time; runs without GPUs: no GPU-hours.
+  auto plain_a = MakeBatch({0.71, 0.61, 0.81, 0.66});
+  auto plain_b = MakeBatch({0.70, 0.60, 0.80, 0.65});
+  plain_a.run_ms = 90'000;
+  CHECK(CostText(CompareBatches(plain_a, plain_b)) ==
+        "this verdict cost 8 runs (4 here, 4 at the baseline), 1m30s of run time");
+}
+
 TEST_CASE("ExtendIfNeeded: paired top-ups on both sides, the head decides when the baseline's round ends",
           "[analysis][topup]") {
   testing::TempDir dir;
@@ -499,6 +546,41 @@ TEST_CASE("spending looks and the family: the repeated p-value is corrected", "[
   auto j = ComparisonJson(*c[1]);
   CHECK(j["correction"]["design"] == "spending");
   CHECK(j["correction"]["look"] == 2);
+}
+
+TEST_CASE("no correction under a spending design: the text shows the repeated p the verdict used",
+          "[analysis][family]") {
+  std::string spec = R"({"adaptive":{"min":5,"max":20,"step":5,"until":"decided"}})";
+  auto family = TwentyChanged(true, spec);
+  auto c = CompareFamily(family, false, stats::Correction::kNone);
+  REQUIRE(c[0]);
+  REQUIRE(c[0]->p_adjusted);
+  CHECK(*c[0]->p_adjusted > *c[0]->p_raw);  // look 2 of 4: the repeated p is larger
+  std::string text = ComparisonText(*c[0]);
+  CHECK(text.find("p=0.007 raw, p=") != std::string::npos);
+  CHECK(text.find(" used (repeated p at look 2 of 4; no correction, family of 20, 4 looks each") !=
+        std::string::npos);
+  // A fixed batch with no correction: the raw p is the one used, shown once.
+  auto fixed = CompareFamily(TwentyChanged(true), false, stats::Correction::kNone);
+  std::string plain = ComparisonText(*fixed[0]);
+  CHECK(plain.find("p=0.007 (no correction, family of 20)") != std::string::npos);
+  CHECK(plain.find(" used (") == std::string::npos);
+}
+
+TEST_CASE("the TOST interval prints enough decimals that an end just inside the margin is not the margin",
+          "[analysis][equivalence]") {
+  std::string spec = R"({"metric": {"min_effect": 0.003}})";
+  std::vector<double> base = {0.90, 0.91, 0.92, 0.93, 0.94, 0.95};
+  std::vector<double> head = {0.9005, 0.9095, 0.9205, 0.9295, 0.9405, 0.9495};
+  auto c = CompareBatches(MakeBatch(head, spec), MakeBatch(base, spec));
+  REQUIRE(c.verdict == stats::Verdict::kEquivalent);
+  // An end 4e-7 inside the margin: up to 6 decimals it would read as the margin.
+  c.equivalence_interval = stats::Interval{-0.0012, 0.0029996};
+  std::string text = ComparisonText(c);
+  CHECK(text.find("-0.0012000..+0.0029996 inside ±0.0030000)") != std::string::npos);
+  // Far from the margin: 4 decimals.
+  c.equivalence_interval = stats::Interval{-0.0012, 0.0021};
+  CHECK(ComparisonText(c).find("-0.0012..+0.0021 inside ±0.0030)") != std::string::npos);
 }
 
 TEST_CASE("equivalent within min_effect: TOST at the design's level, on every field",

@@ -281,6 +281,73 @@ void FinishFamily(Store& store, const std::vector<double>& values) {
   }
 }
 
+// Issue 40: a baseline whose commit git no longer has cannot grow. Git is
+// asked before the top-up is queued: no run is queued there to die, the
+// head grows only as far as an unpaired test can use, and the status says why.
+TEST_CASE("submit: an until-decided top-up asks git first: a baseline commit that is gone does not grow",
+          "[submit][topup]") {
+  const char* manifest = R"(version: 1
+defaults:
+  correction: none
+  repeats: {min: 4, max: 12, step: 4, until: decided}
+  metric: {name: accuracy, goal: max, min_effect: 0.003}
+experiments:
+  x:
+    command: echo x {seed}
+    watch: [x/**]
+)";
+  Repo r;
+  std::string a = r.cli.Commit({{"trainq.yaml", manifest}, {"x/a", "1"}}, "A");
+  // The base is a commit on a side branch that is deleted (and pruned) later.
+  r.cli.Run("checkout -q -b side");
+  std::string side = r.cli.Commit({{"x/a", "3"}}, "side: x at 3");
+  r.cli.Run("checkout -q main");
+  std::string b = r.cli.Commit({{"x/a", "2"}}, "B: change x");
+  auto base = SubmitCommit(r.store, r.Git(), r.Request(side, a), kT0);
+  REQUIRE(base);
+  const std::int64_t base_id = (*base)[0].result.batch_id;
+  auto finish = [&](double shift) {
+    auto leased = r.store.runs().Lease("w", kT0, 60'000, 100).value();
+    for (const auto& l : leased) {
+      double seed_effect = 0.01 * ((l.seed * 7) % 5);
+      bool head = l.batch_id != base_id;
+      double noise = 0.004 * (((l.seed * 13 + (head ? 3 : 0)) % 7) / 3.0 - 1);
+      REQUIRE(r.store.runs().Complete(l.run_id, l.token, kT0,
+                                      0.9 + seed_effect + noise + (head ? shift : 0)));
+    }
+  };
+  finish(0);
+  auto head = SubmitCommit(r.store, r.Git(), r.Request(b, side), kT0);
+  REQUIRE(head);
+  const std::int64_t head_id = (*head)[0].result.batch_id;
+  REQUIRE(r.store.runs().Batch(head_id).value()->baseline_batch_id == base_id);
+  finish(0);
+  // The side branch goes, and git forgets its commit.
+  r.cli.Run("branch -q -D side");
+  r.cli.Run("reflog expire --expire=now --all");
+  r.cli.Run("gc -q --prune=now");
+  r.git.reset();
+  // Undecided at 4 pairs, but the baseline cannot grow: nothing is queued
+  // at either side (4 head runs already match the baseline's 4).
+  CHECK(ExtendIfNeeded(r.store, head_id, kT0).value() == 0);
+  CHECK(r.store.runs().Runs(base_id, std::nullopt, 0).value().size() == 4);
+  CHECK(r.store.runs().Runs(head_id, std::nullopt, 0).value().size() == 4);
+  auto hb = r.store.runs().Batch(head_id).value().value();
+  CHECK(hb.baseline_note.find("the baseline cannot grow: its commit " + side.substr(0, 7) +
+                              " is no longer in the repository") != std::string::npos);
+  auto c = CompareInFamily(r.store, hb, false).value();
+  REQUIRE(c);
+  auto j = ComparisonJson(*c);
+  CHECK(j["top_up"].get<std::string>() ==
+        "stopped at 4 runs: the baseline cannot grow (its commit " + side.substr(0, 7) +
+            " is no longer in the repository), and an unpaired test against its 4 runs gains "
+            "little from more runs here");
+  // Asked again (another run ended): still nothing, and the note once.
+  CHECK(ExtendIfNeeded(r.store, head_id, kT0).value() == 0);
+  auto again = r.store.runs().Batch(head_id).value().value();
+  CHECK(again.baseline_note == hb.baseline_note);
+}
+
 }  // namespace
 
 TEST_CASE("family: after trainq submit, reused unchanged batches are shown but not counted, so "

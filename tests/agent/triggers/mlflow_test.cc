@@ -69,14 +69,15 @@ struct World {
   // curve of `points` steps of the metric and of "loss") and `dead` dead runs.
   std::int64_t Batch(const std::string& sha, const std::string& parent, const std::string& exp,
                      const std::vector<double>& values, int dead = 0, int points = 5,
-                     const std::string& spec = R"({"lr": 0.001, "epochs": 3, "model": "lstm"})") {
+                     const std::string& spec = R"({"lr": 0.001, "epochs": 3, "model": "lstm"})",
+                     const std::string& repo = "/srv/model") {
     BatchSpec b;
     b.experiment = exp;
     b.command = "true";
     b.repeats = static_cast<int>(values.size()) + dead;
     b.max_attempts = 1;
     b.spec_json = spec;
-    auto r = store.runs().Submit("/srv/model", {sha, parent, "a change", "me", 0}, {b}, clock.Now());
+    auto r = store.runs().Submit(repo, {sha, parent, "a change", "me", 0}, {b}, clock.Now());
     REQUIRE(r);
     const std::int64_t id = r->front().batch_id;
     auto leased = store.runs().Lease("w", clock.Now(), 60'000, 100).value();
@@ -171,6 +172,96 @@ TEST_CASE("mlflow: server.yaml's mlflow section is read and checked", "[mlflow]"
   auto inline_token = ParseError("mlflow:\n  tracking_uri: https://m.example\n  token: s3cret-token\n");
   CHECK(inline_token.starts_with("server.yaml:3: mlflow.token:"));
   CHECK(inline_token.find("s3cret-token") == std::string::npos);
+}
+
+TEST_CASE("mlflow: a repository's own mlflow: sends its batches to its server, off keeps them here",
+          "[mlflow]") {
+  World w;
+  auto other = testing::FakeMlflow::Start(w.tmp / "mlflow-b", "");
+  REQUIRE(other);
+  auto c = ParseServerConfig(
+      "mlflow:\n  tracking_uri: " + w.mlflow->url() + "\n  token: {file: " + (w.tmp / "token") +
+          "}\nrepositories:\n  - url: /srv/team-b\n    mlflow: {tracking_uri: " + (*other)->url() +
+          ", experiment_prefix: b/}\n  - url: /srv/private\n    mlflow: off\n",
+      "server.yaml");
+  INFO((c ? "" : c.error().message));
+  REQUIRE(c);
+  REQUIRE(c->repositories.size() == 2);
+  CHECK(c->repositories[0].mlflow->experiment_prefix == "b/");
+  CHECK_FALSE(c->repositories[1].mlflow->enabled());
+  CHECK(c->MlflowAny());
+  w.config = *c;
+  MlflowExporter ex(w.store, w.config, w.http, w.clock);
+  REQUIRE(ex.Scan().value() == 0);
+  w.clock.Advance(1'000);
+  const std::string spec = R"({"lr": 0.001})";
+  w.Batch(std::string(40, 'a'), "", "lstm", {0.90, 0.91}, 0, 3, spec, "/srv/model");
+  w.Batch(std::string(40, 'b'), "", "lstm", {0.80, 0.81}, 0, 3, spec, "/srv/team-b");
+  w.Batch(std::string(40, 'c'), "", "lstm", {0.70, 0.71}, 0, 3, spec, "/srv/private");
+  // The private repository's batch is not even queued.
+  REQUIRE(ex.Scan().value() == 2);
+  // Team b's server is down for one call: the global server's batch goes all the same.
+  REQUIRE((*other)->Fail("experiments/get-by-name", 503, 1));
+  w.Drain(ex);
+  json a = w.State();
+  json b = (*other)->State().value();
+  REQUIRE(TreeOf(a).parents.size() == 1);
+  REQUIRE(TreeOf(b).parents.size() == 1);
+  CHECK(TagOf(TreeOf(a).parents[0], "mlflow.source.git.repoURL") == "/srv/model");
+  CHECK(TagOf(TreeOf(b).parents[0], "mlflow.source.git.repoURL") == "/srv/team-b");
+  CHECK(a["experiments"][0]["name"] == "trainq/lstm");
+  CHECK(b["experiments"][0]["name"] == "b/lstm");
+  CHECK(TreeOf(b).children.begin()->second.size() == 2);
+
+  CHECK(ParseError("repositories:\n  - url: /srv/x\n    mlflow: {token: {env: T}}\n")
+            .starts_with("server.yaml:3: repositories[0].mlflow.tracking_uri: missing"));
+}
+
+TEST_CASE("mlflow: a sweep is one parent with a child per point and seed", "[mlflow]") {
+  World w;
+  MlflowExporter ex(w.store, w.config, w.http, w.clock);
+  REQUIRE(ex.Scan().value() == 0);
+  w.clock.Advance(1'000);
+  // Three points of sweep 7 of lstm, two seeds each (as the sweep driver
+  // submits them: experiment lstm@sweep7.p<i>, the point in the spec).
+  const std::string sha(40, 'a');
+  for (int i = 0; i < 3; ++i) {
+    json spec = {{"lr", 0.001},
+                 {"sweep", {{"id", 7}, {"point", i}, {"params", {{"lr", 0.1 * (i + 1)}, {"layers", i + 2}}}}}};
+    w.Batch(sha, "", "lstm@sweep7.p" + std::to_string(i), {0.80 + 0.01 * i, 0.81 + 0.01 * i}, 0, 3,
+            spec.dump());
+  }
+  w.Drain(ex);
+  json s = w.State();
+  Tree t = TreeOf(s);
+  REQUIRE(t.parents.size() == 1);
+  const json& parent = t.parents[0];
+  CHECK(parent["info"]["run_name"] == "sweep 7 lstm");
+  CHECK(TagOf(parent, "trainq.sweep_id") == "7");
+  CHECK(ParamOf(parent, "sweep_id") == "7");
+  REQUIRE(s["experiments"].size() == 1);
+  CHECK(s["experiments"][0]["name"] == "trainq/lstm");
+  const auto& kids = t.children[parent["info"]["run_id"].get<std::string>()];
+  REQUIRE(kids.size() == 6);
+  std::set<std::string> names;
+  for (const auto& k : kids) names.insert(k["info"]["run_name"].get<std::string>());
+  CHECK(names == std::set<std::string>{"point 0 seed 1", "point 0 seed 2", "point 1 seed 1",
+                                       "point 1 seed 2", "point 2 seed 1", "point 2 seed 2"});
+  for (const auto& k : kids) {
+    if (k["info"]["run_name"] != "point 2 seed 1") continue;
+    CHECK(ParamOf(k, "point") == "2");
+    CHECK(ParamOf(k, "param.layers") == "4");
+    CHECK(ParamOf(k, "seed") == "1");
+  }
+  // Exported again from the start (a restart with the outbox lost): nothing twice.
+  REQUIRE(w.store.outbox().ClearMark("mlflow:cursor"));
+  for (int i = 1; i <= 3; ++i) {
+    MlflowExporter again(w.store, w.config, w.http, w.clock);
+    REQUIRE(again.ExportBatch(i));
+  }
+  json after = w.State();
+  CHECK(after["runs"].size() == 7);
+  CHECK(Refusals(after).empty());
 }
 
 TEST_CASE("mlflow: a day of batches is one parent per batch with one child per seed",
@@ -321,6 +412,41 @@ TEST_CASE("mlflow: a server that answers 500 then 200 ends with exactly one of e
   REQUIRE(row);
   CHECK(row->state == "delivered");
   CHECK(row->attempts == 3);
+}
+
+TEST_CASE("mlflow: a 429 with Retry-After holds the batch back that long, a 503 backs off",
+          "[mlflow]") {
+  World w;
+  MlflowExporter ex(w.store, w.config, w.http, w.clock);
+  REQUIRE(ex.Scan().value() == 0);
+  w.clock.Advance(1'000);
+  w.Batch(std::string(40, 'a'), "", "lstm", {0.90, 0.91});
+  REQUIRE(ex.Scan().value() == 1);
+  // 120 s asked for: far beyond the first backoff of 5 s.
+  REQUIRE(w.mlflow->Fail("experiments/get-by-name", 429, 1, 0, /*retry_after_s=*/120));
+  REQUIRE(ex.Send().value() == 1);
+  auto row = w.store.outbox().Find("mlflow:export", "batch:1").value();
+  REQUIRE(row);
+  CHECK(row->state == "pending");
+  CHECK(row->attempts == 1);
+  CHECK(row->not_before_ms == w.clock.Now() + 120'000);
+  CHECK(row->last_error.find("REQUEST_LIMIT_EXCEEDED") != std::string::npos);
+  CHECK(row->last_error.find("Retry-After: 120 s") != std::string::npos);
+  // Not due before then: a pass sends nothing.
+  w.clock.Advance(119'000);
+  REQUIRE(ex.Send().value() == 0);
+  // A 503 without Retry-After: the plain backoff (second try: 10 s).
+  w.clock.Advance(1'000);
+  REQUIRE(w.mlflow->Fail("experiments/get-by-name", 503, 1));
+  REQUIRE(ex.Send().value() == 1);
+  row = w.store.outbox().Find("mlflow:export", "batch:1").value();
+  CHECK(row->attempts == 2);
+  CHECK(row->not_before_ms == w.clock.Now() + 10'000);
+  w.clock.Advance(10'000);
+  REQUIRE(ex.Send().value() == 1);
+  row = w.store.outbox().Find("mlflow:export", "batch:1").value();
+  CHECK(row->state == "delivered");
+  CHECK(TreeOf(w.State()).parents.size() == 1);
 }
 
 TEST_CASE("mlflow: long curves and many params are split within MLflow's per-call limits",

@@ -61,9 +61,11 @@ struct World {
   // A batch of `exp` at `sha` (parent `parent`) with these values, all runs
   // ended at the current time.
   std::int64_t Batch(const std::string& sha, const std::string& parent, const std::string& exp,
-                     const std::vector<double>& values, int dead = 0) {
+                     const std::vector<double>& values, int dead = 0,
+                     const std::string& spec_json = "") {
     BatchSpec spec;
     spec.experiment = exp;
+    if (!spec_json.empty()) spec.spec_json = spec_json;
     spec.command = "true";
     spec.repeats = static_cast<int>(values.size()) + dead;
     spec.max_attempts = 1;
@@ -173,6 +175,51 @@ TEST_CASE("notify: a worse verdict posts one Slack message with its link, also a
   auto row = w.store.outbox().Find("notify:ml-alerts", "worse:batch:" + std::to_string(head));
   REQUIRE(row.value());
   CHECK((*row)->state == "delivered");
+}
+
+TEST_CASE("notify: noise drift and a failed determinism check each post one message", "[notify]") {
+  World w;
+  testing::FakeSlack slack;
+  w.Configure("  - name: ml-alerts\n    slack: {webhook_url: " + w.SlackUrlFile(slack.url()) +
+              "}\n    on: [drift, not_reproducible]\n");
+  {
+    NotifyScanner first(w.store, w.config, w.clock);
+    REQUIRE(first.Step().value() == 0);
+  }
+  // The same inputs at three commits: the third's numbers moved (drift).
+  const std::string same_inputs = R"({"inputs": "sha256:data-and-code"})";
+  const std::string kFirst(40, '0');
+  w.clock.Advance(1'000);
+  w.Batch(kFirst, "", "lstm", {0.901, 0.902, 0.903, 0.904, 0.905}, 0, same_inputs);
+  w.Batch(kBase, kFirst, "lstm", {0.901, 0.902, 0.903, 0.904, 0.905}, 0, same_inputs);
+  const auto head = w.Batch(kHead, kBase, "lstm", {0.950, 0.951, 0.952, 0.953, 0.954}, 0, same_inputs);
+  // Its determinism companion ran seed 1 again and printed another number.
+  w.Batch(kHead, kBase, "lstm@repro", {0.9513});
+  w.clock.Advance(1'000);
+  CurlHttpClient http;
+  NotifyScanner scanner(w.store, w.config, w.clock);
+  CHECK(scanner.Step().value() == 2);
+  NotifySender sender(w.store, w.config, http, w.clock);
+  CHECK(sender.Step().value() == 2);
+  auto texts = slack.texts();
+  CHECK(slack.refusals().empty());
+  REQUIRE(texts.size() == 2);
+  std::string drift = texts[0].find("*drift*") != std::string::npos ? texts[0] : texts[1];
+  std::string repro = texts[0].find("*not_reproducible*") != std::string::npos ? texts[0] : texts[1];
+  CHECK(drift.find("*drift*") != std::string::npos);
+  CHECK(drift.find(ShortSha(kHead) + " lstm: ") != std::string::npos);
+  CHECK(repro.find("*not_reproducible*") != std::string::npos);
+  CHECK(repro.find("seed 1") != std::string::npos);
+  CHECK(w.store.outbox().Find("notify:ml-alerts", "drift:batch:" + std::to_string(head)).value());
+  CHECK(w.store.outbox()
+            .Find("notify:ml-alerts", "not_reproducible:batch:" + std::to_string(head))
+            .value());
+  // Scanned again (a restart from the start of history): nothing new.
+  REQUIRE(w.store.outbox().SetMark("notify:cursor", "0:0", w.clock.Now()));
+  NotifyScanner again(w.store, w.config, w.clock);
+  CHECK(again.Step().value() == 0);
+  CHECK(sender.Step().value() == 0);
+  CHECK(slack.texts().size() == 2);
 }
 
 TEST_CASE("notify: Slack's rules are the fake's: escaped markup passes, raw markup is refused",
