@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/daemon/branch_history.h"
+#include "agent/daemon/oidc.h"
 #include "agent/daemon/read_api.h"
 #include "agent/results/analysis.h"
 #include "agent/results/commit_view.h"
@@ -223,6 +224,9 @@ Dashboard::Dashboard(const ServerConfig& config, std::string db_path, std::strin
   boot_ = RandomHex(4).value_or("0");
   secure_cookie_ = config_.public_url.starts_with("https://");
   http_ = std::make_unique<CurlHttpClient>(1 << 20);
+  if (config_.auth.oidc.enabled()) {
+    oidc_ = std::make_unique<OidcIssuer>(config_.auth.oidc, *http_, clock_);
+  }
 }
 
 Dashboard::~Dashboard() {
@@ -231,8 +235,8 @@ Dashboard::~Dashboard() {
 }
 
 bool Dashboard::Owns(const std::string& path) {
-  return IsPage(path) || path == "/signin" || path == "/signin/github" ||
-         path == "/signin/github/callback" || path.starts_with("/dash/");
+  return IsPage(path) || path == "/signin" || path.starts_with("/signin/") ||
+         path.starts_with("/dash/");
 }
 
 std::string Dashboard::StartLine(const std::string& listen) {
@@ -404,6 +408,8 @@ HttpServerReply Dashboard::SignInPage(int status, const std::string& next,
   put("{{notice}}", HtmlEscape(notice));
   put("{{notice_hidden}}", notice.empty() ? " hidden" : "");
   put("{{github_hidden}}", config_.auth.github.enabled() ? "" : " hidden");
+  put("{{oidc_hidden}}", config_.auth.oidc.enabled() ? "" : " hidden");
+  put("{{oidc_label}}", HtmlEscape(config_.auth.oidc.label));
   HttpServerReply r{status, "text/html; charset=utf-8", std::move(html)};
   r.headers.push_back({"Cache-Control", "no-store"});
   PageHeaders(r);
@@ -541,10 +547,19 @@ HttpServerReply Dashboard::Handle(const HttpServerRequest& req, const std::strin
     if (req.method != "GET" && req.method != "HEAD") return Refuse(405, "GET or POST /signin");
     return SignInPage(200, Param(req, "next").value_or("/"), "");
   }
-  if (path == "/signin/github" || path == "/signin/github/callback") {
+  if (path.starts_with("/signin/")) {
+    // /signin/DOOR and /signin/DOOR/callback, one pair per configured door.
     if (req.method != "GET" && req.method != "HEAD") return Refuse(405, "GET " + path);
-    if (!config_.auth.github.enabled()) return Refuse(404, "auth.github is not configured");
-    return path == "/signin/github" ? GithubStart(req) : GithubCallback(req);
+    std::string door = path.substr(8);
+    const bool back = door.ends_with("/callback");
+    if (back) door.resize(door.size() - 9);
+    if (door == "github" && config_.auth.github.enabled()) {
+      return back ? GithubCallback(req) : GithubStart(req);
+    }
+    if (door == "oidc" && config_.auth.oidc.enabled()) {
+      return back ? OidcCallback(req) : OidcStart(req);
+    }
+    return Refuse(404, "no such sign-in is configured (auth.github, auth.oidc)");
   }
   if (path == "/dash/api/login-link") return LoginLinkRoute(req);
   if (IsPage(path) && (req.method == "GET" || req.method == "HEAD")) {
@@ -1300,6 +1315,12 @@ HttpServerReply RefusedSignIn(const std::string& text) {
   return r;
 }
 
+std::string ScopeList(const std::vector<std::string>& scopes) {
+  std::string out;
+  for (const auto& s : scopes) out += (out.empty() ? "" : " ") + s;
+  return out;
+}
+
 HttpHeaders GithubApiHeaders(const std::string& token) {
   return {{"Accept", "application/vnd.github+json"},
           {"Authorization", "Bearer " + token},
@@ -1309,12 +1330,18 @@ HttpHeaders GithubApiHeaders(const std::string& token) {
 
 }  // namespace
 
-HttpServerReply Dashboard::GithubStart(const HttpServerRequest& req) {
-  const GithubAuthConfig& gh = config_.auth.github;
+std::string Dashboard::CallbackUrl(const HttpServerRequest& req, const std::string& door) const {
+  return BaseUrl(req) + "/signin/" + door + "/callback";
+}
+
+HttpServerReply Dashboard::OAuthRedirect(const HttpServerRequest& req, const std::string& door,
+                                         const std::string& authorize, const std::string& params,
+                                         bool with_nonce) {
   auto state = RandomHex(16);
   auto verifier = RandomHex(32);  // 64 characters of [0-9a-f]: a valid code_verifier
   auto browser = RandomHex(16);
-  if (!state || !verifier || !browser) return Refuse(503, "no random bytes for a sign-in");
+  auto nonce = RandomHex(16);
+  if (!state || !verifier || !browser || !nonce) return Refuse(503, "no random bytes for a sign-in");
   const TimeMs now = clock_.Now();
   {
     std::lock_guard<std::mutex> lock(sessions_mu_);
@@ -1325,66 +1352,114 @@ HttpServerReply Dashboard::GithubStart(const HttpServerRequest& req) {
       });
       oauth_.erase(oldest);
     }
-    oauth_[Sha256Hex(*state)] = {*verifier, Sha256Hex(*browser),
+    oauth_[Sha256Hex(*state)] = {door, *verifier, Sha256Hex(*browser),
+                                 with_nonce ? *nonce : std::string(),
                                  SafeNext(Param(req, "next").value_or("/")),
                                  now + options_.oauth_state_ms};
   }
-  std::string url = gh.web_url + "/login/oauth/authorize?client_id=" + UrlEncode(gh.client_id) +
-                    "&redirect_uri=" + UrlEncode(BaseUrl(req) + "/signin/github/callback") +
-                    "&scope=" + UrlEncode("repo") + "&state=" + *state +
+  std::string url = authorize + (authorize.find('?') == std::string::npos ? "?" : "&") + params +
+                    "&redirect_uri=" + UrlEncode(CallbackUrl(req, door)) + "&state=" + *state +
                     "&code_challenge=" + Sha256Base64Url(*verifier) +
-                    "&code_challenge_method=S256&allow_signup=false";
-  HttpServerReply r{302, "text/plain; charset=utf-8", "to GitHub\n"};
+                    "&code_challenge_method=S256" + (with_nonce ? "&nonce=" + *nonce : "");
+  HttpServerReply r{302, "text/plain; charset=utf-8", "to the sign-in\n"};
   r.headers.push_back({"Location", url});
   r.headers.push_back({"Cache-Control", "no-store"});
-  // Lax: the browser sends it back on GitHub's redirect (a top-level GET
-  // from another site); it binds the state to this browser.
+  // Lax: the browser sends it back on the forge's or issuer's redirect (a
+  // top-level GET from another site); it binds the state to this browser.
   r.headers.push_back(
-      {"Set-Cookie", std::string(kOAuthCookie) + "=" + *browser +
-                         "; Path=/signin/github; HttpOnly; SameSite=Lax; Max-Age=" +
+      {"Set-Cookie", std::string(kOAuthCookie) + "=" + *browser + "; Path=/signin/" + door +
+                         "; HttpOnly; SameSite=Lax; Max-Age=" +
                          std::to_string(options_.oauth_state_ms / 1000) +
                          (secure_cookie_ ? "; Secure" : "")});
   return r;
 }
 
-HttpServerReply Dashboard::GithubCallback(const HttpServerRequest& req) {
-  const GithubAuthConfig& gh = config_.auth.github;
-  auto refuse = [&](const std::string& why, const std::string& page) {
-    FailedSignIn(req.peer, "GitHub: " + why);
-    HttpServerReply r = RefusedSignIn(page);
-    r.headers.push_back({"Set-Cookie", std::string(kOAuthCookie) +
-                                           "=; Path=/signin/github; HttpOnly; SameSite=Lax; "
-                                           "Max-Age=0"});
-    return r;
-  };
+HttpServerReply Dashboard::RefuseSignIn(const HttpServerRequest& req, const std::string& door,
+                                        const std::string& label, const std::string& why,
+                                        const std::string& page) {
+  FailedSignIn(req.peer, label + ": " + why);
+  HttpServerReply r = RefusedSignIn(page);
+  r.headers.push_back({"Set-Cookie", std::string(kOAuthCookie) + "=; Path=/signin/" + door +
+                                         "; HttpOnly; SameSite=Lax; Max-Age=0"});
+  return r;
+}
+
+std::optional<HttpServerReply> Dashboard::OAuthReturn(const HttpServerRequest& req,
+                                                      const std::string& door,
+                                                      const std::string& label,
+                                                      OAuthPending* pending, std::string* code) {
   std::string state = Param(req, "state").value_or("");
-  OAuthPending pending;
   bool found = false;
   {
     const TimeMs now = clock_.Now();
     std::lock_guard<std::mutex> lock(sessions_mu_);
     auto it = state.empty() ? oauth_.end() : oauth_.find(Sha256Hex(state));
     if (it != oauth_.end()) {
-      found = it->second.expires_ms > now;
-      pending = it->second;
+      // Another door's state is as unknown here as a forged one.
+      found = it->second.expires_ms > now && it->second.door == door;
+      *pending = it->second;
       oauth_.erase(it);  // once, whatever follows
     }
   }
   if (!found) {
-    return refuse(state.empty() ? "a callback without state" : "an unknown, used or expired state",
-                  "This sign-in did not start here, was used already or took too long "
-                  "(a missing or unknown state). Start again from the sign-in page.");
+    return RefuseSignIn(req, door, label,
+                        state.empty() ? "a callback without state" : "an unknown, used or expired state",
+                        "This sign-in did not start here, was used already or took too long "
+                        "(a missing or unknown state). Start again from the sign-in page.");
   }
-  if (!ConstantTimeEquals(Sha256Hex(CookieValue(req.headers, kOAuthCookie)), pending.browser)) {
-    return refuse("a state from another browser",
-                  "This sign-in was started in another browser (its state is not this "
-                  "browser's).");
+  if (!ConstantTimeEquals(Sha256Hex(CookieValue(req.headers, kOAuthCookie)), pending->browser)) {
+    return RefuseSignIn(req, door, label, "a state from another browser",
+                        "This sign-in was started in another browser (its state is not this "
+                        "browser's).");
   }
   if (auto err = Param(req, "error")) {
-    return refuse("GitHub answered " + *err, "GitHub did not authorize trainq (" + *err + ").");
+    std::string e = err->substr(0, 64);
+    return RefuseSignIn(req, door, label, label + " answered " + e,
+                        label + " did not authorize trainq (" + e + ").");
   }
-  std::string code = Param(req, "code").value_or("");
-  if (code.empty()) return refuse("a callback without code", "GitHub sent no code.");
+  *code = Param(req, "code").value_or("");
+  if (code->empty()) {
+    return RefuseSignIn(req, door, label, "a callback without code", label + " sent no code.");
+  }
+  return std::nullopt;
+}
+
+HttpServerReply Dashboard::FinishSignIn(const Principal& p, const OAuthPending& pending,
+                                        const std::string& door, const std::string& peer,
+                                        const std::string& forge_token, const std::string& name) {
+  HttpServerReply r = StartSession(p, pending.next, door.c_str(), peer, forge_token);
+  if (r.status != 303) return r;
+  // The session cookie is SameSite=Strict, and this answer ends a redirect
+  // from another site: a page of this site moves on, so the cookie goes along.
+  std::string to = LocationOf(SafeNext(pending.next));
+  r.status = 200;
+  r.content_type = "text/html; charset=utf-8";
+  r.body = "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=\"0;url=" +
+           HtmlEscape(to) + "\"><title>Signed in</title><p>Signed in as " + HtmlEscape(name) +
+           ". <a href=\"" + HtmlEscape(to) + "\">Continue</a></p>\n";
+  std::erase_if(r.headers, [](const auto& h) { return h.first == "Location"; });
+  r.headers.push_back({"Set-Cookie", std::string(kOAuthCookie) + "=; Path=/signin/" + door +
+                                         "; HttpOnly; SameSite=Lax; Max-Age=0"});
+  PageHeaders(r);
+  return r;
+}
+
+HttpServerReply Dashboard::GithubStart(const HttpServerRequest& req) {
+  const GithubAuthConfig& gh = config_.auth.github;
+  return OAuthRedirect(req, "github", gh.web_url + "/login/oauth/authorize",
+                       "client_id=" + UrlEncode(gh.client_id) + "&scope=" + UrlEncode("repo") +
+                           "&allow_signup=false",
+                       false);
+}
+
+HttpServerReply Dashboard::GithubCallback(const HttpServerRequest& req) {
+  const GithubAuthConfig& gh = config_.auth.github;
+  auto refuse = [&](const std::string& why, const std::string& page) {
+    return RefuseSignIn(req, "github", "GitHub", why, page);
+  };
+  OAuthPending pending;
+  std::string code;
+  if (auto r = OAuthReturn(req, "github", "GitHub", &pending, &code)) return *r;
   // The code for a token: the secret travels in the body only.
   HttpRequest tr;
   tr.method = "POST";
@@ -1394,7 +1469,7 @@ HttpServerReply Dashboard::GithubCallback(const HttpServerRequest& req) {
                 {"User-Agent", "trainq"}};
   tr.body = "client_id=" + UrlEncode(gh.client_id) +
             "&client_secret=" + UrlEncode(gh.client_secret.value) + "&code=" + UrlEncode(code) +
-            "&redirect_uri=" + UrlEncode(BaseUrl(req) + "/signin/github/callback") +
+            "&redirect_uri=" + UrlEncode(CallbackUrl(req, "github")) +
             "&code_verifier=" + UrlEncode(pending.verifier);
   auto tresp = http_->Send(tr);
   if (!tresp) {
@@ -1442,22 +1517,105 @@ HttpServerReply Dashboard::GithubCallback(const HttpServerRequest& req) {
                   login + " on GitHub has no access to any repository this server watches.");
   }
   p.repos = std::make_shared<const std::map<std::string, Role>>(std::move(*roles));
-  HttpServerReply r = StartSession(p, pending.next, "github", req.peer, token);
-  if (r.status != 303) return r;
-  // The session cookie is SameSite=Strict, and this answer ends a redirect
-  // from GitHub: a page of this site moves on, so the cookie goes along.
-  std::string to = LocationOf(SafeNext(pending.next));
-  r.status = 200;
-  r.content_type = "text/html; charset=utf-8";
-  r.body = "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=\"0;url=" +
-           HtmlEscape(to) + "\"><title>Signed in</title><p>Signed in as " + HtmlEscape(login) +
-           ". <a href=\"" + HtmlEscape(to) + "\">Continue</a></p>\n";
-  std::erase_if(r.headers, [](const auto& h) { return h.first == "Location"; });
-  r.headers.push_back({"Set-Cookie", std::string(kOAuthCookie) +
-                                         "=; Path=/signin/github; HttpOnly; SameSite=Lax; "
-                                         "Max-Age=0"});
-  PageHeaders(r);
-  return r;
+  return FinishSignIn(p, pending, "github", req.peer, token, login);
+}
+
+// ---- "Sign in with OIDC" (issue 41): discovery, the code flow with PKCE and
+// nonce (OpenID Connect Core 1.0, section 3.1), the ID token checked by
+// OidcIssuer (agent/daemon/oidc.h); roles from auth.oidc's lists (else
+// auth's), by the token's email and groups.
+
+HttpServerReply Dashboard::OidcStart(const HttpServerRequest& req) {
+  const OidcAuthConfig& c = config_.auth.oidc;
+  auto e = oidc_->Discover();
+  if (!e) {
+    spdlog::warn("dashboard: OIDC: {}", e.error().message);
+    return RefusedSignIn("The identity provider (" + c.issuer + ") could not be reached.");
+  }
+  return OAuthRedirect(req, "oidc", e->authorization,
+                       "response_type=code&client_id=" + UrlEncode(c.client_id) +
+                           "&scope=" + UrlEncode(ScopeList(c.scopes)),
+                       true);
+}
+
+HttpServerReply Dashboard::OidcCallback(const HttpServerRequest& req) {
+  const OidcAuthConfig& c = config_.auth.oidc;
+  const std::string label = c.label;
+  auto refuse = [&](const std::string& why, const std::string& page) {
+    return RefuseSignIn(req, "oidc", label, why, page);
+  };
+  OAuthPending pending;
+  std::string code;
+  if (auto r = OAuthReturn(req, "oidc", label, &pending, &code)) return *r;
+  auto e = oidc_->Discover();
+  if (!e) return refuse(e.error().message, "The identity provider could not be reached.");
+  // The code for tokens (section 3.1.3.1): the client authenticates with
+  // HTTP Basic (client_secret_basic) unless the issuer takes only the body.
+  HttpRequest tr;
+  tr.method = "POST";
+  tr.url = e->token;
+  tr.headers = {{"Accept", "application/json"},
+                {"Content-Type", "application/x-www-form-urlencoded"},
+                {"User-Agent", "trainq"}};
+  tr.body = "grant_type=authorization_code&code=" + UrlEncode(code) +
+            "&redirect_uri=" + UrlEncode(CallbackUrl(req, "oidc")) +
+            "&code_verifier=" + UrlEncode(pending.verifier);
+  if (e->basic_auth) {
+    // RFC 6749 section 2.3.1: each form-encoded, then joined by ':'.
+    tr.headers.push_back({"Authorization", "Basic " + Base64(UrlEncode(c.client_id) + ":" +
+                                                             UrlEncode(c.client_secret.value))});
+  } else {
+    tr.body += "&client_id=" + UrlEncode(c.client_id) +
+               "&client_secret=" + UrlEncode(c.client_secret.value);
+  }
+  auto tresp = http_->Send(tr);
+  if (!tresp) {
+    return refuse("the token request failed: " + tresp.error().message,
+                  "The identity provider could not be reached to finish the sign-in.");
+  }
+  json tj = json::parse(tresp->body, nullptr, false);
+  std::string id_token = tj.is_object() ? tj.value("id_token", "") : "";
+  if (!tresp->ok() || id_token.empty()) {
+    std::string err = tj.is_object() ? tj.value("error", "") : "";
+    err = err.substr(0, 64);
+    return refuse("the code was refused (" + std::to_string(tresp->status) + " " +
+                      (err.empty() ? "no id_token" : err) + ")",
+                  "The identity provider refused the code (" + (err.empty() ? "no ID token" : err) +
+                      "): it was used already, expired or is not this client's.");
+  }
+  auto claims = oidc_->Verify(id_token, pending.nonce);
+  if (!claims) {
+    return refuse(claims.error().message,
+                  "The identity provider's answer did not pass trainq's checks: " +
+                      claims.error().message + ".");
+  }
+  // Who: the email, when the issuer does not say it is unverified; else the
+  // preferred user name; else the subject.
+  auto str = [&](const char* k) {
+    auto it = claims->find(k);
+    return it != claims->end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  std::string email = claims->value("email_verified", true) == false ? "" : str("email");
+  std::string name = !email.empty()                       ? email
+                     : !str("preferred_username").empty() ? str("preferred_username")
+                                                          : str("sub");
+  name = name.substr(0, 200);
+  std::vector<std::string> groups;
+  if (auto g = claims->find("groups"); g != claims->end() && g->is_array()) {
+    for (const auto& x : *g) {
+      if (x.is_string()) groups.push_back(x);
+    }
+  }
+  const RoleLists& lists = c.roles_given ? c.roles : static_cast<const RoleLists&>(config_.auth);
+  Principal p;
+  p.who = name + " (oidc)";
+  p.person = true;
+  p.role = RoleFromLists(lists, name, groups);
+  if (p.role == Role::kNone) {
+    return refuse(name + " is in none of the admins, writers or viewers lists",
+                  name + " is in none of this server's admins, writers or viewers lists.");
+  }
+  return FinishSignIn(p, pending, "oidc", req.peer, "", name);
 }
 
 Result<std::map<std::string, Dashboard::Role>> Dashboard::GithubRepoRoles(const std::string& token) {

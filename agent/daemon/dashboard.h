@@ -5,6 +5,9 @@
 //   GET  /signin/github[/callback]  "Sign in with GitHub" (auth.github): the OAuth
 //                                   code flow with state and PKCE; roles from the
 //                                   person's access to each watched repository
+//   GET  /signin/oidc[/callback]    "Sign in with OIDC" (auth.oidc): discovery, the
+//                                   code flow with PKCE and nonce, the ID token
+//                                   verified against the issuer's keys (oidc.h)
 //   GET  /dash/app.js, /dash/app.css
 //   GET  /dash/api/...              the documents the CLI prints (status, show --json,
 //                                   report json), a run's log tail and metric curve
@@ -43,6 +46,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -70,6 +74,8 @@ struct DashboardOptions {
   TimeMs forge_refresh_ms = 5 * 60'000;   // a forge person's repository roles are read again
                                           // at most this often (never on every request)
 };
+
+class OidcIssuer;
 
 class Dashboard {
  public:
@@ -110,6 +116,33 @@ class Dashboard {
   // code flow (state + PKCE S256); GET /signin/github/callback finishes it.
   HttpServerReply GithubStart(const HttpServerRequest& req);
   HttpServerReply GithubCallback(const HttpServerRequest& req);
+  // "Sign in with OIDC" (auth.oidc): GET /signin/oidc (discovery, then the
+  // code flow with state, PKCE and nonce); GET /signin/oidc/callback checks
+  // the ID token (OidcIssuer) and gives the role of auth.oidc's lists.
+  HttpServerReply OidcStart(const HttpServerRequest& req);
+  HttpServerReply OidcCallback(const HttpServerRequest& req);
+  struct OAuthPending;
+  // What every door shares. OAuthRedirect: a one-time state (bound to this
+  // browser by a SameSite=Lax cookie on /signin/DOOR), a PKCE S256
+  // challenge and, `with_nonce`, a nonce; the 302 to `authorize` with
+  // `params` and those. OAuthReturn: the callback's state (spent at once),
+  // browser, error and code checks; a refusal page, or nullopt with
+  // `pending` and `code` filled. FinishSignIn: the session and the page
+  // that moves on to `next`. RefuseSignIn: the 403 page, a log line and a
+  // login_failed row ("LABEL: why").
+  std::string CallbackUrl(const HttpServerRequest& req, const std::string& door) const;
+  HttpServerReply OAuthRedirect(const HttpServerRequest& req, const std::string& door,
+                                const std::string& authorize, const std::string& params,
+                                bool with_nonce);
+  std::optional<HttpServerReply> OAuthReturn(const HttpServerRequest& req, const std::string& door,
+                                             const std::string& label, OAuthPending* pending,
+                                             std::string* code);
+  HttpServerReply FinishSignIn(const Principal& p, const OAuthPending& pending,
+                               const std::string& door, const std::string& peer,
+                               const std::string& forge_token, const std::string& name);
+  HttpServerReply RefuseSignIn(const HttpServerRequest& req, const std::string& door,
+                               const std::string& label, const std::string& why,
+                               const std::string& page);
   // The person's role on each watched GitHub repository, read with their
   // own token (GET /repos/OWNER/NAME's `permissions`).
   Result<std::map<std::string, Role>> GithubRepoRoles(const std::string& token);
@@ -172,13 +205,16 @@ class Dashboard {
     bool refreshing = false;
   };
   struct OAuthPending {
+    std::string door;      // "github", "oidc": the callback must be this door's
     std::string verifier;  // PKCE code_verifier
     std::string browser;   // the SHA-256 of the cookie that binds it to one browser
+    std::string nonce;     // OIDC: the ID token must carry it ("" for the forges)
     std::string next;
     TimeMs expires_ms = 0;
   };
   std::map<std::string, OAuthPending> oauth_;  // by the state's SHA-256 (sessions_mu_)
-  std::unique_ptr<HttpClient> http_;  // to the forge
+  std::unique_ptr<HttpClient> http_;  // to the forge, the OIDC issuer
+  std::unique_ptr<OidcIssuer> oidc_;  // auth.oidc (null without it)
   struct LoginCode {
     Principal who;
     TimeMs expires_ms = 0;

@@ -249,14 +249,71 @@ class ConfigParser : public YamlReader {
     return r;
   }
 
+  // admins, writers, viewers of the map `n`.
+  Result<RoleLists> Lists(const YAML::Node& n, const std::string& path) const {
+    RoleLists l;
+    if (auto v = n["admins"]) { ASSIGN_OR_RETURN(l.admins, StrList(v, path + ".admins")); }
+    if (auto v = n["writers"]) { ASSIGN_OR_RETURN(l.writers, StrList(v, path + ".writers")); }
+    if (auto v = n["viewers"]) {
+      ASSIGN_OR_RETURN(l.viewers, StrList(v, path + ".viewers"));
+      l.viewers_given = true;
+    }
+    return l;
+  }
+
+  // {issuer, client_id, client_secret, scopes, label, admins, writers, viewers}
+  Result<OidcAuthConfig> Oidc(const YAML::Node& o, const std::string& op) const {
+    if (!o.IsMap()) {
+      return Err(o, op, "expected {issuer: URL, client_id: ID, client_secret: {file: PATH}, "
+                        "admins: [...]}, got " + Show(o));
+    }
+    TRY(CheckKeys(o, op, {"issuer", "client_id", "client_secret", "scopes", "label", "admins",
+                          "writers", "viewers"}));
+    OidcAuthConfig c;
+    if (!o["issuer"]) return Err(o, op, "issuer: the identity provider's issuer URL is required");
+    ASSIGN_OR_RETURN(c.issuer, NonEmptyStr(o["issuer"], op + ".issuer"));
+    // Plain http only to this host (a test stand-in): discovery and the keys
+    // that check every ID token must not travel where they can be changed.
+    const bool https = c.issuer.starts_with("https://");
+    if (!https && !c.issuer.starts_with("http://")) {
+      return Err(o["issuer"], op + ".issuer", "expected an https URL, got " + Show(o["issuer"]));
+    }
+    if (!https) {
+      auto host = UrlHost(c.issuer);
+      if (!host || HostReachableFromElsewhere(*host)) {
+        return Err(o["issuer"], op + ".issuer",
+                   "expected an https URL (plain http only to this host), got " + Show(o["issuer"]));
+      }
+    }
+    while (c.issuer.ends_with("/")) c.issuer.pop_back();
+    if (!o["client_id"]) return Err(o, op, "client_id: the client ID registered at the issuer is required");
+    ASSIGN_OR_RETURN(c.client_id, NonEmptyStr(o["client_id"], op + ".client_id"));
+    if (!o["client_secret"]) {
+      return Err(o, op, "client_secret: the client secret is required, as {file: PATH} or "
+                        "{env: NAME}");
+    }
+    ASSIGN_OR_RETURN(c.client_secret, Secret(o["client_secret"], op + ".client_secret"));
+    if (auto v = o["scopes"]) {
+      ASSIGN_OR_RETURN(c.scopes, StrList(v, op + ".scopes"));
+      if (std::find(c.scopes.begin(), c.scopes.end(), "openid") == c.scopes.end()) {
+        return Err(v, op + ".scopes", "must include openid (without it there is no ID token)");
+      }
+    }
+    if (auto v = o["label"]) { ASSIGN_OR_RETURN(c.label, NonEmptyStr(v, op + ".label")); }
+    ASSIGN_OR_RETURN(c.roles, Lists(o, op));
+    c.roles_given = o["admins"] || o["writers"] || o["viewers"];
+    return c;
+  }
+
   // {trusted_header: {user, groups, from}, admins, writers, viewers}
   Result<AuthConfig> Auth(const YAML::Node& n, const std::string& path) const {
     if (!n.IsMap()) {
-      return Err(n, path, "expected {github: {...}, trusted_header: {...}, admins: [...], writers: [...], "
-                          "viewers: [...]}, got " + Show(n));
+      return Err(n, path, "expected {github: {...}, oidc: {...}, trusted_header: {...}, admins: "
+                          "[...], writers: [...], viewers: [...]}, got " + Show(n));
     }
-    TRY(CheckKeys(n, path, {"trusted_header", "github", "admins", "writers", "viewers"}));
+    TRY(CheckKeys(n, path, {"trusted_header", "github", "oidc", "admins", "writers", "viewers"}));
     AuthConfig a;
+    if (auto o = n["oidc"]) { ASSIGN_OR_RETURN(a.oidc, Oidc(o, path + ".oidc")); }
     if (auto g = n["github"]) {
       std::string gp = path + ".github";
       if (!g.IsMap()) {
@@ -281,12 +338,7 @@ class ConfigParser : public YamlReader {
         (std::string(k) == "web_url" ? a.github.web_url : a.github.api_url) = u;
       }
     }
-    if (auto v = n["admins"]) { ASSIGN_OR_RETURN(a.admins, StrList(v, path + ".admins")); }
-    if (auto v = n["writers"]) { ASSIGN_OR_RETURN(a.writers, StrList(v, path + ".writers")); }
-    if (auto v = n["viewers"]) {
-      ASSIGN_OR_RETURN(a.viewers, StrList(v, path + ".viewers"));
-      a.viewers_given = true;
-    }
+    ASSIGN_OR_RETURN(static_cast<RoleLists&>(a), Lists(n, path));
     if (auto t = n["trusted_header"]) {
       std::string tp = path + ".trusted_header";
       if (!t.IsMap()) {

@@ -174,6 +174,30 @@ bool CidrContains(const Cidr& cidr, std::string_view address);
 //              web_url: https://github.com, api_url: https://api.github.com}
 //                                                 # "Sign in with GitHub" (roles from the
 //                                                 # person's access to each watched repository)
+//     oidc: {issuer: https://id.example.com, client_id: trainq,
+//            client_secret: {file: /etc/trainq/oidc-secret}, scopes: [openid, email, profile],
+//            admins: [ml-platform], writers: [...], viewers: [...]}
+//                                                 # "Sign in with OIDC" (discovery, code flow
+//                                                 # with PKCE and nonce, the ID token verified
+//                                                 # against the issuer's JWKS); roles from its own
+//                                                 # lists, else from auth's admins/writers/viewers
+// Who gets which role by name or group (the trusted header, OIDC).
+struct RoleLists {
+  std::vector<std::string> admins, writers, viewers;  // emails/user names or groups
+  bool viewers_given = false;  // absent: everyone the door lets in reads
+};
+
+struct OidcAuthConfig {
+  std::string issuer;      // "" = no OIDC door; exactly the ID tokens' `iss`
+  std::string client_id;   // the ID tokens' `aud`
+  SecretValue client_secret;  // never logged
+  std::vector<std::string> scopes = {"openid", "email", "profile"};
+  std::string label = "OIDC";  // the button: "Sign in with LABEL"
+  RoleLists roles;
+  bool roles_given = false;  // false: auth's own admins/writers/viewers apply
+  bool enabled() const { return !issuer.empty(); }
+};
+
 struct GithubAuthConfig {
   std::string client_id;       // "" = no GitHub door
   SecretValue client_secret;   // never logged
@@ -182,14 +206,13 @@ struct GithubAuthConfig {
   bool enabled() const { return !client_id.empty(); }
 };
 
-struct AuthConfig {
+struct AuthConfig : RoleLists {
   GithubAuthConfig github;
+  OidcAuthConfig oidc;
   std::string user_header;    // "" = no trusted header
   std::string groups_header;  // "" = none (roles by email only)
   std::vector<Cidr> from;     // the proxy's addresses: the header is honoured from these only
   std::vector<std::string> from_text;
-  std::vector<std::string> admins, writers, viewers;
-  bool viewers_given = false;
   bool trusted_header() const { return !user_header.empty(); }
 };
 
