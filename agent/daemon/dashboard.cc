@@ -355,7 +355,8 @@ std::string Dashboard::CookieAttributes() const {
 
 HttpServerReply Dashboard::StartSession(const Principal& who, const std::string& next,
                                         const char* how, const std::string& peer,
-                                        const std::string& forge_token) {
+                                        const std::string& forge_token,
+                                        const ForgeAuthConfig* forge) {
   const Role role = who.role;
   auto nonce = RandomHex(12);
   if (!nonce) return Refuse(503, nonce.error().message);
@@ -373,7 +374,7 @@ HttpServerReply Dashboard::StartSession(const Principal& who, const std::string&
                                   });
       sessions_.erase(lru);
     }
-    sessions_[*nonce] = {who, now, now, forge_token, now, false};
+    sessions_[*nonce] = {who, now, now, forge_token, forge, now, false};
   }
   const char* r = role == Role::kAdmin ? "a" : role == Role::kWrite ? "w" : "r";
   std::string value = std::string(r) + "." + *nonce;
@@ -408,6 +409,8 @@ HttpServerReply Dashboard::SignInPage(int status, const std::string& next,
   put("{{notice}}", HtmlEscape(notice));
   put("{{notice_hidden}}", notice.empty() ? " hidden" : "");
   put("{{github_hidden}}", config_.auth.github.enabled() ? "" : " hidden");
+  put("{{gitlab_hidden}}", config_.auth.gitlab.enabled() ? "" : " hidden");
+  put("{{gitea_hidden}}", config_.auth.gitea.enabled() ? "" : " hidden");
   put("{{oidc_hidden}}", config_.auth.oidc.enabled() ? "" : " hidden");
   put("{{oidc_label}}", HtmlEscape(config_.auth.oidc.label));
   HttpServerReply r{status, "text/html; charset=utf-8", std::move(html)};
@@ -553,13 +556,16 @@ HttpServerReply Dashboard::Handle(const HttpServerRequest& req, const std::strin
     std::string door = path.substr(8);
     const bool back = door.ends_with("/callback");
     if (back) door.resize(door.size() - 9);
-    if (door == "github" && config_.auth.github.enabled()) {
-      return back ? GithubCallback(req) : GithubStart(req);
+    for (const ForgeAuthConfig* f : {&config_.auth.github, &config_.auth.gitlab,
+                                     &config_.auth.gitea}) {
+      if (door == ForgeName(f->kind) && f->enabled()) {
+        return back ? ForgeCallback(req, *f) : ForgeStart(req, *f);
+      }
     }
     if (door == "oidc" && config_.auth.oidc.enabled()) {
       return back ? OidcCallback(req) : OidcStart(req);
     }
-    return Refuse(404, "no such sign-in is configured (auth.github, auth.oidc)");
+    return Refuse(404, "no such sign-in is configured (auth.github, gitlab, gitea, oidc)");
   }
   if (path == "/dash/api/login-link") return LoginLinkRoute(req);
   if (IsPage(path) && (req.method == "GET" || req.method == "HEAD")) {
@@ -1315,6 +1321,13 @@ HttpServerReply RefusedSignIn(const std::string& text) {
   return r;
 }
 
+// j[k] when it is a string, else "" (json::value would throw on another
+// type, and these documents are the forge's or issuer's to choose).
+std::string JsonStr(const json& j, const char* k) {
+  auto it = j.is_object() ? j.find(k) : j.end();
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 std::string ScopeList(const std::vector<std::string>& scopes) {
   std::string out;
   for (const auto& s : scopes) out += (out.empty() ? "" : " ") + s;
@@ -1427,7 +1440,11 @@ std::optional<HttpServerReply> Dashboard::OAuthReturn(const HttpServerRequest& r
 HttpServerReply Dashboard::FinishSignIn(const Principal& p, const OAuthPending& pending,
                                         const std::string& door, const std::string& peer,
                                         const std::string& forge_token, const std::string& name) {
-  HttpServerReply r = StartSession(p, pending.next, door.c_str(), peer, forge_token);
+  const ForgeAuthConfig* forge = door == "github"   ? &config_.auth.github
+                                 : door == "gitlab" ? &config_.auth.gitlab
+                                 : door == "gitea"  ? &config_.auth.gitea
+                                                    : nullptr;
+  HttpServerReply r = StartSession(p, pending.next, door.c_str(), peer, forge_token, forge);
   if (r.status != 303) return r;
   // The session cookie is SameSite=Strict, and this answer ends a redirect
   // from another site: a page of this site moves on, so the cookie goes along.
@@ -1444,80 +1461,198 @@ HttpServerReply Dashboard::FinishSignIn(const Principal& p, const OAuthPending& 
   return r;
 }
 
-HttpServerReply Dashboard::GithubStart(const HttpServerRequest& req) {
-  const GithubAuthConfig& gh = config_.auth.github;
-  return OAuthRedirect(req, "github", gh.web_url + "/login/oauth/authorize",
-                       "client_id=" + UrlEncode(gh.client_id) + "&scope=" + UrlEncode("repo") +
-                           "&allow_signup=false",
+// ---- The forge doors: GitHub, GitLab and Gitea differ only in where the
+// OAuth pages and API calls are and in how a repository's permission reads.
+//   GitHub (docs.github.com, "Authorizing OAuth apps"; REST "Get a repository"):
+//     WEB/login/oauth/authorize, WEB/login/oauth/access_token, API/user (login),
+//     API/repos/OWNER/NAME's permissions {admin, maintain, push, triage, pull}.
+//   GitLab (docs.gitlab.com, "OAuth 2.0 identity provider API"; "Projects API"):
+//     WEB/oauth/authorize, WEB/oauth/token, API/user (username),
+//     API/projects/ENCODED_PATH's permissions.{project,group}_access.access_level.
+//   Gitea (docs.gitea.com, "OAuth2 provider"; API "repoGet"):
+//     WEB/login/oauth/authorize, WEB/login/oauth/access_token, API/user
+//     (login), API/repos/OWNER/NAME's permissions {admin, push, pull}.
+
+namespace {
+
+struct ForgeSpec {
+  const char* door;   // "github": /signin/github
+  const char* label;  // "GitHub": pages and log lines
+  const char* authorize;
+  const char* token;
+  const char* scope;
+  const char* extra;  // more authorize parameters
+  const char* user_field;
+};
+
+const ForgeSpec& SpecOf(ForgeKind kind) {
+  static const ForgeSpec github{"github", "GitHub", "/login/oauth/authorize",
+                                "/login/oauth/access_token", "repo", "&allow_signup=false",
+                                "login"};
+  static const ForgeSpec gitlab{"gitlab", "GitLab", "/oauth/authorize", "/oauth/token",
+                                "read_api", "&response_type=code", "username"};
+  static const ForgeSpec gitea{"gitea", "Gitea", "/login/oauth/authorize",
+                               "/login/oauth/access_token", "read:user read:repository",
+                               "&response_type=code", "login"};
+  return kind == ForgeKind::kGitlab ? gitlab : kind == ForgeKind::kGitea ? gitea : github;
+}
+
+HttpHeaders ForgeApiHeaders(ForgeKind kind, const std::string& token) {
+  if (kind == ForgeKind::kGithub) return GithubApiHeaders(token);
+  return {{"Accept", "application/json"},
+          {"Authorization", "Bearer " + token},
+          {"User-Agent", "trainq"}};
+}
+
+// The role a repository's answer gives (kNone: none).
+AccessRole RoleOfRepository(ForgeKind kind, const json& j) {
+  if (!j.is_object() || !j.contains("permissions") || !j["permissions"].is_object()) {
+    return AccessRole::kNone;
+  }
+  const json& perm = j["permissions"];
+  if (kind == ForgeKind::kGitlab) {
+    // 10 guest, 20 reporter, 30 developer, 40 maintainer, 50 owner; the
+    // higher of the project's own and its group's. A guest cannot read a
+    // private project's code, so it sees nothing here.
+    int level = 0;
+    for (const char* k : {"project_access", "group_access"}) {
+      const json a = perm.contains(k) ? perm[k] : json();
+      if (a.is_object() && a.contains("access_level") && a["access_level"].is_number_integer()) {
+        level = std::max(level, a["access_level"].get<int>());
+      }
+    }
+    return level >= 40 ? AccessRole::kAdmin
+           : level >= 30 ? AccessRole::kWrite
+           : level >= 20 ? AccessRole::kRead
+                         : AccessRole::kNone;
+  }
+  auto flag = [&](const char* k) {
+    auto it = perm.find(k);
+    return it != perm.end() && it->is_boolean() && it->get<bool>();
+  };
+  return flag("admin")                     ? AccessRole::kAdmin
+         : flag("maintain") || flag("push") ? AccessRole::kWrite
+         : flag("triage") || flag("pull")   ? AccessRole::kRead
+                                            : AccessRole::kNone;
+}
+
+}  // namespace
+
+HttpServerReply Dashboard::ForgeStart(const HttpServerRequest& req, const ForgeAuthConfig& f) {
+  const ForgeSpec& spec = SpecOf(f.kind);
+  return OAuthRedirect(req, spec.door, f.web_url + spec.authorize,
+                       "client_id=" + UrlEncode(f.client_id) + "&scope=" + UrlEncode(spec.scope) +
+                           spec.extra,
                        false);
 }
 
-HttpServerReply Dashboard::GithubCallback(const HttpServerRequest& req) {
-  const GithubAuthConfig& gh = config_.auth.github;
+HttpServerReply Dashboard::ForgeCallback(const HttpServerRequest& req, const ForgeAuthConfig& f) {
+  const ForgeSpec& spec = SpecOf(f.kind);
+  const std::string label = spec.label;
   auto refuse = [&](const std::string& why, const std::string& page) {
-    return RefuseSignIn(req, "github", "GitHub", why, page);
+    return RefuseSignIn(req, spec.door, label, why, page);
   };
   OAuthPending pending;
   std::string code;
-  if (auto r = OAuthReturn(req, "github", "GitHub", &pending, &code)) return *r;
+  if (auto r = OAuthReturn(req, spec.door, label, &pending, &code)) return *r;
   // The code for a token: the secret travels in the body only.
   HttpRequest tr;
   tr.method = "POST";
-  tr.url = gh.web_url + "/login/oauth/access_token";
+  tr.url = f.web_url + spec.token;
   tr.headers = {{"Accept", "application/json"},
                 {"Content-Type", "application/x-www-form-urlencoded"},
                 {"User-Agent", "trainq"}};
-  tr.body = "client_id=" + UrlEncode(gh.client_id) +
-            "&client_secret=" + UrlEncode(gh.client_secret.value) + "&code=" + UrlEncode(code) +
-            "&redirect_uri=" + UrlEncode(CallbackUrl(req, "github")) +
+  tr.body = "client_id=" + UrlEncode(f.client_id) +
+            "&client_secret=" + UrlEncode(f.client_secret.value) + "&code=" + UrlEncode(code) +
+            "&redirect_uri=" + UrlEncode(CallbackUrl(req, spec.door)) +
             "&code_verifier=" + UrlEncode(pending.verifier);
+  // RFC 6749 section 4.1.3 (GitLab and Gitea require it; GitHub needs none).
+  if (f.kind != ForgeKind::kGithub) tr.body += "&grant_type=authorization_code";
   auto tresp = http_->Send(tr);
   if (!tresp) {
     return refuse("the token request failed: " + tresp.error().message,
-                  "GitHub could not be reached to finish the sign-in.");
+                  label + " could not be reached to finish the sign-in.");
   }
   json tj = json::parse(tresp->body, nullptr, false);
-  std::string token = tj.is_object() ? tj.value("access_token", "") : "";
+  std::string token = JsonStr(tj, "access_token");
   if (!tresp->ok() || token.empty()) {
-    std::string e = tj.is_object() ? tj.value("error", "") : "";
+    std::string e = JsonStr(tj, "error").substr(0, 64);
     return refuse("the code was refused (" + std::to_string(tresp->status) + " " +
                       (e.empty() ? "no access_token" : e) + ")",
-                  "GitHub refused the code (" + (e.empty() ? "no token" : e) +
+                  label + " refused the code (" + (e.empty() ? "no token" : e) +
                       "): it was used already, expired or is not this app's.");
   }
   HttpRequest ur;
-  ur.url = gh.api_url + "/user";
-  ur.headers = GithubApiHeaders(token);
+  ur.url = f.api_url + "/user";
+  ur.headers = ForgeApiHeaders(f.kind, token);
   auto uresp = http_->Send(ur);
   json uj = uresp && uresp->ok() ? json::parse(uresp->body, nullptr, false) : json();
-  std::string login = uj.is_object() ? uj.value("login", "") : "";
+  std::string login = JsonStr(uj, spec.user_field);
   if (login.empty() || login.size() > 100 ||
       std::any_of(login.begin(), login.end(), [](char c) {
         return !(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
       })) {
-    return refuse("GET /user gave no login", "GitHub did not say who you are.");
+    return refuse("GET /user gave no " + std::string(spec.user_field),
+                  label + " did not say who you are.");
   }
-  auto roles = GithubRepoRoles(token);
+  auto roles = ForgeRepoRoles(f, token);
   if (!roles) {
     return refuse(login + ": the repository access could not be read: " + roles.error().message,
-                  "Your access to the watched repositories could not be read from GitHub.");
+                  "Your access to the watched repositories could not be read from " + label + ".");
   }
   Principal p;
-  p.who = login + " (github)";
+  p.who = login + " (" + spec.door + ")";
   p.person = true;
-  bool all_admin = !roles->empty();
-  for (const auto& [repo, role] : *roles) {
-    p.role = std::max(p.role, role);
+  p.role = OverallRole(*roles);
+  if (p.role == Role::kNone) {
+    return refuse(login + " has no access to any watched repository",
+                  login + " on " + label + " has no access to any repository this server watches.");
+  }
+  p.repos = std::make_shared<const std::map<std::string, Role>>(std::move(*roles));
+  return FinishSignIn(p, pending, spec.door, req.peer, token, login);
+}
+
+Dashboard::Role Dashboard::OverallRole(const std::map<std::string, Role>& roles) {
+  Role top = Role::kNone;
+  bool all_admin = !roles.empty();
+  for (const auto& [repo, role] : roles) {
+    top = std::max(top, role);
     all_admin = all_admin && role == Role::kAdmin;
   }
   // Admin (the audit trail, everyone's tokens) spans every repository.
-  if (p.role == Role::kAdmin && !all_admin) p.role = Role::kWrite;
-  if (p.role == Role::kNone) {
-    return refuse(login + " has no access to any watched repository",
-                  login + " on GitHub has no access to any repository this server watches.");
+  return top == Role::kAdmin && !all_admin ? Role::kWrite : top;
+}
+
+Result<std::map<std::string, Dashboard::Role>> Dashboard::ForgeRepoRoles(const ForgeAuthConfig& f,
+                                                                        const std::string& token) {
+  std::map<std::string, Role> out;
+  for (const auto& repo : config_.repositories) {
+    if (repo.forge != f.kind || repo.project.empty()) continue;
+    HttpRequest r;
+    r.url = f.kind == ForgeKind::kGitlab ? f.api_url + "/projects/" + UrlEncode(repo.project)
+                                         : f.api_url + "/repos/" + repo.project;
+    r.headers = ForgeApiHeaders(f.kind, token);
+    ASSIGN_OR_RETURN(auto resp, http_->Send(r));
+    // Each forge's answer for a private repository one cannot see.
+    if (resp.status == 404) continue;
+    if (resp.status == 401) {
+      return Fail(ErrorKind::kInvalidArgument,
+                  "the " + std::string(SpecOf(f.kind).label) + " token is no longer valid");
+    }
+    if (!resp.ok()) {
+      return Fail(ErrorKind::kUnavailable,
+                  "GET " + UrlForLog(r.url).substr(f.api_url.size()) + " answered " +
+                      std::to_string(resp.status));
+    }
+    Role role = RoleOfRepository(f.kind, json::parse(resp.body, nullptr, false));
+    // By the store's name of the repository (batches' `repo`); two watched
+    // repositories of one name get the lower of the two roles.
+    std::string name = RepoName(repo.url);
+    auto [it, fresh] = out.emplace(name, role);
+    if (!fresh) it->second = std::min(it->second, role);
   }
-  p.repos = std::make_shared<const std::map<std::string, Role>>(std::move(*roles));
-  return FinishSignIn(p, pending, "github", req.peer, token, login);
+  std::erase_if(out, [](const auto& kv) { return kv.second == Role::kNone; });
+  return out;
 }
 
 // ---- "Sign in with OIDC" (issue 41): discovery, the code flow with PKCE and
@@ -1574,9 +1709,9 @@ HttpServerReply Dashboard::OidcCallback(const HttpServerRequest& req) {
                   "The identity provider could not be reached to finish the sign-in.");
   }
   json tj = json::parse(tresp->body, nullptr, false);
-  std::string id_token = tj.is_object() ? tj.value("id_token", "") : "";
+  std::string id_token = JsonStr(tj, "id_token");
   if (!tresp->ok() || id_token.empty()) {
-    std::string err = tj.is_object() ? tj.value("error", "") : "";
+    std::string err = JsonStr(tj, "error");
     err = err.substr(0, 64);
     return refuse("the code was refused (" + std::to_string(tresp->status) + " " +
                       (err.empty() ? "no id_token" : err) + ")",
@@ -1595,7 +1730,10 @@ HttpServerReply Dashboard::OidcCallback(const HttpServerRequest& req) {
     auto it = claims->find(k);
     return it != claims->end() && it->is_string() ? it->get<std::string>() : std::string();
   };
-  std::string email = claims->value("email_verified", true) == false ? "" : str("email");
+  auto verified = claims->find("email_verified");
+  const bool unverified = verified != claims->end() &&
+                          (*verified == false || *verified == "false");  // Cognito sends a string
+  std::string email = unverified ? "" : str("email");
   std::string name = !email.empty()                       ? email
                      : !str("preferred_username").empty() ? str("preferred_username")
                                                           : str("sub");
@@ -1618,40 +1756,10 @@ HttpServerReply Dashboard::OidcCallback(const HttpServerRequest& req) {
   return FinishSignIn(p, pending, "oidc", req.peer, "", name);
 }
 
-Result<std::map<std::string, Dashboard::Role>> Dashboard::GithubRepoRoles(const std::string& token) {
-  std::map<std::string, Role> out;
-  for (const auto& repo : config_.repositories) {
-    if (repo.forge != ForgeKind::kGithub || repo.project.empty()) continue;
-    HttpRequest r;
-    r.url = config_.auth.github.api_url + "/repos/" + repo.project;
-    r.headers = GithubApiHeaders(token);
-    ASSIGN_OR_RETURN(auto resp, http_->Send(r));
-    if (resp.status == 404) continue;  // GitHub's answer for a private repository one cannot see
-    if (resp.status == 401) return Fail(ErrorKind::kInvalidArgument, "the GitHub token is no longer valid");
-    if (!resp.ok()) {
-      return Fail(ErrorKind::kUnavailable,
-                  "GET /repos/" + repo.project + " answered " + std::to_string(resp.status));
-    }
-    json j = json::parse(resp.body, nullptr, false);
-    json perm = j.is_object() ? j.value("permissions", json::object()) : json::object();
-    auto flag = [&](const char* k) { return perm.is_object() && perm.value(k, false); };
-    Role role = flag("admin")                     ? Role::kAdmin
-                : flag("maintain") || flag("push") ? Role::kWrite
-                : flag("triage") || flag("pull")   ? Role::kRead
-                                                   : Role::kNone;
-    // By the store's name of the repository (batches' `repo`); two watched
-    // repositories of one name get the lower of the two roles.
-    std::string name = RepoName(repo.url);
-    auto [it, fresh] = out.emplace(name, role);
-    if (!fresh) it->second = std::min(it->second, role);
-  }
-  std::erase_if(out, [](const auto& kv) { return kv.second == Role::kNone; });
-  return out;
-}
-
 bool Dashboard::RefreshForgeRoles(Session& s) {
   const TimeMs now = clock_.Now();
   std::string token;
+  const ForgeAuthConfig* forge = nullptr;
   {
     std::lock_guard<std::mutex> lock(sessions_mu_);
     auto it = sessions_.find(s.id);
@@ -1662,8 +1770,10 @@ bool Dashboard::RefreshForgeRoles(Session& s) {
     }
     e.refreshing = true;  // one request reads them; the others go on with the cached roles
     token = e.forge_token;
+    forge = e.forge;
   }
-  auto roles = GithubRepoRoles(token);
+  if (forge == nullptr) return true;
+  auto roles = ForgeRepoRoles(*forge, token);
   std::lock_guard<std::mutex> lock(sessions_mu_);
   auto it = sessions_.find(s.id);
   if (it == sessions_.end()) return false;
@@ -1671,7 +1781,8 @@ bool Dashboard::RefreshForgeRoles(Session& s) {
   e.refreshing = false;
   if (!roles) {
     if (roles.error().kind == ErrorKind::kInvalidArgument) {
-      spdlog::info("dashboard: {}: the GitHub token was revoked; the session ends", s.who);
+      spdlog::info("dashboard: {}: the {} token was revoked; the session ends", s.who,
+                   SpecOf(forge->kind).label);
       sessions_.erase(it);
       return false;
     }
@@ -1680,13 +1791,7 @@ bool Dashboard::RefreshForgeRoles(Session& s) {
     e.roles_ms = now;
     return true;
   }
-  Role top = Role::kNone;
-  bool all_admin = !roles->empty();
-  for (const auto& [repo, role] : *roles) {
-    top = std::max(top, role);
-    all_admin = all_admin && role == Role::kAdmin;
-  }
-  if (top == Role::kAdmin && !all_admin) top = Role::kWrite;
+  Role top = OverallRole(*roles);
   e.who.repos = std::make_shared<const std::map<std::string, Role>>(std::move(*roles));
   e.who.role = top;
   e.roles_ms = now;

@@ -2,7 +2,7 @@
 //   GET  /, /experiment/NAME, /commit/SHA, /run/ID, /machines, /sweeps
 //                                   the page (one HTML page, its JS and CSS compiled in)
 //   GET  /signin, POST /signin      the sign-in page and its form (token=, next=)
-//   GET  /signin/github[/callback]  "Sign in with GitHub" (auth.github): the OAuth
+//   GET  /signin/FORGE[/callback]   "Sign in with GitHub" (auth.github; gitlab, gitea alike): the OAuth
 //                                   code flow with state and PKCE; roles from the
 //                                   person's access to each watched repository
 //   GET  /signin/oidc[/callback]    "Sign in with OIDC" (auth.oidc): discovery, the
@@ -112,10 +112,20 @@ class Dashboard {
   };
   // The session's role on repository `repo` (kNone: hidden from it).
   static Role RoleOn(const Session& s, const std::string& repo);
-  // "Sign in with GitHub" (auth.github): GET /signin/github starts the OAuth
-  // code flow (state + PKCE S256); GET /signin/github/callback finishes it.
-  HttpServerReply GithubStart(const HttpServerRequest& req);
-  HttpServerReply GithubCallback(const HttpServerRequest& req);
+  // "Sign in with GitHub/GitLab/Gitea" (auth.github, gitlab, gitea): GET
+  // /signin/FORGE starts the OAuth code flow (state + PKCE S256); GET
+  // /signin/FORGE/callback finishes it. One door for the three: they differ
+  // in endpoints and in how a repository's permission reads (dashboard.cc).
+  HttpServerReply ForgeStart(const HttpServerRequest& req, const ForgeAuthConfig& f);
+  HttpServerReply ForgeCallback(const HttpServerRequest& req, const ForgeAuthConfig& f);
+  // The person's role on each watched repository of forge `f`, read with
+  // their own token (GitHub, Gitea: GET /repos/OWNER/NAME's `permissions`;
+  // GitLab: GET /projects/PATH's access levels).
+  Result<std::map<std::string, Role>> ForgeRepoRoles(const ForgeAuthConfig& f,
+                                                     const std::string& token);
+  // The session's role from those: the highest, but admin only when admin
+  // on every one (admin pages span all repositories).
+  static Role OverallRole(const std::map<std::string, Role>& roles);
   // "Sign in with OIDC" (auth.oidc): GET /signin/oidc (discovery, then the
   // code flow with state, PKCE and nonce); GET /signin/oidc/callback checks
   // the ID token (OidcIssuer) and gives the role of auth.oidc's lists.
@@ -143,9 +153,6 @@ class Dashboard {
   HttpServerReply RefuseSignIn(const HttpServerRequest& req, const std::string& door,
                                const std::string& label, const std::string& why,
                                const std::string& page);
-  // The person's role on each watched GitHub repository, read with their
-  // own token (GET /repos/OWNER/NAME's `permissions`).
-  Result<std::map<std::string, Role>> GithubRepoRoles(const std::string& token);
   // Reads a forge session's roles again when forge_refresh_ms passed; false
   // when its token no longer works (the session was ended).
   bool RefreshForgeRoles(Session& s);
@@ -160,7 +167,8 @@ class Dashboard {
   // A new session of `p` and the 303 to `next` that sets its cookie; the
   // sign-in is audited as from `peer`.
   HttpServerReply StartSession(const Principal& p, const std::string& next, const char* how,
-                               const std::string& peer, const std::string& forge_token = "");
+                               const std::string& peer, const std::string& forge_token = "",
+                               const ForgeAuthConfig* forge = nullptr);
   // A one-time code for a session of `p`, good for login_link_ms.
   std::string NewLoginCode(const Principal& p);
   // A failed sign-in: a log line and an audit row, at most one of each per
@@ -201,6 +209,7 @@ class Dashboard {
     TimeMs created_ms = 0;
     TimeMs seen_ms = 0;
     std::string forge_token;  // a forge sign-in's OAuth token (memory only, never logged)
+    const ForgeAuthConfig* forge = nullptr;  // its forge (the config's)
     TimeMs roles_ms = 0;      // when its repository roles were read
     bool refreshing = false;
   };

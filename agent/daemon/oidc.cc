@@ -50,10 +50,17 @@ using Pkey = std::unique_ptr<EVP_PKEY, PkeyFree>;
 
 Error Refused(const std::string& why) { return {ErrorKind::kInvalidArgument, why}; }
 
+// j[k] when it is a string, else "" (json::value would throw on another type,
+// and the token's header is the sender's to choose).
+std::string Str(const json& j, const char* k) {
+  auto it = j.is_object() ? j.find(k) : j.end();
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 // An RSA public key from a JWK's `n` and `e` (RFC 7518 section 6.3.1).
 Result<Pkey> RsaKey(const json& jwk) {
-  auto n = Base64UrlDecode(jwk.value("n", ""));
-  auto e = Base64UrlDecode(jwk.value("e", ""));
+  auto n = Base64UrlDecode(Str(jwk, "n"));
+  auto e = Base64UrlDecode(Str(jwk, "e"));
   if (!n || !e || n->empty() || e->empty()) {
     return std::unexpected(Refused("the issuer's key has no valid n and e"));
   }
@@ -123,20 +130,22 @@ Result<json> VerifyIdToken(std::string_view jwt, const json& jwks, const IdToken
                                    " is not one trainq accepts (RS256, RS384, RS512)"));
   }
   // The key: the one named by kid; without a kid, the issuer's only RSA key.
-  const std::string kid = header.value("kid", "");
+  const std::string kid = Str(header, "kid");
   const json* key = nullptr;
   int rsa_keys = 0;
-  const json keys = jwks.is_object() ? jwks.value("keys", json::array()) : json::array();
+  const json keys = jwks.is_object() && jwks.contains("keys") && jwks["keys"].is_array()
+                        ? jwks["keys"]
+                        : json::array();
   for (const auto& k : keys) {
-    if (!k.is_object() || k.value("kty", "") != "RSA") continue;
+    if (!k.is_object() || Str(k, "kty") != "RSA") continue;
     if (k.contains("use") && k["use"] != "sig") continue;
     if (k.contains("alg") && k["alg"] != alg) continue;
     ++rsa_keys;
-    if (!kid.empty() && k.value("kid", "") == kid) key = &k;
+    if (!kid.empty() && Str(k, "kid") == kid) key = &k;
   }
   if (kid.empty() && rsa_keys == 1) {
     for (const auto& k : keys) {
-      if (k.is_object() && k.value("kty", "") == "RSA") key = &k;
+      if (k.is_object() && Str(k, "kty") == "RSA") key = &k;
     }
   }
   if (key == nullptr) {
@@ -218,15 +227,15 @@ Result<OidcIssuer::Endpoints> OidcIssuer::Discover() {
   discovered_ms_ = now;
   ASSIGN_OR_RETURN(json d, FetchJson(config_.issuer + "/.well-known/openid-configuration",
                                      "the discovery document"));
-  if (d.value("issuer", "") != config_.issuer) {
+  if (Str(d, "issuer") != config_.issuer) {
     return Fail(ErrorKind::kUnavailable,
                 "the discovery document names another issuer (" +
-                    d.value("issuer", "none").substr(0, 200) + ", not " + config_.issuer + ")");
+                    Str(d, "issuer").substr(0, 200) + ", not " + config_.issuer + ")");
   }
   Endpoints e;
-  e.authorization = d.value("authorization_endpoint", "");
-  e.token = d.value("token_endpoint", "");
-  e.jwks_uri = d.value("jwks_uri", "");
+  e.authorization = Str(d, "authorization_endpoint");
+  e.token = Str(d, "token_endpoint");
+  e.jwks_uri = Str(d, "jwks_uri");
   for (const std::string* u : {&e.authorization, &e.token, &e.jwks_uri}) {
     if (!u->starts_with("https://") &&
         !(u->starts_with("http://") && config_.issuer.starts_with("http://"))) {

@@ -261,6 +261,41 @@ class ConfigParser : public YamlReader {
     return l;
   }
 
+  // {client_id, client_secret, web_url, api_url} of one forge; `f` holds the
+  // forge's defaults.
+  Status Forge(const YAML::Node& g, const std::string& gp, ForgeAuthConfig* f) const {
+    if (!g.IsMap()) {
+      return Err(g, gp, "expected {client_id: ID, client_secret: {file: PATH}, web_url: URL, "
+                        "api_url: URL}, got " + Show(g));
+    }
+    TRY(CheckKeys(g, gp, {"client_id", "client_secret", "web_url", "api_url"}));
+    if (!g["client_id"]) return Err(g, gp, "client_id: the OAuth app's client ID is required");
+    ASSIGN_OR_RETURN(f->client_id, NonEmptyStr(g["client_id"], gp + ".client_id"));
+    if (!g["client_secret"]) {
+      return Err(g, gp, "client_secret: the OAuth app's client secret is required, as "
+                        "{file: PATH} or {env: NAME}");
+    }
+    ASSIGN_OR_RETURN(f->client_secret, Secret(g["client_secret"], gp + ".client_secret"));
+    bool api_given = false;
+    for (const char* k : {"web_url", "api_url"}) {
+      if (!g[k]) continue;
+      ASSIGN_OR_RETURN(std::string u, NonEmptyStr(g[k], gp + "." + k));
+      if (!u.starts_with("https://") && !u.starts_with("http://")) {
+        return Err(g[k], gp + "." + k, "expected an http(s) URL, got " + Show(g[k]));
+      }
+      while (u.ends_with("/")) u.pop_back();
+      (std::string(k) == "web_url" ? f->web_url : f->api_url) = u;
+      api_given = api_given || std::string(k) == "api_url";
+    }
+    if (f->web_url.empty()) {
+      return Err(g, gp, "web_url: the forge's address is required (e.g. https://gitea.example)");
+    }
+    // A self-hosted GitLab or Gitea: its API is under its own address.
+    if (!api_given && f->kind == ForgeKind::kGitlab) f->api_url = f->web_url + "/api/v4";
+    if (!api_given && f->kind == ForgeKind::kGitea) f->api_url = f->web_url + "/api/v1";
+    return {};
+  }
+
   // {issuer, client_id, client_secret, scopes, label, admins, writers, viewers}
   Result<OidcAuthConfig> Oidc(const YAML::Node& o, const std::string& op) const {
     if (!o.IsMap()) {
@@ -311,32 +346,13 @@ class ConfigParser : public YamlReader {
       return Err(n, path, "expected {github: {...}, oidc: {...}, trusted_header: {...}, admins: "
                           "[...], writers: [...], viewers: [...]}, got " + Show(n));
     }
-    TRY(CheckKeys(n, path, {"trusted_header", "github", "oidc", "admins", "writers", "viewers"}));
+    TRY(CheckKeys(n, path, {"trusted_header", "github", "gitlab", "gitea", "oidc", "admins",
+                            "writers", "viewers"}));
     AuthConfig a;
     if (auto o = n["oidc"]) { ASSIGN_OR_RETURN(a.oidc, Oidc(o, path + ".oidc")); }
-    if (auto g = n["github"]) {
-      std::string gp = path + ".github";
-      if (!g.IsMap()) {
-        return Err(g, gp, "expected {client_id: ID, client_secret: {file: PATH}, web_url: URL, "
-                          "api_url: URL}, got " + Show(g));
-      }
-      TRY(CheckKeys(g, gp, {"client_id", "client_secret", "web_url", "api_url"}));
-      if (!g["client_id"]) return Err(g, gp, "client_id: the OAuth app's client ID is required");
-      ASSIGN_OR_RETURN(a.github.client_id, NonEmptyStr(g["client_id"], gp + ".client_id"));
-      if (!g["client_secret"]) {
-        return Err(g, gp, "client_secret: the OAuth app's client secret is required, as "
-                          "{file: PATH} or {env: NAME}");
-      }
-      ASSIGN_OR_RETURN(a.github.client_secret, Secret(g["client_secret"], gp + ".client_secret"));
-      for (const char* k : {"web_url", "api_url"}) {
-        if (!g[k]) continue;
-        ASSIGN_OR_RETURN(std::string u, NonEmptyStr(g[k], gp + "." + k));
-        if (!u.starts_with("https://") && !u.starts_with("http://")) {
-          return Err(g[k], gp + "." + k, "expected an http(s) URL, got " + Show(g[k]));
-        }
-        while (u.ends_with("/")) u.pop_back();
-        (std::string(k) == "web_url" ? a.github.web_url : a.github.api_url) = u;
-      }
+    for (ForgeAuthConfig* f : {&a.github, &a.gitlab, &a.gitea}) {
+      const std::string name(ForgeName(f->kind));
+      if (auto g = n[name]) { TRY(Forge(g, path + "." + name, f)); }
     }
     ASSIGN_OR_RETURN(static_cast<RoleLists&>(a), Lists(n, path));
     if (auto t = n["trusted_header"]) {

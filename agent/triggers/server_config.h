@@ -174,6 +174,8 @@ bool CidrContains(const Cidr& cidr, std::string_view address);
 //              web_url: https://github.com, api_url: https://api.github.com}
 //                                                 # "Sign in with GitHub" (roles from the
 //                                                 # person's access to each watched repository)
+//     gitlab: {client_id, client_secret, web_url: https://gitlab.com, api_url: WEB/api/v4}
+//     gitea:  {client_id, client_secret, web_url: https://gitea.example}   # api_url: WEB/api/v1
 //     oidc: {issuer: https://id.example.com, client_id: trainq,
 //            client_secret: {file: /etc/trainq/oidc-secret}, scopes: [openid, email, profile],
 //            admins: [ml-platform], writers: [...], viewers: [...]}
@@ -198,16 +200,22 @@ struct OidcAuthConfig {
   bool enabled() const { return !issuer.empty(); }
 };
 
-struct GithubAuthConfig {
-  std::string client_id;       // "" = no GitHub door
+// A forge's sign-in door (auth.github, auth.gitlab, auth.gitea): an OAuth app
+// registered at the forge, and where its pages and API are.
+struct ForgeAuthConfig {
+  ForgeKind kind = ForgeKind::kNone;
+  std::string client_id;       // "" = no door for this forge
   SecretValue client_secret;   // never logged
-  std::string web_url = "https://github.com";      // /login/oauth/authorize, /access_token
-  std::string api_url = "https://api.github.com";  // /user, /repos/OWNER/NAME
+  std::string web_url;  // authorize and token pages: https://github.com, https://gitlab.com
+  std::string api_url;  // the user and the repositories: https://api.github.com,
+                        // WEB/api/v4 (GitLab), WEB/api/v1 (Gitea)
   bool enabled() const { return !client_id.empty(); }
 };
 
 struct AuthConfig : RoleLists {
-  GithubAuthConfig github;
+  ForgeAuthConfig github{ForgeKind::kGithub, "", {}, "https://github.com", "https://api.github.com"};
+  ForgeAuthConfig gitlab{ForgeKind::kGitlab, "", {}, "https://gitlab.com", "https://gitlab.com/api/v4"};
+  ForgeAuthConfig gitea{ForgeKind::kGitea, "", {}, "", ""};  // web_url required
   OidcAuthConfig oidc;
   std::string user_header;    // "" = no trusted header
   std::string groups_header;  // "" = none (roles by email only)

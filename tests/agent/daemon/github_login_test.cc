@@ -1,5 +1,5 @@
 // "Sign in with GitHub" (issue 41) through Server::Handle, against the fake
-// GitHub (tests/support/fake_github.py) on loopback, which speaks GitHub's
+// GitHub (tests/support/fake_forge_login.py) on loopback, which speaks GitHub's
 // OAuth and REST wire format: the whole code flow with state and PKCE, roles
 // from each watched repository's permissions, hidden repositories answering
 // 404, a read person refused an action, and each refused sign-in (missing,
@@ -33,7 +33,7 @@ struct GithubDoor {
   testing::TempDir tmp;
   std::string db = tmp / "t.db";
   FakeClock clock;
-  FakeService gh{tmp, "fake_github.py",
+  FakeService gh{tmp, "fake_forge_login.py",
                  json{{"client_id", "Iv1.trainqtest"},
                       {"client_secret", "oauth-secret-42"},
                       {"as", "octocat"},
