@@ -131,13 +131,6 @@ struct ForgeDoor {
   }
 };
 
-void Refused(const HttpServerReply& r, const std::string& page_says) {
-  CHECK(r.status == 403);
-  CHECK(r.body.find(page_says) != std::string::npos);
-  CHECK(r.body.find("Nothing was granted.") != std::string::npos);
-  CHECK(SessionCookie(r).empty());
-}
-
 TEST_CASE("forge: GitLab and Gitea sign people in with roles from their repository access",
           "[forge]") {
   for (const char* which : {"gitlab", "gitea"}) {

@@ -133,13 +133,6 @@ struct OidcDoor {
   }
 };
 
-void Refused(const HttpServerReply& r, const std::string& page_says) {
-  CHECK(r.status == 403);
-  CHECK(r.body.find(page_says) != std::string::npos);
-  CHECK(r.body.find("Nothing was granted.") != std::string::npos);
-  CHECK(SessionCookie(r).empty());
-}
-
 TEST_CASE("oidc: discovery, the code flow with PKCE and nonce, and roles from the lists",
           "[oidc]") {
   OidcDoor f;

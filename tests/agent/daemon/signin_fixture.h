@@ -59,6 +59,15 @@ inline std::string SessionCookie(const HttpServerReply& r) {
   return "";
 }
 
+// A refused sign-in: 403, the page says `page_says` and that nothing was
+// granted, and no session cookie.
+inline void Refused(const HttpServerReply& r, const std::string& page_says) {
+  CHECK(r.status == 403);
+  CHECK(r.body.find(page_says) != std::string::npos);
+  CHECK(r.body.find("Nothing was granted.") != std::string::npos);
+  CHECK(SessionCookie(r).empty());
+}
+
 inline Query QueryOf(const std::string& url) {
   Query out;
   auto q = url.find('?');
