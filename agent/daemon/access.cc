@@ -117,7 +117,7 @@ Principal IdentifyBearer(const ServerConfig& config, Store* store, const HttpHea
   return Identify(config, store, std::string_view(*auth).substr(7), now);
 }
 
-AccessRole RoleFromLists(const AuthConfig& auth, const std::string& user,
+AccessRole RoleFromLists(const RoleLists& auth, const std::string& user,
                          const std::vector<std::string>& groups) {
   auto in = [&](const std::vector<std::string>& list) {
     for (const auto& x : list) {

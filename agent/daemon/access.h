@@ -66,7 +66,7 @@ Principal IdentifyBearer(const ServerConfig& config, Store* store, const HttpHea
 // The role `auth:`'s lists give a person named `user` (an email) in `groups`:
 // admin when the user or a group is in admins, else write (writers), else
 // read (viewers; every user when no viewers list is given), else kNone.
-AccessRole RoleFromLists(const AuthConfig& auth, const std::string& user,
+AccessRole RoleFromLists(const RoleLists& auth, const std::string& user,
                          const std::vector<std::string>& groups);
 
 // Appends the audit row and logs "<area>: <row.who> <text>". A failure to

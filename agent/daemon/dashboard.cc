@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/daemon/branch_history.h"
+#include "agent/daemon/oidc.h"
 #include "agent/daemon/read_api.h"
 #include "agent/results/analysis.h"
 #include "agent/results/commit_view.h"
@@ -189,7 +190,10 @@ void PageHeaders(HttpServerReply& r) {
   r.headers.push_back(
       {"Content-Security-Policy",
        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
-       "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; "
+       // No form-action: the sign-in page's doors are GET forms that
+       // /signin/<door> redirects to the forge or issuer, and Chromium
+       // applies form-action to that redirect too.
+       "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
        // Only markup made by the `html` template reaches innerHTML (core.mjs).
        "require-trusted-types-for 'script'; trusted-types trainq"});
 }
@@ -235,6 +239,9 @@ Dashboard::Dashboard(const ServerConfig& config, std::string db_path, std::strin
   boot_ = RandomHex(4).value_or("0");
   secure_cookie_ = config_.public_url.starts_with("https://");
   http_ = std::make_unique<CurlHttpClient>(1 << 20);
+  if (config_.auth.oidc.enabled()) {
+    oidc_ = std::make_unique<OidcIssuer>(config_.auth.oidc, *http_, clock_);
+  }
 }
 
 Dashboard::~Dashboard() {
@@ -243,8 +250,8 @@ Dashboard::~Dashboard() {
 }
 
 bool Dashboard::Owns(const std::string& path) {
-  return IsPage(path) || path == "/signin" || path == "/signin/github" ||
-         path == "/signin/github/callback" || path.starts_with("/dash/");
+  return IsPage(path) || path == "/signin" || path.starts_with("/signin/") ||
+         path.starts_with("/dash/");
 }
 
 std::string Dashboard::StartLine(const std::string& listen) {
@@ -363,7 +370,8 @@ std::string Dashboard::CookieAttributes() const {
 
 HttpServerReply Dashboard::StartSession(const Principal& who, const std::string& next,
                                         const char* how, const std::string& peer,
-                                        const std::string& forge_token) {
+                                        const std::string& forge_token,
+                                        const ForgeAuthConfig* forge) {
   const Role role = who.role;
   auto nonce = RandomHex(12);
   if (!nonce) return Refuse(503, nonce.error().message);
@@ -381,7 +389,7 @@ HttpServerReply Dashboard::StartSession(const Principal& who, const std::string&
                                   });
       sessions_.erase(lru);
     }
-    sessions_[*nonce] = {who, now, now, forge_token, now, false};
+    sessions_[*nonce] = {who, now, now, forge_token, forge, now, false};
   }
   const char* r = role == Role::kAdmin ? "a" : role == Role::kWrite ? "w" : "r";
   std::string value = std::string(r) + "." + *nonce;
@@ -416,6 +424,10 @@ HttpServerReply Dashboard::SignInPage(int status, const std::string& next,
   put("{{notice}}", HtmlEscape(notice));
   put("{{notice_hidden}}", notice.empty() ? " hidden" : "");
   put("{{github_hidden}}", config_.auth.github.enabled() ? "" : " hidden");
+  put("{{gitlab_hidden}}", config_.auth.gitlab.enabled() ? "" : " hidden");
+  put("{{gitea_hidden}}", config_.auth.gitea.enabled() ? "" : " hidden");
+  put("{{oidc_hidden}}", config_.auth.oidc.enabled() ? "" : " hidden");
+  put("{{oidc_label}}", HtmlEscape(config_.auth.oidc.label));
   HttpServerReply r{status, "text/html; charset=utf-8", std::move(html)};
   r.headers.push_back({"Cache-Control", "no-store"});
   PageHeaders(r);
@@ -553,10 +565,22 @@ HttpServerReply Dashboard::Handle(const HttpServerRequest& req, const std::strin
     if (req.method != "GET" && req.method != "HEAD") return Refuse(405, "GET or POST /signin");
     return SignInPage(200, Param(req, "next").value_or("/"), "");
   }
-  if (path == "/signin/github" || path == "/signin/github/callback") {
+  if (path.starts_with("/signin/")) {
+    // /signin/DOOR and /signin/DOOR/callback, one pair per configured door.
     if (req.method != "GET" && req.method != "HEAD") return Refuse(405, "GET " + path);
-    if (!config_.auth.github.enabled()) return Refuse(404, "auth.github is not configured");
-    return path == "/signin/github" ? GithubStart(req) : GithubCallback(req);
+    std::string door = path.substr(8);
+    const bool back = door.ends_with("/callback");
+    if (back) door.resize(door.size() - 9);
+    for (const ForgeAuthConfig* f : {&config_.auth.github, &config_.auth.gitlab,
+                                     &config_.auth.gitea}) {
+      if (door == ForgeName(f->kind) && f->enabled()) {
+        return back ? ForgeCallback(req, *f) : ForgeStart(req, *f);
+      }
+    }
+    if (door == "oidc" && config_.auth.oidc.enabled()) {
+      return back ? OidcCallback(req) : OidcStart(req);
+    }
+    return Refuse(404, "no such sign-in is configured (auth.github, gitlab, gitea, oidc)");
   }
   if (path == "/dash/api/login-link") return LoginLinkRoute(req);
   if (IsPage(path) && (req.method == "GET" || req.method == "HEAD")) {
@@ -1328,6 +1352,19 @@ HttpServerReply RefusedSignIn(const std::string& text) {
   return r;
 }
 
+// j[k] when it is a string, else "" (json::value would throw on another
+// type, and these documents are the forge's or issuer's to choose).
+std::string JsonStr(const json& j, const char* k) {
+  auto it = j.is_object() ? j.find(k) : j.end();
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+std::string ScopeList(const std::vector<std::string>& scopes) {
+  std::string out;
+  for (const auto& s : scopes) out += (out.empty() ? "" : " ") + s;
+  return out;
+}
+
 HttpHeaders GithubApiHeaders(const std::string& token) {
   return {{"Accept", "application/vnd.github+json"},
           {"Authorization", "Bearer " + token},
@@ -1337,12 +1374,18 @@ HttpHeaders GithubApiHeaders(const std::string& token) {
 
 }  // namespace
 
-HttpServerReply Dashboard::GithubStart(const HttpServerRequest& req) {
-  const GithubAuthConfig& gh = config_.auth.github;
+std::string Dashboard::CallbackUrl(const HttpServerRequest& req, const std::string& door) const {
+  return BaseUrl(req) + "/signin/" + door + "/callback";
+}
+
+HttpServerReply Dashboard::OAuthRedirect(const HttpServerRequest& req, const std::string& door,
+                                         const std::string& authorize, const std::string& params,
+                                         bool with_nonce) {
   auto state = RandomHex(16);
   auto verifier = RandomHex(32);  // 64 characters of [0-9a-f]: a valid code_verifier
   auto browser = RandomHex(16);
-  if (!state || !verifier || !browser) return Refuse(503, "no random bytes for a sign-in");
+  auto nonce = RandomHex(16);
+  if (!state || !verifier || !browser || !nonce) return Refuse(503, "no random bytes for a sign-in");
   const TimeMs now = clock_.Now();
   {
     std::lock_guard<std::mutex> lock(sessions_mu_);
@@ -1353,162 +1396,286 @@ HttpServerReply Dashboard::GithubStart(const HttpServerRequest& req) {
       });
       oauth_.erase(oldest);
     }
-    oauth_[Sha256Hex(*state)] = {*verifier, Sha256Hex(*browser),
+    oauth_[Sha256Hex(*state)] = {door, *verifier, Sha256Hex(*browser),
+                                 with_nonce ? *nonce : std::string(),
                                  SafeNext(Param(req, "next").value_or("/")),
                                  now + options_.oauth_state_ms};
   }
-  std::string url = gh.web_url + "/login/oauth/authorize?client_id=" + UrlEncode(gh.client_id) +
-                    "&redirect_uri=" + UrlEncode(BaseUrl(req) + "/signin/github/callback") +
-                    "&scope=" + UrlEncode("repo") + "&state=" + *state +
+  std::string url = authorize + (authorize.find('?') == std::string::npos ? "?" : "&") + params +
+                    "&redirect_uri=" + UrlEncode(CallbackUrl(req, door)) + "&state=" + *state +
                     "&code_challenge=" + Sha256Base64Url(*verifier) +
-                    "&code_challenge_method=S256&allow_signup=false";
-  HttpServerReply r{302, "text/plain; charset=utf-8", "to GitHub\n"};
+                    "&code_challenge_method=S256" + (with_nonce ? "&nonce=" + *nonce : "");
+  HttpServerReply r{302, "text/plain; charset=utf-8", "to the sign-in\n"};
   r.headers.push_back({"Location", url});
   r.headers.push_back({"Cache-Control", "no-store"});
-  // Lax: the browser sends it back on GitHub's redirect (a top-level GET
-  // from another site); it binds the state to this browser.
+  // Lax: the browser sends it back on the forge's or issuer's redirect (a
+  // top-level GET from another site); it binds the state to this browser.
   r.headers.push_back(
-      {"Set-Cookie", std::string(kOAuthCookie) + "=" + *browser +
-                         "; Path=/signin/github; HttpOnly; SameSite=Lax; Max-Age=" +
+      {"Set-Cookie", std::string(kOAuthCookie) + "=" + *browser + "; Path=/signin/" + door +
+                         "; HttpOnly; SameSite=Lax; Max-Age=" +
                          std::to_string(options_.oauth_state_ms / 1000) +
                          (secure_cookie_ ? "; Secure" : "")});
   return r;
 }
 
-HttpServerReply Dashboard::GithubCallback(const HttpServerRequest& req) {
-  const GithubAuthConfig& gh = config_.auth.github;
-  auto refuse = [&](const std::string& why, const std::string& page) {
-    FailedSignIn(req.peer, "GitHub: " + why);
-    HttpServerReply r = RefusedSignIn(page);
-    r.headers.push_back({"Set-Cookie", std::string(kOAuthCookie) +
-                                           "=; Path=/signin/github; HttpOnly; SameSite=Lax; "
-                                           "Max-Age=0"});
-    return r;
-  };
+HttpServerReply Dashboard::RefuseSignIn(const HttpServerRequest& req, const std::string& door,
+                                        const std::string& label, const std::string& why,
+                                        const std::string& page) {
+  FailedSignIn(req.peer, label + ": " + why);
+  HttpServerReply r = RefusedSignIn(page);
+  r.headers.push_back({"Set-Cookie", std::string(kOAuthCookie) + "=; Path=/signin/" + door +
+                                         "; HttpOnly; SameSite=Lax; Max-Age=0"});
+  return r;
+}
+
+std::optional<HttpServerReply> Dashboard::OAuthReturn(const HttpServerRequest& req,
+                                                      const std::string& door,
+                                                      const std::string& label,
+                                                      OAuthPending* pending, std::string* code) {
   std::string state = Param(req, "state").value_or("");
-  OAuthPending pending;
   bool found = false;
   {
     const TimeMs now = clock_.Now();
     std::lock_guard<std::mutex> lock(sessions_mu_);
     auto it = state.empty() ? oauth_.end() : oauth_.find(Sha256Hex(state));
     if (it != oauth_.end()) {
-      found = it->second.expires_ms > now;
-      pending = it->second;
+      // Another door's state is as unknown here as a forged one.
+      found = it->second.expires_ms > now && it->second.door == door;
+      *pending = it->second;
       oauth_.erase(it);  // once, whatever follows
     }
   }
   if (!found) {
-    return refuse(state.empty() ? "a callback without state" : "an unknown, used or expired state",
-                  "This sign-in did not start here, was used already or took too long "
-                  "(a missing or unknown state). Start again from the sign-in page.");
+    return RefuseSignIn(req, door, label,
+                        state.empty() ? "a callback without state" : "an unknown, used or expired state",
+                        "This sign-in did not start here, was used already or took too long "
+                        "(a missing or unknown state). Start again from the sign-in page.");
   }
-  if (!ConstantTimeEquals(Sha256Hex(CookieValue(req.headers, kOAuthCookie)), pending.browser)) {
-    return refuse("a state from another browser",
-                  "This sign-in was started in another browser (its state is not this "
-                  "browser's).");
+  if (!ConstantTimeEquals(Sha256Hex(CookieValue(req.headers, kOAuthCookie)), pending->browser)) {
+    return RefuseSignIn(req, door, label, "a state from another browser",
+                        "This sign-in was started in another browser (its state is not this "
+                        "browser's).");
   }
   if (auto err = Param(req, "error")) {
-    return refuse("GitHub answered " + *err, "GitHub did not authorize trainq (" + *err + ").");
+    std::string e = err->substr(0, 64);
+    return RefuseSignIn(req, door, label, label + " answered " + e,
+                        label + " did not authorize trainq (" + e + ").");
   }
-  std::string code = Param(req, "code").value_or("");
-  if (code.empty()) return refuse("a callback without code", "GitHub sent no code.");
-  // The code for a token: the secret travels in the body only.
-  HttpRequest tr;
-  tr.method = "POST";
-  tr.url = gh.web_url + "/login/oauth/access_token";
-  tr.headers = {{"Accept", "application/json"},
-                {"Content-Type", "application/x-www-form-urlencoded"},
-                {"User-Agent", "trainq"}};
-  tr.body = "client_id=" + UrlEncode(gh.client_id) +
-            "&client_secret=" + UrlEncode(gh.client_secret.value) + "&code=" + UrlEncode(code) +
-            "&redirect_uri=" + UrlEncode(BaseUrl(req) + "/signin/github/callback") +
-            "&code_verifier=" + UrlEncode(pending.verifier);
-  auto tresp = http_->Send(tr);
-  if (!tresp) {
-    return refuse("the token request failed: " + tresp.error().message,
-                  "GitHub could not be reached to finish the sign-in.");
+  *code = Param(req, "code").value_or("");
+  if (code->empty()) {
+    return RefuseSignIn(req, door, label, "a callback without code", label + " sent no code.");
   }
-  json tj = json::parse(tresp->body, nullptr, false);
-  std::string token = tj.is_object() ? tj.value("access_token", "") : "";
-  if (!tresp->ok() || token.empty()) {
-    std::string e = tj.is_object() ? tj.value("error", "") : "";
-    return refuse("the code was refused (" + std::to_string(tresp->status) + " " +
-                      (e.empty() ? "no access_token" : e) + ")",
-                  "GitHub refused the code (" + (e.empty() ? "no token" : e) +
-                      "): it was used already, expired or is not this app's.");
-  }
-  HttpRequest ur;
-  ur.url = gh.api_url + "/user";
-  ur.headers = GithubApiHeaders(token);
-  auto uresp = http_->Send(ur);
-  json uj = uresp && uresp->ok() ? json::parse(uresp->body, nullptr, false) : json();
-  std::string login = uj.is_object() ? uj.value("login", "") : "";
-  if (login.empty() || login.size() > 100 ||
-      std::any_of(login.begin(), login.end(), [](char c) {
-        return !(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
-      })) {
-    return refuse("GET /user gave no login", "GitHub did not say who you are.");
-  }
-  auto roles = GithubRepoRoles(token);
-  if (!roles) {
-    return refuse(login + ": the repository access could not be read: " + roles.error().message,
-                  "Your access to the watched repositories could not be read from GitHub.");
-  }
-  Principal p;
-  p.who = login + " (github)";
-  p.person = true;
-  bool all_admin = !roles->empty();
-  for (const auto& [repo, role] : *roles) {
-    p.role = std::max(p.role, role);
-    all_admin = all_admin && role == Role::kAdmin;
-  }
-  // Admin (the audit trail, everyone's tokens) spans every repository.
-  if (p.role == Role::kAdmin && !all_admin) p.role = Role::kWrite;
-  if (p.role == Role::kNone) {
-    return refuse(login + " has no access to any watched repository",
-                  login + " on GitHub has no access to any repository this server watches.");
-  }
-  p.repos = std::make_shared<const std::map<std::string, Role>>(std::move(*roles));
-  HttpServerReply r = StartSession(p, pending.next, "github", req.peer, token);
+  return std::nullopt;
+}
+
+HttpServerReply Dashboard::FinishSignIn(const Principal& p, const OAuthPending& pending,
+                                        const std::string& door, const std::string& peer,
+                                        const std::string& forge_token, const std::string& name) {
+  const ForgeAuthConfig* forge = door == "github"   ? &config_.auth.github
+                                 : door == "gitlab" ? &config_.auth.gitlab
+                                 : door == "gitea"  ? &config_.auth.gitea
+                                                    : nullptr;
+  HttpServerReply r = StartSession(p, pending.next, door.c_str(), peer, forge_token, forge);
   if (r.status != 303) return r;
   // The session cookie is SameSite=Strict, and this answer ends a redirect
-  // from GitHub: a page of this site moves on, so the cookie goes along.
+  // from another site: a page of this site moves on, so the cookie goes along.
   std::string to = LocationOf(SafeNext(pending.next));
   r.status = 200;
   r.content_type = "text/html; charset=utf-8";
   r.body = "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=\"0;url=" +
-           HtmlEscape(to) + "\"><title>Signed in</title><p>Signed in as " + HtmlEscape(login) +
+           HtmlEscape(to) + "\"><title>Signed in</title><p>Signed in as " + HtmlEscape(name) +
            ". <a href=\"" + HtmlEscape(to) + "\">Continue</a></p>\n";
   std::erase_if(r.headers, [](const auto& h) { return h.first == "Location"; });
-  r.headers.push_back({"Set-Cookie", std::string(kOAuthCookie) +
-                                         "=; Path=/signin/github; HttpOnly; SameSite=Lax; "
-                                         "Max-Age=0"});
+  r.headers.push_back({"Set-Cookie", std::string(kOAuthCookie) + "=; Path=/signin/" + door +
+                                         "; HttpOnly; SameSite=Lax; Max-Age=0"});
   PageHeaders(r);
   return r;
 }
 
-Result<std::map<std::string, Dashboard::Role>> Dashboard::GithubRepoRoles(const std::string& token) {
+// ---- The forge doors: GitHub, GitLab and Gitea differ only in where the
+// OAuth pages and API calls are and in how a repository's permission reads.
+//   GitHub (docs.github.com, "Authorizing OAuth apps"; REST "Get a repository"):
+//     WEB/login/oauth/authorize, WEB/login/oauth/access_token, API/user (login),
+//     API/repos/OWNER/NAME's permissions {admin, maintain, push, triage, pull}.
+//   GitLab (docs.gitlab.com, "OAuth 2.0 identity provider API"; "Projects API"):
+//     WEB/oauth/authorize, WEB/oauth/token, API/user (username),
+//     API/projects/ENCODED_PATH's permissions.{project,group}_access.access_level.
+//   Gitea (docs.gitea.com, "OAuth2 provider"; API "repoGet"):
+//     WEB/login/oauth/authorize, WEB/login/oauth/access_token, API/user
+//     (login), API/repos/OWNER/NAME's permissions {admin, push, pull}.
+
+namespace {
+
+struct ForgeSpec {
+  const char* door;   // "github": /signin/github
+  const char* label;  // "GitHub": pages and log lines
+  const char* authorize;
+  const char* token;
+  const char* scope;
+  const char* extra;  // more authorize parameters
+  const char* user_field;
+};
+
+const ForgeSpec& SpecOf(ForgeKind kind) {
+  static const ForgeSpec github{"github", "GitHub", "/login/oauth/authorize",
+                                "/login/oauth/access_token", "repo", "&allow_signup=false",
+                                "login"};
+  static const ForgeSpec gitlab{"gitlab", "GitLab", "/oauth/authorize", "/oauth/token",
+                                "read_api", "&response_type=code", "username"};
+  static const ForgeSpec gitea{"gitea", "Gitea", "/login/oauth/authorize",
+                               "/login/oauth/access_token", "read:user read:repository",
+                               "&response_type=code", "login"};
+  return kind == ForgeKind::kGitlab ? gitlab : kind == ForgeKind::kGitea ? gitea : github;
+}
+
+HttpHeaders ForgeApiHeaders(ForgeKind kind, const std::string& token) {
+  if (kind == ForgeKind::kGithub) return GithubApiHeaders(token);
+  return {{"Accept", "application/json"},
+          {"Authorization", "Bearer " + token},
+          {"User-Agent", "trainq"}};
+}
+
+// The role a repository's answer gives (kNone: none).
+AccessRole RoleOfRepository(ForgeKind kind, const json& j) {
+  if (!j.is_object() || !j.contains("permissions") || !j["permissions"].is_object()) {
+    return AccessRole::kNone;
+  }
+  const json& perm = j["permissions"];
+  if (kind == ForgeKind::kGitlab) {
+    // 10 guest, 20 reporter, 30 developer, 40 maintainer, 50 owner; the
+    // higher of the project's own and its group's. A guest cannot read a
+    // private project's code, so it sees nothing here.
+    int level = 0;
+    for (const char* k : {"project_access", "group_access"}) {
+      const json a = perm.contains(k) ? perm[k] : json();
+      if (a.is_object() && a.contains("access_level") && a["access_level"].is_number_integer()) {
+        level = std::max(level, a["access_level"].get<int>());
+      }
+    }
+    return level >= 40 ? AccessRole::kAdmin
+           : level >= 30 ? AccessRole::kWrite
+           : level >= 20 ? AccessRole::kRead
+                         : AccessRole::kNone;
+  }
+  auto flag = [&](const char* k) {
+    auto it = perm.find(k);
+    return it != perm.end() && it->is_boolean() && it->get<bool>();
+  };
+  return flag("admin")                     ? AccessRole::kAdmin
+         : flag("maintain") || flag("push") ? AccessRole::kWrite
+         : flag("triage") || flag("pull")   ? AccessRole::kRead
+                                            : AccessRole::kNone;
+}
+
+}  // namespace
+
+HttpServerReply Dashboard::ForgeStart(const HttpServerRequest& req, const ForgeAuthConfig& f) {
+  const ForgeSpec& spec = SpecOf(f.kind);
+  return OAuthRedirect(req, spec.door, f.web_url + spec.authorize,
+                       "client_id=" + UrlEncode(f.client_id) + "&scope=" + UrlEncode(spec.scope) +
+                           spec.extra,
+                       false);
+}
+
+HttpServerReply Dashboard::ForgeCallback(const HttpServerRequest& req, const ForgeAuthConfig& f) {
+  const ForgeSpec& spec = SpecOf(f.kind);
+  const std::string label = spec.label;
+  auto refuse = [&](const std::string& why, const std::string& page) {
+    return RefuseSignIn(req, spec.door, label, why, page);
+  };
+  OAuthPending pending;
+  std::string code;
+  if (auto r = OAuthReturn(req, spec.door, label, &pending, &code)) return *r;
+  // The code for a token: the secret travels in the body only.
+  HttpRequest tr;
+  tr.method = "POST";
+  tr.url = f.web_url + spec.token;
+  tr.headers = {{"Accept", "application/json"},
+                {"Content-Type", "application/x-www-form-urlencoded"},
+                {"User-Agent", "trainq"}};
+  tr.body = "client_id=" + UrlEncode(f.client_id) +
+            "&client_secret=" + UrlEncode(f.client_secret.value) + "&code=" + UrlEncode(code) +
+            "&redirect_uri=" + UrlEncode(CallbackUrl(req, spec.door)) +
+            "&code_verifier=" + UrlEncode(pending.verifier);
+  // RFC 6749 section 4.1.3 (GitLab and Gitea require it; GitHub needs none).
+  if (f.kind != ForgeKind::kGithub) tr.body += "&grant_type=authorization_code";
+  auto tresp = http_->Send(tr);
+  if (!tresp) {
+    return refuse("the token request failed: " + tresp.error().message,
+                  label + " could not be reached to finish the sign-in.");
+  }
+  json tj = json::parse(tresp->body, nullptr, false);
+  std::string token = JsonStr(tj, "access_token");
+  if (!tresp->ok() || token.empty()) {
+    std::string e = JsonStr(tj, "error").substr(0, 64);
+    return refuse("the code was refused (" + std::to_string(tresp->status) + " " +
+                      (e.empty() ? "no access_token" : e) + ")",
+                  label + " refused the code (" + (e.empty() ? "no token" : e) +
+                      "): it was used already, expired or is not this app's.");
+  }
+  HttpRequest ur;
+  ur.url = f.api_url + "/user";
+  ur.headers = ForgeApiHeaders(f.kind, token);
+  auto uresp = http_->Send(ur);
+  json uj = uresp && uresp->ok() ? json::parse(uresp->body, nullptr, false) : json();
+  std::string login = JsonStr(uj, spec.user_field);
+  if (login.empty() || login.size() > 100 ||
+      std::any_of(login.begin(), login.end(), [](char c) {
+        return !(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
+      })) {
+    return refuse("GET /user gave no " + std::string(spec.user_field),
+                  label + " did not say who you are.");
+  }
+  auto roles = ForgeRepoRoles(f, token);
+  if (!roles) {
+    return refuse(login + ": the repository access could not be read: " + roles.error().message,
+                  "Your access to the watched repositories could not be read from " + label + ".");
+  }
+  Principal p;
+  p.who = login + " (" + spec.door + ")";
+  p.person = true;
+  p.role = OverallRole(*roles);
+  if (p.role == Role::kNone) {
+    return refuse(login + " has no access to any watched repository",
+                  login + " on " + label + " has no access to any repository this server watches.");
+  }
+  p.repos = std::make_shared<const std::map<std::string, Role>>(std::move(*roles));
+  return FinishSignIn(p, pending, spec.door, req.peer, token, login);
+}
+
+Dashboard::Role Dashboard::OverallRole(const std::map<std::string, Role>& roles) {
+  Role top = Role::kNone;
+  bool all_admin = !roles.empty();
+  for (const auto& [repo, role] : roles) {
+    top = std::max(top, role);
+    all_admin = all_admin && role == Role::kAdmin;
+  }
+  // Admin (the audit trail, everyone's tokens) spans every repository.
+  return top == Role::kAdmin && !all_admin ? Role::kWrite : top;
+}
+
+Result<std::map<std::string, Dashboard::Role>> Dashboard::ForgeRepoRoles(const ForgeAuthConfig& f,
+                                                                        const std::string& token) {
   std::map<std::string, Role> out;
   for (const auto& repo : config_.repositories) {
-    if (repo.forge != ForgeKind::kGithub || repo.project.empty()) continue;
+    if (repo.forge != f.kind || repo.project.empty()) continue;
     HttpRequest r;
-    r.url = config_.auth.github.api_url + "/repos/" + repo.project;
-    r.headers = GithubApiHeaders(token);
+    r.url = f.kind == ForgeKind::kGitlab ? f.api_url + "/projects/" + UrlEncode(repo.project)
+                                         : f.api_url + "/repos/" + repo.project;
+    r.headers = ForgeApiHeaders(f.kind, token);
     ASSIGN_OR_RETURN(auto resp, http_->Send(r));
-    if (resp.status == 404) continue;  // GitHub's answer for a private repository one cannot see
-    if (resp.status == 401) return Fail(ErrorKind::kInvalidArgument, "the GitHub token is no longer valid");
+    // Each forge's answer for a private repository one cannot see.
+    if (resp.status == 404) continue;
+    if (resp.status == 401) {
+      return Fail(ErrorKind::kInvalidArgument,
+                  "the " + std::string(SpecOf(f.kind).label) + " token is no longer valid");
+    }
     if (!resp.ok()) {
       return Fail(ErrorKind::kUnavailable,
-                  "GET /repos/" + repo.project + " answered " + std::to_string(resp.status));
+                  "GET " + UrlForLog(r.url).substr(f.api_url.size()) + " answered " +
+                      std::to_string(resp.status));
     }
-    json j = json::parse(resp.body, nullptr, false);
-    json perm = j.is_object() ? j.value("permissions", json::object()) : json::object();
-    auto flag = [&](const char* k) { return perm.is_object() && perm.value(k, false); };
-    Role role = flag("admin")                     ? Role::kAdmin
-                : flag("maintain") || flag("push") ? Role::kWrite
-                : flag("triage") || flag("pull")   ? Role::kRead
-                                                   : Role::kNone;
+    Role role = RoleOfRepository(f.kind, json::parse(resp.body, nullptr, false));
     // By the store's name of the repository (batches' `repo`); two watched
     // repositories of one name get the lower of the two roles.
     std::string name = RepoName(repo.url);
@@ -1519,9 +1686,111 @@ Result<std::map<std::string, Dashboard::Role>> Dashboard::GithubRepoRoles(const 
   return out;
 }
 
+// ---- "Sign in with OIDC" (issue 41): discovery, the code flow with PKCE and
+// nonce (OpenID Connect Core 1.0, section 3.1), the ID token checked by
+// OidcIssuer (agent/daemon/oidc.h); roles from auth.oidc's lists (else
+// auth's), by the token's email and groups.
+
+HttpServerReply Dashboard::OidcStart(const HttpServerRequest& req) {
+  const OidcAuthConfig& c = config_.auth.oidc;
+  auto e = oidc_->Discover();
+  if (!e) {
+    spdlog::warn("dashboard: OIDC: {}", e.error().message);
+    return RefusedSignIn("The identity provider (" + c.issuer + ") could not be reached.");
+  }
+  return OAuthRedirect(req, "oidc", e->authorization,
+                       "response_type=code&client_id=" + UrlEncode(c.client_id) +
+                           "&scope=" + UrlEncode(ScopeList(c.scopes)),
+                       true);
+}
+
+HttpServerReply Dashboard::OidcCallback(const HttpServerRequest& req) {
+  const OidcAuthConfig& c = config_.auth.oidc;
+  const std::string label = c.label;
+  auto refuse = [&](const std::string& why, const std::string& page) {
+    return RefuseSignIn(req, "oidc", label, why, page);
+  };
+  OAuthPending pending;
+  std::string code;
+  if (auto r = OAuthReturn(req, "oidc", label, &pending, &code)) return *r;
+  auto e = oidc_->Discover();
+  if (!e) return refuse(e.error().message, "The identity provider could not be reached.");
+  // The code for tokens (section 3.1.3.1): the client authenticates with
+  // HTTP Basic (client_secret_basic) unless the issuer takes only the body.
+  HttpRequest tr;
+  tr.method = "POST";
+  tr.url = e->token;
+  tr.headers = {{"Accept", "application/json"},
+                {"Content-Type", "application/x-www-form-urlencoded"},
+                {"User-Agent", "trainq"}};
+  tr.body = "grant_type=authorization_code&code=" + UrlEncode(code) +
+            "&redirect_uri=" + UrlEncode(CallbackUrl(req, "oidc")) +
+            "&code_verifier=" + UrlEncode(pending.verifier);
+  if (e->basic_auth) {
+    // RFC 6749 section 2.3.1: each form-encoded, then joined by ':'.
+    tr.headers.push_back({"Authorization", "Basic " + Base64(UrlEncode(c.client_id) + ":" +
+                                                             UrlEncode(c.client_secret.value))});
+  } else {
+    tr.body += "&client_id=" + UrlEncode(c.client_id) +
+               "&client_secret=" + UrlEncode(c.client_secret.value);
+  }
+  auto tresp = http_->Send(tr);
+  if (!tresp) {
+    return refuse("the token request failed: " + tresp.error().message,
+                  "The identity provider could not be reached to finish the sign-in.");
+  }
+  json tj = json::parse(tresp->body, nullptr, false);
+  std::string id_token = JsonStr(tj, "id_token");
+  if (!tresp->ok() || id_token.empty()) {
+    std::string err = JsonStr(tj, "error");
+    err = err.substr(0, 64);
+    return refuse("the code was refused (" + std::to_string(tresp->status) + " " +
+                      (err.empty() ? "no id_token" : err) + ")",
+                  "The identity provider refused the code (" + (err.empty() ? "no ID token" : err) +
+                      "): it was used already, expired or is not this client's.");
+  }
+  auto claims = oidc_->Verify(id_token, pending.nonce);
+  if (!claims) {
+    return refuse(claims.error().message,
+                  "The identity provider's answer did not pass trainq's checks: " +
+                      claims.error().message + ".");
+  }
+  // Who: the email, when the issuer does not say it is unverified; else the
+  // preferred user name; else the subject.
+  auto str = [&](const char* k) {
+    auto it = claims->find(k);
+    return it != claims->end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  auto verified = claims->find("email_verified");
+  const bool unverified = verified != claims->end() &&
+                          (*verified == false || *verified == "false");  // Cognito sends a string
+  std::string email = unverified ? "" : str("email");
+  std::string name = !email.empty()                       ? email
+                     : !str("preferred_username").empty() ? str("preferred_username")
+                                                          : str("sub");
+  name = name.substr(0, 200);
+  std::vector<std::string> groups;
+  if (auto g = claims->find("groups"); g != claims->end() && g->is_array()) {
+    for (const auto& x : *g) {
+      if (x.is_string()) groups.push_back(x);
+    }
+  }
+  const RoleLists& lists = c.roles_given ? c.roles : static_cast<const RoleLists&>(config_.auth);
+  Principal p;
+  p.who = name + " (oidc)";
+  p.person = true;
+  p.role = RoleFromLists(lists, name, groups);
+  if (p.role == Role::kNone) {
+    return refuse(name + " is in none of the admins, writers or viewers lists",
+                  name + " is in none of this server's admins, writers or viewers lists.");
+  }
+  return FinishSignIn(p, pending, "oidc", req.peer, "", name);
+}
+
 bool Dashboard::RefreshForgeRoles(Session& s) {
   const TimeMs now = clock_.Now();
   std::string token;
+  const ForgeAuthConfig* forge = nullptr;
   {
     std::lock_guard<std::mutex> lock(sessions_mu_);
     auto it = sessions_.find(s.id);
@@ -1532,8 +1801,10 @@ bool Dashboard::RefreshForgeRoles(Session& s) {
     }
     e.refreshing = true;  // one request reads them; the others go on with the cached roles
     token = e.forge_token;
+    forge = e.forge;
   }
-  auto roles = GithubRepoRoles(token);
+  if (forge == nullptr) return true;
+  auto roles = ForgeRepoRoles(*forge, token);
   std::lock_guard<std::mutex> lock(sessions_mu_);
   auto it = sessions_.find(s.id);
   if (it == sessions_.end()) return false;
@@ -1541,7 +1812,8 @@ bool Dashboard::RefreshForgeRoles(Session& s) {
   e.refreshing = false;
   if (!roles) {
     if (roles.error().kind == ErrorKind::kInvalidArgument) {
-      spdlog::info("dashboard: {}: the GitHub token was revoked; the session ends", s.who);
+      spdlog::info("dashboard: {}: the {} token was revoked; the session ends", s.who,
+                   SpecOf(forge->kind).label);
       sessions_.erase(it);
       return false;
     }
@@ -1550,13 +1822,7 @@ bool Dashboard::RefreshForgeRoles(Session& s) {
     e.roles_ms = now;
     return true;
   }
-  Role top = Role::kNone;
-  bool all_admin = !roles->empty();
-  for (const auto& [repo, role] : *roles) {
-    top = std::max(top, role);
-    all_admin = all_admin && role == Role::kAdmin;
-  }
-  if (top == Role::kAdmin && !all_admin) top = Role::kWrite;
+  Role top = OverallRole(*roles);
   e.who.repos = std::make_shared<const std::map<std::string, Role>>(std::move(*roles));
   e.who.role = top;
   e.roles_ms = now;

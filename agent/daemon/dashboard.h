@@ -2,9 +2,12 @@
 //   GET  /, /experiment/NAME, /commit/SHA, /run/ID, /machines, /sweeps
 //                                   the page (one HTML page, its ES modules and CSS compiled in)
 //   GET  /signin, POST /signin      the sign-in page and its form (token=, next=)
-//   GET  /signin/github[/callback]  "Sign in with GitHub" (auth.github): the OAuth
+//   GET  /signin/FORGE[/callback]   "Sign in with GitHub" (auth.github; gitlab, gitea alike): the OAuth
 //                                   code flow with state and PKCE; roles from the
 //                                   person's access to each watched repository
+//   GET  /signin/oidc[/callback]    "Sign in with OIDC" (auth.oidc): discovery, the
+//                                   code flow with PKCE and nonce, the ID token
+//                                   verified against the issuer's keys (oidc.h)
 //   GET  /dash/NAME.mjs             the modules (agent/daemon/web/*.mjs), with a session
 //   GET  /dash/app.css, /dash/palette.css
 //                                   the style and the colours (agent/results/palette.h)
@@ -45,6 +48,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -72,6 +76,8 @@ struct DashboardOptions {
   TimeMs forge_refresh_ms = 5 * 60'000;   // a forge person's repository roles are read again
                                           // at most this often (never on every request)
 };
+
+class OidcIssuer;
 
 class Dashboard {
  public:
@@ -108,13 +114,47 @@ class Dashboard {
   };
   // The session's role on repository `repo` (kNone: hidden from it).
   static Role RoleOn(const Session& s, const std::string& repo);
-  // "Sign in with GitHub" (auth.github): GET /signin/github starts the OAuth
-  // code flow (state + PKCE S256); GET /signin/github/callback finishes it.
-  HttpServerReply GithubStart(const HttpServerRequest& req);
-  HttpServerReply GithubCallback(const HttpServerRequest& req);
-  // The person's role on each watched GitHub repository, read with their
-  // own token (GET /repos/OWNER/NAME's `permissions`).
-  Result<std::map<std::string, Role>> GithubRepoRoles(const std::string& token);
+  // "Sign in with GitHub/GitLab/Gitea" (auth.github, gitlab, gitea): GET
+  // /signin/FORGE starts the OAuth code flow (state + PKCE S256); GET
+  // /signin/FORGE/callback finishes it. One door for the three: they differ
+  // in endpoints and in how a repository's permission reads (dashboard.cc).
+  HttpServerReply ForgeStart(const HttpServerRequest& req, const ForgeAuthConfig& f);
+  HttpServerReply ForgeCallback(const HttpServerRequest& req, const ForgeAuthConfig& f);
+  // The person's role on each watched repository of forge `f`, read with
+  // their own token (GitHub, Gitea: GET /repos/OWNER/NAME's `permissions`;
+  // GitLab: GET /projects/PATH's access levels).
+  Result<std::map<std::string, Role>> ForgeRepoRoles(const ForgeAuthConfig& f,
+                                                     const std::string& token);
+  // The session's role from those: the highest, but admin only when admin
+  // on every one (admin pages span all repositories).
+  static Role OverallRole(const std::map<std::string, Role>& roles);
+  // "Sign in with OIDC" (auth.oidc): GET /signin/oidc (discovery, then the
+  // code flow with state, PKCE and nonce); GET /signin/oidc/callback checks
+  // the ID token (OidcIssuer) and gives the role of auth.oidc's lists.
+  HttpServerReply OidcStart(const HttpServerRequest& req);
+  HttpServerReply OidcCallback(const HttpServerRequest& req);
+  struct OAuthPending;
+  // What every door shares. OAuthRedirect: a one-time state (bound to this
+  // browser by a SameSite=Lax cookie on /signin/DOOR), a PKCE S256
+  // challenge and, `with_nonce`, a nonce; the 302 to `authorize` with
+  // `params` and those. OAuthReturn: the callback's state (spent at once),
+  // browser, error and code checks; a refusal page, or nullopt with
+  // `pending` and `code` filled. FinishSignIn: the session and the page
+  // that moves on to `next`. RefuseSignIn: the 403 page, a log line and a
+  // login_failed row ("LABEL: why").
+  std::string CallbackUrl(const HttpServerRequest& req, const std::string& door) const;
+  HttpServerReply OAuthRedirect(const HttpServerRequest& req, const std::string& door,
+                                const std::string& authorize, const std::string& params,
+                                bool with_nonce);
+  std::optional<HttpServerReply> OAuthReturn(const HttpServerRequest& req, const std::string& door,
+                                             const std::string& label, OAuthPending* pending,
+                                             std::string* code);
+  HttpServerReply FinishSignIn(const Principal& p, const OAuthPending& pending,
+                               const std::string& door, const std::string& peer,
+                               const std::string& forge_token, const std::string& name);
+  HttpServerReply RefuseSignIn(const HttpServerRequest& req, const std::string& door,
+                               const std::string& label, const std::string& why,
+                               const std::string& page);
   // Reads a forge session's roles again when forge_refresh_ms passed; false
   // when its token no longer works (the session was ended).
   bool RefreshForgeRoles(Session& s);
@@ -129,7 +169,8 @@ class Dashboard {
   // A new session of `p` and the 303 to `next` that sets its cookie; the
   // sign-in is audited as from `peer`.
   HttpServerReply StartSession(const Principal& p, const std::string& next, const char* how,
-                               const std::string& peer, const std::string& forge_token = "");
+                               const std::string& peer, const std::string& forge_token = "",
+                               const ForgeAuthConfig* forge = nullptr);
   // A one-time code for a session of `p`, good for login_link_ms.
   std::string NewLoginCode(const Principal& p);
   // A failed sign-in: a log line and an audit row, at most one of each per
@@ -170,17 +211,21 @@ class Dashboard {
     TimeMs created_ms = 0;
     TimeMs seen_ms = 0;
     std::string forge_token;  // a forge sign-in's OAuth token (memory only, never logged)
+    const ForgeAuthConfig* forge = nullptr;  // its forge (the config's)
     TimeMs roles_ms = 0;      // when its repository roles were read
     bool refreshing = false;
   };
   struct OAuthPending {
+    std::string door;      // "github", "oidc": the callback must be this door's
     std::string verifier;  // PKCE code_verifier
     std::string browser;   // the SHA-256 of the cookie that binds it to one browser
+    std::string nonce;     // OIDC: the ID token must carry it ("" for the forges)
     std::string next;
     TimeMs expires_ms = 0;
   };
   std::map<std::string, OAuthPending> oauth_;  // by the state's SHA-256 (sessions_mu_)
-  std::unique_ptr<HttpClient> http_;  // to the forge
+  std::unique_ptr<HttpClient> http_;  // to the forge, the OIDC issuer
+  std::unique_ptr<OidcIssuer> oidc_;  // auth.oidc (null without it)
   struct LoginCode {
     Principal who;
     TimeMs expires_ms = 0;

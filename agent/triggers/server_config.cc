@@ -257,44 +257,112 @@ class ConfigParser : public YamlReader {
     return r;
   }
 
+  // admins, writers, viewers of the map `n`.
+  Result<RoleLists> Lists(const YAML::Node& n, const std::string& path) const {
+    RoleLists l;
+    if (auto v = n["admins"]) { ASSIGN_OR_RETURN(l.admins, StrList(v, path + ".admins")); }
+    if (auto v = n["writers"]) { ASSIGN_OR_RETURN(l.writers, StrList(v, path + ".writers")); }
+    if (auto v = n["viewers"]) {
+      ASSIGN_OR_RETURN(l.viewers, StrList(v, path + ".viewers"));
+      l.viewers_given = true;
+    }
+    return l;
+  }
+
+  // {client_id, client_secret, web_url, api_url} of one forge; `f` holds the
+  // forge's defaults.
+  Status Forge(const YAML::Node& g, const std::string& gp, ForgeAuthConfig* f) const {
+    if (!g.IsMap()) {
+      return Err(g, gp, "expected {client_id: ID, client_secret: {file: PATH}, web_url: URL, "
+                        "api_url: URL}, got " + Show(g));
+    }
+    TRY(CheckKeys(g, gp, {"client_id", "client_secret", "web_url", "api_url"}));
+    if (!g["client_id"]) return Err(g, gp, "client_id: the OAuth app's client ID is required");
+    ASSIGN_OR_RETURN(f->client_id, NonEmptyStr(g["client_id"], gp + ".client_id"));
+    if (!g["client_secret"]) {
+      return Err(g, gp, "client_secret: the OAuth app's client secret is required, as "
+                        "{file: PATH} or {env: NAME}");
+    }
+    ASSIGN_OR_RETURN(f->client_secret, Secret(g["client_secret"], gp + ".client_secret"));
+    bool api_given = false;
+    for (const char* k : {"web_url", "api_url"}) {
+      if (!g[k]) continue;
+      ASSIGN_OR_RETURN(std::string u, NonEmptyStr(g[k], gp + "." + k));
+      if (!u.starts_with("https://") && !u.starts_with("http://")) {
+        return Err(g[k], gp + "." + k, "expected an http(s) URL, got " + Show(g[k]));
+      }
+      while (u.ends_with("/")) u.pop_back();
+      (std::string(k) == "web_url" ? f->web_url : f->api_url) = u;
+      api_given = api_given || std::string(k) == "api_url";
+    }
+    if (f->web_url.empty()) {
+      return Err(g, gp, "web_url: the forge's address is required (e.g. https://gitea.example)");
+    }
+    // A self-hosted GitLab or Gitea: its API is under its own address.
+    if (!api_given && f->kind == ForgeKind::kGitlab) f->api_url = f->web_url + "/api/v4";
+    if (!api_given && f->kind == ForgeKind::kGitea) f->api_url = f->web_url + "/api/v1";
+    return {};
+  }
+
+  // {issuer, client_id, client_secret, scopes, label, admins, writers, viewers}
+  Result<OidcAuthConfig> Oidc(const YAML::Node& o, const std::string& op) const {
+    if (!o.IsMap()) {
+      return Err(o, op, "expected {issuer: URL, client_id: ID, client_secret: {file: PATH}, "
+                        "admins: [...]}, got " + Show(o));
+    }
+    TRY(CheckKeys(o, op, {"issuer", "client_id", "client_secret", "scopes", "label", "admins",
+                          "writers", "viewers"}));
+    OidcAuthConfig c;
+    if (!o["issuer"]) return Err(o, op, "issuer: the identity provider's issuer URL is required");
+    ASSIGN_OR_RETURN(c.issuer, NonEmptyStr(o["issuer"], op + ".issuer"));
+    // Plain http only to this host (a test stand-in): discovery and the keys
+    // that check every ID token must not travel where they can be changed.
+    const bool https = c.issuer.starts_with("https://");
+    if (!https && !c.issuer.starts_with("http://")) {
+      return Err(o["issuer"], op + ".issuer", "expected an https URL, got " + Show(o["issuer"]));
+    }
+    if (!https) {
+      auto host = UrlHost(c.issuer);
+      if (!host || HostReachableFromElsewhere(*host)) {
+        return Err(o["issuer"], op + ".issuer",
+                   "expected an https URL (plain http only to this host), got " + Show(o["issuer"]));
+      }
+    }
+    while (c.issuer.ends_with("/")) c.issuer.pop_back();
+    if (!o["client_id"]) return Err(o, op, "client_id: the client ID registered at the issuer is required");
+    ASSIGN_OR_RETURN(c.client_id, NonEmptyStr(o["client_id"], op + ".client_id"));
+    if (!o["client_secret"]) {
+      return Err(o, op, "client_secret: the client secret is required, as {file: PATH} or "
+                        "{env: NAME}");
+    }
+    ASSIGN_OR_RETURN(c.client_secret, Secret(o["client_secret"], op + ".client_secret"));
+    if (auto v = o["scopes"]) {
+      ASSIGN_OR_RETURN(c.scopes, StrList(v, op + ".scopes"));
+      if (std::find(c.scopes.begin(), c.scopes.end(), "openid") == c.scopes.end()) {
+        return Err(v, op + ".scopes", "must include openid (without it there is no ID token)");
+      }
+    }
+    if (auto v = o["label"]) { ASSIGN_OR_RETURN(c.label, NonEmptyStr(v, op + ".label")); }
+    ASSIGN_OR_RETURN(c.roles, Lists(o, op));
+    c.roles_given = o["admins"] || o["writers"] || o["viewers"];
+    return c;
+  }
+
   // {trusted_header: {user, groups, from}, admins, writers, viewers}
   Result<AuthConfig> Auth(const YAML::Node& n, const std::string& path) const {
     if (!n.IsMap()) {
-      return Err(n, path, "expected {github: {...}, trusted_header: {...}, admins: [...], writers: [...], "
-                          "viewers: [...]}, got " + Show(n));
+      return Err(n, path, "expected {github: {...}, oidc: {...}, trusted_header: {...}, admins: "
+                          "[...], writers: [...], viewers: [...]}, got " + Show(n));
     }
-    TRY(CheckKeys(n, path, {"trusted_header", "github", "admins", "writers", "viewers"}));
+    TRY(CheckKeys(n, path, {"trusted_header", "github", "gitlab", "gitea", "oidc", "admins",
+                            "writers", "viewers"}));
     AuthConfig a;
-    if (auto g = n["github"]) {
-      std::string gp = path + ".github";
-      if (!g.IsMap()) {
-        return Err(g, gp, "expected {client_id: ID, client_secret: {file: PATH}, web_url: URL, "
-                          "api_url: URL}, got " + Show(g));
-      }
-      TRY(CheckKeys(g, gp, {"client_id", "client_secret", "web_url", "api_url"}));
-      if (!g["client_id"]) return Err(g, gp, "client_id: the OAuth app's client ID is required");
-      ASSIGN_OR_RETURN(a.github.client_id, NonEmptyStr(g["client_id"], gp + ".client_id"));
-      if (!g["client_secret"]) {
-        return Err(g, gp, "client_secret: the OAuth app's client secret is required, as "
-                          "{file: PATH} or {env: NAME}");
-      }
-      ASSIGN_OR_RETURN(a.github.client_secret, Secret(g["client_secret"], gp + ".client_secret"));
-      for (const char* k : {"web_url", "api_url"}) {
-        if (!g[k]) continue;
-        ASSIGN_OR_RETURN(std::string u, NonEmptyStr(g[k], gp + "." + k));
-        if (!u.starts_with("https://") && !u.starts_with("http://")) {
-          return Err(g[k], gp + "." + k, "expected an http(s) URL, got " + Show(g[k]));
-        }
-        while (u.ends_with("/")) u.pop_back();
-        (std::string(k) == "web_url" ? a.github.web_url : a.github.api_url) = u;
-      }
+    if (auto o = n["oidc"]) { ASSIGN_OR_RETURN(a.oidc, Oidc(o, path + ".oidc")); }
+    for (ForgeAuthConfig* f : {&a.github, &a.gitlab, &a.gitea}) {
+      const std::string name(ForgeName(f->kind));
+      if (auto g = n[name]) { TRY(Forge(g, path + "." + name, f)); }
     }
-    if (auto v = n["admins"]) { ASSIGN_OR_RETURN(a.admins, StrList(v, path + ".admins")); }
-    if (auto v = n["writers"]) { ASSIGN_OR_RETURN(a.writers, StrList(v, path + ".writers")); }
-    if (auto v = n["viewers"]) {
-      ASSIGN_OR_RETURN(a.viewers, StrList(v, path + ".viewers"));
-      a.viewers_given = true;
-    }
+    ASSIGN_OR_RETURN(static_cast<RoleLists&>(a), Lists(n, path));
     if (auto t = n["trusted_header"]) {
       std::string tp = path + ".trusted_header";
       if (!t.IsMap()) {

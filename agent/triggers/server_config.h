@@ -177,22 +177,53 @@ bool CidrContains(const Cidr& cidr, std::string_view address);
 //              web_url: https://github.com, api_url: https://api.github.com}
 //                                                 # "Sign in with GitHub" (roles from the
 //                                                 # person's access to each watched repository)
-struct GithubAuthConfig {
-  std::string client_id;       // "" = no GitHub door
+//     gitlab: {client_id, client_secret, web_url: https://gitlab.com, api_url: WEB/api/v4}
+//     gitea:  {client_id, client_secret, web_url: https://gitea.example}   # api_url: WEB/api/v1
+//     oidc: {issuer: https://id.example.com, client_id: trainq,
+//            client_secret: {file: /etc/trainq/oidc-secret}, scopes: [openid, email, profile],
+//            admins: [ml-platform], writers: [...], viewers: [...]}
+//                                                 # "Sign in with OIDC" (discovery, code flow
+//                                                 # with PKCE and nonce, the ID token verified
+//                                                 # against the issuer's JWKS); roles from its own
+//                                                 # lists, else from auth's admins/writers/viewers
+// Who gets which role by name or group (the trusted header, OIDC).
+struct RoleLists {
+  std::vector<std::string> admins, writers, viewers;  // emails/user names or groups
+  bool viewers_given = false;  // absent: everyone the door lets in reads
+};
+
+struct OidcAuthConfig {
+  std::string issuer;      // "" = no OIDC door; exactly the ID tokens' `iss`
+  std::string client_id;   // the ID tokens' `aud`
+  SecretValue client_secret;  // never logged
+  std::vector<std::string> scopes = {"openid", "email", "profile"};
+  std::string label = "OIDC";  // the button: "Sign in with LABEL"
+  RoleLists roles;
+  bool roles_given = false;  // false: auth's own admins/writers/viewers apply
+  bool enabled() const { return !issuer.empty(); }
+};
+
+// A forge's sign-in door (auth.github, auth.gitlab, auth.gitea): an OAuth app
+// registered at the forge, and where its pages and API are.
+struct ForgeAuthConfig {
+  ForgeKind kind = ForgeKind::kNone;
+  std::string client_id;       // "" = no door for this forge
   SecretValue client_secret;   // never logged
-  std::string web_url = "https://github.com";      // /login/oauth/authorize, /access_token
-  std::string api_url = "https://api.github.com";  // /user, /repos/OWNER/NAME
+  std::string web_url;  // authorize and token pages: https://github.com, https://gitlab.com
+  std::string api_url;  // the user and the repositories: https://api.github.com,
+                        // WEB/api/v4 (GitLab), WEB/api/v1 (Gitea)
   bool enabled() const { return !client_id.empty(); }
 };
 
-struct AuthConfig {
-  GithubAuthConfig github;
+struct AuthConfig : RoleLists {
+  ForgeAuthConfig github{ForgeKind::kGithub, "", {}, "https://github.com", "https://api.github.com"};
+  ForgeAuthConfig gitlab{ForgeKind::kGitlab, "", {}, "https://gitlab.com", "https://gitlab.com/api/v4"};
+  ForgeAuthConfig gitea{ForgeKind::kGitea, "", {}, "", ""};  // web_url required
+  OidcAuthConfig oidc;
   std::string user_header;    // "" = no trusted header
   std::string groups_header;  // "" = none (roles by email only)
   std::vector<Cidr> from;     // the proxy's addresses: the header is honoured from these only
   std::vector<std::string> from_text;
-  std::vector<std::string> admins, writers, viewers;
-  bool viewers_given = false;
   bool trusted_header() const { return !user_header.empty(); }
 };
 

@@ -1,12 +1,10 @@
 // "Sign in with GitHub" (issue 41) through Server::Handle, against the fake
-// GitHub (tests/support/fake_github.py) on loopback, which speaks GitHub's
+// GitHub (tests/support/fake_forge_login.py) on loopback, which speaks GitHub's
 // OAuth and REST wire format: the whole code flow with state and PKCE, roles
 // from each watched repository's permissions, hidden repositories answering
 // 404, a read person refused an action, and each refused sign-in (missing,
 // forged or another browser's state, a replayed code, no access) a clear page
 // and a log line with nothing granted.
-#include <signal.h>
-
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -14,10 +12,10 @@
 #include "agent/daemon/server.h"
 #include "core/clock.h"
 #include "core/http_client.h"
-#include "core/process.h"
 #include "core/strings.h"
 #include "queue/run_queue.h"
 #include "queue/store.h"
+#include "tests/agent/daemon/signin_fixture.h"
 #include "tests/support/log_capture.h"
 #include "tests/support/temp_dir.h"
 
@@ -29,89 +27,28 @@ namespace {
 constexpr const char* kModel = "https://github.com/acme/model.git";
 constexpr const char* kSecret = "https://github.com/acme/secret.git";
 
-HttpServerRequest Req(std::string method, std::string path, HttpHeaders headers = {},
-                      std::vector<std::pair<std::string, std::string>> query = {},
-                      std::string body = "") {
-  HttpServerRequest r;
-  r.method = std::move(method);
-  r.path = std::move(path);
-  r.headers = std::move(headers);
-  r.headers.push_back({"Host", "127.0.0.1:8080"});
-  r.query = std::move(query);
-  r.body = std::move(body);
-  r.peer = "10.1.2.3";
-  return r;
-}
-
-std::string Header(const HttpServerReply& r, const std::string& name) {
-  for (const auto& [k, v] : r.headers) {
-    if (k == name) return v;
-  }
-  return "";
-}
-
-std::string CookiePair(const std::string& set_cookie) {
-  return set_cookie.substr(0, set_cookie.find(';'));
-}
-
-std::vector<std::pair<std::string, std::string>> QueryOf(const std::string& url) {
-  std::vector<std::pair<std::string, std::string>> out;
-  auto q = url.find('?');
-  if (q == std::string::npos) return out;
-  for (const auto& kv : Split(url.substr(q + 1), '&')) {
-    auto eq = kv.find('=');
-    out.emplace_back(UrlDecode(kv.substr(0, eq)),
-                     eq == std::string::npos ? "" : UrlDecode(kv.substr(eq + 1)));
-  }
-  return out;
-}
-
-std::string Get(const std::vector<std::pair<std::string, std::string>>& q, const std::string& k) {
-  for (const auto& [a, b] : q) {
-    if (a == k) return b;
-  }
-  return "";
-}
+using namespace testing::signin;
 
 struct GithubDoor {
   testing::TempDir tmp;
   std::string db = tmp / "t.db";
   FakeClock clock;
-  PosixProcessRunner runner;
-  int pid = 0;
-  std::string fake;  // http://127.0.0.1:PORT
-  CurlHttpClient http;
+  FakeService gh{tmp, "fake_forge_login.py",
+                 json{{"client_id", "Iv1.trainqtest"},
+                      {"client_secret", "oauth-secret-42"},
+                      {"as", "octocat"},
+                      {"users",
+                       {{"octocat", {{"acme/model", "write"}}},
+                        {"reader", {{"acme/model", "read"}, {"acme/secret", "read"}}},
+                        {"stranger", json::object()}}}}};
+  std::string fake = gh.url;  // http://127.0.0.1:PORT
+  CurlHttpClient& http = gh.http;
   ServerConfig config;
   std::unique_ptr<Server> server;
   std::vector<std::int64_t> model_runs, secret_runs;
 
   GithubDoor() {
     clock.Set(1'800'000'000'000);
-    REQUIRE(WriteFile(tmp / "fake.json",
-                      json{{"client_id", "Iv1.trainqtest"},
-                           {"client_secret", "oauth-secret-42"},
-                           {"as", "octocat"},
-                           {"users",
-                            {{"octocat", {{"acme/model", "write"}}},
-                             {"reader", {{"acme/model", "read"}, {"acme/secret", "read"}}},
-                             {"stranger", json::object()}}}}
-                          .dump()));
-    auto p = runner.Spawn({{"python3", std::string(TRAINQ_SOURCE_DIR) + "/tests/support/fake_github.py",
-                            "--config", tmp / "fake.json", "--dir", tmp.path().string(), "--port-file",
-                            tmp / "port"},
-                           {},
-                           tmp.path().string(),
-                           tmp / "fake_github.log"});
-    REQUIRE(p);
-    pid = *p;
-    std::string port;
-    REQUIRE(testing::WaitFor(
-        [&] {
-          if (auto t = ReadFile(tmp / "port")) port = std::string(Trim(*t));
-          return !port.empty();
-        },
-        std::chrono::seconds(20)));
-    fake = "http://127.0.0.1:" + port;
     REQUIRE(WriteFile(tmp / "gh-secret", "oauth-secret-42\n"));
     config = ParseServerConfig(
                  "repositories:\n"
@@ -145,20 +82,7 @@ struct GithubDoor {
     server = std::make_unique<Server>(config, db, clock);
     REQUIRE(server->Open());
   }
-  ~GithubDoor() {
-    if (pid > 0) {
-      runner.KillGroup(pid, SIGTERM);
-      runner.Wait(pid);
-    }
-  }
-  void As(const std::string& login) {
-    HttpRequest r;
-    r.method = "POST";
-    r.url = fake + "/_fake/config";
-    r.headers = {{"Content-Type", "application/json"}};
-    r.body = json{{"as", login}}.dump();
-    REQUIRE(http.Send(r).value().status == 200);
-  }
+  void As(const std::string& login) { gh.Post("/_fake/config", {{"as", login}}); }
   // The browser's trip: /signin/github, GitHub's authorize page (approves
   // at once), back with code and state. Returns what the callback got.
   struct Trip {
@@ -195,10 +119,7 @@ struct GithubDoor {
     Trip t = Start();
     auto r = Callback(t.back, t.oauth_cookie);
     REQUIRE(r.status == 200);
-    std::string session;
-    for (const auto& [k, v] : r.headers) {
-      if (k == "Set-Cookie" && v.starts_with("trainq_dash=")) session = CookiePair(v);
-    }
+    std::string session = SessionCookie(r);
     REQUIRE(!session.empty());
     return session;
   }
@@ -217,18 +138,8 @@ struct GithubDoor {
                                {"X-CSRF-Token", csrf}},
                               {}, body.dump()));
   }
-  std::vector<json> Requests() {
-    std::vector<json> out;
-    for (const auto& line : Split(ReadFile(tmp / "requests.jsonl").value_or(""), '\n')) {
-      if (!Trim(line).empty()) out.push_back(json::parse(line));
-    }
-    return out;
-  }
-  int Count(const std::string& path) {
-    int n = 0;
-    for (const auto& r : Requests()) n += r["path"] == path;
-    return n;
-  }
+  std::vector<json> Requests() { return gh.Requests(); }
+  int Count(const std::string& path) { return gh.Count(path); }
 };
 
 TEST_CASE("github: the code flow with state and PKCE signs octocat in, and roles follow repository "
