@@ -388,8 +388,7 @@ Result<bool> Machines::DrainMachine(const cloud::Action& drain, TimeMs now) {
                                                      "ON b.id = r.batch_id WHERE ") +
                                          kRunnable + " AND (b.pool = '' OR b.pool = ?) AND "
                                                      "b.gpus <= ? AND (?4 <= 0 OR COALESCE("
-                                                     "json_extract(b.spec_json, "
-                                                     "'$.resources.nodes'), 0) <= ?4)"));
+                                                     "CAST(json_extract(b.spec_json, '$.resources.nodes') AS INTEGER), 0) <= ?4)"));
     q.Bind(1, now).Bind(2, pool).Bind(3, gpus).Bind(4, drain.guard.max_nodes);
     ASSIGN_OR_RETURN(bool row, q.Step());
     check.runnable_queued = row ? static_cast<int>(q.Int(0)) : 0;
@@ -637,7 +636,7 @@ Result<std::vector<LeasedRun>> Machines::LeaseForMachine(std::int64_t machine,
         auto pick,
         db_.Prepare(std::string("SELECT r.id, r.batch_id, r.seed, b.gpus, ") +
                     "COALESCE(json_extract(b.spec_json, '$.trainer'), '') != '', "
-                    "json_extract(b.spec_json, '$.resources.nodes') IS NOT NULL "
+                    "CAST(json_extract(b.spec_json, '$.resources.nodes') AS INTEGER) IS NOT NULL "
                     "FROM (SELECT id FROM (SELECT r.id FROM runs r WHERE r.state = 'queued' "
                     "AND r.id > ?3 AND " + std::string(kPoolOfR) + " IN ('', ?2) "
                     "ORDER BY r.id LIMIT ?4) UNION ALL SELECT id FROM (SELECT r.id "
@@ -747,8 +746,7 @@ Result<bool> Machines::MayLease(std::int64_t machine, TimeMs now) {
 
 Result<std::vector<Machines::DemandRow>> Machines::RunnableDemand(TimeMs now) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT b.pool, b.gpus, sum(x.n), "
-                                                   "COALESCE(json_extract(b.spec_json, "
-                                                   "'$.resources.nodes'), 0) AS nodes FROM ") +
+                                                   "COALESCE(CAST(json_extract(b.spec_json, '$.resources.nodes') AS INTEGER), 0) AS nodes FROM ") +
                                        kRunnableByBatch +
                                        " x JOIN batches b ON b.id = x.batch_id "
                                        "GROUP BY b.pool, b.gpus, nodes ORDER BY "
@@ -825,8 +823,7 @@ Result<std::vector<Machines::WaitingBatch>> Machines::WaitingBatches(TimeMs now)
                                        " x JOIN batches b ON b.id = x.batch_id "
                                        "JOIN waiting_notes w ON w.pool = b.pool AND "
                                        "w.gpus = b.gpus AND w.nodes = COALESCE("
-                                       "json_extract(b.spec_json, "
-                                       "'$.resources.nodes'), 0) "
+                                       "CAST(json_extract(b.spec_json, '$.resources.nodes') AS INTEGER), 0) "
                                        "GROUP BY b.id, w.note ORDER BY b.id"));
   s.Bind(1, now);
   std::vector<WaitingBatch> out;
