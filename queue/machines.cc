@@ -55,7 +55,7 @@ constexpr const char* kLiveGangMembersOnM =
 // or its last update (heartbeat). Parameter: now (nullable).
 constexpr const char* kRunTime =
     "CASE WHEN r.started_ms IS NULL THEN 0 ELSE "
-    "max(0, COALESCE(r.finished_ms, CASE WHEN r.state = 'running' THEN ?1 END, r.updated_ms) "
+    "max(0, COALESCE(r.finished_ms, CASE WHEN r.state = 'running' THEN CAST(?1 AS INTEGER) END, r.updated_ms) "
     "- r.started_ms) END";
 
 // The part of kRunTime that moves with `now`, summed over the runs running
@@ -206,7 +206,7 @@ Result<std::int64_t> Machines::UpsertMachine(const MachineRow& m, TimeMs now) {
       sel.Reset();
       ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE machines SET state = ?, slots = ?, gpus = ?, "
                                            "last_seen_ms = ?, stopped_ms = CASE WHEN ? IN "
-                                           "('stopped', 'failed') THEN ? END, ready_ms = CASE "
+                                           "('stopped', 'failed') THEN CAST(? AS INTEGER) END, ready_ms = CASE "
                                            "WHEN ? = 'ready' THEN COALESCE(ready_ms, ?) ELSE "
                                            "ready_ms END WHERE id = ?"));
       TRY(u.Bind(1, m.state)
@@ -784,7 +784,7 @@ Status Machines::TouchWorker(std::int64_t machine, TimeMs now, bool busy) {
 Result<std::vector<Machines::MachineEvent>> Machines::MachineHistory(
     std::optional<std::int64_t> machine) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT machine_id, at_ms, state, live_leases, note FROM "
-                                       "machine_events WHERE ?1 IS NULL OR machine_id = ?1 "
+                                       "machine_events WHERE machine_id = ?1 OR ?1 IS NULL "
                                        "ORDER BY id"));
   s.Bind(1, machine);
   std::vector<MachineEvent> out;
@@ -802,8 +802,10 @@ Status Machines::SetWaitingNotes(const std::vector<WaitingNote>& notes, TimeMs n
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     TRY(db_.Exec("DELETE FROM waiting_notes"));
     for (const auto& n : notes) {
-      ASSIGN_OR_RETURN(auto u, db_.Prepare("INSERT OR REPLACE INTO waiting_notes (pool, gpus, "
-                                           "nodes, note, updated_ms) VALUES (?, ?, ?, ?, ?)"));
+      ASSIGN_OR_RETURN(auto u, db_.Prepare("INSERT INTO waiting_notes (pool, gpus, nodes, note, "
+                                           "updated_ms) VALUES (?, ?, ?, ?, ?) ON CONFLICT (pool, "
+                                           "gpus, nodes) DO UPDATE SET note = excluded.note, "
+                                           "updated_ms = excluded.updated_ms"));
       TRY(u.Bind(1, n.pool).Bind(2, n.gpus).Bind(3, n.nodes).Bind(4, n.note).Bind(5, now).Run());
     }
     return {};
@@ -955,8 +957,9 @@ Status Machines::SetPoolTokenHash(const std::string& pool, const std::string& sh
     ASSIGN_OR_RETURN(auto u,
                      db_.Prepare("INSERT INTO pool_tokens (pool, sha256, created_ms) VALUES "
                                  "(?, ?, ?) ON CONFLICT (pool) DO UPDATE SET sha256 = "
-                                 "excluded.sha256, created_ms = CASE WHEN sha256 = "
-                                 "excluded.sha256 THEN created_ms ELSE excluded.created_ms END"));
+                                 "excluded.sha256, created_ms = CASE WHEN pool_tokens.sha256 = "
+                                 "excluded.sha256 THEN pool_tokens.created_ms ELSE "
+                                 "excluded.created_ms END"));
     return u.Bind(1, pool).Bind(2, sha256_hex).Bind(3, now).Run();
   });
 }

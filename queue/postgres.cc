@@ -210,6 +210,18 @@ std::string NameSubqueries(std::string_view s) {
   return out;
 }
 
+// True when an operator that came next in `out` would be unary: after
+// WHERE, AND, OR, ON, NOT, '(' or ','.
+bool UnaryPosition(const std::string& out) {
+  size_t k = out.size();
+  while (k > 0 && std::isspace(static_cast<unsigned char>(out[k - 1]))) --k;
+  if (k == 0) return false;
+  if (out[k - 1] == '(' || out[k - 1] == ',') return true;
+  size_t b = k;
+  while (b > 0 && IdentChar(out[b - 1])) --b;
+  return IsWord(std::string_view(out).substr(b, k - b), {"WHERE", "AND", "OR", "ON", "NOT"});
+}
+
 }  // namespace
 
 bool IsPostgresUrl(std::string_view location) {
@@ -238,12 +250,13 @@ std::string RedactUrl(std::string_view location) {
   return s;
 }
 
-std::string TranslateForPostgres(std::string_view sql, int* params) {
+std::string TranslateForPostgres(std::string_view sql, int* params, std::vector<bool>* used) {
   const std::string named = NameSubqueries(sql);
   std::string_view s = named;
   std::string out;
   out.reserve(s.size() + 32);
   int max_index = 0;
+  std::vector<int> seen;
   bool or_ignore = false;
   size_t i = 0;
   const size_t n = s.size();
@@ -268,9 +281,12 @@ std::string TranslateForPostgres(std::string_view sql, int* params) {
       int index = j > i + 1 ? std::atoi(std::string(s.substr(i + 1, j - i - 1)).c_str())
                             : max_index + 1;
       if (index > max_index) max_index = index;
+      seen.push_back(index);
       out += '$';
       out += std::to_string(index);
       i = j;
+    } else if (c == '+' && i + 1 < n && IdentStart(s[i + 1]) && UnaryPosition(out)) {
+      ++i;  // SQLite's unary + that keeps a column from using an index
     } else if (std::isdigit(static_cast<unsigned char>(c))) {
       size_t j = i;
       while (j < n && (IdentChar(s[j]) || s[j] == '.')) ++j;
@@ -341,6 +357,10 @@ std::string TranslateForPostgres(std::string_view sql, int* params) {
     out += " ON CONFLICT DO NOTHING";
   }
   if (params) *params = max_index;
+  if (used) {
+    used->assign(static_cast<size_t>(max_index), false);
+    for (int k : seen) (*used)[static_cast<size_t>(k - 1)] = true;
+  }
   return out;
 }
 
@@ -453,16 +473,23 @@ Result<Stmt> Db::PreparePostgres(std::string_view sql) {
   auto it = c.prepared.find(key);
   if (it == c.prepared.end()) {
     PgPrepared p;
-    std::string text = TranslateForPostgres(sql, &p.params);
+    std::vector<bool> used;
+    std::string text = TranslateForPostgres(sql, &p.params, &used);
+    // A parameter the text never names (SQLite allows ?2 without ?1) has no
+    // type to infer: text, which nothing reads.
+    std::vector<Oid> types(used.size(), 0);
+    for (size_t k = 0; k < used.size(); ++k) {
+      if (!used[k]) types[k] = 25;  // TEXTOID
+    }
     p.name = "trainq_" + std::to_string(c.prepared.size() + 1);
     // Preparing is not a statement that fails alone inside a transaction.
     const bool guard = PQtransactionStatus(c.conn) == PQTRANS_INTRANS;
     if (guard) TRY(ExecText(c, "SAVEPOINT trainq_stmt"));
-    PGresult* r = PQprepare(c.conn, p.name.c_str(), text.c_str(), 0, nullptr);
+    PGresult* r = PQprepare(c.conn, p.name.c_str(), text.c_str(), static_cast<int>(types.size()),
+                             types.data());
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
       Error e = ResultError(c, r, "prepare");
       e.message += " (in: " + text + ")";
-      if (std::getenv("TRAINQ_PG_TRACE")) std::fprintf(stderr, "PGTRACE %s\n", e.message.c_str());  // TEMP
       PQclear(r);
       if (guard) (void)ExecText(c, "ROLLBACK TO SAVEPOINT trainq_stmt; RELEASE SAVEPOINT trainq_stmt");
       return std::unexpected(e);

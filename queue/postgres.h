@@ -44,8 +44,10 @@ struct PgStmt {
 // The SQLite-dialect `sql` in PostgreSQL's: `?` and `?NNN` become `$n` (the
 // number of parameters in *params), and the constructs in the table of
 // docs/design/postgres.md are rewritten. Literals, quoted names and comments
-// are left alone.
-std::string TranslateForPostgres(std::string_view sql, int* params);
+// are left alone. `used`, when given, says which of the parameters the text
+// names.
+std::string TranslateForPostgres(std::string_view sql, int* params,
+                                 std::vector<bool>* used = nullptr);
 
 // Binds a value (text format) or NULL to 1-based parameter `i`.
 void PgBind(PgStmt& s, int i, std::string value);

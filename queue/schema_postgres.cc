@@ -514,6 +514,10 @@ CREATE FUNCTION trainq_random() RETURNS BIGINT LANGUAGE sql VOLATILE AS $$
 -- CAST it, which SQLite reads the same way.
 CREATE FUNCTION json_extract(doc TEXT, path TEXT) RETURNS TEXT LANGUAGE sql IMMUTABLE AS $$
   SELECT doc::jsonb #>> string_to_array(substr(path, 3), '.') $$;
+-- SQLite counts a comparison as 0 or 1: sum(state = 'pending').
+CREATE FUNCTION trainq_sum_bool(acc BIGINT, v BOOLEAN) RETURNS BIGINT LANGUAGE sql IMMUTABLE AS $$
+  SELECT COALESCE(acc, 0) + CASE WHEN v THEN 1 ELSE 0 END $$;
+CREATE AGGREGATE sum(BOOLEAN) (SFUNC = trainq_sum_bool, STYPE = BIGINT);
 CREATE FUNCTION trainq_lastval() RETURNS BIGINT LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
   RETURN lastval();

@@ -659,7 +659,7 @@ TEST_CASE("NoteMachine sets a machine's last error without changing its state", 
 
 TEST_CASE("LeaseForMachine, RunnableDemand, WaitingBatches and MayLease do not read the whole "
           "queue",
-          "[machines][scale]") {
+          "[sqlite][machines][scale]") {
   // A count of SQLite VM steps (sql::VmSteps), not a timing: reading every
   // queued run would take 20x the steps with 20x the queue.
   Fixture f;
