@@ -518,7 +518,14 @@ bool Db::InTransaction() const {
   return db_ && sqlite3_get_autocommit(db_) == 0;
 }
 
-Status Db::BeginWrite() { return Exec(pg_ ? kBeginWrite : "BEGIN IMMEDIATE"); }
+Status Db::BeginWrite() {
+  if (!pg_) return Exec("BEGIN IMMEDIATE");
+  auto st = Exec(kBeginWrite);
+  // A lock wait that timed out leaves the transaction begun and failed;
+  // SQLite's refused BEGIN IMMEDIATE leaves none.
+  if (!st && InTransaction()) (void)Exec("ROLLBACK");
+  return st;
+}
 
 std::int64_t Db::LastInsertId() const {
   if (!pg_) return sqlite3_last_insert_rowid(db_);

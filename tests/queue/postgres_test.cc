@@ -157,5 +157,37 @@ TEST_CASE("A PostgreSQL connection error names the database without its password
   CHECK(b->schema_version() == Store::kSchemaVersion);
 }
 
+TEST_CASE("A PostgreSQL database written by a newer trainq, or holding other tables, is refused",
+          "[postgres]") {
+  if (!testing::TestingPostgres()) {
+    WARN("runs with TRAINQ_TEST_DB=postgres (ctest -R queue_tests_postgres)");
+    return;
+  }
+  testing::TempDir dir;
+  std::string newer = testing::StoreLocation(dir, "newer.db");
+  REQUIRE(Store::Open(newer));
+  {
+    auto db = sql::Db::Open(newer, false, 1000).value();
+    REQUIRE(db.Exec("UPDATE trainq_schema_version SET version = 99"));
+  }
+  auto store = Store::Open(newer);
+  REQUIRE_FALSE(store);
+  CHECK(store.error().message.find("newer trainq") != std::string::npos);
+
+  std::string other = testing::StoreLocation(dir, "other.db");
+  {
+    auto db = sql::Db::Open(other, false, 1000).value();
+    REQUIRE(db.Exec("CREATE TABLE notes (x TEXT)"));
+  }
+  store = Store::Open(other);
+  REQUIRE_FALSE(store);
+  CHECK(store.error().message.find("not a trainq database") != std::string::npos);
+  auto db = sql::Db::Open(other, false, 1000).value();
+  auto tables = db.Prepare("SELECT count(*) FROM information_schema.tables "
+                           "WHERE table_schema = current_schema()").value();
+  REQUIRE(tables.Step().value());
+  CHECK(tables.Int(0) == 1);  // nothing written
+}
+
 }  // namespace
 }  // namespace trainq

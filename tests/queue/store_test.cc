@@ -672,7 +672,7 @@ TEST_CASE("A missing database is not created when asked not to", "[sqlite][store
   CHECK_FALSE(std::filesystem::exists(dir / "missing.db"));
 }
 
-TEST_CASE("A locked database makes writes fail cleanly after the busy timeout", "[sqlite][store]") {
+TEST_CASE("A locked database makes writes fail cleanly after the busy timeout", "[store]") {
   Fixture f;
   f.Submit(2);
   StoreOptions o;
@@ -680,7 +680,7 @@ TEST_CASE("A locked database makes writes fail cleanly after the busy timeout", 
   auto second = Store::Open(f.path, o).value();
   // The first connection holds the write lock.
   auto locker = sql::Db::Open(f.path, false, 50).value();
-  REQUIRE(locker.Exec("BEGIN IMMEDIATE"));
+  REQUIRE(locker.BeginWrite());  // BEGIN IMMEDIATE (PostgreSQL: the write lock)
   auto r = second.runs().Lease("w", kT0, kLease, 1);
   REQUIRE_FALSE(r);
   CHECK(r.error().kind == ErrorKind::kUnavailable);
