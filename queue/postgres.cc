@@ -533,6 +533,14 @@ std::int64_t Db::LastInsertId() const {
   return v ? std::strtoll(v->c_str(), nullptr, 10) : 0;
 }
 
+Result<std::int64_t> Db::DataVersion() {
+  ASSIGN_OR_RETURN(auto st, Prepare(pg_ ? "SELECT pg_current_wal_lsn() - '0/0'"
+                                        : "PRAGMA data_version"));
+  ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return Fail(ErrorKind::kInternal, path_ + ": no data version");
+  return st.Int(0);
+}
+
 int Db::Changes() const { return pg_ ? pg_->changes : sqlite3_changes(db_); }
 
 }  // namespace trainq::sql

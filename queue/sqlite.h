@@ -129,6 +129,10 @@ class Db {
   Result<Stmt> Prepare(std::string_view sql);
   static constexpr size_t kCachedStatements = 128;
   Status Exec(std::string_view sql);  // one or more statements, no results
+  // A number that changes when another connection commits a write (SQLite's
+  // PRAGMA data_version; PostgreSQL's WAL position, which also moves on the
+  // server's own housekeeping: a change may be spurious, never missed).
+  Result<std::int64_t> DataVersion();
   std::int64_t LastInsertId() const;
   int Changes() const;
   // The file, or the URL without its password.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "queue/sqlite.h"
+#include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/support/postgres_server.h"
 #include "tests/support/temp_dir.h"
@@ -155,6 +156,28 @@ TEST_CASE("A PostgreSQL connection error names the database without its password
   auto b = Store::Open(url);
   REQUIRE(b);
   CHECK(b->schema_version() == Store::kSchemaVersion);
+}
+
+TEST_CASE("The data version moves when another connection commits, on either store",
+          "[postgres]") {
+  testing::TempDir dir;
+  std::string where = testing::StoreLocation(dir, "q.db");
+  auto store = Store::Open(where).value();
+  auto watcher = sql::Db::Open(where, false, 1000).value();
+  auto before = watcher.DataVersion();
+  REQUIRE(before);
+  CommitInfo commit;
+  commit.sha = std::string(40, 'a');
+  BatchSpec spec;
+  spec.experiment = "mlp";
+  spec.command = "true";
+  spec.repeats = 1;
+  spec.timeout_s = 60;
+  spec.max_attempts = 1;
+  REQUIRE(store.runs().Submit("/repos/demo", commit, {spec}, 1000));
+  auto after = watcher.DataVersion();
+  REQUIRE(after);
+  CHECK(*after != *before);
 }
 
 TEST_CASE("A PostgreSQL database written by a newer trainq, or holding other tables, is refused",
