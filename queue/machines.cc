@@ -55,7 +55,8 @@ constexpr const char* kLiveGangMembersOnM =
 // or its last update (heartbeat). Parameter: now (nullable).
 constexpr const char* kRunTime =
     "CASE WHEN r.started_ms IS NULL THEN 0 ELSE "
-    "max(0, COALESCE(r.finished_ms, CASE WHEN r.state = 'running' THEN CAST(?1 AS INTEGER) END, r.updated_ms) "
+    "max(0, COALESCE(r.finished_ms, CASE WHEN r.state = 'running' THEN CAST(?1 AS INTEGER) END, "
+    "r.updated_ms) "
     "- r.started_ms) END";
 
 // The part of kRunTime that moves with `now`, summed over the runs running
@@ -206,7 +207,8 @@ Result<std::int64_t> Machines::UpsertMachine(const MachineRow& m, TimeMs now) {
       sel.Reset();
       ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE machines SET state = ?, slots = ?, gpus = ?, "
                                            "last_seen_ms = ?, stopped_ms = CASE WHEN ? IN "
-                                           "('stopped', 'failed') THEN CAST(? AS INTEGER) END, ready_ms = CASE "
+                                           "('stopped', 'failed') THEN CAST(? AS INTEGER) END, "
+                                           "ready_ms = CASE "
                                            "WHEN ? = 'ready' THEN COALESCE(ready_ms, ?) ELSE "
                                            "ready_ms END WHERE id = ?"));
       TRY(u.Bind(1, m.state)
@@ -388,7 +390,9 @@ Result<bool> Machines::DrainMachine(const cloud::Action& drain, TimeMs now) {
                                                      "ON b.id = r.batch_id WHERE ") +
                                          kRunnable + " AND (b.pool = '' OR b.pool = ?) AND "
                                                      "b.gpus <= ? AND (?4 <= 0 OR COALESCE("
-                                                     "CAST(json_extract(b.spec_json, '$.resources.nodes') AS INTEGER), 0) <= ?4)"));
+                                                     "CAST(json_extract(b.spec_json, "
+                                                     "'$.resources.nodes') AS INTEGER), 0) "
+                                                     "<= ?4)"));
     q.Bind(1, now).Bind(2, pool).Bind(3, gpus).Bind(4, drain.guard.max_nodes);
     ASSIGN_OR_RETURN(bool row, q.Step());
     check.runnable_queued = row ? static_cast<int>(q.Int(0)) : 0;
@@ -746,7 +750,9 @@ Result<bool> Machines::MayLease(std::int64_t machine, TimeMs now) {
 
 Result<std::vector<Machines::DemandRow>> Machines::RunnableDemand(TimeMs now) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT b.pool, b.gpus, sum(x.n), "
-                                                   "COALESCE(CAST(json_extract(b.spec_json, '$.resources.nodes') AS INTEGER), 0) AS nodes FROM ") +
+                                                   "COALESCE(CAST(json_extract(b.spec_json, "
+                                                   "'$.resources.nodes') AS INTEGER), 0) AS "
+                                                   "nodes FROM ") +
                                        kRunnableByBatch +
                                        " x JOIN batches b ON b.id = x.batch_id "
                                        "GROUP BY b.pool, b.gpus, nodes ORDER BY "
@@ -825,7 +831,8 @@ Result<std::vector<Machines::WaitingBatch>> Machines::WaitingBatches(TimeMs now)
                                        " x JOIN batches b ON b.id = x.batch_id "
                                        "JOIN waiting_notes w ON w.pool = b.pool AND "
                                        "w.gpus = b.gpus AND w.nodes = COALESCE("
-                                       "CAST(json_extract(b.spec_json, '$.resources.nodes') AS INTEGER), 0) "
+                                       "CAST(json_extract(b.spec_json, "
+                                       "'$.resources.nodes') AS INTEGER), 0) "
                                        "GROUP BY b.id, w.note ORDER BY b.id"));
   s.Bind(1, now);
   std::vector<WaitingBatch> out;

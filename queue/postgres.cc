@@ -19,6 +19,9 @@ namespace {
 // Write transactions hold this transaction-scoped advisory lock (the bytes of
 // "trainq"): writers to one database take turns, as SQLite's BEGIN IMMEDIATE
 // makes them, which is what every part of the store was written against.
+constexpr const char* kUndoStatement =
+    "ROLLBACK TO SAVEPOINT trainq_stmt; RELEASE SAVEPOINT trainq_stmt";
+
 constexpr const char* kBeginWrite = "BEGIN; SELECT pg_advisory_xact_lock(127978248433265)";
 
 bool IdentStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
@@ -406,7 +409,7 @@ Result<bool> PgStep(PgStmt& s) {
   if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
     Error e = ResultError(c, r, "");
     PQclear(r);
-    if (guard) (void)ExecText(c, "ROLLBACK TO SAVEPOINT trainq_stmt; RELEASE SAVEPOINT trainq_stmt");
+    if (guard) (void)ExecText(c, kUndoStatement);
     return std::unexpected(e);
   }
   if (guard) TRY(ExecText(c, "RELEASE SAVEPOINT trainq_stmt"));
@@ -491,7 +494,7 @@ Result<Stmt> Db::PreparePostgres(std::string_view sql) {
       Error e = ResultError(c, r, "prepare");
       e.message += " (in: " + text + ")";
       PQclear(r);
-      if (guard) (void)ExecText(c, "ROLLBACK TO SAVEPOINT trainq_stmt; RELEASE SAVEPOINT trainq_stmt");
+      if (guard) (void)ExecText(c, kUndoStatement);
       return std::unexpected(e);
     }
     PQclear(r);

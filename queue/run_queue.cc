@@ -307,7 +307,8 @@ Result<int> RunQueue::ExtendBatch(std::int64_t requested_id, int repeats, TimeMs
 // Runs Lease can take: not a gang over several machines (those need the
 // fleet's machines).
 constexpr const char* kOneMachine =
-    "COALESCE((SELECT CAST(json_extract(b.spec_json, '$.resources.nodes') AS INTEGER) FROM batches b "
+    "COALESCE((SELECT CAST(json_extract(b.spec_json, '$.resources.nodes') AS INTEGER) "
+    "FROM batches b "
     "WHERE b.id = runs.batch_id), 1) <= 1";
 
 Result<std::vector<LeasedRun>> RunQueue::Lease(const std::string& worker, TimeMs now,

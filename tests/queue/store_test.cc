@@ -555,7 +555,8 @@ TEST_CASE("A store at schema version 11 gets its counts, durations and costs fro
   CHECK(counts[static_cast<int>(RunState::kLeased)] == 0);
 }
 
-TEST_CASE("A store at schema version 1 is migrated and keeps its rows", "[sqlite][store][migration]") {
+TEST_CASE("A store at schema version 1 is migrated and keeps its rows",
+          "[sqlite][store][migration]") {
   testing::TempDir dir;
   std::string path = dir / "old.db";
   {
@@ -582,7 +583,8 @@ TEST_CASE("A store at schema version 1 is migrated and keeps its rows", "[sqlite
   CHECK(b[0].values == std::vector<double>{0.5});
 }
 
-TEST_CASE("A store at schema version 7 gains pull request pushes and comments", "[sqlite][store][migration]") {
+TEST_CASE("A store at schema version 7 gains pull request pushes and comments",
+          "[sqlite][store][migration]") {
   testing::TempDir dir;
   std::string path = dir / "v7.db";
   {
