@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
       app.add_option("--db", db,
                      "SQLite database file (default: $TRAINQ_DB, else ./trainq.db when it "
                      "exists, else $XDG_DATA_HOME/trainq/trainq.db or "
-                     "~/.local/share/trainq/trainq.db)")
+                     "~/.local/share/trainq/trainq.db), or a PostgreSQL database's "
+                     "postgres://USER@HOST:PORT/DB URL (docs/deployment.md)")
           ->capture_default_str();
   app.add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
   app.add_flag("-q,--quiet", quiet, "Only warnings and errors in the log");

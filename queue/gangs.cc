@@ -110,10 +110,11 @@ Result<std::vector<LeasedRun>> Gangs::FormGang(std::int64_t run_id, std::int64_t
                                                const std::string& pool, const std::string& worker,
                                                TimeMs now, TimeMs lease_ms) {
   std::vector<LeasedRun> out;
-  ASSIGN_OR_RETURN(auto spec, db_.Prepare("SELECT COALESCE(json_extract(b.spec_json, "
-                                          "'$.resources.nodes'), 1), "
-                                          "COALESCE(json_extract(b.spec_json, "
-                                          "'$.resources.processes_per_node'), 1), b.gpus "
+  ASSIGN_OR_RETURN(auto spec, db_.Prepare("SELECT COALESCE(CAST(json_extract(b.spec_json, "
+                                          "'$.resources.nodes') AS INTEGER), 1), "
+                                          "COALESCE(CAST(json_extract(b.spec_json, "
+                                          "'$.resources.processes_per_node') AS INTEGER), 1), "
+                                          "b.gpus "
                                           "FROM runs r JOIN batches b ON b.id = r.batch_id "
                                           "WHERE r.id = ?"));
   spec.Bind(1, run_id);

@@ -55,7 +55,8 @@ constexpr const char* kLiveGangMembersOnM =
 // or its last update (heartbeat). Parameter: now (nullable).
 constexpr const char* kRunTime =
     "CASE WHEN r.started_ms IS NULL THEN 0 ELSE "
-    "max(0, COALESCE(r.finished_ms, CASE WHEN r.state = 'running' THEN ?1 END, r.updated_ms) "
+    "max(0, COALESCE(r.finished_ms, CASE WHEN r.state = 'running' THEN CAST(?1 AS INTEGER) END, "
+    "r.updated_ms) "
     "- r.started_ms) END";
 
 // The part of kRunTime that moves with `now`, summed over the runs running
@@ -206,7 +207,8 @@ Result<std::int64_t> Machines::UpsertMachine(const MachineRow& m, TimeMs now) {
       sel.Reset();
       ASSIGN_OR_RETURN(auto u, db_.Prepare("UPDATE machines SET state = ?, slots = ?, gpus = ?, "
                                            "last_seen_ms = ?, stopped_ms = CASE WHEN ? IN "
-                                           "('stopped', 'failed') THEN ? END, ready_ms = CASE "
+                                           "('stopped', 'failed') THEN CAST(? AS INTEGER) END, "
+                                           "ready_ms = CASE "
                                            "WHEN ? = 'ready' THEN COALESCE(ready_ms, ?) ELSE "
                                            "ready_ms END WHERE id = ?"));
       TRY(u.Bind(1, m.state)
@@ -388,8 +390,9 @@ Result<bool> Machines::DrainMachine(const cloud::Action& drain, TimeMs now) {
                                                      "ON b.id = r.batch_id WHERE ") +
                                          kRunnable + " AND (b.pool = '' OR b.pool = ?) AND "
                                                      "b.gpus <= ? AND (?4 <= 0 OR COALESCE("
-                                                     "json_extract(b.spec_json, "
-                                                     "'$.resources.nodes'), 0) <= ?4)"));
+                                                     "CAST(json_extract(b.spec_json, "
+                                                     "'$.resources.nodes') AS INTEGER), 0) "
+                                                     "<= ?4)"));
     q.Bind(1, now).Bind(2, pool).Bind(3, gpus).Bind(4, drain.guard.max_nodes);
     ASSIGN_OR_RETURN(bool row, q.Step());
     check.runnable_queued = row ? static_cast<int>(q.Int(0)) : 0;
@@ -637,7 +640,7 @@ Result<std::vector<LeasedRun>> Machines::LeaseForMachine(std::int64_t machine,
         auto pick,
         db_.Prepare(std::string("SELECT r.id, r.batch_id, r.seed, b.gpus, ") +
                     "COALESCE(json_extract(b.spec_json, '$.trainer'), '') != '', "
-                    "json_extract(b.spec_json, '$.resources.nodes') IS NOT NULL "
+                    "CAST(json_extract(b.spec_json, '$.resources.nodes') AS INTEGER) IS NOT NULL "
                     "FROM (SELECT id FROM (SELECT r.id FROM runs r WHERE r.state = 'queued' "
                     "AND r.id > ?3 AND " + std::string(kPoolOfR) + " IN ('', ?2) "
                     "ORDER BY r.id LIMIT ?4) UNION ALL SELECT id FROM (SELECT r.id "
@@ -747,8 +750,9 @@ Result<bool> Machines::MayLease(std::int64_t machine, TimeMs now) {
 
 Result<std::vector<Machines::DemandRow>> Machines::RunnableDemand(TimeMs now) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare(std::string("SELECT b.pool, b.gpus, sum(x.n), "
-                                                   "COALESCE(json_extract(b.spec_json, "
-                                                   "'$.resources.nodes'), 0) AS nodes FROM ") +
+                                                   "COALESCE(CAST(json_extract(b.spec_json, "
+                                                   "'$.resources.nodes') AS INTEGER), 0) AS "
+                                                   "nodes FROM ") +
                                        kRunnableByBatch +
                                        " x JOIN batches b ON b.id = x.batch_id "
                                        "GROUP BY b.pool, b.gpus, nodes ORDER BY "
@@ -786,7 +790,7 @@ Status Machines::TouchWorker(std::int64_t machine, TimeMs now, bool busy) {
 Result<std::vector<Machines::MachineEvent>> Machines::MachineHistory(
     std::optional<std::int64_t> machine) {
   ASSIGN_OR_RETURN(auto s, db_.Prepare("SELECT machine_id, at_ms, state, live_leases, note FROM "
-                                       "machine_events WHERE ?1 IS NULL OR machine_id = ?1 "
+                                       "machine_events WHERE machine_id = ?1 OR ?1 IS NULL "
                                        "ORDER BY id"));
   s.Bind(1, machine);
   std::vector<MachineEvent> out;
@@ -804,8 +808,10 @@ Status Machines::SetWaitingNotes(const std::vector<WaitingNote>& notes, TimeMs n
   return sql::WithWriteTransaction(db_, [&]() -> Status {
     TRY(db_.Exec("DELETE FROM waiting_notes"));
     for (const auto& n : notes) {
-      ASSIGN_OR_RETURN(auto u, db_.Prepare("INSERT OR REPLACE INTO waiting_notes (pool, gpus, "
-                                           "nodes, note, updated_ms) VALUES (?, ?, ?, ?, ?)"));
+      ASSIGN_OR_RETURN(auto u, db_.Prepare("INSERT INTO waiting_notes (pool, gpus, nodes, note, "
+                                           "updated_ms) VALUES (?, ?, ?, ?, ?) ON CONFLICT (pool, "
+                                           "gpus, nodes) DO UPDATE SET note = excluded.note, "
+                                           "updated_ms = excluded.updated_ms"));
       TRY(u.Bind(1, n.pool).Bind(2, n.gpus).Bind(3, n.nodes).Bind(4, n.note).Bind(5, now).Run());
     }
     return {};
@@ -825,8 +831,8 @@ Result<std::vector<Machines::WaitingBatch>> Machines::WaitingBatches(TimeMs now)
                                        " x JOIN batches b ON b.id = x.batch_id "
                                        "JOIN waiting_notes w ON w.pool = b.pool AND "
                                        "w.gpus = b.gpus AND w.nodes = COALESCE("
-                                       "json_extract(b.spec_json, "
-                                       "'$.resources.nodes'), 0) "
+                                       "CAST(json_extract(b.spec_json, "
+                                       "'$.resources.nodes') AS INTEGER), 0) "
                                        "GROUP BY b.id, w.note ORDER BY b.id"));
   s.Bind(1, now);
   std::vector<WaitingBatch> out;
@@ -958,8 +964,9 @@ Status Machines::SetPoolTokenHash(const std::string& pool, const std::string& sh
     ASSIGN_OR_RETURN(auto u,
                      db_.Prepare("INSERT INTO pool_tokens (pool, sha256, created_ms) VALUES "
                                  "(?, ?, ?) ON CONFLICT (pool) DO UPDATE SET sha256 = "
-                                 "excluded.sha256, created_ms = CASE WHEN sha256 = "
-                                 "excluded.sha256 THEN created_ms ELSE excluded.created_ms END"));
+                                 "excluded.sha256, created_ms = CASE WHEN pool_tokens.sha256 = "
+                                 "excluded.sha256 THEN pool_tokens.created_ms ELSE "
+                                 "excluded.created_ms END"));
     return u.Bind(1, pool).Bind(2, sha256_hex).Bind(3, now).Run();
   });
 }

@@ -506,11 +506,13 @@ Status Pushes::SetPrCommentWanted(const std::string& repo_url, std::int64_t pr_n
                     "settled, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (repo_url, "
                     "pr_number) DO UPDATE SET head_sha = excluded.head_sha, body = excluded.body, "
                     "settled = excluded.settled, updated_ms = excluded.updated_ms, "
-                    "attempts = CASE WHEN body_sha256 = excluded.body_sha256 THEN attempts "
+                    "attempts = CASE WHEN pr_comments.body_sha256 = excluded.body_sha256 THEN "
+                    "pr_comments.attempts "
                     "ELSE 0 END, "
-                    "not_before_ms = CASE WHEN body_sha256 = excluded.body_sha256 THEN "
-                    "not_before_ms ELSE 0 END, "
-                    "gave_up = CASE WHEN body_sha256 = excluded.body_sha256 THEN gave_up "
+                    "not_before_ms = CASE WHEN pr_comments.body_sha256 = excluded.body_sha256 "
+                    "THEN pr_comments.not_before_ms ELSE 0 END, "
+                    "gave_up = CASE WHEN pr_comments.body_sha256 = excluded.body_sha256 THEN "
+                    "pr_comments.gave_up "
                     "ELSE 0 END, "
                     "body_sha256 = excluded.body_sha256"));
     return u.Bind(1, repo_url)

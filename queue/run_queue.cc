@@ -307,7 +307,8 @@ Result<int> RunQueue::ExtendBatch(std::int64_t requested_id, int repeats, TimeMs
 // Runs Lease can take: not a gang over several machines (those need the
 // fleet's machines).
 constexpr const char* kOneMachine =
-    "COALESCE((SELECT json_extract(b.spec_json, '$.resources.nodes') FROM batches b "
+    "COALESCE((SELECT CAST(json_extract(b.spec_json, '$.resources.nodes') AS INTEGER) "
+    "FROM batches b "
     "WHERE b.id = runs.batch_id), 1) <= 1";
 
 Result<std::vector<LeasedRun>> RunQueue::Lease(const std::string& worker, TimeMs now,
@@ -351,8 +352,8 @@ const char* const RunQueue::kLeasedRunSelect =
     "SELECT r.batch_id, r.lease_token, r.seed, r.repeat, r.attempts, b.experiment, b.command, "
     "b.metric_name, b.metric_regex, repos.url, c.sha, b.timeout_s, b.gpus, "
     "COALESCE(json_extract(b.spec_json, '$.trainer'), ''), "
-    "COALESCE(json_extract(b.spec_json, '$.resources.nodes'), 0), "
-    "COALESCE(json_extract(b.spec_json, '$.resources.processes_per_node'), 0), "
+    "COALESCE(CAST(json_extract(b.spec_json, '$.resources.nodes') AS INTEGER), 0), "
+    "COALESCE(CAST(json_extract(b.spec_json, '$.resources.processes_per_node') AS INTEGER), 0), "
     "json_extract(b.spec_json, '$.env_passthrough') "
     "FROM runs r JOIN batches b ON b.id = r.batch_id "
     "JOIN commits c ON c.id = b.commit_id JOIN repos ON repos.id = c.repo_id WHERE r.id = ?";

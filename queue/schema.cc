@@ -749,7 +749,49 @@ static_assert(std::size(kMigrations) == kStoreSchemaVersion);
 
 }  // namespace
 
+namespace {
+
+// PostgreSQL: the baseline, then the shared migrations after it, each in a
+// write transaction (which holds the database's write lock, so replicas
+// opening a new database at once migrate it once).
+Status ApplyPostgresMigrations(sql::Db& db, int from, int to) {
+  for (int v = from; v < to;) {
+    int next = v;
+    auto st = sql::WithWriteTransaction(db, [&]() -> Status {
+      int now = SchemaVersion(db);
+      if (now < 0) return std::unexpected(db.LastError("reading schema version"));
+      if (now > v) {
+        next = now;
+        return Status{};
+      }
+      if (v == 0) {
+        TRY(db.Exec(kPostgresBaseline));
+        next = kPostgresBaselineVersion;
+        return Status{};
+      }
+      if (v < kPostgresBaselineVersion) {
+        return Fail(ErrorKind::kInvalidArgument,
+                    db.path() + ": PostgreSQL schema version " + std::to_string(v) +
+                        " is older than the baseline; this database was not made by trainq");
+      }
+      if (v >= static_cast<int>(std::size(kMigrations))) {
+        return Fail(ErrorKind::kInternal, "no migration from schema version " + std::to_string(v));
+      }
+      TRY(db.Exec(kMigrations[v]));
+      next = v + 1;
+      return db.Exec("UPDATE trainq_schema_version SET version = " + std::to_string(next));
+    });
+    if (!st) return std::unexpected(st.error().Wrap("migrating schema to version " +
+                                                    std::to_string(v + 1)));
+    v = next;
+  }
+  return {};
+}
+
+}  // namespace
+
 Status ApplyMigrations(sql::Db& db, int from, int to) {
+  if (db.is_postgres()) return ApplyPostgresMigrations(db, from, to);
   for (int v = from; v < to; ++v) {
     auto st = sql::WithWriteTransaction(db, [&]() -> Status {
       // Another process opening the same new file may have migrated it
@@ -770,6 +812,16 @@ Status ApplyMigrations(sql::Db& db, int from, int to) {
 }
 
 int SchemaVersion(sql::Db& db) {
+  if (db.is_postgres()) {
+    auto t = db.Prepare(
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() "
+        "AND table_name = 'trainq_schema_version'");
+    if (!t || !t->Step().value_or(false)) return -1;
+    if (t->Int(0) == 0) return 0;
+    auto s = db.Prepare("SELECT version FROM trainq_schema_version");
+    if (!s || !s->Step().value_or(false)) return -1;
+    return static_cast<int>(s->Int(0));
+  }
   auto s = db.Prepare("PRAGMA user_version");
   if (!s || !s->Step().value_or(false)) return -1;
   return static_cast<int>(s->Int(0));

@@ -1,9 +1,12 @@
 #include "queue/sqlite.h"
 
+#include "queue/postgres.h"
+
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <list>
 #include <unordered_map>
@@ -155,6 +158,7 @@ struct StmtCache {
 };
 
 void Stmt::Release() {
+  pg_.reset();
   CountSteps();
   if (!stmt_) return;
   if (!cache_ || !cache_->Give(stmt_)) sqlite3_finalize(stmt_);
@@ -168,6 +172,7 @@ Stmt& Stmt::operator=(Stmt&& o) noexcept {
     db_ = o.db_;
     stmt_ = o.stmt_;
     cache_ = std::move(o.cache_);
+    pg_ = std::move(o.pg_);
     o.stmt_ = nullptr;
   }
   return *this;
@@ -176,23 +181,42 @@ Stmt& Stmt::operator=(Stmt&& o) noexcept {
 Stmt::~Stmt() { Release(); }
 
 Stmt& Stmt::Bind(int i, std::int64_t v) {
+  if (pg_) {
+    PgBind(*pg_, i, std::to_string(v));
+    return *this;
+  }
   sqlite3_bind_int64(stmt_, i, v);
   return *this;
 }
 Stmt& Stmt::Bind(int i, double v) {
+  if (pg_) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    PgBind(*pg_, i, buf);
+    return *this;
+  }
   sqlite3_bind_double(stmt_, i, v);
   return *this;
 }
 Stmt& Stmt::Bind(int i, std::string_view v) {
+  if (pg_) {
+    PgBind(*pg_, i, std::string(v));
+    return *this;
+  }
   sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
   return *this;
 }
 Stmt& Stmt::BindNull(int i) {
+  if (pg_) {
+    PgBindNull(*pg_, i);
+    return *this;
+  }
   sqlite3_bind_null(stmt_, i);
   return *this;
 }
 
 Result<bool> Stmt::Step() {
+  if (pg_) return PgStep(*pg_);
   int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
@@ -217,12 +241,21 @@ Status Stmt::Run() {
 }
 
 void Stmt::Reset() {
+  if (pg_) {
+    pg_->Clear();
+    pg_->null.assign(pg_->null.size(), true);
+    return;
+  }
   CountSteps();
   sqlite3_reset(stmt_);
   sqlite3_clear_bindings(stmt_);
 }
 
 std::string Stmt::Text(int col) const {
+  if (pg_) {
+    const char* v = PgValue(*pg_, col);
+    return v ? std::string(v) : std::string();
+  }
   auto p = sqlite3_column_text(stmt_, col);
   if (!p) return {};
   return std::string(reinterpret_cast<const char*>(p),
@@ -240,6 +273,7 @@ std::optional<double> Stmt::OptDouble(int col) const {
 }
 
 void Db::Close() {
+  pg_.reset();
   if (cache_) cache_->Close();
   cache_.reset();
   if (db_) sqlite3_close_v2(db_);
@@ -252,14 +286,27 @@ Db& Db::operator=(Db&& o) noexcept {
     db_ = o.db_;
     path_ = std::move(o.path_);
     cache_ = std::move(o.cache_);
+    pg_ = std::move(o.pg_);
     o.db_ = nullptr;
   }
   return *this;
 }
 
+Db::Db(Db&& o) noexcept
+    : db_(o.db_), path_(std::move(o.path_)), cache_(std::move(o.cache_)), pg_(std::move(o.pg_)) {
+  o.db_ = nullptr;
+}
+
 Db::~Db() { Close(); }
 
 Result<Db> Db::Open(const std::string& path, bool create, int busy_timeout_ms) {
+  if (IsPostgresUrl(path)) {
+    ASSIGN_OR_RETURN(auto pg, OpenPostgres(path));
+    // The busy timeout bounds a wait for the write lock, as on SQLite.
+    TRY(pg.Exec("SET lock_timeout = " + std::to_string(busy_timeout_ms) +
+                "; SET client_min_messages = warning"));
+    return pg;
+  }
   Db db;
   db.path_ = path;
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
@@ -281,6 +328,7 @@ Result<Db> Db::Open(const std::string& path, bool create, int busy_timeout_ms) {
 }
 
 Result<Stmt> Db::Prepare(std::string_view sql) {
+  if (pg_) return PreparePostgres(sql);
   if (!cache_) cache_ = std::make_shared<StmtCache>();
   if (sqlite3_stmt* kept = cache_->Take(sql)) return Stmt(db_, kept, cache_);
   sqlite3_stmt* stmt = nullptr;
@@ -294,6 +342,7 @@ Result<Stmt> Db::Prepare(std::string_view sql) {
 }
 
 Status Db::Exec(std::string_view sql) {
+  if (pg_) return ExecPostgres(sql);
   std::string s(sql);
   char* err = nullptr;
   int rc = sqlite3_exec(db_, s.c_str(), nullptr, nullptr, &err);
@@ -310,6 +359,10 @@ Status Db::Exec(std::string_view sql) {
 }
 
 Error Db::LastError(std::string_view what) const {
+  if (pg_) {
+    return Error{ErrorKind::kInternal,
+                 path_ + ": " + std::string(what) + ": " + PQerrorMessage(pg_->conn)};
+  }
   int code = Classify(db_, sqlite3_extended_errcode(db_), path_);
   return Error{KindFor(code),
                path_ + ": " + std::string(what) + ": " + sqlite3_errmsg(db_) + Hint(code)};

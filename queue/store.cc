@@ -89,7 +89,29 @@ Status Store::CreateWhole(const std::string& path, const StoreOptions& options) 
   return {};
 }
 
+// A PostgreSQL database (docs/design/postgres.md): it must exist (made by
+// the operator, as for any service on a shared server); trainq writes its
+// schema into it when it holds no tables, and refuses one that holds
+// another program's tables.
+Result<Store> Store::OpenPostgres(const std::string& url, StoreOptions options) {
+  ASSIGN_OR_RETURN(auto db, sql::Db::Open(url, false, options.busy_timeout_ms));
+  {
+    ASSIGN_OR_RETURN(auto probe,
+                     db.Prepare("SELECT count(*) FROM information_schema.tables "
+                                "WHERE table_schema = current_schema()"));
+    ASSIGN_OR_RETURN(bool row, probe.Step());
+    if (row && probe.Int(0) > 0 && SchemaVersion(db) == 0) {
+      return Fail(ErrorKind::kInvalidArgument,
+                  db.path() + ": not a trainq database (it holds other tables); pass --db "
+                              "with an empty database or a trainq store");
+    }
+  }
+  TRY(MigrateToCurrent(db));
+  return Store(std::make_unique<StoreParts>(std::move(db), options));
+}
+
 Result<Store> Store::Open(const std::string& path, StoreOptions options) {
+  if (sql::IsPostgresUrl(path)) return OpenPostgres(path, options);
   std::error_code exists_ec;
   bool existed = std::filesystem::exists(path, exists_ec);
   if (options.create && !existed) {
@@ -157,6 +179,8 @@ Result<Store> Store::Open(const std::string& path, StoreOptions options) {
 }
 
 Result<std::vector<std::string>> Store::QuickCheck(int max_lines) {
+  // PostgreSQL checks its own pages (data checksums, amcheck): not trainq's.
+  if (parts_->db.is_postgres()) return std::vector<std::string>{"ok"};
   ASSIGN_OR_RETURN(auto st, parts_->db.Prepare("PRAGMA quick_check(" + std::to_string(max_lines) + ")"));
   std::vector<std::string> lines;
   while (true) {
@@ -178,6 +202,7 @@ TimeMs StoreParts::BackoffMs(int attempt) const {
 }
 
 void Store::UseFineBusyWait() {
+  if (parts_->db.is_postgres()) return;  // a lock wait there wakes when the lock is free
   sqlite3_busy_handler(parts_->db.raw(), FineBusyWait,
                        reinterpret_cast<void*>(
                            static_cast<std::intptr_t>(parts_->options.busy_timeout_ms)));
@@ -189,7 +214,14 @@ Status Store::InWriteTransaction(const std::function<Status()>& fn) {
 
 Status Store::InRelaxedWriteTransaction(const std::function<Status()>& fn) {
   sql::Db& db = parts_->db;
-  if (sqlite3_get_autocommit(db.raw()) == 0) return fn();
+  if (db.InTransaction()) return fn();
+  if (db.is_postgres()) {
+    // The same trade on PostgreSQL: this commit does not wait for its WAL flush.
+    return sql::WithWriteTransaction(db, [&]() -> Status {
+      TRY(db.Exec("SET LOCAL synchronous_commit = off"));
+      return fn();
+    });
+  }
   TRY(db.Exec("PRAGMA synchronous=NORMAL"));
   auto st = sql::WithWriteTransaction(db, fn);
   auto full = db.Exec("PRAGMA synchronous=FULL");

@@ -62,6 +62,8 @@ class Store {
  public:
   static inline constexpr int kSchemaVersion = kStoreSchemaVersion;
 
+  // `path` is a SQLite file, or a postgres:// URL of an existing PostgreSQL
+  // database (docs/design/postgres.md).
   static Result<Store> Open(const std::string& path, StoreOptions options = {});
   // PRAGMA quick_check: "ok", or the problems it lists (at most `max_lines`).
   Result<std::vector<std::string>> QuickCheck(int max_lines = 20);
@@ -103,6 +105,7 @@ class Store {
  private:
   explicit Store(std::unique_ptr<StoreParts> parts);
   static Status CreateWhole(const std::string& path, const StoreOptions& options);
+  static Result<Store> OpenPostgres(const std::string& url, StoreOptions options);
 
   std::unique_ptr<StoreParts> parts_;
 };

@@ -42,6 +42,7 @@
 #include "queue/pushes.h"
 #include "queue/run_queue.h"
 #include "queue/store.h"
+#include "queue/sqlite.h"
 #include "queue/wal_check.h"
 
 namespace fs = std::filesystem;
@@ -52,6 +53,9 @@ namespace {
 
 std::string DataDir(const ServeOptions& o) {
   std::string d = o.data_dir;
+  // Beside the SQLite file; with a PostgreSQL store (no file), in the
+  // working directory unless --data-dir says where.
+  if (d.empty() && sql::IsPostgresUrl(o.db)) d = "trainq-data";
   if (d.empty()) d = (fs::absolute(o.db).parent_path() / "trainq-data").string();
   return fs::absolute(d).string();
 }
@@ -83,8 +87,10 @@ Result<int> FreeLoopbackPort() {
 std::vector<std::string> SandboxHidden(const ServeOptions& o, const ServerConfig& config,
                                        const std::string& data_dir) {
   std::vector<std::string> out;
-  std::string db = fs::absolute(o.db).string();
-  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) out.push_back(db + suffix);
+  if (!sql::IsPostgresUrl(o.db)) {
+    std::string db = fs::absolute(o.db).string();
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) out.push_back(db + suffix);
+  }
   if (!config.path.empty()) out.push_back(fs::absolute(config.path).string());
   out.insert(out.end(), config.named_paths.begin(), config.named_paths.end());
   out.push_back(data_dir);
@@ -214,7 +220,7 @@ Result<DaemonOptions> FleetServeOptions(const ServeOptions& o, ServerConfig& con
     std::error_code ec;
     auto abs = fs::absolute(o.db, ec);
     spdlog::info("database {} (other trainq commands read it with --db or TRAINQ_DB)",
-                 ec ? o.db : abs.string());
+                 sql::IsPostgresUrl(o.db) ? sql::RedactUrl(o.db) : ec ? o.db : abs.string());
   }
   if (listen == "off") {
     return Fail(ErrorKind::kInvalidArgument,

@@ -33,6 +33,7 @@
 #include "queue/machines.h"
 #include "queue/pushes.h"
 #include "queue/run_queue.h"
+#include "queue/sqlite.h"
 #include "queue/store.h"
 #include "queue/wal_check.h"
 
@@ -124,6 +125,10 @@ bool SweepsQueuedMore(Store& store, TimeMs now) {
 // quick_check says whether the file is sound. Both findings are logged; serve
 // goes on either way (a refusal to start would not bring the data back).
 Result<Store> OpenServeStore(const std::string& db) {
+  // PostgreSQL keeps and checks its own WAL and pages; the URL is not
+  // logged here (it may hold a password: Store::Open's errors print it
+  // without one).
+  if (sql::IsPostgresUrl(db)) return Store::Open(db);
   if (auto wal = InspectWal(db); !wal) {
     spdlog::warn("{}", wal.error().message);
   } else if (auto problem = wal->Problem(db + "-wal"); !problem.empty()) {
@@ -377,7 +382,8 @@ Status Daemon::Parts::StartEngine(std::string token) {
   const int slots = wc.slots;
   inproc_client = std::make_unique<InProcLeaseClient>(*server, std::move(token));
   engine = std::make_unique<Worker>(*inproc_client, runner, clock, std::move(wc));
-  spdlog::info("serving {} with {} in-process slot(s); run files in {}", options.db, slots,
+  spdlog::info("serving {} with {} in-process slot(s); run files in {}",
+               sql::RedactUrl(options.db), slots,
                options.data_dir);
   engine_thread = std::thread([this] {
     engine_result = engine->Run(engine_stop);

@@ -1097,8 +1097,9 @@ void Dashboard::StartWatcher() {
 }
 
 void Dashboard::Watch() {
-  // PRAGMA data_version changes when another connection commits: the
-  // server's own writes, workers' results and CLI submits alike.
+  // The data version changes when another connection commits: the server's
+  // own writes, workers' results and CLI submits alike (sql::Db::DataVersion,
+  // on SQLite or PostgreSQL).
   std::optional<sql::Db> db;
   std::int64_t last = -1;
   std::unique_lock<std::mutex> lock(mu_);
@@ -1109,10 +1110,7 @@ void Dashboard::Watch() {
       if (d) db.emplace(std::move(*d));
     }
     std::int64_t v = -1;
-    if (db) {
-      auto st = db->Prepare("PRAGMA data_version");
-      if (st && st->Step().value_or(false)) v = st->Int(0);
-    }
+    if (db) v = db->DataVersion().value_or(-1);
     lock.lock();
     if (v >= 0 && v != last) {
       if (last >= 0) {

@@ -4,6 +4,7 @@
 
 #include "queue/access.h"
 #include "queue/store.h"
+#include "tests/support/postgres_server.h"
 #include "tests/support/temp_dir.h"
 
 using namespace trainq;
@@ -27,7 +28,7 @@ Access::TokenRow Token(const std::string& hash, const std::string& owner, const 
 
 TEST_CASE("A personal token is found by its hash, listed by owner and revoked once") {
   testing::TempDir dir;
-  auto store = Store::Open((dir.path() / "q.db").string());
+  auto store = Store::Open(testing::StoreLocation(dir, "q.db"));
   REQUIRE(store);
   auto& a = store->access();
   auto t = Token("h1", "ada@example.com", "write");
@@ -66,7 +67,7 @@ TEST_CASE("A personal token is found by its hash, listed by owner and revoked on
 
 TEST_CASE("Audit rows come back newest first from a time on, by target when asked") {
   testing::TempDir dir;
-  auto store = Store::Open((dir.path() / "q.db").string());
+  auto store = Store::Open(testing::StoreLocation(dir, "q.db"));
   REQUIRE(store);
   auto& a = store->access();
   REQUIRE(a.AddAudit({0, kT0, "ada@example.com", "cancel_run", "run 9", "1 run(s)", "10.0.0.5"}));

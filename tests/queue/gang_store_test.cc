@@ -10,6 +10,7 @@
 #include "queue/machines.h"
 #include "queue/run_queue.h"
 #include "queue/store.h"
+#include "tests/support/postgres_server.h"
 #include "tests/support/temp_dir.h"
 
 using namespace trainq;
@@ -42,7 +43,7 @@ BatchSpec PlainSpec(const std::string& name, int repeats) {
 
 struct Fixture {
   testing::TempDir dir;
-  Store store = Store::Open(dir / "trainq.db").value();
+  Store store = Store::Open(testing::StoreLocation(dir, "trainq.db")).value();
   FakeClock clock{kT0};
 
   void Submit(const std::vector<BatchSpec>& specs) {

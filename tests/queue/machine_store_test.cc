@@ -7,6 +7,7 @@
 #include "queue/machines.h"
 #include "queue/run_queue.h"
 #include "queue/store.h"
+#include "tests/support/postgres_server.h"
 #include "tests/support/temp_dir.h"
 
 using namespace trainq;
@@ -39,7 +40,7 @@ BatchSpec Spec(const std::string& name, int repeats, int gpus = 0, const std::st
 
 struct Fixture {
   testing::TempDir dir;
-  std::string path = dir / "trainq.db";
+  std::string path = testing::StoreLocation(dir, "trainq.db");
   Store store = Store::Open(path).value();
   FakeClock clock{kT0};
 
@@ -89,7 +90,7 @@ struct Fixture {
 }  // namespace
 
 TEST_CASE("A version 3 store migrates to version 4 and keeps its machines and runs",
-          "[machines][migration]") {
+          "[sqlite][machines][migration]") {
   testing::TempDir dir;
   std::string path = dir / "v3.db";
   {
@@ -598,7 +599,7 @@ namespace {
 TEST_CASE("pool state: boot and budget columns are written apart, and a reset clears only the "
           "boots", "[machines]") {
   testing::TempDir dir;
-  Store store = Store::Open(dir / "trainq.db").value();
+  Store store = Store::Open(testing::StoreLocation(dir, "trainq.db")).value();
   Machines::PoolStateRow boots;
   boots.pool = "gpu";
   boots.failed_boots = 3;
@@ -635,7 +636,7 @@ TEST_CASE("pool state: boot and budget columns are written apart, and a reset cl
 
 TEST_CASE("NoteMachine sets a machine's last error without changing its state", "[machines]") {
   testing::TempDir dir;
-  Store store = Store::Open(dir / "trainq.db").value();
+  Store store = Store::Open(testing::StoreLocation(dir, "trainq.db")).value();
   MachineRow m;
   m.pool = "gpu";
   m.provider = "ec2";
@@ -658,7 +659,7 @@ TEST_CASE("NoteMachine sets a machine's last error without changing its state", 
 
 TEST_CASE("LeaseForMachine, RunnableDemand, WaitingBatches and MayLease do not read the whole "
           "queue",
-          "[machines][scale]") {
+          "[sqlite][machines][scale]") {
   // A count of SQLite VM steps (sql::VmSteps), not a timing: reading every
   // queued run would take 20x the steps with 20x the queue.
   Fixture f;

@@ -7,6 +7,7 @@
 
 #include "queue/run_queue.h"
 #include "queue/store.h"
+#include "tests/support/postgres_server.h"
 #include "tests/support/temp_dir.h"
 
 using namespace trainq;
@@ -18,13 +19,13 @@ constexpr TimeMs kT0 = 1'700'000'000'000;
 TEST_CASE("outbox: an event is written once per target, also after a reopen", "[outbox]") {
   testing::TempDir tmp;
   {
-    auto store = Store::Open(tmp / "q.db").value();
+    auto store = Store::Open(testing::StoreLocation(tmp, "q.db")).value();
     CHECK(store.outbox().Enqueue("notify:a", "worse:batch:1", "worse", "d1", "{}", kT0).value());
     CHECK_FALSE(
         store.outbox().Enqueue("notify:a", "worse:batch:1", "worse", "d2", "{}", kT0 + 1).value());
     CHECK(store.outbox().Enqueue("notify:b", "worse:batch:1", "worse", "d3", "{}", kT0).value());
   }
-  auto store = Store::Open(tmp / "q.db").value();
+  auto store = Store::Open(testing::StoreLocation(tmp, "q.db")).value();
   CHECK_FALSE(
       store.outbox().Enqueue("notify:a", "worse:batch:1", "worse", "d4", "{}", kT0 + 2).value());
   auto due = store.outbox().Due("notify:", kT0, 10).value();
@@ -36,7 +37,7 @@ TEST_CASE("outbox: an event is written once per target, also after a reopen", "[
 
 TEST_CASE("outbox: backoff, giving up and delivery live in the row", "[outbox]") {
   testing::TempDir tmp;
-  auto store = Store::Open(tmp / "q.db").value();
+  auto store = Store::Open(testing::StoreLocation(tmp, "q.db")).value();
   auto& o = store.outbox();
   REQUIRE(o.Enqueue("notify:a", "k1", "pool_failing", "d1", "{}", kT0).value());
   REQUIRE(o.Enqueue("notify:a", "k2", "budget", "d2", "{}", kT0).value());
@@ -76,12 +77,12 @@ TEST_CASE("outbox: backoff, giving up and delivery live in the row", "[outbox]")
 TEST_CASE("outbox: marks are kept, listed by prefix and cleared", "[outbox]") {
   testing::TempDir tmp;
   {
-    auto store = Store::Open(tmp / "q.db").value();
+    auto store = Store::Open(testing::StoreLocation(tmp, "q.db")).value();
     REQUIRE(store.outbox().SetMark("notify:cond:pool_failing:gpu", "123", kT0));
     REQUIRE(store.outbox().SetMark("notify:cursor", "1:2", kT0));
     REQUIRE(store.outbox().SetMark("notify:cursor", "5:6", kT0));
   }
-  auto store = Store::Open(tmp / "q.db").value();
+  auto store = Store::Open(testing::StoreLocation(tmp, "q.db")).value();
   CHECK(store.outbox().Mark("notify:cursor").value() == "5:6");
   auto conds = store.outbox().Marks("notify:cond:").value();
   REQUIRE(conds.size() == 1);
@@ -92,7 +93,7 @@ TEST_CASE("outbox: marks are kept, listed by prefix and cleared", "[outbox]") {
 
 TEST_CASE("outbox: the queue's progress for the stuck check", "[outbox]") {
   testing::TempDir tmp;
-  auto store = Store::Open(tmp / "q.db").value();
+  auto store = Store::Open(testing::StoreLocation(tmp, "q.db")).value();
   CHECK_FALSE(store.outbox().OldestQueuedMs().value());
   CHECK_FALSE(store.outbox().LastFinishedMs().value());
   BatchSpec spec;

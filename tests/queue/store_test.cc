@@ -14,6 +14,7 @@
 #include "queue/run_queue.h"
 #include "queue/sqlite.h"
 #include "queue/wal_check.h"
+#include "tests/support/postgres_server.h"
 #include "tests/support/temp_dir.h"
 
 using namespace trainq;
@@ -46,7 +47,7 @@ BatchSpec MakeSpec(const std::string& name = "mlp", int repeats = 3, int max_att
 
 struct Fixture {
   testing::TempDir dir;
-  std::string path = dir / "trainq.db";
+  std::string path = testing::StoreLocation(dir, "trainq.db");
   Store store = Store::Open(path, Options()).value();
 
   static StoreOptions Options() {
@@ -488,7 +489,7 @@ TEST_CASE("Machines are upserted by pool and provider id", "[store]") {
 }
 
 TEST_CASE("A store at schema version 11 gets its counts, durations and costs from its rows",
-          "[store][migration][scale]") {
+          "[sqlite][store][migration][scale]") {
   // Schema 12's summaries are filled from the rows already there; afterwards
   // the triggers keep them, and every read agrees with a count over the rows.
   testing::TempDir dir;
@@ -554,7 +555,8 @@ TEST_CASE("A store at schema version 11 gets its counts, durations and costs fro
   CHECK(counts[static_cast<int>(RunState::kLeased)] == 0);
 }
 
-TEST_CASE("A store at schema version 1 is migrated and keeps its rows", "[store][migration]") {
+TEST_CASE("A store at schema version 1 is migrated and keeps its rows",
+          "[sqlite][store][migration]") {
   testing::TempDir dir;
   std::string path = dir / "old.db";
   {
@@ -581,7 +583,8 @@ TEST_CASE("A store at schema version 1 is migrated and keeps its rows", "[store]
   CHECK(b[0].values == std::vector<double>{0.5});
 }
 
-TEST_CASE("A store at schema version 7 gains pull request pushes and comments", "[store][migration]") {
+TEST_CASE("A store at schema version 7 gains pull request pushes and comments",
+          "[sqlite][store][migration]") {
   testing::TempDir dir;
   std::string path = dir / "v7.db";
   {
@@ -638,7 +641,7 @@ TEST_CASE("A store at schema version 7 gains pull request pushes and comments", 
   CHECK(store.pushes().GetPrComment("u", 3).value()->comment_id.empty());
 }
 
-TEST_CASE("A store written by a newer trainq is refused, untouched", "[store][migration]") {
+TEST_CASE("A store written by a newer trainq is refused, untouched", "[sqlite][store][migration]") {
   testing::TempDir dir;
   std::string path = dir / "new.db";
   {
@@ -651,7 +654,7 @@ TEST_CASE("A store written by a newer trainq is refused, untouched", "[store][mi
   CHECK(store.error().message.find("new.db") != std::string::npos);
 }
 
-TEST_CASE("A file that is not a database gives a clear error", "[store]") {
+TEST_CASE("A file that is not a database gives a clear error", "[sqlite][store]") {
   testing::TempDir dir;
   REQUIRE(WriteFile(dir / "notes.db", std::string(4096, 'x')));
   auto store = Store::Open(dir / "notes.db");
@@ -660,7 +663,7 @@ TEST_CASE("A file that is not a database gives a clear error", "[store]") {
   CHECK(ReadFile(dir / "notes.db").value() == std::string(4096, 'x'));
 }
 
-TEST_CASE("A missing database is not created when asked not to", "[store]") {
+TEST_CASE("A missing database is not created when asked not to", "[sqlite][store]") {
   testing::TempDir dir;
   StoreOptions o;
   o.create = false;
@@ -679,7 +682,7 @@ TEST_CASE("A locked database makes writes fail cleanly after the busy timeout", 
   auto second = Store::Open(f.path, o).value();
   // The first connection holds the write lock.
   auto locker = sql::Db::Open(f.path, false, 50).value();
-  REQUIRE(locker.Exec("BEGIN IMMEDIATE"));
+  REQUIRE(locker.BeginWrite());  // BEGIN IMMEDIATE (PostgreSQL: the write lock)
   auto r = second.runs().Lease("w", kT0, kLease, 1);
   REQUIRE_FALSE(r);
   CHECK(r.error().kind == ErrorKind::kUnavailable);
@@ -809,7 +812,7 @@ std::int64_t FileSize(const std::string& path) {
 
 TEST_CASE("An existing file that holds no queue is refused, never initialised, except by "
           "initialize_existing (trainq init)",
-          "[store][init]") {
+          "[sqlite][store][init]") {
   testing::TempDir dir;
   const std::string path = dir / "q.db";
   REQUIRE(WriteFile(path, ""));  // emptied by a bad restore or a cut copy
@@ -858,7 +861,7 @@ TEST_CASE("Seeds that would pass INT64_MAX are refused, not wrapped", "[store]")
 }
 
 TEST_CASE("InspectWal finds the committed transactions SQLite drops after a damaged WAL frame",
-          "[store][wal]") {
+          "[sqlite][store][wal]") {
   testing::TempDir dir;
   const std::string live = dir / "live.db";
   auto db = sql::Db::Open(live, true, 1000).value();
@@ -1022,7 +1025,7 @@ TEST_CASE("Quiet commits are found by prefix, and a push's statuses are one per 
 }
 
 TEST_CASE("A store at schema version 13 keeps its batch and push statuses in the one status table",
-          "[store][migration]") {
+          "[sqlite][store][migration]") {
   testing::TempDir dir;
   std::string path = dir / "v13.db";
   {
@@ -1172,7 +1175,7 @@ TEST_CASE("WaitingBatchesOfRef lists a ref's own batches with waiting runs, not 
 
 TEST_CASE("A store at schema version 17 keeps its batches, with no ref: coalescing never "
           "cancels them",
-          "[store][migration][coalesce]") {
+          "[sqlite][store][migration][coalesce]") {
   testing::TempDir dir;
   std::string path = dir / "v17.db";
   {
