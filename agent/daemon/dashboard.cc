@@ -252,7 +252,7 @@ std::string Dashboard::NewLoginCode(const Principal& who) {
   std::string code = RandomHex(16).value_or("");
   if (code.empty()) return code;
   const TimeMs now = clock_.Now();
-  std::lock_guard<std::mutex> lock(sessions_mu_);
+  MutexLock lock(sessions_mu_);
   std::erase_if(codes_, [&](const auto& kv) { return kv.second.expires_ms <= now; });
   while (codes_.size() >= options_.max_login_links) {
     auto oldest = std::min_element(codes_.begin(), codes_.end(), [](const auto& a, const auto& b) {
@@ -265,7 +265,7 @@ std::string Dashboard::NewLoginCode(const Principal& who) {
 }
 
 void Dashboard::Stop() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   stopping_ = true;
   cv_.notify_all();
 }
@@ -279,7 +279,7 @@ Dashboard::Session Dashboard::SessionOf(const HttpServerRequest& req, bool touch
   std::string want = HmacSha256Hex(key_, parts[0] + "." + parts[1]);
   if (!ConstantTimeEquals(Sha256Hex(parts[2]), Sha256Hex(want))) return {};
   const TimeMs now = clock_.Now();
-  std::lock_guard<std::mutex> lock(sessions_mu_);
+  MutexLock lock(sessions_mu_);
   auto it = sessions_.find(parts[1]);
   if (it == sessions_.end()) return {};
   SessionEntry& e = it->second;
@@ -357,7 +357,7 @@ HttpServerReply Dashboard::StartSession(const Principal& who, const std::string&
   if (!nonce) return Refuse(503, nonce.error().message);
   const TimeMs now = clock_.Now();
   {
-    std::lock_guard<std::mutex> lock(sessions_mu_);
+    MutexLock lock(sessions_mu_);
     std::erase_if(sessions_, [&](const auto& kv) {
       return now - kv.second.seen_ms >= options_.session_idle_ms ||
              now - kv.second.created_ms >= options_.session_max_ms;
@@ -472,7 +472,7 @@ HttpServerReply Dashboard::LinkLogin(const HttpServerRequest& req, const std::st
   Principal who;
   {
     const TimeMs now = clock_.Now();
-    std::lock_guard<std::mutex> lock(sessions_mu_);
+    MutexLock lock(sessions_mu_);
     auto it = codes_.find(Sha256Hex(code));
     if (it != codes_.end()) {
       if (it->second.expires_ms > now) who = it->second.who;
@@ -495,7 +495,7 @@ bool Dashboard::CsrfOk(const HttpServerRequest& req, const Session& s) const {
 HttpServerReply Dashboard::Logout(const HttpServerRequest& req, const Session& s) {
   if (!CsrfOk(req, s)) return Refuse(403, "missing or wrong X-CSRF-Token");
   {
-    std::lock_guard<std::mutex> lock(sessions_mu_);
+    MutexLock lock(sessions_mu_);
     sessions_.erase(s.id);
   }
   spdlog::info("dashboard: {} signed out", s.who);
@@ -1049,9 +1049,9 @@ void Dashboard::Watch() {
   // server's own writes, workers' results and CLI submits alike.
   std::optional<sql::Db> db;
   std::int64_t last = -1;
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!stopping_) {
-    lock.unlock();
+    lock.Unlock();
     if (!db) {
       auto d = sql::Db::Open(db_path_, false, 1000);
       if (d) db.emplace(std::move(*d));
@@ -1061,7 +1061,7 @@ void Dashboard::Watch() {
       auto st = db->Prepare("PRAGMA data_version");
       if (st && st->Step().value_or(false)) v = st->Int(0);
     }
-    lock.lock();
+    lock.Lock();
     if (v >= 0 && v != last) {
       if (last >= 0) {
         ++generation_;
@@ -1069,7 +1069,8 @@ void Dashboard::Watch() {
       }
       last = v;
     }
-    cv_.wait_for(lock, std::chrono::milliseconds(options_.watch_ms), [&] { return stopping_; });
+    cv_.wait_for(lock.native(), std::chrono::milliseconds(options_.watch_ms),
+                 [&]() REQUIRES(mu_) { return stopping_; });
   }
 }
 
@@ -1080,7 +1081,7 @@ HttpServerReply Dashboard::Events(const HttpServerRequest& req) {
   // EventSource comes back after `retry`.
   std::string last = FindHeader(req.headers, "Last-Event-ID").value_or("");
   if (last.empty()) last = Param(req, "last").value_or("");
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   StartWatcher();
   auto dash = last.find('-');
   bool known = dash != std::string::npos && last.substr(0, dash) == boot_;
@@ -1088,13 +1089,13 @@ HttpServerReply Dashboard::Events(const HttpServerRequest& req) {
   bool changed = !known || seen < generation_;
   if (!changed && !stopping_ && streams_ < options_.max_streams) {
     ++streams_;
-    cv_.wait_for(lock, std::chrono::milliseconds(options_.event_hold_ms),
-                 [&] { return stopping_ || generation_ > seen; });
+    cv_.wait_for(lock.native(), std::chrono::milliseconds(options_.event_hold_ms),
+                 [&]() REQUIRES(mu_) { return stopping_ || generation_ > seen; });
     --streams_;
     changed = generation_ > seen;
   }
   std::string id = boot_ + "-" + std::to_string(generation_);
-  lock.unlock();
+  lock.Unlock();
   std::string body = "retry: 300\n";
   if (changed) {
     body += "id: " + id + "\nevent: change\ndata: {\"id\":\"" + id + "\"}\n\n";
@@ -1184,7 +1185,7 @@ HttpServerReply Dashboard::Tokens(const HttpServerRequest& req, const Session& s
     int ended = 0;
     {
       // Its sessions end now, not at their expiry.
-      std::lock_guard<std::mutex> lock(sessions_mu_);
+      MutexLock lock(sessions_mu_);
       ended = static_cast<int>(std::erase_if(
           sessions_, [&](const auto& kv) { return kv.second.who.token_id == id; }));
       // And its unused one-time links (trainq dashboard-link with the token).
@@ -1317,7 +1318,7 @@ HttpServerReply Dashboard::GithubStart(const HttpServerRequest& req) {
   if (!state || !verifier || !browser) return Refuse(503, "no random bytes for a sign-in");
   const TimeMs now = clock_.Now();
   {
-    std::lock_guard<std::mutex> lock(sessions_mu_);
+    MutexLock lock(sessions_mu_);
     std::erase_if(oauth_, [&](const auto& kv) { return kv.second.expires_ms <= now; });
     while (oauth_.size() >= options_.max_login_links) {
       auto oldest = std::min_element(oauth_.begin(), oauth_.end(), [](const auto& a, const auto& b) {
@@ -1362,7 +1363,7 @@ HttpServerReply Dashboard::GithubCallback(const HttpServerRequest& req) {
   bool found = false;
   {
     const TimeMs now = clock_.Now();
-    std::lock_guard<std::mutex> lock(sessions_mu_);
+    MutexLock lock(sessions_mu_);
     auto it = state.empty() ? oauth_.end() : oauth_.find(Sha256Hex(state));
     if (it != oauth_.end()) {
       found = it->second.expires_ms > now;
@@ -1495,7 +1496,7 @@ bool Dashboard::RefreshForgeRoles(Session& s) {
   const TimeMs now = clock_.Now();
   std::string token;
   {
-    std::lock_guard<std::mutex> lock(sessions_mu_);
+    MutexLock lock(sessions_mu_);
     auto it = sessions_.find(s.id);
     if (it == sessions_.end()) return s.id.starts_with("hdr-");
     SessionEntry& e = it->second;
@@ -1506,7 +1507,7 @@ bool Dashboard::RefreshForgeRoles(Session& s) {
     token = e.forge_token;
   }
   auto roles = GithubRepoRoles(token);
-  std::lock_guard<std::mutex> lock(sessions_mu_);
+  MutexLock lock(sessions_mu_);
   auto it = sessions_.find(s.id);
   if (it == sessions_.end()) return false;
   SessionEntry& e = it->second;

@@ -20,6 +20,7 @@
 #include "cloud/autoscaler.h"
 #include "cloud/provider.h"
 #include "core/result.h"
+#include "core/thread_annotations.h"
 #include "queue/types.h"
 
 namespace trainq {
@@ -55,7 +56,7 @@ class Fleet::BootThreads {
   explicit BootThreads(int threads) : max_threads_(static_cast<std::size_t>(std::max(1, threads))) {}
   ~BootThreads() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stop_ = true;
     }
     work_.notify_all();
@@ -65,7 +66,7 @@ class Fleet::BootThreads {
   BootThreads& operator=(const BootThreads&) = delete;
 
   void Add(BootJob job) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const std::int64_t row = job.row;
     jobs_.emplace(row, std::move(job));
     queue_.push_back(row);
@@ -77,7 +78,7 @@ class Fleet::BootThreads {
 
   // The finished boots, in the order they finished.
   std::vector<BootJob> TakeDone() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     std::vector<BootJob> out;
     out.reserve(done_.size());
     for (std::int64_t row : done_) {
@@ -92,7 +93,7 @@ class Fleet::BootThreads {
   // Finished boots whose recording failed (the store refused the write: a
   // full disk), finished again for the next harvest.
   void PutBack(std::vector<BootJob> jobs) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     std::vector<std::int64_t> rows;
     for (auto& job : jobs) {
       const std::int64_t row = job.row;
@@ -105,9 +106,9 @@ class Fleet::BootThreads {
 
   // The queued boots of `pool` ("" = all), taken off the queue.
   std::vector<BootJob> TakeQueued(const std::string& pool) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     std::vector<BootJob> out;
-    std::erase_if(queue_, [&](std::int64_t row) {
+    std::erase_if(queue_, [&](std::int64_t row) REQUIRES(mu_) {
       auto it = jobs_.find(row);
       if (!pool.empty() && it->second.pool != pool) return false;
       out.push_back(std::move(it->second));
@@ -120,7 +121,7 @@ class Fleet::BootThreads {
   // Whether machine `row`'s boot is queued (taken off: true), or running or
   // finished (false, *pending set), or unknown (false).
   bool CallOff(std::int64_t row, bool* pending) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = jobs_.find(row);
     *pending = it != jobs_.end();
     if (!*pending || it->second.state != BootJob::State::kQueued) return false;
@@ -132,13 +133,14 @@ class Fleet::BootThreads {
 
   // Until nothing is queued or running, or `until`; true when nothing is.
   bool WaitIdle(std::chrono::steady_clock::time_point until) {
-    std::unique_lock lock(mu_);
-    return done_cv_.wait_until(lock, until, [&] { return queue_.empty() && running_ == 0; });
+    MutexLock lock(mu_);
+    return done_cv_.wait_until(lock.native(), until,
+                               [&]() REQUIRES(mu_) { return queue_.empty() && running_ == 0; });
   }
 
   // Names of `pool`'s machines whose boot is not recorded yet.
   std::set<std::string> Names(const std::string& pool) const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     std::set<std::string> out;
     for (const auto& [row, job] : jobs_) {
       if (job.pool == pool) out.insert(job.spec.name);
@@ -147,33 +149,33 @@ class Fleet::BootThreads {
   }
 
   int Pending() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return static_cast<int>(jobs_.size());
   }
   bool Pending(std::int64_t row) const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return jobs_.contains(row);
   }
 
  private:
   void Loop() {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     for (;;) {
-      work_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      work_.wait(lock.native(), [&]() REQUIRES(mu_) { return stop_ || !queue_.empty(); });
       if (stop_) return;
       const std::int64_t row = queue_.front();
       queue_.pop_front();
       BootJob& job = jobs_.at(row);  // stays put: only queued and done jobs are erased
       job.state = BootJob::State::kRunning;
       ++running_;
-      lock.unlock();
+      lock.Unlock();
       Result<std::string> result = std::string();
       try {
         result = job.provider->Boot(job.spec);
       } catch (const std::exception& e) {
         result = Fail(ErrorKind::kInternal, std::string("boot: ") + e.what());
       }
-      lock.lock();
+      lock.Lock();
       job.result = std::move(result);
       job.state = BootJob::State::kDone;
       done_.push_back(row);
@@ -183,14 +185,18 @@ class Fleet::BootThreads {
   }
 
   const std::size_t max_threads_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable work_;     // a boot queued, or stop
   std::condition_variable done_cv_;  // a boot finished
-  std::map<std::int64_t, BootJob> jobs_;  // by machine row: queued, running, done
-  std::deque<std::int64_t> queue_;
-  std::vector<std::int64_t> done_;
-  std::size_t running_ = 0;
-  bool stop_ = false;
+  // A running job's entry stays put (only queued and done jobs are erased):
+  // its boot thread writes its result after taking mu_ again.
+  std::map<std::int64_t, BootJob> jobs_ GUARDED_BY(mu_);  // by machine row: queued, running, done
+  std::deque<std::int64_t> queue_ GUARDED_BY(mu_);
+  std::vector<std::int64_t> done_ GUARDED_BY(mu_);
+  std::size_t running_ GUARDED_BY(mu_) = 0;
+  bool stop_ GUARDED_BY(mu_) = false;
+  // Touched only by the thread that owns this object (Add, the destructor's
+  // joins, which must not hold mu_).
   std::vector<std::thread> threads_;
 };
 }  // namespace trainq
