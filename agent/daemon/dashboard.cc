@@ -271,7 +271,7 @@ std::string Dashboard::NewLoginCode(const Principal& who) {
   std::string code = RandomHex(16).value_or("");
   if (code.empty()) return code;
   const TimeMs now = clock_.Now();
-  std::lock_guard<std::mutex> lock(sessions_mu_);
+  MutexLock lock(sessions_mu_);
   std::erase_if(codes_, [&](const auto& kv) { return kv.second.expires_ms <= now; });
   while (codes_.size() >= options_.max_login_links) {
     auto oldest = std::min_element(codes_.begin(), codes_.end(), [](const auto& a, const auto& b) {
@@ -284,7 +284,7 @@ std::string Dashboard::NewLoginCode(const Principal& who) {
 }
 
 void Dashboard::Stop() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   stopping_ = true;
   cv_.notify_all();
 }
@@ -298,7 +298,7 @@ Dashboard::Session Dashboard::SessionOf(const HttpServerRequest& req, bool touch
   std::string want = HmacSha256Hex(key_, parts[0] + "." + parts[1]);
   if (!ConstantTimeEquals(Sha256Hex(parts[2]), Sha256Hex(want))) return {};
   const TimeMs now = clock_.Now();
-  std::lock_guard<std::mutex> lock(sessions_mu_);
+  MutexLock lock(sessions_mu_);
   auto it = sessions_.find(parts[1]);
   if (it == sessions_.end()) return {};
   SessionEntry& e = it->second;
@@ -377,7 +377,7 @@ HttpServerReply Dashboard::StartSession(const Principal& who, const std::string&
   if (!nonce) return Refuse(503, nonce.error().message);
   const TimeMs now = clock_.Now();
   {
-    std::lock_guard<std::mutex> lock(sessions_mu_);
+    MutexLock lock(sessions_mu_);
     std::erase_if(sessions_, [&](const auto& kv) {
       return now - kv.second.seen_ms >= options_.session_idle_ms ||
              now - kv.second.created_ms >= options_.session_max_ms;
@@ -496,7 +496,7 @@ HttpServerReply Dashboard::LinkLogin(const HttpServerRequest& req, const std::st
   Principal who;
   {
     const TimeMs now = clock_.Now();
-    std::lock_guard<std::mutex> lock(sessions_mu_);
+    MutexLock lock(sessions_mu_);
     auto it = codes_.find(Sha256Hex(code));
     if (it != codes_.end()) {
       if (it->second.expires_ms > now) who = it->second.who;
@@ -519,7 +519,7 @@ bool Dashboard::CsrfOk(const HttpServerRequest& req, const Session& s) const {
 HttpServerReply Dashboard::Logout(const HttpServerRequest& req, const Session& s) {
   if (!CsrfOk(req, s)) return Refuse(403, "missing or wrong X-CSRF-Token");
   {
-    std::lock_guard<std::mutex> lock(sessions_mu_);
+    MutexLock lock(sessions_mu_);
     sessions_.erase(s.id);
   }
   spdlog::info("dashboard: {} signed out", s.who);
@@ -1102,16 +1102,16 @@ void Dashboard::Watch() {
   // on SQLite or PostgreSQL).
   std::optional<sql::Db> db;
   std::int64_t last = -1;
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!stopping_) {
-    lock.unlock();
+    lock.Unlock();
     if (!db) {
       auto d = sql::Db::Open(db_path_, false, 1000);
       if (d) db.emplace(std::move(*d));
     }
     std::int64_t v = -1;
     if (db) v = db->DataVersion().value_or(-1);
-    lock.lock();
+    lock.Lock();
     if (v >= 0 && v != last) {
       if (last >= 0) {
         ++generation_;
@@ -1119,7 +1119,8 @@ void Dashboard::Watch() {
       }
       last = v;
     }
-    cv_.wait_for(lock, std::chrono::milliseconds(options_.watch_ms), [&] { return stopping_; });
+    cv_.wait_for(lock.native(), std::chrono::milliseconds(options_.watch_ms),
+                 [&]() REQUIRES(mu_) { return stopping_; });
   }
 }
 
@@ -1130,7 +1131,7 @@ HttpServerReply Dashboard::Events(const HttpServerRequest& req) {
   // EventSource comes back after `retry`.
   std::string last = FindHeader(req.headers, "Last-Event-ID").value_or("");
   if (last.empty()) last = Param(req, "last").value_or("");
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   StartWatcher();
   auto dash = last.find('-');
   bool known = dash != std::string::npos && last.substr(0, dash) == boot_;
@@ -1138,13 +1139,13 @@ HttpServerReply Dashboard::Events(const HttpServerRequest& req) {
   bool changed = !known || seen < generation_;
   if (!changed && !stopping_ && streams_ < options_.max_streams) {
     ++streams_;
-    cv_.wait_for(lock, std::chrono::milliseconds(options_.event_hold_ms),
-                 [&] { return stopping_ || generation_ > seen; });
+    cv_.wait_for(lock.native(), std::chrono::milliseconds(options_.event_hold_ms),
+                 [&]() REQUIRES(mu_) { return stopping_ || generation_ > seen; });
     --streams_;
     changed = generation_ > seen;
   }
   std::string id = boot_ + "-" + std::to_string(generation_);
-  lock.unlock();
+  lock.Unlock();
   std::string body = "retry: 300\n";
   if (changed) {
     body += "id: " + id + "\nevent: change\ndata: {\"id\":\"" + id + "\"}\n\n";
@@ -1234,7 +1235,7 @@ HttpServerReply Dashboard::Tokens(const HttpServerRequest& req, const Session& s
     int ended = 0;
     {
       // Its sessions end now, not at their expiry.
-      std::lock_guard<std::mutex> lock(sessions_mu_);
+      MutexLock lock(sessions_mu_);
       ended = static_cast<int>(std::erase_if(
           sessions_, [&](const auto& kv) { return kv.second.who.token_id == id; }));
       // And its unused one-time links (trainq dashboard-link with the token).
@@ -1386,7 +1387,7 @@ HttpServerReply Dashboard::OAuthRedirect(const HttpServerRequest& req, const std
   if (!state || !verifier || !browser || !nonce) return Refuse(503, "no random bytes for a sign-in");
   const TimeMs now = clock_.Now();
   {
-    std::lock_guard<std::mutex> lock(sessions_mu_);
+    MutexLock lock(sessions_mu_);
     std::erase_if(oauth_, [&](const auto& kv) { return kv.second.expires_ms <= now; });
     while (oauth_.size() >= options_.max_login_links) {
       auto oldest = std::min_element(oauth_.begin(), oauth_.end(), [](const auto& a, const auto& b) {
@@ -1434,7 +1435,7 @@ std::optional<HttpServerReply> Dashboard::OAuthReturn(const HttpServerRequest& r
   bool found = false;
   {
     const TimeMs now = clock_.Now();
-    std::lock_guard<std::mutex> lock(sessions_mu_);
+    MutexLock lock(sessions_mu_);
     auto it = state.empty() ? oauth_.end() : oauth_.find(Sha256Hex(state));
     if (it != oauth_.end()) {
       // Another door's state is as unknown here as a forged one.
@@ -1790,7 +1791,7 @@ bool Dashboard::RefreshForgeRoles(Session& s) {
   std::string token;
   const ForgeAuthConfig* forge = nullptr;
   {
-    std::lock_guard<std::mutex> lock(sessions_mu_);
+    MutexLock lock(sessions_mu_);
     auto it = sessions_.find(s.id);
     if (it == sessions_.end()) return s.id.starts_with("hdr-");
     SessionEntry& e = it->second;
@@ -1803,7 +1804,7 @@ bool Dashboard::RefreshForgeRoles(Session& s) {
   }
   if (forge == nullptr) return true;
   auto roles = ForgeRepoRoles(*forge, token);
-  std::lock_guard<std::mutex> lock(sessions_mu_);
+  MutexLock lock(sessions_mu_);
   auto it = sessions_.find(s.id);
   if (it == sessions_.end()) return false;
   SessionEntry& e = it->second;

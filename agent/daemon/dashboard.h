@@ -47,7 +47,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -58,6 +57,7 @@
 #include "core/clock.h"
 #include "core/http_client.h"
 #include "core/log.h"
+#include "core/thread_annotations.h"
 
 namespace trainq {
 
@@ -191,7 +191,7 @@ class Dashboard {
   HttpServerReply Data(const HttpServerRequest& req, const std::string& path, const Session& s);
   HttpServerReply Events(const HttpServerRequest& req);
   HttpServerReply Action(const HttpServerRequest& req, const Session& s);
-  void StartWatcher();
+  void StartWatcher() REQUIRES(mu_);
   void Watch();
 
   const ServerConfig& config_;
@@ -223,23 +223,25 @@ class Dashboard {
     std::string next;
     TimeMs expires_ms = 0;
   };
-  std::map<std::string, OAuthPending> oauth_;  // by the state's SHA-256 (sessions_mu_)
   std::unique_ptr<HttpClient> http_;  // to the forge, the OIDC issuer
   std::unique_ptr<OidcIssuer> oidc_;  // auth.oidc (null without it)
   struct LoginCode {
     Principal who;
     TimeMs expires_ms = 0;
   };
-  std::mutex sessions_mu_;  // guards sessions_ and codes_
-  std::map<std::string, SessionEntry> sessions_;  // by nonce
-  std::map<std::string, LoginCode> codes_;        // by the code's SHA-256
+  // Who is signed in, and the sign-ins under way.
+  Mutex sessions_mu_;
+  std::map<std::string, SessionEntry> sessions_ GUARDED_BY(sessions_mu_);  // by nonce
+  std::map<std::string, LoginCode> codes_ GUARDED_BY(sessions_mu_);  // by the code's SHA-256
+  std::map<std::string, OAuthPending> oauth_ GUARDED_BY(sessions_mu_);  // by the state's SHA-256
 
-  std::mutex mu_;  // guards what follows
+  // The store's changes, for the event streams.
+  Mutex mu_;
   std::condition_variable cv_;
-  std::uint64_t generation_ = 0;  // store changes seen since start
-  int streams_ = 0;
-  bool stopping_ = false;
-  std::thread watcher_;
+  std::uint64_t generation_ GUARDED_BY(mu_) = 0;  // store changes seen since start
+  int streams_ GUARDED_BY(mu_) = 0;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::thread watcher_ GUARDED_BY(mu_);
 };
 
 }  // namespace trainq

@@ -1,3 +1,5 @@
+// Fleet's loop: Step (gather, decide, apply), stopping machines, StopAll.
+// The boots are in fleet_boot.cc, the spend and budget in fleet_budget.cc.
 #include "agent/daemon/fleet.h"
 
 #include <fcntl.h>
@@ -5,18 +7,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <filesystem>
 #include <functional>
 #include <random>
 #include <set>
-#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "agent/daemon/worker_api.h"
+#include "agent/daemon/fleet_internal.h"
 #include "core/strings.h"
 #include "queue/machines.h"
 #include "queue/run_queue.h"
@@ -25,7 +24,7 @@ namespace trainq {
 
 namespace fs = std::filesystem;
 
-namespace {
+namespace fleet_internal {
 
 std::optional<cloud::MachineState> ParseMachineState(std::string_view s) {
   using cloud::MachineState;
@@ -40,7 +39,7 @@ std::optional<cloud::MachineState> ParseMachineState(std::string_view s) {
 // heard_since: when this fleet started listening (or came back from a
 // stall): a worker could not be heard before that, so its silence counts
 // from then at the earliest.
-cloud::Machine ToMachine(const MachineRow& m, TimeMs heard_since = 0) {
+cloud::Machine ToMachine(const MachineRow& m, TimeMs heard_since) {
   cloud::Machine cm;
   cm.row = m.id;
   cm.id = m.provider_id;
@@ -54,26 +53,10 @@ cloud::Machine ToMachine(const MachineRow& m, TimeMs heard_since = 0) {
   return cm;
 }
 
-// The log tail, indented, for the serve log.
-std::string Indent(const std::string& text) {
-  std::string out;
-  for (const auto& line : Split(text, '\n')) {
-    if (!Trim(line).empty()) out += "\n    | " + std::string(line);
-  }
-  return out;
-}
+}  // namespace fleet_internal
 
-std::string Base36(TimeMs v) {
-  std::string s;
-  auto u = static_cast<std::uint64_t>(v);
-  do {
-    s.insert(s.begin(), "0123456789abcdefghijklmnopqrstuvwxyz"[u % 36]);
-    u /= 36;
-  } while (u);
-  return s;
-}
-
-}  // namespace
+using fleet_internal::ParseMachineState;
+using fleet_internal::ToMachine;
 
 const PoolSpec* PoolForDemand(const std::vector<FleetPool>& pools, const std::string& pool,
                               int gpus, int nodes) {
@@ -155,165 +138,6 @@ std::string PoolConfigHash(const PoolSpec& spec, const std::string& server_url) 
   return fmt::format("{:016x}", std::hash<std::string>{}(text));
 }
 
-// ---- Boots off the loop ------------------------------------------------------
-// One boot: built and recorded on the loop thread; only provider->Boot(spec)
-// runs on a boot thread.
-struct Fleet::BootJob {
-  enum class State { kQueued, kRunning, kDone };
-  std::int64_t row = 0;
-  std::string pool;
-  cloud::Provider* provider = nullptr;
-  cloud::BootSpec spec;
-  State state = State::kQueued;
-  Result<std::string> result = std::string();
-};
-
-// At most `threads` Provider::Boot calls at once; the threads start as boots
-// come and end with this object (after their current call).
-class Fleet::BootThreads {
- public:
-  explicit BootThreads(int threads) : max_threads_(static_cast<std::size_t>(std::max(1, threads))) {}
-  ~BootThreads() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    work_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-  BootThreads(const BootThreads&) = delete;
-  BootThreads& operator=(const BootThreads&) = delete;
-
-  void Add(BootJob job) {
-    std::lock_guard lock(mu_);
-    const std::int64_t row = job.row;
-    jobs_.emplace(row, std::move(job));
-    queue_.push_back(row);
-    if (threads_.size() < max_threads_ && threads_.size() < queue_.size() + running_) {
-      threads_.emplace_back([this] { Loop(); });
-    }
-    work_.notify_one();
-  }
-
-  // The finished boots, in the order they finished.
-  std::vector<BootJob> TakeDone() {
-    std::lock_guard lock(mu_);
-    std::vector<BootJob> out;
-    out.reserve(done_.size());
-    for (std::int64_t row : done_) {
-      auto it = jobs_.find(row);
-      out.push_back(std::move(it->second));
-      jobs_.erase(it);
-    }
-    done_.clear();
-    return out;
-  }
-
-  // Finished boots whose recording failed (the store refused the write: a
-  // full disk), finished again for the next harvest.
-  void PutBack(std::vector<BootJob> jobs) {
-    std::lock_guard lock(mu_);
-    std::vector<std::int64_t> rows;
-    for (auto& job : jobs) {
-      const std::int64_t row = job.row;
-      job.state = BootJob::State::kDone;
-      jobs_.emplace(row, std::move(job));
-      rows.push_back(row);
-    }
-    done_.insert(done_.begin(), rows.begin(), rows.end());
-  }
-
-  // The queued boots of `pool` ("" = all), taken off the queue.
-  std::vector<BootJob> TakeQueued(const std::string& pool) {
-    std::lock_guard lock(mu_);
-    std::vector<BootJob> out;
-    std::erase_if(queue_, [&](std::int64_t row) {
-      auto it = jobs_.find(row);
-      if (!pool.empty() && it->second.pool != pool) return false;
-      out.push_back(std::move(it->second));
-      jobs_.erase(it);
-      return true;
-    });
-    return out;
-  }
-
-  // Whether machine `row`'s boot is queued (taken off: true), or running or
-  // finished (false, *pending set), or unknown (false).
-  bool CallOff(std::int64_t row, bool* pending) {
-    std::lock_guard lock(mu_);
-    auto it = jobs_.find(row);
-    *pending = it != jobs_.end();
-    if (!*pending || it->second.state != BootJob::State::kQueued) return false;
-    std::erase(queue_, row);
-    jobs_.erase(it);
-    *pending = false;
-    return true;
-  }
-
-  // Until nothing is queued or running, or `until`; true when nothing is.
-  bool WaitIdle(std::chrono::steady_clock::time_point until) {
-    std::unique_lock lock(mu_);
-    return done_cv_.wait_until(lock, until, [&] { return queue_.empty() && running_ == 0; });
-  }
-
-  // Names of `pool`'s machines whose boot is not recorded yet.
-  std::set<std::string> Names(const std::string& pool) const {
-    std::lock_guard lock(mu_);
-    std::set<std::string> out;
-    for (const auto& [row, job] : jobs_) {
-      if (job.pool == pool) out.insert(job.spec.name);
-    }
-    return out;
-  }
-
-  int Pending() const {
-    std::lock_guard lock(mu_);
-    return static_cast<int>(jobs_.size());
-  }
-  bool Pending(std::int64_t row) const {
-    std::lock_guard lock(mu_);
-    return jobs_.contains(row);
-  }
-
- private:
-  void Loop() {
-    std::unique_lock lock(mu_);
-    for (;;) {
-      work_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (stop_) return;
-      const std::int64_t row = queue_.front();
-      queue_.pop_front();
-      BootJob& job = jobs_.at(row);  // stays put: only queued and done jobs are erased
-      job.state = BootJob::State::kRunning;
-      ++running_;
-      lock.unlock();
-      Result<std::string> result = std::string();
-      try {
-        result = job.provider->Boot(job.spec);
-      } catch (const std::exception& e) {
-        result = Fail(ErrorKind::kInternal, std::string("boot: ") + e.what());
-      }
-      lock.lock();
-      job.result = std::move(result);
-      job.state = BootJob::State::kDone;
-      done_.push_back(row);
-      --running_;
-      done_cv_.notify_all();
-    }
-  }
-
-  const std::size_t max_threads_;
-  mutable std::mutex mu_;
-  std::condition_variable work_;     // a boot queued, or stop
-  std::condition_variable done_cv_;  // a boot finished
-  std::map<std::int64_t, BootJob> jobs_;  // by machine row: queued, running, done
-  std::deque<std::int64_t> queue_;
-  std::vector<std::int64_t> done_;
-  std::size_t running_ = 0;
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
-};
-
 Fleet::Fleet(Store& store, const Clock& clock, std::vector<FleetPool> pools, FleetOptions options)
     : store_(store),
       clock_(clock),
@@ -344,132 +168,6 @@ Fleet::~Fleet() {
   boots_.reset();  // joins the threads
 }
 
-bool Fleet::AwaitBoots(TimeMs wait_ms) {
-  return boots_->WaitIdle(std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms));
-}
-
-Result<bool> Fleet::SettleBoots(TimeMs wait_ms) {
-  const bool idle = AwaitBoots(wait_ms);
-  TRY(HarvestBoots());
-  return idle;
-}
-
-int Fleet::BootsPending() const { return boots_ ? boots_->Pending() : 0; }
-
-Status Fleet::HarvestBoots() {
-  auto done = boots_->TakeDone();
-  // Successes first: a failure among them leaves the pool backing off, as
-  // a failed boot ended a pass's boots when they were synchronous.
-  std::stable_partition(done.begin(), done.end(),
-                        [](const BootJob& j) { return j.result.has_value(); });
-  // Machines to stop: booted after they were given up.
-  std::vector<std::pair<std::string, std::string>> stop;  // pool, provider id
-  // One write transaction per 500 boots (not one each: 10,000 boots are
-  // 10,000 commits), short enough not to hold up the other writers.
-  constexpr std::size_t kChunk = 500;
-  Status first;
-  std::vector<BootJob> unrecorded;
-  for (std::size_t at = 0; at < done.size(); at += kChunk) {
-    const std::size_t stops_before = stop.size();
-    auto st = store_.InWriteTransaction([&]() -> Status {
-      for (std::size_t i = at; i < std::min(done.size(), at + kChunk); ++i) {
-        if (auto r = RecordBoot(done[i], stop); !r) {
-          // The store cannot write now (a full disk): the chunk rolls back
-          // and is recorded next pass, rather than its machines stopped.
-          if (r.error().kind == ErrorKind::kUnavailable) return r;
-          spdlog::warn("pool {}: recording the boot of {}: {}", done[i].pool, done[i].spec.name,
-                       r.error().message);
-        }
-      }
-      return {};
-    });
-    if (!st) {
-      // Not committed (a full disk): nothing of the chunk is in the store.
-      // Its boots stay finished-but-unrecorded (their machines hidden from
-      // reconcile, not stopped as unknown) and are recorded next pass.
-      spdlog::warn("fleet: recording {} finished boot(s) failed: {} (tried again next pass)",
-                   std::min(done.size(), at + kChunk) - at, st.error().message);
-      stop.resize(stops_before);
-      for (std::size_t i = at; i < std::min(done.size(), at + kChunk); ++i) {
-        unrecorded.push_back(std::move(done[i]));
-      }
-      if (first) first = st;
-    }
-  }
-  if (!unrecorded.empty()) boots_->PutBack(std::move(unrecorded));
-  // The provider is called outside the transactions.
-  for (const auto& [name, id] : stop) {
-    FleetPool* pool = FindPool(name);
-    if (!pool) continue;
-    auto st = pool->provider->Stop(id);
-    Record(name, st.has_value(), st ? "" : st.error().message);
-    if (!st) spdlog::warn("pool {}: stop of {} failed: {} (tried again while it is listed)", name, id, st.error().message);
-  }
-  return first;
-}
-
-Status Fleet::RecordBoot(BootJob& job, std::vector<std::pair<std::string, std::string>>& stop) {
-  const std::string& name = job.spec.name;
-  if (!job.result) {
-    // A boot the provider refused (a boot command that failed, an API that
-    // said no) is a failed boot, as one whose machine never registers: the
-    // next JudgeBoots counts it in the pool's boot record, whatever the
-    // provider, so the back-off grows and the pool turns failing after
-    // failing_after. (Counted as a failed provider call instead, as it was,
-    // it was cleared by the next List that worked, and never passed 1.)
-    const std::string& why = job.result.error().message;
-    watched_.insert(job.row);
-    judged_.erase(job.row);
-    stop_reason_[job.row] = why;
-    spdlog::warn("pool {}: boot of {} failed: {}", job.pool, name, why);
-    given_up_.erase(job.row);
-    auto st = store_.machines().SetMachineState(job.row, "failed", clock_.Now(), "boot: " + why);
-    // Backoff; the next pass after it boots again.
-    auto off = CallOffBoots(job.pool, "never booted: an earlier boot of the pool failed (" +
-                                          why + "); booted again after the backoff");
-    return st ? off : st;
-  }
-  Record(job.pool, true, "");
-  const std::string& id = *job.result;
-  auto st = store_.machines().SetMachineProviderId(job.row, id, clock_.Now());
-  if (given_up_.erase(job.row) > 0 || !st) {
-    // Forgotten or stopped meanwhile (the row keeps its state), or not
-    // recordable: nobody will use it.
-    spdlog::warn("pool {}: boot of {} answered ({}) after it was given up{}; stopping it",
-                 job.pool, name, id, st ? "" : " (" + st.error().message + ")");
-    stop.emplace_back(job.pool, id);
-    return st;
-  }
-  FleetPool* pool = FindPool(job.pool);
-  spdlog::info("pool {}: booted {} ({} {})", job.pool, name, pool ? pool->spec.provider : "", id);
-  return Status{};
-}
-
-Status Fleet::CallOffBoots(const std::string& pool, const std::string& why) {
-  Status first;
-  for (auto& job : boots_->TakeQueued(pool)) {
-    watched_.erase(job.row);
-    judged_.insert(job.row);
-    // Stopped with the reason as its last error (`trainq machines`).
-    auto st = store_.machines().ForgetMachine(job.row, clock_.Now(), why);
-    if (!st && first) first = std::unexpected(st.error());
-  }
-  return first;
-}
-
-void Fleet::HideBooting(FleetPool& pool, const std::vector<MachineRow>& machines,
-                        std::vector<cloud::ListedMachine>& listing) const {
-  auto names = boots_->Names(pool.spec.name());
-  if (names.empty()) return;
-  std::set<std::string> known;
-  for (const auto& m : machines) {
-    if (m.pool == pool.spec.name() && !m.provider_id.empty()) known.insert(m.provider_id);
-  }
-  std::erase_if(listing, [&](const cloud::ListedMachine& l) {
-    return !known.contains(l.id) && (l.name.empty() || names.contains(l.name));
-  });
-}
-
 double Fleet::NextUnit() {
   // xorshift64*: jitter only, not security.
   rng_state_ ^= rng_state_ >> 12;
@@ -483,258 +181,6 @@ FleetPool* Fleet::FindPool(const std::string& name) {
     if (p.spec.name() == name) return &p;
   }
   return nullptr;
-}
-
-Status Fleet::JudgeBoots(const std::vector<MachineRow>& live,
-                         std::map<std::string, Machines::PoolStateRow>& states) {
-  const TimeMs now = clock_.Now();
-  std::map<std::int64_t, const MachineRow*> live_rows;
-  for (const auto& m : live) {
-    if (!FindPool(m.pool) || m.state == "stopped" || m.state == "failed") continue;
-    live_rows[m.id] = &m;
-    if (!judged_.count(m.id)) watched_.insert(m.id);
-  }
-  for (auto it = watched_.begin(); it != watched_.end();) {
-    const std::int64_t row = *it;
-    MachineRow m;
-    if (auto l = live_rows.find(row); l != live_rows.end()) {
-      m = *l->second;
-    } else {
-      ASSIGN_OR_RETURN(auto found, store_.machines().Machine(row));
-      if (!found) {
-        it = watched_.erase(it);
-        continue;
-      }
-      m = *found;
-      if (!m.stopped_ms) m.stopped_ms = now;  // left the live set: it ended
-    }
-    auto outcome = cloud::JudgeBoot(ToMachine(m), now, options_.autoscaler);
-    if (outcome == cloud::BootOutcome::kUndecided) {
-      ++it;
-      continue;
-    }
-    it = watched_.erase(it);
-    judged_.insert(row);
-    const bool on_purpose = deliberate_.erase(row) > 0;
-    if (outcome == cloud::BootOutcome::kFailed && on_purpose) continue;
-    TRY(RecordBootOutcome(m, outcome == cloud::BootOutcome::kSucceeded, states));
-    stop_reason_.erase(row);
-  }
-  return Status{};
-}
-
-Status Fleet::RecordBootOutcome(const MachineRow& m, bool ok,
-                                std::map<std::string, Machines::PoolStateRow>& states) {
-  const TimeMs now = clock_.Now();
-  Machines::PoolStateRow& row = states[m.pool];
-  row.pool = m.pool;
-  cloud::BootHealth h{row.failed_boots, row.next_boot_ms, row.failing};
-  FleetPool* pool = FindPool(m.pool);
-  if (pool) row.config_hash = PoolConfigHash(pool->spec, options_.server_url);
-  if (ok) {
-    if (h.failed == 0 && !h.failing) return Status{};
-    spdlog::info("pool {}: machine {} works; {} earlier failed boot(s) forgotten{}", m.pool,
-                 m.name, h.failed, h.failing ? ", the pool boots again" : "");
-    row.failed_boots = 0;
-    row.next_boot_ms = 0;
-    row.failing = false;
-    return store_.machines().SetPoolBoots(row, now);
-  }
-  if (m.provider == "manual") return Status{};  // a hand-started worker is no boot
-  std::string why;
-  if (!m.ready_ms) {
-    auto r = stop_reason_.find(m.id);
-    why = r != stop_reason_.end() ? r->second : "it went away before its worker registered";
-    if (!m.last_error.empty() && m.last_error.find(why) == std::string::npos) {
-      why += " (" + m.last_error + ")";
-    }
-  } else {
-    why = "its worker left " + FormatDuration(m.stopped_ms.value_or(now) - *m.ready_ms) +
-          " after registering, having run nothing";
-    if (!m.last_error.empty()) why += " (" + m.last_error + ")";
-  }
-  std::string tail;
-  if (pool && !m.provider_id.empty()) {
-    auto t = pool->provider->LogTail(m.provider_id, m.name, options_.log_tail_bytes);
-    if (t) {
-      tail = *t;
-    } else if (t.error().kind != ErrorKind::kNotFound) {
-      tail = "(the machine's log could not be read: " + t.error().message + ")";
-    }
-  }
-  h = cloud::RecordBoot(h, false, now, pool ? pool->spec.scaling : cloud::PoolConfig{},
-                        options_.autoscaler);
-  row.failed_boots = h.failed;
-  row.next_boot_ms = h.next_boot_at;
-  row.failing = h.failing;
-  row.boot_error = m.name + ": " + why;
-  row.log_tail = tail;
-  if (h.failing) {
-    spdlog::error("pool {}: failing: {} boots in a row failed, the last {}; no more boots until "
-                  "its config changes, `trainq pools reset {}`, or a worker of the pool "
-                  "registers{}",
-                  m.pool, h.failed, row.boot_error, m.pool,
-                  tail.empty() ? "" : "; the end of its log:" + Indent(tail));
-  } else {
-    spdlog::warn("pool {}: boot failed ({} in a row): {}; next boot in {} at the earliest, one "
-                 "machine at a time{}",
-                 m.pool, h.failed, row.boot_error, FormatDuration(h.next_boot_at - now),
-                 tail.empty() ? "" : "; the end of its log:" + Indent(tail));
-  }
-  return store_.machines().SetPoolBoots(row, now);
-}
-
-Status Fleet::ComputeSpend(std::vector<cloud::PoolInput>& inputs, cloud::OverallBudget& overall,
-                           TimeMs now) {
-  bool any = overall.per_day > 0 || overall.per_month > 0;
-  for (const auto& p : pools_) {
-    any = any || p.spec.scaling.budget_per_day > 0 || p.spec.scaling.budget_per_month > 0;
-  }
-  if (!any) return Status{};
-  ASSIGN_OR_RETURN(auto all, store_.machines().List(true));
-  const TimeMs day = cloud::UtcDayStart(now);
-  const TimeMs month = cloud::UtcMonthStart(now);
-  std::map<std::string, std::vector<cloud::BilledMachine>> by_pool;
-  for (const auto& m : all) {
-    if (m.provider == "manual") continue;
-    if (m.stopped_ms && *m.stopped_ms < month) continue;
-    by_pool[m.pool].push_back({m.created_ms, m.stopped_ms, m.hourly_cost});
-  }
-  overall.spend = {};
-  for (const auto& [name, spans] : by_pool) {
-    const FleetPool* p = FindPool(name);
-    TimeMs min_bill = p ? p->spec.scaling.min_bill_ms : 60'000;
-    cloud::Spend s{cloud::SpendBetween(spans, day, now, min_bill),
-                   cloud::SpendBetween(spans, month, now, min_bill)};
-    overall.spend.day += s.day;
-    overall.spend.month += s.month;
-    for (auto& in : inputs) {
-      if (in.config.name == name) in.spend = s;
-    }
-  }
-  return Status{};
-}
-
-void Fleet::ReportBudget(const cloud::Decision& d, const std::vector<cloud::PoolInput>& inputs,
-                         const cloud::OverallBudget& overall, TimeMs now) {
-  auto report = [&](const std::string& pool, const std::string& cap, double day, double month,
-                    double per_day, double per_month, bool drain) {
-    if (per_day <= 0 && per_month <= 0) return;
-    // The cap's name ("per_day budget"), not its figures, decides a new line.
-    const std::string kind = cap.substr(0, cap.find('$'));
-    auto& logged = cap_logged_[pool];
-    const bool changed = logged != kind;
-    if (changed) {
-      if (!cap.empty()) {
-        spdlog::warn("pool {}: {}: no more boots{} until the UTC {} ends", pool, cap,
-                     drain ? ", machines drained" : "",
-                     cap.find("per_month") != std::string::npos ? "month" : "day");
-      } else if (!logged.empty()) {
-        spdlog::info("pool {}: within budget again; boots allowed", pool);
-      }
-      logged = kind;
-    }
-    auto& at = budget_written_at_[pool];
-    if (!changed && at != 0 && now - at < 10'000) return;  // status within 10 s
-    at = now;
-    Machines::PoolStateRow row;
-    row.pool = pool;
-    row.spent_day = day;
-    row.spent_month = month;
-    row.budget_per_day = per_day;
-    row.budget_per_month = per_month;
-    row.cap = cap;
-    if (auto st = store_.machines().SetPoolBudget(row, now); !st) {
-      spdlog::warn("pool {}: cannot record its budget: {}", pool, st.error().message);
-    }
-  };
-  for (size_t i = 0; i < inputs.size() && i < d.pools.size(); ++i) {
-    const auto& c = inputs[i].config;
-    std::string cap = d.pools[i].cap;
-    if (cap.starts_with("overall")) cap.clear();  // told once, under "*"
-    report(c.name, cap, inputs[i].spend.day, inputs[i].spend.month, c.budget_per_day,
-           c.budget_per_month, c.drain_at_cap);
-  }
-  std::string cap;
-  if (overall.per_day > 0 && overall.spend.day >= overall.per_day) {
-    cap = fmt::format("overall per_day budget ${:.2f} reached (${:.2f} spent)", overall.per_day,
-                      overall.spend.day);
-  } else if (overall.per_month > 0 && overall.spend.month >= overall.per_month) {
-    cap = fmt::format("overall per_month budget ${:.2f} reached (${:.2f} spent)",
-                      overall.per_month, overall.spend.month);
-  } else {
-    for (const auto& p : d.pools) {
-      if (p.cap.starts_with("overall")) cap = p.cap;
-    }
-  }
-  report("*", cap, overall.spend.day, overall.spend.month, overall.per_day, overall.per_month,
-         overall.drain_at_cap);
-}
-
-std::vector<std::string> Fleet::WorkerArgv(const PoolSpec& pool, const std::string& name) const {
-  std::string server = options_.server_url;
-  if (auto it = pool.params.find("server_url"); it != pool.params.end()) server = it->second;
-  std::string token_file = TokenFilePath(options_.data_dir, pool.name());
-  if (auto it = pool.params.find("token_file"); it != pool.params.end()) token_file = it->second;
-  std::string trainq = options_.trainq_path;
-  if (auto it = pool.params.find("trainq"); it != pool.params.end()) trainq = it->second;
-  std::vector<std::string> argv = {trainq,  "worker",     "--server",
-                                   server,  "--token-file", token_file,
-                                   "--machine", name,     "--slots",
-                                   std::to_string(pool.scaling.slots)};
-  argv.push_back("--gpus");
-  argv.push_back(pool.gpus > 0 ? "auto" : "none");
-  if (auto it = pool.params.find("worker_gpus"); it != pool.params.end()) argv.back() = it->second;
-  if (pool.runs_per_gpu > 1) {
-    argv.push_back("--runs-per-gpu");
-    argv.push_back(std::to_string(pool.runs_per_gpu));
-  }
-  if (pool.fuse_max > 1) {
-    argv.push_back("--fuse-max");
-    argv.push_back(std::to_string(pool.fuse_max));
-  }
-  // The worker's checkouts and run files, one directory per machine (two
-  // workers never share a worktree cache): worker_data_dir with "{name}"
-  // replaced by the machine's name; else, where the machine sees this host's
-  // files (local processes; Slurm jobs, which already read the token file
-  // from the data dir on a shared filesystem), <data dir>/machines/<name>;
-  // else the worker's default, ./trainq-worker.
-  std::string data_dir;
-  if (auto it = pool.params.find("worker_data_dir"); it != pool.params.end()) {
-    data_dir = Substitute(it->second, {{"name", name}});
-  } else if (pool.provider == "local" || pool.provider == "slurm") {
-    data_dir = (fs::path(options_.data_dir) / "machines" / name).string();
-  }
-  if (!data_dir.empty()) {
-    argv.push_back("--data-dir");
-    argv.push_back(data_dir);
-  }
-  // The dead-man switch works before the first registration too: a machine
-  // that never reaches the server (wrong URL, firewall) still stops itself.
-  argv.push_back("--orphan-timeout");
-  argv.push_back(std::to_string(std::max<std::int64_t>(1, pool.orphan_timeout_ms / 1000)));
-  if (!pool.self_stop.empty()) {
-    argv.push_back("--self-stop");
-    argv.push_back(pool.self_stop);
-  }
-  for (const auto& name : pool.env_passthrough) {
-    argv.push_back("--env-passthrough");
-    argv.push_back(name);
-  }
-  argv.push_back("--sandbox");
-  argv.push_back(pool.sandbox);
-  for (const auto& dir : pool.sandbox_writable) {
-    argv.push_back("--sandbox-writable");
-    argv.push_back(dir);
-  }
-  // This host's files: only a local worker shares them.
-  if (pool.provider == "local" && pool.sandbox != "none") {
-    for (const auto& path : options_.sandbox_hide) {
-      argv.push_back("--sandbox-hide");
-      argv.push_back(path);
-    }
-  }
-  return argv;
 }
 
 void Fleet::Record(const std::string& pool, bool ok, const std::string& error) {
@@ -755,59 +201,6 @@ void Fleet::Record(const std::string& pool, bool ok, const std::string& error) {
       spdlog::warn("pool {}: cannot record provider health: {}", pool, st.error().message);
     }
   }
-}
-
-Status Fleet::Boot(FleetPool& pool, int count) {
-  const PoolSpec& spec = pool.spec;
-  std::string token;
-  if (spec.provider == "ec2" || spec.provider == "command" || spec.provider == "kubernetes") {
-    if (auto t = ReadFile(TokenFilePath(options_.data_dir, spec.name()))) {
-      token = std::string(Trim(*t));
-    } else if (!spec.token.empty()) {
-      token = spec.token.value;
-    }
-  }
-  // The rows first, committed before any boot starts: a crash between the
-  // provider's answer and recording it leaves a tagged machine that
-  // reconcile adopts or stops. One transaction for them all.
-  std::vector<BootJob> jobs;
-  TRY(store_.InWriteTransaction([&]() -> Status {
-    for (int i = 0; i < count; ++i) {
-      TimeMs now = clock_.Now();
-      MachineRow m;
-      m.pool = spec.name();
-      m.provider = spec.provider;
-      m.state = "requested";
-      m.slots = spec.scaling.slots;
-      m.gpus = spec.gpus;
-      m.hourly_cost = spec.scaling.hourly_cost;
-      m.name =
-          "tq-" + options_.instance + "-" + spec.name() + "-" + Base36(now) + std::to_string(i);
-      ASSIGN_OR_RETURN(auto row, store_.machines().AddMachine(m, now));
-      BootJob& job = jobs.emplace_back();
-      job.row = row;
-      job.pool = spec.name();
-      job.provider = pool.provider.get();
-      cloud::BootSpec& b = job.spec;
-      b.tag = {spec.name(), options_.instance};
-      b.name = m.name;
-      b.slots = spec.scaling.slots;
-      b.gpus = spec.gpus;
-      b.params = spec.params;
-      b.worker_argv = WorkerArgv(spec, m.name);
-      b.env_passthrough = spec.env_passthrough;
-      b.token = token;
-    }
-    return Status{};
-  }));
-  // A later pass records the answers (HarvestBoots).
-  for (auto& job : jobs) boots_->Add(std::move(job));
-  return Status{};
-}
-
-std::string BudgetNote(const std::string& pool, const std::string& cap) {
-  if (cap.starts_with("overall ")) return "pool " + pool + " held back: the " + cap;
-  return "pool " + pool + " at its " + cap;
 }
 
 namespace {
@@ -831,15 +224,29 @@ std::vector<Machines::WaitingNote> MergeNotes(std::vector<Machines::WaitingNote>
 
 }  // namespace
 
-Status Fleet::StopMachine(FleetPool& pool, std::int64_t row, const std::string& id) {
-  TimeMs now = clock_.Now();
-  if (row) TRY(store_.machines().SetMachineState(row, "stopping", now));
+bool Fleet::CallStop(FleetPool& pool, const std::string& id, std::string_view what,
+                     std::string_view then) {
   auto st = pool.provider->Stop(id);
   Record(pool.spec.name(), st.has_value(), st ? "" : st.error().message);
   if (!st) {
-    spdlog::warn("pool {}: stop of {} failed: {}", pool.spec.name(), id, st.error().message);
-    return Status{};  // stays `stopping`; the next pass tries again
+    spdlog::warn("pool {}: stop of {}{} failed: {}{}", pool.spec.name(), what, id,
+                 st.error().message, then);
   }
+  return st.has_value();
+}
+
+void Fleet::StopUnlessBackingOff(FleetPool& pool, const std::string& id, TimeMs now,
+                                 std::string_view what) {
+  // While the provider backs off, the machine stays listed and a later pass
+  // stops it ("stopped but still listed").
+  if (now < health_[pool.spec.name()].next_retry_at) return;
+  CallStop(pool, id, what, " (tried again while it is listed)");
+}
+
+Status Fleet::StopMachine(FleetPool& pool, std::int64_t row, const std::string& id) {
+  TimeMs now = clock_.Now();
+  if (row) TRY(store_.machines().SetMachineState(row, "stopping", now));
+  if (!CallStop(pool, id, "", "")) return Status{};  // stays `stopping`; the next pass tries again
   if (row) TRY(store_.machines().SetMachineState(row, "stopped", clock_.Now()));
   return Status{};
 }
@@ -1128,17 +535,7 @@ Status Fleet::ApplyLost(FleetPool& pool, const cloud::Action& a, TimeMs now) {
                returned ? "; " + std::to_string(returned) +
                               " run(s) back in the queue, no attempt used"
                         : "");
-  // While the provider backs off, the machine stays listed and a later
-  // pass stops it ("stopped but still listed").
-  if (now >= health_[a.pool].next_retry_at) {
-    auto st = pool.provider->Stop(a.machine);
-    Record(a.pool, st.has_value(), st ? "" : st.error().message);
-    if (!st) {
-      spdlog::warn("pool {}: stop of lost machine {} failed: {} (tried again while it is "
-                   "listed)",
-                   a.pool, a.machine, st.error().message);
-    }
-  }
+  StopUnlessBackingOff(pool, a.machine, now, "lost machine ");
   return {};
 }
 
@@ -1185,14 +582,7 @@ Status Fleet::EndMachine(FleetPool& pool, const cloud::Action& a) {
                returned ? "; " + std::to_string(returned) +
                               " run(s) back in the queue, no attempt used"
                         : "");
-  if (now >= health_[a.pool].next_retry_at) {
-    auto st = pool.provider->Stop(a.machine);
-    Record(a.pool, st.has_value(), st ? "" : st.error().message);
-    if (!st) {
-      spdlog::warn("pool {}: stop of {} failed: {} (tried again while it is listed)", a.pool,
-                   a.machine, st.error().message);
-    }
-  }
+  StopUnlessBackingOff(pool, a.machine, now, "");
   return Status{};
 }
 

@@ -63,6 +63,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -181,10 +182,10 @@ class Fleet {
   Status ApplyLost(FleetPool& pool, const cloud::Action& a, TimeMs now);
 
   Status Boot(FleetPool& pool, int count);
-  // The boot threads (fleet.cc).
+  // The boot threads (fleet_internal.h, fleet_boot.cc).
   class BootThreads;
   struct BootJob;
-  // Records the boots that finished (on the loop thread).
+  // fleet_boot.cc: records the boots that finished (on the loop thread).
   Status HarvestBoots();
   // In the caller's write transaction; machines to stop (pool, id) into
   // `stop`, for after it. A boot the provider refused is left for
@@ -197,6 +198,15 @@ class Fleet {
   void HideBooting(FleetPool& pool, const std::vector<MachineRow>& machines,
                    std::vector<cloud::ListedMachine>& listing) const;
   Status StopMachine(FleetPool& pool, std::int64_t row, const std::string& id);
+  // Provider::Stop of `id`, its outcome into the pool's health; a failure is
+  // logged ("stop of <what><id> failed: <error><then>") for a later pass to
+  // try again. True when the provider stopped it.
+  bool CallStop(FleetPool& pool, const std::string& id, std::string_view what,
+                std::string_view then);
+  // CallStop, unless the pool's provider is backing off (the machine stays
+  // listed and a later pass stops it).
+  void StopUnlessBackingOff(FleetPool& pool, const std::string& id, TimeMs now,
+                            std::string_view what);
   void Record(const std::string& pool, bool ok, const std::string& error);
   // Judges machines whose boot outcome is pending; records failures and
   // successes in the pool's boot health.

@@ -54,9 +54,13 @@ Server::~Server() { StopWaiting(); }
 Status Server::Open() {
   ASSIGN_OR_RETURN(auto w, Store::Open(db_path_));
   ASSIGN_OR_RETURN(auto r, Store::Open(db_path_));
-  write_store_.emplace(std::move(w));
+  {
+    MutexLock lock(write_mu_);
+    write_store_.emplace(std::move(w));
+    write_store_->UseFineBusyWait();  // a webhook waits for the worker's writes in 1 ms steps
+  }
+  MutexLock lock(read_mu_);
   read_store_.emplace(std::move(r));
-  write_store_->UseFineBusyWait();  // a webhook waits for the worker's writes in 1 ms steps
   read_store_->UseFineBusyWait();
   return {};
 }
@@ -71,7 +75,7 @@ ForgeKind Server::HookForge(const std::string& path) {
 
 HttpServerReply Server::Health() {
   {
-    std::lock_guard<std::mutex> lock(read_mu_);
+    MutexLock lock(read_mu_);
     if (!read_store_ || read_store_->schema_version() < 0) {
       return {503, "text/plain; charset=utf-8", "store unavailable\n"};
     }
@@ -129,7 +133,7 @@ HttpServerReply Server::Handle(const HttpServerRequest& req) {
     }
   }
   if (path == "/api/v1/status") {
-    std::lock_guard<std::mutex> lock(read_mu_);
+    MutexLock lock(read_mu_);
     auto j = StatusJson(*read_store_, db_path_, clock_.Now());
     if (!j) return Json(503, {{"result", "error"}, {"reason", j.error().message}});
     return {200, "application/json", j->dump(2) + "\n"};
@@ -177,7 +181,7 @@ HttpServerReply Server::RetryRoute(const HttpServerRequest& req) {
   std::int64_t id = body[key].get<std::int64_t>();
   Result<json> retried;
   {
-    std::lock_guard<std::mutex> lock(write_mu_);
+    MutexLock lock(write_mu_);
     retried = RetryRuns(*write_store_, id, batch, clock_.Now(), who.who);
   }
   if (!retried) {
@@ -188,7 +192,7 @@ HttpServerReply Server::RetryRoute(const HttpServerRequest& req) {
   }
   size_t n = (*retried)["retried"].size();
   {
-    std::lock_guard<std::mutex> lock(write_mu_);
+    MutexLock lock(write_mu_);
     RecordAudit(*write_store_,
                 {0, clock_.Now(), who.who, batch ? "retry_batch" : "retry_run",
                  std::string(key) + " " + std::to_string(id), std::to_string(n) + " run(s)",
@@ -205,11 +209,11 @@ Principal Server::Caller(const HttpServerRequest& req, bool touch) {
   const TimeMs now = clock_.Now();
   Principal p;
   {
-    std::lock_guard<std::mutex> lock(read_mu_);
+    MutexLock lock(read_mu_);
     p = IdentifyBearer(config_, read_store_ ? &*read_store_ : nullptr, req.headers, now);
   }
   if (p.token_id && touch) {
-    std::lock_guard<std::mutex> lock(write_mu_);
+    MutexLock lock(write_mu_);
     if (auto st = write_store_->access().TouchToken(p.token_id, now, req.peer, 60'000); !st) {
       spdlog::warn("api: the last use of token {} was not recorded: {}", p.token_id,
                    st.error().message);
@@ -277,7 +281,7 @@ HttpServerReply Server::AuditRoute(const HttpServerRequest& req) {
   }
   Result<std::vector<Access::AuditRow>> rows;
   {
-    std::lock_guard<std::mutex> lock(read_mu_);
+    MutexLock lock(read_mu_);
     rows = read_store_->access().AuditSince(since, limit);
   }
   if (!rows) return Json(503, {{"result", "error"}, {"reason", rows.error().message}});
@@ -304,7 +308,7 @@ Admission Server::Admit(const HttpServerRequest& head) {
   // trusted as well.
   bool trusted = dashboard_->SignedIn(head);
   if (!trusted) {
-    std::lock_guard<std::mutex> lock(read_mu_);
+    MutexLock lock(read_mu_);
     trusted = IdentifyBearer(config_, read_store_ ? &*read_store_ : nullptr, head.headers,
                              clock_.Now())
                   .role != AccessRole::kNone;
@@ -326,7 +330,7 @@ Admission Server::AdmitWebhook(ForgeKind forge, const HttpServerRequest& head) {
   if (best == WebhookPrecheck::kVerified) return {kMaxWebhookBodyBytes, std::nullopt, true};
   if (best == WebhookPrecheck::kNeedsBody) return {kMaxWebhookBodyBytes, std::nullopt, false};
   {
-    std::lock_guard<std::mutex> lock(counters_mu_);
+    MutexLock lock(counters_mu_);
     ++deliveries_[{std::string(ForgeName(forge)), "unauthorized"}];
   }
   if (auto skipped = unsigned_log_.Allow(clock_.Now())) {
@@ -348,13 +352,13 @@ HttpServerReply Server::Webhook(ForgeKind forge, const HttpServerRequest& req) {
     r = {413, R"({"reason":"body over 25 MB","result":"too_large"})", "too_large", 0};
     spdlog::warn("{} webhook refused: body over the 25 MB limit", ForgeName(forge));
   } else {
-    std::lock_guard<std::mutex> lock(write_mu_);
+    MutexLock lock(write_mu_);
     r = HandleWebhook(config_, *write_store_, forge, req.headers, req.body, clock_.Now(),
                       &webhook_limiter_);
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   {
-    std::lock_guard<std::mutex> lock(counters_mu_);
+    MutexLock lock(counters_mu_);
     ++deliveries_[{std::string(ForgeName(forge)), r.result}];
     if (r.push_id) {
       for (size_t i = 0; i < kBuckets.size(); ++i) {
@@ -373,7 +377,7 @@ HttpServerReply Server::Webhook(ForgeKind forge, const HttpServerRequest& req) {
 std::string Server::MetricsText() {
   std::ostringstream out;
   {
-    std::lock_guard<std::mutex> lock(read_mu_);
+    MutexLock lock(read_mu_);
     auto counts = read_store_->runs().CountByState();
     if (counts) {
       out << "# HELP trainq_runs Runs by state; queued, leased, running and failed are the "
@@ -441,7 +445,7 @@ std::string Server::MetricsText() {
       }
     }
   }
-  std::lock_guard<std::mutex> lock(counters_mu_);
+  MutexLock lock(counters_mu_);
   out << "# HELP trainq_webhook_deliveries_total Webhook deliveries since start, by forge and "
          "result.\n# TYPE trainq_webhook_deliveries_total counter\n";
   for (const auto& [key, n] : deliveries_) {

@@ -25,7 +25,9 @@
 // health and metrics are open, which is why the default listen address is
 // loopback only.
 // Threading: Handle() is called from the listener's threads at once; the
-// server keeps one Store for writes and one for reads, each behind a mutex.
+// server keeps one Store for writes and one for reads, each behind a mutex;
+// which mutex guards which field is written beside it (GUARDED_BY, checked
+// by clang: core/thread_annotations.h).
 // A lease long poll holds its connection's thread while it waits (one thread
 // per connection, server_http.cc); at most `max_long_polls` wait at once,
 // further lease calls answer at once.
@@ -38,7 +40,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -50,6 +51,7 @@
 #include "agent/daemon/server_http.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/thread_annotations.h"
 #include "queue/store.h"
 
 namespace trainq {
@@ -163,46 +165,60 @@ class Server {
                             const HttpServerRequest& request);
   std::string DataDir() const;
 
-  // Lease long polls wait here; work_generation_ counts NotifyWork() calls.
-  std::mutex work_mu_;
-  std::condition_variable work_cv_;
-  std::uint64_t work_generation_ = 0;
-  int waiting_polls_ = 0;
-  bool stop_waiting_ = false;
-  std::mutex log_mu_;  // appends to run logs
   HttpServerReply SourceRoute(std::int64_t run_id);
   HttpServerReply LeaveRoute(const std::string& pool, std::int64_t machine);
-  // The last packfile served (repo dir + sha -> pack): the runs of one batch
-  // on several machines ask for the same commit.
-  std::mutex pack_mu_;
-  std::string pack_key_;
-  std::string pack_;
-  std::map<std::pair<std::string, int>, std::int64_t> worker_requests_;  // (route, status)
 
+  // Set before the listener starts; read by every thread.
   const ServerConfig& config_;
   std::string db_path_;
   const Clock& clock_;
   ServerOptions options_;
   std::function<void()> on_push_;
-  std::mutex write_mu_;
-  WebhookLimiter webhook_limiter_;  // per-repository webhook_rate_limit
-  std::optional<Store> write_store_;
-  std::mutex read_mu_;
-  std::optional<Store> read_store_;
+
+  // Every write to the store, and the webhooks' per-repository rate limit.
+  Mutex write_mu_;
+  std::optional<Store> write_store_ GUARDED_BY(write_mu_);
+  WebhookLimiter webhook_limiter_ GUARDED_BY(write_mu_);  // per-repository webhook_rate_limit
+
+  // The reads of the routes that only read (tokens, report, gate, logs).
+  Mutex read_mu_;
+  std::optional<Store> read_store_ GUARDED_BY(read_mu_);
+
+  // Thread-safe themselves (declared after the stores: the dashboard goes first).
   std::unique_ptr<Dashboard> dashboard_;
   std::atomic<const HttpListener*> listener_{nullptr};
   LogLimiter unsigned_log_{60'000};  // webhooks refused from their headers
   LogLimiter refused_token_log_{60'000};  // personal tokens refused (revoked, expired)
 
-  // Webhook deliveries by (forge, result) since start, and how long
-  // receive-to-stored took (a histogram, seconds).
-  std::mutex counters_mu_;
-  std::map<std::pair<std::string, std::string>, std::int64_t> deliveries_;
+  // Lease long polls wait on work_cv_; work_generation_ counts NotifyWork() calls.
+  Mutex work_mu_;
+  std::condition_variable work_cv_;
+  std::uint64_t work_generation_ GUARDED_BY(work_mu_) = 0;
+  int waiting_polls_ GUARDED_BY(work_mu_) = 0;
+  bool stop_waiting_ GUARDED_BY(work_mu_) = false;
+
+  // Appends to run logs (the files under data_dir; no fields).
+  Mutex log_mu_;
+
+  // The last packfile served (repo dir + sha -> pack): the runs of one batch
+  // on several machines ask for the same commit.
+  Mutex pack_mu_;
+  std::string pack_key_ GUARDED_BY(pack_mu_);
+  std::string pack_ GUARDED_BY(pack_mu_);
+
+  // /metrics: webhook deliveries by (forge, result) since start, how long
+  // receive-to-stored took (a histogram, seconds), worker requests by
+  // (route, status).
+  Mutex counters_mu_;
+  std::map<std::pair<std::string, std::string>, std::int64_t> deliveries_
+      GUARDED_BY(counters_mu_);
   static constexpr std::array<double, 10> kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025,
                                                       0.05,  0.1,    0.25,  0.5,  1.0};
-  std::array<std::int64_t, kBuckets.size()> latency_buckets_{};
-  std::int64_t latency_count_ = 0;
-  double latency_sum_ = 0;
+  std::array<std::int64_t, kBuckets.size()> latency_buckets_ GUARDED_BY(counters_mu_){};
+  std::int64_t latency_count_ GUARDED_BY(counters_mu_) = 0;
+  double latency_sum_ GUARDED_BY(counters_mu_) = 0;
+  std::map<std::pair<std::string, int>, std::int64_t> worker_requests_
+      GUARDED_BY(counters_mu_);  // (route, status)
 };
 
 }  // namespace trainq

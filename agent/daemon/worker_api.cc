@@ -183,20 +183,20 @@ std::string Server::DataDir() const {
 
 void Server::NotifyWork() {
   {
-    std::lock_guard<std::mutex> lock(work_mu_);
+    MutexLock lock(work_mu_);
     ++work_generation_;
   }
   work_cv_.notify_all();
 }
 
 int Server::WaitingPolls() {
-  std::lock_guard<std::mutex> lock(work_mu_);
+  MutexLock lock(work_mu_);
   return waiting_polls_;
 }
 
 void Server::StopWaiting() {
   {
-    std::lock_guard<std::mutex> lock(work_mu_);
+    MutexLock lock(work_mu_);
     stop_waiting_ = true;
   }
   work_cv_.notify_all();
@@ -215,7 +215,7 @@ HttpServerReply Server::WorkerRoute(const HttpServerRequest& req, const std::str
   if (reply.status >= 400) {
     spdlog::debug("worker API {} {}: {} {}", req.method, path, reply.status, reply.body);
   }
-  std::lock_guard<std::mutex> lock(counters_mu_);
+  MutexLock lock(counters_mu_);
   ++worker_requests_[{route, reply.status}];
   return reply;
 }
@@ -252,7 +252,7 @@ HttpServerReply Server::WorkerRouteInner(const HttpServerRequest& req, const std
   std::string hash = Sha256Hex(std::string(Trim(auth->substr(7))));
   std::optional<std::string> pool;
   {
-    std::lock_guard<std::mutex> lock(write_mu_);
+    MutexLock lock(write_mu_);
     auto found = write_store_->machines().PoolForTokenHash(hash);
     if (!found) return ErrorReply(503, found.error().message);
     pool = *found;
@@ -285,7 +285,7 @@ HttpServerReply Server::Register(const std::string& pool, const HttpServerReques
   r.resources_json = resources.dump();
   Result<MachineRow> m;
   {
-    std::lock_guard<std::mutex> lock(write_mu_);
+    MutexLock lock(write_mu_);
     m = write_store_->machines().RegisterWorker(r, clock_.Now());
   }
   if (!m) {
@@ -320,7 +320,7 @@ HttpServerReply Server::Register(const std::string& pool, const HttpServerReques
 // started by hand is stopped in the store at once (its runs, if any, back to
 // the queue); a provider's machine stays for the fleet, which stops it.
 HttpServerReply Server::LeaveRoute(const std::string& pool, std::int64_t machine) {
-  std::lock_guard<std::mutex> lock(write_mu_);
+  MutexLock lock(write_mu_);
   auto m = MachineOfPool(*write_store_, machine, pool);
   if (!m) return m.error();
   if (m->provider != "manual") return Json(200, {{"state", m->state}});
@@ -349,7 +349,7 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
   if (limits.max_runs <= 0) wait_ms = 0;  // no free slot: nothing to wait for
 
   {
-    std::lock_guard<std::mutex> lock(write_mu_);
+    MutexLock lock(write_mu_);
     auto m = MachineOfPool(*write_store_, machine, pool);
     if (!m) return m.error();
     // A worker asks for what its free slots take; never more than the slots
@@ -360,7 +360,7 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
   bool counted = false;
   auto uncount = [&] {
     if (!counted) return;
-    std::lock_guard<std::mutex> lock(work_mu_);
+    MutexLock lock(work_mu_);
     --waiting_polls_;
     counted = false;
   };
@@ -369,20 +369,20 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
   while (true) {
     std::uint64_t seen;
     {
-      std::lock_guard<std::mutex> lock(work_mu_);
+      MutexLock lock(work_mu_);
       seen = work_generation_;
     }
     // The first try always leases (it also records that the worker called);
     // a re-check reads first and writes only when there may be something.
     bool may = true;
     if (counted) {
-      std::lock_guard<std::mutex> lock(read_mu_);
+      MutexLock lock(read_mu_);
       auto m = read_store_->machines().MayLease(machine, clock_.Now());
       may = !m || *m;
     }
     Result<std::vector<LeasedRun>> leased = std::vector<LeasedRun>{};
     if (may) {
-      std::lock_guard<std::mutex> lock(write_mu_);
+      MutexLock lock(write_mu_);
       leased = write_store_->machines().LeaseForMachine(machine, limits, clock_.Now(), options_.lease_ms);
     }
     if (!leased) {
@@ -397,10 +397,10 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
       uncount();
       return Json(200, ToJson(LeaseAnswer{"ready", std::move(*leased)}));
     }
-    std::unique_lock<std::mutex> lock(work_mu_);
+    MutexLock lock(work_mu_);
     if (!counted) {
       if (waiting_polls_ >= options_.max_long_polls) {
-        lock.unlock();
+        lock.Unlock();
         return Json(200, ToJson(LeaseAnswer{"ready", {}}));
       }
       ++waiting_polls_;
@@ -408,16 +408,16 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
     }
     const TimeMs now = clock_.Now();
     if (stop_waiting_ || now >= deadline) {
-      lock.unlock();
+      lock.Unlock();
       uncount();
       if (wait_ms > 0) {  // the worker is still there at the end of its wait
-        std::lock_guard<std::mutex> write(write_mu_);
+        MutexLock write(write_mu_);
         (void)write_store_->machines().TouchWorker(machine, clock_.Now(), false);
       }
       return Json(200, ToJson(LeaseAnswer{"ready", {}}));
     }
-    clock_.WaitUntil(lock, work_cv_, std::min<TimeMs>(deadline, now + options_.recheck_ms),
-                     [&] { return stop_waiting_ || work_generation_ != seen; });
+    clock_.WaitUntil(lock.native(), work_cv_, std::min<TimeMs>(deadline, now + options_.recheck_ms),
+                     [&]() REQUIRES(work_mu_) { return stop_waiting_ || work_generation_ != seen; });
   }
 }
 
@@ -458,7 +458,7 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
   std::int64_t machine = 0;
   TimeMs now = clock_.Now();
   {
-    std::lock_guard<std::mutex> lock(write_mu_);
+    MutexLock lock(write_mu_);
     if (auto st = write_store_->machines().CheckRunLease(run_id, token); !st) {
       // A success after the lease expired goes on: Store::Complete takes it
       // when nobody else holds the run, and refuses (and we log) otherwise.
@@ -505,7 +505,7 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
 
 HttpServerReply Server::RunSourceRoute(RunCall& c) {
   {
-    std::lock_guard<std::mutex> lock(write_mu_);
+    MutexLock lock(write_mu_);
     (void)write_store_->machines().TouchWorker(c.machine, c.now, false);
   }
   return SourceRoute(c.run_id);
@@ -513,14 +513,14 @@ HttpServerReply Server::RunSourceRoute(RunCall& c) {
 
 HttpServerReply Server::LogRoute(RunCall& c) {
   auto reply = AppendLog(c.run_id, c.token, c.req);
-  std::lock_guard<std::mutex> lock(write_mu_);
+  MutexLock lock(write_mu_);
   (void)write_store_->machines().TouchWorker(c.machine, c.now, false);
   return reply;
 }
 
 HttpServerReply Server::HeartbeatRoute(RunCall& c) {
   const HeartbeatRequest beat = ParseHeartbeatRequest(c.body);
-  std::lock_guard<std::mutex> lock(write_mu_);
+  MutexLock lock(write_mu_);
   Store& store = *write_store_;
   const std::int64_t run_id = c.run_id, token = c.token, machine = c.machine;
   const TimeMs now = c.now;
@@ -548,7 +548,7 @@ HttpServerReply Server::HeartbeatRoute(RunCall& c) {
 HttpServerReply Server::MetricsRoute(RunCall& c) {
   auto request = ParseMetricsRequest(c.body);
   if (!request) return ErrorReply(400, request.error().message);
-  std::lock_guard<std::mutex> lock(write_mu_);
+  MutexLock lock(write_mu_);
   Store& store = *write_store_;
   const std::int64_t run_id = c.run_id, token = c.token, machine = c.machine;
   const TimeMs now = c.now;
@@ -570,7 +570,7 @@ HttpServerReply Server::CompleteRoute(RunCall& c) {
   auto request = ParseCompleteRequest(c.body);
   if (!request) return ErrorReply(400, request.error().message);
   const CompleteRequest& r = *request;
-  std::lock_guard<std::mutex> lock(write_mu_);
+  MutexLock lock(write_mu_);
   Store& store = *write_store_;
   const std::int64_t run_id = c.run_id, token = c.token, machine = c.machine;
   const TimeMs now = c.now;
@@ -633,7 +633,7 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
   const GangMemberId& id = std::visit([](const auto& r) -> const GangMemberId& { return r.member; },
                                       *parsed);
   TimeMs now = clock_.Now();
-  std::lock_guard<std::mutex> lock(write_mu_);
+  MutexLock lock(write_mu_);
   Store& store = *write_store_;
   auto m = MachineOfPool(store, id.worker_id, pool, /*unknown_is_forbidden=*/true);
   if (!m) return m.error();
@@ -714,7 +714,7 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
 HttpServerReply Server::SourceRoute(std::int64_t run_id) {
   std::string repo_url, sha;
   {
-    std::lock_guard<std::mutex> lock(write_mu_);
+    MutexLock lock(write_mu_);
     auto run = write_store_->runs().Run(run_id);
     if (!run) return ErrorReply(503, run.error().message);
     if (!*run) return ErrorReply(404, "source: no run " + std::to_string(run_id));
@@ -733,7 +733,7 @@ HttpServerReply Server::SourceRoute(std::int64_t run_id) {
     return ErrorReply(404, "source: the server has no copy of " + repo_url);
   }
   std::string key = dir + "\n" + sha;
-  std::lock_guard<std::mutex> lock(pack_mu_);
+  MutexLock lock(pack_mu_);
   if (key != pack_key_) {
     auto repo = GitRepo::Open(dir);
     if (!repo) return ErrorReply(StatusOf(repo.error()), "source: " + repo.error().message);
@@ -764,7 +764,7 @@ HttpServerReply Server::AppendLog(std::int64_t run_id, std::int64_t token,
   }
   std::string path = RunLogPath(DataDir(), run_id);
   std::string marker_path = path + ".attempt";
-  std::lock_guard<std::mutex> lock(log_mu_);
+  MutexLock lock(log_mu_);
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   if (ec) return ErrorReply(503, "log: " + ec.message());
