@@ -49,7 +49,7 @@ function mlflow(mf) {
     return html`<p class="muted">No <code>mlflow:</code> in the server config: nothing is exported.</p>`;
   }
   const servers = table(['exports', 'to', 'experiments'], mf.servers.map(s =>
-    html`<tr><td>${s.scope}</td><td>${s.to}</td><td>${s.to === 'off' ? '–' : `${s.experiment_prefix}<experiment>`}</td></tr>`), '');
+    html`<tr><td>${s.scope}</td><td>${s.to}</td><td>${s.to === 'off' ? '–' : html`${s.experiment_prefix}&lt;experiment&gt;`}</td></tr>`), '');
   const totals = table(['#exported', '#pending', '#given up', 'last export', 'last error'], [
     html`<tr><td class="num">${mf.exported}</td><td class="num">${mf.pending}</td><td class="num">${mf.gave_up}</td>
       <td>${when(mf.last_export_ms, 'never')}${mf.last_exported_batch != null ? ` (batch ${mf.last_exported_batch})` : ''}</td>

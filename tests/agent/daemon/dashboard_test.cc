@@ -172,7 +172,7 @@ TEST_CASE("dashboard: the read token signs in and the documents are the CLI's", 
 
 TEST_CASE(
     "dashboard: the ES modules are served as JavaScript with a session, under a CSP "
-    "that allows only its own scripts and Trusted Types; the palette is the report's",
+    "that allows only its own scripts and Trusted Types, and the palette is the report's",
     "[dashboard]") {
   Fixture f;
   std::string cookie = f.SignIn(kRead);

@@ -178,7 +178,7 @@ TEST_CASE("oidc: discovery, the code flow with PKCE and nonce, and roles from th
   CHECK(f.idp.Count("/jwks") == 1);
 }
 
-TEST_CASE("oidc: an unverified email is not used for roles; a viewers list shuts others out",
+TEST_CASE("oidc: an unverified email is not used for roles, and a viewers list shuts others out",
           "[oidc]") {
   OidcDoor f("admins: [ada@example.com], viewers: [staff]");
   testing::LogCapture log;
