@@ -13,7 +13,7 @@
 #include "agent/results/report.h"
 #include "agent/results/run_logs.h"
 #include "agent/repo/mirror.h"
-#include "agent/daemon/server.h"
+#include "agent/daemon/server_context.h"
 #include "core/http_client.h"
 #include "core/strings.h"
 
@@ -81,12 +81,7 @@ Result<const RepoConfig*> ResolveServerRepo(const ServerConfig& config, const st
   return Fail(ErrorKind::kNotFound, "repo: '" + name + "' is not a repository this server watches");
 }
 
-
-}  // namespace trainq
-
-// ---- Server's read routes ----------------------------------------------------
-
-namespace trainq {
+// ---- ReadApi: the routes ----------------------------------------------------
 
 namespace {
 
@@ -140,8 +135,8 @@ const char* ContentType(const std::string& format) {
 
 // GET /api/v1/logs?run=N[&rank=K][&offset=O]: up to 1 MiB of a run's log
 // from O (agent/results/run_logs.h), with where to read next, whether the run
-// has ended, and which ranks have logs. The token was checked by ReadRoute.
-HttpServerReply Server::LogsRoute(const HttpServerRequest& req) {
+// has ended, and which ranks have logs. The token was checked by Handle.
+HttpServerReply ReadApi::Logs(const HttpServerRequest& req) {
   const std::string path = "/api/v1/logs";
   auto params = Params(req.query, {"run", "rank", "offset"});
   if (!params) return ReadError(400, path + ": " + params.error().message);
@@ -165,7 +160,7 @@ HttpServerReply Server::LogsRoute(const HttpServerRequest& req) {
   if (!*run) return ReadError(400, path + ": run is required (a run id)");
   StoreOptions so;
   so.create = false;
-  auto store = Store::Open(db_path_, so);
+  auto store = Store::Open(ctx_.db_path(), so);
   if (!store) return ReadError(503, store.error().message);
   std::optional<int> k;
   if (*rank) k = static_cast<int>(**rank);
@@ -188,8 +183,8 @@ HttpServerReply Server::LogsRoute(const HttpServerRequest& req) {
           body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"};
 }
 
-HttpServerReply Server::ReadRoute(const HttpServerRequest& req, const std::string& path) {
-  switch (ReadAccess(req)) {
+HttpServerReply ReadApi::Handle(const HttpServerRequest& req, const std::string& path) {
+  switch (ctx_.ReadAccess(req)) {
     case 0:
       break;
     case 403:
@@ -197,7 +192,7 @@ HttpServerReply Server::ReadRoute(const HttpServerRequest& req, const std::strin
     default:
       return ReadError(401, "missing or wrong read token");
   }
-  if (path == "/api/v1/logs") return LogsRoute(req);
+  if (path == "/api/v1/logs") return Logs(req);
   bool report = path == "/api/v1/report";
   auto params = report ? Params(req.query, {"format", "since", "experiment", "limit"})
                        : Params(req.query, {"rev", "baseline", "repo", "experiment"});
@@ -206,7 +201,7 @@ HttpServerReply Server::ReadRoute(const HttpServerRequest& req, const std::strin
   so.create = false;
   // A connection per request: a report over a large store must not hold the
   // lock that /api/v1/status and /healthz share.
-  auto store = Store::Open(db_path_, so);
+  auto store = Store::Open(ctx_.db_path(), so);
   if (!store) return ReadError(503, store.error().message);
   std::vector<std::string> experiments;
   if (auto it = params->find("experiment"); it != params->end()) experiments = it->second;
@@ -222,7 +217,7 @@ HttpServerReply Server::ReadRoute(const HttpServerRequest& req, const std::strin
         !st) {
       return ReadError(StatusFor(st.error()), path + ": " + st.error().message);
     }
-    auto bytes = ReportBytes(*store, q, clock_.Now());
+    auto bytes = ReportBytes(*store, q, ctx_.clock().Now());
     if (!bytes) return ReadError(StatusFor(bytes.error()), path + ": " + bytes.error().message);
     return {200, ContentType(q.format), std::move(*bytes)};
   }
@@ -237,12 +232,12 @@ HttpServerReply Server::ReadRoute(const HttpServerRequest& req, const std::strin
     g.correction = *parsed;
   }
   if (g.rev.empty()) return ReadError(400, path + ": rev is required (a commit, branch or tag)");
-  auto repo = ResolveServerRepo(config_, One(*params, "repo"));
+  auto repo = ResolveServerRepo(ctx_.config(), One(*params, "repo"));
   if (!repo) return ReadError(StatusFor(repo.error()), path + ": " + repo.error().message);
   if (*repo) {
     // Branch names resolve in the repository's mirror; before its first
     // fetch only commit ids do.
-    std::string dir = Mirror::PathFor(DataDir(), (*repo)->url);
+    std::string dir = Mirror::PathFor(ctx_.DataDir(), (*repo)->url);
     if (std::filesystem::exists(dir)) {
       g.repo_dir = dir;
       g.mirror_of = !(*repo)->project.empty() ? (*repo)->project : UrlForLog((*repo)->url);

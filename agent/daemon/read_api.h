@@ -1,7 +1,8 @@
 // The read routes of `trainq serve` for hosted CI, which cannot read the
-// SQLite file: GET /api/v1/report and GET /api/v1/gate, authenticated by the
-// config's `read_token` (Authorization: Bearer TOKEN). Their client side is
-// agent/cli/read_client.h.
+// SQLite file: GET /api/v1/report, /api/v1/gate and /api/v1/logs (`ReadApi`,
+// one of the parts Server's route table composes), authenticated by the
+// config's `read_token` (Authorization: Bearer TOKEN) or a personal token.
+// Their client side is agent/cli/read_client.h.
 //
 // The server answers the bytes the local commands print (agent/results/report.h
 // ReportBytes, the gate's decision), so a CI job sees what a shell on the
@@ -17,13 +18,32 @@
 #include <utility>
 #include <vector>
 
+#include "agent/daemon/server_http.h"
 #include "agent/triggers/server_config.h"
 #include "core/http_client.h"
 #include "core/result.h"
 
 namespace trainq {
 
+class ServerContext;
+
 // ---- server side ----
+
+// GET /api/v1/report, /api/v1/gate and /api/v1/logs. Thread-safe: each
+// request opens its own store connection (a report over a large store must
+// not hold the lock that /api/v1/status and /healthz share).
+class ReadApi {
+ public:
+  explicit ReadApi(ServerContext& context) : ctx_(context) {}
+  // Checks the read token, then answers `path` (one of the three).
+  HttpServerReply Handle(const HttpServerRequest& request, const std::string& path);
+
+ private:
+  // GET /api/v1/logs, after Handle's token check.
+  HttpServerReply Logs(const HttpServerRequest& request);
+
+  ServerContext& ctx_;
+};
 
 using QueryParams = std::vector<std::pair<std::string, std::string>>;
 

@@ -45,24 +45,55 @@ std::string Label(const std::string& s) {
 
 Server::Server(const ServerConfig& config, std::string db_path, const Clock& clock,
                ServerOptions options)
-    : config_(config), db_path_(std::move(db_path)), clock_(clock), options_(std::move(options)) {
-  dashboard_ = std::make_unique<Dashboard>(config_, db_path_, DataDir(), clock_);
+    : ctx_(config, std::move(db_path), clock, std::move(options)) {
+  dashboard_ = std::make_unique<Dashboard>(ctx_.config(), ctx_.db_path(), ctx_.DataDir(),
+                                           ctx_.clock());
 }
 
 Server::~Server() { StopWaiting(); }
 
-Status Server::Open() {
-  ASSIGN_OR_RETURN(auto w, Store::Open(db_path_));
-  ASSIGN_OR_RETURN(auto r, Store::Open(db_path_));
-  {
-    MutexLock lock(write_mu_);
-    write_store_.emplace(std::move(w));
-    write_store_->UseFineBusyWait();  // a webhook waits for the worker's writes in 1 ms steps
+Status Server::Open() { return ctx_.Open(); }
+
+void Server::StopWaiting() {
+  worker_api_.StopWaiting();
+  if (dashboard_) dashboard_->Stop();  // its event streams answer now
+}
+
+std::span<const Server::Route> Server::Routes() {
+  using M = Route::Match;
+  // In order: the first row whose path matches answers.
+  static constexpr Route kRoutes[] = {
+      {"/hooks/github", M::kExact, false, &Server::HookRoute, &Server::AdmitHook},
+      {"/hooks/gitlab", M::kExact, false, &Server::HookRoute, &Server::AdmitHook},
+      {"/hooks/gitea", M::kExact, false, &Server::HookRoute, &Server::AdmitHook},
+      {"/hooks/", M::kPrefix, true, &Server::NoRoute, &Server::AdmitAnonymous},
+      {"/api/v1/workers/", M::kPrefix, false, &Server::WorkerRoute, &Server::AdmitWorker},
+      {"/api/v1/runs/", M::kPrefix, false, &Server::WorkerRoute, &Server::AdmitWorker},
+      {"", M::kDashboard, false, &Server::DashboardRoute},
+      {"/api/v1/retry", M::kExact, false, &Server::RetryRoute},
+      {"/healthz", M::kExact, true, &Server::HealthRoute},
+      // What shows runs needs the read token: the status document, the
+      // counters (a Prometheus scrape sends it as a bearer token) and the
+      // read routes. /healthz shows nothing and stays open.
+      {"/api/v1/whoami", M::kExact, true, &Server::WhoamiRoute},
+      {"/api/v1/audit", M::kExact, true, &Server::AuditRoute},
+      {"/api/v1/status", M::kExact, true, &Server::StatusRoute},
+      {"/api/v1/report", M::kExact, true, &Server::ReadRoute},
+      {"/api/v1/gate", M::kExact, true, &Server::ReadRoute},
+      {"/api/v1/logs", M::kExact, true, &Server::ReadRoute},
+      {"/metrics", M::kExact, true, &Server::MetricsRoute},
+  };
+  return kRoutes;
+}
+
+const Server::Route* Server::Find(const std::string& path) {
+  for (const Route& r : Routes()) {
+    bool match = r.match == Route::Match::kExact    ? path == r.path
+                 : r.match == Route::Match::kPrefix ? path.starts_with(r.path)
+                                                    : Dashboard::Owns(path);
+    if (match) return &r;
   }
-  MutexLock lock(read_mu_);
-  read_store_.emplace(std::move(r));
-  read_store_->UseFineBusyWait();
-  return {};
+  return nullptr;
 }
 
 ForgeKind Server::HookForge(const std::string& path) {
@@ -73,10 +104,10 @@ ForgeKind Server::HookForge(const std::string& path) {
   return it == kHooks.end() ? ForgeKind::kNone : it->second;
 }
 
-HttpServerReply Server::Health() {
+HttpServerReply Server::HealthRoute(const HttpServerRequest&, const std::string&) {
   {
-    MutexLock lock(read_mu_);
-    if (!read_store_ || read_store_->schema_version() < 0) {
+    MutexLock lock(ctx_.read_mu);
+    if (!ctx_.read_store || ctx_.read_store->schema_version() < 0) {
       return {503, "text/plain; charset=utf-8", "store unavailable\n"};
     }
   }
@@ -101,66 +132,79 @@ HttpServerReply Server::Health() {
 HttpServerReply Server::Handle(const HttpServerRequest& req) {
   std::string path = req.path;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
-  if (auto forge = HookForge(path); forge != ForgeKind::kNone) {
-    if (req.method != "POST") {
-      return Json(405, {{"result", "error"}, {"reason", "webhooks are POSTed"}});
-    }
-    return Webhook(forge, req);
-  }
-  if (path.starts_with("/api/v1/workers/") || path.starts_with("/api/v1/runs/")) {
-    return WorkerRoute(req, path);
-  }
-  if (Dashboard::Owns(path)) return dashboard_->Handle(req, path);
-  if (path == "/api/v1/retry") return RetryRoute(req);
-  if (req.method != "GET" && req.method != "HEAD") {
+  const Route* route = Find(path);
+  if ((!route || route->get_only) && req.method != "GET" && req.method != "HEAD") {
     return Json(405, {{"result", "error"}, {"reason", req.method + " is not allowed here"}});
   }
-  if (path == "/healthz") return Health();
-  // What shows runs needs the read token: the status document, the
-  // counters (a Prometheus scrape sends it as a bearer token) and the read
-  // routes. /healthz shows nothing and stays open.
-  if (path == "/api/v1/whoami") return WhoamiRoute(req);
-  if (path == "/api/v1/audit") return AuditRoute(req);
-  if (path == "/api/v1/status" || path == "/metrics") {
-    switch (ReadAccess(req)) {
-      case 0:
-        break;
-      case 403:
-        return Json(403, {{"result", "error"},
-                          {"reason", path + " is off: the server config has no read_token"}});
-      default:
-        return Json(401, {{"result", "error"}, {"reason", "missing or wrong read token"}});
-    }
+  if (!route) return NoRoute(req, path);
+  return (this->*route->handle)(req, path);
+}
+
+HttpServerReply Server::HookRoute(const HttpServerRequest& req, const std::string& path) {
+  if (req.method != "POST") {
+    return Json(405, {{"result", "error"}, {"reason", "webhooks are POSTed"}});
   }
-  if (path == "/api/v1/status") {
-    MutexLock lock(read_mu_);
-    auto j = StatusJson(*read_store_, db_path_, clock_.Now());
-    if (!j) return Json(503, {{"result", "error"}, {"reason", j.error().message}});
-    return {200, "application/json", j->dump(2) + "\n"};
-  }
-  if (path == "/api/v1/report" || path == "/api/v1/gate" || path == "/api/v1/logs") {
-    return ReadRoute(req, path);
-  }
-  if (path == "/metrics") return {200, "text/plain; version=0.0.4; charset=utf-8", MetricsText()};
+  return Webhook(HookForge(path), req);
+}
+
+HttpServerReply Server::WorkerRoute(const HttpServerRequest& req, const std::string& path) {
+  return worker_api_.Handle(req, path);
+}
+
+HttpServerReply Server::DashboardRoute(const HttpServerRequest& req, const std::string& path) {
+  return dashboard_->Handle(req, path);
+}
+
+HttpServerReply Server::ReadRoute(const HttpServerRequest& req, const std::string& path) {
+  return read_api_.Handle(req, path);
+}
+
+HttpServerReply Server::NoRoute(const HttpServerRequest&, const std::string& path) {
   return Json(404, {{"result", "error"}, {"reason", "no route " + path}});
 }
 
-HttpServerReply Server::RetryRoute(const HttpServerRequest& req) {
+std::optional<HttpServerReply> Server::RefuseRead(const HttpServerRequest& req,
+                                                  const std::string& path) {
+  switch (ctx_.ReadAccess(req)) {
+    case 0:
+      return std::nullopt;
+    case 403:
+      return Json(403, {{"result", "error"},
+                        {"reason", path + " is off: the server config has no read_token"}});
+    default:
+      return Json(401, {{"result", "error"}, {"reason", "missing or wrong read token"}});
+  }
+}
+
+HttpServerReply Server::StatusRoute(const HttpServerRequest& req, const std::string& path) {
+  if (auto refused = RefuseRead(req, path)) return *refused;
+  MutexLock lock(ctx_.read_mu);
+  auto j = StatusJson(*ctx_.read_store, ctx_.db_path(), ctx_.clock().Now());
+  if (!j) return Json(503, {{"result", "error"}, {"reason", j.error().message}});
+  return {200, "application/json", j->dump(2) + "\n"};
+}
+
+HttpServerReply Server::MetricsRoute(const HttpServerRequest& req, const std::string& path) {
+  if (auto refused = RefuseRead(req, path)) return *refused;
+  return {200, "text/plain; version=0.0.4; charset=utf-8", MetricsText()};
+}
+
+HttpServerReply Server::RetryRoute(const HttpServerRequest& req, const std::string&) {
   if (req.method != "POST") {
     return Json(405, {{"result", "error"}, {"reason", "/api/v1/retry is POSTed"}});
   }
-  Principal who = Caller(req, true);
+  Principal who = ctx_.Caller(req, true);
   if (who.role < AccessRole::kWrite) {
     if (who.role == AccessRole::kRead) {
       spdlog::warn("api: {} (read) was refused POST /api/v1/retry", who.who);
       std::string why = "/api/v1/retry needs a write role; " + who.who + " is read";
-      if (config_.admin_token.empty() && !who.person) {
+      if (ctx_.config().admin_token.empty() && !who.person) {
         why += " (and the server config has no admin_token: only a personal token of a write "
                "role retries)";
       }
       return Json(403, {{"result", "error"}, {"reason", why}});
     }
-    if (config_.admin_token.empty() && !who.person && who.refused.empty()) {
+    if (ctx_.config().admin_token.empty() && !who.person && who.refused.empty()) {
       return Json(403, {{"result", "error"},
                         {"reason", "/api/v1/retry is off: the server config has no admin_token "
                                    "and no personal token was given"}});
@@ -181,8 +225,8 @@ HttpServerReply Server::RetryRoute(const HttpServerRequest& req) {
   std::int64_t id = body[key].get<std::int64_t>();
   Result<json> retried;
   {
-    MutexLock lock(write_mu_);
-    retried = RetryRuns(*write_store_, id, batch, clock_.Now(), who.who);
+    MutexLock lock(ctx_.write_mu);
+    retried = RetryRuns(*ctx_.write_store, id, batch, ctx_.clock().Now(), who.who);
   }
   if (!retried) {
     int status = retried.error().kind == ErrorKind::kNotFound   ? 404
@@ -192,9 +236,9 @@ HttpServerReply Server::RetryRoute(const HttpServerRequest& req) {
   }
   size_t n = (*retried)["retried"].size();
   {
-    MutexLock lock(write_mu_);
-    RecordAudit(*write_store_,
-                {0, clock_.Now(), who.who, batch ? "retry_batch" : "retry_run",
+    MutexLock lock(ctx_.write_mu);
+    RecordAudit(*ctx_.write_store,
+                {0, ctx_.clock().Now(), who.who, batch ? "retry_batch" : "retry_run",
                  std::string(key) + " " + std::to_string(id), std::to_string(n) + " run(s)",
                  req.peer},
                 "api",
@@ -205,44 +249,9 @@ HttpServerReply Server::RetryRoute(const HttpServerRequest& req) {
   return Json(200, *retried);
 }
 
-Principal Server::Caller(const HttpServerRequest& req, bool touch) {
-  const TimeMs now = clock_.Now();
-  Principal p;
-  {
-    MutexLock lock(read_mu_);
-    p = IdentifyBearer(config_, read_store_ ? &*read_store_ : nullptr, req.headers, now);
-  }
-  if (p.token_id && touch) {
-    MutexLock lock(write_mu_);
-    if (auto st = write_store_->access().TouchToken(p.token_id, now, req.peer, 60'000); !st) {
-      spdlog::warn("api: the last use of token {} was not recorded: {}", p.token_id,
-                   st.error().message);
-    }
-  }
-  if (!p.refused.empty()) {
-    if (auto skipped = refused_token_log_.Allow(now)) {
-      spdlog::warn("api: {} {} from {} was refused: {}{}", req.method, req.path, req.peer,
-                   p.refused,
-                   *skipped ? " (" + std::to_string(*skipped) + " more since the last such line)"
-                            : std::string());
-    }
-  }
-  return p;
-}
-
-int Server::ReadAccess(const HttpServerRequest& req) {
-  Principal p = Caller(req, true);
-  if (p.role != AccessRole::kNone) return 0;
-  // A refused personal token is a 401 (revoked, expired, unknown); anything
-  // else answers as before people: 403 while no read token is configured.
-  auto auth = FindHeader(req.headers, "Authorization").value_or("");
-  if (auth.starts_with(std::string("Bearer ") + std::string(kPersonalTokenPrefix))) return 401;
-  return CheckReadToken(config_, req.headers) == 403 ? 403 : 401;
-}
-
-HttpServerReply Server::WhoamiRoute(const HttpServerRequest& req) {
+HttpServerReply Server::WhoamiRoute(const HttpServerRequest& req, const std::string&) {
   if (req.method != "GET") return Json(405, {{"result", "error"}, {"reason", "GET only"}});
-  Principal p = Caller(req, true);
+  Principal p = ctx_.Caller(req, true);
   if (p.role == AccessRole::kNone) {
     return Json(401, {{"result", "error"},
                       {"reason", p.refused.empty() ? "missing or wrong token" : p.refused}});
@@ -253,9 +262,9 @@ HttpServerReply Server::WhoamiRoute(const HttpServerRequest& req) {
   return Json(200, j);
 }
 
-HttpServerReply Server::AuditRoute(const HttpServerRequest& req) {
+HttpServerReply Server::AuditRoute(const HttpServerRequest& req, const std::string&) {
   if (req.method != "GET") return Json(405, {{"result", "error"}, {"reason", "GET only"}});
-  Principal p = Caller(req, true);
+  Principal p = ctx_.Caller(req, true);
   if (p.role != AccessRole::kAdmin) {
     return Json(p.role == AccessRole::kNone ? 401 : 403,
                 {{"result", "error"}, {"reason", "the audit trail is for admins"}});
@@ -266,7 +275,7 @@ HttpServerReply Server::AuditRoute(const HttpServerRequest& req) {
     if (k == "since") {
       auto s = ParseDurationSeconds(v);
       if (!s) return Json(400, {{"result", "error"}, {"reason", "since: " + s.error().message}});
-      since = clock_.Now() - *s * 1000;
+      since = ctx_.clock().Now() - *s * 1000;
     } else if (k == "limit") {
       int n = 0;
       auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
@@ -281,8 +290,8 @@ HttpServerReply Server::AuditRoute(const HttpServerRequest& req) {
   }
   Result<std::vector<Access::AuditRow>> rows;
   {
-    MutexLock lock(read_mu_);
-    rows = read_store_->access().AuditSince(since, limit);
+    MutexLock lock(ctx_.read_mu);
+    rows = ctx_.read_store->access().AuditSince(since, limit);
   }
   if (!rows) return Json(503, {{"result", "error"}, {"reason", rows.error().message}});
   return Json(200, {{"audit", AuditJson(*rows)}});
@@ -291,26 +300,38 @@ HttpServerReply Server::AuditRoute(const HttpServerRequest& req) {
 Admission Server::Admit(const HttpServerRequest& head) {
   std::string path = head.path;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
-  if (auto forge = HookForge(path); forge != ForgeKind::kNone && head.method == "POST") {
-    return AdmitWebhook(forge, head);
-  }
-  if (path.starts_with("/hooks/")) return {kMaxOtherBodyBytes, std::nullopt};
-  if (path.starts_with("/api/v1/workers/") || path.starts_with("/api/v1/runs/")) {
-    HttpServerRequest probe = head;
-    probe.headers_only = true;
-    HttpServerReply r = WorkerRoute(probe, path);
-    if (r.status != 0) return {0, r};  // no or a wrong token: the body is never read
-    // A machine of a pool: never evicted for anonymous traffic, and its body
-    // draws from the trusted budget (server_http.h).
-    return {kMaxWorkerBodyBytes, std::nullopt, /*trusted=*/true};
-  }
-  // The read or admin token, a live personal token, or a dashboard session:
-  // trusted as well.
+  const Route* route = Find(path);
+  if (route && route->admit) return (this->*route->admit)(head, path);
+  return AdmitByToken(head, path);
+}
+
+Admission Server::AdmitHook(const HttpServerRequest& head, const std::string& path) {
+  if (head.method != "POST") return AdmitAnonymous(head, path);
+  return AdmitWebhook(HookForge(path), head);
+}
+
+Admission Server::AdmitAnonymous(const HttpServerRequest&, const std::string&) {
+  return {kMaxOtherBodyBytes, std::nullopt};
+}
+
+Admission Server::AdmitWorker(const HttpServerRequest& head, const std::string& path) {
+  HttpServerRequest probe = head;
+  probe.headers_only = true;
+  HttpServerReply r = worker_api_.Handle(probe, path);
+  if (r.status != 0) return {0, r};  // no or a wrong token: the body is never read
+  // A machine of a pool: never evicted for anonymous traffic, and its body
+  // draws from the trusted budget (server_http.h).
+  return {kMaxWorkerBodyBytes, std::nullopt, /*trusted=*/true};
+}
+
+// The read or admin token, a live personal token, or a dashboard session:
+// trusted as well.
+Admission Server::AdmitByToken(const HttpServerRequest& head, const std::string&) {
   bool trusted = dashboard_->SignedIn(head);
   if (!trusted) {
-    MutexLock lock(read_mu_);
-    trusted = IdentifyBearer(config_, read_store_ ? &*read_store_ : nullptr, head.headers,
-                             clock_.Now())
+    MutexLock lock(ctx_.read_mu);
+    trusted = IdentifyBearer(ctx_.config(), ctx_.read_store ? &*ctx_.read_store : nullptr,
+                             head.headers, ctx_.clock().Now())
                   .role != AccessRole::kNone;
   }
   return {kMaxOtherBodyBytes, std::nullopt, trusted};
@@ -323,7 +344,7 @@ Admission Server::Admit(const HttpServerRequest& head) {
 // would refuse it after reading.
 Admission Server::AdmitWebhook(ForgeKind forge, const HttpServerRequest& head) {
   WebhookPrecheck best = WebhookPrecheck::kRefused;
-  for (const auto& r : config_.repositories) {
+  for (const auto& r : ctx_.config().repositories) {
     if (r.forge != forge) continue;
     best = std::max(best, PrecheckWebhook(forge, head.headers, r.secret.value));
   }
@@ -333,7 +354,7 @@ Admission Server::AdmitWebhook(ForgeKind forge, const HttpServerRequest& head) {
     MutexLock lock(counters_mu_);
     ++deliveries_[{std::string(ForgeName(forge)), "unauthorized"}];
   }
-  if (auto skipped = unsigned_log_.Allow(clock_.Now())) {
+  if (auto skipped = unsigned_log_.Allow(ctx_.clock().Now())) {
     spdlog::warn("{} webhook refused unread: no signature or token that a configured secret "
                  "could verify{}",
                  ForgeName(forge),
@@ -352,8 +373,8 @@ HttpServerReply Server::Webhook(ForgeKind forge, const HttpServerRequest& req) {
     r = {413, R"({"reason":"body over 25 MB","result":"too_large"})", "too_large", 0};
     spdlog::warn("{} webhook refused: body over the 25 MB limit", ForgeName(forge));
   } else {
-    MutexLock lock(write_mu_);
-    r = HandleWebhook(config_, *write_store_, forge, req.headers, req.body, clock_.Now(),
+    MutexLock lock(ctx_.write_mu);
+    r = HandleWebhook(ctx_.config(), *ctx_.write_store, forge, req.headers, req.body, ctx_.clock().Now(),
                       &webhook_limiter_);
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -377,8 +398,8 @@ HttpServerReply Server::Webhook(ForgeKind forge, const HttpServerRequest& req) {
 std::string Server::MetricsText() {
   std::ostringstream out;
   {
-    MutexLock lock(read_mu_);
-    auto counts = read_store_->runs().CountByState();
+    MutexLock lock(ctx_.read_mu);
+    auto counts = ctx_.read_store->runs().CountByState();
     if (counts) {
       out << "# HELP trainq_runs Runs by state; queued, leased, running and failed are the "
              "queue.\n# TYPE trainq_runs gauge\n";
@@ -393,7 +414,7 @@ std::string Server::MetricsText() {
             << (*counts)[static_cast<int>(s)] << "\n";
       }
     }
-    if (auto pushes = read_store_->pushes().CountPushesByState()) {
+    if (auto pushes = ctx_.read_store->pushes().CountPushesByState()) {
       out << "# HELP trainq_pushes Pushes recorded (webhooks and polls), by state.\n"
              "# TYPE trainq_pushes gauge\n";
       std::map<std::string, std::int64_t> by_state = {
@@ -403,7 +424,7 @@ std::string Server::MetricsText() {
         out << "trainq_pushes{state=\"" << Label(s) << "\"} " << n << "\n";
       }
     }
-    if (auto machines = read_store_->machines().List(true)) {
+    if (auto machines = ctx_.read_store->machines().List(true)) {
       std::map<std::string, std::int64_t> by_state;
       for (const auto& m : *machines) ++by_state[m.state];
       out << "# HELP trainq_machines Machines by state.\n# TYPE trainq_machines gauge\n";
@@ -411,7 +432,7 @@ std::string Server::MetricsText() {
         out << "trainq_machines{state=\"" << Label(s) << "\"} " << n << "\n";
       }
     }
-    if (auto states = read_store_->machines().PoolStates()) {
+    if (auto states = ctx_.read_store->machines().PoolStates()) {
       out << "# HELP trainq_pool_failed_boots Failed boots in a row (machines that never became a "
              "working worker).\n# TYPE trainq_pool_failed_boots gauge\n";
       for (const auto& s : *states) {
@@ -445,6 +466,7 @@ std::string Server::MetricsText() {
       }
     }
   }
+  const auto worker_requests = worker_api_.RequestCounts();
   MutexLock lock(counters_mu_);
   out << "# HELP trainq_webhook_deliveries_total Webhook deliveries since start, by forge and "
          "result.\n# TYPE trainq_webhook_deliveries_total counter\n";
@@ -454,7 +476,7 @@ std::string Server::MetricsText() {
   }
   out << "# HELP trainq_worker_requests_total Worker protocol requests since start, by route "
          "and HTTP status.\n# TYPE trainq_worker_requests_total counter\n";
-  for (const auto& [key, n] : worker_requests_) {
+  for (const auto& [key, n] : worker_requests) {
     out << "trainq_worker_requests_total{route=\"" << Label(key.first) << "\",status=\""
         << key.second << "\"} " << n << "\n";
   }

@@ -18,6 +18,13 @@
 //                                                     (agent/daemon/worker_api.h)
 //   GET  /, /dash/* and the dashboard's pages          the web dashboard
 //                                                     (agent/daemon/dashboard.h)
+// Server composes the parts, each its own class with its own fields and
+// mutexes, through one route table (Server::Routes, server.cc): WorkerApi
+// (agent/daemon/worker_api.h), ReadApi (agent/daemon/read_api.h), the
+// Dashboard, and the webhooks, health, status, metrics, retry, whoami and
+// audit routes written here. What they share (config, clock, the two store
+// connections, who a token names) is a ServerContext
+// (agent/daemon/server_context.h).
 // Every state-changing route is authenticated (webhooks by signature or
 // token, retry by the admin token or a personal token of a write role,
 // agent/daemon/access.h), and so are the report and the gate (the read
@@ -35,36 +42,27 @@
 
 #include <array>
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 
-#include "agent/daemon/access.h"
+#include "agent/daemon/dashboard.h"
+#include "agent/daemon/read_api.h"
+#include "agent/daemon/server_context.h"
+#include "agent/daemon/server_http.h"
+#include "agent/daemon/worker_api.h"
 #include "agent/triggers/server_config.h"
 #include "agent/triggers/webhook.h"
-#include "agent/daemon/dashboard.h"
-#include "agent/daemon/server_http.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/thread_annotations.h"
-#include "queue/store.h"
 
 namespace trainq {
-
-struct ServerOptions {
-  std::string data_dir;             // runs/<id>/output.log; "" = the database's directory
-  TimeMs lease_ms = 60'000;         // a worker's lease, extended by each heartbeat
-  TimeMs heartbeat_ms = 10'000;     // told to workers at registration
-  TimeMs max_wait_ms = 20'000;      // a lease long poll waits at most this long
-  TimeMs recheck_ms = 250;          // ... and re-reads the store this often (submits from
-                                    // other processes do not call NotifyWork)
-  int max_long_polls = 32;          // lease calls waiting at once; more answer at once
-};
 
 class Server {
  public:
@@ -92,8 +90,8 @@ class Server {
   static constexpr std::size_t kMaxOtherBodyBytes = 64u << 10;
   // Per run (log: per attempt): past these, points are refused (413) and log
   // bytes dropped after a "truncated" line.
-  static constexpr std::int64_t kMaxMetricPointsPerRun = 100'000;
-  static constexpr std::int64_t kMaxLogBytesPerAttempt = std::int64_t{256} << 20;
+  static constexpr std::int64_t kMaxMetricPointsPerRun = WorkerApi::kMaxMetricPointsPerRun;
+  static constexpr std::int64_t kMaxLogBytesPerAttempt = WorkerApi::kMaxLogBytesPerAttempt;
   // Called after a push was recorded (wakes the worker).
   void set_on_push(std::function<void()> on_push) { on_push_ = std::move(on_push); }
 
@@ -101,114 +99,81 @@ class Server {
 
   // Work may be leasable (a submit, a push, a completion, a run back in the
   // queue): waiting lease calls look at the store again now.
-  void NotifyWork();
-  // Waiting lease calls answer now and new ones do not wait (shutdown).
+  void NotifyWork() { worker_api_.NotifyWork(); }
+  // Waiting lease calls answer now and new ones do not wait, and the
+  // dashboard's event streams end (shutdown).
   void StopWaiting();
   // Lease calls waiting right now.
-  int WaitingPolls();
+  int WaitingPolls() { return worker_api_.WaitingPolls(); }
   // The dashboard's one-time sign-in link and how to sign in after it, for
   // the log line at start (Dashboard::StartLine).
   std::string DashboardUrl(const std::string& listen) { return dashboard_->StartLine(listen); }
-  const ServerOptions& options() const { return options_; }
+  const ServerOptions& options() const { return ctx_.options(); }
 
  private:
+  // One row of the route table (Routes()): the first row whose path matches
+  // answers the request, and the listener's question before the body (Admit).
+  struct Route {
+    enum class Match { kExact, kPrefix, kDashboard };  // kDashboard: Dashboard::Owns
+    std::string_view path;
+    Match match;
+    bool get_only;  // other methods get the table's one 405
+    HttpServerReply (Server::*handle)(const HttpServerRequest& request, const std::string& path);
+    // null: trusted with the read or admin token, a personal token or a
+    // dashboard session (AdmitByToken).
+    Admission (Server::*admit)(const HttpServerRequest& head, const std::string& path) = nullptr;
+  };
+  static std::span<const Route> Routes();
+  // The first row of Routes() for `path`; null when none.
+  static const Route* Find(const std::string& path);
+
+  // The table's handlers.
+  HttpServerReply HookRoute(const HttpServerRequest& request, const std::string& path);
+  HttpServerReply WorkerRoute(const HttpServerRequest& request, const std::string& path);
+  HttpServerReply DashboardRoute(const HttpServerRequest& request, const std::string& path);
+  HttpServerReply ReadRoute(const HttpServerRequest& request, const std::string& path);
+  // POST /api/v1/retry (agent/results/retry.h RetryRuns): a write role.
+  HttpServerReply RetryRoute(const HttpServerRequest& request, const std::string& path);
+  HttpServerReply HealthRoute(const HttpServerRequest& request, const std::string& path);
+  // GET /api/v1/whoami (any role) and GET /api/v1/audit (admin).
+  HttpServerReply WhoamiRoute(const HttpServerRequest& request, const std::string& path);
+  HttpServerReply AuditRoute(const HttpServerRequest& request, const std::string& path);
+  HttpServerReply StatusRoute(const HttpServerRequest& request, const std::string& path);
+  HttpServerReply MetricsRoute(const HttpServerRequest& request, const std::string& path);
+  HttpServerReply NoRoute(const HttpServerRequest& request, const std::string& path);
+  // The table's admissions.
+  Admission AdmitHook(const HttpServerRequest& head, const std::string& path);
+  Admission AdmitAnonymous(const HttpServerRequest& head, const std::string& path);
+  Admission AdmitWorker(const HttpServerRequest& head, const std::string& path);
+  Admission AdmitByToken(const HttpServerRequest& head, const std::string& path);
+
   HttpServerReply Webhook(ForgeKind forge, const HttpServerRequest& request);
   Admission AdmitWebhook(ForgeKind forge, const HttpServerRequest& head);
-  HttpServerReply Health();
   // /hooks/github -> kGithub ...; kNone for any other path.
   static ForgeKind HookForge(const std::string& path);
-  // GET /api/v1/report and /api/v1/gate (agent/daemon/read_api.cc).
-  HttpServerReply ReadRoute(const HttpServerRequest& request, const std::string& path);
-  // GET /api/v1/logs (agent/daemon/read_api.cc), after ReadRoute's token check.
-  HttpServerReply LogsRoute(const HttpServerRequest& request);
-  // POST /api/v1/retry (agent/results/retry.h RetryRuns): a write role.
-  HttpServerReply RetryRoute(const HttpServerRequest& request);
-  // Who the bearer token names (agent/daemon/access.h): the shared tokens or a
-  // personal token (read from the store; `touch` records its use).
-  Principal Caller(const HttpServerRequest& request, bool touch);
-  // 0 when the caller may read; else 401 (no or a refused token, logged) or
-  // 403 (no read token configured and no personal token given).
-  int ReadAccess(const HttpServerRequest& request);
-  // GET /api/v1/whoami (any role) and GET /api/v1/audit (admin).
-  HttpServerReply WhoamiRoute(const HttpServerRequest& request);
-  HttpServerReply AuditRoute(const HttpServerRequest& request);
-
-  // The worker protocol (agent/daemon/worker_api.cc).
-  HttpServerReply WorkerRoute(const HttpServerRequest& request, const std::string& path);
-  HttpServerReply WorkerRouteInner(const HttpServerRequest& request, const std::string& path,
-                                   std::string& route);
-  HttpServerReply Register(const std::string& pool, const HttpServerRequest& request);
-  HttpServerReply LeaseRoute(const std::string& pool, std::int64_t machine,
-                             const HttpServerRequest& request);
-  // POST /api/v1/runs/{id}/{what}: checks the token and that the run is
-  // leased to a machine of the caller's pool, then calls RunRoutes()[what].
-  HttpServerReply RunRoute(const std::string& pool, std::int64_t run_id, const std::string& what,
-                           const HttpServerRequest& request);
-  struct RunCall {
-    std::int64_t run_id;
-    std::int64_t token;
-    std::int64_t machine;  // the machine the run is leased to (the caller's)
-    TimeMs now;
-    nlohmann::json body;   // null for `log`, whose body is the log bytes
-    const HttpServerRequest& req;
-  };
-  using RunHandler = HttpServerReply (Server::*)(RunCall&);
-  static const std::map<std::string, RunHandler, std::less<>>& RunRoutes();
-  HttpServerReply HeartbeatRoute(RunCall& call);
-  HttpServerReply MetricsRoute(RunCall& call);
-  HttpServerReply CompleteRoute(RunCall& call);
-  HttpServerReply LogRoute(RunCall& call);
-  HttpServerReply RunSourceRoute(RunCall& call);
-  HttpServerReply GangRoute(const std::string& pool, std::int64_t run_id,
-                            const HttpServerRequest& request);
-  HttpServerReply AppendLog(std::int64_t run_id, std::int64_t token,
-                            const HttpServerRequest& request);
-  std::string DataDir() const;
-
-  HttpServerReply SourceRoute(std::int64_t run_id);
-  HttpServerReply LeaveRoute(const std::string& pool, std::int64_t machine);
+  // Status and metrics need the read token: null when the caller may read,
+  // else the refusal.
+  std::optional<HttpServerReply> RefuseRead(const HttpServerRequest& request,
+                                            const std::string& path);
 
   // Set before the listener starts; read by every thread.
-  const ServerConfig& config_;
-  std::string db_path_;
-  const Clock& clock_;
-  ServerOptions options_;
+  ServerContext ctx_;
   std::function<void()> on_push_;
 
-  // Every write to the store, and the webhooks' per-repository rate limit.
-  Mutex write_mu_;
-  std::optional<Store> write_store_ GUARDED_BY(write_mu_);
-  WebhookLimiter webhook_limiter_ GUARDED_BY(write_mu_);  // per-repository webhook_rate_limit
-
-  // The reads of the routes that only read (tokens, report, gate, logs).
-  Mutex read_mu_;
-  std::optional<Store> read_store_ GUARDED_BY(read_mu_);
-
-  // Thread-safe themselves (declared after the stores: the dashboard goes first).
+  // The parts (thread-safe themselves; declared after the context's stores:
+  // they go first).
+  WorkerApi worker_api_{ctx_};
+  ReadApi read_api_{ctx_};
   std::unique_ptr<Dashboard> dashboard_;
   std::atomic<const HttpListener*> listener_{nullptr};
   LogLimiter unsigned_log_{60'000};  // webhooks refused from their headers
-  LogLimiter refused_token_log_{60'000};  // personal tokens refused (revoked, expired)
 
-  // Lease long polls wait on work_cv_; work_generation_ counts NotifyWork() calls.
-  Mutex work_mu_;
-  std::condition_variable work_cv_;
-  std::uint64_t work_generation_ GUARDED_BY(work_mu_) = 0;
-  int waiting_polls_ GUARDED_BY(work_mu_) = 0;
-  bool stop_waiting_ GUARDED_BY(work_mu_) = false;
+  // The webhooks' per-repository rate limit (webhook_rate_limit), with the writes.
+  WebhookLimiter webhook_limiter_ GUARDED_BY(ctx_.write_mu);
 
-  // Appends to run logs (the files under data_dir; no fields).
-  Mutex log_mu_;
-
-  // The last packfile served (repo dir + sha -> pack): the runs of one batch
-  // on several machines ask for the same commit.
-  Mutex pack_mu_;
-  std::string pack_key_ GUARDED_BY(pack_mu_);
-  std::string pack_ GUARDED_BY(pack_mu_);
-
-  // /metrics: webhook deliveries by (forge, result) since start, how long
-  // receive-to-stored took (a histogram, seconds), worker requests by
-  // (route, status).
+  // /metrics: webhook deliveries by (forge, result) since start and how long
+  // receive-to-stored took (a histogram, seconds). The worker requests are
+  // WorkerApi's.
   Mutex counters_mu_;
   std::map<std::pair<std::string, std::string>, std::int64_t> deliveries_
       GUARDED_BY(counters_mu_);
@@ -217,8 +182,6 @@ class Server {
   std::array<std::int64_t, kBuckets.size()> latency_buckets_ GUARDED_BY(counters_mu_){};
   std::int64_t latency_count_ GUARDED_BY(counters_mu_) = 0;
   double latency_sum_ GUARDED_BY(counters_mu_) = 0;
-  std::map<std::pair<std::string, int>, std::int64_t> worker_requests_
-      GUARDED_BY(counters_mu_);  // (route, status)
 };
 
 }  // namespace trainq

@@ -23,7 +23,7 @@
 #include "agent/results/analysis.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/mirror.h"
-#include "agent/daemon/server.h"
+#include "agent/daemon/server_context.h"
 #include "agent/runner/protocol.h"
 #include "core/crypto.h"
 #include "core/log.h"
@@ -173,15 +173,11 @@ Result<std::string> PoolToken(const ServerConfig& config, const std::string& dat
   return token;
 }
 
-// ---- Server's worker routes ------------------------------------------------------
+// ---- WorkerApi ----------------------------------------------------------------
 
-std::string Server::DataDir() const {
-  if (!options_.data_dir.empty()) return options_.data_dir;
-  auto parent = fs::path(db_path_).parent_path();
-  return parent.empty() ? "." : parent.string();
-}
+WorkerApi::~WorkerApi() { StopWaiting(); }
 
-void Server::NotifyWork() {
+void WorkerApi::NotifyWork() {
   {
     MutexLock lock(work_mu_);
     ++work_generation_;
@@ -189,25 +185,29 @@ void Server::NotifyWork() {
   work_cv_.notify_all();
 }
 
-int Server::WaitingPolls() {
+int WorkerApi::WaitingPolls() {
   MutexLock lock(work_mu_);
   return waiting_polls_;
 }
 
-void Server::StopWaiting() {
+void WorkerApi::StopWaiting() {
   {
     MutexLock lock(work_mu_);
     stop_waiting_ = true;
   }
   work_cv_.notify_all();
-  if (dashboard_) dashboard_->Stop();  // its event streams answer now
 }
 
-HttpServerReply Server::WorkerRoute(const HttpServerRequest& req, const std::string& path) {
+std::map<std::pair<std::string, int>, std::int64_t> WorkerApi::RequestCounts() {
+  MutexLock lock(counters_mu_);
+  return requests_;
+}
+
+HttpServerReply WorkerApi::Handle(const HttpServerRequest& req, const std::string& path) {
   std::string route = "unknown";
   HttpServerReply reply;
   try {
-    reply = WorkerRouteInner(req, path, route);
+    reply = Route(req, path, route);
   } catch (const json::exception& e) {
     reply = ErrorReply(400, std::string("bad request body: ") + e.what());
   }
@@ -216,11 +216,11 @@ HttpServerReply Server::WorkerRoute(const HttpServerRequest& req, const std::str
     spdlog::debug("worker API {} {}: {} {}", req.method, path, reply.status, reply.body);
   }
   MutexLock lock(counters_mu_);
-  ++worker_requests_[{route, reply.status}];
+  ++requests_[{route, reply.status}];
   return reply;
 }
 
-HttpServerReply Server::WorkerRouteInner(const HttpServerRequest& req, const std::string& path,
+HttpServerReply WorkerApi::Route(const HttpServerRequest& req, const std::string& path,
                                          std::string& route) {
   // /api/v1/workers/register | /api/v1/workers/{id}/lease | /api/v1/runs/{id}/{what}
   std::vector<std::string> parts;
@@ -252,8 +252,8 @@ HttpServerReply Server::WorkerRouteInner(const HttpServerRequest& req, const std
   std::string hash = Sha256Hex(std::string(Trim(auth->substr(7))));
   std::optional<std::string> pool;
   {
-    MutexLock lock(write_mu_);
-    auto found = write_store_->machines().PoolForTokenHash(hash);
+    MutexLock lock(ctx_.write_mu);
+    auto found = ctx_.write_store->machines().PoolForTokenHash(hash);
     if (!found) return ErrorReply(503, found.error().message);
     pool = *found;
   }
@@ -263,13 +263,13 @@ HttpServerReply Server::WorkerRouteInner(const HttpServerRequest& req, const std
   if (route == "register") return Register(*pool, req);
   auto id = ParseId(parts[3]);
   if (!id) return ErrorReply(404, "no route " + path + " (bad id)");
-  if (route == "lease") return LeaseRoute(*pool, *id, req);
-  if (route == "leave") return LeaveRoute(*pool, *id);
-  if (route == "gang") return GangRoute(*pool, *id, req);
+  if (route == "lease") return Lease(*pool, *id, req);
+  if (route == "leave") return Leave(*pool, *id);
+  if (route == "gang") return Gang(*pool, *id, req);
   return RunRoute(*pool, *id, route, req);
 }
 
-HttpServerReply Server::Register(const std::string& pool, const HttpServerRequest& req) {
+HttpServerReply WorkerApi::Register(const std::string& pool, const HttpServerRequest& req) {
   auto body = Body(req);
   if (!body) return ErrorReply(400, "register: the body is not a JSON object");
   auto parsed = ParseRegisterRequest(*body);
@@ -285,8 +285,8 @@ HttpServerReply Server::Register(const std::string& pool, const HttpServerReques
   r.resources_json = resources.dump();
   Result<MachineRow> m;
   {
-    MutexLock lock(write_mu_);
-    m = write_store_->machines().RegisterWorker(r, clock_.Now());
+    MutexLock lock(ctx_.write_mu);
+    m = ctx_.write_store->machines().RegisterWorker(r, ctx_.clock().Now());
   }
   if (!m) {
     // A name of another pool is not this token's machine.
@@ -307,25 +307,25 @@ HttpServerReply Server::Register(const std::string& pool, const HttpServerReques
       spdlog::warn("{}", line);
     }
   }
-  const PoolSpec* spec = config_.FindPool(pool);
+  const PoolSpec* spec = ctx_.config().FindPool(pool);
   PoolSpec defaults;
   if (!spec) spec = &defaults;
   NotifyWork();  // a new machine may take work a waiting call could not
-  return Json(200, ToJson(RegisterAnswer{m->id, m->name, pool, options_.lease_ms,
-                                         options_.heartbeat_ms, spec->orphan_timeout_ms,
+  return Json(200, ToJson(RegisterAnswer{m->id, m->name, pool, ctx_.options().lease_ms,
+                                         ctx_.options().heartbeat_ms, spec->orphan_timeout_ms,
                                          spec->runs_per_gpu, spec->self_stop}));
 }
 
 // A worker that ends on its own (--once, drained, SIGTERM) says so. A machine
 // started by hand is stopped in the store at once (its runs, if any, back to
 // the queue); a provider's machine stays for the fleet, which stops it.
-HttpServerReply Server::LeaveRoute(const std::string& pool, std::int64_t machine) {
-  MutexLock lock(write_mu_);
-  auto m = MachineOfPool(*write_store_, machine, pool);
+HttpServerReply WorkerApi::Leave(const std::string& pool, std::int64_t machine) {
+  MutexLock lock(ctx_.write_mu);
+  auto m = MachineOfPool(*ctx_.write_store, machine, pool);
   if (!m) return m.error();
   if (m->provider != "manual") return Json(200, {{"state", m->state}});
   if (m->state == "stopped") return Json(200, {{"state", "stopped"}});
-  auto returned = write_store_->machines().ForgetMachine(machine, clock_.Now(), "its worker left");
+  auto returned = ctx_.write_store->machines().ForgetMachine(machine, ctx_.clock().Now(), "its worker left");
   if (!returned) return ErrorReply(StatusOf(returned.error()), returned.error().message);
   spdlog::info("worker {} ({}) of pool {} left{}", machine, m->name, pool,
                *returned ? "; " + std::to_string(*returned) + " run(s) back in the queue" : "");
@@ -333,11 +333,11 @@ HttpServerReply Server::LeaveRoute(const std::string& pool, std::int64_t machine
   return Json(200, {{"state", "stopped"}});
 }
 
-HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine,
+HttpServerReply WorkerApi::Lease(const std::string& pool, std::int64_t machine,
                                    const HttpServerRequest& req) {
   auto body = Body(req);
   if (!body) return ErrorReply(400, "lease: the body is not a JSON object");
-  const PoolSpec* spec = config_.FindPool(pool);
+  const PoolSpec* spec = ctx_.config().FindPool(pool);
   const LeaseRequest request = ParseLeaseRequest(*body);
   Machines::LeaseLimits limits;
   limits.max_runs = request.max_runs;
@@ -345,12 +345,12 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
   limits.runs_per_gpu =
       std::max(1, request.runs_per_gpu.value_or(spec ? spec->runs_per_gpu : 1));
   limits.fuse_max = std::max(1, request.fuse_max);
-  TimeMs wait_ms = std::clamp<TimeMs>(request.wait_ms, 0, options_.max_wait_ms);
+  TimeMs wait_ms = std::clamp<TimeMs>(request.wait_ms, 0, ctx_.options().max_wait_ms);
   if (limits.max_runs <= 0) wait_ms = 0;  // no free slot: nothing to wait for
 
   {
-    MutexLock lock(write_mu_);
-    auto m = MachineOfPool(*write_store_, machine, pool);
+    MutexLock lock(ctx_.write_mu);
+    auto m = MachineOfPool(*ctx_.write_store, machine, pool);
     if (!m) return m.error();
     // A worker asks for what its free slots take; never more than the slots
     // its machine registered.
@@ -365,7 +365,7 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
     counted = false;
   };
   // Waited through the clock, so a test's FakeClock drives the wait.
-  const TimeMs deadline = clock_.Now() + wait_ms;
+  const TimeMs deadline = ctx_.clock().Now() + wait_ms;
   while (true) {
     std::uint64_t seen;
     {
@@ -376,14 +376,14 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
     // a re-check reads first and writes only when there may be something.
     bool may = true;
     if (counted) {
-      MutexLock lock(read_mu_);
-      auto m = read_store_->machines().MayLease(machine, clock_.Now());
+      MutexLock lock(ctx_.read_mu);
+      auto m = ctx_.read_store->machines().MayLease(machine, ctx_.clock().Now());
       may = !m || *m;
     }
     Result<std::vector<LeasedRun>> leased = std::vector<LeasedRun>{};
     if (may) {
-      MutexLock lock(write_mu_);
-      leased = write_store_->machines().LeaseForMachine(machine, limits, clock_.Now(), options_.lease_ms);
+      MutexLock lock(ctx_.write_mu);
+      leased = ctx_.write_store->machines().LeaseForMachine(machine, limits, ctx_.clock().Now(), ctx_.options().lease_ms);
     }
     if (!leased) {
       uncount();
@@ -399,41 +399,41 @@ HttpServerReply Server::LeaseRoute(const std::string& pool, std::int64_t machine
     }
     MutexLock lock(work_mu_);
     if (!counted) {
-      if (waiting_polls_ >= options_.max_long_polls) {
+      if (waiting_polls_ >= ctx_.options().max_long_polls) {
         lock.Unlock();
         return Json(200, ToJson(LeaseAnswer{"ready", {}}));
       }
       ++waiting_polls_;
       counted = true;
     }
-    const TimeMs now = clock_.Now();
+    const TimeMs now = ctx_.clock().Now();
     if (stop_waiting_ || now >= deadline) {
       lock.Unlock();
       uncount();
       if (wait_ms > 0) {  // the worker is still there at the end of its wait
-        MutexLock write(write_mu_);
-        (void)write_store_->machines().TouchWorker(machine, clock_.Now(), false);
+        MutexLock write(ctx_.write_mu);
+        (void)ctx_.write_store->machines().TouchWorker(machine, ctx_.clock().Now(), false);
       }
       return Json(200, ToJson(LeaseAnswer{"ready", {}}));
     }
-    clock_.WaitUntil(lock.native(), work_cv_, std::min<TimeMs>(deadline, now + options_.recheck_ms),
+    ctx_.clock().WaitUntil(lock.native(), work_cv_, std::min<TimeMs>(deadline, now + ctx_.options().recheck_ms),
                      [&]() REQUIRES(work_mu_) { return stop_waiting_ || work_generation_ != seen; });
   }
 }
 
-const std::map<std::string, Server::RunHandler, std::less<>>& Server::RunRoutes() {
+const std::map<std::string, WorkerApi::RunHandler, std::less<>>& WorkerApi::RunRoutes() {
   // POST /api/v1/runs/{id}/{what}: one handler per `what`.
   static const std::map<std::string, RunHandler, std::less<>> kRoutes = {
-      {"heartbeat", &Server::HeartbeatRoute},
-      {"metrics", &Server::MetricsRoute},
-      {"complete", &Server::CompleteRoute},
-      {"log", &Server::LogRoute},
-      {"source", &Server::RunSourceRoute},
+      {"heartbeat", &WorkerApi::Heartbeat},
+      {"metrics", &WorkerApi::Metrics},
+      {"complete", &WorkerApi::Complete},
+      {"log", &WorkerApi::Log},
+      {"source", &WorkerApi::RunSource},
   };
   return kRoutes;
 }
 
-HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
+HttpServerReply WorkerApi::RunRoute(const std::string& pool, std::int64_t run_id,
                                  const std::string& what, const HttpServerRequest& req) {
   std::optional<json> body;
   std::int64_t token = 0;
@@ -456,10 +456,10 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
   // to the calling machine when the body names it). A stale token is 409
   // whoever holds the run now: the caller must forget it.
   std::int64_t machine = 0;
-  TimeMs now = clock_.Now();
+  TimeMs now = ctx_.clock().Now();
   {
-    MutexLock lock(write_mu_);
-    if (auto st = write_store_->machines().CheckRunLease(run_id, token); !st) {
+    MutexLock lock(ctx_.write_mu);
+    if (auto st = ctx_.write_store->machines().CheckRunLease(run_id, token); !st) {
       // A success after the lease expired goes on: Store::Complete takes it
       // when nobody else holds the run, and refuses (and we log) otherwise.
       bool late_success = what == "complete" && st.error().kind == ErrorKind::kConflict &&
@@ -467,18 +467,18 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
       // The output a cancelled attempt wrote before its worker stopped it:
       // taken from the lease that ran it, so `trainq logs` keeps it.
       bool cancelled_log = what == "log" && st.error().kind == ErrorKind::kConflict &&
-                           write_store_->runs().IsCancelledLease(run_id, token).value_or(false);
+                           ctx_.write_store->runs().IsCancelledLease(run_id, token).value_or(false);
       if (!late_success && !cancelled_log) {
         return ErrorReply(StatusOf(st.error()), st.error().message);
       }
     }
-    auto mid = write_store_->machines().RunMachine(run_id);
+    auto mid = ctx_.write_store->machines().RunMachine(run_id);
     if (!mid) return ErrorReply(StatusOf(mid.error()), mid.error().message);
     if (!*mid) {
       return ErrorReply(403, "run " + std::to_string(run_id) + " is not leased to a worker machine");
     }
     machine = **mid;
-    auto m = write_store_->machines().Machine(machine);
+    auto m = ctx_.write_store->machines().Machine(machine);
     if (!m) return ErrorReply(503, m.error().message);
     if (!*m || (*m)->pool != pool) {
       return ErrorReply(403, "run " + std::to_string(run_id) + " is leased to another pool's machine");
@@ -493,7 +493,7 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
       return ErrorReply(400, what + ": \"worker_id\" (or an X-Trainq-Worker header) is "
                                     "required: the machine the run is leased to");
     }
-    if (*caller != machine && !GangMemberOn(*write_store_, run_id, *caller)) {
+    if (*caller != machine && !GangMemberOn(*ctx_.write_store, run_id, *caller)) {
       return ErrorReply(403, "run " + std::to_string(run_id) + " is leased to machine " +
                             std::to_string(machine));
     }
@@ -503,25 +503,25 @@ HttpServerReply Server::RunRoute(const std::string& pool, std::int64_t run_id,
   return (this->*RunRoutes().find(what)->second)(call);
 }
 
-HttpServerReply Server::RunSourceRoute(RunCall& c) {
+HttpServerReply WorkerApi::RunSource(RunCall& c) {
   {
-    MutexLock lock(write_mu_);
-    (void)write_store_->machines().TouchWorker(c.machine, c.now, false);
+    MutexLock lock(ctx_.write_mu);
+    (void)ctx_.write_store->machines().TouchWorker(c.machine, c.now, false);
   }
-  return SourceRoute(c.run_id);
+  return Source(c.run_id);
 }
 
-HttpServerReply Server::LogRoute(RunCall& c) {
+HttpServerReply WorkerApi::Log(RunCall& c) {
   auto reply = AppendLog(c.run_id, c.token, c.req);
-  MutexLock lock(write_mu_);
-  (void)write_store_->machines().TouchWorker(c.machine, c.now, false);
+  MutexLock lock(ctx_.write_mu);
+  (void)ctx_.write_store->machines().TouchWorker(c.machine, c.now, false);
   return reply;
 }
 
-HttpServerReply Server::HeartbeatRoute(RunCall& c) {
+HttpServerReply WorkerApi::Heartbeat(RunCall& c) {
   const HeartbeatRequest beat = ParseHeartbeatRequest(c.body);
-  MutexLock lock(write_mu_);
-  Store& store = *write_store_;
+  MutexLock lock(ctx_.write_mu);
+  Store& store = *ctx_.write_store;
   const std::int64_t run_id = c.run_id, token = c.token, machine = c.machine;
   const TimeMs now = c.now;
   // One transaction, one commit: the start (the first beat), the lease's new
@@ -534,10 +534,10 @@ HttpServerReply Server::HeartbeatRoute(RunCall& c) {
     if (beat.started) {
       auto run = store.runs().Run(run_id);
       if (run && *run && (*run)->state == RunState::kLeased) {
-        TRY(store.runs().MarkRunning(run_id, token, now, RunLogPath(DataDir(), run_id)));
+        TRY(store.runs().MarkRunning(run_id, token, now, RunLogPath(ctx_.DataDir(), run_id)));
       }
     }
-    ASSIGN_OR_RETURN(expires, store.runs().Heartbeat(run_id, token, now, options_.lease_ms));
+    ASSIGN_OR_RETURN(expires, store.runs().Heartbeat(run_id, token, now, ctx_.options().lease_ms));
     (void)store.machines().TouchWorker(machine, now, true);
     return {};
   });
@@ -545,11 +545,11 @@ HttpServerReply Server::HeartbeatRoute(RunCall& c) {
   return Json(200, ToJson(HeartbeatAnswer{expires}));
 }
 
-HttpServerReply Server::MetricsRoute(RunCall& c) {
+HttpServerReply WorkerApi::Metrics(RunCall& c) {
   auto request = ParseMetricsRequest(c.body);
   if (!request) return ErrorReply(400, request.error().message);
-  MutexLock lock(write_mu_);
-  Store& store = *write_store_;
+  MutexLock lock(ctx_.write_mu);
+  Store& store = *ctx_.write_store;
   const std::int64_t run_id = c.run_id, token = c.token, machine = c.machine;
   const TimeMs now = c.now;
   const std::vector<MetricPoint>& points = request->points;
@@ -566,12 +566,12 @@ HttpServerReply Server::MetricsRoute(RunCall& c) {
   return Json(200, json::object());
 }
 
-HttpServerReply Server::CompleteRoute(RunCall& c) {
+HttpServerReply WorkerApi::Complete(RunCall& c) {
   auto request = ParseCompleteRequest(c.body);
   if (!request) return ErrorReply(400, request.error().message);
   const CompleteRequest& r = *request;
-  MutexLock lock(write_mu_);
-  Store& store = *write_store_;
+  MutexLock lock(ctx_.write_mu);
+  Store& store = *ctx_.write_store;
   const std::int64_t run_id = c.run_id, token = c.token, machine = c.machine;
   const TimeMs now = c.now;
   // One transaction: the result, the machine's last_seen_ms and the adaptive
@@ -624,7 +624,7 @@ HttpServerReply Server::CompleteRoute(RunCall& c) {
 // ("complete"), named by node_rank and worker_id (queue/store.h, gangs). A
 // stale token is 409: the run failed, was cancelled or leased again, and the
 // member must stop its processes.
-HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
+HttpServerReply WorkerApi::Gang(const std::string& pool, std::int64_t run_id,
                                   const HttpServerRequest& req) {
   auto body = Body(req);
   if (!body) return ErrorReply(400, "gang: the body is not a JSON object");
@@ -632,9 +632,9 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
   if (!parsed) return ErrorReply(400, parsed.error().message);
   const GangMemberId& id = std::visit([](const auto& r) -> const GangMemberId& { return r.member; },
                                       *parsed);
-  TimeMs now = clock_.Now();
-  MutexLock lock(write_mu_);
-  Store& store = *write_store_;
+  TimeMs now = ctx_.clock().Now();
+  MutexLock lock(ctx_.write_mu);
+  Store& store = *ctx_.write_store;
   auto m = MachineOfPool(store, id.worker_id, pool, /*unknown_is_forbidden=*/true);
   if (!m) return m.error();
   const int rank = id.node_rank;
@@ -642,13 +642,13 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
     if (beat->started && rank == 0) {
       auto run = store.runs().Run(run_id);
       if (run && *run && (*run)->state == RunState::kLeased) {
-        if (auto st = store.runs().MarkRunning(run_id, id.token, now, RunLogPath(DataDir(), run_id));
+        if (auto st = store.runs().MarkRunning(run_id, id.token, now, RunLogPath(ctx_.DataDir(), run_id));
             !st) {
           return ErrorReply(StatusOf(st.error()), st.error().message);
         }
       }
     }
-    auto view = store.gangs().GangBeat(run_id, id.token, rank, id.worker_id, now, options_.lease_ms,
+    auto view = store.gangs().GangBeat(run_id, id.token, rank, id.worker_id, now, ctx_.options().lease_ms,
                                        beat->started, beat->master_addr, beat->master_port);
     if (!view) return ErrorReply(StatusOf(view.error()), view.error().message);
     (void)store.machines().TouchWorker(id.worker_id, now, true);
@@ -665,7 +665,7 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
       return ErrorReply(409, "gang: run " + std::to_string(run_id) + " node " +
                                  std::to_string(rank) + " is not this member's (stale token)");
     }
-    fs::path run_log = RunLogPath(DataDir(), run_id);
+    fs::path run_log = RunLogPath(ctx_.DataDir(), run_id);
     std::error_code ec;
     fs::create_directories(run_log.parent_path(), ec);
     std::string rank_log =
@@ -687,7 +687,7 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
     state = *finished ? "succeeded" : "running";
   } else {
     // Check the member first: a stale or foreign call changes nothing.
-    auto view = store.gangs().GangBeat(run_id, id.token, rank, id.worker_id, now, options_.lease_ms,
+    auto view = store.gangs().GangBeat(run_id, id.token, rank, id.worker_id, now, ctx_.options().lease_ms,
                                        false, "", 0);
     if (!view) return ErrorReply(StatusOf(view.error()), view.error().message);
     std::string why = "node " + std::to_string(rank) + " (" + m->name + "): " +
@@ -711,14 +711,14 @@ HttpServerReply Server::GangRoute(const std::string& pool, std::int64_t run_id,
 // The commit a run needs, as a git packfile (GitRepo::PackCommit), for a
 // worker that cannot reach the repository itself (a cloud machine given the
 // path of the server's mirror). Built outside the write lock.
-HttpServerReply Server::SourceRoute(std::int64_t run_id) {
+HttpServerReply WorkerApi::Source(std::int64_t run_id) {
   std::string repo_url, sha;
   {
-    MutexLock lock(write_mu_);
-    auto run = write_store_->runs().Run(run_id);
+    MutexLock lock(ctx_.write_mu);
+    auto run = ctx_.write_store->runs().Run(run_id);
     if (!run) return ErrorReply(503, run.error().message);
     if (!*run) return ErrorReply(404, "source: no run " + std::to_string(run_id));
-    auto batch = write_store_->runs().Batch((*run)->batch_id);
+    auto batch = ctx_.write_store->runs().Batch((*run)->batch_id);
     if (!batch) return ErrorReply(503, batch.error().message);
     if (!*batch) return ErrorReply(404, "source: run " + std::to_string(run_id) + " has no batch");
     repo_url = (*batch)->repo_url;
@@ -727,7 +727,7 @@ HttpServerReply Server::SourceRoute(std::int64_t run_id) {
   std::error_code ec;
   std::string dir = repo_url;
   if (!fs::is_directory(dir, ec) && repo_url.find("://") != std::string::npos) {
-    dir = Mirror::PathFor(DataDir(), repo_url);
+    dir = Mirror::PathFor(ctx_.DataDir(), repo_url);
   }
   if (!fs::is_directory(dir, ec)) {
     return ErrorReply(404, "source: the server has no copy of " + repo_url);
@@ -751,7 +751,7 @@ HttpServerReply Server::SourceRoute(std::int64_t run_id) {
   return reply;
 }
 
-HttpServerReply Server::AppendLog(std::int64_t run_id, std::int64_t token,
+HttpServerReply WorkerApi::AppendLog(std::int64_t run_id, std::int64_t token,
                                   const HttpServerRequest& req) {
   auto off = FindHeader(req.headers, "X-Trainq-Offset");
   std::int64_t offset = 0;
@@ -762,7 +762,7 @@ HttpServerReply Server::AppendLog(std::int64_t run_id, std::int64_t token,
       return ErrorReply(400, "log: X-Trainq-Offset must be a byte offset, got \"" + *off + "\"");
     }
   }
-  std::string path = RunLogPath(DataDir(), run_id);
+  std::string path = RunLogPath(ctx_.DataDir(), run_id);
   std::string marker_path = path + ".attempt";
   MutexLock lock(log_mu_);
   std::error_code ec;

@@ -1,6 +1,6 @@
-// The worker protocol's server side: pool tokens, and the constants and
-// helpers of the /api/v1/workers/* and /api/v1/runs/* routes, which
-// Server::Handle dispatches to (implemented in agent/daemon/worker_api.cc).
+// The worker protocol's server side: `WorkerApi`, the /api/v1/workers/* and
+// /api/v1/runs/* routes (one of the parts Server's route table composes), and
+// the pool tokens.
 //
 // Auth: `Authorization: Bearer <pool token>`. The token names the pool; the
 // store keeps only its SHA-256 hex (pool_tokens), compared in constant time.
@@ -21,17 +21,110 @@
 // registration. See docs/design/run-engine.md, "Worker protocol".
 #pragma once
 
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
-#include "core/crypto.h"
+#include "agent/daemon/server_http.h"
 #include "agent/triggers/server_config.h"
 #include "core/clock.h"
+#include "core/crypto.h"
 #include "core/result.h"
+#include "core/thread_annotations.h"
 #include "queue/types.h"
 
 namespace trainq {
 
+class ServerContext;
 class Store;
+
+// The routes above over the context's stores. Thread-safe: Handle is called
+// from the listener's threads at once; a lease long poll holds its caller's
+// thread while it waits (at most `max_long_polls` wait at once, further lease
+// calls answer at once).
+class WorkerApi {
+ public:
+  explicit WorkerApi(ServerContext& context) : ctx_(context) {}
+  ~WorkerApi();  // wakes waiting lease calls
+
+  // Answers /api/v1/workers/... and /api/v1/runs/... and counts the answer by
+  // route and status. With `request.headers_only` (the listener's admission,
+  // before the body), status 0 means the token is a pool's: read the body.
+  HttpServerReply Handle(const HttpServerRequest& request, const std::string& path);
+
+  // Work may be leasable (a submit, a push, a completion, a run back in the
+  // queue): waiting lease calls look at the store again now.
+  void NotifyWork();
+  // Waiting lease calls answer now and new ones do not wait (shutdown).
+  void StopWaiting();
+  // Lease calls waiting right now.
+  int WaitingPolls();
+  // Requests since start by (route, HTTP status), for /metrics.
+  std::map<std::pair<std::string, int>, std::int64_t> RequestCounts();
+
+  // Per run (log: per attempt): past these, points are refused (413) and log
+  // bytes dropped after a "truncated" line.
+  static constexpr std::int64_t kMaxMetricPointsPerRun = 100'000;
+  static constexpr std::int64_t kMaxLogBytesPerAttempt = std::int64_t{256} << 20;
+
+ private:
+  HttpServerReply Route(const HttpServerRequest& request, const std::string& path,
+                        std::string& route);
+  HttpServerReply Register(const std::string& pool, const HttpServerRequest& request);
+  HttpServerReply Lease(const std::string& pool, std::int64_t machine,
+                        const HttpServerRequest& request);
+  HttpServerReply Leave(const std::string& pool, std::int64_t machine);
+  // POST /api/v1/runs/{id}/{what}: checks the token and that the run is
+  // leased to a machine of the caller's pool, then calls RunRoutes()[what].
+  HttpServerReply RunRoute(const std::string& pool, std::int64_t run_id, const std::string& what,
+                           const HttpServerRequest& request);
+  struct RunCall {
+    std::int64_t run_id;
+    std::int64_t token;
+    std::int64_t machine;  // the machine the run is leased to (the caller's)
+    TimeMs now;
+    nlohmann::json body;   // null for `log`, whose body is the log bytes
+    const HttpServerRequest& req;
+  };
+  using RunHandler = HttpServerReply (WorkerApi::*)(RunCall&);
+  static const std::map<std::string, RunHandler, std::less<>>& RunRoutes();
+  HttpServerReply Heartbeat(RunCall& call);
+  HttpServerReply Metrics(RunCall& call);
+  HttpServerReply Complete(RunCall& call);
+  HttpServerReply Log(RunCall& call);
+  HttpServerReply RunSource(RunCall& call);
+  HttpServerReply Gang(const std::string& pool, std::int64_t run_id,
+                       const HttpServerRequest& request);
+  HttpServerReply AppendLog(std::int64_t run_id, std::int64_t token,
+                            const HttpServerRequest& request);
+  HttpServerReply Source(std::int64_t run_id);
+
+  ServerContext& ctx_;
+
+  // Lease long polls wait on work_cv_; work_generation_ counts NotifyWork() calls.
+  Mutex work_mu_;
+  std::condition_variable work_cv_;
+  std::uint64_t work_generation_ GUARDED_BY(work_mu_) = 0;
+  int waiting_polls_ GUARDED_BY(work_mu_) = 0;
+  bool stop_waiting_ GUARDED_BY(work_mu_) = false;
+
+  // Appends to run logs (the files under data_dir; no fields).
+  Mutex log_mu_;
+
+  // The last packfile served (repo dir + sha -> pack): the runs of one batch
+  // on several machines ask for the same commit.
+  Mutex pack_mu_;
+  std::string pack_key_ GUARDED_BY(pack_mu_);
+  std::string pack_ GUARDED_BY(pack_mu_);
+
+  // /metrics: requests by (route, status).
+  Mutex counters_mu_;
+  std::map<std::pair<std::string, int>, std::int64_t> requests_ GUARDED_BY(counters_mu_);
+};
 
 // The pool used when the server config has no `pools:`.
 inline constexpr const char* kDefaultPool = "local";
