@@ -1,7 +1,8 @@
 // Worker's loop (agent/runner/worker.h): construction, Step (register, reap,
-// timeouts and heartbeats, lease, the dead-man switch), Run, Interrupt and
-// Leave, and every call to the server through the LeaseClient (Send, Call,
-// the backoff after a failure). What each step does to a run lives in the
+// timeouts and heartbeats, lease, the dead-man switch), Run and Interrupt.
+// The calls to the server are the WorkerLink's (worker_link.cc), registering
+// and leaving the Registration's (worker_registration.cc), kept results the
+// KeptResults' (worker_outbox.cc). What each step does to a run lives in the
 // other worker_*.cc files.
 #include "agent/runner/worker.h"
 
@@ -21,7 +22,6 @@
 #include <fstream>
 #include <thread>
 
-#include "agent/repo/git_repo.h"
 #include "agent/runner/gang.h"
 #include "agent/runner/run_process.h"
 #include "core/http_client.h"
@@ -43,109 +43,27 @@ Worker::Worker(LeaseClient& client, ProcessRunner& runner, const Clock& clock, W
 
 Worker::Worker(std::unique_ptr<LeaseClient> own, LeaseClient* client, ProcessRunner& runner,
                const Clock& clock, WorkerConfig&& config)
-    : own_client_(std::move(own)),
-      client_(client ? *client : *own_client_),
-      runner_(runner),
+    : runner_(runner),
       clock_(clock),
       config_(std::move(config)),
       gpus_(config_.gpus, config_.runs_per_gpu),
-      start_ms_(clock.Now()),
-      orphan_timeout_ms_(config_.orphan_timeout_ms),
-      self_stop_(config_.self_stop),
-      outbox_((fs::path(config_.data_dir) / "outbox").string()),
-      last_contact_ms_(start_ms_) {}
+      link_(std::move(own), client, clock, config_.retry_base_ms, config_.retry_max_ms),
+      registration_(link_, runner, clock, config_),
+      kept_(link_, clock, config_.data_dir) {}
 
 Worker::~Worker() = default;
 
 int Worker::active_runs() const { return static_cast<int>(runs_.size()); }
 
-Result<Worker::Answer> Worker::Send(WireCall call) {
-  // Run routes want to know which machine calls (its pool's token is shared):
-  // a body names it itself (worker_id), or this header does.
-  if (worker_id_ && !FindHeader(call.headers, "X-Trainq-Worker")) {
-    call.headers.emplace_back("X-Trainq-Worker", std::to_string(*worker_id_));
-  }
-  auto a = client_.Send(call);
-  TimeMs now = clock_.Now();
-  if (!a) {
-    NoteFailure(a.error());
-    return std::unexpected(a.error());
-  }
-  if (a->status >= 500) {
-    Error e{ErrorKind::kUnavailable, "POST " + client_.Where() + call.path + ": HTTP " +
-                                         std::to_string(a->status) + " " + AnswerError(a->body)};
-    NoteFailure(e);
-    return std::unexpected(e);
-  }
-  last_contact_ms_ = now;
-  backoff_ms_ = 0;
-  return a;
-}
-
-Result<Worker::Answer> Worker::Call(const std::string& path, const json& body, TimeMs timeout_ms) {
-  WireCall call;
-  call.path = path;
-  call.body = body.dump();
-  call.timeout_ms = timeout_ms;
-  return Send(std::move(call));
-}
-
-void Worker::NoteFailure(const Error& e) {
-  backoff_ms_ =
-      backoff_ms_ == 0 ? config_.retry_base_ms : std::min(backoff_ms_ * 2, config_.retry_max_ms);
-  next_try_ms_ = clock_.Now() + backoff_ms_;
-  spdlog::warn("server not reachable: {}; next try in {}", e.message, FormatDuration(backoff_ms_));
-}
-
 Status Worker::Register() {
-  RegisterRequest req;
-  req.name = config_.machine;
-  req.hostname = config_.hostname;
-  req.pid = config_.pid;
-  req.slots = config_.slots;
-  req.gpus = config_.gpus;
-  req.cpus = config_.cpus;
-  req.memory_mb = config_.memory_mb;
-  req.version = config_.version;
-  // Whether `trainer:` runs can start here: `trainq submit` warns when no
-  // worker of an experiment's pool has trainq-train.
-  req.trainer = FindTrainqTrain(config_.bin_dir, PathEnv());
-  // The sandbox form its probe found (ProbeSandbox), and why.
-  req.sandbox = config_.sandbox_form;
-  req.sandbox_note = config_.sandbox_note;
-  if (config_.runs_per_gpu > 0) req.runs_per_gpu = config_.runs_per_gpu;
-  auto a = Call("/api/v1/workers/register", ToJson(req));
-  if (!a) return {};  // retried after the backoff
-  if (a->status == 409) {
-    spdlog::info("the server answered that machine '{}' is not to run anything ({}); exiting",
-                 config_.machine, AnswerError(a->body));
+  ASSIGN_OR_RETURN(Registration::Outcome outcome, registration_.Register());
+  if (outcome == Registration::Outcome::kNotToRun) {
     draining_ = true;
     exit_code_ = 0;
-    return {};
-  }
-  if (a->status != 200) {
-    std::string why = "register at " + client_.Where() + " refused: HTTP " +
-                      std::to_string(a->status) + " " + AnswerError(a->body);
-    // A machine the server will never take (a wrong or revoked token) only
-    // costs money: a provider-booted worker stops it.
-    if ((a->status == 401 || a->status == 403) && !self_stop_.empty()) {
-      spdlog::error("{}; running the pool's self-stop command", why);
-      RunSelfStop();
-    }
-    return Fail(ErrorKind::kInvalidArgument, why);
-  }
-  const RegisterAnswer answer = ParseRegisterAnswer(a->body);
-  worker_id_ = answer.worker_id;
-  registered_ = true;
-  heartbeat_ms_ = std::max<TimeMs>(100, answer.heartbeat_ms);
-  orphan_timeout_ms_ = answer.orphan_timeout_ms.value_or(config_.orphan_timeout_ms);
-  self_stop_ = answer.self_stop.value_or(self_stop_);
-  if (config_.runs_per_gpu <= 0) {  // the pool's packing
-    config_.runs_per_gpu = std::max(1, answer.runs_per_gpu.value_or(1));
+  } else if (outcome == Registration::Outcome::kRegistered && config_.runs_per_gpu <= 0) {
+    config_.runs_per_gpu = registration_.pool_runs_per_gpu();  // the pool's packing
     gpus_ = GpuPool(config_.gpus, config_.runs_per_gpu);
   }
-  spdlog::info("registered with {} as worker {} of pool '{}' ({} slot(s), {} GPU(s))",
-               client_.Where(), *worker_id_, answer.pool, config_.slots, config_.gpus.size());
   return {};
 }
 
@@ -153,7 +71,7 @@ Status Worker::Lease() {
   int free_slots = config_.slots - static_cast<int>(jobs_.size());
   if (free_slots <= 0) return {};
   TimeMs wait = config_.lease_wait_ms;
-  if (!jobs_.empty()) wait = std::min(wait, heartbeat_ms_ / 2);
+  if (!jobs_.empty()) wait = std::min(wait, registration_.heartbeat_ms() / 2);
   if (!jobs_.empty() && config_.ship_ms > 0) wait = std::min(wait, config_.ship_ms);
   if (config_.once) wait = std::min<TimeMs>(wait, 2'000);  // one-shot: do not linger
   LeaseRequest req;
@@ -162,8 +80,9 @@ Status Worker::Lease() {
   req.runs_per_gpu = config_.runs_per_gpu;
   req.fuse_max = config_.fuse_max;
   req.wait_ms = wait;
-  auto a = Call("/api/v1/workers/" + std::to_string(*worker_id_) + "/lease", ToJson(req),
-                wait + 15'000);
+  const std::int64_t machine = *registration_.machine();
+  auto a = link_.Call("/api/v1/workers/" + std::to_string(machine) + "/lease", ToJson(req),
+                      wait + 15'000);
   if (!a) return {};
   if (a->status == 409) {
     if (!draining_) spdlog::info("machine is draining ({}); finishing what runs", AnswerError(a->body));
@@ -175,14 +94,15 @@ Status Worker::Lease() {
                 "lease refused: HTTP " + std::to_string(a->status) + " " + AnswerError(a->body));
   }
   if (a->status == 404) {
-    spdlog::warn("the server does not know worker {} ({}); registering again", *worker_id_,
+    spdlog::warn("the server does not know worker {} ({}); registering again", machine,
                  AnswerError(a->body));
-    worker_id_.reset();
+    registration_.Forget();
     return {};
   }
   if (a->status != 200) {
     spdlog::warn("lease refused: HTTP {} {}", a->status, AnswerError(a->body));
-    NoteFailure(Error{ErrorKind::kUnavailable, "lease answered " + std::to_string(a->status)});
+    link_.NoteFailure(
+        Error{ErrorKind::kUnavailable, "lease answered " + std::to_string(a->status)});
     return {};
   }
   std::vector<WorkerRun> runs;
@@ -240,44 +160,12 @@ void Worker::Forget(std::int64_t run_id) {
   runs_.erase(it);
 }
 
-void Worker::RunSelfStop() {
-  if (self_stop_.empty()) return;
-  ProcessSpec spec;
-  spec.argv = {"/bin/sh", "-c", self_stop_};
-  auto pid = runner_.Spawn(spec);
-  if (!pid) {
-    spdlog::error("self-stop command: {}", pid.error().message);
-    return;
-  }
-  // Polled, not waited for: SIGTERM (stop_) and the timeout end it.
-  TimeMs deadline = clock_.Now() + config_.self_stop_timeout_ms;
-  std::optional<ExitStatus> st;
-  while (!(st = runner_.Poll(*pid))) {
-    bool stopped = stop_ && stop_->load();
-    if (stopped || clock_.Now() >= deadline) {
-      spdlog::error("self-stop command {}: killing it",
-                    stopped ? "interrupted by a stop signal"
-                            : "still running after " +
-                                  FormatDuration(config_.self_stop_timeout_ms));
-      runner_.KillGroup(*pid, SIGTERM);
-      TimeMs grace = clock_.Now() + 2'000;
-      while (!(st = runner_.Poll(*pid)) && clock_.Now() < grace) clock_.SleepFor(20);
-      runner_.KillGroup(*pid, SIGKILL);
-      if (!st) st = runner_.Wait(*pid);
-      break;
-    }
-    clock_.SleepFor(20);
-  }
-  runner_.KillGroup(*pid, SIGKILL);  // whatever it left in its group
-  if (!st->ok()) spdlog::error("self-stop command ended with {}", st->Describe());
-}
-
 Result<Worker::Phase> Worker::Step() {
   TimeMs now = clock_.Now();
-  if (!worker_id_ && !draining_) {
-    if (now >= next_try_ms_) TRY(Register());
+  if (!registration_.machine() && !draining_) {
+    if (link_.Ready(now)) TRY(Register());
   }
-  if (draining_ && !worker_id_) return Phase::kDone;  // 409 on register
+  if (draining_ && !registration_.machine()) return Phase::kDone;  // 409 on register
 
   // Reap.
   for (auto& job : jobs_) {
@@ -309,7 +197,7 @@ Result<Worker::Phase> Worker::Step() {
       if (it == runs_.end()) continue;
       RunSlot& slot = it->second;
       TimeMs t = clock_.Now();
-      if (t - slot.last_heartbeat_ms < heartbeat_ms_) {
+      if (t - slot.last_heartbeat_ms < registration_.heartbeat_ms()) {
         // Between heartbeats: new output and metric points, when shipping
         // more often is asked for (WorkerConfig::ship_ms).
         if (config_.ship_ms > 0 && slot.started && job.proc &&
@@ -363,15 +251,12 @@ Result<Worker::Phase> Worker::Step() {
       ++it;
     }
   }
-  if (kept_ && clock_.Now() >= next_deliver_ms_) {
-    next_deliver_ms_ = clock_.Now() + heartbeat_ms_;
-    DeliverKept();
-  }
+  kept_.DeliverIfDue(registration_.heartbeat_ms());
   // Gang members.
   std::erase_if(gangs_, [](const std::unique_ptr<GangMember>& g) { return !g->Step(); });
   // Lease (a gang member holds the whole machine).
-  if (worker_id_ && !draining_ && static_cast<int>(jobs_.size()) < config_.slots &&
-      gangs_.empty() && clock_.Now() >= next_try_ms_) {
+  if (registration_.machine() && !draining_ && static_cast<int>(jobs_.size()) < config_.slots &&
+      gangs_.empty() && link_.Ready(clock_.Now())) {
     TRY(Lease());
   }
   now = clock_.Now();
@@ -385,12 +270,13 @@ Result<Worker::Phase> Worker::Step() {
     exit_code_ = 0;
     return Phase::kDone;
   }
-  if (jobs_.empty() && gangs_.empty() && now - last_contact_ms_ >= orphan_timeout_ms_) {
-    spdlog::warn("no answer from the server for {} and nothing running: {}",
-                 FormatDuration(now - last_contact_ms_),
-                 self_stop_.empty() ? "exiting" : "running the pool's self-stop command");
-    ReportHeldLost();
-    RunSelfStop();
+  if (jobs_.empty() && gangs_.empty() && registration_.Orphaned(now)) {
+    spdlog::warn(
+        "no answer from the server for {} and nothing running: {}",
+        FormatDuration(now - link_.last_contact_ms()),
+        registration_.self_stop().empty() ? "exiting" : "running the pool's self-stop command");
+    kept_.ReportHeldLost();
+    registration_.RunSelfStop();
     exit_code_ = 3;
     return Phase::kDone;
   }
@@ -428,7 +314,7 @@ void Worker::Interrupt(const std::string& reason) {
       auto it = runs_.find(id);
       if (it == runs_.end()) continue;
       // The output so far, for the record, when the server answers.
-      if (backoff_ms_ == 0) (void)Ship(it->second, *job.proc, true);
+      if (!link_.BackingOff()) (void)Ship(it->second, *job.proc, true);
       Complete(id, "interrupted", std::nullopt, std::nullopt, reason);
     }
     job.proc.reset();
@@ -444,7 +330,7 @@ void Worker::Interrupt(const std::string& reason) {
 }
 
 Result<int> Worker::Run(const std::atomic<bool>& stop) {
-  stop_ = &stop;
+  registration_.set_stop(&stop);
   while (!stop.load()) {
     auto phase = Step();
     if (!phase) {
@@ -452,13 +338,14 @@ Result<int> Worker::Run(const std::atomic<bool>& stop) {
       return std::unexpected(phase.error());
     }
     if (*phase == Phase::kDone) {
-      if (exit_code_ == 0) Leave();
+      if (exit_code_ == 0) registration_.Leave();
       return exit_code_;
     }
     // Leases pace the loop while slots are free; otherwise look at the
     // children often enough to report an end promptly.
-    bool leasing = worker_id_ && !draining_ && static_cast<int>(jobs_.size()) < config_.slots &&
-                   gangs_.empty() && clock_.Now() >= next_try_ms_;
+    bool leasing = registration_.machine() && !draining_ &&
+                   static_cast<int>(jobs_.size()) < config_.slots && gangs_.empty() &&
+                   link_.Ready(clock_.Now());
     if (!leasing) {
       clock_.SleepFor(jobs_.empty() && gangs_.empty() ? 200 : 50);
     } else if (lease_came_back_empty_) {
@@ -468,18 +355,10 @@ Result<int> Worker::Run(const std::atomic<bool>& stop) {
   spdlog::info("stopping: {} run(s) go back to the queue", runs_.size());
   Interrupt("the worker was stopped (SIGTERM: preemption or shutdown)");
   // A serve that stops its machines may still take what this worker kept.
-  if (kept_) DeliverKept();
-  ReportHeldLost();
-  Leave();
+  if (kept_.maybe_holding()) kept_.Deliver();
+  kept_.ReportHeldLost();
+  registration_.Leave();
   return 0;
-}
-
-void Worker::Leave() {
-  if (!worker_id_) return;
-  auto a = Call("/api/v1/workers/" + std::to_string(*worker_id_) + "/leave", json::object(), 5'000);
-  if (!a || a->status != 200) {
-    spdlog::debug("leave: {}", a ? "HTTP " + std::to_string(a->status) : a.error().message);
-  }
 }
 
 }  // namespace trainq

@@ -3,17 +3,22 @@
 // LeaseClient (agent/runner/lease_client.h). The messages are
 // agent/runner/protocol.h's; the routes are agent/daemon/worker_api.h's.
 //
-// Its parts, one file each:
-//   worker.cc          the loop: Step, Run, Interrupt, register, lease, leave,
-//                      the dead-man switch and the calls through the LeaseClient;
+// A loop over parts, each a class with its own fields, file and tests:
+//   WorkerLink    (worker_link.h)          every call to the queue, the
+//                                          backoff after a failure, the last
+//                                          contact;
+//   Registration  (worker_registration.h)  register, leave, what register's
+//                                          answer sets, the self-stop command;
+//   KeptResults   (worker_outbox.h)        results kept while the server was
+//                                          away, and their delivery;
+// and the runs themselves, still the Worker's own fields, in these files:
+//   worker.cc          the loop: Step, Run, Interrupt, lease;
 //   worker_jobs.cc     how a lease answer becomes processes (PlanJobs, fused
 //                      trainer commands) and the GPU pool;
 //   worker_process.cc  a run's process: checkout, sandbox, start, timeout and
 //                      kill, and judging how it ended;
 //   worker_ship.cc     what goes to the server while and after a run: heartbeats,
 //                      metric points, log bytes, the result;
-//   worker_outbox.cc   results kept on disk while the server was away, and
-//                      their delivery;
 //   worker_gang.cc     gang members (one node of a multi-node run, gang.h);
 //   worker_command.cc  `trainq worker`: flags, token file, building the worker.
 //
@@ -56,11 +61,14 @@
 
 #include "agent/runner/gang.h"
 #include "agent/runner/gpu_detect.h"
-#include "agent/runner/run_process.h"
 #include "agent/runner/lease_client.h"
 #include "agent/runner/protocol.h"
 #include "agent/runner/result_outbox.h"
+#include "agent/runner/run_process.h"
 #include "agent/runner/sandbox.h"
+#include "agent/runner/worker_link.h"
+#include "agent/runner/worker_outbox.h"
+#include "agent/runner/worker_registration.h"
 #include "core/clock.h"
 #include "core/http_client.h"
 #include "core/process.h"
@@ -179,10 +187,10 @@ class Worker {
 
   int exit_code() const { return exit_code_; }
   // Safe to call from another thread (tests, a status line).
-  bool registered() const { return registered_.load(); }
-  std::int64_t worker_id() const { return worker_id_.value_or(0); }
+  bool registered() const { return registration_.registered(); }
+  std::int64_t worker_id() const { return registration_.machine().value_or(0); }
   int active_runs() const;
-  TimeMs heartbeat_ms() const { return heartbeat_ms_; }
+  TimeMs heartbeat_ms() const { return registration_.heartbeat_ms(); }
 
  private:
   struct RunSlot {
@@ -213,7 +221,6 @@ class Worker {
     int gpus = 0;
   };
 
-  using Answer = WireAnswer;
   // `own` when the worker made its client, else `client`.
   Worker(std::unique_ptr<LeaseClient> own, LeaseClient* client, ProcessRunner& runner,
          const Clock& clock, WorkerConfig&& config);
@@ -228,12 +235,8 @@ class Worker {
   void Sandbox(ProcessSpec& spec, std::vector<std::string> writable,
                const std::vector<std::string>& readable, const std::string& work_dir,
                bool share_ipc);
-  // One call through client_ (a JSON body); Send also takes a log chunk.
-  Result<Answer> Call(const std::string& path, const nlohmann::json& body,
-                      TimeMs timeout_ms = 15'000);
-  Result<Answer> Send(WireCall call);
-  void NoteFailure(const Error& e);
-
+  // registration_.Register() and what its outcome sets here: the pool's GPU
+  // packing, or draining (a 409: exit 0).
   Status Register();
   Status Lease();
   void StartGangMembers(std::vector<WorkerRun>& runs);
@@ -250,54 +253,29 @@ class Worker {
   // Reports the run and forgets it. outcome: succeeded | failed | interrupted.
   // `config_error`: a failure that would repeat (agent/runner/run_process.h); the
   // server does not retry it.
-  // A result the server cannot take now (no answer) is kept in outbox_ with
+  // A result the server cannot take now (no answer) is kept (kept_) with
   // the metric points and the output (of `proc`, when given) it has not seen.
   void Complete(std::int64_t run_id, const std::string& outcome, std::optional<double> metric,
                 std::optional<int> exit_code, const std::string& error, bool config_error = false,
                 const Proc* proc = nullptr);
-  // Delivers the results kept in outbox_, oldest first; stops at the first
-  // one the server does not answer. Tried every heartbeat while something is
-  // kept, whatever the register/lease backoff (a delivery before the lease
-  // expires keeps the run's attempt), and once more when the worker stops.
-  void DeliverKept();
-  // Keeps `kept` in outbox_ (on disk, else in memory) and says so; `what`
-  // names the run, `why` the failed delivery.
-  void Keep(const PendingResult& kept, const std::string& what, const std::string& why);
-  // Names the results held in memory only, when the worker ends with them.
-  void ReportHeldLost();
   void Forget(std::int64_t run_id);
   void Kill(Proc& p, TimeMs now);
   void StopProc(Proc& p);
-  void RunSelfStop();
-  void Leave();  // tells the server this worker ends (best effort)
 
-  std::unique_ptr<LeaseClient> own_client_;  // the HTTP one, when built with an HttpClient
-  LeaseClient& client_;
   ProcessRunner& runner_;
   const Clock& clock_;
   WorkerConfig config_;
   GpuPool gpus_;
-  TimeMs start_ms_;
 
-  std::optional<std::int64_t> worker_id_;
-  std::atomic<bool> registered_{false};
-  TimeMs heartbeat_ms_ = 10'000;
-  TimeMs orphan_timeout_ms_;
-  std::string self_stop_;
-  const std::atomic<bool>* stop_ = nullptr;  // Run()'s flag (SIGTERM)
+  // The parts (declared after config_, which Registration reads).
+  WorkerLink link_;
+  Registration registration_;
+  KeptResults kept_;
+
   bool draining_ = false;
   bool stopping_ = false;  // Interrupt() is under way
   bool lease_came_back_empty_ = false;
   int exit_code_ = 0;
-
-  ResultOutbox outbox_;  // <data_dir>/outbox: results the server was away for
-  bool kept_ = true;     // outbox_ may hold something (checked at the start)
-  TimeMs next_deliver_ms_ = 0;  // the next try of DeliverKept
-  bool persist_failing_ = false;  // outbox_ holds results the disk refused (said once)
-  std::string persist_error_;     // why, the last time
-  TimeMs last_contact_ms_;
-  TimeMs next_try_ms_ = 0;  // register/lease backoff
-  TimeMs backoff_ms_ = 0;
 
   std::map<std::int64_t, RunSlot> runs_;  // by run id
   // Runs forgotten in this step (their lease was lost: cancelled, or leased

@@ -1,8 +1,6 @@
 // How a lease answer becomes processes: PlanJobs (fused stretches of a
 // trainer group), the fused trainer command line, and the GPU pool that
 // hands devices to jobs.
-#include "agent/runner/worker.h"
-
 #include <fmt/ranges.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -19,10 +17,9 @@
 #include <fstream>
 #include <thread>
 
-#include "agent/repo/git_repo.h"
 #include "agent/runner/gang.h"
 #include "agent/runner/run_process.h"
-#include "core/http_client.h"
+#include "agent/runner/worker.h"
 #include "core/strings.h"
 
 namespace fs = std::filesystem;

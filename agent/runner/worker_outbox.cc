@@ -1,39 +1,28 @@
 // Results kept while the server was away (agent/runner/result_outbox.h):
 // keeping one, delivering them oldest first when the server answers again,
 // and naming those held in memory only when the worker ends.
-#include "agent/runner/worker.h"
+#include "agent/runner/worker_outbox.h"
 
-#include <fmt/ranges.h>
-#include <signal.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <cerrno>
-#include <cmath>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <thread>
 
-#include "agent/repo/git_repo.h"
-#include "agent/runner/gang.h"
-#include "agent/runner/run_process.h"
-#include "core/http_client.h"
-#include "core/strings.h"
+#include "agent/runner/protocol.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace trainq {
 
-void Worker::Keep(const PendingResult& kept, const std::string& what, const std::string& why) {
+KeptResults::KeptResults(WorkerLink& link, const Clock& clock, const std::string& data_dir)
+    : link_(link), clock_(clock), dir_((fs::path(data_dir) / "outbox").string()), outbox_(dir_) {}
+
+void KeptResults::Keep(const PendingResult& kept, const std::string& what, const std::string& why,
+                       TimeMs retry_ms) {
   const std::string outcome = kept.complete.value("outcome", std::string());
-  kept_ = true;
-  next_deliver_ms_ = clock_.Now() + heartbeat_ms_;
+  maybe_holding_ = true;
+  next_deliver_ms_ = clock_.Now() + retry_ms;
   if (auto st = outbox_.Put(kept); st) {
     spdlog::warn("{}: server not reachable ({}); its result ({}) is kept in {} and "
                  "delivered when the server is back",
@@ -49,14 +38,21 @@ void Worker::Keep(const PendingResult& kept, const std::string& what, const std:
   }
 }
 
-void Worker::DeliverKept() {
+void KeptResults::DeliverIfDue(TimeMs retry_ms) {
+  if (!maybe_holding_ || clock_.Now() < next_deliver_ms_) return;
+  next_deliver_ms_ = clock_.Now() + retry_ms;
+  Deliver();
+}
+
+void KeptResults::Deliver() {
   if (outbox_.held() > 0) {
     const std::size_t held = outbox_.held();
     if (auto st = outbox_.Persist(); st) {
       // Said again now, since a log on the full disk may have lost the first time.
-      spdlog::info("{} result(s) held in memory (not written then: {}) are now kept on disk in "
-                   "{}",
-                   held, persist_error_, (fs::path(config_.data_dir) / "outbox").string());
+      spdlog::info(
+          "{} result(s) held in memory (not written then: {}) are now kept on disk in "
+          "{}",
+          held, persist_error_, dir_);
       persist_failing_ = false;
     } else if (!persist_failing_) {
       spdlog::error("{} result(s) held in memory still cannot be written: {}", held,
@@ -78,7 +74,7 @@ void Worker::DeliverKept() {
       auto m = ParseMetricsRequest(json{{"token", k.token()}, {"points", k.points}});
       if (m) {
         m->worker_id = leased_to;
-        if (!Call(path + "/metrics", ToJson(*m))) return;
+        if (!link_.Call(path + "/metrics", ToJson(*m))) return;
       } else {
         spdlog::warn("run {}: kept metric points not sent: {}", k.run_id, m.error().message);
       }
@@ -91,10 +87,10 @@ void Worker::DeliverKept() {
                      {"X-Trainq-Offset", std::to_string(k.log_offset)}};
       if (leased_to) req.headers.emplace_back("X-Trainq-Worker", std::to_string(*leased_to));
       req.body = k.log;
-      if (!Send(req)) return;
+      if (!link_.Send(req)) return;
     }
     // A gang member's result goes where its beats went.
-    auto a = Call(path + (k.node_rank >= 0 ? "/gang" : "/complete"), k.complete);
+    auto a = link_.Call(path + (k.node_rank >= 0 ? "/gang" : "/complete"), k.complete);
     if (!a) return;  // still away: after the backoff
     const std::string outcome = k.complete.value("outcome", std::string());
     const std::string what = k.node_rank >= 0 ? fmt::format("gang run {} node {}", k.run_id,
@@ -108,11 +104,11 @@ void Worker::DeliverKept() {
     }
     outbox_.Remove(k.run_id, k.node_rank);
   }
-  kept_ = false;
+  maybe_holding_ = false;
   persist_failing_ = false;
 }
 
-void Worker::ReportHeldLost() {
+void KeptResults::ReportHeldLost() {
   for (const auto& k : outbox_.All()) {
     if (outbox_.held() == 0) break;
     const std::string path = outbox_.PathOf(k.run_id, k.node_rank);

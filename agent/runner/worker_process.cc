@@ -49,8 +49,8 @@ Result<std::string> Worker::Worktree(const LeasedRun& run) {
   {
     ASSIGN_OR_RETURN(auto repo, GitRepo::OpenOrInitBare(source_dir));
     if (!repo.HasCommit(run.sha)) {
-      auto a = Call("/api/v1/runs/" + tag + "/source", ToJson(RunEnvelope{run.token, std::nullopt}),
-                    300'000);
+      auto a = link_.Call("/api/v1/runs/" + tag + "/source",
+                          ToJson(RunEnvelope{run.token, std::nullopt}), 300'000);
       if (!a) return std::unexpected(a.error());
       if (a->status != 200) {
         return Fail(a->status == 409 ? ErrorKind::kConflict : ErrorKind::kUnavailable,
@@ -251,7 +251,7 @@ void Worker::FinishProc(Job& job, const ExitStatus& status) {
         m.points.push_back(std::move(point));
       }
       if (!m.points.empty()) {
-        (void)Call("/api/v1/runs/" + std::to_string(id) + "/metrics", ToJson(m));
+        (void)link_.Call("/api/v1/runs/" + std::to_string(id) + "/metrics", ToJson(m));
       }
     }
     std::optional<int> code;

@@ -1,8 +1,6 @@
 // What goes to the server while and after a run: heartbeats (the first says
 // started), new metric points and log bytes (Ship), and the result
 // (Complete; kept in the outbox when the server does not answer).
-#include "agent/runner/worker.h"
-
 #include <fmt/ranges.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -19,9 +17,9 @@
 #include <fstream>
 #include <thread>
 
-#include "agent/repo/git_repo.h"
 #include "agent/runner/gang.h"
 #include "agent/runner/run_process.h"
+#include "agent/runner/worker.h"
 #include "agent/runner/worker_util.h"
 #include "core/http_client.h"
 #include "core/strings.h"
@@ -51,8 +49,8 @@ bool Worker::Ship(RunSlot& r, const Proc& p, bool final) {
       if (!std::isfinite(pt.value)) continue;  // JSON and SQLite have no NaN
       m.points.push_back(pt);
     }
-    auto a = m.points.empty() ? Result<Answer>(Answer{200, {}, {}})
-                              : Call(path + "/metrics", ToJson(m));
+    auto a = m.points.empty() ? Result<WireAnswer>(WireAnswer{200, {}, {}})
+                              : link_.Call(path + "/metrics", ToJson(m));
     if (a && a->status == 409) {
       // The lease is gone; a cancelled attempt's output is still kept.
       if (final) (void)ShipLog(r, p, true);
@@ -76,7 +74,7 @@ bool Worker::ShipLog(RunSlot& r, const Proc& p, bool final) {
     req.headers = {{"X-Trainq-Token", std::to_string(run.token)},
                    {"X-Trainq-Offset", std::to_string(r.log_sent)}};
     req.body = std::move(data);
-    auto a = Send(req);
+    auto a = link_.Send(req);
     if (!a) break;
     if (a->status == 409) return false;
     if (a->status != 200) {
@@ -98,7 +96,7 @@ bool Worker::Heartbeat(RunSlot& r, const Proc* p) {
   req.token = run.token;
   bool say_started = r.started && !r.started_sent;
   req.started = say_started;
-  auto a = Call("/api/v1/runs/" + std::to_string(run.run_id) + "/heartbeat", ToJson(req));
+  auto a = link_.Call("/api/v1/runs/" + std::to_string(run.run_id) + "/heartbeat", ToJson(req));
   if (!a) return true;  // tried again at the next beat
   if (a->status == 409) {
     spdlog::info("run {}: lease lost ({}); stopping it", run.run_id, AnswerError(a->body));
@@ -128,7 +126,7 @@ void Worker::Complete(std::int64_t run_id, const std::string& outcome, std::opti
   message.token = run.token;
   message.outcome = outcome;
   // A kept copy still names the machine the run was leased to after a restart.
-  message.worker_id = worker_id_;
+  message.worker_id = registration_.machine();
   message.metric_value = metric;
   message.exit_code = exit_code;
   message.error = error;
@@ -136,12 +134,12 @@ void Worker::Complete(std::int64_t run_id, const std::string& outcome, std::opti
   const json req = ToJson(message);
   std::string path = "/api/v1/runs/" + std::to_string(run_id) + "/complete";
   // A server that is briefly away must not lose a result of hours: a few tries.
-  Result<Answer> a = Fail(ErrorKind::kUnavailable, "not sent");
+  Result<WireAnswer> a = Fail(ErrorKind::kUnavailable, "not sent");
   // While stopping (a preemption notice gives seconds), one try only.
   const int tries = stopping_ ? 1 : 3;
   for (int attempt = 0; attempt < tries && !a; ++attempt) {
     if (attempt > 0) clock_.SleepFor(std::min<TimeMs>(1000 * attempt, 2000));
-    a = Call(path, req);
+    a = link_.Call(path, req);
   }
   if (!a && outcome != "interrupted") {
     // Kept on disk, with what the server has not seen, and delivered when it
@@ -160,7 +158,8 @@ void Worker::Complete(std::int64_t run_id, const std::string& outcome, std::opti
       kept.log_offset = r.log_sent;
       kept.log = ResultOutbox::LogTail(proc->log_path, proc->log_start + r.log_sent);
     }
-    Keep(kept, "run " + std::to_string(run_id), a.error().message);
+    kept_.Keep(kept, "run " + std::to_string(run_id), a.error().message,
+               registration_.heartbeat_ms());
   } else if (!a) {
     spdlog::error("run {}: result not delivered ({}); its lease will expire", run_id,
                   a.error().message);
