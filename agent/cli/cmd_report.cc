@@ -1,15 +1,14 @@
 // `trainq report`: per batch n, mean, sd, min and max on the terminal, or the
 // full spread report as files (--out DIR) for a CI job to keep. With --server,
 // the same bytes come from a `trainq serve`'s GET /api/v1/report.
+#include <CLI/CLI.hpp>
 #include <filesystem>
+#include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <set>
 #include <sstream>
-
-#include <CLI/CLI.hpp>
-#include <iostream>
-#include <memory>
 
 #include "agent/cli/cli.h"
 #include "agent/cli/read_client.h"
@@ -17,7 +16,6 @@
 #include "agent/results/table.h"
 #include "core/strings.h"
 #include "queue/store.h"
-#include "stats/summary.h"
 
 namespace fs = std::filesystem;
 

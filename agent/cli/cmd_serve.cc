@@ -6,44 +6,37 @@
 // no HTTP needed), the way trainq worked before machines existed.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <filesystem>
-
-#include <spdlog/spdlog.h>
-
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <memory>
 
 #include "agent/cli/cli.h"
 #include "agent/daemon/daemon.h"
-#include "agent/runner/gpu_detect.h"
-#include "agent/runner/worker.h"
-#include "agent/runner/run_process.h"
-#include "agent/runner/sandbox.h"
-#include "agent/triggers/server_config.h"
-#include "core/strings.h"
 #include "agent/daemon/fleet.h"
 #include "agent/daemon/server.h"
 #include "agent/daemon/server_http.h"
-#include "agent/daemon/worker_api.h"
 #include "agent/repo/git_repo.h"
 #include "agent/results/sweep.h"
+#include "agent/runner/gpu_detect.h"
+#include "agent/runner/run_process.h"
+#include "agent/runner/sandbox.h"
+#include "agent/runner/worker.h"
 #include "agent/triggers/push_pipeline.h"
-#include "agent/triggers/webhook.h"
+#include "agent/triggers/server_config.h"
 #include "cloud/provider.h"
-#include "core/fatal_signals.h"
 #include "core/http_client.h"
-#include "core/process.h"
+#include "core/strings.h"
 #include "queue/machines.h"
 #include "queue/pushes.h"
 #include "queue/run_queue.h"
-#include "queue/store.h"
 #include "queue/sqlite.h"
-#include "queue/wal_check.h"
+#include "queue/store.h"
 
 namespace fs = std::filesystem;
 

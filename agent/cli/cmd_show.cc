@@ -6,25 +6,23 @@
 // Built in two steps so more can be added: LoadCommitView() gathers everything
 // into one JSON document (what --json prints), RenderCommitView() writes the
 // terminal view of it. Extend both with a new key.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
+#include <iostream>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <ostream>
-#include <map>
 #include <set>
 
-#include "agent/results/analysis.h"
+#include "agent/cli/cli.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
-#include <CLI/CLI.hpp>
-#include <iostream>
-#include <memory>
-
-#include "agent/cli/cli.h"
+#include "agent/results/analysis.h"
 #include "agent/results/commit_view.h"
 #include "agent/results/table.h"
 #include "core/strings.h"
-#include "queue/store.h"
 #include "stats/summary.h"
 
 using nlohmann::json;

@@ -1,12 +1,11 @@
 // `trainq status`: the status document (agent/results/status.h) from the
 // store or a server, as JSON or as the terminal view, once or --watch.
-#include "agent/cli/cli.h"
-
-#include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
+
+#include <CLI/CLI.hpp>
 #include <algorithm>
-#include <fmt/format.h>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -14,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "agent/cli/credentials.h"
+#include "agent/cli/cli.h"
 #include "agent/cli/read_client.h"
 #include "agent/results/status.h"
 #include "agent/results/table.h"

@@ -7,7 +7,6 @@
 #include <map>
 #include <set>
 
-#include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
 #include "agent/results/analysis.h"
 #include "agent/results/status.h"
