@@ -8,12 +8,12 @@
 #include <set>
 #include <thread>
 
-#include "agent/triggers/forge.h"
+#include "agent/daemon/server_context.h"
+#include "agent/repo/mirror.h"
 #include "agent/results/gate.h"
 #include "agent/results/report.h"
 #include "agent/results/run_logs.h"
-#include "agent/repo/mirror.h"
-#include "agent/daemon/server_context.h"
+#include "agent/triggers/forge.h"
 #include "core/http_client.h"
 #include "core/strings.h"
 

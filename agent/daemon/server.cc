@@ -46,8 +46,8 @@ std::string Label(const std::string& s) {
 Server::Server(const ServerConfig& config, std::string db_path, const Clock& clock,
                ServerOptions options)
     : ctx_(config, std::move(db_path), clock, std::move(options)) {
-  dashboard_ = std::make_unique<Dashboard>(ctx_.config(), ctx_.db_path(), ctx_.DataDir(),
-                                           ctx_.clock());
+  dashboard_ =
+      std::make_unique<Dashboard>(ctx_.config(), ctx_.db_path(), ctx_.DataDir(), ctx_.clock());
 }
 
 Server::~Server() { StopWaiting(); }
@@ -237,13 +237,13 @@ HttpServerReply Server::RetryRoute(const HttpServerRequest& req, const std::stri
   size_t n = (*retried)["retried"].size();
   {
     MutexLock lock(ctx_.write_mu);
-    RecordAudit(*ctx_.write_store,
-                {0, ctx_.clock().Now(), who.who, batch ? "retry_batch" : "retry_run",
-                 std::string(key) + " " + std::to_string(id), std::to_string(n) + " run(s)",
-                 req.peer},
-                "api",
-                "retried " + std::string(key) + " " + std::to_string(id) + " (" +
-                    std::to_string(n) + " run(s))");
+    RecordAudit(
+        *ctx_.write_store,
+        {0, ctx_.clock().Now(), who.who, batch ? "retry_batch" : "retry_run",
+         std::string(key) + " " + std::to_string(id), std::to_string(n) + " run(s)", req.peer},
+        "api",
+        "retried " + std::string(key) + " " + std::to_string(id) + " (" + std::to_string(n) +
+            " run(s))");
   }
   if (n > 0) NotifyWork();
   return Json(200, *retried);
@@ -374,8 +374,8 @@ HttpServerReply Server::Webhook(ForgeKind forge, const HttpServerRequest& req) {
     spdlog::warn("{} webhook refused: body over the 25 MB limit", ForgeName(forge));
   } else {
     MutexLock lock(ctx_.write_mu);
-    r = HandleWebhook(ctx_.config(), *ctx_.write_store, forge, req.headers, req.body, ctx_.clock().Now(),
-                      &webhook_limiter_);
+    r = HandleWebhook(ctx_.config(), *ctx_.write_store, forge, req.headers, req.body,
+                      ctx_.clock().Now(), &webhook_limiter_);
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   {

@@ -26,13 +26,13 @@
 namespace trainq {
 
 struct ServerOptions {
-  std::string data_dir;             // runs/<id>/output.log; "" = the database's directory
-  TimeMs lease_ms = 60'000;         // a worker's lease, extended by each heartbeat
-  TimeMs heartbeat_ms = 10'000;     // told to workers at registration
-  TimeMs max_wait_ms = 20'000;      // a lease long poll waits at most this long
-  TimeMs recheck_ms = 250;          // ... and re-reads the store this often (submits from
-                                    // other processes do not call NotifyWork)
-  int max_long_polls = 32;          // lease calls waiting at once; more answer at once
+  std::string data_dir;          // runs/<id>/output.log; "" = the database's directory
+  TimeMs lease_ms = 60'000;      // a worker's lease, extended by each heartbeat
+  TimeMs heartbeat_ms = 10'000;  // told to workers at registration
+  TimeMs max_wait_ms = 20'000;   // a lease long poll waits at most this long
+  TimeMs recheck_ms = 250;       // ... and re-reads the store this often (submits from
+                                 // other processes do not call NotifyWork)
+  int max_long_polls = 32;       // lease calls waiting at once; more answer at once
 };
 
 class ServerContext {

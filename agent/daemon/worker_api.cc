@@ -1,9 +1,5 @@
 // The worker protocol on the server (agent/daemon/worker_api.h).
 #include "agent/daemon/worker_api.h"
-#include "queue/gangs.h"
-#include "queue/machines.h"
-#include "queue/run_queue.h"
-#include "queue/store.h"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -20,14 +16,18 @@
 #include <nlohmann/json.hpp>
 #include <variant>
 
-#include "agent/results/analysis.h"
+#include "agent/daemon/server_context.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/mirror.h"
-#include "agent/daemon/server_context.h"
+#include "agent/results/analysis.h"
 #include "agent/runner/protocol.h"
 #include "core/crypto.h"
 #include "core/log.h"
 #include "core/strings.h"
+#include "queue/gangs.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
+#include "queue/store.h"
 
 using nlohmann::json;
 
@@ -221,7 +221,7 @@ HttpServerReply WorkerApi::Handle(const HttpServerRequest& req, const std::strin
 }
 
 HttpServerReply WorkerApi::Route(const HttpServerRequest& req, const std::string& path,
-                                         std::string& route) {
+                                 std::string& route) {
   // /api/v1/workers/register | /api/v1/workers/{id}/lease | /api/v1/runs/{id}/{what}
   std::vector<std::string> parts;
   for (size_t i = 1; i <= path.size();) {
@@ -325,7 +325,8 @@ HttpServerReply WorkerApi::Leave(const std::string& pool, std::int64_t machine) 
   if (!m) return m.error();
   if (m->provider != "manual") return Json(200, {{"state", m->state}});
   if (m->state == "stopped") return Json(200, {{"state", "stopped"}});
-  auto returned = ctx_.write_store->machines().ForgetMachine(machine, ctx_.clock().Now(), "its worker left");
+  auto returned =
+      ctx_.write_store->machines().ForgetMachine(machine, ctx_.clock().Now(), "its worker left");
   if (!returned) return ErrorReply(StatusOf(returned.error()), returned.error().message);
   spdlog::info("worker {} ({}) of pool {} left{}", machine, m->name, pool,
                *returned ? "; " + std::to_string(*returned) + " run(s) back in the queue" : "");
@@ -334,7 +335,7 @@ HttpServerReply WorkerApi::Leave(const std::string& pool, std::int64_t machine) 
 }
 
 HttpServerReply WorkerApi::Lease(const std::string& pool, std::int64_t machine,
-                                   const HttpServerRequest& req) {
+                                 const HttpServerRequest& req) {
   auto body = Body(req);
   if (!body) return ErrorReply(400, "lease: the body is not a JSON object");
   const PoolSpec* spec = ctx_.config().FindPool(pool);
@@ -383,7 +384,8 @@ HttpServerReply WorkerApi::Lease(const std::string& pool, std::int64_t machine,
     Result<std::vector<LeasedRun>> leased = std::vector<LeasedRun>{};
     if (may) {
       MutexLock lock(ctx_.write_mu);
-      leased = ctx_.write_store->machines().LeaseForMachine(machine, limits, ctx_.clock().Now(), ctx_.options().lease_ms);
+      leased = ctx_.write_store->machines().LeaseForMachine(machine, limits, ctx_.clock().Now(),
+                                                            ctx_.options().lease_ms);
     }
     if (!leased) {
       uncount();
@@ -416,25 +418,24 @@ HttpServerReply WorkerApi::Lease(const std::string& pool, std::int64_t machine,
       }
       return Json(200, ToJson(LeaseAnswer{"ready", {}}));
     }
-    ctx_.clock().WaitUntil(lock.native(), work_cv_, std::min<TimeMs>(deadline, now + ctx_.options().recheck_ms),
-                     [&]() REQUIRES(work_mu_) { return stop_waiting_ || work_generation_ != seen; });
+    ctx_.clock().WaitUntil(
+        lock.native(), work_cv_, std::min<TimeMs>(deadline, now + ctx_.options().recheck_ms),
+        [&]() REQUIRES(work_mu_) { return stop_waiting_ || work_generation_ != seen; });
   }
 }
 
 const std::map<std::string, WorkerApi::RunHandler, std::less<>>& WorkerApi::RunRoutes() {
   // POST /api/v1/runs/{id}/{what}: one handler per `what`.
   static const std::map<std::string, RunHandler, std::less<>> kRoutes = {
-      {"heartbeat", &WorkerApi::Heartbeat},
-      {"metrics", &WorkerApi::Metrics},
-      {"complete", &WorkerApi::Complete},
-      {"log", &WorkerApi::Log},
+      {"heartbeat", &WorkerApi::Heartbeat}, {"metrics", &WorkerApi::Metrics},
+      {"complete", &WorkerApi::Complete},   {"log", &WorkerApi::Log},
       {"source", &WorkerApi::RunSource},
   };
   return kRoutes;
 }
 
 HttpServerReply WorkerApi::RunRoute(const std::string& pool, std::int64_t run_id,
-                                 const std::string& what, const HttpServerRequest& req) {
+                                    const std::string& what, const HttpServerRequest& req) {
   std::optional<json> body;
   std::int64_t token = 0;
   std::optional<std::int64_t> caller;  // the machine calling: the body's worker_id or a header
@@ -625,7 +626,7 @@ HttpServerReply WorkerApi::Complete(RunCall& c) {
 // stale token is 409: the run failed, was cancelled or leased again, and the
 // member must stop its processes.
 HttpServerReply WorkerApi::Gang(const std::string& pool, std::int64_t run_id,
-                                  const HttpServerRequest& req) {
+                                const HttpServerRequest& req) {
   auto body = Body(req);
   if (!body) return ErrorReply(400, "gang: the body is not a JSON object");
   auto parsed = ParseGangRequest(*body);
@@ -642,14 +643,16 @@ HttpServerReply WorkerApi::Gang(const std::string& pool, std::int64_t run_id,
     if (beat->started && rank == 0) {
       auto run = store.runs().Run(run_id);
       if (run && *run && (*run)->state == RunState::kLeased) {
-        if (auto st = store.runs().MarkRunning(run_id, id.token, now, RunLogPath(ctx_.DataDir(), run_id));
+        if (auto st =
+                store.runs().MarkRunning(run_id, id.token, now, RunLogPath(ctx_.DataDir(), run_id));
             !st) {
           return ErrorReply(StatusOf(st.error()), st.error().message);
         }
       }
     }
-    auto view = store.gangs().GangBeat(run_id, id.token, rank, id.worker_id, now, ctx_.options().lease_ms,
-                                       beat->started, beat->master_addr, beat->master_port);
+    auto view =
+        store.gangs().GangBeat(run_id, id.token, rank, id.worker_id, now, ctx_.options().lease_ms,
+                               beat->started, beat->master_addr, beat->master_port);
     if (!view) return ErrorReply(StatusOf(view.error()), view.error().message);
     (void)store.machines().TouchWorker(id.worker_id, now, true);
     return Json(200, ToJson(GangBeatAnswer{view->master_addr, view->master_port, view->expires_ms}));
@@ -687,8 +690,8 @@ HttpServerReply WorkerApi::Gang(const std::string& pool, std::int64_t run_id,
     state = *finished ? "succeeded" : "running";
   } else {
     // Check the member first: a stale or foreign call changes nothing.
-    auto view = store.gangs().GangBeat(run_id, id.token, rank, id.worker_id, now, ctx_.options().lease_ms,
-                                       false, "", 0);
+    auto view = store.gangs().GangBeat(run_id, id.token, rank, id.worker_id, now,
+                                       ctx_.options().lease_ms, false, "", 0);
     if (!view) return ErrorReply(StatusOf(view.error()), view.error().message);
     std::string why = "node " + std::to_string(rank) + " (" + m->name + "): " +
                       (done.error.empty() ? "failed on the worker" : done.error);
@@ -752,7 +755,7 @@ HttpServerReply WorkerApi::Source(std::int64_t run_id) {
 }
 
 HttpServerReply WorkerApi::AppendLog(std::int64_t run_id, std::int64_t token,
-                                  const HttpServerRequest& req) {
+                                     const HttpServerRequest& req) {
   auto off = FindHeader(req.headers, "X-Trainq-Offset");
   std::int64_t offset = 0;
   if (off) {

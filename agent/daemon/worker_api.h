@@ -87,7 +87,7 @@ class WorkerApi {
     std::int64_t token;
     std::int64_t machine;  // the machine the run is leased to (the caller's)
     TimeMs now;
-    nlohmann::json body;   // null for `log`, whose body is the log bytes
+    nlohmann::json body;  // null for `log`, whose body is the log bytes
     const HttpServerRequest& req;
   };
   using RunHandler = HttpServerReply (WorkerApi::*)(RunCall&);
