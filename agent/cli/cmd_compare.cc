@@ -3,8 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <set>
-#include <chrono>
-#include <thread>
+#include "core/clock.h"
 
 #include "agent/results/analysis.h"
 #include <CLI/CLI.hpp>
@@ -131,10 +130,12 @@ Result<int> CmdGate(const GateOptions& o, std::ostream& out) {
   if (!o.correction.empty()) {
     ASSIGN_OR_RETURN(req.correction, stats::ParseCorrection(o.correction));
   }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.wait_s);
+  // Waited through the Clock, as every loop of trainq's logic is.
+  const Clock& clock = SystemClock::Get();
+  const TimeMs deadline = clock.Now() + o.wait_s * 1000;
   while (true) {
     ASSIGN_OR_RETURN(auto d, DecideGate(store, req));
-    if (d.finished || std::chrono::steady_clock::now() >= deadline) {
+    if (d.finished || clock.Now() >= deadline) {
       if (o.json) {
         out << d.json.dump(2) << "\n";
       } else {
@@ -145,7 +146,7 @@ Result<int> CmdGate(const GateOptions& o, std::ostream& out) {
       }
       return d.exit_code;
     }
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    clock.SleepFor(2'000);
   }
 }
 

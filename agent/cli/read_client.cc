@@ -2,12 +2,13 @@
 // `trainq gate --server` (the server side is agent/daemon/read_api.cc).
 #include "agent/cli/read_client.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
-#include <thread>
 
 #include "agent/cli/credentials.h"
+#include "core/clock.h"
 #include "core/strings.h"
 
 using nlohmann::json;
@@ -183,10 +184,12 @@ Result<int> GateFromServer(const GateOptions& o, std::int64_t wait_ms, bool as_j
                            std::ostream& out) {
   ASSIGN_OR_RETURN(auto token, ReadToken(o.token_file, o.server));
   ReadClient client(o.server, token);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  // Waited through the Clock, as every loop of trainq's logic is.
+  const Clock& clock = SystemClock::Get();
+  const TimeMs deadline = clock.Now() + wait_ms;
   for (;;) {
     auto g = client.Gate(o.rev, o.baseline, o.repo, o.experiments, o.correction);
-    bool waiting = std::chrono::steady_clock::now() < deadline;
+    bool waiting = clock.Now() < deadline;
     if (g && (g->finished || !waiting)) {
       if (as_json) {
         out << g->json.dump(2) << "\n";
@@ -204,9 +207,9 @@ Result<int> GateFromServer(const GateOptions& o, std::int64_t wait_ms, bool as_j
                             g.error().kind != ErrorKind::kTimeout))) {
       return std::unexpected(g.error());
     }
-    auto left = deadline - std::chrono::steady_clock::now();
-    std::this_thread::sleep_for(
-        std::min<std::chrono::steady_clock::duration>(kGatePollInterval, left));
+    const TimeMs interval =
+        std::chrono::duration_cast<std::chrono::milliseconds>(kGatePollInterval).count();
+    clock.SleepFor(std::clamp<TimeMs>(deadline - clock.Now(), 0, interval));
   }
 }
 

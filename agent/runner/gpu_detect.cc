@@ -1,14 +1,17 @@
 #include "agent/runner/gpu_detect.h"
 
 #include <spdlog/spdlog.h>
-#include <stdio.h>
-#include <sys/wait.h>
+#include <stdlib.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <optional>
 
+#include "core/process.h"
 #include "core/strings.h"
 
 namespace fs = std::filesystem;
@@ -66,17 +69,29 @@ Result<std::vector<GpuInfo>> ParseNvidiaSmi(std::string_view text) {
 
 std::vector<GpuInfo> DetectGpus() {
   if (!OnPath("nvidia-smi")) return {};
-  FILE* f = ::popen(
-      "nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader,nounits 2>/dev/null",
-      "r");
-  if (!f) return {};
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  int rc = ::pclose(f);
-  if (rc != 0) {
-    spdlog::warn("nvidia-smi failed (status {}); no GPUs offered", rc);
+  // Through the process runner (its own process group, no inherited fds),
+  // its output (stdout and stderr) into a file of its own.
+  std::string out_path = (fs::temp_directory_path() / "trainq-nvidia-smi-XXXXXX").string();
+  int fd = ::mkstemp(out_path.data());
+  if (fd < 0) {
+    spdlog::warn("nvidia-smi: no temporary file ({}); no GPUs offered", std::strerror(errno));
+    return {};
+  }
+  ::close(fd);
+  ProcessSpec spec;
+  spec.argv = {"nvidia-smi", "--query-gpu=index,name,memory.total",
+               "--format=csv,noheader,nounits"};
+  spec.output_path = out_path;
+  PosixProcessRunner runner;
+  auto pid = runner.Spawn(spec);
+  std::optional<ExitStatus> status;
+  if (pid) status = runner.Wait(*pid);
+  std::string out = ReadFile(out_path).value_or("");
+  std::error_code ec;
+  fs::remove(out_path, ec);
+  if (!pid || !status->ok()) {
+    spdlog::warn("nvidia-smi failed ({}); no GPUs offered",
+                 pid ? status->Describe() : pid.error().message);
     return {};
   }
   auto gpus = ParseNvidiaSmi(out);
