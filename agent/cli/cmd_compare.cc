@@ -1,21 +1,20 @@
 // `trainq compare REV_A REV_B` and `trainq gate REV --baseline BRANCH`:
 // the same experiment at two commits, compared with a verdict.
-#include <nlohmann/json.hpp>
-#include <ostream>
-#include <set>
-#include "core/clock.h"
-
-#include "agent/results/analysis.h"
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <set>
 
 #include "agent/cli/cli.h"
 #include "agent/cli/read_client.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
+#include "agent/results/analysis.h"
 #include "agent/results/gate.h"
 #include "agent/results/sweep.h"
+#include "core/clock.h"
 #include "core/strings.h"
 #include "queue/run_queue.h"
 #include "queue/store.h"

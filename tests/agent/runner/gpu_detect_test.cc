@@ -1,6 +1,8 @@
 // DetectGpus against a stand-in nvidia-smi on PATH (a real process through
 // the real process runner): what it asks for, what it reads, and a failing
 // nvidia-smi offering no GPUs.
+#include "agent/runner/gpu_detect.h"
+
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -8,7 +10,6 @@
 #include <fstream>
 #include <string>
 
-#include "agent/runner/gpu_detect.h"
 #include "core/strings.h"
 #include "tests/support/temp_dir.h"
 
@@ -18,7 +19,8 @@ namespace {
 // PATH with `dir` first, for one test.
 class PathFirst {
  public:
-  explicit PathFirst(const std::string& dir) : old_(std::getenv("PATH") ? std::getenv("PATH") : "") {
+  explicit PathFirst(const std::string& dir)
+      : old_(std::getenv("PATH") ? std::getenv("PATH") : "") {
     ::setenv("PATH", (dir + ":" + old_).c_str(), 1);
   }
   ~PathFirst() { ::setenv("PATH", old_.c_str(), 1); }
@@ -50,8 +52,7 @@ TEST_CASE("DetectGpus runs nvidia-smi through the process runner and reads its c
         "--query-gpu=index,name,memory.total --format=csv,noheader,nounits\n");
 }
 
-TEST_CASE("DetectGpus offers no GPUs when nvidia-smi fails or prints something else",
-          "[worker]") {
+TEST_CASE("DetectGpus offers no GPUs when nvidia-smi fails or prints something else", "[worker]") {
   testing::TempDir tmp;
   PathFirst path(tmp.path().string());
   WriteScript(tmp / "nvidia-smi",
