@@ -41,6 +41,77 @@ std::string Label(const std::string& s) {
   return out;
 }
 
+// /metrics' gauges from the store: runs, pushes and machines by state, and the
+// pools' failed boots, spend and budget caps.
+void WriteStoreGauges(Store& store, std::ostream& out) {
+  auto counts = store.runs().CountByState();
+  if (counts) {
+    out << "# HELP trainq_runs Runs by state; queued, leased, running and failed are the "
+           "queue.\n# TYPE trainq_runs gauge\n";
+    for (int i = 0; i < kRunStateCount; ++i) {
+      out << "trainq_runs{state=\"" << RunStateName(static_cast<RunState>(i)) << "\"} "
+          << (*counts)[i] << "\n";
+    }
+    out << "# HELP trainq_runs_finished_total Runs that ended, by outcome.\n"
+           "# TYPE trainq_runs_finished_total counter\n";
+    for (auto s : {RunState::kSucceeded, RunState::kDead, RunState::kCancelled}) {
+      out << "trainq_runs_finished_total{outcome=\"" << RunStateName(s) << "\"} "
+          << (*counts)[static_cast<int>(s)] << "\n";
+    }
+  }
+  if (auto pushes = store.pushes().CountPushesByState()) {
+    out << "# HELP trainq_pushes Pushes recorded (webhooks and polls), by state.\n"
+           "# TYPE trainq_pushes gauge\n";
+    std::map<std::string, std::int64_t> by_state = {
+        {"pending", 0}, {"done", 0}, {"skipped", 0}, {"failed", 0}};
+    for (const auto& [s, n] : *pushes) by_state[s] = n;
+    for (const auto& [s, n] : by_state) {
+      out << "trainq_pushes{state=\"" << Label(s) << "\"} " << n << "\n";
+    }
+  }
+  if (auto machines = store.machines().List(true)) {
+    std::map<std::string, std::int64_t> by_state;
+    for (const auto& m : *machines) ++by_state[m.state];
+    out << "# HELP trainq_machines Machines by state.\n# TYPE trainq_machines gauge\n";
+    for (const auto& [s, n] : by_state) {
+      out << "trainq_machines{state=\"" << Label(s) << "\"} " << n << "\n";
+    }
+  }
+  if (auto states = store.machines().PoolStates()) {
+    out << "# HELP trainq_pool_failed_boots Failed boots in a row (machines that never became a "
+           "working worker).\n# TYPE trainq_pool_failed_boots gauge\n";
+    for (const auto& s : *states) {
+      if (s.pool == "*") continue;
+      out << "trainq_pool_failed_boots{pool=\"" << Label(s.pool) << "\"} " << s.failed_boots
+          << "\n";
+    }
+    out << "# HELP trainq_pool_failing 1 while a pool boots nothing after failed boots (until "
+           "`trainq pools reset`).\n# TYPE trainq_pool_failing gauge\n";
+    for (const auto& s : *states) {
+      if (s.pool == "*") continue;
+      out << "trainq_pool_failing{pool=\"" << Label(s.pool) << "\"} " << (s.failing ? 1 : 0)
+          << "\n";
+    }
+    out << "# HELP trainq_pool_spend_dollars Billed time x hourly_cost in the current UTC "
+           "window, for pools with a budget (pool \"*\": all).\n"
+           "# TYPE trainq_pool_spend_dollars gauge\n";
+    for (const auto& s : *states) {
+      if (s.budget_per_day <= 0 && s.budget_per_month <= 0) continue;
+      out << "trainq_pool_spend_dollars{pool=\"" << Label(s.pool) << "\",window=\"day\"} "
+          << s.spent_day << "\n"
+          << "trainq_pool_spend_dollars{pool=\"" << Label(s.pool) << "\",window=\"month\"} "
+          << s.spent_month << "\n";
+    }
+    out << "# HELP trainq_pool_budget_capped 1 while a budget cap holds a pool's boots back.\n"
+           "# TYPE trainq_pool_budget_capped gauge\n";
+    for (const auto& s : *states) {
+      if (s.budget_per_day <= 0 && s.budget_per_month <= 0) continue;
+      out << "trainq_pool_budget_capped{pool=\"" << Label(s.pool) << "\"} "
+          << (s.cap.empty() ? 0 : 1) << "\n";
+    }
+  }
+}
+
 }  // namespace
 
 Server::Server(const ServerConfig& config, std::string db_path, const Clock& clock,
@@ -399,72 +470,7 @@ std::string Server::MetricsText() {
   std::ostringstream out;
   {
     MutexLock lock(ctx_.read_mu);
-    auto counts = ctx_.read_store->runs().CountByState();
-    if (counts) {
-      out << "# HELP trainq_runs Runs by state; queued, leased, running and failed are the "
-             "queue.\n# TYPE trainq_runs gauge\n";
-      for (int i = 0; i < kRunStateCount; ++i) {
-        out << "trainq_runs{state=\"" << RunStateName(static_cast<RunState>(i)) << "\"} "
-            << (*counts)[i] << "\n";
-      }
-      out << "# HELP trainq_runs_finished_total Runs that ended, by outcome.\n"
-             "# TYPE trainq_runs_finished_total counter\n";
-      for (auto s : {RunState::kSucceeded, RunState::kDead, RunState::kCancelled}) {
-        out << "trainq_runs_finished_total{outcome=\"" << RunStateName(s) << "\"} "
-            << (*counts)[static_cast<int>(s)] << "\n";
-      }
-    }
-    if (auto pushes = ctx_.read_store->pushes().CountPushesByState()) {
-      out << "# HELP trainq_pushes Pushes recorded (webhooks and polls), by state.\n"
-             "# TYPE trainq_pushes gauge\n";
-      std::map<std::string, std::int64_t> by_state = {
-          {"pending", 0}, {"done", 0}, {"skipped", 0}, {"failed", 0}};
-      for (const auto& [s, n] : *pushes) by_state[s] = n;
-      for (const auto& [s, n] : by_state) {
-        out << "trainq_pushes{state=\"" << Label(s) << "\"} " << n << "\n";
-      }
-    }
-    if (auto machines = ctx_.read_store->machines().List(true)) {
-      std::map<std::string, std::int64_t> by_state;
-      for (const auto& m : *machines) ++by_state[m.state];
-      out << "# HELP trainq_machines Machines by state.\n# TYPE trainq_machines gauge\n";
-      for (const auto& [s, n] : by_state) {
-        out << "trainq_machines{state=\"" << Label(s) << "\"} " << n << "\n";
-      }
-    }
-    if (auto states = ctx_.read_store->machines().PoolStates()) {
-      out << "# HELP trainq_pool_failed_boots Failed boots in a row (machines that never became a "
-             "working worker).\n# TYPE trainq_pool_failed_boots gauge\n";
-      for (const auto& s : *states) {
-        if (s.pool == "*") continue;
-        out << "trainq_pool_failed_boots{pool=\"" << Label(s.pool) << "\"} " << s.failed_boots
-            << "\n";
-      }
-      out << "# HELP trainq_pool_failing 1 while a pool boots nothing after failed boots (until "
-             "`trainq pools reset`).\n# TYPE trainq_pool_failing gauge\n";
-      for (const auto& s : *states) {
-        if (s.pool == "*") continue;
-        out << "trainq_pool_failing{pool=\"" << Label(s.pool) << "\"} " << (s.failing ? 1 : 0)
-            << "\n";
-      }
-      out << "# HELP trainq_pool_spend_dollars Billed time x hourly_cost in the current UTC "
-             "window, for pools with a budget (pool \"*\": all).\n"
-             "# TYPE trainq_pool_spend_dollars gauge\n";
-      for (const auto& s : *states) {
-        if (s.budget_per_day <= 0 && s.budget_per_month <= 0) continue;
-        out << "trainq_pool_spend_dollars{pool=\"" << Label(s.pool) << "\",window=\"day\"} "
-            << s.spent_day << "\n"
-            << "trainq_pool_spend_dollars{pool=\"" << Label(s.pool) << "\",window=\"month\"} "
-            << s.spent_month << "\n";
-      }
-      out << "# HELP trainq_pool_budget_capped 1 while a budget cap holds a pool's boots back.\n"
-             "# TYPE trainq_pool_budget_capped gauge\n";
-      for (const auto& s : *states) {
-        if (s.budget_per_day <= 0 && s.budget_per_month <= 0) continue;
-        out << "trainq_pool_budget_capped{pool=\"" << Label(s.pool) << "\"} "
-            << (s.cap.empty() ? 0 : 1) << "\n";
-      }
-    }
+    WriteStoreGauges(*ctx_.read_store, out);
   }
   const auto worker_requests = worker_api_.RequestCounts();
   MutexLock lock(counters_mu_);
