@@ -97,9 +97,9 @@ void Registration::RunSelfStop() {
     bool stopped = stop_ && stop_->load();
     if (stopped || clock_.Now() >= deadline) {
       spdlog::error("self-stop command {}: killing it",
-                    stopped ? "interrupted by a stop signal"
-                            : "still running after " +
-                                  FormatDuration(config_.self_stop_timeout_ms));
+                    stopped
+                        ? "interrupted by a stop signal"
+                        : "still running after " + FormatDuration(config_.self_stop_timeout_ms));
       runner_.KillGroup(*pid, SIGTERM);
       TimeMs grace = clock_.Now() + 2'000;
       while (!(st = runner_.Poll(*pid)) && clock_.Now() < grace) clock_.SleepFor(20);

@@ -63,8 +63,9 @@ struct LinkRig {
   WorkerLink link{nullptr, &queue, clock, 1'000, 4'000};
 };
 
-TEST_CASE("WorkerLink: no answer backs off from retry_base_ms, doubling up to retry_max_ms; an "
-          "answer ends the backoff") {
+TEST_CASE(
+    "WorkerLink: no answer backs off from retry_base_ms, doubling up to retry_max_ms; an "
+    "answer ends the backoff") {
   LinkRig r;
   const TimeMs start = r.clock.Now();
   r.queue.down = true;
@@ -104,8 +105,9 @@ TEST_CASE("WorkerLink: a 5xx is a failure that backs off and keeps no contact") 
   CHECK(r.link.last_contact_ms() == r.clock.Now() - 10);
 }
 
-TEST_CASE("WorkerLink: names the machine in X-Trainq-Worker once it is set, unless the call "
-          "names one") {
+TEST_CASE(
+    "WorkerLink: names the machine in X-Trainq-Worker once it is set, unless the call "
+    "names one") {
   LinkRig r;
   r.queue.answers["/api/v1/runs/3/log"] = {200, json{{"size", 0}}};
   WireCall call;
@@ -138,8 +140,9 @@ struct RegistrationRig {
   Registration registration{link, runner, clock, config};
 };
 
-TEST_CASE("Registration: register's answer sets the machine, the heartbeat (100 ms at least), the "
-          "dead-man switch, the self-stop command and the pool's GPU packing") {
+TEST_CASE(
+    "Registration: register's answer sets the machine, the heartbeat (100 ms at least), the "
+    "dead-man switch, the self-stop command and the pool's GPU packing") {
   RegistrationRig r;
   CHECK(r.registration.heartbeat_ms() == 10'000);
   CHECK(r.registration.orphan_timeout_ms() == 60'000);
@@ -194,8 +197,9 @@ TEST_CASE("Registration: a 409 is kNotToRun; no answer is kNoAnswer and sets not
   CHECK(r.runner.pids().empty());
 }
 
-TEST_CASE("Registration: a refused token runs the self-stop command (killed after its timeout) "
-          "and is an error naming the answer") {
+TEST_CASE(
+    "Registration: a refused token runs the self-stop command (killed after its timeout) "
+    "and is an error naming the answer") {
   RegistrationRig r;
   r.queue.answers["/api/v1/workers/register"] = {401, json{{"error", "unknown worker token"}}};
   auto refused = r.registration.Register();
@@ -211,8 +215,9 @@ TEST_CASE("Registration: a refused token runs the self-stop command (killed afte
   CHECK(p.signals.back() == SIGKILL);   // and its group, whatever is left
 }
 
-TEST_CASE("Registration: the self-stop command ends at once on the stop flag; without a command "
-          "nothing runs") {
+TEST_CASE(
+    "Registration: the self-stop command ends at once on the stop flag; without a command "
+    "nothing runs") {
   RegistrationRig r;
   std::atomic<bool> stop{true};
   r.registration.set_stop(&stop);
@@ -228,8 +233,9 @@ TEST_CASE("Registration: the self-stop command ends at once on the stop flag; wi
   CHECK(r.runner.pids().size() == 1);
 }
 
-TEST_CASE("Registration: orphaned after orphan_timeout_ms without an answer; leave only once "
-          "registered") {
+TEST_CASE(
+    "Registration: orphaned after orphan_timeout_ms without an answer; leave only once "
+    "registered") {
   RegistrationRig r;
   r.registration.Leave();
   CHECK(r.queue.calls.empty());
@@ -256,7 +262,9 @@ struct KeptRig {
   KeptResults kept{link, clock, tmp.path().string()};
 
   // Where run `id`'s result is kept on disk.
-  fs::path File(std::int64_t id) const { return tmp.path() / "outbox" / (std::to_string(id) + ".json"); }
+  fs::path File(std::int64_t id) const {
+    return tmp.path() / "outbox" / (std::to_string(id) + ".json");
+  }
 
   PendingResult Result(std::int64_t run_id, std::string outcome) {
     PendingResult p;
@@ -271,11 +279,12 @@ struct KeptRig {
   }
 };
 
-TEST_CASE("KeptResults: a kept result is on disk and delivered with its points and output first, "
-          "oldest first, then removed") {
+TEST_CASE(
+    "KeptResults: a kept result is on disk and delivered with its points and output first, "
+    "oldest first, then removed") {
   KeptRig r;
   CHECK(r.kept.maybe_holding());  // at the start: the outbox may hold an earlier worker's
-  r.kept.Deliver();                // an empty one: nothing sent, nothing held
+  r.kept.Deliver();               // an empty one: nothing sent, nothing held
   CHECK(r.queue.calls.empty());
   CHECK_FALSE(r.kept.maybe_holding());
 
@@ -310,8 +319,9 @@ TEST_CASE("KeptResults: a kept result is on disk and delivered with its points a
   CHECK_FALSE(r.kept.maybe_holding());
 }
 
-TEST_CASE("KeptResults: delivery stops at the first result without an answer and keeps it for the "
-          "next try; a refused one is dropped") {
+TEST_CASE(
+    "KeptResults: delivery stops at the first result without an answer and keeps it for the "
+    "next try; a refused one is dropped") {
   KeptRig r;
   r.kept.Keep(r.Result(1, "failed"), "run 1", "connection refused", 500);
   r.kept.Keep(r.Result(2, "failed"), "run 2", "connection refused", 500);
