@@ -3,12 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
-#include <thread>
 
+#include "core/clock.h"
 #include "core/strings.h"
 
 namespace fs = std::filesystem;
@@ -91,15 +90,17 @@ std::string TryStart(const std::string& bwrap, const SandboxConfig& config,
   PosixProcessRunner runner;
   auto pid = runner.Spawn(spec);
   if (!pid) return pid.error().message;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  // Waited through the Clock, as every loop of trainq's logic is.
+  const Clock& clock = SystemClock::Get();
+  const TimeMs deadline = clock.Now() + 30'000;
   std::optional<ExitStatus> st;
   while (!(st = runner.Poll(*pid))) {
-    if (std::chrono::steady_clock::now() > deadline) {
+    if (clock.Now() > deadline) {
       runner.KillGroup(*pid, SIGKILL);
       runner.Wait(*pid);
       return "bwrap did not finish `true` in 30 s";
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    clock.SleepFor(10);
   }
   std::string out = ReadFile(spec.output_path).value_or("");
   fs::remove_all(scratch, ec);
