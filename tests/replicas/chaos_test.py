@@ -176,7 +176,14 @@ http {{
                              stdout=subprocess.DEVNULL, stderr=open(d + "/stderr", "w"))
         self.procs.append(p)
         self.nginx = "http://127.0.0.1:%d" % self.nginx_port
-        wait_for(lambda: self.healthz(self.nginx), 10, "nginx")
+        wait_for(lambda: self.listening(self.nginx_port), 10, "nginx to listen")
+
+    def listening(self, port):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            return False
 
     def healthz(self, base):
         try:
