@@ -197,6 +197,11 @@ class Fleet {
   // The listing without the machines being booted (see above).
   void HideBooting(FleetPool& pool, const std::vector<MachineRow>& machines,
                    std::vector<cloud::ListedMachine>& listing) const;
+  // Rows whose boot answered a process that stopped before recording it
+  // get the listed machine of their name (fleet.cc).
+  Status RecordUnansweredBoots(FleetPool& pool, const std::vector<MachineRow>& machines,
+                               const std::vector<cloud::ListedMachine>& listing,
+                               cloud::PoolInput& in);
   Status StopMachine(FleetPool& pool, std::int64_t row, const std::string& id);
   // Provider::Stop of `id`, its outcome into the pool's health; a failure is
   // logged ("stop of <what><id> failed: <error><then>") for a later pass to
