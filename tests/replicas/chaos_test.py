@@ -256,6 +256,11 @@ def main():
     fx = Fixture(trainq)
     try:
         return scenario(fx)
+    except AssertionError as e:  # a wait that ran past its deadline
+        print("FAIL: %s" % e)
+        for name in ("serve-a.log", "serve-b.log", "nginx/error.log"):
+            print("--- %s\n%s" % (name, slurp(fx.path(name))[-6000:]))
+        return 1
     finally:
         fx.cleanup()
 
@@ -391,6 +396,9 @@ pools:
     wait_for(lambda: "duties: taken over by this replica" in slurp(log_b), 30,
              "replica B to take the duties over:\n" + slurp(log_b))
     took = time.monotonic() - killed_at
+    for line in slurp(log_b).splitlines():
+        if "pool local:" in line or "duties:" in line:
+            print("  B: " + line[:200])
     check(took <= TAKEOVER_LIMIT_S,
           "B took the duties over %.1f s after the kill (limit %d s)" % (took, TAKEOVER_LIMIT_S))
 
