@@ -333,34 +333,31 @@ Result<std::unique_ptr<Daemon>> Daemon::Open(ServerConfig config, DaemonOptions 
 // server.yaml `notify:` and MLflow: the outbox's sender (one of the duties).
 Status Daemon::Parts::StartNotifier() {
   if (config.notify.empty() && !config.MlflowAny()) return {};
-  {
-    NotifyOptions no;
-    no.data_dir = options.data_dir;
-    notifier = std::make_unique<Notifier>(options.db, config, http, clock, no);
-    TRY(notifier->Start());
-    for (const auto& t : config.notify) {
-      spdlog::info("notify {}: {} on {}", t.name,
-                   t.kind == NotifyTarget::Kind::kSlack ? "Slack webhook from " + t.slack_url.source
-                                                        : "webhook " + UrlForLog(t.url),
-                   fmt::join(t.on, ", "));
+  NotifyOptions no;
+  no.data_dir = options.data_dir;
+  notifier = std::make_unique<Notifier>(options.db, config, http, clock, no);
+  TRY(notifier->Start());
+  for (const auto& t : config.notify) {
+    spdlog::info("notify {}: {} on {}", t.name,
+                 t.kind == NotifyTarget::Kind::kSlack ? "Slack webhook from " + t.slack_url.source
+                                                      : "webhook " + UrlForLog(t.url),
+                 fmt::join(t.on, ", "));
+  }
+  if (config.mlflow.enabled()) {
+    // The token is a secret: only where it was read from.
+    spdlog::info("mlflow: exporting finished batches to {} (experiments {}*){}",
+                 UrlForLog(config.mlflow.tracking_uri), config.mlflow.experiment_prefix,
+                 config.mlflow.token.empty() ? "" : ", token from " + config.mlflow.token.source);
+  }
+  for (const auto& r : config.repositories) {
+    if (!r.mlflow) continue;
+    if (!r.mlflow->enabled()) {
+      spdlog::info("mlflow: {}: not exported (mlflow: off)", UrlForLog(r.url));
+      continue;
     }
-    if (config.mlflow.enabled()) {
-      // The token is a secret: only where it was read from.
-      spdlog::info("mlflow: exporting finished batches to {} (experiments {}*){}",
-                   UrlForLog(config.mlflow.tracking_uri), config.mlflow.experiment_prefix,
-                   config.mlflow.token.empty() ? ""
-                                                      : ", token from " + config.mlflow.token.source);
-    }
-    for (const auto& r : config.repositories) {
-      if (!r.mlflow) continue;
-      if (!r.mlflow->enabled()) {
-        spdlog::info("mlflow: {}: not exported (mlflow: off)", UrlForLog(r.url));
-        continue;
-      }
-      spdlog::info("mlflow: {}: exporting its batches to {} (experiments {}*){}", UrlForLog(r.url),
-                   UrlForLog(r.mlflow->tracking_uri), r.mlflow->experiment_prefix,
-                   r.mlflow->token.empty() ? "" : ", token from " + r.mlflow->token.source);
-    }
+    spdlog::info("mlflow: {}: exporting its batches to {} (experiments {}*){}", UrlForLog(r.url),
+                 UrlForLog(r.mlflow->tracking_uri), r.mlflow->experiment_prefix,
+                 r.mlflow->token.empty() ? "" : ", token from " + r.mlflow->token.source);
   }
   return {};
 }
