@@ -30,6 +30,8 @@
 #include "core/log.h"
 #include "core/process.h"
 #include "core/strings.h"
+#include "core/thread_annotations.h"
+#include "queue/duty_lock.h"
 #include "queue/machines.h"
 #include "queue/pushes.h"
 #include "queue/run_queue.h"
@@ -263,7 +265,10 @@ struct Daemon::Parts {
   std::optional<Store> store;
   CurlHttpClient http;
   PosixProcessRunner runner;
-  std::unique_ptr<PushPipeline> pipeline;
+  // The push pipeline is one of the duties (below): the loop thread starts
+  // and stops it while the listener's threads wake it.
+  Mutex pipeline_mu;
+  std::unique_ptr<PushPipeline> pipeline GUARDED_BY(pipeline_mu);
   std::unique_ptr<Notifier> notifier;  // server.yaml `notify:` (agent/triggers/notify.h)
   std::unique_ptr<Server> server;
   std::unique_ptr<HttpListener> listener;
@@ -281,6 +286,15 @@ struct Daemon::Parts {
   LogLimiter repeats{10'000};  // a warning each pass would repeat: once per 10 s
   TimeMs next_fleet_step = 0;
   TimeMs last_pass = 0;
+  // What must happen once per store (queue/duty_lock.h): the fleet, the
+  // push pipeline (pushes, polls, statuses, comments), the notifier, sweeps,
+  // retention. Held by this process (`leader`) or by another replica.
+  DutyLock duties{options.db};
+  bool leader = false;
+  bool want_pipeline = false;
+  TimeMs next_duty_try = 0;
+  FleetOptions fleet_options;                        // with the instance id
+  std::optional<std::vector<FleetPool>> first_pools;  // made and checked at Open
 
   Status OpenInProcess();
   Status OpenFleet();
@@ -288,6 +302,10 @@ struct Daemon::Parts {
   Status OpenServer();
   Status Listen();
   Status StartEngine(std::string token);
+  Status StartNotifier();
+  Status StepDuties(TimeMs now, bool first);
+  Status TakeDuties(TimeMs now, bool first);
+  void DropDuties();
   Status EngineEnded() const;
   void RenewLeasesAfterStall(TimeMs now);
   Status StepQueue(TimeMs now);
@@ -305,37 +323,43 @@ Result<std::unique_ptr<Daemon>> Daemon::Open(ServerConfig config, DaemonOptions 
   ASSIGN_OR_RETURN(auto store, OpenServeStore(parts->options.db));
   parts->store.emplace(std::move(store));
   TRY(parts->options.inproc ? parts->OpenInProcess() : parts->OpenFleet());
-  if (!parts->config.notify.empty() || parts->config.MlflowAny()) {
-    NotifyOptions no;
-    no.data_dir = parts->options.data_dir;
-    parts->notifier = std::make_unique<Notifier>(parts->options.db, parts->config, parts->http,
-                                                 parts->clock, no);
-    TRY(parts->notifier->Start());
-    for (const auto& t : parts->config.notify) {
-      spdlog::info("notify {}: {} on {}", t.name,
-                   t.kind == NotifyTarget::Kind::kSlack ? "Slack webhook from " + t.slack_url.source
-                                                        : "webhook " + UrlForLog(t.url),
-                   fmt::join(t.on, ", "));
-    }
-    if (parts->config.mlflow.enabled()) {
-      // The token is a secret: only where it was read from.
-      spdlog::info("mlflow: exporting finished batches to {} (experiments {}*){}",
-                   UrlForLog(parts->config.mlflow.tracking_uri), parts->config.mlflow.experiment_prefix,
-                   parts->config.mlflow.token.empty() ? ""
-                                                      : ", token from " + parts->config.mlflow.token.source);
-    }
-    for (const auto& r : parts->config.repositories) {
-      if (!r.mlflow) continue;
-      if (!r.mlflow->enabled()) {
-        spdlog::info("mlflow: {}: not exported (mlflow: off)", UrlForLog(r.url));
-        continue;
-      }
-      spdlog::info("mlflow: {}: exporting its batches to {} (experiments {}*){}", UrlForLog(r.url),
-                   UrlForLog(r.mlflow->tracking_uri), r.mlflow->experiment_prefix,
-                   r.mlflow->token.empty() ? "" : ", token from " + r.mlflow->token.source);
-    }
-  }
+  // SQLite: this process holds the duties, and takes them now. PostgreSQL:
+  // when another replica holds them, this one serves the worker API,
+  // webhooks, reads and the dashboard, and the loop tries every few seconds.
+  TRY(parts->StepDuties(clock.Now(), /*first=*/true));
   return std::unique_ptr<Daemon>(new Daemon(std::move(parts)));
+}
+
+// server.yaml `notify:` and MLflow: the outbox's sender (one of the duties).
+Status Daemon::Parts::StartNotifier() {
+  if (config.notify.empty() && !config.MlflowAny()) return {};
+  NotifyOptions no;
+  no.data_dir = options.data_dir;
+  notifier = std::make_unique<Notifier>(options.db, config, http, clock, no);
+  TRY(notifier->Start());
+  for (const auto& t : config.notify) {
+    spdlog::info("notify {}: {} on {}", t.name,
+                 t.kind == NotifyTarget::Kind::kSlack ? "Slack webhook from " + t.slack_url.source
+                                                      : "webhook " + UrlForLog(t.url),
+                 fmt::join(t.on, ", "));
+  }
+  if (config.mlflow.enabled()) {
+    // The token is a secret: only where it was read from.
+    spdlog::info("mlflow: exporting finished batches to {} (experiments {}*){}",
+                 UrlForLog(config.mlflow.tracking_uri), config.mlflow.experiment_prefix,
+                 config.mlflow.token.empty() ? "" : ", token from " + config.mlflow.token.source);
+  }
+  for (const auto& r : config.repositories) {
+    if (!r.mlflow) continue;
+    if (!r.mlflow->enabled()) {
+      spdlog::info("mlflow: {}: not exported (mlflow: off)", UrlForLog(r.url));
+      continue;
+    }
+    spdlog::info("mlflow: {}: exporting its batches to {} (experiments {}*){}", UrlForLog(r.url),
+                 UrlForLog(r.mlflow->tracking_uri), r.mlflow->experiment_prefix,
+                 r.mlflow->token.empty() ? "" : ", token from " + r.mlflow->token.source);
+  }
+  return {};
 }
 
 // The one run engine on this process's slots: a Worker (agent/runner/
@@ -353,10 +377,7 @@ Status Daemon::Parts::OpenInProcess() {
                                ? kDefaultPool
                                : config.pools.front().name();
   ASSIGN_OR_RETURN(std::string token, PoolToken(config, options.data_dir, pool));
-  if (options.address || !config.repositories.empty()) {
-    ASSIGN_OR_RETURN(pipeline,
-                     StartPushPipeline(options.db, config, http, clock, options.data_dir));
-  }
+  want_pipeline = options.address || !config.repositories.empty();
   TRY(OpenServer());
   if (options.address) {
     TRY(Listen());
@@ -407,13 +428,10 @@ Status Daemon::Parts::EngineEnded() const {
 // no attempt used if they do not.
 Status Daemon::Parts::OpenFleet() {
   TRY(EnsurePoolTokens(*store, config, options.data_dir, clock.Now()));
-  FleetOptions fo = options.fleet;
-  ASSIGN_OR_RETURN(fo.instance, InstanceId(options.data_dir));
-  ASSIGN_OR_RETURN(auto pools, MakePools());
-  if (!config.repositories.empty() || !options.until_idle) {
-    ASSIGN_OR_RETURN(pipeline,
-                     StartPushPipeline(options.db, config, http, clock, options.data_dir));
-  }
+  fleet_options = options.fleet;
+  ASSIGN_OR_RETURN(fleet_options.instance, InstanceId(options.data_dir));
+  ASSIGN_OR_RETURN(first_pools, MakePools());
+  want_pipeline = !config.repositories.empty() || !options.until_idle;
   TRY(OpenServer());
   TRY(Listen());
   if (!options.address->loopback()) {
@@ -425,17 +443,105 @@ Status Daemon::Parts::OpenFleet() {
   spdlog::info("dashboard: {}", server->DashboardUrl(options.listen));
 
   LogOverallBudget(config.budget);
-  fleet = std::make_unique<Fleet>(*store, clock, std::move(pools), fo);
-  for (const auto& p : fleet->pools()) LogPool(p);
-
-  if (auto n = store->runs().GraceLeases(clock.Now(), clock.Now(), options.lease_ms,
-                                  "trainq serve was down when it expired");
-      n && *n > 0) {
-    spdlog::info("{} run(s) whose lease expired while trainq serve was down get {} to report back",
-                 *n, FormatDuration(options.lease_ms));
-  }
   last_pass = clock.Now();
   return {};
+}
+
+// Every kDutyTryMs: a replica without the duties tries to take them; the
+// holder checks that the connection holding them lives, and gives them up
+// at once when it does not (another replica may have them by then).
+constexpr TimeMs kDutyTryMs = 2'000;
+
+Status Daemon::Parts::StepDuties(TimeMs now, bool first) {
+  if (now < next_duty_try) return {};
+  next_duty_try = now + kDutyTryMs;
+  auto held = duties.Hold();
+  if (!held || (!*held && leader)) {
+    const std::string why = held ? "the duties lock is held elsewhere" : held.error().message;
+    if (leader) {
+      spdlog::error("duties: lost ({}); this replica stops its fleet, push pipeline, sweeps, "
+                    "retention and outboxes, and tries again every {}",
+                    why, FormatDuration(kDutyTryMs));
+      DropDuties();
+    } else if (int n = 0; repeats.Allow(why, now, &n)) {
+      spdlog::warn("duties: {} (will retry){}", why, LogLimiter::HeldBackNote(n));
+    }
+    return {};
+  }
+  if (!*held) {
+    if (first) {
+      spdlog::info("duties: held by another replica; this one answers webhooks, workers, reads "
+                   "and the dashboard, and tries for them every {}",
+                   FormatDuration(kDutyTryMs));
+    }
+    return {};
+  }
+  if (leader) return {};
+  return TakeDuties(now, first);
+}
+
+// The duties, in this order: the fleet (it reconciles from the store and the
+// providers' listings: machines the previous holder booted are adopted or
+// stopped, never booted twice), the push pipeline, the notifier. Sweeps and
+// retention run from the loop while `leader`. A failure gives the lock up;
+// at start it ends serve, later the loop tries again.
+Status Daemon::Parts::TakeDuties(TimeMs now, bool first) {
+  if (duties.shared()) {
+    spdlog::info("duties: {} (fleet, push pipeline and polling, sweeps, retention, outboxes)",
+                 first ? "this replica holds them" : "taken over by this replica");
+  }
+  leader = true;
+  auto st = [&]() -> Status {
+    if (!options.inproc) {
+      std::vector<FleetPool> pools;
+      if (first_pools) {
+        pools = std::move(*first_pools);
+        first_pools.reset();
+      } else {
+        ASSIGN_OR_RETURN(pools, MakePools());
+      }
+      fleet = std::make_unique<Fleet>(*store, clock, std::move(pools), fleet_options);
+      for (const auto& p : fleet->pools()) LogPool(p);
+      // At a start, leases that expired while no serve took heartbeats were
+      // not the workers' fault. (At a takeover other replicas took them.)
+      if (first) {
+        if (auto n = store->runs().GraceLeases(now, now, options.lease_ms,
+                                               "trainq serve was down when it expired");
+            n && *n > 0) {
+          spdlog::info("{} run(s) whose lease expired while trainq serve was down get {} to "
+                       "report back",
+                       *n, FormatDuration(options.lease_ms));
+        }
+      }
+      next_fleet_step = 0;
+    }
+    if (want_pipeline) {
+      ASSIGN_OR_RETURN(auto started,
+                       StartPushPipeline(options.db, config, http, clock, options.data_dir));
+      MutexLock lock(pipeline_mu);
+      pipeline = std::move(started);
+    }
+    return StartNotifier();
+  }();
+  if (!st) {
+    spdlog::error("duties: could not start them: {}; given up", st.error().message);
+    DropDuties();
+    duties.Release();
+  }
+  return st;
+}
+
+void Daemon::Parts::DropDuties() {
+  leader = false;
+  std::unique_ptr<PushPipeline> stopping;
+  {
+    MutexLock lock(pipeline_mu);
+    stopping = std::move(pipeline);
+  }
+  if (stopping) stopping->Stop();
+  if (notifier) notifier->Stop();
+  notifier.reset();
+  fleet.reset();  // records its boots in flight; its machines are the next holder's
 }
 
 // Each pool of the config with its provider (cloud/make_provider.cc).
@@ -467,8 +573,11 @@ Status Daemon::Parts::OpenServer() {
   so.heartbeat_ms = options.heartbeat_ms;
   server = std::make_unique<Server>(config, options.db, clock, so);
   TRY(server->Open());
-  server->set_on_push([p = pipeline.get()] {
-    if (p) p->Wake();
+  // A push recorded here wakes this process's pipeline (the holder of the
+  // duties); another replica's finds it at its next pass.
+  server->set_on_push([this] {
+    MutexLock lock(pipeline_mu);
+    if (pipeline) pipeline->Wake();
   });
   return {};
 }
@@ -490,6 +599,9 @@ Status Daemon::Parts::Listen() {
 }
 
 // One pass of the loop, in this order:
+//   0. every 2 s, the duties (queue/duty_lock.h): taken when free, given up
+//      when their lock's connection failed; steps 2 and 3's fleet, sweeps and
+//      retention run only in the process holding them (always on SQLite);
 //   1. in-process: the loop ends if the worker thread ended (only an error
 //      ends it); with a fleet, leases that expired while this process
 //      stalled are renewed: their heartbeats had nobody to take them;
@@ -513,9 +625,17 @@ Status Daemon::Run(const std::atomic<bool>& stop) {
   while (!stop.load()) {
     if (result = p.EngineEnded(); !result) break;
     const TimeMs now = p.clock.Now();
+    if (auto st = p.StepDuties(now, /*first=*/false); !st) {
+      int held = 0;
+      if (p.repeats.Allow(st.error().message, now, &held)) {
+        spdlog::warn("{} (will retry){}", st.error().message, LogLimiter::HeldBackNote(held));
+      }
+    }
     p.RenewLeasesAfterStall(now);
-    StepSweepsLogged(p.sweeps, *p.store, now);
-    p.retention.StepLogged(*p.store, now);
+    if (p.leader) {
+      StepSweepsLogged(p.sweeps, *p.store, now);
+      p.retention.StepLogged(*p.store, now);
+    }
     if (auto st = p.StepQueue(now); !st) {
       if (!st.error().retryable()) {
         result = st;
@@ -556,11 +676,17 @@ void Daemon::Parts::RenewLeasesAfterStall(TimeMs now) {
 
 Status Daemon::Parts::StepQueue(TimeMs now) {
   if (engine) {
+    if (!leader) return {};
     ASSIGN_OR_RETURN(int expired, store->runs().ExpireLeases(now));
     if (expired > 0) spdlog::warn("{} run(s) whose lease expired went back to the queue", expired);
     return {};
   }
   if (now < next_fleet_step) return {};
+  if (!fleet) {  // another replica holds the duties: workers here still re-check
+    server->NotifyWork();
+    next_fleet_step = now + options.scale_interval_ms;
+    return {};
+  }
   auto st = fleet->Step();
   if (!st && !st.error().retryable()) return st;
   server->NotifyWork();
@@ -570,8 +696,14 @@ Status Daemon::Parts::StepQueue(TimeMs now) {
 
 // Set when --until-idle is done: the loop's result.
 std::optional<Status> Daemon::Parts::IdleExit(TimeMs now) {
+  if (!leader) return std::nullopt;  // the holder of the duties decides
+  bool has_pipeline;
+  {
+    MutexLock lock(pipeline_mu);
+    has_pipeline = pipeline != nullptr;
+  }
   auto pending_push = store->pushes().NextPushDue();
-  const bool no_push_due = !pipeline || (pending_push && !*pending_push);
+  const bool no_push_due = !has_pipeline || (pending_push && !*pending_push);
   // Nothing queued, leased, running or waiting for a retry (the in-process
   // worker's runs are leased or running in the store until it reports).
   auto counts = store->runs().CountByState();
@@ -626,8 +758,13 @@ void Daemon::Parts::Shutdown(bool signalled, const Status& result) {
   if (server) server->StopWaiting();
   if (engine_thread.joinable()) engine_thread.join();
   if (listener) listener->Stop();
-  if (pipeline) pipeline->Stop();
+  {
+    MutexLock lock(pipeline_mu);
+    if (pipeline) pipeline->Stop();
+  }
   if (notifier) notifier->Stop();  // what it found and did not send yet is sent at the next start
+  if (duties.shared() && leader) spdlog::info("duties: released");
+  duties.Release();
   spdlog::info("trainq serve stopped ({})", signalled ? "signal"
                                             : result  ? "nothing left to run"
                                                       : "error: " + result.error().message);

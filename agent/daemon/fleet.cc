@@ -387,6 +387,7 @@ Result<std::vector<cloud::PoolInput>> Fleet::Inputs(const std::vector<MachineRow
       Record(pool.spec.name(), listing.has_value(), listing ? "" : listing.error().message);
       if (listing) {
         HideBooting(pool, machines, *listing);
+        TRY(RecordUnansweredBoots(pool, machines, *listing, in));
         std::vector<std::string> ids;
         for (const auto& l : *listing) {
           ids.push_back(l.id);
@@ -404,6 +405,46 @@ Result<std::vector<cloud::PoolInput>> Fleet::Inputs(const std::vector<MachineRow
     inputs.push_back(std::move(in));
   }
   return inputs;
+}
+
+// A boot that answered a process that stopped before recording the answer
+// (serve killed, or the replica holding the duties killed and another taking
+// them over): its row has a name and no provider id, and is no boot of this
+// fleet; the provider lists a tagged machine of that name. The id is
+// recorded, so the machine stays the row's, with its runs, rather than being
+// stopped as an unknown one while its row waits to be found silent.
+Status Fleet::RecordUnansweredBoots(FleetPool& pool, const std::vector<MachineRow>& machines,
+                                    const std::vector<cloud::ListedMachine>& listing,
+                                    cloud::PoolInput& in) {
+  std::set<std::string> known;
+  for (const auto& m : machines) {
+    if (m.pool == pool.spec.name() && !m.provider_id.empty()) known.insert(m.provider_id);
+  }
+  for (const auto& l : listing) {
+    if (l.name.empty() || known.contains(l.id)) continue;
+    for (const auto& m : machines) {
+      if (m.pool != pool.spec.name() || m.name != l.name || !m.provider_id.empty() ||
+          boots_->Pending(m.id) ||
+          (m.state != "requested" && m.state != "booting" && m.state != "ready")) {
+        continue;
+      }
+      if (auto st = store_.machines().SetMachineProviderId(m.id, l.id, clock_.Now()); !st) {
+        spdlog::warn("pool {}: machine {}: {}", pool.spec.name(), m.name, st.error().message);
+        break;
+      }
+      spdlog::info("pool {}: machine {} is {} (its boot answered a trainq serve that stopped "
+                   "before recording it)",
+                   pool.spec.name(), m.name, l.id);
+      known.insert(l.id);
+      for (auto& im : in.machines) {
+        if (im.row != m.id) continue;
+        im.id = l.id;
+        if (im.state == cloud::MachineState::kRequested) im.state = cloud::MachineState::kBooting;
+      }
+      break;
+    }
+  }
+  return {};
 }
 
 // Why runs wait, written when it changed. Runs held back by a budget cap say

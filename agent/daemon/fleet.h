@@ -41,8 +41,10 @@
 // recorded, its listing leaves out the tagged machines the store does not
 // know that bear one of their names (or no name): they are being booted,
 // not orphans to adopt or stop. A crash with boots in flight leaves
-// `requested` rows and tagged machines: reconcile adopts or stops them, as
-// before. Provider::Stop stays on the loop thread.
+// `requested` rows and tagged machines: a listed machine bearing such a
+// row's name becomes that row's (RecordUnansweredBoots: the boot answered,
+// the answer was never recorded; this is also what a replica taking over the
+// duties finds), others are adopted or stopped by reconcile, as before. Provider::Stop stays on the loop thread.
 // Around that, per pool: every machine is judged once (cloud::JudgeBoot): a
 // machine that left before its worker registered, or whose worker left at
 // once, is a failed boot; the boot health (back-off, `failing`) lives in the
@@ -197,6 +199,11 @@ class Fleet {
   // The listing without the machines being booted (see above).
   void HideBooting(FleetPool& pool, const std::vector<MachineRow>& machines,
                    std::vector<cloud::ListedMachine>& listing) const;
+  // Rows whose boot answered a process that stopped before recording it
+  // get the listed machine of their name (fleet.cc).
+  Status RecordUnansweredBoots(FleetPool& pool, const std::vector<MachineRow>& machines,
+                               const std::vector<cloud::ListedMachine>& listing,
+                               cloud::PoolInput& in);
   Status StopMachine(FleetPool& pool, std::int64_t row, const std::string& id);
   // Provider::Stop of `id`, its outcome into the pool's health; a failure is
   // logged ("stop of <what><id> failed: <error><then>") for a later pass to

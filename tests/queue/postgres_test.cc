@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "queue/duty_lock.h"
 #include "queue/sqlite.h"
 #include "queue/run_queue.h"
 #include "queue/store.h"
@@ -210,6 +211,51 @@ TEST_CASE("A PostgreSQL database written by a newer trainq, or holding other tab
                            "WHERE table_schema = current_schema()").value();
   REQUIRE(tables.Step().value());
   CHECK(tables.Int(0) == 1);  // nothing written
+}
+
+TEST_CASE("The duties go to one process per store, and to another when the holder's "
+          "connection ends", "[postgres]") {
+  testing::TempDir dir;
+  std::string where = testing::StoreLocation(dir, "duties.db");
+  REQUIRE(Store::Open(where));
+  DutyLock a(where), b(where);
+  if (!testing::TestingPostgres()) {
+    // SQLite: one serve owns the file, and always holds them.
+    CHECK_FALSE(a.shared());
+    CHECK(a.Hold().value());
+    CHECK(b.Hold().value());
+    return;
+  }
+  CHECK(a.shared());
+  CHECK(a.Hold().value());
+  CHECK_FALSE(b.Hold().value());
+  CHECK(a.Hold().value());  // the holder's check: still held, not taken twice
+  CHECK_FALSE(b.Hold().value());
+  // Another store (schema) of the same database has duties of its own.
+  std::string other = testing::StoreLocation(dir, "other.db");
+  REQUIRE(Store::Open(other));
+  DutyLock c(other);
+  CHECK(c.Hold().value());
+  // The holder's session ends (as when its process dies): the next try of
+  // another process takes them.
+  a.Release();
+  CHECK(b.Hold().value());
+  CHECK_FALSE(a.Hold().value());
+  // The holder's backend ended by the server (a host that vanished, found by
+  // the keepalives): the holder learns at its next check, another takes them.
+  {
+    auto admin = sql::Db::Open(where, false, 1000).value();
+    REQUIRE(admin.Exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE application_name = 'trainq serve (duties)' AND pid IN "
+                       "(SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND "
+                       "classid = 1953588341 AND objid = hashtext(current_schema())::oid "
+                       "AND granted)"));
+  }
+  auto lost = b.Hold();
+  CHECK_FALSE(lost);
+  if (!lost) CHECK(lost.error().message.find("the connection holding the duties lock failed") !=
+                   std::string::npos);
+  CHECK(a.Hold().value());
 }
 
 }  // namespace
