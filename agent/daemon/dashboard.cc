@@ -27,6 +27,7 @@
 #include "core/http_client.h"
 #include "core/log.h"
 #include "core/strings.h"
+#include "queue/machines.h"
 #include "queue/run_queue.h"
 #include "queue/sqlite.h"
 #include "queue/store.h"
@@ -1051,6 +1052,33 @@ HttpServerReply Dashboard::Action(const HttpServerRequest& req, const Session& s
                    const std::string& text) {
     RecordAudit(*store, {0, now, who, action, target, detail, req.peer}, "dashboard", text);
   };
+  if (what == "reset_pool") {
+    // A pool spans every repository: resetting one is an admin's (a forge
+    // person admin on every watched repository, an OIDC or trusted-header
+    // admin, an admin token), as `trainq pools reset` is the operator's.
+    if (s.role != Role::kAdmin) {
+      spdlog::warn("dashboard: {} ({}) was refused reset_pool", s.who, RoleName(s.role));
+      return Refuse(403, "resetting a pool needs an admin role (" + s.who + " is " +
+                             RoleName(s.role) + ")");
+    }
+    if (!body.contains("pool") || !body["pool"].is_string() ||
+        body["pool"].get<std::string>().empty()) {
+      return Refuse(400, "pool: expected a pool's name");
+    }
+    const std::string pool = body["pool"].get<std::string>();
+    auto states = store->machines().PoolStates();
+    if (!states) return Refuse(503, states.error().message);
+    int failed = -1;
+    for (const auto& p : *states) {
+      if (p.pool == pool && (p.failed_boots > 0 || p.failing)) failed = p.failed_boots;
+    }
+    auto changed = failed < 0 ? Result<bool>(false) : store->machines().ResetPoolBoots(pool, now);
+    if (!changed) return Refuse(503, changed.error().message);
+    if (!*changed) return Refuse(409, "pool " + pool + ": no failed boots on record; nothing to reset");
+    audit("pool_reset", "pool " + pool, std::to_string(failed) + " failed boot(s)",
+          "reset pool " + pool + " (" + std::to_string(failed) + " failed boot(s) forgotten)");
+    return JsonReply(200, {{"result", "ok"}, {"reset", pool}, {"failed_boots", failed}});
+  }
   if (what == "cancel_batch" || what == "cancel_run") {
     bool batch = what == "cancel_batch";
     auto id = num(batch ? "batch" : "run");
@@ -1087,7 +1115,8 @@ HttpServerReply Dashboard::Action(const HttpServerRequest& req, const Session& s
           "added " + std::to_string(*n) + " seed(s) to batch " + std::to_string(*id));
     return JsonReply(200, {{"result", "ok"}, {"added", *n}});
   }
-  return Refuse(400, "action: expected cancel_batch, cancel_run, retry_run or add_seeds, got \"" + what + "\"");
+  return Refuse(400, "action: expected cancel_batch, cancel_run, retry_run, add_seeds or reset_pool, got \"" +
+                         what + "\"");
 }
 
 void Dashboard::StartWatcher() {
