@@ -459,7 +459,7 @@ HttpServerReply Dashboard::SignInForm(const HttpServerRequest& req) {
     who = Identify(config_, store ? &*store : nullptr, token, clock_.Now());
   }
   if (who.role == Role::kNone) {
-    FailedSignIn(req.peer, who.refused.empty() ? "a wrong token" : who.refused);
+    FailedSignIn(req.peer, who.refused.empty() ? "a wrong token" : who.refused, "token");
     bool revoked = who.refused.find("revoked") != std::string::npos;
     bool expired = who.refused.find("expired") != std::string::npos;
     return SignInPage(401, next,
@@ -471,11 +471,12 @@ HttpServerReply Dashboard::SignInForm(const HttpServerRequest& req) {
   return StartSession(who, next, "sign-in form", req.peer);
 }
 
-void Dashboard::FailedSignIn(const std::string& peer, const std::string& why) {
-  auto skipped = wrong_token_log_.Allow(clock_.Now());
-  if (!skipped) return;
+void Dashboard::FailedSignIn(const std::string& peer, const std::string& why,
+                             const std::string& door) {
+  int skipped = 0;
+  if (!wrong_token_log_.Allow(door, clock_.Now(), &skipped)) return;
   std::string more =
-      *skipped ? " (" + std::to_string(*skipped) + " more since the last such line)" : "";
+      skipped ? " (" + std::to_string(skipped) + " more since the last such line)" : "";
   spdlog::warn("dashboard: a sign-in from {} was refused: {}{}", peer, why, more);
   StoreOptions so;
   so.create = false;
@@ -505,7 +506,7 @@ HttpServerReply Dashboard::LinkLogin(const HttpServerRequest& req, const std::st
     }
   }
   if (who.role == Role::kNone) {
-    FailedSignIn(req.peer, "a sign-in link that is unknown, used or expired");
+    FailedSignIn(req.peer, "a sign-in link that is unknown, used or expired", "token");
     return SignInPage(401, next,
                       "This sign-in link was used already or has expired: sign in with a token.");
   }
@@ -612,7 +613,7 @@ HttpServerReply Dashboard::Handle(const HttpServerRequest& req, const std::strin
     std::string refused;
     Session h = HeaderSession(req, &refused);
     if (!refused.empty()) {
-      FailedSignIn(req.peer, "a trusted header: " + refused);  // logged and audited
+      FailedSignIn(req.peer, "a trusted header: " + refused, "trusted header");  // logged and audited
       HttpServerReply r{403, "text/plain; charset=utf-8",
                         "403: refused: " + refused + ". Nothing was granted.\n"};
       r.headers.push_back({"Cache-Control", "no-store"});
@@ -1449,7 +1450,7 @@ HttpServerReply Dashboard::OAuthRedirect(const HttpServerRequest& req, const std
 HttpServerReply Dashboard::RefuseSignIn(const HttpServerRequest& req, const std::string& door,
                                         const std::string& label, const std::string& why,
                                         const std::string& page) {
-  FailedSignIn(req.peer, label + ": " + why);
+  FailedSignIn(req.peer, label + ": " + why, door);
   HttpServerReply r = RefusedSignIn(page);
   r.headers.push_back({"Set-Cookie", std::string(kOAuthCookie) + "=; Path=/signin/" + door +
                                          "; HttpOnly; SameSite=Lax; Max-Age=0"});
