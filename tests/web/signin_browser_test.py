@@ -37,7 +37,6 @@ Usage: signin_browser_test.py TRAINQ_BINARY
 """
 import json
 import os
-import re
 import shutil
 import sqlite3
 import subprocess
@@ -46,6 +45,7 @@ import tempfile
 import threading
 import time
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dashboard_browser_test import (DEADLINE_S, check, die, failures_count, free_port, http,  # noqa: E402
                                     open_browser, require_browser, sh, shot, wait_for)

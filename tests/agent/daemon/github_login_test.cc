@@ -276,6 +276,16 @@ TEST_CASE("github: missing, forged, another browser's or used state, a replayed 
                      again.oauth_cookie),
           "GitHub refused the code (bad_verification_code)");
   CHECK(log.Count("GitHub: the code was refused (200 bad_verification_code)") == 1);
+  // A foreign code: one GitHub gave another sign-in (another browser's),
+  // brought here with this browser's own state and cookie. PKCE stops it:
+  // this sign-in's verifier is not the one that code was asked with.
+  auto mine = f.Start();
+  auto theirs = f.Start();
+  f.clock.Advance(61'000);
+  refused(f.Callback({{"code", Get(theirs.back, "code")}, {"state", Get(mine.back, "state")}},
+                     mine.oauth_cookie),
+          "GitHub refused the code (bad_verification_code)");
+  CHECK(log.Count("GitHub: the code was refused (200 bad_verification_code)") == 2);
 
   // A GitHub user with no access to any watched repository.
   f.As("stranger");
@@ -292,7 +302,7 @@ TEST_CASE("github: missing, forged, another browser's or used state, a replayed 
     failed += r.action == "login_failed";
     logins += r.action == "login";
   }
-  CHECK(failed == 6);
+  CHECK(failed == 7);
   CHECK(logins == 1);
 }
 
