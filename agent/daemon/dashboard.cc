@@ -1453,7 +1453,8 @@ HttpServerReply Dashboard::RefuseSignIn(const HttpServerRequest& req, const std:
   FailedSignIn(req.peer, label + ": " + why, door);
   HttpServerReply r = RefusedSignIn(page);
   r.headers.push_back({"Set-Cookie", std::string(kOAuthCookie) + "=; Path=/signin/" + door +
-                                         "; HttpOnly; SameSite=Lax; Max-Age=0"});
+                                         "; HttpOnly; SameSite=Lax; Max-Age=0" +
+                                         (secure_cookie_ ? "; Secure" : "")});
   return r;
 }
 
@@ -1516,7 +1517,8 @@ HttpServerReply Dashboard::FinishSignIn(const Principal& p, const OAuthPending& 
            ". <a href=\"" + HtmlEscape(to) + "\">Continue</a></p>\n";
   std::erase_if(r.headers, [](const auto& h) { return h.first == "Location"; });
   r.headers.push_back({"Set-Cookie", std::string(kOAuthCookie) + "=; Path=/signin/" + door +
-                                         "; HttpOnly; SameSite=Lax; Max-Age=0"});
+                                         "; HttpOnly; SameSite=Lax; Max-Age=0" +
+                                         (secure_cookie_ ? "; Secure" : "")});
   PageHeaders(r);
   return r;
 }

@@ -47,7 +47,7 @@ struct GithubDoor {
   std::unique_ptr<Server> server;
   std::vector<std::int64_t> model_runs, secret_runs;
 
-  GithubDoor() {
+  explicit GithubDoor(const std::string& extra = "") {
     clock.Set(1'800'000'000'000);
     REQUIRE(WriteFile(tmp / "gh-secret", "oauth-secret-42\n"));
     config = ParseServerConfig(
@@ -56,7 +56,8 @@ struct GithubDoor {
                  "  - {url: " + std::string(kSecret) + ", forge: github}\n"
                  "auth:\n"
                  "  github: {client_id: Iv1.trainqtest, client_secret: {file: " +
-                     (tmp / "gh-secret") + "}, web_url: " + fake + ", api_url: " + fake + "}\n",
+                     (tmp / "gh-secret") + "}, web_url: " + fake + ", api_url: " + fake + "}\n" +
+                     extra,
                  "server.yaml")
                  .value();
     auto store = Store::Open(db).value();
@@ -304,6 +305,36 @@ TEST_CASE("github: missing, forged, another browser's or used state, a replayed 
   }
   CHECK(failed == 7);
   CHECK(logins == 1);
+}
+
+TEST_CASE("github: with an https public_url the door's cookies are Secure, the session's Strict",
+          "[github][signin]") {
+  GithubDoor f("public_url: https://trainq.example\n");
+  auto r = f.server->Handle(Req("GET", "/signin/github", {}, {{"next", "/"}}));
+  REQUIRE(r.status == 302);
+  const std::string oauth = Header(r, "Set-Cookie");
+  CHECK_THAT(oauth, Catch::Contains("HttpOnly") && Catch::Contains("SameSite=Lax") &&
+                        Catch::Contains("; Secure") && Catch::Contains("Path=/signin/github;"));
+  CHECK_THAT(Header(r, "Location"),
+             Catch::Contains("redirect_uri=" +
+                             UrlEncode("https://trainq.example/signin/github/callback")));
+  // GitHub sends the browser back to the public address.
+  HttpRequest a;
+  a.url = Header(r, "Location");
+  auto ar = f.http.Send(a).value();
+  const std::string back = ar.Header("Location").value_or("");
+  REQUIRE(back.starts_with("https://trainq.example/signin/github/callback?"));
+  auto cb = f.Callback(QueryOf(back), CookiePair(oauth));
+  REQUIRE(cb.status == 200);
+  std::string session, cleared;
+  for (const auto& [k, v] : cb.headers) {
+    if (k != "Set-Cookie") continue;
+    (v.starts_with("trainq_dash=") ? session : cleared) = v;
+  }
+  CHECK_THAT(session, Catch::Contains("HttpOnly") && Catch::Contains("SameSite=Strict") &&
+                          Catch::Contains("; Secure"));
+  CHECK_THAT(cleared, Catch::StartsWith("trainq_oauth=;") && Catch::Contains("Max-Age=0") &&
+                          Catch::Contains("; Secure"));
 }
 
 TEST_CASE("github: auth.github config errors name the file, line and key", "[github]") {
