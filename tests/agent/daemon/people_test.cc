@@ -488,7 +488,7 @@ TEST_CASE("people: retention.audit deletes audit rows older than its limit, a bo
       REQUIRE(store.access().AddAudit({0, now - 40 * kDay + i * 60'000, "ada@example.com",
                                        "cancel_run", "run " + std::to_string(i), "", "10.0.0.1"}));
     }
-    for (TimeMs age : {29 * kDay, kDay, 0LL}) {
+    for (TimeMs age : {29 * kDay, kDay, TimeMs{0}}) {
       REQUIRE(store.access().AddAudit({0, now - age, "bob@example.com", "retry_run", "run 1", "",
                                        "10.0.0.2"}));
     }
