@@ -1372,10 +1372,13 @@ constexpr const char* kOAuthCookie = "trainq_oauth";
 
 HttpServerReply RefusedSignIn(const std::string& text) {
   HttpServerReply r{403, "text/html; charset=utf-8",
-                    "<!doctype html><meta charset=utf-8><title>Sign-in refused</title>"
-                    "<link rel=stylesheet href=/dash/app.css><main class=signin><h1>Sign-in "
+                    "<!doctype html><meta charset=utf-8><title>Sign-in refused · trainq</title>"
+                    "<link rel=stylesheet href=/dash/palette.css>"
+                    "<link rel=stylesheet href=/dash/app.css><header><span class=brand>trainq"
+                    "</span></header><main class=signin><section class=card><h1>Sign-in "
                     "refused</h1><p id=refused>" + HtmlEscape(text) +
-                        " Nothing was granted.</p><p><a href=/signin>Back to sign-in</a></p></main>\n"};
+                        " Nothing was granted.</p><p><a href=/signin>Back to sign-in</a></p>"
+                        "</section></main>\n"};
   r.headers.push_back({"Cache-Control", "no-store"});
   PageHeaders(r);
   return r;

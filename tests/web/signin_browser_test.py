@@ -316,7 +316,8 @@ def run_checks(fx, driver):
           "serve logged octocat's cancel by name")
     driver.get(fx.base + "/machines")
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "section.card"))
-    wait.until(lambda d: "failing" in d.find_element(By.ID, "main").text)
+    wait.until(lambda d: "never registered" in d.find_element(By.ID, "main").text)
+    check("failing" in driver.find_element(By.ID, "main").text, "the Machines page marks the pool failing")
     check(not driver.find_elements(By.CSS_SELECTOR, "[data-action='reset_pool']"),
           "a write person sees no reset button on the failing pool")
     status, body = driver.execute_async_script(ACT_JS, {"action": "reset_pool", "pool": "gpu"})

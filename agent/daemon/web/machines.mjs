@@ -9,7 +9,7 @@ function pools(st) {
   return table(['pool', 'machines', '#slots busy', '#booted', 'billed', '#cost', 'provider'], (st.pools || []).map(p =>
     html`<tr><td>${p.pool}</td><td>${machineCounts(p)}</td>
       <td class="num">${p.slots.busy}/${p.slots.total}</td><td class="num">${p.machines_booted}</td><td>${dur(p.billed_ms)}</td><td class="num">$${num(p.cost, 2)}</td>
-      <td>${p.failing ? html`<span class="state-dead">failing</span> ` : ''}${p.provider_error || ''}${
+      <td>${p.failing || (p.boots && p.boots.failing) ? html`<span class="state-dead">failing</span> ` : ''}${p.provider_error || ''}${
       p.boots && p.boots.error ? html`<div class="err">${p.boots.error}</div>` : ''}${resetPool(p)}</td></tr>`),
   'No pools have machines.');
 }

@@ -429,7 +429,8 @@ TEST_CASE("people: only an admin resets a failing pool from the dashboard; audit
   }
   auto failed_boots = [&] {
     auto store = Store::Open(f.db).value();
-    for (const auto& p : store.machines().PoolStates().value()) {
+    auto states = store.machines().PoolStates().value();
+    for (const auto& p : states) {
       if (p.pool == "gpu") return p.failed_boots + (p.failing ? 100 : 0);
     }
     return -1;
