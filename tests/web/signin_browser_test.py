@@ -239,10 +239,17 @@ ACT_JS = """const done = arguments[arguments.length - 1];
 })().catch(e => done([0, String(e)]));"""
 
 
+# The audit rows' text, read at once (the page may redraw between reads).
+ROWS_JS = "return [...document.querySelectorAll('tr.audit-row')].map(r => r.innerText)"
+
+
 def run_checks(fx, driver):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
-    wait = WebDriverWait(driver, DEADLINE_S)
+    # The pages redraw as serve's data changes: an element read mid-redraw
+    # is read again.
+    wait = WebDriverWait(driver, DEADLINE_S, ignored_exceptions=(StaleElementReferenceException,))
     js = driver.execute_script
     run1, run2 = fx.slow_runs
     wait_for(lambda: fx.run_state(run1) == "running" and fx.run_state(run2) == "running",
@@ -285,13 +292,13 @@ def run_checks(fx, driver):
 
     # Refused at the door: no access to any watched repository; a tampered ID token.
     fx.configure(fx.forge, **{"as": "stranger"})
-    door(fx, driver, wait, "github", "h1")
+    door(fx, driver, wait, "github", "#refused")
     text = driver.find_element(By.TAG_NAME, "body").text
     check("Sign-in refused" in text and "no access to any repository" in text and
           "Nothing was granted." in text and driver.get_cookie("trainq_dash") is None,
           f"stranger is refused with a page that says why, and no session: {text[:200]!r}")
     fx.configure(fx.oidc, tamper="aud")
-    door(fx, driver, wait, "oidc", "h1")
+    door(fx, driver, wait, "oidc", "#refused")
     text = driver.find_element(By.TAG_NAME, "body").text
     check("Sign-in refused" in text and "Nothing was granted." in text and
           driver.get_cookie("trainq_dash") is None,
@@ -309,7 +316,7 @@ def run_checks(fx, driver):
     check(asked.startswith(f"cancel run {run1} (slow seed"), f"cancel asks first: {asked!r}")
     wait.until(lambda d: "cancelled" in d.find_element(By.ID, "run-state").text)
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.audit-row"))
-    rows = [r.text for r in driver.find_elements(By.CSS_SELECTOR, "tr.audit-row")]
+    rows = js(ROWS_JS)
     check("octocat (github)" in rows[0] and "cancel run" in rows[0],
           f"the run page says who cancelled it: {rows}")
     check(any(f"dashboard: octocat (github) cancelled run {run1}" in x for x in fx.lines),
@@ -317,7 +324,8 @@ def run_checks(fx, driver):
     driver.get(fx.base + "/machines")
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "section.card"))
     wait.until(lambda d: "never registered" in d.find_element(By.ID, "main").text)
-    check("failing" in driver.find_element(By.ID, "main").text, "the Machines page marks the pool failing")
+    check("failing" in js("return document.getElementById('main').innerText"),
+          "the Machines page marks the pool failing")
     check(not driver.find_elements(By.CSS_SELECTOR, "[data-action='reset_pool']"),
           "a write person sees no reset button on the failing pool")
     status, body = driver.execute_async_script(ACT_JS, {"action": "reset_pool", "pool": "gpu"})
@@ -344,7 +352,7 @@ def run_checks(fx, driver):
 
     driver.get(fx.base + "/audit")
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr.audit-row")) >= 5)
-    texts = [r.text for r in driver.find_elements(By.CSS_SELECTOR, "tr.audit-row")]
+    texts = js(ROWS_JS)
     want = {"the reset": lambda t: "ops@example.com (oidc)" in t and "pool gpu" in t,
             "the cancel": lambda t: "octocat (github)" in t and f"run {run1}" in t,
             "reader's sign-in": lambda t: "reader (github)" in t and "login" in t,
