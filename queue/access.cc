@@ -107,6 +107,18 @@ Result<std::int64_t> Access::AddAudit(const AuditRow& a) {
   });
 }
 
+Result<int> Access::PruneAudit(TimeMs before, int max_rows) {
+  return sql::WithWriteTransaction(db_, [&]() -> Result<int> {
+    // By the audit_by_time index, oldest first: a step's work is bounded
+    // whatever the trail's length.
+    ASSIGN_OR_RETURN(auto st, db_.Prepare("DELETE FROM audit WHERE id IN (SELECT id FROM audit "
+                                          "WHERE at_ms < ? ORDER BY at_ms, id LIMIT ?)"));
+    st.Bind(1, before).Bind(2, static_cast<std::int64_t>(max_rows));
+    TRY(st.Run());
+    return static_cast<int>(db_.Changes());
+  });
+}
+
 Result<std::vector<Access::AuditRow>> Access::AuditSince(TimeMs since_ms, int limit,
                                                          const std::vector<std::string>& targets) {
   std::string sql =

@@ -67,6 +67,10 @@ class Access {
   // (when not empty) keeps only the rows about one thing ("run 9").
   Result<std::vector<AuditRow>> AuditSince(TimeMs since_ms, int limit,
                                            const std::vector<std::string>& targets = {});
+  // Retention (server.yaml `retention: {audit: 400d}`): deletes up to
+  // `max_rows` rows older than `before`, oldest first, in one write
+  // transaction; answers how many went.
+  Result<int> PruneAudit(TimeMs before, int max_rows);
 
  private:
   friend struct StoreParts;

@@ -27,13 +27,15 @@ namespace trainq {
 struct StoreParts;
 
 // server.yaml's `retention:` (agent/triggers/server_config.h): how long a
-// finished run keeps all its metric points and its plain logs. 0: forever.
+// finished run keeps all its metric points and its plain logs, and how long
+// the audit trail keeps a row. 0: forever.
 struct RetentionPolicy {
   TimeMs metric_points_ms = 0;
   TimeMs logs_ms = 0;
+  TimeMs audit_ms = 0;       // the audit trail's rows (queue/access.h), deleted after this
   int points_kept = 200;     // per run and metric after compaction, besides the final value
   int runs_per_tick = 200;   // each of compaction and archiving, per serve tick
-  bool any() const { return metric_points_ms > 0 || logs_ms > 0; }
+  bool any() const { return metric_points_ms > 0 || logs_ms > 0 || audit_ms > 0; }
 };
 
 class Retention {

@@ -27,6 +27,7 @@
 #include "core/http_client.h"
 #include "core/log.h"
 #include "core/strings.h"
+#include "queue/machines.h"
 #include "queue/run_queue.h"
 #include "queue/sqlite.h"
 #include "queue/store.h"
@@ -458,7 +459,7 @@ HttpServerReply Dashboard::SignInForm(const HttpServerRequest& req) {
     who = Identify(config_, store ? &*store : nullptr, token, clock_.Now());
   }
   if (who.role == Role::kNone) {
-    FailedSignIn(req.peer, who.refused.empty() ? "a wrong token" : who.refused);
+    FailedSignIn(req.peer, who.refused.empty() ? "a wrong token" : who.refused, "token");
     bool revoked = who.refused.find("revoked") != std::string::npos;
     bool expired = who.refused.find("expired") != std::string::npos;
     return SignInPage(401, next,
@@ -470,11 +471,12 @@ HttpServerReply Dashboard::SignInForm(const HttpServerRequest& req) {
   return StartSession(who, next, "sign-in form", req.peer);
 }
 
-void Dashboard::FailedSignIn(const std::string& peer, const std::string& why) {
-  auto skipped = wrong_token_log_.Allow(clock_.Now());
-  if (!skipped) return;
+void Dashboard::FailedSignIn(const std::string& peer, const std::string& why,
+                             const std::string& door) {
+  int skipped = 0;
+  if (!wrong_token_log_.Allow(door, clock_.Now(), &skipped)) return;
   std::string more =
-      *skipped ? " (" + std::to_string(*skipped) + " more since the last such line)" : "";
+      skipped ? " (" + std::to_string(skipped) + " more since the last such line)" : "";
   spdlog::warn("dashboard: a sign-in from {} was refused: {}{}", peer, why, more);
   StoreOptions so;
   so.create = false;
@@ -504,7 +506,7 @@ HttpServerReply Dashboard::LinkLogin(const HttpServerRequest& req, const std::st
     }
   }
   if (who.role == Role::kNone) {
-    FailedSignIn(req.peer, "a sign-in link that is unknown, used or expired");
+    FailedSignIn(req.peer, "a sign-in link that is unknown, used or expired", "token");
     return SignInPage(401, next,
                       "This sign-in link was used already or has expired: sign in with a token.");
   }
@@ -611,7 +613,7 @@ HttpServerReply Dashboard::Handle(const HttpServerRequest& req, const std::strin
     std::string refused;
     Session h = HeaderSession(req, &refused);
     if (!refused.empty()) {
-      FailedSignIn(req.peer, "a trusted header: " + refused);  // logged and audited
+      FailedSignIn(req.peer, "a trusted header: " + refused, "trusted header");  // logged and audited
       HttpServerReply r{403, "text/plain; charset=utf-8",
                         "403: refused: " + refused + ". Nothing was granted.\n"};
       r.headers.push_back({"Cache-Control", "no-store"});
@@ -1051,6 +1053,33 @@ HttpServerReply Dashboard::Action(const HttpServerRequest& req, const Session& s
                    const std::string& text) {
     RecordAudit(*store, {0, now, who, action, target, detail, req.peer}, "dashboard", text);
   };
+  if (what == "reset_pool") {
+    // A pool spans every repository: resetting one is an admin's (a forge
+    // person admin on every watched repository, an OIDC or trusted-header
+    // admin, an admin token), as `trainq pools reset` is the operator's.
+    if (s.role != Role::kAdmin) {
+      spdlog::warn("dashboard: {} ({}) was refused reset_pool", s.who, RoleName(s.role));
+      return Refuse(403, "resetting a pool needs an admin role (" + s.who + " is " +
+                             RoleName(s.role) + ")");
+    }
+    if (!body.contains("pool") || !body["pool"].is_string() ||
+        body["pool"].get<std::string>().empty()) {
+      return Refuse(400, "pool: expected a pool's name");
+    }
+    const std::string pool = body["pool"].get<std::string>();
+    auto states = store->machines().PoolStates();
+    if (!states) return Refuse(503, states.error().message);
+    int failed = -1;
+    for (const auto& p : *states) {
+      if (p.pool == pool && (p.failed_boots > 0 || p.failing)) failed = p.failed_boots;
+    }
+    auto changed = failed < 0 ? Result<bool>(false) : store->machines().ResetPoolBoots(pool, now);
+    if (!changed) return Refuse(503, changed.error().message);
+    if (!*changed) return Refuse(409, "pool " + pool + ": no failed boots on record; nothing to reset");
+    audit("pool_reset", "pool " + pool, std::to_string(failed) + " failed boot(s)",
+          "reset pool " + pool + " (" + std::to_string(failed) + " failed boot(s) forgotten)");
+    return JsonReply(200, {{"result", "ok"}, {"reset", pool}, {"failed_boots", failed}});
+  }
   if (what == "cancel_batch" || what == "cancel_run") {
     bool batch = what == "cancel_batch";
     auto id = num(batch ? "batch" : "run");
@@ -1087,7 +1116,8 @@ HttpServerReply Dashboard::Action(const HttpServerRequest& req, const Session& s
           "added " + std::to_string(*n) + " seed(s) to batch " + std::to_string(*id));
     return JsonReply(200, {{"result", "ok"}, {"added", *n}});
   }
-  return Refuse(400, "action: expected cancel_batch, cancel_run, retry_run or add_seeds, got \"" + what + "\"");
+  return Refuse(400, "action: expected cancel_batch, cancel_run, retry_run, add_seeds or reset_pool, got \"" +
+                         what + "\"");
 }
 
 void Dashboard::StartWatcher() {
@@ -1342,10 +1372,13 @@ constexpr const char* kOAuthCookie = "trainq_oauth";
 
 HttpServerReply RefusedSignIn(const std::string& text) {
   HttpServerReply r{403, "text/html; charset=utf-8",
-                    "<!doctype html><meta charset=utf-8><title>Sign-in refused</title>"
-                    "<link rel=stylesheet href=/dash/app.css><main class=signin><h1>Sign-in "
+                    "<!doctype html><meta charset=utf-8><title>Sign-in refused · trainq</title>"
+                    "<link rel=stylesheet href=/dash/palette.css>"
+                    "<link rel=stylesheet href=/dash/app.css><header><span class=brand>trainq"
+                    "</span></header><main class=signin><section class=card><h1>Sign-in "
                     "refused</h1><p id=refused>" + HtmlEscape(text) +
-                        " Nothing was granted.</p><p><a href=/signin>Back to sign-in</a></p></main>\n"};
+                        " Nothing was granted.</p><p><a href=/signin>Back to sign-in</a></p>"
+                        "</section></main>\n"};
   r.headers.push_back({"Cache-Control", "no-store"});
   PageHeaders(r);
   return r;
@@ -1420,10 +1453,11 @@ HttpServerReply Dashboard::OAuthRedirect(const HttpServerRequest& req, const std
 HttpServerReply Dashboard::RefuseSignIn(const HttpServerRequest& req, const std::string& door,
                                         const std::string& label, const std::string& why,
                                         const std::string& page) {
-  FailedSignIn(req.peer, label + ": " + why);
+  FailedSignIn(req.peer, label + ": " + why, door);
   HttpServerReply r = RefusedSignIn(page);
   r.headers.push_back({"Set-Cookie", std::string(kOAuthCookie) + "=; Path=/signin/" + door +
-                                         "; HttpOnly; SameSite=Lax; Max-Age=0"});
+                                         "; HttpOnly; SameSite=Lax; Max-Age=0" +
+                                         (secure_cookie_ ? "; Secure" : "")});
   return r;
 }
 
@@ -1486,7 +1520,8 @@ HttpServerReply Dashboard::FinishSignIn(const Principal& p, const OAuthPending& 
            ". <a href=\"" + HtmlEscape(to) + "\">Continue</a></p>\n";
   std::erase_if(r.headers, [](const auto& h) { return h.first == "Location"; });
   r.headers.push_back({"Set-Cookie", std::string(kOAuthCookie) + "=; Path=/signin/" + door +
-                                         "; HttpOnly; SameSite=Lax; Max-Age=0"});
+                                         "; HttpOnly; SameSite=Lax; Max-Age=0" +
+                                         (secure_cookie_ ? "; Secure" : "")});
   PageHeaders(r);
   return r;
 }

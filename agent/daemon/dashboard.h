@@ -174,8 +174,10 @@ class Dashboard {
   // A one-time code for a session of `p`, good for login_link_ms.
   std::string NewLoginCode(const Principal& p);
   // A failed sign-in: a log line and an audit row, at most one of each per
-  // wrong_token_log_ms (with the count of the others).
-  void FailedSignIn(const std::string& peer, const std::string& why);
+  // wrong_token_log_ms and door ("token" for tokens and one-time links,
+  // "trusted header", "github", "gitlab", "gitea", "oidc"), with the count of
+  // the others: a token guesser cannot hide a refused GitHub sign-in.
+  void FailedSignIn(const std::string& peer, const std::string& why, const std::string& door);
   HttpServerReply Tokens(const HttpServerRequest& req, const Session& s, const std::string& path);
   HttpServerReply AuditPage(const HttpServerRequest& req, const Session& s);
   bool CsrfOk(const HttpServerRequest& req, const Session& s) const;

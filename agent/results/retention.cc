@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/results/run_logs.h"
+#include "queue/access.h"
 
 namespace trainq {
 
@@ -42,6 +43,12 @@ Result<RetentionStepper::Done> RetentionStepper::Step(Store& store, TimeMs now) 
     TRY(failed);
     full = full || static_cast<int>(due.size()) >= policy_.runs_per_tick;
   }
+  if (policy_.audit_ms > 0) {
+    // Rows are small: five times a tick's runs a step.
+    const int most = policy_.runs_per_tick * 5;
+    ASSIGN_OR_RETURN(d.audit_pruned, store.access().PruneAudit(now - policy_.audit_ms, most));
+    full = full || d.audit_pruned >= most;
+  }
   if (full) next_ms_ = now + catch_up_ms_;
   return d;
 }
@@ -57,6 +64,10 @@ void RetentionStepper::StepLogged(Store& store, TimeMs now) {
     spdlog::info("retention: {} run(s)' metric points compacted ({} points removed), {} run(s)' "
                  "logs archived ({} file(s))",
                  d->compacted_runs, d->points_deleted, d->archived_runs, d->archived_files);
+  }
+  if (d->audit_pruned > 0) {
+    spdlog::info("retention: {} audit row(s) older than the retention.audit limit deleted",
+                 d->audit_pruned);
   }
 }
 

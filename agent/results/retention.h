@@ -2,7 +2,8 @@
 // the metric points of a bounded number of old finished runs and archives
 // the logs of a bounded number of others (queue/retention.h for what is kept,
 // agent/results/run_logs.h for the archive), so the store and the data folder
-// stop growing with the whole history. Never changes a verdict: verdicts read
+// stop growing with the whole history; and deletes the audit trail's rows
+// older than `retention.audit`, a bounded number a step. Never changes a verdict: verdicts read
 // each run's metric_value, which stays on the run.
 #pragma once
 
@@ -28,6 +29,7 @@ class RetentionStepper {
     std::int64_t points_deleted = 0;
     int archived_runs = 0;   // runs whose logs were archived (or that had none)
     int archived_files = 0;  // log files compressed
+    int audit_pruned = 0;    // audit rows deleted (retention.audit)
     bool ran = false;        // false: not due yet, or nothing to keep less of
   };
   // One bounded step if one is due at `now`.

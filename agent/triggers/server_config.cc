@@ -237,18 +237,19 @@ class ConfigParser : public YamlReader {
     return Err(n, path, "expected an amount above 0, got " + Show(n));
   }
 
-  // {metric_points: 90d, logs: 30d, points_kept: 200}
+  // {metric_points: 90d, logs: 30d, audit: 400d, points_kept: 200}
   Result<RetentionPolicy> Retention(const YAML::Node& n, const std::string& path) const {
     if (!n.IsMap()) {
-      return Err(n, path, "expected {metric_points: DURATION, logs: DURATION, points_kept: N}, "
-                          "got " + Show(n));
+      return Err(n, path, "expected {metric_points: DURATION, logs: DURATION, audit: DURATION, "
+                          "points_kept: N}, got " + Show(n));
     }
-    TRY(CheckKeys(n, path, {"metric_points", "logs", "points_kept"}));
+    TRY(CheckKeys(n, path, {"metric_points", "logs", "audit", "points_kept"}));
     RetentionPolicy r;
     if (auto v = n["metric_points"]) {
       ASSIGN_OR_RETURN(r.metric_points_ms, ZeroOrDurationMs(v, path + ".metric_points"));
     }
     if (auto v = n["logs"]) { ASSIGN_OR_RETURN(r.logs_ms, ZeroOrDurationMs(v, path + ".logs")); }
+    if (auto v = n["audit"]) { ASSIGN_OR_RETURN(r.audit_ms, ZeroOrDurationMs(v, path + ".audit")); }
     if (auto v = n["points_kept"]) {
       ASSIGN_OR_RETURN(auto k, Int(v, path + ".points_kept", 2));
       if (k > 100'000) return Err(v, path + ".points_kept", "at most 100000, got " + Show(v));

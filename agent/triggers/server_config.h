@@ -24,8 +24,9 @@
 //   admin_token: {file: /etc/trainq/admin-token}   # the dashboard's actions
 //   public_url: https://trainq.example   # where people reach serve: commit statuses
 //                                        # link to the dashboard's commit page
-//   retention: {metric_points: 90d, logs: 30d}   # finished runs' points compacted, logs
-//                                                # gzipped (queue/retention.h); default: kept
+//   retention: {metric_points: 90d, logs: 30d, audit: 400d}   # finished runs' points
+//                                 # compacted, logs gzipped, audit rows deleted
+//                                 # (queue/retention.h); default: kept
 //   notify: [...]                 # chat and webhook notifications (agent/triggers/notify_config.h)
 //   mlflow: {...}                 # export to an MLflow tracking server (agent/triggers/mlflow_config.h)
 //

@@ -85,3 +85,37 @@ TEST_CASE("Audit rows come back newest first from a time on, by target when aske
   CHECK(run9->front().who == "bob@example.com");
   CHECK(run9->back().address == "10.0.0.5");
 }
+
+TEST_CASE("Audit rows older than a time are pruned, oldest first, at most a given number") {
+  testing::TempDir dir;
+  auto store = Store::Open(testing::StoreLocation(dir, "q.db"));
+  REQUIRE(store);
+  auto& a = store->access();
+  for (int i = 0; i < 5; ++i) {
+    REQUIRE(a.AddAudit({0, kT0 + i, "ada@example.com", "cancel_run", "run " + std::to_string(i),
+                        "", "10.0.0.5"}));
+  }
+  // Two rows at the same moment: the older id goes first.
+  REQUIRE(a.AddAudit({0, kT0 + 3, "bob@example.com", "retry_run", "run 3", "", "10.0.0.6"}));
+  auto n = a.PruneAudit(kT0 + 4, 2);
+  REQUIRE(n);
+  CHECK(*n == 2);
+  auto left = a.AuditSince(0, 100);
+  REQUIRE(left);
+  REQUIRE(left->size() == 4);
+  CHECK(left->back().target == "run 2");
+  // run 2, then ada's run 3 (written before bob's, at the same moment).
+  n = a.PruneAudit(kT0 + 4, 2);
+  REQUIRE(n);
+  CHECK(*n == 2);
+  left = a.AuditSince(0, 100);
+  REQUIRE(left);
+  REQUIRE(left->size() == 2);
+  CHECK(left->back().who == "bob@example.com");
+  CHECK(*a.PruneAudit(kT0 + 4, 100) == 1);
+  CHECK(*a.PruneAudit(kT0 + 4, 100) == 0);  // the row at kT0 + 4 is not older
+  left = a.AuditSince(0, 100);
+  REQUIRE(left);
+  REQUIRE(left->size() == 1);
+  CHECK(left->front().at_ms == kT0 + 4);
+}

@@ -14,7 +14,8 @@ python3-cryptography; nothing is pre-made.
    "now": 1800000000,          # the issuer's clock, seconds (default: real time)
    "tamper": null}             # the next ID token's flaw, for the refusal tests:
    #  bad_sig, aud, iss, expired, nbf, alg_none, hs256 (an HMAC keyed with the
-   #  public key's PEM), nonce, unknown_kid (a key the JWKS does not have)
+   #  public key's PEM), nonce, unknown_kid (a key the JWKS does not have),
+   #  wrong_key (another key signs, under the published key's kid)
 POST /_fake/rotate: a new key (a new kid) signs from now on, and the JWKS
 lists only it. /authorize approves at once as "as". Each request is appended
 to --dir/requests.jsonl (without secrets' values) for the test to read.
@@ -100,6 +101,9 @@ def id_token(cfg, code):
         return head + "." + body + "." + b64url(mac)
     if tamper == "unknown_kid":
         key, kid = rsa.generate_private_key(public_exponent=65537, key_size=2048), "k-unpublished"
+    if tamper == "wrong_key":
+        # Another RSA key, under the kid of the key the JWKS publishes.
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     token = jwt.encode(claims, pem(key, True), algorithm="RS256", headers={"kid": kid})
     if tamper == "bad_sig":
         head, body, sig = token.split(".")

@@ -121,6 +121,11 @@ def check(cond, what):
     return cond
 
 
+def failures_count():
+    """The failed checks so far (for the tests that import check())."""
+    return failures
+
+
 def die(msg):
     print("FAIL: " + msg, file=sys.stderr, flush=True)
     sys.exit(1)

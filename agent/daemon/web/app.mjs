@@ -74,11 +74,12 @@ function stopLive() {
 }
 state.onSignedOut = stopLive;
 
-// Cancel, retry, add seeds: asked first, then POSTed with the CSRF token.
+// Cancel, retry, add seeds, reset a pool: asked first, then POSTed with the CSRF token.
 async function act(btn) {
   const body = {action: btn.dataset.action};
   if (btn.dataset.batch) body.batch = Number(btn.dataset.batch);
   if (btn.dataset.run) body.run = Number(btn.dataset.run);
+  if (btn.dataset.pool) body.pool = btn.dataset.pool;
   if (body.action === 'add_seeds') {
     const input = document.querySelector(`[data-seeds-for="${btn.dataset.batch}"]`);
     body.seeds = Number(input ? input.value : 1);
@@ -88,7 +89,9 @@ async function act(btn) {
   try {
     const j = await postJSON('/dash/api/action', body);
     toast(body.action === 'add_seeds' ? `added ${j.added} run(s)` :
-      body.action === 'retry_run' ? `run ${j.retried} is queued again` : `cancelled ${j.cancelled} run(s)`);
+      body.action === 'retry_run' ? `run ${j.retried} is queued again` :
+      body.action === 'reset_pool' ? `pool ${j.reset}: ${j.failed_boots} failed boot(s) forgotten; it boots again` :
+      `cancelled ${j.cancelled} run(s)`);
     refresh();
   } catch (e) {
     toast('refused: ' + e.message, true);

@@ -69,6 +69,7 @@ export function confirmText(d, seeds) {
     case 'cancel_batch': return `cancel ${d.left} unfinished ${plural(Number(d.left), 'run')} of ${at}?`;
     case 'cancel_run': return `cancel run ${d.run} (${d.experiment} seed ${d.seed} at ${sha}, ${d.state})?`;
     case 'retry_run': return `retry run ${d.run} (${d.experiment} seed ${d.seed} at ${sha}): queue 1 run again?`;
+    case 'reset_pool': return `reset pool ${d.pool}: forget its ${d.failed} failed ${plural(Number(d.failed), 'boot')} and let it boot again?`;
   }
   return `${d.action}?`;
 }

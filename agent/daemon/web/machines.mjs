@@ -2,16 +2,24 @@
 // machine's state and sandbox, the notify targets' deliveries and the MLflow export.
 import {html} from './html.mjs';
 import {dur, num, plural, when} from './format.mjs';
-import {getJSON, render} from './core.mjs';
+import {getJSON, isAdmin, render} from './core.mjs';
 import {card, machineCounts, paged, stateWord, table} from './parts.mjs';
 
 function pools(st) {
   return table(['pool', 'machines', '#slots busy', '#booted', 'billed', '#cost', 'provider'], (st.pools || []).map(p =>
     html`<tr><td>${p.pool}</td><td>${machineCounts(p)}</td>
       <td class="num">${p.slots.busy}/${p.slots.total}</td><td class="num">${p.machines_booted}</td><td>${dur(p.billed_ms)}</td><td class="num">$${num(p.cost, 2)}</td>
-      <td>${p.failing ? html`<span class="state-dead">failing</span> ` : ''}${p.provider_error || ''}${
-      p.boots && p.boots.error ? html`<div class="err">${p.boots.error}</div>` : ''}</td></tr>`),
+      <td>${p.failing || (p.boots && p.boots.failing) ? html`<span class="state-dead">failing</span> ` : ''}${p.provider_error || ''}${
+      p.boots && p.boots.error ? html`<div class="err">${p.boots.error}</div>` : ''}${resetPool(p)}</td></tr>`),
   'No pools have machines.');
+}
+
+// A pool whose boots failed: an admin forgets them and it boots again, as
+// `trainq pools reset NAME` does (an admin's: a pool spans every repository).
+function resetPool(p) {
+  const b = p.boots;
+  if (!isAdmin() || !b || !(b.failed > 0 || b.failing)) return '';
+  return html`<div class="actions"><button class="danger" data-action="reset_pool" data-pool="${p.pool}" data-failed="${b.failed}">reset pool</button></div>`;
 }
 
 // The sandbox form each worker's probe found: "off" and "hostproc" say why.

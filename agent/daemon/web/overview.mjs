@@ -47,7 +47,7 @@ function batches(st) {
 function pools(st) {
   return table(['pool', 'machines', '#slots busy', '#cost', 'health'], (st.pools || []).map(p =>
     html`<tr><td>${p.pool}</td><td>${machineCounts(p)}</td><td class="num">${p.slots.busy}/${p.slots.total}</td>
-      <td class="num">$${num(p.cost, 2)}</td><td>${p.failing ? html`<span class="state-dead">failing</span> ${p.provider_error}` : 'ok'}</td></tr>`),
+      <td class="num">$${num(p.cost, 2)}</td><td>${p.failing || (p.boots && p.boots.failing) ? html`<span class="state-dead">failing</span> ${p.provider_error || (p.boots ? p.boots.error : '')}` : 'ok'}</td></tr>`),
   'No machines (runs use serve\'s own slots).');
 }
 

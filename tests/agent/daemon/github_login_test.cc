@@ -47,7 +47,7 @@ struct GithubDoor {
   std::unique_ptr<Server> server;
   std::vector<std::int64_t> model_runs, secret_runs;
 
-  GithubDoor() {
+  explicit GithubDoor(const std::string& extra = "") {
     clock.Set(1'800'000'000'000);
     REQUIRE(WriteFile(tmp / "gh-secret", "oauth-secret-42\n"));
     config = ParseServerConfig(
@@ -56,7 +56,8 @@ struct GithubDoor {
                  "  - {url: " + std::string(kSecret) + ", forge: github}\n"
                  "auth:\n"
                  "  github: {client_id: Iv1.trainqtest, client_secret: {file: " +
-                     (tmp / "gh-secret") + "}, web_url: " + fake + ", api_url: " + fake + "}\n",
+                     (tmp / "gh-secret") + "}, web_url: " + fake + ", api_url: " + fake + "}\n" +
+                     extra,
                  "server.yaml")
                  .value();
     auto store = Store::Open(db).value();
@@ -276,6 +277,16 @@ TEST_CASE("github: missing, forged, another browser's or used state, a replayed 
                      again.oauth_cookie),
           "GitHub refused the code (bad_verification_code)");
   CHECK(log.Count("GitHub: the code was refused (200 bad_verification_code)") == 1);
+  // A foreign code: one GitHub gave another sign-in (another browser's),
+  // brought here with this browser's own state and cookie. PKCE stops it:
+  // this sign-in's verifier is not the one that code was asked with.
+  auto mine = f.Start();
+  auto theirs = f.Start();
+  f.clock.Advance(61'000);
+  refused(f.Callback({{"code", Get(theirs.back, "code")}, {"state", Get(mine.back, "state")}},
+                     mine.oauth_cookie),
+          "GitHub refused the code (bad_verification_code)");
+  CHECK(log.Count("GitHub: the code was refused (200 bad_verification_code)") == 2);
 
   // A GitHub user with no access to any watched repository.
   f.As("stranger");
@@ -292,8 +303,38 @@ TEST_CASE("github: missing, forged, another browser's or used state, a replayed 
     failed += r.action == "login_failed";
     logins += r.action == "login";
   }
-  CHECK(failed == 6);
+  CHECK(failed == 7);
   CHECK(logins == 1);
+}
+
+TEST_CASE("github: with an https public_url the door's cookies are Secure, the session's Strict",
+          "[github][signin]") {
+  GithubDoor f("public_url: https://trainq.example\n");
+  auto r = f.server->Handle(Req("GET", "/signin/github", {}, {{"next", "/"}}));
+  REQUIRE(r.status == 302);
+  const std::string oauth = Header(r, "Set-Cookie");
+  CHECK_THAT(oauth, Catch::Contains("HttpOnly") && Catch::Contains("SameSite=Lax") &&
+                        Catch::Contains("; Secure") && Catch::Contains("Path=/signin/github;"));
+  CHECK_THAT(Header(r, "Location"),
+             Catch::Contains("redirect_uri=" +
+                             UrlEncode("https://trainq.example/signin/github/callback")));
+  // GitHub sends the browser back to the public address.
+  HttpRequest a;
+  a.url = Header(r, "Location");
+  auto ar = f.http.Send(a).value();
+  const std::string back = ar.Header("Location").value_or("");
+  REQUIRE(back.starts_with("https://trainq.example/signin/github/callback?"));
+  auto cb = f.Callback(QueryOf(back), CookiePair(oauth));
+  REQUIRE(cb.status == 200);
+  std::string session, cleared;
+  for (const auto& [k, v] : cb.headers) {
+    if (k != "Set-Cookie") continue;
+    (v.starts_with("trainq_dash=") ? session : cleared) = v;
+  }
+  CHECK_THAT(session, Catch::Contains("HttpOnly") && Catch::Contains("SameSite=Strict") &&
+                          Catch::Contains("; Secure"));
+  CHECK_THAT(cleared, Catch::StartsWith("trainq_oauth=;") && Catch::Contains("Max-Age=0") &&
+                          Catch::Contains("; Secure"));
 }
 
 TEST_CASE("github: auth.github config errors name the file, line and key", "[github]") {

@@ -2,9 +2,9 @@
 // issuer (tests/support/fake_oidc.py) on loopback: discovery, the code flow
 // with state, PKCE and nonce, real RS256 ID tokens checked against the JWKS,
 // roles from auth.oidc's lists, and every refusal (a bad signature, another
-// audience or issuer, expired, not yet valid, alg none, HS256 keyed with the
+// key under the published kid, another audience or issuer, expired, not yet valid, alg none, HS256 keyed with the
 // public key, another nonce, an unknown kid, missing or forged state, a
-// replayed code) a clear page and a log line with nothing granted; a rotated
+// replayed code, another sign-in's code) a clear page and a log line with nothing granted; a rotated
 // key is fetched again (at most once a minute) and then accepted.
 #include <catch2/catch.hpp>
 
@@ -202,9 +202,11 @@ TEST_CASE("oidc: every flawed ID token, state or code is refused with a page and
   struct Case {
     const char* tamper;
     const char* logged;
+    int lines = 1;  // the log lines saying so, so far
   };
   const Case cases[] = {
       {"bad_sig", "the ID token's signature does not verify"},
+      {"wrong_key", "the ID token's signature does not verify", 2},  // as bad_sig
       {"aud", "the ID token is for another client (aud)"},
       {"iss", "the ID token is from another issuer (iss)"},
       {"expired", "the ID token expired"},
@@ -220,7 +222,7 @@ TEST_CASE("oidc: every flawed ID token, state or code is refused with a page and
     f.Advance(61'000);  // failed sign-ins are logged once a minute
     f.idp.Post("/_fake/config", {{"tamper", c.tamper}});
     Refused(f.Trip1(), "did not pass trainq's checks");
-    CHECK(log.Count(std::string("Keycloak: ") + c.logged) == 1);
+    CHECK(log.Count(std::string("Keycloak: ") + c.logged) == c.lines);
     ++refusals;
   }
   // The unknown kid made trainq read the keys again once (a minute had
@@ -250,6 +252,17 @@ TEST_CASE("oidc: every flawed ID token, state or code is refused with a page and
                      again.oauth_cookie),
           "The identity provider refused the code (invalid_grant)");
   CHECK(log.Count("Keycloak: the code was refused (400 invalid_grant)") == 1);
+  ++refusals;
+  // A foreign code: one the issuer gave another sign-in (another browser's),
+  // brought here with this browser's own state and cookie. PKCE stops it:
+  // this sign-in's verifier is not the one that code was asked with.
+  auto mine = f.Start();
+  auto theirs = f.Start();
+  f.Advance(61'000);
+  Refused(f.Callback({{"code", Get(theirs.back, "code")}, {"state", Get(mine.back, "state")}},
+                     mine.oauth_cookie),
+          "The identity provider refused the code (invalid_grant)");
+  CHECK(log.Count("Keycloak: the code was refused (400 invalid_grant)") == 2);
   ++refusals;
   CHECK(f.LoginFailedRows() == refusals);
 }

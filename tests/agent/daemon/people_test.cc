@@ -9,11 +9,13 @@
 
 #include "agent/daemon/access.h"
 #include "agent/daemon/server.h"
+#include "agent/results/retention.h"
 #include "core/clock.h"
 #include "core/crypto.h"
 #include "core/http_client.h"
 #include "core/strings.h"
 #include "queue/access.h"
+#include "queue/machines.h"
 #include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/support/log_capture.h"
@@ -410,6 +412,117 @@ TEST_CASE("people: a trusted header is honoured from the listed proxy only, role
   // Without the header, as before: the sign-in page.
   CHECK(as("127.0.0.1", {}, "GET", "/dash/api/status").status == 401);
   CHECK(HasRow(f.Audit(), "?", "login_failed"));
+}
+
+TEST_CASE("people: only an admin resets a failing pool from the dashboard; audited, CSRF-checked",
+          "[people][pools]") {
+  People f;
+  testing::LogCapture log;
+  {
+    auto store = Store::Open(f.db).value();
+    Machines::PoolStateRow p;
+    p.pool = "gpu";
+    p.failed_boots = 3;
+    p.failing = true;
+    p.boot_error = "the machine's worker never registered";
+    REQUIRE(store.machines().SetPoolBoots(p, f.clock.Now()));
+  }
+  auto failed_boots = [&] {
+    auto store = Store::Open(f.db).value();
+    auto states = store.machines().PoolStates().value();
+    for (const auto& p : states) {
+      if (p.pool == "gpu") return p.failed_boots + (p.failing ? 100 : 0);
+    }
+    return -1;
+  };
+  const json reset = {{"action", "reset_pool"}, {"pool", "gpu"}};
+  // The Machines page's data says the pool is failing (the button's cue).
+  std::string admin = f.SignIn(kAdmin);
+  auto st = json::parse(f.server->Handle(Req("GET", "/dash/api/status", {{"Cookie", admin}})).body);
+  bool seen = false;
+  for (const auto& p : st["pools"]) {
+    if (p["pool"] == "gpu") seen = p["boots"]["failed"] == 3 && p["boots"]["failing"] == true;
+  }
+  CHECK(seen);
+  // A read person, a write person, the shared read token: refused, nothing changes.
+  std::string bob = f.SignIn(f.GiveToken("bob@example.com", "read"));
+  std::string ada = f.SignIn(f.GiveToken("ada@example.com", "write"));
+  std::string shared = f.SignIn(kRead);
+  CHECK(f.Post(bob, "/dash/api/action", reset).status == 403);
+  CHECK(f.Post(shared, "/dash/api/action", reset).status == 403);
+  auto w = f.Post(ada, "/dash/api/action", reset);
+  CHECK(w.status == 403);
+  CHECK_THAT(w.body, Catch::Contains("resetting a pool needs an admin role (ada@example.com is write)"));
+  CHECK(log.Count("dashboard: ada@example.com (write) was refused reset_pool") == 1);
+  CHECK(failed_boots() == 103);
+  // An admin without the CSRF token: refused.
+  auto no_csrf = f.server->Handle(Req("POST", "/dash/api/action",
+                                      {{"Cookie", admin}, {"Content-Type", "application/json"}},
+                                      reset.dump()));
+  CHECK(no_csrf.status == 403);
+  CHECK(failed_boots() == 103);
+  // An admin person (a personal admin token) resets it; the audit says who.
+  std::string eve = f.SignIn(f.GiveToken("eve@example.com", "admin"));
+  auto ok = f.Post(eve, "/dash/api/action", reset);
+  REQUIRE(ok.status == 200);
+  CHECK(json::parse(ok.body)["failed_boots"] == 3);
+  CHECK(failed_boots() == 0);
+  CHECK(HasRow(f.Audit(), "eve@example.com", "pool_reset", "pool gpu"));
+  CHECK(log.Count("dashboard: eve@example.com reset pool gpu (3 failed boot(s) forgotten)") == 1);
+  // Nothing left to reset; a pool that does not exist; no pool named.
+  CHECK(f.Post(admin, "/dash/api/action", reset).status == 409);
+  CHECK(f.Post(admin, "/dash/api/action", {{"action", "reset_pool"}, {"pool", "tpu"}}).status == 409);
+  CHECK(f.Post(admin, "/dash/api/action", {{"action", "reset_pool"}}).status == 400);
+  CHECK(f.Post(admin, "/dash/api/action", {{"action", "reset_pool"}, {"pool", 7}}).status == 400);
+}
+
+TEST_CASE("people: retention.audit deletes audit rows older than its limit, a bounded number a step",
+          "[people][retention]") {
+  People f("retention: {audit: 30d}\n");
+  CHECK(f.config.retention.audit_ms == 30 * kDay);
+  CHECK(f.config.retention.any());
+  const TimeMs now = f.clock.Now();
+  {
+    auto store = Store::Open(f.db).value();
+    // 1,200 rows 40 to 31 days old, 3 rows within the 30 days.
+    for (int i = 0; i < 1200; ++i) {
+      REQUIRE(store.access().AddAudit({0, now - 40 * kDay + i * 60'000, "ada@example.com",
+                                       "cancel_run", "run " + std::to_string(i), "", "10.0.0.1"}));
+    }
+    for (TimeMs age : {29 * kDay, kDay, TimeMs{0}}) {
+      REQUIRE(store.access().AddAudit({0, now - age, "bob@example.com", "retry_run", "run 1", "",
+                                       "10.0.0.2"}));
+    }
+  }
+  auto store = Store::Open(f.db).value();
+  testing::LogCapture log;
+  RetentionStepper step(f.config.retention, 60'000, 250);
+  // A step takes at most 5 x runs_per_tick (1,000) rows, oldest first.
+  step.StepLogged(store, now);
+  auto left = store.access().AuditSince(0, 10'000).value();
+  CHECK(left.size() == 203);
+  CHECK(left.back().target == "run 1000");  // the oldest left
+  CHECK(log.Count("retention: 1000 audit row(s) older than the retention.audit limit deleted") == 1);
+  // A full step: the next comes soon, and takes the rest.
+  step.StepLogged(store, now + 250);
+  left = store.access().AuditSince(0, 10'000).value();
+  REQUIRE(left.size() == 3);
+  for (const auto& r : left) CHECK(r.who == "bob@example.com");
+  // Within the limit nothing goes; the next step waits its interval.
+  auto d = step.Step(store, now + 500);
+  REQUIRE(d);
+  CHECK_FALSE(d->ran);
+  d = step.Step(store, now + 60'000 + 250);
+  REQUIRE(d);
+  CHECK(d->ran);
+  CHECK(d->audit_pruned == 0);
+  // Without retention.audit the trail is kept, as all history is by default.
+  auto kept = ParseServerConfig("retention: {logs: 30d}\n", "server.yaml").value();
+  CHECK(kept.retention.audit_ms == 0);
+  auto bad = ParseServerConfig("retention:\n  audit: soon\n", "server.yaml");
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().message, Catch::Contains("server.yaml:2"));
+  CHECK_THAT(bad.error().message, Catch::Contains("retention.audit"));
 }
 
 TEST_CASE("people: auth in server.yaml is checked, naming the key", "[people][header]") {

@@ -73,6 +73,8 @@ test('an action asks with what it does and how much (docs/dashboard.md)', () => 
   assert.equal(confirmText({...d, action: 'cancel_batch', left: '1'}), 'cancel 1 unfinished run of mlp at ae08415?');
   assert.equal(confirmText({...d, action: 'cancel_run'}), 'cancel run 7 (mlp seed 3 at ae08415, running)?');
   assert.equal(confirmText({...d, action: 'retry_run'}), 'retry run 7 (mlp seed 3 at ae08415): queue 1 run again?');
+  assert.equal(confirmText({action: 'reset_pool', pool: 'gpu', failed: '3'}),
+    'reset pool gpu: forget its 3 failed boots and let it boot again?');
   assert.equal(unfinished({queued: 1, leased: 2, running: 3, failed: 4, succeeded: 9}), 10);
   assert.equal(unfinished({}), 0);
 });
