@@ -1,6 +1,7 @@
 // trainq: the daemon, the worker and the user commands in one binary. Each
 // command is registered by its file in agent/cli/ (agent/cli/cli.h).
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -33,7 +34,8 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
   app.add_flag("-q,--quiet", quiet, "Only warnings and errors in the log");
   int exit_code = 0;
-  const trainq::CliContext ctx{&db, &exit_code, &trainq::SystemClock::Get()};
+  bool db_given = false;
+  const trainq::CliContext ctx{&db, &db_given, &exit_code, &trainq::SystemClock::Get()};
 
   trainq::AddReproCommand(app, ctx);
   trainq::AddSubmitCommand(app, ctx);
@@ -49,6 +51,7 @@ int main(int argc, char** argv) {
   trainq::AddCompareCommands(app, ctx);
   trainq::AddLogsCommand(app, ctx);
   trainq::AddDashboardLinkCommand(app, ctx);
+  trainq::AddDbCommands(app, ctx);
   trainq::AddLoginCommands(app, ctx);
   trainq::AddNotifyCommands(app, ctx);
   trainq::AddMlflowCommands(app, ctx);
@@ -63,6 +66,8 @@ int main(int argc, char** argv) {
   bool user_db_new = false;
   app.parse_complete_callback([&] {
     trainq::InitLogging(verbosity, quiet);
+    const char* env_db = std::getenv("TRAINQ_DB");
+    db_given = db_option->count() > 0 || (env_db && *env_db);
     if (db_option->count() == 0 && db == trainq::UserDbPath()) {
       std::error_code ec;
       user_db_new = !fs::exists(db, ec);

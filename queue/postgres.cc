@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <optional>
 
 #include "queue/sqlite.h"
 
@@ -456,12 +458,43 @@ double Stmt::PgDouble(int col) const {
 
 bool Stmt::PgIsNull(int col) const { return PgValue(*pg_, col) == nullptr; }
 
+namespace {
+
+std::mutex& PasswordMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::string& Password() {
+  static std::string password;
+  return password;
+}
+
+}  // namespace
+
+void SetPostgresPassword(std::string password) {
+  std::lock_guard lock(PasswordMutex());
+  Password() = std::move(password);
+}
+
 Result<Db> Db::OpenPostgres(const std::string& url) {
   Db db;
   db.path_ = RedactUrl(url);
   db.pg_ = std::unique_ptr<PgConn, void (*)(PgConn*)>(new PgConn, [](PgConn* p) { delete p; });
   db.pg_->location = db.path_;
-  db.pg_->conn = PQconnectdb(url.c_str());
+  std::string password;
+  {
+    std::lock_guard lock(PasswordMutex());
+    password = Password();
+  }
+  if (password.empty()) {
+    db.pg_->conn = PQconnectdb(url.c_str());
+  } else {
+    // The URL expands in place of dbname; the password after it wins over
+    // PGPASSFILE and never becomes part of a string that is printed.
+    const char* keys[] = {"dbname", "password", nullptr};
+    const char* values[] = {url.c_str(), password.c_str(), nullptr};
+    db.pg_->conn = PQconnectdbParams(keys, values, 1);
+  }
   if (PQstatus(db.pg_->conn) != CONNECTION_OK) {
     return Fail(ErrorKind::kUnavailable,
                 db.path_ + ": cannot connect to PostgreSQL: " + Trim(PQerrorMessage(db.pg_->conn)));
@@ -545,5 +578,46 @@ Result<std::int64_t> Db::DataVersion() {
 }
 
 int Db::Changes() const { return pg_ ? pg_->changes : sqlite3_changes(db_); }
+
+}  // namespace trainq::sql
+
+namespace trainq::sql {
+
+Status Db::CopyIn(std::string_view copy_sql,
+                  const std::function<Result<bool>(std::string*)>& next) {
+  if (!pg_) return Fail(ErrorKind::kInvalidArgument, path_ + ": COPY is PostgreSQL's");
+  PgConn& c = *pg_;
+  std::string sql(copy_sql);
+  PGresult* r = PQexec(c.conn, sql.c_str());
+  if (PQresultStatus(r) != PGRES_COPY_IN) {
+    Error e = ResultError(c, r, "copy");
+    PQclear(r);
+    return std::unexpected(e);
+  }
+  PQclear(r);
+  std::string chunk;
+  std::optional<Error> failed;
+  for (;;) {
+    chunk.clear();
+    auto more = next(&chunk);
+    if (!more) {
+      failed = more.error();
+      break;
+    }
+    if (!chunk.empty() &&
+        PQputCopyData(c.conn, chunk.data(), static_cast<int>(chunk.size())) != 1) {
+      break;  // the server's error comes with the result below
+    }
+    if (!*more) break;
+  }
+  PQputCopyEnd(c.conn, failed ? "the source could not be read" : nullptr);
+  Status st;
+  while ((r = PQgetResult(c.conn)) != nullptr) {
+    if (st && PQresultStatus(r) != PGRES_COMMAND_OK) st = std::unexpected(ResultError(c, r, "copy"));
+    PQclear(r);
+  }
+  if (failed) return std::unexpected(*failed);
+  return st;
+}
 
 }  // namespace trainq::sql

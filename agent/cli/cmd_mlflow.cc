@@ -40,9 +40,8 @@ Status CmdMlflowExport(const MlflowExportOptions& o, const Clock& clock, std::os
   MlflowOptions mo;
   // serve's default data dir (beside the store): it maps a watched
   // repository's mirror to its entry and so to its own `mlflow:`.
-  mo.data_dir = o.data_dir.empty()
-                    ? (std::filesystem::absolute(o.db).parent_path() / "trainq-data").string()
-                    : std::filesystem::absolute(o.data_dir).string();
+  mo.data_dir = std::filesystem::absolute(o.data_dir.empty() ? DefaultDataDir(o.db) : o.data_dir)
+                    .string();
   MlflowExporter ex(store, config, http, clock, mo);
   const TimeMs now = clock.Now();
   ASSIGN_OR_RETURN(int queued, ex.EnqueueSince(now - *secs * 1000));

@@ -52,12 +52,7 @@ namespace trainq {
 namespace {
 
 std::string DataDir(const ServeOptions& o) {
-  std::string d = o.data_dir;
-  // Beside the SQLite file; with a PostgreSQL store (no file), in the
-  // working directory unless --data-dir says where.
-  if (d.empty() && sql::IsPostgresUrl(o.db)) d = "trainq-data";
-  if (d.empty()) d = (fs::absolute(o.db).parent_path() / "trainq-data").string();
-  return fs::absolute(d).string();
+  return fs::absolute(o.data_dir.empty() ? DefaultDataDir(o.db) : o.data_dir).string();
 }
 
 // A free TCP port on 127.0.0.1 (for a listener that only local workers use).
@@ -262,11 +257,28 @@ Result<DaemonOptions> FleetServeOptions(const ServeOptions& o, ServerConfig& con
 
 }  // namespace
 
-Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<bool>& stop) {
+Status CmdServe(const ServeOptions& given, const Clock& clock, const std::atomic<bool>& stop) {
   HardenProcess();
-  TRY(CheckServeFlags(o));
+  TRY(CheckServeFlags(given));
   ServerConfig config;
-  if (!o.config.empty()) { ASSIGN_OR_RETURN(config, LoadServerConfig(o.config)); }
+  if (!given.config.empty()) { ASSIGN_OR_RETURN(config, LoadServerConfig(given.config)); }
+  // The store: --db or TRAINQ_DB, else the config's `database:` (with its
+  // password, handed to libpq apart from the URL), else the default file.
+  ServeOptions o = given;
+  if (!config.database.empty()) {
+    if (o.db_given) {
+      if (o.db != config.database) {
+        spdlog::warn("{}: database: not used: --db or TRAINQ_DB names {}", config.path,
+                     sql::RedactUrl(o.db));
+      }
+    } else {
+      o.db = config.database;
+    }
+    if (o.db == config.database && !config.database_password.empty()) {
+      sql::SetPostgresPassword(config.database_password.value);
+      spdlog::info("database password from {}", config.database_password.source);
+    }
+  }
   std::string listen = o.listen                ? *o.listen
                        : !config.listen.empty() ? config.listen
                        : o.until_idle && o.config.empty() ? "auto"
@@ -339,6 +351,7 @@ void AddServeCommand(CLI::App& app, const CliContext& ctx) {
                       "commit statuses");
   c_serve->callback([=] {
     serve->db = *ctx.db;
+    serve->db_given = ctx.db_given && *ctx.db_given;
     CatchStopSignals();
     *ctx.exit_code = ReportStatus(CmdServe(*serve, *ctx.clock, StopFlag()));
   });

@@ -25,6 +25,7 @@
 #include "tests/support/git_cli.h"
 #include "tests/support/log_capture.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -64,7 +65,7 @@ HttpServerRequest SignInForm(const std::string& token, const std::string& next,
 
 struct Fixture {
   testing::TempDir tmp;
-  std::string db = tmp / "t.db";
+  std::string db = testing::StoreLocation(tmp, "t.db");
   const Clock& clock = SystemClock::Get();
   ServerConfig config;
   std::unique_ptr<Server> server;
@@ -79,7 +80,8 @@ struct Fixture {
     auto store = Store::Open(db).value();
     Add(store, sha_a, "", {0.90, 0.91, 0.92}, true);
     Add(store, sha_b, sha_a, {0.95, 0.96, 0.97}, false);  // queued
-    server = std::make_unique<Server>(config, db, clock);
+    server = std::make_unique<Server>(config, db, clock,
+                                      ServerOptions{.data_dir = tmp.path().string()});
     REQUIRE(server->Open());
   }
   void Add(Store& store, const std::string& sha, const std::string& parent,
@@ -541,7 +543,7 @@ TEST_CASE("dashboard: events answer at once to a stale id and otherwise wait for
 // session lifetimes; `extra` goes into server.yaml.
 struct ClockedFixture {
   testing::TempDir tmp;
-  std::string db = tmp / "t.db";
+  std::string db = testing::StoreLocation(tmp, "t.db");
   FakeClock clock;
   ServerConfig config;
   std::unique_ptr<Server> server;
@@ -553,7 +555,8 @@ struct ClockedFixture {
                                "server.yaml")
                  .value();
     REQUIRE(Store::Open(db));
-    server = std::make_unique<Server>(config, db, clock);
+    server = std::make_unique<Server>(config, db, clock,
+                                      ServerOptions{.data_dir = tmp.path().string()});
     REQUIRE(server->Open());
   }
   std::string SignIn(const std::string& token) {

@@ -10,6 +10,7 @@
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/git_fixture.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 using nlohmann::json;
 
@@ -89,7 +90,7 @@ TEST_CASE("determinism check: time-based noise is not reproducible, a pure funct
           "[e2e][determinism]") {
   testing::TempDir tmp;
   testing::GitFixture git{tmp / "repo"};
-  std::string db = tmp / "t.db";
+  std::string db = testing::StoreLocation(tmp, "t.db");
   std::string first = git.Commit(
       {{"det.py", kDeterministic}, {"noisy.py", kTimeNoise}, {"trainq.yaml", kDeterminismYaml}},
       "two experiments");
@@ -184,7 +185,7 @@ TEST_CASE("noise drift: an unchanged experiment whose environment moves its mean
           "[e2e][drift]") {
   testing::TempDir tmp;
   testing::GitFixture git{tmp / "repo"};
-  std::string db = tmp / "t.db";
+  std::string db = testing::StoreLocation(tmp, "t.db");
   // --rerun: the same inputs are otherwise reused, not run again (issue 27);
   // drift is what a deliberate rerun of unchanged inputs finds.
   auto submit = [&] {
