@@ -1,13 +1,13 @@
 // trainq: the daemon, the worker and the user commands in one binary. Each
 // command is registered by its file in agent/cli/ (agent/cli/cli.h).
 #include <CLI/CLI.hpp>
-#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "agent/cli/cli.h"
+#include "agent/cli/cmd_db.h"
 #include "core/fatal_signals.h"
 #include "core/log.h"
 
@@ -34,8 +34,7 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
   app.add_flag("-q,--quiet", quiet, "Only warnings and errors in the log");
   int exit_code = 0;
-  bool db_given = false;
-  const trainq::CliContext ctx{&db, &db_given, &exit_code, &trainq::SystemClock::Get()};
+  const trainq::CliContext ctx{&db, &exit_code, &trainq::SystemClock::Get()};
 
   trainq::AddReproCommand(app, ctx);
   trainq::AddSubmitCommand(app, ctx);
@@ -66,8 +65,6 @@ int main(int argc, char** argv) {
   bool user_db_new = false;
   app.parse_complete_callback([&] {
     trainq::InitLogging(verbosity, quiet);
-    const char* env_db = std::getenv("TRAINQ_DB");
-    db_given = db_option->count() > 0 || (env_db && *env_db);
     if (db_option->count() == 0 && db == trainq::UserDbPath()) {
       std::error_code ec;
       user_db_new = !fs::exists(db, ec);

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 
+#include "queue/postgres_password.h"
 #include "queue/sqlite.h"
 
 namespace trainq::sql {
@@ -581,43 +582,3 @@ int Db::Changes() const { return pg_ ? pg_->changes : sqlite3_changes(db_); }
 
 }  // namespace trainq::sql
 
-namespace trainq::sql {
-
-Status Db::CopyIn(std::string_view copy_sql,
-                  const std::function<Result<bool>(std::string*)>& next) {
-  if (!pg_) return Fail(ErrorKind::kInvalidArgument, path_ + ": COPY is PostgreSQL's");
-  PgConn& c = *pg_;
-  std::string sql(copy_sql);
-  PGresult* r = PQexec(c.conn, sql.c_str());
-  if (PQresultStatus(r) != PGRES_COPY_IN) {
-    Error e = ResultError(c, r, "copy");
-    PQclear(r);
-    return std::unexpected(e);
-  }
-  PQclear(r);
-  std::string chunk;
-  std::optional<Error> failed;
-  for (;;) {
-    chunk.clear();
-    auto more = next(&chunk);
-    if (!more) {
-      failed = more.error();
-      break;
-    }
-    if (!chunk.empty() &&
-        PQputCopyData(c.conn, chunk.data(), static_cast<int>(chunk.size())) != 1) {
-      break;  // the server's error comes with the result below
-    }
-    if (!*more) break;
-  }
-  PQputCopyEnd(c.conn, failed ? "the source could not be read" : nullptr);
-  Status st;
-  while ((r = PQgetResult(c.conn)) != nullptr) {
-    if (st && PQresultStatus(r) != PGRES_COMMAND_OK) st = std::unexpected(ResultError(c, r, "copy"));
-    PQclear(r);
-  }
-  if (failed) return std::unexpected(*failed);
-  return st;
-}
-
-}  // namespace trainq::sql

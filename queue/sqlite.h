@@ -10,7 +10,6 @@
 #include <sqlite3.h>
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,11 +43,6 @@ using PgStmtPtr = std::unique_ptr<PgStmt, PgStmtDeleter>;
 bool IsPostgresUrl(std::string_view location);
 // `location` with any password in it replaced by "***", for messages.
 std::string RedactUrl(std::string_view location);
-// The password every later PostgreSQL connection of this process gives
-// (serve's server.yaml `database: {url: ..., password: {file: ...}}`); empty:
-// libpq's own (PGPASSFILE, ~/.pgpass, PGPASSWORD). Handed to libpq as its
-// own parameter, never part of the URL, so no message can print it.
-void SetPostgresPassword(std::string password);
 
 class Stmt {
  public:
@@ -135,11 +129,6 @@ class Db {
   Result<Stmt> Prepare(std::string_view sql);
   static constexpr size_t kCachedStatements = 128;
   Status Exec(std::string_view sql);  // one or more statements, no results
-  // PostgreSQL's `COPY ... FROM STDIN` (`trainq db copy`): `copy_sql` starts
-  // it; `next` appends the next rows in COPY's text format to its argument
-  // and answers whether more follow. Refused on SQLite.
-  Status CopyIn(std::string_view copy_sql,
-                const std::function<Result<bool>(std::string*)>& next);
   // A number that changes when another connection commits a write (SQLite's
   // PRAGMA data_version; PostgreSQL's WAL position, which also moves on the
   // server's own housekeeping: a change may be spurious, never missed).

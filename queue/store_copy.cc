@@ -27,15 +27,15 @@ using Tables = std::map<std::string, std::vector<std::string>>;
 
 Result<Tables> ListTables(sql::Db& db) {
   Tables out;
-  ASSIGN_OR_RETURN(auto st,
-                   db.Prepare(db.is_postgres()
-                                  ? "SELECT table_name, column_name FROM information_schema.columns "
-                                    "WHERE table_schema = current_schema() "
-                                    "ORDER BY table_name, ordinal_position"
-                                  : "SELECT m.name, p.name FROM sqlite_master AS m, "
-                                    "pragma_table_info(m.name) AS p WHERE m.type = 'table' "
-                                    "AND m.name NOT LIKE 'sqlite\\_%' ESCAPE '\\' "
-                                    "ORDER BY m.name, p.cid"));
+  ASSIGN_OR_RETURN(
+      auto st, db.Prepare(db.is_postgres()
+                              ? "SELECT table_name, column_name FROM information_schema.columns "
+                                "WHERE table_schema = current_schema() "
+                                "ORDER BY table_name, ordinal_position"
+                              : "SELECT m.name, p.name FROM sqlite_master AS m, "
+                                "pragma_table_info(m.name) AS p WHERE m.type = 'table' "
+                                "AND m.name NOT LIKE 'sqlite\\_%' ESCAPE '\\' "
+                                "ORDER BY m.name, p.cid"));
   for (;;) {
     ASSIGN_OR_RETURN(bool row, st.Step());
     if (!row) break;
@@ -58,14 +58,15 @@ Result<std::int64_t> CountRows(sql::Db& db, const std::string& table) {
 
 // The tables in an order in which every foreign key points at a table
 // copied before it (a table's references to itself are checked at the end
-// of its COPY statement).
+// of each INSERT, and a row refers to an earlier one).
 Result<std::vector<std::string>> CopyOrder(sql::Db& pg, const Tables& tables) {
   std::map<std::string, std::set<std::string>> needs;
   for (const auto& [t, cols] : tables) needs[t];
-  ASSIGN_OR_RETURN(auto st, pg.Prepare("SELECT c.conrelid::regclass::text, c.confrelid::regclass::text "
-                                       "FROM pg_constraint AS c JOIN pg_namespace AS n "
-                                       "ON n.oid = c.connamespace WHERE c.contype = 'f' "
-                                       "AND n.nspname = current_schema()"));
+  ASSIGN_OR_RETURN(auto st,
+                   pg.Prepare("SELECT c.conrelid::regclass::text, c.confrelid::regclass::text "
+                              "FROM pg_constraint AS c JOIN pg_namespace AS n "
+                              "ON n.oid = c.connamespace WHERE c.contype = 'f' "
+                              "AND n.nspname = current_schema()"));
   for (;;) {
     ASSIGN_OR_RETURN(bool row, st.Step());
     if (!row) break;
@@ -85,40 +86,42 @@ Result<std::vector<std::string>> CopyOrder(sql::Db& pg, const Tables& tables) {
       }
     }
     if (!progressed) {
-      return Fail(ErrorKind::kInternal, pg.path() + ": the foreign keys between tables form a cycle");
+      return Fail(ErrorKind::kInternal,
+                  pg.path() + ": the foreign keys between tables form a cycle");
     }
   }
   return order;
 }
 
-// One SQLite value in COPY's text format.
-void AppendCopyValue(sqlite3_stmt* st, int col, std::string* out) {
+// One SQLite value as a PostgreSQL literal: NULL, or a quoted string that
+// the target column's type parses (INSERT coerces each row's values to its
+// columns' types), so a value that does not fit its column is refused, not
+// rounded. False for text holding a NUL byte, which PostgreSQL cannot store.
+bool AppendLiteral(sqlite3_stmt* st, int col, std::string* out) {
   switch (sqlite3_column_type(st, col)) {
     case SQLITE_NULL:
-      *out += "\\N";
-      return;
+      *out += "NULL";
+      return true;
     case SQLITE_INTEGER:
-      *out += std::to_string(sqlite3_column_int64(st, col));
-      return;
+      *out += "'" + std::to_string(sqlite3_column_int64(st, col)) + "'";
+      return true;
     case SQLITE_FLOAT: {
       char buf[40];
-      std::snprintf(buf, sizeof buf, "%.17g", sqlite3_column_double(st, col));
+      std::snprintf(buf, sizeof buf, "'%.17g'", sqlite3_column_double(st, col));
       *out += buf;
-      return;
+      return true;
     }
     default: {
       const auto* p = static_cast<const char*>(sqlite3_column_blob(st, col));
       const int n = sqlite3_column_bytes(st, col);
+      *out += '\'';
       for (int i = 0; i < n; ++i) {
-        const char c = p[i];
-        switch (c) {
-          case '\\': *out += "\\\\"; break;
-          case '\n': *out += "\\n"; break;
-          case '\r': *out += "\\r"; break;
-          case '\t': *out += "\\t"; break;
-          default: *out += c;
-        }
+        if (p[i] == '\0') return false;
+        if (p[i] == '\'') *out += '\'';
+        *out += p[i];
       }
+      *out += '\'';
+      return true;
     }
   }
 }
@@ -154,51 +157,75 @@ std::string SchemaDifference(const Tables& want, const Tables& have, const std::
   return have_name + ": " + Join(diffs, "; ");
 }
 
-// Copies `table` from the SQLite source into the PostgreSQL target with COPY.
+// Copies `table` from the SQLite source into the PostgreSQL target: multi-row
+// INSERTs of up to 500 rows (about 1 MB) each, in the caller's transaction.
 Status CopyTable(sql::Db& src, sql::Db& dst, const std::string& table,
                  const std::vector<std::string>& target_cols,
                  const std::vector<std::string>& source_cols) {
   // SQLite's metrics rows have only their implicit rowid, which PostgreSQL's
   // table names as a column: read it as such.
   std::set<std::string> have(source_cols.begin(), source_cols.end());
-  std::vector<std::string> select, quoted;
+  std::vector<std::string> quoted;
   for (const auto& c : target_cols) {
     if (!have.count(c) && c != "rowid") {
-      return Fail(ErrorKind::kInvalidArgument, src.path() + ": table " + table +
-                                                   " has no column " + c + " (schema differs)");
+      return Fail(ErrorKind::kInvalidArgument,
+                  src.path() + ": table " + table + " has no column " + c + " (schema differs)");
     }
-    select.push_back(Quoted(c));
     quoted.push_back(Quoted(c));
   }
+  const std::string columns = Join(quoted, ", ");
   sqlite3_stmt* st = nullptr;
-  const std::string q = "SELECT " + Join(select, ", ") + " FROM " + Quoted(table);
+  // In the order the rows were written: a row refers only to earlier ones.
+  const std::string q = "SELECT " + columns + " FROM " + Quoted(table) + " ORDER BY rowid";
   if (sqlite3_prepare_v2(src.raw(), q.c_str(), -1, &st, nullptr) != SQLITE_OK) {
     return std::unexpected(src.LastError("read " + table));
   }
   std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> guard(st, sqlite3_finalize);
   const int ncols = static_cast<int>(target_cols.size());
-  auto next = [&](std::string* out) -> Result<bool> {
-    for (int rows = 0; rows < 2000; ++rows) {
-      int rc = sqlite3_step(st);
-      if (rc == SQLITE_DONE) return false;
-      if (rc != SQLITE_ROW) return std::unexpected(src.LastError("read " + table));
+  const std::string head = "INSERT INTO " + Quoted(table) + " (" + columns + ") VALUES ";
+  std::string sql = head;
+  int rows = 0;
+  std::int64_t row_number = 0;
+  for (;;) {
+    const int rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+      return std::unexpected(src.LastError("read " + table));
+    if (rc == SQLITE_ROW) {
+      ++row_number;
+      sql += rows ? ", (" : "(";
       for (int c = 0; c < ncols; ++c) {
-        if (c) *out += '\t';
-        AppendCopyValue(st, c, out);
+        if (c) sql += ", ";
+        if (!AppendLiteral(st, c, &sql)) {
+          return Fail(ErrorKind::kInvalidArgument,
+                      src.path() + ": table " + table + ", row " + std::to_string(row_number) +
+                          ", column " + target_cols[c] +
+                          ": text with a NUL byte, which PostgreSQL cannot store");
+        }
       }
-      *out += '\n';
+      sql += ")";
+      ++rows;
     }
-    return true;
-  };
-  return dst.CopyIn("COPY " + Quoted(table) + " (" + Join(quoted, ", ") + ") FROM STDIN", next);
+    if (rows > 0 && (rc == SQLITE_DONE || rows == 500 || sql.size() > (1u << 20))) {
+      if (auto e = dst.Exec(sql); !e) {
+        Error err = e.error();
+        if (err.message.size() > 600) err.message = err.message.substr(0, 600) + "...";
+        err.message += " (copying table " + table + ")";
+        return std::unexpected(err);
+      }
+      sql = head;
+      rows = 0;
+    }
+    if (rc == SQLITE_DONE) return {};
+  }
 }
 
 // Moves every identity sequence of the target past the largest id copied, so
 // the next row the store inserts does not collide with a copied one.
 Status AdvanceSequences(sql::Db& pg) {
-  ASSIGN_OR_RETURN(auto st, pg.Prepare("SELECT table_name, column_name FROM information_schema.columns "
-                                       "WHERE table_schema = current_schema() "
-                                       "AND is_identity = 'YES'"));
+  ASSIGN_OR_RETURN(auto st,
+                   pg.Prepare("SELECT table_name, column_name FROM information_schema.columns "
+                              "WHERE table_schema = current_schema() "
+                              "AND is_identity = 'YES'"));
   std::vector<std::pair<std::string, std::string>> ids;
   for (;;) {
     ASSIGN_OR_RETURN(bool row, st.Step());
@@ -226,7 +253,8 @@ Result<StoreCopyReport> CopyStore(const std::string& from, const std::string& to
     return Fail(ErrorKind::kInvalidArgument,
                 "--to " + to +
                     ": expected a postgres:// URL (a SQLite store is copied whole by SQLite's "
-                    "online backup: sqlite3 " + from + " \".backup " + to + "\")");
+                    "online backup: sqlite3 " +
+                    from + " \".backup " + to + "\")");
   }
   std::error_code ec;
   if (!fs::exists(from, ec)) {
@@ -240,9 +268,9 @@ Result<StoreCopyReport> CopyStore(const std::string& from, const std::string& to
     ASSIGN_OR_RETURN(auto t, Store::Open(to));
     version = s.schema_version();
     if (t.schema_version() != version) {
-      return Fail(ErrorKind::kInvalidArgument,
-                  sql::RedactUrl(to) + ": schema version " + std::to_string(t.schema_version()) +
-                      ", the source's is " + std::to_string(version));
+      return Fail(ErrorKind::kInvalidArgument, sql::RedactUrl(to) + ": schema version " +
+                                                   std::to_string(t.schema_version()) +
+                                                   ", the source's is " + std::to_string(version));
     }
   }
   ASSIGN_OR_RETURN(auto src, sql::Db::Open(from, false, 5000));
@@ -266,6 +294,11 @@ Result<StoreCopyReport> CopyStore(const std::string& from, const std::string& to
   StoreCopyReport report;
   report.schema_version = version;
   TRY(dst.BeginWrite());
+  // The literals are plain SQL strings: a backslash is a backslash.
+  if (auto st = dst.Exec("SET LOCAL standard_conforming_strings = on"); !st) {
+    (void)dst.Exec("ROLLBACK");
+    return std::unexpected(st.error());
+  }
   auto copy = [&]() -> Status {
     for (const auto& t : order) {
       ASSIGN_OR_RETURN(auto n, CountRows(dst, t));

@@ -30,12 +30,12 @@ struct StoreCopyReport {
 // Copies the SQLite store `from` (brought to this trainq's schema first, as
 // any command that opens it does) into the PostgreSQL database `to`, which
 // must be empty or hold only an empty trainq schema. One transaction on the
-// target: every row of every table with its ids (COPY, the counting triggers
-// off while the counts are copied as they are), identity sequences moved past
-// the largest id copied, then each table's rows counted on both sides. Any
-// difference, a table or column one side lacks, a row the target refuses, or
-// a target that holds rows fails the whole copy and leaves the target as it
-// was. Errors name the target without its password.
+// target: every row of every table with its ids (batched INSERTs, the
+// counting triggers off while the counts are copied as they are), identity
+// sequences moved past the largest id copied, then each table's rows counted
+// on both sides. Any difference, a table or column one side lacks, a row the
+// target refuses, or a target that holds rows fails the whole copy and
+// leaves the target as it was. Errors name the target without its password.
 Result<StoreCopyReport> CopyStore(const std::string& from, const std::string& to);
 
 struct StoreCheckReport {

@@ -45,7 +45,6 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out);
 
 struct ServeOptions {
   std::string db;
-  bool db_given = false;  // --db or TRAINQ_DB: wins over the config's `database:`
   int slots = 1;
   bool until_idle = false;
   std::string data_dir;  // default: <db dir>/trainq-data
@@ -218,9 +217,6 @@ Status CmdDashboardLink(const DashboardLinkOptions& o, std::ostream& out);
 // The database when neither --db nor TRAINQ_DB names one: ./trainq.db when it
 // exists (setups from before), else UserDbPath(), outside any repository.
 std::string DefaultDbPath();
-// serve's data dir when --data-dir names none: trainq-data beside the SQLite
-// file, or in the working directory for a postgres:// store.
-std::string DefaultDataDir(const std::string& db);
 // $XDG_DATA_HOME/trainq/trainq.db, or ~/.local/share/trainq/trainq.db.
 std::string UserDbPath();
 
@@ -234,9 +230,6 @@ Result<Store> OpenExisting(const std::string& db);
 // the command runs (after parsing), so the global --db may follow the command.
 struct CliContext {
   const std::string* db = nullptr;
-  // Whether --db or TRAINQ_DB named the database (else *db is the default
-  // and serve takes server.yaml's `database:` when it has one).
-  const bool* db_given = nullptr;
   int* exit_code = nullptr;
   const Clock* clock = nullptr;
 };
@@ -288,7 +281,6 @@ void AddLoginCommands(CLI::App& app, const CliContext& ctx);
 void AddNotifyCommands(CLI::App& app, const CliContext& ctx);  // agent/cli/cmd_notify.cc
 void AddMlflowCommands(CLI::App& app, const CliContext& ctx);  // agent/cli/cmd_mlflow.cc
 void AddDashboardLinkCommand(CLI::App& app, const CliContext& ctx);  // agent/cli/cmd_dashboard.cc
-void AddDbCommands(CLI::App& app, const CliContext& ctx);  // db copy, db check: agent/cli/cmd_db.cc
 // `trainq stats ...`: agent/cli/cmd_stats.cc.
 void AddStatsCommands(CLI::App& app, int* exit_code);
 // `trainq simulate TRACE`: agent/cli/cmd_simulate.cc.

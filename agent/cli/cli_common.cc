@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <string>
 
-#include "queue/sqlite.h"
 #include "queue/store.h"
 
 namespace fs = std::filesystem;
@@ -36,13 +35,6 @@ std::string DefaultDbPath() {
   std::error_code ec;
   if (fs::exists("trainq.db", ec)) return "trainq.db";
   return UserDbPath();
-}
-
-std::string DefaultDataDir(const std::string& db) {
-  // Beside the SQLite file; with a PostgreSQL store (no file), in the
-  // working directory.
-  if (sql::IsPostgresUrl(db)) return "trainq-data";
-  return (fs::absolute(db).parent_path() / "trainq-data").string();
 }
 
 void AddServerOptions(CLI::App* c, std::string* server, std::string* token_file, ServerRole role,

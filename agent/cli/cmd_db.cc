@@ -5,7 +5,7 @@
 #include <iostream>
 #include <memory>
 
-#include "agent/cli/cli.h"
+#include "agent/cli/cmd_db.h"
 #include "queue/sqlite.h"
 #include "queue/store_copy.h"
 

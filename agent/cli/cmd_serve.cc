@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include <spdlog/spdlog.h>
@@ -24,6 +25,7 @@
 #include "agent/runner/worker.h"
 #include "agent/runner/run_process.h"
 #include "agent/runner/sandbox.h"
+#include "agent/triggers/database_config.h"
 #include "agent/triggers/server_config.h"
 #include "core/strings.h"
 #include "agent/daemon/fleet.h"
@@ -42,6 +44,7 @@
 #include "queue/pushes.h"
 #include "queue/run_queue.h"
 #include "queue/store.h"
+#include "queue/postgres_password.h"
 #include "queue/sqlite.h"
 #include "queue/wal_check.h"
 
@@ -52,7 +55,32 @@ namespace trainq {
 namespace {
 
 std::string DataDir(const ServeOptions& o) {
-  return fs::absolute(o.data_dir.empty() ? DefaultDataDir(o.db) : o.data_dir).string();
+  std::string d = o.data_dir;
+  // Beside the SQLite file; with a PostgreSQL store (no file), in the
+  // working directory unless --data-dir says where.
+  if (d.empty() && sql::IsPostgresUrl(o.db)) d = "trainq-data";
+  if (d.empty()) d = (fs::absolute(o.db).parent_path() / "trainq-data").string();
+  return fs::absolute(d).string();
+}
+
+// The store: --db or TRAINQ_DB (`db_given`), else the config's `database:`
+// (its password handed to libpq apart from the URL), else the default file.
+// A config that cannot be read is left to LoadServerConfig to report.
+void UseConfigDatabase(ServeOptions* o, bool db_given) {
+  if (o->config.empty()) return;
+  auto database = LoadDatabaseConfig(o->config);
+  if (!database || !*database) return;
+  const DatabaseConfig& d = **database;
+  if (db_given && o->db != d.url) {
+    spdlog::warn("{}: database: not used: --db or TRAINQ_DB names {}", o->config,
+                 sql::RedactUrl(o->db));
+    return;
+  }
+  o->db = d.url;
+  if (!d.password.empty()) {
+    sql::SetPostgresPassword(d.password.value);
+    spdlog::info("database password from {}", d.password.source);
+  }
 }
 
 // A free TCP port on 127.0.0.1 (for a listener that only local workers use).
@@ -257,28 +285,11 @@ Result<DaemonOptions> FleetServeOptions(const ServeOptions& o, ServerConfig& con
 
 }  // namespace
 
-Status CmdServe(const ServeOptions& given, const Clock& clock, const std::atomic<bool>& stop) {
+Status CmdServe(const ServeOptions& o, const Clock& clock, const std::atomic<bool>& stop) {
   HardenProcess();
-  TRY(CheckServeFlags(given));
+  TRY(CheckServeFlags(o));
   ServerConfig config;
-  if (!given.config.empty()) { ASSIGN_OR_RETURN(config, LoadServerConfig(given.config)); }
-  // The store: --db or TRAINQ_DB, else the config's `database:` (with its
-  // password, handed to libpq apart from the URL), else the default file.
-  ServeOptions o = given;
-  if (!config.database.empty()) {
-    if (o.db_given) {
-      if (o.db != config.database) {
-        spdlog::warn("{}: database: not used: --db or TRAINQ_DB names {}", config.path,
-                     sql::RedactUrl(o.db));
-      }
-    } else {
-      o.db = config.database;
-    }
-    if (o.db == config.database && !config.database_password.empty()) {
-      sql::SetPostgresPassword(config.database_password.value);
-      spdlog::info("database password from {}", config.database_password.source);
-    }
-  }
+  if (!o.config.empty()) { ASSIGN_OR_RETURN(config, LoadServerConfig(o.config)); }
   std::string listen = o.listen                ? *o.listen
                        : !config.listen.empty() ? config.listen
                        : o.until_idle && o.config.empty() ? "auto"
@@ -351,7 +362,9 @@ void AddServeCommand(CLI::App& app, const CliContext& ctx) {
                       "commit statuses");
   c_serve->callback([=] {
     serve->db = *ctx.db;
-    serve->db_given = ctx.db_given && *ctx.db_given;
+    const char* env_db = std::getenv("TRAINQ_DB");
+    UseConfigDatabase(serve.get(), c_serve->get_parent()->get_option("--db")->count() > 0 ||
+                                       (env_db && *env_db));
     CatchStopSignals();
     *ctx.exit_code = ReportStatus(CmdServe(*serve, *ctx.clock, StopFlag()));
   });

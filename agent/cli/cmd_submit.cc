@@ -312,7 +312,8 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
       if (check) out << "  " << r.experiment << ": " << check->text << "\n";
     }
   }
-  out << "Run them with `trainq serve --db " << sql::RedactUrl(o.db) << "`; watch with `trainq status`.\n";
+  out << "Run them with `trainq serve --db " << sql::RedactUrl(o.db)
+      << "`; watch with `trainq status`.\n";
   return {};
 }
 

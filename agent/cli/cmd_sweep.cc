@@ -183,8 +183,8 @@ Status Start(const std::string& db, const StartOptions& o, std::ostream& out) {
   if (spec.budget_runs) out << ", at most " << *spec.budget_runs << " runs";
   out << ", " << StrategyText(spec) << ", " << spec.parallel << " in flight; " << added
       << " queued now\n";
-  out << "Run them with `trainq serve --db " << sql::RedactUrl(db) << "`; watch with `trainq sweep status " << id
-      << "`.\n";
+  out << "Run them with `trainq serve --db " << sql::RedactUrl(db)
+      << "`; watch with `trainq sweep status " << id << "`.\n";
   return {};
 }
 

@@ -3,9 +3,6 @@
 // whether commit statuses go back to the forge.
 //
 //   listen: 127.0.0.1:8080          # optional; --listen wins
-//   database: postgres://trainq@db.example:5432/trainq?sslmode=verify-full
-//                                   # optional; --db and TRAINQ_DB win; with a password:
-//                                   # {url: postgres://..., password: {file: /etc/trainq/pg}}
 //   repositories:
 //     - url: https://github.com/acme/model.git
 //       forge: github               # github | gitlab | gitea | none (poll only)
@@ -233,11 +230,6 @@ struct AuthConfig : RoleLists {
 struct ServerConfig {
   std::string path;    // the file, for messages
   std::string listen;  // "" = not set
-  // `database:`: the store (a SQLite file or a postgres:// URL) when neither
-  // --db nor TRAINQ_DB names one; "" = not set. Its password, when the
-  // mapping form gives one, is kept apart from the URL (never in a message).
-  std::string database;
-  SecretValue database_password;
   std::vector<RepoConfig> repositories;
   std::vector<PoolSpec> pools;  // empty: the default local pool
   // The bearer token of the read routes (GET /api/v1/report, /api/v1/gate):

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 
+#include "queue/postgres_password.h"
 #include "queue/run_queue.h"
 #include "queue/sqlite.h"
 #include "queue/store.h"
@@ -40,9 +41,9 @@ void Fill(Store& store) {
   auto leased = store.runs().Lease("w1", 3000, 60'000, 3).value();
   REQUIRE(leased.size() == 3);
   REQUIRE(store.runs().MarkRunning(leased[0].run_id, leased[0].token, 3100, ""));
-  REQUIRE(store.runs().AddMetrics(leased[0].run_id, leased[0].token,
-                                  {{"loss", 0.5, 1, false}, {"accuracy", 0.875, std::nullopt, true}},
-                                  3200));
+  REQUIRE(store.runs().AddMetrics(
+      leased[0].run_id, leased[0].token,
+      {{"loss", 0.5, 1, false}, {"accuracy", 0.875, std::nullopt, true}}, 3200));
   REQUIRE(store.runs().Complete(leased[0].run_id, leased[0].token, 3300, 0.875));
   REQUIRE(store.runs().FailRun(leased[1].run_id, leased[1].token, 3400, "boom", 1, false));
 }
@@ -54,8 +55,7 @@ std::int64_t Count(const std::string& where, const std::string& sql) {
   return st.Int(0);
 }
 
-TEST_CASE("db copy moves a SQLite store whole to PostgreSQL, ids and counts kept",
-          "[postgres]") {
+TEST_CASE("db copy moves a SQLite store whole to PostgreSQL, ids and counts kept", "[postgres]") {
   if (!testing::PostgresInstalled()) {
     WARN("PostgreSQL 15 is not installed (ci/install-deps installs postgresql-15)");
     return;
@@ -130,6 +130,23 @@ TEST_CASE("db copy refuses the wrong direction and another program's database", 
   REQUIRE_FALSE(missing);
   CHECK(missing.error().message.find("no such store") != std::string::npos);
 
+  // A value SQLite kept but PostgreSQL's column cannot hold fails the whole
+  // copy, naming the table; nothing is left in the target.
+  const std::string odd = (dir.path() / "odd.db").string();
+  {
+    auto store = Store::Open(odd).value();
+    Fill(store);
+    auto db = sql::Db::Open(odd, false, 1000).value();
+    REQUIRE(db.Exec("UPDATE batches SET gpus = 'two' WHERE id = 2"));
+  }
+  const std::string target = testing::PostgresLocation(dir, "target");
+  auto refused = CopyStore(odd, target);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().message.find("copying table batches") != std::string::npos);
+  CHECK(refused.error().message.find("two") != std::string::npos);
+  CHECK(Count(target, "SELECT count(*) FROM runs") == 0);
+  CHECK(Count(target, "SELECT count(*) FROM batches") == 0);
+
   const std::string other = testing::PostgresLocation(dir, "other");
   {
     auto db = sql::Db::Open(other, false, 1000).value();
@@ -189,8 +206,7 @@ TEST_CASE("db check answers for a SQLite store and a PostgreSQL one", "[postgres
   CHECK(pbroken->problems.at(0).find("column runs.log_path missing") != std::string::npos);
 }
 
-TEST_CASE("A password given apart from the URL reaches PostgreSQL and no message",
-          "[postgres]") {
+TEST_CASE("A password given apart from the URL reaches PostgreSQL and no message", "[postgres]") {
   if (!testing::PostgresInstalled()) {
     WARN("PostgreSQL 15 is not installed (ci/install-deps installs postgresql-15)");
     return;
