@@ -42,12 +42,13 @@ Status CmdMlflowExport(const MlflowExportOptions& o, const Clock& clock, std::os
   // serve's default data dir (beside the store): it maps a watched
   // repository's mirror to its entry and so to its own `mlflow:`.
   // With a PostgreSQL store (no file), serve's default is ./trainq-data.
-  mo.data_dir = std::filesystem::absolute(
-                    !o.data_dir.empty()       ? o.data_dir
-                    : sql::IsPostgresUrl(o.db) ? std::filesystem::path("trainq-data")
-                                               : std::filesystem::absolute(o.db).parent_path() /
-                                                     "trainq-data")
-                    .string();
+  std::filesystem::path data = o.data_dir;
+  if (data.empty()) {
+    data = sql::IsPostgresUrl(o.db)
+               ? std::filesystem::path("trainq-data")
+               : std::filesystem::absolute(o.db).parent_path() / "trainq-data";
+  }
+  mo.data_dir = std::filesystem::absolute(data).string();
   MlflowExporter ex(store, config, http, clock, mo);
   const TimeMs now = clock.Now();
   ASSIGN_OR_RETURN(int queued, ex.EnqueueSince(now - *secs * 1000));

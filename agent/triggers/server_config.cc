@@ -883,7 +883,7 @@ Result<DatabaseConfig> ParseDatabaseConfig(const YamlReader& reader, const YAML:
     if (!n["url"]) {
       return reader.Err(n, path + ".url", "missing (a postgres:// URL or a SQLite file)");
     }
-    url = n["url"];
+    url.reset(n["url"]);  // rebinds; `url = ...` would overwrite `n` itself
     url_path = path + ".url";
     if (auto pw = n["password"]) {
       ASSIGN_OR_RETURN(c.password, reader.Secret(pw, path + ".password"));
