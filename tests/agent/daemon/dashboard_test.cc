@@ -460,7 +460,7 @@ TEST_CASE("dashboard: a batch reused by a later commit is one point, at the comm
 // SQLite VM steps: only the history's batch keys grow with it. A read of
 // every batch's runs or comparisons again (the whole report) fails this.
 TEST_CASE("dashboard: an experiment page's data reads its page, not the history",
-          "[dashboard][scale]") {
+          "[dashboard][scale][sqlite]") {
   Fixture f;
   auto store = Store::Open(f.db).value();
   auto raw = sql::Db::Open(f.db, false, 5000).value();
@@ -526,7 +526,12 @@ TEST_CASE("dashboard: events answer at once to a stale id and otherwise wait for
   auto waiting = std::async(std::launch::async, [&] {
     return f.Get("/dash/events", cookie, {{"last", id}});
   });
-  CHECK(waiting.wait_for(std::chrono::milliseconds(300)) == std::future_status::timeout);
+  // On PostgreSQL the data version is the server's WAL position, which any
+  // write on the server moves (docs/design/postgres.md): a wake may come
+  // early there, so only SQLite is held to waiting until the commit.
+  if (!testing::TestingPostgres()) {
+    CHECK(waiting.wait_for(std::chrono::milliseconds(300)) == std::future_status::timeout);
+  }
   auto t0 = std::chrono::steady_clock::now();
   {
     auto store = Store::Open(f.db).value();

@@ -189,7 +189,8 @@ TEST_CASE("retention compacts old runs only, a bounded number a step, and no ver
   CHECK(past.bytes.empty());
 }
 
-TEST_CASE("a retention step reads the same whatever the compacted history", "[retention][scale]") {
+TEST_CASE("a retention step reads the same whatever the compacted history",
+          "[retention][scale][sqlite]") {
   testing::TempDir tmp;
   const std::string path = testing::StoreLocation(tmp, "t.db");
   Store store = Store::Open(path).value();
