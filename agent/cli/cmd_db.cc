@@ -1,6 +1,6 @@
 // `trainq db copy` and `trainq db check` (queue/store_copy.h): moving a
 // SQLite store to PostgreSQL whole, and a check that answers for both
-// stores (docs/deployment.md, "Moving to PostgreSQL").
+// stores (docs/deployment.md, "PostgreSQL").
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <memory>
