@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "agent/cli/cli.h"
+#include "agent/cli/cmd_db.h"
 #include "core/fatal_signals.h"
 #include "core/log.h"
 
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
   trainq::AddCompareCommands(app, ctx);
   trainq::AddLogsCommand(app, ctx);
   trainq::AddDashboardLinkCommand(app, ctx);
+  trainq::AddDbCommands(app, ctx);
   trainq::AddLoginCommands(app, ctx);
   trainq::AddNotifyCommands(app, ctx);
   trainq::AddMlflowCommands(app, ctx);

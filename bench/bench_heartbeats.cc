@@ -12,6 +12,9 @@
 //
 //   bench_heartbeats [--workers 10000] [--rate 1000] [--seconds 30] [--webhook-rate 20]
 //                    [--clients 32] [--trainq PATH] [--dir /tmp] [--rss-every 0]
+//                    [--db postgres://USER@HOST/DB]
+// --db: the store serve uses (default: DIR/trainq.db); a postgres:// URL
+// names an empty database (bench/README.md, "PostgreSQL and SQLite").
 // --rss-every S: also print `rss T_S MB` every S seconds as it goes (a long
 // run's curve survives the run being stopped early).
 #include <arpa/inet.h>
@@ -37,6 +40,7 @@
 #include "core/process.h"
 #include "core/strings.h"
 #include "queue/run_queue.h"
+#include "queue/sqlite.h"
 #include "queue/store.h"
 
 namespace fs = std::filesystem;
@@ -122,6 +126,7 @@ int main(int argc, char** argv) {
   int workers = 10'000, rate = 1'000, seconds = 30, webhook_rate = 20, clients = 32;
   int rss_every = 0;
   std::string trainq;
+  std::string db;
   std::string base = fs::temp_directory_path().string();
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
@@ -133,6 +138,7 @@ int main(int argc, char** argv) {
     else if (a == "--trainq") trainq = v;
     else if (a == "--rss-every") rss_every = std::stoi(v);
     else if (a == "--dir") base = v;
+    else if (a == "--db") db = v;
     else Die("unknown option " + a);
   }
   if (trainq.empty()) {
@@ -142,6 +148,7 @@ int main(int argc, char** argv) {
   trainq = fs::absolute(trainq).string();  // serve starts in its own directory
   std::string dir = base + "/bench-heartbeats-" + std::to_string(getpid());
   fs::create_directories(dir);
+  if (db.empty()) db = dir + "/trainq.db";
   const std::string secret = "bench-secret", token = "bench-pool-token-0123456789";
   if (!WriteFile(dir + "/secret", secret) || !WriteFile(dir + "/cpu.token", token)) {
     Die("cannot write the secrets");
@@ -176,7 +183,7 @@ int main(int argc, char** argv) {
                       "    lost_after: 0\n    token: {file: " + dir + "/cpu.token}\n");
   // The runs the workers will hold, queued before serve starts.
   {
-    auto store = Store::Open(dir + "/trainq.db");
+    auto store = Store::Open(db);
     if (!store) Die(store.error().message);
     BatchSpec b;
     b.experiment = "held";
@@ -192,7 +199,7 @@ int main(int argc, char** argv) {
   int port = FreePort();
   std::string base_url = "http://127.0.0.1:" + std::to_string(port);
   PosixProcessRunner runner;
-  auto pid = runner.Spawn({{trainq, "--db", dir + "/trainq.db", "serve", "--config",
+  auto pid = runner.Spawn({{trainq, "--db", db, "serve", "--config",
                             dir + "/server.yaml", "--listen", "127.0.0.1:" + std::to_string(port)},
                            {},
                            dir,
@@ -311,7 +318,7 @@ int main(int argc, char** argv) {
   Figure("serve_rss_before_mb", rss_before / 1024.0);
   Figure("serve_rss_max_mb", *std::max_element(rss.begin(), rss.end()) / 1024.0);
   Figure("serve_rss_after_mb", RssKb(*pid) / 1024.0);
-  Figure("db_mb", fs::file_size(dir + "/trainq.db") / 1e6);
+  if (!sql::IsPostgresUrl(db)) Figure("db_mb", fs::file_size(db) / 1e6);
   ::kill(*pid, SIGTERM);
   runner.Wait(*pid);
   if (!std::getenv("TRAINQ_BENCH_KEEP")) fs::remove_all(dir);

@@ -5,7 +5,10 @@
 // printed next to a reference measured in the same run (an empty write
 // transaction with the same durability settings), since this machine is shared.
 //
-//   bench_store [--runs 100000] [--cycles 5000] [--dir /tmp]
+//   bench_store [--runs 100000] [--cycles 5000] [--dir /tmp] [--db postgres://USER@HOST/DB]
+// --db: a postgres:// URL of an empty database in place of a new SQLite file
+// (bench/README.md, "PostgreSQL and SQLite"); the reference is then an empty
+// write transaction on that server with its own durability settings.
 #include <unistd.h>
 
 #include <chrono>
@@ -17,6 +20,7 @@
 
 #include "agent/cli/cli.h"
 #include "queue/run_queue.h"
+#include "queue/sqlite.h"
 #include "queue/store.h"
 
 using namespace trainq;
@@ -37,16 +41,19 @@ void Die(const Error& e) {
 
 int main(int argc, char** argv) {
   int runs = 100'000, cycles = 5'000;
+  std::string url;
   std::string base = std::filesystem::temp_directory_path().string();
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--runs") runs = std::atoi(argv[i + 1]);
     if (a == "--cycles") cycles = std::atoi(argv[i + 1]);
     if (a == "--dir") base = argv[i + 1];
+    if (a == "--db") url = argv[i + 1];
   }
   std::string dir = base + "/trainq-bench-" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
-  std::string path = dir + "/bench.db";
+  std::string path = url.empty() ? dir + "/bench.db" : url;
+  const bool pg = !url.empty();
   auto store = Store::Open(path);
   if (!store) Die(store.error());
 
@@ -72,13 +79,17 @@ int main(int argc, char** argv) {
   {
     auto db = sql::Db::Open(path, false, 5000);
     if (!db) Die(db.error());
-    if (auto st = db->Exec("PRAGMA synchronous=FULL; CREATE TABLE IF NOT EXISTS ref (x)"); !st) {
+    if (auto st = db->Exec(pg ? "CREATE TABLE IF NOT EXISTS ref (x BIGINT)"
+                              : "PRAGMA synchronous=FULL; CREATE TABLE IF NOT EXISTS ref (x)");
+        !st) {
       Die(st.error());
     }
     int n = cycles * 2;
     auto r0 = Steady::now();
     for (int i = 0; i < n; ++i) {
-      if (auto st = db->Exec("BEGIN IMMEDIATE; INSERT INTO ref VALUES (1); COMMIT"); !st) {
+      if (auto st = db->Exec(pg ? "BEGIN; INSERT INTO ref VALUES (1); COMMIT"
+                                : "BEGIN IMMEDIATE; INSERT INTO ref VALUES (1); COMMIT");
+          !st) {
         Die(st.error());
       }
     }
@@ -133,7 +144,7 @@ int main(int argc, char** argv) {
     std::printf("status%s: %.1f ms with %d runs in the store\n", json ? " --json" : "",
                 1000 * Seconds(s0, s1) / reps, runs);
   }
-  std::printf("store file: %s\n", path.c_str());
+  std::printf("store: %s\n", sql::RedactUrl(path).c_str());
   if (!std::getenv("TRAINQ_BENCH_KEEP")) std::filesystem::remove_all(dir);
   return 0;
 }

@@ -9,7 +9,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <optional>
 
+#include "queue/postgres_password.h"
 #include "queue/sqlite.h"
 
 namespace trainq::sql {
@@ -456,12 +459,43 @@ double Stmt::PgDouble(int col) const {
 
 bool Stmt::PgIsNull(int col) const { return PgValue(*pg_, col) == nullptr; }
 
+namespace {
+
+std::mutex& PasswordMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::string& Password() {
+  static std::string password;
+  return password;
+}
+
+}  // namespace
+
+void SetPostgresPassword(std::string password) {
+  std::lock_guard lock(PasswordMutex());
+  Password() = std::move(password);
+}
+
 Result<Db> Db::OpenPostgres(const std::string& url) {
   Db db;
   db.path_ = RedactUrl(url);
   db.pg_ = std::unique_ptr<PgConn, void (*)(PgConn*)>(new PgConn, [](PgConn* p) { delete p; });
   db.pg_->location = db.path_;
-  db.pg_->conn = PQconnectdb(url.c_str());
+  std::string password;
+  {
+    std::lock_guard lock(PasswordMutex());
+    password = Password();
+  }
+  if (password.empty()) {
+    db.pg_->conn = PQconnectdb(url.c_str());
+  } else {
+    // The URL expands in place of dbname; the password after it wins over
+    // PGPASSFILE and never becomes part of a string that is printed.
+    const char* keys[] = {"dbname", "password", nullptr};
+    const char* values[] = {url.c_str(), password.c_str(), nullptr};
+    db.pg_->conn = PQconnectdbParams(keys, values, 1);
+  }
   if (PQstatus(db.pg_->conn) != CONNECTION_OK) {
     return Fail(ErrorKind::kUnavailable,
                 db.path_ + ": cannot connect to PostgreSQL: " + Trim(PQerrorMessage(db.pg_->conn)));
@@ -547,3 +581,4 @@ Result<std::int64_t> Db::DataVersion() {
 int Db::Changes() const { return pg_ ? pg_->changes : sqlite3_changes(db_); }
 
 }  // namespace trainq::sql
+

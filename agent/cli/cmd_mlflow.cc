@@ -11,6 +11,7 @@
 #include "agent/triggers/server_config.h"
 #include "core/http_client.h"
 #include "core/strings.h"
+#include "queue/sqlite.h"
 #include "queue/outbox.h"
 #include "queue/store.h"
 
@@ -40,9 +41,14 @@ Status CmdMlflowExport(const MlflowExportOptions& o, const Clock& clock, std::os
   MlflowOptions mo;
   // serve's default data dir (beside the store): it maps a watched
   // repository's mirror to its entry and so to its own `mlflow:`.
-  mo.data_dir = o.data_dir.empty()
-                    ? (std::filesystem::absolute(o.db).parent_path() / "trainq-data").string()
-                    : std::filesystem::absolute(o.data_dir).string();
+  // With a PostgreSQL store (no file), serve's default is ./trainq-data.
+  std::filesystem::path data = o.data_dir;
+  if (data.empty()) {
+    data = sql::IsPostgresUrl(o.db)
+               ? std::filesystem::path("trainq-data")
+               : std::filesystem::absolute(o.db).parent_path() / "trainq-data";
+  }
+  mo.data_dir = std::filesystem::absolute(data).string();
   MlflowExporter ex(store, config, http, clock, mo);
   const TimeMs now = clock.Now();
   ASSIGN_OR_RETURN(int queued, ex.EnqueueSince(now - *secs * 1000));

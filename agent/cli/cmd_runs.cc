@@ -17,6 +17,7 @@
 #include "agent/results/table.h"
 #include "core/strings.h"
 #include "queue/run_queue.h"
+#include "queue/sqlite.h"
 #include "queue/store.h"
 
 namespace fs = std::filesystem;
@@ -31,6 +32,22 @@ namespace {
 // database is left as it is.
 Status CmdInit(const std::string& db, std::ostream& out) {
   std::error_code ec;
+  const bool postgres = sql::IsPostgresUrl(db);
+  const std::string shown = sql::RedactUrl(db);
+  if (postgres) {
+    // A PostgreSQL database exists (the operator made it); trainq's schema
+    // is there already, or written now into the empty database.
+    ASSIGN_OR_RETURN(auto probe, sql::Db::Open(db, false, 5000));
+    ASSIGN_OR_RETURN(auto count, probe.Prepare("SELECT count(*) FROM information_schema.tables "
+                                               "WHERE table_schema = current_schema()"));
+    ASSIGN_OR_RETURN(bool row, count.Step());
+    const bool before = row && count.Int(0) > 0;
+    ASSIGN_OR_RETURN(auto store, Store::Open(db));
+    out << shown << ": "
+        << (before ? "already a trainq database" : "wrote a new trainq schema into the database")
+        << " (schema version " << store.schema_version() << ")\n";
+    return {};
+  }
   const bool existed = fs::exists(db, ec);
   StoreOptions so;
   so.initialize_existing = true;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 
@@ -27,6 +28,7 @@
 #include "agent/runner/run_process.h"
 #include "agent/runner/sandbox.h"
 #include "agent/runner/worker.h"
+#include "agent/triggers/database_config.h"
 #include "agent/triggers/push_pipeline.h"
 #include "agent/triggers/server_config.h"
 #include "cloud/provider.h"
@@ -35,6 +37,7 @@
 #include "queue/machines.h"
 #include "queue/pushes.h"
 #include "queue/run_queue.h"
+#include "queue/postgres_password.h"
 #include "queue/sqlite.h"
 #include "queue/store.h"
 
@@ -51,6 +54,26 @@ std::string DataDir(const ServeOptions& o) {
   if (d.empty() && sql::IsPostgresUrl(o.db)) d = "trainq-data";
   if (d.empty()) d = (fs::absolute(o.db).parent_path() / "trainq-data").string();
   return fs::absolute(d).string();
+}
+
+// The store: --db or TRAINQ_DB (`db_given`), else the config's `database:`
+// (its password handed to libpq apart from the URL), else the default file.
+// A config that cannot be read is left to LoadServerConfig to report.
+void UseConfigDatabase(ServeOptions* o, bool db_given) {
+  if (o->config.empty()) return;
+  auto database = LoadDatabaseConfig(o->config);
+  if (!database || !*database) return;
+  const DatabaseConfig& d = **database;
+  if (db_given && o->db != d.url) {
+    spdlog::warn("{}: database: not used: --db or TRAINQ_DB names {}", o->config,
+                 sql::RedactUrl(o->db));
+    return;
+  }
+  o->db = d.url;
+  if (!d.password.empty()) {
+    sql::SetPostgresPassword(d.password.value);
+    spdlog::info("database password from {}", d.password.source);
+  }
 }
 
 // A free TCP port on 127.0.0.1 (for a listener that only local workers use).
@@ -332,6 +355,9 @@ void AddServeCommand(CLI::App& app, const CliContext& ctx) {
                       "commit statuses");
   c_serve->callback([=] {
     serve->db = *ctx.db;
+    const char* env_db = std::getenv("TRAINQ_DB");
+    UseConfigDatabase(serve.get(), c_serve->get_parent()->get_option("--db")->count() > 0 ||
+                                       (env_db && *env_db));
     CatchStopSignals();
     *ctx.exit_code = ReportStatus(CmdServe(*serve, *ctx.clock, StopFlag()));
   });

@@ -22,6 +22,7 @@
 #include "agent/results/submit.h"
 #include "agent/runner/run_process.h"
 #include "core/strings.h"
+#include "queue/sqlite.h"
 #include "queue/machines.h"
 #include "queue/run_queue.h"
 #include "queue/store.h"
@@ -311,7 +312,8 @@ Status CmdSubmit(const SubmitOptions& o, const Clock& clock, std::ostream& out) 
       if (check) out << "  " << r.experiment << ": " << check->text << "\n";
     }
   }
-  out << "Run them with `trainq serve --db " << o.db << "`; watch with `trainq status`.\n";
+  out << "Run them with `trainq serve --db " << sql::RedactUrl(o.db)
+      << "`; watch with `trainq status`.\n";
   return {};
 }
 

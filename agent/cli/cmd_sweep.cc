@@ -22,6 +22,7 @@
 #include "agent/results/table.h"
 #include "core/clock.h"
 #include "core/strings.h"
+#include "queue/sqlite.h"
 #include "queue/sweeps.h"
 #include "stats/verdict.h"
 
@@ -182,8 +183,8 @@ Status Start(const std::string& db, const StartOptions& o, std::ostream& out) {
   if (spec.budget_runs) out << ", at most " << *spec.budget_runs << " runs";
   out << ", " << StrategyText(spec) << ", " << spec.parallel << " in flight; " << added
       << " queued now\n";
-  out << "Run them with `trainq serve --db " << db << "`; watch with `trainq sweep status " << id
-      << "`.\n";
+  out << "Run them with `trainq serve --db " << sql::RedactUrl(db)
+      << "`; watch with `trainq sweep status " << id << "`.\n";
   return {};
 }
 

@@ -1,4 +1,5 @@
 #include "agent/triggers/server_config.h"
+#include "agent/triggers/database_config.h"
 
 #include <arpa/inet.h>
 #include <sys/socket.h>
@@ -21,6 +22,7 @@
 #include "core/process.h"
 #include "core/strings.h"
 #include "core/yaml_reader.h"
+#include "queue/sqlite.h"  // IsPostgresUrl, RedactUrl
 
 namespace fs = std::filesystem;
 
@@ -787,14 +789,21 @@ Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view f
   if (!root || root.IsNull()) return c;
   c.named_paths = ConfigNamedPaths(root);
   if (!root.IsMap()) return p.Err(root, "", "expected a mapping at the top level");
-  TRY(p.CheckKeys(root, "", {"listen", "repositories", "pools", "read_token", "admin_token", "budget",
-                                 "public_url", "retention", "auth", "notify", "mlflow"}));
+  TRY(p.CheckKeys(root, "", {"listen", "database", "repositories", "pools", "read_token",
+                             "admin_token", "budget", "public_url", "retention", "auth", "notify",
+                             "mlflow"}));
   if (auto a = root["auth"]) { ASSIGN_OR_RETURN(c.auth, p.Auth(a, "auth")); }
   if (auto r = root["retention"]) { ASSIGN_OR_RETURN(c.retention, p.Retention(r, "retention")); }
   if (auto b = root["budget"]) { ASSIGN_OR_RETURN(c.budget, p.Budget(b, "budget")); }
   if (auto n = root["notify"]) { ASSIGN_OR_RETURN(c.notify, ParseNotifyTargets(p, n, "notify")); }
   if (auto m = root["mlflow"]) { ASSIGN_OR_RETURN(c.mlflow, ParseMlflowConfig(p, m, "mlflow")); }
   if (auto l = root["listen"]) { ASSIGN_OR_RETURN(c.listen, p.Str(l, "listen")); }
+  if (auto d = root["database"]) {
+    // Read again by serve (LoadDatabaseConfig); checked here so that a bad
+    // value fails at load like every other key.
+    ASSIGN_OR_RETURN(auto database, ParseDatabaseConfig(p, d, "database"));
+    (void)database;
+  }
   if (auto t = root["read_token"]) { ASSIGN_OR_RETURN(c.read_token, p.Secret(t, "read_token")); }
   if (auto t = root["admin_token"]) { ASSIGN_OR_RETURN(c.admin_token, p.Secret(t, "admin_token")); }
   if (auto u = root["public_url"]) {
@@ -863,6 +872,50 @@ Status CheckWorkerUrls(const ServerConfig& config, const std::string& default_ur
                     "if this pool's machines run on this host (a test)");
   }
   return {};
+}
+
+Result<DatabaseConfig> ParseDatabaseConfig(const YamlReader& reader, const YAML::Node& n,
+                                           const std::string& path) {
+  DatabaseConfig c;
+  YAML::Node url = n;
+  std::string url_path = path;
+  if (n.IsMap()) {
+    TRY(reader.CheckKeys(n, path, {"url", "password"}));
+    if (!n["url"]) {
+      return reader.Err(n, path + ".url", "missing (a postgres:// URL or a SQLite file)");
+    }
+    url.reset(n["url"]);  // rebinds; `url = ...` would overwrite `n` itself
+    url_path = path + ".url";
+    if (auto pw = n["password"]) {
+      ASSIGN_OR_RETURN(c.password, reader.Secret(pw, path + ".password"));
+    }
+  } else if (!n.IsScalar()) {
+    return reader.Err(n, path,
+                      "expected a postgres:// URL, a SQLite file, or {url: URL, password: {file: "
+                      "PATH}}, got " + YamlReader::Show(n));
+  }
+  ASSIGN_OR_RETURN(c.url, reader.NonEmptyStr(url, url_path));
+  if (sql::IsPostgresUrl(c.url) && sql::RedactUrl(c.url) != c.url) {
+    return reader.Err(url, url_path,
+                      "a password in the URL (" + sql::RedactUrl(c.url) +
+                          ") belongs in a file: database: {url: URL without it, password: "
+                          "{file: PATH}}, or libpq's PGPASSFILE");
+  }
+  if (!c.password.empty() && !sql::IsPostgresUrl(c.url)) {
+    return reader.Err(n["password"], path + ".password",
+                      "a password is for a postgres:// URL; " + c.url + " is a SQLite file");
+  }
+  return c;
+}
+
+Result<std::optional<DatabaseConfig>> LoadDatabaseConfig(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text) return std::unexpected(text.error().Wrap("--config"));
+  YamlReader reader(path);
+  ASSIGN_OR_RETURN(YAML::Node root, reader.Load(*text, "not valid YAML"));
+  if (!root || !root.IsMap() || !root["database"]) return std::nullopt;
+  ASSIGN_OR_RETURN(auto c, ParseDatabaseConfig(reader, root["database"], "database"));
+  return c;
 }
 
 Result<ServerConfig> LoadServerConfig(const std::string& path) {

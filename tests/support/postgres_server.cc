@@ -7,6 +7,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -59,6 +61,19 @@ class Server {
                  &out) != 0) {
       throw std::runtime_error("initdb failed: " + out);
     }
+    // One role must give its password (PostgresPasswordLogin); every other
+    // connection on the socket is trusted.
+    {
+      // Rewritten in place: the file keeps its owner (nobody, when root).
+      const std::string hba = dir_ + "/data/pg_hba.conf";
+      std::ifstream in(hba);
+      std::stringstream rest;
+      rest << in.rdbuf();
+      in.close();
+      std::ofstream outf(hba, std::ios::trunc);
+      outf << "local all trainq_pw scram-sha-256\n" << rest.str();
+      if (!outf.flush()) throw std::runtime_error("cannot write " + hba);
+    }
     // Durability is not what these tests check: no fsync keeps them fast.
     if (RunShell(pg_ctl_ + " -w -s -l " + Quote(dir_ + "/log") + " -o " +
                      Quote("-k " + dir_ +
@@ -102,6 +117,26 @@ class Server {
     return Url("trainq") + "&options=-csearch_path%3D" + name;
   }
 
+  PostgresLogin NewPasswordLogin() {
+    PostgresLogin login;
+    login.password = "pw-" + std::to_string(::getpid()) + "-" + std::to_string(databases_ + 1);
+    if (!password_role_) {
+      if (auto st = admin_.Exec("CREATE ROLE trainq_pw LOGIN"); !st) {
+        throw std::runtime_error(st.error().message);
+      }
+      password_role_ = true;
+    }
+    if (auto st = admin_.Exec("ALTER ROLE trainq_pw PASSWORD '" + login.password + "'"); !st) {
+      throw std::runtime_error(st.error().message);
+    }
+    std::string name = "t" + std::to_string(++databases_);
+    if (auto st = admin_.Exec("CREATE SCHEMA " + name + " AUTHORIZATION trainq_pw"); !st) {
+      throw std::runtime_error(st.error().message);
+    }
+    login.url = "postgresql://trainq_pw@/trainq?host=" + dir_ + "&options=-csearch_path%3D" + name;
+    return login;
+  }
+
  private:
   // A child that stops the server and removes its directory when this
   // process ends however it ends (a crash skips ~Server): it waits for the
@@ -127,6 +162,7 @@ class Server {
   std::string pg_ctl_;
   sql::Db admin_;
   int databases_ = 0;
+  bool password_role_ = false;
 };
 
 Server& TheServer() {
@@ -141,10 +177,36 @@ bool TestingPostgres() {
   return env && std::string(env) == "postgres";
 }
 
+namespace {
+std::mutex& LocationMutex() {
+  static std::mutex mu;
+  return mu;
+}
+}  // namespace
+
+bool PostgresInstalled() {
+  return std::filesystem::exists(BinDir() + "/initdb") &&
+         std::filesystem::exists(BinDir() + "/pg_ctl");
+}
+
+std::string PostgresLocation(const TempDir& dir, const std::string& name) {
+  auto path = "pg:" + (dir.path() / name).string();
+  static std::map<std::string, std::string> urls;
+  std::lock_guard lock(LocationMutex());
+  auto& url = urls[path];
+  if (url.empty()) url = TheServer().NewDatabase();
+  return url;
+}
+
+PostgresLogin PostgresPasswordLogin() {
+  std::lock_guard lock(LocationMutex());
+  return TheServer().NewPasswordLogin();
+}
+
 std::string StoreLocation(const TempDir& dir, const std::string& name) {
   auto path = (dir.path() / name).string();
   if (!TestingPostgres()) return path;
-  static std::mutex mu;
+  auto& mu = LocationMutex();
   static std::map<std::string, std::string> urls;
   std::lock_guard lock(mu);
   auto& url = urls[path];

@@ -19,6 +19,7 @@
 #include "queue/store.h"
 #include "tests/support/fake_ec2.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 namespace trainq {
 namespace {
@@ -26,7 +27,7 @@ namespace {
 struct FleetFixture {
   testing::TempDir tmp;
   FakeClock clock{1'000'000};
-  Store store = Store::Open(tmp / "t.db").value();
+  Store store = Store::Open(testing::StoreLocation(tmp, "t.db")).value();
   cloud::FakeProvider* provider = nullptr;
 
   Fleet Make(std::function<void(PoolSpec&)> tweak = {}, FleetOptions o = {}) {

@@ -18,6 +18,7 @@
 #include "tests/agent/daemon/signin_fixture.h"
 #include "tests/support/log_capture.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 using nlohmann::json;
 
@@ -32,7 +33,7 @@ struct ForgeDoor {
   std::string model = "https://" + host + "/acme/model.git";
   std::string secret_repo = "https://" + host + "/acme/secret.git";
   testing::TempDir tmp;
-  std::string db = tmp / "t.db";
+  std::string db = testing::StoreLocation(tmp, "t.db");
   FakeClock clock;
   FakeService fake;
   ServerConfig config;
@@ -83,7 +84,8 @@ struct ForgeDoor {
       auto runs = store.runs().Runs(b.id, std::nullopt, 0).value();
       for (const auto& r : runs) (b.repo == "model" ? model_runs : secret_runs).push_back(r.id);
     }
-    server = std::make_unique<Server>(config, db, clock);
+    server = std::make_unique<Server>(config, db, clock,
+                                      ServerOptions{.data_dir = tmp.path().string()});
     REQUIRE(server->Open());
   }
   struct Trip {

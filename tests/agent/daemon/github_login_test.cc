@@ -18,6 +18,7 @@
 #include "tests/agent/daemon/signin_fixture.h"
 #include "tests/support/log_capture.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 using nlohmann::json;
 
@@ -31,7 +32,7 @@ using namespace testing::signin;
 
 struct GithubDoor {
   testing::TempDir tmp;
-  std::string db = tmp / "t.db";
+  std::string db = testing::StoreLocation(tmp, "t.db");
   FakeClock clock;
   FakeService gh{tmp, "fake_forge_login.py",
                  json{{"client_id", "Iv1.trainqtest"},
@@ -80,7 +81,8 @@ struct GithubDoor {
     }
     REQUIRE(model_runs.size() == 2);
     REQUIRE(secret_runs.size() == 2);
-    server = std::make_unique<Server>(config, db, clock);
+    server = std::make_unique<Server>(config, db, clock,
+                                      ServerOptions{.data_dir = tmp.path().string()});
     REQUIRE(server->Open());
   }
   void As(const std::string& login) { gh.Post("/_fake/config", {{"as", login}}); }

@@ -20,6 +20,7 @@
 #include "tests/agent/daemon/signin_fixture.h"
 #include "tests/support/log_capture.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 using nlohmann::json;
 
@@ -35,7 +36,7 @@ const json kBob = {{"sub", "u-bob"}, {"email", "bob@example.com"}, {"groups", {"
 
 struct OidcDoor {
   testing::TempDir tmp;
-  std::string db = tmp / "t.db";
+  std::string db = testing::StoreLocation(tmp, "t.db");
   FakeClock clock;
   FakeService idp{tmp, "fake_oidc.py",
                   json{{"client_id", "trainq"},
@@ -71,7 +72,8 @@ struct OidcDoor {
       auto rows = store.runs().Runs(b.id, std::nullopt, 0).value();
       for (const auto& r : rows) runs.push_back(r.id);
     }
-    server = std::make_unique<Server>(config, db, clock);
+    server = std::make_unique<Server>(config, db, clock,
+                                      ServerOptions{.data_dir = tmp.path().string()});
     REQUIRE(server->Open());
   }
   // The browser's trip: /signin/oidc, the issuer's authorize page (approves

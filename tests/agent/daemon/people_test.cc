@@ -20,6 +20,7 @@
 #include "queue/store.h"
 #include "tests/support/log_capture.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 using nlohmann::json;
 
@@ -51,7 +52,7 @@ std::string Header(const HttpServerReply& r, const std::string& name) {
 
 struct People {
   testing::TempDir tmp;
-  std::string db = tmp / "t.db";
+  std::string db = testing::StoreLocation(tmp, "t.db");
   FakeClock clock;
   ServerConfig config;
   std::unique_ptr<Server> server;
@@ -78,7 +79,8 @@ struct People {
     batch = store.runs().Batches(false, 0).value().front().id;
     auto rows = store.runs().Runs(batch, std::nullopt, 0).value();
     for (const auto& r : rows) runs.push_back(r.id);
-    server = std::make_unique<Server>(config, db, clock);
+    server = std::make_unique<Server>(config, db, clock,
+                                      ServerOptions{.data_dir = tmp.path().string()});
     REQUIRE(server->Open());
   }
   std::string SignIn(const std::string& token) {

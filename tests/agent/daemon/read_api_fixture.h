@@ -18,6 +18,7 @@
 #include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 namespace trainq::testing::read_api {
 
@@ -87,7 +88,7 @@ inline HttpServerRequest Get(const std::string& path,
 
 struct InProcess {
   testing::TempDir tmp;
-  std::string db = tmp / "t.db";
+  std::string db = testing::StoreLocation(tmp, "t.db");
   const Clock& clock = SystemClock::Get();
   ServerConfig config;
   History h;
@@ -100,7 +101,8 @@ struct InProcess {
     REQUIRE(c);
     config = *c;
     h.Write(db, clock.Now());
-    server = std::make_unique<Server>(config, db, clock);
+    server = std::make_unique<Server>(config, db, clock,
+                                      ServerOptions{.data_dir = tmp.path().string()});
     REQUIRE(server->Open());
   }
 };

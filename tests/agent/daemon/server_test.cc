@@ -26,6 +26,7 @@
 #include "tests/support/http_server.h"
 #include "tests/support/log_capture.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 using nlohmann::json;
 
@@ -39,7 +40,7 @@ HttpHeaders ReadAuth() { return {{"Authorization", std::string("Bearer ") + kRea
 
 struct World {
   testing::TempDir tmp;
-  std::string db = tmp / "t.db";
+  std::string db = testing::StoreLocation(tmp, "t.db");
   FakeClock clock;
   ServerConfig config;
   std::unique_ptr<Server> server;
@@ -63,7 +64,8 @@ struct World {
       REQUIRE(store.runs().Submit("/srv/model", {std::string(40, 'c'), "", "subject", "me", 0}, {spec},
                            clock.Now()));
     }
-    server = std::make_unique<Server>(config, db, clock);
+    server = std::make_unique<Server>(config, db, clock,
+                                      ServerOptions{.data_dir = tmp.path().string()});
     REQUIRE(server->Open());
   }
 
@@ -522,7 +524,7 @@ constexpr const char* kPoolToken = "budget-pool-token-0123456789";
 // (kSecret), the read token, and a pool whose token makes a worker.
 struct BudgetWorld {
   testing::TempDir tmp;
-  std::string db = tmp / "t.db";
+  std::string db = testing::StoreLocation(tmp, "t.db");
   FakeClock clock;
   ServerConfig config;
   std::unique_ptr<Server> server;

@@ -23,6 +23,7 @@
 #include "tests/support/git_fixture.h"
 #include "tests/support/http_server.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 using nlohmann::json;
 
@@ -44,7 +45,7 @@ PoolSpec Pool(const std::string& name, const std::string& token) {
 
 struct World {
   testing::TempDir tmp;
-  std::string db = tmp / "trainq.db";
+  std::string db = testing::StoreLocation(tmp, "trainq.db");
   std::string data = tmp / "data";
   // Long polls wait on this clock: they end when the test advances it.
   FakeClock clock{kT0, FakeClock::Sleeps::kBlock};
@@ -144,7 +145,7 @@ struct World {
 TEST_CASE("worker API: pool tokens are generated once, stored hashed, mode 0600",
           "[worker_api]") {
   testing::TempDir tmp;
-  auto store = Store::Open(tmp / "t.db").value();
+  auto store = Store::Open(testing::StoreLocation(tmp, "t.db")).value();
   ServerConfig config;  // no pools: the default local pool
   REQUIRE(EnsurePoolTokens(store, config, tmp / "data", kT0));
   std::string path = TokenFilePath(tmp / "data", "local");

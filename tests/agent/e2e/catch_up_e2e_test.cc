@@ -20,6 +20,7 @@
 #include "tests/support/git_cli.h"
 #include "tests/support/http_server.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -63,7 +64,7 @@ struct Setup {
   std::string env;
   GitCli work{tmp / "work"};
   testing::Daemon daemon;
-  std::string db = tmp / "trainq.db";
+  std::string db = testing::StoreLocation(tmp, "trainq.db");
 
   Setup() {
     REQUIRE(WriteFile(tmp / "secret", "catch-up-secret\n"));

@@ -10,6 +10,7 @@
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/git_fixture.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 using nlohmann::json;
 
@@ -40,8 +41,11 @@ json TrainqJson(const std::string& db, const std::string& args) {
   return j;
 }
 
-void Serve(const std::string& db) {
-  auto serve = Trainq(db, "serve --slots 2 --until-idle --poll-ms 20");
+// `data_dir`: the test's own (SQLite's default is beside the file; on
+// PostgreSQL it would be the working directory, shared by cases run at once).
+void Serve(const std::string& db, const std::string& data_dir) {
+  auto serve =
+      Trainq(db, "serve --slots 2 --until-idle --poll-ms 20 --data-dir " + ShellQuote(data_dir));
   INFO(serve.text);
   REQUIRE(serve.code == 0);
 }
@@ -89,7 +93,7 @@ TEST_CASE("determinism check: time-based noise is not reproducible, a pure funct
           "[e2e][determinism]") {
   testing::TempDir tmp;
   testing::GitFixture git{tmp / "repo"};
-  std::string db = tmp / "t.db";
+  std::string db = testing::StoreLocation(tmp, "t.db");
   std::string first = git.Commit(
       {{"det.py", kDeterministic}, {"noisy.py", kTimeNoise}, {"trainq.yaml", kDeterminismYaml}},
       "two experiments");
@@ -99,7 +103,7 @@ TEST_CASE("determinism check: time-based noise is not reproducible, a pure funct
   // Each batch runs its first seed once more, in a companion batch.
   CHECK_THAT(sub.text, Catch::Contains("det@repro: 1 run queued (seed 1)"));
   CHECK_THAT(sub.text, Catch::Contains("noisy@repro: 1 run queued (seed 1)"));
-  Serve(db);
+  Serve(db, tmp / "trainq-data");
 
   auto show = TrainqJson(db, "show " + first + " --json");
   CHECK(BatchOf(show, "det")["determinism"] == "reproducible (seed 1 run twice: 0.5100)");
@@ -124,7 +128,7 @@ TEST_CASE("determinism check: time-based noise is not reproducible, a pure funct
   INFO(repro.text);
   REQUIRE(repro.code == 0);
   CHECK_THAT(repro.text, Catch::Contains("det@repro: already submitted; 2 more runs queued"));
-  Serve(db);
+  Serve(db, tmp / "trainq-data");
   show = TrainqJson(db, "show " + first + " --json");
   CHECK(BatchOf(show, "det")["determinism"] == "reproducible (3 seeds run twice, identical)");
 
@@ -134,7 +138,7 @@ TEST_CASE("determinism check: time-based noise is not reproducible, a pure funct
                                   "touch both");
   sub = Trainq(db, "submit --repo " + ShellQuote(git.dir()));
   REQUIRE(sub.code == 0);
-  Serve(db);
+  Serve(db, tmp / "trainq-data");
   show = TrainqJson(db, "show " + second + " --json");
   const auto& n = BatchOf(show, "noisy")["vs_parent"];
   CHECK(n["paired"] == false);
@@ -184,14 +188,14 @@ TEST_CASE("noise drift: an unchanged experiment whose environment moves its mean
           "[e2e][drift]") {
   testing::TempDir tmp;
   testing::GitFixture git{tmp / "repo"};
-  std::string db = tmp / "t.db";
+  std::string db = testing::StoreLocation(tmp, "t.db");
   // --rerun: the same inputs are otherwise reused, not run again (issue 27);
   // drift is what a deliberate rerun of unchanged inputs finds.
   auto submit = [&] {
     auto sub = Trainq(db, "submit --rerun --repo " + ShellQuote(git.dir()));
     INFO(sub.text);
     REQUIRE(sub.code == 0);
-    Serve(db);
+    Serve(db, tmp / "trainq-data");
   };
   std::string a = git.Commit(
       {{"train.py", kReadsEnv}, {"env.txt", "0.5\n"}, {"trainq.yaml", kDriftYaml}}, "first");

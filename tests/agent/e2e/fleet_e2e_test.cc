@@ -19,6 +19,7 @@
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/git_fixture.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -52,7 +53,7 @@ TEST_CASE("fleet e2e: 2 local machines x 2 slots, 12 runs, one worker SIGKILLed 
   testing::TempDir tmp;
   testing::GitFixture repo(tmp / "repo");
   repo.Commit({{"trainq.yaml", kManifest}, {"run.sh", RunScript(tmp / "release")}}, "slow experiment");
-  const std::string db = tmp / "trainq.db";
+  const std::string db = testing::StoreLocation(tmp, "trainq.db");
   std::string out;
   REQUIRE(testing::RunShell(ShellQuote(TRAINQ_BINARY) + " --db " + ShellQuote(db) +
                                 " submit --repo " + ShellQuote(repo.dir()),
@@ -183,7 +184,7 @@ TEST_CASE("fleet e2e: an idle machine is drained after idle_grace, not before, a
                 "    command: echo '{\"name\":\"accuracy\",\"value\":0.5}' >> "
                 "\"$TRAINQ_METRICS_FILE\"\n"}},
               "quick");
-  const std::string db = tmp / "trainq.db";
+  const std::string db = testing::StoreLocation(tmp, "trainq.db");
   std::string out;
   REQUIRE(testing::RunShell(ShellQuote(TRAINQ_BINARY) + " --db " + ShellQuote(db) +
                                 " submit --repo " + ShellQuote(repo.dir()),
@@ -254,7 +255,7 @@ TEST_CASE("fleet e2e: local workers that cannot reach the server: boots back off
                 "    command: echo '{\"name\":\"accuracy\",\"value\":0.5}' >> "
                 "\"$TRAINQ_METRICS_FILE\"\n"}},
               "quick");
-  const std::string db = tmp / "trainq.db";
+  const std::string db = testing::StoreLocation(tmp, "trainq.db");
   const std::string trainq = ShellQuote(TRAINQ_BINARY) + " --db " + ShellQuote(db);
   std::string out;
   REQUIRE(testing::RunShell(trainq + " submit --repo " + ShellQuote(repo.dir()), &out) == 0);
@@ -346,7 +347,7 @@ TEST_CASE("fleet e2e: a worker stopped with SIGSTOP is lost after lost_after, ki
                 "    command: sh run.sh\n"},
                {"run.sh", RunScript(tmp / "release")}},
               "slow experiment");
-  const std::string db = tmp / "trainq.db";
+  const std::string db = testing::StoreLocation(tmp, "trainq.db");
   const std::string trainq = ShellQuote(TRAINQ_BINARY) + " --db " + ShellQuote(db);
   std::string out;
   REQUIRE(testing::RunShell(trainq + " submit --repo " + ShellQuote(repo.dir()), &out) == 0);

@@ -27,6 +27,7 @@
 #include "tests/support/git_fixture.h"
 #include "tests/support/http_server.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -54,7 +55,7 @@ std::string Manifest(int repeats, const std::string& release = "") {
 struct KubeServe {
   testing::TempDir tmp;
   testing::GitFixture repo{tmp / "repo"};
-  std::string db = tmp / "trainq.db";
+  std::string db = testing::StoreLocation(tmp, "trainq.db");
   std::unique_ptr<FakeKube> kube;
   Daemon daemon;
   // One port for every serve of the test: a restarted serve is found by the

@@ -19,6 +19,7 @@
 #include "tests/support/git_fixture.h"
 #include "tests/support/slurm_cluster.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -57,7 +58,7 @@ TEST_CASE("fleet e2e on real Slurm: runs execute in a worker that sbatch started
                 "    command: echo \"{\\\"name\\\":\\\"accuracy\\\",\\\"value\\\":0.$TRAINQ_SEED}\" "
                 ">> \"$TRAINQ_METRICS_FILE\"; echo \"on $SLURM_JOB_ID\"\n"}},
               "quick experiment");
-  const std::string db = tmp / "trainq.db";
+  const std::string db = testing::StoreLocation(tmp, "trainq.db");
   std::string out;
   REQUIRE(testing::RunShell(ShellQuote(TRAINQ_BINARY) + " --db " + ShellQuote(db) +
                                 " submit --repo " + ShellQuote(repo.dir()),

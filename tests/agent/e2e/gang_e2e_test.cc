@@ -24,6 +24,7 @@
 #include "tests/support/git_fixture.h"
 #include "tests/support/slurm_cluster.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -126,7 +127,7 @@ std::map<int, RankFile> Ranks(const fs::path& dir, std::int64_t run, int attempt
 struct GangServe {
   testing::TempDir tmp;
   testing::GitFixture repo{tmp / "repo"};
-  std::string db = tmp / "trainq.db";
+  std::string db = testing::StoreLocation(tmp, "trainq.db");
   fs::path pids = tmp / "pids";
   // The local pool's sandbox; the test's directory is writable in it (rank
   // files, the hold file), and "none" where a test signals a rank by its pid.

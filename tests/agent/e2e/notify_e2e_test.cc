@@ -21,6 +21,7 @@
 #include "tests/support/git_cli.h"
 #include "tests/support/http_server.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 using nlohmann::json;
 using namespace std::chrono_literals;
@@ -89,7 +90,7 @@ TEST_CASE("e2e: a worse push posts one Slack message with its link and one signe
                     "    on: [worse]\n"
                     "    branches: [release]\n"));  // filtered out: a push to main
   // clang-format on
-  const std::string db = tmp / "trainq.db";
+  const std::string db = testing::StoreLocation(tmp, "trainq.db");
   const int port = testing::FreeLoopbackPort();
   const std::string base_url = "http://127.0.0.1:" + std::to_string(port);
   CurlHttpClient http;

@@ -21,6 +21,7 @@
 #include "tests/support/git_cli.h"
 #include "tests/support/http_server.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 using nlohmann::json;
 using namespace std::chrono_literals;
@@ -201,7 +202,7 @@ TEST_CASE(
                     "    api_url: " + forge.url() + "\n"
                     "    status: true\n"));
   // clang-format on
-  std::string db = tmp / "trainq.db";
+  std::string db = testing::StoreLocation(tmp, "trainq.db");
   int port = testing::FreeLoopbackPort();
   std::string base_url = "http://127.0.0.1:" + std::to_string(port);
   testing::Daemon daemon;

@@ -20,6 +20,7 @@
 #include "queue/store.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -121,7 +122,7 @@ TEST_CASE("server.yaml retention: durations, points kept, and errors naming the 
 TEST_CASE("retention compacts old runs only, a bounded number a step, and no verdict changes",
           "[retention]") {
   testing::TempDir tmp;
-  const std::string path = tmp / "t.db";
+  const std::string path = testing::StoreLocation(tmp, "t.db");
   Store store = Store::Open(path).value();
   const TimeMs now = 1'800'000'000'000;
   // Old: the parent and the head, 100 days ago; new: a commit of yesterday.
@@ -188,9 +189,10 @@ TEST_CASE("retention compacts old runs only, a bounded number a step, and no ver
   CHECK(past.bytes.empty());
 }
 
-TEST_CASE("a retention step reads the same whatever the compacted history", "[retention][scale]") {
+TEST_CASE("a retention step reads the same whatever the compacted history",
+          "[retention][scale][sqlite]") {
   testing::TempDir tmp;
-  const std::string path = tmp / "t.db";
+  const std::string path = testing::StoreLocation(tmp, "t.db");
   Store store = Store::Open(path).value();
   const TimeMs now = 1'800'000'000'000;
   RetentionPolicy p;
@@ -224,7 +226,7 @@ TEST_CASE("a retention step reads the same whatever the compacted history", "[re
 TEST_CASE("serve applies server.yaml retention and trainq logs reads the archive",
           "[retention][e2e]") {
   testing::TempDir tmp;
-  const std::string db = tmp / "t.db";
+  const std::string db = testing::StoreLocation(tmp, "t.db");
   const TimeMs now = 1'800'000'000'000;  // 2027: the real clock is later than this
   std::vector<Finished> old_runs;
   json show_before;

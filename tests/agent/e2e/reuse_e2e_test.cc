@@ -28,6 +28,7 @@
 #include "tests/support/git_cli.h"
 #include "tests/support/http_server.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 using nlohmann::json;
 using namespace std::chrono_literals;
@@ -142,7 +143,7 @@ struct Served {
                       "    api_url: " + forge.url() + "\n"
                       "    status: true\n"));
     // clang-format on
-    db = tmp / "trainq.db";
+    db = testing::StoreLocation(tmp, "trainq.db");
     int port = testing::FreeLoopbackPort();
     base_url = "http://127.0.0.1:" + std::to_string(port);
     REQUIRE(daemon.ServeWithConfig(db, tmp / "server.yaml", port, tmp.path()));
@@ -532,7 +533,8 @@ TEST_CASE(
                                {"configs/a.yaml", "lr: 5\n"},
                                {"configs/b.yaml", "lr: 6\n"}},
                               "base");
-  std::string tq = std::string(TRAINQ_BINARY) + " --db " + ShellQuote(tmp / "t.db") +
+  const std::string db = testing::StoreLocation(tmp, "t.db");
+  std::string tq = std::string(TRAINQ_BINARY) + " --db " + ShellQuote(db) +
                    " submit --repo " + ShellQuote(work.dir());
   std::string out;
   REQUIRE(testing::RunShell(StdoutOnly(tq + " --json"), &out) == 0);
@@ -550,14 +552,14 @@ TEST_CASE(
   CHECK(out.find("b: reused batch " + std::to_string(b_id) + " of " + a.substr(0, 10) +
                  " (same inputs; --rerun runs it again)") != std::string::npos);
   {
-    auto store = Store::Open(tmp / "t.db").value();
+    auto store = Store::Open(db).value();
     CHECK(store.runs().Runs(std::nullopt, std::nullopt, 0).value().size() == 9);
     auto at_b = store.runs().BatchesForCommit(b).value();
     REQUIRE(at_b.size() == 2);
   }
   // b's runs at b are a's: not compared with themselves.
-  REQUIRE(testing::RunShell(StdoutOnly(std::string(TRAINQ_BINARY) + " --db " +
-                                     ShellQuote(tmp / "t.db") + " show " + b + " --json"),
+  REQUIRE(testing::RunShell(StdoutOnly(std::string(TRAINQ_BINARY) + " --db " + ShellQuote(db) +
+                                       " show " + b + " --json"),
                             &out) == 0);
   {
     auto view = json::parse(out);
@@ -575,14 +577,14 @@ TEST_CASE(
   // Cancelling the reusing batch cancels nothing of the batch it reuses, and
   // says which batch holds the runs.
   {
-    auto store = Store::Open(tmp / "t.db").value();
+    auto store = Store::Open(db).value();
     std::int64_t reusing = 0;
     auto at_b = store.runs().BatchesForCommit(b).value();
     for (const auto& x : at_b) {
       if (x.reuses_batch_id) reusing = x.id;
     }
     REQUIRE(reusing > 0);
-    REQUIRE(testing::RunShell(std::string(TRAINQ_BINARY) + " --db " + ShellQuote(tmp / "t.db") +
+    REQUIRE(testing::RunShell(std::string(TRAINQ_BINARY) + " --db " + ShellQuote(db) +
                                   " cancel " + std::to_string(reusing),
                               &out) == 0);
     CHECK(out.find("nothing to cancel: it has no runs of its own, it reuses batch " +
@@ -598,7 +600,7 @@ TEST_CASE(
   REQUIRE(testing::RunShell(tq + " -e b --rerun 2>&1", &out) == 0);
   INFO(out);
   CHECK(out.find("b: already submitted; 3 more runs queued") != std::string::npos);
-  auto store = Store::Open(tmp / "t.db").value();
+  auto store = Store::Open(db).value();
   CHECK(store.runs().Runs(std::nullopt, std::nullopt, 0).value().size() == 12);
   auto at_b = store.runs().BatchesForCommit(b).value();
   for (const auto& x : at_b) CHECK_FALSE(x.reuses_batch_id);

@@ -20,6 +20,7 @@
 #include "tests/support/git_cli.h"
 #include "tests/support/http_server.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -109,7 +110,7 @@ TEST_CASE("e2e: git push -> signed webhook -> exactly the touched experiment run
                     "    status: true\n"
                     "read_token: {file: " + (tmp / "read-token") + "}\n"));
   REQUIRE(WriteFile(tmp / "read-token", "e2e-read-token\n"));
-  std::string db = tmp / "trainq.db";
+  std::string db = testing::StoreLocation(tmp, "trainq.db");
   Daemon daemon;
   REQUIRE(daemon.ServeWithConfig(db, tmp / "server.yaml", port, tmp.path()));
   CurlHttpClient http;

@@ -20,6 +20,7 @@
 #include "tests/support/git_cli.h"
 #include "tests/support/http_server.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -113,7 +114,7 @@ struct Setup {
     env = "WEBHOOK_SECRET=" + ShellQuote(secret) +
           " WEBHOOK_URL=" + ShellQuote(base_url + "/hooks/github") +
           " ORIGIN_URL=" + ShellQuote(origin_url) + " ";
-    db = tmp / "trainq.db";
+    db = testing::StoreLocation(tmp, "trainq.db");
     REQUIRE(WriteFile(tmp / "server.yaml",
                       "repositories:\n"
                       "  - url: " + origin_url + "\n"

@@ -31,6 +31,7 @@
 #include "tests/support/git_fixture.h"
 #include "tests/support/http_server.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/postgres_server.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -64,7 +65,7 @@ struct Harness {
   std::string sha;
 
   explicit Harness(std::optional<PoolSpec> pool = std::nullopt, TimeMs heartbeat_ms = 200) {
-    db = tmp / "trainq.db";
+    db = testing::StoreLocation(tmp, "trainq.db");
     data = tmp / "server-data";
     fs::create_directories(data);
     fs::create_directories(tmp / "pids");

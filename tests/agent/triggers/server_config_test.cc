@@ -1,9 +1,11 @@
 // The server config file: defaults, secrets from env or file, and errors that
 // name file:line:key without ever showing a secret.
 #include "agent/triggers/server_config.h"
+#include "agent/triggers/database_config.h"
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <set>
 
@@ -121,6 +123,69 @@ TEST_CASE("server config: errors name file, line and key, never a secret", "[ser
     CHECK(r.error().kind == ErrorKind::kInvalidArgument);
     CHECK_THAT(r.error().message, Catch::StartsWith(c.message));
     CHECK(r.error().message.find("do-not-print-me") == std::string::npos);
+  }
+}
+
+TEST_CASE("server config: database: a URL, or a URL with its password from a file",
+          "[server_config]") {
+  testing::TempDir tmp;
+  REQUIRE(WriteFile(tmp / "pg-password", "pg-s3cret-value\n"));
+  auto load = [&](const std::string& yaml) {
+    REQUIRE(WriteFile(tmp / "server.yaml", yaml));
+    REQUIRE(ParseServerConfig(yaml, tmp / "server.yaml"));  // accepted by the whole parse too
+    auto d = LoadDatabaseConfig(tmp / "server.yaml");
+    REQUIRE(d);
+    REQUIRE(d->has_value());
+    return **d;
+  };
+  auto plain = load("database: postgres://trainq@db.example:5432/trainq?sslmode=verify-full\n");
+  CHECK(plain.url == "postgres://trainq@db.example:5432/trainq?sslmode=verify-full");
+  CHECK(plain.password.empty());
+  auto file = load("database:\n  url: postgres://trainq@db/trainq\n  password: {file: " +
+                   (tmp / "pg-password") + "}\n");
+  CHECK(file.url == "postgres://trainq@db/trainq");
+  CHECK(file.password.value == "pg-s3cret-value");
+  CHECK(file.password.source == "file " + (tmp / "pg-password"));
+  // The password file is one of the paths runs must not see.
+  auto whole = ParseServerConfig(
+      "database:\n  url: postgres://trainq@db/trainq\n  password: {file: " + (tmp / "pg-password") +
+          "}\n",
+      "server.yaml");
+  REQUIRE(whole);
+  CHECK(std::find(whole->named_paths.begin(), whole->named_paths.end(), tmp / "pg-password") !=
+        whole->named_paths.end());
+  CHECK(load("database: /var/lib/trainq/trainq.db\n").url == "/var/lib/trainq/trainq.db");
+  REQUIRE(WriteFile(tmp / "none.yaml", "listen: 127.0.0.1:9000\n"));
+  auto none = LoadDatabaseConfig(tmp / "none.yaml");
+  REQUIRE(none);
+  CHECK_FALSE(none->has_value());
+
+  struct Case {
+    std::string yaml;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"database: postgres://trainq:hunter2@db/trainq\n",
+       "server.yaml:1: database: a password in the URL (postgres://trainq:***@db/trainq) "
+       "belongs in a file"},
+      {"database:\n  url: postgres://u@db/t?password=hunter2\n",
+       "server.yaml:2: database.url: a password in the URL (postgres://u@db/t?password=***)"},
+      {"database:\n  url: postgres://u@db/t\n  password: hunter2\n",
+       "server.yaml:3: database.password: expected {env: VARIABLE} or {file: PATH}"},
+      {"database:\n  password: {file: /x}\n", "server.yaml:2: database.url: missing"},
+      {"database:\n  url: q.db\n  password: {env: SC_DB_PW}\n",
+       "server.yaml:3: database.password: a password is for a postgres:// URL"},
+      {"database:\n  url: postgres://u@db/t\n  pasword: {file: /x}\n",
+       "server.yaml:3: database.pasword: unknown key"},
+      {"database: [a]\n", "server.yaml:1: database: expected a postgres:// URL"},
+  };
+  Env pw("SC_DB_PW", "hunter2");
+  for (const auto& c : cases) {
+    INFO(c.yaml);
+    auto r = ParseServerConfig(c.yaml, "server.yaml");
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message, Catch::StartsWith(c.message));
+    CHECK(r.error().message.find("hunter2") == std::string::npos);
   }
 }
 
