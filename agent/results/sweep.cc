@@ -421,7 +421,6 @@ Result<SweepView> LoadSweepView(Store& store, std::int64_t id) {
   v.goal = base.metric_goal;
   v.metric = base.metric_name;
   v.budget_points = v.spec.PointBudget();
-  const int confirm = v.spec.ConfirmSeeds();
   v.runs_total = v.spec.budget_runs ? *v.spec.budget_runs
                                     : v.budget_points * v.spec.repeats + v.spec.ConfirmRuns();
   ASSIGN_OR_RETURN(auto points, store.sweeps().SweepPoints(id));

@@ -183,6 +183,8 @@ TEST_CASE("one verdict document: a Holm family renders the same interval, adjust
     std::ostringstream text;
     REQUIRE(CmdShow(o, text));
     check_text(text.str(), "show", "  batch " + std::to_string(a.id) + " a\n");
+    // The cost of the verdict: the same words on every surface (issue 40).
+    CHECK(text.str().find("    cost:   " + CostText(ref) + "\n") != std::string::npos);
     CHECK(text.str().find("family: 2 changed (a, b), Holm over 2; unchanged, not counted: c") !=
           std::string::npos);
     o.json = true;
@@ -196,6 +198,8 @@ TEST_CASE("one verdict document: a Holm family renders the same interval, adjust
         CHECK(bj["vs_parent"]["verdict"] == "no detectable change");
         check_correction(bj["vs_parent"]["correction"], "show --json");
         CHECK(bj["vs_parent"]["text"] == ComparisonText(ref));
+        CHECK(bj["vs_parent"]["cost"]["text"] == CostText(ref));
+        CHECK(bj["vs_parent"]["cost"]["runs"] == 12);  // 6 here, 6 at the baseline
       }
       if (bj["experiment"] == "c") {
         CHECK_FALSE(bj.contains("vs_parent"));
@@ -219,7 +223,10 @@ TEST_CASE("one verdict document: a Holm family renders the same interval, adjust
     std::ostringstream js;
     REQUIRE(CmdCompare(o, js));
     for (const auto& cj : json::parse(js.str())) {
-      if (cj["experiment"] == "a") check_correction(cj["correction"], "compare --json");
+      if (cj["experiment"] == "a") {
+        check_correction(cj["correction"], "compare --json");
+        CHECK(cj["cost"]["text"] == CostText(ref));
+      }
       if (cj["experiment"] == "c") CHECK(cj["verdict"] == "unchanged");
     }
   }
@@ -247,7 +254,10 @@ TEST_CASE("one verdict document: a Holm family renders the same interval, adjust
       auto g = json::parse(js.str());
       CHECK(g["correction"]["family_size"] == 2);
       for (const auto& e : g["experiments"]) {
-        if (e["experiment"] == "a") check_correction(e["comparison"]["correction"], "gate --json");
+        if (e["experiment"] == "a") {
+          check_correction(e["comparison"]["correction"], "gate --json");
+          CHECK(e["comparison"]["cost"]["text"] == CostText(ref));
+        }
       }
     }
   }
@@ -322,7 +332,9 @@ TEST_CASE("one verdict document: a Holm family renders the same interval, adjust
   }
 
   SECTION("the report's JSON") {
-    auto report = json::parse(RenderJson(BuildReport(store, 0, "all", {}).value()));
+    auto data = BuildReport(store, 0, "all", {}).value();
+    CHECK(RenderMarkdown(data).find(CostText(ref)) != std::string::npos);
+    auto report = json::parse(RenderJson(data));
     bool saw = false;
     for (const auto& e : report["experiments"]) {
       if (e["experiment"] != "a") continue;
