@@ -365,7 +365,7 @@ TEST_CASE("one verdict document: a Holm family renders the same interval, adjust
 // `eval_examples` get the floor sqrt(p(1-p)/n) beside their seed sd, and
 // every surface that shows the sd shows the same floor and the same words.
 // The base's spread sits at its floor; the head's is above it.
-TEST_CASE("the test-set noise floor: show, compare, gate, the PR comment and the report give "
+TEST_CASE("the test-set noise floor: show, status, compare, gate, the PR comment and the report give "
           "the same floor and say when the seed sd sits at it",
           "[verdict][surfaces][floor]") {
   testing::TempDir tmp;
@@ -451,6 +451,25 @@ experiments:
       auto view = json::parse(js.str());
       check_json(view["batches"][0]["progress"]["summary"]["noise_floor"], ref, "show --json");
     }
+  }
+
+  SECTION("trainq status, text and --json") {
+    StatusOptions o;
+    o.db = db;
+    std::ostringstream text;
+    REQUIRE(CmdStatus(o, clock, text));
+    has(text.str(), "(n=6; " + base_short + ")");
+    has(text.str(), "(n=6; " + head_short + ")");
+    o.json = true;
+    std::ostringstream js;
+    REQUIRE(CmdStatus(o, clock, js));
+    int seen = 0;
+    for (const auto& bj : json::parse(js.str())["batches"]) {
+      check_json(bj["summary"]["noise_floor"], bj["commit"] == base ? ref_base : ref_head,
+                 "status --json");
+      ++seen;
+    }
+    CHECK(seen == 2);
   }
 
   SECTION("trainq compare and gate, text and --json") {
