@@ -377,8 +377,10 @@ defaults:
 experiments:
   a:
     command: sh run.sh a {seed}
+    watch: [configs/a.txt]
 )";
-  std::string base = work.Commit({{"trainq.yaml", manifest}, {"run.sh", "true\n"}}, "base");
+  std::string base = work.Commit(
+      {{"trainq.yaml", manifest}, {"run.sh", "true\n"}, {"configs/a.txt", "1\n"}}, "base");
   FakeClock clock;
   SubmitOptions so;
   so.db = db;
@@ -395,7 +397,7 @@ experiments:
   };
   REQUIRE(CmdSubmit(so, clock, sink));
   finish(kBase);
-  std::string head = work.Commit({{"run.sh", "true # changed\n"}}, "a changes");
+  std::string head = work.Commit({{"configs/a.txt", "2\n"}}, "a changes");
   REQUIRE(CmdSubmit(so, clock, sink));
   finish(kHeadA);
 
@@ -463,8 +465,9 @@ experiments:
     o.json = true;
     std::ostringstream js;
     REQUIRE(CmdStatus(o, clock, js));
+    const json doc = json::parse(js.str());
     int seen = 0;
-    for (const auto& bj : json::parse(js.str())["batches"]) {
+    for (const auto& bj : doc["batches"]) {
       check_json(bj["summary"]["noise_floor"], bj["commit"] == base ? ref_base : ref_head,
                  "status --json");
       ++seen;
@@ -507,9 +510,8 @@ experiments:
     view.pr_number = 3;
     view.head_sha = head;
     view.target_branch = "main";
-    for (auto& b : store.runs().BatchesForCommit(head).value()) {
-      view.experiments.emplace_back(b, ParentBatch(store, b).value());
-    }
+    auto at_head = store.runs().BatchesForCommit(head).value();
+    for (auto& b : at_head) view.experiments.emplace_back(b, ParentBatch(store, b).value());
     const std::string body = RenderPrComment(view);
     has(body, "± " + FormatDouble(ref_head.sd, 4) + " (" + head_short + ")");
     has(body, "± " + FormatDouble(ref_base.sd, 4) + " (" + base_short + ")");

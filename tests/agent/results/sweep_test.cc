@@ -343,6 +343,7 @@ TEST_CASE("sweep confirm, paired: the runner-up gets the pick's fresh seeds, mar
   REQUIRE(spec.PairedConfirm());
   BatchSpec base = BaseSpec("python3 t.py {lr} --seed {seed}");
   base.seed_start = 1;
+  base.repeats = 3;  // as `sweep start` gives each point the sweep's repeats
   auto id = AddSweep(store, spec, base);
   // Point k (0-based) is worth 0.80 + 0.01 k; point 1 was lucky on the
   // search's seeds 1..3 (0.95), so it is the pick; point 3 is the runner-up.
@@ -363,7 +364,8 @@ TEST_CASE("sweep confirm, paired: the runner-up gets the pick's fresh seeds, mar
 
   // The marks: the pick and the runner-up, and nothing else.
   std::map<int, std::string> roles;
-  for (const auto& p : *store.sweeps().SweepPoints(id)) roles[p.idx] = p.role;
+  auto marked = *store.sweeps().SweepPoints(id);
+  for (const auto& p : marked) roles[p.idx] = p.role;
   CHECK(roles == std::map<int, std::string>{{0, ""}, {1, "confirm"}, {2, ""}, {3, "confirm_baseline"}});
 
   auto view = *LoadSweepView(store, id);
