@@ -110,6 +110,9 @@ def main():
 
     acc = accuracy(w, b, [xs[i] for i in test], [ys[i] for i in test])
     emit("accuracy", acc, step, final=True)
+    # The test set's size: trainq shows the evaluation noise floor
+    # sqrt(p(1-p)/n) beside the seed sd (docs/STATISTICS.md).
+    emit("eval_examples", len(test), step)
     print(f"test accuracy: {acc:.4f}")
     out_dir = os.environ.get("TRAINQ_OUTPUT_DIR")
     if out_dir:

@@ -973,6 +973,10 @@ Result<std::vector<BatchProgress>> RunQueue::SelectBatches(const std::string& wh
                                           "COALESCE(SUM(finished_ms - started_ms), 0) FROM runs "
                                           "WHERE batch_id = ?1 AND started_ms IS NOT NULL AND "
                                           "finished_ms >= started_ms"));
+  ASSIGN_OR_RETURN(auto examples, db_.Prepare("SELECT MIN(m.value), MAX(m.value) FROM runs r "
+                                              "JOIN metrics m ON m.run_id = r.id WHERE "
+                                              "r.batch_id = ?1 AND r.state = 'succeeded' AND "
+                                              "m.name = 'eval_examples'"));
   for (auto& b : out) {
     // A batch that reuses another has that batch's runs as its own.
     std::int64_t runs_of = b.reuses_batch_id.value_or(b.id);
@@ -998,6 +1002,13 @@ Result<std::vector<BatchProgress>> RunQueue::SelectBatches(const std::string& wh
       b.run_ms = time.Int(1);
     }
     time.Reset();
+    examples.Bind(1, runs_of);
+    ASSIGN_OR_RETURN(bool has_examples, examples.Step());
+    if (has_examples && !examples.IsNull(0)) {
+      b.eval_examples_min = examples.Double(0);
+      b.eval_examples_max = examples.Double(1);
+    }
+    examples.Reset();
   }
   return out;
 }

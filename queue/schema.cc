@@ -744,6 +744,13 @@ CREATE TABLE outbox_marks (
   updated_ms INTEGER NOT NULL
 );
 )sql",
+    // 21 -> 22: a sweep point's part in the confirmation (issue 40): the
+    // search's pick given fresh seeds ('confirm') and the runner-up given the
+    // same seeds ('confirm_baseline'), so the two are compared paired on
+    // seeds nobody selected on.
+    R"sql(
+ALTER TABLE sweep_points ADD COLUMN role TEXT NOT NULL DEFAULT '';
+)sql",
 };
 static_assert(std::size(kMigrations) == kStoreSchemaVersion);
 

@@ -8,7 +8,7 @@
 
 namespace trainq {
 
-inline constexpr int kStoreSchemaVersion = 21;
+inline constexpr int kStoreSchemaVersion = 22;
 
 // A PostgreSQL database starts at this version from kPostgresBaseline
 // (queue/schema_postgres.cc): the tables of a SQLite store at that version.

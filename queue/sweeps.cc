@@ -31,6 +31,7 @@ Sweeps::SweepPointRow ReadPoint(const sql::Stmt& s) {
   p.params_json = s.Text(2);
   p.batch_id = s.OptInt(3);
   p.created_ms = s.Int(4);
+  p.role = s.Text(5);
   return p;
 }
 
@@ -94,7 +95,7 @@ Result<Sweeps::SweepPointRow> Sweeps::AddSweepPoint(const SweepPointRow& p, Time
     ins.Bind(1, p.sweep_id).Bind(2, p.idx).Bind(3, p.params_json).Bind(4, p.batch_id).Bind(5, now);
     TRY(ins.Run());
     ASSIGN_OR_RETURN(auto sel, db_.Prepare("SELECT sweep_id, idx, params_json, batch_id, "
-                                           "created_ms FROM sweep_points "
+                                           "created_ms, role FROM sweep_points "
                                            "WHERE sweep_id = ? AND idx = ?"));
     sel.Bind(1, p.sweep_id).Bind(2, p.idx);
     ASSIGN_OR_RETURN(bool row, sel.Step());
@@ -112,9 +113,20 @@ Status Sweeps::SetSweepPointBatch(std::int64_t sweep_id, int idx, std::int64_t b
   });
 }
 
+Status Sweeps::SetConfirmRoles(std::int64_t sweep_id, int pick, std::optional<int> baseline) {
+  return sql::WithWriteTransaction(db_, [&]() -> Status {
+    ASSIGN_OR_RETURN(auto st, db_.Prepare("UPDATE sweep_points SET role = ? "
+                                          "WHERE sweep_id = ? AND idx = ?"));
+    TRY(st.Bind(1, std::string("confirm")).Bind(2, sweep_id).Bind(3, pick).Run());
+    if (!baseline) return Status{};
+    st.Reset();
+    return st.Bind(1, std::string("confirm_baseline")).Bind(2, sweep_id).Bind(3, *baseline).Run();
+  });
+}
+
 Result<std::vector<Sweeps::SweepPointRow>> Sweeps::SweepPoints(std::int64_t sweep_id) {
-  ASSIGN_OR_RETURN(auto st, db_.Prepare("SELECT sweep_id, idx, params_json, batch_id, created_ms "
-                                        "FROM sweep_points WHERE sweep_id = ? ORDER BY idx"));
+  ASSIGN_OR_RETURN(auto st, db_.Prepare("SELECT sweep_id, idx, params_json, batch_id, created_ms, "
+                                        "role FROM sweep_points WHERE sweep_id = ? ORDER BY idx"));
   st.Bind(1, sweep_id);
   std::vector<SweepPointRow> out;
   while (true) {

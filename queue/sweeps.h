@@ -40,6 +40,10 @@ class Sweeps {
     std::string params_json = "{}";
     std::optional<std::int64_t> batch_id;  // empty until its batch is submitted
     TimeMs created_ms = 0;
+    // Its part in the confirmation after the search (schema 22): "" (none),
+    // "confirm" (the search's pick, given fresh seeds) or "confirm_baseline"
+    // (the runner-up, given the same fresh seeds so the two pair on them).
+    std::string role;
   };
   Result<std::int64_t> AddSweep(const SweepRow& s, TimeMs now);
   Result<std::optional<SweepRow>> GetSweep(std::int64_t id);
@@ -48,6 +52,9 @@ class Sweeps {
   // Writes point (sweep_id, idx) unless it exists; returns the stored point.
   Result<SweepPointRow> AddSweepPoint(const SweepPointRow& p, TimeMs now);
   Status SetSweepPointBatch(std::int64_t sweep_id, int idx, std::int64_t batch_id);
+  // Marks the confirmation in one transaction: point `pick` gets role
+  // "confirm", point `baseline` (when given) "confirm_baseline".
+  Status SetConfirmRoles(std::int64_t sweep_id, int pick, std::optional<int> baseline);
   Result<std::vector<SweepPointRow>> SweepPoints(std::int64_t sweep_id);  // by idx
   // A short text that changes whenever a running sweep may have something to
   // do: a sweep starts, resumes or stops, a point lacks its batch, or a run

@@ -159,6 +159,10 @@ struct BatchProgress {
   // the GPUs each run held.
   std::int64_t run_ms = 0;
   int gpus = 0;
+  // The evaluation set size its succeeded runs reported (metric points named
+  // `eval_examples`, docs/trainq-yaml.md): the fewest and the most; absent
+  // when no run reported one. The test-set noise floor (docs/STATISTICS.md).
+  std::optional<double> eval_examples_min, eval_examples_max;
 
   std::int64_t count(RunState s) const { return counts[static_cast<int>(s)]; }
   bool active() const;  // anything left to run

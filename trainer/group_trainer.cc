@@ -596,6 +596,14 @@ Done GroupTrainer::Finish() {
       }
       if (auto w = Write(r, name, v, reps_[ri].epochs_run, final_split, true); !w) return w;
     }
+    // How many examples the final metrics were scored on: trainq shows the
+    // test-set noise floor sqrt(p(1-p)/n) beside the seed sd from it
+    // (docs/STATISTICS.md). Not `final`: it is no metric to compare.
+    if (auto w = Write(r, "eval_examples", static_cast<double>(final_set->rows), reps_[ri].epochs_run,
+                       final_split, false);
+        !w) {
+      return w;
+    }
     if (in_.messages) {
       std::string line = "seed " + std::to_string(seeds_[ri]) + ": " + final_split;
       for (const auto& [name, v] : finals[ri]) line += " " + name + " " + FormatDouble(v, 4);

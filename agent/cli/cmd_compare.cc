@@ -99,6 +99,13 @@ Status CmdCompare(const CompareCommandOptions& o, std::ostream& out) {
     out << "  A " << ShortSha(c.a.sha, kReportShaChars) << "  " << SpreadText(c.a) << "\n";
     out << "  B " << ShortSha(c.b.sha, kReportShaChars) << "  " << SpreadText(c.b) << "\n";
     out << "  A - B: " << ComparisonText(c) << "\n";
+    // The test-set noise floor of each side, when its runs reported it.
+    for (const auto* side : {&c.a, &c.b}) {
+      json f = NoiseFloorJson(*side);
+      if (f.is_object()) {
+        out << "  " << (side == &c.a ? "A" : "B") << " floor: " << f.value("text", "") << "\n";
+      }
+    }
   }
   // The family: the experiments compared whose runs differ (one with the
   // same runs on both sides is shown unchanged, not counted).

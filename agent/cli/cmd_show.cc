@@ -49,7 +49,11 @@ std::string SummaryLine(const std::string& metric, const json& s) {
   if (n == 0) return metric + " -";
   std::string text = metric + " " + FormatDouble(s.value("mean", 0.0), 4);
   if (n > 1 && s["sd"].is_number()) text += " ± " + FormatDouble(s["sd"].get<double>(), 4);
-  return text + " (n=" + std::to_string(n) + ")";
+  std::string floor;
+  if (s.contains("noise_floor") && s["noise_floor"]["floor"].is_number()) {
+    floor = "; " + s["noise_floor"].value("short", "");
+  }
+  return text + " (n=" + std::to_string(n) + floor + ")";
 }
 
 }  // namespace
@@ -90,6 +94,9 @@ void RenderCommitView(const json& j, std::ostream& out) {
         out << "    reused: the runs of batch " << b.value("reuses_batch", std::int64_t{0})
             << " at " << ShortSha(b.value("reused_from", ""))
             << " (same inputs; nothing queued here)\n";
+      }
+      if (const json& s = b["progress"]["summary"]; s.contains("noise_floor")) {
+        out << "    floor:  " << s["noise_floor"].value("text", "") << "\n";
       }
       if (b.contains("determinism")) out << "    determinism: " << b.value("determinism", "") << "\n";
       if (b.contains("drift")) out << "    " << b.value("drift", "") << "\n";

@@ -69,7 +69,11 @@ std::string SummaryTextJson(const json& b) {
   double mean = s.value("mean", 0.0);
   if (n == 1) return FormatDouble(mean, 4) + " (n=1)";
   double sd = s["sd"].is_number() ? s["sd"].get<double>() : 0.0;
-  return FormatDouble(mean, 4) + " ± " + FormatDouble(sd, 4) + " (n=" + std::to_string(n) + ")";
+  std::string floor;
+  if (s.contains("noise_floor") && s["noise_floor"]["floor"].is_number()) {
+    floor = "; " + s["noise_floor"].value("short", "");
+  }
+  return FormatDouble(mean, 4) + " ± " + FormatDouble(sd, 4) + " (n=" + std::to_string(n) + floor + ")";
 }
 
 // "step 1350 · accuracy 0.9512 · loss 0.3100": a running run's latest points,

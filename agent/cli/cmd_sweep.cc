@@ -49,8 +49,10 @@ json PointJson(const PointResult& p) {
             {"mean", p.summary.n ? json(p.summary.mean) : json(nullptr)},
             {"bound", JsonOrNull(p.bound)}};
   if (p.summary.ci95) j["ci95"] = {p.summary.ci95->lo, p.summary.ci95->hi};
-  if (p.confirming) {
-    // The fresh seeds after the search: the value to claim for the pick.
+  if (p.confirm_baseline) j["confirm_baseline"] = true;
+  if (p.confirming || p.confirm_baseline) {
+    // The fresh seeds after the search: the value to claim for the pick
+    // (and, paired with them, the runner-up's).
     auto part = [](const stats::Summary& s) {
       json k = {{"n", s.n}, {"mean", s.n ? json(s.mean) : json(nullptr)}};
       if (s.ci95) k["ci95"] = {s.ci95->lo, s.ci95->hi};
@@ -177,7 +179,8 @@ Status Start(const std::string& db, const StartOptions& o, std::ostream& out) {
     out << spec.PointBudget() << " points x " << spec.repeats << " seeds (seeds "
         << base.seed_start << ".." << base.seed_start + spec.repeats - 1 << ")";
     if (spec.ConfirmSeeds() > 0) {
-      out << ", then " << spec.ConfirmSeeds() << " fresh seeds for the winner";
+      out << ", then " << spec.ConfirmSeeds() << " fresh seeds for the winner"
+          << (spec.PairedConfirm() ? " and the same for the runner-up (paired)" : "");
     }
   }
   if (spec.budget_runs) out << ", at most " << *spec.budget_runs << " runs";
@@ -262,6 +265,12 @@ Status Status_(const std::string& db, const ReadOptions& o, std::ostream& out) {
     out << "  * the search's pick, " << (v.row.state == "running" ? "being confirmed" : "confirmed")
         << " on " << v.spec.ConfirmSeeds() << " fresh seeds (trainq sweep best " << v.row.id
         << ")\n";
+    for (const auto& p : v.points) {
+      if (p.confirm_baseline) {
+        out << "  point " << p.idx << ", the runner-up, got the same fresh seeds: the two are "
+               "compared paired on them\n";
+      }
+    }
   } else if (best.winner) {
     out << "  * leader by the confidence bound (trainq sweep best " << v.row.id << ")\n";
   }
@@ -314,6 +323,7 @@ Status Best(const std::string& db, const ReadOptions& o, std::ostream& out) {
     if (best.vs_runner_up) {
       j["vs_runner_up"] = ComparisonJson(*best.vs_runner_up);
       j["vs_runner_up"]["result"] = verdict;
+      j["vs_runner_up"]["on_fresh_seeds"] = best.on_fresh_seeds;
     }
     out << j.dump(2) << "\n";
     return {};

@@ -448,7 +448,7 @@ int SweepSpec::ConfirmSeeds() const {
 
 int SweepSpec::PointBudget() const {
   if (budget_points) return *budget_points;
-  if (budget_runs) return (*budget_runs - ConfirmSeeds() + repeats - 1) / repeats;
+  if (budget_runs) return (*budget_runs - ConfirmRuns() + repeats - 1) / repeats;
   return static_cast<int>(points.size() + GridSize());
 }
 

@@ -88,8 +88,18 @@ struct SweepSpec {
   // Seeds the winner gets after the search (`confirm`, resolved; 0 with
   // adaptive repeats).
   int ConfirmSeeds() const;
+  // Whether the runner-up gets the same fresh seeds as the pick (a paired
+  // confirmation, issue 40): whenever seeds are confirmed and a runs budget,
+  // if any, holds two points and both confirmations.
+  bool PairedConfirm() const {
+    return ConfirmSeeds() > 0 && (!budget_runs || *budget_runs >= 2 * (repeats + ConfirmSeeds()));
+  }
+  // The runs the confirmation takes: `confirm`, twice when paired.
+  int ConfirmRuns() const { return ConfirmSeeds() * (PairedConfirm() ? 2 : 1); }
   // Whether a point's batch of `batch_repeats` runs is the search's pick
-  // being confirmed: with fixed repeats, the only batch grown past `repeats`.
+  // being confirmed, in a sweep stored before schema 22 marked the pick
+  // (Sweeps::SweepPointRow::role): with fixed repeats, the only batch grown
+  // past `repeats`.
   bool IsConfirmBatch(int batch_repeats) const {
     return ConfirmSeeds() > 0 && batch_repeats > repeats;
   }

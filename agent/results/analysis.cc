@@ -10,6 +10,7 @@
 #include "agent/results/sweep.h"
 #include "core/strings.h"
 #include "queue/run_queue.h"
+#include "stats/noise_floor.h"
 #include "stats/sample_size.h"
 #include "stats/summary.h"
 
@@ -536,8 +537,13 @@ std::string SpreadText(const BatchProgress& b) {
   if (b.values.empty()) return b.metric_name + " (no finished runs)";
   auto s = stats::Summarize(b.values);
   if (s.n == 1) return b.metric_name + " " + FormatDouble(s.mean, 4) + " (n=1)";
+  // The test-set noise floor next to the sd, when the runs reported it.
+  std::string floor;
+  if (auto f = NoiseFloorJson(b); f.is_object() && f["floor"].is_number()) {
+    floor = "; " + f["short"].get<std::string>();
+  }
   return b.metric_name + " " + FormatDouble(s.mean, 4) + " ± " + FormatDouble(s.sd, 4) +
-         " (n=" + std::to_string(s.n) + ")";
+         " (n=" + std::to_string(s.n) + floor + ")";
 }
 
 namespace {
@@ -844,6 +850,7 @@ nlohmann::json TestJson(const std::optional<stats::TTest>& t) {
 }
 
 nlohmann::json SideJson(const BatchProgress& b) {
+  nlohmann::json floor = NoiseFloorJson(b);
   auto s = stats::Summarize(b.values);
   nlohmann::json j = {{"batch", b.id}, {"commit", b.sha}, {"n", s.n}, {"values", b.values},
             {"seeds", b.seeds}};
@@ -852,10 +859,67 @@ nlohmann::json SideJson(const BatchProgress& b) {
     j["sd"] = s.n > 1 ? nlohmann::json(s.sd) : nlohmann::json(nullptr);
     j["ci95"] = s.ci95 ? nlohmann::json::array({s.ci95->lo, s.ci95->hi}) : nlohmann::json(nullptr);
   }
+  if (!floor.is_null()) j["noise_floor"] = std::move(floor);
   return j;
 }
 
+// "4500", "4000..4500" for the examples the runs reported.
+std::string ExamplesText(const BatchProgress& b) {
+  auto whole = [](double v) { return FormatDouble(v, v == std::floor(v) ? 0 : 1); };
+  std::string t = whole(*b.eval_examples_min);
+  if (*b.eval_examples_max != *b.eval_examples_min) t += ".." + whole(*b.eval_examples_max);
+  return t;
+}
+
 }  // namespace
+
+nlohmann::json NoiseFloorJson(const BatchProgress& b) {
+  if (!b.eval_examples_min) return nullptr;
+  nlohmann::json j = {{"eval_examples", *b.eval_examples_min}};
+  if (*b.eval_examples_max != *b.eval_examples_min) j["eval_examples_max"] = *b.eval_examples_max;
+  const std::string n = ExamplesText(b);
+  const std::string fewest = *b.eval_examples_max != *b.eval_examples_min
+                                 ? " (the runs report different sizes: the floor uses the fewest)"
+                                 : "";
+  auto f = stats::EvalNoiseFloor(b.values, *b.eval_examples_min);
+  if (!f) {
+    j["floor"] = nullptr;
+    bool proportion = std::all_of(b.values.begin(), b.values.end(),
+                                  [](double v) { return v >= 0 && v <= 1; });
+    j["short"] = "no floor";
+    j["text"] = !proportion ? "no evaluation floor: the runs report " + n +
+                                  " eval examples, but " + b.metric_name +
+                                  " is not a share of examples (a value outside 0..1)"
+                            : "no evaluation floor yet: " + n +
+                                  " eval examples, and fewer than 2 finished runs";
+    return j;
+  }
+  auto d4 = [](double v) { return FormatDouble(v, 4); };
+  j["p"] = f->p;
+  j["floor"] = f->floor;
+  j["sd"] = f->sd;
+  j["seeds"] = f->seeds;
+  j["sd_ci95"] = {f->sd_lo, f->sd_hi};
+  j["ratio"] = std::isfinite(f->ratio) ? nlohmann::json(f->ratio) : nlohmann::json(nullptr);
+  j["at_floor"] = f->at_floor;
+  const std::string ratio = std::isfinite(f->ratio) ? FormatDouble(f->ratio, 1) + "x" : "above";
+  j["short"] = "floor " + d4(f->floor) + (f->at_floor ? ", sd at it" : ", sd " + ratio);
+  std::string where = "(" + b.metric_name + " " + FormatDouble(f->p, 4) + " on " + n +
+                      " eval examples; the sd's 95% interval over " + std::to_string(f->seeds) +
+                      " seeds is " + d4(f->sd_lo) + ".." + d4(f->sd_hi) + ")" + fewest;
+  if (f->at_floor) {
+    j["text"] = "seed sd " + d4(f->sd) + " sits at the evaluation floor " + d4(f->floor) + " " +
+                where +
+                ": the seeds differ about as much as scoring " + n +
+                " examples alone makes them differ; more seeds will not narrow that spread, a "
+                "larger evaluation set will (4x the examples halves the floor)";
+  } else {
+    j["text"] = "seed sd " + d4(f->sd) + " is " + ratio + " the evaluation floor " +
+                d4(f->floor) + " " + where +
+                ": training, not the evaluation set, makes most of the spread; more seeds help";
+  }
+  return j;
+}
 
 nlohmann::json ComparisonJson(const BatchComparison& c) {
   nlohmann::json j = {{"experiment", c.a.experiment},

@@ -233,6 +233,17 @@ std::string VerdictWord(const BatchComparison& c);
 
 // "accuracy 0.9262 ± 0.0096 (n=10)"; "(no finished runs)" when empty.
 std::string SpreadText(const BatchProgress& b);
+
+// The test-set noise floor of a batch whose runs reported `eval_examples`
+// (stats/noise_floor.h, docs/STATISTICS.md), as every surface shows it:
+//   {"eval_examples": 4500, "p": 0.89, "floor": 0.0047, "sd": 0.0042,
+//    "sd_ci95": [lo, hi], "ratio": 0.9, "at_floor": true,
+//    "short": "floor 0.0047, sd at it", "text": "seed sd 0.0042 sits at ..."}
+// with "eval_examples_max" when runs reported different sizes (the floor
+// uses the fewest). When the floor cannot be computed (one run; a metric
+// outside [0, 1]) "floor" is null and "text" says why. Null when no run
+// reported eval_examples.
+nlohmann::json NoiseFloorJson(const BatchProgress& b);
 // Everything about a comparison, as `trainq compare --json` prints it: the
 // one verdict document every surface renders (the CLI's text, the commit
 // status, the PR comment, the report and the dashboard's pages). Its

@@ -36,6 +36,9 @@ json Progress(const BatchProgress& b) {
     summary["min"] = s.min;
     summary["max"] = s.max;
   }
+  // The test-set noise floor beside the seed sd, when the runs reported
+  // their evaluation set size.
+  if (auto floor = NoiseFloorJson(b); !floor.is_null()) summary["noise_floor"] = std::move(floor);
   return {{"runs", total}, {"counts", counts}, {"values", b.values}, {"summary", summary}};
 }
 

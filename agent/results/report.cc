@@ -123,6 +123,18 @@ std::string DiffText(const ReportEntry& e) {
 
 }  // namespace
 
+namespace {
+
+// " (floor 0.0047, sd at it)" beside the sd, when the runs reported
+// eval_examples; "" otherwise.
+std::string FloorCell(const BatchProgress& b) {
+  auto f = NoiseFloorJson(b);
+  if (!f.is_object() || !f["floor"].is_number()) return "";
+  return " (" + f["short"].get<std::string>() + ")";
+}
+
+}  // namespace
+
 double SpreadGrowthP(const std::vector<double>& earlier, const std::vector<double>& later) {
   if (earlier.size() < 2 || later.size() < 2) return 1;
   auto a = stats::Summarize(earlier), b = stats::Summarize(later);
@@ -378,7 +390,7 @@ std::string RenderMarkdown(const ReportData& r) {
       auto s = stats::Summarize(e.batch.values);
       o << "| " << e.batch.id << " | `" << ShortSha(e.batch.sha, kReportShaChars) << "` | " << Md(e.batch.subject)
         << " | " << s.n << " | " << (s.n ? Num(s.mean) : "-") << " | "
-        << (s.n > 1 ? Num(s.sd) : "-") << " | " << CiText(s) << " | " << DiffText(e) << " | "
+        << (s.n > 1 ? Num(s.sd) + FloorCell(e.batch) : "-") << " | " << CiText(s) << " | " << DiffText(e) << " | "
         << VerdictOf(e) << " | "
         << (e.spread_grew ? "**grew** (F-test p=" + Num(e.spread_p, 3) + ")" : "") << " |\n";
     }
@@ -391,7 +403,9 @@ std::string RenderMarkdown(const ReportData& r) {
        "the verdict is better or worse only when that difference is beyond seed noise\n"
        "(two-sided test at alpha 0.05; the experiments one commit changed are corrected\n"
        "together, Holm unless trainq.yaml says otherwise). \"spread grew\" flags a variance larger than the\n"
-       "previous batch's (one-sided F-test, p < 0.05).\n";
+       "previous batch's (one-sided F-test, p < 0.05). \"floor\" beside an sd is the test-set noise\n"
+       "floor sqrt(p(1-p)/n) of runs that report eval_examples; \"sd at it\" means more seeds will\n"
+       "not narrow the spread, a larger evaluation set will (docs/STATISTICS.md).\n";
   if (!r.sweeps.empty()) {
     o << "## Sweeps\n\n";
     for (const auto& sw : r.sweeps) {
@@ -590,7 +604,7 @@ std::string RenderHtml(const ReportData& r) {
                                        : "";
       o << "<tr><td>" << e.batch.id << "</td><td><code>" << ShortSha(e.batch.sha, kReportShaChars) << "</code></td><td>"
         << HtmlEscape(e.batch.subject) << "</td><td>" << s.n << "</td><td>"
-        << (s.n ? Num(s.mean) : "-") << "</td><td>" << (s.n > 1 ? Num(s.sd) : "-")
+        << (s.n ? Num(s.mean) : "-") << "</td><td>" << (s.n > 1 ? Num(s.sd) + HtmlEscape(FloorCell(e.batch)) : "-")
         << "</td><td>" << CiText(s) << "</td><td>" << DiffText(e) << "</td><td" << cls << ">"
         << HtmlEscape(verdict) << "</td><td>"
         << (e.spread_grew ? "<span class=\"grew\">grew (p=" + Num(e.spread_p, 3) + ")</span>"
@@ -663,6 +677,7 @@ std::string RenderJson(const ReportData& r) {
         bj["max"] = s.max;
       }
       bj["sd"] = s.n > 1 ? json(s.sd) : json(nullptr);
+      if (auto floor = NoiseFloorJson(e.batch); !floor.is_null()) bj["noise_floor"] = floor;
       bj["ci95"] = s.ci95 ? json::array({s.ci95->lo, s.ci95->hi}) : json(nullptr);
       bj["determinism"] = e.repro ? json(e.repro->text) : json(nullptr);
       bj["drift"] = e.drift ? json(*e.drift) : json(nullptr);

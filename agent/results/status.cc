@@ -91,6 +91,9 @@ json BatchJson(const BatchProgress& b) {
     counts[std::string(RunStateName(static_cast<RunState>(i)))] = b.counts[i];
     total += b.counts[i];
   }
+  json summary = SummaryJson(b.values);
+  // The test-set noise floor beside the sd, when the runs reported it.
+  if (auto floor = NoiseFloorJson(b); !floor.is_null()) summary["noise_floor"] = std::move(floor);
   return {{"id", b.id},
           {"repo", b.repo},
           {"commit", b.sha},
@@ -106,7 +109,7 @@ json BatchJson(const BatchProgress& b) {
           {"done", b.count(RunState::kSucceeded)},
           {"failed", b.count(RunState::kDead) + b.count(RunState::kFailed)},
           {"values", b.values},
-          {"summary", SummaryJson(b.values)}};
+          {"summary", summary}};
 }
 
 std::optional<TimeMs> EstimateRemaining(std::vector<TimeMs> durations,

@@ -293,16 +293,35 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
   // fixed repeats that point is the one batch grown past `repeats`, so the
   // store says whether it happened; its runs are kept out of the search's
   // runs budget until then.
+  // Since schema 22 the pick is marked (role "confirm") together with the
+  // runner-up that gets the same fresh seeds ("confirm_baseline"); a sweep
+  // confirmed before that is known by its one batch grown past `repeats`.
   const int confirm = spec.ConfirmSeeds();
-  bool confirming = false;
+  const bool marked = std::any_of(points.begin(), points.end(),
+                                  [](const Sweeps::SweepPointRow& p) { return p.role == "confirm"; });
+  bool confirming = marked;
   for (const auto& k : known) confirming = confirming || spec.IsConfirmBatch(k.repeats);
   auto runs_left = [&]() -> std::int64_t {
-    return spec.budget_runs ? *spec.budget_runs - runs_used - (confirming ? 0 : confirm)
+    return spec.budget_runs ? *spec.budget_runs - runs_used - (confirming ? 0 : spec.ConfirmRuns())
                             : std::numeric_limits<std::int64_t>::max();
   };
+  int extended = 0;
+  // A step cut between marking the confirmation and growing its batches
+  // grows them now (ExtendBatch is idempotent).
+  if (marked) {
+    for (std::size_t i = 0; i < points.size() && i < known.size(); ++i) {
+      if (points[i].role.empty() || !known[i].batch_id || known[i].repeats >= spec.repeats + confirm) {
+        continue;
+      }
+      ASSIGN_OR_RETURN(int n, store.runs().ExtendBatch(*known[i].batch_id, spec.repeats + confirm, now));
+      if (n > 0) {
+        ++in_flight;
+        ++extended;
+      }
+    }
+  }
 
   // Adaptive repeats: more seeds for finished points that could still win.
-  int extended = 0;
   if (spec.adaptive()) {
     auto var = VarianceOfMeans(history.observed);
     std::vector<PointEstimate> est(known.size());
@@ -348,8 +367,22 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
       ASSIGN_OR_RETURN(auto view, LoadSweepView(store, id));
       auto best = PickBest(view);
       if (best.winner && best.winner->batch) {
-        ASSIGN_OR_RETURN(int n, store.runs().ExtendBatch(best.winner->batch->id,
-                                                  best.winner->batch->repeats + confirm, now));
+        // Paired (issue 40): the runner-up gets the same fresh seeds, so
+        // the pick is compared with it on seeds nobody selected on. Only
+        // when both numbered their seeds from the same start and ran as
+        // many (fixed repeats: always).
+        const BatchProgress& w = *best.winner->batch;
+        std::optional<int> pair;
+        const BatchProgress* r = best.runner_up ? &*best.runner_up->batch : nullptr;
+        if (spec.PairedConfirm() && r && r->seed_start == w.seed_start && r->repeats == w.repeats) {
+          pair = best.runner_up->idx;
+        }
+        TRY(store.sweeps().SetConfirmRoles(id, best.winner->idx, pair));
+        ASSIGN_OR_RETURN(int n, store.runs().ExtendBatch(w.id, w.repeats + confirm, now));
+        if (pair) {
+          ASSIGN_OR_RETURN(int m, store.runs().ExtendBatch(r->id, r->repeats + confirm, now));
+          n += m;
+        }
         if (n > 0) return 1;
       }
     }
@@ -388,10 +421,11 @@ Result<SweepView> LoadSweepView(Store& store, std::int64_t id) {
   v.goal = base.metric_goal;
   v.metric = base.metric_name;
   v.budget_points = v.spec.PointBudget();
-  const int confirm = v.spec.ConfirmSeeds();
   v.runs_total = v.spec.budget_runs ? *v.spec.budget_runs
-                                    : v.budget_points * v.spec.repeats + confirm;
+                                    : v.budget_points * v.spec.repeats + v.spec.ConfirmRuns();
   ASSIGN_OR_RETURN(auto points, store.sweeps().SweepPoints(id));
+  const bool marked = std::any_of(points.begin(), points.end(),
+                                  [](const Sweeps::SweepPointRow& p) { return !p.role.empty(); });
   for (const auto& p : points) {
     PointResult r;
     r.idx = p.idx;
@@ -416,12 +450,13 @@ Result<SweepView> LoadSweepView(Store& store, std::int64_t id) {
         auto ci = stats::MeanInterval(r.summary, 0.90);  // one-sided 95 % bounds
         if (ci) r.bound = v.goal == "min" ? ci->hi : ci->lo;
       }
-      if (v.spec.IsConfirmBatch(b.repeats)) {
+      r.confirming = p.role == "confirm" || (!marked && v.spec.IsConfirmBatch(b.repeats));
+      r.confirm_baseline = p.role == "confirm_baseline";
+      if (r.confirming || r.confirm_baseline) {
         std::vector<double> search, fresh;
         for (std::size_t i = 0; i < b.values.size() && i < b.seeds.size(); ++i) {
           (b.seeds[i] < b.seed_start + v.spec.repeats ? search : fresh).push_back(b.values[i]);
         }
-        r.confirming = true;
         r.search = stats::Summarize(search);
         r.confirmed = stats::Summarize(fresh);
       }
@@ -430,6 +465,24 @@ Result<SweepView> LoadSweepView(Store& store, std::int64_t id) {
   }
   return v;
 }
+
+namespace {
+
+// The batch with only its seeds after the first `repeats` (the
+// confirmation's fresh seeds).
+BatchProgress FreshSeedsOf(const BatchProgress& b, int repeats) {
+  BatchProgress f = b;
+  f.values.clear();
+  f.seeds.clear();
+  for (std::size_t i = 0; i < b.values.size() && i < b.seeds.size(); ++i) {
+    if (b.seeds[i] < b.seed_start + repeats) continue;
+    f.values.push_back(b.values[i]);
+    f.seeds.push_back(b.seeds[i]);
+  }
+  return f;
+}
+
+}  // namespace
 
 SweepBest PickBest(const SweepView& v) {
   SweepBest best;
@@ -441,15 +494,27 @@ SweepBest PickBest(const SweepView& v) {
   bool max = v.goal != "min";
   // The point being confirmed was the pick when the search ended; it stays
   // the winner whatever its fresh seeds say (they are its claimed value).
+  // The runner-up that got the same fresh seeds stays the runner-up.
   std::stable_sort(eligible.begin(), eligible.end(),
                    [max](const PointResult* a, const PointResult* b) {
                      if (a->confirming != b->confirming) return a->confirming;
+                     if (a->confirm_baseline != b->confirm_baseline) return a->confirm_baseline;
                      return max ? *a->bound > *b->bound : *a->bound < *b->bound;
                    });
   if (!eligible.empty()) best.winner = eligible[0];
   if (eligible.size() > 1) {
     best.runner_up = eligible[1];
-    best.vs_runner_up = CompareBatches(*best.winner->batch, *best.runner_up->batch);
+    const PointResult& w = *best.winner;
+    const PointResult& r = *best.runner_up;
+    if (w.confirming && r.confirm_baseline && w.confirmed.n > 0 && r.confirmed.n > 0) {
+      // A paired confirmation: the two compared on the fresh seeds alone,
+      // which neither was picked on (the search's seeds read the pick high).
+      best.on_fresh_seeds = true;
+      best.vs_runner_up = CompareBatches(FreshSeedsOf(*w.batch, v.spec.repeats),
+                                         FreshSeedsOf(*r.batch, v.spec.repeats));
+    } else {
+      best.vs_runner_up = CompareBatches(*w.batch, *r.batch);
+    }
   }
   return best;
 }
@@ -560,10 +625,14 @@ std::vector<std::string> WinnerLines(const SweepView& v, const SweepBest& best) 
   if (best.runner_up && best.vs_runner_up) {
     bool tie = best.vs_runner_up->verdict != stats::Verdict::kBetter &&
                best.vs_runner_up->verdict != stats::Verdict::kWorse;
+    std::string on = best.on_fresh_seeds
+                         ? " on the " + std::to_string(best.vs_runner_up->shared_seeds) +
+                               " fresh seeds both ran"
+                         : "";
     lines.push_back("vs point " + std::to_string(best.runner_up->idx) + " (" +
                     PointMeanText(*best.runner_up) + ", n=" +
-                    std::to_string(best.runner_up->summary.n) + "): " + (tie ? "tie: " : "") +
-                    ComparisonText(*best.vs_runner_up));
+                    std::to_string(best.runner_up->summary.n) + ")" + on + ": " +
+                    (tie ? "tie: " : "") + ComparisonText(*best.vs_runner_up));
   }
   return lines;
 }

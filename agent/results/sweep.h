@@ -87,6 +87,9 @@ struct PointResult {
   // `search` over the seeds it was picked on, `confirmed` over the fresh ones
   // (n < confirm while they run).
   bool confirming = false;
+  // The runner-up given the same fresh seeds as the pick (a paired
+  // confirmation): `search` and `confirmed` split its seeds the same way.
+  bool confirm_baseline = false;
   stats::Summary search;
   stats::Summary confirmed;
 };
@@ -106,6 +109,8 @@ struct SweepBest {
   const PointResult* winner = nullptr;
   const PointResult* runner_up = nullptr;
   std::optional<BatchComparison> vs_runner_up;  // winner vs runner-up, paired on shared seeds
+  // The comparison uses only the confirmation's fresh seeds (both got them).
+  bool on_fresh_seeds = false;
   int eligible = 0;  // points with at least two finished seeds
 };
 // The winner by its lower confidence bound (mean - t * SE for goal max, the

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 
@@ -44,7 +46,12 @@ std::string MeanSd(const BatchProgress& b) {
   if (b.values.empty()) return "-";
   auto s = stats::Summarize(b.values);
   if (s.n == 1) return FormatDouble(s.mean, 4);
-  return FormatDouble(s.mean, 4) + " ± " + FormatDouble(s.sd, 4);
+  // The test-set noise floor beside the sd, when the runs reported it.
+  std::string floor;
+  if (auto f = NoiseFloorJson(b); f.is_object() && f["floor"].is_number()) {
+    floor = " (" + f["short"].get<std::string>() + ")";
+  }
+  return FormatDouble(s.mean, 4) + " ± " + FormatDouble(s.sd, 4) + floor;
 }
 
 // "3", "3 (1 failed)", "2 of 3 so far".
@@ -167,6 +174,14 @@ std::string RenderPrComment(const PrCommentView& view) {
     out += "| head | `" + ShortSha(head.sha) + "` | " + MeanSd(head) + " | " + Count(head) + " | " +
            difference + " | " + test + " | " + Cell(verdict) + " |\n";
     if (!advice.empty()) out += "\n" + advice + "\n";
+    for (const auto* side : {base ? &*base : nullptr, &head}) {
+      if (!side) continue;
+      auto f = NoiseFloorJson(*side);
+      if (f.is_object() && f["floor"].is_number()) {
+        out += "\nEvaluation floor, " + std::string(side == &head ? "head" : "base") + ": " +
+               f["text"].get<std::string>() + "\n";
+      }
+    }
   }
   if (!family_note.empty()) {
     out += "\nVerdicts are corrected for " + std::to_string(FamilySize(family)) +

@@ -61,6 +61,7 @@ for step in range(5):
     mf.write(json.dumps({"name": "loss", "value": 1.0 / (step + 1), "step": step}) + "\n")
 print(f"seed {seed}: accuracy {acc}")
 mf.write(json.dumps({"name": "accuracy", "value": acc, "final": True}) + "\n")
+mf.write(json.dumps({"name": "eval_examples", "value": 10000}) + "\n")  # the noise floor
 '''
 
 # Two experiments that change together at one commit (a Holm family of 2):
@@ -523,6 +524,16 @@ def run_checks(fx, driver):
     link = driver.find_elements(By.CSS_SELECTOR, "svg.history a circle.point")[1]
     check(js("return arguments[0].parentNode.getAttribute('href')", link) == "/commit/" + fx.sha2,
           "a point links to its commit page")
+    # Issue 40: the seed sd with its test-set noise floor (the runs report
+    # eval_examples), the numbers and words of `trainq show --json`.
+    for sha in (fx.sha1, fx.sha2):
+        want = fx.show(sha)["batches"][0]["progress"]["summary"]["noise_floor"]
+        cell = driver.find_element(By.CSS_SELECTOR, f'tr[data-commit="{sha}"] td.sd-cell')
+        floor = cell.find_element(By.CSS_SELECTOR, ".floor")
+        check(floor.text == f"({want['short']})" and floor.get_attribute("title") == want["text"],
+              f"the sd cell of {sha[:7]} shows the CLI's floor: {cell.text!r} vs {want['short']!r}")
+        check(("floor-at" in floor.get_attribute("class").split()) == want["at_floor"],
+              f"the floor is marked 'at it' as the CLI says ({want['at_floor']})")
     shot(driver, "experiment")
 
     # Commit page: every seed of both sides, the effect.
@@ -542,6 +553,9 @@ def run_checks(fx, driver):
     effect = driver.find_element(By.CSS_SELECTOR, ".effect").text
     check(diff == want and vp["verdict"].replace("_", " ") in effect,
           f"the effect is the CLI's ({want}, {vp['verdict']}): {effect!r}")
+    texts = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".floor-text")]
+    check(texts == [vp["a"]["noise_floor"]["text"]],
+          f"the commit page says where the seed sd sits against the floor: {texts}")
     shot(driver, "commit")
 
     holm_checks(fx, driver, wait)

@@ -4,7 +4,7 @@ import {html} from './html.mjs';
 import {num, pText, plural, shortSha, signed, when} from './format.mjs';
 import {getJSON, render} from './core.mjs';
 import {progress, seedPlot} from './plot.mjs';
-import {batchActions, card, commitLink, expLink, retried, runActions, runLink, stateWord, table, verdictWord} from './parts.mjs';
+import {batchActions, card, commitLink, expLink, floorNote, retried, runActions, runLink, stateWord, table, verdictWord} from './parts.mjs';
 
 // The verdict document's own fields (analysis.h ComparisonJson): the
 // interval and p the verdict used (widened and adjusted in a family), the
@@ -41,10 +41,11 @@ function comparison(b) {
        (reused); not compared here and not counted in the family.</p>`;
   }
   if (!vp) return html`<p class="muted">No baseline: ${b.baseline_note || 'no runs of this experiment at the parent commit'}</p>`;
-  const here = `this commit: ${num(vp.a.mean)} ± ${num(vp.a.sd)} (n=${vp.a.n})`;
-  const base = html`baseline ${commitLink(vp.baseline_sha)}: ${num(vp.b.mean)} ± ${num(vp.b.sd)} (n=${vp.b.n})`;
+  const here = html`this commit: ${num(vp.a.mean)} ± ${num(vp.a.sd)} (n=${vp.a.n})${floorNote(vp.a.noise_floor)}`;
+  const base = html`baseline ${commitLink(vp.baseline_sha)}: ${num(vp.b.mean)} ± ${num(vp.b.sd)} (n=${vp.b.n})${floorNote(vp.b.noise_floor)}`;
+  const floor = vp.a.noise_floor && vp.a.noise_floor.floor != null ? html`<p class="floor-text">${vp.a.noise_floor.text}</p>` : '';
   return html`<div class="grid"><div>${seedPlot(vp)}</div><div>${effectText(vp)}
-    <p>${here}<br>${base}<br><span class="muted">${vp.baseline_note}</span></p></div></div>`;
+    <p>${here}<br>${base}<br><span class="muted">${vp.baseline_note}</span></p>${floor}</div></div>`;
 }
 
 function batchSection(b, commit) {

@@ -4,7 +4,7 @@ import {html} from './html.mjs';
 import {num, pText, plural, signed} from './format.mjs';
 import {PAGE, getJSON, pages, render, state} from './core.mjs';
 import {historyPlot} from './plot.mjs';
-import {commitLink, pager, table, verdictWord} from './parts.mjs';
+import {commitLink, floorNote, pager, table, verdictWord} from './parts.mjs';
 
 // The P column: the p the verdict used, and the raw one beside it when a
 // correction adjusted it.
@@ -30,13 +30,19 @@ export function branchLine(name, h) {
   return html`<p class="branch-line">${along}${others.length ? html` <span class="muted">· other branches:</span> ${others}` : ''}</p>`;
 }
 
+// Said once under the title when some batch reported eval_examples.
+function floorLegend(entries) {
+  if (!entries.some(en => en.noise_floor && en.noise_floor.floor != null)) return '';
+  return html`<span>eval floor: sqrt(p(1-p)/n) of the runs' eval_examples; "sd at it": more seeds will not narrow the spread, a larger evaluation set will</span>`;
+}
+
 function row(en) {
   const vp = en.vs_parent;
   // Shown once, where the runs ran: the commits that reused them are named.
   const reused = (en.reused_at || []).length ?
     html`<div class="muted reused">reused unchanged at ${en.reused_at.map((c, i) => html`${i ? ', ' : ''}${commitLink(c)}`)}</div>` : '';
   return html`<tr data-commit="${en.commit}"><td>${commitLink(en.commit)}</td><td>${en.subject}${reused}</td><td class="num">${en.n}</td>
-    <td class="num">${num(en.mean)}</td><td>${en.ci95 ? num(en.ci95[0]) + '..' + num(en.ci95[1]) : '–'}</td>
+    <td class="num">${num(en.mean)}</td><td class="num sd-cell">${num(en.sd)}${floorNote(en.noise_floor)}</td><td>${en.ci95 ? num(en.ci95[0]) + '..' + num(en.ci95[1]) : '–'}</td>
     <td>${vp ? commitLink(vp.baseline_commit || en.parent) : '–'}</td><td class="num">${vp ? signed(vp.diff) : '–'}</td>
     <td class="num p-cell">${vp ? pCell(vp.correction) : '–'}</td><td>${verdictWord(vp ? vp.verdict : null)}</td></tr>`;
 }
@@ -58,9 +64,9 @@ export async function experimentPage(name) {
     const h = e.history || {};
     const rows = entries.slice().reverse().map(row);
     sections.push({key: 'e' + k, html: html`<section class="card"><h2>${e.repo} · ${e.metric} (${e.goal})</h2>${branchLine(name, h)}
-      <p class="legend muted"><span>● mean, bar: 95% CI</span><span>shaded: ± min_effect around the baseline</span><span>word: verdict vs the baseline</span></p>
+      <p class="legend muted"><span>● mean, bar: 95% CI</span><span>shaded: ± min_effect around the baseline</span><span>word: verdict vs the baseline</span>${floorLegend(entries)}</p>
       ${historyPlot(e, entries)}${pager('hist', h.page || 0, h.pages || 1, h.points)}
-      ${table(['commit', 'subject', '#n', '#mean', '95% CI', 'baseline', '#effect', '#p (adjusted)', 'verdict'], rows, 'No batches.')}</section>`});
+      ${table(['commit', 'subject', '#n', '#mean', '#sd (eval floor)', '95% CI', 'baseline', '#effect', '#p (adjusted)', 'verdict'], rows, 'No batches.')}</section>`});
   });
   render(sections);
 }

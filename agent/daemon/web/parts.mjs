@@ -16,6 +16,14 @@ export function verdictWord(v) {
 }
 
 // A card with a title (text or markup); id names the section for the tests.
+// The test-set noise floor beside a seed sd (NoiseFloorJson,
+// agent/results/analysis.h): its short form, the whole sentence as its
+// title; `floor-at` when the seed spread sits at the floor.
+export function floorNote(f) {
+  if (!f || f.floor == null) return '';
+  return html` <span class="floor${f.at_floor ? ' floor-at' : ''}" title="${f.text}">(${f.short})</span>`;
+}
+
 export function card(title, body, id) {
   return html`<section class="card"${id ? html` id="${id}"` : ''}><h2>${title}</h2>${body}</section>`;
 }

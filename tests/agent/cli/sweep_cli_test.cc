@@ -78,7 +78,8 @@ TEST_CASE("sweep cli: start, serve --until-idle, status, best, --as set", "[swee
   REQUIRE(start.code == 0);
   CHECK_THAT(start.text, Catch::Contains("sweep 1: mlp at " + sha.substr(0, 10) +
                                          ", 6 points x 3 seeds (seeds 1..3), then 3 fresh "
-                                         "seeds for the winner, grid: lr, width, 2 in flight; "
+                                         "seeds for the winner and the same for the runner-up (paired), "
+                                         "grid: lr, width, 2 in flight; "
                                          "2 queued now"));
 
   auto serve = Trainq(db, "serve --slots 2 --until-idle --poll-ms 20");
@@ -87,12 +88,15 @@ TEST_CASE("sweep cli: start, serve --until-idle, status, best, --as set", "[swee
 
   auto status = TrainqJson(db, "sweep status 1 --json");
   CHECK(status["state"] == "done");
-  CHECK(status["runs_done"] == 21);  // 6 points x 3 seeds + 3 fresh seeds for the winner
+  // 6 points x 3 seeds + 3 fresh seeds for the winner and the same 3 for
+  // the runner-up (a paired confirmation).
+  CHECK(status["runs_done"] == 24);
   REQUIRE(status["points"].size() == 6);
   std::set<std::string> combos;
   for (const auto& p : status["points"]) {
     CHECK(p["state"] == "done");
-    CHECK(p["n"] == (p["point"] == 3 ? 6 : 3));
+    // The winner (lr 0.3, width 64) and the runner-up (lr 0.3, width 32).
+    CHECK(p["n"] == (p["params"]["lr"] == 0.3 ? 6 : 3));
     combos.insert(p["params"].dump());
   }
   CHECK(combos.size() == 6);
@@ -100,7 +104,8 @@ TEST_CASE("sweep cli: start, serve --until-idle, status, best, --as set", "[swee
 
   auto text = Trainq(db, "sweep status 1");
   INFO(text.text);
-  CHECK_THAT(text.text, Catch::Contains("sweep 1: mlp, done, 6/6 points, 21/21 runs ended"));
+  CHECK_THAT(text.text, Catch::Contains("sweep 1: mlp, done, 6/6 points, 24/24 runs ended"));
+  CHECK_THAT(text.text, Catch::Contains("the runner-up, got the same fresh seeds"));
   CHECK_THAT(text.text, Catch::Contains("lr=0.3 width=64"));
 
   auto list = TrainqJson(db, "sweep status --json");
@@ -122,6 +127,11 @@ TEST_CASE("sweep cli: start, serve --until-idle, status, best, --as set", "[swee
   CHECK(best["runner_up"]["params"] == json{{"lr", 0.3}, {"width", 32}});
   CHECK(best["vs_runner_up"]["result"] == "better");
   CHECK(best["vs_runner_up"]["paired"] == true);
+  // On the fresh seeds 4..6 alone, which neither was picked on.
+  CHECK(best["vs_runner_up"]["on_fresh_seeds"] == true);
+  CHECK(best["vs_runner_up"]["shared_seeds"] == 3);
+  CHECK(best["runner_up"]["confirm_baseline"] == true);
+  CHECK(best["runner_up"]["confirmed"]["n"] == 3);
 
   auto as_set = Trainq(db, "sweep best --as set");
   REQUIRE(as_set.code == 0);
@@ -138,7 +148,7 @@ TEST_CASE("sweep cli: start, serve --until-idle, status, best, --as set", "[swee
   auto report = Trainq(db, "report --out " + ShellQuote(tmp / "report"));
   INFO(report.text);
   REQUIRE(report.code == 0);
-  CHECK_THAT(report.text, Catch::Contains("6 batches, 21 runs, 0 experiment(s), 1 sweep(s)"));
+  CHECK_THAT(report.text, Catch::Contains("6 batches, 24 runs, 0 experiment(s), 1 sweep(s)"));
   auto md = testing::Slurp(tmp / "report/report.md");
   CHECK_THAT(md, Catch::Contains("### Sweep 1: repo / mlp at `" + sha.substr(0, 7) + "` (done)"));
   CHECK_THAT(md, Catch::Contains("- point 3: lr=0.3 width=64"));
@@ -155,7 +165,7 @@ TEST_CASE("sweep cli: start, serve --until-idle, status, best, --as set", "[swee
   // The points are ordinary batches: `trainq status` lists them.
   auto st = TrainqJson(db, "status --json");
   CHECK(st["batches"].size() == 6);
-  CHECK(st["counts"]["succeeded"] == 21);
+  CHECK(st["counts"]["succeeded"] == 24);
 
   // Stop / resume of a finished sweep.
   auto stop = Trainq(db, "sweep stop 1");
@@ -225,7 +235,7 @@ TEST_CASE("sweep cli: the shell's dollar-brace variables in a swept command are 
   REQUIRE(serve.code == 0);
   auto status = TrainqJson(db, "sweep status 1 --json");
   CHECK(status["state"] == "done");
-  CHECK(status["runs_done"] == 21);  // 6 x 3 + 3 fresh seeds for the winner
+  CHECK(status["runs_done"] == 24);  // 6 x 3 + 3 fresh seeds for the winner and the runner-up
 }
 
 TEST_CASE("sweep cli: kill -9 of serve mid-sweep, restart: no point lost or run twice",

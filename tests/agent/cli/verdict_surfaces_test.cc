@@ -7,12 +7,14 @@
 // adjusted), the raw p beside it and "Holm over 2", with the same numbers.
 // Real git, the real `trainq submit` path (a third, unchanged experiment is
 // reused and must not count), a real store and a fake forge on loopback.
+// A second case does the same for the test-set noise floor.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
+#include <tuple>
 
 #include "agent/cli/cli.h"
 #include "agent/results/analysis.h"
@@ -27,6 +29,7 @@
 #include "queue/pushes.h"
 #include "queue/run_queue.h"
 #include "queue/store.h"
+#include "stats/noise_floor.h"
 #include "tests/support/git_cli.h"
 #include "tests/support/http_server.h"
 #include "tests/support/temp_dir.h"
@@ -180,6 +183,8 @@ TEST_CASE("one verdict document: a Holm family renders the same interval, adjust
     std::ostringstream text;
     REQUIRE(CmdShow(o, text));
     check_text(text.str(), "show", "  batch " + std::to_string(a.id) + " a\n");
+    // The cost of the verdict: the same words on every surface (issue 40).
+    CHECK(text.str().find("    cost:   " + CostText(ref) + "\n") != std::string::npos);
     CHECK(text.str().find("family: 2 changed (a, b), Holm over 2; unchanged, not counted: c") !=
           std::string::npos);
     o.json = true;
@@ -193,6 +198,8 @@ TEST_CASE("one verdict document: a Holm family renders the same interval, adjust
         CHECK(bj["vs_parent"]["verdict"] == "no detectable change");
         check_correction(bj["vs_parent"]["correction"], "show --json");
         CHECK(bj["vs_parent"]["text"] == ComparisonText(ref));
+        CHECK(bj["vs_parent"]["cost"]["text"] == CostText(ref));
+        CHECK(bj["vs_parent"]["cost"]["runs"] == 12);  // 6 here, 6 at the baseline
       }
       if (bj["experiment"] == "c") {
         CHECK_FALSE(bj.contains("vs_parent"));
@@ -216,7 +223,10 @@ TEST_CASE("one verdict document: a Holm family renders the same interval, adjust
     std::ostringstream js;
     REQUIRE(CmdCompare(o, js));
     for (const auto& cj : json::parse(js.str())) {
-      if (cj["experiment"] == "a") check_correction(cj["correction"], "compare --json");
+      if (cj["experiment"] == "a") {
+        check_correction(cj["correction"], "compare --json");
+        CHECK(cj["cost"]["text"] == CostText(ref));
+      }
       if (cj["experiment"] == "c") CHECK(cj["verdict"] == "unchanged");
     }
   }
@@ -244,7 +254,10 @@ TEST_CASE("one verdict document: a Holm family renders the same interval, adjust
       auto g = json::parse(js.str());
       CHECK(g["correction"]["family_size"] == 2);
       for (const auto& e : g["experiments"]) {
-        if (e["experiment"] == "a") check_correction(e["comparison"]["correction"], "gate --json");
+        if (e["experiment"] == "a") {
+          check_correction(e["comparison"]["correction"], "gate --json");
+          CHECK(e["comparison"]["cost"]["text"] == CostText(ref));
+        }
       }
     }
   }
@@ -319,7 +332,9 @@ TEST_CASE("one verdict document: a Holm family renders the same interval, adjust
   }
 
   SECTION("the report's JSON") {
-    auto report = json::parse(RenderJson(BuildReport(store, 0, "all", {}).value()));
+    auto data = BuildReport(store, 0, "all", {}).value();
+    CHECK(RenderMarkdown(data).find(CostText(ref)) != std::string::npos);
+    auto report = json::parse(RenderJson(data));
     bool saw = false;
     for (const auto& e : report["experiments"]) {
       if (e["experiment"] != "a") continue;
@@ -344,4 +359,206 @@ TEST_CASE("one verdict document: a Holm family renders the same interval, adjust
       CHECK(e["batches"][0]["reused_at"] == json::array({head}));
     }
   }
+}
+
+// The test-set noise floor (issue 40, docs/STATISTICS.md): runs that report
+// `eval_examples` get the floor sqrt(p(1-p)/n) beside their seed sd, and
+// every surface that shows the sd shows the same floor and the same words.
+// The base's spread sits at its floor; the head's is above it.
+TEST_CASE("the test-set noise floor: show, status, compare, gate, the PR comment and the report give "
+          "the same floor and say when the seed sd sits at it",
+          "[verdict][surfaces][floor]") {
+  testing::TempDir tmp;
+  testing::GitCli work(tmp / "work");
+  const std::string db = tmp / "t.db";
+  const char* manifest = R"(version: 1
+defaults:
+  repeats: 6
+experiments:
+  a:
+    command: sh run.sh a {seed}
+    watch: [configs/a.txt]
+)";
+  std::string base = work.Commit(
+      {{"trainq.yaml", manifest}, {"run.sh", "true\n"}, {"configs/a.txt", "1\n"}}, "base");
+  FakeClock clock;
+  SubmitOptions so;
+  so.db = db;
+  so.repo = work.dir();
+  std::ostringstream sink;
+  // Each run reports its metric and the 2,000 examples it was scored on.
+  auto finish = [&](const std::vector<double>& values) {
+    auto store = Store::Open(db).value();
+    auto leased = store.runs().Lease("w", 1'000, 60'000, 100).value();
+    for (const auto& l : leased) {
+      REQUIRE(store.runs().AddMetrics(l.run_id, l.token, {{"eval_examples", 2000, 1, false}}, 1'000));
+      REQUIRE(store.runs().Complete(l.run_id, l.token, 1'000, values.at(static_cast<size_t>(l.seed - 1))));
+    }
+  };
+  REQUIRE(CmdSubmit(so, clock, sink));
+  finish(kBase);
+  std::string head = work.Commit({{"configs/a.txt", "2\n"}}, "a changes");
+  REQUIRE(CmdSubmit(so, clock, sink));
+  finish(kHeadA);
+
+  // The reference, from the statistics alone.
+  auto ref_base = stats::EvalNoiseFloor(kBase, 2000).value();
+  auto ref_head = stats::EvalNoiseFloor(kHeadA, 2000).value();
+  REQUIRE(ref_base.at_floor);        // sd 0.0072, its interval reaches 0.0044 < floor 0.0066
+  REQUIRE_FALSE(ref_head.at_floor);  // sd 0.0107, its interval starts above floor 0.0063
+  const std::string base_short = "floor " + FormatDouble(ref_base.floor, 4) + ", sd at it";
+  const std::string head_short =
+      "floor " + FormatDouble(ref_head.floor, 4) + ", sd " + FormatDouble(ref_head.ratio, 1) + "x";
+  const std::string base_words = "seed sd " + FormatDouble(ref_base.sd, 4) +
+                                 " sits at the evaluation floor " + FormatDouble(ref_base.floor, 4);
+  const std::string head_words = "seed sd " + FormatDouble(ref_head.sd, 4) + " is " +
+                                 FormatDouble(ref_head.ratio, 1) + "x the evaluation floor " +
+                                 FormatDouble(ref_head.floor, 4);
+  const std::string advice = "more seeds will not narrow that spread, a larger evaluation set will";
+  auto has = [](const std::string& text, const std::string& what) {
+    INFO(text);
+    INFO(what);
+    CHECK(text.find(what) != std::string::npos);
+  };
+  auto check_json = [&](const json& f, const stats::NoiseFloor& ref, const std::string& where) {
+    INFO(where << ": " << f.dump());
+    REQUIRE(f.is_object());
+    CHECK(f["eval_examples"].get<double>() == 2000);
+    CHECK(f["floor"].get<double>() == Approx(ref.floor));
+    CHECK(f["sd"].get<double>() == Approx(ref.sd));
+    CHECK(f["p"].get<double>() == Approx(ref.p));
+    CHECK(f["sd_ci95"][0].get<double>() == Approx(ref.sd_lo));
+    CHECK(f["sd_ci95"][1].get<double>() == Approx(ref.sd_hi));
+    CHECK(f["at_floor"] == ref.at_floor);
+  };
+  auto store = Store::Open(db).value();
+
+  SECTION("trainq show, text and --json") {
+    ShowOptions o;
+    o.db = db;
+    o.repo = work.dir();
+    for (const auto& [sha, ref, shortf, words] :
+         {std::tuple{base, ref_base, base_short, base_words},
+          std::tuple{head, ref_head, head_short, head_words}}) {
+      o.commit = sha;
+      o.json = false;
+      std::ostringstream text;
+      REQUIRE(CmdShow(o, text));
+      has(text.str(), "(n=6; " + shortf + ")");
+      has(text.str(), "    floor:  " + words);
+      if (ref.at_floor) has(text.str(), advice);
+      o.json = true;
+      std::ostringstream js;
+      REQUIRE(CmdShow(o, js));
+      auto view = json::parse(js.str());
+      check_json(view["batches"][0]["progress"]["summary"]["noise_floor"], ref, "show --json");
+    }
+  }
+
+  SECTION("trainq status, text and --json") {
+    StatusOptions o;
+    o.db = db;
+    std::ostringstream text;
+    REQUIRE(CmdStatus(o, clock, text));
+    has(text.str(), "(n=6; " + base_short + ")");
+    has(text.str(), "(n=6; " + head_short + ")");
+    o.json = true;
+    std::ostringstream js;
+    REQUIRE(CmdStatus(o, clock, js));
+    const json doc = json::parse(js.str());
+    int seen = 0;
+    for (const auto& bj : doc["batches"]) {
+      check_json(bj["summary"]["noise_floor"], bj["commit"] == base ? ref_base : ref_head,
+                 "status --json");
+      ++seen;
+    }
+    CHECK(seen == 2);
+  }
+
+  SECTION("trainq compare and gate, text and --json") {
+    CompareCommandOptions o;
+    o.db = db;
+    o.rev_a = head;
+    o.rev_b = base;
+    o.repo = work.dir();
+    std::ostringstream text;
+    REQUIRE(CmdCompare(o, text));
+    has(text.str(), "(n=6; " + head_short + ")");
+    has(text.str(), "(n=6; " + base_short + ")");
+    has(text.str(), "  A floor: " + head_words);
+    has(text.str(), "  B floor: " + base_words);
+    o.json = true;
+    std::ostringstream js;
+    REQUIRE(CmdCompare(o, js));
+    auto cj = json::parse(js.str()).at(0);
+    check_json(cj["a"]["noise_floor"], ref_head, "compare --json a");
+    check_json(cj["b"]["noise_floor"], ref_base, "compare --json b");
+
+    GateOptions g;
+    g.db = db;
+    g.rev = head;
+    g.baseline = base;
+    g.repo = work.dir();
+    std::ostringstream gate;
+    REQUIRE(CmdGate(g, gate));
+    has(gate.str(), "(n=6; " + head_short + ")");
+  }
+
+  SECTION("the PR comment body") {
+    PrCommentView view;
+    view.forge = "github";
+    view.pr_number = 3;
+    view.head_sha = head;
+    view.target_branch = "main";
+    auto at_head = store.runs().BatchesForCommit(head).value();
+    for (auto& b : at_head) view.experiments.emplace_back(b, ParentBatch(store, b).value());
+    const std::string body = RenderPrComment(view);
+    has(body, "± " + FormatDouble(ref_head.sd, 4) + " (" + head_short + ")");
+    has(body, "± " + FormatDouble(ref_base.sd, 4) + " (" + base_short + ")");
+    has(body, "Evaluation floor, base: " + base_words);
+    has(body, "Evaluation floor, head: " + head_words);
+  }
+
+  SECTION("the report: markdown and JSON (the dashboard's experiment page reads the JSON)") {
+    auto data = BuildReport(store, 0, "all", {}).value();
+    const std::string md = RenderMarkdown(data);
+    has(md, FormatDouble(ref_base.sd, 4) + " (" + base_short + ")");
+    has(md, FormatDouble(ref_head.sd, 4) + " (" + head_short + ")");
+    auto report = json::parse(RenderJson(data));
+    int seen = 0;
+    for (const auto& bj : report["experiments"].at(0)["batches"]) {
+      bool at_base = bj["commit"] == base;
+      check_json(bj["noise_floor"], at_base ? ref_base : ref_head, "report.json");
+      CHECK(bj["noise_floor"]["short"] == (at_base ? base_short : head_short));
+      ++seen;
+    }
+    CHECK(seen == 2);
+  }
+}
+
+TEST_CASE("the test-set noise floor: a metric that is not a share of examples gets none, and "
+          "says why",
+          "[verdict][floor]") {
+  BatchProgress b;
+  b.metric_name = "loss";
+  b.values = {1.2, 1.4, 1.3};
+  b.eval_examples_min = b.eval_examples_max = 500;
+  auto f = NoiseFloorJson(b);
+  CHECK(f["floor"].is_null());
+  CHECK(f["text"] == "no evaluation floor: the runs report 500 eval examples, but loss is not a "
+                     "share of examples (a value outside 0..1)");
+  CHECK(SpreadText(b) == "loss 1.3000 ± 0.1000 (n=3)");
+  // Runs that report different sizes: the floor uses the fewest, and says so.
+  b.metric_name = "accuracy";
+  b.values = {0.80, 0.82, 0.81};
+  b.eval_examples_max = 600;
+  f = NoiseFloorJson(b);
+  CHECK(f["eval_examples"] == 500);
+  CHECK(f["eval_examples_max"] == 600);
+  CHECK(f["floor"].get<double>() == Approx(std::sqrt(0.81 * 0.19 / 500)));
+  CHECK(f["text"].get<std::string>().find("on 500..600 eval examples") != std::string::npos);
+  CHECK(f["text"].get<std::string>().find("the floor uses the fewest") != std::string::npos);
+  // No run reported it: no floor anywhere.
+  b.eval_examples_min.reset();
+  CHECK(NoiseFloorJson(b).is_null());
 }

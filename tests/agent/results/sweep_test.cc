@@ -289,12 +289,14 @@ TEST_CASE("sweep confirm: the search's pick gets fresh seeds, which are its clai
     runs += FinishAll(store, kT0 + round, value);
   }
   REQUIRE((*store.sweeps().GetSweep(id))->state == "done");
-  CHECK(runs == 6 * 2 + 2);
+  // 6 points x 2 seeds, 2 fresh seeds for the pick and the same 2 for the
+  // runner-up (a paired confirmation).
+  CHECK(runs == 6 * 2 + 2 + 2);
   CHECK(*StepSweep(store, id, kT0 + 100) == 0);  // done: never extended twice
 
   auto view = *LoadSweepView(store, id);
-  CHECK(view.runs_total == 14);
-  CHECK(view.runs_done == 14);
+  CHECK(view.runs_total == 16);
+  CHECK(view.runs_done == 16);
   auto best = PickBest(view);
   REQUIRE(best.winner != nullptr);
   CHECK(best.winner->idx == 2);
@@ -321,7 +323,95 @@ TEST_CASE("sweep confirm: the search's pick gets fresh seeds, which are its clai
   // A budget of runs keeps room for them.
   auto runs_budget = Space("        lr: {uniform: [0, 1]}\n", "      budget: {runs: 20}\n      repeats: 3\n");
   CHECK(runs_budget.ConfirmSeeds() == 3);
-  CHECK(runs_budget.PointBudget() == 6);  // (20 - 3) / 3 rounded up
+  CHECK(runs_budget.PairedConfirm());
+  CHECK(runs_budget.ConfirmRuns() == 6);   // the pick's 3 and the runner-up's same 3
+  CHECK(runs_budget.PointBudget() == 5);  // (20 - 6) / 3 rounded up
+  // A budget too small for two points and both confirmations: the pick alone.
+  auto tight = Space("        lr: {uniform: [0, 1]}\n",
+                     "      budget: {runs: 9}\n      repeats: 3\n      confirm: 2\n");
+  CHECK_FALSE(tight.PairedConfirm());
+  CHECK(tight.ConfirmRuns() == 2);
+}
+
+TEST_CASE("sweep confirm, paired: the runner-up gets the pick's fresh seeds, marked in the "
+          "store, and the two are compared on those seeds alone",
+          "[sweep][topup]") {
+  testing::TempDir tmp;
+  auto store = std::move(*Store::Open(tmp / "t.db"));
+  auto spec = Space("        lr: {values: [1, 2, 3, 4]}\n",
+                    "      parallel: 4\n      repeats: 3\n      confirm: 3\n");
+  REQUIRE(spec.PairedConfirm());
+  BatchSpec base = BaseSpec("python3 t.py {lr} --seed {seed}");
+  base.seed_start = 1;
+  base.repeats = 3;  // as `sweep start` gives each point the sweep's repeats
+  auto id = AddSweep(store, spec, base);
+  // Point k (0-based) is worth 0.80 + 0.01 k; point 1 was lucky on the
+  // search's seeds 1..3 (0.95), so it is the pick; point 3 is the runner-up.
+  auto value = [](const std::string& exp, std::int64_t seed) {
+    int k = exp.back() - '0';
+    double noise = 0.001 * static_cast<double>((seed * k) % 4);
+    if (k == 1 && seed <= 3) return 0.95 + noise;
+    return 0.80 + 0.01 * k + noise;
+  };
+  int runs = 0;
+  for (int round = 0; round < 20 && (*store.sweeps().GetSweep(id))->state != "done"; ++round) {
+    REQUIRE(StepSweep(store, id, kT0 + round));
+    REQUIRE(*StepSweep(store, id, kT0 + round) == 0);  // a restarted driver does nothing more
+    runs += FinishAll(store, kT0 + round, value);
+  }
+  REQUIRE((*store.sweeps().GetSweep(id))->state == "done");
+  CHECK(runs == 4 * 3 + 3 + 3);
+
+  // The marks: the pick and the runner-up, and nothing else.
+  std::map<int, std::string> roles;
+  auto marked = *store.sweeps().SweepPoints(id);
+  for (const auto& p : marked) roles[p.idx] = p.role;
+  CHECK(roles == std::map<int, std::string>{{0, ""}, {1, "confirm"}, {2, ""}, {3, "confirm_baseline"}});
+
+  auto view = *LoadSweepView(store, id);
+  CHECK(view.runs_total == 18);
+  CHECK(view.runs_done == 18);
+  auto best = PickBest(view);
+  REQUIRE(best.winner != nullptr);
+  REQUIRE(best.runner_up != nullptr);
+  CHECK(best.winner->idx == 1);
+  CHECK(best.winner->confirming);
+  CHECK(best.runner_up->idx == 3);
+  CHECK(best.runner_up->confirm_baseline);
+  const std::vector<std::int64_t> six = {1, 2, 3, 4, 5, 6};
+  CHECK(best.winner->batch->seeds == six);
+  CHECK(best.runner_up->batch->seeds == six);  // the same fresh seeds
+  CHECK(view.points[0].batch->seeds.size() == 3);
+  CHECK(best.runner_up->confirmed.n == 3);
+  CHECK(best.runner_up->confirmed.mean == Approx(0.8317).epsilon(1e-3));
+  // Compared on the fresh seeds alone: 0.811 vs 0.8317, paired on 4, 5, 6.
+  REQUIRE(best.vs_runner_up);
+  CHECK(best.on_fresh_seeds);
+  CHECK(best.vs_runner_up->paired);
+  CHECK(best.vs_runner_up->shared_seeds == 3);
+  CHECK(best.vs_runner_up->verdict == stats::Verdict::kWorse);
+  auto lines = WinnerLines(view, best);
+  REQUIRE(lines.size() == 4);
+  INFO(lines[3]);
+  CHECK_THAT(lines[3], Catch::StartsWith("vs point 3 ("));
+  CHECK_THAT(lines[3], Catch::Contains(", n=6) on the 3 fresh seeds both ran: "));
+  CHECK_THAT(lines[3], Catch::Contains("worse"));
+
+  // A driver cut after marking the confirmation but before growing its
+  // batches grows them on its next step, and only then is done.
+  auto id2 = AddSweep(store, spec, base);
+  REQUIRE(*StepSweep(store, id2, kT0) == 4);
+  FinishAll(store, kT0, value);
+  REQUIRE(store.sweeps().SetConfirmRoles(id2, 1, 3));  // what the cut step wrote
+  REQUIRE(*StepSweep(store, id2, kT0 + 1) == 2);       // both batches grow
+  CHECK((*store.sweeps().GetSweep(id2))->state == "running");
+  CHECK(FinishAll(store, kT0 + 2, value) == 6);
+  REQUIRE(*StepSweep(store, id2, kT0 + 3) == 0);
+  CHECK((*store.sweeps().GetSweep(id2))->state == "done");
+  auto view2 = *LoadSweepView(store, id2);
+  CHECK(view2.points[1].batch->seeds == six);
+  CHECK(view2.points[3].batch->seeds == six);
+  CHECK(view2.points[0].batch->seeds.size() == 3);
 }
 
 // A 1-D search whose runs die above lr 0.6 and improve with lr below it.
