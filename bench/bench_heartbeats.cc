@@ -138,7 +138,8 @@ int main(int argc, char** argv) {
     else if (a == "--trainq") trainq = v;
     else if (a == "--rss-every") rss_every = std::stoi(v);
     else if (a == "--dir") base = v;
-    else if (a == "--db") db = v;
+    else if (a == "--db")
+      db = v;
     else Die("unknown option " + a);
   }
   if (trainq.empty()) {
@@ -199,8 +200,8 @@ int main(int argc, char** argv) {
   int port = FreePort();
   std::string base_url = "http://127.0.0.1:" + std::to_string(port);
   PosixProcessRunner runner;
-  auto pid = runner.Spawn({{trainq, "--db", db, "serve", "--config",
-                            dir + "/server.yaml", "--listen", "127.0.0.1:" + std::to_string(port)},
+  auto pid = runner.Spawn({{trainq, "--db", db, "serve", "--config", dir + "/server.yaml",
+                            "--listen", "127.0.0.1:" + std::to_string(port)},
                            {},
                            dir,
                            dir + "/serve.log"});

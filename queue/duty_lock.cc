@@ -51,10 +51,16 @@ Result<bool> DutyLock::Hold() {
     held_ = false;
     // The URL as given, and the client's own probes of the server: a
     // holder cut off from the database learns it within ~15 s as well.
-    const char* keys[] = {"dbname", "keepalives", "keepalives_idle", "keepalives_interval",
-                          "keepalives_count", "tcp_user_timeout", "connect_timeout",
-                          "application_name", nullptr};
-    const char* values[] = {location_.c_str(), "1", "5", "2", "3", "10000", "5",
+    const char* keys[] = {"dbname",
+                          "keepalives",
+                          "keepalives_idle",
+                          "keepalives_interval",
+                          "keepalives_count",
+                          "tcp_user_timeout",
+                          "connect_timeout",
+                          "application_name",
+                          nullptr};
+    const char* values[] = {location_.c_str(),       "1",    "5", "2", "3", "10000", "5",
                             "trainq serve (duties)", nullptr};
     auto c = std::make_unique<Conn>();
     c->conn = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
@@ -79,8 +85,9 @@ Result<bool> DutyLock::Hold() {
     const bool was_held = held_;
     Release();
     return Fail(ErrorKind::kUnavailable,
-                where + ": " + (was_held ? "the connection holding the duties lock failed: "
-                                         : "cannot take the duties lock: ") +
+                where + ": " +
+                    (was_held ? "the connection holding the duties lock failed: "
+                              : "cannot take the duties lock: ") +
                     msg);
   }
   held_ = std::string_view(PQgetvalue(r, 0, 0)) == "t";

@@ -5,10 +5,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <initializer_list>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <mutex>
 #include <optional>
 
@@ -581,4 +581,3 @@ Result<std::int64_t> Db::DataVersion() {
 int Db::Changes() const { return pg_ ? pg_->changes : sqlite3_changes(db_); }
 
 }  // namespace trainq::sql
-

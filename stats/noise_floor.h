@@ -15,13 +15,13 @@
 namespace trainq::stats {
 
 struct NoiseFloor {
-  double examples = 0;  // n, the evaluation set size
-  double p = 0;         // the mean metric, a proportion in [0, 1]
-  double floor = 0;     // sqrt(p(1-p)/n)
-  int seeds = 0;        // values the seed sd comes from
-  double sd = 0;        // the seed sd (sample, n-1)
+  double examples = 0;          // n, the evaluation set size
+  double p = 0;                 // the mean metric, a proportion in [0, 1]
+  double floor = 0;             // sqrt(p(1-p)/n)
+  int seeds = 0;                // values the seed sd comes from
+  double sd = 0;                // the seed sd (sample, n-1)
   double sd_lo = 0, sd_hi = 0;  // its 95% interval (chi-square on seeds-1 df)
-  double ratio = 0;     // sd / floor (infinite when the floor is 0)
+  double ratio = 0;             // sd / floor (infinite when the floor is 0)
   // The seed sd's 95% interval reaches down to the floor (sd_lo <= floor):
   // the seeds cannot be told apart from runs that differ only by which
   // evaluation examples they get right.

@@ -599,8 +599,8 @@ Done GroupTrainer::Finish() {
     // How many examples the final metrics were scored on: trainq shows the
     // test-set noise floor sqrt(p(1-p)/n) beside the seed sd from it
     // (docs/STATISTICS.md). Not `final`: it is no metric to compare.
-    if (auto w = Write(r, "eval_examples", static_cast<double>(final_set->rows), reps_[ri].epochs_run,
-                       final_split, false);
+    if (auto w = Write(r, "eval_examples", static_cast<double>(final_set->rows),
+                       reps_[ri].epochs_run, final_split, false);
         !w) {
       return w;
     }

@@ -1,11 +1,12 @@
 // `trainq db copy` and `trainq db check` (queue/store_copy.h): moving a
 // SQLite store to PostgreSQL whole, and a check that answers for both
 // stores (docs/deployment.md, "PostgreSQL").
+#include "agent/cli/cmd_db.h"
+
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <memory>
 
-#include "agent/cli/cmd_db.h"
 #include "queue/sqlite.h"
 #include "queue/store_copy.h"
 

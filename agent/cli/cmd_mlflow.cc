@@ -11,8 +11,8 @@
 #include "agent/triggers/server_config.h"
 #include "core/http_client.h"
 #include "core/strings.h"
-#include "queue/sqlite.h"
 #include "queue/outbox.h"
+#include "queue/sqlite.h"
 #include "queue/store.h"
 
 namespace trainq {
@@ -44,9 +44,8 @@ Status CmdMlflowExport(const MlflowExportOptions& o, const Clock& clock, std::os
   // With a PostgreSQL store (no file), serve's default is ./trainq-data.
   std::filesystem::path data = o.data_dir;
   if (data.empty()) {
-    data = sql::IsPostgresUrl(o.db)
-               ? std::filesystem::path("trainq-data")
-               : std::filesystem::absolute(o.db).parent_path() / "trainq-data";
+    data = sql::IsPostgresUrl(o.db) ? std::filesystem::path("trainq-data")
+                                    : std::filesystem::absolute(o.db).parent_path() / "trainq-data";
   }
   mo.data_dir = std::filesystem::absolute(data).string();
   MlflowExporter ex(store, config, http, clock, mo);

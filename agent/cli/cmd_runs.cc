@@ -1,7 +1,5 @@
 // `trainq runs`, `cancel`, `retry` and `init`: a look at runs and what
 // changes them by hand.
-#include "agent/cli/cli.h"
-
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
@@ -10,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "agent/cli/cli.h"
 #include "agent/cli/credentials.h"
 #include "agent/cli/read_client.h"
 #include "agent/results/retry.h"

@@ -35,9 +35,9 @@
 #include "core/http_client.h"
 #include "core/strings.h"
 #include "queue/machines.h"
+#include "queue/postgres_password.h"
 #include "queue/pushes.h"
 #include "queue/run_queue.h"
-#include "queue/postgres_password.h"
 #include "queue/sqlite.h"
 #include "queue/store.h"
 
@@ -356,8 +356,8 @@ void AddServeCommand(CLI::App& app, const CliContext& ctx) {
   c_serve->callback([=] {
     serve->db = *ctx.db;
     const char* env_db = std::getenv("TRAINQ_DB");
-    UseConfigDatabase(serve.get(), c_serve->get_parent()->get_option("--db")->count() > 0 ||
-                                       (env_db && *env_db));
+    UseConfigDatabase(
+        serve.get(), c_serve->get_parent()->get_option("--db")->count() > 0 || (env_db && *env_db));
     CatchStopSignals();
     *ctx.exit_code = ReportStatus(CmdServe(*serve, *ctx.clock, StopFlag()));
   });

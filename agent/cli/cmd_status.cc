@@ -73,7 +73,8 @@ std::string SummaryTextJson(const json& b) {
   if (s.contains("noise_floor") && s["noise_floor"]["floor"].is_number()) {
     floor = "; " + s["noise_floor"].value("short", "");
   }
-  return FormatDouble(mean, 4) + " ± " + FormatDouble(sd, 4) + " (n=" + std::to_string(n) + floor + ")";
+  return FormatDouble(mean, 4) + " ± " + FormatDouble(sd, 4) + " (n=" + std::to_string(n) + floor +
+         ")";
 }
 
 // "step 1350 · accuracy 0.9512 · loss 0.3100": a running run's latest points,

@@ -1,7 +1,7 @@
 // `trainq submit` and `trainq repro`: read trainq.yaml at a commit, plan the
 // batches, queue or reuse them through SubmitCommit (agent/results/submit.h)
 // and choose their baselines.
-#include "agent/cli/cli.h"
+#include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -10,10 +10,10 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <spdlog/spdlog.h>
 #include <string>
 #include <vector>
 
+#include "agent/cli/cli.h"
 #include "agent/repo/change_detect.h"
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
@@ -22,9 +22,9 @@
 #include "agent/results/submit.h"
 #include "agent/runner/run_process.h"
 #include "core/strings.h"
-#include "queue/sqlite.h"
 #include "queue/machines.h"
 #include "queue/run_queue.h"
+#include "queue/sqlite.h"
 #include "queue/store.h"
 
 namespace fs = std::filesystem;

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <map>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -267,7 +267,8 @@ Status Status_(const std::string& db, const ReadOptions& o, std::ostream& out) {
         << ")\n";
     for (const auto& p : v.points) {
       if (p.confirm_baseline) {
-        out << "  point " << p.idx << ", the runner-up, got the same fresh seeds: the two are "
+        out << "  point " << p.idx
+            << ", the runner-up, got the same fresh seeds: the two are "
                "compared paired on them\n";
       }
     }

@@ -1,16 +1,15 @@
 #include "agent/daemon/daemon.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <malloc.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <thread>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <spdlog/spdlog.h>
 
 #include "agent/daemon/inproc_lease_client.h"
 #include "agent/daemon/server.h"
@@ -293,7 +292,7 @@ struct Daemon::Parts {
   bool leader = false;
   bool want_pipeline = false;
   TimeMs next_duty_try = 0;
-  FleetOptions fleet_options;                        // with the instance id
+  FleetOptions fleet_options;                         // with the instance id
   std::optional<std::vector<FleetPool>> first_pools;  // made and checked at Open
 
   Status OpenInProcess();
@@ -459,9 +458,10 @@ Status Daemon::Parts::StepDuties(TimeMs now, bool first) {
   if (!held || (!*held && leader)) {
     const std::string why = held ? "the duties lock is held elsewhere" : held.error().message;
     if (leader) {
-      spdlog::error("duties: lost ({}); this replica stops its fleet, push pipeline, sweeps, "
-                    "retention and outboxes, and tries again every {}",
-                    why, FormatDuration(kDutyTryMs));
+      spdlog::error(
+          "duties: lost ({}); this replica stops its fleet, push pipeline, sweeps, "
+          "retention and outboxes, and tries again every {}",
+          why, FormatDuration(kDutyTryMs));
       DropDuties();
     } else if (int n = 0; repeats.Allow(why, now, &n)) {
       spdlog::warn("duties: {} (will retry){}", why, LogLimiter::HeldBackNote(n));
@@ -470,9 +470,10 @@ Status Daemon::Parts::StepDuties(TimeMs now, bool first) {
   }
   if (!*held) {
     if (first) {
-      spdlog::info("duties: held by another replica; this one answers webhooks, workers, reads "
-                   "and the dashboard, and tries for them every {}",
-                   FormatDuration(kDutyTryMs));
+      spdlog::info(
+          "duties: held by another replica; this one answers webhooks, workers, reads "
+          "and the dashboard, and tries for them every {}",
+          FormatDuration(kDutyTryMs));
     }
     return {};
   }
@@ -508,9 +509,10 @@ Status Daemon::Parts::TakeDuties(TimeMs now, bool first) {
         if (auto n = store->runs().GraceLeases(now, now, options.lease_ms,
                                                "trainq serve was down when it expired");
             n && *n > 0) {
-          spdlog::info("{} run(s) whose lease expired while trainq serve was down get {} to "
-                       "report back",
-                       *n, FormatDuration(options.lease_ms));
+          spdlog::info(
+              "{} run(s) whose lease expired while trainq serve was down get {} to "
+              "report back",
+              *n, FormatDuration(options.lease_ms));
         }
       }
       next_fleet_step = 0;

@@ -613,7 +613,8 @@ HttpServerReply Dashboard::Handle(const HttpServerRequest& req, const std::strin
     std::string refused;
     Session h = HeaderSession(req, &refused);
     if (!refused.empty()) {
-      FailedSignIn(req.peer, "a trusted header: " + refused, "trusted header");  // logged and audited
+      FailedSignIn(req.peer, "a trusted header: " + refused,
+                   "trusted header");  // logged and audited
       HttpServerReply r{403, "text/plain; charset=utf-8",
                         "403: refused: " + refused + ". Nothing was granted.\n"};
       r.headers.push_back({"Cache-Control", "no-store"});
@@ -1059,8 +1060,8 @@ HttpServerReply Dashboard::Action(const HttpServerRequest& req, const Session& s
     // admin, an admin token), as `trainq pools reset` is the operator's.
     if (s.role != Role::kAdmin) {
       spdlog::warn("dashboard: {} ({}) was refused reset_pool", s.who, RoleName(s.role));
-      return Refuse(403, "resetting a pool needs an admin role (" + s.who + " is " +
-                             RoleName(s.role) + ")");
+      return Refuse(
+          403, "resetting a pool needs an admin role (" + s.who + " is " + RoleName(s.role) + ")");
     }
     if (!body.contains("pool") || !body["pool"].is_string() ||
         body["pool"].get<std::string>().empty()) {
@@ -1075,7 +1076,8 @@ HttpServerReply Dashboard::Action(const HttpServerRequest& req, const Session& s
     }
     auto changed = failed < 0 ? Result<bool>(false) : store->machines().ResetPoolBoots(pool, now);
     if (!changed) return Refuse(503, changed.error().message);
-    if (!*changed) return Refuse(409, "pool " + pool + ": no failed boots on record; nothing to reset");
+    if (!*changed)
+      return Refuse(409, "pool " + pool + ": no failed boots on record; nothing to reset");
     audit("pool_reset", "pool " + pool, std::to_string(failed) + " failed boot(s)",
           "reset pool " + pool + " (" + std::to_string(failed) + " failed boot(s) forgotten)");
     return JsonReply(200, {{"result", "ok"}, {"reset", pool}, {"failed_boots", failed}});
@@ -1116,8 +1118,9 @@ HttpServerReply Dashboard::Action(const HttpServerRequest& req, const Session& s
           "added " + std::to_string(*n) + " seed(s) to batch " + std::to_string(*id));
     return JsonReply(200, {{"result", "ok"}, {"added", *n}});
   }
-  return Refuse(400, "action: expected cancel_batch, cancel_run, retry_run, add_seeds or reset_pool, got \"" +
-                         what + "\"");
+  return Refuse(
+      400, "action: expected cancel_batch, cancel_run, retry_run, add_seeds or reset_pool, got \"" +
+               what + "\"");
 }
 
 void Dashboard::StartWatcher() {
@@ -1376,7 +1379,8 @@ HttpServerReply RefusedSignIn(const std::string& text) {
                     "<link rel=stylesheet href=/dash/palette.css>"
                     "<link rel=stylesheet href=/dash/app.css><header><span class=brand>trainq"
                     "</span></header><main class=signin><section class=card><h1>Sign-in "
-                    "refused</h1><p id=refused>" + HtmlEscape(text) +
+                    "refused</h1><p id=refused>" +
+                        HtmlEscape(text) +
                         " Nothing was granted.</p><p><a href=/signin>Back to sign-in</a></p>"
                         "</section></main>\n"};
   r.headers.push_back({"Cache-Control", "no-store"});

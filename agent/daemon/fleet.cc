@@ -432,9 +432,10 @@ Status Fleet::RecordUnansweredBoots(FleetPool& pool, const std::vector<MachineRo
         spdlog::warn("pool {}: machine {}: {}", pool.spec.name(), m.name, st.error().message);
         break;
       }
-      spdlog::info("pool {}: machine {} is {} (its boot answered a trainq serve that stopped "
-                   "before recording it)",
-                   pool.spec.name(), m.name, l.id);
+      spdlog::info(
+          "pool {}: machine {} is {} (its boot answered a trainq serve that stopped "
+          "before recording it)",
+          pool.spec.name(), m.name, l.id);
       known.insert(l.id);
       for (auto& im : in.machines) {
         if (im.row != m.id) continue;

@@ -37,23 +37,20 @@
 // `requested` to the autoscaler (also when its worker registered before the
 // answer was recorded): it counts live (no second boot for the same demand)
 // and is forgotten ("boot never answered") past boot_timeout; a boot
-// answering after that, or after StopAll gave up on it, is stopped at once. While a pool has boots not
-// recorded, its listing leaves out the tagged machines the store does not
-// know that bear one of their names (or no name): they are being booted,
-// not orphans to adopt or stop. A crash with boots in flight leaves
-// `requested` rows and tagged machines: a listed machine bearing such a
-// row's name becomes that row's (RecordUnansweredBoots: the boot answered,
-// the answer was never recorded; this is also what a replica taking over the
-// duties finds), others are adopted or stopped by reconcile, as before. Provider::Stop stays on the loop thread.
-// Around that, per pool: every machine is judged once (cloud::JudgeBoot): a
-// machine that left before its worker registered, or whose worker left at
-// once, is a failed boot; the boot health (back-off, `failing`) lives in the
-// store's pool_state row, so `trainq pools reset` (another process) clears
-// it and the next Step sees that. The spend of the UTC day and month (billed
-// time x hourly_cost) is computed from the machine rows when a budget is set.
-// List() is called at the pace of cloud::NextListAt, not every pass.
-// A machine becomes `ready` when its worker registers (Server), and leaves
-// the fleet when its worker exits: the provider no longer lists it.
+// answering after that, or after StopAll gave up on it, is stopped at once. While a pool has boots
+// not recorded, its listing leaves out the tagged machines the store does not know that bear one of
+// their names (or no name): they are being booted, not orphans to adopt or stop. A crash with boots
+// in flight leaves `requested` rows and tagged machines: a listed machine bearing such a row's name
+// becomes that row's (RecordUnansweredBoots: the boot answered, the answer was never recorded; this
+// is also what a replica taking over the duties finds), others are adopted or stopped by reconcile,
+// as before. Provider::Stop stays on the loop thread. Around that, per pool: every machine is
+// judged once (cloud::JudgeBoot): a machine that left before its worker registered, or whose worker
+// left at once, is a failed boot; the boot health (back-off, `failing`) lives in the store's
+// pool_state row, so `trainq pools reset` (another process) clears it and the next Step sees that.
+// The spend of the UTC day and month (billed time x hourly_cost) is computed from the machine rows
+// when a budget is set. List() is called at the pace of cloud::NextListAt, not every pass. A
+// machine becomes `ready` when its worker registers (Server), and leaves the fleet when its worker
+// exits: the provider no longer lists it.
 //
 // Which pool serves a run: the batch's `resources.pool` when set, else the
 // first pool (config order) whose machines have at least the GPUs it needs.

@@ -884,14 +884,14 @@ nlohmann::json NoiseFloorJson(const BatchProgress& b) {
   auto f = stats::EvalNoiseFloor(b.values, *b.eval_examples_min);
   if (!f) {
     j["floor"] = nullptr;
-    bool proportion = std::all_of(b.values.begin(), b.values.end(),
-                                  [](double v) { return v >= 0 && v <= 1; });
+    bool proportion =
+        std::all_of(b.values.begin(), b.values.end(), [](double v) { return v >= 0 && v <= 1; });
     j["short"] = "no floor";
-    j["text"] = !proportion ? "no evaluation floor: the runs report " + n +
-                                  " eval examples, but " + b.metric_name +
-                                  " is not a share of examples (a value outside 0..1)"
-                            : "no evaluation floor yet: " + n +
-                                  " eval examples, and fewer than 2 finished runs";
+    j["text"] =
+        !proportion
+            ? "no evaluation floor: the runs report " + n + " eval examples, but " + b.metric_name +
+                  " is not a share of examples (a value outside 0..1)"
+            : "no evaluation floor yet: " + n + " eval examples, and fewer than 2 finished runs";
     return j;
   }
   auto d4 = [](double v) { return FormatDouble(v, 4); };
@@ -909,13 +909,12 @@ nlohmann::json NoiseFloorJson(const BatchProgress& b) {
                       " seeds is " + d4(f->sd_lo) + ".." + d4(f->sd_hi) + ")" + fewest;
   if (f->at_floor) {
     j["text"] = "seed sd " + d4(f->sd) + " sits at the evaluation floor " + d4(f->floor) + " " +
-                where +
-                ": the seeds differ about as much as scoring " + n +
+                where + ": the seeds differ about as much as scoring " + n +
                 " examples alone makes them differ; more seeds will not narrow that spread, a "
                 "larger evaluation set will (4x the examples halves the floor)";
   } else {
-    j["text"] = "seed sd " + d4(f->sd) + " is " + ratio + " the evaluation floor " +
-                d4(f->floor) + " " + where +
+    j["text"] = "seed sd " + d4(f->sd) + " is " + ratio + " the evaluation floor " + d4(f->floor) +
+                " " + where +
                 ": training, not the evaluation set, makes most of the spread; more seeds help";
   }
   return j;

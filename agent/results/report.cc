@@ -388,10 +388,10 @@ std::string RenderMarkdown(const ReportData& r) {
     o << "|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& e : er.entries) {
       auto s = stats::Summarize(e.batch.values);
-      o << "| " << e.batch.id << " | `" << ShortSha(e.batch.sha, kReportShaChars) << "` | " << Md(e.batch.subject)
-        << " | " << s.n << " | " << (s.n ? Num(s.mean) : "-") << " | "
-        << (s.n > 1 ? Num(s.sd) + FloorCell(e.batch) : "-") << " | " << CiText(s) << " | " << DiffText(e) << " | "
-        << VerdictOf(e) << " | "
+      o << "| " << e.batch.id << " | `" << ShortSha(e.batch.sha, kReportShaChars) << "` | "
+        << Md(e.batch.subject) << " | " << s.n << " | " << (s.n ? Num(s.mean) : "-") << " | "
+        << (s.n > 1 ? Num(s.sd) + FloorCell(e.batch) : "-") << " | " << CiText(s) << " | "
+        << DiffText(e) << " | " << VerdictOf(e) << " | "
         << (e.spread_grew ? "**grew** (F-test p=" + Num(e.spread_p, 3) + ")" : "") << " |\n";
     }
     o << "\n";
@@ -402,9 +402,12 @@ std::string RenderMarkdown(const ReportData& r) {
        "(paired on the seeds both ran);\n"
        "the verdict is better or worse only when that difference is beyond seed noise\n"
        "(two-sided test at alpha 0.05; the experiments one commit changed are corrected\n"
-       "together, Holm unless trainq.yaml says otherwise). \"spread grew\" flags a variance larger than the\n"
-       "previous batch's (one-sided F-test, p < 0.05). \"floor\" beside an sd is the test-set noise\n"
-       "floor sqrt(p(1-p)/n) of runs that report eval_examples; \"sd at it\" means more seeds will\n"
+       "together, Holm unless trainq.yaml says otherwise). \"spread grew\" flags a variance larger "
+       "than the\n"
+       "previous batch's (one-sided F-test, p < 0.05). \"floor\" beside an sd is the test-set "
+       "noise\n"
+       "floor sqrt(p(1-p)/n) of runs that report eval_examples; \"sd at it\" means more seeds "
+       "will\n"
        "not narrow the spread, a larger evaluation set will (docs/STATISTICS.md).\n";
   if (!r.sweeps.empty()) {
     o << "## Sweeps\n\n";
@@ -602,13 +605,13 @@ std::string RenderHtml(const ReportData& r) {
                                                ? " class=\"better\""
                                                : " class=\"worse\"")
                                        : "";
-      o << "<tr><td>" << e.batch.id << "</td><td><code>" << ShortSha(e.batch.sha, kReportShaChars) << "</code></td><td>"
-        << HtmlEscape(e.batch.subject) << "</td><td>" << s.n << "</td><td>"
-        << (s.n ? Num(s.mean) : "-") << "</td><td>" << (s.n > 1 ? Num(s.sd) + HtmlEscape(FloorCell(e.batch)) : "-")
-        << "</td><td>" << CiText(s) << "</td><td>" << DiffText(e) << "</td><td" << cls << ">"
-        << HtmlEscape(verdict) << "</td><td>"
-        << (e.spread_grew ? "<span class=\"grew\">grew (p=" + Num(e.spread_p, 3) + ")</span>"
-                          : "")
+      o << "<tr><td>" << e.batch.id << "</td><td><code>" << ShortSha(e.batch.sha, kReportShaChars)
+        << "</code></td><td>" << HtmlEscape(e.batch.subject) << "</td><td>" << s.n << "</td><td>"
+        << (s.n ? Num(s.mean) : "-") << "</td><td>"
+        << (s.n > 1 ? Num(s.sd) + HtmlEscape(FloorCell(e.batch)) : "-") << "</td><td>" << CiText(s)
+        << "</td><td>" << DiffText(e) << "</td><td" << cls << ">" << HtmlEscape(verdict)
+        << "</td><td>"
+        << (e.spread_grew ? "<span class=\"grew\">grew (p=" + Num(e.spread_p, 3) + ")</span>" : "")
         << "</td></tr>\n";
     }
     o << "</table>\n";

@@ -297,8 +297,9 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
   // runner-up that gets the same fresh seeds ("confirm_baseline"); a sweep
   // confirmed before that is known by its one batch grown past `repeats`.
   const int confirm = spec.ConfirmSeeds();
-  const bool marked = std::any_of(points.begin(), points.end(),
-                                  [](const Sweeps::SweepPointRow& p) { return p.role == "confirm"; });
+  const bool marked = std::any_of(points.begin(), points.end(), [](const Sweeps::SweepPointRow& p) {
+    return p.role == "confirm";
+  });
   bool confirming = marked;
   for (const auto& k : known) confirming = confirming || spec.IsConfirmBatch(k.repeats);
   auto runs_left = [&]() -> std::int64_t {
@@ -310,10 +311,12 @@ Result<int> StepSweep(Store& store, std::int64_t id, TimeMs now) {
   // grows them now (ExtendBatch is idempotent).
   if (marked) {
     for (std::size_t i = 0; i < points.size() && i < known.size(); ++i) {
-      if (points[i].role.empty() || !known[i].batch_id || known[i].repeats >= spec.repeats + confirm) {
+      if (points[i].role.empty() || !known[i].batch_id ||
+          known[i].repeats >= spec.repeats + confirm) {
         continue;
       }
-      ASSIGN_OR_RETURN(int n, store.runs().ExtendBatch(*known[i].batch_id, spec.repeats + confirm, now));
+      ASSIGN_OR_RETURN(int n,
+                       store.runs().ExtendBatch(*known[i].batch_id, spec.repeats + confirm, now));
       if (n > 0) {
         ++in_flight;
         ++extended;
@@ -625,13 +628,13 @@ std::vector<std::string> WinnerLines(const SweepView& v, const SweepBest& best) 
   if (best.runner_up && best.vs_runner_up) {
     bool tie = best.vs_runner_up->verdict != stats::Verdict::kBetter &&
                best.vs_runner_up->verdict != stats::Verdict::kWorse;
-    std::string on = best.on_fresh_seeds
-                         ? " on the " + std::to_string(best.vs_runner_up->shared_seeds) +
-                               " fresh seeds both ran"
-                         : "";
+    std::string on =
+        best.on_fresh_seeds
+            ? " on the " + std::to_string(best.vs_runner_up->shared_seeds) + " fresh seeds both ran"
+            : "";
     lines.push_back("vs point " + std::to_string(best.runner_up->idx) + " (" +
-                    PointMeanText(*best.runner_up) + ", n=" +
-                    std::to_string(best.runner_up->summary.n) + ")" + on + ": " +
+                    PointMeanText(*best.runner_up) +
+                    ", n=" + std::to_string(best.runner_up->summary.n) + ")" + on + ": " +
                     (tie ? "tie: " : "") + ComparisonText(*best.vs_runner_up));
   }
   return lines;

@@ -2,10 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "agent/repo/manifest.h"
 #include "agent/repo/mirror.h"

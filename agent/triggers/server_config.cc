@@ -1,22 +1,19 @@
 #include "agent/triggers/server_config.h"
-#include "agent/triggers/database_config.h"
 
 #include <arpa/inet.h>
 #include <sys/socket.h>
-
-#include <algorithm>
-#include <cstring>
-
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "agent/repo/change_detect.h"
+#include "agent/triggers/database_config.h"
 #include "cloud/provider.h"
 #include "core/http_client.h"
 #include "core/process.h"
@@ -242,8 +239,10 @@ class ConfigParser : public YamlReader {
   // {metric_points: 90d, logs: 30d, audit: 400d, points_kept: 200}
   Result<RetentionPolicy> Retention(const YAML::Node& n, const std::string& path) const {
     if (!n.IsMap()) {
-      return Err(n, path, "expected {metric_points: DURATION, logs: DURATION, audit: DURATION, "
-                          "points_kept: N}, got " + Show(n));
+      return Err(n, path,
+                 "expected {metric_points: DURATION, logs: DURATION, audit: DURATION, "
+                 "points_kept: N}, got " +
+                     Show(n));
     }
     TRY(CheckKeys(n, path, {"metric_points", "logs", "audit", "points_kept"}));
     RetentionPolicy r;
@@ -251,7 +250,9 @@ class ConfigParser : public YamlReader {
       ASSIGN_OR_RETURN(r.metric_points_ms, ZeroOrDurationMs(v, path + ".metric_points"));
     }
     if (auto v = n["logs"]) { ASSIGN_OR_RETURN(r.logs_ms, ZeroOrDurationMs(v, path + ".logs")); }
-    if (auto v = n["audit"]) { ASSIGN_OR_RETURN(r.audit_ms, ZeroOrDurationMs(v, path + ".audit")); }
+    if (auto v = n["audit"]) {
+      ASSIGN_OR_RETURN(r.audit_ms, ZeroOrDurationMs(v, path + ".audit"));
+    }
     if (auto v = n["points_kept"]) {
       ASSIGN_OR_RETURN(auto k, Int(v, path + ".points_kept", 2));
       if (k > 100'000) return Err(v, path + ".points_kept", "at most 100000, got " + Show(v));
@@ -789,9 +790,9 @@ Result<ServerConfig> ParseServerConfig(std::string_view text, std::string_view f
   if (!root || root.IsNull()) return c;
   c.named_paths = ConfigNamedPaths(root);
   if (!root.IsMap()) return p.Err(root, "", "expected a mapping at the top level");
-  TRY(p.CheckKeys(root, "", {"listen", "database", "repositories", "pools", "read_token",
-                             "admin_token", "budget", "public_url", "retention", "auth", "notify",
-                             "mlflow"}));
+  TRY(p.CheckKeys(root, "",
+                  {"listen", "database", "repositories", "pools", "read_token", "admin_token",
+                   "budget", "public_url", "retention", "auth", "notify", "mlflow"}));
   if (auto a = root["auth"]) { ASSIGN_OR_RETURN(c.auth, p.Auth(a, "auth")); }
   if (auto r = root["retention"]) { ASSIGN_OR_RETURN(c.retention, p.Retention(r, "retention")); }
   if (auto b = root["budget"]) { ASSIGN_OR_RETURN(c.budget, p.Budget(b, "budget")); }
@@ -892,7 +893,8 @@ Result<DatabaseConfig> ParseDatabaseConfig(const YamlReader& reader, const YAML:
   } else if (!n.IsScalar()) {
     return reader.Err(n, path,
                       "expected a postgres:// URL, a SQLite file, or {url: URL, password: {file: "
-                      "PATH}}, got " + YamlReader::Show(n));
+                      "PATH}}, got " +
+                          YamlReader::Show(n));
   }
   ASSIGN_OR_RETURN(c.url, reader.NonEmptyStr(url, url_path));
   if (sql::IsPostgresUrl(c.url) && sql::RedactUrl(c.url) != c.url) {

@@ -28,7 +28,8 @@
 //                                 # compacted, logs gzipped, audit rows deleted
 //                                 # (queue/retention.h); default: kept
 //   notify: [...]                 # chat and webhook notifications (agent/triggers/notify_config.h)
-//   mlflow: {...}                 # export to an MLflow tracking server (agent/triggers/mlflow_config.h)
+//   mlflow: {...}                 # export to an MLflow tracking server
+//   (agent/triggers/mlflow_config.h)
 //
 // Secrets and tokens are read from an environment variable or a file, never
 // written in the config itself, and never logged. Every error names the file,

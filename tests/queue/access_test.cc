@@ -92,8 +92,8 @@ TEST_CASE("Audit rows older than a time are pruned, oldest first, at most a give
   REQUIRE(store);
   auto& a = store->access();
   for (int i = 0; i < 5; ++i) {
-    REQUIRE(a.AddAudit({0, kT0 + i, "ada@example.com", "cancel_run", "run " + std::to_string(i),
-                        "", "10.0.0.5"}));
+    REQUIRE(a.AddAudit(
+        {0, kT0 + i, "ada@example.com", "cancel_run", "run " + std::to_string(i), "", "10.0.0.5"}));
   }
   // Two rows at the same moment: the older id goes first.
   REQUIRE(a.AddAudit({0, kT0 + 3, "bob@example.com", "retry_run", "run 3", "", "10.0.0.6"}));

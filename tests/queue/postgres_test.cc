@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "queue/duty_lock.h"
-#include "queue/sqlite.h"
 #include "queue/run_queue.h"
+#include "queue/sqlite.h"
 #include "queue/store.h"
 #include "tests/support/postgres_server.h"
 #include "tests/support/temp_dir.h"
@@ -213,8 +213,10 @@ TEST_CASE("A PostgreSQL database written by a newer trainq, or holding other tab
   CHECK(tables.Int(0) == 1);  // nothing written
 }
 
-TEST_CASE("The duties go to one process per store, and to another when the holder's "
-          "connection ends", "[postgres]") {
+TEST_CASE(
+    "The duties go to one process per store, and to another when the holder's "
+    "connection ends",
+    "[postgres]") {
   testing::TempDir dir;
   std::string where = testing::StoreLocation(dir, "duties.db");
   REQUIRE(Store::Open(where));
@@ -245,16 +247,18 @@ TEST_CASE("The duties go to one process per store, and to another when the holde
   // the keepalives): the holder learns at its next check, another takes them.
   {
     auto admin = sql::Db::Open(where, false, 1000).value();
-    REQUIRE(admin.Exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                       "WHERE application_name = 'trainq serve (duties)' AND pid IN "
-                       "(SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND "
-                       "classid = 1953588341 AND objid = hashtext(current_schema())::oid "
-                       "AND granted)"));
+    REQUIRE(
+        admin.Exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                   "WHERE application_name = 'trainq serve (duties)' AND pid IN "
+                   "(SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND "
+                   "classid = 1953588341 AND objid = hashtext(current_schema())::oid "
+                   "AND granted)"));
   }
   auto lost = b.Hold();
   CHECK_FALSE(lost);
-  if (!lost) CHECK(lost.error().message.find("the connection holding the duties lock failed") !=
-                   std::string::npos);
+  if (!lost)
+    CHECK(lost.error().message.find("the connection holding the duties lock failed") !=
+          std::string::npos);
   CHECK(a.Hold().value());
 }
 

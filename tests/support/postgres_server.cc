@@ -8,9 +8,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <stdexcept>
 
 #include "queue/sqlite.h"

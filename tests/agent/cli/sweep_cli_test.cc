@@ -76,11 +76,12 @@ TEST_CASE("sweep cli: start, serve --until-idle, status, best, --as set", "[swee
   auto start = Trainq(db, "sweep start mlp --repo " + ShellQuote(git.dir()));
   INFO(start.text);
   REQUIRE(start.code == 0);
-  CHECK_THAT(start.text, Catch::Contains("sweep 1: mlp at " + sha.substr(0, 10) +
-                                         ", 6 points x 3 seeds (seeds 1..3), then 3 fresh "
-                                         "seeds for the winner and the same for the runner-up (paired), "
-                                         "grid: lr, width, 2 in flight; "
-                                         "2 queued now"));
+  CHECK_THAT(start.text,
+             Catch::Contains("sweep 1: mlp at " + sha.substr(0, 10) +
+                             ", 6 points x 3 seeds (seeds 1..3), then 3 fresh "
+                             "seeds for the winner and the same for the runner-up (paired), "
+                             "grid: lr, width, 2 in flight; "
+                             "2 queued now"));
 
   auto serve = Trainq(db, "serve --slots 2 --until-idle --poll-ms 20");
   INFO(serve.text);

@@ -365,9 +365,10 @@ TEST_CASE("one verdict document: a Holm family renders the same interval, adjust
 // `eval_examples` get the floor sqrt(p(1-p)/n) beside their seed sd, and
 // every surface that shows the sd shows the same floor and the same words.
 // The base's spread sits at its floor; the head's is above it.
-TEST_CASE("the test-set noise floor: show, status, compare, gate, the PR comment and the report give "
-          "the same floor and say when the seed sd sits at it",
-          "[verdict][surfaces][floor]") {
+TEST_CASE(
+    "the test-set noise floor: show, status, compare, gate, the PR comment and the report give "
+    "the same floor and say when the seed sd sits at it",
+    "[verdict][surfaces][floor]") {
   testing::TempDir tmp;
   testing::GitCli work(tmp / "work");
   const std::string db = tmp / "t.db";
@@ -391,8 +392,10 @@ experiments:
     auto store = Store::Open(db).value();
     auto leased = store.runs().Lease("w", 1'000, 60'000, 100).value();
     for (const auto& l : leased) {
-      REQUIRE(store.runs().AddMetrics(l.run_id, l.token, {{"eval_examples", 2000, 1, false}}, 1'000));
-      REQUIRE(store.runs().Complete(l.run_id, l.token, 1'000, values.at(static_cast<size_t>(l.seed - 1))));
+      REQUIRE(
+          store.runs().AddMetrics(l.run_id, l.token, {{"eval_examples", 2000, 1, false}}, 1'000));
+      REQUIRE(store.runs().Complete(l.run_id, l.token, 1'000,
+                                    values.at(static_cast<size_t>(l.seed - 1))));
     }
   };
   REQUIRE(CmdSubmit(so, clock, sink));
@@ -536,17 +539,19 @@ experiments:
   }
 }
 
-TEST_CASE("the test-set noise floor: a metric that is not a share of examples gets none, and "
-          "says why",
-          "[verdict][floor]") {
+TEST_CASE(
+    "the test-set noise floor: a metric that is not a share of examples gets none, and "
+    "says why",
+    "[verdict][floor]") {
   BatchProgress b;
   b.metric_name = "loss";
   b.values = {1.2, 1.4, 1.3};
   b.eval_examples_min = b.eval_examples_max = 500;
   auto f = NoiseFloorJson(b);
   CHECK(f["floor"].is_null());
-  CHECK(f["text"] == "no evaluation floor: the runs report 500 eval examples, but loss is not a "
-                     "share of examples (a value outside 0..1)");
+  CHECK(f["text"] ==
+        "no evaluation floor: the runs report 500 eval examples, but loss is not a "
+        "share of examples (a value outside 0..1)");
   CHECK(SpreadText(b) == "loss 1.3000 ± 0.1000 (n=3)");
   // Runs that report different sizes: the floor uses the fewest, and says so.
   b.metric_name = "accuracy";

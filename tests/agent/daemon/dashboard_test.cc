@@ -24,8 +24,8 @@
 #include "queue/store.h"
 #include "tests/support/git_cli.h"
 #include "tests/support/log_capture.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/postgres_server.h"
+#include "tests/support/temp_dir.h"
 
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -80,8 +80,8 @@ struct Fixture {
     auto store = Store::Open(db).value();
     Add(store, sha_a, "", {0.90, 0.91, 0.92}, true);
     Add(store, sha_b, sha_a, {0.95, 0.96, 0.97}, false);  // queued
-    server = std::make_unique<Server>(config, db, clock,
-                                      ServerOptions{.data_dir = tmp.path().string()});
+    server =
+        std::make_unique<Server>(config, db, clock, ServerOptions{.data_dir = tmp.path().string()});
     REQUIRE(server->Open());
   }
   void Add(Store& store, const std::string& sha, const std::string& parent,
@@ -560,8 +560,8 @@ struct ClockedFixture {
                                "server.yaml")
                  .value();
     REQUIRE(Store::Open(db));
-    server = std::make_unique<Server>(config, db, clock,
-                                      ServerOptions{.data_dir = tmp.path().string()});
+    server =
+        std::make_unique<Server>(config, db, clock, ServerOptions{.data_dir = tmp.path().string()});
     REQUIRE(server->Open());
   }
   std::string SignIn(const std::string& token) {

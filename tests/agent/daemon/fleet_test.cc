@@ -1,25 +1,25 @@
 // The fleet loop against a recording FakeProvider and a real store file.
-#include <catch2/catch.hpp>
+#include "agent/daemon/fleet.h"
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <future>
 #include <mutex>
 
-#include "agent/daemon/fleet.h"
 #include "cloud/provider.h"
 #include "core/clock.h"
-#include "core/process.h"
 #include "core/http_client.h"
+#include "core/process.h"
 #include "core/strings.h"
 #include "queue/machines.h"
 #include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/support/fake_ec2.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/postgres_server.h"
+#include "tests/support/temp_dir.h"
 
 namespace trainq {
 namespace {

@@ -6,7 +6,6 @@
 // replayed code, a person without access and a revoked token refused. The
 // GitHub door (the same code) is tested in github_login_test.cc.
 #include <catch2/catch.hpp>
-
 #include <nlohmann/json.hpp>
 
 #include "agent/daemon/server.h"
@@ -17,8 +16,8 @@
 #include "queue/store.h"
 #include "tests/agent/daemon/signin_fixture.h"
 #include "tests/support/log_capture.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/postgres_server.h"
+#include "tests/support/temp_dir.h"
 
 using nlohmann::json;
 
@@ -84,8 +83,8 @@ struct ForgeDoor {
       auto runs = store.runs().Runs(b.id, std::nullopt, 0).value();
       for (const auto& r : runs) (b.repo == "model" ? model_runs : secret_runs).push_back(r.id);
     }
-    server = std::make_unique<Server>(config, db, clock,
-                                      ServerOptions{.data_dir = tmp.path().string()});
+    server =
+        std::make_unique<Server>(config, db, clock, ServerOptions{.data_dir = tmp.path().string()});
     REQUIRE(server->Open());
   }
   struct Trip {

@@ -6,7 +6,6 @@
 // forged or another browser's state, a replayed code, no access) a clear page
 // and a log line with nothing granted.
 #include <catch2/catch.hpp>
-
 #include <nlohmann/json.hpp>
 
 #include "agent/daemon/server.h"
@@ -17,8 +16,8 @@
 #include "queue/store.h"
 #include "tests/agent/daemon/signin_fixture.h"
 #include "tests/support/log_capture.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/postgres_server.h"
+#include "tests/support/temp_dir.h"
 
 using nlohmann::json;
 
@@ -51,16 +50,20 @@ struct GithubDoor {
   explicit GithubDoor(const std::string& extra = "") {
     clock.Set(1'800'000'000'000);
     REQUIRE(WriteFile(tmp / "gh-secret", "oauth-secret-42\n"));
-    config = ParseServerConfig(
-                 "repositories:\n"
-                 "  - {url: " + std::string(kModel) + ", forge: github}\n"
-                 "  - {url: " + std::string(kSecret) + ", forge: github}\n"
-                 "auth:\n"
-                 "  github: {client_id: Iv1.trainqtest, client_secret: {file: " +
-                     (tmp / "gh-secret") + "}, web_url: " + fake + ", api_url: " + fake + "}\n" +
-                     extra,
-                 "server.yaml")
-                 .value();
+    config =
+        ParseServerConfig(
+            "repositories:\n"
+            "  - {url: " +
+                std::string(kModel) +
+                ", forge: github}\n"
+                "  - {url: " +
+                std::string(kSecret) +
+                ", forge: github}\n"
+                "auth:\n"
+                "  github: {client_id: Iv1.trainqtest, client_secret: {file: " +
+                (tmp / "gh-secret") + "}, web_url: " + fake + ", api_url: " + fake + "}\n" + extra,
+            "server.yaml")
+            .value();
     auto store = Store::Open(db).value();
     for (const char* repo : {kModel, kSecret}) {
       CommitInfo c;
@@ -81,8 +84,8 @@ struct GithubDoor {
     }
     REQUIRE(model_runs.size() == 2);
     REQUIRE(secret_runs.size() == 2);
-    server = std::make_unique<Server>(config, db, clock,
-                                      ServerOptions{.data_dir = tmp.path().string()});
+    server =
+        std::make_unique<Server>(config, db, clock, ServerOptions{.data_dir = tmp.path().string()});
     REQUIRE(server->Open());
   }
   void As(const std::string& login) { gh.Post("/_fake/config", {{"as", login}}); }

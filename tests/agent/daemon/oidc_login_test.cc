@@ -2,12 +2,11 @@
 // issuer (tests/support/fake_oidc.py) on loopback: discovery, the code flow
 // with state, PKCE and nonce, real RS256 ID tokens checked against the JWKS,
 // roles from auth.oidc's lists, and every refusal (a bad signature, another
-// key under the published kid, another audience or issuer, expired, not yet valid, alg none, HS256 keyed with the
-// public key, another nonce, an unknown kid, missing or forged state, a
-// replayed code, another sign-in's code) a clear page and a log line with nothing granted; a rotated
-// key is fetched again (at most once a minute) and then accepted.
+// key under the published kid, another audience or issuer, expired, not yet valid, alg none, HS256
+// keyed with the public key, another nonce, an unknown kid, missing or forged state, a replayed
+// code, another sign-in's code) a clear page and a log line with nothing granted; a rotated key is
+// fetched again (at most once a minute) and then accepted.
 #include <catch2/catch.hpp>
-
 #include <nlohmann/json.hpp>
 
 #include "agent/daemon/oidc.h"
@@ -19,8 +18,8 @@
 #include "queue/store.h"
 #include "tests/agent/daemon/signin_fixture.h"
 #include "tests/support/log_capture.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/postgres_server.h"
+#include "tests/support/temp_dir.h"
 
 using nlohmann::json;
 
@@ -72,8 +71,8 @@ struct OidcDoor {
       auto rows = store.runs().Runs(b.id, std::nullopt, 0).value();
       for (const auto& r : rows) runs.push_back(r.id);
     }
-    server = std::make_unique<Server>(config, db, clock,
-                                      ServerOptions{.data_dir = tmp.path().string()});
+    server =
+        std::make_unique<Server>(config, db, clock, ServerOptions{.data_dir = tmp.path().string()});
     REQUIRE(server->Open());
   }
   // The browser's trip: /signin/oidc, the issuer's authorize page (approves

@@ -3,7 +3,6 @@
 // tokens, revoked and expired; roles (a read person cannot cancel); and the
 // audit trail of who did what, from where.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -19,8 +18,8 @@
 #include "queue/run_queue.h"
 #include "queue/store.h"
 #include "tests/support/log_capture.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/postgres_server.h"
+#include "tests/support/temp_dir.h"
 
 using nlohmann::json;
 
@@ -79,8 +78,8 @@ struct People {
     batch = store.runs().Batches(false, 0).value().front().id;
     auto rows = store.runs().Runs(batch, std::nullopt, 0).value();
     for (const auto& r : rows) runs.push_back(r.id);
-    server = std::make_unique<Server>(config, db, clock,
-                                      ServerOptions{.data_dir = tmp.path().string()});
+    server =
+        std::make_unique<Server>(config, db, clock, ServerOptions{.data_dir = tmp.path().string()});
     REQUIRE(server->Open());
   }
   std::string SignIn(const std::string& token) {
@@ -454,7 +453,8 @@ TEST_CASE("people: only an admin resets a failing pool from the dashboard; audit
   CHECK(f.Post(shared, "/dash/api/action", reset).status == 403);
   auto w = f.Post(ada, "/dash/api/action", reset);
   CHECK(w.status == 403);
-  CHECK_THAT(w.body, Catch::Contains("resetting a pool needs an admin role (ada@example.com is write)"));
+  CHECK_THAT(w.body,
+             Catch::Contains("resetting a pool needs an admin role (ada@example.com is write)"));
   CHECK(log.Count("dashboard: ada@example.com (write) was refused reset_pool") == 1);
   CHECK(failed_boots() == 103);
   // An admin without the CSRF token: refused.
@@ -473,13 +473,15 @@ TEST_CASE("people: only an admin resets a failing pool from the dashboard; audit
   CHECK(log.Count("dashboard: eve@example.com reset pool gpu (3 failed boot(s) forgotten)") == 1);
   // Nothing left to reset; a pool that does not exist; no pool named.
   CHECK(f.Post(admin, "/dash/api/action", reset).status == 409);
-  CHECK(f.Post(admin, "/dash/api/action", {{"action", "reset_pool"}, {"pool", "tpu"}}).status == 409);
+  CHECK(f.Post(admin, "/dash/api/action", {{"action", "reset_pool"}, {"pool", "tpu"}}).status ==
+        409);
   CHECK(f.Post(admin, "/dash/api/action", {{"action", "reset_pool"}}).status == 400);
   CHECK(f.Post(admin, "/dash/api/action", {{"action", "reset_pool"}, {"pool", 7}}).status == 400);
 }
 
-TEST_CASE("people: retention.audit deletes audit rows older than its limit, a bounded number a step",
-          "[people][retention]") {
+TEST_CASE(
+    "people: retention.audit deletes audit rows older than its limit, a bounded number a step",
+    "[people][retention]") {
   People f("retention: {audit: 30d}\n");
   CHECK(f.config.retention.audit_ms == 30 * kDay);
   CHECK(f.config.retention.any());
@@ -492,8 +494,8 @@ TEST_CASE("people: retention.audit deletes audit rows older than its limit, a bo
                                        "cancel_run", "run " + std::to_string(i), "", "10.0.0.1"}));
     }
     for (TimeMs age : {29 * kDay, kDay, TimeMs{0}}) {
-      REQUIRE(store.access().AddAudit({0, now - age, "bob@example.com", "retry_run", "run 1", "",
-                                       "10.0.0.2"}));
+      REQUIRE(store.access().AddAudit(
+          {0, now - age, "bob@example.com", "retry_run", "run 1", "", "10.0.0.2"}));
     }
   }
   auto store = Store::Open(f.db).value();
@@ -504,7 +506,8 @@ TEST_CASE("people: retention.audit deletes audit rows older than its limit, a bo
   auto left = store.access().AuditSince(0, 10'000).value();
   CHECK(left.size() == 203);
   CHECK(left.back().target == "run 1000");  // the oldest left
-  CHECK(log.Count("retention: 1000 audit row(s) older than the retention.audit limit deleted") == 1);
+  CHECK(log.Count("retention: 1000 audit row(s) older than the retention.audit limit deleted") ==
+        1);
   // A full step: the next comes soon, and takes the rest.
   step.StepLogged(store, now + 250);
   left = store.access().AuditSince(0, 10'000).value();

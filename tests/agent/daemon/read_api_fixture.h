@@ -17,8 +17,8 @@
 #include "core/strings.h"
 #include "queue/run_queue.h"
 #include "queue/store.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/postgres_server.h"
+#include "tests/support/temp_dir.h"
 
 namespace trainq::testing::read_api {
 
@@ -101,8 +101,8 @@ struct InProcess {
     REQUIRE(c);
     config = *c;
     h.Write(db, clock.Now());
-    server = std::make_unique<Server>(config, db, clock,
-                                      ServerOptions{.data_dir = tmp.path().string()});
+    server =
+        std::make_unique<Server>(config, db, clock, ServerOptions{.data_dir = tmp.path().string()});
     REQUIRE(server->Open());
   }
 };

@@ -1,9 +1,6 @@
 // The HTTP server: routes without sockets, then the real listener on
 // loopback.
 #include "agent/daemon/server.h"
-#include "queue/pushes.h"
-#include "queue/run_queue.h"
-#include "queue/store.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -12,21 +9,24 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
-#include "agent/results/status.h"
-#include "agent/triggers/forge.h"
 #include "agent/daemon/server_http.h"
 #include "agent/daemon/worker_api.h"
+#include "agent/results/status.h"
+#include "agent/triggers/forge.h"
 #include "agent/triggers/webhook.h"
 #include "core/http_client.h"
 #include "core/strings.h"
+#include "queue/pushes.h"
+#include "queue/run_queue.h"
+#include "queue/store.h"
 #include "tests/support/http_server.h"
 #include "tests/support/log_capture.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/postgres_server.h"
+#include "tests/support/temp_dir.h"
 
 using nlohmann::json;
 
@@ -64,8 +64,8 @@ struct World {
       REQUIRE(store.runs().Submit("/srv/model", {std::string(40, 'c'), "", "subject", "me", 0}, {spec},
                            clock.Now()));
     }
-    server = std::make_unique<Server>(config, db, clock,
-                                      ServerOptions{.data_dir = tmp.path().string()});
+    server =
+        std::make_unique<Server>(config, db, clock, ServerOptions{.data_dir = tmp.path().string()});
     REQUIRE(server->Open());
   }
 

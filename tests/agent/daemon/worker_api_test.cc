@@ -1,9 +1,6 @@
 // The worker protocol on the server: real HTTP on loopback through the
 // HTTP listener and libcurl, a real SQLite file.
 #include "agent/daemon/worker_api.h"
-#include "queue/machines.h"
-#include "queue/run_queue.h"
-#include "queue/store.h"
 
 #include <sys/stat.h>
 
@@ -14,16 +11,19 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "agent/repo/git_repo.h"
 #include "agent/daemon/server.h"
 #include "agent/daemon/server_http.h"
+#include "agent/repo/git_repo.h"
 #include "agent/results/status.h"
 #include "core/http_client.h"
 #include "core/strings.h"
+#include "queue/machines.h"
+#include "queue/run_queue.h"
+#include "queue/store.h"
 #include "tests/support/git_fixture.h"
 #include "tests/support/http_server.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/postgres_server.h"
+#include "tests/support/temp_dir.h"
 
 using nlohmann::json;
 

@@ -9,8 +9,8 @@
 #include "core/strings.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/git_fixture.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/postgres_server.h"
+#include "tests/support/temp_dir.h"
 
 using nlohmann::json;
 

@@ -18,8 +18,8 @@
 #include "queue/store.h"
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/git_fixture.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/postgres_server.h"
+#include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;

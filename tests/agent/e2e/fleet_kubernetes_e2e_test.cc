@@ -13,9 +13,8 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/process.h"
 #include "core/strings.h"
@@ -26,8 +25,8 @@
 #include "tests/support/fake_kube.h"
 #include "tests/support/git_fixture.h"
 #include "tests/support/http_server.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/postgres_server.h"
+#include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;

@@ -20,8 +20,8 @@
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/git_cli.h"
 #include "tests/support/http_server.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/postgres_server.h"
+#include "tests/support/temp_dir.h"
 
 using nlohmann::json;
 using namespace std::chrono_literals;

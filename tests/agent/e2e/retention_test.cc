@@ -3,6 +3,8 @@
 // archives their logs, a bounded amount per serve tick, and changes nothing a
 // verdict, a report or `trainq show` reads. Real stores, real files, and the
 // real `trainq serve` and `trainq logs`.
+#include "agent/results/retention.h"
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -10,7 +12,6 @@
 
 #include "agent/results/commit_view.h"
 #include "agent/results/report.h"
-#include "agent/results/retention.h"
 #include "agent/results/run_logs.h"
 #include "agent/triggers/server_config.h"
 #include "core/strings.h"
@@ -19,8 +20,8 @@
 #include "queue/sqlite.h"
 #include "queue/store.h"
 #include "tests/agent/agent_test_util.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/postgres_server.h"
+#include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

@@ -27,8 +27,8 @@
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/git_cli.h"
 #include "tests/support/http_server.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/postgres_server.h"
+#include "tests/support/temp_dir.h"
 
 using nlohmann::json;
 using namespace std::chrono_literals;
@@ -534,8 +534,8 @@ TEST_CASE(
                                {"configs/b.yaml", "lr: 6\n"}},
                               "base");
   const std::string db = testing::StoreLocation(tmp, "t.db");
-  std::string tq = std::string(TRAINQ_BINARY) + " --db " + ShellQuote(db) +
-                   " submit --repo " + ShellQuote(work.dir());
+  std::string tq = std::string(TRAINQ_BINARY) + " --db " + ShellQuote(db) + " submit --repo " +
+                   ShellQuote(work.dir());
   std::string out;
   REQUIRE(testing::RunShell(StdoutOnly(tq + " --json"), &out) == 0);
   auto first = json::parse(out);
@@ -584,8 +584,8 @@ TEST_CASE(
       if (x.reuses_batch_id) reusing = x.id;
     }
     REQUIRE(reusing > 0);
-    REQUIRE(testing::RunShell(std::string(TRAINQ_BINARY) + " --db " + ShellQuote(db) +
-                                  " cancel " + std::to_string(reusing),
+    REQUIRE(testing::RunShell(std::string(TRAINQ_BINARY) + " --db " + ShellQuote(db) + " cancel " +
+                                  std::to_string(reusing),
                               &out) == 0);
     CHECK(out.find("nothing to cancel: it has no runs of its own, it reuses batch " +
                    std::to_string(b_id) + "'s (at " + a.substr(0, 10) + ")") != std::string::npos);

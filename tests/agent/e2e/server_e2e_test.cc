@@ -19,8 +19,8 @@
 #include "tests/agent/agent_test_util.h"
 #include "tests/support/git_cli.h"
 #include "tests/support/http_server.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/postgres_server.h"
+#include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

@@ -4,8 +4,6 @@
 // SIGTERM hands runs back without using an attempt, the dead-man switch runs
 // self_stop, fused seeds become one process. (The parsers and planners are in
 // tests/agent/runner/worker_test.cc.)
-#include "agent/runner/worker.h"
-
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -23,6 +21,7 @@
 #include "agent/repo/git_repo.h"
 #include "agent/repo/manifest.h"
 #include "agent/repo/mirror.h"
+#include "agent/runner/worker.h"
 #include "core/strings.h"
 #include "queue/machines.h"
 #include "queue/run_queue.h"
@@ -30,8 +29,8 @@
 #include "tests/support/file_size_limit.h"
 #include "tests/support/git_fixture.h"
 #include "tests/support/http_server.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/postgres_server.h"
+#include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;

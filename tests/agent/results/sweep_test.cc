@@ -324,7 +324,7 @@ TEST_CASE("sweep confirm: the search's pick gets fresh seeds, which are its clai
   auto runs_budget = Space("        lr: {uniform: [0, 1]}\n", "      budget: {runs: 20}\n      repeats: 3\n");
   CHECK(runs_budget.ConfirmSeeds() == 3);
   CHECK(runs_budget.PairedConfirm());
-  CHECK(runs_budget.ConfirmRuns() == 6);   // the pick's 3 and the runner-up's same 3
+  CHECK(runs_budget.ConfirmRuns() == 6);  // the pick's 3 and the runner-up's same 3
   CHECK(runs_budget.PointBudget() == 5);  // (20 - 6) / 3 rounded up
   // A budget too small for two points and both confirmations: the pick alone.
   auto tight = Space("        lr: {uniform: [0, 1]}\n",
@@ -333,9 +333,10 @@ TEST_CASE("sweep confirm: the search's pick gets fresh seeds, which are its clai
   CHECK(tight.ConfirmRuns() == 2);
 }
 
-TEST_CASE("sweep confirm, paired: the runner-up gets the pick's fresh seeds, marked in the "
-          "store, and the two are compared on those seeds alone",
-          "[sweep][topup]") {
+TEST_CASE(
+    "sweep confirm, paired: the runner-up gets the pick's fresh seeds, marked in the "
+    "store, and the two are compared on those seeds alone",
+    "[sweep][topup]") {
   testing::TempDir tmp;
   auto store = std::move(*Store::Open(tmp / "t.db"));
   auto spec = Space("        lr: {values: [1, 2, 3, 4]}\n",
@@ -366,7 +367,8 @@ TEST_CASE("sweep confirm, paired: the runner-up gets the pick's fresh seeds, mar
   std::map<int, std::string> roles;
   auto marked = *store.sweeps().SweepPoints(id);
   for (const auto& p : marked) roles[p.idx] = p.role;
-  CHECK(roles == std::map<int, std::string>{{0, ""}, {1, "confirm"}, {2, ""}, {3, "confirm_baseline"}});
+  CHECK(roles ==
+        std::map<int, std::string>{{0, ""}, {1, "confirm"}, {2, ""}, {3, "confirm_baseline"}});
 
   auto view = *LoadSweepView(store, id);
   CHECK(view.runs_total == 18);

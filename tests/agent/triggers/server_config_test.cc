@@ -1,7 +1,6 @@
 // The server config file: defaults, secrets from env or file, and errors that
 // name file:line:key without ever showing a secret.
 #include "agent/triggers/server_config.h"
-#include "agent/triggers/database_config.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -9,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <set>
 
+#include "agent/triggers/database_config.h"
 #include "core/strings.h"
 #include "tests/support/temp_dir.h"
 
