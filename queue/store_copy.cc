@@ -8,7 +8,6 @@
 #include <map>
 #include <set>
 
-#include "queue/schema.h"
 #include "queue/sqlite.h"
 #include "queue/store.h"
 

@@ -415,7 +415,7 @@ TEST_CASE("people: a trusted header is honoured from the listed proxy only, role
   CHECK(HasRow(f.Audit(), "?", "login_failed"));
 }
 
-TEST_CASE("people: only an admin resets a failing pool from the dashboard; audited, CSRF-checked",
+TEST_CASE("people: only an admin resets a failing pool from the dashboard, audited, CSRF-checked",
           "[people][pools]") {
   People f;
   testing::LogCapture log;

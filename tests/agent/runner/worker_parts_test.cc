@@ -64,7 +64,7 @@ struct LinkRig {
 };
 
 TEST_CASE(
-    "WorkerLink: no answer backs off from retry_base_ms, doubling up to retry_max_ms; an "
+    "WorkerLink: no answer backs off from retry_base_ms, doubling up to retry_max_ms, an "
     "answer ends the backoff") {
   LinkRig r;
   const TimeMs start = r.clock.Now();
@@ -179,7 +179,7 @@ TEST_CASE(
   CHECK(r.registration.registered());  // it was, once
 }
 
-TEST_CASE("Registration: a 409 is kNotToRun; no answer is kNoAnswer and sets nothing") {
+TEST_CASE("Registration: a 409 is kNotToRun, no answer is kNoAnswer and sets nothing") {
   RegistrationRig r;
   r.queue.down = true;
   auto none = r.registration.Register();
@@ -216,7 +216,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "Registration: the self-stop command ends at once on the stop flag; without a command "
+    "Registration: the self-stop command ends at once on the stop flag, without a command "
     "nothing runs") {
   RegistrationRig r;
   std::atomic<bool> stop{true};
@@ -234,7 +234,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "Registration: orphaned after orphan_timeout_ms without an answer; leave only once "
+    "Registration: orphaned after orphan_timeout_ms without an answer, leave only once "
     "registered") {
   RegistrationRig r;
   r.registration.Leave();
@@ -321,7 +321,7 @@ TEST_CASE(
 
 TEST_CASE(
     "KeptResults: delivery stops at the first result without an answer and keeps it for the "
-    "next try; a refused one is dropped") {
+    "next try, a refused one is dropped") {
   KeptRig r;
   r.kept.Keep(r.Result(1, "failed"), "run 1", "connection refused", 500);
   r.kept.Keep(r.Result(2, "failed"), "run 2", "connection refused", 500);
