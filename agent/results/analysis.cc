@@ -903,11 +903,26 @@ nlohmann::json NoiseFloorJson(const BatchProgress& b) {
   j["ratio"] = std::isfinite(f->ratio) ? nlohmann::json(f->ratio) : nlohmann::json(nullptr);
   j["at_floor"] = f->at_floor;
   const std::string ratio = std::isfinite(f->ratio) ? FormatDouble(f->ratio, 1) + "x" : "above";
-  j["short"] = "floor " + d4(f->floor) + (f->at_floor ? ", sd at it" : ", sd " + ratio);
+  // Below: even the top of the sd's interval is under the floor. The runs
+  // then agree on which examples they get right more than independent
+  // scoring would, so "about as much as" would overstate the seed spread.
+  const bool below = f->at_floor && f->sd_hi < f->floor;
+  j["short"] = "floor " + d4(f->floor) +
+               (below         ? ", sd below it"
+                : f->at_floor ? ", sd at it"
+                              : ", sd " + ratio);
   std::string where = "(" + b.metric_name + " " + FormatDouble(f->p, 4) + " on " + n +
                       " eval examples; the sd's 95% interval over " + std::to_string(f->seeds) +
                       " seeds is " + d4(f->sd_lo) + ".." + d4(f->sd_hi) + ")" + fewest;
-  if (f->at_floor) {
+  if (below) {
+    j["text"] =
+        "seed sd " + d4(f->sd) + " is below the evaluation floor " + d4(f->floor) + " " + where +
+        ": the runs mostly agree on which of the " + n +
+        " examples they get right, so they differ less than independent scoring would; "
+        "more seeds will not narrow that spread, and what this accuracy says about new data "
+        "is uncertain by about the floor, which a larger evaluation set narrows (4x the "
+        "examples halves it)";
+  } else if (f->at_floor) {
     j["text"] = "seed sd " + d4(f->sd) + " sits at the evaluation floor " + d4(f->floor) + " " +
                 where + ": the seeds differ about as much as scoring " + n +
                 " examples alone makes them differ; more seeds will not narrow that spread, a "

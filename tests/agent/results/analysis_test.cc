@@ -679,3 +679,32 @@ TEST_CASE("CheckRepro: bit-identical values are reproducible", "[analysis][deter
   running.counts[static_cast<int>(RunState::kQueued)] = 1;
   CHECK(CheckRepro(b, running).text == "determinism check running");
 }
+
+// The floor's words (docs/STATISTICS.md, "When the seed sd sits at the
+// floor"): at it when the sd's interval reaches the floor, below it when even
+// its top is under the floor, a ratio when its bottom is above it.
+TEST_CASE("noise floor words: below it, at it, or the ratio to the floor", "[floor]") {
+  auto words = [](std::vector<double> values, double examples) {
+    BatchProgress b;
+    b.metric_name = "accuracy";
+    b.values = std::move(values);
+    b.eval_examples_min = b.eval_examples_max = examples;
+    return NoiseFloorJson(b);
+  };
+  // 10 seeds, sd about 0.0026 at p 0.98 on 359 examples: floor 0.0074, the
+  // sd's interval tops out near 0.0047, under it.
+  auto below = words({0.978, 0.981, 0.983, 0.984, 0.986, 0.980, 0.982, 0.985, 0.979, 0.987}, 359);
+  CHECK(below["at_floor"] == true);
+  CHECK(below["short"].get<std::string>().ends_with(", sd below it"));
+  CHECK(below["text"].get<std::string>().find("is below the evaluation floor") !=
+        std::string::npos);
+  // The same spread on 20,000 examples: the floor 0.0010 is far under it.
+  auto above = words({0.978, 0.981, 0.983, 0.984, 0.986, 0.980, 0.982, 0.985, 0.979, 0.987}, 20000);
+  CHECK(above["at_floor"] == false);
+  CHECK(above["short"].get<std::string>().ends_with("x"));
+  // An sd a little above a floor of 0.0074: its interval reaches down to it.
+  auto at = words({0.970, 0.982, 0.990, 0.978, 0.992, 0.975, 0.985, 0.968, 0.988, 0.982}, 359);
+  CHECK(at["at_floor"] == true);
+  CHECK(at["short"].get<std::string>().ends_with(", sd at it"));
+  CHECK(at["text"].get<std::string>().find("sits at the evaluation floor") != std::string::npos);
+}
