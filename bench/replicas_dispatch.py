@@ -34,34 +34,14 @@ def measure(trainq, replicas, runs):
     fx = ct.Fixture(trainq)
     try:
         fx.start_postgres()
-        work = fx.path("work")
-        subprocess.run(["git", "init", "-q", "-b", "main", work], check=True)
-        ct.git(work, "config", "user.email", "bench@example.com")
-        ct.git(work, "config", "user.name", "bench")
-        with open(work + "/trainq.yaml", "w") as f:
-            f.write("version: 1\nexperiments:\n  e:\n    command: sh run.sh {seed}\n"
-                    "    repeats: %d\n    baseline: \"off\"\n" % runs)
-        with open(work + "/run.sh", "w") as f:
-            f.write("printf '{\"name\": \"accuracy\", \"value\": 0.5, \"final\": true}\\n'"
-                    " >> \"$TRAINQ_METRICS_FILE\"\n")
-        ct.git(work, "add", "-A")
-        ct.git(work, "commit", "-q", "-m", "bench")
+        work = fx.local_repo(
+            "bench", runs,
+            "printf '{\"name\": \"accuracy\", \"value\": 0.5, \"final\": true}\\n'"
+            " >> \"$TRAINQ_METRICS_FILE\"\n")
         ports = [ct.free_port() for _ in range(replicas)]
         fx.start_nginx(ports)
-        with open(fx.path("read-token"), "w") as f:
-            f.write("bench-read-token\n")
-        with open(fx.path("server.yaml"), "w") as f:
-            f.write("""read_token: {{file: {tmp}/read-token}}
-pools:
-  - name: local
-    provider: local
-    max: {m}
-    min: {m}
-    slots: {s}
-    idle_grace: 10m
-    sandbox: none
-    params: {{server_url: {nginx}}}
-""".format(tmp=fx.tmp, m=MACHINES, s=SLOTS, nginx=fx.nginx))
+        fx.write_local_config("bench-read-token", ["max: %d" % MACHINES, "min: %d" % MACHINES,
+                                                   "slots: %d" % SLOTS, "idle_grace: 10m"])
         for i, port in enumerate(ports):
             fx.start_replica(str(i), port)
         ct.wait_for(lambda: count(fx, "SELECT count(*) FROM machines WHERE state = 'ready'")

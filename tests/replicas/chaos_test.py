@@ -201,6 +201,34 @@ http {{
         self.procs.append(p)
         return p, log
 
+    def local_repo(self, who, repeats, script):
+        """A git repository (the work tree "work") with one experiment `e`
+        running `sh run.sh {seed}` `repeats` times; returns its path."""
+        work = self.path("work")
+        subprocess.run(["git", "init", "-q", "-b", "main", work], check=True)
+        git(work, "config", "user.email", "%s@example.com" % who)
+        git(work, "config", "user.name", who)
+        with open(work + "/trainq.yaml", "w") as f:
+            f.write("version: 1\nexperiments:\n  e:\n    command: sh run.sh {seed}\n"
+                    "    repeats: %d\n    baseline: \"off\"\n" % repeats)
+        with open(work + "/run.sh", "w") as f:
+            f.write(script)
+        git(work, "add", "-A")
+        git(work, "commit", "-q", "-m", who)
+        return work
+
+    def write_local_config(self, read_token, pool):
+        """server.yaml with a read token (from a file) and one local pool
+        whose workers reach the proxy; `pool` holds the pool's own lines."""
+        with open(self.path("read-token"), "w") as f:
+            f.write(read_token + "\n")
+        with open(self.path("server.yaml"), "w") as f:
+            f.write("read_token: {file: %s/read-token}\npools:\n  - name: local\n"
+                    "    provider: local\n" % self.tmp)
+            for line in pool:
+                f.write("    %s\n" % line)
+            f.write("    sandbox: none\n    params: {server_url: %s}\n" % self.nginx)
+
     def cleanup(self):
         for p in reversed(self.procs):
             if p.poll() is None:

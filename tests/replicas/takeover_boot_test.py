@@ -33,33 +33,14 @@ def attempt(trainq):
     fx = ct.Fixture(trainq)
     try:
         fx.start_postgres()
-        work = fx.path("work")
-        subprocess.run(["git", "init", "-q", "-b", "main", work], check=True)
-        ct.git(work, "config", "user.email", "takeover@example.com")
-        ct.git(work, "config", "user.name", "takeover")
-        with open(work + "/trainq.yaml", "w") as f:
-            f.write("version: 1\nexperiments:\n  e:\n    command: sh run.sh {seed}\n"
-                    "    repeats: 4\n    baseline: \"off\"\n")
-        with open(work + "/run.sh", "w") as f:
-            f.write("sleep 3\nprintf '{\"name\": \"accuracy\", \"value\": 0.5%s, \"final\": "
-                    "true}\\n' \"$1\" >> \"$TRAINQ_METRICS_FILE\"\n")
-        ct.git(work, "add", "-A")
-        ct.git(work, "commit", "-q", "-m", "takeover")
+        work = fx.local_repo(
+            "takeover", 4,
+            "sleep 3\nprintf '{\"name\": \"accuracy\", \"value\": 0.5%s, \"final\": "
+            "true}\\n' \"$1\" >> \"$TRAINQ_METRICS_FILE\"\n")
         port_a, port_b = ct.free_port(), ct.free_port()
         fx.start_nginx([port_a, port_b])
-        with open(fx.path("read-token"), "w") as f:
-            f.write("takeover-read-token\n")
-        with open(fx.path("server.yaml"), "w") as f:
-            f.write("""read_token: {{file: {tmp}/read-token}}
-pools:
-  - name: local
-    provider: local
-    max: 2
-    slots: 2
-    idle_grace: 3s
-    sandbox: none
-    params: {{server_url: {nginx}}}
-""".format(tmp=fx.tmp, nginx=fx.nginx))
+        fx.write_local_config("takeover-read-token",
+                              ["max: 2", "slots: 2", "idle_grace: 3s"])
         proc_a, log_a = fx.start_replica("a", port_a)
         ct.wait_for(lambda: "duties: this replica holds them" in ct.slurp(log_a), 30,
                     "A to hold the duties")
